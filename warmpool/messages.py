@@ -1,0 +1,272 @@
+"""Wire messages: ``warmpool.report/v1`` (agent → allocator) and
+``warmpool.result/v1`` (allocator → agent).
+
+Strict by design: every field is bounded, IDs and addresses are checked,
+unknown fields and unknown schema versions are rejected with a reason. A
+message that fails here is never acted on (DESIGN.md, "Wire messages").
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
+
+REPORT_SCHEMA = "warmpool.report/v1"
+RESULT_SCHEMA = "warmpool.result/v1"
+MAX_MESSAGE_BYTES = 256 * 1024
+"""Largest message either side accepts (SQS allows 1 MiB; a report is ~10 KiB at most)."""
+
+MAX_ENIS = 32
+MAX_IPS_PER_ENI = 64
+MAX_PREFIXES_PER_ENI = 64
+MAX_ACTIONS = 64
+MAX_TARGET = 100_000
+
+
+class MessageError(ValueError):
+    """A message that must not be acted on; ``reason`` is short and loggable."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+def _ipv4(v: str) -> str:
+    addr = ipaddress.IPv4Address(v)
+    return str(addr)
+
+
+def _prefix28(v: str) -> str:
+    net = ipaddress.IPv4Network(v, strict=True)
+    if net.prefixlen != 28:
+        raise ValueError(f"{v} is not a /28 prefix")
+    return str(net)
+
+
+def _cidr(v: str) -> str:
+    return str(ipaddress.IPv4Network(v, strict=True))
+
+
+IPv4 = Annotated[str, StringConstraints(max_length=15), AfterValidator(_ipv4)]
+Prefix28 = Annotated[str, StringConstraints(max_length=18), AfterValidator(_prefix28)]
+Cidr = Annotated[str, StringConstraints(max_length=18), AfterValidator(_cidr)]
+InstanceId = Annotated[str, StringConstraints(pattern=r"^i-[0-9a-f]{8,17}$")]
+EniId = Annotated[str, StringConstraints(pattern=r"^eni-[0-9a-f]{8,17}$")]
+SubnetId = Annotated[str, StringConstraints(pattern=r"^subnet-[0-9a-zA-Z]{1,17}$")]
+Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,99}$")]
+InstanceType = Annotated[str, StringConstraints(pattern=r"^[a-z0-9-]{1,20}\.[a-z0-9-]{1,20}$")]
+AvailabilityZone = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$|^[a-z]{2}-[a-z]+-\d-[a-z]+-\d[a-z]$")]
+Count = Annotated[int, Field(ge=0, le=MAX_TARGET)]
+Mode = Literal["secondary-ip", "prefix"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_max_length=1024)
+
+
+class Targets(_Strict):
+    """The VPC CNI-style targets the node runs with (0 = unset)."""
+
+    warm_ip: Count = 0
+    minimum_ip: Count = 0
+    warm_eni: Annotated[int, Field(ge=0, le=64)] = 1
+    warm_prefix: Count = 0
+    max_eni: Annotated[int, Field(ge=0, le=MAX_ENIS)] = 0
+
+
+class EniReport(_Strict):
+    """One ENI as the agent sees it."""
+
+    eni_id: EniId
+    device_index: Annotated[int, Field(ge=0, le=MAX_ENIS)]
+    network_card: Annotated[int, Field(ge=0, le=15)] = 0
+    subnet_id: SubnetId
+    primary_ip: IPv4
+    ips: Annotated[list[IPv4], Field(max_length=MAX_IPS_PER_ENI)] = []
+    prefixes: Annotated[list[Prefix28], Field(max_length=MAX_PREFIXES_PER_ENI)] = []
+    assigned: Annotated[int, Field(ge=0, le=MAX_IPS_PER_ENI * 16)] = 0
+    """Addresses of this ENI held by pods."""
+
+
+class ReleaseOffer(_Strict):
+    """Addresses the agent has quarantined and offers back."""
+
+    eni_id: EniId
+    ips: Annotated[list[IPv4], Field(max_length=MAX_IPS_PER_ENI)] = []
+    prefixes: Annotated[list[Prefix28], Field(max_length=MAX_PREFIXES_PER_ENI)] = []
+
+
+class PoolReport(_Strict):
+    """``warmpool.report/v1``: a node's pool as the agent sees it."""
+
+    schema_: Literal["warmpool.report/v1"] = Field(default=REPORT_SCHEMA, alias="schema")
+    cluster: Name
+    node: Name
+    instance_id: InstanceId
+    instance_type: InstanceType
+    availability_zone: AvailabilityZone
+    seq: Annotated[int, Field(ge=0, le=2**62)]
+    sent_at: Annotated[float, Field(ge=0, le=1e11)]
+    mode: Mode = "secondary-ip"
+    targets: Targets = Targets()
+    enis: Annotated[list[EniReport], Field(max_length=MAX_ENIS)] = []
+    assigned_ips: Count = 0
+    pending_demand: Count = 0
+    release: Annotated[list[ReleaseOffer], Field(max_length=MAX_ENIS)] = []
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PoolReport:
+        seen: set[str] = set()
+        devices: set[tuple[int, int]] = set()
+        addrs: set[str] = set()
+        for eni in self.enis:
+            if eni.eni_id in seen:
+                raise ValueError(f"ENI {eni.eni_id} listed twice")
+            seen.add(eni.eni_id)
+            key = (eni.network_card, eni.device_index)
+            if key in devices:
+                raise ValueError(f"device index {eni.device_index} used twice")
+            devices.add(key)
+            for a in [eni.primary_ip, *eni.ips]:
+                if a in addrs:
+                    raise ValueError(f"address {a} listed twice")
+                addrs.add(a)
+        for offer in self.release:
+            if offer.eni_id not in seen:
+                raise ValueError(f"release names ENI {offer.eni_id} not in the report")
+        return self
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True)
+
+
+# --- results ---------------------------------------------------------------
+
+
+class Assigned(_Strict):
+    kind: Literal["assigned"] = "assigned"
+    eni_id: EniId
+    ips: Annotated[list[IPv4], Field(max_length=MAX_IPS_PER_ENI)] = []
+    prefixes: Annotated[list[Prefix28], Field(max_length=MAX_PREFIXES_PER_ENI)] = []
+
+
+class Attached(_Strict):
+    kind: Literal["attached"] = "attached"
+    eni_id: EniId
+    device_index: Annotated[int, Field(ge=0, le=MAX_ENIS)]
+    network_card: Annotated[int, Field(ge=0, le=15)] = 0
+    mac: Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")]
+    subnet_id: SubnetId
+    subnet_cidr: Cidr
+    primary_ip: IPv4
+    ips: Annotated[list[IPv4], Field(max_length=MAX_IPS_PER_ENI)] = []
+    prefixes: Annotated[list[Prefix28], Field(max_length=MAX_PREFIXES_PER_ENI)] = []
+
+
+class Released(_Strict):
+    kind: Literal["released"] = "released"
+    eni_id: EniId
+    ips: Annotated[list[IPv4], Field(max_length=MAX_IPS_PER_ENI)] = []
+    prefixes: Annotated[list[Prefix28], Field(max_length=MAX_PREFIXES_PER_ENI)] = []
+
+
+class Deleted(_Strict):
+    kind: Literal["deleted"] = "deleted"
+    eni_id: EniId
+
+
+class Deferred(_Strict):
+    kind: Literal["deferred"] = "deferred"
+    retry_after_s: Annotated[float, Field(ge=0, le=3600)]
+    reason: Annotated[str, StringConstraints(max_length=200)]
+
+
+class Failed(_Strict):
+    kind: Literal["failed"] = "failed"
+    code: Annotated[str, StringConstraints(max_length=100)]
+    message: Annotated[str, StringConstraints(max_length=500)]
+
+
+Action = Annotated[
+    Assigned | Attached | Released | Deleted | Deferred | Failed, Field(discriminator="kind")
+]
+
+
+class AllocationResult(_Strict):
+    """``warmpool.result/v1``: what the allocator did for one report."""
+
+    schema_: Literal["warmpool.result/v1"] = Field(default=RESULT_SCHEMA, alias="schema")
+    cluster: Name
+    node: Name
+    instance_id: InstanceId
+    in_reply_to: Annotated[int, Field(ge=0, le=2**62)]
+    actions: Annotated[list[Action], Field(max_length=MAX_ACTIONS)] = []
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True)
+
+
+_REPORT = TypeAdapter(PoolReport)
+_RESULT = TypeAdapter(AllocationResult)
+
+
+def _load(raw: str | bytes | dict[str, Any], expected: str) -> dict[str, Any]:
+    if isinstance(raw, dict):
+        obj: Any = raw
+    else:
+        size = len(raw.encode() if isinstance(raw, str) else raw)
+        if size > MAX_MESSAGE_BYTES:
+            raise MessageError("oversized", f"{size} bytes > {MAX_MESSAGE_BYTES}")
+        try:
+            obj = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise MessageError("not-json", str(exc)[:200]) from None
+    if not isinstance(obj, dict):
+        raise MessageError("not-an-object", type(obj).__name__)
+    schema = obj.get("schema")
+    if schema != expected:
+        raise MessageError("unknown-schema", f"expected {expected!r}, got {str(schema)[:80]!r}")
+    return obj
+
+
+def _explain(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        loc = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)[:400]
+
+
+def parse_report(raw: str | bytes | dict[str, Any]) -> PoolReport:
+    """Parse and validate a report; :class:`MessageError` with a reason if invalid."""
+    obj = _load(raw, REPORT_SCHEMA)
+    try:
+        return _REPORT.validate_python(obj)
+    except ValidationError as exc:
+        raise MessageError("invalid", _explain(exc)) from None
+
+
+def parse_result(raw: str | bytes | dict[str, Any]) -> AllocationResult:
+    """Parse and validate a result; :class:`MessageError` with a reason if invalid."""
+    obj = _load(raw, RESULT_SCHEMA)
+    try:
+        return _RESULT.validate_python(obj)
+    except ValidationError as exc:
+        raise MessageError("invalid", _explain(exc)) from None
