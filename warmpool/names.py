@@ -1,0 +1,106 @@
+"""Names every part agrees on: resources, environment variables, tags, metrics.
+
+One place, so the CDK stack, ``warmpool local up``, the functions and the
+agent cannot drift apart.
+"""
+
+from __future__ import annotations
+
+# --- resources ---------------------------------------------------------------
+
+
+def reports_queue(cluster: str) -> str:
+    return f"warmpool-{cluster}-reports"
+
+
+def reports_dlq(cluster: str) -> str:
+    return f"warmpool-{cluster}-reports-dlq"
+
+
+def result_queue_prefix(cluster: str) -> str:
+    """Each node's result queue is ``{prefix}{instance_id}``."""
+    return f"warmpool-{cluster}-result-"
+
+
+def result_queue(cluster: str, instance_id: str) -> str:
+    return f"{result_queue_prefix(cluster)}{instance_id}"
+
+
+def ledger_table(cluster: str) -> str:
+    return f"warmpool-{cluster}-ledger"
+
+
+BUCKETS_TABLE = "warmpool-token-buckets"
+"""One per account and region, shared by every cluster's stack."""
+
+# DynamoDB key schemas (strings): ledger pk+sk, buckets pk; TTL attribute.
+LEDGER_PK = "pk"
+LEDGER_SK = "sk"
+LEDGER_TTL = "expires_at"
+BUCKETS_PK = "pk"
+
+ALLOCATE_HANDLER = "functions.allocate.handler"
+RECONCILE_HANDLER = "functions.reconcile.handler"
+
+# --- function settings (environment of the Lambda functions) -----------------
+ENV_CLUSTER = "WARMPOOL_CLUSTER"
+ENV_REPORTS_QUEUE_URL = "WARMPOOL_REPORTS_QUEUE_URL"
+ENV_DLQ_URL = "WARMPOOL_DLQ_URL"
+ENV_RESULT_QUEUE_PREFIX = "WARMPOOL_RESULT_QUEUE_PREFIX"
+ENV_LEDGER_TABLE = "WARMPOOL_LEDGER_TABLE"
+ENV_BUCKETS_TABLE = "WARMPOOL_BUCKETS_TABLE"
+ENV_BUDGET_FRACTION = "WARMPOOL_BUDGET_FRACTION"
+ENV_ALLOWED_SUBNETS = "WARMPOOL_ALLOWED_SUBNETS"  # comma-separated subnet ids; empty = all tagged
+ENV_SECURITY_GROUPS = "WARMPOOL_SECURITY_GROUPS"  # comma-separated; empty = the node's primary ENI's
+ENV_IDENTITY_MODE = "WARMPOOL_IDENTITY_MODE"  # "none" | "sender-id"
+ENV_GC_AGE_S = "WARMPOOL_GC_AGE_S"
+ENV_ENDPOINT_URL = "WARMPOOL_AWS_ENDPOINT_URL"  # local stack only
+
+# --- agent settings (besides the VPC CNI variables) --------------------------
+AGENT_ENV_REPORTS_QUEUE_URL = "WARMPOOL_REPORTS_QUEUE_URL"
+AGENT_ENV_RESULT_QUEUE_PREFIX = "WARMPOOL_RESULT_QUEUE_PREFIX"
+AGENT_ENV_SOCKET = "WARMPOOL_SOCKET"
+AGENT_ENV_STATE_DIR = "WARMPOOL_STATE_DIR"
+AGENT_ENV_HEARTBEAT_S = "WARMPOOL_REPORT_HEARTBEAT_S"
+AGENT_ENV_METRICS_ADDR = "WARMPOOL_METRICS_ADDR"
+DEFAULT_SOCKET = "/run/warmpool/agent.sock"
+DEFAULT_STATE_DIR = "/var/lib/warmpool"
+DEFAULT_METRICS_ADDR = "127.0.0.1:61680"
+
+# --- tags ---------------------------------------------------------------------
+
+
+def cluster_tag_key(cluster: str) -> str:
+    """Instances of cluster ``C`` carry ``kubernetes.io/cluster/C`` = owned|shared."""
+    return f"kubernetes.io/cluster/{cluster}"
+
+
+TAG_CLUSTER_NAME = "cluster.k8s.amazonaws.com/name"
+TAG_INSTANCE_ID = "node.k8s.amazonaws.com/instance_id"
+TAG_CREATED_AT = "node.k8s.amazonaws.com/createdAt"
+TAG_MANAGED = "warmpool.io/managed"
+TAG_GC_MARK = "warmpool.io/gc-marked-at"
+
+# --- metrics (CloudWatch EMF namespace and names) ----------------------------
+METRICS_NAMESPACE = "warmpool"
+M_REPORTS_RECEIVED = "ReportsReceived"
+M_REPORTS_INVALID = "ReportsInvalid"
+M_REPORTS_STALE = "ReportsStale"
+M_REPORTS_COALESCED = "ReportsCoalesced"
+M_REPORTS_REJECTED = "ReportsRejected"
+M_NODES_SERVED = "NodesServed"
+M_NODES_DEFERRED = "NodesDeferred"
+M_NODES_IN_DEFICIT = "NodesInDeficit"
+M_EC2_CALLS = "EC2Calls"  # dimension Action
+M_EC2_THROTTLES = "EC2Throttles"  # dimension Action
+M_EC2_ERRORS = "EC2Errors"  # dimension Action
+M_TOKENS_TAKEN = "TokensTaken"
+M_TOKENS_WAITED_S = "TokensWaitedSeconds"
+M_TOKENS_AVAILABLE = "TokensAvailable"  # dimension Action
+M_ADDRESSES_ALLOCATED = "AddressesAllocated"
+M_ADDRESSES_RELEASED = "AddressesReleased"
+M_ENIS_CREATED = "EnisCreated"
+M_ENIS_DELETED = "EnisDeleted"
+M_ALLOCATION_LATENCY_MS = "AllocationLatencyMs"
+M_GC_DELETIONS = "GcDeletions"
+M_LEDGER_DRIFT = "LedgerDrift"
