@@ -112,7 +112,7 @@ class ReleaseOffer(_Strict):
 class PoolReport(_Strict):
     """``warmpool.report/v1``: a node's pool as the agent sees it."""
 
-    schema_: Literal["warmpool.report/v1"] = Field(default=REPORT_SCHEMA, alias="schema")
+    schema_: Literal["warmpool.report/v1"] = Field(default="warmpool.report/v1", alias="schema")
     cluster: Name
     node: Name
     instance_id: InstanceId
@@ -210,7 +210,7 @@ Action = Annotated[
 class AllocationResult(_Strict):
     """``warmpool.result/v1``: what the allocator did for one report."""
 
-    schema_: Literal["warmpool.result/v1"] = Field(default=RESULT_SCHEMA, alias="schema")
+    schema_: Literal["warmpool.result/v1"] = Field(default="warmpool.result/v1", alias="schema")
     cluster: Name
     node: Name
     instance_id: InstanceId

@@ -1,0 +1,348 @@
+"""The planner: from a node's report, its verified inventory and its limits,
+the fewest EC2 calls that meet the need. Output is data, not calls.
+
+Allocation, fewest calls first:
+
+1. fill ENIs that have free slots, one ``AssignPrivateIpAddresses`` per ENI
+   (most free slots first, so fewer ENIs are touched);
+2. then new ENIs created *with* their addresses in the
+   ``CreateNetworkInterface`` call, attached at the lowest free device index
+   and marked DeleteOnTermination; the subnet is the allowed one in the node's
+   AZ with most free addresses.
+
+Release: addresses the agent offers back, checked against EC2's inventory and
+capped by what the targets allow, unassigned in one call per ENI; an ENI left
+empty (not the primary, no pods) is detached and deleted instead.
+
+A plan never both allocates and releases on one node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from warmpool.limits import PREFIX_SIZE, InstanceLimits
+from warmpool.messages import Mode, PoolReport
+from warmpool.pool import PoolConfig, PoolDelta, PoolState, compute
+
+
+@dataclass(frozen=True)
+class Subnet:
+    subnet_id: str
+    availability_zone: str
+    cidr: str
+    free: int
+    """Free addresses in the subnet."""
+
+
+@dataclass(frozen=True)
+class Eni:
+    """An ENI attached to the node, as EC2 says."""
+
+    eni_id: str
+    device_index: int
+    network_card: int
+    subnet_id: str
+    primary_ip: str
+    ips: tuple[str, ...] = ()
+    """Secondary addresses (the primary excluded)."""
+    prefixes: tuple[str, ...] = ()
+
+    @property
+    def used_slots(self) -> int:
+        return len(self.ips) + len(self.prefixes)
+
+    @property
+    def addresses(self) -> int:
+        return len(self.ips) + PREFIX_SIZE * len(self.prefixes)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """A node as EC2 says it is (verified before any mutating call)."""
+
+    instance_id: str
+    instance_type: str
+    availability_zone: str
+    enis: tuple[Eni, ...]
+
+
+@dataclass(frozen=True)
+class AssignAddresses:
+    eni_id: str
+    ips: int = 0
+    prefixes: int = 0
+
+
+@dataclass(frozen=True)
+class CreateEni:
+    """Create with addresses, attach at ``device_index``, DeleteOnTermination."""
+
+    subnet_id: str
+    device_index: int
+    network_card: int
+    ips: int
+    prefixes: int
+    client_token: str
+
+
+@dataclass(frozen=True)
+class UnassignAddresses:
+    eni_id: str
+    ips: tuple[str, ...] = ()
+    prefixes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeleteEni:
+    """Detach (when attached), then delete."""
+
+    eni_id: str
+
+
+Call = AssignAddresses | CreateEni | UnassignAddresses | DeleteEni
+
+CALL_COST: dict[type, dict[str, int]] = {
+    AssignAddresses: {"AssignPrivateIpAddresses": 1},
+    CreateEni: {
+        "CreateNetworkInterface": 1,
+        "AttachNetworkInterface": 1,
+        "ModifyNetworkInterfaceAttribute": 1,
+    },
+    UnassignAddresses: {"UnassignPrivateIpAddresses": 1},
+    DeleteEni: {"DetachNetworkInterface": 1, "DeleteNetworkInterface": 1},
+}
+"""Mutating EC2 calls (and so tokens) each planned call costs."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    node: str
+    instance_id: str
+    seq: int
+    kind: Literal["allocate", "release", "none"]
+    calls: tuple[Call, ...]
+    unmet: int
+    """Units (addresses or prefixes) the limits or subnets did not allow."""
+    delta: PoolDelta
+    mode: Mode = "secondary-ip"
+    notes: tuple[str, ...] = field(default=())
+
+    def tokens(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for call in self.calls:
+            for action, n in CALL_COST[type(call)].items():
+                out[action] = out.get(action, 0) + n
+        return out
+
+    @property
+    def mutating_calls(self) -> int:
+        return sum(self.tokens().values())
+
+    @property
+    def units_planned(self) -> int:
+        n = 0
+        for c in self.calls:
+            if isinstance(c, AssignAddresses | CreateEni):
+                n += c.ips + c.prefixes
+        return n
+
+
+def client_token(cluster: str, instance_id: str, seq: int, network_card: int, device_index: int) -> str:
+    """Deterministic ``ClientToken`` (≤ 64 ASCII): a redelivered report
+    re-creates nothing, EC2 answers with the ENI it already made."""
+    raw = f"{cluster}|{instance_id}|{seq}|{network_card}|{device_index}".encode()
+    return "wp-" + hashlib.sha256(raw).hexdigest()[:48]
+
+
+def inventory_state(report: PoolReport, inventory: Inventory) -> PoolState:
+    """EC2 is the truth for what is attached; the agent for what is in use."""
+    enis = inventory.enis
+    total = sum(e.addresses for e in enis)
+    by_id = {e.eni_id: e for e in report.enis}
+    free_prefixes = 0
+    for e in enis:
+        rep = by_id.get(e.eni_id)
+        used = rep.assigned if rep is not None else 0
+        free_prefixes += max(0, len(e.prefixes) - math.ceil(max(0, used - len(e.ips)) / PREFIX_SIZE))
+    return PoolState(
+        total=total,
+        assigned=report.assigned_ips,
+        pending=report.pending_demand,
+        enis=len(enis),
+        free_prefixes=free_prefixes,
+    )
+
+
+def plan_node(
+    report: PoolReport,
+    inventory: Inventory,
+    limits: InstanceLimits,
+    subnets: Sequence[Subnet],
+    *,
+    cluster: str,
+    exclude_subnets: frozenset[str] = frozenset(),
+    force_mode: Mode | None = None,
+) -> Plan:
+    """Plan one node. ``subnets`` are the allowed ones (any AZ; filtered here).
+
+    ``force_mode="secondary-ip"`` re-plans a prefix-mode node with single
+    addresses (the fallback on ``InsufficientCidrBlocks``).
+    """
+    cfg = PoolConfig.from_report(report)
+    if cfg.prefix_mode and not limits.prefix_capable:
+        cfg = PoolConfig(**{**cfg.__dict__, "prefix_mode": False})
+    state = inventory_state(report, inventory)
+    delta = compute(cfg, state, limits)
+    mode: Mode = "prefix" if cfg.prefix_mode else "secondary-ip"
+    if delta.low:
+        alloc_mode: Mode = force_mode or mode
+        return _plan_allocation(
+            report, inventory, limits, subnets, cfg, state, delta, cluster, exclude_subnets, alloc_mode
+        )
+    if report.release and delta.high:
+        return _plan_release(report, inventory, delta, mode)
+    return Plan(report.node, inventory.instance_id, report.seq, "none", (), 0, delta, mode)
+
+
+def _free_device_index(used: set[tuple[int, int]], card: int = 0) -> int:
+    idx = 1
+    while (card, idx) in used:
+        idx += 1
+    return idx
+
+
+def _plan_allocation(
+    report: PoolReport,
+    inventory: Inventory,
+    limits: InstanceLimits,
+    subnets: Sequence[Subnet],
+    cfg: PoolConfig,
+    state: PoolState,
+    delta: PoolDelta,
+    cluster: str,
+    exclude_subnets: frozenset[str],
+    alloc_mode: Mode,
+) -> Plan:
+    prefix = alloc_mode == "prefix"
+    unit = PREFIX_SIZE if prefix else 1
+    need = math.ceil(delta.short / unit)
+    # Room left under the ceiling, in units of this allocation.
+    cap = limits.capacity(cfg.prefix_mode, cfg.max_eni)
+    room = max(0, (min(cap, cfg.max_pods) if cfg.max_pods > 0 else cap) - state.total) // unit
+    slots = limits.slots_per_eni
+    calls: list[Call] = []
+    notes: list[str] = []
+
+    for eni in sorted(inventory.enis, key=lambda e: (-(slots - e.used_slots), e.device_index)):
+        if need <= 0 or room <= 0:
+            break
+        free = slots - eni.used_slots
+        if free <= 0 or eni.subnet_id in exclude_subnets:
+            continue
+        n = min(free if delta.whole_enis else min(free, need), room)
+        calls.append(AssignAddresses(eni.eni_id, ips=0 if prefix else n, prefixes=n if prefix else 0))
+        need -= n
+        room -= n
+
+    used = {(e.network_card, e.device_index) for e in inventory.enis}
+    n_enis = len(inventory.enis)
+    max_enis = limits.enis(cfg.max_eni)
+    candidates = {
+        s.subnet_id: s.free
+        for s in subnets
+        if s.availability_zone == inventory.availability_zone and s.subnet_id not in exclude_subnets
+    }
+    while need > 0 and room > 0 and n_enis < max_enis:
+        n = min(slots if delta.whole_enis else min(slots, need), room)
+        # Most free addresses first; ties by id so plans are deterministic.
+        fitting = [(free, sid) for sid, free in candidates.items() if free >= n * unit + 1]
+        if not fitting:
+            notes.append("no allowed subnet in the AZ has room")
+            break
+        _, sid = max(fitting, key=lambda t: (t[0], t[1]))
+        idx = _free_device_index(used)
+        used.add((0, idx))
+        candidates[sid] -= n * unit + 1
+        calls.append(
+            CreateEni(
+                subnet_id=sid,
+                device_index=idx,
+                network_card=0,
+                ips=0 if prefix else n,
+                prefixes=n if prefix else 0,
+                client_token=client_token(cluster, inventory.instance_id, report.seq, 0, idx),
+            )
+        )
+        n_enis += 1
+        need -= n
+        room -= n
+    if need > 0 and n_enis >= max_enis:
+        notes.append("instance at its ENI limit")
+    return Plan(
+        report.node,
+        inventory.instance_id,
+        report.seq,
+        "allocate" if calls else "none",
+        tuple(calls),
+        max(need, 0),
+        delta,
+        alloc_mode,
+        tuple(notes),
+    )
+
+
+def _plan_release(report: PoolReport, inventory: Inventory, delta: PoolDelta, mode: Mode) -> Plan:
+    by_id = {e.eni_id: e for e in inventory.enis}
+    reported = {e.eni_id: e for e in report.enis}
+    budget_addrs = delta.over
+    budget_enis = delta.over_enis
+    whole_only = delta.over_enis > 0 and delta.over_units == 0
+    calls: list[Call] = []
+    for offer in sorted(report.release, key=lambda o: o.eni_id):
+        eni = by_id.get(offer.eni_id)
+        if eni is None:
+            continue
+        ips = tuple(ip for ip in offer.ips if ip in eni.ips)
+        prefixes = tuple(p for p in offer.prefixes if p in eni.prefixes)
+        rep = reported.get(eni.eni_id)
+        empties = (
+            eni.device_index != 0
+            and set(ips) == set(eni.ips)
+            and set(prefixes) == set(eni.prefixes)
+            and (rep is None or rep.assigned == 0)
+        )
+        if whole_only:
+            if empties and budget_enis > 0:
+                calls.append(DeleteEni(eni.eni_id))
+                budget_enis -= 1
+            continue
+        amount = len(ips) + PREFIX_SIZE * len(prefixes)
+        if amount == 0:
+            continue
+        if amount > budget_addrs:
+            # Trim to what the targets allow; never drop below them.
+            keep_ips = ips[: max(0, budget_addrs)]
+            left = budget_addrs - len(keep_ips)
+            keep_pfx = prefixes[: max(0, left // PREFIX_SIZE)]
+            ips, prefixes = keep_ips, keep_pfx
+            amount = len(ips) + PREFIX_SIZE * len(prefixes)
+            empties = False
+            if amount == 0:
+                continue
+        budget_addrs -= amount
+        calls.append(DeleteEni(eni.eni_id) if empties else UnassignAddresses(eni.eni_id, ips, prefixes))
+    return Plan(
+        report.node,
+        inventory.instance_id,
+        report.seq,
+        "release" if calls else "none",
+        tuple(calls),
+        0,
+        delta,
+        mode,
+    )

@@ -1,0 +1,154 @@
+"""Pool math: how many addresses a node is short of, or may give back.
+
+The VPC CNI's target semantics (REFERENCE.md) in both modes, exactly, with
+two additions: CNI ADDs waiting for an address count as demand (surge), and
+the max-pods ceiling caps every target. The agent (when to report, what to
+quarantine) and the allocator (what to allocate, what release to accept) both
+call :func:`compute`; there is no second copy of these rules.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from warmpool.limits import PREFIX_SIZE, InstanceLimits
+from warmpool.messages import PoolReport
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """The targets a node runs with (0 = unset), as the VPC CNI reads them."""
+
+    warm_ip: int = 0
+    minimum_ip: int = 0
+    warm_eni: int = 1
+    warm_prefix: int = 0
+    max_eni: int = 0
+    """0 = the instance type's limit."""
+    prefix_mode: bool = False
+    max_pods: int = 0
+    """0 = the formula's ceiling (every slot of every usable ENI)."""
+
+    def __post_init__(self) -> None:
+        for name in ("warm_ip", "minimum_ip", "warm_eni", "warm_prefix", "max_eni", "max_pods"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+    @property
+    def ip_targets(self) -> bool:
+        """``WARM_IP_TARGET``/``MINIMUM_IP_TARGET`` rule when either is set."""
+        return self.warm_ip > 0 or self.minimum_ip > 0
+
+    @classmethod
+    def from_report(cls, report: PoolReport) -> PoolConfig:
+        t = report.targets
+        return cls(
+            warm_ip=t.warm_ip,
+            minimum_ip=t.minimum_ip,
+            warm_eni=t.warm_eni,
+            warm_prefix=t.warm_prefix,
+            max_eni=t.max_eni,
+            prefix_mode=report.mode == "prefix",
+        )
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """A node's pool in addresses (prefix mode: 16 per /28 held)."""
+
+    total: int
+    assigned: int
+    pending: int = 0
+    enis: int = 1
+    free_prefixes: int = 0
+
+    @property
+    def available(self) -> int:
+        """Free addresses once waiting pods are served (negative = starved)."""
+        return self.total - self.assigned - self.pending
+
+    @classmethod
+    def from_report(cls, report: PoolReport) -> PoolState:
+        total = sum(len(e.ips) + PREFIX_SIZE * len(e.prefixes) for e in report.enis)
+        free_prefixes = sum(
+            max(0, len(e.prefixes) - math.ceil(max(0, e.assigned - len(e.ips)) / PREFIX_SIZE))
+            for e in report.enis
+        )
+        return cls(
+            total=total,
+            assigned=report.assigned_ips,
+            pending=report.pending_demand,
+            enis=len(report.enis),
+            free_prefixes=free_prefixes,
+        )
+
+
+@dataclass(frozen=True)
+class PoolDelta:
+    """What the pool needs. ``*_units`` are addresses, or /28s in prefix mode."""
+
+    short: int
+    short_units: int
+    whole_enis: bool
+    over: int
+    over_units: int
+    over_enis: int
+
+    @property
+    def low(self) -> bool:
+        return self.short_units > 0
+
+    @property
+    def high(self) -> bool:
+        return self.over_units > 0 or self.over_enis > 0
+
+
+def ceiling(cfg: PoolConfig, limits: InstanceLimits) -> int:
+    """Most addresses the node may hold for pods: its slots, capped by max pods."""
+    cap = limits.capacity(cfg.prefix_mode, cfg.max_eni)
+    return min(cap, cfg.max_pods) if cfg.max_pods > 0 else cap
+
+
+def compute(cfg: PoolConfig, state: PoolState, limits: InstanceLimits) -> PoolDelta:
+    """The VPC CNI target semantics plus surge and the max-pods ceiling."""
+    unit = PREFIX_SIZE if cfg.prefix_mode else 1
+    per_eni = limits.slots_per_eni * unit
+    available = state.available
+    whole_enis = False
+    over = 0
+    over_units = 0
+    over_enis = 0
+
+    if cfg.ip_targets:
+        short = max(cfg.warm_ip - available, 0)
+        short = max(short, cfg.minimum_ip - state.total)
+        over = max(available - cfg.warm_ip, 0)
+        over = max(min(over, state.total - cfg.minimum_ip), 0)
+        over_units = over if not cfg.prefix_mode else min(state.free_prefixes, over // PREFIX_SIZE)
+    elif cfg.prefix_mode and cfg.warm_prefix > 0:
+        short = max(PREFIX_SIZE * cfg.warm_prefix - available, 0)
+        over_units = max(state.free_prefixes - cfg.warm_prefix, 0)
+        over = over_units * PREFIX_SIZE
+    else:
+        whole_enis = True
+        target = per_eni * cfg.warm_eni
+        short = max(target - available, 0) if cfg.warm_eni > 0 else max(1 - available, 0)
+        if available >= target + per_eni and state.enis > 1:
+            # Only whole surplus ENIs go, and never the primary one.
+            over_enis = min((available - target) // per_eni, state.enis - 1)
+            over = over_enis * per_eni
+            over_units = 0
+
+    if state.pending > 0:
+        over = over_units = over_enis = 0
+    short = max(0, min(short, ceiling(cfg, limits) - state.total))
+    short_units = math.ceil(short / unit)
+    return PoolDelta(
+        short=short,
+        short_units=short_units,
+        whole_enis=whole_enis,
+        over=over,
+        over_units=over_units,
+        over_enis=over_enis,
+    )

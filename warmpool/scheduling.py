@@ -1,0 +1,54 @@
+"""Scheduling a batch: coalesce reports, then order nodes.
+
+Newest report per node wins; a report at or below the ledger's last seq for
+its node is stale and causes no EC2 call. Order: nodes with pods waiting and
+no free address first, then by size of deficit, releases last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from warmpool.messages import PoolReport
+from warmpool.pool import PoolDelta
+
+
+@dataclass(frozen=True)
+class Coalesced:
+    keep: tuple[PoolReport, ...]
+    """The newest fresh report of each node, in first-seen node order."""
+    stale: tuple[PoolReport, ...]
+    """At or below the ledger's last seq: already served."""
+    superseded: tuple[PoolReport, ...]
+    """Older than (or a duplicate of) another report in the batch."""
+
+
+def coalesce(reports: Iterable[PoolReport], last_seq: Mapping[str, int]) -> Coalesced:
+    newest: dict[str, PoolReport] = {}
+    stale: list[PoolReport] = []
+    superseded: list[PoolReport] = []
+    for r in reports:
+        if r.seq <= last_seq.get(r.node, -1):
+            stale.append(r)
+            continue
+        cur = newest.get(r.node)
+        if cur is None:
+            newest[r.node] = r
+        elif r.seq > cur.seq:
+            superseded.append(cur)
+            newest[r.node] = r
+        else:
+            superseded.append(r)
+    return Coalesced(tuple(newest.values()), tuple(stale), tuple(superseded))
+
+
+def priority_key(report: PoolReport, delta: PoolDelta) -> tuple[int, int, str]:
+    """Sort key: starved nodes, then other deficits (largest first), then
+    releases, then nodes with nothing to do."""
+    if delta.low:
+        starved = report.pending_demand > 0
+        return (0 if starved else 1, -delta.short, report.node)
+    if delta.high and report.release:
+        return (2, 0, report.node)
+    return (3, 0, report.node)
