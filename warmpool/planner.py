@@ -232,7 +232,7 @@ def _plan_allocation(
     unit = PREFIX_SIZE if prefix else 1
     need = math.ceil(delta.short / unit)
     # Room left under the ceiling, in units of this allocation.
-    cap = limits.capacity(cfg.prefix_mode, cfg.max_eni)
+    cap = limits.capacity(prefix, cfg.max_eni)
     room = max(0, (min(cap, cfg.max_pods) if cfg.max_pods > 0 else cap) - state.total) // unit
     slots = limits.slots_per_eni
     calls: list[Call] = []

@@ -134,9 +134,10 @@ def compute(cfg: PoolConfig, state: PoolState, limits: InstanceLimits) -> PoolDe
         whole_enis = True
         target = per_eni * cfg.warm_eni
         short = max(target - available, 0) if cfg.warm_eni > 0 else max(1 - available, 0)
-        if available >= target + per_eni and state.enis > 1:
+        keep = target if cfg.warm_eni > 0 else 1  # WARM_ENI_TARGET=0 is low at 0 free
+        if available >= keep + per_eni and state.enis > 1:
             # Only whole surplus ENIs go, and never the primary one.
-            over_enis = min((available - target) // per_eni, state.enis - 1)
+            over_enis = min((available - keep) // per_eni, state.enis - 1)
             over = over_enis * per_eni
             over_units = 0
 

@@ -1,0 +1,287 @@
+"""Planner: the fewest EC2 calls, as data. Tables plus property tests."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from warmpool.limits import known
+from warmpool.messages import EniReport, PoolReport, ReleaseOffer, Targets
+from warmpool.planner import (
+    AssignAddresses,
+    CreateEni,
+    DeleteEni,
+    Eni,
+    Inventory,
+    Subnet,
+    UnassignAddresses,
+    client_token,
+    plan_node,
+)
+from warmpool.scheduling import coalesce, priority_key
+
+IID = "i-0123456789abcdef0"
+AZ = "us-east-1a"
+SUBNETS = [
+    Subnet("subnet-a", AZ, "10.0.0.0/24", 200),
+    Subnet("subnet-b", AZ, "10.0.1.0/24", 250),
+    Subnet("subnet-z", "us-east-1b", "10.0.2.0/24", 250),
+]
+
+
+def addrs(base: str, n: int) -> tuple[str, ...]:
+    start = ipaddress.IPv4Address(base)
+    return tuple(str(start + i) for i in range(n))
+
+
+def eni(i: int, n_ips: int, subnet: str = "subnet-a", prefixes: tuple[str, ...] = ()) -> Eni:
+    return Eni(f"eni-{i:08x}", i, 0, subnet, f"10.0.{i}.4", addrs(f"10.0.{i}.10", n_ips), prefixes)
+
+
+def rep(enis: list[Eni], *, assigned: dict[int, int] | None = None, pending=0, seq=5, itype="m5.large",
+        mode="secondary-ip", release=(), **targets) -> tuple[PoolReport, Inventory]:
+    assigned = assigned or {}
+    r = PoolReport(
+        cluster="demo", node="n1", instance_id=IID, instance_type=itype, availability_zone=AZ,
+        seq=seq, sent_at=0, mode=mode, targets=Targets(**targets),
+        enis=[EniReport(eni_id=e.eni_id, device_index=e.device_index, subnet_id=e.subnet_id,
+                        primary_ip=e.primary_ip, ips=list(e.ips), prefixes=list(e.prefixes),
+                        assigned=assigned.get(e.device_index, 0)) for e in enis],
+        assigned_ips=sum(assigned.values()), pending_demand=pending, release=list(release),
+    )
+    return r, Inventory(IID, itype, AZ, tuple(enis))
+
+
+def plan(r, inv, itype="m5.large", subnets=SUBNETS, **kw):
+    return plan_node(r, inv, known(itype), subnets, cluster="demo", **kw)
+
+
+def test_primary_eni_with_room_one_assign():
+    r, inv = rep([eni(0, 2)], assigned={0: 2}, pending=3, warm_ip=1)
+    p = plan(r, inv)
+    assert p.kind == "allocate"
+    assert p.calls == (AssignAddresses("eni-00000000", ips=4),)
+    assert p.mutating_calls == 1 and p.unmet == 0
+
+
+def test_enis_full_creates_one_eni_with_addresses():
+    r, inv = rep([eni(0, 9)], assigned={0: 9}, pending=5, warm_ip=1)
+    p = plan(r, inv)
+    assert len(p.calls) == 1
+    c = p.calls[0]
+    assert isinstance(c, CreateEni)
+    assert (c.ips, c.device_index, c.subnet_id) == (6, 1, "subnet-b")  # most free in the AZ
+    assert c.client_token == client_token("demo", IID, 5, 0, 1)
+    assert p.tokens() == {"CreateNetworkInterface": 1, "AttachNetworkInterface": 1,
+                          "ModifyNetworkInterfaceAttribute": 1}
+
+
+def test_mixed_assign_and_create_in_one_plan():
+    r, inv = rep([eni(0, 7)], assigned={0: 7}, pending=10, warm_ip=1)
+    p = plan(r, inv)
+    assert p.calls[0] == AssignAddresses("eni-00000000", ips=2)
+    assert isinstance(p.calls[1], CreateEni) and p.calls[1].ips == 9
+    assert p.units_planned == 11
+
+
+def test_fills_eni_with_most_room_first():
+    r, inv = rep([eni(0, 8), eni(1, 2)], assigned={0: 8, 1: 2}, pending=6, warm_ip=1)
+    p = plan(r, inv)
+    assert p.calls == (AssignAddresses("eni-00000001", ips=7),)
+
+
+def test_instance_at_its_eni_limit_is_unmet():
+    r, inv = rep([eni(0, 9), eni(1, 9), eni(2, 9)], assigned={0: 9, 1: 9, 2: 9}, pending=4, warm_ip=1)
+    p = plan(r, inv)
+    assert p.calls == () and p.kind == "none" and p.unmet == 0  # ceiling caps the short itself
+    assert p.delta.short == 0
+
+
+def test_max_eni_caps_new_enis():
+    r, inv = rep([eni(0, 9)], assigned={0: 9}, pending=4, warm_ip=1, max_eni=1)
+    assert plan(r, inv).calls == ()
+
+
+def test_subnet_full_means_unmet_with_a_note():
+    r, inv = rep([eni(0, 9)], assigned={0: 9}, pending=4, warm_ip=1)
+    p = plan(r, inv, subnets=[Subnet("subnet-a", AZ, "10.0.0.0/28", 2)])
+    assert p.calls == () and p.unmet == 5
+    assert "no allowed subnet" in p.notes[0]
+
+
+def test_excluded_subnet_is_skipped():
+    r, inv = rep([eni(0, 9)], assigned={0: 9}, pending=4, warm_ip=1)
+    p = plan(r, inv, exclude_subnets=frozenset({"subnet-b"}))
+    assert isinstance(p.calls[0], CreateEni) and p.calls[0].subnet_id == "subnet-a"
+
+
+def test_warm_eni_fills_whole_enis():
+    r, inv = rep([eni(0, 0)])
+    p = plan(r, inv)
+    assert p.calls == (AssignAddresses("eni-00000000", ips=9),)
+
+
+def test_prefix_mode_and_fallback_to_addresses():
+    r, inv = rep([eni(0, 0)], mode="prefix", warm_ip=5, pending=20)
+    p = plan(r, inv)
+    assert p.mode == "prefix"
+    assert p.calls == (AssignAddresses("eni-00000000", prefixes=2),)
+    fb = plan(r, inv, force_mode="secondary-ip")
+    assert fb.mode == "secondary-ip"
+    # 25 addresses short: fill the ENI, then two new ENIs with addresses
+    assert fb.calls[0] == AssignAddresses("eni-00000000", ips=9)
+    assert [(c.ips, c.prefixes) for c in fb.calls[1:] if isinstance(c, CreateEni)] == [(9, 0), (7, 0)]
+
+
+def test_prefix_mode_on_non_nitro_uses_addresses():
+    r, inv = rep([eni(0, 0)], itype="m4.large", mode="prefix", warm_ip=2)
+    p = plan(r, inv, itype="m4.large")
+    assert p.calls == (AssignAddresses("eni-00000000", ips=2),)
+
+
+def test_release_unassigns_grouped_per_eni():
+    e0 = eni(0, 9)
+    r, inv = rep([e0], assigned={0: 2}, warm_ip=2,
+                 release=[ReleaseOffer(eni_id=e0.eni_id, ips=list(e0.ips[4:]))])
+    p = plan(r, inv)
+    assert p.kind == "release"
+    assert p.calls == (UnassignAddresses(e0.eni_id, e0.ips[4:]),)
+
+
+def test_release_is_trimmed_to_what_targets_allow():
+    e0 = eni(0, 9)
+    r, inv = rep([e0], assigned={0: 2}, warm_ip=5,
+                 release=[ReleaseOffer(eni_id=e0.eni_id, ips=list(e0.ips[2:]))])
+    p = plan(r, inv)
+    # 7 free, warm 5 -> only 2 may go
+    assert p.calls == (UnassignAddresses(e0.eni_id, e0.ips[2:4]),)
+
+
+def test_release_that_empties_an_eni_deletes_it():
+    e0, e1 = eni(0, 9), eni(1, 3)
+    r, inv = rep([e0, e1], assigned={0: 2}, warm_ip=1,
+                 release=[ReleaseOffer(eni_id=e1.eni_id, ips=list(e1.ips))])
+    assert plan(r, inv).calls == (DeleteEni(e1.eni_id),)
+
+
+def test_release_ignores_addresses_ec2_does_not_show():
+    e0 = eni(0, 9)
+    r, inv = rep([e0], warm_ip=1, release=[ReleaseOffer(eni_id=e0.eni_id, ips=["10.0.0.250"])])
+    assert plan(r, inv).calls == ()
+
+
+def test_warm_eni_release_only_whole_enis():
+    e0, e1, e2 = eni(0, 9), eni(1, 9), eni(2, 9)
+    r, inv = rep([e0, e1, e2], assigned={0: 1},
+                 release=[ReleaseOffer(eni_id=e2.eni_id, ips=list(e2.ips)),
+                          ReleaseOffer(eni_id=e0.eni_id, ips=list(e0.ips[5:]))])
+    assert plan(r, inv).calls == (DeleteEni(e2.eni_id),)
+
+
+def test_client_token_is_deterministic_and_short():
+    t = client_token("demo", IID, 5, 0, 1)
+    assert t == client_token("demo", IID, 5, 0, 1) != client_token("demo", IID, 6, 0, 1)
+    assert len(t) <= 64 and t.isascii()
+
+
+# --- scheduling ---------------------------------------------------------------
+
+
+def mk(node: str, seq: int, pending=0, warm_ip=1) -> PoolReport:
+    return PoolReport(cluster="demo", node=node, instance_id=IID, instance_type="m5.large",
+                      availability_zone=AZ, seq=seq, sent_at=0, targets=Targets(warm_ip=warm_ip),
+                      pending_demand=pending)
+
+
+def test_coalesce_newest_wins_and_stale_dropped():
+    rs = [mk("a", 1), mk("a", 3), mk("b", 2), mk("a", 2), mk("b", 2), mk("c", 4)]
+    c = coalesce(rs, {"c": 4, "b": 1})
+    assert [(r.node, r.seq) for r in c.keep] == [("a", 3), ("b", 2)]
+    assert [(r.node, r.seq) for r in c.stale] == [("c", 4)]
+    assert sorted((r.node, r.seq) for r in c.superseded) == [("a", 1), ("a", 2), ("b", 2)]
+
+
+def test_priority_starved_then_deficit_then_release():
+    from warmpool.pool import PoolDelta
+    low = PoolDelta(5, 5, False, 0, 0, 0)
+    big = PoolDelta(9, 9, False, 0, 0, 0)
+    keys = {
+        "starved": priority_key(mk("s", 1, pending=2), low),
+        "big": priority_key(mk("b", 1), big),
+        "small": priority_key(mk("m", 1), low),
+        "idle": priority_key(mk("i", 1), PoolDelta(0, 0, False, 0, 0, 0)),
+    }
+    assert sorted(keys, key=keys.__getitem__) == ["starved", "big", "small", "idle"]
+
+
+# --- properties -----------------------------------------------------------------
+
+ITYPES = ["t3.medium", "m5.large", "m5.4xlarge", "m4.large"]
+
+
+@st.composite
+def scenario(draw):
+    itype = draw(st.sampled_from(ITYPES))
+    lim = known(itype)
+    n_enis = draw(st.integers(1, lim.max_enis))
+    prefix = draw(st.booleans()) and lim.prefix_capable
+    enis = []
+    for i in range(n_enis):
+        if prefix:
+            k = draw(st.integers(0, lim.slots_per_eni))
+            pf = tuple(f"10.{i}.{j}.0/28" for j in range(k))
+            enis.append(Eni(f"eni-{i:08x}", i, 0, "subnet-a", f"10.0.{i}.4", (), pf))
+        else:
+            enis.append(eni(i, draw(st.integers(0, lim.slots_per_eni))))
+    total = sum(e.addresses for e in enis)
+    assigned = draw(st.integers(0, total))
+    per = {}
+    left = assigned
+    for e in enis:
+        take = min(left, e.addresses)
+        per[e.device_index] = take
+        left -= take
+    release = []
+    if draw(st.booleans()):
+        e = draw(st.sampled_from(enis))
+        release = [ReleaseOffer(eni_id=e.eni_id, ips=list(e.ips[per[e.device_index]:]), prefixes=[])]
+    r, inv = rep(enis, assigned=per, pending=draw(st.integers(0, 40)), itype=itype,
+                 mode="prefix" if prefix else "secondary-ip", release=release,
+                 warm_ip=draw(st.integers(0, 20)), minimum_ip=draw(st.integers(0, 40)),
+                 warm_eni=draw(st.integers(0, 2)), warm_prefix=draw(st.integers(0, 2)),
+                 max_eni=draw(st.integers(0, lim.max_enis)))
+    return r, inv, itype
+
+
+@settings(max_examples=300, deadline=None)
+@given(s=scenario(), free=st.integers(0, 300))
+def test_plan_never_exceeds_instance_limits(s, free):
+    r, inv, itype = s
+    lim = known(itype)
+    p = plan(r, inv, itype=itype, subnets=[Subnet("subnet-a", AZ, "10.0.0.0/16", free)])
+    slots = {e.eni_id: e.used_slots for e in inv.enis}
+    new = 0
+    devices = {e.device_index for e in inv.enis}
+    for c in p.calls:
+        if isinstance(c, AssignAddresses):
+            slots[c.eni_id] += c.ips + c.prefixes
+        elif isinstance(c, CreateEni):
+            new += 1
+            assert c.ips + c.prefixes <= lim.slots_per_eni
+            assert c.device_index not in devices
+            devices.add(c.device_index)
+    assert all(v <= lim.slots_per_eni for v in slots.values())
+    assert len(inv.enis) + new <= max(len(inv.enis), lim.enis(r.targets.max_eni))
+    kinds = {type(c) for c in p.calls}
+    assert not (kinds & {AssignAddresses, CreateEni} and kinds & {UnassignAddresses, DeleteEni})
+
+
+@settings(max_examples=100, deadline=None)
+@given(s=scenario())
+def test_never_plans_for_a_stale_report(s):
+    r, _inv, _ = s
+    assert coalesce([r], {r.node: r.seq}).keep == ()
+    assert coalesce([r], {r.node: r.seq + 1}).keep == ()
+    assert coalesce([r], {r.node: r.seq - 1}).keep == (r,)
