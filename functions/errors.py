@@ -1,0 +1,96 @@
+"""AWS errors, classified once.
+
+Every ``ClientError`` the functions see goes through :func:`classify`, which
+turns the AWS error *code* (never the message text) into one of warmpool's
+domain errors. The rest of ``functions/`` catches these, not ``ClientError``.
+"""
+
+from __future__ import annotations
+
+from botocore.exceptions import ClientError
+
+
+class AwsError(Exception):
+    """An AWS call failed; ``code`` is AWS's error code, ``action`` the API."""
+
+    def __init__(self, code: str, message: str = "", action: str = "") -> None:
+        super().__init__(f"{action}: {code}: {message}" if action else f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.action = action
+
+
+class Throttled(AwsError):
+    """The account's token bucket for the action is empty (RequestLimitExceeded)."""
+
+
+class SubnetFull(AwsError):
+    """InsufficientFreeAddressesInSubnet: try another subnet."""
+
+
+class NoCidrBlocks(AwsError):
+    """InsufficientCidrBlocks: no free /28 for a prefix; fall back to addresses."""
+
+
+class AddressLimit(AwsError):
+    """PrivateIpAddressLimitExceeded: our view of the ENI was stale."""
+
+
+class AttachmentLimit(AwsError):
+    """The instance has no room (or the device index is taken)."""
+
+
+class NotFound(AwsError):
+    """The instance, ENI, attachment or queue no longer exists."""
+
+
+class InUse(AwsError):
+    """The ENI is still attached/detaching; it cannot be deleted yet."""
+
+
+class TokenMismatch(AwsError):
+    """IdempotentParameterMismatch: the ClientToken was used with other parameters."""
+
+
+class ConditionFailed(AwsError):
+    """A DynamoDB conditional write lost (someone else wrote first)."""
+
+
+class QueueMissing(NotFound):
+    """An SQS queue does not exist (a node's result queue not created yet)."""
+
+
+_CODES: dict[str, type[AwsError]] = {
+    "RequestLimitExceeded": Throttled,
+    "Throttling": Throttled,
+    "ThrottlingException": Throttled,
+    "InsufficientFreeAddressesInSubnet": SubnetFull,
+    "InsufficientCidrBlocks": NoCidrBlocks,
+    "PrivateIpAddressLimitExceeded": AddressLimit,
+    "AttachmentLimitExceeded": AttachmentLimit,
+    "InvalidNetworkInterfaceID.NotFound": NotFound,
+    "InvalidNetworkInterface.NotFound": NotFound,
+    "InvalidInstanceID.NotFound": NotFound,
+    "InvalidAttachmentID.NotFound": NotFound,
+    "InvalidSubnetID.NotFound": NotFound,
+    "IncorrectInstanceState": InUse,
+    "InvalidNetworkInterface.InUse": InUse,
+    "IdempotentParameterMismatch": TokenMismatch,
+    "ConditionalCheckFailedException": ConditionFailed,
+    "TransactionCanceledException": ConditionFailed,
+    "TransactionConflictException": ConditionFailed,
+    "AWS.SimpleQueueService.NonExistentQueue": QueueMissing,
+    "QueueDoesNotExist": QueueMissing,
+}
+
+
+def classify(exc: ClientError, action: str = "") -> AwsError:
+    """The domain error for an AWS ``ClientError`` (by code)."""
+    err = exc.response.get("Error", {})
+    code = str(err.get("Code", "Unknown"))
+    message = str(err.get("Message", ""))[:300]
+    return _CODES.get(code, AwsError)(code, message, action or exc.operation_name)
+
+
+def is_mutating(action: str) -> bool:
+    return not action.startswith(("Describe", "Get", "List"))

@@ -1,0 +1,110 @@
+"""The functions' typed settings, read from the environment once at cold start.
+
+Logic never reads the environment: the handler builds :class:`Settings` once
+per container and passes it in. The bench and the tests build it directly.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+from warmpool import names
+from warmpool.buckets import BucketSpec, spec_for
+
+IdentityMode = Literal["none", "sender-id"]
+
+
+def _csv(v: object) -> object:
+    if isinstance(v, str):
+        return tuple(p.strip() for p in v.split(",") if p.strip())
+    return v
+
+
+class Settings(BaseSettings):
+    """What one cluster's allocator and reconciler need to know."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    cluster: str = Field(alias=names.ENV_CLUSTER)
+    reports_queue_url: str = Field(default="", alias=names.ENV_REPORTS_QUEUE_URL)
+    dlq_url: str = Field(default="", alias=names.ENV_DLQ_URL)
+    result_queue_prefix: str = Field(default="", alias=names.ENV_RESULT_QUEUE_PREFIX)
+    """A queue-name prefix (``warmpool-C-result-``) or a URL prefix (``http...``)."""
+    ledger_table: str = Field(default="", alias=names.ENV_LEDGER_TABLE)
+    buckets_table: str = Field(default=names.BUCKETS_TABLE, alias=names.ENV_BUCKETS_TABLE)
+    budget_fraction: float = Field(default=0.8, gt=0, le=1, alias=names.ENV_BUDGET_FRACTION)
+    allowed_subnets: Annotated[tuple[str, ...], NoDecode] = Field(default=(), alias=names.ENV_ALLOWED_SUBNETS)
+    security_groups: Annotated[tuple[str, ...], NoDecode] = Field(default=(), alias=names.ENV_SECURITY_GROUPS)
+    identity_mode: IdentityMode = Field(default="none", alias=names.ENV_IDENTITY_MODE)
+    gc_age_s: float = Field(default=300.0, ge=0, alias=names.ENV_GC_AGE_S)
+
+    # Not in names.py (defaults are right for production; tests/bench pass them).
+    account: str = Field(default="000000000000", alias="WARMPOOL_ACCOUNT")
+    region: str = Field(default="us-east-1", alias="AWS_REGION")
+    lease_ttl_s: float = Field(default=60.0, gt=0, alias="WARMPOOL_LEASE_TTL_S")
+    ledger_ttl_s: float = Field(default=7 * 86400.0, gt=0, alias="WARMPOOL_LEDGER_TTL_S")
+    subnet_cache_ttl_s: float = Field(default=30.0, ge=0, alias="WARMPOOL_SUBNET_CACHE_TTL_S")
+    max_workers: int = Field(default=8, ge=1, le=64, alias="WARMPOOL_MAX_WORKERS")
+    max_defer_s: int = Field(default=900, ge=1, le=900, alias="WARMPOOL_MAX_DEFER_S")
+    lease_retry_s: int = Field(default=5, ge=1, le=900, alias="WARMPOOL_LEASE_RETRY_S")
+    bucket_capacity: dict[str, float] = Field(default_factory=dict, alias="WARMPOOL_BUCKET_CAPACITY")
+    """Per-action capacity overrides (JSON), when the account's quotas differ."""
+    bucket_refill: dict[str, float] = Field(default_factory=dict, alias="WARMPOOL_BUCKET_REFILL")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Constructed directly (tests, bench), settings come only from arguments."""
+        return (init_settings,)
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        """The production path: the function's environment, once at cold start."""
+        return _EnvSettings()
+
+    @field_validator("allowed_subnets", "security_groups", mode="before")
+    @classmethod
+    def _split(cls, v: object) -> object:
+        return _csv(v)
+
+    def bucket_spec(self, action: str) -> BucketSpec:
+        """The share of ``action``'s account bucket this allocator may spend."""
+        base = spec_for(action)
+        spec = BucketSpec(
+            capacity=self.bucket_capacity.get(action, base.capacity),
+            refill_per_s=self.bucket_refill.get(action, base.refill_per_s),
+        )
+        return spec.scaled(self.budget_fraction)
+
+    def result_queue_url_prefix(self) -> str | None:
+        """The URL prefix of result queues, when configured as one."""
+        p = self.result_queue_prefix
+        return p if p.startswith(("http://", "https://")) else None
+
+    def result_queue_name(self, instance_id: str) -> str:
+        p = self.result_queue_prefix or names.result_queue_prefix(self.cluster)
+        if p.startswith(("http://", "https://")):
+            p = p.rsplit("/", 1)[-1]
+        return f"{p}{instance_id}"
+
+
+class _EnvSettings(Settings):
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings)

@@ -1,0 +1,179 @@
+"""One semantic suite for the store ports, run against the in-memory stores
+(sim/memstores.py) and the DynamoDB stores (functions/stores.py) on moto."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from functions.stores import DynamoBuckets, DynamoLeases, DynamoLedger, create_tables
+from sim.memstores import MemBuckets, MemLeases, MemLedger
+from warmpool.buckets import AIMD_DECREASE, BucketSpec, BucketState
+
+SPEC = BucketSpec(capacity=10, refill_per_s=2)
+
+
+def spec_of(action: str) -> BucketSpec:
+    return SPEC
+
+
+@dataclass
+class Stores:
+    buckets: Callable[..., Any]  # (account="a", region="r") -> bucket store
+    ledger: Any
+    leases: Any
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
+    if request.param == "memory":
+        shared: dict[str, BucketState] = {}
+        lock = threading.Lock()
+        yield Stores(
+            buckets=lambda account="a", region="r": MemBuckets(spec_of, account, region, shared, lock),
+            ledger=MemLedger(),
+            leases=MemLeases(),
+        )
+        return
+    with mock_aws():
+        db = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(db, "ledger", "buckets")
+        yield Stores(
+            buckets=lambda account="a", region="r": DynamoBuckets(db, "buckets", spec_of, account, region),
+            ledger=DynamoLedger(db, "ledger"),
+            leases=DynamoLeases(db, "ledger"),
+        )
+
+
+# --- buckets ------------------------------------------------------------------
+
+
+def test_bucket_starts_full_and_take_spends(stores: Stores) -> None:
+    b = stores.buckets()
+    assert b.load("Create", 100.0).tokens == 10
+    assert b.try_take("Create", 4, 100.0) == (True, 0.0)
+    assert b.load("Create", 100.0).tokens == pytest.approx(6)
+
+
+def test_refused_take_takes_nothing_and_says_when(stores: Stores) -> None:
+    b = stores.buckets()
+    assert b.try_take("Create", 9, 0.0)[0]
+    ok, wait = b.try_take("Create", 3, 0.0)
+    assert not ok and wait == pytest.approx(1.0)  # 1 token there, 2 missing at 2/s
+    assert b.load("Create", 0.0).tokens == pytest.approx(1)
+    assert b.try_take("Create", 3, 1.0)[0]
+
+
+def test_throttle_cuts_the_refill(stores: Stores) -> None:
+    b = stores.buckets()
+    b.throttled("Assign", 5.0)
+    st = b.load("Assign", 5.0)
+    assert st.tokens == 0 and st.rate_factor == pytest.approx(AIMD_DECREASE)
+    ok, wait = b.try_take("Assign", 1, 5.0)
+    assert not ok and wait == pytest.approx(1 / (2 * AIMD_DECREASE))
+
+
+def test_take_batch_grants_in_order_and_staggers_the_rest(stores: Stores) -> None:
+    b = stores.buckets()
+    waits = b.take_batch([{"Create": 4, "Attach": 4}, {"Create": 4}, {"Create": 4}, {"Attach": 2}, {"Create": 4}], 0.0)
+    assert waits[0] == 0 and waits[1] == 0 and waits[3] == 0
+    assert waits[2] == pytest.approx(1.0)  # 2 left, 2 missing at 2/s
+    assert waits[4] == pytest.approx(3.0)  # queued behind the third
+    assert b.load("Create", 0.0).tokens == pytest.approx(2)
+    assert b.load("Attach", 0.0).tokens == pytest.approx(4)
+
+
+def test_take_batch_never_grants_more_than_capacity(stores: Stores) -> None:
+    b = stores.buckets()
+    assert b.take_batch([{"Create": 11}], 0.0) == [float("inf")]
+    assert b.load("Create", 0.0).tokens == 10
+
+
+def test_buckets_are_shared_per_account_and_region_only(stores: Stores) -> None:
+    one, two = stores.buckets(), stores.buckets()
+    other_region = stores.buckets(region="elsewhere")
+    assert one.take_batch([{"Create": 6}], 0.0) == [0.0]
+    assert two.take_batch([{"Create": 6}], 0.0)[0] > 0
+    assert other_region.take_batch([{"Create": 6}], 0.0) == [0.0]
+
+
+def test_concurrent_takes_never_double_spend(stores: Stores) -> None:
+    granted: list[bool] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        b = stores.buckets()
+        for _ in range(5):
+            ok = b.take_batch([{"Create": 1}], 0.0) == [0.0]
+            with lock:
+                granted.append(ok)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(granted) == 10
+    assert stores.buckets().load("Create", 0.0).tokens == pytest.approx(0)
+
+
+# --- ledger -------------------------------------------------------------------
+
+
+def test_ledger_moves_forward_only(stores: Stores) -> None:
+    led = stores.ledger
+    assert led.last_seq("c", "n1") == -1
+    assert led.record("c", "n1", 5, {"instance_id": "i-0123456789abcdef0", "actions": []}, 1.0)
+    assert not led.record("c", "n1", 5, {}, 2.0)
+    assert not led.record("c", "n1", 3, {}, 2.0)
+    assert led.record("c", "n1", 6, {"instance_id": "i-0123456789abcdef0"}, 3.0)
+    assert led.last_seq("c", "n1") == 6
+
+
+def test_ledger_batch_read_and_listing_are_per_cluster(stores: Stores) -> None:
+    led = stores.ledger
+    for i in range(150):
+        led.record("c", f"n{i}", i, {"instance_id": f"i-{i:08x}"}, 1.0)
+    led.record("other", "n1", 99, {}, 1.0)
+    seqs = led.last_seqs("c", ["n1", "n149", "ghost", "n1"])
+    assert seqs == {"n1": 1, "n149": 149, "ghost": -1}
+    assert len(led.nodes("c")) == 150 and led.nodes("other") == {"n1": 99}
+    assert led.entries("c")["n7"]["instance_id"] == "i-00000007"
+    led.forget("c", "n1")
+    assert led.last_seq("c", "n1") == -1 and led.last_seq("other", "n1") == 99
+
+
+# --- leases -------------------------------------------------------------------
+
+
+def test_lease_excludes_others_until_expiry(stores: Stores) -> None:
+    ls = stores.leases
+    assert ls.claim("c", "n1", "inv-a", 0.0, 10.0)
+    assert not ls.claim("c", "n1", "inv-b", 5.0, 10.0)
+    assert ls.claim("c", "n1", "inv-a", 5.0, 10.0)  # renew
+    assert ls.claim("c", "n2", "inv-b", 5.0, 10.0)
+    assert ls.claim("c", "n1", "inv-b", 15.0, 10.0)  # expired
+
+
+def test_lease_release_only_by_owner(stores: Stores) -> None:
+    ls = stores.leases
+    assert ls.claim("c", "n1", "inv-a", 0.0, 10.0)
+    ls.release("c", "n1", "inv-b")
+    assert not ls.claim("c", "n1", "inv-b", 1.0, 10.0)
+    ls.release("c", "n1", "inv-a")
+    assert ls.claim("c", "n1", "inv-b", 1.0, 10.0)
+
+
+def test_sweep_removes_expired_leases_only(stores: Stores) -> None:
+    ls = stores.leases
+    ls.claim("c", "n1", "a", 0.0, 10.0)
+    ls.claim("c", "n2", "a", 0.0, 100.0)
+    assert ls.sweep("c", 50.0) == 1
+    assert not ls.claim("c", "n2", "b", 50.0, 10.0)
+    assert ls.claim("c", "n1", "b", 50.0, 10.0)
