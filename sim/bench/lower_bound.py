@@ -1,0 +1,189 @@
+"""The lower bound every strategy is measured against (docs/bench.md has the
+derivation). Pure: a scenario in, two numbers (and their breakdown) out.
+
+* **Mutating calls.** Per node, the settled pool at the node's peak pod count
+  (targets included) needs ``E`` ENIs holding ``N`` units (addresses, or /28
+  prefixes in prefix mode). A node starts with its primary ENI and no
+  secondary addresses, so: one ``AssignPrivateIpAddresses`` to fill the primary
+  ENI (if ``N > 0``) plus, per further ENI, ``CreateNetworkInterface`` (with its
+  addresses in the same call) + ``AttachNetworkInterface`` +
+  ``ModifyNetworkInterfaceAttribute`` (DeleteOnTermination). If the pool the
+  targets ask for at the end is smaller than at the peak, the surplus must go:
+  one ``UnassignPrivateIpAddresses`` per ENI touched (at best
+  ``ceil(surplus / slots)`` ENIs) in the IP-target and prefix modes, or a
+  ``DetachNetworkInterface`` + ``DeleteNetworkInterface`` per surplus ENI in
+  WARM_ENI mode (which never releases single addresses).
+* **Makespan.** Only calls that give pods their addresses gate the last pod
+  (the ENIs needed for the peak pods, without the warm surplus). Each call can
+  start when its node joins (a clairvoyant allocator knows the demand then).
+  Per EC2 action, a fluid token bucket with capacity ``C·f`` (full at the
+  start) and net refill ``r·f − background`` serves the calls greedily in
+  release order — optimal for the last finish time. With every call released
+  at ``t0`` this is ``t0 + max(0, n − C·f) / (r·f − b)``. The makespan bound is
+  the latest of those finish times and the creation of the last pod.
+  API latency, the create → attach order and the attach delay are left out
+  (relaxing a constraint keeps it a lower bound).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sim.bench.output import LowerBound
+from sim.bench.scenario import Env, Scenario
+from sim.bench.workload import Expanded, NodeSpec, expand
+from warmpool.buckets import BucketSpec, spec_for
+from warmpool.limits import PREFIX_SIZE, InstanceLimits, known
+
+ASSIGN = "AssignPrivateIpAddresses"
+UNASSIGN = "UnassignPrivateIpAddresses"
+CREATE = "CreateNetworkInterface"
+ATTACH = "AttachNetworkInterface"
+MODIFY = "ModifyNetworkInterfaceAttribute"
+DETACH = "DetachNetworkInterface"
+DELETE = "DeleteNetworkInterface"
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A node's settled pool: ``units`` (addresses or prefixes) on ``enis`` ENIs."""
+
+    units: int
+    enis: int
+    addresses: int
+
+
+def settled_pool(env: Env, limits: InstanceLimits, pods: int, *, with_warm: bool = True) -> Settled:
+    """The pool the targets ask for with ``pods`` pods on the node (REFERENCE.md).
+
+    ``with_warm=False`` gives only what holds the pods themselves.
+    """
+    slots = limits.slots_per_eni
+    max_enis = limits.enis(env.MAX_ENI)
+    if env.ENABLE_PREFIX_DELEGATION:
+        if not with_warm:
+            units = math.ceil(pods / PREFIX_SIZE)
+        elif env.ip_target_mode:
+            units = math.ceil(max(pods + env.WARM_IP_TARGET, env.MINIMUM_IP_TARGET) / PREFIX_SIZE)
+        else:
+            units = math.ceil(pods / PREFIX_SIZE) + (env.WARM_PREFIX_TARGET or 1)
+        units = min(units, max_enis * slots)
+        enis = max(1, math.ceil(units / slots))
+        return Settled(units=units, enis=enis, addresses=units * PREFIX_SIZE)
+    if not with_warm:
+        units = pods
+        enis = max(1, math.ceil(units / slots))
+    elif env.ip_target_mode:
+        units = max(pods + env.WARM_IP_TARGET, env.MINIMUM_IP_TARGET)
+        enis = max(1, math.ceil(units / slots))
+    else:
+        warm = env.WARM_ENI_TARGET
+        enis = math.ceil(pods / slots) + warm if warm > 0 else pods // slots + 1
+        enis = max(1, enis)
+        units = enis * slots
+    enis = min(enis, max_enis)
+    units = min(units, enis * slots)
+    return Settled(units=units, enis=enis, addresses=units)
+
+
+def growth_calls(s: Settled) -> Counter[str]:
+    """Fewest calls from a bare primary ENI to the settled pool ``s``."""
+    c: Counter[str] = Counter()
+    if s.units <= 0:
+        return c
+    c[ASSIGN] += 1
+    extra = s.enis - 1
+    if extra > 0:
+        c[CREATE] += extra
+        c[ATTACH] += extra
+        c[MODIFY] += extra
+    return c
+
+
+def release_calls(env: Env, limits: InstanceLimits, peak: Settled, end: Settled) -> Counter[str]:
+    """Fewest calls from the peak pool down to the end pool."""
+    c: Counter[str] = Counter()
+    if end.units >= peak.units:
+        return c
+    if env.ip_target_mode or env.ENABLE_PREFIX_DELEGATION:
+        c[UNASSIGN] += math.ceil((peak.units - end.units) / limits.slots_per_eni)
+    elif peak.enis > end.enis:
+        c[DETACH] += peak.enis - end.enis
+        c[DELETE] += peak.enis - end.enis
+    return c
+
+
+def pod_counts(events: Iterable[tuple[float, str]]) -> tuple[int, int]:
+    """(peak, final) pod count from ``(time, "add"|"del")`` events; at equal
+    times deletes come first (the smaller peak: a bound must not overshoot)."""
+    peak = cur = 0
+    for _, kind in sorted(events, key=lambda e: (e[0], 0 if e[1] == "del" else 1)):
+        cur += 1 if kind == "add" else -1
+        peak = max(peak, cur)
+    return peak, cur
+
+
+def bucket_finish(release_times: list[float], spec: BucketSpec, fraction: float, background: float) -> float:
+    """Time the last of the calls (released at ``release_times``) can be made
+    through a fluid token bucket of capacity ``C·f`` refilled at ``r·f − b``,
+    full at time 0. 0.0 with no calls."""
+    if not release_times:
+        return 0.0
+    cap = spec.capacity * fraction
+    rate = spec.refill_per_s * fraction - background
+    if rate <= 0:
+        rate = max(spec.refill_per_s - background, 1e-6)
+    tokens = cap
+    t = 0.0
+    for r in sorted(release_times):
+        if r > t:
+            tokens = min(cap, tokens + (r - t) * rate)
+            t = r
+        if tokens < 1.0:
+            t += (1.0 - tokens) / rate
+            tokens = 1.0
+        tokens -= 1.0
+    return t
+
+
+def lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> LowerBound:
+    ex = expanded if expanded is not None else expand(scenario)
+    per_node = ex.by_node()
+    total: Counter[str] = Counter()
+    gating: dict[str, list[float]] = {}
+    for node in ex.nodes:
+        limits = known(node.instance_type)
+        peak, final = pod_counts((e.at, e.kind) for e in per_node[node.name])
+        at_peak = settled_pool(node.env, limits, peak)
+        at_end = settled_pool(node.env, limits, final)
+        total.update(growth_calls(at_peak))
+        total.update(release_calls(node.env, limits, at_peak, at_end))
+        if peak > 0:
+            for action, n in growth_calls(settled_pool(node.env, limits, peak, with_warm=False)).items():
+                gating.setdefault(action, []).extend([node.join_at] * n)
+    makespan = ex.last_add_at if ex.pods_requested else 0.0
+    acct = scenario.account
+    specs = scenario.bucket_specs()
+    for action, times in gating.items():
+        finish = bucket_finish(
+            times, spec_for(action, specs), acct.budget_fraction, acct.background_load.get(action, 0.0)
+        )
+        makespan = max(makespan, finish)
+    return LowerBound(
+        mutating_calls=sum(total.values()),
+        makespan_s=round(makespan, 3),
+        calls_by_action=dict(sorted(total.items())),
+    )
+
+
+def idle_target(nodes: Iterable[NodeSpec], pods_at_end: dict[str, int]) -> int:
+    """Idle addresses the targets ask for at the end, summed over nodes."""
+    total = 0
+    for node in nodes:
+        pods = pods_at_end.get(node.name, 0)
+        s = settled_pool(node.env, known(node.instance_type), pods)
+        total += max(0, s.addresses - pods)
+    return total

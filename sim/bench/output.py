@@ -1,0 +1,78 @@
+"""The bench's output (DESIGN.md, "Bench output"): every key, always present."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Percentiles(_Out):
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    max: float | None = None
+
+
+class LowerBound(_Out):
+    mutating_calls: int
+    makespan_s: float
+    calls_by_action: dict[str, int] = {}
+    """How the fewest mutating calls split across EC2 actions (growth and release)."""
+
+
+class FinalNode(_Out):
+    node: str
+    instance_type: str
+    enis: int
+    total_ips: int
+    assigned_ips: int
+    prefixes: int
+
+
+class Ratios(_Out):
+    """Each figure against the lower bound (1.0 = optimal); None where undefined."""
+
+    mutating_calls_vs_lower_bound: float | None = None
+    makespan_vs_lower_bound: float | None = None
+
+
+class StrategyResult(_Out):
+    strategy: str
+    pods_requested: int
+    pods_ready: int
+    time_to_ip_s: Percentiles
+    makespan_s: float | None
+    """Virtual time the last pod got its address (None if some never did)."""
+    ec2_calls: dict[str, int]
+    """Every request per action, throttled and failed ones included."""
+    mutating_calls: int
+    """Mutating requests EC2 accepted (throttled ones did nothing and are not counted)."""
+    throttled_calls: int
+    calls_per_ip: float | None
+    """All EC2 requests divided by the pods that got an address."""
+    idle_ips_end: int
+    idle_ips_target: int
+    """What the targets ask to be idle at the end (for comparison with idle_ips_end)."""
+    final_nodes: list[FinalNode]
+    duplicate_ips: int
+    leaked_enis: int
+    lower_bound: LowerBound
+    ratios: Ratios
+    ec2_throttled: dict[str, int] = {}
+    ec2_errors: dict[str, int] = {}
+    settled_at_s: float
+    """Virtual time the run stopped (settled, or duration_s)."""
+    notes: list[str] = []
+    wall_s: float
+
+
+class BenchResult(_Out):
+    scenario: str
+    seed: int
+    duration_s: float
+    lower_bound: LowerBound
+    strategies: dict[str, StrategyResult]
+    wall_s: float

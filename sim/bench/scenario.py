@@ -1,0 +1,305 @@
+"""The scenario file (DESIGN.md, "Scenario file"): a pydantic model that
+rejects unknown fields, and a loader whose errors name the file and the field,
+e.g. ``scenarios/x.yaml: node_groups[0].count: must be > 0``.
+
+Two small extensions, both optional, keep the DESIGN.md format valid as is:
+
+* ``clusters: [...]`` instead of ``cluster: {...}`` for several clusters in one
+  account (each node group then names its ``cluster``);
+* a workload entry may ``repeat`` every ``every_s`` seconds (churn).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from warmpool.buckets import DEFAULT_SPECS, BucketSpec
+from warmpool.limits import KNOWN_TYPES
+
+STRATEGIES = ("warmpool", "vpc-cni", "cilium")
+Strategy = Literal["warmpool", "vpc-cni", "cilium"]
+FaultKind = Literal["throttle-storm", "lambda-crash", "duplicate-delivery", "attach-failure", "subnet-exhausted"]
+
+NonNeg = Annotated[float, Field(ge=0)]
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot run; the message names the file and the field."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Account(_Model):
+    budget_fraction: Annotated[float, Field(gt=0, le=1)] = 0.8
+    background_load: dict[str, NonNeg] = {}
+    """Other callers in the account, calls/s per EC2 action."""
+    buckets: dict[str, BucketSpec] = {}
+    """Overrides of REFERENCE.md's bucket table (an account with other quotas)."""
+
+    @field_validator("background_load", "buckets")
+    @classmethod
+    def _known_actions(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for action in v:
+            if action not in DEFAULT_SPECS and not action.endswith(("NetworkInterface", "Addresses")):
+                raise ValueError(f"unknown EC2 action {action!r}")
+        return v
+
+
+class Env(_Model):
+    """The VPC CNI variables a node runs with (REFERENCE.md); 0/None = unset."""
+
+    WARM_IP_TARGET: Annotated[int, Field(ge=0)] = 0
+    MINIMUM_IP_TARGET: Annotated[int, Field(ge=0)] = 0
+    WARM_ENI_TARGET: Annotated[int, Field(ge=0)] = 1
+    WARM_PREFIX_TARGET: Annotated[int, Field(ge=0)] = 0
+    MAX_ENI: Annotated[int, Field(ge=0)] = 0
+    ENABLE_PREFIX_DELEGATION: bool = False
+    AWS_VPC_ENI_MTU: Annotated[int, Field(ge=576, le=9001)] = 9001
+    IP_COOLDOWN_PERIOD: Annotated[float, Field(ge=0)] = 30.0
+
+    @property
+    def ip_target_mode(self) -> bool:
+        return self.WARM_IP_TARGET > 0 or self.MINIMUM_IP_TARGET > 0
+
+
+class Cluster(_Model):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+    env: Env = Env()
+
+
+class Subnet(_Model):
+    id: Annotated[str, Field(min_length=1, max_length=64)]
+    az: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")]
+    cidr: str
+
+    @field_validator("cidr")
+    @classmethod
+    def _cidr(cls, v: str) -> str:
+        net = ipaddress.IPv4Network(v, strict=True)
+        if not 16 <= net.prefixlen <= 28:
+            raise ValueError("must be a /16 to /28 block")
+        return str(net)
+
+
+class NodeGroup(_Model):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+    instance_type: str
+    count: Annotated[int, Field(gt=0, le=20_000)]
+    join_at_s: NonNeg = 0.0
+    join_spread_s: NonNeg = 0.0
+    cluster: str | None = None
+    """Which cluster (by name); may be left out when there is only one."""
+    subnet: str | None = None
+    """Subnet of the nodes' primary ENIs (by scenario id); default: the first."""
+
+    @field_validator("instance_type")
+    @classmethod
+    def _known_type(cls, v: str) -> str:
+        if v not in KNOWN_TYPES:
+            raise ValueError(f"unknown instance type {v!r} (known: {', '.join(sorted(KNOWN_TYPES))})")
+        return v
+
+
+class Repeat(_Model):
+    every_s: Annotated[float, Field(gt=0)]
+    times: Annotated[int, Field(ge=1, le=10_000)]
+
+
+class WorkloadStep(_Model):
+    at_s: NonNeg
+    node_group: str
+    add_pods_per_node: Annotated[int, Field(ge=0, le=10_000)] = 0
+    delete_pods_per_node: Annotated[int, Field(ge=0, le=10_000)] = 0
+    spread_s: NonNeg = 0.0
+    repeat: Repeat | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> WorkloadStep:
+        if (self.add_pods_per_node > 0) == (self.delete_pods_per_node > 0):
+            raise ValueError("give exactly one of add_pods_per_node, delete_pods_per_node (> 0)")
+        return self
+
+    def times(self) -> list[float]:
+        """Start of every occurrence of this step."""
+        if self.repeat is None:
+            return [self.at_s]
+        return [self.at_s + i * self.repeat.every_s for i in range(self.repeat.times)]
+
+
+class Fault(_Model):
+    at_s: NonNeg
+    duration_s: Annotated[float, Field(gt=0)]
+    kind: FaultKind
+    rate: NonNeg
+    subnet: str | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> Fault:
+        if self.kind == "subnet-exhausted" and self.subnet is None:
+            raise ValueError("subnet-exhausted needs a subnet")
+        if self.kind != "subnet-exhausted" and self.subnet is not None:
+            raise ValueError(f"subnet is only for subnet-exhausted, not {self.kind}")
+        if self.kind in ("lambda-crash", "duplicate-delivery", "attach-failure") and self.rate > 1:
+            raise ValueError(f"rate of {self.kind} is a probability: must be <= 1")
+        return self
+
+    @property
+    def end_s(self) -> float:
+        return self.at_s + self.duration_s
+
+
+class Scenario(_Model):
+    name: Annotated[str, Field(min_length=1, max_length=100)]
+    seed: int = 0
+    duration_s: Annotated[float, Field(gt=0, le=86_400)]
+    strategies: Annotated[list[Strategy], Field(min_length=1)] = list(STRATEGIES)
+    account: Account = Account()
+    cluster: Cluster | None = None
+    clusters: list[Cluster] | None = None
+    subnets: Annotated[list[Subnet], Field(min_length=1)]
+    node_groups: Annotated[list[NodeGroup], Field(min_length=1)]
+    workload: list[WorkloadStep] = []
+    faults: list[Fault] = []
+
+    @model_validator(mode="after")
+    def _references(self) -> Scenario:
+        if len(set(self.strategies)) != len(self.strategies):
+            raise ValueError("strategies: listed twice")
+        if (self.cluster is None) == (self.clusters is None):
+            raise ValueError("give exactly one of cluster, clusters")
+        clusters = self.all_clusters
+        names = [c.name for c in clusters]
+        if len(set(names)) != len(names):
+            raise ValueError("clusters: two clusters share a name")
+        subnet_ids = [s.id for s in self.subnets]
+        if len(set(subnet_ids)) != len(subnet_ids):
+            raise ValueError("subnets: two subnets share an id")
+        nets = [ipaddress.IPv4Network(s.cidr) for s in self.subnets]
+        for i, a in enumerate(nets):
+            for b in nets[i + 1 :]:
+                if a.overlaps(b):
+                    raise ValueError(f"subnets: {a} overlaps {b}")
+        groups = [g.name for g in self.node_groups]
+        if len(set(groups)) != len(groups):
+            raise ValueError("node_groups: two groups share a name")
+        for i, g in enumerate(self.node_groups):
+            if g.cluster is None and len(clusters) > 1:
+                raise ValueError(f"node_groups[{i}].cluster: required with several clusters")
+            if g.cluster is not None and g.cluster not in names:
+                raise ValueError(f"node_groups[{i}].cluster: no cluster named {g.cluster!r}")
+            if g.subnet is not None and g.subnet not in subnet_ids:
+                raise ValueError(f"node_groups[{i}].subnet: no subnet {g.subnet!r}")
+            env = self.cluster_of(g).env
+            if env.ENABLE_PREFIX_DELEGATION and not KNOWN_TYPES[g.instance_type].prefix_capable:
+                raise ValueError(f"node_groups[{i}].instance_type: {g.instance_type} cannot hold prefixes")
+        for i, w in enumerate(self.workload):
+            if w.node_group not in groups:
+                raise ValueError(f"workload[{i}].node_group: no node group {w.node_group!r}")
+        for i, f in enumerate(self.faults):
+            if f.subnet is not None and f.subnet not in subnet_ids:
+                raise ValueError(f"faults[{i}].subnet: no subnet {f.subnet!r}")
+        return self
+
+    @property
+    def all_clusters(self) -> list[Cluster]:
+        if self.clusters is not None:
+            return list(self.clusters)
+        assert self.cluster is not None
+        return [self.cluster]
+
+    def cluster_of(self, group: NodeGroup) -> Cluster:
+        clusters = self.all_clusters
+        if group.cluster is None:
+            return clusters[0]
+        return next(c for c in clusters if c.name == group.cluster)
+
+    def group(self, name: str) -> NodeGroup:
+        return next(g for g in self.node_groups if g.name == name)
+
+    def subnet_of(self, group: NodeGroup) -> Subnet:
+        if group.subnet is None:
+            return self.subnets[0]
+        return next(s for s in self.subnets if s.id == group.subnet)
+
+    def bucket_specs(self) -> dict[str, BucketSpec]:
+        """The account's buckets: REFERENCE.md's table with the scenario's overrides."""
+        return {**DEFAULT_SPECS, **self.account.buckets}
+
+    @property
+    def total_nodes(self) -> int:
+        return sum(g.count for g in self.node_groups)
+
+
+# --- loading ------------------------------------------------------------------
+
+_MESSAGES = {
+    "greater_than": "must be > {gt}",
+    "greater_than_equal": "must be >= {ge}",
+    "less_than": "must be < {lt}",
+    "less_than_equal": "must be <= {le}",
+    "extra_forbidden": "unknown field",
+    "missing": "required",
+    "too_short": "must not be empty",
+}
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.startswith(("function-", "literal[")):
+            continue
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _message(err: Mapping[str, Any]) -> str:
+    template = _MESSAGES.get(str(err["type"]))
+    if template is not None:
+        try:
+            return template.format(**(err.get("ctx") or {}))
+        except (KeyError, IndexError):
+            pass
+    msg = str(err["msg"])
+    return msg.removeprefix("Value error, ")
+
+
+def explain(exc: ValidationError, source: str) -> str:
+    lines = []
+    for err in exc.errors():
+        where = _loc(tuple(err["loc"]))
+        lines.append(f"{source}: {where}: {_message(err)}" if where else f"{source}: {_message(err)}")
+    return "\n".join(lines)
+
+
+def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: the top level must be a mapping, got {type(data).__name__}")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(explain(exc, source)) from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; :class:`ScenarioError` naming file and field."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ScenarioError(f"{p}: cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{p}: not valid YAML: {exc}") from None
+    return parse_scenario(data, str(p))
