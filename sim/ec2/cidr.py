@@ -1,0 +1,167 @@
+"""Address bookkeeping for one emulated subnet.
+
+EC2 reserves the first four addresses and the last one of every subnet. Single
+addresses and delegated /28 prefixes come from the same space and never
+overlap: a prefix needs an aligned block of 16 addresses that are all free.
+Singles are handed out from the bottom of the subnet and prefixes from the top,
+so the two kinds of demand fragment each other as little as possible (AWS picks
+differently, but the rules — no overlap, aligned /28, exhaustion errors — are
+the same).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+PREFIX_LEN = 28
+BLOCK = 16
+RESERVED_HEAD = 4
+RESERVED_TAIL = 1
+
+
+class SubnetPool:
+    """Which addresses of one subnet are taken (by a single address or a prefix)."""
+
+    def __init__(self, cidr: str) -> None:
+        net = ipaddress.IPv4Network(cidr, strict=True)
+        if not 16 <= net.prefixlen <= 28:
+            raise ValueError(f"subnet size must be /16 to /28, got {cidr}")
+        self.network = net
+        self.base = int(net.network_address)
+        self.size = net.num_addresses
+        self._used = bytearray(self.size)
+        self._block_used = bytearray(self.size // BLOCK)
+        self.free = self.size
+        self.exhausted = False
+        """Fault injection: while set, every allocation fails as if the subnet were full."""
+        for off in (*range(RESERVED_HEAD), self.size - 1):
+            self._mark(off)
+        self._single_hint = RESERVED_HEAD
+        self._prefix_hint = len(self._block_used) - 1
+
+    # --- helpers ---------------------------------------------------------------
+
+    def _mark(self, off: int) -> None:
+        self._used[off] = 1
+        self._block_used[off // BLOCK] += 1
+        self.free -= 1
+
+    def _unmark(self, off: int) -> None:
+        self._used[off] = 0
+        self._block_used[off // BLOCK] -= 1
+        self.free += 1
+
+    def offset(self, ip: str) -> int | None:
+        """Offset of ``ip`` in the subnet, or None if it is outside it."""
+        try:
+            v = int(ipaddress.IPv4Address(ip))
+        except ValueError:
+            return None
+        off = v - self.base
+        return off if 0 <= off < self.size else None
+
+    def ip(self, off: int) -> str:
+        return str(ipaddress.IPv4Address(self.base + off))
+
+    def prefix(self, block: int) -> str:
+        return f"{self.ip(block * BLOCK)}/{PREFIX_LEN}"
+
+    @property
+    def available(self) -> int:
+        """Free addresses (what DescribeSubnets reports as AvailableIpAddressCount)."""
+        return 0 if self.exhausted else self.free
+
+    def free_blocks(self) -> int:
+        return 0 if self.exhausted else self._block_used.count(0)
+
+    # --- single addresses ----------------------------------------------------
+
+    def is_free(self, ip: str) -> bool:
+        off = self.offset(ip)
+        return off is not None and not self._used[off]
+
+    def take_ip(self, ip: str) -> bool:
+        """Take a specific address; False if it is outside, reserved or in use."""
+        off = self.offset(ip)
+        if off is None or self._used[off] or self.exhausted:
+            return False
+        self._mark(off)
+        return True
+
+    def take_ips(self, n: int) -> list[str] | None:
+        """Take ``n`` free addresses, lowest first; all or nothing."""
+        if n <= 0:
+            return []
+        if self.exhausted or self.free < n:
+            return None
+        out: list[str] = []
+        off = self._single_hint
+        used = self._used
+        while len(out) < n:
+            off = used.index(0, off)
+            self._mark(off)
+            out.append(self.ip(off))
+        self._single_hint = off + 1
+        return out
+
+    def release_ip(self, ip: str) -> None:
+        off = self.offset(ip)
+        if off is None or not self._used[off]:
+            return
+        self._unmark(off)
+        self._single_hint = min(self._single_hint, off)
+        self._prefix_hint = max(self._prefix_hint, off // BLOCK)
+
+    # --- /28 prefixes ----------------------------------------------------------
+
+    def take_prefix(self, prefix: str) -> bool:
+        """Take a specific aligned /28; False if any address in it is taken."""
+        try:
+            net = ipaddress.IPv4Network(prefix, strict=True)
+        except ValueError:
+            return False
+        off = int(net.network_address) - self.base
+        if net.prefixlen != PREFIX_LEN or not 0 <= off < self.size or self.exhausted:
+            return False
+        block = off // BLOCK
+        if self._block_used[block]:
+            return False
+        self._take_block(block)
+        return True
+
+    def _take_block(self, block: int) -> None:
+        start = block * BLOCK
+        for off in range(start, start + BLOCK):
+            self._mark(off)
+
+    def take_prefixes(self, n: int) -> list[str] | None:
+        """Take ``n`` wholly free aligned /28 blocks, highest first; all or nothing."""
+        if n <= 0:
+            return []
+        if self.exhausted:
+            return None
+        found: list[int] = []
+        b = self._prefix_hint
+        bu = self._block_used
+        while b >= 0 and len(found) < n:
+            if bu[b] == 0:
+                found.append(b)
+            b -= 1
+        if len(found) < n:
+            return None
+        for blk in found:
+            self._take_block(blk)
+        self._prefix_hint = found[-1] - 1
+        return [self.prefix(blk) for blk in found]
+
+    def release_prefix(self, prefix: str) -> None:
+        off = self.offset(prefix.split("/", 1)[0])
+        if off is None:
+            return
+        block = off // BLOCK
+        start = block * BLOCK
+        for o in range(start, start + BLOCK):
+            if self._used[o]:
+                self._unmark(o)
+        self._prefix_hint = max(self._prefix_hint, block)
+        self._single_hint = min(self._single_hint, start)
