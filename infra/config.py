@@ -1,0 +1,241 @@
+"""The stack's settings, read from CDK context and validated before any construct exists.
+
+Every value comes from ``cdk.json`` (``context``) or ``-c key=value`` on the command
+line. Command-line values arrive as strings, so lists accept ``a,b`` or a JSON list,
+booleans accept ``true``/``false`` and numbers are parsed here. A bad value stops
+synth with one message naming every offending key and what it accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+# Longest instance id (i- + 17 hex) must still fit SQS's 80-character queue names:
+# "warmpool-" (9) + cluster + "-result-" (8) + 19 <= 80.
+MAX_CLUSTER_LEN = 44
+
+AgentIdentity = Literal["pod-identity", "irsa", "node-role"]
+
+CONTEXT_KEYS = (
+    "cluster",
+    "vpc_id",
+    "subnet_ids",
+    "subnet_tag",
+    "security_group_ids",
+    "create_buckets_table",
+    "budget_fraction",
+    "batch_size",
+    "batching_window_s",
+    "max_concurrency",
+    "allocate_timeout_s",
+    "allocate_memory_mb",
+    "reconcile_timeout_s",
+    "reconcile_every_min",
+    "gc_age_s",
+    "agent_identity",
+    "agent_namespace",
+    "agent_service_account",
+    "oidc_provider_arn",
+    "node_role_name",
+    "create_pod_identity_association",
+    "python_version",
+    "powertools_layer_version",
+    "alarm_email",
+    "log_retention_days",
+    "stack_name",
+)
+
+
+class ConfigError(ValueError):
+    """Context values the stack cannot be built from; the message lists each problem."""
+
+
+def _split_list(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+class StackConfig(BaseModel):
+    """Validated settings of one cluster's warmpool stack."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cluster: str = Field(description="Kubernetes cluster name (EKS cluster name for Pod Identity)")
+    vpc_id: str = Field(description="VPC the cluster's nodes and pod ENIs live in")
+    subnet_ids: tuple[str, ...] = Field(default=(), description="subnets pod ENIs may be created in")
+    subnet_tag: str | None = Field(
+        default=None, description="KEY=VALUE tag that marks subnets pod ENIs may be created in"
+    )
+    security_group_ids: tuple[str, ...] = Field(
+        default=(), description="security groups for pod ENIs; empty = those of the node's primary ENI"
+    )
+    create_buckets_table: bool = Field(
+        description="true in the first warmpool stack of an account+region; false imports the shared table"
+    )
+    budget_fraction: float = Field(default=0.8, gt=0, le=1)
+    batch_size: int = Field(default=100, ge=1, le=10_000)
+    batching_window_s: int = Field(default=1, ge=0, le=300)
+    max_concurrency: int = Field(default=5, ge=2, le=1000)
+    allocate_timeout_s: int = Field(default=30, ge=5, le=900)
+    allocate_memory_mb: int = Field(default=512, ge=128, le=10_240)
+    reconcile_timeout_s: int = Field(default=120, ge=10, le=900)
+    reconcile_every_min: int = Field(default=1, ge=1, le=60)
+    gc_age_s: int = Field(default=300, ge=60, le=86_400)
+    agent_identity: AgentIdentity = "pod-identity"
+    agent_namespace: str = "kube-system"
+    agent_service_account: str = "warmpool-agent"
+    oidc_provider_arn: str | None = None
+    node_role_name: str | None = None
+    create_pod_identity_association: bool = True
+    python_version: Literal["3.12", "3.13"] = "3.13"
+    powertools_layer_version: int = Field(default=27, ge=1)
+    alarm_email: str | None = None
+    log_retention_days: Literal[1, 3, 7, 14, 30, 90, 180, 365] = 30
+    stack_name: str | None = None
+
+    @field_validator("subnet_ids", "security_group_ids", mode="before")
+    @classmethod
+    def _lists(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", value):
+            raise ValueError("letters, digits, '-' and '_' only, starting with a letter or digit")
+        if len(value) > MAX_CLUSTER_LEN:
+            raise ValueError(f"at most {MAX_CLUSTER_LEN} characters (SQS queue names are at most 80)")
+        return value
+
+    @field_validator("vpc_id")
+    @classmethod
+    def _vpc(cls, value: str) -> str:
+        if not re.fullmatch(r"vpc-[0-9a-f]{8}([0-9a-f]{9})?", value):
+            raise ValueError("a VPC id such as vpc-0123456789abcdef0")
+        return value
+
+    @field_validator("subnet_ids")
+    @classmethod
+    def _subnets(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [s for s in value if not re.fullmatch(r"subnet-[0-9a-f]{8}([0-9a-f]{9})?", s)]
+        if bad:
+            raise ValueError(f"not subnet ids: {', '.join(bad)}")
+        if len(set(value)) != len(value):
+            raise ValueError("lists a subnet twice")
+        return value
+
+    @field_validator("security_group_ids")
+    @classmethod
+    def _groups(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [s for s in value if not re.fullmatch(r"sg-[0-9a-f]{8}([0-9a-f]{9})?", s)]
+        if bad:
+            raise ValueError(f"not security group ids: {', '.join(bad)}")
+        return value
+
+    @field_validator("subnet_tag")
+    @classmethod
+    def _subnet_tag(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[^=\s]+=[^=]*", value):
+            raise ValueError("KEY=VALUE, e.g. warmpool.io/pods=true")
+        return value
+
+    @field_validator("oidc_provider_arn")
+    @classmethod
+    def _oidc(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:oidc-provider/.+", value):
+            raise ValueError("an IAM OIDC provider ARN, arn:aws:iam::<account>:oidc-provider/<issuer host/path>")
+        return value
+
+    @field_validator("agent_namespace", "agent_service_account")
+    @classmethod
+    def _k8s_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", value):
+            raise ValueError("a Kubernetes DNS label (lower case letters, digits, '-')")
+        return value
+
+    @model_validator(mode="after")
+    def _combinations(self) -> StackConfig:
+        if not self.subnet_ids and self.subnet_tag is None:
+            raise ValueError("set subnet_ids or subnet_tag: pod ENIs are created only in allowed subnets")
+        if self.batch_size > 10 and self.batching_window_s < 1:
+            raise ValueError("batch_size above 10 needs batching_window_s >= 1 (an SQS event source rule)")
+        if self.visibility_timeout_s > 43_200:
+            raise ValueError("6 x allocate_timeout_s exceeds SQS's 12-hour visibility timeout")
+        if self.agent_identity == "irsa" and self.oidc_provider_arn is None:
+            raise ValueError("agent_identity=irsa needs oidc_provider_arn (the cluster's IAM OIDC provider)")
+        if self.agent_identity == "node-role" and self.node_role_name is None:
+            raise ValueError("agent_identity=node-role needs node_role_name (the nodes' instance role)")
+        return self
+
+    # --- derived values ---------------------------------------------------------
+
+    @property
+    def visibility_timeout_s(self) -> int:
+        """Six function timeouts, as AWS recommends for SQS event sources."""
+        return 6 * self.allocate_timeout_s
+
+    @property
+    def identity_mode(self) -> str:
+        """What the allocator may trust about a report's sender (``names.ENV_IDENTITY_MODE``).
+
+        With the node role, SQS records the instance-profile session (``...:i-0abc``) as
+        the message's SenderId, so the allocator can bind each report to its instance.
+        """
+        return "sender-id" if self.agent_identity == "node-role" else "none"
+
+    @property
+    def oidc_issuer(self) -> str:
+        assert self.oidc_provider_arn is not None
+        return self.oidc_provider_arn.split(":oidc-provider/", 1)[1]
+
+    @property
+    def subnet_tag_pair(self) -> tuple[str, str] | None:
+        if self.subnet_tag is None:
+            return None
+        key, value = self.subnet_tag.split("=", 1)
+        return key, value
+
+    @property
+    def resolved_stack_name(self) -> str:
+        return self.stack_name or f"warmpool-{self.cluster}"
+
+
+def _parse_bool(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() in {"true", "false"}:
+        return value.strip().lower() == "true"
+    return value
+
+
+def config_from_context(get: Mapping[str, Any]) -> StackConfig:
+    """Build the config from a mapping of context values (missing keys absent or None).
+
+    Raises ``ConfigError`` listing every problem at once, each as ``key: reason``.
+    """
+    raw: dict[str, Any] = {}
+    for key in CONTEXT_KEYS:
+        value = get.get(key)
+        if value is None or value == "":
+            continue
+        raw[key] = _parse_bool(value)
+    try:
+        return StackConfig.model_validate(raw)
+    except ValidationError as err:
+        lines = []
+        for problem in err.errors():
+            where = ".".join(str(p) for p in problem["loc"]) or "context"
+            message = problem["msg"].removeprefix("Value error, ")
+            if problem["type"] == "missing":
+                field = StackConfig.model_fields.get(where)
+                hint = f" ({field.description})" if field is not None and field.description else ""
+                message = f"required, pass -c {where}=...{hint}"
+            lines.append(f"  {where}: {message}")
+        raise ConfigError("warmpool stack context is invalid:\n" + "\n".join(lines)) from None
