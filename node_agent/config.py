@@ -1,0 +1,195 @@
+"""The agent's settings, read once from the environment at start.
+
+The VPC CNI variables keep the VPC CNI's meaning (REFERENCE.md); warmpool's
+own settings are ``WARMPOOL_*``. An invalid value stops the agent with an
+error naming the variable, before anything is touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from warmpool import names
+from warmpool.pool import PoolConfig
+
+ENV_NODE_NAME = "MY_NODE_NAME"
+"""Same variable as the VPC CNI's DaemonSet (downward API ``spec.nodeName``)."""
+ENV_CLUSTER_NAME = "CLUSTER_NAME"
+ENV_RELEASE_DELAY_S = "WARMPOOL_RELEASE_DELAY_S"
+ENV_RELEASE_TIMEOUT_S = "WARMPOOL_RELEASE_TIMEOUT_S"
+ENV_RESYNC_S = "WARMPOOL_RESYNC_S"
+ENV_ADD_WAIT_S = "WARMPOOL_ADD_WAIT_S"
+ENV_PENDING_TTL_S = "WARMPOOL_PENDING_TTL_S"
+ENV_RETRY_S = "WARMPOOL_REPORT_RETRY_S"
+ENV_MANAGE_HOST = "WARMPOOL_MANAGE_HOST_NETWORK"
+ENV_HOST_NETNS = "WARMPOOL_HOST_NETNS"
+ENV_VETH_PREFIX = "WARMPOOL_VETH_PREFIX"
+ENV_AWS_REGION = "AWS_REGION"
+ENV_ENDPOINT = "WARMPOOL_AWS_ENDPOINT_URL"
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message names the variable."""
+
+
+def _int(env: Mapping[str, str], name: str, default: int, lo: int = 0, hi: int = 1_000_000) -> int:
+    raw = env.get(name, "").strip()
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: not an integer") from None
+    if not lo <= value <= hi:
+        raise ConfigError(f"{name}={value}: must be between {lo} and {hi}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float, lo: float = 0.0, hi: float = 86_400.0) -> float:
+    raw = env.get(name, "").strip()
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: not a number") from None
+    if not lo <= value <= hi:
+        raise ConfigError(f"{name}={value}: must be between {lo} and {hi}")
+    return value
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={raw!r}: expected true or false")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The controller's clocks (seconds). Defaults follow the VPC CNI where it has one."""
+
+    cooldown_s: float = 30.0
+    """``IP_COOLDOWN_PERIOD``: a freed address waits this long before reuse."""
+    release_delay_s: float = 60.0
+    """Surplus must persist this long before it is quarantined (hysteresis in time)."""
+    release_timeout_s: float = 120.0
+    """Quarantined addresses return to the pool if no ``released`` result comes in this time."""
+    heartbeat_s: float = 60.0
+    """A report goes out at least this often."""
+    retry_s: float = 5.0
+    """While short or with pods waiting, re-report this often if nothing comes back."""
+    pending_ttl_s: float = 120.0
+    """An unmet ADD stops counting as demand after this long without a retry."""
+    eni_min_age_s: float = 60.0
+    """An ENI younger than this is never offered for deletion (VPC CNI: one minute)."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    cluster: str
+    node_name: str
+    pool: PoolConfig
+    timing: Timing
+    mtu: int = 9001
+    reports_queue_url: str = ""
+    result_queue_prefix: str = ""
+    socket_path: str = names.DEFAULT_SOCKET
+    state_dir: str = names.DEFAULT_STATE_DIR
+    metrics_addr: str = names.DEFAULT_METRICS_ADDR
+    resync_s: float = 60.0
+    add_wait_s: float = 10.0
+    manage_host_network: bool = True
+    host_netns: str = ""
+    """Named netns holding the node's ENIs (tests); empty = the agent's own namespace."""
+    veth_prefix: str = "eni"
+    region: str = "us-east-1"
+    endpoint_url: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def checkpoint_path(self) -> str:
+        return f"{self.state_dir.rstrip('/')}/checkpoint.json"
+
+    @property
+    def metrics_host_port(self) -> tuple[str, int]:
+        host, _, port = self.metrics_addr.rpartition(":")
+        return host or "127.0.0.1", int(port)
+
+    def public(self) -> dict[str, object]:
+        """What ``/v1/config`` shows."""
+        return {
+            "cluster": self.cluster,
+            "node": self.node_name,
+            "targets": {
+                "WARM_IP_TARGET": self.pool.warm_ip,
+                "MINIMUM_IP_TARGET": self.pool.minimum_ip,
+                "WARM_ENI_TARGET": self.pool.warm_eni,
+                "WARM_PREFIX_TARGET": self.pool.warm_prefix,
+                "MAX_ENI": self.pool.max_eni,
+                "ENABLE_PREFIX_DELEGATION": self.pool.prefix_mode,
+            },
+            "AWS_VPC_ENI_MTU": self.mtu,
+            "IP_COOLDOWN_PERIOD": self.timing.cooldown_s,
+            "timing": self.timing.__dict__,
+            "reports_queue_url": self.reports_queue_url,
+            "result_queue_prefix": self.result_queue_prefix,
+            "socket": self.socket_path,
+            "state_dir": self.state_dir,
+            "metrics_addr": self.metrics_addr,
+            "add_wait_s": self.add_wait_s,
+            "manage_host_network": self.manage_host_network,
+        }
+
+
+def load(env: Mapping[str, str]) -> AgentConfig:
+    """Read and check every setting; :class:`ConfigError` names the first bad variable."""
+    cluster = (env.get(ENV_CLUSTER_NAME) or env.get(names.ENV_CLUSTER) or "").strip()
+    if not cluster:
+        raise ConfigError(f"{ENV_CLUSTER_NAME} (or {names.ENV_CLUSTER}) must be set")
+    pool = PoolConfig(
+        warm_ip=_int(env, "WARM_IP_TARGET", 0),
+        minimum_ip=_int(env, "MINIMUM_IP_TARGET", 0),
+        warm_eni=_int(env, "WARM_ENI_TARGET", 1, hi=64),
+        warm_prefix=_int(env, "WARM_PREFIX_TARGET", 0),
+        max_eni=_int(env, "MAX_ENI", 0, hi=32),
+        prefix_mode=_bool(env, "ENABLE_PREFIX_DELEGATION", False),
+    )
+    heartbeat = _float(env, names.AGENT_ENV_HEARTBEAT_S, 60.0, lo=1.0)
+    timing = Timing(
+        cooldown_s=_float(env, "IP_COOLDOWN_PERIOD", 30.0),
+        release_delay_s=_float(env, ENV_RELEASE_DELAY_S, 60.0),
+        release_timeout_s=_float(env, ENV_RELEASE_TIMEOUT_S, 120.0, lo=1.0),
+        heartbeat_s=heartbeat,
+        retry_s=_float(env, ENV_RETRY_S, 5.0, lo=0.1),
+        pending_ttl_s=_float(env, ENV_PENDING_TTL_S, 120.0, lo=1.0),
+    )
+    metrics_addr = env.get(names.AGENT_ENV_METRICS_ADDR, names.DEFAULT_METRICS_ADDR).strip()
+    _host, sep, port = metrics_addr.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{names.AGENT_ENV_METRICS_ADDR}={metrics_addr!r}: expected HOST:PORT")
+    return AgentConfig(
+        cluster=cluster,
+        node_name=env.get(ENV_NODE_NAME, "").strip(),
+        pool=pool,
+        timing=timing,
+        mtu=_int(env, "AWS_VPC_ENI_MTU", 9001, lo=576, hi=9001),
+        reports_queue_url=env.get(names.AGENT_ENV_REPORTS_QUEUE_URL, "").strip(),
+        result_queue_prefix=env.get(names.AGENT_ENV_RESULT_QUEUE_PREFIX, "").strip()
+        or names.result_queue_prefix(cluster),
+        socket_path=env.get(names.AGENT_ENV_SOCKET, "").strip() or names.DEFAULT_SOCKET,
+        state_dir=env.get(names.AGENT_ENV_STATE_DIR, "").strip() or names.DEFAULT_STATE_DIR,
+        metrics_addr=metrics_addr,
+        resync_s=_float(env, ENV_RESYNC_S, 60.0, lo=1.0),
+        add_wait_s=_float(env, ENV_ADD_WAIT_S, 10.0, hi=600.0),
+        manage_host_network=_bool(env, ENV_MANAGE_HOST, True),
+        host_netns=env.get(ENV_HOST_NETNS, "").strip(),
+        veth_prefix=env.get(ENV_VETH_PREFIX, "").strip() or "eni",
+        region=(env.get(ENV_AWS_REGION) or env.get("AWS_DEFAULT_REGION") or "us-east-1").strip(),
+        endpoint_url=env.get(ENV_ENDPOINT, "").strip(),
+    )

@@ -1,0 +1,445 @@
+"""The pool controller: decides when to report, what to quarantine and offer
+back, and applies the allocator's results to the datastore and the host.
+
+Clock-injected and free of I/O of its own: the agent (or the bench) calls
+:meth:`PoolController.tick` with the time and sends the reports it returns;
+it hands every result to :meth:`PoolController.apply_result`. The host and
+IMDS are reached through two small ports (:class:`HostNetwork`,
+:class:`MetadataView`); either may be ``None`` in the bench (results are then
+trusted as they come and nothing is set up on a host).
+
+Pool arithmetic is the core's (:func:`warmpool.pool.compute`), never redone here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+from node_agent.config import Timing
+from node_agent.datastore import Datastore, EniInfo
+from warmpool.limits import InstanceLimits
+from warmpool.messages import (
+    AllocationResult,
+    Assigned,
+    Attached,
+    Deferred,
+    Deleted,
+    EniReport,
+    Failed,
+    PoolReport,
+    Released,
+    ReleaseOffer,
+    Targets,
+)
+from warmpool.pool import PoolConfig, PoolDelta, PoolState, compute
+
+log = logging.getLogger("warmpool.agent.controller")
+
+SEQ_META = "last_seq"
+VERIFY_TIMEOUT_S = 60.0
+"""How long a result's claim may wait to show up in IMDS before it is dropped."""
+RECENT_S = 120.0
+"""How long released addresses and deleted ENIs are ignored if IMDS still lists them."""
+
+
+class AttachedEni(NamedTuple):
+    """One ENI as IMDS shows it."""
+
+    info: EniInfo
+    ips: list[str]
+    """Secondary addresses (the primary excluded)."""
+    prefixes: list[str]
+
+
+class MetadataView(Protocol):
+    """What is attached to this instance (IMDS in production)."""
+
+    def interfaces(self) -> list[AttachedEni]: ...
+
+
+class HostNetwork(Protocol):
+    """Host set-up of secondary ENIs (the netlink adapter in production)."""
+
+    def setup_eni(self, eni: EniInfo, mtu: int) -> None:
+        """Link up with MTU and primary address, table ``d+1`` routes, ``from`` rule.
+        Raises ``LookupError`` when the link is not visible yet (retried later)."""
+        ...
+
+    def teardown_eni(self, eni: EniInfo) -> None: ...
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    cluster: str
+    node: str
+    instance_id: str
+    instance_type: str
+    availability_zone: str
+
+
+class PoolController:
+    """See the module docstring. Thread-safety: call from one thread (the agent's loop)."""
+
+    def __init__(
+        self,
+        identity: NodeIdentity,
+        limits: InstanceLimits,
+        pool: PoolConfig,
+        datastore: Datastore,
+        timing: Timing | None = None,
+        *,
+        host: HostNetwork | None = None,
+        metadata: MetadataView | None = None,
+        mtu: int = 9001,
+        min_report_interval_s: float = 1.0,
+        on_event: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.identity = identity
+        self.limits = limits
+        self.pool = pool
+        self.ds = datastore
+        self.timing = timing or Timing(cooldown_s=datastore.cooldown_s, pending_ttl_s=datastore.pending_ttl_s)
+        self.host = host
+        self.metadata = metadata
+        self.mtu = mtu
+        self.min_report_interval_s = min_report_interval_s
+        self._on_event = on_event
+        self.stats: Counter[str] = Counter()
+        self.last_seq: int = int(datastore.meta.get(SEQ_META, -1))
+        self._last_sent_at: float | None = None
+        self._last_signature: tuple[object, ...] | None = None
+        self._last_pending = 0
+        self._retries = 0
+        self._not_before = 0.0
+        self._surplus_since: float | None = None
+        self._unverified: dict[str, tuple[Attached | Assigned, float]] = {}
+        self._recent_released: dict[str, float] = {}
+        self._recent_deleted: dict[str, float] = {}
+        self._force = False
+
+    # --- life cycle -----------------------------------------------------------------
+
+    def start(self, now: float) -> list[str]:
+        """After the checkpoint is restored: reconcile with IMDS, set up every ENI's host side."""
+        notes = self.resync(now) if self.metadata is not None else []
+        for eni in self.ds.enis():
+            self._setup(eni.info)
+        self._force = True
+        return notes
+
+    def resync(self, now: float) -> list[str]:
+        """Periodic full reconcile with IMDS (what is attached wins)."""
+        if self.metadata is None:
+            return []
+        self._expire_recent(now)
+        attached = []
+        for a in self.metadata.interfaces():
+            if a.info.eni_id in self._recent_deleted:
+                continue
+            attached.append(
+                (
+                    a.info,
+                    [ip for ip in a.ips if ip not in self._recent_released],
+                    [p for p in a.prefixes if p not in self._recent_released],
+                )
+            )
+        before = {e.info.eni_id for e in self.ds.enis()}
+        notes = self.ds.reconcile(attached, now)
+        for info, _, _ in attached:
+            if info.eni_id not in before:
+                self._setup(info)
+        for n in notes:
+            self._event("resync", n)
+        return notes
+
+    # --- the loop ---------------------------------------------------------------------
+
+    def delta(self, now: float) -> PoolDelta:
+        c = self.ds.counts(now)
+        state = PoolState(
+            total=c.total,
+            assigned=c.assigned,
+            pending=c.pending,
+            enis=max(c.enis, 1),
+            free_prefixes=c.free_prefixes,
+        )
+        return compute(self.pool, state, self.limits)
+
+    def tick(self, now: float) -> list[PoolReport]:
+        """One pass: expire quarantine, retry pending host set-up and verification,
+        quarantine surplus that outlasted the release delay, and return the report
+        to send now, if any (zero or one)."""
+        self._expire_recent(now)
+        back = self.ds.unquarantine(before=now - self.timing.release_timeout_s)
+        if back:
+            self.stats["unquarantined"] += back
+            self._event("quarantine", f"{back} addresses back in the pool: no release confirmed in time")
+            self._force = True
+        for eni in self.ds.enis():
+            if not eni.ready:
+                self._setup(eni.info)
+        if self._unverified:
+            self._recheck(now)
+
+        delta = self.delta(now)
+        if delta.high:
+            if self._surplus_since is None:
+                self._surplus_since = now
+            elif now - self._surplus_since >= self.timing.release_delay_s:
+                if self._quarantine(delta, now):
+                    self._force = True
+                    delta = self.delta(now)
+                self._surplus_since = None
+        else:
+            self._surplus_since = None
+
+        pending = self.ds.counts(now).pending
+        offers = self.ds.quarantined()
+        signature = (delta.short_units, delta.whole_enis, pending > 0, tuple(sorted(offers)))
+        due = self._report_due(now, delta, pending, signature)
+        self._last_pending = pending
+        if not due:
+            return []
+        return [self._report(now, signature, offers)]
+
+    def _report_due(self, now: float, delta: PoolDelta, pending: int, signature: tuple[object, ...]) -> bool:
+        if self._last_sent_at is None or self._force:
+            return True
+        since = now - self._last_sent_at
+        if pending > self._last_pending:
+            return True  # a CNI ADD found nothing: report at once
+        if since >= self.timing.heartbeat_s:
+            return True
+        if now < self._not_before:
+            return False
+        if signature != self._last_signature and since >= self.min_report_interval_s:
+            return True
+        if delta.low or pending > 0 or signature[3]:
+            backoff = min(self.timing.retry_s * (2**self._retries), self.timing.heartbeat_s)
+            if since >= backoff:
+                self._retries += 1
+                return True
+        return False
+
+    def _report(
+        self, now: float, signature: tuple[object, ...], offers: dict[str, tuple[list[str], list[str]]]
+    ) -> PoolReport:
+        seq = max(self.last_seq + 1, int(now * 1000))
+        self.last_seq = seq
+        self.ds.set_meta(SEQ_META, seq)
+        c = self.ds.counts(now)
+        enis = []
+        for e in self.ds.enis():
+            live = [ip for ip in e.ips if e.addrs[ip].quarantined_at is None]
+            pfx = [p for p in e.prefixes if p not in offers.get(e.info.eni_id, ((), ()))[1]]
+            enis.append(
+                EniReport(
+                    eni_id=e.info.eni_id,
+                    device_index=e.info.device_index,
+                    network_card=e.info.network_card,
+                    subnet_id=e.info.subnet_id,
+                    primary_ip=e.info.primary_ip,
+                    ips=live,
+                    prefixes=pfx,
+                    assigned=sum(1 for a in e.addrs.values() if a.in_use),
+                )
+            )
+        report = PoolReport(
+            cluster=self.identity.cluster,
+            node=self.identity.node,
+            instance_id=self.identity.instance_id,
+            instance_type=self.identity.instance_type,
+            availability_zone=self.identity.availability_zone,
+            seq=seq,
+            sent_at=now,
+            mode="prefix" if self.pool.prefix_mode else "secondary-ip",
+            targets=Targets(
+                warm_ip=self.pool.warm_ip,
+                minimum_ip=self.pool.minimum_ip,
+                warm_eni=self.pool.warm_eni,
+                warm_prefix=self.pool.warm_prefix,
+                max_eni=self.pool.max_eni,
+            ),
+            enis=enis,
+            assigned_ips=c.assigned,
+            pending_demand=c.pending,
+            release=[ReleaseOffer(eni_id=k, ips=v[0], prefixes=v[1]) for k, v in sorted(offers.items())],
+        )
+        if signature != self._last_signature:
+            self._retries = 0
+        self._last_signature = signature
+        self._last_sent_at = now
+        self._force = False
+        self.stats["reports_sent"] += 1
+        return report
+
+    def _quarantine(self, delta: PoolDelta, now: float) -> int:
+        n = 0
+        if delta.whole_enis:
+            for eni_id in self.ds.releasable_enis(now, self.timing.eni_min_age_s)[: delta.over_enis]:
+                e = next(x for x in self.ds.enis() if x.info.eni_id == eni_id)
+                n += self.ds.quarantine(eni_id, e.ips, e.prefixes, now)
+        elif self.pool.prefix_mode:
+            for eni_id, p in self.ds.releasable_prefixes(now)[: delta.over_units]:
+                n += self.ds.quarantine(eni_id, [], [p], now)
+        else:
+            for eni_id, ip in self.ds.releasable_ips(now)[: delta.over_units]:
+                n += self.ds.quarantine(eni_id, [ip], [], now)
+        if n:
+            self.stats["quarantined"] += n
+            self._event("quarantine", f"{n} surplus addresses quarantined and offered back")
+        return n
+
+    # --- results -----------------------------------------------------------------------
+
+    def apply_result(self, result: AllocationResult, now: float) -> list[str]:
+        """Apply one result (already parsed). Returns notes; never raises on a bad action."""
+        ident = self.identity
+        if result.instance_id != ident.instance_id or result.node != ident.node or result.cluster != ident.cluster:
+            self.stats["results_rejected"] += 1
+            return [f"result for {result.cluster}/{result.node}/{result.instance_id} is not ours: ignored"]
+        if result.in_reply_to > self.last_seq:
+            self.stats["results_rejected"] += 1
+            return [f"result replies to seq {result.in_reply_to} never sent (last {self.last_seq}): ignored"]
+        notes: list[str] = []
+        view = self._view()
+        for action in result.actions:
+            if isinstance(action, Attached | Assigned):
+                notes.extend(self._apply_addresses(action, view, now))
+            elif isinstance(action, Released):
+                for key in [*action.ips, *action.prefixes]:
+                    self._recent_released[key] = now
+                removed = self.ds.remove_addresses(action.eni_id, action.ips, action.prefixes)
+                self.stats["addresses_released"] += len(removed)
+                notes.append(f"{action.eni_id}: {len(removed)} addresses released")
+            elif isinstance(action, Deleted):
+                info = self.ds.eni(action.eni_id)
+                self._recent_deleted[action.eni_id] = now
+                if info is not None and self.ds.remove_eni(action.eni_id):
+                    self._teardown(info)
+                    self.stats["enis_deleted"] += 1
+                    notes.append(f"{action.eni_id}: deleted")
+            elif isinstance(action, Deferred):
+                self._not_before = max(self._not_before, now + action.retry_after_s)
+                notes.append(f"deferred {action.retry_after_s:.1f}s: {action.reason}")
+            elif isinstance(action, Failed):
+                self.stats["results_failed"] += 1
+                self._not_before = max(self._not_before, now + self.timing.retry_s)
+                notes.append(f"allocator failed: {action.code}: {action.message}")
+            self.stats[f"action_{action.kind}"] += 1
+        self._retries = 0
+        self.stats["results_applied"] += 1
+        for n in notes:
+            self._event("result", n)
+        return notes
+
+    def _view(self) -> dict[str, AttachedEni] | None:
+        if self.metadata is None:
+            return None
+        try:
+            return {a.info.eni_id: a for a in self.metadata.interfaces()}
+        except Exception as exc:  # IMDS down: park everything and retry
+            self._event("imds", f"cannot verify against IMDS: {exc}")
+            return {}
+
+    def _apply_addresses(
+        self, action: Attached | Assigned, view: dict[str, AttachedEni] | None, now: float
+    ) -> list[str]:
+        notes = []
+        ips, prefixes = list(action.ips), list(action.prefixes)
+        if view is not None:
+            seen = view.get(action.eni_id)
+            if seen is None:
+                self._park(action, now)
+                return [f"{action.eni_id}: not in IMDS yet; will re-check"]
+            ok_ips = [ip for ip in ips if ip in seen.ips]
+            ok_pfx = [p for p in prefixes if p in seen.prefixes]
+            if len(ok_ips) < len(ips) or len(ok_pfx) < len(prefixes):
+                self._park(action, now)
+                notes.append(f"{action.eni_id}: {len(ips) - len(ok_ips)} addresses not in IMDS yet")
+            ips, prefixes = ok_ips, ok_pfx
+            info = seen.info
+        elif isinstance(action, Attached):
+            info = EniInfo(
+                eni_id=action.eni_id,
+                device_index=action.device_index,
+                network_card=action.network_card,
+                mac=action.mac,
+                primary_ip=action.primary_ip,
+                subnet_id=action.subnet_id,
+                subnet_cidr=action.subnet_cidr,
+            )
+        else:
+            info = self.ds.eni(action.eni_id)  # type: ignore[assignment]
+            if info is None:
+                return [f"{action.eni_id}: assigned to an unknown ENI: ignored"]
+        if self.ds.add_eni(info, now, ready=self.host is None or info.device_index == 0):
+            self._setup(info)
+            self.stats["enis_attached"] += 1
+        n = self.ds.add_addresses(info.eni_id, ips, prefixes)
+        self.stats["addresses_added"] += n
+        notes.append(f"{info.eni_id}: {n} addresses added")
+        return notes
+
+    def _park(self, action: Attached | Assigned, now: float) -> None:
+        first = self._unverified.get(action.eni_id, (action, now))[1]
+        self._unverified[action.eni_id] = (action, first)
+
+    def _recheck(self, now: float) -> None:
+        parked = self._unverified
+        self._unverified = {}
+        view = self._view()
+        for eni_id, (action, first) in parked.items():
+            if now - first > VERIFY_TIMEOUT_S:
+                self.stats["verify_dropped"] += 1
+                self._event("verify", f"{eni_id}: result never confirmed by IMDS: dropped")
+                continue
+            self._apply_addresses(action, view, now)
+            if eni_id in self._unverified:
+                self._unverified[eni_id] = (self._unverified[eni_id][0], first)
+
+    # --- host --------------------------------------------------------------------------
+
+    def _setup(self, info: EniInfo) -> None:
+        if self.host is None:
+            return
+        if info.device_index == 0 and info.network_card == 0:
+            self.ds.set_ready(info.eni_id, True)
+            return
+        try:
+            self.host.setup_eni(info, self.mtu)
+        except LookupError as exc:
+            self.ds.set_ready(info.eni_id, False)
+            self._event("host", f"{info.eni_id}: not ready: {exc}")
+            return
+        except OSError as exc:
+            self.ds.set_ready(info.eni_id, False)
+            self.stats["host_errors"] += 1
+            self._event("host", f"{info.eni_id}: set-up failed: {exc}")
+            return
+        self.ds.set_ready(info.eni_id, True)
+
+    def _teardown(self, info: EniInfo) -> None:
+        if self.host is None or info.device_index == 0:
+            return
+        try:
+            self.host.teardown_eni(info)
+        except OSError as exc:
+            self.stats["host_errors"] += 1
+            self._event("host", f"{info.eni_id}: teardown failed: {exc}")
+
+    # --- misc ---------------------------------------------------------------------------
+
+    def _expire_recent(self, now: float) -> None:
+        for d in (self._recent_released, self._recent_deleted):
+            for k in [k for k, t in d.items() if now - t > RECENT_S]:
+                del d[k]
+
+    def _event(self, kind: str, message: str) -> None:
+        log.info("%s: %s", kind, message)
+        if self._on_event is not None:
+            self._on_event(kind, message)

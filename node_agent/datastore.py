@@ -1,0 +1,650 @@
+"""The node's address book: ENIs, their addresses and prefixes, which pod
+holds what, cooldown, quarantine, and CNI ADDs left waiting.
+
+Pure and clock-injected: every method that depends on time takes ``now``.
+No sockets, files or threads are needed to build one; persistence goes
+through a :class:`CheckpointStore` port (``None`` = no checkpoint, as in the
+bench). Thread-safe: the CNI server and the controller share one instance.
+
+Every change that matters (an address handed out or given back, ENIs and
+addresses added or removed, quarantine) is checkpointed *before* the method
+returns, so an address is recorded before anyone is told about it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+CHECKPOINT_VERSION = 1
+PREFIX_SIZE = 16
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read (wrong version, corrupt)."""
+
+
+class CheckpointStore(Protocol):
+    """Where the datastore keeps its checkpoint."""
+
+    def load(self) -> dict[str, Any] | None: ...
+    def save(self, data: dict[str, Any]) -> None: ...
+
+
+class MemoryCheckpoint:
+    """In memory (tests, bench): ``data`` is the last saved snapshot."""
+
+    def __init__(self, data: dict[str, Any] | None = None) -> None:
+        self.data = data
+        self.saves = 0
+
+    def load(self) -> dict[str, Any] | None:
+        return json.loads(json.dumps(self.data)) if self.data is not None else None
+
+    def save(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.saves += 1
+
+
+class FileCheckpoint:
+    """A JSON file replaced atomically: temp file in the same directory, fsync, rename, fsync dir."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def load(self) -> dict[str, Any] | None:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"{self.path}: {exc}") from None
+        if not isinstance(data, dict):
+            raise CheckpointError(f"{self.path}: not an object")
+        return data
+
+    def save(self, data: dict[str, Any]) -> None:
+        directory = os.path.dirname(self.path) or "."
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", dir=directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f, separators=(",", ":"))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+@dataclass(frozen=True)
+class EniInfo:
+    """What is attached (IMDS or an ``attached`` result says so)."""
+
+    eni_id: str
+    device_index: int
+    mac: str
+    primary_ip: str
+    subnet_id: str = ""
+    subnet_cidr: str = ""
+    network_card: int = 0
+
+    @property
+    def route_table(self) -> int:
+        """VPC CNI convention: device ``d`` uses table ``d + 1``; the primary ENI uses main."""
+        return 254 if self.device_index == 0 else self.device_index + 1
+
+    @property
+    def gateway(self) -> str:
+        """The subnet's router: its base address + 1."""
+        net = ipaddress.IPv4Network(self.subnet_cidr, strict=False)
+        return str(net.network_address + 1)
+
+
+class Assignment(NamedTuple):
+    ip: str
+    eni_id: str
+
+
+@dataclass
+class Addr:
+    ip: str
+    prefix: str | None = None
+    container_id: str = ""
+    ifname: str = ""
+    netns: str = ""
+    assigned_at: float = 0.0
+    freed_at: float | None = None
+    quarantined_at: float | None = None
+
+    @property
+    def in_use(self) -> bool:
+        return bool(self.container_id)
+
+
+@dataclass
+class Eni:
+    info: EniInfo
+    added_at: float
+    addrs: dict[str, Addr] = field(default_factory=dict)
+    ips: list[str] = field(default_factory=list)
+    prefixes: list[str] = field(default_factory=list)
+    ready: bool = True
+    """Host networking set up; a not-ready ENI's addresses are not handed out."""
+
+
+@dataclass(frozen=True)
+class Counts:
+    total: int
+    """Addresses pods can use (quarantined ones excluded: they are on their way out)."""
+    assigned: int
+    available: int
+    """total − assigned (cooldown counts as available, as in the VPC CNI)."""
+    cooldown: int
+    quarantined: int
+    pending: int
+    enis: int
+    free_prefixes: int
+
+
+@dataclass(frozen=True)
+class PodRecord:
+    container_id: str
+    ifname: str
+    netns: str
+    ip: str
+    eni_id: str
+    assigned_at: float
+
+
+class Datastore:
+    """Addresses per ENI and who holds them. See the module docstring."""
+
+    def __init__(
+        self,
+        cooldown_s: float = 30.0,
+        pending_ttl_s: float = 120.0,
+        checkpoint: CheckpointStore | None = None,
+    ) -> None:
+        self.cooldown_s = cooldown_s
+        self.pending_ttl_s = pending_ttl_s
+        self._store = checkpoint
+        self._loading = False
+        self._lock = threading.RLock()
+        self._enis: dict[str, Eni] = {}
+        self._owner: dict[tuple[str, str], str] = {}  # (container, ifname) -> ip
+        self._ip_eni: dict[str, str] = {}
+        self._pending: dict[tuple[str, str], float] = {}
+        self.meta: dict[str, Any] = {}
+        self.changed = threading.Event()
+        """Set on every change; the agent's loop may wait on it."""
+
+    # --- ENIs and addresses --------------------------------------------------
+
+    def add_eni(self, info: EniInfo, now: float, ready: bool = True) -> bool:
+        """Record an attached ENI (idempotent); True if it was new."""
+        with self._lock:
+            eni = self._enis.get(info.eni_id)
+            if eni is not None:
+                if eni.info != info:
+                    eni.info = info
+                    self._save()
+                return False
+            self._enis[info.eni_id] = Eni(info=info, added_at=now, ready=ready)
+            self._save()
+            return True
+
+    def set_ready(self, eni_id: str, ready: bool) -> None:
+        with self._lock:
+            eni = self._enis.get(eni_id)
+            if eni is not None and eni.ready != ready:
+                eni.ready = ready
+                self._save()
+
+    def remove_eni(self, eni_id: str, force: bool = False) -> bool:
+        """Forget an ENI; refused (False) while pods hold its addresses unless ``force``."""
+        with self._lock:
+            eni = self._enis.get(eni_id)
+            if eni is None:
+                return True
+            if not force and any(a.in_use for a in eni.addrs.values()):
+                return False
+            for a in eni.addrs.values():
+                self._ip_eni.pop(a.ip, None)
+                if a.in_use:
+                    self._owner.pop((a.container_id, a.ifname), None)
+            del self._enis[eni_id]
+            self._save()
+            return True
+
+    def add_addresses(self, eni_id: str, ips: Iterable[str] = (), prefixes: Iterable[str] = ()) -> int:
+        """Add secondary addresses and /28 prefixes to an ENI (idempotent); returns addresses added."""
+        with self._lock:
+            eni = self._enis.get(eni_id)
+            if eni is None:
+                raise KeyError(f"unknown ENI {eni_id}")
+            added = 0
+            for ip in ips:
+                if ip in eni.addrs or ip == eni.info.primary_ip or ip in self._ip_eni:
+                    continue
+                eni.addrs[ip] = Addr(ip=ip)
+                eni.ips.append(ip)
+                self._ip_eni[ip] = eni_id
+                added += 1
+            for p in prefixes:
+                if p in eni.prefixes:
+                    continue
+                eni.prefixes.append(p)
+                for host in ipaddress.IPv4Network(p):
+                    ip = str(host)
+                    if ip in self._ip_eni:
+                        continue
+                    eni.addrs[ip] = Addr(ip=ip, prefix=p)
+                    self._ip_eni[ip] = eni_id
+                    added += 1
+            if added:
+                self._save()
+                self.changed.set()
+            return added
+
+    def remove_addresses(
+        self, eni_id: str, ips: Iterable[str] = (), prefixes: Iterable[str] = (), force: bool = False
+    ) -> list[str]:
+        """Remove addresses/prefixes no pod holds (all of them if ``force``); returns addresses removed."""
+        with self._lock:
+            eni = self._enis.get(eni_id)
+            if eni is None:
+                return []
+            removed: list[str] = []
+            for ip in ips:
+                a = eni.addrs.get(ip)
+                if a is None or a.prefix is not None or (a.in_use and not force):
+                    continue
+                self._drop(eni, a)
+                eni.ips.remove(ip)
+                removed.append(ip)
+            for p in prefixes:
+                if p not in eni.prefixes:
+                    continue
+                members = [a for a in eni.addrs.values() if a.prefix == p]
+                if not force and any(a.in_use for a in members):
+                    continue
+                for a in members:
+                    self._drop(eni, a)
+                    removed.append(a.ip)
+                eni.prefixes.remove(p)
+            if removed:
+                self._save()
+            return removed
+
+    def _drop(self, eni: Eni, a: Addr) -> None:
+        del eni.addrs[a.ip]
+        self._ip_eni.pop(a.ip, None)
+        if a.in_use:
+            self._owner.pop((a.container_id, a.ifname), None)
+
+    # --- pods ------------------------------------------------------------------
+
+    def assign(self, container_id: str, ifname: str, netns: str, now: float) -> Assignment | None:
+        """Give the pod an address, or return the one it already holds (ADD is retried).
+
+        None when nothing is free now; the ADD is then counted as waiting demand
+        (:meth:`pending`) until it succeeds, is deleted or goes stale.
+        """
+        key = (container_id, ifname)
+        with self._lock:
+            held = self._owner.get(key)
+            if held is not None:
+                return Assignment(held, self._ip_eni[held])
+            chosen = self._pick(now)
+            if chosen is None:
+                self._pending[key] = now
+                self.changed.set()
+                return None
+            eni, a = chosen
+            a.container_id, a.ifname, a.netns = container_id, ifname, netns
+            a.assigned_at, a.freed_at = now, None
+            self._owner[key] = a.ip
+            self._pending.pop(key, None)
+            self._save()
+            self.changed.set()
+            return Assignment(a.ip, eni.info.eni_id)
+
+    def _pick(self, now: float) -> tuple[Eni, Addr] | None:
+        fallback: tuple[Eni, Addr] | None = None
+        for eni in sorted(self._enis.values(), key=lambda e: (e.info.network_card, e.info.device_index)):
+            if not eni.ready:
+                continue
+            used_prefixes = {a.prefix for a in eni.addrs.values() if a.in_use and a.prefix}
+            for a in eni.addrs.values():
+                if a.in_use or a.quarantined_at is not None:
+                    continue
+                if a.freed_at is not None and now < a.freed_at + self.cooldown_s:
+                    continue
+                # Fill prefixes already in use first, so whole prefixes stay free to release.
+                if a.prefix is None or a.prefix in used_prefixes:
+                    return eni, a
+                if fallback is None:
+                    fallback = (eni, a)
+        return fallback
+
+    def release(self, container_id: str, ifname: str, now: float) -> Assignment | None:
+        """The pod is gone: its address enters cooldown. Idempotent (None if it held nothing)."""
+        key = (container_id, ifname)
+        with self._lock:
+            self._pending.pop(key, None)
+            ip = self._owner.pop(key, None)
+            if ip is None:
+                return None
+            eni_id = self._ip_eni[ip]
+            a = self._enis[eni_id].addrs[ip]
+            a.container_id = a.ifname = a.netns = ""
+            a.freed_at = now
+            self._save()
+            self.changed.set()
+            return Assignment(ip, eni_id)
+
+    def lookup(self, container_id: str, ifname: str) -> Assignment | None:
+        with self._lock:
+            ip = self._owner.get((container_id, ifname))
+            return Assignment(ip, self._ip_eni[ip]) if ip else None
+
+    def pending(self, now: float) -> int:
+        """CNI ADDs that found no address and have not gone stale."""
+        with self._lock:
+            stale = [k for k, t in self._pending.items() if now - t >= self.pending_ttl_s]
+            for k in stale:
+                del self._pending[k]
+            return len(self._pending)
+
+    def pods(self) -> list[PodRecord]:
+        with self._lock:
+            out = []
+            for eni in self._enis.values():
+                for a in eni.addrs.values():
+                    if a.in_use:
+                        out.append(
+                            PodRecord(a.container_id, a.ifname, a.netns, a.ip, eni.info.eni_id, a.assigned_at)
+                        )
+            return out
+
+    # --- quarantine --------------------------------------------------------------
+
+    def releasable_ips(self, now: float) -> list[tuple[str, str]]:
+        """Free single addresses past cooldown, as ``(eni_id, ip)``, best to release first:
+        ENIs with fewest pods, highest device index, newest address first."""
+        with self._lock:
+            out: list[tuple[tuple[int, int, int], str, str]] = []
+            for eni in self._enis.values():
+                used = sum(1 for a in eni.addrs.values() if a.in_use)
+                for i, ip in enumerate(eni.ips):
+                    a = eni.addrs[ip]
+                    if self._free_past_cooldown(a, now):
+                        out.append(((used, -eni.info.device_index, -i), eni.info.eni_id, ip))
+            out.sort()
+            return [(e, ip) for _, e, ip in out]
+
+    def releasable_prefixes(self, now: float) -> list[tuple[str, str]]:
+        """Whole /28s with no address in use, quarantined or in cooldown, as ``(eni_id, prefix)``."""
+        with self._lock:
+            out: list[tuple[tuple[int, int], str, str]] = []
+            for eni in self._enis.values():
+                used = sum(1 for a in eni.addrs.values() if a.in_use)
+                for p in eni.prefixes:
+                    members = [a for a in eni.addrs.values() if a.prefix == p]
+                    if members and all(self._free_past_cooldown(a, now) for a in members):
+                        out.append(((used, -eni.info.device_index), eni.info.eni_id, p))
+            out.sort()
+            return [(e, p) for _, e, p in out]
+
+    def releasable_enis(self, now: float, min_age_s: float) -> list[str]:
+        """Whole ENIs that may go: not primary, no pods, no cooldown, old enough; highest index first."""
+        with self._lock:
+            out = []
+            for eni in self._enis.values():
+                if eni.info.device_index == 0 and eni.info.network_card == 0:
+                    continue
+                if now - eni.added_at < min_age_s:
+                    continue
+                if all(self._free_past_cooldown(a, now) for a in eni.addrs.values()):
+                    out.append((-eni.info.device_index, eni.info.eni_id))
+            out.sort()
+            return [e for _, e in out]
+
+    def _free_past_cooldown(self, a: Addr, now: float) -> bool:
+        return (
+            not a.in_use
+            and a.quarantined_at is None
+            and (a.freed_at is None or now >= a.freed_at + self.cooldown_s)
+        )
+
+    def quarantine(self, eni_id: str, ips: Iterable[str], prefixes: Iterable[str], now: float) -> int:
+        """Take free addresses out of the pool to offer them back; returns addresses quarantined."""
+        with self._lock:
+            eni = self._enis.get(eni_id)
+            if eni is None:
+                return 0
+            n = 0
+            targets = [eni.addrs[ip] for ip in ips if ip in eni.addrs]
+            for p in prefixes:
+                targets.extend(a for a in eni.addrs.values() if a.prefix == p)
+            for a in targets:
+                if not a.in_use and a.quarantined_at is None:
+                    a.quarantined_at = now
+                    n += 1
+            if n:
+                self._save()
+            return n
+
+    def unquarantine(self, before: float) -> int:
+        """Return to the pool every address quarantined before ``before``; returns how many."""
+        with self._lock:
+            n = 0
+            for eni in self._enis.values():
+                for a in eni.addrs.values():
+                    if a.quarantined_at is not None and a.quarantined_at < before:
+                        a.quarantined_at = None
+                        n += 1
+            if n:
+                self._save()
+                self.changed.set()
+            return n
+
+    def quarantined(self) -> dict[str, tuple[list[str], list[str]]]:
+        """Per ENI: quarantined single addresses and whole quarantined prefixes."""
+        with self._lock:
+            out: dict[str, tuple[list[str], list[str]]] = {}
+            for eni in self._enis.values():
+                ips = [ip for ip in eni.ips if eni.addrs[ip].quarantined_at is not None]
+                pfx = [
+                    p
+                    for p in eni.prefixes
+                    if all(a.quarantined_at is not None for a in eni.addrs.values() if a.prefix == p)
+                ]
+                if ips or pfx:
+                    out[eni.info.eni_id] = (ips, pfx)
+            return out
+
+    # --- views ----------------------------------------------------------------
+
+    def counts(self, now: float) -> Counts:
+        with self._lock:
+            total = assigned = cooldown = quarantined = free_prefixes = 0
+            for eni in self._enis.values():
+                by_prefix: dict[str, bool] = {p: False for p in eni.prefixes}
+                for a in eni.addrs.values():
+                    if a.quarantined_at is not None:
+                        quarantined += 1
+                        if a.prefix is not None:
+                            by_prefix[a.prefix] = True
+                        continue
+                    total += 1
+                    if a.in_use:
+                        assigned += 1
+                        if a.prefix is not None:
+                            by_prefix[a.prefix] = True
+                    elif a.freed_at is not None and now < a.freed_at + self.cooldown_s:
+                        cooldown += 1
+                free_prefixes += sum(1 for busy in by_prefix.values() if not busy)
+            return Counts(
+                total=total,
+                assigned=assigned,
+                available=total - assigned,
+                cooldown=cooldown,
+                quarantined=quarantined,
+                pending=self.pending(now),
+                enis=len(self._enis),
+                free_prefixes=free_prefixes,
+            )
+
+    def enis(self) -> list[Eni]:
+        """Copies of the ENIs, by network card and device index."""
+        with self._lock:
+            out = []
+            for e in sorted(self._enis.values(), key=lambda e: (e.info.network_card, e.info.device_index)):
+                out.append(
+                    Eni(
+                        info=e.info,
+                        added_at=e.added_at,
+                        addrs={k: Addr(**v.__dict__) for k, v in e.addrs.items()},
+                        ips=list(e.ips),
+                        prefixes=list(e.prefixes),
+                        ready=e.ready,
+                    )
+                )
+            return out
+
+    def eni(self, eni_id: str) -> EniInfo | None:
+        with self._lock:
+            e = self._enis.get(eni_id)
+            return e.info if e else None
+
+    def eni_of(self, ip: str) -> EniInfo | None:
+        with self._lock:
+            eni_id = self._ip_eni.get(ip)
+            return self._enis[eni_id].info if eni_id else None
+
+    def set_meta(self, key: str, value: Any) -> None:
+        with self._lock:
+            self.meta[key] = value
+            self._save()
+
+    # --- checkpoint -------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "version": CHECKPOINT_VERSION,
+                "meta": dict(self.meta),
+                "enis": [
+                    {
+                        "info": e.info.__dict__,
+                        "added_at": e.added_at,
+                        "ready": e.ready,
+                        "ips": list(e.ips),
+                        "prefixes": list(e.prefixes),
+                        "addrs": [
+                            {k: v for k, v in a.__dict__.items() if v not in (None, "", 0.0)}
+                            for a in e.addrs.values()
+                            if a.in_use or a.freed_at is not None or a.quarantined_at is not None
+                        ],
+                    }
+                    for e in self._enis.values()
+                ],
+            }
+
+    def _save(self) -> None:
+        if self._store is not None and not self._loading:
+            self._store.save(self.snapshot())
+
+    def restore(self) -> bool:
+        """Load the checkpoint, if any; True if one was loaded."""
+        if self._store is None:
+            return False
+        data = self._store.load()
+        if data is None:
+            return False
+        if data.get("version") != CHECKPOINT_VERSION:
+            raise CheckpointError(f"checkpoint version {data.get('version')!r}, expected {CHECKPOINT_VERSION}")
+        with self._lock:
+            self._enis.clear()
+            self._owner.clear()
+            self._ip_eni.clear()
+            self.meta = dict(data.get("meta", {}))
+            self._loading = True
+            try:
+                for raw in data["enis"]:
+                    info = EniInfo(**raw["info"])
+                    self._enis[info.eni_id] = Eni(info=info, added_at=float(raw["added_at"]), ready=False)
+                    self.add_addresses(info.eni_id, raw.get("ips", []), raw.get("prefixes", []))
+                    self._enis[info.eni_id].ready = bool(raw.get("ready", True))
+                    eni = self._enis[info.eni_id]
+                    for st in raw.get("addrs", []):
+                        a = eni.addrs.get(st["ip"])
+                        if a is None:
+                            continue
+                        a.container_id = st.get("container_id", "")
+                        a.ifname = st.get("ifname", "")
+                        a.netns = st.get("netns", "")
+                        a.assigned_at = float(st.get("assigned_at", 0.0))
+                        a.freed_at = st.get("freed_at")
+                        a.quarantined_at = st.get("quarantined_at")
+                        if a.in_use:
+                            self._owner[(a.container_id, a.ifname)] = a.ip
+            except (KeyError, TypeError, ValueError) as exc:
+                raise CheckpointError(f"corrupt checkpoint: {exc}") from None
+            finally:
+                self._loading = False
+            return True
+
+    def reconcile(self, attached: Iterable[tuple[EniInfo, list[str], list[str]]], now: float) -> list[str]:
+        """Make the ENIs and addresses match what is attached (IMDS wins for that);
+        pod assignments on addresses still attached are kept (the checkpoint wins for that).
+
+        Returns human-readable notes on what changed (pods dropped because their
+        address is no longer attached are named).
+        """
+        notes: list[str] = []
+        with self._lock:
+            seen: set[str] = set()
+            for info, ips, prefixes in attached:
+                seen.add(info.eni_id)
+                if self.add_eni(info, now):
+                    notes.append(f"ENI {info.eni_id} added")
+                eni = self._enis[info.eni_id]
+                gone_ips = [ip for ip in eni.ips if ip not in set(ips)]
+                gone_pfx = [p for p in eni.prefixes if p not in set(prefixes)]
+                if gone_ips or gone_pfx:
+                    for a in list(eni.addrs.values()):
+                        if a.in_use and (a.ip in gone_ips or a.prefix in gone_pfx):
+                            notes.append(f"pod {a.container_id}/{a.ifname} lost {a.ip}: no longer attached")
+                    self.remove_addresses(info.eni_id, gone_ips, gone_pfx, force=True)
+                    notes.append(f"ENI {info.eni_id}: {len(gone_ips) + len(gone_pfx)} addresses gone")
+                n = self.add_addresses(info.eni_id, ips, prefixes)
+                if n:
+                    notes.append(f"ENI {info.eni_id}: {n} addresses added")
+            for eni_id in [e for e in self._enis if e not in seen]:
+                for a in self._enis[eni_id].addrs.values():
+                    if a.in_use:
+                        notes.append(f"pod {a.container_id}/{a.ifname} lost {a.ip}: ENI detached")
+                self.remove_eni(eni_id, force=True)
+                notes.append(f"ENI {eni_id} removed: not attached")
+            self._save()
+            self.changed.set()
+        return notes

@@ -1,0 +1,226 @@
+"""The pool controller in virtual time: when it reports, what it quarantines,
+how it applies (and verifies) results."""
+
+from __future__ import annotations
+
+from node_agent.config import Timing
+from node_agent.controller import AttachedEni, NodeIdentity, PoolController
+from node_agent.datastore import Datastore, EniInfo
+from warmpool.limits import known
+from warmpool.messages import AllocationResult, PoolReport
+from warmpool.pool import PoolConfig
+
+ID = NodeIdentity("demo", "node-1", "i-0123456789abcdef0", "m5.large", "us-east-1a")
+PRIMARY = EniInfo("eni-00000000", 0, "0a:00:00:00:00:00", "10.0.0.10", "subnet-a", "10.0.0.0/24")
+SECOND = EniInfo("eni-00000001", 1, "0a:00:00:00:00:01", "10.0.0.20", "subnet-a", "10.0.0.0/24")
+TIMING = Timing(cooldown_s=30, release_delay_s=60, release_timeout_s=120, heartbeat_s=60, retry_s=5)
+
+
+class FakeImds:
+    def __init__(self) -> None:
+        self.enis: dict[str, AttachedEni] = {PRIMARY.eni_id: AttachedEni(PRIMARY, [], [])}
+
+    def interfaces(self) -> list[AttachedEni]:
+        return list(self.enis.values())
+
+    def add(self, info: EniInfo, ips: list[str] = (), prefixes: list[str] = ()) -> None:  # type: ignore[assignment]
+        cur = self.enis.get(info.eni_id, AttachedEni(info, [], []))
+        self.enis[info.eni_id] = AttachedEni(info, cur.ips + list(ips), cur.prefixes + list(prefixes))
+
+
+class RecordingHost:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.missing: set[str] = set()
+
+    def setup_eni(self, eni: EniInfo, mtu: int) -> None:
+        if eni.mac in self.missing:
+            raise LookupError(f"no link with MAC {eni.mac}")
+        self.calls.append(("setup", eni.eni_id))
+
+    def teardown_eni(self, eni: EniInfo) -> None:
+        self.calls.append(("teardown", eni.eni_id))
+
+
+def make(pool: PoolConfig, ips: list[str] = (), imds: FakeImds | None = None, host: RecordingHost | None = None):  # type: ignore[assignment]
+    ds = Datastore(cooldown_s=TIMING.cooldown_s)
+    ds.add_eni(PRIMARY, 0.0)
+    ds.add_addresses(PRIMARY.eni_id, ips)
+    ctl = PoolController(ID, known("m5.large"), pool, ds, TIMING, host=host, metadata=imds)
+    return ds, ctl
+
+
+def result(seq: int, *actions: dict) -> AllocationResult:
+    return AllocationResult.model_validate(
+        {"schema": "warmpool.result/v1", "cluster": "demo", "node": "node-1",
+         "instance_id": ID.instance_id, "in_reply_to": seq, "actions": list(actions)}
+    )
+
+
+def one(reports: list[PoolReport]) -> PoolReport:
+    assert len(reports) == 1
+    return reports[0]
+
+
+def test_first_tick_reports_and_heartbeat_follows() -> None:
+    _, ctl = make(PoolConfig(warm_ip=2), ["10.0.0.11", "10.0.0.12"])
+    r = one(ctl.tick(0.0))
+    assert r.enis[0].ips == ["10.0.0.11", "10.0.0.12"] and r.targets.warm_ip == 2
+    assert ctl.tick(30.0) == []
+    assert one(ctl.tick(60.0)).seq > r.seq
+
+
+def test_seq_increases_and_survives_restart() -> None:
+    ds, ctl = make(PoolConfig(warm_ip=2))
+    a = one(ctl.tick(0.0)).seq
+    b = one(ctl.tick(100.0)).seq
+    assert b > a
+    again = PoolController(ID, known("m5.large"), PoolConfig(warm_ip=2), ds, TIMING)
+    assert one(again.tick(0.0)).seq > b  # even with the clock behind
+
+
+def test_unmet_add_reports_at_once_as_pending_demand() -> None:
+    ds, ctl = make(PoolConfig(warm_ip=1), ["10.0.0.11"])
+    ctl.tick(0.0)
+    assert ds.assign("c1", "eth0", "ns", 0.2) is not None
+    assert ds.assign("c2", "eth0", "ns", 0.3) is None
+    r = one(ctl.tick(0.3))
+    assert r.pending_demand == 1 and r.assigned_ips == 1
+
+
+def test_short_pool_retries_with_backoff_and_deferred_is_honoured() -> None:
+    _, ctl = make(PoolConfig(warm_ip=3))
+    first = one(ctl.tick(0.0))
+    assert ctl.tick(4.0) == []
+    assert one(ctl.tick(5.0))  # retry
+    assert ctl.tick(14.0) == []  # backoff 10 s
+    r = one(ctl.tick(15.0))
+    ctl.apply_result(result(r.seq, {"kind": "deferred", "retry_after_s": 30, "reason": "tokens"}), 15.0)
+    assert ctl.tick(40.0) == []
+    assert one(ctl.tick(45.1)).seq > first.seq
+
+
+def test_assigned_result_is_verified_against_imds() -> None:
+    imds = FakeImds()
+    ds, ctl = make(PoolConfig(warm_ip=2), imds=imds)
+    r = one(ctl.tick(0.0))
+    imds.add(PRIMARY, ["10.0.0.11"])
+    res = result(r.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.11", "10.0.0.12"]})
+    ctl.apply_result(res, 1.0)
+    assert ds.counts(1.0).total == 1  # .12 not visible yet
+    imds.add(PRIMARY, ["10.0.0.12"])
+    ctl.tick(2.0)
+    assert ds.counts(2.0).total == 2
+
+
+def test_claims_never_seen_in_imds_are_dropped() -> None:
+    imds = FakeImds()
+    ds, ctl = make(PoolConfig(warm_ip=2), imds=imds)
+    r = one(ctl.tick(0.0))
+    ctl.apply_result(result(r.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.99"]}), 1.0)
+    ctl.tick(100.0)
+    assert ds.counts(100.0).total == 0 and ctl.stats["verify_dropped"] == 1
+
+
+def test_foreign_or_future_results_are_ignored() -> None:
+    ds, ctl = make(PoolConfig(warm_ip=2))
+    r = one(ctl.tick(0.0))
+    bad = result(r.seq + 1, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.11"]})
+    assert "never sent" in ctl.apply_result(bad, 1.0)[0]
+    other = AllocationResult.model_validate({**result(r.seq).model_dump(by_alias=True), "node": "node-2"})
+    assert "not ours" in ctl.apply_result(other, 1.0)[0]
+    assert ds.counts(1.0).total == 0
+
+
+def test_attached_eni_is_set_up_on_the_host_and_retried_until_the_link_shows() -> None:
+    imds, host = FakeImds(), RecordingHost()
+    ds, ctl = make(PoolConfig(warm_ip=2), imds=imds, host=host)
+    r = one(ctl.tick(0.0))
+    imds.add(SECOND, ["10.0.0.21", "10.0.0.22"])
+    host.missing.add(SECOND.mac)
+    att = {"kind": "attached", "eni_id": SECOND.eni_id, "device_index": 1, "mac": SECOND.mac,
+           "subnet_id": "subnet-a", "subnet_cidr": "10.0.0.0/24", "primary_ip": SECOND.primary_ip,
+           "ips": ["10.0.0.21", "10.0.0.22"]}
+    ctl.apply_result(result(r.seq, att), 1.0)
+    assert ds.counts(1.0).total == 2
+    assert ds.assign("c1", "eth0", "ns", 1.0) is None  # link not there yet
+    host.missing.clear()
+    ctl.tick(2.0)
+    assert host.calls == [("setup", SECOND.eni_id)]
+    assert ds.assign("c1", "eth0", "ns", 2.0) == ("10.0.0.21", SECOND.eni_id)
+
+
+def test_surplus_is_quarantined_after_the_delay_offered_and_released() -> None:
+    ips = [f"10.0.0.{i}" for i in range(11, 16)]
+    ds, ctl = make(PoolConfig(warm_ip=2), ips)
+    ctl.tick(0.0)
+    assert ctl.tick(30.0) == []  # surplus seen, delay running
+    r = one(ctl.tick(90.0))
+    assert sum(len(o.ips) for o in r.release) == 3
+    offered = r.release[0].ips
+    assert not set(offered) & set(r.enis[0].ips)
+    assert ds.counts(90.0).total == 2
+    ctl.apply_result(result(r.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": offered}), 91.0)
+    c = ds.counts(91.0)
+    assert (c.total, c.quarantined) == (2, 0)
+    assert ctl.delta(91.0).high is False
+
+
+def test_surplus_that_disappears_within_the_delay_is_kept() -> None:
+    ds, ctl = make(PoolConfig(warm_ip=1), ["10.0.0.11", "10.0.0.12"])
+    ctl.tick(0.0)
+    ctl.tick(10.0)
+    ds.assign("c1", "eth0", "ns", 20.0)
+    ctl.tick(30.0)
+    ds.release("c1", "eth0", 40.0)
+    ctl.tick(75.0)  # surplus again (cooldown counts as available), clock restarts
+    assert ds.counts(75.0).quarantined == 0
+    ctl.tick(136.0)
+    assert ds.counts(136.0).quarantined == 1
+
+
+def test_unconfirmed_release_returns_to_the_pool() -> None:
+    ds, ctl = make(PoolConfig(warm_ip=1), ["10.0.0.11", "10.0.0.12"])
+    ctl.tick(0.0)
+    ctl.tick(1.0)
+    r = one(ctl.tick(61.0))
+    assert r.release
+    one_more = ctl.tick(182.0)
+    assert ds.counts(182.0).quarantined == 0
+    assert one_more and not one_more[0].release
+
+
+def test_warm_eni_mode_offers_whole_idle_enis_never_the_primary() -> None:
+    ds, ctl = make(PoolConfig(warm_eni=1), [f"10.0.0.{i}" for i in range(11, 20)])
+    ds.add_eni(SECOND, 0.0)
+    ds.add_addresses(SECOND.eni_id, [f"10.0.0.{i}" for i in range(21, 30)])
+    third = EniInfo("eni-00000002", 2, "0a:00:00:00:00:02", "10.0.0.30", "subnet-a", "10.0.0.0/24")
+    ds.add_eni(third, 0.0)
+    ds.add_addresses(third.eni_id, [f"10.0.0.{i}" for i in range(31, 40)])
+    ctl.tick(0.0)
+    ctl.tick(60.0)
+    r = one(ctl.tick(120.0))
+    # 27 available, target one ENI (9): two whole ENIs are surplus, the primary stays.
+    assert [o.eni_id for o in r.release] == [SECOND.eni_id, third.eni_id]
+    assert all(len(o.ips) == 9 for o in r.release)
+    assert ds.counts(120.0).total == 9
+    ctl.apply_result(
+        result(r.seq, {"kind": "released", "eni_id": third.eni_id, "ips": r.release[1].ips},
+               {"kind": "deleted", "eni_id": third.eni_id}),
+        121.0,
+    )
+    assert ds.eni(third.eni_id) is None
+
+
+def test_resync_ignores_imds_lag_on_released_addresses() -> None:
+    imds = FakeImds()
+    imds.add(PRIMARY, ["10.0.0.11", "10.0.0.12"])
+    ds, ctl = make(PoolConfig(warm_ip=1), imds=imds)
+    ctl.start(0.0)
+    assert ds.counts(0.0).total == 2
+    ctl.tick(0.0)
+    ctl.tick(1.0)
+    r = one(ctl.tick(61.0))
+    ctl.apply_result(result(r.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": r.release[0].ips}), 62.0)
+    ctl.resync(63.0)  # IMDS still lists it
+    assert ds.counts(63.0).total == 1
