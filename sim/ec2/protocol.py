@@ -81,7 +81,7 @@ def _read(shape: Shape, form: Mapping[str, str], prefix: str, prefixes: set[str]
         items = []
         i = 1
         while f"{prefix}.{i}" in prefixes:
-            items.append(_read(shape.member, form, f"{prefix}.{i}", prefixes))  # type: ignore[attr-defined]
+            items.append(_read(shape.member, form, f"{prefix}.{i}", prefixes))
             i += 1
         return items
     raw = form.get(prefix, "")
@@ -127,7 +127,7 @@ def _write(shape: Shape, v: Any, tag: str, out: list[str]) -> None:
                 _write(member, v[name], _tag(member, name), out)
         out.append(f"</{tag}>")
     elif t == "list":
-        member = shape.member  # type: ignore[attr-defined]
+        member = shape.member
         item = _tag(member, "member")
         out.append(f"<{tag}>")
         for x in v:
