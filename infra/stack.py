@@ -318,7 +318,7 @@ class WarmpoolStack(Stack):
                 resources=[log_group.log_group_arn],
             )
         )
-        return lambda_.Function(
+        function = lambda_.Function(
             self,
             construct_id,
             description=f"warmpool {construct_id.lower()} for cluster {cfg.cluster}",
@@ -334,6 +334,15 @@ class WarmpoolStack(Stack):
             log_group=log_group,
             logging_format=lambda_.LoggingFormat.JSON,
         )
+        # The role is already a dependency through Fn::GetAtt; an explicit DependsOn on it
+        # as well is what cfn-lint's W3005 reports.
+        cfn_function = function.node.default_child
+        cfn_role = role.node.default_child
+        assert isinstance(cfn_function, lambda_.CfnFunction) and isinstance(cfn_role, iam.CfnRole)
+        default_policy = role.node.find_child("DefaultPolicy").node.default_child
+        assert isinstance(default_policy, iam.CfnPolicy)
+        cfn_function.add_override("DependsOn", [self.get_logical_id(default_policy)])
+        return function
 
     def _acknowledge_nag_findings(self) -> None:
         """Every cdk-nag finding this stack keeps on purpose, each with its reason."""
