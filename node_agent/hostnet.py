@@ -1,0 +1,225 @@
+"""Host set-up for ENIs and pods, as desired state reconciled through the
+netlink adapter: every function computes what should exist, removes what
+should not, adds what is missing. Running one twice changes nothing.
+
+Layout (the VPC CNI's, REFERENCE.md):
+
+* secondary ENI with device index ``d``: link found by MAC, MTU, up, its
+  primary address with the subnet's length (the kernel's connected route in
+  main is removed), table ``d+1`` = link route to the gateway + default via it,
+  rule ``from <ENI primary>/32 lookup d+1`` (priority 1536);
+* pod: veth pair (host end ``eni<hash>``), address /32 in the pod, route to
+  169.254.1.1 on the link + default via it, a permanent neighbour entry for
+  169.254.1.1 = host end's MAC; on the host a /32 route to the pod via the host
+  end, rules ``to <pod> lookup main`` (512) and ``from <pod> lookup <ENI
+  table>`` (1536; none for the primary ENI, whose pods use main).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from dataclasses import dataclass
+
+from node_agent.datastore import EniInfo
+from node_agent.netlink import (
+    MAIN_TABLE,
+    RT_SCOPE_LINK,
+    Netlink,
+    NotFound,
+    Route,
+    Rule,
+)
+
+GATEWAY = "169.254.1.1"
+TO_POD_PRIORITY = 512
+FROM_POD_PRIORITY = 1536
+ENI_RULE_PRIORITY = 1536
+
+
+def host_veth_name(container_id: str, ifname: str, prefix: str = "eni") -> str:
+    """Stable per (container, interface), at most 15 characters (IFNAMSIZ − 1)."""
+    digest = hashlib.sha1(f"{container_id}.{ifname}".encode()).hexdigest()
+    return f"{prefix}{digest}"[:15]
+
+
+class EniNetworking:
+    """The controller's :class:`~node_agent.controller.HostNetwork` port, over netlink."""
+
+    def __init__(self, netns: str = "") -> None:
+        self.netns = netns
+
+    def setup_eni(self, eni: EniInfo, mtu: int) -> None:
+        with Netlink.open(self.netns) as nl:
+            setup_eni(nl, eni, mtu)
+
+    def teardown_eni(self, eni: EniInfo) -> None:
+        with Netlink.open(self.netns) as nl:
+            teardown_eni(nl, eni)
+
+
+def eni_routes(eni: EniInfo, oif: int) -> list[Route]:
+    gw = eni.gateway
+    return [
+        Route(dst=f"{gw}/32", table=eni.route_table, oif=oif, scope=RT_SCOPE_LINK),
+        Route(dst="default", table=eni.route_table, oif=oif, gateway=gw),
+    ]
+
+
+def eni_rule(eni: EniInfo) -> Rule:
+    return Rule(priority=ENI_RULE_PRIORITY, table=eni.route_table, src=f"{eni.primary_ip}/32")
+
+
+def setup_eni(nl: Netlink, eni: EniInfo, mtu: int) -> int:
+    """Set up a secondary ENI; ``LookupError`` if its link is not visible yet. Returns changes made."""
+    link = nl.link_by_mac(eni.mac)
+    if link is None:
+        raise NotFound(2, f"no link with MAC {eni.mac} for {eni.eni_id}")
+    changes = 0
+    if link.mtu != mtu or not link.up:
+        nl.link_set(link.index, mtu=mtu, up=True)
+        changes += 1
+    net = ipaddress.IPv4Network(eni.subnet_cidr, strict=False)
+    changes += nl.ensure_addrs(link.index, [f"{eni.primary_ip}/{net.prefixlen}"])
+    # The kernel's connected route would send the subnet out of this ENI from main.
+    for r in nl.routes(MAIN_TABLE):
+        if r.oif == link.index and r.dst == str(net):
+            changes += nl.route_absent(r)
+    changes += nl.ensure_routes(eni.route_table, eni_routes(eni, link.index))
+    rule = eni_rule(eni)
+    for have in nl.rules():
+        if have.src == rule.src and have != rule:
+            changes += nl.rule_absent(have)
+    changes += nl.ensure_rule(rule)
+    return changes
+
+
+def teardown_eni(nl: Netlink, eni: EniInfo) -> int:
+    """Undo :func:`setup_eni` (the link itself is EC2's to remove). Returns changes made."""
+    changes = nl.rule_absent(eni_rule(eni))
+    changes += nl.ensure_routes(eni.route_table, [])
+    link = nl.link_by_mac(eni.mac)
+    if link is not None:
+        changes += nl.ensure_addrs(link.index, [])
+        if link.up:
+            nl.link_set(link.index, up=False)
+            changes += 1
+    return changes
+
+
+@dataclass(frozen=True)
+class PodNet:
+    host_veth: str
+    host_mac: str
+    pod_mac: str
+    pod_ifindex: int
+
+
+def pod_rules(ip: str, table: int) -> list[Rule]:
+    rules = [Rule(priority=TO_POD_PRIORITY, table=MAIN_TABLE, dst=f"{ip}/32")]
+    if table != MAIN_TABLE:
+        rules.append(Rule(priority=FROM_POD_PRIORITY, table=table, src=f"{ip}/32"))
+    return rules
+
+
+def setup_pod(
+    host: Netlink,
+    pod_netns: str,
+    ifname: str,
+    container_id: str,
+    ip: str,
+    table: int,
+    mtu: int,
+    veth_prefix: str = "eni",
+) -> PodNet:
+    """Wire a pod to the host (see the module docstring). Safe to repeat."""
+    name = host_veth_name(container_id, ifname, veth_prefix)
+    with Netlink.open(pod_netns) as pod:
+        hl = host.link_by_name(name)
+        pl = pod.link_by_name(ifname)
+        if hl is None or pl is None or pl.kind != "veth":
+            # Half-made (or not made): start again from nothing.
+            host.link_absent(name)
+            pod.link_absent(ifname)
+            host.veth_add(name, ifname, pod_netns, mtu)
+            hl = host.link_by_name(name)
+            pl = pod.link_by_name(ifname)
+            if hl is None or pl is None:
+                raise NotFound(2, f"veth {name}/{ifname} vanished after creation")
+        if hl.mtu != mtu or not hl.up:
+            host.link_set(hl.index, mtu=mtu, up=True)
+        lo = pod.link_by_name("lo")
+        if lo is not None and not lo.up:
+            pod.link_set(lo.index, up=True)
+        if pl.mtu != mtu or not pl.up:
+            pod.link_set(pl.index, mtu=mtu, up=True)
+        pod.ensure_addrs(pl.index, [f"{ip}/32"])
+        pod.ensure_routes(
+            MAIN_TABLE,
+            [
+                Route(dst=f"{GATEWAY}/32", table=MAIN_TABLE, oif=pl.index, scope=RT_SCOPE_LINK),
+                Route(dst="default", table=MAIN_TABLE, oif=pl.index, gateway=GATEWAY),
+            ],
+            only_oif=pl.index,
+        )
+        neigh = pod.neighbours(pl.index).get(GATEWAY)
+        if neigh is None or neigh[0] != hl.mac or neigh[1] != 0x80:
+            pod.neigh_replace(pl.index, GATEWAY, hl.mac)
+        host.ensure_routes(
+            MAIN_TABLE,
+            [Route(dst=f"{ip}/32", table=MAIN_TABLE, oif=hl.index, scope=RT_SCOPE_LINK)],
+            only_oif=hl.index,
+        )
+        _ensure_pod_rules(host, ip, table)
+        return PodNet(host_veth=name, host_mac=hl.mac, pod_mac=pl.mac, pod_ifindex=pl.index)
+
+
+def _ensure_pod_rules(host: Netlink, ip: str, table: int) -> None:
+    wanted = pod_rules(ip, table)
+    cidr = f"{ip}/32"
+    for have in host.rules():
+        if (have.src == cidr or have.dst == cidr) and have.priority in (TO_POD_PRIORITY, FROM_POD_PRIORITY):
+            if have not in wanted:
+                host.rule_absent(have)
+    for r in wanted:
+        host.ensure_rule(r)
+
+
+def teardown_pod(host: Netlink, container_id: str, ifname: str, ip: str | None, veth_prefix: str = "eni") -> None:
+    """Remove the host side of a pod (the veth goes with its peer). Safe to repeat."""
+    host.link_absent(host_veth_name(container_id, ifname, veth_prefix))
+    if ip:
+        cidr = f"{ip}/32"
+        for have in host.rules():
+            if (have.src == cidr or have.dst == cidr) and have.priority in (TO_POD_PRIORITY, FROM_POD_PRIORITY):
+                host.rule_absent(have)
+        for r in host.routes(MAIN_TABLE):
+            if r.dst == cidr:
+                host.route_absent(r)
+
+
+def check_pod(host: Netlink, pod_netns: str, ifname: str, container_id: str, ip: str, table: int,
+              veth_prefix: str = "eni") -> list[str]:
+    """What is missing for the pod (empty = all there): CNI CHECK."""
+    problems = []
+    name = host_veth_name(container_id, ifname, veth_prefix)
+    hl = host.link_by_name(name)
+    if hl is None:
+        problems.append(f"host veth {name} missing")
+    try:
+        with Netlink.open(pod_netns) as pod:
+            pl = pod.link_by_name(ifname)
+            if pl is None:
+                problems.append(f"{ifname} missing in {pod_netns}")
+            else:
+                if f"{ip}/32" not in pod.addrs(pl.index):
+                    problems.append(f"{ip}/32 not on {ifname}")
+                if not any(r.dst == "default" and r.gateway == GATEWAY for r in pod.routes(MAIN_TABLE)):
+                    problems.append("default route via 169.254.1.1 missing")
+    except NotFound:
+        problems.append(f"netns {pod_netns} missing")
+    rules = host.rules()
+    for r in pod_rules(ip, table):
+        if r not in rules:
+            problems.append(f"rule {r} missing")
+    return problems

@@ -1,0 +1,153 @@
+"""The netlink adapter and host set-up in real network namespaces: a "node"
+namespace whose ENIs are veth links with the right MACs, and pod namespaces."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from node_agent.datastore import EniInfo
+from node_agent.hostnet import host_veth_name, setup_eni, setup_pod, teardown_eni, teardown_pod
+from node_agent.netlink import Exists, Netlink, NotFound, Route, Rule
+from node_agent.testing import add_fake_eni, ip_json, netns, netns_available, sh
+
+pytestmark = pytest.mark.netns
+
+_why = netns_available()
+if _why:
+    pytest.skip(f"network namespaces unavailable: {_why}", allow_module_level=True)
+
+ENI1 = EniInfo("eni-0000000000000001", 1, "0a:11:22:33:44:01", "10.0.1.20", "subnet-a", "10.0.1.0/24")
+
+
+@pytest.fixture
+def node() -> Iterator[str]:
+    with netns("wpnode") as ns:
+        sh("ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p")
+        sh("ip", "-n", ns, "addr", "add", "10.0.0.10/24", "dev", "eth0")
+        sh("ip", "-n", ns, "link", "set", "eth0", "up")
+        sh("ip", "-n", ns, "link", "set", "eth0p", "up")
+        sh("ip", "-n", ns, "route", "add", "default", "via", "10.0.0.1")
+        add_fake_eni(ns, "eth1", ENI1.mac)
+        yield ns
+
+
+@pytest.fixture
+def pod() -> Iterator[str]:
+    with netns("wppod") as ns:
+        yield ns
+
+
+def test_errors_are_classified_once(node: str) -> None:
+    with Netlink.open(node) as nl:
+        eth1 = nl.link_by_mac(ENI1.mac)
+        assert eth1 is not None and eth1.name == "eth1"
+        nl.addr_add(eth1.index, "10.9.9.9/32")
+        with pytest.raises(Exists):
+            nl.addr_add(eth1.index, "10.9.9.9/32")
+        nl.addr_del(eth1.index, "10.9.9.9/32")
+        with pytest.raises(NotFound):
+            nl.addr_del(eth1.index, "10.9.9.9/32")
+        with pytest.raises(NotFound):
+            nl.rule_del(Rule(priority=777, table=77, src="10.9.9.9/32"))
+    with pytest.raises(NotFound):
+        Netlink.open("/run/netns/does-not-exist-wp")
+
+
+def test_eni_setup_matches_the_vpc_cni_layout_and_is_idempotent(node: str) -> None:
+    with Netlink.open(node) as nl:
+        assert setup_eni(nl, ENI1, 9001) > 0
+        assert setup_eni(nl, ENI1, 9001) == 0  # second run changes nothing
+    link = ip_json(node, "link", "show", "eth1")[0]
+    assert link["mtu"] == 9001 and "UP" in link["flags"]
+    addrs = [a["local"] + "/" + str(a["prefixlen"]) for a in ip_json(node, "-4", "addr", "show", "eth1")[0]["addr_info"]]
+    assert addrs == ["10.0.1.20/24"]
+    table2 = ip_json(node, "-4", "route", "show", "table", "2")
+    assert {(r["dst"], r.get("gateway"), r["dev"]) for r in table2} == {
+        ("10.0.1.1", None, "eth1"),
+        ("default", "10.0.1.1", "eth1"),
+    }
+    main = ip_json(node, "-4", "route", "show", "table", "main")
+    assert not [r for r in main if r.get("dev") == "eth1"]  # no connected route in main
+    rules = ip_json(node, "-4", "rule", "show")
+    assert {"priority": 1536, "src": "10.0.1.20", "table": "2"}.items() <= next(
+        r for r in rules if r.get("src") == "10.0.1.20"
+    ).items()
+    with Netlink.open(node) as nl:
+        teardown_eni(nl, ENI1)
+        assert teardown_eni(nl, ENI1) == 0
+    assert ip_json(node, "-4", "route", "show", "table", "2") == []
+    assert not [r for r in ip_json(node, "-4", "rule", "show") if r.get("src") == "10.0.1.20"]
+
+
+def test_eni_setup_reports_a_missing_link_as_lookup_error(node: str) -> None:
+    other = EniInfo("eni-0000000000000009", 3, "0a:99:99:99:99:99", "10.0.1.99", "subnet-a", "10.0.1.0/24")
+    with Netlink.open(node) as nl, pytest.raises(LookupError):
+        setup_eni(nl, other, 9001)
+
+
+def test_eni_setup_repairs_drift(node: str) -> None:
+    with Netlink.open(node) as nl:
+        setup_eni(nl, ENI1, 9001)
+    sh("ip", "-n", node, "route", "del", "default", "table", "2")
+    sh("ip", "-n", node, "route", "add", "10.7.0.0/16", "dev", "eth1", "table", "2")
+    sh("ip", "-n", node, "link", "set", "eth1", "mtu", "1500")
+    with Netlink.open(node) as nl:
+        assert setup_eni(nl, ENI1, 9001) == 3
+        assert setup_eni(nl, ENI1, 9001) == 0
+    assert {r["dst"] for r in ip_json(node, "-4", "route", "show", "table", "2")} == {"10.0.1.1", "default"}
+
+
+def test_pod_setup_wires_veth_address_routes_neighbour_and_rules(node: str, pod: str) -> None:
+    with Netlink.open(node) as nl:
+        setup_eni(nl, ENI1, 9001)
+        net = setup_pod(nl, f"/run/netns/{pod}", "eth0", "c0ffee", "10.0.1.21", ENI1.route_table, 9001)
+        again = setup_pod(nl, f"/run/netns/{pod}", "eth0", "c0ffee", "10.0.1.21", ENI1.route_table, 9001)
+        assert again == net
+    host_name = host_veth_name("c0ffee", "eth0")
+    assert net.host_veth == host_name and len(host_name) <= 15
+    assert [a["local"] for a in ip_json(pod, "-4", "addr", "show", "eth0")[0]["addr_info"]] == ["10.0.1.21"]
+    assert ip_json(pod, "-4", "addr", "show", "eth0")[0]["addr_info"][0]["prefixlen"] == 32
+    routes = {(r["dst"], r.get("gateway")) for r in ip_json(pod, "-4", "route", "show")}
+    assert routes == {("default", "169.254.1.1"), ("169.254.1.1", None)}
+    neigh = ip_json(pod, "neigh", "show", "dev", "eth0")
+    assert neigh == [{"dst": "169.254.1.1", "lladdr": net.host_mac, "state": ["PERMANENT"]}]
+    host_routes = [r for r in ip_json(node, "-4", "route", "show") if r.get("dev") == host_name]
+    assert [(r["dst"], r.get("scope")) for r in host_routes] == [("10.0.1.21", "link")]
+    rules = ip_json(node, "-4", "rule", "show")
+    assert any(r["priority"] == 512 and r.get("dst") == "10.0.1.21" and r["table"] == "main" for r in rules)
+    assert any(r["priority"] == 1536 and r.get("src") == "10.0.1.21" and r["table"] == "2" for r in rules)
+    if shutil.which("ping"):  # traffic flows: pod -> 169.254.1.1 (host veth) -> node address, and back
+        assert sh("ip", "netns", "exec", pod, "ping", "-c1", "-W2", "10.0.0.10", check=False).returncode == 0
+    with Netlink.open(node) as nl:
+        teardown_pod(nl, "c0ffee", "eth0", "10.0.1.21")
+        teardown_pod(nl, "c0ffee", "eth0", "10.0.1.21")
+    assert ip_json(pod, "link", "show", "eth0") == []
+    assert not [r for r in ip_json(node, "-4", "rule", "show") if "10.0.1.21" in (r.get("src"), r.get("dst"))]
+
+
+def test_pod_on_primary_eni_gets_no_from_rule(node: str, pod: str) -> None:
+    with Netlink.open(node) as nl:
+        setup_pod(nl, pod, "eth0", "abc", "10.0.0.31", 254, 9001)
+    rules = [r for r in ip_json(node, "-4", "rule", "show") if "10.0.0.31" in (r.get("src"), r.get("dst"))]
+    assert [r["priority"] for r in rules] == [512]
+
+
+def test_half_made_pod_is_rebuilt(node: str, pod: str) -> None:
+    with Netlink.open(node) as nl:
+        setup_pod(nl, pod, "eth0", "abc", "10.0.1.22", 2, 9001)
+        sh("ip", "-n", pod, "link", "del", "eth0")
+        setup_pod(nl, pod, "eth0", "abc", "10.0.1.22", 2, 9001)
+    assert ip_json(pod, "-4", "addr", "show", "eth0")[0]["addr_info"][0]["local"] == "10.0.1.22"
+
+
+def test_routes_in_other_tables_are_left_alone(node: str) -> None:
+    with Netlink.open(node) as nl:
+        eth0 = nl.link_by_name("eth0")
+        assert eth0 is not None
+        keep = Route(dst="10.50.0.0/16", table=100, oif=eth0.index, gateway="10.0.0.1")
+        nl.route_replace(keep)
+        setup_eni(nl, ENI1, 9001)
+        assert keep in nl.routes(100)
