@@ -1,0 +1,435 @@
+"""The allocator: one batch of reports in, EC2 calls and results out.
+
+Plain logic behind ports (EC2, SQS, token buckets, ledger, leases, clock), so
+the Lambda handler, the integration tests and the bench run this same code.
+
+Per batch (DESIGN.md, issue 4):
+
+1. validate every record (invalid → DLQ at once with the reason, counted, not retried);
+2. coalesce: newest report per node; at or below the ledger's seq → dropped;
+3. verify with one round of filtered Describe calls for the whole batch
+   (instance exists, running, tagged for the cluster; reported ENIs its own);
+4. plan each node (core planner) and order (core priority);
+5. claim a lease per node that needs EC2 calls, then re-check the ledger (a
+   node served meanwhile by another invocation is re-read before acting);
+6. take every node's tokens before its first call, in one conditional store
+   write for the batch; a node that cannot be paid for now is deferred —
+   its report re-sent with a delay, its result says ``deferred``;
+7. execute the nodes concurrently (an injectable mapper), record the ledger,
+   push results, release the leases.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from functions.delivery import Deferral, Delivery
+from functions.ec2 import Ec2, NodeFacts
+from functions.errors import AwsError
+from functions.execute import NodeJob, NodeOutcome, PlanExecutor
+from functions.ports import BatchBucketStore
+from functions.settings import Settings
+from functions.telemetry import Tally
+from warmpool import names
+from warmpool.clock import Clock
+from warmpool.messages import AllocationResult, Deferred, Failed, MessageError, PoolReport, parse_report
+from warmpool.planner import plan_node
+from warmpool.ports import Ec2Api, LeaseStore, Ledger, SqsApi
+from warmpool.scheduling import coalesce, priority_key
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+Mapper = Callable[[Callable[[T], R], Sequence[T]], list[R]]
+
+
+def serial_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """Run one after the other (the bench: deterministic)."""
+    return [fn(i) for i in items]
+
+
+class ThreadMapper:
+    """Run independent nodes concurrently on a small, reused thread pool."""
+
+    def __init__(self, workers: int) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="warmpool-node")
+
+    def __call__(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        if len(items) <= 1:
+            return [fn(i) for i in items]
+        return list(self._pool.map(fn, items))
+
+
+@dataclass(frozen=True)
+class Record:
+    """One SQS record, transport-neutral."""
+
+    message_id: str
+    body: str
+    sender_id: str = ""
+
+
+@dataclass
+class BatchOutcome:
+    failed_message_ids: list[str] = field(default_factory=list)
+    """For ``ReportBatchItemFailures``: records the ESM should redeliver."""
+    results: list[AllocationResult] = field(default_factory=list)
+    nodes: dict[str, NodeOutcome] = field(default_factory=dict)
+    invalid: int = 0
+    rejected: int = 0
+    stale: int = 0
+    superseded: int = 0
+    served: int = 0
+    deferred: int = 0
+    failed: int = 0
+    noop: int = 0
+
+    def batch_item_failures(self) -> dict[str, list[dict[str, str]]]:
+        return {"batchItemFailures": [{"itemIdentifier": m} for m in self.failed_message_ids]}
+
+
+def sender_matches(sender_id: str, instance_id: str) -> bool:
+    """SQS ``SenderId`` of an assumed role is ``AROA...:<session name>``; the
+    agent's instance-role session name is the instance id."""
+    return sender_id.rsplit(":", 1)[-1] == instance_id if sender_id else False
+
+
+class Allocator:
+    """Serves batches of pool reports for one cluster."""
+
+    def __init__(
+        self,
+        *,
+        ec2: Ec2Api,
+        sqs: SqsApi,
+        buckets: BatchBucketStore,
+        ledger: Ledger,
+        leases: LeaseStore,
+        clock: Clock,
+        settings: Settings,
+        mapper: Mapper[Any, Any] | None = None,
+        tally: Tally | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.buckets = buckets
+        self.ledger = ledger
+        self.leases = leases
+        self.tally = tally if tally is not None else Tally()
+        self.ec2 = Ec2(ec2, settings, clock, self.tally)
+        self.delivery = Delivery(sqs, settings, self.tally)
+        self.executor = PlanExecutor(self.ec2, buckets, settings, self.tally)
+        self.map: Mapper[Any, Any] = mapper or serial_map
+        self._invocations = itertools.count(1)
+
+    @property
+    def cluster(self) -> str:
+        return self.settings.cluster
+
+    # --- the batch -------------------------------------------------------------
+
+    def handle_batch(self, records: Sequence[Record], invocation_id: str | None = None) -> BatchOutcome:
+        owner = invocation_id or f"inv-{next(self._invocations)}"
+        out = BatchOutcome()
+        self.tally.add(names.M_REPORTS_RECEIVED, len(records))
+        valid = self._validate(records, out)
+        if not valid:
+            return out
+        by_report = {id(r): rec for rec, r in valid}
+        last = self.ledger.last_seqs(self.cluster, sorted({r.node for _, r in valid}))
+        co = coalesce([r for _, r in valid], last)
+        out.stale, out.superseded = len(co.stale), len(co.superseded)
+        self.tally.add(names.M_REPORTS_STALE, out.stale)
+        self.tally.add(names.M_REPORTS_COALESCED, out.superseded)
+        jobs = self._verify_and_plan(list(co.keep), by_report, out)
+        active = [j for j in jobs if j.plan.calls]
+        for job in jobs:
+            if not job.plan.calls:
+                out.noop += 1
+        noops = [j for j in jobs if not j.plan.calls]
+        for job, res in zip(noops, self.map(self._finish_noop, noops), strict=True):
+            out.nodes[job.report.node] = res
+        deferrals: list[Deferral] = []
+        granted = self._claim_and_pay(active, owner, last, out, deferrals)
+        outcomes = self.map(lambda j: self._serve(j, owner), granted)
+        for job, res in zip(granted, outcomes, strict=True):
+            out.nodes[job.report.node] = res
+            if res.status == "deferred":
+                deferrals.append(Deferral(job.body, math.ceil(res.retry_after_s), job.report.node))
+        self._send_deferrals(deferrals, jobs, out)
+        out.results = [n.result for n in out.nodes.values() if n.result is not None]
+        for res in out.nodes.values():
+            if res.status == "served":
+                out.served += 1
+            elif res.status == "deferred":
+                out.deferred += 1
+            else:
+                out.failed += 1
+        self.tally.add(names.M_NODES_SERVED, out.served)
+        self.tally.add(names.M_NODES_DEFERRED, out.deferred)
+        log.info(
+            "batch done",
+            extra={
+                "records": len(records), "invalid": out.invalid, "rejected": out.rejected, "stale": out.stale,
+                "superseded": out.superseded, "served": out.served, "deferred": out.deferred,
+                "failed": out.failed, "noop": out.noop,
+            },
+        )
+        return out
+
+    # --- 1. validate -----------------------------------------------------------
+
+    def _validate(self, records: Sequence[Record], out: BatchOutcome) -> list[tuple[Record, PoolReport]]:
+        valid: list[tuple[Record, PoolReport]] = []
+        for rec in records:
+            try:
+                report = parse_report(rec.body)
+            except MessageError as err:
+                out.invalid += 1
+                self.tally.add(names.M_REPORTS_INVALID, reason=err.reason)
+                log.warning("invalid report", extra={"reason": err.reason, "detail": err.detail, "message_id": rec.message_id})
+                self._dead_letter(rec, err.reason, err.detail, out)
+                continue
+            if report.cluster != self.cluster:
+                self._reject(rec, report, "foreign-cluster", out)
+                continue
+            if self.settings.identity_mode == "sender-id" and not sender_matches(rec.sender_id, report.instance_id):
+                self._reject(rec, report, "sender-mismatch", out)
+                continue
+            valid.append((rec, report))
+        return valid
+
+    def _dead_letter(self, rec: Record, reason: str, detail: str, out: BatchOutcome) -> None:
+        if not self.delivery.dead_letter(rec.body, reason, detail):
+            out.failed_message_ids.append(rec.message_id)  # let SQS redrive it instead
+
+    def _reject(self, rec: Record, report: PoolReport, reason: str, out: BatchOutcome, detail: str = "") -> None:
+        out.rejected += 1
+        self.tally.add(names.M_REPORTS_REJECTED, reason=reason)
+        log.warning(
+            "report rejected",
+            extra={"reason": reason, "detail": detail, "cluster": report.cluster, "node": report.node,
+                   "seq": report.seq, "instance_id": report.instance_id},
+        )
+        self._dead_letter(rec, reason, detail, out)
+
+    # --- 3-4. verify, plan -----------------------------------------------------
+
+    def _verify_and_plan(
+        self, keep: list[PoolReport], by_report: dict[int, Record], out: BatchOutcome
+    ) -> list[NodeJob]:
+        if not keep:
+            return []
+        facts = self.ec2.describe_nodes(r.instance_id for r in keep)
+        ok: list[tuple[PoolReport, NodeFacts]] = []
+        missing_enis: dict[str, set[str]] = {}
+        owners: dict[str, str] = {}
+        for r in keep:
+            rec = by_report[id(r)]
+            f = facts.get(r.instance_id)
+            reason = self._instance_problem(r, f)
+            if reason == "" and r.instance_id in owners:
+                reason = "instance-claimed-twice"
+            if reason:
+                self._reject(rec, r, reason, out)
+                continue
+            assert f is not None
+            owners[r.instance_id] = r.node
+            attached = {e.eni.eni_id for e in f.enis}
+            gone = {e.eni_id for e in r.enis} - attached
+            if gone:
+                missing_enis[r.node] = gone
+            ok.append((r, f))
+        if missing_enis:
+            # Reported ENIs EC2 does not show on the instance: gone (released,
+            # GC'd) is fine; attached to another instance is someone else's.
+            seen = self.ec2.describe_enis(set().union(*missing_enis.values()))
+            still: list[tuple[PoolReport, NodeFacts]] = []
+            for r, f in ok:
+                foreign = [
+                    e for e in missing_enis.get(r.node, ())
+                    if e in seen and seen[e].instance_id and seen[e].instance_id != r.instance_id
+                ]
+                if foreign:
+                    self._reject(by_report[id(r)], r, "foreign-eni", out, ",".join(sorted(foreign)))
+                else:
+                    still.append((r, f))
+            ok = still
+        if not ok:
+            return []
+        subnets = list(self.ec2.subnets(f.vpc_id for _, f in ok).values())
+        jobs: list[NodeJob] = []
+        for r, f in ok:
+            rec = by_report[id(r)]
+            try:
+                limits = self.ec2.limits(f.instance_type)
+            except AwsError as err:
+                self._reject(rec, r, "unknown-instance-type", out, str(err))
+                continue
+            plan = plan_node(r, f.inventory(), limits, subnets, cluster=self.cluster)
+            jobs.append(NodeJob(r, f, limits, plan, rec.message_id, rec.body))
+            if plan.delta.low:
+                self.tally.add(names.M_NODES_IN_DEFICIT)
+        jobs.sort(key=lambda j: priority_key(j.report, j.plan.delta))
+        return jobs
+
+    def _instance_problem(self, r: PoolReport, f: NodeFacts | None) -> str:
+        if f is None:
+            return "instance-not-found"
+        if f.tags.get(names.cluster_tag_key(self.cluster)) not in ("owned", "shared"):
+            return "foreign-instance"
+        if f.state != "running":
+            return "instance-not-running"
+        return ""
+
+    # --- 5-6. lease, tokens ----------------------------------------------------
+
+    def _claim_and_pay(
+        self,
+        active: list[NodeJob],
+        owner: str,
+        last: dict[str, int],
+        out: BatchOutcome,
+        deferrals: list[Deferral],
+    ) -> list[NodeJob]:
+        if not active:
+            return []
+        now = self.clock.now()
+        claims = self.map(
+            lambda j: self.leases.claim(self.cluster, j.report.node, owner, now, self.settings.lease_ttl_s), active
+        )
+        claimed: list[NodeJob] = []
+        for job, got in zip(active, claims, strict=True):
+            if got:
+                claimed.append(job)
+            else:
+                self._defer(job, float(self.settings.lease_retry_s), "node busy in another invocation", out, deferrals)
+        if not claimed:
+            return []
+        # Served by another invocation between our read and our claim? Then our
+        # view of EC2 may predate its calls: drop if stale, else read again.
+        now_seqs = self.ledger.last_seqs(self.cluster, [j.report.node for j in claimed])
+        moved = [j for j in claimed if now_seqs.get(j.report.node, -1) != last.get(j.report.node, -1)]
+        if moved:
+            claimed = self._recheck(claimed, moved, now_seqs, owner, out)
+        waits = self.buckets.take_batch([j.plan.tokens() for j in claimed], self.clock.now())
+        granted: list[NodeJob] = []
+        for job, wait in zip(claimed, waits, strict=True):
+            self.tally.add(names.M_TOKENS_TAKEN if wait == 0 else names.M_TOKENS_WAITED_S,
+                           job.plan.mutating_calls if wait == 0 else (wait if math.isfinite(wait) else 0))
+            if wait == 0:
+                granted.append(job)
+            elif math.isinf(wait):
+                self.leases.release(self.cluster, job.report.node, owner)
+                res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "failed",
+                                  [Failed(code="plan-exceeds-budget", message="plan needs more tokens than a bucket holds")])
+                out.nodes[job.report.node] = res
+                self._finish(job, res)
+            else:
+                self.leases.release(self.cluster, job.report.node, owner)
+                self._defer(job, wait, "waiting for EC2 tokens", out, deferrals)
+        return granted
+
+    def _recheck(
+        self, claimed: list[NodeJob], moved: list[NodeJob], now_seqs: dict[str, int], owner: str, out: BatchOutcome
+    ) -> list[NodeJob]:
+        fresh_facts = self.ec2.describe_nodes(j.facts.instance_id for j in moved)
+        subnets = list(self.ec2.subnets().values())
+        keep: list[NodeJob] = []
+        moved_ids = {id(j) for j in moved}
+        for j in claimed:
+            if id(j) not in moved_ids:
+                keep.append(j)
+                continue
+            f = fresh_facts.get(j.facts.instance_id)
+            if j.report.seq <= now_seqs.get(j.report.node, -1) or f is None:
+                out.stale += 1
+                self.tally.add(names.M_REPORTS_STALE)
+                self.leases.release(self.cluster, j.report.node, owner)
+                continue
+            plan = plan_node(j.report, f.inventory(), j.limits, subnets, cluster=self.cluster)
+            nj = NodeJob(j.report, f, j.limits, plan, j.record_id, j.body)
+            if plan.calls:
+                keep.append(nj)
+            else:
+                self.leases.release(self.cluster, j.report.node, owner)
+                out.nodes[j.report.node] = self._finish_noop(nj)
+        return keep
+
+    def _defer(self, job: NodeJob, wait: float, reason: str, out: BatchOutcome, deferrals: list[Deferral]) -> None:
+        delay = min(float(self.settings.max_defer_s), max(1.0, wait))
+        res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "deferred",
+                          retry_after_s=delay, reason=reason)
+        out.nodes[job.report.node] = res
+        deferrals.append(Deferral(job.body, math.ceil(delay), job.report.node))
+
+    def _send_deferrals(self, deferrals: list[Deferral], jobs: list[NodeJob], out: BatchOutcome) -> None:
+        if not deferrals:
+            return
+        failed = set(self.delivery.defer(deferrals))
+        by_node = {j.report.node: j for j in jobs}
+        for node in failed:
+            # Could not re-send: let the ESM redeliver the original record instead.
+            out.failed_message_ids.append(by_node[node].record_id)
+        pushes = [
+            (by_node[d.node], out.nodes[d.node]) for d in deferrals if d.node not in failed and d.node in out.nodes
+        ]
+        self.map(lambda p: self._push(p[0], p[1]), pushes)
+
+    # --- 7. execute, record, push ---------------------------------------------
+
+    def _serve(self, job: NodeJob, owner: str) -> NodeOutcome:
+        try:
+            res = self.executor.run(job)
+            if res.status != "deferred":
+                self._finish(job, res)
+            return res
+        except Exception as exc:  # a bug or an outage: the ESM redelivers this record
+            log.exception("node failed", extra={"node": job.report.node, "seq": job.report.seq})
+            return NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "failed",
+                               [Failed(code="internal", message=str(exc)[:500])], reason="internal")
+        finally:
+            self.leases.release(self.cluster, job.report.node, owner)
+
+    def _finish_noop(self, job: NodeJob) -> NodeOutcome:
+        res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "served")
+        if job.plan.unmet:
+            res.actions.append(Failed(code="unmet", message=f"{job.plan.unmet} units: {'; '.join(job.plan.notes)}"[:500]))
+        self._finish(job, res)
+        return res
+
+    def _finish(self, job: NodeJob, res: NodeOutcome) -> None:
+        r = job.report
+        outcome = {
+            "instance_id": job.facts.instance_id,
+            "status": res.status,
+            "actions": [a.model_dump(exclude_none=True) for a in res.actions],
+        }
+        if not self.ledger.record(self.cluster, r.node, r.seq, outcome, self.clock.now()):
+            log.info("ledger already past this seq", extra={"node": r.node, "seq": r.seq})
+        # A reply is owed when something changed, the agent offered addresses
+        # back (it waits for the answer), or pods are waiting.
+        if res.actions or r.release or r.pending_demand:
+            self._push(job, res)
+
+    def _push(self, job: NodeJob, res: NodeOutcome) -> None:
+        r = job.report
+        actions = list(res.actions)
+        if res.status == "deferred":
+            actions.append(Deferred(retry_after_s=res.retry_after_s, reason=res.reason[:200]))
+        result = AllocationResult(
+            cluster=self.cluster, node=r.node, instance_id=job.facts.instance_id, in_reply_to=r.seq, actions=actions[:64]
+        )
+        try:
+            if self.delivery.push(result):
+                self.tally.observe(names.M_ALLOCATION_LATENCY_MS, max(0.0, (self.clock.now() - r.sent_at) * 1000))
+        except AwsError as err:
+            log.error("result push failed", extra={"node": r.node, "seq": r.seq, "error": str(err)})
+        res.result = result

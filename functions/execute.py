@@ -1,0 +1,351 @@
+"""Carrying out one node's plan: the EC2 calls, the recoveries, the result actions.
+
+The tokens for the plan were taken before the first call. Recoveries re-plan
+(with a fresh inventory of the node) and take the new plan's tokens first:
+
+* ``InsufficientCidrBlocks`` → re-plan with single addresses (prefix fallback);
+* ``InsufficientFreeAddressesInSubnet`` → re-plan without that subnet;
+* ``PrivateIpAddressLimitExceeded`` → re-read the node, re-plan;
+* ``RequestLimitExceeded`` → AIMD cut, stop, defer the node (its report is
+  re-sent; the deterministic ClientToken makes a half-made ENI come back);
+* attach failure → delete the ENI just created.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from functions.ec2 import Ec2, EniFacts, NodeFacts, eni_facts
+from functions.errors import (
+    AddressLimit,
+    AwsError,
+    InUse,
+    NoCidrBlocks,
+    NotFound,
+    SubnetFull,
+    Throttled,
+    TokenMismatch,
+)
+from functions.ports import BatchBucketStore
+from functions.settings import Settings
+from functions.telemetry import Tally
+from warmpool import names
+from warmpool.buckets import time_until
+from warmpool.limits import PREFIX_SIZE, InstanceLimits
+from warmpool.messages import (
+    Action,
+    AllocationResult,
+    Assigned,
+    Attached,
+    Deleted,
+    Failed,
+    PoolReport,
+    Released,
+)
+from warmpool.planner import (
+    AssignAddresses,
+    Call,
+    CreateEni,
+    DeleteEni,
+    Mode,
+    Plan,
+    UnassignAddresses,
+    plan_node,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_REPLANS = 3
+M_ENI_DELETE_DEFERRED = "EniDeleteLeftToGc"
+
+Status = Literal["served", "deferred", "failed"]
+
+
+@dataclass
+class NodeJob:
+    """One node of a batch, verified and planned."""
+
+    report: PoolReport
+    facts: NodeFacts
+    limits: InstanceLimits
+    plan: Plan
+    record_id: str = ""
+    body: str = ""
+
+
+@dataclass
+class NodeOutcome:
+    node: str
+    instance_id: str
+    seq: int
+    status: Status
+    actions: list[Action] = field(default_factory=list)
+    retry_after_s: float = 0.0
+    reason: str = ""
+    calls: int = 0
+    result: AllocationResult | None = None
+    """The result pushed to the node (None if none was owed)."""
+
+
+class _Replan(Exception):
+    def __init__(self, why: str, *, exclude: str = "", force: Mode | None = None, refresh: bool = True) -> None:
+        super().__init__(why)
+        self.why = why
+        self.exclude = exclude
+        self.force = force
+        self.refresh = refresh
+
+
+class _Defer(Exception):
+    def __init__(self, retry_after_s: float, reason: str) -> None:
+        super().__init__(reason)
+        self.retry_after_s = retry_after_s
+        self.reason = reason
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class PlanExecutor:
+    """Executes plans through the EC2 adapter; one instance serves a whole batch (thread-safe)."""
+
+    def __init__(self, ec2: Ec2, buckets: BatchBucketStore, settings: Settings, tally: Tally) -> None:
+        self.ec2 = ec2
+        self.buckets = buckets
+        self.settings = settings
+        self.tally = tally
+
+    @property
+    def cluster(self) -> str:
+        return self.settings.cluster
+
+    def run(self, job: NodeJob) -> NodeOutcome:
+        rep = job.report
+        out = NodeOutcome(rep.node, job.facts.instance_id, rep.seq, "served")
+        facts = job.facts
+        queue: list[Call] = list(job.plan.calls)
+        exclude: set[str] = set()
+        force: Mode | None = None
+        replans = 0
+        while queue:
+            call = queue.pop(0)
+            try:
+                out.actions.extend(self._do(call, job, facts))
+                out.calls += 1
+            except _Replan as rp:
+                if replans >= MAX_REPLANS:
+                    out.actions.append(Failed(code="replan-limit", message=rp.why[:500]))
+                    break
+                replans += 1
+                exclude |= {rp.exclude} if rp.exclude else set()
+                force = rp.force or force
+                if rp.refresh or out.actions:
+                    facts = self._refresh(facts)
+                plan = plan_node(
+                    rep, facts.inventory(), job.limits, list(self.ec2.subnets().values()),
+                    cluster=self.cluster, exclude_subnets=frozenset(exclude), force_mode=force,
+                )
+                log.info("re-planned", extra={"node": rep.node, "seq": rep.seq, "why": rp.why, "calls": len(plan.calls)})
+                if plan.calls:
+                    wait = self.buckets.take_batch([plan.tokens()], self.ec2.clock.now())[0]
+                    if wait > 0:
+                        return self._deferred(out, wait, f"tokens after re-plan ({rp.why})")
+                queue = list(plan.calls)
+                if plan.unmet:
+                    out.actions.append(Failed(code="unmet", message=f"{plan.unmet} units: {'; '.join(plan.notes)}"[:500]))
+            except _Defer as d:
+                return self._deferred(out, d.retry_after_s, d.reason)
+            except AwsError as err:
+                out.actions.append(Failed(code=err.code[:100], message=str(err)[:500]))
+        else:
+            if job.plan.unmet and not replans:
+                out.actions.append(
+                    Failed(code="unmet", message=f"{job.plan.unmet} units: {'; '.join(job.plan.notes)}"[:500])
+                )
+        if out.actions and all(isinstance(a, Failed) for a in out.actions):
+            out.status = "failed"
+        return out
+
+    def _deferred(self, out: NodeOutcome, wait: float, reason: str) -> NodeOutcome:
+        out.status = "deferred"
+        out.retry_after_s = min(float(self.settings.max_defer_s), max(1.0, wait if math.isfinite(wait) else 900.0))
+        out.reason = reason
+        return out
+
+    def _refresh(self, facts: NodeFacts) -> NodeFacts:
+        enis = self.ec2.describe_attached([facts.instance_id]).get(facts.instance_id, [])
+        return NodeFacts(**{**facts.__dict__, "enis": tuple(enis)})
+
+    def _throttled(self, err: Throttled) -> _Defer:
+        now = self.ec2.clock.now()
+        self.buckets.throttled(err.action, now)
+        spec = self.settings.bucket_spec(err.action)
+        wait = time_until(self.buckets.load(err.action, now), spec, 1, now)
+        return _Defer(wait, f"{err.action} throttled")
+
+    # --- calls ---------------------------------------------------------------
+
+    def _do(self, call: Call, job: NodeJob, facts: NodeFacts) -> list[Action]:
+        try:
+            if isinstance(call, AssignAddresses):
+                return self._assign(call)
+            if isinstance(call, CreateEni):
+                return self._create(call, job, facts)
+            if isinstance(call, UnassignAddresses):
+                return self._unassign(call)
+            return self._delete(call, facts)
+        except Throttled as err:
+            raise self._throttled(err) from None
+
+    def _assign(self, call: AssignAddresses) -> list[Action]:
+        kw: dict[str, Any] = {"NetworkInterfaceId": call.eni_id}
+        if call.prefixes:
+            kw["Ipv4PrefixCount"] = call.prefixes
+        else:
+            kw["SecondaryPrivateIpAddressCount"] = call.ips
+        try:
+            resp = self.ec2.call("AssignPrivateIpAddresses", **kw)
+        except NoCidrBlocks:
+            raise _Replan("InsufficientCidrBlocks", force="secondary-ip", refresh=False) from None
+        except AddressLimit:
+            raise _Replan("PrivateIpAddressLimitExceeded") from None
+        except SubnetFull:
+            raise _Replan("InsufficientFreeAddressesInSubnet", refresh=True) from None
+        ips = [a["PrivateIpAddress"] for a in resp.get("AssignedPrivateIpAddresses", [])]
+        prefixes = [p["Ipv4Prefix"] for p in resp.get("AssignedIpv4Prefixes", [])]
+        self.tally.add(names.M_ADDRESSES_ALLOCATED, len(ips) + PREFIX_SIZE * len(prefixes))
+        return [Assigned(eni_id=call.eni_id, ips=ips, prefixes=prefixes)]
+
+    def _groups(self, facts: NodeFacts) -> list[str]:
+        if self.settings.security_groups:
+            return list(self.settings.security_groups)
+        for e in facts.enis:
+            if e.eni.device_index == 0 and e.eni.network_card == 0:
+                return list(e.groups)
+        return []
+
+    def _create(self, call: CreateEni, job: NodeJob, facts: NodeFacts) -> list[Action]:
+        tags = [
+            {"Key": names.TAG_CLUSTER_NAME, "Value": self.cluster},
+            {"Key": names.TAG_INSTANCE_ID, "Value": facts.instance_id},
+            {"Key": names.TAG_CREATED_AT, "Value": _iso(job.report.sent_at)},
+            {"Key": names.TAG_MANAGED, "Value": "true"},
+        ]
+        kw: dict[str, Any] = {
+            "SubnetId": call.subnet_id,
+            "Description": f"warmpool {self.cluster} {facts.instance_id}",
+            "TagSpecifications": [{"ResourceType": "network-interface", "Tags": tags}],
+            "ClientToken": call.client_token,
+        }
+        groups = self._groups(facts)
+        if groups:
+            kw["Groups"] = groups
+        if call.prefixes:
+            kw["Ipv4PrefixCount"] = call.prefixes
+        elif call.ips:
+            kw["SecondaryPrivateIpAddressCount"] = call.ips
+        try:
+            try:
+                resp = self.ec2.call("CreateNetworkInterface", **kw)
+            except TokenMismatch:
+                # The token was spent on other parameters (a re-plan after a crash);
+                # that ENI is left detached for GC, this one gets its own token.
+                kw["ClientToken"] = (call.client_token[:40] + f"-{call.subnet_id[-8:]}-{call.ips}-{call.prefixes}")[:64]
+                resp = self.ec2.call("CreateNetworkInterface", **kw)
+        except NoCidrBlocks:
+            raise _Replan("InsufficientCidrBlocks", force="secondary-ip", refresh=False) from None
+        except SubnetFull:
+            self.ec2.forget_subnets()
+            raise _Replan("InsufficientFreeAddressesInSubnet", exclude=call.subnet_id, refresh=False) from None
+        made = eni_facts(resp["NetworkInterface"])
+        eni_id = made.eni.eni_id
+        self.tally.add(names.M_ENIS_CREATED)
+        self.ec2.spend_subnet(call.subnet_id, 1 + call.ips + PREFIX_SIZE * call.prefixes)
+        attachment_id = made.attachment_id if made.instance_id == facts.instance_id else ""
+        if not attachment_id:
+            try:
+                att = self.ec2.call(
+                    "AttachNetworkInterface",
+                    InstanceId=facts.instance_id,
+                    NetworkInterfaceId=eni_id,
+                    DeviceIndex=call.device_index,
+                    NetworkCardIndex=call.network_card,
+                )
+            except Throttled:
+                raise  # leave it: the deferred report re-creates it with the same token
+            except AwsError as err:
+                self._delete_quietly(eni_id)
+                return [Failed(code=err.code[:100], message=f"attach {eni_id}: {err.message}"[:500])]
+            attachment_id = att.get("AttachmentId", "")
+        try:
+            self.ec2.call(
+                "ModifyNetworkInterfaceAttribute",
+                NetworkInterfaceId=eni_id,
+                Attachment={"AttachmentId": attachment_id, "DeleteOnTermination": True},
+            )
+        except Throttled:
+            raise
+        except AwsError as err:  # reconcile sets it later; the ENI is usable now
+            log.warning("DeleteOnTermination not set", extra={"eni_id": eni_id, "error": str(err)})
+        sub = self.ec2.subnets().get(call.subnet_id)
+        self.tally.add(names.M_ADDRESSES_ALLOCATED, len(made.eni.ips) + PREFIX_SIZE * len(made.eni.prefixes))
+        return [
+            Attached(
+                eni_id=eni_id,
+                device_index=call.device_index,
+                network_card=call.network_card,
+                mac=made.mac.lower(),
+                subnet_id=call.subnet_id,
+                subnet_cidr=sub.cidr if sub else "0.0.0.0/0",
+                primary_ip=made.eni.primary_ip,
+                ips=list(made.eni.ips),
+                prefixes=list(made.eni.prefixes),
+            )
+        ]
+
+    def _delete_quietly(self, eni_id: str) -> None:
+        try:
+            self.ec2.call("DeleteNetworkInterface", NetworkInterfaceId=eni_id)
+            self.tally.add(names.M_ENIS_DELETED)
+        except AwsError as err:
+            log.warning("could not delete ENI after a failed attach; GC will", extra={"eni_id": eni_id, "error": str(err)})
+
+    def _unassign(self, call: UnassignAddresses) -> list[Action]:
+        kw: dict[str, Any] = {"NetworkInterfaceId": call.eni_id}
+        if call.ips:
+            kw["PrivateIpAddresses"] = list(call.ips)
+        if call.prefixes:
+            kw["Ipv4Prefixes"] = list(call.prefixes)
+        self.ec2.call("UnassignPrivateIpAddresses", **kw)
+        self.tally.add(names.M_ADDRESSES_RELEASED, len(call.ips) + PREFIX_SIZE * len(call.prefixes))
+        return [Released(eni_id=call.eni_id, ips=list(call.ips), prefixes=list(call.prefixes))]
+
+    def managed(self, eni: EniFacts) -> bool:
+        """Tagged for this cluster: the only ENIs warmpool deletes."""
+        return eni.tags.get(names.TAG_CLUSTER_NAME) == self.cluster
+
+    def _delete(self, call: DeleteEni, facts: NodeFacts) -> list[Action]:
+        eni = next((e for e in facts.enis if e.eni.eni_id == call.eni_id), None)
+        if eni is None:
+            return []
+        if not self.managed(eni) or eni.eni.device_index == 0:
+            return [Failed(code="not-managed", message=f"{call.eni_id} is not warmpool's to delete")]
+        if eni.attachment_id:
+            try:
+                self.ec2.call("DetachNetworkInterface", AttachmentId=eni.attachment_id)
+            except NotFound:
+                pass
+        try:
+            self.ec2.call("DeleteNetworkInterface", NetworkInterfaceId=call.eni_id)
+            self.tally.add(names.M_ENIS_DELETED)
+        except (InUse, NotFound):
+            # Still detaching: it is detached and tagged, so the GC deletes it.
+            self.tally.add(M_ENI_DELETE_DEFERRED)
+        released = len(eni.eni.ips) + PREFIX_SIZE * len(eni.eni.prefixes)
+        self.tally.add(names.M_ADDRESSES_RELEASED, released)
+        return [Deleted(eni_id=call.eni_id)]

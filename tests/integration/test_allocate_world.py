@@ -1,0 +1,222 @@
+"""A small world for the allocator's integration tests: the emulated EC2, the
+fast SQS, in-memory (or moto DynamoDB) stores, a virtual clock, and agents
+that report what EC2 shows them. Imported by the other test_allocate_* files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import boto3
+
+from functions.allocator import Allocator, BatchOutcome, Record, serial_map
+from functions.settings import Settings
+from functions.stores import DynamoBuckets, DynamoLeases, DynamoLedger, create_tables
+from functions.telemetry import Tally
+from sim.ec2 import Ec2Config, Ec2Emulator
+from sim.memstores import MemBuckets, MemLeases, MemLedger
+from sim.sqs import FastSqs
+from warmpool import names
+from warmpool.buckets import MUTATING_ENI_ACTIONS
+from warmpool.clock import VirtualClock
+from warmpool.messages import AllocationResult, PoolReport, parse_result
+
+T0 = 1_700_000_000.0
+MUTATING = (*MUTATING_ENI_ACTIONS, "CreateTags")
+
+
+class World:
+    def __init__(
+        self,
+        cluster: str = "demo",
+        *,
+        subnet_cidrs: Sequence[str] = ("10.0.0.0/18",),
+        ec2_config: Ec2Config | None = None,
+        dynamo: Any = None,
+        boto: bool = False,
+        mapper: Any = None,
+        shared_buckets: Any = None,
+        emu: Ec2Emulator | None = None,
+        sqs: FastSqs | None = None,
+        clock: VirtualClock | None = None,
+        **settings: Any,
+    ) -> None:
+        self.cluster = cluster
+        self.clock = clock or VirtualClock(T0)
+        self.emu = emu or Ec2Emulator(self.clock, ec2_config or Ec2Config())
+        if emu is None:
+            self.vpc = self.emu.add_vpc("10.0.0.0/16")
+            self.subnets = [
+                self.emu.add_subnet(az="us-east-1a", cidr=c, vpc_id=self.vpc) for c in subnet_cidrs
+            ]
+        else:
+            self.subnets = sorted(self.emu.subnets)
+        self.sqs = sqs or FastSqs(self.clock)
+        c = self.sqs.client()
+        self.reports_url = c.create_queue(QueueName=names.reports_queue(cluster))["QueueUrl"]
+        self.dlq_url = c.create_queue(QueueName=names.reports_dlq(cluster))["QueueUrl"]
+        self.settings = Settings(
+            cluster=cluster,
+            reports_queue_url=self.reports_url,
+            dlq_url=self.dlq_url,
+            result_queue_prefix=names.result_queue_prefix(cluster),
+            ledger_table=names.ledger_table(cluster),
+            account=self.emu.owner,
+            **settings,
+        )
+        self.tally = Tally()
+        if dynamo is not None:
+            try:
+                create_tables(dynamo, self.settings.ledger_table, self.settings.buckets_table)
+            except dynamo.exceptions.ResourceInUseException:
+                create_tables(dynamo, self.settings.ledger_table, self.settings.buckets_table + "-unused")
+            self.buckets: Any = DynamoBuckets(dynamo, self.settings.buckets_table, self.settings.bucket_spec,
+                                              self.settings.account, self.settings.region)
+            self.ledger: Any = DynamoLedger(dynamo, self.settings.ledger_table)
+            self.leases: Any = DynamoLeases(dynamo, self.settings.ledger_table)
+        else:
+            self.buckets = MemBuckets(self.settings.bucket_spec, self.settings.account, self.settings.region,
+                                      shared=shared_buckets)
+            self.ledger = MemLedger()
+            self.leases = MemLeases()
+        self.ec2_client = self.emu.boto3_client(region_name="us-east-1") if boto else self.emu.client()
+        self.alloc = self.allocator(mapper=mapper)
+        self.nodes: dict[str, str] = {}  # node -> instance id
+        self.pods: dict[str, int] = {}
+        self.seq: dict[str, int] = {}
+
+    def allocator(self, mapper: Any = None) -> Allocator:
+        return Allocator(
+            ec2=self.ec2_client, sqs=self.sqs.client(), buckets=self.buckets, ledger=self.ledger,
+            leases=self.leases, clock=self.clock, settings=self.settings, mapper=mapper or serial_map,
+            tally=self.tally,
+        )
+
+    # --- nodes ---------------------------------------------------------------
+
+    def add_node(self, name: str, instance_type: str = "m5.4xlarge", *, cluster_tag: str | None = "owned",
+                 queue: bool = True) -> str:
+        tags = {names.cluster_tag_key(self.cluster): cluster_tag} if cluster_tag else {}
+        iid = self.emu.run_instance(instance_type, subnet_id=self.subnets[0], tags=tags)
+        self.nodes[name] = iid
+        self.pods[name] = 0
+        self.seq[name] = 0
+        if queue:
+            self.sqs.client().create_queue(QueueName=names.result_queue(self.cluster, iid))
+        return iid
+
+    def enis(self, node: str) -> list[Any]:
+        iid = self.nodes[node]
+        return sorted(
+            (e for e in self.emu.enis.values() if e.attachment and e.attachment.instance_id == iid),
+            key=lambda e: e.attachment.device_index,
+        )
+
+    def addresses(self, node: str) -> int:
+        return sum(len(e.secondary) + 16 * len(e.prefixes) for e in self.enis(node))
+
+    def report(self, node: str, *, seq: int | None = None, pending: int = 0, warm_ip: int = 0,
+               minimum_ip: int = 0, warm_eni: int = 1, mode: str = "secondary-ip", release: Iterable[dict[str, Any]] = (),
+               assigned: int | None = None, extra: dict[str, Any] | None = None) -> PoolReport:
+        """What the node's agent would report now (EC2's ENIs; pods spread over them)."""
+        if seq is None:
+            self.seq[node] += 1
+            seq = self.seq[node]
+        left = self.pods[node] if assigned is None else assigned
+        enis = []
+        for e in self.enis(node):
+            cap = len(e.secondary) + 16 * len(e.prefixes)
+            here = min(cap, left)
+            left -= here
+            enis.append({
+                "eni_id": e.id, "device_index": e.attachment.device_index, "network_card": e.attachment.card,
+                "subnet_id": e.subnet_id, "primary_ip": e.primary_ip, "ips": list(e.secondary),
+                "prefixes": list(e.prefixes), "assigned": here,
+            })
+        body: dict[str, Any] = {
+            "schema": "warmpool.report/v1", "cluster": self.cluster, "node": node,
+            "instance_id": self.nodes[node], "instance_type": self.emu.instances[self.nodes[node]].instance_type,
+            "availability_zone": "us-east-1a", "seq": seq, "sent_at": self.clock.now(), "mode": mode,
+            "targets": {"warm_ip": warm_ip, "minimum_ip": minimum_ip, "warm_eni": warm_eni},
+            "enis": enis, "assigned_ips": self.pods[node] if assigned is None else assigned,
+            "pending_demand": pending, "release": list(release),
+        }
+        body.update(extra or {})
+        return PoolReport.model_validate(body)
+
+    # --- delivery ------------------------------------------------------------
+
+    @staticmethod
+    def records(reports: Iterable[PoolReport | str], sender: str = "") -> list[Record]:
+        out = []
+        for i, r in enumerate(reports):
+            body = r if isinstance(r, str) else r.to_json()
+            out.append(Record(message_id=f"m-{i}", body=body, sender_id=sender))
+        return out
+
+    def deliver(self, reports: Iterable[PoolReport | str], alloc: Allocator | None = None) -> BatchOutcome:
+        return (alloc or self.alloc).handle_batch(self.records(reports))
+
+    def results(self, node: str) -> list[AllocationResult]:
+        c = self.sqs.client()
+        url = c.get_queue_url(QueueName=names.result_queue(self.cluster, self.nodes[node]))["QueueUrl"]
+        out = []
+        while True:
+            msgs = c.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+            if not msgs:
+                return out
+            for m in msgs:
+                out.append(parse_result(m["Body"]))
+                c.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+
+    def queued(self, url: str, *, wait_s: float = 0.0) -> list[dict[str, Any]]:
+        """Receive (and delete) everything visible in a queue after ``wait_s``."""
+        if wait_s:
+            self.clock.advance(wait_s)
+        c = self.sqs.client()
+        out = []
+        while True:
+            msgs = c.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]).get("Messages", [])
+            if not msgs:
+                return out
+            for m in msgs:
+                out.append(m)
+                c.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+
+    # --- EC2 figures ---------------------------------------------------------
+
+    def ec2_stats(self) -> dict[str, dict[str, int]]:
+        return self.emu.stats()["ec2"]
+
+    def mutating_calls(self) -> int:
+        return sum(v["calls"] for a, v in self.ec2_stats().items() if a in MUTATING)
+
+    def throttled(self) -> int:
+        return sum(v["throttled"] for v in self.ec2_stats().values())
+
+    def all_addresses(self) -> list[str]:
+        """Every secondary address and prefix attached anywhere (duplicates would show twice)."""
+        out: list[str] = []
+        for e in self.emu.enis.values():
+            out.extend(e.secondary)
+            out.extend(e.prefixes)
+        return out
+
+    def detached_enis(self) -> list[str]:
+        return [e.id for e in self.emu.enis.values() if e.attachment is None]
+
+
+def moto_dynamo() -> Any:
+    return boto3.client("dynamodb", region_name="us-east-1")
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj)
+
+
+def test_world_reports_what_ec2_shows() -> None:
+    w = World()
+    w.add_node("n1")
+    r = w.report("n1")
+    assert r.instance_id == w.nodes["n1"] and len(r.enis) == 1 and r.enis[0].device_index == 0
