@@ -63,30 +63,22 @@ def settled_pool(env: Env, limits: InstanceLimits, pods: int, *, with_warm: bool
     """
     slots = limits.slots_per_eni
     max_enis = limits.enis(env.MAX_ENI)
-    if env.ENABLE_PREFIX_DELEGATION:
-        if not with_warm:
-            units = math.ceil(pods / PREFIX_SIZE)
-        elif env.ip_target_mode:
-            units = math.ceil(max(pods + env.WARM_IP_TARGET, env.MINIMUM_IP_TARGET) / PREFIX_SIZE)
-        else:
-            units = math.ceil(pods / PREFIX_SIZE) + (env.WARM_PREFIX_TARGET or 1)
-        units = min(units, max_enis * slots)
-        enis = max(1, math.ceil(units / slots))
-        return Settled(units=units, enis=enis, addresses=units * PREFIX_SIZE)
+    unit = PREFIX_SIZE if env.ENABLE_PREFIX_DELEGATION else 1
+    per_eni = slots * unit  # addresses one ENI holds
     if not with_warm:
-        units = pods
-        enis = max(1, math.ceil(units / slots))
+        units = math.ceil(pods / unit)
     elif env.ip_target_mode:
-        units = max(pods + env.WARM_IP_TARGET, env.MINIMUM_IP_TARGET)
-        enis = max(1, math.ceil(units / slots))
+        units = math.ceil(max(pods + env.WARM_IP_TARGET, env.MINIMUM_IP_TARGET) / unit)
+    elif env.ENABLE_PREFIX_DELEGATION and env.WARM_PREFIX_TARGET > 0:
+        units = math.ceil(pods / PREFIX_SIZE) + env.WARM_PREFIX_TARGET
     else:
+        # WARM_ENI: whole ENIs, ``WARM_ENI_TARGET`` ENIs' worth free (0: low at 0 free)
         warm = env.WARM_ENI_TARGET
-        enis = math.ceil(pods / slots) + warm if warm > 0 else pods // slots + 1
-        enis = max(1, enis)
-        units = enis * slots
-    enis = min(enis, max_enis)
-    units = min(units, enis * slots)
-    return Settled(units=units, enis=enis, addresses=units)
+        enis = math.ceil(pods / per_eni) + warm if warm > 0 else pods // per_eni + 1
+        units = max(1, enis) * slots
+    units = min(units, max_enis * slots)
+    enis = max(1, math.ceil(units / slots))
+    return Settled(units=units, enis=enis, addresses=units * unit)
 
 
 def growth_calls(s: Settled) -> Counter[str]:

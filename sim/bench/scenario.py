@@ -75,8 +75,17 @@ class Cluster(_Model):
     env: Env = Env()
 
 
+class Ec2Timing(_Model):
+    """How the emulated EC2 answers (the same for every strategy)."""
+
+    api_latency_s: NonNeg = 0.1
+    attach_delay_s: NonNeg = 3.0
+    """Until an attached ENI is visible to the node (REFERENCE.md: up to ~10 s)."""
+    detach_delay_s: NonNeg = 2.0
+
+
 class Subnet(_Model):
-    id: Annotated[str, Field(min_length=1, max_length=64)]
+    id: Annotated[str, Field(pattern=r"^subnet-[0-9a-zA-Z]{1,17}$")]
     az: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")]
     cidr: str
 
@@ -162,6 +171,7 @@ class Scenario(_Model):
     duration_s: Annotated[float, Field(gt=0, le=86_400)]
     strategies: Annotated[list[Strategy], Field(min_length=1)] = list(STRATEGIES)
     account: Account = Account()
+    ec2: Ec2Timing = Ec2Timing()
     cluster: Cluster | None = None
     clusters: list[Cluster] | None = None
     subnets: Annotated[list[Subnet], Field(min_length=1)]
