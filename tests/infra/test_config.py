@@ -1,0 +1,125 @@
+"""Context validation: bad values stop synth with one message naming each key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from infra.config import ConfigError, config_from_context
+
+GOOD = {
+    "cluster": "demo",
+    "vpc_id": "vpc-0123456789abcdef0",
+    "subnet_ids": "subnet-0123456789abcdef0",
+    "create_buckets_table": "true",
+}
+
+
+def problems(**overrides: object) -> str:
+    with pytest.raises(ConfigError) as err:
+        config_from_context({**GOOD, **overrides})
+    return str(err.value)
+
+
+def test_command_line_strings_are_parsed() -> None:
+    cfg = config_from_context(
+        {**GOOD, "subnet_ids": "subnet-0123456789abcdef0, subnet-0123456789abcdef1", "batch_size": "500",
+         "budget_fraction": "0.5", "create_buckets_table": "false"}
+    )
+    assert cfg.subnet_ids == ("subnet-0123456789abcdef0", "subnet-0123456789abcdef1")
+    assert cfg.batch_size == 500 and cfg.budget_fraction == 0.5 and cfg.create_buckets_table is False
+
+
+def test_json_lists_and_native_values_are_accepted() -> None:
+    cfg = config_from_context({**GOOD, "subnet_ids": '["subnet-0123456789abcdef0"]', "create_buckets_table": True})
+    assert cfg.subnet_ids == ("subnet-0123456789abcdef0",) and cfg.create_buckets_table is True
+
+
+def test_defaults() -> None:
+    cfg = config_from_context(GOOD)
+    assert (cfg.budget_fraction, cfg.batch_size, cfg.batching_window_s, cfg.max_concurrency) == (0.8, 100, 1, 5)
+    assert cfg.agent_identity == "pod-identity" and cfg.identity_mode == "none"
+    assert cfg.visibility_timeout_s == 6 * cfg.allocate_timeout_s
+    assert cfg.resolved_stack_name == "warmpool-demo"
+
+
+def test_missing_required_keys_are_named_with_how_to_pass_them() -> None:
+    with pytest.raises(ConfigError) as err:
+        config_from_context({})
+    text = str(err.value)
+    for key in ("cluster", "vpc_id", "create_buckets_table"):
+        assert f"{key}: required, pass -c {key}=..." in text
+
+
+def test_the_shared_table_choice_must_be_explicit() -> None:
+    context = dict(GOOD)
+    del context["create_buckets_table"]
+    with pytest.raises(ConfigError, match="create_buckets_table: required"):
+        config_from_context(context)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"cluster": "bad name"}, "cluster: letters, digits"),
+        ({"cluster": "x" * 45}, "at most 44 characters"),
+        ({"vpc_id": "vpc-xyz"}, "vpc_id: a VPC id"),
+        ({"subnet_ids": "subnet-12"}, "not subnet ids: subnet-12"),
+        ({"subnet_ids": "subnet-0123456789abcdef0,subnet-0123456789abcdef0"}, "lists a subnet twice"),
+        ({"subnet_ids": None}, "set subnet_ids or subnet_tag"),
+        ({"subnet_ids": None, "subnet_tag": "novalue"}, "subnet_tag: KEY=VALUE"),
+        ({"security_group_ids": "sg-1"}, "not security group ids"),
+        ({"budget_fraction": "0"}, "budget_fraction"),
+        ({"budget_fraction": "1.5"}, "budget_fraction"),
+        ({"batch_size": "20000"}, "batch_size"),
+        ({"batch_size": "50", "batching_window_s": "0"}, "batching_window_s >= 1"),
+        ({"batching_window_s": "301"}, "batching_window_s"),
+        ({"max_concurrency": "1"}, "max_concurrency"),
+        ({"allocate_timeout_s": "1000"}, "allocate_timeout_s"),
+        ({"agent_identity": "magic"}, "agent_identity"),
+        ({"agent_identity": "irsa"}, "needs oidc_provider_arn"),
+        ({"agent_identity": "irsa", "oidc_provider_arn": "arn:aws:iam::1:role/x"}, "oidc_provider_arn"),
+        ({"agent_identity": "node-role"}, "needs node_role_name"),
+        ({"agent_namespace": "Kube_System"}, "agent_namespace: a Kubernetes DNS label"),
+        ({"python_version": "3.9"}, "python_version"),
+        ({"log_retention_days": "2"}, "log_retention_days"),
+        ({"create_buckets_table": "maybe"}, "create_buckets_table"),
+    ],
+)
+def test_bad_values_are_rejected_with_the_key_named(overrides: dict[str, object], message: str) -> None:
+    assert message in problems(**overrides)
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    text = problems(vpc_id="nope", batch_size="0", cluster="bad name")
+    assert "vpc_id" in text and "batch_size" in text and "cluster" in text
+
+
+def test_node_role_turns_on_sender_id_binding() -> None:
+    cfg = config_from_context({**GOOD, "agent_identity": "node-role", "node_role_name": "nodes"})
+    assert cfg.identity_mode == "sender-id"
+
+
+def test_cdk_json_context_is_a_valid_example() -> None:
+    context = json.loads((Path(__file__).resolve().parents[2] / "cdk.json").read_text())["context"]
+    cfg = config_from_context(context)
+    assert cfg.cluster == "demo" and cfg.create_buckets_table is True
+
+
+def test_app_exits_with_the_message_on_bad_context(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import infra.app as app_module
+
+    class FakeNode:
+        def try_get_context(self, key: str) -> object:
+            return {"cluster": "bad name"}.get(key)
+
+    class FakeApp:
+        node = FakeNode()
+
+    monkeypatch.setattr(app_module, "App", FakeApp)
+    with pytest.raises(SystemExit) as exit_info:
+        app_module.main()
+    assert exit_info.value.code == 2
+    assert "cluster: letters, digits" in capsys.readouterr().err

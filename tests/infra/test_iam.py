@@ -1,0 +1,201 @@
+"""IAM: the actions and, above all, the conditions that keep each principal to its cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.infra.conftest import Synthesized
+from warmpool import names
+
+P = "arn:${AWS::Partition}:ec2:${AWS::Region}:${AWS::AccountId}"
+VPC = f"{P}:vpc/vpc-0123456789abcdef0"
+ENI = f"{P}:network-interface/*"
+SUBNETS = [f"{P}:subnet/subnet-0123456789abcdef0", f"{P}:subnet/subnet-0123456789abcdef1"]
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _role_of_policy(s: Synthesized, policy_id: str) -> str:
+    return s.resolved["Resources"][policy_id]["Properties"]["Roles"][0]
+
+
+def _statements_of_role(s: Synthesized, role_prefix: str) -> list[dict[str, Any]]:
+    return [
+        st
+        for pid, st in s.statements()
+        if s.resolved["Resources"][pid]["Type"] == "AWS::IAM::Policy" and _role_of_policy(s, pid).startswith("${" + role_prefix)
+    ]
+
+
+def test_no_service_wide_wildcards_anywhere(synthesized: dict[str, Synthesized]) -> None:
+    for s in synthesized.values():
+        for _, st in s.statements():
+            assert st["Effect"] == "Allow"
+            for action in _list(st["Action"]):
+                assert not action.endswith(":*") and action != "*", action
+
+
+def test_create_eni_requires_the_cluster_tags_the_vpc_and_an_allowed_subnet(default: Synthesized) -> None:
+    st = default.statement("CreateClusterTaggedEni")
+    assert st["Action"] == "ec2:CreateNetworkInterface" and st["Resource"] == ENI
+    cond = st["Condition"]
+    assert cond["StringEquals"] == {
+        f"aws:RequestTag/{names.TAG_CLUSTER_NAME}": "demo",
+        f"aws:RequestTag/{names.TAG_MANAGED}": "true",
+        "ec2:Vpc": VPC,
+    }
+    assert cond["ArnEquals"] == {"ec2:Subnet": SUBNETS}
+    assert set(cond["ForAllValues:StringEquals"]["aws:TagKeys"]) == {
+        names.TAG_CLUSTER_NAME, names.TAG_INSTANCE_ID, names.TAG_CREATED_AT, names.TAG_MANAGED
+    }
+    subnets = default.statement("CreateEniInAllowedSubnets")
+    assert subnets["Action"] == "ec2:CreateNetworkInterface" and subnets["Resource"] == SUBNETS
+    groups = default.statement("CreateEniWithClusterVpcGroups")
+    assert groups["Resource"] == f"{P}:security-group/*"
+    assert groups["Condition"] == {"StringEquals": {"ec2:Vpc": VPC}}
+
+
+def test_subnets_by_tag_and_fixed_security_groups(synthesized: dict[str, Synthesized]) -> None:
+    s = synthesized["irsa"]
+    st = s.statement("CreateEniInTaggedSubnets")
+    assert st["Resource"] == f"{P}:subnet/*"
+    assert st["Condition"]["StringEquals"]["aws:ResourceTag/warmpool.io/pods"] == "true"
+    assert "ec2:Vpc" in st["Condition"]["StringEquals"]
+    assert "ArnEquals" not in s.statement("CreateClusterTaggedEni")["Condition"]
+    assert s.statement("CreateEniWithClusterVpcGroups")["Resource"] == f"{P}:security-group/sg-0123456789abcdef0"
+
+
+def test_tags_only_at_creation(default: Synthesized) -> None:
+    st = default.statement("TagOnlyWhileCreatingEni")
+    assert st["Action"] == "ec2:CreateTags" and st["Resource"] == ENI
+    assert st["Condition"]["StringEquals"]["ec2:CreateAction"] == "CreateNetworkInterface"
+    assert st["Condition"]["StringEquals"][f"aws:RequestTag/{names.TAG_CLUSTER_NAME}"] == "demo"
+
+
+def test_mutations_only_on_enis_tagged_for_the_cluster(default: Synthesized) -> None:
+    st = default.statement("MutateClusterTaggedEni")
+    assert set(st["Action"]) == {
+        "ec2:AssignPrivateIpAddresses",
+        "ec2:UnassignPrivateIpAddresses",
+        "ec2:AttachNetworkInterface",
+        "ec2:DetachNetworkInterface",
+        "ec2:ModifyNetworkInterfaceAttribute",
+        "ec2:DeleteNetworkInterface",
+    }
+    assert st["Resource"] == ENI
+    assert st["Condition"] == {"StringEquals": {f"aws:ResourceTag/{names.TAG_CLUSTER_NAME}": "demo"}}
+
+
+def test_untagged_primary_enis_only_get_addresses_and_only_in_the_vpc(default: Synthesized) -> None:
+    st = default.statement("AssignOnPrimaryEniInClusterVpc")
+    assert set(st["Action"]) == {"ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"}
+    assert st["Condition"] == {"StringEquals": {"ec2:Vpc": VPC}}
+
+
+def test_attach_only_to_instances_of_the_cluster(default: Synthesized) -> None:
+    st = default.statement("AttachOnlyToClusterInstances")
+    assert st["Resource"] == f"{P}:instance/*"
+    assert "ec2:AttachNetworkInterface" in st["Action"] and "ec2:DetachNetworkInterface" in st["Action"]
+    assert st["Condition"] == {"StringEquals": {"ec2:ResourceTag/kubernetes.io/cluster/demo": ["owned", "shared"]}}
+
+
+def test_describe_is_the_only_unscoped_ec2_access(default: Synthesized) -> None:
+    for _, st in default.statements():
+        if st["Resource"] == "*":
+            assert all(a.startswith(("ec2:Describe", "sqs:ListQueues")) for a in _list(st["Action"])), st
+
+
+def test_reconcile_marks_and_deletes_only_cluster_enis(default: Synthesized) -> None:
+    mark = default.statement("GcMarkClusterTaggedEni")
+    assert set(mark["Action"]) == {"ec2:CreateTags", "ec2:DeleteTags"}
+    assert mark["Condition"]["StringEquals"] == {f"aws:ResourceTag/{names.TAG_CLUSTER_NAME}": "demo"}
+    assert mark["Condition"]["ForAllValues:StringEquals"] == {"aws:TagKeys": [names.TAG_GC_MARK]}
+    delete = default.statement("GcDeleteClusterTaggedEni")
+    assert delete["Action"] == "ec2:DeleteNetworkInterface"
+    assert delete["Condition"] == {"StringEquals": {f"aws:ResourceTag/{names.TAG_CLUSTER_NAME}": "demo"}}
+    reconcile = _statements_of_role(default, "ReconcileRole")
+    assert not any("ec2:CreateNetworkInterface" in _list(st["Action"]) for st in reconcile)
+    assert not any("ec2:AttachNetworkInterface" in _list(st["Action"]) for st in reconcile)
+
+
+def test_functions_reach_only_their_own_cluster_queues(default: Synthesized) -> None:
+    result = "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:warmpool-demo-result-*"
+    send = default.statement("SendToClusterResultQueues")
+    assert send["Resource"] == result and "sqs:SendMessage" in send["Action"]
+    assert "sqs:CreateQueue" not in send["Action"] and "sqs:DeleteQueue" not in send["Action"]
+    cleanup = default.statement("CleanUpClusterResultQueues")
+    assert cleanup["Resource"] == result and "sqs:DeleteQueue" in cleanup["Action"]
+    sqs_resources = {
+        r for _, st in default.statements() for a in _list(st["Action"]) if a.startswith("sqs:")
+        for r in _list(st["Resource"])
+    }
+    reports = default.logical_id("AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports")
+    dlq = default.logical_id("AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports-dlq")
+    assert sqs_resources == {result, "*", "${" + reports + ".Arn}", "${" + dlq + ".Arn}"}
+
+
+def test_functions_write_only_their_own_logs(default: Synthesized) -> None:
+    for role in ("AllocateRole", "ReconcileRole"):
+        logs = [st for st in _statements_of_role(default, role) if st.get("Sid") == "WriteOwnLogs"]
+        assert len(logs) == 1 and logs[0]["Resource"].startswith("${" + role.removesuffix("Role") + "Logs")
+    attached = [a for r in default.resources("AWS::IAM::Role").values() for a in r["Properties"].get("ManagedPolicyArns", [])]
+    assert not any(":iam::aws:policy/" in str(a) for a in attached)  # no AWS managed policy anywhere
+
+
+def _agent_policy(s: Synthesized) -> dict[str, Any]:
+    return s.one("AWS::IAM::ManagedPolicy")["Properties"]
+
+
+def test_agent_sends_reports_and_owns_only_result_queues_under_its_prefix(default: Synthesized) -> None:
+    policy = _agent_policy(default)
+    by_sid = {st["Sid"]: st for st in policy["PolicyDocument"]["Statement"]}
+    assert set(by_sid) == {"SendPoolReports", "OwnResultQueueUnderClusterPrefix"}
+    reports = default.logical_id("AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports")
+    assert by_sid["SendPoolReports"]["Resource"] == "${" + reports + ".Arn}"
+    assert "sqs:ReceiveMessage" not in by_sid["SendPoolReports"]["Action"]
+    own = by_sid["OwnResultQueueUnderClusterPrefix"]
+    assert own["Resource"] == "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:warmpool-demo-result-*"
+    assert {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:CreateQueue"} <= set(own["Action"])
+    assert "sqs:DeleteQueue" not in own["Action"] and "sqs:SendMessage" not in own["Action"]
+
+
+def test_pod_identity_trust_is_scoped_to_the_agent_service_account(default: Synthesized) -> None:
+    role = default.one("AWS::IAM::Role", lambda r: "pods.eks.amazonaws.com" in str(r))["Properties"]
+    (st,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert st["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert set(st["Action"]) == {"sts:AssumeRole", "sts:TagSession"}
+    assert st["Condition"]["StringEquals"] == {
+        "aws:SourceAccount": "${AWS::AccountId}",
+        "aws:RequestTag/eks-cluster-name": "demo",
+        "aws:RequestTag/kubernetes-namespace": "kube-system",
+        "aws:RequestTag/kubernetes-service-account": "warmpool-agent",
+    }
+    assoc = default.one("AWS::EKS::PodIdentityAssociation")["Properties"]
+    assert (assoc["ClusterName"], assoc["Namespace"], assoc["ServiceAccount"]) == ("demo", "kube-system", "warmpool-agent")
+    assert role["MaxSessionDuration"] == 3600
+
+
+def test_irsa_trust_is_bound_to_the_service_account_subject(synthesized: dict[str, Synthesized]) -> None:
+    s = synthesized["irsa"]
+    issuer = "oidc.eks.eu-west-1.amazonaws.com/id/ABC123"
+    role = s.one("AWS::IAM::Role", lambda r: "Federated" in str(r))["Properties"]
+    (st,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert st["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert st["Principal"] == {"Federated": f"arn:aws:iam::123456789012:oidc-provider/{issuer}"}
+    assert st["Condition"] == {
+        "StringEquals": {
+            f"{issuer}:sub": "system:serviceaccount:kube-system:warmpool-agent",
+            f"{issuer}:aud": "sts.amazonaws.com",
+        }
+    }
+    assert not s.resources("AWS::EKS::PodIdentityAssociation")
+
+
+def test_node_role_option_attaches_the_agent_policy_to_the_nodes_role(synthesized: dict[str, Synthesized]) -> None:
+    s = synthesized["node_role"]
+    policy = _agent_policy(s)
+    assert policy["Roles"] == ["eks-node-role"]
+    assert len(s.resources("AWS::IAM::Role")) == 2  # only the two function roles
+    assert s.resolved["Outputs"]["AgentRoleArn"]["Value"] == "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/eks-node-role"

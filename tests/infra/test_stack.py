@@ -1,0 +1,203 @@
+"""Every resource of the stack and the settings that matter, read from the synthesized template."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra.outputs import OUTPUTS
+from tests.infra.conftest import Synthesized
+from warmpool import names
+
+
+def _queue(s: Synthesized, name: str) -> dict[str, Any]:
+    return s.one("AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == name)["Properties"]
+
+
+def _queue_id(s: Synthesized, name: str) -> str:
+    return s.logical_id("AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == name)
+
+
+def _function(s: Synthesized, handler: str) -> dict[str, Any]:
+    return s.one("AWS::Lambda::Function", lambda r: r["Properties"]["Handler"] == handler)["Properties"]
+
+
+def _function_id(s: Synthesized, handler: str) -> str:
+    return s.logical_id("AWS::Lambda::Function", lambda r: r["Properties"]["Handler"] == handler)
+
+
+# --- queues ----------------------------------------------------------------------
+
+
+def test_reports_queue_is_encrypted_with_a_dlq_after_five_receives(default: Synthesized) -> None:
+    reports = _queue(default, names.reports_queue("demo"))
+    dlq_id = _queue_id(default, names.reports_dlq("demo"))
+    assert reports["SqsManagedSseEnabled"] is True
+    assert reports["RedrivePolicy"] == {"deadLetterTargetArn": "${" + dlq_id + ".Arn}", "maxReceiveCount": 5}
+    assert _queue(default, names.reports_dlq("demo"))["SqsManagedSseEnabled"] is True
+    assert _queue(default, names.reports_dlq("demo"))["MessageRetentionPeriod"] == 14 * 86400
+
+
+def test_visibility_timeout_is_six_allocate_timeouts(synthesized: dict[str, Synthesized]) -> None:
+    for s, timeout in ((synthesized["default"], 30), (synthesized["irsa"], 60)):
+        cluster = s.resolved["Outputs"]["Cluster"]["Value"]
+        assert _queue(s, names.reports_queue(cluster))["VisibilityTimeout"] == 6 * timeout
+        assert _function(s, names.ALLOCATE_HANDLER)["Timeout"] == timeout
+
+
+def test_queues_refuse_unencrypted_transport(default: Synthesized) -> None:
+    policies = default.resources("AWS::SQS::QueuePolicy")
+    assert len(policies) == 2
+    for policy in policies.values():
+        (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
+        assert statement["Effect"] == "Deny"
+        assert statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+
+
+def test_event_source_mapping_batches_and_reports_item_failures(synthesized: dict[str, Synthesized]) -> None:
+    default = synthesized["default"]
+    esm = default.one("AWS::Lambda::EventSourceMapping")["Properties"]
+    assert esm["EventSourceArn"] == "${" + _queue_id(default, names.reports_queue("demo")) + ".Arn}"
+    assert esm["FunctionName"] == "${" + _function_id(default, names.ALLOCATE_HANDLER) + "}"
+    assert esm["BatchSize"] == 100
+    assert esm["MaximumBatchingWindowInSeconds"] == 1
+    assert esm["ScalingConfig"] == {"MaximumConcurrency": 5}
+    assert esm["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    small = synthesized["irsa"].one("AWS::Lambda::EventSourceMapping")["Properties"]
+    assert small["BatchSize"] == 10 and "MaximumBatchingWindowInSeconds" not in small
+    assert small["ScalingConfig"] == {"MaximumConcurrency": 2}
+
+
+# --- functions -------------------------------------------------------------------
+
+
+def test_functions_are_arm64_python_with_the_powertools_layer(default: Synthesized) -> None:
+    for handler in (names.ALLOCATE_HANDLER, names.RECONCILE_HANDLER):
+        fn = _function(default, handler)
+        assert fn["Architectures"] == ["arm64"]
+        assert fn["Runtime"] == "python3.13"
+        assert fn["LoggingConfig"]["LogFormat"] == "JSON"
+        assert fn["Layers"] == [
+            "arn:${AWS::Partition}:lambda:${AWS::Region}:017000801446:layer:"
+            "AWSLambdaPowertoolsPythonV3-python313-arm64:27"
+        ]
+        assert fn["Code"]["S3Key"].endswith(".zip")
+
+
+def test_function_environment_uses_the_shared_names(synthesized: dict[str, Synthesized]) -> None:
+    default = synthesized["default"]
+    env = _function(default, names.ALLOCATE_HANDLER)["Environment"]["Variables"]
+    assert env[names.ENV_CLUSTER] == "demo"
+    assert env[names.ENV_REPORTS_QUEUE_URL] == "${" + _queue_id(default, names.reports_queue("demo")) + "}"
+    assert env[names.ENV_DLQ_URL] == "${" + _queue_id(default, names.reports_dlq("demo")) + "}"
+    assert env[names.ENV_RESULT_QUEUE_PREFIX] == "warmpool-demo-result-"
+    assert env[names.ENV_BUCKETS_TABLE] == names.BUCKETS_TABLE
+    assert env[names.ENV_BUDGET_FRACTION] == "0.8"
+    assert env[names.ENV_ALLOWED_SUBNETS] == "subnet-0123456789abcdef0,subnet-0123456789abcdef1"
+    assert env[names.ENV_SECURITY_GROUPS] == ""
+    assert env[names.ENV_IDENTITY_MODE] == "none"
+    assert env[names.ENV_GC_AGE_S] == "300"
+    assert env["POWERTOOLS_SERVICE_NAME"] == "warmpool-demo"
+    assert env["POWERTOOLS_METRICS_NAMESPACE"] == names.METRICS_NAMESPACE
+    assert names.ENV_ENDPOINT_URL not in env  # local stack only
+    assert _function(default, names.RECONCILE_HANDLER)["Environment"]["Variables"] == env
+    sender = _function(synthesized["node_role"], names.ALLOCATE_HANDLER)["Environment"]["Variables"]
+    assert sender[names.ENV_IDENTITY_MODE] == "sender-id"
+    groups = _function(synthesized["irsa"], names.ALLOCATE_HANDLER)["Environment"]["Variables"]
+    assert groups[names.ENV_SECURITY_GROUPS] == "sg-0123456789abcdef0" and groups[names.ENV_ALLOWED_SUBNETS] == ""
+
+
+def test_functions_log_to_their_own_groups_with_retention(default: Synthesized) -> None:
+    groups = default.resources("AWS::Logs::LogGroup")
+    assert len(groups) == 2
+    assert all(g["Properties"]["RetentionInDays"] == 30 for g in groups.values())
+    for handler in (names.ALLOCATE_HANDLER, names.RECONCILE_HANDLER):
+        group_ref = _function(default, handler)["LoggingConfig"]["LogGroup"]
+        assert group_ref.removeprefix("${").removesuffix("}") in groups
+
+
+def test_reconcile_runs_on_a_schedule(default: Synthesized) -> None:
+    rule = default.one("AWS::Events::Rule")["Properties"]
+    assert rule["ScheduleExpression"] == "rate(1 minute)"
+    assert rule["State"] == "ENABLED"
+    (target,) = rule["Targets"]
+    assert target["Arn"] == "${" + _function_id(default, names.RECONCILE_HANDLER) + ".Arn}"
+    assert target["RetryPolicy"]["MaximumRetryAttempts"] == 0
+    permission = default.one("AWS::Lambda::Permission")["Properties"]
+    assert permission["Principal"] == "events.amazonaws.com"
+
+
+# --- tables ----------------------------------------------------------------------
+
+
+def test_ledger_table_keys_ttl_and_point_in_time_recovery(default: Synthesized) -> None:
+    ledger = default.one("AWS::DynamoDB::Table", lambda r: r["Properties"]["TableName"] == "warmpool-demo-ledger")
+    props = ledger["Properties"]
+    assert props["KeySchema"] == [
+        {"AttributeName": names.LEDGER_PK, "KeyType": "HASH"},
+        {"AttributeName": names.LEDGER_SK, "KeyType": "RANGE"},
+    ]
+    assert {"AttributeName": names.LEDGER_SK, "AttributeType": "S"} in props["AttributeDefinitions"]
+    assert props["TimeToLiveSpecification"] == {"AttributeName": names.LEDGER_TTL, "Enabled": True}
+    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert ledger["DeletionPolicy"] == "Delete"
+
+
+def test_first_stack_creates_the_shared_buckets_table_and_keeps_it(default: Synthesized) -> None:
+    table = default.one("AWS::DynamoDB::Table", lambda r: r["Properties"]["TableName"] == names.BUCKETS_TABLE)
+    assert table["Properties"]["KeySchema"] == [{"AttributeName": names.BUCKETS_PK, "KeyType": "HASH"}]
+    assert table["Properties"]["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert table["DeletionPolicy"] == "Retain" and table["UpdateReplacePolicy"] == "Retain"
+
+
+def test_later_stacks_import_the_buckets_table_by_name(synthesized: dict[str, Synthesized]) -> None:
+    s = synthesized["irsa"]
+    tables = [r["Properties"]["TableName"] for r in s.resources("AWS::DynamoDB::Table").values()]
+    assert tables == ["warmpool-second-ledger"]
+    arn = f"arn:${{AWS::Partition}}:dynamodb:${{AWS::Region}}:${{AWS::AccountId}}:table/{names.BUCKETS_TABLE}"
+    granted = [st for _, st in s.statements() if arn in (st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]])]
+    assert len(granted) == 2  # allocate and reconcile
+    assert all("dynamodb:UpdateItem" in st["Action"] for st in granted)
+
+
+# --- outputs ---------------------------------------------------------------------
+
+
+def test_outputs_hold_everything_agents_and_local_up_share(default: Synthesized) -> None:
+    outputs = default.resolved["Outputs"]
+    assert set(OUTPUTS.values()) <= set(outputs)
+    assert outputs["Region"]["Value"] == "${AWS::Region}"
+    assert outputs["Cluster"]["Value"] == "demo"
+    assert outputs["ResultQueuePrefix"]["Value"] == names.result_queue_prefix("demo")
+    assert outputs["BucketsTable"]["Value"] == names.BUCKETS_TABLE
+    assert outputs["ReportsQueueUrl"]["Value"] == "${" + _queue_id(default, names.reports_queue("demo")) + "}"
+    assert outputs["DlqUrl"]["Value"] == "${" + _queue_id(default, names.reports_dlq("demo")) + "}"
+    assert outputs["DashboardName"]["Value"] == "warmpool-demo"
+    assert outputs["AgentIdentity"]["Value"] == "pod-identity"
+    # the snake_case keys match what `warmpool local up` prints
+    assert {"region", "cluster", "reports_queue_url", "result_queue_prefix", "ledger_table", "buckets_table"} <= set(OUTPUTS)
+
+
+def test_resource_inventory(default: Synthesized) -> None:
+    counts: dict[str, int] = {}
+    for res in default.resolved["Resources"].values():
+        counts[res["Type"]] = counts.get(res["Type"], 0) + 1
+    assert counts == {
+        "AWS::SQS::Queue": 2,
+        "AWS::SQS::QueuePolicy": 2,
+        "AWS::DynamoDB::Table": 2,
+        "AWS::Logs::LogGroup": 2,
+        "AWS::IAM::Role": 3,
+        "AWS::IAM::Policy": 2,
+        "AWS::IAM::ManagedPolicy": 1,
+        "AWS::Lambda::Function": 2,
+        "AWS::Lambda::EventSourceMapping": 1,
+        "AWS::Lambda::Permission": 1,
+        "AWS::Events::Rule": 1,
+        "AWS::EKS::PodIdentityAssociation": 1,
+        "AWS::KMS::Key": 1,
+        "AWS::SNS::Topic": 1,
+        "AWS::SNS::TopicPolicy": 1,
+        "AWS::CloudWatch::Dashboard": 1,
+        "AWS::CloudWatch::Alarm": 5,
+    }
