@@ -1,0 +1,194 @@
+"""`warmpool local up`: the stack in-process (LocalStack) and as a subprocess,
+used through boto3 and the AWS CLI like any AWS endpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from sim.local import LocalStack
+from warmpool import names
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Allocate:
+    """A stand-in allocate handler: records bodies, fails the ones named 'fail'."""
+
+    def __init__(self) -> None:
+        self.bodies: list[str] = []
+        self.env_cluster: str | None = None
+        self.got = threading.Event()
+
+    def __call__(self, event: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        self.env_cluster = os.environ.get(names.ENV_CLUSTER)
+        self.bodies += [r["body"] for r in event["Records"]]
+        self.got.set()
+        return {"batchItemFailures": [{"itemIdentifier": r["messageId"]} for r in event["Records"] if r["body"] == "fail"]}
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[tuple[LocalStack, Allocate]]:
+    h = Allocate()
+    s = LocalStack(cluster="t1", allocate_handler=h, reconcile_handler=lambda e, c: None, batching_window_s=0,
+                   batch_size=10, reconcile_every_s=3600)
+    s.start()
+    yield s, h
+    s.stop()
+
+
+def get_json(url: str, data: Any = None, method: str | None = None) -> Any:
+    req = urllib.request.Request(url, data=None if data is None else json.dumps(data).encode(), method=method)
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_outputs_name_the_cdk_resources(stack: tuple[LocalStack, Allocate]) -> None:
+    s, _ = stack
+    o = s.outputs
+    for k in ("endpoint", "region", "cluster", "reports_queue_url", "result_queue_prefix",
+              "ledger_table", "buckets_table", "imds_base"):
+        assert o[k], k
+    assert o["endpoint"].startswith("http://127.0.0.1:")
+    assert o["reports_queue_url"].endswith("/" + names.reports_queue("t1"))
+    assert o["result_queue_prefix"] == names.result_queue_prefix("t1")
+    assert o["ledger_table"] == names.ledger_table("t1")
+    assert o["buckets_table"] == names.BUCKETS_TABLE
+    assert o["functions"] == {"allocate": True, "reconcile": True}
+
+
+def test_reports_queue_matches_the_stack(stack: tuple[LocalStack, Allocate]) -> None:
+    s, _ = stack
+    sqs = s.client("sqs")
+    a = sqs.get_queue_attributes(QueueUrl=s.outputs["reports_queue_url"], AttributeNames=["All"])["Attributes"]
+    assert a["VisibilityTimeout"] == "180"
+    policy = json.loads(a["RedrivePolicy"])
+    assert policy["maxReceiveCount"] == 5
+    assert policy["deadLetterTargetArn"].endswith(":" + names.reports_dlq("t1"))
+
+
+def test_tables_match_the_stack(stack: tuple[LocalStack, Allocate]) -> None:
+    s, _ = stack
+    ddb = s.client("dynamodb")
+    ledger = ddb.describe_table(TableName=s.outputs["ledger_table"])["Table"]
+    assert {k["AttributeName"]: k["KeyType"] for k in ledger["KeySchema"]} == {"pk": "HASH", "sk": "RANGE"}
+    ttl = ddb.describe_time_to_live(TableName=s.outputs["ledger_table"])["TimeToLiveDescription"]
+    assert ttl["AttributeName"] == names.LEDGER_TTL
+    buckets = ddb.describe_table(TableName=s.outputs["buckets_table"])["Table"]
+    assert [k["AttributeName"] for k in buckets["KeySchema"]] == ["pk"]
+
+
+def test_dynamodb_conditional_put(stack: tuple[LocalStack, Allocate]) -> None:
+    s, _ = stack
+    ddb = s.client("dynamodb")
+    item = {"pk": {"S": "AssignPrivateIpAddresses"}, "tokens": {"N": "80"}}
+    ddb.put_item(TableName=s.outputs["buckets_table"], Item=item, ConditionExpression="attribute_not_exists(pk)")
+    with pytest.raises(ClientError) as e:
+        ddb.put_item(TableName=s.outputs["buckets_table"], Item=item, ConditionExpression="attribute_not_exists(pk)")
+    assert e.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
+
+
+def test_allocate_runs_behind_the_event_source_mapping(stack: tuple[LocalStack, Allocate]) -> None:
+    s, h = stack
+    sqs = s.client("sqs")
+    url = s.outputs["reports_queue_url"]
+    sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "a", "MessageBody": "ok"}, {"Id": "b", "MessageBody": "fail"}])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not ({"ok", "fail"} <= set(h.bodies) and s.allocate.stats.deleted >= 1):
+        h.got.wait(0.2)
+        h.got.clear()
+    assert {"ok", "fail"} <= set(h.bodies)
+    assert h.env_cluster == "t1"
+    assert s.allocate.stats.deleted >= 1
+    assert s.allocate.stats.failed_items >= 1
+    # the failed one stays in flight until the 180 s visibility timeout
+    a = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"])
+    assert a["Attributes"]["ApproximateNumberOfMessagesNotVisible"] == "1"
+    stats = get_json(s.outputs["stats_url"])
+    assert stats["lambda"]["allocate"]["invocations"] >= 1
+    assert stats["sqs"]["SendMessageBatch"]["calls"] >= 1
+
+
+def test_ec2_and_imds(stack: tuple[LocalStack, Allocate]) -> None:
+    s, _ = stack
+    ec2 = s.client("ec2")
+    subnets = {x["SubnetId"] for x in ec2.describe_subnets()["Subnets"]}
+    assert set(s.outputs["subnet_ids"]) <= subnets
+    iid = ec2.run_instances(ImageId="ami-12345678", InstanceType="m5.large", MinCount=1, MaxCount=1,
+                            SubnetId=s.outputs["subnet_ids"][0])["Instances"][0]["InstanceId"]
+    base = f"{s.outputs['imds_base']}/{iid}"
+    tok = urllib.request.urlopen(urllib.request.Request(
+        base + "/latest/api/token", method="PUT", headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"}), timeout=5).read()
+    got = urllib.request.urlopen(urllib.request.Request(
+        base + "/latest/meta-data/instance-id", headers={"X-aws-ec2-metadata-token": tok.decode()}), timeout=5).read()
+    assert got.decode() == iid
+    stats = get_json(s.outputs["stats_url"])
+    assert stats["ec2"]["RunInstances"] == {"calls": 1, "throttled": 0, "errors": 0}
+
+
+def test_fault_injection_endpoint(stack: tuple[LocalStack, Allocate]) -> None:
+    s, _ = stack
+    ec2 = s.client("ec2")
+    r = get_json(s.outputs["faults_url"], {"action": "DescribeVpcs", "code": "UnauthorizedOperation", "count": 1},
+                 method="POST")
+    assert r == {"ok": True, "applied": ["fail_next"]}
+    with pytest.raises(ClientError) as e:
+        ec2.describe_vpcs()
+    assert e.value.response["Error"]["Code"] == "UnauthorizedOperation"
+    ec2.describe_vpcs()
+    assert get_json(s.outputs["stats_url"])["ec2"]["DescribeVpcs"]["errors"] == 1
+    r = get_json(s.outputs["faults_url"], [{"background_load": {"AssignPrivateIpAddresses": 2.0}}, {"clear": True}],
+                 method="POST")
+    assert r["applied"] == ["background_load", "cleared"]
+    with pytest.raises(urllib.error.HTTPError) as bad:
+        get_json(s.outputs["faults_url"], {"nonsense": 1}, method="POST")
+    assert bad.value.code == 400
+
+
+@pytest.mark.skipif(shutil.which("aws") is None, reason="no aws CLI")
+def test_the_aws_cli_works_against_the_endpoint(stack: tuple[LocalStack, Allocate]) -> None:
+    s, _ = stack
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1"}
+    env.pop("AWS_ENDPOINT_URL", None)
+    out = subprocess.run(["aws", "--endpoint-url", s.outputs["endpoint"], "sqs", "list-queues",
+                          "--queue-name-prefix", "warmpool-t1-"], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert names.reports_queue("t1") in out.stdout
+
+
+def test_local_up_subprocess_prints_outputs_and_stops_on_sigterm(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    p = subprocess.Popen(
+        [sys.executable, "-m", "sim.local", "up", "--port", "0", "--cluster", "sub", "--no-functions"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        out = json.loads(line)
+        assert out["cluster"] == "sub"
+        sqs = boto3.client("sqs", endpoint_url=out["endpoint"], region_name=out["region"],
+                           aws_access_key_id="x", aws_secret_access_key="x")
+        sqs.send_message(QueueUrl=out["reports_queue_url"], MessageBody="hello")
+        [m] = sqs.receive_message(QueueUrl=out["reports_queue_url"])["Messages"]
+        assert m["Body"] == "hello"
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=15) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
