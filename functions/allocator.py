@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -128,6 +129,7 @@ class Allocator:
         self.executor = PlanExecutor(self.ec2, buckets, settings, self.tally)
         self.map: Mapper[Any, Any] = mapper or serial_map
         self._invocations = itertools.count(1)
+        self._instance = uuid.uuid4().hex[:12]  # lease owners must differ across containers
 
     @property
     def cluster(self) -> str:
@@ -136,7 +138,7 @@ class Allocator:
     # --- the batch -------------------------------------------------------------
 
     def handle_batch(self, records: Sequence[Record], invocation_id: str | None = None) -> BatchOutcome:
-        owner = invocation_id or f"inv-{next(self._invocations)}"
+        owner = invocation_id or f"{self._instance}-{next(self._invocations)}"
         out = BatchOutcome()
         self.tally.add(names.M_REPORTS_RECEIVED, len(records))
         valid = self._validate(records, out)

@@ -39,6 +39,8 @@ class Settings(BaseSettings):
     allowed_subnets: Annotated[tuple[str, ...], NoDecode] = Field(default=(), alias=names.ENV_ALLOWED_SUBNETS)
     security_groups: Annotated[tuple[str, ...], NoDecode] = Field(default=(), alias=names.ENV_SECURITY_GROUPS)
     identity_mode: IdentityMode = Field(default="none", alias=names.ENV_IDENTITY_MODE)
+    endpoint_url: str = Field(default="", alias=names.ENV_ENDPOINT_URL)
+    """Local stack only; boto3 also honours ``AWS_ENDPOINT_URL`` by itself."""
     gc_age_s: float = Field(default=300.0, ge=0, alias=names.ENV_GC_AGE_S)
 
     # Not in names.py (defaults are right for production; tests/bench pass them).

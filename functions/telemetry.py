@@ -64,6 +64,15 @@ class Tally:
             for v in vals:
                 self.observe(name, v, unit)
 
+    def drain(self) -> Tally:
+        """Move everything into a new tally and start again (one flush per invocation)."""
+        out = Tally()
+        with self._lock:
+            out._values, self._values = self._values, defaultdict(float)
+            out._samples, self._samples = self._samples, defaultdict(list)
+            out._units = dict(self._units)
+        return out
+
     def as_dict(self) -> dict[str, float]:
         """``{"Name" or "Name[k=v,...]": value}`` (for logs, tests, the bench)."""
         out: dict[str, float] = {}

@@ -67,10 +67,11 @@ class World:
         )
         self.tally = Tally()
         if dynamo is not None:
-            try:
+            existing = set(dynamo.list_tables()["TableNames"])
+            if self.settings.buckets_table not in existing:
                 create_tables(dynamo, self.settings.ledger_table, self.settings.buckets_table)
-            except dynamo.exceptions.ResourceInUseException:
-                create_tables(dynamo, self.settings.ledger_table, self.settings.buckets_table + "-unused")
+            else:
+                create_tables(dynamo, self.settings.ledger_table, f"unused-{cluster}")
             self.buckets: Any = DynamoBuckets(dynamo, self.settings.buckets_table, self.settings.bucket_spec,
                                               self.settings.account, self.settings.region)
             self.ledger: Any = DynamoLedger(dynamo, self.settings.ledger_table)
@@ -183,6 +184,29 @@ class World:
             for m in msgs:
                 out.append(m)
                 c.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+
+    def drain(self, max_rounds: int = 200, alloc: Allocator | None = None) -> list[BatchOutcome]:
+        """Serve the reports queue (deferred reports) until it is empty, in virtual time."""
+        c = self.sqs.client()
+        outs = []
+        for _ in range(max_rounds):
+            msgs = []
+            while True:
+                got = c.receive_message(QueueUrl=self.reports_url, MaxNumberOfMessages=10).get("Messages", [])
+                if not got:
+                    break
+                msgs.extend(got)
+            if msgs:
+                recs = [Record(m["MessageId"], m["Body"]) for m in msgs]
+                outs.append((alloc or self.alloc).handle_batch(recs))
+                for m in msgs:
+                    c.delete_message(QueueUrl=self.reports_url, ReceiptHandle=m["ReceiptHandle"])
+                continue
+            at = self.sqs.next_visible_at(self.reports_url)
+            if at is None:
+                return outs
+            self.clock.set(max(at, self.clock.now()))
+        raise AssertionError("reports queue never drained")
 
     # --- EC2 figures ---------------------------------------------------------
 

@@ -1,0 +1,75 @@
+"""λ allocate: the reports queue's event-source mapping calls this.
+
+Thin: parse the SQS event, hand the whole batch to :class:`Allocator` (the
+batch is coalesced per node, so records are not processed one by one as
+Powertools' BatchProcessor would), answer ``ReportBatchItemFailures``.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from aws_lambda_powertools.utilities.data_classes import SQSEvent
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions import aws
+from functions.allocator import Allocator, Record, ThreadMapper
+from functions.observability import account_of, flush, powertools
+from functions.settings import Settings
+from functions.stores import DynamoBuckets, DynamoLeases, DynamoLedger
+from warmpool.clock import RealClock
+
+logger, tracer, metrics = powertools("allocate")
+
+_allocator: Allocator | None = None
+_lock = threading.Lock()
+
+
+def build(settings: Settings) -> Allocator:
+    """The production wiring: boto3 clients, DynamoDB stores, the wall clock, threads."""
+    db = aws.client("dynamodb", settings)
+    return Allocator(
+        ec2=aws.client("ec2", settings),
+        sqs=aws.client("sqs", settings),
+        buckets=DynamoBuckets(db, settings.buckets_table, settings.bucket_spec, settings.account, settings.region),
+        ledger=DynamoLedger(db, settings.ledger_table, settings.ledger_ttl_s),
+        leases=DynamoLeases(db, settings.ledger_table),
+        clock=RealClock(),
+        settings=settings,
+        mapper=ThreadMapper(settings.max_workers),
+    )
+
+
+def allocator(context: Any) -> Allocator:
+    """Built once per container, at the first invocation (cold start)."""
+    global _allocator
+    with _lock:
+        if _allocator is None:
+            settings = Settings.from_env()
+            if settings.account == "000000000000" and account_of(context):
+                settings = settings.model_copy(update={"account": account_of(context)})
+            _allocator = build(settings)
+        return _allocator
+
+
+def records_of(event: dict[str, Any]) -> list[Record]:
+    return [
+        Record(
+            message_id=r.message_id,
+            body=r.body or "",
+            sender_id=str((r.raw_event.get("attributes") or {}).get("SenderId", "")),
+        )
+        for r in SQSEvent(event).records
+    ]
+
+
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    alloc = allocator(context)
+    logger.append_keys(cluster=alloc.cluster)
+    outcome = alloc.handle_batch(records_of(event), invocation_id=getattr(context, "aws_request_id", None))
+    flush(alloc.tally.drain(), metrics, alloc.cluster)
+    return outcome.batch_item_failures()

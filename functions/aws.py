@@ -1,0 +1,40 @@
+"""boto3 clients for the handlers: built lazily, once per container.
+
+Never at import time (tests and the bench import the handlers without AWS),
+retries kept small (throttling is handled by the token buckets and deferral,
+not by SDK sleeps), endpoint from ``AWS_ENDPOINT_URL`` (boto3 reads it) or
+the local stack's ``WARMPOOL_AWS_ENDPOINT_URL``.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from functions.settings import Settings
+
+RETRIES = Config(retries={"max_attempts": 2, "mode": "standard"}, max_pool_connections=32)
+
+_clients: dict[str, Any] = {}
+_lock = threading.Lock()
+
+
+def client(service: str, settings: Settings) -> Any:
+    with _lock:
+        c = _clients.get(service)
+        if c is None:
+            kw: dict[str, Any] = {"region_name": settings.region, "config": RETRIES}
+            if settings.endpoint_url:
+                kw["endpoint_url"] = settings.endpoint_url
+            c = boto3.session.Session().client(service, **kw)
+            _clients[service] = c
+        return c
+
+
+def reset() -> None:
+    """Forget the cached clients (tests)."""
+    with _lock:
+        _clients.clear()

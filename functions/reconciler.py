@@ -1,0 +1,193 @@
+"""The scheduled backstop of the event-driven path.
+
+* **Two-phase GC** of detached ENIs tagged for the cluster: a run marks them
+  (``warmpool.io/gc-marked-at``); a later run deletes those marked longer than
+  ``gc_age_s`` ago. ENIs without the cluster's tag are never touched: the
+  Describe filter only returns ours. A marked ENI found attached again is unmarked.
+* **DeleteOnTermination** set on our attached ENIs that lack it (a crash
+  between attach and modify).
+* **Terminated nodes**: their ledger entries and result queues go.
+* **Drift** between the ledger and EC2, as metrics.
+* **Expired leases** (a crashed invocation's) are deleted.
+
+Mutating calls are paid from the same token buckets as the allocator; what the
+buckets cannot pay for now waits for the next run.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from functions.ec2 import Ec2, EniFacts
+from functions.errors import AwsError, InUse, NotFound, QueueMissing
+from functions.ports import BatchBucketStore, LeaseSweeper, LedgerStore
+from functions.settings import Settings
+from functions.telemetry import Tally
+from warmpool import names
+from warmpool.clock import Clock
+from warmpool.ports import Ec2Api, SqsApi
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReconcileOutcome:
+    marked: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    unmarked: list[str] = field(default_factory=list)
+    fixed_delete_on_termination: list[str] = field(default_factory=list)
+    forgotten_nodes: list[str] = field(default_factory=list)
+    queues_deleted: list[str] = field(default_factory=list)
+    leases_swept: int = 0
+    drift: dict[str, int] = field(default_factory=dict)
+    postponed: int = 0
+
+
+class Reconciler:
+    def __init__(
+        self,
+        *,
+        ec2: Ec2Api,
+        sqs: SqsApi,
+        buckets: BatchBucketStore,
+        ledger: LedgerStore,
+        leases: LeaseSweeper,
+        clock: Clock,
+        settings: Settings,
+        tally: Tally | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.sqs = sqs
+        self.buckets = buckets
+        self.ledger = ledger
+        self.leases = leases
+        self.tally = tally if tally is not None else Tally()
+        self.ec2 = Ec2(ec2, settings, clock, self.tally)
+
+    @property
+    def cluster(self) -> str:
+        return self.settings.cluster
+
+    def run(self) -> ReconcileOutcome:
+        out = ReconcileOutcome()
+        now = self.clock.now()
+        enis = self.ec2.describe_cluster_enis(self.cluster)
+        self._gc(enis, now, out)
+        entries = self.ledger.entries(self.cluster)
+        self._nodes(entries, enis, out)
+        out.leases_swept = self.leases.sweep(self.cluster, now)
+        self.tally.add(names.M_GC_DELETIONS, len(out.deleted))
+        for kind, n in out.drift.items():
+            self.tally.add(names.M_LEDGER_DRIFT, n, kind=kind)
+        log.info("reconciled", extra={
+            "marked": len(out.marked), "deleted": len(out.deleted), "forgotten": len(out.forgotten_nodes),
+            "leases_swept": out.leases_swept, "drift": out.drift, "postponed": out.postponed,
+        })
+        return out
+
+    # --- ENIs ------------------------------------------------------------------
+
+    def _pay(self, wants: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """(action, eni) pairs the buckets pay for now, in order; the rest wait."""
+        if not wants:
+            return []
+        waits = self.buckets.take_batch([{a: 1} for a, _ in wants], self.clock.now())
+        paid = [w for w, t in zip(wants, waits, strict=True) if t == 0]
+        return paid
+
+    def _gc(self, enis: list[EniFacts], now: float, out: ReconcileOutcome) -> None:
+        wants: list[tuple[str, str]] = []
+        for e in enis:
+            if e.tags.get(names.TAG_CLUSTER_NAME) != self.cluster:
+                continue  # defence in depth: the filter already said so
+            mark = e.tags.get(names.TAG_GC_MARK, "")
+            if e.instance_id:
+                if mark:
+                    wants.append(("CreateTags:unmark", e.eni.eni_id))
+                elif not e.delete_on_termination and e.attachment_id and e.eni.device_index > 0:
+                    wants.append(("ModifyNetworkInterfaceAttribute", e.eni.eni_id))
+                continue
+            if e.status != "available":
+                continue  # detaching: next run
+            if not mark:
+                wants.append(("CreateTags", e.eni.eni_id))
+            elif now - _float(mark, now) >= self.settings.gc_age_s:
+                wants.append(("DeleteNetworkInterface", e.eni.eni_id))
+        by_id = {e.eni.eni_id: e for e in enis}
+        paid = self._pay([(a.split(":")[0], i) for a, i in wants])
+        out.postponed += len(wants) - len(paid)
+        paid_set = set(paid)
+        for action, eni_id in wants:
+            if (action.split(":")[0], eni_id) not in paid_set:
+                continue
+            e = by_id[eni_id]
+            try:
+                if action == "CreateTags":
+                    self.ec2.call("CreateTags", Resources=[eni_id], Tags=[{"Key": names.TAG_GC_MARK, "Value": f"{now:.0f}"}])
+                    out.marked.append(eni_id)
+                elif action == "CreateTags:unmark":
+                    self.ec2.call("CreateTags", Resources=[eni_id], Tags=[{"Key": names.TAG_GC_MARK, "Value": ""}])
+                    out.unmarked.append(eni_id)
+                elif action == "ModifyNetworkInterfaceAttribute":
+                    self.ec2.call("ModifyNetworkInterfaceAttribute", NetworkInterfaceId=eni_id,
+                                  Attachment={"AttachmentId": e.attachment_id, "DeleteOnTermination": True})
+                    out.fixed_delete_on_termination.append(eni_id)
+                else:
+                    self.ec2.call("DeleteNetworkInterface", NetworkInterfaceId=eni_id)
+                    out.deleted.append(eni_id)
+            except (NotFound, InUse):
+                continue
+            except AwsError as err:
+                log.warning("reconcile call failed", extra={"eni_id": eni_id, "action": action, "error": str(err)})
+
+    # --- nodes -----------------------------------------------------------------
+
+    def _nodes(self, entries: dict[str, dict[str, Any]], enis: list[EniFacts], out: ReconcileOutcome) -> None:
+        iids = {n: str(e.get("instance_id", "")) for n, e in entries.items() if e.get("instance_id")}
+        facts = self.ec2.describe_nodes(set(iids.values())) if iids else {}
+        alive = {i for i, f in facts.items() if f.state not in ("terminated", "shutting-down")}
+        gone = [n for n, i in iids.items() if i not in alive]
+        # Drift: the ledger names nodes EC2 no longer runs; EC2 shows our ENIs on
+        # instances the ledger does not know; our ENIs tagged for another instance.
+        known = set(iids.values())
+        attached_unknown = {e.instance_id for e in enis if e.instance_id and e.instance_id not in known}
+        mislabelled = [e for e in enis if e.instance_id and e.tags.get(names.TAG_INSTANCE_ID) not in ("", None, e.instance_id)]
+        out.drift = {
+            "ledger-without-instance": len(gone),
+            "instance-without-ledger": len(attached_unknown),
+            "eni-instance-tag-mismatch": len(mislabelled),
+        }
+        for node in gone:
+            self.ledger.forget(self.cluster, node)
+            out.forgotten_nodes.append(node)
+            if self._delete_queue(iids[node]):
+                out.queues_deleted.append(iids[node])
+
+    def _delete_queue(self, instance_id: str) -> bool:
+        prefix = self.settings.result_queue_url_prefix()
+        try:
+            if prefix:
+                url = f"{prefix}{instance_id}"
+            else:
+                url = self.sqs.get_queue_url(QueueName=self.settings.result_queue_name(instance_id))["QueueUrl"]
+            self.sqs.delete_queue(QueueUrl=url)
+            return True
+        except Exception as exc:
+            from botocore.exceptions import ClientError
+
+            from functions.errors import classify
+
+            if isinstance(exc, ClientError) and isinstance(classify(exc), QueueMissing):
+                return False
+            raise
+
+
+def _float(s: str, default: float) -> float:
+    try:
+        return float(s)
+    except ValueError:
+        return default
+

@@ -1,0 +1,118 @@
+"""The allocator on a big batch, redelivery and concurrency (emulated EC2, fast SQS)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+
+from functions.allocator import ThreadMapper
+from tests.integration.test_allocate_world import World
+from warmpool.messages import Attached
+
+
+def _burst(w: World, nodes: int = 200) -> list:
+    """500 reports from ``nodes`` nodes: two or three per node, seq rising, the last asks most."""
+    for i in range(nodes):
+        w.add_node(f"n{i:03d}")
+    reports = []
+    for rnd in range(3):
+        for i in range(nodes):
+            if rnd == 2 and i % 2:
+                continue
+            reports.append(w.report(f"n{i:03d}", warm_ip=5, pending=10 * (rnd + 1) + (i % 3) * 5))
+    return reports[:500]
+
+
+def test_500_reports_from_200_nodes_one_call_per_eni_no_throttle() -> None:
+    w = World()
+    reports = _burst(w)
+    assert len(reports) == 500
+    first = w.deliver(reports)
+    assert first.superseded == 300 and first.invalid == 0 and first.rejected == 0
+    assert first.served + first.deferred == 200
+    assert first.deferred > 0  # 200 nodes need more tokens than the budget holds at once
+    outs = w.drain()
+    stats = w.ec2_stats()
+    assert w.throttled() == 0
+    # One Describe round per batch (100 instances per filter), never one per report.
+    batches = 1 + len(outs)
+    assert stats["DescribeInstances"]["calls"] <= 2 * batches
+    assert stats["DescribeNetworkInterfaces"]["calls"] <= 2 * batches
+    newest = {}
+    for r in reports:
+        newest[r.node] = r
+    want = {n: r.pending_demand + 5 for n, r in newest.items()}
+    for node, addrs in want.items():
+        assert w.addresses(node) == addrs, node
+    # One call per ENI touched: one Assign on the primary, one Create (+attach, modify) per new ENI.
+    new_enis = sum(len(w.enis(n)) - 1 for n in want)
+    assert stats["AssignPrivateIpAddresses"]["calls"] == 200
+    assert stats["CreateNetworkInterface"]["calls"] == new_enis
+    assert stats["AttachNetworkInterface"]["calls"] == new_enis
+    assert len(set(w.all_addresses())) == len(w.all_addresses())
+    assert w.detached_enis() == []
+
+
+def test_redelivery_of_the_same_batch_makes_no_mutating_call() -> None:
+    w = World()
+    for i in range(20):
+        w.add_node(f"n{i}")
+    batch = [w.report(f"n{i}", warm_ip=3, pending=4) for i in range(20)]
+    w.deliver(batch)
+    w.drain()
+    before = w.mutating_calls()
+    again = w.deliver(batch)
+    assert again.stale == 20 and again.served == 0
+    assert w.mutating_calls() == before
+
+
+@pytest.mark.parametrize("overlap_same_seq", [True, False])
+def test_concurrent_invocations_on_overlapping_nodes_never_double_allocate(overlap_same_seq: bool) -> None:
+    w = World()
+    for i in range(30):
+        w.add_node(f"n{i:02d}")
+    a_reports = [w.report(f"n{i:02d}", warm_ip=2, pending=8) for i in range(0, 20)]
+    if overlap_same_seq:
+        b_reports = [*a_reports[10:], *(w.report(f"n{i:02d}", warm_ip=2, pending=8) for i in range(20, 30))]
+    else:
+        b_reports = [w.report(f"n{i:02d}", warm_ip=2, pending=8) for i in range(10, 30)]
+    a, b = w.allocator(ThreadMapper(4)), w.allocator(ThreadMapper(4))
+    barrier = threading.Barrier(2)
+
+    def run(alloc, reps):  # type: ignore[no-untyped-def]
+        barrier.wait()
+        alloc.handle_batch(w.records(reps))
+
+    threads = [threading.Thread(target=run, args=(a, a_reports)), threading.Thread(target=run, args=(b, b_reports))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    w.drain()
+    for i in range(30):
+        assert w.addresses(f"n{i:02d}") == 10, f"n{i:02d}"
+    assert len(set(w.all_addresses())) == len(w.all_addresses())
+    assert w.throttled() == 0
+
+
+def test_results_reach_each_node_queue_with_what_was_done() -> None:
+    w = World()
+    w.add_node("n1")
+    w.deliver([w.report("n1", warm_ip=2, pending=40)])
+    (res,) = w.results("n1")
+    assert res.in_reply_to == 1 and res.instance_id == w.nodes["n1"]
+    kinds = Counter(a.kind for a in res.actions)
+    assert kinds == {"assigned": 1, "attached": 1}
+    att = next(a for a in res.actions if isinstance(a, Attached))
+    assert att.device_index == 1 and att.subnet_cidr == "10.0.0.0/18" and len(att.ips) == 13
+
+
+def test_missing_result_queue_does_not_fail_the_batch() -> None:
+    w = World()
+    w.add_node("n1", queue=False)
+    out = w.deliver([w.report("n1", warm_ip=2, pending=3)])
+    assert out.served == 1 and out.failed_message_ids == []
+    assert w.tally.get("ResultQueueMissing") == 1
+    assert w.addresses("n1") == 5
