@@ -94,10 +94,10 @@ class Imds:
                 return 400, "Bad Request"
             if not 1 <= ttl <= MAX_TTL_S:
                 return 400, "Bad Request"
-            token = "AQAEA" + secrets.token_urlsafe(40)
+            new_token = "AQAEA" + secrets.token_urlsafe(40)
             with self._lock:
-                self._tokens[token] = (iid, self.emu.clock.now() + ttl)
-            return 200, token
+                self._tokens[new_token] = (iid, self.emu.clock.now() + ttl)
+            return 200, new_token
         if method not in ("GET", "HEAD"):
             return 405, "Method Not Allowed"
         token = h.get(TOKEN_HEADER.lower())
