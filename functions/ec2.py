@@ -197,11 +197,12 @@ class Ec2:
         Allowed: ``settings.allowed_subnets`` if set; else those tagged for the
         cluster; else every subnet of the nodes' VPCs.
         """
-        vpcs = frozenset(v for v in vpc_ids if v)
+        asked = frozenset(v for v in vpc_ids if v)
         now = self.clock.now()
         fresh = now - self._subnets_at < self.settings.subnet_cache_ttl_s
-        if fresh and vpcs <= self._subnet_vpcs:
+        if fresh and asked <= self._subnet_vpcs:
             return self._subnets
+        vpcs = asked | self._subnet_vpcs
         s = self.settings
         if s.allowed_subnets:
             items = list(self._pages(
@@ -225,7 +226,7 @@ class Ec2:
             for i in items
         }
         self._subnets_at = now
-        self._subnet_vpcs = vpcs | (self._subnet_vpcs if fresh else frozenset())
+        self._subnet_vpcs = vpcs
         return self._subnets
 
     def spend_subnet(self, subnet_id: str, addresses: int) -> None:

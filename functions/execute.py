@@ -193,7 +193,7 @@ class PlanExecutor:
     def _do(self, call: Call, job: NodeJob, facts: NodeFacts) -> list[Action]:
         try:
             if isinstance(call, AssignAddresses):
-                return self._assign(call)
+                return self._assign(call, facts)
             if isinstance(call, CreateEni):
                 return self._create(call, job, facts)
             if isinstance(call, UnassignAddresses):
@@ -202,7 +202,7 @@ class PlanExecutor:
         except Throttled as err:
             raise self._throttled(err) from None
 
-    def _assign(self, call: AssignAddresses) -> list[Action]:
+    def _assign(self, call: AssignAddresses, facts: NodeFacts) -> list[Action]:
         kw: dict[str, Any] = {"NetworkInterfaceId": call.eni_id}
         if call.prefixes:
             kw["Ipv4PrefixCount"] = call.prefixes
@@ -215,7 +215,10 @@ class PlanExecutor:
         except AddressLimit:
             raise _Replan("PrivateIpAddressLimitExceeded") from None
         except SubnetFull:
-            raise _Replan("InsufficientFreeAddressesInSubnet", refresh=True) from None
+            # The ENI's subnet is full: leave its ENIs alone, grow elsewhere.
+            subnet = next((e.eni.subnet_id for e in facts.enis if e.eni.eni_id == call.eni_id), "")
+            self.ec2.forget_subnets()
+            raise _Replan("InsufficientFreeAddressesInSubnet", exclude=subnet, refresh=True) from None
         ips = [a["PrivateIpAddress"] for a in resp.get("AssignedPrivateIpAddresses", [])]
         prefixes = [p["Ipv4Prefix"] for p in resp.get("AssignedIpv4Prefixes", [])]
         self.tally.add(names.M_ADDRESSES_ALLOCATED, len(ips) + PREFIX_SIZE * len(prefixes))

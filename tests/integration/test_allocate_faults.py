@@ -1,0 +1,205 @@
+"""Crashes, subnet exhaustion, throttling, prefix fallback, attach failure (emulated EC2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from functions.reconciler import Reconciler
+from tests.integration.test_allocate_world import World
+from warmpool.messages import Deferred, Failed
+
+
+class Crash(BaseException):
+    """The Lambda dies here (not an Exception: nothing in the allocator catches it)."""
+
+
+class CrashingEc2:
+    """Passes calls through; dies right after the n-th successful ``action``."""
+
+    def __init__(self, inner: Any, action: str, after: int = 1) -> None:
+        self.inner, self.action, self.left = inner, action, after
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self.inner, name)
+
+        def call(**kw: Any) -> Any:
+            out = fn(**kw)
+            if name == self.action:
+                self.left -= 1
+                if self.left == 0:
+                    raise Crash(name)
+            return out
+
+        return call
+
+
+class CrashingLedger:
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def record(self, *a: Any, **kw: Any) -> bool:
+        self.inner.record(*a, **kw)
+        raise Crash("record")
+
+
+class CrashingSqs:
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def send_message(self, **kw: Any) -> Any:
+        self.inner.send_message(**kw)
+        raise Crash("push")
+
+
+class DeadLeases:
+    """A crashed invocation never releases its leases."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def release(self, *a: Any) -> None:
+        return None
+
+
+def reconciler(w: World) -> Reconciler:
+    return Reconciler(ec2=w.ec2_client, sqs=w.sqs.client(), buckets=w.buckets, ledger=w.ledger, leases=w.leases,
+                      clock=w.clock, settings=w.settings, tally=w.tally)
+
+
+STEPS = {
+    "create": ("ec2", "create_network_interface"),
+    "attach": ("ec2", "attach_network_interface"),
+    "modify": ("ec2", "modify_network_interface_attribute"),
+    "assign": ("ec2", "assign_private_ip_addresses"),
+    "ledger": ("ledger", ""),
+    "push": ("sqs", ""),
+}
+
+
+@pytest.mark.parametrize("step", list(STEPS))
+def test_crash_after_each_step_then_redelivery_and_reconcile_leaves_nothing_leaked_or_doubled(step: str) -> None:
+    w = World(gc_age_s=300)
+    w.add_node("n1")
+    w.add_node("n2")
+    batch = [w.report("n1", warm_ip=5, pending=40), w.report("n2", warm_ip=5, pending=40)]
+    kind, method = STEPS[step]
+    crashing = w.allocator()
+    if kind == "ec2":
+        crashing.ec2.api = CrashingEc2(w.ec2_client, method)
+        crashing.executor.ec2 = crashing.ec2
+    elif kind == "ledger":
+        crashing.ledger = CrashingLedger(w.ledger)  # type: ignore[assignment]
+    else:
+        crashing.delivery.sqs = CrashingSqs(w.sqs.client())
+    crashing.leases = DeadLeases(w.leases)  # type: ignore[assignment]
+    with pytest.raises(Crash):
+        crashing.handle_batch(w.records(batch))
+    # SQS redelivers after the visibility timeout (longer than any lease).
+    w.clock.advance(w.settings.lease_ttl_s + 1)
+    w.deliver(batch)
+    w.drain()
+    rec = reconciler(w)
+    rec.run()
+    w.clock.advance(301)
+    rec.run()
+    for node in ("n1", "n2"):
+        assert w.addresses(node) == 45, (step, node)
+        for e in w.enis(node)[1:]:
+            assert e.attachment.delete_on_termination, (step, e.id)
+    assert w.detached_enis() == [], step
+    assert len(set(w.all_addresses())) == len(w.all_addresses())
+
+
+def test_subnet_exhaustion_moves_to_the_next_subnet() -> None:
+    w = World(subnet_cidrs=("10.0.0.0/18", "10.0.64.0/20"))
+    w.add_node("n1")
+    w.emu.set_subnet_exhausted(w.subnets[0])
+    out = w.deliver([w.report("n1", warm_ip=2, pending=40)])
+    assert out.served == 1
+    new = w.enis("n1")[1]
+    assert new.subnet_id == w.subnets[1]
+    assert w.addresses("n1") == 42
+    assert w.detached_enis() == []
+
+
+def test_every_subnet_exhausted_fails_cleanly_and_leaks_nothing() -> None:
+    w = World()
+    w.add_node("n1")
+    w.emu.set_subnet_exhausted(w.subnets[0])
+    out = w.deliver([w.report("n1", warm_ip=2, pending=40)])
+    assert out.failed_message_ids == []
+    (res,) = w.results("n1")
+    assert any(isinstance(a, Failed) for a in res.actions)
+    assert w.detached_enis() == []
+
+
+def test_throttle_from_other_callers_cuts_the_rate_and_defers() -> None:
+    w = World()
+    w.add_node("n1")
+    w.emu.fail_next("AssignPrivateIpAddresses", "RequestLimitExceeded")
+    out = w.deliver([w.report("n1", warm_ip=3)])
+    assert out.deferred == 1
+    (res,) = w.results("n1")
+    d = res.actions[-1]
+    assert isinstance(d, Deferred) and d.retry_after_s >= 1
+    st = w.buckets.load("AssignPrivateIpAddresses", w.clock.now())
+    assert st.rate_factor < 1
+    w.drain()
+    assert w.addresses("n1") == 3
+
+
+def test_prefix_mode_falls_back_to_addresses_on_insufficient_cidr_blocks() -> None:
+    w = World()
+    w.add_node("n1")
+    w.emu.fail_next("AssignPrivateIpAddresses", "InsufficientCidrBlocks")
+    out = w.deliver([w.report("n1", mode="prefix", warm_ip=5)])
+    assert out.served == 1
+    primary = w.enis("n1")[0]
+    assert primary.prefixes == [] and len(primary.secondary) >= 5
+
+
+def test_prefix_mode_allocates_prefixes() -> None:
+    w = World()
+    w.add_node("n1")
+    w.deliver([w.report("n1", mode="prefix", warm_ip=5, pending=20)])
+    assert w.addresses("n1") >= 25 and all(not e.secondary for e in w.enis("n1"))
+
+
+def test_attach_failure_deletes_the_new_eni() -> None:
+    w = World()
+    w.add_node("n1")
+    w.emu.fail_next("AttachNetworkInterface", "InvalidParameterValue")
+    w.deliver([w.report("n1", warm_ip=2, pending=40)])
+    assert w.detached_enis() == []
+    (res,) = w.results("n1")
+    assert any(isinstance(a, Failed) and a.code == "InvalidParameterValue" for a in res.actions)
+
+
+def test_release_unassigns_per_eni_and_deletes_empty_enis() -> None:
+    w = World()
+    w.add_node("n1")
+    w.deliver([w.report("n1", warm_ip=2, pending=40)])
+    assert w.addresses("n1") == 42
+    primary, second = w.enis("n1")
+    w.pods["n1"] = 20  # on the primary ENI
+    offer = [
+        {"eni_id": primary.id, "ips": list(primary.secondary[-5:])},
+        {"eni_id": second.id, "ips": list(second.secondary)},
+    ]
+    w.deliver([w.report("n1", warm_ip=2, release=offer)])
+    kinds = sorted(a.kind for a in w.results("n1")[-1].actions)
+    assert kinds == ["deleted", "released"]
+    assert len(w.enis("n1")) == 1 and w.addresses("n1") == 24
+    stats = w.ec2_stats()
+    assert stats["UnassignPrivateIpAddresses"]["calls"] == 1 and stats["DeleteNetworkInterface"]["calls"] == 1
