@@ -294,6 +294,10 @@ class PoolController:
             self._event("quarantine", f"{n} surplus addresses quarantined and offered back")
         return n
 
+    def retry_soon(self) -> None:
+        """The last report could not be sent: send one on the next tick."""
+        self._force = True
+
     # --- results -----------------------------------------------------------------------
 
     def apply_result(self, result: AllocationResult, now: float) -> list[str]:

@@ -178,9 +178,9 @@ def _ensure_pod_rules(host: Netlink, ip: str, table: int) -> None:
     wanted = pod_rules(ip, table)
     cidr = f"{ip}/32"
     for have in host.rules():
-        if (have.src == cidr or have.dst == cidr) and have.priority in (TO_POD_PRIORITY, FROM_POD_PRIORITY):
-            if have not in wanted:
-                host.rule_absent(have)
+        ours = (have.src == cidr or have.dst == cidr) and have.priority in (TO_POD_PRIORITY, FROM_POD_PRIORITY)
+        if ours and have not in wanted:
+            host.rule_absent(have)
     for r in wanted:
         host.ensure_rule(r)
 

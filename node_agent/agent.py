@@ -1,0 +1,355 @@
+"""warmpool-agent: the node daemon (a DaemonSet pod, host network, root).
+
+Wires the pure parts (datastore, controller) to I/O: IMDS, SQS, netlink, the
+CNI unix socket, the localhost HTTP endpoints. Threads: the main loop (the
+only caller of the controller), the result long-poller, the CNI socket
+server, the HTTP server. They meet through thread-safe objects (datastore,
+a queue of results, one wake-up event); nothing sleeps, they wait.
+
+``warmpool-agent install-cni`` is the init container's command: it copies the
+self-contained plugin into ``/opt/cni/bin``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import queue
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Protocol
+
+from node_agent import http as web
+from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods, PodNetwork
+from node_agent.config import AgentConfig, ConfigError, load
+from node_agent.controller import AttachedEni, HostNetwork, NodeIdentity, PoolController
+from node_agent.datastore import CheckpointError, Datastore, FileCheckpoint
+from node_agent.imds import Identity, ImdsClient
+from warmpool.clock import Clock, RealClock
+from warmpool.limits import InstanceLimits, known
+from warmpool.messages import MessageError, parse_result
+from warmpool.ports import SqsApi
+
+log = logging.getLogger("warmpool.agent")
+
+POLL_WAIT_S = 20
+
+
+class Metadata(Protocol):
+    def identity(self) -> Identity: ...
+    def interfaces(self) -> list[AttachedEni]: ...
+
+
+def result_queue_name(prefix: str, instance_id: str) -> str:
+    """The prefix may be a queue-name prefix or a queue-URL prefix."""
+    return (prefix + instance_id).rsplit("/", 1)[-1]
+
+
+class Agent:
+    """One node's agent. ``start()`` then ``run(stop_event)`` (or ``run_once()`` in tests)."""
+
+    def __init__(
+        self,
+        cfg: AgentConfig,
+        sqs: SqsApi,
+        metadata: Metadata,
+        *,
+        host: HostNetwork | None = None,
+        pods: PodNetwork | None = None,
+        clock: Clock | None = None,
+        limits: InstanceLimits | None = None,
+        poll_wait_s: int = POLL_WAIT_S,
+        serve_http: bool = True,
+    ) -> None:
+        self.cfg = cfg
+        self.sqs = sqs
+        self.metadata = metadata
+        self.host = host
+        self.pods = pods
+        self.clock = clock or RealClock()
+        self._limits = limits
+        self.poll_wait_s = poll_wait_s
+        self.serve_http = serve_http
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self.results: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.ready = False
+        self.loop_at = 0.0
+        self.counters: dict[str, int] = {
+            "reports_send_errors": 0,
+            "results_invalid": 0,
+            "results_poll_errors": 0,
+        }
+        self._threads: list[threading.Thread] = []
+        self.ds: Datastore
+        self.controller: PoolController
+        self.cni: CniService
+        self.socket_server: CniSocketServer | None = None
+        self.http: web.HttpServer | None = None
+        self.result_queue_url = ""
+
+    # --- start-up ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        cfg = self.cfg
+        ident = self.metadata.identity()
+        limits = self._limits or known(ident.instance_type)
+        self.identity = NodeIdentity(
+            cluster=cfg.cluster,
+            node=cfg.node_name or ident.instance_id,
+            instance_id=ident.instance_id,
+            instance_type=ident.instance_type,
+            availability_zone=ident.availability_zone,
+        )
+        self.ds = Datastore(
+            cooldown_s=cfg.timing.cooldown_s,
+            pending_ttl_s=cfg.timing.pending_ttl_s,
+            checkpoint=FileCheckpoint(cfg.checkpoint_path),
+        )
+        restored = self.ds.restore()
+        self.controller = PoolController(
+            self.identity, limits, cfg.pool, self.ds, cfg.timing,
+            host=self.host, metadata=self.metadata, mtu=cfg.mtu,
+        )
+        now = self.clock.now()
+        notes = self.controller.start(now)
+        log.info("started %s (%s in %s): checkpoint %s; %d reconcile notes",
+                 ident.instance_id, ident.instance_type, ident.availability_zone,
+                 "restored" if restored else "empty", len(notes))
+        self._last_resync = now
+        name = result_queue_name(cfg.result_queue_prefix, ident.instance_id)
+        self.result_queue_url = self.sqs.create_queue(QueueName=name)["QueueUrl"]
+        self.cni = CniService(
+            self.ds, self.pods or NetlinkPods(cfg.host_netns, cfg.veth_prefix),
+            mtu=cfg.mtu, add_wait_s=cfg.add_wait_s, clock=self.clock.now, on_unmet=self.wake.set,
+        )
+        self.socket_server = CniSocketServer(cfg.socket_path, self.cni)
+        self._threads.append(self.socket_server.serve_in_thread())
+        if self.serve_http:
+            host, port = cfg.metrics_host_port
+            self.http = self._http(host, port)
+            self._threads.append(self.http.serve_in_thread())
+        t = threading.Thread(target=self._poll_results, name="results", daemon=True)
+        t.start()
+        self._threads.append(t)
+        self.loop_at = time.monotonic()
+        self.ready = True
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        stop = stop or self.stopping
+        while not stop.is_set() and not self.stopping.is_set():
+            self.run_once()
+            self.wake.wait(timeout=1.0)
+            self.wake.clear()
+
+    def run_once(self) -> None:
+        """One pass of the main loop: results in, tick, reports out, periodic resync."""
+        self.loop_at = time.monotonic()
+        applied = False
+        while True:
+            try:
+                msg = self.results.get_nowait()
+            except queue.Empty:
+                break
+            self._apply(msg)
+            applied = True
+        now = self.clock.now()
+        if now - self._last_resync >= self.cfg.resync_s:
+            self._last_resync = now
+            try:
+                self.controller.resync(now)
+            except Exception as exc:
+                log.warning("resync with IMDS failed: %s", exc)
+        for report in self.controller.tick(now):
+            try:
+                self.sqs.send_message(QueueUrl=self.cfg.reports_queue_url, MessageBody=report.to_json())
+            except Exception as exc:
+                self.counters["reports_send_errors"] += 1
+                self.controller.retry_soon()
+                log.warning("report %d not sent: %s", report.seq, exc)
+        if applied:
+            self.cni.addresses_changed()
+
+    def _apply(self, msg: dict[str, Any]) -> None:
+        receipt = msg["ReceiptHandle"]
+        try:
+            result = parse_result(msg.get("Body", ""))
+        except MessageError as exc:
+            self.counters["results_invalid"] += 1
+            log.warning("invalid result dropped (%s)", exc)
+        else:
+            for note in self.controller.apply_result(result, self.clock.now()):
+                log.info("result %d: %s", result.in_reply_to, note)
+        # Acknowledged only once applied (or judged unusable).
+        try:
+            self.sqs.delete_message(QueueUrl=self.result_queue_url, ReceiptHandle=receipt)
+        except Exception as exc:
+            log.warning("could not delete result message: %s", exc)
+
+    def _poll_results(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                resp = self.sqs.receive_message(
+                    QueueUrl=self.result_queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=self.poll_wait_s
+                )
+            except Exception as exc:
+                self.counters["results_poll_errors"] += 1
+                log.warning("result queue poll failed: %s", exc)
+                self.stopping.wait(2.0)
+                continue
+            msgs = resp.get("Messages", [])
+            for m in msgs:
+                self.results.put(m)
+            if msgs:
+                self.wake.set()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.wake.set()
+        if self.socket_server is not None:
+            self.socket_server.shutdown()
+            self.socket_server.server_close()
+        if self.http is not None:
+            self.http.close()
+
+    # --- HTTP -----------------------------------------------------------------------------------
+
+    def _http(self, host: str, port: int) -> web.HttpServer:
+        metrics = web.Metrics()
+        metrics.sources.append(self._metric_lines)
+        return web.HttpServer(
+            host, port, metrics=metrics,
+            views={"/v1/enis": self.view_enis, "/v1/pods": self.view_pods, "/v1/config": self.cfg.public},
+            healthy=self._healthy, ready=self._ready,
+        )
+
+    def _healthy(self) -> tuple[bool, str]:
+        age = time.monotonic() - self.loop_at
+        return (age < 60.0, f"main loop ran {age:.1f}s ago")
+
+    def _ready(self) -> tuple[bool, str]:
+        return (self.ready, "ready" if self.ready else "starting")
+
+    def view_enis(self) -> list[dict[str, Any]]:
+        out = []
+        for e in self.ds.enis():
+            out.append({
+                **asdict(e.info), "route_table": e.info.route_table, "ready": e.ready,
+                "ips": e.ips, "prefixes": e.prefixes,
+                "assigned": sorted(a.ip for a in e.addrs.values() if a.in_use),
+                "quarantined": sorted(a.ip for a in e.addrs.values() if a.quarantined_at is not None),
+            })
+        return out
+
+    def view_pods(self) -> list[dict[str, Any]]:
+        return [asdict(p) for p in self.ds.pods()]
+
+    def _metric_lines(self) -> list[str]:
+        now = self.clock.now()
+        c = self.ds.counts(now)
+        lines: list[str] = []
+        for name, help_, v in (
+            ("warmpool_addresses_total", "Addresses pods can use", c.total),
+            ("warmpool_addresses_assigned", "Addresses held by pods", c.assigned),
+            ("warmpool_addresses_available", "Addresses not held by pods", c.available),
+            ("warmpool_addresses_cooldown", "Freed addresses waiting IP_COOLDOWN_PERIOD", c.cooldown),
+            ("warmpool_addresses_quarantined", "Surplus addresses offered back", c.quarantined),
+            ("warmpool_pending_demand", "CNI ADDs waiting for an address", c.pending),
+            ("warmpool_enis", "ENIs attached", c.enis),
+        ):
+            lines += web.gauge(name, help_, v)
+        st = self.controller.stats
+        lines += web.counter("warmpool_reports_sent_total", "Reports sent", {(): st["reports_sent"]})
+        lines += web.counter("warmpool_report_send_errors_total", "Reports that could not be sent",
+                             {(): self.counters["reports_send_errors"]})
+        lines += web.counter("warmpool_results_applied_total", "Results applied", {(): st["results_applied"]})
+        lines += web.counter("warmpool_results_invalid_total", "Results rejected as invalid",
+                             {(): self.counters["results_invalid"] + st["results_rejected"]})
+        lines += web.counter("warmpool_result_actions_total", "Result actions by kind",
+                             {(("kind", k.removeprefix("action_")),): v
+                              for k, v in st.items() if k.startswith("action_")})
+        lines += web.counter("warmpool_cni_requests_total", "CNI requests by command",
+                             {(("command", k),): v for k, v in self.cni.stats.requests.items()})
+        lines += web.counter("warmpool_cni_failures_total", "CNI failures by command and reason",
+                             {(("command", k.split(":")[0]), ("reason", k.split(":", 1)[1])): v
+                              for k, v in self.cni.stats.failures.items()})
+        lines += web.histogram("warmpool_cni_address_wait_seconds", "Time a CNI ADD waited for an address",
+                               self.cni.stats.wait_seconds)
+        return lines
+
+
+# --- command line -----------------------------------------------------------------------------
+
+
+def install_cni(dest: str, python: str = "/usr/bin/python3") -> Path:
+    """Copy the self-contained plugin to ``dest/warmpool-cni`` (atomic, mode 0755)."""
+    src = Path(__file__).with_name("cni.py").read_text()
+    body = src.split("\n", 1)[1] if src.startswith("#!") else src
+    os.makedirs(dest, exist_ok=True)
+    target = Path(dest) / "warmpool-cni"
+    fd, tmp = tempfile.mkstemp(dir=dest, prefix=".warmpool-cni-")
+    with os.fdopen(fd, "w") as f:
+        f.write(f"#!{python} -S\n{body}")
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, target)
+    return target
+
+
+def _run_agent(env: dict[str, str]) -> int:
+    try:
+        cfg = load(env)
+    except ConfigError as exc:
+        print(f"warmpool-agent: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    import boto3  # only the daemon needs it
+
+    sqs = boto3.client("sqs", region_name=cfg.region, endpoint_url=cfg.endpoint_url or None)
+    if not cfg.reports_queue_url:
+        print("warmpool-agent: invalid configuration: WARMPOOL_REPORTS_QUEUE_URL must be set", file=sys.stderr)
+        return 2
+    host: HostNetwork | None = None
+    if cfg.manage_host_network:
+        from node_agent.hostnet import EniNetworking
+
+        host = EniNetworking(cfg.host_netns)
+    agent = Agent(cfg, sqs, ImdsClient.from_env(env), host=host)
+    try:
+        agent.start()
+    except (CheckpointError, KeyError) as exc:
+        print(f"warmpool-agent: cannot start: {exc}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.set()
+        agent.wake.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    agent.run(stop)
+    agent.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    p = argparse.ArgumentParser(prog="warmpool-agent")
+    sub = p.add_subparsers(dest="cmd")
+    ic = sub.add_parser("install-cni", help="copy the CNI plugin into the node's CNI bin directory")
+    ic.add_argument("--dest", default="/opt/cni/bin")
+    ic.add_argument("--python", default="/usr/bin/python3", help="interpreter on the node")
+    sub.add_parser("run", help="run the agent (the default)")
+    args = p.parse_args(argv)
+    if args.cmd == "install-cni":
+        print(install_cni(args.dest, args.python))
+        return
+    sys.exit(_run_agent(dict(env if env is not None else os.environ)))
+

@@ -1,0 +1,118 @@
+"""IMDSv2 client (stdlib only): PUT a session token, then GET with it.
+
+The endpoint follows the AWS SDK convention: ``AWS_EC2_METADATA_SERVICE_ENDPOINT``
+when set, which may carry a path prefix (``http://host:port/i-0abc`` in the
+local stack, one prefix per instance), else ``http://169.254.169.254``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from node_agent.controller import AttachedEni
+from node_agent.datastore import EniInfo
+
+ENV_ENDPOINT = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
+DEFAULT_ENDPOINT = "http://169.254.169.254"
+TOKEN_TTL_S = 21600
+
+
+class ImdsError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Identity:
+    instance_id: str
+    instance_type: str
+    availability_zone: str
+    mac: str
+
+
+class ImdsClient:
+    """Implements :class:`node_agent.controller.MetadataView`."""
+
+    def __init__(self, endpoint: str = DEFAULT_ENDPOINT, timeout_s: float = 2.0, attempts: int = 3) -> None:
+        self.base = endpoint.rstrip("/")
+        self.timeout_s = timeout_s
+        self.attempts = attempts
+        self._token = ""
+        self._token_expires = 0.0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ImdsClient:
+        return cls(env.get(ENV_ENDPOINT, "").strip() or DEFAULT_ENDPOINT)
+
+    def _token_now(self, refresh: bool = False) -> str:
+        with self._lock:
+            if refresh or not self._token or time.monotonic() >= self._token_expires:
+                req = urllib.request.Request(
+                    f"{self.base}/latest/api/token",
+                    method="PUT",
+                    headers={"X-aws-ec2-metadata-token-ttl-seconds": str(TOKEN_TTL_S)},
+                )
+                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                    self._token = resp.read().decode()
+                self._token_expires = time.monotonic() + TOKEN_TTL_S - 60
+            return self._token
+
+    def get(self, path: str, missing_ok: bool = False) -> str | None:
+        """``GET /latest/meta-data/<path>``; None if 404 and ``missing_ok``."""
+        url = f"{self.base}/latest/meta-data/{path.lstrip('/')}"
+        last: Exception | None = None
+        for attempt in range(self.attempts):
+            try:
+                token = self._token_now(refresh=attempt > 0 and isinstance(last, urllib.error.HTTPError))
+                req = urllib.request.Request(url, headers={"X-aws-ec2-metadata-token": token})
+                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                    return str(resp.read().decode())
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    if missing_ok:
+                        return None
+                    raise ImdsError(f"IMDS {path}: not found") from None
+                last = exc
+            except (urllib.error.URLError, OSError) as exc:
+                last = exc
+        raise ImdsError(f"IMDS {path}: {last}")
+
+    def identity(self) -> Identity:
+        return Identity(
+            instance_id=self._req("instance-id"),
+            instance_type=self._req("instance-type"),
+            availability_zone=self._req("placement/availability-zone"),
+            mac=self._req("mac").lower(),
+        )
+
+    def _req(self, path: str) -> str:
+        v = self.get(path)
+        assert v is not None
+        return v.strip()
+
+    def interfaces(self) -> list[AttachedEni]:
+        """Every ENI attached now, with its secondary addresses and prefixes."""
+        macs = [m.strip().rstrip("/").lower() for m in self._req("network/interfaces/macs/").split() if m.strip()]
+        out = []
+        for mac in macs:
+            base = f"network/interfaces/macs/{mac}/"
+            local = [x.strip() for x in self._req(base + "local-ipv4s").split() if x.strip()]
+            prefixes = [x.strip() for x in (self.get(base + "ipv4-prefix", missing_ok=True) or "").split() if x.strip()]
+            card = self.get(base + "network-card", missing_ok=True)
+            info = EniInfo(
+                eni_id=self._req(base + "interface-id"),
+                device_index=int(self._req(base + "device-number")),
+                network_card=int(card) if card and card.strip().isdigit() else 0,
+                mac=mac,
+                primary_ip=local[0] if local else "",
+                subnet_id=self._req(base + "subnet-id"),
+                subnet_cidr=self._req(base + "subnet-ipv4-cidr-block"),
+            )
+            out.append(AttachedEni(info, local[1:], prefixes))
+        out.sort(key=lambda a: (a.info.network_card, a.info.device_index))
+        return out
