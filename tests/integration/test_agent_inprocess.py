@@ -1,0 +1,151 @@
+"""The agent against emulated AWS, in-process: moto's SQS, a fixture IMDS
+server; a stand-in allocator answers its reports. Start-up discovery, report
+on deficit, result verified and applied, addresses to pods, surplus released."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from node_agent.agent import Agent
+from node_agent.config import load
+from node_agent.hostnet import PodNet
+from node_agent.testing import FakeEni, FakeImdsServer, FakeInstance
+from node_agent.imds import ImdsClient
+from warmpool.messages import parse_report
+
+INSTANCE = "i-0a1b2c3d4e5f60718"
+
+
+class RecordingPods:
+    def __init__(self) -> None:
+        self.wired: dict[tuple[str, str], str] = {}
+
+    def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet:
+        self.wired[(container_id, ifname)] = ip
+        return PodNet("eni0", "02:00:00:00:00:01", "02:00:00:00:00:02", 2)
+
+    def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
+        self.wired.pop((container_id, ifname), None)
+
+    def check(self, netns: str, ifname: str, container_id: str, ip: str, table: int) -> list[str]:
+        return []
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    with mock_aws(), FakeImdsServer() as imds:
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        reports = sqs.create_queue(QueueName="warmpool-demo-reports")["QueueUrl"]
+        eni0 = FakeEni("eni-0000000000000aaa", "0a:00:00:00:00:10", 0, "10.0.0.10", "subnet-a", "10.0.0.0/24")
+        imds.instances[INSTANCE] = FakeInstance(INSTANCE, "m5.large", "us-east-1a", [eni0])
+        env = {
+            "CLUSTER_NAME": "demo", "MY_NODE_NAME": "node-1", "WARM_IP_TARGET": "2",
+            "IP_COOLDOWN_PERIOD": "0", "WARMPOOL_RELEASE_DELAY_S": "0.5",
+            "WARMPOOL_REPORTS_QUEUE_URL": reports, "WARMPOOL_STATE_DIR": str(tmp_path / "state"),
+            "WARMPOOL_SOCKET": str(tmp_path / "agent.sock"), "WARMPOOL_METRICS_ADDR": "127.0.0.1:0",
+            "WARMPOOL_ADD_WAIT_S": "0",
+        }
+        pods = RecordingPods()
+        agent = Agent(load(env), sqs, ImdsClient(imds.url_for(INSTANCE)), pods=pods, poll_wait_s=1)
+        try:
+            yield {"sqs": sqs, "reports": reports, "imds": imds, "agent": agent, "eni0": eni0, "pods": pods}
+        finally:
+            agent.stop()
+
+
+def next_report(sqs: Any, url: str, agent: Agent, timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        agent.run_once()
+        msgs = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0).get("Messages", [])
+        if msgs:
+            for m in msgs:
+                sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+            return parse_report(msgs[-1]["Body"])
+        agent.wake.wait(0.1)
+    raise AssertionError("no report")
+
+
+def send_result(sqs: Any, agent: Agent, seq: int, *actions: dict[str, Any]) -> None:
+    body = {"schema": "warmpool.result/v1", "cluster": "demo", "node": "node-1", "instance_id": INSTANCE,
+            "in_reply_to": seq, "actions": list(actions)}
+    sqs.send_message(QueueUrl=agent.result_queue_url, MessageBody=json.dumps(body))
+
+
+def until(agent: Agent, cond: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        agent.run_once()
+        if cond():
+            return
+        agent.wake.wait(0.1)
+    raise AssertionError("condition not met")
+
+
+def test_agent_reports_applies_serves_pods_and_releases(world: dict[str, Any]) -> None:
+    sqs, agent, imds, eni0 = world["sqs"], world["agent"], world["imds"], world["eni0"]
+    agent.start()
+    assert agent.identity.instance_type == "m5.large"
+    assert agent.result_queue_url.endswith(f"warmpool-demo-result-{INSTANCE}")
+    r = next_report(sqs, world["reports"], agent)
+    assert r.enis[0].eni_id == eni0.eni_id and r.targets.warm_ip == 2 and r.assigned_ips == 0
+
+    # a pod arrives with nothing free: clear error, demand reported at once
+    reply = agent.cni.handle({"command": "ADD", "container_id": "p1", "ifname": "eth0", "netns": "/x", "config": {}})
+    assert reply["ok"] is False and reply["code"] == 11
+    r = next_report(sqs, world["reports"], agent)
+    assert r.pending_demand == 1
+
+    # the allocator assigns three; IMDS shows them; the result is applied and acknowledged
+    eni0.ips += ["10.0.0.11", "10.0.0.12", "10.0.0.13"]
+    send_result(sqs, agent, r.seq, {"kind": "assigned", "eni_id": eni0.eni_id,
+                                    "ips": ["10.0.0.11", "10.0.0.12", "10.0.0.13"]})
+    until(agent, lambda: agent.ds.counts(time.time()).total == 3)
+    reply = agent.cni.handle({"command": "ADD", "container_id": "p1", "ifname": "eth0", "netns": "/x", "config": {}})
+    assert reply["ok"] and reply["result"]["ips"][0]["address"] == "10.0.0.11/32"
+    attrs = sqs.get_queue_attributes(QueueUrl=agent.result_queue_url, AttributeNames=["All"])["Attributes"]
+    assert attrs["ApproximateNumberOfMessages"] == "0" and attrs["ApproximateNumberOfMessagesNotVisible"] == "0"
+
+    # the pod goes: one surplus address is quarantined after the delay and offered
+    agent.cni.handle({"command": "DEL", "container_id": "p1", "ifname": "eth0", "netns": "/x", "config": {}})
+    deadline = time.monotonic() + 10
+    offer = None
+    while offer is None and time.monotonic() < deadline:
+        r = next_report(sqs, world["reports"], agent)
+        offer = r.release[0] if r.release else None
+    assert offer is not None and len(offer.ips) == 1
+    eni0.ips.remove(offer.ips[0])
+    send_result(sqs, agent, r.seq, {"kind": "released", "eni_id": eni0.eni_id, "ips": offer.ips})
+    until(agent, lambda: agent.ds.counts(time.time()).quarantined == 0)
+    c = agent.ds.counts(time.time())
+    assert (c.total, c.assigned) == (2, 0)
+
+    # observability
+    host, port = agent.http.address if agent.http else ("", 0)
+    base = f"http://{host}:{port}"
+    metrics = urllib.request.urlopen(f"{base}/metrics").read().decode()
+    assert "warmpool_addresses_total 2" in metrics
+    assert 'warmpool_cni_failures_total{command="ADD",reason="no-address"} 1' in metrics
+    assert json.loads(urllib.request.urlopen(f"{base}/v1/enis").read())[0]["eni_id"] == eni0.eni_id
+    assert json.loads(urllib.request.urlopen(f"{base}/v1/config").read())["targets"]["WARM_IP_TARGET"] == 2
+    assert urllib.request.urlopen(f"{base}/readyz").status == 200
+    assert urllib.request.urlopen(f"{base}/healthz").status == 200
+
+
+def test_invalid_and_foreign_results_are_dropped_not_acted_on(world: dict[str, Any]) -> None:
+    sqs, agent = world["sqs"], world["agent"]
+    agent.start()
+    r = next_report(sqs, world["reports"], agent)
+    sqs.send_message(QueueUrl=agent.result_queue_url, MessageBody='{"schema": "warmpool.result/v9"}')
+    send_result(sqs, agent, r.seq, {"kind": "assigned", "eni_id": world["eni0"].eni_id, "ips": ["10.0.0.99"]})
+    until(agent, lambda: agent.counters["results_invalid"] == 1 and agent.controller.stats["results_applied"] == 1)
+    assert agent.ds.counts(time.time()).total == 0  # IMDS never showed 10.0.0.99
