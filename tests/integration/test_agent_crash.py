@@ -1,0 +1,150 @@
+"""kill -9 the agent in the middle of CNI ADDs, restart it: no address lost or
+doubled (checkpoint restore + IMDS reconcile). The agent runs as a real
+process against moto's SQS server and a fixture IMDS, wiring real namespaces."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from node_agent.agent import install_cni
+from node_agent.testing import FakeEni, FakeImdsServer, FakeInstance, add_fake_eni, netns, netns_available
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+
+_why = netns_available()
+if _why:
+    pytest.skip(f"network namespaces unavailable: {_why}", allow_module_level=True)
+
+INSTANCE = "i-0fedcba987654321a"
+PODS = 8
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def moto_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+def start_agent(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    out = open(log, "ab")  # noqa: SIM115 - handed to the child
+    return subprocess.Popen(
+        [sys.executable, "-c", "from node_agent.agent import main; main(['run'])"],
+        env=env, stdout=out, stderr=subprocess.STDOUT,
+    )
+
+
+def wait_ready(metrics: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if urllib.request.urlopen(f"http://{metrics}/readyz", timeout=1).status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("agent not ready")
+
+
+def add(plugin: Path, sock: str, cid: str, pod_ns: str) -> tuple[int, dict[str, Any]]:
+    env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": cid, "CNI_NETNS": f"/run/netns/{pod_ns}",
+           "CNI_IFNAME": "eth0", "CNI_PATH": str(plugin.parent), "WARMPOOL_SOCKET": sock}
+    p = subprocess.run([str(plugin)], input='{"cniVersion":"1.0.0","name":"wp","type":"warmpool-cni"}',
+                       env=env, capture_output=True, text=True, timeout=60)
+    return p.returncode, json.loads(p.stdout) if p.stdout.strip() else {}
+
+
+def test_kill_9_mid_add_loses_and_doubles_nothing(tmp_path: Path, moto_endpoint: str) -> None:
+    with ExitStack() as stack:
+        node = stack.enter_context(netns("wpnode"))
+        pods = [stack.enter_context(netns("wppod")) for _ in range(PODS)]
+        imds = stack.enter_context(FakeImdsServer())
+        eni0 = FakeEni("eni-00000000000000b0", "0a:00:00:00:00:b0", 0, "10.0.0.10", "subnet-a", "10.0.0.0/24",
+                       ips=[f"10.0.0.{i}" for i in range(11, 11 + PODS)])
+        eni1 = FakeEni("eni-00000000000000b1", "0a:00:00:00:00:b1", 1, "10.0.1.10", "subnet-a", "10.0.1.0/24",
+                       ips=[f"10.0.1.{i}" for i in range(11, 14)])
+        add_fake_eni(node, "eth1", eni1.mac)
+        imds.instances[INSTANCE] = FakeInstance(INSTANCE, "m5.large", "us-east-1a", [eni0, eni1])
+        creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
+        sqs = boto3.client("sqs", region_name="us-east-1", endpoint_url=moto_endpoint,
+                           aws_access_key_id="testing", aws_secret_access_key="testing")
+        reports = sqs.create_queue(QueueName="warmpool-demo-reports")["QueueUrl"]
+        sock = str(tmp_path / "agent.sock")
+        metrics = f"127.0.0.1:{free_port()}"
+        env = {
+            **creds, "PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(Path(__file__).parents[2]),
+            "CLUSTER_NAME": "demo", "WARM_IP_TARGET": "1",
+            "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url_for(INSTANCE),
+            "WARMPOOL_AWS_ENDPOINT_URL": moto_endpoint, "WARMPOOL_REPORTS_QUEUE_URL": reports,
+            "WARMPOOL_STATE_DIR": str(tmp_path / "state"), "WARMPOOL_SOCKET": sock,
+            "WARMPOOL_METRICS_ADDR": metrics, "WARMPOOL_HOST_NETNS": node, "WARMPOOL_ADD_WAIT_S": "0",
+        }
+        plugin = install_cni(str(tmp_path / "bin"), sys.executable)
+        log = tmp_path / "agent.log"
+        agent = start_agent(env, log)
+        try:
+            wait_ready(metrics)
+            # the secondary ENI was set up on the host at start-up
+            rules = subprocess.run(["ip", "-n", node, "-4", "rule"], capture_output=True, text=True).stdout
+            assert "from 10.0.1.10 lookup 2" in rules, rules
+            first: dict[str, dict[str, Any]] = {}
+            with ThreadPoolExecutor(PODS) as pool:
+                futs = {f"c{i}": pool.submit(add, plugin, sock, f"c{i}", pods[i]) for i in range(PODS)}
+                time.sleep(0.05)
+                os.kill(agent.pid, signal.SIGKILL)
+                agent.wait()
+                for cid, f in futs.items():
+                    rc, res = f.result()
+                    if rc == 0:
+                        first[cid] = res
+            agent = start_agent(env, log)
+            wait_ready(metrics)
+            # the runtime retries every ADD that did not succeed (and may repeat the ones that did)
+            final = {}
+            for i in range(PODS):
+                rc, res = add(plugin, sock, f"c{i}", pods[i])
+                assert rc == 0, (res, log.read_text()[-2000:])
+                final[f"c{i}"] = res["ips"][0]["address"]
+            for cid, res in first.items():
+                assert final[cid] == res["ips"][0]["address"], "an acknowledged address changed"
+            assert len(set(final.values())) == PODS, f"an address was handed out twice: {final}"
+            held = json.loads(urllib.request.urlopen(f"http://{metrics}/v1/pods").read())
+            assert sorted(p["ip"] + "/32" for p in held) == sorted(final.values())
+            text = urllib.request.urlopen(f"http://{metrics}/metrics").read().decode()
+            assert f"warmpool_addresses_assigned {PODS}" in text
+            assert f"warmpool_addresses_total {PODS + 3}" in text  # nothing lost
+        finally:
+            if agent.poll() is None:
+                agent.send_signal(signal.SIGTERM)
+                try:
+                    agent.wait(10)
+                except subprocess.TimeoutExpired:
+                    agent.kill()
+                    agent.wait()
