@@ -43,6 +43,7 @@ import sys
 import threading
 import time
 import urllib.request
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -66,6 +67,9 @@ from warmpool import names
 log = logging.getLogger("warmpool.demo")
 
 RUN_DIR = Path(os.environ.get("WARMPOOL_DEMO_DIR", "/tmp/wp-demo"))
+"""Sockets and agent state of the run (removed at the end)."""
+LOG_DIR = Path(os.environ.get("WARMPOOL_DEMO_LOGS", "/tmp/wp-demo-logs"))
+"""Agents' logs and the functions' output (what CloudWatch Logs would hold); kept for reading, replaced per run."""
 LOCK_FILE = Path("/tmp/wp-demo.lock")
 PIDS_FILE = "pids"
 CNI_CONF_NAME = "warmpool"
@@ -233,6 +237,7 @@ class Demo:
         self._last_stats: dict[str, dict[str, int]] = {}
         self._cni = ""
         self._ns_by_instance: dict[str, str] = {}
+        self._functions_log: TextIO | None = None
 
     # ---- output
 
@@ -253,7 +258,8 @@ class Demo:
             pass
         calls, mutating, throttled = totals(self._last_stats)
         ready = sum(1 for p in self.pods if p.ready_at is not None and not p.deleted)
-        return Status(self.phase, ready, len(self.pods), self.hv.plugged_total, calls, mutating, throttled,
+        wanted = sum(1 for p in self.pods if not p.deleted)
+        return Status(self.phase, ready, wanted, self.hv.plugged_total, calls, mutating, throttled,
                       self.elapsed())
 
     def check_stop(self) -> None:
@@ -267,6 +273,8 @@ class Demo:
         if left:
             self.say(f"removed leftovers of an earlier run: {', '.join(left)}")
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(LOG_DIR, ignore_errors=True)
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
         why = None if self.o.netns is not False else "disabled with --no-netns"
         if why is None:
             why = nx.support()
@@ -297,13 +305,18 @@ class Demo:
     def _start_stack(self) -> None:
         from sim.local import LocalOptions, LocalStack
 
+        # The functions run in this process and log to stdout, as in Lambda; their
+        # output goes to a file here (CloudWatch Logs' stand-in), the report to the terminal.
+        self._functions_log = open(LOG_DIR / "functions.log", "a", buffering=1)  # noqa: SIM115
+        sys.stdout = self._functions_log
+        warnings.filterwarnings("ignore", category=UserWarning, module="aws_lambda_powertools.*")
+
         self.stack = LocalStack(LocalOptions(
             cluster=self.o.cluster,
             attach_delay_s=self.o.attach_delay_s,
             api_latency_s=self.o.api_latency_s,
             reconcile_every_s=30.0,
             gc_age_s=1,
-            batching_window_s=0.5,
         ))
         out = self.stack.start()
         fns = out.get("functions", {})
@@ -358,7 +371,7 @@ class Demo:
 
     def _start_agent(self, node: Node) -> None:
         node.env = self._agent_env(node)
-        node.log_path = node.dir / "agent.log"
+        node.log_path = LOG_DIR / f"agent-{node.name}.log"
         logf = open(node.log_path, "wb")  # noqa: SIM115 (closed by the child's exit; we keep no handle)
         try:
             node.proc = subprocess.Popen([_bin("warmpool-agent")], env=node.env, stdout=logf,
@@ -551,6 +564,8 @@ class Demo:
     def node_pools(self) -> list[dict[str, Any]]:
         out = []
         for node in self.nodes:
+            if self.mode == "netns":
+                self.hv.sync(node.ns, self._attached(node.instance_id))
             md = self.stack.ec2.instance_metadata(node.instance_id)
             macs = md["network"]["interfaces"]["macs"]
             links = len(self.hv.links(node.ns)) if self.mode == "netns" else None
@@ -605,15 +620,19 @@ class Demo:
 
     # ---- end
 
-    def leaked_enis(self) -> int:
-        """Detached ENIs tagged for the cluster after a reconcile (run twice: GC marks, then deletes)."""
+    def reconcile(self) -> None:
+        """The reconcile function, twice (its GC marks detached ENIs, then deletes them past the age)."""
         rec = getattr(self.stack, "reconcile", None)
-        if rec is not None:
-            for _ in range(2):
-                rec.invoke(time.time())
-                self.stop.wait(1.2)
-        else:
+        if rec is None:
             self.notes.append("the reconcile function did not load: leaked ENIs counted without a reconcile")
+            return
+        for _ in range(2):
+            rec.invoke(time.time())
+            self.stop.wait(1.2)
+            self.check_stop()
+
+    def leaked_enis(self) -> int:
+        """Detached ENIs tagged for the cluster (one filtered Describe, as an operator would check)."""
         ec2 = self.stack.client("ec2")
         resp = ec2.describe_network_interfaces(Filters=[
             {"Name": "status", "Values": ["available"]},
@@ -630,7 +649,8 @@ class Demo:
         down = self.scale_down()
         pools = self.node_pools()
         self.phase = "reconcile"
-        stats = ec2_table(_http_json(self.stack.outputs["stats_url"]))
+        self.reconcile()
+        stats = ec2_table(_http_json(self.stack.outputs["stats_url"]))  # before the demo's own check below
         leaked = self.leaked_enis()
         self.phase = "done"
         if self.live is not None:
@@ -685,6 +705,10 @@ class Demo:
         if self.mode == "netns":
             nx.cleanup()
         shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self._functions_log is not None:
+            sys.stdout = sys.__stdout__
+            self._functions_log.close()
+            self._functions_log = None
 
 
 # ----------------------------------------------------------------- command line
@@ -743,6 +767,7 @@ def main(argv: list[str]) -> int:
     opts = options_from_args(argv)
     demo = Demo(opts)
     status = 0
+    out = sys.stdout  # the functions' output is redirected while they run; the report comes here
 
     def on_signal(signum: int) -> None:
         if not demo.stop.is_set():
@@ -759,10 +784,10 @@ def main(argv: list[str]) -> int:
                 demo.say(f"warmpool demo: failed: {type(e).__name__}: {e}")
                 status = 1
             else:
-                print(render(report), flush=True)
+                print(render(report), file=out, flush=True)
                 if opts.json_out:
                     dump(report, opts.json_out)
-                    print(f"  JSON written to {opts.json_out}", flush=True)
+                    print(f"  JSON written to {opts.json_out}", file=out, flush=True)
                 ok = (report["pods_ready"] == report["pods_requested"] and report["duplicate_ips"] == 0
                       and report["leaked_enis"] == 0)
                 status = 0 if ok else 1

@@ -174,10 +174,11 @@ class Hypervisor:
             return set(self._plugged.get(ns, {}))
 
     def links(self, ns: str) -> dict[str, str]:
-        """Links in the node's namespace as the kernel sees them: MAC -> name."""
+        """ENI links (``eth*``) in the node's namespace as the kernel sees them: MAC -> name."""
         out = ip("-j", "-n", ns, "link", "show", check=False).strip()
         rows = json.loads(out) if out else []
-        return {str(r.get("address", "")).lower(): str(r["ifname"]) for r in rows if r.get("link_type") == "ether"}
+        return {str(r.get("address", "")).lower(): str(r["ifname"]) for r in rows
+                if r.get("link_type") == "ether" and str(r.get("ifname", "")).startswith("eth")}
 
     def _gateway(self, cidr: str) -> None:
         """The subnet's router (base + 1) on the VPC bridge, once per subnet."""
