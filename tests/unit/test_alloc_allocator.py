@@ -1,0 +1,58 @@
+"""The Allocator with in-memory ports (emulated EC2 fast client, fast SQS, memory stores)."""
+
+from __future__ import annotations
+
+from tests.integration.test_allocate_world import World
+
+
+def test_deferred_node_is_resent_with_a_delay_and_told_when() -> None:
+    w = World(budget_fraction=0.02)  # Assign: 2 tokens
+    for i in range(3):
+        w.add_node(f"n{i}")
+    out = w.deliver([w.report(f"n{i}", warm_ip=1) for i in range(3)])
+    assert out.served == 2 and out.deferred == 1
+    node = next(n for n, o in out.nodes.items() if o.status == "deferred")
+    (res,) = w.results(node)
+    assert res.actions[-1].kind == "deferred" and res.actions[-1].retry_after_s >= 1
+    assert w.queued(w.reports_url) == []  # delayed, not visible yet
+    msgs = w.queued(w.reports_url, wait_s=30)
+    assert len(msgs) == 1 and f'"node":"{node}"' in msgs[0]["Body"]
+
+
+def test_a_node_leased_by_another_invocation_is_deferred() -> None:
+    w = World()
+    w.add_node("n1")
+    w.leases.claim("demo", "n1", "someone-else", w.clock.now(), 60)
+    out = w.deliver([w.report("n1", warm_ip=1)])
+    assert out.deferred == 1 and w.addresses("n1") == 0
+
+
+def test_nodes_with_nothing_to_do_cost_no_lease_no_token_no_ec2_mutation() -> None:
+    w = World()
+    w.add_node("n1")
+    w.deliver([w.report("n1", warm_ip=2)])
+    calls, lease_calls = w.mutating_calls(), w.leases.calls
+    out = w.deliver([w.report("n1", warm_ip=2)])
+    assert out.noop == 1 and w.mutating_calls() == calls and w.leases.calls == lease_calls
+    assert w.ledger.last_seq("demo", "n1") == 2
+
+
+def test_coalescing_keeps_the_newest_and_drops_stale() -> None:
+    w = World()
+    w.add_node("n1")
+    r1, r2 = w.report("n1", warm_ip=1), w.report("n1", warm_ip=4)
+    out = w.deliver([r2, r1])
+    assert out.superseded == 1 and w.addresses("n1") == 4
+    out = w.deliver([r1])
+    assert out.stale == 1
+
+
+def test_serial_mapper_runs_are_deterministic() -> None:
+    def run() -> list[str]:
+        w = World()
+        for i in range(10):
+            w.add_node(f"n{i}")
+        w.deliver([w.report(f"n{i}", warm_ip=2, pending=i * 5) for i in range(10)])
+        return sorted(w.all_addresses())
+
+    assert run() == run()

@@ -1,0 +1,117 @@
+"""Unit tests of the allocator's pure parts: token allotment, error mapping, settings, telemetry."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from botocore.exceptions import ClientError
+
+from functions.allocator import sender_matches
+from functions.errors import (
+    AddressLimit,
+    AwsError,
+    ConditionFailed,
+    NoCidrBlocks,
+    QueueMissing,
+    SubnetFull,
+    Throttled,
+    TokenMismatch,
+    classify,
+)
+from functions.settings import Settings
+from functions.telemetry import Tally
+from functions.tokens import allot
+from warmpool import names
+from warmpool.buckets import BucketSpec, BucketState
+
+SPEC = BucketSpec(capacity=10, refill_per_s=2)
+
+
+def spec_of(_: str) -> BucketSpec:
+    return SPEC
+
+
+@pytest.mark.parametrize(
+    ("tokens", "requests", "waits"),
+    [
+        (10, [{"A": 4}, {"A": 4}, {"A": 4}], [0, 0, 1.0]),
+        (10, [{"A": 12}, {"A": 2}], [math.inf, 0]),
+        (0, [{"A": 1}, {"A": 1}], [0.5, 1.0]),  # staggered, not all at once
+        (10, [{"A": 5, "B": 11}, {"A": 5}], [math.inf, 0]),
+        (3, [{"A": 4}, {"A": 2}, {"A": 2}], [1.5, 0, 2.5]),  # a later small one is still served
+        (10, [{"A": 0}], [0]),
+    ],
+)
+def test_allot_grants_in_order_and_queues_the_rest(tokens: float, requests: list, waits: list) -> None:
+    states = {a: BucketState(tokens=tokens, updated_at=0.0) for a in "AB"}
+    _, got = allot(states, spec_of, requests, 0.0)
+    assert got == pytest.approx(waits)
+
+
+def test_allot_never_leaves_a_bucket_below_zero_and_reports_only_changes() -> None:
+    changed, _ = allot({"A": BucketState(tokens=5, updated_at=0)}, spec_of, [{"A": 3}, {"A": 3}], 0.0)
+    assert changed["A"].tokens == pytest.approx(2)
+    changed, _ = allot({"A": BucketState(tokens=5, updated_at=0)}, spec_of, [{"A": 6}], 0.0)
+    assert changed == {}
+
+
+def test_allot_refills_and_keeps_the_aimd_factor() -> None:
+    st = BucketState(tokens=0, updated_at=0, rate_factor=0.5)
+    changed, waits = allot({"A": st}, spec_of, [{"A": 1}], 2.0)
+    assert waits == [0.0] and changed["A"].rate_factor > 0.5
+
+
+def _ce(code: str) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": "m"}}, "Op")
+
+
+@pytest.mark.parametrize(
+    ("code", "cls"),
+    [
+        ("RequestLimitExceeded", Throttled),
+        ("InsufficientFreeAddressesInSubnet", SubnetFull),
+        ("InsufficientCidrBlocks", NoCidrBlocks),
+        ("PrivateIpAddressLimitExceeded", AddressLimit),
+        ("IdempotentParameterMismatch", TokenMismatch),
+        ("ConditionalCheckFailedException", ConditionFailed),
+        ("AWS.SimpleQueueService.NonExistentQueue", QueueMissing),
+        ("SomethingNew", AwsError),
+    ],
+)
+def test_errors_are_classified_by_code(code: str, cls: type) -> None:
+    err = classify(_ce(code), "Act")
+    assert type(err) is cls and err.code == code and err.action == "Act"
+
+
+def test_settings_from_env_reads_names_py_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(names.ENV_CLUSTER, "c1")
+    monkeypatch.setenv(names.ENV_ALLOWED_SUBNETS, "subnet-a, subnet-b")
+    monkeypatch.setenv(names.ENV_BUDGET_FRACTION, "0.5")
+    s = Settings.from_env()
+    assert s.cluster == "c1" and s.allowed_subnets == ("subnet-a", "subnet-b")
+    assert s.bucket_spec("AttachNetworkInterface") == BucketSpec(capacity=25, refill_per_s=2.5)
+    assert Settings(cluster="x").allowed_subnets == ()  # direct construction never reads the env
+
+
+def test_result_queue_naming_accepts_a_name_or_a_url_prefix() -> None:
+    s = Settings(cluster="c")
+    assert s.result_queue_name("i-0abc") == "warmpool-c-result-i-0abc"
+    u = Settings(cluster="c", result_queue_prefix="http://localhost:4566/000000000000/warmpool-c-result-")
+    assert u.result_queue_url_prefix() and u.result_queue_name("i-1") == "warmpool-c-result-i-1"
+
+
+def test_sender_id_is_the_session_name() -> None:
+    assert sender_matches("AROAEXAMPLE:i-0123456789abcdef0", "i-0123456789abcdef0")
+    assert not sender_matches("AROAEXAMPLE:i-0aaaaaaaaaaaaaaaa", "i-0123456789abcdef0")
+    assert not sender_matches("", "i-0123456789abcdef0")
+
+
+def test_tally_counts_per_dimension_and_drains() -> None:
+    t = Tally()
+    t.add("EC2Calls", Action="A")
+    t.add("EC2Calls", 2, Action="B")
+    t.observe("Latency", 5.0)
+    assert t.get("EC2Calls") == 3 and t.get("EC2Calls", Action="B") == 2
+    d = t.drain()
+    assert d.get("EC2Calls") == 3 and d.samples("Latency") == [5.0] and t.get("EC2Calls") == 0
