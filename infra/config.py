@@ -152,7 +152,9 @@ class StackConfig(BaseModel):
     @classmethod
     def _oidc(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:oidc-provider/.+", value):
-            raise ValueError("an IAM OIDC provider ARN, arn:aws:iam::<account>:oidc-provider/<issuer host/path>")
+            raise ValueError(
+                "an IAM OIDC provider ARN, arn:aws:iam::<account>:oidc-provider/<issuer host/path>"
+            )
         return value
 
     @field_validator("agent_namespace", "agent_service_account")

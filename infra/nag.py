@@ -64,7 +64,9 @@ REASON_RUNTIME = (
 def acknowledgements(cluster: str, *, wildcard_groups: bool, tagged_subnets: bool) -> list[Acknowledgement]:
     acks = [
         Acknowledgement("AllocateRole", "AwsSolutions-IAM5[Resource::*]", REASON_DESCRIBE),
-        Acknowledgement("ReconcileRole", "AwsSolutions-IAM5[Resource::*]", REASON_DESCRIBE + " " + REASON_LIST_QUEUES),
+        Acknowledgement(
+            "ReconcileRole", "AwsSolutions-IAM5[Resource::*]", REASON_DESCRIBE + " " + REASON_LIST_QUEUES
+        ),
         Acknowledgement("AllocateRole", f"AwsSolutions-IAM5[{ENI}]", REASON_ENI),
         Acknowledgement("ReconcileRole", f"AwsSolutions-IAM5[{ENI}]", REASON_ENI),
         Acknowledgement("AllocateRole", f"AwsSolutions-IAM5[{INSTANCE}]", REASON_INSTANCE),

@@ -75,7 +75,12 @@ def allocator_ec2(cfg: StackConfig, arns: Arns) -> list[iam.PolicyStatement]:
             "ec2:Vpc": vpc_arn,
         },
         "ForAllValues:StringEquals": {
-            "aws:TagKeys": [names.TAG_CLUSTER_NAME, names.TAG_INSTANCE_ID, names.TAG_CREATED_AT, names.TAG_MANAGED]
+            "aws:TagKeys": [
+                names.TAG_CLUSTER_NAME,
+                names.TAG_INSTANCE_ID,
+                names.TAG_CREATED_AT,
+                names.TAG_MANAGED,
+            ]
         },
     }
     if cfg.subnet_ids:

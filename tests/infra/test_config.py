@@ -25,21 +25,33 @@ def problems(**overrides: object) -> str:
 
 def test_command_line_strings_are_parsed() -> None:
     cfg = config_from_context(
-        {**GOOD, "subnet_ids": "subnet-0123456789abcdef0, subnet-0123456789abcdef1", "batch_size": "500",
-         "budget_fraction": "0.5", "create_buckets_table": "false"}
+        {
+            **GOOD,
+            "subnet_ids": "subnet-0123456789abcdef0, subnet-0123456789abcdef1",
+            "batch_size": "500",
+            "budget_fraction": "0.5",
+            "create_buckets_table": "false",
+        }
     )
     assert cfg.subnet_ids == ("subnet-0123456789abcdef0", "subnet-0123456789abcdef1")
     assert cfg.batch_size == 500 and cfg.budget_fraction == 0.5 and cfg.create_buckets_table is False
 
 
 def test_json_lists_and_native_values_are_accepted() -> None:
-    cfg = config_from_context({**GOOD, "subnet_ids": '["subnet-0123456789abcdef0"]', "create_buckets_table": True})
+    cfg = config_from_context(
+        {**GOOD, "subnet_ids": '["subnet-0123456789abcdef0"]', "create_buckets_table": True}
+    )
     assert cfg.subnet_ids == ("subnet-0123456789abcdef0",) and cfg.create_buckets_table is True
 
 
 def test_defaults() -> None:
     cfg = config_from_context(GOOD)
-    assert (cfg.budget_fraction, cfg.batch_size, cfg.batching_window_s, cfg.max_concurrency) == (0.8, 100, 1, 5)
+    assert (cfg.budget_fraction, cfg.batch_size, cfg.batching_window_s, cfg.max_concurrency) == (
+        0.8,
+        100,
+        1,
+        5,
+    )
     assert cfg.agent_identity == "pod-identity" and cfg.identity_mode == "none"
     assert cfg.visibility_timeout_s == 6 * cfg.allocate_timeout_s
     assert cfg.resolved_stack_name == "warmpool-demo"
@@ -108,7 +120,9 @@ def test_cdk_json_context_is_a_valid_example() -> None:
     assert cfg.cluster == "demo" and cfg.create_buckets_table is True
 
 
-def test_app_exits_with_the_message_on_bad_context(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_app_exits_with_the_message_on_bad_context(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import infra.app as app_module
 
     class FakeNode:

@@ -25,7 +25,8 @@ def _statements_of_role(s: Synthesized, role_prefix: str) -> list[dict[str, Any]
     return [
         st
         for pid, st in s.statements()
-        if s.resolved["Resources"][pid]["Type"] == "AWS::IAM::Policy" and _role_of_policy(s, pid).startswith("${" + role_prefix)
+        if s.resolved["Resources"][pid]["Type"] == "AWS::IAM::Policy"
+        and _role_of_policy(s, pid).startswith("${" + role_prefix)
     ]
 
 
@@ -48,7 +49,10 @@ def test_create_eni_requires_the_cluster_tags_the_vpc_and_an_allowed_subnet(defa
     }
     assert cond["ArnEquals"] == {"ec2:Subnet": SUBNETS}
     assert set(cond["ForAllValues:StringEquals"]["aws:TagKeys"]) == {
-        names.TAG_CLUSTER_NAME, names.TAG_INSTANCE_ID, names.TAG_CREATED_AT, names.TAG_MANAGED
+        names.TAG_CLUSTER_NAME,
+        names.TAG_INSTANCE_ID,
+        names.TAG_CREATED_AT,
+        names.TAG_MANAGED,
     }
     subnets = default.statement("CreateEniInAllowedSubnets")
     assert subnets["Action"] == "ec2:CreateNetworkInterface" and subnets["Resource"] == SUBNETS
@@ -64,7 +68,9 @@ def test_subnets_by_tag_and_fixed_security_groups(synthesized: dict[str, Synthes
     assert st["Condition"]["StringEquals"]["aws:ResourceTag/warmpool.io/pods"] == "true"
     assert "ec2:Vpc" in st["Condition"]["StringEquals"]
     assert "ArnEquals" not in s.statement("CreateClusterTaggedEni")["Condition"]
-    assert s.statement("CreateEniWithClusterVpcGroups")["Resource"] == f"{P}:security-group/sg-0123456789abcdef0"
+    assert (
+        s.statement("CreateEniWithClusterVpcGroups")["Resource"] == f"{P}:security-group/sg-0123456789abcdef0"
+    )
 
 
 def test_tags_only_at_creation(default: Synthesized) -> None:
@@ -98,7 +104,9 @@ def test_attach_only_to_instances_of_the_cluster(default: Synthesized) -> None:
     st = default.statement("AttachOnlyToClusterInstances")
     assert st["Resource"] == f"{P}:instance/*"
     assert "ec2:AttachNetworkInterface" in st["Action"] and "ec2:DetachNetworkInterface" in st["Action"]
-    assert st["Condition"] == {"StringEquals": {"ec2:ResourceTag/kubernetes.io/cluster/demo": ["owned", "shared"]}}
+    assert st["Condition"] == {
+        "StringEquals": {"ec2:ResourceTag/kubernetes.io/cluster/demo": ["owned", "shared"]}
+    }
 
 
 def test_describe_is_the_only_unscoped_ec2_access(default: Synthesized) -> None:
@@ -128,11 +136,18 @@ def test_functions_reach_only_their_own_cluster_queues(default: Synthesized) -> 
     cleanup = default.statement("CleanUpClusterResultQueues")
     assert cleanup["Resource"] == result and "sqs:DeleteQueue" in cleanup["Action"]
     sqs_resources = {
-        r for _, st in default.statements() for a in _list(st["Action"]) if a.startswith("sqs:")
+        r
+        for _, st in default.statements()
+        for a in _list(st["Action"])
+        if a.startswith("sqs:")
         for r in _list(st["Resource"])
     }
-    reports = default.logical_id("AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports")
-    dlq = default.logical_id("AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports-dlq")
+    reports = default.logical_id(
+        "AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports"
+    )
+    dlq = default.logical_id(
+        "AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports-dlq"
+    )
     assert sqs_resources == {result, "*", "${" + reports + ".Arn}", "${" + dlq + ".Arn}"}
 
 
@@ -140,7 +155,11 @@ def test_functions_write_only_their_own_logs(default: Synthesized) -> None:
     for role in ("AllocateRole", "ReconcileRole"):
         logs = [st for st in _statements_of_role(default, role) if st.get("Sid") == "WriteOwnLogs"]
         assert len(logs) == 1 and logs[0]["Resource"].startswith("${" + role.removesuffix("Role") + "Logs")
-    attached = [a for r in default.resources("AWS::IAM::Role").values() for a in r["Properties"].get("ManagedPolicyArns", [])]
+    attached = [
+        a
+        for r in default.resources("AWS::IAM::Role").values()
+        for a in r["Properties"].get("ManagedPolicyArns", [])
+    ]
     assert not any(":iam::aws:policy/" in str(a) for a in attached)  # no AWS managed policy anywhere
 
 
@@ -152,11 +171,15 @@ def test_agent_sends_reports_and_owns_only_result_queues_under_its_prefix(defaul
     policy = _agent_policy(default)
     by_sid = {st["Sid"]: st for st in policy["PolicyDocument"]["Statement"]}
     assert set(by_sid) == {"SendPoolReports", "OwnResultQueueUnderClusterPrefix"}
-    reports = default.logical_id("AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports")
+    reports = default.logical_id(
+        "AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports"
+    )
     assert by_sid["SendPoolReports"]["Resource"] == "${" + reports + ".Arn}"
     assert "sqs:ReceiveMessage" not in by_sid["SendPoolReports"]["Action"]
     own = by_sid["OwnResultQueueUnderClusterPrefix"]
-    assert own["Resource"] == "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:warmpool-demo-result-*"
+    assert (
+        own["Resource"] == "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:warmpool-demo-result-*"
+    )
     assert {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:CreateQueue"} <= set(own["Action"])
     assert "sqs:DeleteQueue" not in own["Action"] and "sqs:SendMessage" not in own["Action"]
 
@@ -173,7 +196,11 @@ def test_pod_identity_trust_is_scoped_to_the_agent_service_account(default: Synt
         "aws:RequestTag/kubernetes-service-account": "warmpool-agent",
     }
     assoc = default.one("AWS::EKS::PodIdentityAssociation")["Properties"]
-    assert (assoc["ClusterName"], assoc["Namespace"], assoc["ServiceAccount"]) == ("demo", "kube-system", "warmpool-agent")
+    assert (assoc["ClusterName"], assoc["Namespace"], assoc["ServiceAccount"]) == (
+        "demo",
+        "kube-system",
+        "warmpool-agent",
+    )
     assert role["MaxSessionDuration"] == 3600
 
 
@@ -193,9 +220,14 @@ def test_irsa_trust_is_bound_to_the_service_account_subject(synthesized: dict[st
     assert not s.resources("AWS::EKS::PodIdentityAssociation")
 
 
-def test_node_role_option_attaches_the_agent_policy_to_the_nodes_role(synthesized: dict[str, Synthesized]) -> None:
+def test_node_role_option_attaches_the_agent_policy_to_the_nodes_role(
+    synthesized: dict[str, Synthesized],
+) -> None:
     s = synthesized["node_role"]
     policy = _agent_policy(s)
     assert policy["Roles"] == ["eks-node-role"]
     assert len(s.resources("AWS::IAM::Role")) == 2  # only the two function roles
-    assert s.resolved["Outputs"]["AgentRoleArn"]["Value"] == "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/eks-node-role"
+    assert (
+        s.resolved["Outputs"]["AgentRoleArn"]["Value"]
+        == "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/eks-node-role"
+    )

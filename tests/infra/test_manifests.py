@@ -82,7 +82,13 @@ def test_daemonset_host_network_capabilities_and_mounts(docs: list[dict[str, Any
     assert agent["securityContext"]["allowPrivilegeEscalation"] is False
     host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     mounts = {m["mountPath"]: m for m in agent["volumeMounts"]}
-    for path in ("/opt/cni/bin", "/etc/cni/net.d", "/var/run/netns", names.DEFAULT_STATE_DIR, "/run/warmpool"):
+    for path in (
+        "/opt/cni/bin",
+        "/etc/cni/net.d",
+        "/var/run/netns",
+        names.DEFAULT_STATE_DIR,
+        "/run/warmpool",
+    ):
         assert path in mounts, path
         assert host_paths[mounts[path]["name"]] == path
     assert mounts["/var/run/netns"]["mountPropagation"] == "HostToContainer"
@@ -101,8 +107,16 @@ def test_agent_environment_matches_the_shared_names(docs: list[dict[str, Any]]) 
     assert config[names.AGENT_ENV_REPORTS_QUEUE_URL] == CFN_OUTPUTS["ReportsQueueUrl"]
     assert config[names.AGENT_ENV_RESULT_QUEUE_PREFIX] == CFN_OUTPUTS["ResultQueuePrefix"]
     assert config["CLUSTER_NAME"] == "demo" and config["AWS_REGION"] == "eu-west-1"
-    for key in ("WARM_IP_TARGET", "MINIMUM_IP_TARGET", "WARM_ENI_TARGET", "WARM_PREFIX_TARGET", "MAX_ENI",
-                "ENABLE_PREFIX_DELEGATION", "AWS_VPC_ENI_MTU", "IP_COOLDOWN_PERIOD"):
+    for key in (
+        "WARM_IP_TARGET",
+        "MINIMUM_IP_TARGET",
+        "WARM_ENI_TARGET",
+        "WARM_PREFIX_TARGET",
+        "MAX_ENI",
+        "ENABLE_PREFIX_DELEGATION",
+        "AWS_VPC_ENI_MTU",
+        "IP_COOLDOWN_PERIOD",
+    ):
         assert key in config and isinstance(config[key], str)
 
 
@@ -131,10 +145,23 @@ def test_init_container_installs_the_plugin_and_conflist(docs: list[dict[str, An
     "document",
     [
         {"warmpool-demo": CFN_OUTPUTS},  # cdk deploy --outputs-file
-        {"Stacks": [{"StackName": "warmpool-demo", "Outputs": [{"OutputKey": k, "OutputValue": v} for k, v in CFN_OUTPUTS.items()]}]},
-        {"endpoint": "http://127.0.0.1:4566", "region": "eu-west-1", "cluster": "demo",  # warmpool local up
-         "reports_queue_url": CFN_OUTPUTS["ReportsQueueUrl"], "result_queue_prefix": "warmpool-demo-result-",
-         "ledger_table": "warmpool-demo-ledger", "buckets_table": "warmpool-token-buckets"},
+        {
+            "Stacks": [
+                {
+                    "StackName": "warmpool-demo",
+                    "Outputs": [{"OutputKey": k, "OutputValue": v} for k, v in CFN_OUTPUTS.items()],
+                }
+            ]
+        },
+        {
+            "endpoint": "http://127.0.0.1:4566",
+            "region": "eu-west-1",
+            "cluster": "demo",  # warmpool local up
+            "reports_queue_url": CFN_OUTPUTS["ReportsQueueUrl"],
+            "result_queue_prefix": "warmpool-demo-result-",
+            "ledger_table": "warmpool-demo-ledger",
+            "buckets_table": "warmpool-token-buckets",
+        },
     ],
 )
 def test_every_outputs_format_is_understood(document: dict[str, Any]) -> None:
@@ -150,7 +177,9 @@ def test_ambiguous_or_incomplete_outputs_are_refused() -> None:
     with pytest.raises(rm.RenderError, match="--image"):
         rm.render(rm.load_outputs(CFN_OUTPUTS), image="warmpool-agent")
     with pytest.raises(rm.RenderError, match="agent_role_arn"):
-        rm.render({**rm.load_outputs(CFN_OUTPUTS), "agent_identity": "irsa", "agent_role_arn": ""}, image=IMAGE)
+        rm.render(
+            {**rm.load_outputs(CFN_OUTPUTS), "agent_identity": "irsa", "agent_role_arn": ""}, image=IMAGE
+        )
 
 
 def test_command_line_writes_one_applyable_file(tmp_path: Path) -> None:
@@ -164,7 +193,15 @@ def test_command_line_writes_one_applyable_file(tmp_path: Path) -> None:
 
 
 def test_templates_use_only_placeholders_the_renderer_fills() -> None:
-    known = {"CLUSTER", "REGION", "REPORTS_QUEUE_URL", "RESULT_QUEUE_PREFIX", "NAMESPACE", "SERVICE_ACCOUNT", "IMAGE"}
+    known = {
+        "CLUSTER",
+        "REGION",
+        "REPORTS_QUEUE_URL",
+        "RESULT_QUEUE_PREFIX",
+        "NAMESPACE",
+        "SERVICE_ACCOUNT",
+        "IMAGE",
+    }
     for name in rm.TEMPLATES:
         used = set(re.findall(r"\$\{([A-Z_]+)\}", (rm.K8S_DIR / name).read_text()))
         assert used <= known, name

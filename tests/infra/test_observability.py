@@ -55,7 +55,9 @@ def test_latency_graph_shows_p50_and_p99(default: Synthesized) -> None:
     latency = _widget(_body(default), "Allocation latency (ms)")
     stats = [m[-1]["stat"] for m in latency["metrics"]]
     assert stats == ["p50", "p99"]
-    assert all(m[0] == names.METRICS_NAMESPACE and m[1] == names.M_ALLOCATION_LATENCY_MS for m in latency["metrics"])
+    assert all(
+        m[0] == names.METRICS_NAMESPACE and m[1] == names.M_ALLOCATION_LATENCY_MS for m in latency["metrics"]
+    )
 
 
 def _alarms(s: Synthesized) -> dict[str, dict[str, Any]]:
@@ -73,7 +75,9 @@ def test_every_alarm_notifies_the_topic(default: Synthesized) -> None:
 
 
 def test_dlq_not_empty_alarm(default: Synthesized) -> None:
-    dlq = default.logical_id("AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports-dlq")
+    dlq = default.logical_id(
+        "AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports-dlq"
+    )
     (alarm,) = [a for k, a in _alarms(default).items() if k.startswith("ObservabilityDlqNotEmpty")]
     assert alarm["MetricName"] == "ApproximateNumberOfMessagesVisible"
     assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": "${" + dlq + ".QueueName}"}]
@@ -85,7 +89,9 @@ def test_throttle_alarm_sums_every_action(default: Synthesized) -> None:
     (expression,) = [m for m in alarm["Metrics"] if "Expression" in m]
     assert expression["Expression"] == "SUM(METRICS())" and expression["ReturnData"] is True
     metrics = [m for m in alarm["Metrics"] if "MetricStat" in m]
-    actions = {d["Value"] for m in metrics for d in m["MetricStat"]["Metric"]["Dimensions"] if d["Name"] == "Action"}
+    actions = {
+        d["Value"] for m in metrics for d in m["MetricStat"]["Metric"]["Dimensions"] if d["Name"] == "Action"
+    }
     assert actions == set(EC2_ACTIONS)
     assert all(m["MetricStat"]["Metric"]["MetricName"] == names.M_EC2_THROTTLES for m in metrics)
     assert all(m["ReturnData"] is False for m in metrics)
@@ -110,4 +116,7 @@ def test_alarm_topic_is_encrypted_with_a_rotating_key_cloudwatch_may_use(default
     cloudwatch = [st for st in statements if st.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}]
     assert len(cloudwatch) == 1 and set(cloudwatch[0]["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
     policy = default.one("AWS::SNS::TopicPolicy")["Properties"]["PolicyDocument"]["Statement"]
-    assert any(st["Effect"] == "Deny" and st["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for st in policy)
+    assert any(
+        st["Effect"] == "Deny" and st["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        for st in policy
+    )

@@ -103,7 +103,10 @@ def test_function_environment_uses_the_shared_names(synthesized: dict[str, Synth
     sender = _function(synthesized["node_role"], names.ALLOCATE_HANDLER)["Environment"]["Variables"]
     assert sender[names.ENV_IDENTITY_MODE] == "sender-id"
     groups = _function(synthesized["irsa"], names.ALLOCATE_HANDLER)["Environment"]["Variables"]
-    assert groups[names.ENV_SECURITY_GROUPS] == "sg-0123456789abcdef0" and groups[names.ENV_ALLOWED_SUBNETS] == ""
+    assert (
+        groups[names.ENV_SECURITY_GROUPS] == "sg-0123456789abcdef0"
+        and groups[names.ENV_ALLOWED_SUBNETS] == ""
+    )
 
 
 def test_functions_log_to_their_own_groups_with_retention(default: Synthesized) -> None:
@@ -130,7 +133,9 @@ def test_reconcile_runs_on_a_schedule(default: Synthesized) -> None:
 
 
 def test_ledger_table_keys_ttl_and_point_in_time_recovery(default: Synthesized) -> None:
-    ledger = default.one("AWS::DynamoDB::Table", lambda r: r["Properties"]["TableName"] == "warmpool-demo-ledger")
+    ledger = default.one(
+        "AWS::DynamoDB::Table", lambda r: r["Properties"]["TableName"] == "warmpool-demo-ledger"
+    )
     props = ledger["Properties"]
     assert props["KeySchema"] == [
         {"AttributeName": names.LEDGER_PK, "KeyType": "HASH"},
@@ -155,7 +160,11 @@ def test_later_stacks_import_the_buckets_table_by_name(synthesized: dict[str, Sy
     tables = [r["Properties"]["TableName"] for r in s.resources("AWS::DynamoDB::Table").values()]
     assert tables == ["warmpool-second-ledger"]
     arn = f"arn:${{AWS::Partition}}:dynamodb:${{AWS::Region}}:${{AWS::AccountId}}:table/{names.BUCKETS_TABLE}"
-    granted = [st for _, st in s.statements() if arn in (st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]])]
+    granted = [
+        st
+        for _, st in s.statements()
+        if arn in (st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]])
+    ]
     assert len(granted) == 2  # allocate and reconcile
     assert all("dynamodb:UpdateItem" in st["Action"] for st in granted)
 
@@ -175,7 +184,14 @@ def test_outputs_hold_everything_agents_and_local_up_share(default: Synthesized)
     assert outputs["DashboardName"]["Value"] == "warmpool-demo"
     assert outputs["AgentIdentity"]["Value"] == "pod-identity"
     # the snake_case keys match what `warmpool local up` prints
-    assert {"region", "cluster", "reports_queue_url", "result_queue_prefix", "ledger_table", "buckets_table"} <= set(OUTPUTS)
+    assert {
+        "region",
+        "cluster",
+        "reports_queue_url",
+        "result_queue_prefix",
+        "ledger_table",
+        "buckets_table",
+    } <= set(OUTPUTS)
 
 
 def test_resource_inventory(default: Synthesized) -> None:
