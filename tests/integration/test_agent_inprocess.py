@@ -92,7 +92,7 @@ def until(agent: Agent, cond: Any, timeout: float = 10.0) -> None:
 
 
 def test_agent_reports_applies_serves_pods_and_releases(world: dict[str, Any]) -> None:
-    sqs, agent, imds, eni0 = world["sqs"], world["agent"], world["imds"], world["eni0"]
+    sqs, agent, eni0 = world["sqs"], world["agent"], world["eni0"]
     agent.start()
     assert agent.identity.instance_type == "m5.large"
     assert agent.result_queue_url.endswith(f"warmpool-demo-result-{INSTANCE}")
