@@ -22,12 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from node_agent.agent import install_cni  # noqa: E402
-from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods  # noqa: E402
-from node_agent.datastore import Datastore, EniInfo  # noqa: E402
-from node_agent.hostnet import setup_eni  # noqa: E402
-from node_agent.netlink import Netlink  # noqa: E402
-from node_agent.testing import add_fake_eni, netns, sh  # noqa: E402
+from node_agent.agent import install_cni
+from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods
+from node_agent.datastore import Datastore, EniInfo
+from node_agent.hostnet import setup_eni
+from node_agent.netlink import Netlink
+from node_agent.testing import add_fake_eni, netns, sh
 
 ENI1 = EniInfo("eni-0000000000000001", 1, "0a:11:22:33:44:01", "10.1.0.20", "subnet-a", "10.1.0.0/16")
 
@@ -43,7 +43,7 @@ def startup_ms(code: str, *flags: str, n: int = 10) -> float:
 
 def pct(values: list[float], p: float) -> float:
     s = sorted(values)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
 def main() -> None:
