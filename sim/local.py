@@ -148,7 +148,7 @@ class Router:
 
         self.ec2 = ec2_app(stack.ec2)
         self.imds = imds_app(stack.ec2)
-        self.moto: dict[str, WsgiApp] = {s: create_backend_app(s) for s in ("sqs", "dynamodb")}  # type: ignore[arg-type]
+        self.moto: dict[str, WsgiApp] = {s: create_backend_app(s) for s in ("sqs", "dynamodb")}
         self.stats = {"sqs": _ServiceStats(), "dynamodb": _ServiceStats()}
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
@@ -280,7 +280,7 @@ class LocalStack:
         from botocore.config import Config
 
         return boto3.client(
-            service,  # type: ignore[call-overload]
+            service,
             endpoint_url=self.outputs["endpoint"],
             region_name=self.options.region,
             aws_access_key_id=DUMMY_KEY,
@@ -514,9 +514,10 @@ def _reset_moto() -> None:
     from moto.dynamodb.models import dynamodb_backends
     from moto.sqs.models import sqs_backends
 
-    for backends in (sqs_backends, dynamodb_backends):
-        for account in list(backends.values()):
-            account.reset()
+    for account in list(sqs_backends.values()):
+        account.reset()
+    for ddb_account in list(dynamodb_backends.values()):
+        ddb_account.reset()
 
 
 # --- command line ------------------------------------------------------------------

@@ -361,7 +361,7 @@ class FastSqs:
             raise self._err(
                 "EmptyBatchRequest", f"There should be at least one {kind}BatchRequestEntry in the request.", op
             )
-        entries = list(entries)
+        entries = [dict(e) for e in entries]
         if len(entries) > MAX_BATCH_ENTRIES:
             raise self._err(
                 "TooManyEntriesInBatchRequest",
@@ -381,7 +381,8 @@ class FastSqs:
             if eid in seen:
                 raise self._err("BatchEntryIdsNotDistinct", f"Id {eid} repeated.", op)
             seen.add(eid)
-        return entries
+        result: list[dict[str, Any]] = entries
+        return result
 
     def _count(self, op: str) -> None:
         self._calls[op] = self._calls.get(op, 0) + 1
