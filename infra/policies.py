@@ -231,23 +231,25 @@ def agent(cfg: StackConfig, arns: Arns, reports_queue_arn: str) -> list[iam.Poli
     ]
 
 
-def pod_identity_trust(cfg: StackConfig, account: str) -> iam.PolicyDocument:
-    """EKS Pod Identity: only this cluster's agent service account may assume the role."""
-    return iam.PolicyDocument(
-        statements=[
-            iam.PolicyStatement(
-                actions=["sts:AssumeRole", "sts:TagSession"],
-                principals=[iam.ServicePrincipal("pods.eks.amazonaws.com")],
-                conditions={
-                    "StringEquals": {
-                        "aws:SourceAccount": account,
-                        "aws:RequestTag/eks-cluster-name": cfg.cluster,
-                        "aws:RequestTag/kubernetes-namespace": cfg.agent_namespace,
-                        "aws:RequestTag/kubernetes-service-account": cfg.agent_service_account,
-                    }
-                },
-            )
-        ]
+def pod_identity_principal(cfg: StackConfig, account: str) -> iam.IPrincipal:
+    """EKS Pod Identity: only this cluster's agent service account may assume the role.
+
+    Pod Identity passes session tags naming the cluster, namespace and service
+    account, so the trust policy can check them (and needs ``sts:TagSession``).
+    """
+    return (
+        iam.ServicePrincipal("pods.eks.amazonaws.com")
+        .with_session_tags()
+        .with_conditions(
+            {
+                "StringEquals": {
+                    "aws:SourceAccount": account,
+                    "aws:RequestTag/eks-cluster-name": cfg.cluster,
+                    "aws:RequestTag/kubernetes-namespace": cfg.agent_namespace,
+                    "aws:RequestTag/kubernetes-service-account": cfg.agent_service_account,
+                }
+            }
+        )
     )
 
 

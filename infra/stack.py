@@ -201,7 +201,7 @@ class WarmpoolStack(Stack):
             self.agent_policy.attach_to_role(self.agent_role)
         else:
             if cfg.agent_identity == "pod-identity":
-                assumed_by: iam.IPrincipal = iam.ServicePrincipal("pods.eks.amazonaws.com")
+                assumed_by: iam.IPrincipal = policies.pod_identity_principal(cfg, Aws.ACCOUNT_ID)
             else:
                 assumed_by = policies.irsa_principal(cfg)
             role = iam.Role(
@@ -212,20 +212,15 @@ class WarmpoolStack(Stack):
                 managed_policies=[self.agent_policy],
                 max_session_duration=Duration.hours(1),
             )
-            if cfg.agent_identity == "pod-identity":
-                # Replace the default trust with one scoped to this cluster's service account.
-                cfn_role = role.node.default_child
-                assert isinstance(cfn_role, iam.CfnRole)
-                cfn_role.assume_role_policy_document = policies.pod_identity_trust(cfg, Aws.ACCOUNT_ID)
-                if cfg.create_pod_identity_association:
-                    eks.CfnPodIdentityAssociation(
-                        self,
-                        "AgentPodIdentity",
-                        cluster_name=cfg.cluster,
-                        namespace=cfg.agent_namespace,
-                        service_account=cfg.agent_service_account,
-                        role_arn=role.role_arn,
-                    )
+            if cfg.agent_identity == "pod-identity" and cfg.create_pod_identity_association:
+                eks.CfnPodIdentityAssociation(
+                    self,
+                    "AgentPodIdentity",
+                    cluster_name=cfg.cluster,
+                    namespace=cfg.agent_namespace,
+                    service_account=cfg.agent_service_account,
+                    role_arn=role.role_arn,
+                )
             self.agent_role = role
 
         # --- alarms and dashboard ---------------------------------------------------------
@@ -339,8 +334,7 @@ class WarmpoolStack(Stack):
         # The role is already a dependency through Fn::GetAtt; an explicit DependsOn on it
         # as well is what cfn-lint's W3005 reports.
         cfn_function = function.node.default_child
-        cfn_role = role.node.default_child
-        assert isinstance(cfn_function, lambda_.CfnFunction) and isinstance(cfn_role, iam.CfnRole)
+        assert isinstance(cfn_function, lambda_.CfnFunction)
         default_policy = role.node.find_child("DefaultPolicy").node.default_child
         assert isinstance(default_policy, iam.CfnPolicy)
         cfn_function.add_override("DependsOn", [self.get_logical_id(default_policy)])
