@@ -10,11 +10,11 @@ Per batch (DESIGN.md, issue 4):
 3. verify with one round of filtered Describe calls for the whole batch
    (instance exists, running, tagged for the cluster; reported ENIs its own);
 4. plan each node (core planner) and order (core priority);
-5. claim a lease per node that needs EC2 calls, then re-check the ledger (a
-   node served meanwhile by another invocation is re-read before acting);
-6. take every node's tokens before its first call, in one conditional store
+5. take every node's tokens before its first call, in one conditional store
    write for the batch; a node that cannot be paid for now is deferred —
    its report re-sent with a delay, its result says ``deferred``;
+6. claim a lease per paid node, then re-check the ledger (a node served
+   meanwhile by another invocation is re-read before acting);
 7. execute the nodes concurrently (an injectable mapper), record the ledger,
    push results, release the leases.
 """
@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
+M_TOKENS_FORFEITED = "TokensForfeited"
 Mapper = Callable[[Callable[[T], R], Sequence[T]], list[R]]
 
 
@@ -301,17 +302,37 @@ class Allocator:
         out: BatchOutcome,
         deferrals: list[Deferral],
     ) -> list[NodeJob]:
+        """Pay first (one store round for the batch), then lease only the paid
+        nodes: a deferred node costs no lease. Tokens of a node lost to a
+        concurrent invocation are forfeited (rare; counted)."""
         if not active:
+            return []
+        waits = self.buckets.take_batch([j.plan.tokens() for j in active], self.clock.now())
+        paid: list[NodeJob] = []
+        for job, wait in zip(active, waits, strict=True):
+            if wait == 0:
+                self.tally.add(names.M_TOKENS_TAKEN, job.plan.mutating_calls)
+                paid.append(job)
+            elif math.isinf(wait):
+                res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "failed",
+                                  [Failed(code="plan-exceeds-budget", message="plan needs more tokens than a bucket holds")])
+                out.nodes[job.report.node] = res
+                self._finish(job, res)
+            else:
+                self.tally.add(names.M_TOKENS_WAITED_S, wait)
+                self._defer(job, wait, "waiting for EC2 tokens", out, deferrals)
+        if not paid:
             return []
         now = self.clock.now()
         claims = self.map(
-            lambda j: self.leases.claim(self.cluster, j.report.node, owner, now, self.settings.lease_ttl_s), active
+            lambda j: self.leases.claim(self.cluster, j.report.node, owner, now, self.settings.lease_ttl_s), paid
         )
         claimed: list[NodeJob] = []
-        for job, got in zip(active, claims, strict=True):
+        for job, got in zip(paid, claims, strict=True):
             if got:
                 claimed.append(job)
             else:
+                self.tally.add(M_TOKENS_FORFEITED, job.plan.mutating_calls)
                 self._defer(job, float(self.settings.lease_retry_s), "node busy in another invocation", out, deferrals)
         if not claimed:
             return []
@@ -320,27 +341,17 @@ class Allocator:
         now_seqs = self.ledger.last_seqs(self.cluster, [j.report.node for j in claimed])
         moved = [j for j in claimed if now_seqs.get(j.report.node, -1) != last.get(j.report.node, -1)]
         if moved:
-            claimed = self._recheck(claimed, moved, now_seqs, owner, out)
-        waits = self.buckets.take_batch([j.plan.tokens() for j in claimed], self.clock.now())
-        granted: list[NodeJob] = []
-        for job, wait in zip(claimed, waits, strict=True):
-            self.tally.add(names.M_TOKENS_TAKEN if wait == 0 else names.M_TOKENS_WAITED_S,
-                           job.plan.mutating_calls if wait == 0 else (wait if math.isfinite(wait) else 0))
-            if wait == 0:
-                granted.append(job)
-            elif math.isinf(wait):
-                self.leases.release(self.cluster, job.report.node, owner)
-                res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "failed",
-                                  [Failed(code="plan-exceeds-budget", message="plan needs more tokens than a bucket holds")])
-                out.nodes[job.report.node] = res
-                self._finish(job, res)
-            else:
-                self.leases.release(self.cluster, job.report.node, owner)
-                self._defer(job, wait, "waiting for EC2 tokens", out, deferrals)
-        return granted
+            claimed = self._recheck(claimed, moved, now_seqs, owner, out, deferrals)
+        return claimed
 
     def _recheck(
-        self, claimed: list[NodeJob], moved: list[NodeJob], now_seqs: dict[str, int], owner: str, out: BatchOutcome
+        self,
+        claimed: list[NodeJob],
+        moved: list[NodeJob],
+        now_seqs: dict[str, int],
+        owner: str,
+        out: BatchOutcome,
+        deferrals: list[Deferral],
     ) -> list[NodeJob]:
         fresh_facts = self.ec2.describe_nodes(j.facts.instance_id for j in moved)
         subnets = list(self.ec2.subnets().values())
@@ -358,7 +369,13 @@ class Allocator:
                 continue
             plan = plan_node(j.report, f.inventory(), j.limits, subnets, cluster=self.cluster)
             nj = NodeJob(j.report, f, j.limits, plan, j.record_id, j.body)
-            if plan.calls:
+            paid = j.plan.tokens()
+            extra = {a: n - paid.get(a, 0) for a, n in plan.tokens().items() if n > paid.get(a, 0)}
+            wait = self.buckets.take_batch([extra], self.clock.now())[0] if extra else 0.0
+            if plan.calls and wait > 0:
+                self.leases.release(self.cluster, j.report.node, owner)
+                self._defer(nj, wait, "waiting for EC2 tokens", out, deferrals)
+            elif plan.calls:
                 keep.append(nj)
             else:
                 self.leases.release(self.cluster, j.report.node, owner)
