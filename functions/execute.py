@@ -43,6 +43,7 @@ from warmpool.messages import (
     Attached,
     Deleted,
     Failed,
+    Mode,
     PoolReport,
     Released,
 )
@@ -51,7 +52,6 @@ from warmpool.planner import (
     Call,
     CreateEni,
     DeleteEni,
-    Mode,
     Plan,
     UnassignAddresses,
     plan_node,

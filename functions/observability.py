@@ -32,10 +32,10 @@ def flush(tally: Tally, metrics: Metrics, cluster: str) -> None:
             ):
                 pass
         else:
-            metrics.add_metric(name=name, unit=unit, value=value)  # type: ignore[arg-type]
+            metrics.add_metric(name=name, unit=unit, value=value)
     for name, values, unit in tally.sample_items():
         for v in values[:100]:
-            metrics.add_metric(name=name, unit=unit, value=v)  # type: ignore[arg-type]
+            metrics.add_metric(name=name, unit=unit, value=v)
 
 
 def account_of(context: Any) -> str:

@@ -201,7 +201,8 @@ class DynamoBuckets:
             got = self._read(actions)
             states = {a: (g[0] if g else None) for a, g in got.items()}
             changed, waits = allot(states, self._spec_of, requests, now)
-            updates = {a: (st, got[a][1] if got[a] else None) for a, st in changed.items()}
+            versions = {a: (g[1] if g else None) for a, g in got.items()}
+            updates = {a: (st, versions.get(a)) for a, st in changed.items()}
             if self._write(updates):
                 return waits
         return [1.0] * len(requests)
