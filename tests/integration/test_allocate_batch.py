@@ -116,3 +116,13 @@ def test_missing_result_queue_does_not_fail_the_batch() -> None:
     assert out.served == 1 and out.failed_message_ids == []
     assert w.tally.get("ResultQueueMissing") == 1
     assert w.addresses("n1") == 5
+
+
+def test_through_a_real_boto3_client_on_the_emulator() -> None:
+    w = World(boto=True)
+    for i in range(5):
+        w.add_node(f"n{i}")
+    out = w.deliver([w.report(f"n{i}", warm_ip=2, pending=35) for i in range(5)])
+    assert out.served == 5 and out.failed_message_ids == []
+    assert all(w.addresses(f"n{i}") == 37 for i in range(5))
+    assert w.detached_enis() == [] and w.throttled() == 0
