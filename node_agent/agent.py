@@ -124,7 +124,11 @@ class Agent:
                  "restored" if restored else "empty", len(notes))
         self._last_resync = now
         name = result_queue_name(cfg.result_queue_prefix, ident.instance_id)
-        self.result_queue_url = self.sqs.create_queue(QueueName=name)["QueueUrl"]
+        try:
+            self.result_queue_url = self.sqs.create_queue(QueueName=name)["QueueUrl"]
+        except Exception as exc:  # exists with other attributes (created by the stack): use it
+            log.info("create_queue %s: %s; looking it up", name, exc)
+            self.result_queue_url = self.sqs.get_queue_url(QueueName=name)["QueueUrl"]
         self.cni = CniService(
             self.ds, self.pods or NetlinkPods(cfg.host_netns, cfg.veth_prefix),
             mtu=cfg.mtu, add_wait_s=cfg.add_wait_s, clock=self.clock.now, on_unmet=self.wake.set,
