@@ -73,6 +73,8 @@ LOG_DIR = Path(os.environ.get("WARMPOOL_DEMO_LOGS", "/tmp/wp-demo-logs"))
 LOCK_FILE = Path("/tmp/wp-demo.lock")
 PIDS_FILE = "pids"
 CNI_CONF_NAME = "warmpool"
+RUN_MARK = "WARMPOOL_DEMO_RUN"
+"""In every agent's environment (the demo's pid), so a test can find stray processes."""
 
 DEFAULT_AGENT_ENV: dict[str, str] = {
     # The VPC CNI's variables, chosen so a burst needs the allocator (and a second ENI).
@@ -280,8 +282,9 @@ class Demo:
             why = nx.support()
         if why is not None:
             self.mode = "plain"
-            msg = (f"network namespaces unavailable ({why}): agents run without touching the host "
-                   "network (WARMPOOL_MANAGE_HOST_NETWORK=false) and pods are CNI ADDs without a namespace")
+            msg = (f"network namespaces unavailable ({why}): the agents run without touching the host "
+                   "network (WARMPOOL_MANAGE_HOST_NETWORK=false, pod wiring recorded, not applied: "
+                   "sim.demo_agent) and pods are CNI ADDs without a namespace of their own")
             self.notes.append(msg)
             self.say("warmpool demo: " + msg)
         self._cni = _bin("warmpool-cni")
@@ -365,6 +368,7 @@ class Demo:
             "WARMPOOL_HOST_NETNS": node.ns if self.mode == "netns" else "",
             "WARMPOOL_MANAGE_HOST_NETWORK": "true" if self.mode == "netns" else "false",
             "WARMPOOL_LOG_LEVEL": "INFO",
+            RUN_MARK: str(os.getpid()),
         }
         env.update(self.o.agent_env)
         return env
@@ -374,7 +378,8 @@ class Demo:
         node.log_path = LOG_DIR / f"agent-{node.name}.log"
         logf = open(node.log_path, "wb")  # noqa: SIM115 (closed by the child's exit; we keep no handle)
         try:
-            node.proc = subprocess.Popen([_bin("warmpool-agent")], env=node.env, stdout=logf,
+            argv = [_bin("warmpool-agent")] if self.mode == "netns" else [sys.executable, "-m", "sim.demo_agent"]
+            node.proc = subprocess.Popen(argv, env=node.env, stdout=logf,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True)
         finally:
@@ -453,6 +458,7 @@ class Demo:
             "CNI_NETNS": nx.netns_path(pod.netns) if self.mode == "netns" else "",
             "CNI_IFNAME": "eth0",
             "CNI_PATH": str(Path(self._cni).parent),
+            RUN_MARK: str(os.getpid()),
             "CNI_ARGS": f"K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod.netns};K8S_POD_INFRA_CONTAINER_ID={pod.container_id}",
             names.AGENT_ENV_SOCKET: node.socket,
         })
@@ -550,7 +556,7 @@ class Demo:
         ready = sum(1 for p in self.pods if p.ready_at is not None)
         self.say(f"scale-out: {ready}/{n} pods have an address after {took:.1f}s")
         for p in self.pods:
-            if p.ready_at is None:
+            if p.ready_at is None and not self.stop.is_set():
                 self.say(f"  {p.netns}: no address after {p.attempts} ADDs ({p.last_error})")
         return took
 

@@ -178,9 +178,10 @@ def render(report: Mapping[str, Any]) -> str:
             f" in {sd.get('settle_s', 0):.1f} s"
         )
     for n in report.get("node_pools", []):
+        links = n.get("links")
         lines.append(
-            f"    {n.get('node', '?')}: {n.get('enis', '?')} ENIs, {n.get('addresses', '?')} addresses,"
-            f" {n.get('links', '?')} ENI links in its namespace"
+            f"    {n.get('node', '?')}: {n.get('enis', '?')} ENIs, {n.get('addresses', '?')} addresses"
+            + (f", {links} ENI links in its namespace" if links is not None else "")
         )
     lines += [
         f"  duplicate IPs       {report['duplicate_ips']}",
