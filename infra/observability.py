@@ -1,10 +1,10 @@
 """The CloudWatch dashboard and the alarms, built on the metric names in ``warmpool.names``.
 
-The functions emit EMF metrics into namespace ``warmpool`` with Powertools, whose
-``service`` dimension is set (through ``POWERTOOLS_SERVICE_NAME``) to
-``warmpool-<cluster>``; the EC2 and token metrics add the ``Action`` dimension.
-Graphs use SEARCH so every Action shows up without listing it; alarms cannot use
-SEARCH, so they name each action explicitly.
+The functions emit EMF metrics into namespace ``warmpool`` with Powertools: the
+per-action ones (EC2 calls, throttles, errors, tokens) with dimensions
+``cluster`` and ``Action``, the others with Powertools' ``service`` dimension
+(``allocate`` or ``reconcile``). Graphs use SEARCH so every series shows up
+without listing it; alarms cannot use SEARCH, so they name each action.
 """
 
 from __future__ import annotations
@@ -36,11 +36,6 @@ OLDEST_MESSAGE_ALARM_S = 300
 PERIOD = Duration.minutes(1)
 
 
-def service_name(cluster: str) -> str:
-    """The Powertools ``service`` dimension of every metric of this cluster."""
-    return f"warmpool-{cluster}"
-
-
 class Observability(Construct):
     def __init__(
         self,
@@ -55,7 +50,7 @@ class Observability(Construct):
         topic: sns.ITopic,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.service = service_name(cluster)
+        self.cluster = cluster
         self.dashboard_name = f"warmpool-{cluster}"
         self.alarms: list[cw.Alarm] = []
 
@@ -185,9 +180,7 @@ class Observability(Construct):
             cw.MathExpression(
                 expression="SUM(METRICS())",
                 using_metrics={
-                    f"m{i}": self._metric(
-                        names.M_EC2_THROTTLES, "Sum", dimensions={"Action": a}, period=Duration.minutes(5)
-                    )
+                    f"m{i}": self._action_metric(names.M_EC2_THROTTLES, a, "Sum", Duration.minutes(5))
                     for i, a in enumerate(EC2_ACTIONS)
                 },
                 period=Duration.minutes(5),
@@ -216,28 +209,24 @@ class Observability(Construct):
 
     # --- helpers ------------------------------------------------------------------
 
-    def _metric(
-        self,
-        name: str,
-        statistic: str,
-        *,
-        label: str | None = None,
-        dimensions: dict[str, str] | None = None,
-        period: Duration = PERIOD,
-    ) -> cw.Metric:
+    def _metric(self, name: str, statistic: str, *, label: str | None = None) -> cw.IMetric:
+        """Every series of one metric, whatever its dimensions (``service`` = the function)."""
+        search = f"SEARCH('Namespace=\"{names.METRICS_NAMESPACE}\" MetricName=\"{name}\"', '{statistic}', 60)"
+        return cw.MathExpression(expression=search, label=label or "", period=PERIOD)
+
+    def _action_metric(self, name: str, action: str, statistic: str, period: Duration) -> cw.Metric:
         return cw.Metric(
             namespace=names.METRICS_NAMESPACE,
             metric_name=name,
-            dimensions_map={"service": self.service, **(dimensions or {})},
+            dimensions_map={"cluster": self.cluster, "Action": action},
             statistic=statistic,
             period=period,
-            label=label or name,
         )
 
     def _per_action(self, name: str, statistic: str) -> list[cw.IMetric]:
         search = (
-            f'SEARCH(\'{{{names.METRICS_NAMESPACE},Action,service}} MetricName="{name}" '
-            f"service=\"{self.service}\"', '{statistic}', 60)"
+            f'SEARCH(\'{{{names.METRICS_NAMESPACE},Action,cluster}} MetricName="{name}" '
+            f"cluster=\"{self.cluster}\"', '{statistic}', 60)"
         )
         return [cw.MathExpression(expression=search, label="", period=PERIOD)]
 

@@ -24,7 +24,7 @@ from constructs import Construct
 from infra import nag, policies
 from infra.asset import stage_lambda_code
 from infra.config import StackConfig
-from infra.observability import Observability, service_name
+from infra.observability import Observability
 from infra.outputs import OUTPUTS
 from warmpool import names
 
@@ -129,7 +129,7 @@ class WarmpoolStack(Stack):
             names.ENV_SECURITY_GROUPS: ",".join(cfg.security_group_ids),
             names.ENV_IDENTITY_MODE: cfg.identity_mode,
             names.ENV_GC_AGE_S: str(cfg.gc_age_s),
-            "POWERTOOLS_SERVICE_NAME": service_name(cfg.cluster),
+            "WARMPOOL_ACCOUNT": Aws.ACCOUNT_ID,
             "POWERTOOLS_METRICS_NAMESPACE": names.METRICS_NAMESPACE,
         }
         self.allocate = self._function(

@@ -43,21 +43,19 @@ def test_dashboard_graphs_every_signal_the_issue_lists(default: Synthesized) -> 
         assert f'"{metric}"' in text or f'MetricName=\\"{metric}\\"' in text, metric
 
 
-def test_per_action_graphs_search_the_clusters_service_dimension(default: Synthesized) -> None:
+def test_per_action_graphs_search_the_clusters_dimension(default: Synthesized) -> None:
     calls = _widget(_body(default), "EC2 calls per action")
     (expr,) = calls["metrics"]
     search = expr[0]["expression"]
-    assert search.startswith("SEARCH('{warmpool,Action,service}")
-    assert 'MetricName="EC2Calls"' in search and 'service="warmpool-demo"' in search
+    assert search.startswith("SEARCH('{warmpool,Action,cluster}")
+    assert 'MetricName="EC2Calls"' in search and 'cluster="demo"' in search
 
 
 def test_latency_graph_shows_p50_and_p99(default: Synthesized) -> None:
     latency = _widget(_body(default), "Allocation latency (ms)")
-    stats = [m[-1]["stat"] for m in latency["metrics"]]
-    assert stats == ["p50", "p99"]
-    assert all(
-        m[0] == names.METRICS_NAMESPACE and m[1] == names.M_ALLOCATION_LATENCY_MS for m in latency["metrics"]
-    )
+    searches = [m[0]["expression"] for m in latency["metrics"]]
+    assert [s.rsplit(",", 2)[1].strip(" '") for s in searches] == ["p50", "p99"]
+    assert all('MetricName="AllocationLatencyMs"' in s and 'Namespace="warmpool"' in s for s in searches)
 
 
 def _alarms(s: Synthesized) -> dict[str, dict[str, Any]]:

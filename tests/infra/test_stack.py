@@ -96,7 +96,7 @@ def test_function_environment_uses_the_shared_names(synthesized: dict[str, Synth
     assert env[names.ENV_SECURITY_GROUPS] == ""
     assert env[names.ENV_IDENTITY_MODE] == "none"
     assert env[names.ENV_GC_AGE_S] == "300"
-    assert env["POWERTOOLS_SERVICE_NAME"] == "warmpool-demo"
+    assert env["WARMPOOL_ACCOUNT"] == "${AWS::AccountId}"
     assert env["POWERTOOLS_METRICS_NAMESPACE"] == names.METRICS_NAMESPACE
     assert names.ENV_ENDPOINT_URL not in env  # local stack only
     assert _function(default, names.RECONCILE_HANDLER)["Environment"]["Variables"] == env
