@@ -18,9 +18,9 @@ $(STAMP): pyproject.toml
 # Debian packages used by the network-namespace and CNI tests. Installed only
 # when missing, and only when we can (root with apt-get).
 system-deps:
-	@if [ ! -x /usr/lib/cni/tuning ] || ! command -v ip >/dev/null; then \
+	@if [ ! -x /usr/lib/cni/tuning ] || ! command -v ip >/dev/null || ! command -v ping >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 containernetworking-plugins >/dev/null) \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 iputils-ping containernetworking-plugins >/dev/null) \
 	      || echo "system-deps: could not install iproute2/containernetworking-plugins"; \
 	  else echo "system-deps: not root or no apt-get; namespace tests will say what is missing"; fi; \
 	fi
@@ -36,6 +36,12 @@ test: $(STAMP) system-deps lint typecheck
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
+
+integration: $(STAMP) system-deps
+	$(BIN)/python -m pytest -q tests/integration
+
+infra-test: $(STAMP)
+	$(BIN)/python -m pytest -q tests/infra
 
 demo: $(STAMP) system-deps
 	$(BIN)/warmpool demo

@@ -34,14 +34,13 @@ from functions.delivery import Deferral, Delivery
 from functions.ec2 import Ec2, NodeFacts
 from functions.errors import AwsError
 from functions.execute import NodeJob, NodeOutcome, PlanExecutor
-from functions.ports import BatchBucketStore
 from functions.settings import Settings
 from functions.telemetry import Tally
 from warmpool import names
 from warmpool.clock import Clock
 from warmpool.messages import AllocationResult, Deferred, Failed, MessageError, PoolReport, parse_report
 from warmpool.planner import plan_node
-from warmpool.ports import Ec2Api, LeaseStore, Ledger, SqsApi
+from warmpool.ports import BucketStore, Ec2Api, LeaseStore, Ledger, SqsApi
 from warmpool.scheduling import coalesce, priority_key
 
 log = logging.getLogger(__name__)
@@ -111,7 +110,7 @@ class Allocator:
         *,
         ec2: Ec2Api,
         sqs: SqsApi,
-        buckets: BatchBucketStore,
+        buckets: BucketStore,
         ledger: Ledger,
         leases: LeaseStore,
         clock: Clock,

@@ -30,7 +30,6 @@ from functions.errors import (
     Throttled,
     TokenMismatch,
 )
-from functions.ports import BatchBucketStore
 from functions.settings import Settings
 from functions.telemetry import Tally
 from warmpool import names
@@ -56,6 +55,7 @@ from warmpool.planner import (
     UnassignAddresses,
     plan_node,
 )
+from warmpool.ports import BucketStore
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def _iso(ts: float) -> str:
 class PlanExecutor:
     """Executes plans through the EC2 adapter; one instance serves a whole batch (thread-safe)."""
 
-    def __init__(self, ec2: Ec2, buckets: BatchBucketStore, settings: Settings, tally: Tally) -> None:
+    def __init__(self, ec2: Ec2, buckets: BucketStore, settings: Settings, tally: Tally) -> None:
         self.ec2 = ec2
         self.buckets = buckets
         self.settings = settings

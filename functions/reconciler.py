@@ -22,12 +22,11 @@ from typing import Any
 
 from functions.ec2 import Ec2, EniFacts
 from functions.errors import AwsError, InUse, NotFound, QueueMissing
-from functions.ports import BatchBucketStore, LeaseSweeper, LedgerStore
 from functions.settings import Settings
 from functions.telemetry import Tally
 from warmpool import names
 from warmpool.clock import Clock
-from warmpool.ports import Ec2Api, SqsApi
+from warmpool.ports import BucketStore, Ec2Api, LeaseStore, Ledger, SqsApi
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +50,9 @@ class Reconciler:
         *,
         ec2: Ec2Api,
         sqs: SqsApi,
-        buckets: BatchBucketStore,
-        ledger: LedgerStore,
-        leases: LeaseSweeper,
+        buckets: BucketStore,
+        ledger: Ledger,
+        leases: LeaseStore,
         clock: Clock,
         settings: Settings,
         tally: Tally | None = None,

@@ -11,6 +11,7 @@ suite.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from warmpool.buckets import BucketState
@@ -66,10 +67,13 @@ class BucketStore(Protocol):
         """EC2 answered ``RequestLimitExceeded``: apply the AIMD cut."""
         ...
 
-
-class LedgerEntry(Protocol):
-    node: str
-    last_seq: int
+    def take_batch(self, requests: Sequence[Mapping[str, float]], now: float) -> list[float]:
+        """Pay for a whole batch's nodes with one read and one conditional
+        write. Grants, in order and all-or-nothing each, the requests the
+        buckets can pay for now; one wait per request: 0.0 = granted, else
+        seconds until its tokens will exist (queued behind earlier refused
+        ones), ``inf`` if never."""
+        ...
 
 
 class Ledger(Protocol):
@@ -91,9 +95,18 @@ class Ledger(Protocol):
         """Every node with an entry, and its last seq."""
         ...
 
+    def entries(self, cluster: str) -> dict[str, dict[str, Any]]:
+        """``{node: {last_seq, outcome, instance_id, updated_at}}`` (reconcile
+        needs the instance to find terminated nodes)."""
+        ...
+
 
 class LeaseStore(Protocol):
     """Short leases so two invocations never act on one node at once."""
 
     def claim(self, cluster: str, node: str, owner: str, now: float, ttl_s: float) -> bool: ...
     def release(self, cluster: str, node: str, owner: str) -> None: ...
+
+    def sweep(self, cluster: str, now: float) -> int:
+        """Delete expired leases; how many."""
+        ...
