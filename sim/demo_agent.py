@@ -45,7 +45,7 @@ class RecordedPods:
 
 
 def main() -> None:
-    agent.NetlinkPods = RecordedPods  # type: ignore[misc,assignment]
+    agent.NetlinkPods = RecordedPods  # type: ignore[attr-defined,assignment]
     agent.main()
 
 

@@ -1,0 +1,198 @@
+"""``warmpool demo``: the whole system end to end, run as a user runs it (a
+subprocess), then checked from outside: the report, and that nothing it made
+is left — no ``wp-demo-*`` namespace, no process carrying its run mark, no run
+dir. Plus the pure report helpers and the namespace/veth layer on their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sim import demo_netns as nx
+from sim.demo import RUN_MARK, single_run_lock
+from sim.demo_report import DemoReport, PodRecord, duplicate_ips, ec2_delta, percentile, render
+
+ROOT = Path(__file__).resolve().parents[2]
+DESIGN_KEYS = {"nodes", "pods_requested", "pods_ready", "time_to_ip_s", "ec2", "duplicate_ips", "leaked_enis"}
+NETNS_WHY = nx.support() if nx.support_quick() else "not root or no `ip`"
+needs_netns = pytest.mark.skipif(NETNS_WHY is not None, reason=f"network namespaces: {NETNS_WHY}")
+
+
+# ----------------------------------------------------------------- pure helpers
+
+
+def test_percentile_is_nearest_rank() -> None:
+    xs = [float(i) for i in range(1, 101)]
+    assert percentile(xs, 50) == 50.0
+    assert percentile(xs, 99) == 99.0
+    assert percentile([3.0], 99) == 3.0
+    assert percentile([], 50) == 0.0
+
+
+def test_duplicate_ips_counts_addresses_held_by_two_holders() -> None:
+    assert duplicate_ips([("a", "10.0.0.1"), ("b", "10.0.0.2")]) == 0
+    assert duplicate_ips([("a", "10.0.0.1"), ("b", "10.0.0.1"), ("c", "10.0.0.1")]) == 1
+    assert duplicate_ips([("a", "10.0.0.1"), ("a", "10.0.0.1")]) == 0  # one holder seen twice
+
+
+def test_ec2_delta_keeps_only_actions_called_in_between() -> None:
+    before = {"A": {"calls": 2, "throttled": 1, "errors": 0}}
+    after = {"A": {"calls": 2, "throttled": 1, "errors": 0}, "B": {"calls": 3, "throttled": 1, "errors": 1}}
+    assert ec2_delta(after, before) == {"B": {"calls": 3, "throttled": 1, "errors": 1}}
+
+
+def test_report_has_every_design_key_and_renders() -> None:
+    pods = [PodRecord(0, 0, "p0", "c0", first_add_at=1.0, ready_at=2.0, ip="10.0.0.5", kernel_ip="10.0.0.5"),
+            PodRecord(0, 1, "p1", "c1", first_add_at=1.0, ready_at=4.0, ip="10.0.0.5"),
+            PodRecord(1, 0, "p2", "c2", first_add_at=1.0)]
+    r = DemoReport(nodes=2, pods_requested=3, pods=pods,
+                   ec2={"AssignPrivateIpAddresses": {"calls": 2, "throttled": 1, "errors": 0}},
+                   leaked_enis=0, mode="netns", wall_s=9.0, scale_out_s=3.0).to_json()
+    assert set(r) >= DESIGN_KEYS
+    assert r["pods_ready"] == 2 and r["pods_ready"] <= r["pods_requested"]
+    assert r["time_to_ip_s"] == {"p50": 1.0, "p99": 3.0, "max": 3.0}
+    assert r["duplicate_ips"] == 1
+    assert r["kernel_verified"] == 1
+    assert r["throttled_calls"] == 1 and r["mutating_calls"] == 2
+    assert "pods ready          2 / 3" in render(r)
+
+
+# ----------------------------------------------------------------- namespaces and veth
+
+
+@pytest.fixture
+def demo_lock() -> Iterator[None]:
+    """The demo's own lock: these tests create and remove ``wp-demo-*`` names."""
+    with single_run_lock():
+        yield
+        nx.cleanup()
+
+
+@needs_netns
+@pytest.mark.netns
+def test_hypervisor_plugs_enis_as_links_with_their_mac_and_cleanup_removes_everything(demo_lock: None) -> None:
+    hv = nx.Hypervisor()
+    hv.start()
+    ns = nx.node_ns(90)
+    hv.add_node(ns)
+    primary = nx.EniLink("eni-0", "02:aa:00:00:00:01", 0, "10.0.0.10", "10.0.0.0/24")
+    second = nx.EniLink("eni-1", "02:aa:00:00:00:02", 1, "10.0.0.20", "10.0.0.0/24")
+    assert hv.plug(ns, primary, configure_primary=True)
+    assert not hv.plug(ns, primary)  # idempotent
+    assert hv.sync(ns, [primary, second]) == (1, 0)
+    assert hv.links(ns) == {"02:aa:00:00:00:01": "eth0", "02:aa:00:00:00:02": "eth1"}
+    addrs = json.loads(nx.ip("-j", "-n", ns, "-4", "addr", "show", "dev", "eth0"))
+    assert addrs[0]["addr_info"][0]["local"] == "10.0.0.10"
+    # the VPC side answers for the subnet's router
+    assert subprocess.run(["ip", "netns", "exec", ns, "ping", "-c1", "-W2", "10.0.0.1"],
+                          capture_output=True).returncode == 0
+    assert hv.sync(ns, [primary]) == (0, 1)  # detached: the link goes
+    assert hv.links(ns) == {"02:aa:00:00:00:01": "eth0"}
+    nx.add_namespace(nx.pod_ns(90, 0))
+    assert set(nx.cleanup()) == {ns, nx.VPC_NS, nx.pod_ns(90, 0)}
+    assert nx.list_namespaces() == []
+
+
+# ----------------------------------------------------------------- the demo, end to end
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["WARMPOOL_DEMO_DIR"] = str(tmp_path / "run")
+    env["WARMPOOL_DEMO_LOGS"] = str(tmp_path / "logs")
+    return env
+
+
+def _marked_processes(mark: str) -> list[int]:
+    """Processes whose environment carries this demo run's mark."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            env = (d / "environ").read_bytes()
+        except OSError:
+            continue
+        if f"{RUN_MARK}={mark}".encode() in env.split(b"\0"):
+            out.append(int(d.name))
+    return out
+
+
+def _assert_clean(tmp_path: Path, demo_pid: int) -> None:
+    if nx.support_quick():
+        assert nx.list_namespaces() == [], "wp-demo-* namespaces left behind"
+    assert _marked_processes(str(demo_pid)) == [], "demo processes left behind"
+    assert not (tmp_path / "run").exists(), "run dir left behind"
+
+
+def _demo(*args: str) -> list[str]:
+    return [sys.executable, "-m", "sim.cli", "demo", "--no-live", *args]
+
+
+@pytest.mark.slow
+def test_short_demo_serves_every_pod_once_leaks_nothing_and_cleans_up(tmp_path: Path) -> None:
+    out = tmp_path / "demo.json"
+    p = subprocess.Popen(_demo("--nodes", "2", "--pods-per-node", "3", "--json", str(out)), cwd=ROOT,
+                         env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = p.communicate(timeout=240)
+    assert p.returncode == 0, f"stdout:\n{stdout}\nstderr:\n{stderr[-3000:]}"
+    r = json.loads(out.read_text())
+    assert set(r) >= DESIGN_KEYS
+    assert r["nodes"] == 2 and r["pods_requested"] == 6
+    assert r["pods_ready"] == r["pods_requested"]
+    assert r["duplicate_ips"] == 0
+    assert r["leaked_enis"] == 0
+    assert r["ec2"]["AssignPrivateIpAddresses"]["calls"] >= 1
+    assert all(set(v) == {"calls", "throttled", "errors"} for v in r["ec2"].values())
+    assert 0 < r["time_to_ip_s"]["p50"] <= r["time_to_ip_s"]["p99"] <= r["time_to_ip_s"]["max"]
+    if r["mode"] == "netns":
+        assert r["kernel_verified"] == 6, "every pod's eth0 should carry the address it was given"
+    assert "warmpool demo — report" in stdout
+    _assert_clean(tmp_path, p.pid)
+
+
+@pytest.mark.slow
+def test_sigint_mid_run_tears_everything_down(tmp_path: Path) -> None:
+    p = subprocess.Popen(_demo("--nodes", "2", "--pods-per-node", "8"), cwd=ROOT, env=_env(tmp_path),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stderr is not None
+    seen = []
+    deadline = time.monotonic() + 120
+    for line in p.stderr:  # wait until the scale-out has begun: agents up, pods being added
+        seen.append(line)
+        if line.startswith("scale-out:") or time.monotonic() > deadline:
+            break
+    assert any(line.startswith("scale-out:") for line in seen), "".join(seen)
+    time.sleep(1.0)  # test harness: let some ADDs be in flight
+    if nx.support_quick():
+        assert any(n.startswith(nx.PREFIX + "node-") for n in nx.list_namespaces())
+    assert _marked_processes(str(p.pid)), "agents should be running mid-run"
+    p.send_signal(signal.SIGINT)
+    _, rest = p.communicate(timeout=60)
+    assert p.returncode == 130, "".join(seen) + rest
+    assert "cleaned up" in rest
+    _assert_clean(tmp_path, p.pid)
+
+
+@pytest.mark.slow
+def test_without_namespaces_it_says_so_and_still_serves_every_pod(tmp_path: Path) -> None:
+    out = tmp_path / "demo.json"
+    p = subprocess.Popen(_demo("--no-netns", "--nodes", "1", "--pods-per-node", "2", "--json", str(out)),
+                         cwd=ROOT, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = p.communicate(timeout=240)
+    assert p.returncode == 0, stdout + stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["mode"] == "plain"
+    assert "network namespaces unavailable" in stderr
+    assert r["pods_ready"] == r["pods_requested"] == 2
+    assert r["duplicate_ips"] == 0 and r["leaked_enis"] == 0
+    _assert_clean(tmp_path, p.pid)
