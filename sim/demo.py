@@ -175,7 +175,14 @@ def kill_recorded(run_dir: Path) -> list[int]:
 
 
 def cleanup_leftovers(run_dir: Path = RUN_DIR) -> list[str]:
-    """What a crashed run left behind: its processes, ``wp-demo-*`` namespaces, its run dir."""
+    """What a crashed run left behind: its processes, ``wp-demo-*`` namespaces, its run dir.
+    Refuses (RuntimeError) while another demo holds the lock: its namespaces are not leftovers."""
+    with single_run_lock():
+        return _cleanup_leftovers(run_dir)
+
+
+def _cleanup_leftovers(run_dir: Path) -> list[str]:
+    """:func:`cleanup_leftovers`, for a caller already holding the lock."""
     out: list[str] = [f"process {p}" for p in kill_recorded(run_dir)]
     if nx.support_quick():
         out += [f"netns {n}" for n in nx.cleanup()]
@@ -185,14 +192,20 @@ def cleanup_leftovers(run_dir: Path = RUN_DIR) -> list[str]:
 
 
 @contextlib.contextmanager
-def single_run_lock() -> Iterator[None]:
-    """One demo at a time on a machine (leftover cleanup removes ``wp-demo-*`` by name)."""
+def single_run_lock(wait_s: float = 0.0) -> Iterator[None]:
+    """One demo at a time on a machine (leftover cleanup removes ``wp-demo-*`` by name).
+    Waits up to ``wait_s`` for a running one to finish, then gives up with RuntimeError."""
     fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(f"another warmpool demo is running (lock {LOCK_FILE})") from None
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise RuntimeError(f"another warmpool demo is running (lock {LOCK_FILE})") from None
+                time.sleep(0.5)  # the harness waiting its turn, not warmpool logic
         yield
     finally:
         os.close(fd)
@@ -271,7 +284,7 @@ class Demo:
     # ---- setup
 
     def setup(self) -> None:
-        left = cleanup_leftovers(self.run_dir)
+        left = _cleanup_leftovers(self.run_dir)  # main() holds the single-run lock
         if left:
             self.say(f"removed leftovers of an earlier run: {', '.join(left)}")
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -781,7 +794,8 @@ def main(argv: list[str]) -> int:
         demo.stop.set()
 
     try:
-        with single_run_lock(), signals_to(on_signal):
+        lock_wait = float(os.environ.get("WARMPOOL_DEMO_LOCK_WAIT_S", "0") or 0)
+        with single_run_lock(lock_wait), signals_to(on_signal):
             try:
                 report = demo.run()
             except Interrupted:

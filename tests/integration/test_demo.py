@@ -72,7 +72,7 @@ def test_report_has_every_design_key_and_renders() -> None:
 @pytest.fixture
 def demo_lock() -> Iterator[None]:
     """The demo's own lock: these tests create and remove ``wp-demo-*`` names."""
-    with single_run_lock():
+    with single_run_lock(wait_s=240):
         yield
         nx.cleanup()
 
@@ -109,6 +109,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["WARMPOOL_DEMO_DIR"] = str(tmp_path / "run")
     env["WARMPOOL_DEMO_LOGS"] = str(tmp_path / "logs")
+    env["WARMPOOL_DEMO_LOCK_WAIT_S"] = "240"  # another suite's demo on this machine: wait for it
     return env
 
 
@@ -195,4 +196,25 @@ def test_without_namespaces_it_says_so_and_still_serves_every_pod(tmp_path: Path
     assert "network namespaces unavailable" in stderr
     assert r["pods_ready"] == r["pods_requested"] == 2
     assert r["duplicate_ips"] == 0 and r["leaked_enis"] == 0
+    _assert_clean(tmp_path, p.pid)
+
+
+@pytest.mark.slow
+def test_a_crashed_runs_leftovers_are_removed_before_the_next_run(tmp_path: Path) -> None:
+    from sim.demo import cleanup_leftovers
+
+    p = subprocess.Popen(_demo("--nodes", "1", "--pods-per-node", "6"), cwd=ROOT, env=_env(tmp_path),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert p.stderr is not None
+    for line in p.stderr:
+        if line.startswith("scale-out:"):
+            break
+    p.kill()  # no chance to clean up
+    p.wait(timeout=10)
+    p.stderr.close()
+    assert _marked_processes(str(p.pid)), "the crashed run's agent should still be running"
+    removed = cleanup_leftovers(tmp_path / "run")
+    assert any(r.startswith("process ") for r in removed)
+    if nx.support_quick():
+        assert any(r.startswith("netns wp-demo-node-") for r in removed)
     _assert_clean(tmp_path, p.pid)
