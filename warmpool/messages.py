@@ -236,7 +236,8 @@ def _load(raw: str | bytes | dict[str, Any], expected: str) -> dict[str, Any]:
             raise MessageError("oversized", f"{size} bytes > {MAX_MESSAGE_BYTES}")
         try:
             obj = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            # RecursionError: JSON nested deeper than the interpreter's stack (a few KiB of "[").
             raise MessageError("not-json", str(exc)[:200]) from None
     if not isinstance(obj, dict):
         raise MessageError("not-an-object", type(obj).__name__)
