@@ -61,7 +61,7 @@ def build_request(environ: dict[str, str], stdin: str) -> dict[str, Any]:
     command = _env(environ, "CNI_COMMAND")
     try:
         conf = json.loads(stdin) if stdin.strip() else {}
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise CniError(E_DECODE, "network configuration is not valid JSON", str(exc)) from None
     if not isinstance(conf, dict):
         raise CniError(E_DECODE, "network configuration is not a JSON object")
@@ -122,7 +122,7 @@ def run(environ: dict[str, str], stdin: str) -> tuple[int, str]:
         conf_version = json.loads(stdin).get("cniVersion") if stdin.strip() else None
         if isinstance(conf_version, str) and conf_version in SUPPORTED_VERSIONS:
             version = conf_version
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         pass
     try:
         command = environ.get("CNI_COMMAND", "")
@@ -139,11 +139,15 @@ def run(environ: dict[str, str], stdin: str) -> tuple[int, str]:
             timeout = float(environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT_S)
         except ValueError:
             raise CniError(E_INVALID_ENV, f"{TIMEOUT_ENV} is not a number") from None
+        if not 0 < timeout < 86400:  # also NaN and inf: socket.settimeout would raise
+            raise CniError(E_INVALID_ENV, f"{TIMEOUT_ENV} must be a number of seconds in (0, 86400)")
         reply = call_agent(str(path), req, timeout)
         if reply.get("ok"):
             result = reply.get("result")
             return 0, json.dumps(result) if result is not None else ""
-        raise CniError(int(reply.get("code", E_IO)), str(reply.get("msg", "failed")), str(reply.get("details", "")))
+        code = reply.get("code", E_IO)
+        raise CniError(code if isinstance(code, int) and not isinstance(code, bool) else E_IO,
+                       str(reply.get("msg", "failed")), str(reply.get("details", "")))
     except CniError as err:
         return 1, json.dumps(err.to_json(version))
 

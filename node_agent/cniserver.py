@@ -219,8 +219,8 @@ class _Handler(socketserver.StreamRequestHandler):
             req = json.loads(line)
             if not isinstance(req, dict):
                 raise ValueError("not an object")
-        except ValueError as exc:
-            reply: dict[str, Any] = {"ok": False, "code": E_DECODE, "msg": "bad request", "details": str(exc)}
+        except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
+            reply: dict[str, Any] = {"ok": False, "code": E_DECODE, "msg": "bad request", "details": str(exc)[:500]}
         else:
             try:
                 reply = self.server.service.handle(req)
