@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import parse_qsl
 
+from functions.stores import create_tables
 from warmpool import names
 from warmpool.clock import RealClock
 
@@ -313,26 +314,9 @@ class LocalStack:
         )["QueueUrl"]
         ddb = self.client("dynamodb")
         ledger = names.ledger_table(o.cluster)
-        ddb.create_table(
-            TableName=ledger,
-            KeySchema=[
-                {"AttributeName": names.LEDGER_PK, "KeyType": "HASH"},
-                {"AttributeName": names.LEDGER_SK, "KeyType": "RANGE"},
-            ],
-            AttributeDefinitions=[
-                {"AttributeName": names.LEDGER_PK, "AttributeType": "S"},
-                {"AttributeName": names.LEDGER_SK, "AttributeType": "S"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        create_tables(ddb, ledger, names.BUCKETS_TABLE)
         ddb.update_time_to_live(
             TableName=ledger, TimeToLiveSpecification={"Enabled": True, "AttributeName": names.LEDGER_TTL}
-        )
-        ddb.create_table(
-            TableName=names.BUCKETS_TABLE,
-            KeySchema=[{"AttributeName": names.BUCKETS_PK, "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": names.BUCKETS_PK, "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
         )
         self.outputs.update(
             {
