@@ -274,7 +274,7 @@ class Demo:
         calls, mutating, throttled = totals(self._last_stats)
         ready = sum(1 for p in self.pods if p.ready_at is not None and not p.deleted)
         wanted = sum(1 for p in self.pods if not p.deleted)
-        return Status(self.phase, ready, wanted, self.hv.plugged_total, calls, mutating, throttled,
+        return Status(self.phase, ready, wanted, self.hv.plugged_now(), calls, mutating, throttled,
                       self.elapsed())
 
     def check_stop(self) -> None:

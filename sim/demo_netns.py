@@ -173,6 +173,11 @@ class Hypervisor:
         with self._lock:
             return set(self._plugged.get(ns, {}))
 
+    def plugged_now(self) -> int:
+        """ENI links present across all nodes now."""
+        with self._lock:
+            return sum(len(m) for m in self._plugged.values())
+
     def links(self, ns: str) -> dict[str, str]:
         """ENI links (``eth*``) in the node's namespace as the kernel sees them: MAC -> name."""
         out = ip("-j", "-n", ns, "link", "show", check=False).strip()
