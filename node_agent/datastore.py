@@ -586,13 +586,23 @@ class Datastore:
             self._enis.clear()
             self._owner.clear()
             self._ip_eni.clear()
-            self.meta = dict(data.get("meta", {}))
             self._loading = True
             try:
+                meta = data.get("meta", {})
+                if not isinstance(meta, dict):
+                    raise TypeError("meta is not an object")
+                self.meta = dict(meta)
                 for raw in data["enis"]:
                     info = EniInfo(**raw["info"])
+                    ips, prefixes = raw.get("ips", []), raw.get("prefixes", [])
+                    if not isinstance(ips, list) or not isinstance(prefixes, list):
+                        raise TypeError(f"{info.eni_id}: ips/prefixes are not lists")
+                    for ip in ips:
+                        ipaddress.IPv4Address(ip)  # ValueError: not an address
+                    for p in prefixes:
+                        ipaddress.IPv4Network(p)
                     self._enis[info.eni_id] = Eni(info=info, added_at=float(raw["added_at"]), ready=False)
-                    self.add_addresses(info.eni_id, raw.get("ips", []), raw.get("prefixes", []))
+                    self.add_addresses(info.eni_id, ips, prefixes)
                     self._enis[info.eni_id].ready = bool(raw.get("ready", True))
                     eni = self._enis[info.eni_id]
                     for st in raw.get("addrs", []):
@@ -607,7 +617,12 @@ class Datastore:
                         a.quarantined_at = st.get("quarantined_at")
                         if a.in_use:
                             self._owner[(a.container_id, a.ifname)] = a.ip
-            except (KeyError, TypeError, ValueError) as exc:
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                # Nothing half-restored is left behind.
+                self._enis.clear()
+                self._owner.clear()
+                self._ip_eni.clear()
+                self.meta = {}
                 raise CheckpointError(f"corrupt checkpoint: {exc}") from None
             finally:
                 self._loading = False
