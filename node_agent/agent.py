@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from node_agent import http as web
-from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods, PodNetwork
+from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods, PodNetwork, RecordedPods
 from node_agent.config import AgentConfig, ConfigError, load
 from node_agent.controller import AttachedEni, HostNetwork, NodeIdentity, PoolController
 from node_agent.datastore import CheckpointError, Datastore, FileCheckpoint
@@ -96,6 +96,11 @@ class Agent:
 
     # --- start-up ---------------------------------------------------------------------------
 
+    def _pod_network(self) -> PodNetwork:
+        if self.cfg.pod_network == "recorded":
+            return RecordedPods(self.cfg.veth_prefix)
+        return NetlinkPods(self.cfg.host_netns, self.cfg.veth_prefix)
+
     def start(self) -> None:
         cfg = self.cfg
         ident = self.metadata.identity()
@@ -130,7 +135,7 @@ class Agent:
             log.info("create_queue %s: %s; looking it up", name, exc)
             self.result_queue_url = self.sqs.get_queue_url(QueueName=name)["QueueUrl"]
         self.cni = CniService(
-            self.ds, self.pods or NetlinkPods(cfg.host_netns, cfg.veth_prefix),
+            self.ds, self.pods or self._pod_network(),
             mtu=cfg.mtu, add_wait_s=cfg.add_wait_s, clock=self.clock.now, on_unmet=self.wake.set,
         )
         self.socket_server = CniSocketServer(cfg.socket_path, self.cni)

@@ -6,6 +6,7 @@ pod is wired and before anyone is answered.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from node_agent.datastore import Datastore
-from node_agent.hostnet import GATEWAY, PodNet, check_pod, setup_pod, teardown_pod
+from node_agent.hostnet import GATEWAY, PodNet, check_pod, host_veth_name, setup_pod, teardown_pod
 from node_agent.netlink import MAIN_TABLE, Netlink, NetlinkFailure
 
 log = logging.getLogger("warmpool.agent.cni")
@@ -59,6 +60,38 @@ class NetlinkPods:
     def check(self, netns: str, ifname: str, container_id: str, ip: str, table: int) -> list[str]:
         with Netlink.open(self.host_netns) as host:
             return check_pod(host, netns, ifname, container_id, ip, table, self.veth_prefix)
+
+
+class RecordedPods:
+    """:class:`PodNetwork` that records what it would do and touches no kernel.
+
+    Chosen with ``WARMPOOL_POD_NETWORK=recorded``: where no network namespace
+    can be made (the demo's plain mode) the agent still hands out and takes
+    back addresses through its CNI socket, so the allocator path is exercised.
+    """
+
+    def __init__(self, veth_prefix: str = "eni") -> None:
+        self.veth_prefix = veth_prefix
+        self._lock = threading.Lock()
+        self.pods: dict[tuple[str, str], tuple[str, str, int]] = {}
+        """``(container, ifname) -> (netns, ip, table)``"""
+
+    def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet:
+        with self._lock:
+            self.pods[(container_id, ifname)] = (netns, ip, table)
+        digest = hashlib.sha1(container_id.encode()).hexdigest()
+        mac = "02:" + ":".join(digest[i : i + 2] for i in range(0, 10, 2))
+        log.info("recorded pod set-up: %s %s -> %s (table %d), not applied", container_id[:12], ifname, ip, table)
+        return PodNet(host_veth_name(container_id, ifname, self.veth_prefix), "ee:ee:ee:ee:ee:ee", mac, 0)
+
+    def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
+        with self._lock:
+            self.pods.pop((container_id, ifname), None)
+
+    def check(self, netns: str, ifname: str, container_id: str, ip: str, table: int) -> list[str]:
+        with self._lock:
+            held = self.pods.get((container_id, ifname))
+        return [] if held is not None and held[1] == ip else [f"no recorded set-up of {ip} for {container_id[:12]}"]
 
 
 class Failure(Exception):

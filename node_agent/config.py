@@ -25,6 +25,7 @@ ENV_RETRY_S = "WARMPOOL_REPORT_RETRY_S"
 ENV_MANAGE_HOST = "WARMPOOL_MANAGE_HOST_NETWORK"
 ENV_HOST_NETNS = "WARMPOOL_HOST_NETNS"
 ENV_VETH_PREFIX = "WARMPOOL_VETH_PREFIX"
+ENV_POD_NETWORK = "WARMPOOL_POD_NETWORK"
 ENV_AWS_REGION = "AWS_REGION"
 ENV_ENDPOINT = "WARMPOOL_AWS_ENDPOINT_URL"
 
@@ -70,6 +71,15 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise ConfigError(f"{name}={raw!r}: expected true or false")
 
 
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    raw = env.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw not in choices:
+        raise ConfigError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
+    return raw
+
+
 @dataclass(frozen=True)
 class Timing:
     """The controller's clocks (seconds). Defaults follow the VPC CNI where it has one."""
@@ -108,6 +118,8 @@ class AgentConfig:
     host_netns: str = ""
     """Named netns holding the node's ENIs (tests); empty = the agent's own namespace."""
     veth_prefix: str = "eni"
+    pod_network: str = "netlink"
+    """``netlink`` wires pods in the kernel; ``recorded`` only records (no namespaces)."""
     region: str = "us-east-1"
     endpoint_url: str = ""
     extra: dict[str, str] = field(default_factory=dict)
@@ -144,6 +156,7 @@ class AgentConfig:
             "metrics_addr": self.metrics_addr,
             "add_wait_s": self.add_wait_s,
             "manage_host_network": self.manage_host_network,
+            "pod_network": self.pod_network,
         }
 
 
@@ -190,6 +203,7 @@ def load(env: Mapping[str, str]) -> AgentConfig:
         manage_host_network=_bool(env, ENV_MANAGE_HOST, True),
         host_netns=env.get(ENV_HOST_NETNS, "").strip(),
         veth_prefix=env.get(ENV_VETH_PREFIX, "").strip() or "eni",
+        pod_network=_choice(env, ENV_POD_NETWORK, ("netlink", "recorded"), "netlink"),
         region=(env.get(ENV_AWS_REGION) or env.get("AWS_DEFAULT_REGION") or "us-east-1").strip(),
         endpoint_url=env.get(ENV_ENDPOINT, "").strip(),
     )

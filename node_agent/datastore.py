@@ -93,6 +93,17 @@ class FileCheckpoint:
             os.close(dfd)
 
 
+def _check_types(d: dict[str, Any], kind: type, keys: Iterable[str]) -> None:
+    """Checkpoint fields of the wrong type would break the agent later, far from the cause."""
+    for k in keys:
+        v = d.get(k)
+        if k not in d or (v is None and kind is float):
+            continue
+        ok = isinstance(v, (int, float) if kind is float else kind) and not isinstance(v, bool)
+        if not ok or (kind is not str and v < 0):
+            raise TypeError(f"{k}: {v!r} is not a valid {kind.__name__}")
+
+
 @dataclass(frozen=True)
 class EniInfo:
     """What is attached (IMDS or an ``attached`` result says so)."""
@@ -594,6 +605,9 @@ class Datastore:
                 self.meta = dict(meta)
                 for raw in data["enis"]:
                     info = EniInfo(**raw["info"])
+                    _check_types(info.__dict__, str, ("eni_id", "mac", "primary_ip", "subnet_id", "subnet_cidr"))
+                    _check_types(info.__dict__, int, ("device_index", "network_card"))
+                    ipaddress.IPv4Network(info.subnet_cidr, strict=False)
                     ips, prefixes = raw.get("ips", []), raw.get("prefixes", [])
                     if not isinstance(ips, list) or not isinstance(prefixes, list):
                         raise TypeError(f"{info.eni_id}: ips/prefixes are not lists")
@@ -609,6 +623,8 @@ class Datastore:
                         a = eni.addrs.get(st["ip"])
                         if a is None:
                             continue
+                        _check_types(st, str, ("container_id", "ifname", "netns"))
+                        _check_types(st, float, ("assigned_at", "freed_at", "quarantined_at"))
                         a.container_id = st.get("container_id", "")
                         a.ifname = st.get("ifname", "")
                         a.netns = st.get("netns", "")

@@ -297,7 +297,7 @@ class Demo:
             self.mode = "plain"
             msg = (f"network namespaces unavailable ({why}): the agents run without touching the host "
                    "network (WARMPOOL_MANAGE_HOST_NETWORK=false, pod wiring recorded, not applied: "
-                   "sim.demo_agent) and pods are CNI ADDs without a namespace of their own")
+                   "WARMPOOL_POD_NETWORK=recorded) and pods are CNI ADDs without a namespace of their own")
             self.notes.append(msg)
             self.say("warmpool demo: " + msg)
         self._cni = _bin("warmpool-cni")
@@ -306,6 +306,7 @@ class Demo:
         if self.mode == "netns":
             self.hv.start()
             self.stack.ec2.on_attach(self._on_attach)
+            self.stack.ec2.on_detach(self._on_detach)
         self.phase = "nodes"
         for k in range(self.o.nodes):
             self.check_stop()
@@ -380,6 +381,7 @@ class Demo:
             names.AGENT_ENV_METRICS_ADDR: f"127.0.0.1:{node.metrics_port}",
             "WARMPOOL_HOST_NETNS": node.ns if self.mode == "netns" else "",
             "WARMPOOL_MANAGE_HOST_NETWORK": "true" if self.mode == "netns" else "false",
+            "WARMPOOL_POD_NETWORK": "netlink" if self.mode == "netns" else "recorded",
             "WARMPOOL_LOG_LEVEL": "INFO",
             RUN_MARK: str(os.getpid()),
         }
@@ -391,7 +393,7 @@ class Demo:
         node.log_path = LOG_DIR / f"agent-{node.name}.log"
         logf = open(node.log_path, "wb")  # noqa: SIM115 (closed by the child's exit; we keep no handle)
         try:
-            argv = [_bin("warmpool-agent")] if self.mode == "netns" else [sys.executable, "-m", "sim.demo_agent"]
+            argv = [_bin("warmpool-agent")]
             node.proc = subprocess.Popen(argv, env=node.env, stdout=logf,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True)
@@ -452,9 +454,20 @@ class Demo:
         except Exception as e:  # never fail the EC2 call that made the attach visible
             log.warning("could not plug %s into %s: %s", eni.get("NetworkInterfaceId"), ns, e)
 
+    def _on_detach(self, instance_id: str, eni: dict[str, Any]) -> None:
+        """Called by the emulator (under its lock) when a detach completes."""
+        ns = self._ns_by_instance.get(instance_id)
+        if ns is None:
+            return
+        try:
+            self.hv.unplug(ns, eni["MacAddress"])
+        except Exception as e:  # never fail the EC2 call that detached it
+            log.warning("could not unplug %s from %s: %s", eni.get("NetworkInterfaceId"), ns, e)
+
     def _sync_loop(self) -> None:
-        """Unplug links whose ENI was detached (and plug any attach the hook missed)."""
-        while not self.stop.wait(0.5):
+        """A slow safety net under the hooks: reconcile every node's links with
+        what the emulator shows attached, in case a hook's link change failed."""
+        while not self.stop.wait(5.0):
             for node in self.nodes:
                 try:
                     self.hv.sync(node.ns, self._attached(node.instance_id))

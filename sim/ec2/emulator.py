@@ -151,6 +151,7 @@ class Ec2Emulator:
         self._latency: dict[str, float] = {}
         self._counters: dict[str, _Counter] = {}
         self._on_attach: list[AttachCallback] = []
+        self._on_detach: list[AttachCallback] = []
         self._types: dict[str, InstanceLimits] = {**KNOWN_TYPES, **self.config.instance_types}
 
     # ------------------------------------------------------------------ ids
@@ -339,6 +340,11 @@ class Ec2Emulator:
         """Call ``callback(instance_id, eni)`` when an attach becomes visible (``eni`` as Describe shows it)."""
         with self._lock:
             self._on_attach.append(callback)
+
+    def on_detach(self, callback: AttachCallback) -> None:
+        """Call ``callback(instance_id, eni)`` when a detach completes (also on termination)."""
+        with self._lock:
+            self._on_detach.append(callback)
 
     # ------------------------------------------------------------ stats
 
@@ -625,6 +631,10 @@ class Ec2Emulator:
             inst.slots.pop((att.card, att.device_index), None)
         self._attachments.pop(att.id, None)
         eni.attachment = None
+        if self._on_detach:
+            view = eni.render(self.owner)
+            for cb in self._on_detach:
+                cb(att.instance_id, view)
 
     # ------------------------------------------------------------ IMDS view
 

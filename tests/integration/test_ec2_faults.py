@@ -155,3 +155,21 @@ def test_http_error_document_is_ec2s() -> None:
         assert body.split("?>", 1)[1].lstrip().startswith("<Response><Errors><Error><Code>InvalidNetworkInterfaceID.NotFound"
                                                  "</Code><Message>")
         assert "<RequestID>" in body
+
+
+def test_attach_and_detach_hooks_fire_when_visible() -> None:
+    clock = VirtualClock()
+    emu = Ec2Emulator(clock, Ec2Config(throttling=False, attach_delay_s=2.0))
+    seen: list[tuple[str, str, str]] = []
+    emu.on_attach(lambda iid, eni: seen.append(("attach", iid, eni["NetworkInterfaceId"])))
+    emu.on_detach(lambda iid, eni: seen.append(("detach", iid, eni["NetworkInterfaceId"])))
+    ec2 = emu.client()
+    w = world(ec2)
+    eni = ec2.create_network_interface(SubnetId=w.subnet)["NetworkInterface"]["NetworkInterfaceId"]
+    att = ec2.attach_network_interface(NetworkInterfaceId=eni, InstanceId=w.instance, DeviceIndex=1)
+    assert seen == []
+    clock.advance(2.5)
+    emu.settle()
+    assert seen == [("attach", w.instance, eni)]
+    ec2.detach_network_interface(AttachmentId=att["AttachmentId"])
+    assert seen[-1] == ("detach", w.instance, eni)
