@@ -96,7 +96,7 @@ class FileCheckpoint:
 def _check_types(d: dict[str, Any], kind: type, keys: Iterable[str]) -> None:
     """Checkpoint fields of the wrong type would break the agent later, far from the cause."""
     for k in keys:
-        v = d.get(k)
+        v: Any = d.get(k)
         if k not in d or (v is None and kind is float):
             continue
         ok = isinstance(v, (int, float) if kind is float else kind) and not isinstance(v, bool)
