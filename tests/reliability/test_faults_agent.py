@@ -1,0 +1,132 @@
+"""The agent's side of the fault suite, in the closed loop (virtual time):
+results lost or delivered twice, IMDS failing or lagging, and the agent killed
+at every point where its state reaches the checkpoint (during ADDs, while
+applying results, while releasing), then restarted from checkpoint + IMDS."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from node_agent.datastore import MemoryCheckpoint
+from tests.reliability.cluster import Cluster
+
+
+def test_results_lost_or_delivered_twice(request: pytest.FixtureRequest) -> None:
+    c = Cluster(4, seed=3)
+    c.lose_results = 0.3
+    c.duplicate_results = 0.3
+    for n in c.nodes:
+        c.scale(n, 24)
+    c.settle(max_s=1200)
+    for n in c.nodes:
+        c.scale(n, 4)
+    c.run(600)  # releases: lost `released` results make quarantine time out and re-offer
+    for n in c.nodes:
+        c.scale(n, 15)
+    c.settle(max_s=1200)
+    assert c.faults.injected["result-lost"] > 0 and c.faults.injected["result-duplicated"] > 0
+    c.check()
+    c.faults.survived(request.node.nodeid)
+
+
+def test_imds_failing_then_back(request: pytest.FixtureRequest) -> None:
+    c = Cluster(3)
+    for n in c.nodes.values():
+        n.imds.failing = True
+    c.faults.inject("imds-failing", len(c.nodes))
+    for n in c.nodes:
+        c.scale(n, 20)
+    c.run(90)
+    # Nothing unverified is handed out: results are parked until IMDS confirms them.
+    for n in c.nodes.values():
+        for pod in n.ds.pods():
+            assert any(pod.ip in e.secondary for e in c.w.enis(n.name)) or pod.ip in n.imds.live()[0].ips
+    for n in c.nodes.values():
+        n.imds.failing = False
+    c.settle()
+    c.check()
+    c.faults.survived(request.node.nodeid)
+
+
+def test_imds_lagging_behind_ec2(request: pytest.FixtureRequest) -> None:
+    c = Cluster(3)
+    for n in c.nodes.values():
+        n.imds.frozen = n.imds.live()  # IMDS shows the boot-time state for 2 minutes
+    c.faults.inject("imds-slow", len(c.nodes))
+    for n in c.nodes:
+        c.scale(n, 20)
+    c.run(120)
+    assert all(len(n.ds.pods()) == 0 for n in c.nodes.values()), "an address was used before IMDS showed it"
+    for n in c.nodes.values():
+        n.imds.frozen = None
+    c.settle()
+    c.check()
+    c.faults.survived(request.node.nodeid)
+
+
+class Killed(BaseException):
+    """kill -9: the process stops here; only what reached the checkpoint survives."""
+
+
+class DyingCheckpoint(MemoryCheckpoint):
+    """Dies on the n-th save, before (``after=False``) or after the write lands."""
+
+    def __init__(self, inner: MemoryCheckpoint, n: int, after: bool) -> None:
+        super().__init__(inner.data)
+        self.saves = inner.saves
+        self.left, self.after = n, after
+
+    def save(self, data: dict[str, Any]) -> None:
+        self.left -= 1
+        if self.left == 0 and not self.after:
+            raise Killed
+        super().save(data)
+        if self.left == 0:
+            raise Killed
+
+
+def _kill_at(c: Cluster, node: str, n: int, after: bool) -> bool:
+    """Arm the node's checkpoint to die on its n-th save; run until it does; restart the agent."""
+    nd = c.nodes[node]
+    dying = DyingCheckpoint(nd.checkpoint, n, after)
+    nd.ds._store = dying
+    nd.checkpoint = dying
+    for _ in range(400):
+        try:
+            c.step()
+        except Killed:
+            c.clock.advance(1)
+            c.restart(node)
+            c.faults.inject(f"agent-kill-9-{'after' if after else 'before'}-checkpoint")
+            return True
+    return False
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before-write", "after-write"])
+@pytest.mark.parametrize("phase", ["add", "apply", "release"])
+def test_agent_killed_at_every_checkpoint_write_then_restarted(
+    phase: str, after: bool, request: pytest.FixtureRequest
+) -> None:
+    kills = 0
+    for n in range(1, 13):
+        c = Cluster(2)
+        if phase == "add":
+            c.scale("n0", 8)  # ADDs on an empty pool, then on the addresses that arrive
+            c.scale("n1", 8)
+        elif phase == "apply":
+            c.scale("n0", 25)  # results attach ENIs and add addresses: many writes
+            c.scale("n1", 25)
+        else:
+            for x in c.nodes:
+                c.scale(x, 25)
+            c.settle()
+            c.scale("n0", 2)  # DELs, cooldown, quarantine, `released` results
+            c.scale("n1", 2)
+        kills += _kill_at(c, "n0", n, after)
+        c.settle()
+        c.run(400)
+        c.check()
+        c.faults.survived(f"{request.node.nodeid}[save {n}]")
+    assert kills >= 6, kills
