@@ -169,6 +169,7 @@ class CniService:
         if not netns:
             raise Failure(E_INVALID_ENV, "CNI_NETNS is required for ADD", reason="bad-env")
         conf = req.get("config") or {}
+        _check_config(conf)  # before anything is acted on: a bad config must not leave a pod half-made
         started = self.clock()
         a = self.ds.assign(cid, ifname, netns, started)
         if a is None:
@@ -241,6 +242,20 @@ class CniService:
         problems = self.pods.check(netns, ifname, cid, held.ip, eni.route_table if eni else MAIN_TABLE)
         if problems:
             raise Failure(E_CHECK_FAILED, "pod network is not as set up", "; ".join(problems), reason="check")
+
+
+def _check_config(conf: Any) -> None:
+    if not isinstance(conf, dict):
+        raise Failure(E_DECODE, "network configuration is not a JSON object", reason="bad-config")
+    prev = conf.get("prevResult")
+    if prev is None:
+        return
+    ok = isinstance(prev, dict) and all(
+        isinstance(prev.get(k, []), list) and all(isinstance(x, dict) for x in prev.get(k, []))
+        for k in ("interfaces", "ips", "routes")
+    )
+    if not ok:
+        raise Failure(E_DECODE, "prevResult is not a CNI result", reason="bad-config")
 
 
 class _Handler(socketserver.StreamRequestHandler):

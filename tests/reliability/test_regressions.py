@@ -93,3 +93,37 @@ def test_agent_socket_answers_deep_nesting_with_a_decode_error(tmp_path: Path) -
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.wired: list[str] = []
+
+    def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> object:
+        from node_agent.hostnet import PodNet
+
+        self.wired.append(ip)
+        return PodNet("eni0", "02:00:00:00:00:01", "02:00:00:00:00:02", 2)
+
+    def teardown(self, *a: object) -> None:
+        pass
+
+    def check(self, *a: object) -> list[str]:
+        return []
+
+
+@pytest.mark.parametrize("config", [True, [1], "x", {"prevResult": 5}, {"prevResult": {"routes": [1]}},
+                                    {"prevResult": {"interfaces": 3}}])
+def test_agent_rejects_a_bad_config_before_assigning_or_wiring(config: object) -> None:
+    # Was: the address was assigned and the pod wired, then building the result
+    # raised (AttributeError/TypeError): the plugin got "agent error" for a pod left half-made.
+    from node_agent.datastore import EniInfo
+
+    ds = Datastore()
+    ds.add_eni(EniInfo("eni-a", 0, "02:00:00:00:00:00", "10.0.0.10", "subnet-a", "10.0.0.0/24"), 0.0)
+    ds.add_addresses("eni-a", ["10.0.0.11"])
+    pods = _Recorder()
+    reply = CniService(ds, pods).handle(  # type: ignore[arg-type]
+        {"command": "ADD", "container_id": "c", "ifname": "eth0", "netns": "/x", "config": config})
+    assert reply["ok"] is False and reply["code"] == 6
+    assert ds.pods() == [] and pods.wired == []
