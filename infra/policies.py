@@ -217,14 +217,13 @@ def agent(cfg: StackConfig, arns: Arns, reports_queue_arn: str) -> list[iam.Poli
         iam.PolicyStatement(
             sid="OwnResultQueueUnderClusterPrefix",
             actions=[
+                # Exactly what node_agent/agent.py calls: no SetQueueAttributes
+                # or TagQueue, so one node cannot rewrite another's queue policy.
                 "sqs:CreateQueue",
                 "sqs:GetQueueUrl",
                 "sqs:GetQueueAttributes",
-                "sqs:SetQueueAttributes",
-                "sqs:TagQueue",
                 "sqs:ReceiveMessage",
                 "sqs:DeleteMessage",
-                "sqs:ChangeMessageVisibility",
             ],
             resources=[arns.result_queues(cfg.cluster)],
         ),

@@ -182,6 +182,8 @@ def test_agent_sends_reports_and_owns_only_result_queues_under_its_prefix(defaul
     )
     assert {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:CreateQueue"} <= set(own["Action"])
     assert "sqs:DeleteQueue" not in own["Action"] and "sqs:SendMessage" not in own["Action"]
+    # Nothing the agent never calls: no way to rewrite another node's queue policy.
+    assert not {"sqs:SetQueueAttributes", "sqs:TagQueue", "sqs:ChangeMessageVisibility"} & set(own["Action"])
 
 
 def test_pod_identity_trust_is_scoped_to_the_agent_service_account(default: Synthesized) -> None:
