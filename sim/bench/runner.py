@@ -45,6 +45,8 @@ class Series:
     per_second: dict[int, list[int]] = field(default_factory=dict)
     """second -> [calls, throttled, mutating accepted]"""
     end_s: float = 0.0
+    call_log: list[tuple[float, str, str]] = field(default_factory=list)
+    """Every EC2 request: (time, action, "ok" | "throttled" | error code)."""
 
 
 def percentile(sorted_values: list[float], q: float) -> float | None:
@@ -86,6 +88,7 @@ def run_strategy(
         ready_times=sorted(world.book.ready_at.values()),
         per_second=world.ec2.per_second,
         end_s=world.settled_at or world.now(),
+        call_log=world.ec2.log,
     )
     return result, series
 

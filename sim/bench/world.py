@@ -63,6 +63,8 @@ class Recorder:
         self.errors: dict[str, int] = {}
         self.mutating_ok = 0
         self.last_mutating_at = -math.inf
+        self.log: list[tuple[float, str, str]] = []
+        """(time, action, "ok" | "throttled" | error code), in order."""
         self.per_second: dict[int, list[int]] = {}
         """second -> [calls, throttled, mutating accepted]"""
         self._methods: dict[str, Callable[..., dict[str, Any]]] = {}
@@ -88,7 +90,9 @@ class Recorder:
             try:
                 out = target(**kwargs)
             except ClientError as exc:
-                if error_code(exc) == "RequestLimitExceeded":
+                code = error_code(exc)
+                self.log.append((now, action, "throttled" if code == "RequestLimitExceeded" else code))
+                if code == "RequestLimitExceeded":
                     self.throttled[action] = self.throttled.get(action, 0) + 1
                     sec[1] += 1
                 else:
@@ -96,6 +100,7 @@ class Recorder:
                     if mutating:
                         self.last_mutating_at = now
                 raise
+            self.log.append((now, action, "ok"))
             if mutating:
                 self.mutating_ok += 1
                 self.last_mutating_at = now
