@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -28,6 +29,10 @@ def bench_main(argv: list[str]) -> int:
         print(f"warmpool bench: {exc}", file=sys.stderr)
         return 2
     progress = None if args.quiet else Progress(scenario.duration_s)
+    # Injected faults make the production code log every crash and retry; the
+    # bench reports them as counts (notes), so keep the terminal to the table.
+    for name in ("sim.esm", "functions", "node_agent", "warmpool"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
     def unavailable(name: str, why: str) -> None:
         print(f"warmpool bench: strategy {name} not available: {why}", file=sys.stderr)
