@@ -213,11 +213,16 @@ class Operator:
             node = self.nodes[name]
             node.running = True
             self.workers += 1
-            spawn(
-                self.w.loop,
-                self.maintain(node),
-                on_done=lambda ok, node=node: self.finished(node, bool(ok)),
-                on_error=lambda exc, node=node: self.failed(node, exc),
+            # Start on the loop, not inline: a maintenance with nothing to do ends at
+            # once, and finishing it dispatches again (no recursion through 1,000 nodes).
+            self.w.loop.call_later(
+                0.0,
+                lambda node=node: spawn(
+                    self.w.loop,
+                    self.maintain(node),
+                    on_done=lambda ok: self.finished(node, bool(ok)),
+                    on_error=lambda exc: self.failed(node, exc),
+                ),
             )
 
     def finished(self, node: _Node, more: bool) -> None:
