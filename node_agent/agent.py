@@ -29,7 +29,7 @@ from node_agent import http as web
 from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods, PodNetwork, RecordedPods
 from node_agent.config import AgentConfig, ConfigError, load
 from node_agent.controller import AttachedEni, HostNetwork, NodeIdentity, PoolController
-from node_agent.datastore import CheckpointError, Datastore, FileCheckpoint
+from node_agent.datastore import UNKNOWN_HOLDER, CheckpointError, Datastore, FileCheckpoint
 from node_agent.imds import Identity, ImdsClient
 from warmpool.clock import Clock, RealClock
 from warmpool.limits import InstanceLimits, known
@@ -85,6 +85,9 @@ class Agent:
             "reports_send_errors": 0,
             "results_invalid": 0,
             "results_poll_errors": 0,
+            "checkpoint_rebuilds_damaged": 0,
+            "checkpoint_rebuilds_missing": 0,
+            "recovered_holders": 0,
         }
         self._threads: list[threading.Thread] = []
         self.ds: Datastore
@@ -112,21 +115,29 @@ class Agent:
             instance_type=ident.instance_type,
             availability_zone=ident.availability_zone,
         )
+        checkpoint = FileCheckpoint(cfg.checkpoint_path)
         self.ds = Datastore(
             cooldown_s=cfg.timing.cooldown_s,
             pending_ttl_s=cfg.timing.pending_ttl_s,
-            checkpoint=FileCheckpoint(cfg.checkpoint_path),
+            checkpoint=checkpoint,
         )
-        restored = self.ds.restore()
+        damaged: CheckpointError | None = None
+        try:
+            restored = self.ds.restore()
+        except CheckpointError as exc:
+            damaged, restored = exc, False
+        self.pods = self.pods or self._pod_network()
         self.controller = PoolController(
             self.identity, limits, cfg.pool, self.ds, cfg.timing,
             host=self.host, metadata=self.metadata, mtu=cfg.mtu,
         )
         now = self.clock.now()
-        notes = self.controller.start(now)
+        if restored:
+            notes, how = self.controller.start(now), "restored"
+        else:
+            notes, how = self._rebuild(checkpoint, damaged, now)
         log.info("started %s (%s in %s): checkpoint %s; %d reconcile notes",
-                 ident.instance_id, ident.instance_type, ident.availability_zone,
-                 "restored" if restored else "empty", len(notes))
+                 ident.instance_id, ident.instance_type, ident.availability_zone, how, len(notes))
         self._last_resync = now
         name = result_queue_name(cfg.result_queue_prefix, ident.instance_id)
         try:
@@ -135,8 +146,9 @@ class Agent:
             log.info("create_queue %s: %s; looking it up", name, exc)
             self.result_queue_url = self.sqs.get_queue_url(QueueName=name)["QueueUrl"]
         self.cni = CniService(
-            self.ds, self.pods or self._pod_network(),
+            self.ds, self.pods,
             mtu=cfg.mtu, add_wait_s=cfg.add_wait_s, clock=self.clock.now, on_unmet=self.wake.set,
+            veth_prefix=cfg.veth_prefix,
         )
         self.socket_server = CniSocketServer(cfg.socket_path, self.cni)
         self._threads.append(self.socket_server.serve_in_thread())
@@ -149,6 +161,71 @@ class Agent:
         self._threads.append(t)
         self.loop_at = time.monotonic()
         self.ready = True
+
+    def _rebuild(self, checkpoint: FileCheckpoint, damaged: CheckpointError | None,
+                 now: float) -> tuple[list[str], str]:
+        """No usable checkpoint: IMDS says what is attached (the normal start), the host says
+        which of those addresses pods use. Never a silent double assignment:
+
+        * ``netlink`` pod network: every ``/32`` route to a host veth is a pod this agent
+          wired; its address is held by a recovered holder named after the veth, which a
+          later DEL/CHECK/ADD of that (container, interface) finds again;
+        * ``recorded`` (nothing in the kernel to read): every attached address is held
+          (``WARMPOOL_RECOVERY_GRACE_S`` may let them go later) and the allocator is asked
+          for fresh ones.
+
+        A missing checkpoint with pods wired on the host (state directory lost) is
+        recovered the same way; a first start finds nothing and is a plain start.
+        The damaged file stays in place until the rebuilt checkpoint replaces it, in one
+        write: a crash half-way rebuilds again.
+        """
+        pods = self.pods
+        assert pods is not None
+        wiring = pods.host_wiring()
+        if damaged is None and (wiring is None or not wiring.pods):
+            return self.controller.start(now), "empty"
+        how = "damaged: rebuilt" if damaged is not None else "missing: rebuilt"
+        source = ("the host's pod wiring" if wiring is not None
+                  else "no pod wiring to read (WARMPOOL_POD_NETWORK=recorded): every address held")
+        if damaged is not None:
+            aside = checkpoint.keep_aside(time.time())
+            log.error("checkpoint %s is damaged (%s); kept as %s; rebuilding from IMDS and %s",
+                      checkpoint.path, damaged, aside, source)
+            self.counters["checkpoint_rebuilds_damaged"] += 1
+        else:
+            assert wiring is not None
+            log.warning("no checkpoint at %s but %d pods are wired on the host; rebuilding from IMDS and %s",
+                        checkpoint.path, len(wiring.pods), source)
+            self.counters["checkpoint_rebuilds_missing"] += 1
+        with self.ds.batch():
+            notes = self.ds.recover(wiring.pods, now) if wiring is not None else []
+            notes += self.controller.start(now)
+            if wiring is None:
+                n = self.ds.hold_all(now)
+                notes.append(f"{n} addresses held until the runtime's pods are known "
+                             f"(grace {self.cfg.recovery_grace_s or 'none'})")
+                self.ds.set_meta("held_all_at", now)
+            self.ds.set_meta("rebuilt_at", now)
+        for ip in wiring.stale if wiring is not None else []:
+            notes.append(f"{ip}: pod rule but no route to a pod (its veth is gone): not held")
+        held = self.ds.recovered_holders()
+        self.counters["recovered_holders"] += len(held)
+        for note in notes:
+            log.info("rebuild: %s", note)
+        log.warning("checkpoint rebuilt: %d addresses held by recovered holders", len(held))
+        return notes, how
+
+    def _release_unknown_holders(self, now: float) -> None:
+        """``WARMPOOL_RECOVERY_GRACE_S`` after a rebuild that held every address, let them go (loudly)."""
+        grace = self.cfg.recovery_grace_s
+        since = self.ds.meta.get("held_all_at")
+        if grace <= 0 or not isinstance(since, (int, float)) or now < since + grace:
+            return
+        freed = self.ds.release_recovered(UNKNOWN_HOLDER, now)
+        self.ds.set_meta("held_all_at", None)
+        log.warning("%d addresses held since the checkpoint rebuild returned to the pool "
+                    "(WARMPOOL_RECOVERY_GRACE_S=%g passed): %s", len(freed), grace,
+                    ", ".join(a.ip for a in freed))
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -171,6 +248,7 @@ class Agent:
             self._apply(msg)
             applied = True
         now = self.clock.now()
+        self._release_unknown_holders(now)
         if now - self._last_resync >= self.cfg.resync_s:
             self._last_resync = now
             try:
@@ -259,7 +337,10 @@ class Agent:
         return out
 
     def view_pods(self) -> list[dict[str, Any]]:
-        return [asdict(p) for p in self.ds.pods()]
+        """Pods, then recovered holders (``recovered: true``: known only from the host after a
+        checkpoint rebuild; ``holder`` is the host veth name, or ``?`` when unknown)."""
+        pods = [{**asdict(p), "recovered": False} for p in self.ds.pods()]
+        return pods + [{**asdict(h), "recovered": True} for h in self.ds.recovered_holders()]
 
     def _metric_lines(self) -> list[str]:
         now = self.clock.now()
@@ -273,12 +354,19 @@ class Agent:
             ("warmpool_addresses_quarantined", "Surplus addresses offered back", c.quarantined),
             ("warmpool_pending_demand", "CNI ADDs waiting for an address", c.pending),
             ("warmpool_enis", "ENIs attached", c.enis),
+            ("warmpool_addresses_recovered", "Addresses held by recovered holders (checkpoint rebuild)",
+             c.recovered),
         ):
             lines += web.gauge(name, help_, v)
         st = self.controller.stats
         lines += web.counter("warmpool_reports_sent_total", "Reports sent", {(): st["reports_sent"]})
         lines += web.counter("warmpool_report_send_errors_total", "Reports that could not be sent",
                              {(): self.counters["reports_send_errors"]})
+        lines += web.counter("warmpool_checkpoint_rebuilds_total", "Rebuilds from IMDS and the host, by reason",
+                             {(("reason", r),): self.counters[f"checkpoint_rebuilds_{r}"]
+                              for r in ("damaged", "missing")})
+        lines += web.counter("warmpool_recovered_holders_total", "Holders found by checkpoint rebuilds",
+                             {(): self.counters["recovered_holders"]})
         lines += web.counter("warmpool_results_applied_total", "Results applied", {(): st["results_applied"]})
         lines += web.counter("warmpool_results_invalid_total", "Results rejected as invalid",
                              {(): self.counters["results_invalid"] + st["results_rejected"]})

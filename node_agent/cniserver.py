@@ -18,8 +18,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from node_agent.datastore import Datastore
-from node_agent.hostnet import GATEWAY, PodNet, check_pod, host_veth_name, setup_pod, teardown_pod
+from node_agent.datastore import Assignment, Datastore
+from node_agent.hostnet import (
+    GATEWAY,
+    HostWiring,
+    PodNet,
+    check_pod,
+    host_veth_name,
+    setup_pod,
+    teardown_pod,
+    wired_pods,
+)
 from node_agent.netlink import MAIN_TABLE, Netlink, NetlinkFailure
 
 log = logging.getLogger("warmpool.agent.cni")
@@ -40,6 +49,9 @@ class PodNetwork(Protocol):
     def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet: ...
     def teardown(self, container_id: str, ifname: str, ip: str | None) -> None: ...
     def check(self, netns: str, ifname: str, container_id: str, ip: str, table: int) -> list[str]: ...
+    def host_wiring(self) -> HostWiring | None:
+        """The pods wired on the host now (rebuild after a lost checkpoint); None = cannot tell."""
+        ...
 
 
 class NetlinkPods:
@@ -60,6 +72,10 @@ class NetlinkPods:
     def check(self, netns: str, ifname: str, container_id: str, ip: str, table: int) -> list[str]:
         with Netlink.open(self.host_netns) as host:
             return check_pod(host, netns, ifname, container_id, ip, table, self.veth_prefix)
+
+    def host_wiring(self) -> HostWiring:
+        with Netlink.open(self.host_netns) as host:
+            return wired_pods(host, self.veth_prefix)
 
 
 class RecordedPods:
@@ -93,6 +109,10 @@ class RecordedPods:
             held = self.pods.get((container_id, ifname))
         return [] if held is not None and held[1] == ip else [f"no recorded set-up of {ip} for {container_id[:12]}"]
 
+    def host_wiring(self) -> None:
+        """Nothing in the kernel to read: the rebuild must assume every address may be in use."""
+        return None
+
 
 class Failure(Exception):
     def __init__(self, code: int, msg: str, details: str = "", reason: str = "") -> None:
@@ -121,8 +141,10 @@ class CniService:
         add_wait_s: float = 0.0,
         clock: Callable[[], float] = time.time,
         on_unmet: Callable[[], None] | None = None,
+        veth_prefix: str = "eni",
     ) -> None:
         self.ds = datastore
+        self.veth_prefix = veth_prefix
         self.pods = pods
         self.mtu = mtu
         self.add_wait_s = add_wait_s
@@ -171,7 +193,8 @@ class CniService:
         conf = req.get("config") or {}
         _check_config(conf)  # before anything is acted on: a bad config must not leave a pod half-made
         started = self.clock()
-        a = self.ds.assign(cid, ifname, netns, started)
+        holder = host_veth_name(cid, ifname, self.veth_prefix)  # a rebuild may have found this pod's address
+        a = self.ds.assign(cid, ifname, netns, started, holder)
         if a is None:
             if self.on_unmet is not None:
                 self.on_unmet()
@@ -179,7 +202,7 @@ class CniService:
             while a is None and time.monotonic() < deadline:
                 with self._cond:
                     self._cond.wait(timeout=min(0.5, max(0.0, deadline - time.monotonic())))
-                a = self.ds.assign(cid, ifname, netns, self.clock())
+                a = self.ds.assign(cid, ifname, netns, self.clock(), holder)
         waited = self.clock() - started
         if len(self.stats.wait_seconds) < 100_000:
             self.stats.wait_seconds.append(waited)
@@ -226,15 +249,24 @@ class CniService:
             out["dns"] = dns
         return out
 
+    def _held(self, cid: str, ifname: str) -> tuple[Assignment | None, str]:
+        """The pod's address: its own, else one a checkpoint rebuild recovered for its host veth."""
+        held = self.ds.lookup(cid, ifname)
+        holder = host_veth_name(cid, ifname, self.veth_prefix)
+        return (held or self.ds.lookup_recovered(holder)), holder
+
     def delete(self, req: dict[str, Any]) -> None:
         cid, ifname, _ = self._ids(req)
-        held = self.ds.lookup(cid, ifname)
+        held, holder = self._held(cid, ifname)
         self.pods.teardown(cid, ifname, held.ip if held else None)
-        self.ds.release(cid, ifname, self.clock())  # also forgets a waiting ADD
+        now = self.clock()
+        self.ds.release(cid, ifname, now)  # also forgets a waiting ADD
+        for freed in self.ds.release_recovered(holder, now):
+            log.info("DEL %s %s: recovered address %s released", cid[:12], ifname, freed.ip)
 
     def check(self, req: dict[str, Any]) -> None:
         cid, ifname, netns = self._ids(req)
-        held = self.ds.lookup(cid, ifname)
+        held, _ = self._held(cid, ifname)
         if held is None:
             raise Failure(E_UNKNOWN_CONTAINER, f"container {cid} ({ifname}) holds no address here",
                           reason="unknown-container")

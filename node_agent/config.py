@@ -26,6 +26,7 @@ ENV_MANAGE_HOST = "WARMPOOL_MANAGE_HOST_NETWORK"
 ENV_HOST_NETNS = "WARMPOOL_HOST_NETNS"
 ENV_VETH_PREFIX = "WARMPOOL_VETH_PREFIX"
 ENV_POD_NETWORK = "WARMPOOL_POD_NETWORK"
+ENV_RECOVERY_GRACE_S = "WARMPOOL_RECOVERY_GRACE_S"
 ENV_AWS_REGION = "AWS_REGION"
 ENV_ENDPOINT = "WARMPOOL_AWS_ENDPOINT_URL"
 
@@ -120,6 +121,10 @@ class AgentConfig:
     veth_prefix: str = "eni"
     pod_network: str = "netlink"
     """``netlink`` wires pods in the kernel; ``recorded`` only records (no namespaces)."""
+    recovery_grace_s: float = 0.0
+    """After a checkpoint rebuild that could not read the host (``recorded``), every address
+    is held until this long has passed; 0 = never released on its own (the node asks the
+    allocator for fresh addresses instead): the conservative default."""
     region: str = "us-east-1"
     endpoint_url: str = ""
     extra: dict[str, str] = field(default_factory=dict)
@@ -157,6 +162,7 @@ class AgentConfig:
             "add_wait_s": self.add_wait_s,
             "manage_host_network": self.manage_host_network,
             "pod_network": self.pod_network,
+            "recovery_grace_s": self.recovery_grace_s,
         }
 
 
@@ -204,6 +210,7 @@ def load(env: Mapping[str, str]) -> AgentConfig:
         host_netns=env.get(ENV_HOST_NETNS, "").strip(),
         veth_prefix=env.get(ENV_VETH_PREFIX, "").strip() or "eni",
         pod_network=_choice(env, ENV_POD_NETWORK, ("netlink", "recorded"), "netlink"),
+        recovery_grace_s=_float(env, ENV_RECOVERY_GRACE_S, 0.0, hi=30 * 86_400.0),
         region=(env.get(ENV_AWS_REGION) or env.get("AWS_DEFAULT_REGION") or "us-east-1").strip(),
         endpoint_url=env.get(ENV_ENDPOINT, "").strip(),
     )

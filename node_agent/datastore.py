@@ -9,21 +9,42 @@ bench). Thread-safe: the CNI server and the controller share one instance.
 Every change that matters (an address handed out or given back, ENIs and
 addresses added or removed, quarantine) is checkpointed *before* the method
 returns, so an address is recorded before anyone is told about it.
+
+**Recovered holders.** When the checkpoint is lost or damaged the agent
+rebuilds: IMDS says which addresses are attached, the host says which of them
+pods still use (their wiring left a ``/32`` route via a host veth). Such an
+address is held by a *recovered holder*, keyed by that veth's name (a hash of
+the container id and interface, so a later DEL, CHECK or repeated ADD finds it
+again). Where the host cannot tell (no kernel wiring), every attached address
+is held by :data:`UNKNOWN_HOLDER` until released explicitly. Recovered holders
+count as in use everywhere (never handed out, quarantined or offered back) and
+are checkpointed, even for addresses not (yet) attached, since IMDS may lag.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import ipaddress
 import json
 import os
+import shutil
 import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 CHECKPOINT_VERSION = 1
+RECOVERED_CHECKPOINT_VERSION = 2
+"""Written only while recovered holders exist: an older agent would silently drop
+them (and hand their addresses out again), so it must refuse such a checkpoint."""
+READABLE_VERSIONS = (CHECKPOINT_VERSION, RECOVERED_CHECKPOINT_VERSION)
 PREFIX_SIZE = 16
+KEEP_CORRUPT = 3
+"""Damaged checkpoints kept aside (``<path>.corrupt-<unix time>``); older ones are deleted."""
+UNKNOWN_HOLDER = "?"
+"""Holder of an address that may be in use by a pod nobody can name (rebuild with no host wiring to read)."""
 
 
 class CheckpointError(ValueError):
@@ -69,6 +90,53 @@ class FileCheckpoint:
         if not isinstance(data, dict):
             raise CheckpointError(f"{self.path}: not an object")
         return data
+
+    def keep_aside(self, now: float, keep: int = KEEP_CORRUPT) -> str:
+        """Keep the damaged file as ``<path>.corrupt-<unix time>`` for the operator and
+        delete all but the newest ``keep`` such files; returns the new name.
+
+        A hard link (a copy where links are not supported), so the damaged file
+        stays in place until a rebuilt checkpoint replaces it atomically: a
+        crash during the rebuild finds it again and rebuilds again, never an
+        empty start. :class:`CheckpointError` if it cannot be kept.
+        """
+        base = f"{self.path}.corrupt-{int(now)}"
+        aside, n = base, 0
+        try:
+            while True:
+                try:
+                    os.link(self.path, aside)
+                    break
+                except FileExistsError:
+                    n += 1
+                    aside = f"{base}-{n}"
+                except OSError as exc:
+                    if exc.errno not in (errno.EPERM, errno.EXDEV, errno.EOPNOTSUPP, errno.EMLINK):
+                        raise
+                    with open(self.path, "rb") as src, open(aside, "xb") as dst:
+                        shutil.copyfileobj(src, dst)
+                        dst.flush()
+                        os.fsync(dst.fileno())
+                    break
+        except OSError as exc:
+            raise CheckpointError(f"{self.path}: cannot keep the damaged file aside: {exc}") from None
+        self._prune(keep)
+        return aside
+
+    def _prune(self, keep: int) -> None:
+        directory = os.path.dirname(self.path) or "."
+        stem = os.path.basename(self.path) + ".corrupt-"
+
+        def age(name: str) -> tuple[int, int]:
+            t, _, n = name.removeprefix(stem).partition("-")
+            return (int(t) if t.isdigit() else 0, int(n) if n.isdigit() else 0)
+
+        old = sorted((f for f in os.listdir(directory) if f.startswith(stem)), key=age)
+        for name in old[: max(0, len(old) - keep)]:
+            try:
+                os.unlink(os.path.join(directory, name))
+            except FileNotFoundError:
+                pass
 
     def save(self, data: dict[str, Any]) -> None:
         directory = os.path.dirname(self.path) or "."
@@ -143,10 +211,12 @@ class Addr:
     assigned_at: float = 0.0
     freed_at: float | None = None
     quarantined_at: float | None = None
+    recovered: str = ""
+    """Recovered holder (host veth name, or :data:`UNKNOWN_HOLDER`) after a checkpoint rebuild."""
 
     @property
     def in_use(self) -> bool:
-        return bool(self.container_id)
+        return bool(self.container_id or self.recovered)
 
 
 @dataclass
@@ -172,6 +242,18 @@ class Counts:
     pending: int
     enis: int
     free_prefixes: int
+    recovered: int = 0
+    """Of ``assigned``: held by recovered holders (pods known only from the host after a rebuild)."""
+
+
+@dataclass(frozen=True)
+class RecoveredHolder:
+    holder: str
+    """Host veth name, or :data:`UNKNOWN_HOLDER`."""
+    ip: str
+    eni_id: str
+    """'' while the address is not attached (IMDS may not show it yet)."""
+    since: float
 
 
 @dataclass(frozen=True)
@@ -202,6 +284,7 @@ class Datastore:
         self._owner: dict[tuple[str, str], str] = {}  # (container, ifname) -> ip
         self._ip_eni: dict[str, str] = {}
         self._pending: dict[tuple[str, str], float] = {}
+        self._recovered: dict[str, tuple[str, float]] = {}  # ip -> (holder, since)
         self.meta: dict[str, Any] = {}
         self.changed = threading.Event()
         """Set on every change; the agent's loop may wait on it."""
@@ -254,7 +337,7 @@ class Datastore:
             for ip in ips:
                 if ip in eni.addrs or ip == eni.info.primary_ip or ip in self._ip_eni:
                     continue
-                eni.addrs[ip] = Addr(ip=ip)
+                eni.addrs[ip] = self._new_addr(ip)
                 eni.ips.append(ip)
                 self._ip_eni[ip] = eni_id
                 added += 1
@@ -266,13 +349,20 @@ class Datastore:
                     ip = str(host)
                     if ip in self._ip_eni:
                         continue
-                    eni.addrs[ip] = Addr(ip=ip, prefix=p)
+                    eni.addrs[ip] = self._new_addr(ip, p)
                     self._ip_eni[ip] = eni_id
                     added += 1
             if added:
                 self._save()
                 self.changed.set()
             return added
+
+    def _new_addr(self, ip: str, prefix: str | None = None) -> Addr:
+        a = Addr(ip=ip, prefix=prefix)
+        held = self._recovered.get(ip)
+        if held is not None:
+            a.recovered, a.assigned_at = held
+        return a
 
     def remove_addresses(
         self, eni_id: str, ips: Iterable[str] = (), prefixes: Iterable[str] = (), force: bool = False
@@ -312,9 +402,13 @@ class Datastore:
 
     # --- pods ------------------------------------------------------------------
 
-    def assign(self, container_id: str, ifname: str, netns: str, now: float) -> Assignment | None:
+    def assign(
+        self, container_id: str, ifname: str, netns: str, now: float, holder: str = ""
+    ) -> Assignment | None:
         """Give the pod an address, or return the one it already holds (ADD is retried).
 
+        ``holder`` is the pod's recovered-holder key (its host veth name): an
+        address a rebuild found wired to it is the pod's own, given back to it.
         None when nothing is free now; the ADD is then counted as waiting demand
         (:meth:`pending`) until it succeeds, is deleted or goes stale.
         """
@@ -323,19 +417,30 @@ class Datastore:
             held = self._owner.get(key)
             if held is not None:
                 return Assignment(held, self._ip_eni[held])
-            chosen = self._pick(now)
+            chosen = self._take_recovered(holder) if holder and holder != UNKNOWN_HOLDER else None
+            if chosen is None:
+                chosen = self._pick(now)
             if chosen is None:
                 self._pending[key] = now
                 self.changed.set()
                 return None
             eni, a = chosen
             a.container_id, a.ifname, a.netns = container_id, ifname, netns
-            a.assigned_at, a.freed_at = now, None
+            a.assigned_at, a.freed_at, a.recovered = now, None, ""
             self._owner[key] = a.ip
             self._pending.pop(key, None)
             self._save()
             self.changed.set()
             return Assignment(a.ip, eni.info.eni_id)
+
+    def _take_recovered(self, holder: str) -> tuple[Eni, Addr] | None:
+        """The attached address recovered for ``holder``, now no longer recovered (the caller assigns it)."""
+        for ip, (h, _) in sorted(self._recovered.items()):
+            eni_id = self._ip_eni.get(ip)
+            if h == holder and eni_id is not None:
+                del self._recovered[ip]
+                return self._enis[eni_id], self._enis[eni_id].addrs[ip]
+        return None
 
     def _pick(self, now: float) -> tuple[Eni, Addr] | None:
         fallback: tuple[Eni, Addr] | None = None
@@ -371,6 +476,84 @@ class Datastore:
             self.changed.set()
             return Assignment(ip, eni_id)
 
+    # --- recovered holders (checkpoint rebuild) -----------------------------------------
+
+    def recover(self, holders: dict[str, str], now: float) -> list[str]:
+        """Mark each ``ip -> holder`` (host veth name) as in use by a recovered holder.
+
+        Addresses not attached yet are remembered and held as soon as they are
+        added (IMDS may lag). An address a known pod holds stays the pod's.
+        Returns notes naming what was recovered.
+        """
+        notes: list[str] = []
+        with self._lock:
+            owned = set(self._owner.values())
+            for ip, holder in sorted(holders.items()):
+                if ip in owned or not holder or holder == UNKNOWN_HOLDER:
+                    continue
+                self._recovered[ip] = (holder, now)
+                eni_id = self._ip_eni.get(ip)
+                if eni_id is not None:
+                    a = self._enis[eni_id].addrs[ip]
+                    a.recovered, a.assigned_at, a.freed_at, a.quarantined_at = holder, now, None, None
+                notes.append(f"{ip} held by {holder}" + ("" if eni_id else " (not attached yet)"))
+            if notes:
+                self._save()
+                self.changed.set()
+        return notes
+
+    def hold_all(self, now: float) -> int:
+        """Every attached address no pod holds becomes held by :data:`UNKNOWN_HOLDER`; returns how many.
+
+        The rebuild's answer when the host cannot say which addresses pods use.
+        """
+        with self._lock:
+            n = 0
+            for eni in self._enis.values():
+                for a in eni.addrs.values():
+                    if not a.in_use:
+                        a.recovered, a.assigned_at, a.freed_at, a.quarantined_at = UNKNOWN_HOLDER, now, None, None
+                        self._recovered[a.ip] = (UNKNOWN_HOLDER, now)
+                        n += 1
+            if n:
+                self._save()
+            return n
+
+    def release_recovered(self, holder: str, now: float) -> list[Assignment]:
+        """The recovered holder is gone (CNI DEL, or the unknown holders' grace passed):
+        its addresses enter cooldown. Idempotent; returns the attached addresses freed."""
+        with self._lock:
+            out: list[Assignment] = []
+            ips = [ip for ip, (h, _) in self._recovered.items() if h == holder]
+            for ip in sorted(ips):
+                del self._recovered[ip]
+                eni_id = self._ip_eni.get(ip)
+                if eni_id is not None:
+                    a = self._enis[eni_id].addrs[ip]
+                    if a.recovered == holder:
+                        a.recovered, a.freed_at = "", now
+                        out.append(Assignment(ip, eni_id))
+            if ips:
+                self._save()
+                self.changed.set()
+            return out
+
+    def lookup_recovered(self, holder: str) -> Assignment | None:
+        """The attached address a recovered holder holds, if any."""
+        with self._lock:
+            for ip, (h, _) in sorted(self._recovered.items()):
+                eni_id = self._ip_eni.get(ip)
+                if h == holder and eni_id is not None:
+                    return Assignment(ip, eni_id)
+            return None
+
+    def recovered_holders(self) -> list[RecoveredHolder]:
+        with self._lock:
+            return [
+                RecoveredHolder(h, ip, self._ip_eni.get(ip, ""), since)
+                for ip, (h, since) in sorted(self._recovered.items())
+            ]
+
     def lookup(self, container_id: str, ifname: str) -> Assignment | None:
         with self._lock:
             ip = self._owner.get((container_id, ifname))
@@ -389,7 +572,7 @@ class Datastore:
             out = []
             for eni in self._enis.values():
                 for a in eni.addrs.values():
-                    if a.in_use:
+                    if a.container_id:
                         out.append(
                             PodRecord(a.container_id, a.ifname, a.netns, a.ip, eni.info.eni_id, a.assigned_at)
                         )
@@ -496,7 +679,7 @@ class Datastore:
 
     def counts(self, now: float) -> Counts:
         with self._lock:
-            total = assigned = cooldown = quarantined = free_prefixes = 0
+            total = assigned = cooldown = quarantined = free_prefixes = recovered = 0
             for eni in self._enis.values():
                 by_prefix: dict[str, bool] = {p: False for p in eni.prefixes}
                 for a in eni.addrs.values():
@@ -508,6 +691,7 @@ class Datastore:
                     total += 1
                     if a.in_use:
                         assigned += 1
+                        recovered += bool(a.recovered)
                         if a.prefix is not None:
                             by_prefix[a.prefix] = True
                     elif a.freed_at is not None and now < a.freed_at + self.cooldown_s:
@@ -522,6 +706,7 @@ class Datastore:
                 pending=self.pending(now),
                 enis=len(self._enis),
                 free_prefixes=free_prefixes,
+                recovered=recovered,
             )
 
     def enis(self) -> list[Eni]:
@@ -560,8 +745,8 @@ class Datastore:
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            return {
-                "version": CHECKPOINT_VERSION,
+            out: dict[str, Any] = {
+                "version": RECOVERED_CHECKPOINT_VERSION if self._recovered else CHECKPOINT_VERSION,
                 "meta": dict(self.meta),
                 "enis": [
                     {
@@ -571,14 +756,30 @@ class Datastore:
                         "ips": list(e.ips),
                         "prefixes": list(e.prefixes),
                         "addrs": [
-                            {k: v for k, v in a.__dict__.items() if v not in (None, "", 0.0)}
+                            {k: v for k, v in a.__dict__.items() if v not in (None, "", 0.0) and k != "recovered"}
                             for a in e.addrs.values()
-                            if a.in_use or a.freed_at is not None or a.quarantined_at is not None
+                            if a.container_id or a.freed_at is not None or a.quarantined_at is not None
                         ],
                     }
                     for e in self._enis.values()
                 ],
             }
+            if self._recovered:
+                out["recovered"] = {ip: [h, since] for ip, (h, since) in sorted(self._recovered.items())}
+            return out
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Changes inside are checkpointed once, at the end (not at all if it raises):
+        a rebuild never leaves a half-made state on disk."""
+        with self._lock:
+            was = self._loading
+            self._loading = True
+            try:
+                yield
+            finally:
+                self._loading = was
+            self._save()
 
     def _save(self) -> None:
         if self._store is not None and not self._loading:
@@ -591,18 +792,29 @@ class Datastore:
         data = self._store.load()
         if data is None:
             return False
-        if data.get("version") != CHECKPOINT_VERSION:
+        if data.get("version") not in READABLE_VERSIONS:
             raise CheckpointError(f"checkpoint version {data.get('version')!r}, expected {CHECKPOINT_VERSION}")
         with self._lock:
             self._enis.clear()
             self._owner.clear()
             self._ip_eni.clear()
+            self._recovered.clear()
             self._loading = True
             try:
                 meta = data.get("meta", {})
                 if not isinstance(meta, dict):
                     raise TypeError("meta is not an object")
                 self.meta = dict(meta)
+                recovered = data.get("recovered", {})
+                if not isinstance(recovered, dict):
+                    raise TypeError("recovered is not an object")
+                for ip, (holder, since) in recovered.items():
+                    ipaddress.IPv4Address(ip)
+                    _check_types({"holder": holder}, str, ("holder",))
+                    _check_types({"since": since}, float, ("since",))
+                    if not holder or since is None:
+                        raise ValueError(f"recovered {ip}: empty holder or time")
+                    self._recovered[ip] = (holder, float(since))
                 for raw in data["enis"]:
                     info = EniInfo(**raw["info"])
                     _check_types(info.__dict__, str, ("eni_id", "mac", "primary_ip", "subnet_id", "subnet_cidr"))
@@ -631,13 +843,16 @@ class Datastore:
                         a.assigned_at = float(st.get("assigned_at", 0.0))
                         a.freed_at = st.get("freed_at")
                         a.quarantined_at = st.get("quarantined_at")
-                        if a.in_use:
+                        if a.container_id:
+                            a.recovered = ""  # a named pod wins over a recovered holder
+                            self._recovered.pop(a.ip, None)
                             self._owner[(a.container_id, a.ifname)] = a.ip
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 # Nothing half-restored is left behind.
                 self._enis.clear()
                 self._owner.clear()
                 self._ip_eni.clear()
+                self._recovered.clear()
                 self.meta = {}
                 raise CheckpointError(f"corrupt checkpoint: {exc}") from None
             finally:
@@ -664,7 +879,8 @@ class Datastore:
                 if gone_ips or gone_pfx:
                     for a in list(eni.addrs.values()):
                         if a.in_use and (a.ip in gone_ips or a.prefix in gone_pfx):
-                            notes.append(f"pod {a.container_id}/{a.ifname} lost {a.ip}: no longer attached")
+                            who = f"pod {a.container_id}/{a.ifname}" if a.container_id else f"holder {a.recovered}"
+                            notes.append(f"{who} lost {a.ip}: no longer attached")
                     self.remove_addresses(info.eni_id, gone_ips, gone_pfx, force=True)
                     notes.append(f"ENI {info.eni_id}: {len(gone_ips) + len(gone_pfx)} addresses gone")
                 n = self.add_addresses(info.eni_id, ips, prefixes)

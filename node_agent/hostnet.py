@@ -198,6 +198,35 @@ def teardown_pod(host: Netlink, container_id: str, ifname: str, ip: str | None, 
                 host.route_absent(r)
 
 
+@dataclass(frozen=True)
+class HostWiring:
+    """Pods the agent wired, as the node namespace shows them (read after a lost checkpoint)."""
+
+    pods: dict[str, str]
+    """Pod address -> host veth name: a ``/32`` route in main via a link named ``<veth prefix>…``."""
+    stale: list[str]
+    """Addresses with a pod rule (``to <ip> lookup main``, priority 512) but no such route: the veth is gone
+    (its pod namespace was deleted, or an ADD/DEL stopped half-way), so no pod can use them."""
+
+
+def wired_pods(host: Netlink, veth_prefix: str = "eni") -> HostWiring:
+    """Read the pods' host wiring: ``ip -4 route show table main`` joined with ``ip link`` by
+    device, plus ``ip -4 rule`` for the pod rules. Reads only, changes nothing."""
+    names = {link.index: link.name for link in host.links()}
+    pods: dict[str, str] = {}
+    for r in host.routes(MAIN_TABLE):
+        name = names.get(r.oif) if r.oif is not None else None
+        if name and name.startswith(veth_prefix) and r.dst.endswith("/32"):
+            pods[r.dst.removesuffix("/32")] = name
+    # Every wired pod has `to <ip>/32 lookup main` at 512 (the 1536 `from` rules are shared with ENIs).
+    ruled = {
+        rule.dst.removesuffix("/32")
+        for rule in host.rules()
+        if rule.priority == TO_POD_PRIORITY and rule.dst and rule.dst.endswith("/32")
+    }
+    return HostWiring(pods=pods, stale=sorted(ruled - set(pods)))
+
+
 def check_pod(host: Netlink, pod_netns: str, ifname: str, container_id: str, ip: str, table: int,
               veth_prefix: str = "eni") -> list[str]:
     """What is missing for the pod (empty = all there): CNI CHECK."""

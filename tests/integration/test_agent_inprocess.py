@@ -39,6 +39,9 @@ class RecordingPods:
     def check(self, netns: str, ifname: str, container_id: str, ip: str, table: int) -> list[str]:
         return []
 
+    def host_wiring(self) -> None:
+        return None
+
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[dict[str, Any]]:

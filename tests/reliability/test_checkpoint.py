@@ -1,6 +1,7 @@
 """The agent's checkpoint truncated or corrupted: a clear error, never a silent
 double assignment, never a traceback. Truncation at every byte, hypothesis
-mutations of a real snapshot, and the agent process's own start-up."""
+mutations of a real snapshot, and the agent's own start-up (a rebuild; the
+real-namespace version is tests/integration/test_agent_rebuild.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from moto import mock_aws
 
-from node_agent.agent import _run_agent
+from node_agent.agent import Agent
+from node_agent.config import load
 from node_agent.datastore import CheckpointError, Datastore, EniInfo, FileCheckpoint
+from node_agent.imds import ImdsClient
 from node_agent.testing import FakeEni, FakeImdsServer, FakeInstance
 
 PRIMARY = EniInfo("eni-0000000000000000a", 0, "0a:00:00:00:00:0a", "10.0.0.10", "subnet-a", "10.0.0.0/24")
@@ -114,9 +119,13 @@ def test_random_bytes_fail_clearly(tmp_path: Path, raw: bytes) -> None:
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "wrong-version", "bad-address"])
-def test_agent_refuses_to_start_on_a_damaged_checkpoint_with_a_clear_error(
-    tmp_path: Path, damage: str, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+def test_agent_rebuilds_from_a_damaged_checkpoint_with_a_clear_error_and_hands_out_nothing_twice(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Was: the agent refused to start (exit 1, no CNI socket). Now it starts and rebuilds:
+    the error names the file and the damage, the file is kept aside, and since the pod
+    network here is ``recorded`` (no kernel wiring to read) every address the old
+    checkpoint may have handed out is held: still nothing can be given out twice."""
     state = tmp_path / "state"
     state.mkdir()
     good = snapshot(state / "checkpoint.json")
@@ -126,22 +135,33 @@ def test_agent_refuses_to_start_on_a_damaged_checkpoint_with_a_clear_error(
         "wrong-version": good.replace(b'"version":1', b'"version":7'),
         "bad-address": good.replace(b"10.0.0.11", b"10.0.0.999"),
     }[damage]
+    assert bad != good
     (state / "checkpoint.json").write_bytes(bad)
     iid = "i-0123456789abcdef0"
-    with FakeImdsServer() as imds:
+    ips = [f"10.0.0.{i}" for i in range(11, 16)]
+    with mock_aws(), FakeImdsServer() as imds:
         imds.instances[iid] = FakeInstance(iid, "m5.large", "us-east-1a", [
-            FakeEni(PRIMARY.eni_id, PRIMARY.mac, 0, PRIMARY.primary_ip, "subnet-a", "10.0.0.0/24",
-                    ips=[f"10.0.0.{i}" for i in range(11, 16)])])
-        env = {"CLUSTER_NAME": "demo", "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "x",
-               "AWS_SECRET_ACCESS_KEY": "x", "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url_for(iid),
-               "WARMPOOL_REPORTS_QUEUE_URL": "http://127.0.0.1:9/000000000000/q",
-               "WARMPOOL_AWS_ENDPOINT_URL": "http://127.0.0.1:9", "WARMPOOL_STATE_DIR": str(state),
-               "WARMPOOL_SOCKET": str(tmp_path / "a.sock"), "WARMPOOL_METRICS_ADDR": "127.0.0.1:0",
-               "WARMPOOL_MANAGE_HOST_NETWORK": "false"}
-        with caplog.at_level(logging.CRITICAL):
-            rc = _run_agent(env)
-    err = capsys.readouterr().err
-    assert rc == 1
-    assert "cannot start" in err and ("checkpoint" in err), err
-    assert not (tmp_path / "a.sock").exists(), "no CNI socket: no pod can be given an address"
-    assert (state / "checkpoint.json").read_bytes() == bad, "the evidence is kept for the operator"
+            FakeEni(PRIMARY.eni_id, PRIMARY.mac, 0, PRIMARY.primary_ip, "subnet-a", "10.0.0.0/24", ips=ips)])
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        env = {"CLUSTER_NAME": "demo", "WARMPOOL_REPORTS_QUEUE_URL": sqs.create_queue(QueueName="r")["QueueUrl"],
+               "WARMPOOL_STATE_DIR": str(state), "WARMPOOL_SOCKET": str(tmp_path / "a.sock"),
+               "WARMPOOL_METRICS_ADDR": "127.0.0.1:0", "WARMPOOL_MANAGE_HOST_NETWORK": "false",
+               "WARMPOOL_POD_NETWORK": "recorded", "WARMPOOL_ADD_WAIT_S": "0"}
+        agent = Agent(load(env), sqs, ImdsClient(imds.url_for(iid)), poll_wait_s=1, serve_http=False)
+        try:
+            with caplog.at_level(logging.INFO, logger="warmpool.agent"):
+                agent.start()
+            errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+            assert any(str(state / "checkpoint.json") in m and "damaged" in m for m in errors), errors
+            kept = [p for p in state.iterdir() if p.name.startswith("checkpoint.json.corrupt-")]
+            assert [p.read_bytes() for p in kept] == [bad], "the evidence is kept for the operator"
+            assert json.loads((state / "checkpoint.json").read_bytes())["version"] == 2, "a rebuilt checkpoint"
+            # every attached address may belong to a pod the old checkpoint knew: none is handed out
+            assert sorted(h.ip for h in agent.ds.recovered_holders()) == ips
+            reply = agent.cni.handle({"command": "ADD", "container_id": "new", "ifname": "eth0", "netns": "/x",
+                                      "config": {}})
+            assert reply["ok"] is False and reply["code"] == 11, reply
+            assert agent.counters["checkpoint_rebuilds_damaged"] == 1
+            assert agent.counters["recovered_holders"] == len(ips)
+        finally:
+            agent.stop()
