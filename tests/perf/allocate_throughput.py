@@ -24,9 +24,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from moto import mock_aws  # noqa: E402
+from moto import mock_aws
 
-from tests.integration.test_allocate_world import World, moto_dynamo  # noqa: E402
+from tests.integration.test_allocate_world import World, moto_dynamo
 
 
 class CountingDynamo:

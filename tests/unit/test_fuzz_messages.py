@@ -79,4 +79,4 @@ def test_absurd_numbers_are_rejected_not_acted_on(warm_ip, seq, pending):
     except MessageError:
         return
     assert isinstance(r, PoolReport)
-    assert 0 <= r.targets.warm_ip <= 100_000 and 0 <= r.seq and 0 <= r.pending_demand <= 100_000
+    assert 0 <= r.targets.warm_ip <= 100_000 and r.seq >= 0 and 0 <= r.pending_demand <= 100_000
