@@ -52,6 +52,7 @@ from warmpool.planner import (
     CreateEni,
     DeleteEni,
     Plan,
+    Reclaim,
     UnassignAddresses,
     plan_node,
 )
@@ -198,6 +199,9 @@ class PlanExecutor:
                 return self._create(call, job, facts)
             if isinstance(call, UnassignAddresses):
                 return self._unassign(call)
+            if isinstance(call, Reclaim):
+                # The offer is declined: the addresses never left the ENI (no EC2 call).
+                return [Assigned(eni_id=call.eni_id, ips=list(call.ips), prefixes=list(call.prefixes))]
             return self._delete(call, facts)
         except Throttled as err:
             raise self._throttled(err) from None

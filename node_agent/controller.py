@@ -116,7 +116,8 @@ class PoolController:
         self._retries = 0
         self._not_before = 0.0
         self._surplus_since: float | None = None
-        self._unverified: dict[str, tuple[Attached | Assigned, float]] = {}
+        self._unverified: dict[tuple[object, ...], tuple[Attached | Assigned, float]] = {}
+        """Claims waiting for IMDS, by what they claim (several may name one ENI), with their first arrival."""
         self._recent_released: dict[str, float] = {}
         self._recent_deleted: dict[str, float] = {}
         self._force = False
@@ -387,24 +388,38 @@ class PoolController:
         n = self.ds.add_addresses(info.eni_id, ips, prefixes)
         self.stats["addresses_added"] += n
         notes.append(f"{info.eni_id}: {n} addresses added")
+        back = self.ds.reclaim(info.eni_id, ips, prefixes)
+        if back:
+            # Our release offer was declined: pods need these again.
+            self.stats["addresses_reclaimed"] += back
+            self._surplus_since = None
+            notes.append(f"{info.eni_id}: {back} offered addresses taken back")
         return notes
 
+    @staticmethod
+    def _claim_key(action: Attached | Assigned) -> tuple[object, ...]:
+        return (action.eni_id, action.kind, tuple(action.ips), tuple(action.prefixes))
+
     def _park(self, action: Attached | Assigned, now: float) -> None:
-        first = self._unverified.get(action.eni_id, (action, now))[1]
-        self._unverified[action.eni_id] = (action, first)
+        # Keyed by the whole claim, not the ENI: an ``attached`` and a later
+        # ``assigned`` for the same still-attaching ENI both wait. (Keyed by ENI,
+        # the second replaced the first and its addresses were never used.)
+        key = self._claim_key(action)
+        first = self._unverified.get(key, (action, now))[1]
+        self._unverified[key] = (action, first)
 
     def _recheck(self, now: float) -> None:
         parked = self._unverified
         self._unverified = {}
         view = self._view()
-        for eni_id, (action, first) in parked.items():
+        for key, (action, first) in parked.items():
             if now - first > VERIFY_TIMEOUT_S:
                 self.stats["verify_dropped"] += 1
-                self._event("verify", f"{eni_id}: result never confirmed by IMDS: dropped")
+                self._event("verify", f"{action.eni_id}: result never confirmed by IMDS: dropped")
                 continue
             self._apply_addresses(action, view, now)
-            if eni_id in self._unverified:
-                self._unverified[eni_id] = (self._unverified[eni_id][0], first)
+            if key in self._unverified:
+                self._unverified[key] = (self._unverified[key][0], first)
 
     # --- host --------------------------------------------------------------------------
 

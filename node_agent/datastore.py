@@ -660,6 +660,25 @@ class Datastore:
                 self.changed.set()
             return n
 
+    def reclaim(self, eni_id: str, ips: Iterable[str] = (), prefixes: Iterable[str] = ()) -> int:
+        """The allocator declined our release offer for these addresses (pods
+        need them again): back into the pool at once. Returns how many."""
+        with self._lock:
+            eni = self._enis.get(eni_id)
+            if eni is None:
+                return 0
+            want = set(ips)
+            pfx = set(prefixes)
+            back = 0
+            for a in eni.addrs.values():
+                if a.quarantined_at is not None and (a.ip in want or (a.prefix is not None and a.prefix in pfx)):
+                    a.quarantined_at = None
+                    back += 1
+            if back:
+                self._save()
+                self.changed.set()
+            return back
+
     def quarantined(self) -> dict[str, tuple[list[str], list[str]]]:
         """Per ENI: quarantined single addresses and whole quarantined prefixes."""
         with self._lock:

@@ -193,7 +193,7 @@ class EventSourceMapping:
             return None
         full = len(self._buffer) >= self.config.batch_size or self._buffer_bytes >= MAX_PAYLOAD_BYTES
         since = self._buffer_since if self._buffer_since is not None else now
-        window_over = now - since >= self.config.batching_window_s
+        window_over = now >= since + self.config.batching_window_s  # same sum as window_ends_at()
         if not (full or window_over):
             return None
         batch: list[dict[str, Any]] = []

@@ -22,11 +22,11 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from warmpool.limits import PREFIX_SIZE, InstanceLimits
-from warmpool.messages import Mode, PoolReport
+from warmpool.messages import Mode, PoolReport, ReleaseOffer
 from warmpool.pool import PoolConfig, PoolDelta, PoolState, compute
 
 
@@ -104,7 +104,20 @@ class DeleteEni:
     eni_id: str
 
 
-Call = AssignAddresses | CreateEni | UnassignAddresses | DeleteEni
+@dataclass(frozen=True)
+class Reclaim:
+    """Decline a release offer: the node needs those addresses again.
+
+    No EC2 call: the addresses never left the ENI. The result tells the agent
+    (an ``assigned`` action) to put them back in its pool.
+    """
+
+    eni_id: str
+    ips: tuple[str, ...] = ()
+    prefixes: tuple[str, ...] = ()
+
+
+Call = AssignAddresses | CreateEni | UnassignAddresses | DeleteEni | Reclaim
 
 CALL_COST: dict[type, dict[str, int]] = {
     AssignAddresses: {"AssignPrivateIpAddresses": 1},
@@ -115,6 +128,7 @@ CALL_COST: dict[type, dict[str, int]] = {
     },
     UnassignAddresses: {"UnassignPrivateIpAddresses": 1},
     DeleteEni: {"DetachNetworkInterface": 1, "DeleteNetworkInterface": 1},
+    Reclaim: {},
 }
 """Mutating EC2 calls (and so tokens) each planned call costs."""
 
@@ -197,16 +211,72 @@ def plan_node(
     if cfg.prefix_mode and not limits.prefix_capable:
         cfg = PoolConfig(**{**cfg.__dict__, "prefix_mode": False})
     state = inventory_state(report, inventory)
-    delta = compute(cfg, state, limits)
     mode: Mode = "prefix" if cfg.prefix_mode else "secondary-ip"
-    if delta.low:
+    # Addresses the agent has quarantined and offers back are not usable by
+    # its pods: judge the need without them.
+    offered = _offers_ec2_shows(report, inventory)
+    held_back = sum(len(ips) + PREFIX_SIZE * len(pfx) for _, ips, pfx in offered)
+    live = replace(state, total=state.total - held_back)
+    live_delta = compute(cfg, live, limits)
+    if live_delta.low:
+        reclaim, rest = _split_offers(offered, live_delta.short)
+        delta = compute(cfg, state, limits)
+        if not delta.low:
+            # Taking enough offers back meets the need: no EC2 call for it; what
+            # is still offered beyond the targets may go as usual.
+            released = _plan_release(report.model_copy(update={"release": rest}), inventory, delta, mode)
+            if not released.calls:  # nothing more may go now: take every offer back
+                reclaim = tuple(Reclaim(eni_id, ips, pfx) for eni_id, ips, pfx in offered)
+            return Plan(
+                report.node, inventory.instance_id, report.seq, "allocate",
+                reclaim + released.calls, 0, live_delta, mode,
+            )
         alloc_mode: Mode = force_mode or mode
-        return _plan_allocation(
+        plan = _plan_allocation(
             report, inventory, limits, subnets, cfg, state, delta, cluster, exclude_subnets, alloc_mode
         )
+        if reclaim:
+            plan = replace(plan, kind="allocate", calls=reclaim + plan.calls)
+        return plan
+    delta = compute(cfg, state, limits)
     if report.release and delta.high:
         return _plan_release(report, inventory, delta, mode)
     return Plan(report.node, inventory.instance_id, report.seq, "none", (), 0, delta, mode)
+
+
+def _split_offers(
+    offered: list[tuple[str, tuple[str, ...], tuple[str, ...]]], need: int
+) -> tuple[tuple[Reclaim, ...], list[ReleaseOffer]]:
+    """Take back offered addresses until ``need`` addresses are covered (whole
+    prefixes at a time); the rest stays offered."""
+    reclaim: list[Reclaim] = []
+    rest: list[ReleaseOffer] = []
+    for eni_id, ips, pfx in offered:
+        take_ips = ips[: max(0, need)]
+        need -= len(take_ips)
+        take_pfx = pfx[: max(0, math.ceil(need / PREFIX_SIZE))] if need > 0 else ()
+        need -= PREFIX_SIZE * len(take_pfx)
+        if take_ips or take_pfx:
+            reclaim.append(Reclaim(eni_id, take_ips, take_pfx))
+        left_ips, left_pfx = ips[len(take_ips) :], pfx[len(take_pfx) :]
+        if left_ips or left_pfx:
+            rest.append(ReleaseOffer(eni_id=eni_id, ips=list(left_ips), prefixes=list(left_pfx)))
+    return tuple(reclaim), rest
+
+
+def _offers_ec2_shows(report: PoolReport, inventory: Inventory) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
+    """The release offers, kept to what EC2 still shows on each ENI."""
+    by_id = {e.eni_id: e for e in inventory.enis}
+    out = []
+    for offer in report.release:
+        eni = by_id.get(offer.eni_id)
+        if eni is None:
+            continue
+        ips = tuple(ip for ip in offer.ips if ip in eni.ips)
+        pfx = tuple(p for p in offer.prefixes if p in eni.prefixes)
+        if ips or pfx:
+            out.append((offer.eni_id, ips, pfx))
+    return out
 
 
 def _free_device_index(used: set[tuple[int, int]], card: int = 0) -> int:
@@ -238,6 +308,18 @@ def _plan_allocation(
     calls: list[Call] = []
     notes: list[str] = []
 
+    candidates = {
+        s.subnet_id: s.free
+        for s in subnets
+        if s.availability_zone == inventory.availability_zone and s.subnet_id not in exclude_subnets
+    }
+    # Surge: pods are waiting because demand outran the pool. An assign costs
+    # one call whatever its count, so fill the ENI it touches: the next pods
+    # find addresses at once instead of costing a call each. What turns out
+    # surplus goes back through the release path (one call per ENI, after the
+    # cooldown and release delay), so a settled pool still holds exactly its
+    # targets. Single addresses only: a full ENI of /28s would be far too much.
+    surge = report.pending_demand > 0 and not prefix
     for eni in sorted(inventory.enis, key=lambda e: (-(slots - e.used_slots), e.device_index)):
         if need <= 0 or room <= 0:
             break
@@ -245,6 +327,11 @@ def _plan_allocation(
         if free <= 0 or eni.subnet_id in exclude_subnets:
             continue
         n = min(free if delta.whole_enis else min(free, need), room)
+        if surge and not delta.whole_enis:
+            spare = candidates.get(eni.subnet_id, 0)  # never fill into a tight subnet
+            n = max(n, min(free, room, spare // 2))
+        if eni.subnet_id in candidates:
+            candidates[eni.subnet_id] -= n * unit
         calls.append(AssignAddresses(eni.eni_id, ips=0 if prefix else n, prefixes=n if prefix else 0))
         need -= n
         room -= n
@@ -252,11 +339,6 @@ def _plan_allocation(
     used = {(e.network_card, e.device_index) for e in inventory.enis}
     n_enis = len(inventory.enis)
     max_enis = limits.enis(cfg.max_eni)
-    candidates = {
-        s.subnet_id: s.free
-        for s in subnets
-        if s.availability_zone == inventory.availability_zone and s.subnet_id not in exclude_subnets
-    }
     while need > 0 and room > 0 and n_enis < max_enis:
         n = min(slots if delta.whole_enis else min(slots, need), room)
         # Most free addresses first; ties by id so plans are deterministic.

@@ -9,7 +9,17 @@ import pytest
 
 from functions.allocator import ThreadMapper
 from tests.integration.test_allocate_world import World
+from warmpool.limits import known
 from warmpool.messages import Attached
+
+SLOTS = known("m5.4xlarge").slots_per_eni  # World.add_node's default type
+
+
+def surged(demand: int) -> int:
+    """Addresses a node holds after one allocation while its pods wait: the
+    assign on the primary ENI fills it (one call whatever the count); new ENIs
+    hold exactly the rest. A second, doubled allocation would show as more."""
+    return max(demand, SLOTS)
 
 
 def _burst(w: World, nodes: int = 200) -> list:
@@ -43,7 +53,7 @@ def test_500_reports_from_200_nodes_one_call_per_eni_no_throttle() -> None:
     newest = {}
     for r in reports:
         newest[r.node] = r
-    want = {n: r.pending_demand + 5 for n, r in newest.items()}
+    want = {n: surged(r.pending_demand + 5) for n, r in newest.items()}
     for node, addrs in want.items():
         assert w.addresses(node) == addrs, node
     # One call per ENI touched: one Assign on the primary, one Create (+attach, modify) per new ENI.
@@ -92,7 +102,7 @@ def test_concurrent_invocations_on_overlapping_nodes_never_double_allocate(overl
         t.join()
     w.drain()
     for i in range(30):
-        assert w.addresses(f"n{i:02d}") == 10, f"n{i:02d}"
+        assert w.addresses(f"n{i:02d}") == surged(10), f"n{i:02d}"
     assert len(set(w.all_addresses())) == len(w.all_addresses())
     assert w.throttled() == 0
 
@@ -115,7 +125,7 @@ def test_missing_result_queue_does_not_fail_the_batch() -> None:
     out = w.deliver([w.report("n1", warm_ip=2, pending=3)])
     assert out.served == 1 and out.failed_message_ids == []
     assert w.tally.get("ResultQueueMissing") == 1
-    assert w.addresses("n1") == 5
+    assert w.addresses("n1") == surged(5)
 
 
 def test_through_a_real_boto3_client_on_the_emulator() -> None:

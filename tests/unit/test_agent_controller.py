@@ -224,3 +224,60 @@ def test_resync_ignores_imds_lag_on_released_addresses() -> None:
     ctl.apply_result(result(r.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": r.release[0].ips}), 62.0)
     ctl.resync(63.0)  # IMDS still lists it
     assert ds.counts(63.0).total == 1
+
+
+def test_declined_offer_puts_quarantined_addresses_back_at_once() -> None:
+    # Surplus quarantined and offered; pods arrive; the allocator answers the
+    # next report with ``assigned`` for the offered addresses (a Reclaim).
+    ips = [f"10.0.0.{i}" for i in range(11, 16)]
+    ds, ctl = make(PoolConfig(warm_ip=2), ips)
+    ctl.tick(0.0)
+    ctl.tick(30.0)
+    r = one(ctl.tick(90.0))
+    offered = r.release[0].ips
+    assert ds.counts(90.0).quarantined == 3
+    for i in range(4):  # 4 pods: 2 get the live addresses, 2 wait
+        ds.assign(f"c{i}", "eth0", "ns", 91.0)
+    assert ds.counts(91.0).pending == 2
+    r2 = one(ctl.tick(91.0))
+    assert r2.pending_demand == 2 and r2.release
+    ctl.apply_result(result(r2.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": offered}), 92.0)
+    c = ds.counts(92.0)
+    assert c.quarantined == 0 and c.total == 5
+    assert ctl.stats["addresses_reclaimed"] == 3
+    assert ds.assign("c2", "eth0", "ns", 92.0) is not None
+    assert ds.assign("c3", "eth0", "ns", 92.0) is not None
+
+
+def test_two_parked_results_for_one_eni_are_both_applied() -> None:
+    # An ENI still attaching (not in IMDS yet) gets its ``attached`` result and,
+    # from the next report, an ``assigned`` one: both wait for IMDS. The second
+    # must not replace the first, or the ENI's first addresses are never used
+    # (found in the bench: pods waited for minutes while EC2 held their addresses).
+    imds = FakeImds()
+    ds, ctl = make(PoolConfig(warm_ip=2), imds=imds)
+    r1 = one(ctl.tick(0.0))
+    first = ["10.0.0.21", "10.0.0.22", "10.0.0.23"]
+    attached = {"kind": "attached", "eni_id": SECOND.eni_id, "device_index": 1, "network_card": 0,
+                "mac": SECOND.mac, "subnet_id": "subnet-a", "subnet_cidr": "10.0.0.0/24",
+                "primary_ip": SECOND.primary_ip, "ips": first}
+    ctl.apply_result(result(r1.seq, attached), 1.0)
+    assert ds.counts(1.0).total == 0  # not visible yet: parked
+    ctl.apply_result(result(r1.seq, {"kind": "assigned", "eni_id": SECOND.eni_id, "ips": ["10.0.0.24"]}), 2.5)
+    imds.add(SECOND, [*first, "10.0.0.24"])
+    ctl.tick(3.0)
+    assert sorted(next(e for e in ds.enis() if e.info.eni_id == SECOND.eni_id).ips) == [*first, "10.0.0.24"]
+    assert ds.counts(3.0).total == 4
+
+
+def test_parked_claims_expire_from_their_first_arrival() -> None:
+    imds = FakeImds()
+    ds, ctl = make(PoolConfig(warm_ip=2), imds=imds)
+    r = one(ctl.tick(0.0))
+    claim = {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.99"]}
+    ctl.apply_result(result(r.seq, claim), 1.0)
+    ctl.apply_result(result(r.seq, claim), 40.0)  # delivered again: same claim, same clock
+    ctl.tick(62.0)
+    imds.add(PRIMARY, ["10.0.0.99"])
+    ctl.tick(63.0)
+    assert ds.counts(63.0).total == 0 and ctl.stats["verify_dropped"] == 1

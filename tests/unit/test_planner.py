@@ -15,6 +15,7 @@ from warmpool.planner import (
     DeleteEni,
     Eni,
     Inventory,
+    Reclaim,
     Subnet,
     UnassignAddresses,
     client_token,
@@ -59,11 +60,32 @@ def plan(r, inv, itype="m5.large", subnets=SUBNETS, **kw):
 
 
 def test_primary_eni_with_room_one_assign():
-    r, inv = rep([eni(0, 2)], assigned={0: 2}, pending=3, warm_ip=1)
+    r, inv = rep([eni(0, 2)], assigned={0: 2}, warm_ip=5)
     p = plan(r, inv)
     assert p.kind == "allocate"
-    assert p.calls == (AssignAddresses("eni-00000000", ips=4),)
+    assert p.calls == (AssignAddresses("eni-00000000", ips=5),)
     assert p.mutating_calls == 1 and p.unmet == 0
+
+
+def test_surge_fills_the_eni_it_touches_but_not_new_enis():
+    # 3 pods wait: the primary's 7 free slots cost one call whatever the count.
+    r, inv = rep([eni(0, 2)], assigned={0: 2}, pending=3, warm_ip=1)
+    assert plan(r, inv).calls == (AssignAddresses("eni-00000000", ips=7),)
+    # A new ENI is created with what is short, not filled.
+    r, inv = rep([eni(0, 9)], assigned={0: 9}, pending=3, warm_ip=1)
+    (create,) = plan(r, inv).calls
+    assert isinstance(create, CreateEni) and create.ips == 4
+
+
+def test_surge_never_fills_into_a_tight_subnet():
+    r, inv = rep([eni(0, 2)], assigned={0: 2}, pending=3, warm_ip=1)
+    p = plan(r, inv, subnets=[Subnet("subnet-a", AZ, "10.0.0.0/24", 8)])
+    assert p.calls == (AssignAddresses("eni-00000000", ips=4),)
+
+
+def test_no_surge_in_prefix_mode():
+    r, inv = rep([eni(0, 0)], mode="prefix", warm_ip=1, pending=3)
+    assert plan(r, inv).calls == (AssignAddresses("eni-00000000", prefixes=1),)
 
 
 def test_enis_full_creates_one_eni_with_addresses():
@@ -155,8 +177,10 @@ def test_release_is_trimmed_to_what_targets_allow():
     r, inv = rep([e0], assigned={0: 2}, warm_ip=5,
                  release=[ReleaseOffer(eni_id=e0.eni_id, ips=list(e0.ips[2:]))])
     p = plan(r, inv)
-    # 7 free, warm 5 -> only 2 may go
-    assert p.calls == (UnassignAddresses(e0.eni_id, e0.ips[2:4]),)
+    # 7 free, warm 5 -> only 2 may go; the 5 the targets need are taken back
+    # (no EC2 call), so the agent does not wait for its quarantine to expire.
+    assert p.calls == (Reclaim(e0.eni_id, e0.ips[2:7]), UnassignAddresses(e0.eni_id, e0.ips[7:9]))
+    assert p.mutating_calls == 1
 
 
 def test_release_that_empties_an_eni_deletes_it():
@@ -285,3 +309,33 @@ def test_never_plans_for_a_stale_report(s):
     assert coalesce([r], {r.node: r.seq}).keep == ()
     assert coalesce([r], {r.node: r.seq + 1}).keep == ()
     assert coalesce([r], {r.node: r.seq - 1}).keep == (r,)
+
+
+def test_offered_addresses_are_taken_back_without_ec2_calls_when_pods_wait():
+    # The agent quarantined 5 addresses and offers them; then 3 pods arrive.
+    e0 = eni(0, 9)
+    offer = ReleaseOffer(eni_id=e0.eni_id, ips=list(e0.ips[4:]))
+    r, inv = rep([e0], assigned={0: 4}, pending=3, warm_ip=1, release=[offer])
+    p = plan(r, inv)
+    assert p.kind == "allocate"
+    assert p.calls == (Reclaim(e0.eni_id, e0.ips[4:]),)
+    assert p.mutating_calls == 0
+
+
+def test_reclaim_then_allocate_what_is_still_short():
+    e0 = eni(0, 9)
+    offer = ReleaseOffer(eni_id=e0.eni_id, ips=list(e0.ips[7:]))
+    r, inv = rep([e0], assigned={0: 7}, pending=5, warm_ip=1, release=[offer])
+    p = plan(r, inv)
+    assert p.calls[0] == Reclaim(e0.eni_id, e0.ips[7:])
+    assert isinstance(p.calls[1], CreateEni) and p.calls[1].ips == 4
+    kinds = {type(c) for c in p.calls}
+    assert not kinds & {UnassignAddresses, DeleteEni}
+
+
+def test_offers_ec2_no_longer_shows_are_not_reclaimed():
+    e0 = eni(0, 4)
+    offer = ReleaseOffer(eni_id=e0.eni_id, ips=["10.0.0.200"])  # already unassigned in EC2
+    r, inv = rep([e0], assigned={0: 4}, pending=2, warm_ip=1, release=[offer])
+    p = plan(r, inv)
+    assert not any(isinstance(c, Reclaim) for c in p.calls)

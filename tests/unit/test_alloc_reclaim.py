@@ -1,0 +1,23 @@
+"""A declined release offer costs no EC2 call: the executor answers it with an
+``assigned`` action for the same addresses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from functions.execute import PlanExecutor
+from warmpool.messages import Assigned
+from warmpool.planner import Reclaim
+
+
+class NoEc2:
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"EC2 touched: {name}")
+
+
+def test_reclaim_is_an_assigned_action_without_ec2() -> None:
+    ex = PlanExecutor(NoEc2(), NoEc2(), NoEc2(), NoEc2())  # type: ignore[arg-type]
+    call = Reclaim("eni-00000001", ("10.0.0.7", "10.0.0.8"), ())
+    assert ex._do(call, None, None) == [  # type: ignore[arg-type]
+        Assigned(eni_id="eni-00000001", ips=["10.0.0.7", "10.0.0.8"], prefixes=[])
+    ]
