@@ -16,10 +16,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from werkzeug.serving import WSGIRequestHandler, make_server
 
 from warmpool.clock import VirtualClock
 
@@ -81,13 +81,13 @@ def make_app(emu: Ec2Emulator, sleep: Sleep | bool | None = True) -> WsgiApp:
     return app
 
 
-class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class _KeepAliveHandler(WSGIRequestHandler):
+    """HTTP/1.1 with keep-alive, as EC2 speaks: a client (botocore's pool)
+    reuses one connection instead of paying a TCP handshake per call."""
 
+    protocol_version = "HTTP/1.1"
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         pass
 
 
@@ -95,8 +95,7 @@ class Server:
     """A running threaded server; ``url`` is the endpoint, ``close()`` stops it."""
 
     def __init__(self, app: WsgiApp, host: str, port: int) -> None:
-        self._httpd = make_server(host, port, app, server_class=_ThreadingWSGIServer,
-                                  handler_class=_QuietHandler)
+        self._httpd = make_server(host, port, app, threaded=True, request_handler=_KeepAliveHandler)
         self.host = host
         self.port = self._httpd.server_port
         self.url = f"http://{host}:{self.port}"
