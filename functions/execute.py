@@ -342,17 +342,29 @@ class PlanExecutor:
             return []
         if not self.managed(eni) or eni.eni.device_index == 0:
             return [Failed(code="not-managed", message=f"{call.eni_id} is not warmpool's to delete")]
+        deletable = True
         if eni.attachment_id:
             try:
                 self.ec2.call("DetachNetworkInterface", AttachmentId=eni.attachment_id)
             except NotFound:
                 pass
-        try:
-            self.ec2.call("DeleteNetworkInterface", NetworkInterfaceId=call.eni_id)
-            self.tally.add(names.M_ENIS_DELETED)
-        except (InUse, NotFound):
-            # Still detaching: it is detached and tagged, so the GC deletes it.
-            self.tally.add(M_ENI_DELETE_DEFERRED)
+            # EC2 detaches asynchronously (seconds): a Delete before that is over
+            # fails with InvalidNetworkInterface.InUse. Ask (one Describe, no
+            # mutating call) instead of issuing a Delete known to fail; a
+            # detaching ENI is tagged for the cluster, so the GC deletes it.
+            seen = self.ec2.describe_enis([call.eni_id]).get(call.eni_id)
+            if seen is None:
+                deletable = False  # already gone
+            elif seen.status != "available" or seen.instance_id:
+                deletable = False
+                self.tally.add(M_ENI_DELETE_DEFERRED)
+        if deletable:
+            try:
+                self.ec2.call("DeleteNetworkInterface", NetworkInterfaceId=call.eni_id)
+                self.tally.add(names.M_ENIS_DELETED)
+            except (InUse, NotFound):
+                # Attached again or gone meanwhile: the GC decides.
+                self.tally.add(M_ENI_DELETE_DEFERRED)
         released = len(eni.eni.ips) + PREFIX_SIZE * len(eni.eni.prefixes)
         self.tally.add(names.M_ADDRESSES_RELEASED, released)
         return [Deleted(eni_id=call.eni_id)]
