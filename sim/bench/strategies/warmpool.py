@@ -14,6 +14,10 @@ Wiring assumptions (the bench's, not the product's):
 * The agent ticks when a pod comes or goes, when a result arrives, and every
   ``AGENT_TICK_S`` otherwise; a pod whose ADD found nothing is retried (as the
   kubelet would) at every tick and after every result.
+* As the production agent's main loop (``node_agent.agent``,
+  ``WARMPOOL_RESYNC_S``), the controller reconciles with IMDS every
+  ``RESYNC_S``: addresses EC2 attached but whose result never arrived (the
+  invocation died after its EC2 call) are found there.
 * A result is received by its node ``RESULT_DELIVERY_S`` after it is sent
   (the agent long-polls its queue).
 * An invocation lasts ``INVOKE_BASE_S`` plus the EC2 latency of the calls it
@@ -56,6 +60,8 @@ from warmpool.messages import MessageError, parse_result
 from warmpool.pool import PoolConfig
 
 AGENT_TICK_S = 2.0
+RESYNC_S = 60.0
+"""The production agent's default ``WARMPOOL_RESYNC_S``."""
 RESULT_DELIVERY_S = 0.05
 INVOKE_BASE_S = 0.05
 RECONCILE_EVERY_S = 60.0
@@ -172,6 +178,7 @@ class _Agent:
         self.result_url = result_url
         self.pending: dict[str, None] = {}
         self._tick_at: float | None = None
+        self._resynced_at = strat.w.now()
 
     def add(self, pod: str) -> None:
         self.pending[pod] = None
@@ -208,6 +215,10 @@ class _Agent:
             self.s.counts["reports"] += 1
 
     def periodic(self) -> None:
+        now = self.s.w.now()
+        if now - self._resynced_at >= RESYNC_S:
+            self._resynced_at = now
+            self.c.resync(now)
         self.tick()
 
     def receive(self) -> None:
@@ -339,8 +350,8 @@ class _Cluster:
             nxt = self.esm.next_wakeup(w.now())
             if nxt is not None:
                 if nxt <= w.now() and not started:
-                    # sim/esm.py: ``now - since >= window`` can miss by one ulp while
-                    # ``window_ends_at()`` says now; step past it instead of spinning.
+                    # A wake-up due now that started nothing: never spin at one
+                    # instant of virtual time; step past it.
                     nxt = w.now() + 1e-3
                 self.kick(nxt)
 
