@@ -17,8 +17,6 @@ from functions import aws
 from functions.allocator import Allocator, Record, ThreadMapper
 from functions.observability import account_of, flush, powertools
 from functions.settings import Settings
-from functions.stores import DynamoBuckets, DynamoLeases, DynamoLedger
-from warmpool.clock import RealClock
 
 logger, tracer, metrics = powertools("allocate")
 
@@ -27,18 +25,8 @@ _lock = threading.Lock()
 
 
 def build(settings: Settings) -> Allocator:
-    """The production wiring: boto3 clients, DynamoDB stores, the wall clock, threads."""
-    db = aws.client("dynamodb", settings)
-    return Allocator(
-        ec2=aws.client("ec2", settings),
-        sqs=aws.client("sqs", settings),
-        buckets=DynamoBuckets(db, settings.buckets_table, settings.bucket_spec, settings.account, settings.region),
-        ledger=DynamoLedger(db, settings.ledger_table, settings.ledger_ttl_s),
-        leases=DynamoLeases(db, settings.ledger_table),
-        clock=RealClock(),
-        settings=settings,
-        mapper=ThreadMapper(settings.max_workers),
-    )
+    """The production wiring, with threads for independent nodes."""
+    return Allocator(**aws.ports(settings), mapper=ThreadMapper(settings.max_workers))
 
 
 def allocator(context: Any) -> Allocator:
@@ -46,10 +34,7 @@ def allocator(context: Any) -> Allocator:
     global _allocator
     with _lock:
         if _allocator is None:
-            settings = Settings.from_env()
-            if settings.account == "000000000000" and account_of(context):
-                settings = settings.model_copy(update={"account": account_of(context)})
-            _allocator = build(settings)
+            _allocator = build(aws.settings_at_cold_start(account_of(context)))
         return _allocator
 
 

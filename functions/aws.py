@@ -15,6 +15,8 @@ import boto3
 from botocore.config import Config
 
 from functions.settings import Settings
+from functions.stores import DynamoBuckets, DynamoLeases, DynamoLedger
+from warmpool.clock import RealClock
 
 RETRIES = Config(retries={"max_attempts": 2, "mode": "standard"}, max_pool_connections=32)
 
@@ -38,3 +40,27 @@ def reset() -> None:
     """Forget the cached clients (tests)."""
     with _lock:
         _clients.clear()
+
+
+def ports(settings: Settings) -> dict[str, Any]:
+    """The production wiring both functions share: boto3 clients, the
+    DynamoDB stores, the wall clock (keyword arguments of Allocator/Reconciler)."""
+    db = client("dynamodb", settings)
+    return {
+        "ec2": client("ec2", settings),
+        "sqs": client("sqs", settings),
+        "buckets": DynamoBuckets(db, settings.buckets_table, settings.bucket_spec, settings.account, settings.region),
+        "ledger": DynamoLedger(db, settings.ledger_table, settings.ledger_ttl_s),
+        "leases": DynamoLeases(db, settings.ledger_table),
+        "clock": RealClock(),
+        "settings": settings,
+    }
+
+
+def settings_at_cold_start(account_from_context: str | None) -> Settings:
+    """Typed settings read once; the account from the invocation's ARN when
+    the environment leaves it unset."""
+    settings = Settings.from_env()
+    if settings.account == "000000000000" and account_from_context:
+        settings = settings.model_copy(update={"account": account_from_context})
+    return settings

@@ -12,8 +12,6 @@ from functions import aws
 from functions.observability import account_of, flush, powertools
 from functions.reconciler import Reconciler
 from functions.settings import Settings
-from functions.stores import DynamoBuckets, DynamoLeases, DynamoLedger
-from warmpool.clock import RealClock
 
 logger, tracer, metrics = powertools("reconcile")
 
@@ -22,26 +20,14 @@ _lock = threading.Lock()
 
 
 def build(settings: Settings) -> Reconciler:
-    db = aws.client("dynamodb", settings)
-    return Reconciler(
-        ec2=aws.client("ec2", settings),
-        sqs=aws.client("sqs", settings),
-        buckets=DynamoBuckets(db, settings.buckets_table, settings.bucket_spec, settings.account, settings.region),
-        ledger=DynamoLedger(db, settings.ledger_table, settings.ledger_ttl_s),
-        leases=DynamoLeases(db, settings.ledger_table),
-        clock=RealClock(),
-        settings=settings,
-    )
+    return Reconciler(**aws.ports(settings))
 
 
 def reconciler(context: Any) -> Reconciler:
     global _reconciler
     with _lock:
         if _reconciler is None:
-            settings = Settings.from_env()
-            if settings.account == "000000000000" and account_of(context):
-                settings = settings.model_copy(update={"account": account_of(context)})
-            _reconciler = build(settings)
+            _reconciler = build(aws.settings_at_cold_start(account_of(context)))
         return _reconciler
 
 
