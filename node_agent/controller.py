@@ -336,6 +336,12 @@ class PoolController:
                 self._not_before = max(self._not_before, now + self.timing.retry_s)
                 notes.append(f"allocator failed: {action.code}: {action.message}")
             self.stats[f"action_{action.kind}"] += 1
+        if not result.actions and self.ds.counts(now).pending > 0 and self.metadata is not None:
+            # Pods wait, yet the allocator found nothing to do: EC2 already holds
+            # what we need, so a result was lost (e.g. the invocation died after
+            # its EC2 calls). Read IMDS now instead of at the next periodic resync.
+            self.stats["resync_on_empty_result"] += 1
+            notes.extend(self.resync(now))
         self._retries = 0
         self.stats["results_applied"] += 1
         for n in notes:

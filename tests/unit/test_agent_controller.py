@@ -281,3 +281,29 @@ def test_parked_claims_expire_from_their_first_arrival() -> None:
     imds.add(PRIMARY, ["10.0.0.99"])
     ctl.tick(63.0)
     assert ds.counts(63.0).total == 0 and ctl.stats["verify_dropped"] == 1
+
+
+def test_empty_reply_while_pods_wait_reads_imds_at_once() -> None:
+    # The allocator assigned 3 addresses, then died before its result went
+    # out; the next report gets an empty reply (EC2 already holds them).
+    imds = FakeImds()
+    ds, ctl = make(PoolConfig(warm_ip=1), imds=imds)
+    ctl.start(0.0)
+    ds.assign("c1", "eth0", "ns", 1.0)
+    r = one(ctl.tick(1.0))
+    assert r.pending_demand == 1
+    imds.add(PRIMARY, ["10.0.0.11", "10.0.0.12", "10.0.0.13"])
+    ctl.apply_result(result(r.seq), 2.0)
+    assert ds.counts(2.0).total == 3
+    assert ctl.stats["resync_on_empty_result"] == 1
+    assert ds.assign("c1", "eth0", "ns", 2.0) is not None
+
+
+def test_empty_reply_with_nothing_waiting_does_not_resync() -> None:
+    imds = FakeImds()
+    ds, ctl = make(PoolConfig(warm_ip=1), imds=imds)
+    ctl.start(0.0)
+    r = one(ctl.tick(1.0))
+    imds.add(PRIMARY, ["10.0.0.11"])
+    ctl.apply_result(result(r.seq), 2.0)
+    assert ds.counts(2.0).total == 0 and ctl.stats["resync_on_empty_result"] == 0
