@@ -341,7 +341,10 @@ class PoolController:
             # what we need, so a result was lost (e.g. the invocation died after
             # its EC2 calls). Read IMDS now instead of at the next periodic resync.
             self.stats["resync_on_empty_result"] += 1
-            notes.extend(self.resync(now))
+            try:
+                notes.extend(self.resync(now))
+            except Exception as exc:  # IMDS down: the periodic resync tries again
+                self._event("imds", f"cannot resync after an empty result: {exc}")
         self._retries = 0
         self.stats["results_applied"] += 1
         for n in notes:

@@ -307,3 +307,22 @@ def test_empty_reply_with_nothing_waiting_does_not_resync() -> None:
     imds.add(PRIMARY, ["10.0.0.11"])
     ctl.apply_result(result(r.seq), 2.0)
     assert ds.counts(2.0).total == 0 and ctl.stats["resync_on_empty_result"] == 0
+
+
+def test_empty_reply_with_imds_down_is_not_an_error() -> None:
+    class DownImds(FakeImds):
+        down = False
+
+        def interfaces(self) -> list[AttachedEni]:
+            if self.down:
+                raise OSError("IMDS: connection refused")
+            return super().interfaces()
+
+    imds = DownImds()
+    ds, ctl = make(PoolConfig(warm_ip=1), imds=imds)
+    ctl.start(0.0)
+    ds.assign("c1", "eth0", "ns", 1.0)
+    r = one(ctl.tick(1.0))
+    imds.down = True
+    ctl.apply_result(result(r.seq), 2.0)  # does not raise
+    assert ctl.stats["results_applied"] == 1
