@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from functions.delivery import Deferral, Delivery
-from functions.ec2 import Ec2, NodeFacts
+from functions.ec2 import FILTER_CHUNK, Ec2, NodeFacts
 from functions.errors import AwsError
 from functions.execute import NodeJob, NodeOutcome, PlanExecutor
 from functions.settings import Settings
@@ -150,7 +150,14 @@ class Allocator:
         out.stale, out.superseded = len(co.stale), len(co.superseded)
         self.tally.add(names.M_REPORTS_STALE, out.stale)
         self.tally.add(names.M_REPORTS_COALESCED, out.superseded)
-        jobs = self._verify_and_plan(list(co.keep), by_report, out)
+        keep = list(co.keep)
+        wait = self._pay_for_describes(keep)
+        if wait > 0:
+            # Describe* share the account's buckets too (Karpenter, the cluster
+            # autoscaler and the console call them): no tokens, no reading.
+            self._defer_unread(keep, by_report, wait, out)
+            keep = []
+        jobs = self._verify_and_plan(keep, by_report, out)
         active = [j for j in jobs if j.plan.calls]
         for job in jobs:
             if not job.plan.calls:
@@ -223,6 +230,33 @@ class Allocator:
         self._dead_letter(rec, reason, detail, out)
 
     # --- 3-4. verify, plan -----------------------------------------------------
+
+    def _pay_for_describes(self, reports: list[PoolReport]) -> float:
+        """Tokens for the batch's one inventory round (a filtered, paginated
+        DescribeInstances and DescribeNetworkInterfaces per 100 instances);
+        the wait if the shared buckets cannot pay now."""
+        if not reports:
+            return 0.0
+        rounds = math.ceil(len({r.instance_id for r in reports}) / FILTER_CHUNK)
+        request = {"DescribeInstances": rounds, "DescribeNetworkInterfaces": rounds}
+        wait = self.buckets.take_batch([request], self.clock.now())[0]
+        if wait == 0:
+            self.tally.add(names.M_TOKENS_TAKEN, 2 * rounds)
+        return wait
+
+    def _defer_unread(
+        self, reports: list[PoolReport], by_report: dict[int, Record], wait: float, out: BatchOutcome
+    ) -> None:
+        delay = min(float(self.settings.max_defer_s), max(1.0, wait if math.isfinite(wait) else 60.0))
+        self.tally.add(names.M_TOKENS_WAITED_S, delay)
+        items = [Deferral(by_report[id(r)].body, math.ceil(delay), r.node) for r in reports]
+        failed = set(self.delivery.defer(items))
+        for r in reports:
+            if r.node in failed:
+                out.failed_message_ids.append(by_report[id(r)].message_id)
+                continue
+            out.nodes[r.node] = NodeOutcome(r.node, r.instance_id, r.seq, "deferred", retry_after_s=delay,
+                                            reason="waiting for EC2 Describe tokens")
 
     def _verify_and_plan(
         self, keep: list[PoolReport], by_report: dict[int, Record], out: BatchOutcome

@@ -56,3 +56,21 @@ def test_serial_mapper_runs_are_deterministic() -> None:
         return sorted(w.all_addresses())
 
     assert run() == run()
+
+
+def test_describe_calls_draw_from_the_shared_buckets_too() -> None:
+    w = World()
+    for i in range(3):
+        w.add_node(f"n{i}")
+    # Other callers (an autoscaler, the console) emptied the Describe bucket.
+    now = w.clock.now()
+    cap = w.settings.bucket_spec("DescribeInstances").capacity
+    assert w.buckets.take_batch([{"DescribeInstances": cap}], now) == [0.0]
+    before = w.ec2_stats().get("DescribeInstances", {}).get("calls", 0)
+    out = w.deliver([w.report(f"n{i}", warm_ip=1) for i in range(3)])
+    assert out.deferred == 3 and out.served == 0 and out.failed_message_ids == []
+    assert w.ec2_stats().get("DescribeInstances", {}).get("calls", 0) == before
+    assert w.mutating_calls() == 0
+    assert all(o.reason == "waiting for EC2 Describe tokens" for o in out.nodes.values())
+    msgs = w.queued(w.reports_url, wait_s=30)
+    assert len(msgs) == 3  # re-sent with a delay, nothing lost
