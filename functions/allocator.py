@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 M_TOKENS_FORFEITED = "TokensForfeited"
+M_OFFERS_EXPIRED = "ReleaseOffersExpired"
 Mapper = Callable[[Callable[[T], R], Sequence[T]], list[R]]
 
 
@@ -150,7 +151,7 @@ class Allocator:
         out.stale, out.superseded = len(co.stale), len(co.superseded)
         self.tally.add(names.M_REPORTS_STALE, out.stale)
         self.tally.add(names.M_REPORTS_COALESCED, out.superseded)
-        keep = list(co.keep)
+        keep = [self._drop_old_offers(r, by_report) for r in co.keep]
         wait = self._pay_for_describes(keep)
         if wait > 0:
             # Describe* share the account's buckets too (Karpenter, the cluster
@@ -172,6 +173,9 @@ class Allocator:
             out.nodes[job.report.node] = res
             if res.status == "deferred":
                 deferrals.append(Deferral(job.body, math.ceil(res.retry_after_s), job.report.node))
+            elif res.reason == "internal":
+                # Nothing recorded, nothing pushed: let the ESM redeliver the record.
+                out.failed_message_ids.append(job.record_id)
         self._send_deferrals(deferrals, jobs, out)
         out.results = [n.result for n in out.nodes.values() if n.result is not None]
         for res in out.nodes.values():
@@ -230,6 +234,17 @@ class Allocator:
         self._dead_letter(rec, reason, detail, out)
 
     # --- 3-4. verify, plan -----------------------------------------------------
+
+    def _drop_old_offers(self, report: PoolReport, by_report: dict[int, Record]) -> PoolReport:
+        """A report whose release offers may have expired on the agent (it
+        takes quarantined addresses back after its release timeout) keeps its
+        demand but loses its offers: never unassign what a pod may hold again."""
+        if not report.release or self.clock.now() - report.sent_at <= self.settings.release_offer_max_age_s:
+            return report
+        self.tally.add(M_OFFERS_EXPIRED, sum(len(o.ips) + len(o.prefixes) for o in report.release))
+        fresh = report.model_copy(update={"release": []})
+        by_report[id(fresh)] = by_report[id(report)]
+        return fresh
 
     def _pay_for_describes(self, reports: list[PoolReport]) -> float:
         """Tokens for the batch's one inventory round (a filtered, paginated

@@ -19,6 +19,11 @@ from functions.stores import DynamoBuckets, DynamoLeases, DynamoLedger
 from warmpool.clock import RealClock
 
 RETRIES = Config(retries={"max_attempts": 2, "mode": "standard"}, max_pool_connections=32)
+EC2_NO_RETRIES = Config(retries={"total_max_attempts": 1, "mode": "standard"}, max_pool_connections=32)
+"""EC2 gets no SDK retry at all: a throttle is answered by the buckets and
+deferral (a botocore retry would sleep, and spend a token nobody paid for), and
+a timed-out AssignPrivateIpAddresses retried by the SDK could assign twice.
+Every EC2 retry is the allocator's decision (re-plan, defer, redelivery)."""
 
 _clients: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -28,7 +33,10 @@ def client(service: str, settings: Settings) -> Any:
     with _lock:
         c = _clients.get(service)
         if c is None:
-            kw: dict[str, Any] = {"region_name": settings.region, "config": RETRIES}
+            kw: dict[str, Any] = {
+                "region_name": settings.region,
+                "config": EC2_NO_RETRIES if service == "ec2" else RETRIES,
+            }
             if settings.endpoint_url:
                 kw["endpoint_url"] = settings.endpoint_url
             c = boto3.session.Session().client(service, **kw)

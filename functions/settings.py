@@ -51,6 +51,11 @@ class Settings(BaseSettings):
     subnet_cache_ttl_s: float = Field(default=30.0, ge=0, alias="WARMPOOL_SUBNET_CACHE_TTL_S")
     max_workers: int = Field(default=8, ge=1, le=64, alias="WARMPOOL_MAX_WORKERS")
     max_defer_s: int = Field(default=900, ge=1, le=900, alias="WARMPOOL_MAX_DEFER_S")
+    release_offer_max_age_s: float = Field(default=60.0, gt=0, alias="WARMPOOL_RELEASE_OFFER_MAX_AGE_S")
+    """Release offers in a report older than this are ignored: the agent takes
+    quarantined addresses back after its release timeout (120 s by default),
+    so acting on an old offer could unassign an address a pod holds again.
+    Must stay well below the agent's ``WARMPOOL_RELEASE_TIMEOUT_S``."""
     lease_retry_s: int = Field(default=5, ge=1, le=900, alias="WARMPOOL_LEASE_RETRY_S")
     bucket_capacity: dict[str, float] = Field(default_factory=dict, alias="WARMPOOL_BUCKET_CAPACITY")
     """Per-action capacity overrides (JSON), when the account's quotas differ."""

@@ -149,7 +149,9 @@ class PoolController:
                 )
             )
         before = {e.info.eni_id for e in self.ds.enis()}
-        notes = self.ds.reconcile(attached, now)
+        notes = self.ds.reconcile(
+            attached, now, ready_new=lambda i: self.host is None or (i.device_index == 0 and i.network_card == 0)
+        )
         for info, _, _ in attached:
             if info.eni_id not in before:
                 self._setup(info)
@@ -372,6 +374,9 @@ class PoolController:
                 return [f"{action.eni_id}: not in IMDS yet; will re-check"]
             ok_ips = [ip for ip in ips if ip in seen.ips]
             ok_pfx = [p for p in prefixes if p in seen.prefixes]
+            for key in [*ok_ips, *ok_pfx]:
+                # Ours again: the "just released" filter of resync must not drop it.
+                self._recent_released.pop(key, None)
             if len(ok_ips) < len(ips) or len(ok_pfx) < len(prefixes):
                 self._park(action, now)
                 notes.append(f"{action.eni_id}: {len(ips) - len(ok_ips)} addresses not in IMDS yet")

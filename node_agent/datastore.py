@@ -31,7 +31,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -878,9 +878,16 @@ class Datastore:
                 self._loading = False
             return True
 
-    def reconcile(self, attached: Iterable[tuple[EniInfo, list[str], list[str]]], now: float) -> list[str]:
+    def reconcile(
+        self,
+        attached: Iterable[tuple[EniInfo, list[str], list[str]]],
+        now: float,
+        ready_new: Callable[[EniInfo], bool] | None = None,
+    ) -> list[str]:
         """Make the ENIs and addresses match what is attached (IMDS wins for that);
         pod assignments on addresses still attached are kept (the checkpoint wins for that).
+        An ENI seen for the first time is ready (its addresses handed out) only
+        if ``ready_new(info)`` says so: a secondary ENI waits for its host set-up.
 
         Returns human-readable notes on what changed (pods dropped because their
         address is no longer attached are named).
@@ -890,7 +897,7 @@ class Datastore:
             seen: set[str] = set()
             for info, ips, prefixes in attached:
                 seen.add(info.eni_id)
-                if self.add_eni(info, now):
+                if self.add_eni(info, now, ready=True if ready_new is None else ready_new(info)):
                     notes.append(f"ENI {info.eni_id} added")
                 eni = self._enis[info.eni_id]
                 gone_ips = [ip for ip in eni.ips if ip not in set(ips)]

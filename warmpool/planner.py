@@ -27,7 +27,7 @@ from typing import Literal
 
 from warmpool.limits import PREFIX_SIZE, InstanceLimits
 from warmpool.messages import Mode, PoolReport, ReleaseOffer
-from warmpool.pool import PoolConfig, PoolDelta, PoolState, compute
+from warmpool.pool import PoolConfig, PoolDelta, PoolState, ceiling, compute
 
 
 @dataclass(frozen=True)
@@ -301,9 +301,9 @@ def _plan_allocation(
     prefix = alloc_mode == "prefix"
     unit = PREFIX_SIZE if prefix else 1
     need = math.ceil(delta.short / unit)
-    # Room left under the ceiling, in units of this allocation.
-    cap = limits.capacity(prefix, cfg.max_eni)
-    room = max(0, (min(cap, cfg.max_pods) if cfg.max_pods > 0 else cap) - state.total) // unit
+    # Room left under the node's ceiling (in addresses, as the node's mode
+    # counts them), in units of this allocation. Slots cap each ENI below.
+    room = max(0, ceiling(cfg, limits) - state.total) // unit
     slots = limits.slots_per_eni
     calls: list[Call] = []
     notes: list[str] = []

@@ -326,3 +326,42 @@ def test_empty_reply_with_imds_down_is_not_an_error() -> None:
     imds.down = True
     ctl.apply_result(result(r.seq), 2.0)  # does not raise
     assert ctl.stats["results_applied"] == 1
+
+
+def test_an_address_released_then_assigned_again_survives_resync() -> None:
+    # EC2 may hand back the same address within the "just released" window;
+    # resync must not force-remove it from the pod holding it (and later hand
+    # it out a second time).
+    imds = FakeImds()
+    imds.add(PRIMARY, ["10.0.0.12", "10.0.0.11"])
+    ds, ctl = make(PoolConfig(warm_ip=1), imds=imds)
+    ctl.start(1000.0)
+    r = one(ctl.tick(1000.0))
+    imds.enis[PRIMARY.eni_id] = AttachedEni(PRIMARY, ["10.0.0.12"], [])
+    ctl.apply_result(result(r.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.11"]}), 1001.0)
+    imds.enis[PRIMARY.eni_id] = AttachedEni(PRIMARY, ["10.0.0.12", "10.0.0.11"], [])
+    ctl.apply_result(result(r.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.11"]}), 1030.0)
+    a = ds.assign("podA", "eth0", "ns", 1031.0)
+    b = ds.assign("podB", "eth0", "ns", 1031.0)
+    assert a is not None and b is not None
+    ctl.resync(1040.0)
+    assert ds.lookup("podB", "eth0") == b
+    ctl.resync(1200.0)
+    assert ds.assign("podC", "eth0", "ns", 1201.0) is None  # nothing handed out twice
+
+
+def test_resync_never_hands_out_a_new_eni_before_its_host_set_up() -> None:
+    got = []
+
+    class SlowHost(RecordingHost):
+        def setup_eni(self, eni: EniInfo, mtu: int) -> None:
+            got.append(ds.assign("pod", "eth0", "ns", 2.0))  # a concurrent ADD in the window
+            raise LookupError("link not visible yet")
+
+    imds = FakeImds()
+    ds, ctl = make(PoolConfig(warm_ip=1), imds=imds, host=SlowHost())
+    ctl.start(1.0)
+    imds.add(SECOND, ["10.0.0.21"])  # IMDS shows the ENI before its result arrives
+    ctl.resync(2.0)
+    assert got == [None]
+    assert [e.ready for e in ds.enis() if e.info.eni_id == SECOND.eni_id] == [False]

@@ -74,3 +74,37 @@ def test_describe_calls_draw_from_the_shared_buckets_too() -> None:
     assert all(o.reason == "waiting for EC2 Describe tokens" for o in out.nodes.values())
     msgs = w.queued(w.reports_url, wait_s=30)
     assert len(msgs) == 3  # re-sent with a delay, nothing lost
+
+
+def test_old_release_offers_are_ignored_never_unassigning_what_a_pod_may_hold_again() -> None:
+    # The agent takes quarantined addresses back after its release timeout; a
+    # report that reaches the allocator later (deferred, backlog) must not
+    # have its offers acted on.
+    w = World()
+    w.add_node("n1", "m5.large")
+    w.deliver([w.report("n1", warm_ip=5)])
+    eni = w.enis("n1")[0]
+    offered = list(eni.secondary)[-3:]
+    old = w.report("n1", warm_ip=1, release=[{"eni_id": eni.id, "ips": offered}])
+    w.clock.advance(w.settings.release_offer_max_age_s + 1)
+    out = w.deliver([old])
+    assert [a.kind for a in out.nodes["n1"].actions] == []
+    assert set(offered) <= set(w.enis("n1")[0].secondary)
+    assert w.tally.as_dict().get("ReleaseOffersExpired") == 3
+    # A fresh offer still goes.
+    fresh = w.report("n1", warm_ip=1, release=[{"eni_id": eni.id, "ips": offered}])
+    out = w.deliver([fresh])
+    assert [a.kind for a in out.nodes["n1"].actions] == ["released"]
+
+
+def test_an_unexpected_error_leaves_the_record_for_redelivery() -> None:
+    w = World()
+    w.add_node("n1", "m5.large")
+
+    def boom(job: object) -> None:
+        raise RuntimeError("connection reset while reading a response")
+
+    w.alloc.executor.run = boom  # type: ignore[assignment,method-assign]
+    out = w.deliver([w.report("n1", warm_ip=5, pending=3)])
+    assert out.batch_item_failures() == {"batchItemFailures": [{"itemIdentifier": out.failed_message_ids[0]}]}
+    assert w.ledger.last_seqs("demo", ["n1"]) == {"n1": -1}

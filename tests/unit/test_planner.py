@@ -339,3 +339,15 @@ def test_offers_ec2_no_longer_shows_are_not_reclaimed():
     r, inv = rep([e0], assigned={0: 4}, pending=2, warm_ip=1, release=[offer])
     p = plan(r, inv)
     assert not any(isinstance(c, Reclaim) for c in p.calls)
+
+
+def test_prefix_fallback_on_a_node_that_already_holds_prefixes():
+    # Primary holds 2 /28s (32 addresses > the 27 single-address capacity),
+    # all in use; InsufficientCidrBlocks -> the fallback must still plan
+    # single addresses on the free slots.
+    pf = ("10.0.1.0/28", "10.0.1.16/28")
+    e0 = Eni("eni-00000000", 0, 0, "subnet-a", "10.0.0.4", (), pf)
+    r, inv = rep([e0], assigned={0: 32}, pending=3, mode="prefix", warm_prefix=1, warm_eni=0)
+    fb = plan(r, inv, force_mode="secondary-ip")
+    assert fb.kind == "allocate" and fb.units_planned >= 19
+    assert fb.calls[0] == AssignAddresses("eni-00000000", ips=7)
