@@ -108,3 +108,26 @@ def test_an_unexpected_error_leaves_the_record_for_redelivery() -> None:
     out = w.deliver([w.report("n1", warm_ip=5, pending=3)])
     assert out.batch_item_failures() == {"batchItemFailures": [{"itemIdentifier": out.failed_message_ids[0]}]}
     assert w.ledger.last_seqs("demo", ["n1"]) == {"n1": -1}
+
+
+def test_a_plan_stopped_part_way_is_recorded_answered_and_not_resent() -> None:
+    # Assign on the primary succeeds, then CreateNetworkInterface is throttled
+    # (someone else spent the account's bucket): what was done is recorded in
+    # the ledger (so a concurrent invocation holding an older view re-reads),
+    # the agent gets it plus ``deferred``, and the now stale report is not re-sent.
+    w = World()
+    w.add_node("n1", "m5.large")
+    w.emu.fail_next("CreateNetworkInterface", "RequestLimitExceeded", status=503)
+    rep = w.report("n1", warm_ip=1, pending=15)
+    out = w.deliver([rep])
+    node = out.nodes["n1"]
+    assert node.status == "deferred"
+    assert [a.kind for a in node.actions] == ["assigned"]
+    assert w.ledger.last_seq("demo", "n1") == rep.seq
+    (res,) = w.results("n1")
+    assert [a.kind for a in res.actions] == ["assigned", "deferred"]
+    assert w.queued(w.reports_url, wait_s=900) == []
+    # The agent's next report gets the rest.
+    out = w.deliver([w.report("n1", warm_ip=1, pending=15)])
+    assert out.nodes["n1"].status == "served"
+    assert w.addresses("n1") >= 16
