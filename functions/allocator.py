@@ -97,6 +97,10 @@ class BatchOutcome:
         return {"batchItemFailures": [{"itemIdentifier": m} for m in self.failed_message_ids]}
 
 
+def _low_priority(job: NodeJob) -> bool:
+    return job.plan.kind == "release" or job.report.pending_demand == 0
+
+
 def sender_matches(sender_id: str, instance_id: str) -> bool:
     """SQS ``SenderId`` of an assumed role is ``AROA...:<session name>``; the
     agent's instance-role session name is the instance id."""
@@ -355,7 +359,12 @@ class Allocator:
         concurrent invocation are forfeited (rare; counted)."""
         if not active:
             return []
-        waits = self.buckets.take_batch([j.plan.tokens() for j in active], self.clock.now())
+        # With a priority reserve (off by default, see Settings), work no pod
+        # waits for leaves the last tokens to starved nodes (DESIGN: starved
+        # first, releases last), and a top-up deferred until pods wait merges
+        # into the one call that serves them.
+        reserve = [self.settings.priority_reserve if _low_priority(j) else 0.0 for j in active]
+        waits = self.buckets.take_batch([j.plan.tokens() for j in active], self.clock.now(), reserve)
         paid: list[NodeJob] = []
         for job, wait in zip(active, waits, strict=True):
             if wait == 0:

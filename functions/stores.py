@@ -189,7 +189,9 @@ class DynamoBuckets:
                 return True, 0.0
         return False, 1.0
 
-    def take_batch(self, requests: Sequence[Mapping[str, float]], now: float) -> list[float]:
+    def take_batch(
+        self, requests: Sequence[Mapping[str, float]], now: float, reserve: Sequence[float] | None = None
+    ) -> list[float]:
         """Grant, in order, the requests the buckets can pay for now; one wait per request.
 
         One read and one (transactional, conditional) write per attempt.
@@ -200,7 +202,7 @@ class DynamoBuckets:
         for _ in range(MAX_CONFLICT_RETRIES):
             got = self._read(actions)
             states = {a: (g[0] if g else None) for a, g in got.items()}
-            changed, waits = allot(states, self._spec_of, requests, now)
+            changed, waits = allot(states, self._spec_of, requests, now, reserve)
             versions = {a: (g[1] if g else None) for a, g in got.items()}
             updates = {a: (st, versions.get(a)) for a, st in changed.items()}
             if self._write(updates):
