@@ -49,7 +49,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -612,31 +612,21 @@ class FastSqs:
                     op,
                 )
             now = self.clock.now()
-            ok: list[dict[str, Any]] = []
-            failed: list[dict[str, Any]] = []
-            for e in entries:
-                try:
-                    m = self._new_message(
-                        q, e.get("MessageBody"), e.get("MessageAttributes"), e.get("DelaySeconds"), _sender_id, op, now
-                    )
-                except ClientError as err:
-                    failed.append(
-                        {
-                            "Id": e["Id"],
-                            "SenderFault": True,
-                            "Code": err.response["Error"]["QueryErrorCode"],
-                            "Message": err.response["Error"]["Message"],
-                        }
-                    )
-                    continue
+
+            def one(e: dict[str, Any]) -> dict[str, Any]:
+                m = self._new_message(
+                    q, e.get("MessageBody"), e.get("MessageAttributes"), e.get("DelaySeconds"), _sender_id, op, now
+                )
                 delay = q.delay_seconds if e.get("DelaySeconds") is None else int(e["DelaySeconds"])
                 self._enqueue(q, m, delay, now)
                 r = {"Id": e["Id"], "MessageId": m.message_id, "MD5OfMessageBody": m.md5_body}
                 if m.md5_attrs:
                     r["MD5OfMessageAttributes"] = m.md5_attrs
-                ok.append(r)
+                return r
+
+            out = _per_entry(entries, one)
             self._cond.notify_all()
-            return {"Successful": ok, "Failed": failed}
+            return out
 
     def _take(
         self, q: _Queue, n: int, vt: int, now: float, want_sys: set[str], want_attrs: list[str]
@@ -814,22 +804,12 @@ class FastSqs:
             self._count(op)
             q = self._queue(QueueUrl, op)
             entries = self._check_entries(Entries, op, "DeleteMessage")
-            ok: list[dict[str, Any]] = []
-            failed: list[dict[str, Any]] = []
-            for e in entries:
-                try:
-                    self._delete(q, e.get("ReceiptHandle"), op)
-                    ok.append({"Id": e["Id"]})
-                except ClientError as err:
-                    failed.append(
-                        {
-                            "Id": e["Id"],
-                            "SenderFault": True,
-                            "Code": err.response["Error"]["QueryErrorCode"],
-                            "Message": err.response["Error"]["Message"],
-                        }
-                    )
-            return {"Successful": ok, "Failed": failed}
+
+            def one(e: dict[str, Any]) -> dict[str, Any]:
+                self._delete(q, e.get("ReceiptHandle"), op)
+                return {"Id": e["Id"]}
+
+            return _per_entry(entries, one)
 
     def _change_visibility(self, q: _Queue, receipt: Any, vt: Any, op: str) -> None:
         v = int(vt)
@@ -874,22 +854,12 @@ class FastSqs:
             self._count(op)
             q = self._queue(QueueUrl, op)
             entries = self._check_entries(Entries, op, "ChangeMessageVisibility")
-            ok: list[dict[str, Any]] = []
-            failed: list[dict[str, Any]] = []
-            for e in entries:
-                try:
-                    self._change_visibility(q, e.get("ReceiptHandle"), e.get("VisibilityTimeout", 0), op)
-                    ok.append({"Id": e["Id"]})
-                except ClientError as err:
-                    failed.append(
-                        {
-                            "Id": e["Id"],
-                            "SenderFault": True,
-                            "Code": err.response["Error"]["QueryErrorCode"],
-                            "Message": err.response["Error"]["Message"],
-                        }
-                    )
-            return {"Successful": ok, "Failed": failed}
+
+            def one(e: dict[str, Any]) -> dict[str, Any]:
+                self._change_visibility(q, e.get("ReceiptHandle"), e.get("VisibilityTimeout", 0), op)
+                return {"Id": e["Id"]}
+
+            return _per_entry(entries, one)
 
     # -- inspection (not SQS API; for tests and the bench) ------------------
 
@@ -974,3 +944,23 @@ class FastSqsClient:
 class _Meta:
     region_name: str
     endpoint_url: str
+
+
+def _per_entry(entries: list[dict[str, Any]], one: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    """A batch call's answer: each entry done on its own; one that fails is
+    reported in ``Failed`` with its code, the others still go (as SQS does)."""
+    ok: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    for e in entries:
+        try:
+            ok.append(one(e))
+        except ClientError as err:
+            failed.append(
+                {
+                    "Id": e["Id"],
+                    "SenderFault": True,
+                    "Code": err.response["Error"]["QueryErrorCode"],
+                    "Message": err.response["Error"]["Message"],
+                }
+            )
+    return {"Successful": ok, "Failed": failed}
