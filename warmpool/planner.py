@@ -228,7 +228,7 @@ def plan_node(
             if not released.calls:  # nothing more may go now: take every offer back
                 reclaim = tuple(Reclaim(eni_id, ips, pfx) for eni_id, ips, pfx in offered)
             return Plan(
-                report.node, inventory.instance_id, report.seq, "allocate",
+                report.node, inventory.instance_id, report.seq, "release" if released.calls else "allocate",
                 reclaim + released.calls, 0, live_delta, mode,
             )
         alloc_mode: Mode = force_mode or mode

@@ -180,7 +180,7 @@ def test_release_is_trimmed_to_what_targets_allow():
     # 7 free, warm 5 -> only 2 may go; the 5 the targets need are taken back
     # (no EC2 call), so the agent does not wait for its quarantine to expire.
     assert p.calls == (Reclaim(e0.eni_id, e0.ips[2:7]), UnassignAddresses(e0.eni_id, e0.ips[7:9]))
-    assert p.mutating_calls == 1
+    assert p.mutating_calls == 1 and p.kind == "release"
 
 
 def test_release_that_empties_an_eni_deletes_it():
