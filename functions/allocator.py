@@ -175,7 +175,7 @@ class Allocator:
         outcomes = self.map(lambda j: self._serve(j, owner), granted)
         for job, res in zip(granted, outcomes, strict=True):
             out.nodes[job.report.node] = res
-            if res.status == "deferred" and not res.actions:
+            if res.status == "deferred" and (not res.actions or res.resend):
                 deferrals.append(Deferral(job.body, math.ceil(res.retry_after_s), job.report.node))
             elif res.reason == "internal":
                 # Nothing recorded, nothing pushed: let the ESM redeliver the record.
@@ -464,12 +464,14 @@ class Allocator:
     def _serve(self, job: NodeJob, owner: str) -> NodeOutcome:
         try:
             res = self.executor.run(job)
-            if res.status != "deferred" or res.actions:
+            if res.status != "deferred" or (res.actions and not res.resend):
                 # A plan stopped part-way (throttled after some calls) is recorded
                 # too: another invocation that read EC2 before these calls then
                 # sees the ledger move and re-reads instead of acting on a stale
                 # view. The report is not re-sent (it would be stale); the agent
-                # gets what was done plus ``deferred`` and reports again.
+                # gets what was done plus ``deferred`` and reports again. Unless
+                # an ENI was created but not attached: then the same seq must come
+                # back so its ClientToken finds that ENI (``resend``).
                 self._finish(job, res)
             return res
         except Exception as exc:  # a bug or an outage: the ESM redelivers this record

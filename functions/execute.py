@@ -90,6 +90,9 @@ class NodeOutcome:
     calls: int = 0
     result: AllocationResult | None = None
     """The result pushed to the node (None if none was owed)."""
+    resend: bool = False
+    """Deferred with an ENI created but not attached: the report must come back
+    with the same seq, so the same ClientToken finds that ENI again."""
 
 
 class _Replan(Exception):
@@ -102,10 +105,11 @@ class _Replan(Exception):
 
 
 class _Defer(Exception):
-    def __init__(self, retry_after_s: float, reason: str) -> None:
+    def __init__(self, retry_after_s: float, reason: str, resend: bool = False) -> None:
         super().__init__(reason)
         self.retry_after_s = retry_after_s
         self.reason = reason
+        self.resend = resend
 
 
 def _iso(ts: float) -> str:
@@ -160,6 +164,7 @@ class PlanExecutor:
                 if plan.unmet:
                     out.actions.append(Failed(code="unmet", message=f"{plan.unmet} units: {'; '.join(plan.notes)}"[:500]))
             except _Defer as d:
+                out.resend = d.resend
                 return self._deferred(out, d.retry_after_s, d.reason)
             except AwsError as err:
                 out.actions.append(Failed(code=err.code[:100], message=str(err)[:500]))
@@ -283,8 +288,12 @@ class PlanExecutor:
                     DeviceIndex=call.device_index,
                     NetworkCardIndex=call.network_card,
                 )
-            except Throttled:
-                raise  # leave it: the deferred report re-creates it with the same token
+            except Throttled as err:
+                # Leave it: the report, re-sent with the same seq, re-creates it
+                # with the same ClientToken and so finds this ENI again.
+                d = self._throttled(err)
+                d.resend = True
+                raise d from None
             except AwsError as err:
                 self._delete_quietly(eni_id)
                 return [Failed(code=err.code[:100], message=f"attach {eni_id}: {err.message}"[:500])]

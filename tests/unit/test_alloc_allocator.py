@@ -148,3 +148,21 @@ def test_priority_reserve_serves_starved_nodes_before_top_ups() -> None:
     out = w2.deliver([w2.report("calm", warm_ip=1), w2.report("starved", warm_ip=1, pending=2)])
     assert out.nodes["starved"].status == "served"
     assert out.nodes["calm"].status == "deferred"
+
+
+def test_throttled_attach_after_a_create_resends_the_same_seq_so_the_token_finds_the_eni() -> None:
+    # Assign on the primary, Create, then Attach is throttled: the ENI exists
+    # unattached. The report must come back with the same seq (not be recorded),
+    # so the re-plan's ClientToken returns that ENI instead of making another.
+    w = World()
+    w.add_node("n1", "m5.large")
+    w.emu.fail_next("AttachNetworkInterface", "RequestLimitExceeded", status=503)
+    rep = w.report("n1", warm_ip=1, pending=15)
+    out = w.deliver([rep])
+    assert out.nodes["n1"].status == "deferred" and out.nodes["n1"].resend
+    assert w.ledger.last_seq("demo", "n1") == -1
+    (again,) = w.queued(w.reports_url, wait_s=900)
+    out = w.deliver([again["Body"]])
+    assert out.nodes["n1"].status == "served"
+    assert w.detached_enis() == [] and len(w.enis("n1")) == 2
+    assert w.ec2_stats()["CreateNetworkInterface"]["calls"] == 2  # the second found the first ENI
