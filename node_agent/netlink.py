@@ -299,31 +299,11 @@ class Netlink:
 
     def route_replace(self, r: Route) -> None:
         """``ip route replace DST [via GW] dev OIF [scope link] table T``"""
-        kw: dict[str, Any] = {"table": r.table, "scope": r.scope}
-        if r.dst != "default":
-            ip, plen = _split(r.dst)
-            kw.update(dst=ip, dst_len=plen)
-        else:
-            kw.update(dst="0.0.0.0", dst_len=0)
-        if r.oif is not None:
-            kw["oif"] = r.oif
-        if r.gateway is not None:
-            kw["gateway"] = r.gateway
-        self._do(f"route replace {r.dst} table {r.table}", self.ipr.route, "replace", **kw)
+        self._do(f"route replace {r.dst} table {r.table}", self.ipr.route, "replace", **_route_kw(r))
 
     def route_del(self, r: Route) -> None:
         """``ip route del DST [via GW] dev OIF table T``"""
-        kw: dict[str, Any] = {"table": r.table, "scope": r.scope}
-        if r.dst != "default":
-            ip, plen = _split(r.dst)
-            kw.update(dst=ip, dst_len=plen)
-        else:
-            kw.update(dst="0.0.0.0", dst_len=0)
-        if r.oif is not None:
-            kw["oif"] = r.oif
-        if r.gateway is not None:
-            kw["gateway"] = r.gateway
-        self._do(f"route del {r.dst} table {r.table}", self.ipr.route, "del", **kw)
+        self._do(f"route del {r.dst} table {r.table}", self.ipr.route, "del", **_route_kw(r))
 
     def route_absent(self, r: Route) -> bool:
         try:
@@ -427,3 +407,18 @@ class Netlink:
             state=NUD_PERMANENT,
             family=AF_INET,
         )
+
+
+def _route_kw(r: Route) -> dict[str, Any]:
+    """pyroute2 arguments naming one route (the same for replace and del)."""
+    kw: dict[str, Any] = {"table": r.table, "scope": r.scope}
+    if r.dst != "default":
+        ip, plen = _split(r.dst)
+        kw.update(dst=ip, dst_len=plen)
+    else:
+        kw.update(dst="0.0.0.0", dst_len=0)
+    if r.oif is not None:
+        kw["oif"] = r.oif
+    if r.gateway is not None:
+        kw["gateway"] = r.gateway
+    return kw
