@@ -919,38 +919,41 @@ def _describe_instances(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@_action("DescribeSubnets")
-def _describe_subnets(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+def _describe_store(
+    emu: Ec2Emulator,
+    p: dict[str, Any],
+    store: dict[str, Any],
+    spec: Any,
+    ids_key: str,
+    kind: str,
+    result_key: str,
+    render: Callable[[Any], dict[str, Any]],
+) -> dict[str, Any]:
+    """Describe* over one id-keyed store: ids (each must exist), filters, pages."""
     filters = _filter_values(p.get("Filters"))
-    _check_filters(filters, SUBNET_FILTERS)
-    ids = _ids(p, "SubnetIds")
+    _check_filters(filters, spec)
+    ids = _ids(p, ids_key)
     for i in ids:
-        if i not in emu.subnets:
-            raise not_found("Subnet", i)
-    cands = [emu.subnets[i] for i in dict.fromkeys(ids)] if ids else list(emu.subnets.values())
-    items = [s for s in cands if _matches(s, filters, SUBNET_FILTERS, _tags)]
-    page, nxt = emu._page(items, p, ids_key="SubnetIds")
-    out: dict[str, Any] = {"Subnets": [s.render(emu.owner, emu.config.region) for s in page]}
+        if i not in store:
+            raise not_found(kind, i)
+    cands = [store[i] for i in dict.fromkeys(ids)] if ids else list(store.values())
+    items = [x for x in cands if _matches(x, filters, spec, _tags)]
+    page, nxt = emu._page(items, p, ids_key=ids_key)
+    out: dict[str, Any] = {result_key: [render(x) for x in page]}
     if nxt:
         out["NextToken"] = nxt
     return out
+
+
+@_action("DescribeSubnets")
+def _describe_subnets(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+    return _describe_store(emu, p, emu.subnets, SUBNET_FILTERS, "SubnetIds", "Subnet", "Subnets",
+                           lambda s: s.render(emu.owner, emu.config.region))
 
 
 @_action("DescribeVpcs")
 def _describe_vpcs(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
-    filters = _filter_values(p.get("Filters"))
-    _check_filters(filters, VPC_FILTERS)
-    ids = _ids(p, "VpcIds")
-    for i in ids:
-        if i not in emu.vpcs:
-            raise not_found("Vpc", i)
-    cands = [emu.vpcs[i] for i in dict.fromkeys(ids)] if ids else list(emu.vpcs.values())
-    items = [v for v in cands if _matches(v, filters, VPC_FILTERS, _tags)]
-    page, nxt = emu._page(items, p, ids_key="VpcIds")
-    out: dict[str, Any] = {"Vpcs": [v.render(emu.owner) for v in page]}
-    if nxt:
-        out["NextToken"] = nxt
-    return out
+    return _describe_store(emu, p, emu.vpcs, VPC_FILTERS, "VpcIds", "Vpc", "Vpcs", lambda v: v.render(emu.owner))
 
 
 def _render_type(lim: InstanceLimits) -> dict[str, Any]:
