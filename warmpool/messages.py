@@ -101,12 +101,33 @@ class EniReport(_Strict):
     """Addresses of this ENI held by pods."""
 
 
+OFFER_MAX_AGE_CEILING_S = 60.0
+"""The oldest a release offer may be, measured from its ``quarantined_at``,
+when the allocator unassigns it. The allocator's own limit
+(``WARMPOOL_RELEASE_OFFER_MAX_AGE_S``) may be lower, never higher."""
+
+RELEASE_TIMEOUT_MARGIN_S = 30.0
+"""How much longer than :data:`OFFER_MAX_AGE_CEILING_S` the agent keeps an
+offered address quarantined before it takes it back: clock skew between node
+and Lambda plus the time between the allocator's age check and EC2's answer.
+The agent's ``WARMPOOL_RELEASE_TIMEOUT_S`` must be at least the sum."""
+
+MIN_RELEASE_TIMEOUT_S = OFFER_MAX_AGE_CEILING_S + RELEASE_TIMEOUT_MARGIN_S
+
+
 class ReleaseOffer(_Strict):
-    """Addresses the agent has quarantined and offers back."""
+    """Addresses the agent has quarantined and offers back.
+
+    ``quarantined_at`` (epoch seconds) is when the agent quarantined them; an
+    offer's age is measured from it, never from the report's ``sent_at`` (the
+    agent repeats a still-quarantined offer in every later report). An offer
+    without it (agents before the field existed) is never acted on: the
+    allocator cannot know how close the agent is to taking it back."""
 
     eni_id: EniId
     ips: Annotated[list[IPv4], Field(max_length=MAX_IPS_PER_ENI)] = []
     prefixes: Annotated[list[Prefix28], Field(max_length=MAX_PREFIXES_PER_ENI)] = []
+    quarantined_at: Annotated[float, Field(ge=0, le=1e11)] | None = None
 
 
 class PoolReport(_Strict):
@@ -149,6 +170,8 @@ class PoolReport(_Strict):
         for offer in self.release:
             if offer.eni_id not in seen:
                 raise ValueError(f"release names ENI {offer.eni_id} not in the report")
+            if offer.quarantined_at is not None and offer.quarantined_at > self.sent_at:
+                raise ValueError(f"release offer for {offer.eni_id} quarantined after the report was sent")
         return self
 
     def to_json(self) -> str:
