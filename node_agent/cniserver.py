@@ -2,29 +2,41 @@
 taking one JSON request per connection from ``warmpool-cni`` and doing the
 work: the address is recorded in the datastore (and checkpointed) before the
 pod is wired and before anyone is answered.
+
+One attachment (container id + interface name, as the CNI spec keys them) has
+one operation at a time: overlapping ADD/DEL/CHECK for it wait for each other
+(bounded; then "try again"). An ADD that fails gives back only an address it
+took itself, never one an earlier ADD of the same attachment returned. GC
+(spec 1.1) releases every attachment the runtime no longer lists.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import socket
 import socketserver
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from node_agent.cni import MAX_REQUEST_BYTES, VALID_ATTACHMENTS, version_at_least
 from node_agent.datastore import Assignment, Datastore
 from node_agent.hostnet import (
     GATEWAY,
     HostWiring,
     PodNet,
+    PodRefused,
     check_pod,
     host_veth_name,
+    ifname_problem,
+    netns_problem,
     setup_pod,
     teardown_pod,
     wired_pods,
@@ -40,11 +52,20 @@ E_IO = 5
 E_DECODE = 6
 E_INVALID_CONFIG = 7
 E_TRY_AGAIN_LATER = 11
+E_NOT_AVAILABLE = 50
 E_CHECK_FAILED = 100
+
+READ_TIMEOUT_S = 10.0
+"""The agent's limit for receiving a whole request once a client has connected (the plugin
+sends it at once); past it the client is answered with an error and the connection closed."""
 
 
 class PodNetwork(Protocol):
-    """How pods are wired (netlink in production, a recorder in unit tests and the bench)."""
+    """How pods are wired (netlink in production, a recorder in unit tests and the bench).
+
+    May also have ``check_netns(netns) -> str | None``: why a pod must not be wired into
+    that namespace (None = fine), asked before an ADD or CHECK takes or reads anything.
+    """
 
     def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet: ...
     def teardown(self, container_id: str, ifname: str, ip: str | None) -> None: ...
@@ -61,7 +82,13 @@ class NetlinkPods:
         self.host_netns = host_netns
         self.veth_prefix = veth_prefix
 
+    def check_netns(self, netns: str) -> str | None:
+        return netns_problem(netns, self.host_netns)
+
     def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet:
+        problem = netns_problem(netns, self.host_netns)  # again here: set-up must never touch the host's
+        if problem:
+            raise PodRefused(problem)
         with Netlink.open(self.host_netns) as host:
             return setup_pod(host, netns, ifname, container_id, ip, table, mtu, self.veth_prefix)
 
@@ -129,8 +156,18 @@ class CniStats:
     """Time ADDs waited for an address (bounded; the metrics layer folds it into a histogram)."""
 
 
+class _Slot:
+    """One attachment's lock and how many operations use or wait for it."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+
+
 class CniService:
-    """ADD / DEL / CHECK against the datastore and the pod network. Thread-safe."""
+    """ADD / DEL / CHECK / GC / STATUS against the datastore and the pod network. Thread-safe."""
 
     def __init__(
         self,
@@ -142,6 +179,9 @@ class CniService:
         clock: Callable[[], float] = time.time,
         on_unmet: Callable[[], None] | None = None,
         veth_prefix: str = "eni",
+        busy_wait_s: float = 30.0,
+        gc_min_age_s: float = 60.0,
+        status: Callable[[], str | None] | None = None,
     ) -> None:
         self.ds = datastore
         self.veth_prefix = veth_prefix
@@ -152,6 +192,41 @@ class CniService:
         self.on_unmet = on_unmet
         self.stats = CniStats()
         self._cond = threading.Condition()
+        self.busy_wait_s = busy_wait_s
+        """How long an operation waits for another one on the same attachment (then: try again)."""
+        self.gc_min_age_s = gc_min_age_s
+        """GC leaves alone attachments younger than this: the runtime may not list an ADD it has
+        not seen answered yet."""
+        self.status = status
+        self._slots_lock = threading.Lock()
+        self._attachments: dict[tuple[str, str], _Slot] = {}
+
+    @contextlib.contextmanager
+    def _attachment(self, cid: str, ifname: str, wait_s: float) -> Iterator[bool]:
+        """Hold the attachment's lock (waiting at most ``wait_s``); yields whether it was got."""
+        key = (cid, ifname)
+        with self._slots_lock:
+            slot = self._attachments.setdefault(key, _Slot())
+            slot.users += 1
+        got = False
+        try:
+            got = slot.lock.acquire(timeout=wait_s) if wait_s > 0 else slot.lock.acquire(blocking=False)
+            yield got
+        finally:
+            if got:
+                slot.lock.release()
+            with self._slots_lock:
+                slot.users -= 1
+                if slot.users == 0:
+                    del self._attachments[key]
+
+    @contextlib.contextmanager
+    def _serialised(self, cid: str, ifname: str) -> Iterator[None]:
+        with self._attachment(cid, ifname, self.busy_wait_s) as got:
+            if not got:
+                raise Failure(E_TRY_AGAIN_LATER, f"another CNI operation for {cid[:12]} ({ifname}) is in progress",
+                              f"waited {self.busy_wait_s:g}s", reason="busy")
+            yield
 
     def addresses_changed(self) -> None:
         """Wake ADDs waiting for an address (the agent calls this after applying results)."""
@@ -170,10 +245,20 @@ class CniService:
             if command == "CHECK":
                 self.check(req)
                 return {"ok": True}
+            if command == "GC":
+                self.gc(req)
+                return {"ok": True}
+            if command == "STATUS":
+                self.check_status(req)
+                return {"ok": True}
             raise Failure(E_INVALID_ENV, f"unsupported command {command!r}", reason="bad-command")
         except Failure as f:
             self.stats.failures[f"{command}:{f.reason}"] += 1
             return {"ok": False, "code": f.code, "msg": f.msg, "details": f.details}
+        except PodRefused as exc:
+            self.stats.failures[f"{command}:refused"] += 1
+            log.warning("%s %s refused: %s", command, req.get("container_id"), exc)
+            return {"ok": False, "code": E_INVALID_ENV, "msg": "pod network set-up refused", "details": str(exc)}
         except NetlinkFailure as exc:
             self.stats.failures[f"{command}:netlink"] += 1
             log.warning("%s %s: %s", command, req.get("container_id"), exc)
@@ -186,12 +271,28 @@ class CniService:
             raise Failure(E_INVALID_ENV, "CNI_CONTAINERID and CNI_IFNAME are required", reason="bad-env")
         return cid, ifname, netns
 
+    def _check_target(self, ifname: str, netns: str) -> None:
+        """ADD and CHECK: the interface name must be a valid Linux one and the namespace a pod's."""
+        problem = ifname_problem(ifname)
+        if problem:
+            raise Failure(E_INVALID_ENV, f"CNI_IFNAME: {problem}", reason="bad-ifname")
+        check_netns = getattr(self.pods, "check_netns", None)
+        problem = check_netns(netns) if check_netns is not None else None
+        if problem:
+            raise Failure(E_INVALID_ENV, f"CNI_NETNS: {problem}", reason="bad-netns")
+
     def add(self, req: dict[str, Any]) -> dict[str, Any]:
         cid, ifname, netns = self._ids(req)
         if not netns:
             raise Failure(E_INVALID_ENV, "CNI_NETNS is required for ADD", reason="bad-env")
         conf = req.get("config") or {}
         _check_config(conf)  # before anything is acted on: a bad config must not leave a pod half-made
+        self._check_target(ifname, netns)
+        with self._serialised(cid, ifname):
+            return self._add(cid, ifname, netns, conf)
+
+    def _add(self, cid: str, ifname: str, netns: str, conf: dict[str, Any]) -> dict[str, Any]:
+        earlier, _ = self._held(cid, ifname)  # returned by an earlier ADD (or found by a rebuild)
         started = self.clock()
         holder = host_veth_name(cid, ifname, self.veth_prefix)  # a rebuild may have found this pod's address
         a = self.ds.assign(cid, ifname, netns, started, holder)
@@ -218,7 +319,12 @@ class CniService:
         try:
             net = self.pods.setup(netns, ifname, cid, a.ip, table, self.mtu)
         except Exception:
-            # Never leave an address recorded for a pod that has no network.
+            if earlier is not None:
+                # An earlier ADD returned this address (and wired it): it stays, wiring and all;
+                # the runtime's DEL for this failed ADD (or GC) gives it back.
+                log.warning("ADD %s %s failed again; %s kept for the earlier ADD", cid[:12], ifname, a.ip)
+                raise
+            # Never leave an address this ADD took recorded for a pod that has no network.
             try:
                 self.pods.teardown(cid, ifname, a.ip)
             finally:
@@ -257,6 +363,10 @@ class CniService:
 
     def delete(self, req: dict[str, Any]) -> None:
         cid, ifname, _ = self._ids(req)
+        with self._serialised(cid, ifname):
+            self._delete(cid, ifname)
+
+    def _delete(self, cid: str, ifname: str) -> None:
         held, holder = self._held(cid, ifname)
         self.pods.teardown(cid, ifname, held.ip if held else None)
         now = self.clock()
@@ -266,6 +376,11 @@ class CniService:
 
     def check(self, req: dict[str, Any]) -> None:
         cid, ifname, netns = self._ids(req)
+        self._check_target(ifname, netns)
+        with self._serialised(cid, ifname):
+            self._check(cid, ifname, netns)
+
+    def _check(self, cid: str, ifname: str, netns: str) -> None:
         held, _ = self._held(cid, ifname)
         if held is None:
             raise Failure(E_UNKNOWN_CONTAINER, f"container {cid} ({ifname}) holds no address here",
@@ -274,6 +389,74 @@ class CniService:
         problems = self.pods.check(netns, ifname, cid, held.ip, eni.route_table if eni else MAIN_TABLE)
         if problems:
             raise Failure(E_CHECK_FAILED, "pod network is not as set up", "; ".join(problems), reason="check")
+
+
+    def gc(self, req: dict[str, Any]) -> None:
+        """CNI GC (spec 1.1): every attachment held here that ``cni.dev/valid-attachments`` does
+        not list is torn down and its address released into cooldown; a listed one never is.
+        Left alone as well: attachments with an operation in flight, and ones younger than
+        ``gc_min_age_s``. Recovered holders (known by host veth only) wait for their DEL."""
+        conf = req.get("config")
+        valid = _valid_attachments(conf)
+        now = self.clock()
+        errors: list[str] = []
+        released = 0
+        for rec in self.ds.pods():
+            if (rec.container_id, rec.ifname) in valid or now - rec.assigned_at < self.gc_min_age_s:
+                continue
+            with self._attachment(rec.container_id, rec.ifname, 0.0) as got:
+                if not got:
+                    continue  # an ADD/DEL/CHECK for it is running: not stale
+                held = self.ds.lookup(rec.container_id, rec.ifname)
+                if held is None or held.ip != rec.ip:
+                    continue
+                try:
+                    self.pods.teardown(rec.container_id, rec.ifname, rec.ip)
+                except (NetlinkFailure, PodRefused) as exc:
+                    errors.append(f"{rec.container_id[:12]}/{rec.ifname}: {exc}")
+                    continue
+                self.ds.release(rec.container_id, rec.ifname, self.clock())
+                released += 1
+                log.info("GC: %s %s not listed by the runtime; %s released", rec.container_id[:12], rec.ifname,
+                         rec.ip)
+        self.stats.requests["GC:released"] += released
+        if errors:
+            raise Failure(E_IO, f"GC could not tear down {len(errors)} attachments (the others were released)",
+                          "; ".join(errors)[:2000], reason="gc-teardown")
+
+    def check_status(self, req: dict[str, Any]) -> None:
+        """CNI STATUS (spec 1.1): ready for ADDs, or code 50 saying why not."""
+        problem = self.status() if self.status is not None else self._default_status()
+        if problem:
+            raise Failure(E_NOT_AVAILABLE, "warmpool agent cannot serve ADD yet", problem, reason="not-ready")
+
+    def _default_status(self) -> str | None:
+        if not any(e.ready for e in self.ds.enis()):
+            return "no ENI is ready on this node yet"
+        return None
+
+
+def _valid_attachments(conf: Any) -> set[tuple[str, str]]:
+    """The runtime's still-valid attachments from a GC config; refuses a config that does not say
+    (a missing list must never read as "none is valid")."""
+    if not isinstance(conf, dict):
+        raise Failure(E_DECODE, "network configuration is not a JSON object", reason="bad-config")
+    version = conf.get("cniVersion")
+    if not isinstance(version, str) or not version_at_least(version, "1.1.0"):
+        raise Failure(E_INCOMPATIBLE_VERSION, "config version does not allow GC", f"cniVersion {version!r}",
+                      reason="bad-version")
+    raw = conf.get(VALID_ATTACHMENTS)
+    if not isinstance(raw, list):
+        raise Failure(E_INVALID_CONFIG, f"GC needs {VALID_ATTACHMENTS} (a list)", reason="bad-config")
+    out: set[tuple[str, str]] = set()
+    for item in raw:
+        cid = item.get("containerID") if isinstance(item, dict) else None
+        ifname = item.get("ifname") if isinstance(item, dict) else None
+        if not isinstance(cid, str) or not isinstance(ifname, str) or not cid or not ifname:
+            raise Failure(E_INVALID_CONFIG, f"{VALID_ATTACHMENTS}: each entry needs containerID and ifname strings",
+                          json.dumps(item)[:200], reason="bad-config")
+        out.add((cid, ifname))
+    return out
 
 
 def _check_config(conf: Any) -> None:
@@ -290,31 +473,73 @@ def _check_config(conf: Any) -> None:
         raise Failure(E_DECODE, "prevResult is not a CNI result", reason="bad-config")
 
 
-class _Handler(socketserver.StreamRequestHandler):
+def read_request(sock: socket.socket, limit: int, timeout_s: float) -> bytes:
+    """One request line (without its newline) from ``sock``: at most ``limit`` bytes, all of
+    it within ``timeout_s``. ``ValueError`` if longer, ``TimeoutError`` if slower,
+    ``EOFError`` if the client closed before sending anything."""
+    deadline = time.monotonic() + timeout_s
+    buf = bytearray()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        sock.settimeout(left)
+        chunk = sock.recv(65536)
+        if not chunk:
+            if buf:  # the client shut its side after a request without a newline
+                return bytes(buf)
+            raise EOFError
+        end = chunk.find(b"\n")
+        buf += chunk if end < 0 else chunk[:end]
+        if len(buf) > limit:
+            raise ValueError(f"request larger than {limit} bytes")
+        if end >= 0:
+            return bytes(buf)
+
+
+class _Handler(socketserver.BaseRequestHandler):
     server: CniSocketServer
+    request: socket.socket
 
     def handle(self) -> None:
-        line = self.rfile.readline(1 << 20)
+        reply: dict[str, Any]
+        try:
+            line = read_request(self.request, MAX_REQUEST_BYTES, self.server.read_timeout_s)
+        except ValueError as exc:
+            reply = {"ok": False, "code": E_INVALID_CONFIG, "msg": "request too large", "details": str(exc)}
+        except TimeoutError:
+            reply = {"ok": False, "code": E_IO, "msg": "request not received in time",
+                     "details": f"no complete request within {self.server.read_timeout_s:g}s"}
+        except (EOFError, OSError):
+            return  # the client is gone: nobody to answer
+        else:
+            reply = self._answer(line)
+        try:
+            self.request.settimeout(self.server.read_timeout_s)
+            self.request.sendall(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
+        except OSError as exc:  # the client went away or stopped reading
+            log.info("CNI reply not delivered: %s", exc)
+
+    def _answer(self, line: bytes) -> dict[str, Any]:
         try:
             req = json.loads(line)
             if not isinstance(req, dict):
                 raise ValueError("not an object")
         except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
-            reply: dict[str, Any] = {"ok": False, "code": E_DECODE, "msg": "bad request", "details": str(exc)[:500]}
-        else:
-            try:
-                reply = self.server.service.handle(req)
-            except Exception as exc:  # never leave the plugin without an answer
-                log.exception("CNI request failed")
-                reply = {"ok": False, "code": E_IO, "msg": "agent error", "details": str(exc)[:500]}
-        self.wfile.write(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
+            return {"ok": False, "code": E_DECODE, "msg": "bad request", "details": str(exc)[:500]}
+        try:
+            return self.server.service.handle(req)
+        except Exception as exc:  # never leave the plugin without an answer
+            log.exception("CNI request failed")
+            return {"ok": False, "code": E_IO, "msg": "agent error", "details": str(exc)[:500]}
 
 
 class CniSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
-    def __init__(self, path: str, service: CniService) -> None:
+    def __init__(self, path: str, service: CniService, read_timeout_s: float = READ_TIMEOUT_S) -> None:
         self.service = service
+        self.read_timeout_s = read_timeout_s
         os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
         try:
             os.unlink(path)

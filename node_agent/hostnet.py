@@ -17,24 +17,92 @@ Layout (the VPC CNI's, REFERENCE.md):
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import ipaddress
+import os
 from dataclasses import dataclass
 
 from node_agent.datastore import EniInfo
 from node_agent.netlink import (
     MAIN_TABLE,
     RT_SCOPE_LINK,
+    Link,
     Netlink,
     NotFound,
     Route,
     Rule,
+    netns_path,
 )
 
 GATEWAY = "169.254.1.1"
 TO_POD_PRIORITY = 512
 FROM_POD_PRIORITY = 1536
 ENI_RULE_PRIORITY = 1536
+
+
+NS_GET_NSTYPE = 0xB703
+"""ioctl on a namespace file: its type (``linux/nsfs.h``, Linux ≥ 4.11)."""
+CLONE_NEWNET = 0x40000000
+IFNAMSIZ = 16
+
+
+class PodRefused(ValueError):
+    """A pod set-up refused before anything was changed: its namespace or interface
+    name would make the agent touch something that is not the pod's."""
+
+
+def ifname_problem(name: str) -> str | None:
+    """Why ``name`` is not a valid Linux interface name (the kernel's ``dev_valid_name``), or None."""
+    if not name:
+        return "the interface name is empty"
+    if len(name.encode("utf-8", "surrogatepass")) >= IFNAMSIZ:
+        return f"interface name {name!r} is longer than {IFNAMSIZ - 1} bytes"
+    if name in (".", ".."):
+        return f"interface name {name!r} is not allowed"
+    if any(c in "/:\x00" or c.isspace() for c in name):
+        return f"interface name {name!r} contains '/', ':', NUL or whitespace"
+    return None
+
+
+def _ns_id(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def netns_problem(netns: str, node_netns: str = "") -> str | None:
+    """Why a pod must not be wired into ``netns``, or None: it does not exist, is not a
+    network namespace, or is the agent's own, the host's (PID 1's) or the node's
+    namespace (``node_netns``). Namespaces are compared by device and inode."""
+    path = netns_path(netns)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"network namespace {netns}: {exc.strerror}"
+    try:
+        st = os.fstat(fd)
+        try:
+            kind = fcntl.ioctl(fd, NS_GET_NSTYPE)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTTY, errno.EINVAL):
+                return f"{netns} is not a namespace"
+            return f"network namespace {netns}: {exc.strerror}"
+    finally:
+        os.close(fd)
+    if kind != CLONE_NEWNET:
+        return f"{netns} is not a network namespace"
+    target = (st.st_dev, st.st_ino)
+    own = [("/proc/self/ns/net", "the agent's own"), ("/proc/1/ns/net", "the host's (PID 1)")]
+    if node_netns:
+        own.append((netns_path(node_netns), "the node's"))
+    for p, what in own:
+        if _ns_id(p) == target:
+            return f"{netns} is {what} network namespace, not a pod's"
+    return None
 
 
 def host_veth_name(container_id: str, ifname: str, prefix: str = "eni") -> str:
@@ -137,10 +205,16 @@ def setup_pod(
     with Netlink.open(pod_netns) as pod:
         hl = host.link_by_name(name)
         pl = pod.link_by_name(ifname)
-        if hl is None or pl is None or pl.kind != "veth":
-            # Half-made (or not made): start again from nothing.
-            host.link_absent(name)
-            pod.link_absent(ifname)
+        # Only this pod's own veth may ever be deleted: anything else of that name is refused, untouched.
+        if hl is not None and hl.kind != "veth":
+            raise PodRefused(f"host interface {name} exists and is not a veth: not this pod's, left alone")
+        if pl is not None and not _paired(hl, pl):
+            raise PodRefused(f"interface {ifname} already exists in {pod_netns} and is not this pod's veth "
+                             f"({pl.kind or 'no kind'}): left alone")
+        if hl is None or pl is None:
+            # Half-made (or not made): our host end (if any) goes, then both are made again.
+            if hl is not None:
+                host.link_absent(name)
             host.veth_add(name, ifname, pod_netns, mtu)
             hl = host.link_by_name(name)
             pl = pod.link_by_name(ifname)
@@ -174,6 +248,12 @@ def setup_pod(
         return PodNet(host_veth=name, host_mac=hl.mac, pod_mac=pl.mac, pod_ifindex=pl.index)
 
 
+def _paired(hl: Link | None, pl: Link) -> bool:
+    """``pl`` (in the pod) is the peer of our host end ``hl``."""
+    return (hl is not None and hl.kind == "veth" and pl.kind == "veth"
+            and pl.peer == hl.index and hl.peer == pl.index)
+
+
 def _ensure_pod_rules(host: Netlink, ip: str, table: int) -> None:
     wanted = pod_rules(ip, table)
     cidr = f"{ip}/32"
@@ -186,8 +266,12 @@ def _ensure_pod_rules(host: Netlink, ip: str, table: int) -> None:
 
 
 def teardown_pod(host: Netlink, container_id: str, ifname: str, ip: str | None, veth_prefix: str = "eni") -> None:
-    """Remove the host side of a pod (the veth goes with its peer). Safe to repeat."""
-    host.link_absent(host_veth_name(container_id, ifname, veth_prefix))
+    """Remove the host side of a pod (the veth goes with its peer). Safe to repeat.
+    A host interface of that name that is not a veth is not ours and is left alone."""
+    name = host_veth_name(container_id, ifname, veth_prefix)
+    hl = host.link_by_name(name)
+    if hl is not None and hl.kind == "veth":
+        host.link_absent(name)
     if ip:
         cidr = f"{ip}/32"
         for have in host.rules():

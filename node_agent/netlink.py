@@ -126,6 +126,8 @@ class Link:
     mtu: int
     up: bool
     kind: str = ""
+    peer: int | None = None
+    """``IFLA_LINK``: for a veth, its peer's index (in the peer's namespace)."""
 
 
 def _split(cidr: str) -> tuple[str, int]:
@@ -178,6 +180,7 @@ class Netlink:
                     mtu=m.get("IFLA_MTU") or 0,
                     up=bool(m["flags"] & 1),
                     kind=(info.get("IFLA_INFO_KIND") if info else "") or "",
+                    peer=m.get("IFLA_LINK"),
                 )
             )
         return out

@@ -1,0 +1,159 @@
+"""One attachment, one holder: CNI operations for one (container, interface) are
+serialised, and an ADD's clean-up never gives back an address another ADD
+returned (issue 11, defect 3). No kernel: the pod network is a recorder."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from node_agent.cniserver import CniService
+from node_agent.datastore import Datastore, EniInfo
+from node_agent.hostnet import PodNet
+from node_agent.netlink import NetlinkFailure
+
+ENI = EniInfo("eni-a", 0, "02:00:00:00:00:00", "10.0.0.10", "subnet-a", "10.0.0.0/24")
+CONF = {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool-cni"}
+
+
+def _ds(n: int = 3) -> Datastore:
+    ds = Datastore(cooldown_s=30.0)
+    ds.add_eni(ENI, 0.0)
+    ds.add_addresses(ENI.eni_id, [f"10.0.0.{11 + i}" for i in range(n)])
+    return ds
+
+
+def _add(cid: str = "c1", ifname: str = "eth0") -> dict[str, Any]:
+    return {"command": "ADD", "container_id": cid, "ifname": ifname, "netns": "/run/netns/p", "config": CONF}
+
+
+class ScriptedPods:
+    """Set-up calls follow a script: 'ok', 'fail' or 'block' (wait for ``go``, then ok)."""
+
+    def __init__(self, script: list[str]) -> None:
+        self.script = list(script)
+        self.go = threading.Event()
+        self.entered = threading.Event()
+        self.lock = threading.Lock()
+        self.inside = 0
+        self.most_inside = 0
+        self.setups: list[str] = []
+        self.teardowns: list[tuple[str, str, str | None]] = []
+
+    def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet:
+        with self.lock:
+            step = self.script.pop(0) if self.script else "ok"
+            self.inside += 1
+            self.most_inside = max(self.most_inside, self.inside)
+            self.setups.append(ip)
+        try:
+            if step == "block":
+                self.entered.set()
+                assert self.go.wait(10)
+            if step == "fail":
+                raise NetlinkFailure(16, "veth add: device or resource busy")
+            return PodNet("eni0", "02:00:00:00:00:01", "02:00:00:00:00:02", 2)
+        finally:
+            with self.lock:
+                self.inside -= 1
+
+    def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
+        self.teardowns.append((container_id, ifname, ip))
+
+    def check(self, netns: str, ifname: str, container_id: str, ip: str, table: int) -> list[str]:
+        return []
+
+
+def test_overlapping_adds_for_one_container_are_serialised_and_the_second_failure_keeps_the_address() -> None:
+    # Was: the second ADD ran while the first was wiring, got the same address,
+    # failed, and its clean-up released the address the first ADD then returned.
+    ds = _ds()
+    pods = ScriptedPods(["block", "fail"])
+    svc = CniService(ds, pods, clock=lambda: 5.0)
+    replies: dict[str, dict[str, Any]] = {}
+
+    def run(tag: str) -> None:
+        replies[tag] = svc.handle(_add())
+
+    first = threading.Thread(target=run, args=("first",))
+    first.start()
+    assert pods.entered.wait(10)
+    second = threading.Thread(target=run, args=("second",))
+    second.start()
+    deadline = time.monotonic() + 0.5  # room for the second ADD to reach set-up if nothing stops it
+    while time.monotonic() < deadline and len(pods.setups) < 2:
+        time.sleep(0.01)
+    pods.go.set()
+    first.join(10)
+    second.join(10)
+    assert pods.most_inside == 1, "two set-ups of one attachment ran at once"
+    assert replies["first"]["ok"], replies
+    ip = replies["first"]["result"]["ips"][0]["address"].removesuffix("/32")
+    assert replies["second"]["ok"] is False and replies["second"]["code"] == 5
+    held = ds.lookup("c1", "eth0")
+    assert held is not None and held.ip == ip, "the address the first ADD returned was given back"
+    assert pods.teardowns == [], "the working pod's wiring was torn down"
+    # after the cooldown no other pod gets it
+    later = CniService(ds, ScriptedPods([]), clock=lambda: 500.0)
+    others = [later.handle(_add(f"other{i}")) for i in range(2)]
+    assert all(r["ok"] for r in others)
+    assert ip not in {r["result"]["ips"][0]["address"].removesuffix("/32") for r in others}
+
+
+def test_a_failed_repeat_add_never_releases_the_address_a_finished_add_returned() -> None:
+    ds = _ds()
+    pods = ScriptedPods(["ok", "fail"])
+    svc = CniService(ds, pods, clock=lambda: 5.0)
+    ok = svc.handle(_add())
+    assert ok["ok"]
+    ip = ok["result"]["ips"][0]["address"].removesuffix("/32")
+    failed = svc.handle(_add())  # the runtime's retry, whose wiring fails
+    assert failed["ok"] is False and failed["code"] == 5
+    held = ds.lookup("c1", "eth0")
+    assert held is not None and held.ip == ip
+    assert pods.teardowns == []
+    assert ds.counts(5.0).cooldown == 0
+    # the runtime's DEL for the failed ADD is what gives it back
+    assert svc.handle({"command": "DEL", "container_id": "c1", "ifname": "eth0", "config": CONF})["ok"]
+    assert ds.lookup("c1", "eth0") is None and ds.counts(5.0).cooldown == 1
+
+
+def test_a_failed_first_add_still_gives_back_the_address_it_took() -> None:
+    ds = _ds()
+    pods = ScriptedPods(["fail"])
+    svc = CniService(ds, pods, clock=lambda: 5.0)
+    failed = svc.handle(_add())
+    assert failed["ok"] is False and failed["code"] == 5
+    assert ds.lookup("c1", "eth0") is None
+    assert len(pods.teardowns) == 1 and ds.counts(5.0).cooldown == 1
+
+
+def test_different_attachments_are_not_serialised() -> None:
+    ds = _ds()
+    pods = ScriptedPods(["block", "ok"])
+    svc = CniService(ds, pods, clock=lambda: 5.0)
+    first = threading.Thread(target=svc.handle, args=(_add("c1"),))
+    first.start()
+    assert pods.entered.wait(10)
+    # another interface of the same container, while the first is still wiring
+    assert svc.handle(_add("c1", "net1"))["ok"]
+    assert pods.most_inside == 2
+    pods.go.set()
+    first.join(10)
+    assert {p.ifname for p in ds.pods()} == {"eth0", "net1"}
+
+
+def test_an_operation_waiting_too_long_for_its_attachment_is_told_to_try_again() -> None:
+    ds = _ds()
+    pods = ScriptedPods(["block"])
+    svc = CniService(ds, pods, clock=lambda: 5.0, busy_wait_s=0.2)
+    first = threading.Thread(target=svc.handle, args=(_add(),))
+    first.start()
+    assert pods.entered.wait(10)
+    reply = svc.handle({"command": "DEL", "container_id": "c1", "ifname": "eth0", "config": CONF})
+    assert reply["ok"] is False and reply["code"] == 11 and "in progress" in reply["msg"]
+    pods.go.set()
+    first.join(10)
+    assert ds.lookup("c1", "eth0") is not None
+    assert svc._attachments == {}, "the per-attachment locks are not kept once idle"
