@@ -93,7 +93,8 @@ def test_installed_plugin_is_stdlib_only_and_answers_version(node: Node) -> None
     env = {"CNI_COMMAND": "VERSION"}
     out = subprocess.run([str(node.plugin)], input='{"cniVersion":"1.0.0"}', env=env, capture_output=True,
                          text=True, check=True).stdout
-    assert json.loads(out) == {"cniVersion": "1.0.0", "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0"]}
+    assert json.loads(out) == {"cniVersion": "1.0.0",
+                               "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]}
 
 
 def test_add_check_del_through_the_plugin(node: Node, pod: str) -> None:
@@ -154,6 +155,55 @@ def test_bad_config_and_env_are_spec_errors(node: Node, pod: str) -> None:
     p = subprocess.run([str(node.plugin)], input=json.dumps(CONF), env={"CNI_COMMAND": "ADD"},
                        capture_output=True, text=True)
     assert p.returncode == 1 and json.loads(p.stdout)["code"] == 4
+
+
+def test_the_node_namespace_is_refused_and_its_interfaces_left_alone(node: Node) -> None:
+    # Was: given the node's own namespace and the name of one of its (non-pod) interfaces,
+    # set-up deleted that interface to "start again from nothing".
+    rc, err = invoke(node.plugin, "ADD", CONF, cid="c1", netns_path=f"/run/netns/{node.ns}", sock=node.socket,
+                     ifname="eth1")
+    assert rc == 1 and err["code"] == 4 and "CNI_NETNS" in err["msg"], err
+    assert ip_json(node.ns, "link", "show", "eth1") != [], "the node's eth1 was deleted"
+    assert node.ds.pods() == [] and node.ds.counts(0.0).cooldown == 0
+
+
+def test_a_non_veth_interface_in_the_pod_namespace_is_refused_and_left_alone(node: Node, pod: str) -> None:
+    sh("ip", "-n", pod, "link", "add", "eth0", "type", "bridge")
+    rc, err = invoke(node.plugin, "ADD", CONF, cid="c1", netns_path=f"/run/netns/{pod}", sock=node.socket)
+    assert rc == 1 and err["code"] == 4 and "not this pod's veth" in err["details"], err
+    assert ip_json(pod, "-d", "link", "show", "eth0")[0]["linkinfo"]["info_kind"] == "bridge"  # type: ignore[index]
+    assert node.ds.lookup("c1", "eth0") is None
+
+
+def test_a_host_interface_with_the_pods_veth_name_that_is_not_a_veth_is_left_alone(node: Node, pod: str) -> None:
+    name = host_veth_name("c1", "eth0")
+    sh("ip", "-n", node.ns, "link", "add", name, "type", "bridge")
+    rc, err = invoke(node.plugin, "ADD", CONF, cid="c1", netns_path=f"/run/netns/{pod}", sock=node.socket)
+    assert rc == 1 and err["code"] == 4 and "not a veth" in err["details"], err
+    assert ip_json(node.ns, "-d", "link", "show", name)[0]["linkinfo"]["info_kind"] == "bridge"  # type: ignore[index]
+    rc, _ = invoke(node.plugin, "DEL", CONF, cid="c1", netns_path=f"/run/netns/{pod}", sock=node.socket)
+    assert rc == 0
+    assert ip_json(node.ns, "link", "show", name) != [], "DEL deleted a host interface that is not the pod's veth"
+
+
+def test_gc_through_the_plugin_tears_down_and_releases_what_the_runtime_no_longer_lists(node: Node) -> None:
+    with netns("wppod") as kept, netns("wppod") as leaked:
+        for cid, ns in (("kept", kept), ("leaked", leaked)):
+            rc, res = invoke(node.plugin, "ADD", CONF, cid=cid, netns_path=f"/run/netns/{ns}", sock=node.socket)
+            assert rc == 0, res
+        leaked_ip = node.ds.lookup("leaked", "eth0")
+        assert leaked_ip is not None
+        node.service.gc_min_age_s = 0.0
+        conf = {**CONF, "cniVersion": "1.1.0",
+                "cni.dev/valid-attachments": [{"containerID": "kept", "ifname": "eth0"}]}
+        rc, out = invoke(node.plugin, "GC", conf, cid="", netns_path="", sock=node.socket)
+        assert rc == 0 and out == {}, out
+        assert [p.container_id for p in node.ds.pods()] == ["kept"]
+        assert ip_json(node.ns, "link", "show", host_veth_name("leaked", "eth0")) == []
+        assert ip_json(node.ns, "link", "show", host_veth_name("kept", "eth0")) != []
+        rules = ip_json(node.ns, "-4", "rule", "show")
+        assert not any(leaked_ip.ip in (r.get("src"), r.get("dst")) for r in rules)
+        assert node.ds.counts(0.0).cooldown == 1
 
 
 def test_socket_is_root_only(node: Node) -> None:

@@ -20,7 +20,7 @@ from node_agent.cniserver import CniService
 from node_agent.datastore import Datastore, EniInfo
 from node_agent.hostnet import PodNet
 
-SPEC_CODES = {1, 2, 3, 4, 5, 6, 7, 11, 100}
+SPEC_CODES = {1, 2, 3, 4, 5, 6, 7, 11, 50, 100}
 CNI_VARS = ["CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH",
             cni.SOCKET_ENV, cni.TIMEOUT_ENV]
 COMMANDS = st.sampled_from(["ADD", "DEL", "CHECK", "VERSION", "GC", "STATUS", "", "add", "ADD\x00", "BOGUS"])
@@ -29,7 +29,8 @@ json_leaf = st.none() | st.booleans() | st.integers() | st.floats() | st.text(ma
 json_value = st.recursive(json_leaf, lambda k: st.lists(k, max_size=4) | st.dictionaries(st.text(max_size=10), k,
                                                                                             max_size=4), max_leaves=20)
 conf = st.fixed_dictionaries({}, optional={
-    "cniVersion": st.sampled_from(["1.0.0", "0.4.0", "0.3.1", "0.2.0", "9.9.9", ""]) | json_leaf,
+    "cniVersion": st.sampled_from(["1.1.0", "1.0.0", "0.4.0", "0.3.1", "0.2.0", "9.9.9", ""]) | json_leaf,
+    cni.VALID_ATTACHMENTS: json_value,
     "name": json_leaf, "type": json_leaf, "socket": json_leaf | st.just("/nonexistent/agent.sock"),
     "prevResult": json_value, "dns": json_value,
 })
@@ -62,6 +63,8 @@ def _well_formed(env: dict[str, str], raw: str) -> bool:
     if not isinstance(c, dict) or str(c.get("cniVersion", "1.0.0")) not in cni.SUPPORTED_VERSIONS:
         return False
     cmd = env.get("CNI_COMMAND")
+    if cmd in ("GC", "STATUS"):
+        return str(c.get("cniVersion")) == "1.1.0"
     need = ["CNI_CONTAINERID", "CNI_IFNAME"] + (["CNI_NETNS"] if cmd != "DEL" else [])
     return cmd in ("ADD", "DEL", "CHECK") and all(env.get(k) for k in need)
 
@@ -143,6 +146,12 @@ def test_agent_side_answers_any_request_and_never_hands_out_two_addresses_to_one
       "WARMPOOL_CNI_TIMEOUT_S": "nan"}, '{"cniVersion":"1.0.0"}', 4),
     ({"CNI_COMMAND": "DEL", "CNI_CONTAINERID": "c", "CNI_IFNAME": "eth0"},
      '{"cniVersion":"1.0.0","socket":"/nonexistent/agent.sock"}', 11),
+    ({"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c", "CNI_IFNAME": "eth0", "CNI_NETNS": "/x"},
+     '{"cniVersion":"1.0.0","pad":"' + "x" * (2 << 20) + '"}', 7),
+    ({"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c", "CNI_IFNAME": "eth0", "CNI_NETNS": "/x"},
+     "[" * (1 << 21), 7),
+    ({"CNI_COMMAND": "GC"}, '{"cniVersion":"1.0.0","cni.dev/valid-attachments":[]}', 1),
+    ({"CNI_COMMAND": "STATUS"}, '{"cniVersion":"1.1.0"}', 50),
 ])
 def test_real_plugin_process(tmp_path: Path, env: dict[str, str], raw: str, code: int) -> None:
     plugin = Path(cni.__file__)
