@@ -378,6 +378,9 @@ class Agent:
         lines += web.counter("warmpool_cni_failures_total", "CNI failures by command and reason",
                              {(("command", k.split(":")[0]), ("reason", k.split(":", 1)[1])): v
                               for k, v in self.cni.stats.failures.items()})
+        lines += web.counter("warmpool_cni_gc_released_total",
+                             "Attachments released by CNI GC (not listed by the runtime)",
+                             {(): self.cni.stats.gc_released})
         lines += web.histogram("warmpool_cni_address_wait_seconds", "Time a CNI ADD waited for an address",
                                self.cni.stats.wait_seconds)
         return lines

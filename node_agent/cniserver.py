@@ -154,6 +154,8 @@ class CniStats:
     failures: Counter[str] = field(default_factory=Counter)
     wait_seconds: list[float] = field(default_factory=list)
     """Time ADDs waited for an address (bounded; the metrics layer folds it into a histogram)."""
+    gc_released: int = 0
+    """Attachments CNI GC found unlisted by the runtime and released."""
 
 
 class _Slot:
@@ -419,7 +421,7 @@ class CniService:
                 released += 1
                 log.info("GC: %s %s not listed by the runtime; %s released", rec.container_id[:12], rec.ifname,
                          rec.ip)
-        self.stats.requests["GC:released"] += released
+        self.stats.gc_released += released
         if errors:
             raise Failure(E_IO, f"GC could not tear down {len(errors)} attachments (the others were released)",
                           "; ".join(errors)[:2000], reason="gc-teardown")

@@ -244,7 +244,7 @@ def test_gc_releases_every_unlisted_attachment_and_never_a_listed_one() -> None:
     assert reply == {"ok": True}
     assert {p.container_id for p in ds.pods()} == {"keep", "young"}  # young: its ADD may not be listed yet
     assert sorted(c for c, _, _ in pods.torn) == ["leak1", "leak2"]
-    assert ds.counts(80.0).cooldown == 2  # released into cooldown, not straight to another pod
+    assert ds.counts(80.0).cooldown == 2 and svc.stats.gc_released == 2  # into cooldown, not to another pod
     new = svc.handle(_add("new0"))["result"]["ips"][0]["address"].removesuffix("/32")
     assert new not in (held["leak1"], held["leak2"])
     # a second GC changes nothing more; a listed attachment on another interface is its own key
