@@ -109,7 +109,10 @@ def build_request(environ: dict[str, str], stdin: str) -> dict[str, Any]:
 
 def call_agent(path: str, req: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One request, one JSON line each way, over the agent's unix socket; all within ``timeout``."""
-    data = json.dumps(req, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"
+    try:  # as UTF-8 (non-ASCII text stays as long as it was on stdin), escaped only if it cannot be
+        data = json.dumps(req, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
+    except UnicodeEncodeError:  # lone surrogates from \u escapes
+        data = json.dumps(req, separators=(",", ":")).encode() + b"\n"
     if len(data) > MAX_REQUEST_BYTES:
         raise CniError(E_INVALID_CONFIG, "request to the warmpool agent is too large",
                        f"{len(data)} bytes; the limit is {MAX_REQUEST_BYTES}")

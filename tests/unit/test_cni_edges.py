@@ -123,6 +123,13 @@ def test_stdin_that_is_not_utf8_is_a_decode_error(agent: Agent) -> None:
     assert err["code"] == cni.E_DECODE
 
 
+def test_non_ascii_text_and_lone_surrogate_escapes_reach_the_agent(agent: Agent) -> None:
+    for extra in ('"ネットワーク"', '"\\udc80"'):
+        conf = ('{"cniVersion":"1.0.0","name":"warmpool","type":"warmpool-cni","note":' + extra + "}").encode()
+        p = plugin(_env(agent.path, cid=f"c{len(extra)}"), conf)
+        assert p.returncode == 0, p.stdout + p.stderr
+
+
 def test_the_agent_refuses_an_oversize_request_line_with_a_cni_error(agent: Agent) -> None:
     with socket.socket(socket.AF_UNIX) as s:
         s.settimeout(10)
