@@ -235,6 +235,7 @@ class PoolController:
         self.last_seq = seq
         self.ds.set_meta(SEQ_META, seq)
         c = self.ds.counts(now)
+        since = self.ds.quarantined_since()
         enis = []
         for e in self.ds.enis():
             live = [ip for ip in e.ips if e.addrs[ip].quarantined_at is None]
@@ -270,7 +271,12 @@ class PoolController:
             enis=enis,
             assigned_ips=c.assigned,
             pending_demand=c.pending,
-            release=[ReleaseOffer(eni_id=k, ips=v[0], prefixes=v[1]) for k, v in sorted(offers.items())],
+            release=[
+                # Dated no later than the report (the contract's rule; a clock stepped
+                # back after a restart only makes the offer look older, never younger).
+                ReleaseOffer(eni_id=k, ips=v[0], prefixes=v[1], quarantined_at=min(since.get(k, now), now))
+                for k, v in sorted(offers.items())
+            ],
         )
         if signature != self._last_signature:
             self._retries = 0

@@ -694,6 +694,21 @@ class Datastore:
                     out[eni.info.eni_id] = (ips, pfx)
             return out
 
+    def quarantined_since(self) -> dict[str, float]:
+        """Per ENI with quarantined addresses: the oldest of their quarantine times.
+
+        An offer's age is measured from it (the allocator must not act on an
+        offer the agent is about to take back), so one ENI's offer mixing
+        addresses quarantined at different times is dated by the oldest."""
+        with self._lock:
+            out: dict[str, float] = {}
+            for eni_id, (ips, prefixes) in self.quarantined().items():
+                addrs = self._enis[eni_id].addrs
+                times = [addrs[ip].quarantined_at for ip in ips]
+                times += [a.quarantined_at for a in addrs.values() if a.prefix is not None and a.prefix in prefixes]
+                out[eni_id] = min(t for t in times if t is not None)
+            return out
+
     # --- views ----------------------------------------------------------------
 
     def counts(self, now: float) -> Counts:
