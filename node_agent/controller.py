@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from pydantic import ValidationError
+
 from node_agent.config import Timing
 from node_agent.datastore import Datastore, EniInfo
 from warmpool.limits import InstanceLimits
@@ -97,6 +99,7 @@ class PoolController:
         mtu: int = 9001,
         min_report_interval_s: float = 1.0,
         on_event: Callable[[str, str], None] | None = None,
+        restart_hold_s: float = 0.0,
     ) -> None:
         self.identity = identity
         self.limits = limits
@@ -117,15 +120,22 @@ class PoolController:
         self._not_before = 0.0
         self._surplus_since: float | None = None
         self._unverified: dict[tuple[object, ...], tuple[Attached | Assigned, float]] = {}
-        """Claims waiting for IMDS, by what they claim (several may name one ENI), with their first arrival."""
-        self._recent_released: dict[str, float] = {}
-        self._recent_deleted: dict[str, float] = {}
+        """Claims waiting for IMDS, by what they claim (several may name one ENI), with their first arrival.
+        Checkpointed (the result carrying them is acknowledged once applied): a restart re-checks them."""
+        self._rechecking = False
+        self._load_parked()
+        self.restart_hold_s = restart_hold_s
+        """After a start, quarantined addresses are not taken back for this long: a result the
+        previous process received but never applied (a ``released`` one, maybe) comes back
+        from SQS only after its visibility timeout."""
+        self._hold_until = 0.0
         self._force = False
 
     # --- life cycle -----------------------------------------------------------------
 
     def start(self, now: float) -> list[str]:
         """After the checkpoint is restored: reconcile with IMDS, set up every ENI's host side."""
+        self._hold_until = now + self.restart_hold_s
         notes = self.resync(now) if self.metadata is not None else []
         for eni in self.ds.enis():
             self._setup(eni.info)
@@ -136,16 +146,18 @@ class PoolController:
         """Periodic full reconcile with IMDS (what is attached wins)."""
         if self.metadata is None:
             return []
-        self._expire_recent(now)
+        # EC2's answer (a result) wins over an IMDS that lags behind it; these
+        # filters are checkpointed, so they hold across a restart too.
+        released, deleted = self.ds.recently_gone(now)
         attached = []
         for a in self.metadata.interfaces():
-            if a.info.eni_id in self._recent_deleted:
+            if a.info.eni_id in deleted:
                 continue
             attached.append(
                 (
                     a.info,
-                    [ip for ip in a.ips if ip not in self._recent_released],
-                    [p for p in a.prefixes if p not in self._recent_released],
+                    [ip for ip in a.ips if ip not in released],
+                    [p for p in a.prefixes if p not in released],
                 )
             )
         before = {e.info.eni_id for e in self.ds.enis()}
@@ -176,8 +188,8 @@ class PoolController:
         """One pass: expire quarantine, retry pending host set-up and verification,
         quarantine surplus that outlasted the release delay, and return the report
         to send now, if any (zero or one)."""
-        self._expire_recent(now)
-        back = self.ds.unquarantine(before=now - self.timing.release_timeout_s)
+        self.ds.recently_gone(now)  # expires old entries
+        back = self.ds.unquarantine(before=now - self.timing.release_timeout_s) if now >= self._hold_until else 0
         if back:
             self.stats["unquarantined"] += back
             self._event("quarantine", f"{back} addresses back in the pool: no release confirmed in time")
@@ -324,14 +336,15 @@ class PoolController:
             if isinstance(action, Attached | Assigned):
                 notes.extend(self._apply_addresses(action, view, now))
             elif isinstance(action, Released):
-                for key in [*action.ips, *action.prefixes]:
-                    self._recent_released[key] = now
+                # Filter first (checkpointed), then remove: a restart between the two
+                # finds the addresses still quarantined and ignores IMDS for them.
+                self.ds.mark_gone(now, now + RECENT_S, released=[*action.ips, *action.prefixes])
                 removed = self.ds.remove_addresses(action.eni_id, action.ips, action.prefixes)
                 self.stats["addresses_released"] += len(removed)
                 notes.append(f"{action.eni_id}: {len(removed)} addresses released")
             elif isinstance(action, Deleted):
                 info = self.ds.eni(action.eni_id)
-                self._recent_deleted[action.eni_id] = now
+                self.ds.mark_gone(now, now + RECENT_S, deleted=[action.eni_id])
                 if info is not None and self.ds.remove_eni(action.eni_id):
                     self._teardown(info)
                     self.stats["enis_deleted"] += 1
@@ -380,9 +393,8 @@ class PoolController:
                 return [f"{action.eni_id}: not in IMDS yet; will re-check"]
             ok_ips = [ip for ip in ips if ip in seen.ips]
             ok_pfx = [p for p in prefixes if p in seen.prefixes]
-            for key in [*ok_ips, *ok_pfx]:
-                # Ours again: the "just released" filter of resync must not drop it.
-                self._recent_released.pop(key, None)
+            # Ours again: the "just released" filter of resync must not drop it.
+            self.ds.unmark_released([*ok_ips, *ok_pfx])
             if len(ok_ips) < len(ips) or len(ok_pfx) < len(prefixes):
                 self._park(action, now)
                 notes.append(f"{action.eni_id}: {len(ips) - len(ok_ips)} addresses not in IMDS yet")
@@ -427,19 +439,45 @@ class PoolController:
         key = self._claim_key(action)
         first = self._unverified.get(key, (action, now))[1]
         self._unverified[key] = (action, first)
+        if not self._rechecking:
+            self._save_parked()
+
+    def _save_parked(self) -> None:
+        self.ds.set_parked(
+            [{"action": a.model_dump(mode="json"), "first": first} for a, first in self._unverified.values()]
+        )
+
+    def _load_parked(self) -> None:
+        for raw in self.ds.parked():
+            try:
+                data = raw["action"]
+                action: Attached | Assigned = (
+                    Attached.model_validate(data) if data.get("kind") == "attached" else Assigned.model_validate(data)
+                )
+                first = float(raw["first"])
+            except (KeyError, TypeError, ValueError, AttributeError, ValidationError) as exc:
+                # Only a shortcut: the periodic resync finds what IMDS shows anyway.
+                self._event("verify", f"unreadable parked claim in the checkpoint dropped: {exc}")
+                continue
+            self._unverified[self._claim_key(action)] = (action, first)
 
     def _recheck(self, now: float) -> None:
         parked = self._unverified
         self._unverified = {}
         view = self._view()
-        for key, (action, first) in parked.items():
-            if now - first > VERIFY_TIMEOUT_S:
-                self.stats["verify_dropped"] += 1
-                self._event("verify", f"{action.eni_id}: result never confirmed by IMDS: dropped")
-                continue
-            self._apply_addresses(action, view, now)
-            if key in self._unverified:
-                self._unverified[key] = (self._unverified[key][0], first)
+        self._rechecking = True  # one checkpoint write for the lot, at the end
+        try:
+            for key, (action, first) in parked.items():
+                if now - first > VERIFY_TIMEOUT_S:
+                    self.stats["verify_dropped"] += 1
+                    self._event("verify", f"{action.eni_id}: result never confirmed by IMDS: dropped")
+                    continue
+                self._apply_addresses(action, view, now)
+                if key in self._unverified:
+                    self._unverified[key] = (self._unverified[key][0], first)
+        finally:
+            self._rechecking = False
+            self._save_parked()
 
     # --- host --------------------------------------------------------------------------
 
@@ -472,11 +510,6 @@ class PoolController:
             self._event("host", f"{info.eni_id}: teardown failed: {exc}")
 
     # --- misc ---------------------------------------------------------------------------
-
-    def _expire_recent(self, now: float) -> None:
-        for d in (self._recent_released, self._recent_deleted):
-            for k in [k for k, t in d.items() if now - t > RECENT_S]:
-                del d[k]
 
     def _event(self, kind: str, message: str) -> None:
         log.info("%s: %s", kind, message)

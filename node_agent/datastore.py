@@ -285,6 +285,12 @@ class Datastore:
         self._ip_eni: dict[str, str] = {}
         self._pending: dict[tuple[str, str], float] = {}
         self._recovered: dict[str, tuple[str, float]] = {}  # ip -> (holder, since)
+        self._gone_ips: dict[str, float] = {}
+        """Addresses and prefixes EC2 took (a ``released`` result) -> until when a lagging IMDS is ignored."""
+        self._gone_enis: dict[str, float] = {}
+        """ENIs EC2 deleted (a ``deleted`` result) -> until when a lagging IMDS is ignored."""
+        self._parked: list[dict[str, Any]] = []
+        """Claims (``assigned``/``attached`` results) waiting for IMDS to show them, as the controller wrote them."""
         self.meta: dict[str, Any] = {}
         self.changed = threading.Event()
         """Set on every change; the agent's loop may wait on it."""
@@ -709,6 +715,55 @@ class Datastore:
                 out[eni_id] = min(t for t in times if t is not None)
             return out
 
+    # --- what EC2 said and IMDS does not show yet ---------------------------------
+
+    def mark_gone(self, now: float, until: float, released: Iterable[str] = (), deleted: Iterable[str] = ()) -> None:
+        """EC2 unassigned these addresses/prefixes or deleted these ENIs: a lagging IMDS
+        that still lists them is ignored until ``until``. Checkpointed at once, before the
+        caller removes them (a restart in between must not re-add them from IMDS)."""
+        with self._lock:
+            self._expire_gone(now)
+            for key in released:
+                self._gone_ips[key] = max(until, self._gone_ips.get(key, until))
+            for eni_id in deleted:
+                self._gone_enis[eni_id] = max(until, self._gone_enis.get(eni_id, until))
+            self._save()
+
+    def unmark_released(self, keys: Iterable[str]) -> None:
+        """EC2 assigned these to us again (and IMDS shows them): no longer ignored."""
+        with self._lock:
+            hit = [k for k in keys if self._gone_ips.pop(k, None) is not None]
+            if hit:
+                self._save()
+
+    def recently_gone(self, now: float) -> tuple[frozenset[str], frozenset[str]]:
+        """(addresses and prefixes, ENI ids) a lagging IMDS may still list: ignore them."""
+        with self._lock:
+            if self._expire_gone(now):
+                self._save()
+            return frozenset(self._gone_ips), frozenset(self._gone_enis)
+
+    def _expire_gone(self, now: float) -> bool:
+        old = [k for k, t in self._gone_ips.items() if t <= now]
+        old_enis = [k for k, t in self._gone_enis.items() if t <= now]
+        for k in old:
+            del self._gone_ips[k]
+        for k in old_enis:
+            del self._gone_enis[k]
+        return bool(old or old_enis)
+
+    def set_parked(self, claims: list[dict[str, Any]]) -> None:
+        """The controller's claims waiting for IMDS (JSON objects it reads back with :meth:`parked`)."""
+        with self._lock:
+            if claims != self._parked:
+                self._parked = json.loads(json.dumps(claims))
+                self._save()
+
+    def parked(self) -> list[dict[str, Any]]:
+        with self._lock:
+            out: list[dict[str, Any]] = json.loads(json.dumps(self._parked))
+            return out
+
     # --- views ----------------------------------------------------------------
 
     def counts(self, now: float) -> Counts:
@@ -800,6 +855,12 @@ class Datastore:
             }
             if self._recovered:
                 out["recovered"] = {ip: [h, since] for ip, (h, since) in sorted(self._recovered.items())}
+            # Both optional (absent in checkpoints of agents before them): readers that
+            # do not know them lose only the protection against a lagging IMDS.
+            if self._gone_ips or self._gone_enis:
+                out["recent"] = {"released": dict(self._gone_ips), "deleted": dict(self._gone_enis)}
+            if self._parked:
+                out["parked"] = json.loads(json.dumps(self._parked))
             return out
 
     @contextlib.contextmanager
@@ -833,6 +894,9 @@ class Datastore:
             self._owner.clear()
             self._ip_eni.clear()
             self._recovered.clear()
+            self._gone_ips.clear()
+            self._gone_enis.clear()
+            self._parked = []
             self._loading = True
             try:
                 meta = data.get("meta", {})
@@ -849,6 +913,11 @@ class Datastore:
                     if not holder or since is None:
                         raise ValueError(f"recovered {ip}: empty holder or time")
                     self._recovered[ip] = (holder, float(since))
+                self._restore_recent(data.get("recent", {}))
+                parked = data.get("parked", [])
+                if not isinstance(parked, list) or not all(isinstance(c, dict) for c in parked):
+                    raise TypeError("parked is not a list of objects")
+                self._parked = parked
                 for raw in data["enis"]:
                     info = EniInfo(**raw["info"])
                     _check_types(info.__dict__, str, ("eni_id", "mac", "primary_ip", "subnet_id", "subnet_cidr"))
@@ -887,11 +956,31 @@ class Datastore:
                 self._owner.clear()
                 self._ip_eni.clear()
                 self._recovered.clear()
+                self._gone_ips.clear()
+                self._gone_enis.clear()
+                self._parked = []
                 self.meta = {}
                 raise CheckpointError(f"corrupt checkpoint: {exc}") from None
             finally:
                 self._loading = False
             return True
+
+    def _restore_recent(self, recent: Any) -> None:
+        if not isinstance(recent, dict):
+            raise TypeError("recent is not an object")
+        for kind, target in (("released", self._gone_ips), ("deleted", self._gone_enis)):
+            entries = recent.get(kind, {})
+            if not isinstance(entries, dict):
+                raise TypeError(f"recent.{kind} is not an object")
+            for key, until in entries.items():
+                _check_types({"until": until}, float, ("until",))
+                if until is None:
+                    raise ValueError(f"recent.{kind}.{key}: no expiry")
+                if kind == "released":
+                    ipaddress.IPv4Network(key)  # an address or a prefix
+                elif not isinstance(key, str) or not key.startswith("eni-"):
+                    raise ValueError(f"recent.deleted: {key!r} is not an ENI id")
+                target[key] = float(until)
 
     def reconcile(
         self,
