@@ -119,8 +119,9 @@ class PoolController:
         self._retries = 0
         self._not_before = 0.0
         self._surplus_since: float | None = None
-        self._unverified: dict[tuple[object, ...], tuple[Attached | Assigned, float]] = {}
-        """Claims waiting for IMDS, by what they claim (several may name one ENI), with their first arrival.
+        self._unverified: dict[tuple[object, ...], tuple[Attached | Assigned, float, int]] = {}
+        """Claims waiting for IMDS, by what they claim (several may name one ENI), with their first
+        arrival and the ``in_reply_to`` of their result.
         Checkpointed (the result carrying them is acknowledged once applied): a restart re-checks them."""
         self._rechecking = False
         self._load_parked()
@@ -334,17 +335,17 @@ class PoolController:
         view = self._view()
         for action in result.actions:
             if isinstance(action, Attached | Assigned):
-                notes.extend(self._apply_addresses(action, view, now))
+                notes.extend(self._apply_addresses(action, view, now, result.in_reply_to))
             elif isinstance(action, Released):
                 # Filter first (checkpointed), then remove: a restart between the two
                 # finds the addresses still quarantined and ignores IMDS for them.
-                self.ds.mark_gone(now, now + RECENT_S, released=[*action.ips, *action.prefixes])
+                self.ds.mark_gone(now, now + RECENT_S, result.in_reply_to, released=[*action.ips, *action.prefixes])
                 removed = self.ds.remove_addresses(action.eni_id, action.ips, action.prefixes)
                 self.stats["addresses_released"] += len(removed)
                 notes.append(f"{action.eni_id}: {len(removed)} addresses released")
             elif isinstance(action, Deleted):
                 info = self.ds.eni(action.eni_id)
-                self.ds.mark_gone(now, now + RECENT_S, deleted=[action.eni_id])
+                self.ds.mark_gone(now, now + RECENT_S, result.in_reply_to, deleted=[action.eni_id])
                 if info is not None and self.ds.remove_eni(action.eni_id):
                     self._teardown(info)
                     self.stats["enis_deleted"] += 1
@@ -382,21 +383,33 @@ class PoolController:
             return {}
 
     def _apply_addresses(
-        self, action: Attached | Assigned, view: dict[str, AttachedEni] | None, now: float
+        self, action: Attached | Assigned, view: dict[str, AttachedEni] | None, now: float, seq: int
     ) -> list[str]:
         notes = []
         ips, prefixes = list(action.ips), list(action.prefixes)
+        # A claim from a result older than the one that took the address (or deleted the
+        # ENI) is stale: SQS redelivered or reordered it, and IMDS may still lag.
+        gone_ips, gone_enis = self.ds.recently_gone(now)
+        if gone_enis.get(action.eni_id, -1) > seq:
+            self.stats["stale_claims"] += 1
+            return [f"{action.eni_id}: claim from reply to {seq} is older than the ENI's deletion: ignored"]
+        stale = [k for k in [*ips, *prefixes] if gone_ips.get(k, -1) > seq]
+        if stale:
+            self.stats["stale_claims"] += 1
+            notes.append(f"{action.eni_id}: {len(stale)} claimed addresses were released since: ignored")
+            ips = [ip for ip in ips if ip not in stale]
+            prefixes = [p for p in prefixes if p not in stale]
         if view is not None:
             seen = view.get(action.eni_id)
             if seen is None:
-                self._park(action, now)
+                self._park(action, now, seq)
                 return [f"{action.eni_id}: not in IMDS yet; will re-check"]
             ok_ips = [ip for ip in ips if ip in seen.ips]
             ok_pfx = [p for p in prefixes if p in seen.prefixes]
             # Ours again: the "just released" filter of resync must not drop it.
             self.ds.unmark_released([*ok_ips, *ok_pfx])
             if len(ok_ips) < len(ips) or len(ok_pfx) < len(prefixes):
-                self._park(action, now)
+                self._park(action, now, seq)
                 notes.append(f"{action.eni_id}: {len(ips) - len(ok_ips)} addresses not in IMDS yet")
             ips, prefixes = ok_ips, ok_pfx
             info = seen.info
@@ -432,19 +445,22 @@ class PoolController:
     def _claim_key(action: Attached | Assigned) -> tuple[object, ...]:
         return (action.eni_id, action.kind, tuple(action.ips), tuple(action.prefixes))
 
-    def _park(self, action: Attached | Assigned, now: float) -> None:
+    def _park(self, action: Attached | Assigned, now: float, seq: int) -> None:
         # Keyed by the whole claim, not the ENI: an ``attached`` and a later
         # ``assigned`` for the same still-attaching ENI both wait. (Keyed by ENI,
         # the second replaced the first and its addresses were never used.)
         key = self._claim_key(action)
-        first = self._unverified.get(key, (action, now))[1]
-        self._unverified[key] = (action, first)
+        first = self._unverified.get(key, (action, now, seq))[1]
+        self._unverified[key] = (action, first, seq)
         if not self._rechecking:
             self._save_parked()
 
     def _save_parked(self) -> None:
         self.ds.set_parked(
-            [{"action": a.model_dump(mode="json"), "first": first} for a, first in self._unverified.values()]
+            [
+                {"action": a.model_dump(mode="json"), "first": first, "seq": seq}
+                for a, first, seq in self._unverified.values()
+            ]
         )
 
     def _load_parked(self) -> None:
@@ -455,11 +471,12 @@ class PoolController:
                     Attached.model_validate(data) if data.get("kind") == "attached" else Assigned.model_validate(data)
                 )
                 first = float(raw["first"])
+                seq = int(raw.get("seq", -1))  # unknown: the oldest (any newer release wins)
             except (KeyError, TypeError, ValueError, AttributeError, ValidationError) as exc:
                 # Only a shortcut: the periodic resync finds what IMDS shows anyway.
                 self._event("verify", f"unreadable parked claim in the checkpoint dropped: {exc}")
                 continue
-            self._unverified[self._claim_key(action)] = (action, first)
+            self._unverified[self._claim_key(action)] = (action, first, seq)
 
     def _recheck(self, now: float) -> None:
         parked = self._unverified
@@ -467,14 +484,14 @@ class PoolController:
         view = self._view()
         self._rechecking = True  # one checkpoint write for the lot, at the end
         try:
-            for key, (action, first) in parked.items():
+            for key, (action, first, seq) in parked.items():
                 if now - first > VERIFY_TIMEOUT_S:
                     self.stats["verify_dropped"] += 1
                     self._event("verify", f"{action.eni_id}: result never confirmed by IMDS: dropped")
                     continue
-                self._apply_addresses(action, view, now)
+                self._apply_addresses(action, view, now, seq)
                 if key in self._unverified:
-                    self._unverified[key] = (self._unverified[key][0], first)
+                    self._unverified[key] = (self._unverified[key][0], first, seq)
         finally:
             self._rechecking = False
             self._save_parked()

@@ -285,10 +285,11 @@ class Datastore:
         self._ip_eni: dict[str, str] = {}
         self._pending: dict[tuple[str, str], float] = {}
         self._recovered: dict[str, tuple[str, float]] = {}  # ip -> (holder, since)
-        self._gone_ips: dict[str, float] = {}
-        """Addresses and prefixes EC2 took (a ``released`` result) -> until when a lagging IMDS is ignored."""
-        self._gone_enis: dict[str, float] = {}
-        """ENIs EC2 deleted (a ``deleted`` result) -> until when a lagging IMDS is ignored."""
+        self._gone_ips: dict[str, tuple[float, int]] = {}
+        """Addresses and prefixes EC2 took (a ``released`` result) -> (until when a lagging
+        IMDS is ignored, the result's ``in_reply_to``)."""
+        self._gone_enis: dict[str, tuple[float, int]] = {}
+        """ENIs EC2 deleted (a ``deleted`` result) -> (until, ``in_reply_to``), likewise."""
         self._parked: list[dict[str, Any]] = []
         """Claims (``assigned``/``attached`` results) waiting for IMDS to show them, as the controller wrote them."""
         self.meta: dict[str, Any] = {}
@@ -717,16 +718,20 @@ class Datastore:
 
     # --- what EC2 said and IMDS does not show yet ---------------------------------
 
-    def mark_gone(self, now: float, until: float, released: Iterable[str] = (), deleted: Iterable[str] = ()) -> None:
-        """EC2 unassigned these addresses/prefixes or deleted these ENIs: a lagging IMDS
-        that still lists them is ignored until ``until``. Checkpointed at once, before the
-        caller removes them (a restart in between must not re-add them from IMDS)."""
+    def mark_gone(
+        self, now: float, until: float, seq: int, released: Iterable[str] = (), deleted: Iterable[str] = ()
+    ) -> None:
+        """EC2 unassigned these addresses/prefixes or deleted these ENIs (a result replying
+        to report ``seq`` says so): a lagging IMDS that still lists them, and claims from
+        results replying to reports up to ``seq``, are ignored until ``until``.
+        Checkpointed at once, before the caller removes them (a restart in between must
+        not re-add them from IMDS)."""
         with self._lock:
             self._expire_gone(now)
-            for key in released:
-                self._gone_ips[key] = max(until, self._gone_ips.get(key, until))
-            for eni_id in deleted:
-                self._gone_enis[eni_id] = max(until, self._gone_enis.get(eni_id, until))
+            for d, keys in ((self._gone_ips, released), (self._gone_enis, deleted)):
+                for key in keys:
+                    t, n = d.get(key, (until, seq))
+                    d[key] = (max(t, until), max(n, seq))
             self._save()
 
     def unmark_released(self, keys: Iterable[str]) -> None:
@@ -736,16 +741,20 @@ class Datastore:
             if hit:
                 self._save()
 
-    def recently_gone(self, now: float) -> tuple[frozenset[str], frozenset[str]]:
-        """(addresses and prefixes, ENI ids) a lagging IMDS may still list: ignore them."""
+    def recently_gone(self, now: float) -> tuple[dict[str, int], dict[str, int]]:
+        """Addresses and prefixes, and ENI ids, a lagging IMDS may still list (ignore them),
+        each with the ``in_reply_to`` of the result that took it (older claims are stale)."""
         with self._lock:
             if self._expire_gone(now):
                 self._save()
-            return frozenset(self._gone_ips), frozenset(self._gone_enis)
+            return (
+                {k: n for k, (_, n) in self._gone_ips.items()},
+                {k: n for k, (_, n) in self._gone_enis.items()},
+            )
 
     def _expire_gone(self, now: float) -> bool:
-        old = [k for k, t in self._gone_ips.items() if t <= now]
-        old_enis = [k for k, t in self._gone_enis.items() if t <= now]
+        old = [k for k, (t, _) in self._gone_ips.items() if t <= now]
+        old_enis = [k for k, (t, _) in self._gone_enis.items() if t <= now]
         for k in old:
             del self._gone_ips[k]
         for k in old_enis:
@@ -858,7 +867,10 @@ class Datastore:
             # Both optional (absent in checkpoints of agents before them): readers that
             # do not know them lose only the protection against a lagging IMDS.
             if self._gone_ips or self._gone_enis:
-                out["recent"] = {"released": dict(self._gone_ips), "deleted": dict(self._gone_enis)}
+                out["recent"] = {
+                    "released": {k: [t, n] for k, (t, n) in sorted(self._gone_ips.items())},
+                    "deleted": {k: [t, n] for k, (t, n) in sorted(self._gone_enis.items())},
+                }
             if self._parked:
                 out["parked"] = json.loads(json.dumps(self._parked))
             return out
@@ -972,15 +984,17 @@ class Datastore:
             entries = recent.get(kind, {})
             if not isinstance(entries, dict):
                 raise TypeError(f"recent.{kind} is not an object")
-            for key, until in entries.items():
+            for key, entry in entries.items():
+                until, seq = entry  # [until, in_reply_to]
                 _check_types({"until": until}, float, ("until",))
+                _check_types({"seq": seq}, int, ("seq",))
                 if until is None:
                     raise ValueError(f"recent.{kind}.{key}: no expiry")
                 if kind == "released":
                     ipaddress.IPv4Network(key)  # an address or a prefix
                 elif not isinstance(key, str) or not key.startswith("eni-"):
                     raise ValueError(f"recent.deleted: {key!r} is not an ENI id")
-                target[key] = float(until)
+                target[key] = (float(until), int(seq))
 
     def reconcile(
         self,

@@ -222,3 +222,50 @@ def test_released_is_acted_on_before_imds_catches_up_and_within_one_write_order(
             gone = True
             assert offered[0] in snap.get("recent", {}).get("released", {}), snap
     assert gone
+
+
+def test_a_stale_assigned_result_redelivered_after_released_never_readds_the_address() -> None:
+    # SQS redelivers an old ``assigned`` (its delete failed, or the agent died before
+    # deleting it) after a newer ``released`` for the same address; IMDS still lists
+    # the address. EC2's latest answer wins, also across a restart.
+    cp = MemoryCheckpoint()
+    imds = FakeImds()
+    ds, ctl = boot(cp, imds, 0.0)
+    r1 = one(ctl.tick(1.0))
+    imds.add(PRIMARY, ["10.0.0.11", "10.0.0.12"])
+    stale = result(r1.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.11", "10.0.0.12"]})
+    ctl.apply_result(stale, 2.0)
+    assert ds.counts(2.0).total == 2
+    ds.quarantine(PRIMARY.eni_id, ["10.0.0.12"], [], 3.0)
+    r2 = one(ctl.tick(4.0))
+    ctl.apply_result(result(r2.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.12"]}), 5.0)
+    ctl.apply_result(stale, 6.0)  # redelivered; IMDS still lists .12
+    assert "10.0.0.12" not in {ip for e in ds.enis() for ip in e.ips}
+    ds, ctl = boot(cp, imds, 7.0)
+    ctl.apply_result(stale, 8.0)
+    assert "10.0.0.12" not in {ip for e in ds.enis() for ip in e.ips}
+    assert ds.assign("pod-a", "eth0", "ns", 9.0) is not None
+    assert ds.assign("pod-b", "eth0", "ns", 9.0) is None
+    # A newer claim for the address (EC2 gave it back) is applied.
+    r3 = one(ctl.tick(10.0))
+    ctl.apply_result(result(r3.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.12"]}), 11.0)
+    assert ds.assign("pod-b", "eth0", "ns", 12.0) == ("10.0.0.12", PRIMARY.eni_id)
+
+
+def test_a_stale_attached_result_redelivered_after_deleted_never_readds_the_eni() -> None:
+    cp = MemoryCheckpoint()
+    imds = FakeImds()
+    ds, ctl = boot(cp, imds, 0.0)
+    r1 = one(ctl.tick(1.0))
+    imds.add(SECOND, ["10.0.0.21"])
+    stale = result(r1.seq, {"kind": "attached", "eni_id": SECOND.eni_id, "device_index": 1, "network_card": 0,
+                            "mac": SECOND.mac, "subnet_id": "subnet-a", "subnet_cidr": "10.0.0.0/24",
+                            "primary_ip": SECOND.primary_ip, "ips": ["10.0.0.21"]})
+    ctl.apply_result(stale, 2.0)
+    assert ds.eni(SECOND.eni_id) is not None
+    r2 = one(ctl.tick(3.0))
+    ctl.apply_result(result(r2.seq, {"kind": "released", "eni_id": SECOND.eni_id, "ips": ["10.0.0.21"]},
+                            {"kind": "deleted", "eni_id": SECOND.eni_id}), 4.0)
+    ctl.apply_result(stale, 5.0)  # IMDS still shows the ENI
+    assert ds.eni(SECOND.eni_id) is None
+    assert ds.assign("pod-a", "eth0", "ns", 6.0) is None
