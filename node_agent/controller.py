@@ -14,6 +14,7 @@ Pool arithmetic is the core's (:func:`warmpool.pool.compute`), never redone here
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -472,7 +473,9 @@ class PoolController:
                 )
                 first = float(raw["first"])
                 seq = int(raw.get("seq", -1))  # unknown: the oldest (any newer release wins)
-            except (KeyError, TypeError, ValueError, AttributeError, ValidationError) as exc:
+                if not math.isfinite(first):
+                    raise ValueError(f"first seen at {first}")
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError, ValidationError) as exc:
                 # Only a shortcut: the periodic resync finds what IMDS shows anyway.
                 self._event("verify", f"unreadable parked claim in the checkpoint dropped: {exc}")
                 continue

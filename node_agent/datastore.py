@@ -914,6 +914,7 @@ class Datastore:
                 meta = data.get("meta", {})
                 if not isinstance(meta, dict):
                     raise TypeError("meta is not an object")
+                _check_types(meta, int, ("last_seq",))  # the controller's report sequence
                 self.meta = dict(meta)
                 recovered = data.get("recovered", {})
                 if not isinstance(recovered, dict):
