@@ -130,3 +130,51 @@ def test_agent_killed_at_every_checkpoint_write_then_restarted(
         c.check()
         c.faults.survived(f"{request.node.nodeid}[save {n}]")
     assert kills >= 6, kills
+
+
+@pytest.mark.parametrize("pool", ["warm-ip", "warm-eni"])
+def test_agent_restarted_while_imds_still_lists_what_ec2_took(pool: str, request: pytest.FixtureRequest) -> None:
+    """Issue 11, defect 2, in the closed loop: a node scales down, EC2 unassigns its
+    surplus (``released``; whole ENIs ``deleted`` in warm-ENI mode) while its IMDS
+    still shows the old state; the agent is killed and restarted in that window and
+    new pods arrive. No pod may get an address EC2 took from the node."""
+    from tests.reliability import invariants as inv
+    from warmpool.pool import PoolConfig
+
+    cfg = PoolConfig(warm_ip=2) if pool == "warm-ip" else PoolConfig(warm_eni=1)
+    c = Cluster(2, pool=cfg)
+    for n in c.nodes:
+        c.scale(n, 20)
+    c.settle()
+    n0 = c.nodes["n0"]
+    n0.imds.frozen = n0.imds.live()  # IMDS lags from here on
+    c.faults.inject("imds-slow")
+    c.scale("n0", 2)
+    def took() -> int:
+        return n0.ctl.stats["addresses_released"] + n0.ctl.stats["enis_deleted"]
+
+    for _ in range(400):
+        c.step()
+        if took():
+            break
+    assert took(), "EC2 took nothing"
+    c.run(3)
+    n0 = c.restart("n0")
+    c.faults.inject("agent-kill-9-in-imds-lag")
+    c.scale("n0", 20)
+    c.scale("n1", 25)  # the other node asks for addresses: EC2 may hand it the released ones
+    for _ in range(60):  # still inside the lag window
+        c.step()
+        inv.assert_ok(inv.agent_problems(c.w.emu, {k: (n.instance_id, n.ds) for k, n in c.nodes.items()}))
+        # Nothing in the restarted agent's pool that EC2 took (a pod could get it next).
+        ours = [e for e in c.w.emu.enis.values() if e.attachment is not None
+                and e.attachment.instance_id == n0.instance_id]
+        # (By ENI: EC2 may give the node the same addresses again on a new ENI; set up on
+        # the deleted one, a pod's traffic would leave through an interface that is gone.)
+        on_node = {(e.id, ip) for e in ours for ip in e.secondary}
+        extra = [(e.info.eni_id, ip) for e in n0.ds.enis() for ip in e.addrs if (e.info.eni_id, ip) not in on_node]
+        assert not extra, f"the agent's pool holds addresses EC2 took from the node: {extra[:5]}"
+    n0.imds.frozen = None
+    c.settle()
+    c.check()
+    c.faults.survived(f"{request.node.nodeid}")
