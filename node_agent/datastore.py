@@ -726,6 +726,9 @@ class Datastore:
         results replying to reports up to ``seq``, are ignored until ``until``.
         Checkpointed at once, before the caller removes them (a restart in between must
         not re-add them from IMDS)."""
+        released, deleted = list(released), list(deleted)
+        if not released and not deleted:
+            return
         with self._lock:
             self._expire_gone(now)
             for d, keys in ((self._gone_ips, released), (self._gone_enis, deleted)):
@@ -854,7 +857,14 @@ class Datastore:
                         "ips": list(e.ips),
                         "prefixes": list(e.prefixes),
                         "addrs": [
-                            {k: v for k, v in a.__dict__.items() if v not in (None, "", 0.0) and k != "recovered"}
+                            # Unset fields left out; 0.0 is a time like any other (virtual
+                            # clocks start there), except the default ``assigned_at`` of a free address.
+                            {
+                                k: v
+                                for k, v in a.__dict__.items()
+                                if v is not None and v != "" and k != "recovered"
+                                and not (k == "assigned_at" and v == 0.0 and not a.container_id)
+                            }
                             for a in e.addrs.values()
                             if a.container_id or a.freed_at is not None or a.quarantined_at is not None
                         ],
