@@ -27,6 +27,7 @@ import contextlib
 import errno
 import ipaddress
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -999,8 +1000,8 @@ class Datastore:
                 until, seq = entry  # [until, in_reply_to]
                 _check_types({"until": until}, float, ("until",))
                 _check_types({"seq": seq}, int, ("seq",))
-                if until is None:
-                    raise ValueError(f"recent.{kind}.{key}: no expiry")
+                if until is None or not math.isfinite(until):
+                    raise ValueError(f"recent.{kind}.{key}: expiry {until!r}")  # never expiring: lost forever
                 if kind == "released":
                     ipaddress.IPv4Network(key)  # an address or a prefix
                 elif not isinstance(key, str) or not key.startswith("eni-"):

@@ -269,3 +269,27 @@ def test_a_stale_attached_result_redelivered_after_deleted_never_readds_the_eni(
     ctl.apply_result(stale, 5.0)  # IMDS still shows the ENI
     assert ds.eni(SECOND.eni_id) is None
     assert ds.assign("pod-a", "eth0", "ns", 6.0) is None
+
+
+def test_damaged_lag_filters_fail_the_checkpoint_clearly() -> None:
+    import pytest
+
+    from node_agent.datastore import CheckpointError
+
+    cp = MemoryCheckpoint()
+    imds = FakeImds()
+    imds.add(PRIMARY, ["10.0.0.11", "10.0.0.12"])
+    _, ctl = boot(cp, imds, 0.0)
+    r = one(ctl.tick(0.0))
+    ctl.apply_result(result(r.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.12"]}), 1.0)
+    good = cp.load()
+    assert good is not None and good["recent"]["released"] == {"10.0.0.12": [121.0, r.seq]}
+    for bad in ([float("nan"), 1], [float("inf"), 1], [5.0, -1], [5.0], "x", None):
+        d = copy.deepcopy(good)
+        d["recent"]["released"]["10.0.0.12"] = bad
+        with pytest.raises(CheckpointError):
+            Datastore(checkpoint=MemoryCheckpoint(d)).restore()
+    d = copy.deepcopy(good)
+    d["recent"]["released"] = {"not-an-address": [5.0, 1]}
+    with pytest.raises(CheckpointError):
+        Datastore(checkpoint=MemoryCheckpoint(d)).restore()
