@@ -414,6 +414,7 @@ class PoolController:
                 notes.append(f"{action.eni_id}: {len(ips) - len(ok_ips)} addresses not in IMDS yet")
             ips, prefixes = ok_ips, ok_pfx
             info = seen.info
+            notes.extend(self._drop_replaced(info, view))
         elif isinstance(action, Attached):
             info = EniInfo(
                 eni_id=action.eni_id,
@@ -440,6 +441,24 @@ class PoolController:
             self.stats["addresses_reclaimed"] += back
             self._surplus_since = None
             notes.append(f"{info.eni_id}: {back} offered addresses taken back")
+        return notes
+
+    def _drop_replaced(self, info: EniInfo, view: dict[str, AttachedEni]) -> list[str]:
+        """An ENI IMDS shows in a device slot our datastore gives to another ENI that IMDS
+        no longer lists: that one is gone (its ``deleted`` result was lost). Dropped now,
+        before the newcomer is added (two ENIs in one slot make an invalid report),
+        rather than at the next resync."""
+        notes = []
+        for e in self.ds.enis():
+            same_slot = (e.info.network_card, e.info.device_index) == (info.network_card, info.device_index)
+            if e.info.eni_id != info.eni_id and same_slot and e.info.eni_id not in view:
+                for a in e.addrs.values():
+                    if a.in_use:
+                        notes.append(f"pod {a.container_id or a.recovered}/{a.ifname} lost {a.ip}: ENI detached")
+                self.ds.remove_eni(e.info.eni_id, force=True)
+                self._teardown(e.info)
+                self.stats["enis_replaced"] += 1
+                notes.append(f"{e.info.eni_id}: detached (IMDS shows {info.eni_id} in its slot): removed")
         return notes
 
     @staticmethod

@@ -293,3 +293,25 @@ def test_damaged_lag_filters_fail_the_checkpoint_clearly() -> None:
     d["recent"]["released"] = {"not-an-address": [5.0, 1]}
     with pytest.raises(CheckpointError):
         Datastore(checkpoint=MemoryCheckpoint(d)).restore()
+
+
+def test_a_new_eni_in_the_slot_of_one_whose_deletion_was_lost_replaces_it() -> None:
+    # The ``deleted`` result for SECOND was lost; EC2 attached a new ENI at the same
+    # device index and IMDS shows only the new one. Applying its ``attached`` result
+    # drops the old one: two ENIs in one slot would make every later report invalid.
+    from node_agent.datastore import EniInfo
+
+    imds = FakeImds()
+    imds.add(SECOND, ["10.0.0.21"])
+    ds, ctl = boot(MemoryCheckpoint(), imds, 0.0)
+    r = one(ctl.tick(0.0))
+    del imds.enis[SECOND.eni_id]
+    third = EniInfo("eni-00000003", 1, "0a:00:00:00:00:03", "10.0.0.30", "subnet-a", "10.0.0.0/24")
+    imds.add(third, ["10.0.0.31"])
+    ctl.apply_result(result(r.seq, {"kind": "attached", "eni_id": third.eni_id, "device_index": 1,
+                                    "network_card": 0, "mac": third.mac, "subnet_id": "subnet-a",
+                                    "subnet_cidr": "10.0.0.0/24", "primary_ip": third.primary_ip,
+                                    "ips": ["10.0.0.31"]}), 1.0)
+    assert ds.eni(SECOND.eni_id) is None and ds.eni(third.eni_id) is not None
+    report = one(ctl.tick(70.0))  # valid: one ENI per device slot
+    assert sorted(e.eni_id for e in report.enis) == [PRIMARY.eni_id, third.eni_id]
