@@ -39,6 +39,12 @@ from warmpool.ports import SqsApi
 log = logging.getLogger("warmpool.agent")
 
 POLL_WAIT_S = 20
+RESULT_VISIBILITY_S = 10
+"""A received result stays invisible this long; it is deleted once applied and checkpointed.
+Short, so a result a killed agent received but never applied comes back soon after the
+restart (applying a result twice is harmless)."""
+RESTART_HOLD_S = RESULT_VISIBILITY_S + 5.0
+"""After a start, quarantined addresses are not taken back until such a result could come back."""
 
 
 class Metadata(Protocol):
@@ -129,7 +135,7 @@ class Agent:
         self.pods = self.pods or self._pod_network()
         self.controller = PoolController(
             self.identity, limits, cfg.pool, self.ds, cfg.timing,
-            host=self.host, metadata=self.metadata, mtu=cfg.mtu,
+            host=self.host, metadata=self.metadata, mtu=cfg.mtu, restart_hold_s=RESTART_HOLD_S,
         )
         now = self.clock.now()
         if restored:
@@ -285,7 +291,8 @@ class Agent:
         while not self.stopping.is_set():
             try:
                 resp = self.sqs.receive_message(
-                    QueueUrl=self.result_queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=self.poll_wait_s
+                    QueueUrl=self.result_queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=self.poll_wait_s,
+                    VisibilityTimeout=RESULT_VISIBILITY_S,
                 )
             except Exception as exc:
                 self.counters["results_poll_errors"] += 1

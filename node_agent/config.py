@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from warmpool import names
+from warmpool.messages import MIN_RELEASE_TIMEOUT_S, OFFER_MAX_AGE_CEILING_S, RELEASE_TIMEOUT_MARGIN_S
 from warmpool.pool import PoolConfig
 
 ENV_NODE_NAME = "MY_NODE_NAME"
@@ -79,6 +80,22 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default
     if raw not in choices:
         raise ConfigError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
     return raw
+
+
+def _release_timeout(env: Mapping[str, str]) -> float:
+    """The agent takes an offered address back after this long; the allocator acts
+    on an offer at most ``OFFER_MAX_AGE_CEILING_S`` after its quarantine time. Shorter
+    than the ceiling plus the margin (clock skew, the EC2 call in flight), the agent
+    could give a pod an address EC2 is about to unassign: two holders for one address."""
+    value = _float(env, ENV_RELEASE_TIMEOUT_S, 120.0, lo=1.0)
+    if value < MIN_RELEASE_TIMEOUT_S:
+        raise ConfigError(
+            f"{ENV_RELEASE_TIMEOUT_S}={value:g}: must be at least {MIN_RELEASE_TIMEOUT_S:g} "
+            f"(the allocator's release-offer age ceiling {OFFER_MAX_AGE_CEILING_S:g} s "
+            f"+ margin {RELEASE_TIMEOUT_MARGIN_S:g} s), or an offered address could be given "
+            f"to a pod while EC2 unassigns it"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -183,7 +200,7 @@ def load(env: Mapping[str, str]) -> AgentConfig:
     timing = Timing(
         cooldown_s=_float(env, "IP_COOLDOWN_PERIOD", 30.0),
         release_delay_s=_float(env, ENV_RELEASE_DELAY_S, 60.0),
-        release_timeout_s=_float(env, ENV_RELEASE_TIMEOUT_S, 120.0, lo=1.0),
+        release_timeout_s=_release_timeout(env),
         heartbeat_s=heartbeat,
         retry_s=_float(env, ENV_RETRY_S, 5.0, lo=0.1),
         pending_ttl_s=_float(env, ENV_PENDING_TTL_S, 120.0, lo=1.0),

@@ -14,10 +14,13 @@ Pool arithmetic is the core's (:func:`warmpool.pool.compute`), never redone here
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
+
+from pydantic import ValidationError
 
 from node_agent.config import Timing
 from node_agent.datastore import Datastore, EniInfo
@@ -97,6 +100,7 @@ class PoolController:
         mtu: int = 9001,
         min_report_interval_s: float = 1.0,
         on_event: Callable[[str, str], None] | None = None,
+        restart_hold_s: float = 0.0,
     ) -> None:
         self.identity = identity
         self.limits = limits
@@ -116,16 +120,24 @@ class PoolController:
         self._retries = 0
         self._not_before = 0.0
         self._surplus_since: float | None = None
-        self._unverified: dict[tuple[object, ...], tuple[Attached | Assigned, float]] = {}
-        """Claims waiting for IMDS, by what they claim (several may name one ENI), with their first arrival."""
-        self._recent_released: dict[str, float] = {}
-        self._recent_deleted: dict[str, float] = {}
+        self._unverified: dict[tuple[object, ...], tuple[Attached | Assigned, float, int]] = {}
+        """Claims waiting for IMDS, by what they claim (several may name one ENI), with their first
+        arrival and the ``in_reply_to`` of their result.
+        Checkpointed (the result carrying them is acknowledged once applied): a restart re-checks them."""
+        self._rechecking = False
+        self._load_parked()
+        self.restart_hold_s = restart_hold_s
+        """After a start, quarantined addresses are not taken back for this long: a result the
+        previous process received but never applied (a ``released`` one, maybe) comes back
+        from SQS only after its visibility timeout."""
+        self._hold_until = 0.0
         self._force = False
 
     # --- life cycle -----------------------------------------------------------------
 
     def start(self, now: float) -> list[str]:
         """After the checkpoint is restored: reconcile with IMDS, set up every ENI's host side."""
+        self._hold_until = now + self.restart_hold_s
         notes = self.resync(now) if self.metadata is not None else []
         for eni in self.ds.enis():
             self._setup(eni.info)
@@ -136,16 +148,18 @@ class PoolController:
         """Periodic full reconcile with IMDS (what is attached wins)."""
         if self.metadata is None:
             return []
-        self._expire_recent(now)
+        # EC2's answer (a result) wins over an IMDS that lags behind it; these
+        # filters are checkpointed, so they hold across a restart too.
+        released, deleted = self.ds.recently_gone(now)
         attached = []
         for a in self.metadata.interfaces():
-            if a.info.eni_id in self._recent_deleted:
+            if a.info.eni_id in deleted:
                 continue
             attached.append(
                 (
                     a.info,
-                    [ip for ip in a.ips if ip not in self._recent_released],
-                    [p for p in a.prefixes if p not in self._recent_released],
+                    [ip for ip in a.ips if ip not in released],
+                    [p for p in a.prefixes if p not in released],
                 )
             )
         before = {e.info.eni_id for e in self.ds.enis()}
@@ -176,8 +190,8 @@ class PoolController:
         """One pass: expire quarantine, retry pending host set-up and verification,
         quarantine surplus that outlasted the release delay, and return the report
         to send now, if any (zero or one)."""
-        self._expire_recent(now)
-        back = self.ds.unquarantine(before=now - self.timing.release_timeout_s)
+        self.ds.recently_gone(now)  # expires old entries
+        back = self.ds.unquarantine(before=now - self.timing.release_timeout_s) if now >= self._hold_until else 0
         if back:
             self.stats["unquarantined"] += back
             self._event("quarantine", f"{back} addresses back in the pool: no release confirmed in time")
@@ -235,6 +249,7 @@ class PoolController:
         self.last_seq = seq
         self.ds.set_meta(SEQ_META, seq)
         c = self.ds.counts(now)
+        since = self.ds.quarantined_since()
         enis = []
         for e in self.ds.enis():
             live = [ip for ip in e.ips if e.addrs[ip].quarantined_at is None]
@@ -270,7 +285,12 @@ class PoolController:
             enis=enis,
             assigned_ips=c.assigned,
             pending_demand=c.pending,
-            release=[ReleaseOffer(eni_id=k, ips=v[0], prefixes=v[1]) for k, v in sorted(offers.items())],
+            release=[
+                # Dated no later than the report (the contract's rule; a clock stepped
+                # back after a restart only makes the offer look older, never younger).
+                ReleaseOffer(eni_id=k, ips=v[0], prefixes=v[1], quarantined_at=min(since.get(k, now), now))
+                for k, v in sorted(offers.items())
+            ],
         )
         if signature != self._last_signature:
             self._retries = 0
@@ -316,16 +336,17 @@ class PoolController:
         view = self._view()
         for action in result.actions:
             if isinstance(action, Attached | Assigned):
-                notes.extend(self._apply_addresses(action, view, now))
+                notes.extend(self._apply_addresses(action, view, now, result.in_reply_to))
             elif isinstance(action, Released):
-                for key in [*action.ips, *action.prefixes]:
-                    self._recent_released[key] = now
+                # Filter first (checkpointed), then remove: a restart between the two
+                # finds the addresses still quarantined and ignores IMDS for them.
+                self.ds.mark_gone(now, now + RECENT_S, result.in_reply_to, released=[*action.ips, *action.prefixes])
                 removed = self.ds.remove_addresses(action.eni_id, action.ips, action.prefixes)
                 self.stats["addresses_released"] += len(removed)
                 notes.append(f"{action.eni_id}: {len(removed)} addresses released")
             elif isinstance(action, Deleted):
                 info = self.ds.eni(action.eni_id)
-                self._recent_deleted[action.eni_id] = now
+                self.ds.mark_gone(now, now + RECENT_S, result.in_reply_to, deleted=[action.eni_id])
                 if info is not None and self.ds.remove_eni(action.eni_id):
                     self._teardown(info)
                     self.stats["enis_deleted"] += 1
@@ -363,25 +384,37 @@ class PoolController:
             return {}
 
     def _apply_addresses(
-        self, action: Attached | Assigned, view: dict[str, AttachedEni] | None, now: float
+        self, action: Attached | Assigned, view: dict[str, AttachedEni] | None, now: float, seq: int
     ) -> list[str]:
         notes = []
         ips, prefixes = list(action.ips), list(action.prefixes)
+        # A claim from a result older than the one that took the address (or deleted the
+        # ENI) is stale: SQS redelivered or reordered it, and IMDS may still lag.
+        gone_ips, gone_enis = self.ds.recently_gone(now)
+        if gone_enis.get(action.eni_id, -1) > seq:
+            self.stats["stale_claims"] += 1
+            return [f"{action.eni_id}: claim from reply to {seq} is older than the ENI's deletion: ignored"]
+        stale = [k for k in [*ips, *prefixes] if gone_ips.get(k, -1) > seq]
+        if stale:
+            self.stats["stale_claims"] += 1
+            notes.append(f"{action.eni_id}: {len(stale)} claimed addresses were released since: ignored")
+            ips = [ip for ip in ips if ip not in stale]
+            prefixes = [p for p in prefixes if p not in stale]
         if view is not None:
             seen = view.get(action.eni_id)
             if seen is None:
-                self._park(action, now)
+                self._park(action, now, seq)
                 return [f"{action.eni_id}: not in IMDS yet; will re-check"]
             ok_ips = [ip for ip in ips if ip in seen.ips]
             ok_pfx = [p for p in prefixes if p in seen.prefixes]
-            for key in [*ok_ips, *ok_pfx]:
-                # Ours again: the "just released" filter of resync must not drop it.
-                self._recent_released.pop(key, None)
+            # Ours again: the "just released" filter of resync must not drop it.
+            self.ds.unmark_released([*ok_ips, *ok_pfx])
             if len(ok_ips) < len(ips) or len(ok_pfx) < len(prefixes):
-                self._park(action, now)
+                self._park(action, now, seq)
                 notes.append(f"{action.eni_id}: {len(ips) - len(ok_ips)} addresses not in IMDS yet")
             ips, prefixes = ok_ips, ok_pfx
             info = seen.info
+            notes.extend(self._drop_replaced(info, view))
         elif isinstance(action, Attached):
             info = EniInfo(
                 eni_id=action.eni_id,
@@ -410,30 +443,80 @@ class PoolController:
             notes.append(f"{info.eni_id}: {back} offered addresses taken back")
         return notes
 
+    def _drop_replaced(self, info: EniInfo, view: dict[str, AttachedEni]) -> list[str]:
+        """An ENI IMDS shows in a device slot our datastore gives to another ENI that IMDS
+        no longer lists: that one is gone (its ``deleted`` result was lost). Dropped now,
+        before the newcomer is added (two ENIs in one slot make an invalid report),
+        rather than at the next resync."""
+        notes = []
+        for e in self.ds.enis():
+            same_slot = (e.info.network_card, e.info.device_index) == (info.network_card, info.device_index)
+            if e.info.eni_id != info.eni_id and same_slot and e.info.eni_id not in view:
+                for a in e.addrs.values():
+                    if a.in_use:
+                        notes.append(f"pod {a.container_id or a.recovered}/{a.ifname} lost {a.ip}: ENI detached")
+                self.ds.remove_eni(e.info.eni_id, force=True)
+                self._teardown(e.info)
+                self.stats["enis_replaced"] += 1
+                notes.append(f"{e.info.eni_id}: detached (IMDS shows {info.eni_id} in its slot): removed")
+        return notes
+
     @staticmethod
     def _claim_key(action: Attached | Assigned) -> tuple[object, ...]:
         return (action.eni_id, action.kind, tuple(action.ips), tuple(action.prefixes))
 
-    def _park(self, action: Attached | Assigned, now: float) -> None:
+    def _park(self, action: Attached | Assigned, now: float, seq: int) -> None:
         # Keyed by the whole claim, not the ENI: an ``attached`` and a later
         # ``assigned`` for the same still-attaching ENI both wait. (Keyed by ENI,
         # the second replaced the first and its addresses were never used.)
         key = self._claim_key(action)
-        first = self._unverified.get(key, (action, now))[1]
-        self._unverified[key] = (action, first)
+        first = self._unverified.get(key, (action, now, seq))[1]
+        self._unverified[key] = (action, first, seq)
+        if not self._rechecking:
+            self._save_parked()
+
+    def _save_parked(self) -> None:
+        self.ds.set_parked(
+            [
+                {"action": a.model_dump(mode="json"), "first": first, "seq": seq}
+                for a, first, seq in self._unverified.values()
+            ]
+        )
+
+    def _load_parked(self) -> None:
+        for raw in self.ds.parked():
+            try:
+                data = raw["action"]
+                action: Attached | Assigned = (
+                    Attached.model_validate(data) if data.get("kind") == "attached" else Assigned.model_validate(data)
+                )
+                first = float(raw["first"])
+                seq = int(raw.get("seq", -1))  # unknown: the oldest (any newer release wins)
+                if not math.isfinite(first):
+                    raise ValueError(f"first seen at {first}")
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError, ValidationError) as exc:
+                # Only a shortcut: the periodic resync finds what IMDS shows anyway.
+                self._event("verify", f"unreadable parked claim in the checkpoint dropped: {exc}")
+                continue
+            self._unverified[self._claim_key(action)] = (action, first, seq)
 
     def _recheck(self, now: float) -> None:
         parked = self._unverified
         self._unverified = {}
         view = self._view()
-        for key, (action, first) in parked.items():
-            if now - first > VERIFY_TIMEOUT_S:
-                self.stats["verify_dropped"] += 1
-                self._event("verify", f"{action.eni_id}: result never confirmed by IMDS: dropped")
-                continue
-            self._apply_addresses(action, view, now)
-            if key in self._unverified:
-                self._unverified[key] = (self._unverified[key][0], first)
+        self._rechecking = True  # one checkpoint write for the lot, at the end
+        try:
+            for key, (action, first, seq) in parked.items():
+                if now - first > VERIFY_TIMEOUT_S:
+                    self.stats["verify_dropped"] += 1
+                    self._event("verify", f"{action.eni_id}: result never confirmed by IMDS: dropped")
+                    continue
+                self._apply_addresses(action, view, now, seq)
+                if key in self._unverified:
+                    self._unverified[key] = (self._unverified[key][0], first, seq)
+        finally:
+            self._rechecking = False
+            self._save_parked()
 
     # --- host --------------------------------------------------------------------------
 
@@ -466,11 +549,6 @@ class PoolController:
             self._event("host", f"{info.eni_id}: teardown failed: {exc}")
 
     # --- misc ---------------------------------------------------------------------------
-
-    def _expire_recent(self, now: float) -> None:
-        for d in (self._recent_released, self._recent_deleted):
-            for k in [k for k, t in d.items() if now - t > RECENT_S]:
-                del d[k]
 
     def _event(self, kind: str, message: str) -> None:
         log.info("%s: %s", kind, message)

@@ -27,6 +27,7 @@ import contextlib
 import errno
 import ipaddress
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -285,6 +286,13 @@ class Datastore:
         self._ip_eni: dict[str, str] = {}
         self._pending: dict[tuple[str, str], float] = {}
         self._recovered: dict[str, tuple[str, float]] = {}  # ip -> (holder, since)
+        self._gone_ips: dict[str, tuple[float, int]] = {}
+        """Addresses and prefixes EC2 took (a ``released`` result) -> (until when a lagging
+        IMDS is ignored, the result's ``in_reply_to``)."""
+        self._gone_enis: dict[str, tuple[float, int]] = {}
+        """ENIs EC2 deleted (a ``deleted`` result) -> (until, ``in_reply_to``), likewise."""
+        self._parked: list[dict[str, Any]] = []
+        """Claims (``assigned``/``attached`` results) waiting for IMDS to show them, as the controller wrote them."""
         self.meta: dict[str, Any] = {}
         self.changed = threading.Event()
         """Set on every change; the agent's loop may wait on it."""
@@ -694,6 +702,81 @@ class Datastore:
                     out[eni.info.eni_id] = (ips, pfx)
             return out
 
+    def quarantined_since(self) -> dict[str, float]:
+        """Per ENI with quarantined addresses: the oldest of their quarantine times.
+
+        An offer's age is measured from it (the allocator must not act on an
+        offer the agent is about to take back), so one ENI's offer mixing
+        addresses quarantined at different times is dated by the oldest."""
+        with self._lock:
+            out: dict[str, float] = {}
+            for eni_id, (ips, prefixes) in self.quarantined().items():
+                addrs = self._enis[eni_id].addrs
+                times = [addrs[ip].quarantined_at for ip in ips]
+                times += [a.quarantined_at for a in addrs.values() if a.prefix is not None and a.prefix in prefixes]
+                out[eni_id] = min(t for t in times if t is not None)
+            return out
+
+    # --- what EC2 said and IMDS does not show yet ---------------------------------
+
+    def mark_gone(
+        self, now: float, until: float, seq: int, released: Iterable[str] = (), deleted: Iterable[str] = ()
+    ) -> None:
+        """EC2 unassigned these addresses/prefixes or deleted these ENIs (a result replying
+        to report ``seq`` says so): a lagging IMDS that still lists them, and claims from
+        results replying to reports up to ``seq``, are ignored until ``until``.
+        Checkpointed at once, before the caller removes them (a restart in between must
+        not re-add them from IMDS)."""
+        released, deleted = list(released), list(deleted)
+        if not released and not deleted:
+            return
+        with self._lock:
+            self._expire_gone(now)
+            for d, keys in ((self._gone_ips, released), (self._gone_enis, deleted)):
+                for key in keys:
+                    t, n = d.get(key, (until, seq))
+                    d[key] = (max(t, until), max(n, seq))
+            self._save()
+
+    def unmark_released(self, keys: Iterable[str]) -> None:
+        """EC2 assigned these to us again (and IMDS shows them): no longer ignored."""
+        with self._lock:
+            hit = [k for k in keys if self._gone_ips.pop(k, None) is not None]
+            if hit:
+                self._save()
+
+    def recently_gone(self, now: float) -> tuple[dict[str, int], dict[str, int]]:
+        """Addresses and prefixes, and ENI ids, a lagging IMDS may still list (ignore them),
+        each with the ``in_reply_to`` of the result that took it (older claims are stale)."""
+        with self._lock:
+            if self._expire_gone(now):
+                self._save()
+            return (
+                {k: n for k, (_, n) in self._gone_ips.items()},
+                {k: n for k, (_, n) in self._gone_enis.items()},
+            )
+
+    def _expire_gone(self, now: float) -> bool:
+        old = [k for k, (t, _) in self._gone_ips.items() if t <= now]
+        old_enis = [k for k, (t, _) in self._gone_enis.items() if t <= now]
+        for k in old:
+            del self._gone_ips[k]
+        for k in old_enis:
+            del self._gone_enis[k]
+        return bool(old or old_enis)
+
+    def set_parked(self, claims: list[dict[str, Any]]) -> None:
+        """The controller's claims waiting for IMDS (JSON objects it reads back with :meth:`parked`)."""
+        with self._lock:
+            if claims != self._parked:
+                self._parked = json.loads(json.dumps(claims))
+                self._save()
+
+    def parked(self) -> list[dict[str, Any]]:
+        with self._lock:
+            out: list[dict[str, Any]] = json.loads(json.dumps(self._parked))
+            return out
+
     # --- views ----------------------------------------------------------------
 
     def counts(self, now: float) -> Counts:
@@ -775,7 +858,14 @@ class Datastore:
                         "ips": list(e.ips),
                         "prefixes": list(e.prefixes),
                         "addrs": [
-                            {k: v for k, v in a.__dict__.items() if v not in (None, "", 0.0) and k != "recovered"}
+                            # Unset fields left out; 0.0 is a time like any other (virtual
+                            # clocks start there), except the default ``assigned_at`` of a free address.
+                            {
+                                k: v
+                                for k, v in a.__dict__.items()
+                                if v is not None and v != "" and k != "recovered"
+                                and not (k == "assigned_at" and v == 0.0 and not a.container_id)
+                            }
                             for a in e.addrs.values()
                             if a.container_id or a.freed_at is not None or a.quarantined_at is not None
                         ],
@@ -785,6 +875,15 @@ class Datastore:
             }
             if self._recovered:
                 out["recovered"] = {ip: [h, since] for ip, (h, since) in sorted(self._recovered.items())}
+            # Both optional (absent in checkpoints of agents before them): readers that
+            # do not know them lose only the protection against a lagging IMDS.
+            if self._gone_ips or self._gone_enis:
+                out["recent"] = {
+                    "released": {k: [t, n] for k, (t, n) in sorted(self._gone_ips.items())},
+                    "deleted": {k: [t, n] for k, (t, n) in sorted(self._gone_enis.items())},
+                }
+            if self._parked:
+                out["parked"] = json.loads(json.dumps(self._parked))
             return out
 
     @contextlib.contextmanager
@@ -818,11 +917,15 @@ class Datastore:
             self._owner.clear()
             self._ip_eni.clear()
             self._recovered.clear()
+            self._gone_ips.clear()
+            self._gone_enis.clear()
+            self._parked = []
             self._loading = True
             try:
                 meta = data.get("meta", {})
                 if not isinstance(meta, dict):
                     raise TypeError("meta is not an object")
+                _check_types(meta, int, ("last_seq",))  # the controller's report sequence
                 self.meta = dict(meta)
                 recovered = data.get("recovered", {})
                 if not isinstance(recovered, dict):
@@ -834,6 +937,11 @@ class Datastore:
                     if not holder or since is None:
                         raise ValueError(f"recovered {ip}: empty holder or time")
                     self._recovered[ip] = (holder, float(since))
+                self._restore_recent(data.get("recent", {}))
+                parked = data.get("parked", [])
+                if not isinstance(parked, list) or not all(isinstance(c, dict) for c in parked):
+                    raise TypeError("parked is not a list of objects")
+                self._parked = parked
                 for raw in data["enis"]:
                     info = EniInfo(**raw["info"])
                     _check_types(info.__dict__, str, ("eni_id", "mac", "primary_ip", "subnet_id", "subnet_cidr"))
@@ -872,11 +980,33 @@ class Datastore:
                 self._owner.clear()
                 self._ip_eni.clear()
                 self._recovered.clear()
+                self._gone_ips.clear()
+                self._gone_enis.clear()
+                self._parked = []
                 self.meta = {}
                 raise CheckpointError(f"corrupt checkpoint: {exc}") from None
             finally:
                 self._loading = False
             return True
+
+    def _restore_recent(self, recent: Any) -> None:
+        if not isinstance(recent, dict):
+            raise TypeError("recent is not an object")
+        for kind, target in (("released", self._gone_ips), ("deleted", self._gone_enis)):
+            entries = recent.get(kind, {})
+            if not isinstance(entries, dict):
+                raise TypeError(f"recent.{kind} is not an object")
+            for key, entry in entries.items():
+                until, seq = entry  # [until, in_reply_to]
+                _check_types({"until": until}, float, ("until",))
+                _check_types({"seq": seq}, int, ("seq",))
+                if until is None or not math.isfinite(until):
+                    raise ValueError(f"recent.{kind}.{key}: expiry {until!r}")  # never expiring: lost forever
+                if kind == "released":
+                    ipaddress.IPv4Network(key)  # an address or a prefix
+                elif not isinstance(key, str) or not key.startswith("eni-"):
+                    raise ValueError(f"recent.deleted: {key!r} is not an ENI id")
+                target[key] = (float(until), int(seq))
 
     def reconcile(
         self,

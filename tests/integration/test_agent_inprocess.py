@@ -152,3 +152,72 @@ def test_invalid_and_foreign_results_are_dropped_not_acted_on(world: dict[str, A
     send_result(sqs, agent, r.seq, {"kind": "assigned", "eni_id": world["eni0"].eni_id, "ips": ["10.0.0.99"]})
     until(agent, lambda: agent.counters["results_invalid"] == 1 and agent.controller.stats["results_applied"] == 1)
     assert agent.ds.counts(time.time()).total == 0  # IMDS never showed 10.0.0.99
+
+
+class _Killed(BaseException):
+    """kill -9 at a checkpoint write: the process stops; nothing after it happens."""
+
+
+class _DyingCheckpoint:
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def load(self) -> Any:
+        return self.inner.load()
+
+    def save(self, data: Any) -> None:
+        raise _Killed
+
+
+def test_a_result_killed_before_its_checkpoint_is_not_acknowledged_and_comes_back_soon(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The agent receives an ``assigned`` result and dies (kill -9) as its effect is
+    # written: the result was not deleted, and comes back after the receive's
+    # visibility timeout, which the agent keeps short so a restarted agent (and its
+    # quarantine hold) gets it soon. The restarted agent applies it.
+    import node_agent.agent as agent_mod
+
+    monkeypatch.setattr(agent_mod, "RESULT_VISIBILITY_S", 1, raising=False)
+    sqs, agent, eni0 = world["sqs"], world["agent"], world["eni0"]
+    agent.start()
+    r = next_report(sqs, world["reports"], agent)
+    eni0.ips += ["10.0.0.11"]
+    store = agent.ds._store
+    agent.ds._store = _DyingCheckpoint(store)
+    send_result(sqs, agent, r.seq, {"kind": "assigned", "eni_id": eni0.eni_id, "ips": ["10.0.0.11"]})
+    deadline = time.monotonic() + 10
+    killed = False
+    while not killed and time.monotonic() < deadline:
+        try:
+            agent.run_once()
+        except _Killed:
+            killed = True
+        agent.wake.wait(0.1)
+    assert killed
+    agent.stop()
+    for t in agent._threads:
+        t.join(timeout=5)
+    assert "10.0.0.11" not in json.dumps(store.load())  # the effect never reached the checkpoint ...
+    attrs = sqs.get_queue_attributes(QueueUrl=agent.result_queue_url, AttributeNames=["All"])["Attributes"]
+    assert int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"]) == 1
+    # ... so the result was not acknowledged; it is visible again within a few seconds.
+    deadline = time.monotonic() + 5
+    back: list[dict[str, Any]] = []
+    while not back and time.monotonic() < deadline:
+        back = sqs.receive_message(QueueUrl=agent.result_queue_url, WaitTimeSeconds=1,
+                                   VisibilityTimeout=0).get("Messages", [])
+    assert back and json.loads(back[0]["Body"])["in_reply_to"] == r.seq
+    # The restarted agent applies it and only then acknowledges it.
+    again = Agent(agent.cfg, sqs, agent.metadata, pods=world["pods"], poll_wait_s=1)
+    try:
+        again.start()
+
+        def drained() -> bool:
+            a = sqs.get_queue_attributes(QueueUrl=again.result_queue_url, AttributeNames=["All"])["Attributes"]
+            return a["ApproximateNumberOfMessages"] == a["ApproximateNumberOfMessagesNotVisible"] == "0"
+
+        until(again, lambda: again.controller.stats["results_applied"] == 1 and drained(), timeout=5)
+        assert again.ds.counts(time.time()).total == 1
+    finally:
+        again.stop()

@@ -18,12 +18,16 @@ from moto import mock_aws
 
 from node_agent.agent import Agent
 from node_agent.config import load
+from node_agent.controller import NodeIdentity, PoolController
 from node_agent.datastore import CheckpointError, Datastore, EniInfo, FileCheckpoint
 from node_agent.imds import ImdsClient
 from node_agent.testing import FakeEni, FakeImdsServer, FakeInstance
+from warmpool.limits import known
+from warmpool.pool import PoolConfig
 
 PRIMARY = EniInfo("eni-0000000000000000a", 0, "0a:00:00:00:00:0a", "10.0.0.10", "subnet-a", "10.0.0.0/24")
 SECOND = EniInfo("eni-0000000000000000b", 1, "0a:00:00:00:00:0b", "10.0.0.20", "subnet-a", "10.0.0.0/24")
+ID = NodeIdentity("demo", "node-1", "i-0123456789abcdef0", "m5.large", "us-east-1a")
 
 
 _GOOD: list[bytes] = []
@@ -43,6 +47,10 @@ def snapshot(path: Path) -> bytes:
     ds.release("c3", "eth0", 2.0)
     ds.quarantine(PRIMARY.eni_id, ["10.0.0.15"], [], 3.0)
     ds.set_meta("last_seq", 42)
+    # A released address and a deleted ENI IMDS may still list, and a claim waiting for IMDS.
+    ds.mark_gone(4.0, 124.0, 41, released=["10.0.0.14", "10.0.0.48/28"], deleted=["eni-0000000000000000c"])
+    ds.set_parked([{"action": {"kind": "assigned", "eni_id": SECOND.eni_id, "ips": ["10.0.0.29"], "prefixes": []},
+                    "first": 4.0, "seq": 42}])
     _GOOD.append(path.read_bytes())
     return _GOOD[0]
 
@@ -70,6 +78,9 @@ def restore(path: Path) -> Datastore | CheckpointError:
         assert ds.enis() == [] and ds.pods() == [], "nothing half-restored"
         return exc
     consistent(ds)
+    # The controller reads the parked claims back: a damaged one is dropped, never a traceback.
+    ctl = PoolController(ID, known("m5.large"), PoolConfig(warm_ip=1), ds)
+    ctl.resync(10.0)
     return ds
 
 

@@ -140,6 +140,21 @@ def test_every_change_is_checkpointed_and_restores_exactly() -> None:
     assert [p.container_id for p in again.pods()] == ["c1"]
 
 
+def test_times_at_zero_survive_the_checkpoint() -> None:
+    # Virtual clocks start at 0: an address quarantined or freed at 0.0 must stay so
+    # across a restart (0.0 was dropped from the snapshot as if it were "unset").
+    store = MemoryCheckpoint()
+    ds = ds_with(["10.0.0.11", "10.0.0.12"], store=store)
+    ds.assign("c1", "eth0", "ns", 0.0)
+    ds.release("c1", "eth0", 0.0)
+    ds.quarantine(PRIMARY.eni_id, ["10.0.0.12"], [], 0.0)
+    again = Datastore(cooldown_s=30.0, pending_ttl_s=60.0, checkpoint=store)
+    assert again.restore()
+    assert again.counts(1.0) == ds.counts(1.0)
+    assert again.quarantined_since() == {PRIMARY.eni_id: 0.0}
+    assert again.assign("c2", "eth0", "ns", 1.0) is None  # .11 cools down, .12 quarantined
+
+
 def test_restore_does_not_rewrite_the_checkpoint_half_way() -> None:
     store = MemoryCheckpoint()
     ds = ds_with(["10.0.0.11"], store=store)
