@@ -55,6 +55,7 @@ ENV_SECURITY_GROUPS = "WARMPOOL_SECURITY_GROUPS"  # comma-separated; empty = the
 ENV_IDENTITY_MODE = "WARMPOOL_IDENTITY_MODE"  # "none" | "sender-id"
 ENV_GC_AGE_S = "WARMPOOL_GC_AGE_S"
 ENV_ENDPOINT_URL = "WARMPOOL_AWS_ENDPOINT_URL"  # local stack only
+ENV_IDENTITY_CERTIFICATES = "WARMPOOL_IDENTITY_CERTIFICATES"  # PEM: who signs instance identity documents
 
 # --- agent settings (besides the VPC CNI variables) --------------------------
 AGENT_ENV_REPORTS_QUEUE_URL = "WARMPOOL_REPORTS_QUEUE_URL"
