@@ -86,6 +86,7 @@ CONTEXT_KEYS = (
     "stack_name",
     "identity_certificate",
     "identity_certificates_by_region",
+    "primary_eni_tagging",
 )
 
 
@@ -143,6 +144,12 @@ class StackConfig(BaseModel):
         default_factory=default_identity_certificate,
         description="PEM (or a PEM file) of the RSA certificate(s) that sign instance identity documents; "
         "default: AWS's for most commercial regions",
+    )
+    primary_eni_tagging: Literal["allocator", "launch-template"] = Field(
+        default="allocator",
+        description="who tags each node's primary ENI warmpool.io/primary-eni-of=<cluster> so the allocator "
+        "may (un)assign its addresses: the allocator at first contact (needs a narrow ec2:CreateTags), or "
+        "the nodes' launch template (no CreateTags on existing ENIs at all)",
     )
     identity_certificates_by_region: dict[str, str] = Field(
         default_factory=dict,

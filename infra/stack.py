@@ -177,7 +177,8 @@ class WarmpoolStack(Stack):
         # --- function permissions -----------------------------------------------------
         for statement in policies.allocator_ec2(cfg, arns):
             self.allocate.add_to_role_policy(statement)
-        self.allocate.add_to_role_policy(policies.allocator_result_queues(cfg, arns))
+        for statement in policies.allocator_result_queues(cfg, arns):
+            self.allocate.add_to_role_policy(statement)
         self.reports.grant_send_messages(self.allocate)  # deferrals are re-sent with a delay
         self.dlq.grant_send_messages(self.allocate)  # invalid reports go to the DLQ at once
         for statement in policies.reconciler_ec2(cfg, arns):
