@@ -55,7 +55,8 @@ def _role_statements(s: Synthesized, role_prefix: str) -> list[dict[str, Any]]:
     for res in s.resolved["Resources"].values():
         if res["Type"] == "AWS::IAM::Policy" and res["Properties"]["Roles"][0].startswith("${" + role_prefix):
             out += res["Properties"]["PolicyDocument"]["Statement"]
-    return concretize(out, SUBS)
+    statements: list[dict[str, Any]] = concretize(out, SUBS)
+    return statements
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +75,10 @@ def agent(default: Synthesized) -> list[dict[str, Any]]:
 
     policy = default.one("AWS::IAM::ManagedPolicy")["Properties"]["PolicyDocument"]["Statement"]
     reports = default.logical_id("AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports")
-    return concretize(policy, {**SUBS, "${" + reports + ".Arn}": _queue("warmpool-demo-reports")})
+    statements: list[dict[str, Any]] = concretize(
+        policy, {**SUBS, "${" + reports + ".Arn}": _queue("warmpool-demo-reports")}
+    )
+    return statements
 
 
 def _queue(name: str) -> str:

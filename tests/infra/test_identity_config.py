@@ -80,7 +80,8 @@ def _env(s: Synthesized, fn: str) -> dict[str, Any]:
         if k.startswith(fn)
     ]
     assert len(found) == 1
-    return found[0]
+    env: dict[str, Any] = found[0]
+    return env
 
 
 def test_both_functions_get_the_default_certificate(default: Synthesized) -> None:

@@ -105,7 +105,7 @@ def test_local_up_hands_the_functions_the_certificate_of_its_imds() -> None:
         victim = stack.ec2.run_instance("m5.large", subnet_id=sid, tags=tags)
         forger = stack.ec2.run_instance("m5.large", subnet_id=sid, tags=tags)
         az = stack.ec2.instances[victim].az
-        settings = Settings(**stack.function_env())
+        settings = Settings.model_validate(stack.function_env())
         trusted = TrustedKeys.from_pem(settings.identity_certificates)
 
         own = fetch_identity(ImdsClient(f"{out['imds_base']}/{forger}"))
