@@ -21,6 +21,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
+from warmpool.messages import NodeIdentity
+
 DOCUMENT_VERSION = "2017-09-30"
 
 
@@ -50,6 +52,11 @@ class IdentitySigner:
         raw = self.key.sign(document.encode("utf-8"), padding.PKCS1v15(), hashes.SHA256())
         b64 = base64.b64encode(raw).decode("ascii")
         return "\n".join(b64[i : i + 64] for i in range(0, len(b64), 64))
+
+
+    def identity(self, document: str) -> NodeIdentity:
+        """``document`` with its signature, as a report carries them."""
+        return NodeIdentity(document=document, signature=self.sign(document))
 
 
 def document_for(fields: Mapping[str, Any]) -> str:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from sim.iid import IdentitySigner, document_for
+from warmpool.messages import NodeIdentity
 
 if TYPE_CHECKING:
     from sim.ec2 import Ec2Emulator
@@ -156,6 +157,11 @@ class Imds:
         )
         with self._lock:
             return self._documents.setdefault(instance_id, document)
+
+    def identity(self, instance_id: str) -> NodeIdentity:
+        """What an agent on ``instance_id`` reads from ``.../dynamic/instance-identity/``,
+        without HTTP (in-process agents of the bench and the simulation)."""
+        return self.signer.identity(self.identity_document(instance_id))
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         if self.delay_s > 0:

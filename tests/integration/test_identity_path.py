@@ -64,6 +64,16 @@ def test_the_agent_fetches_an_identity_the_allocator_verifies(
     assert got == VerifiedIdentity(iid, "111122223333", "eu-west-1", "eu-west-1b", "m5.xlarge")
 
 
+def test_in_process_agents_get_the_identity_imds_serves(
+    imds: tuple[Ec2Emulator, IdentitySigner, str, str],
+) -> None:
+    emu, signer, url, iid = imds
+    app_identity = make_app(emu, signer).identity(iid)
+    served = fetch_identity(ImdsClient(f"{url}/{iid}"))
+    assert app_identity.document == served.document  # same bytes; signatures are deterministic (PKCS#1 v1.5)
+    assert app_identity.signature == served.signature
+
+
 def test_imds_serves_the_same_document_bytes_every_time_and_needs_a_token(
     imds: tuple[Ec2Emulator, IdentitySigner, str, str],
 ) -> None:
