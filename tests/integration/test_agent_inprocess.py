@@ -185,7 +185,7 @@ def test_agent_starts_without_creating_its_queue_and_picks_it_up_once_the_alloca
     agent = Agent(load(env), denied, ImdsClient(imds.url_for(INSTANCE)), pods=RecordingPods(), poll_wait_s=1)
     try:
         agent.start()  # raised QueueDoesNotExist before: the agent could only create its queue itself
-        assert agent.ready and agent.result_queue_url == "" and denied.create_calls == 1
+        assert agent.ready and agent.result_queue_url == "" and denied.create_calls >= 1  # the poller retries
         next_report(sqs, world["reports"], agent)  # it still reports (that is what gets its queue created)
         url = sqs.create_queue(QueueName=f"warmpool-demo-result-{INSTANCE}")["QueueUrl"]  # the allocator
         deadline = time.monotonic() + 10
