@@ -68,6 +68,11 @@ class Settings(BaseSettings):
     bucket_capacity: dict[str, float] = Field(default_factory=dict, alias="WARMPOOL_BUCKET_CAPACITY")
     """Per-action capacity overrides (JSON), when the account's quotas differ."""
     bucket_refill: dict[str, float] = Field(default_factory=dict, alias="WARMPOOL_BUCKET_REFILL")
+    identity_certificates: str = Field(default="", alias=names.ENV_IDENTITY_CERTIFICATES)
+    """PEM certificate(s) whose RSA keys sign instance identity documents
+    (``functions/identity.py``: ``TrustedKeys.from_pem``). The stack sets the
+    region's AWS certificate, ``warmpool local up`` its test key's. Empty only
+    where Settings is built directly (bench, unit tests)."""
 
     @classmethod
     def settings_customise_sources(

@@ -2,7 +2,10 @@
 
 The functions are pure Python: the repo's ``warmpool/`` and ``functions/`` packages
 plus the few pure-Python distributions the Powertools layer lacks, copied from the
-environment running synth. Powertools and pydantic come from the public layer.
+environment running synth. Powertools and pydantic come from the public layer, and so
+does ``cryptography`` (``functions/identity.py``): the v3 layer is built per Python
+version and architecture and ships the AWS Encryption SDK with its ``cryptography``
+(powertools-lambda-python PR #4630), so no native wheel is copied from this machine.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -20,6 +21,41 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 MAX_CLUSTER_LEN = 44
 
 AgentIdentity = Literal["pod-identity", "irsa", "node-role"]
+
+DEFAULT_IDENTITY_CERTIFICATE_FILE = Path(__file__).resolve().parent / "certs" / "aws-instance-identity-rsa.pem"
+"""AWS's RSA certificate for instance identity signatures in most commercial regions
+(the file says where it comes from)."""
+MAX_IDENTITY_PEM_CHARS = 2_800
+"""Lambda allows 4 KB for a function's whole environment; the certificate(s) of one
+region may take this much of it (one 1024-bit RSA certificate is ~1.2 KB)."""
+_REGION_RE = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")
+
+
+def _certificate_blocks(text: str) -> str:
+    """``text`` is PEM or a path to a PEM file; returns only the certificate blocks,
+    each one checked to hold an RSA key (what signs ``.../signature``)."""
+    from functions.identity import IdentityConfigError, TrustedKeys, pem_blocks
+
+    if "-----BEGIN" not in text:
+        path = Path(text.strip()).expanduser()
+        if not path.is_file():
+            raise ValueError(f"neither PEM text nor a readable file: {text.strip()!r}")
+        text = path.read_text()
+    try:
+        TrustedKeys.from_pem(text)
+        blocks = "".join(pem_blocks(text))
+    except IdentityConfigError as err:
+        raise ValueError(str(err)) from None
+    if len(blocks) > MAX_IDENTITY_PEM_CHARS:
+        raise ValueError(
+            f"{len(blocks)} characters of PEM; at most {MAX_IDENTITY_PEM_CHARS} fit in the functions' "
+            "environment (Lambda's 4 KB limit)"
+        )
+    return blocks
+
+
+def default_identity_certificate() -> str:
+    return _certificate_blocks(DEFAULT_IDENTITY_CERTIFICATE_FILE.read_text())
 
 CONTEXT_KEYS = (
     "cluster",
@@ -48,6 +84,9 @@ CONTEXT_KEYS = (
     "alarm_email",
     "log_retention_days",
     "stack_name",
+    "identity_certificate",
+    "identity_certificates_by_region",
+    "primary_eni_tagging",
 )
 
 
@@ -101,6 +140,45 @@ class StackConfig(BaseModel):
     alarm_email: str | None = None
     log_retention_days: Literal[1, 3, 7, 14, 30, 90, 180, 365] = 30
     stack_name: str | None = None
+    identity_certificate: str = Field(
+        default_factory=default_identity_certificate,
+        description="PEM (or a PEM file) of the RSA certificate(s) that sign instance identity documents; "
+        "default: AWS's for most commercial regions",
+    )
+    primary_eni_tagging: Literal["allocator", "launch-template"] = Field(
+        default="allocator",
+        description="who tags each node's primary ENI warmpool.io/primary-eni-of=<cluster> so the allocator "
+        "may (un)assign its addresses: the allocator at first contact (needs a narrow ec2:CreateTags), or "
+        "the nodes' launch template (no CreateTags on existing ENIs at all)",
+    )
+    identity_certificates_by_region: dict[str, str] = Field(
+        default_factory=dict,
+        description="JSON object region -> PEM or PEM file, for regions with their own AWS certificate",
+    )
+
+    @field_validator("identity_certificate", mode="after")
+    @classmethod
+    def _identity_certificate(cls, value: str) -> str:
+        return _certificate_blocks(value)
+
+    @field_validator("identity_certificates_by_region", mode="before")
+    @classmethod
+    def _by_region_json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return json.loads(value) if value.strip() else {}
+        return value
+
+    @field_validator("identity_certificates_by_region", mode="after")
+    @classmethod
+    def _by_region(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [r for r in value if not _REGION_RE.fullmatch(r)]
+        if bad:
+            raise ValueError(f"not AWS region names: {', '.join(sorted(bad))}")
+        return {region: _certificate_blocks(pem) for region, pem in sorted(value.items())}
+
+    def identity_certificate_for(self, region: str) -> str:
+        """The PEM the functions trust in ``region``: its override, else the default."""
+        return self.identity_certificates_by_region.get(region, self.identity_certificate)
 
     @field_validator("subnet_ids", "security_group_ids", mode="before")
     @classmethod

@@ -1,9 +1,24 @@
 """IAM statements for the allocator, the reconciler and the node agent.
 
-Least privilege, using the condition keys EC2 and SQS evaluate:
+Least privilege, using the condition keys EC2 and SQS evaluate (the Service
+Authorization Reference lists, for Assign/UnassignPrivateIpAddresses on a
+``network-interface``: ``aws:ResourceTag``, ``ec2:ResourceTag``, ``ec2:Vpc``,
+``ec2:Subnet``, ``ec2:AvailabilityZone``, ``ec2:NetworkInterfaceID``,
+``ec2:Region``, ``ec2:ManagedResourceOperator``; nothing names the instance an
+ENI is attached to, so "the primary ENI of a cluster instance" is expressed by a
+tag on that ENI):
 
-- Mutating calls on ENIs only when the ENI carries the cluster's VPC CNI tag
-  (``aws:ResourceTag/cluster.k8s.amazonaws.com/name``).
+- Mutating calls on ENIs only when the ENI carries both tags warmpool creates it
+  with (``cluster.k8s.amazonaws.com/name = <cluster>`` and
+  ``warmpool.io/managed = true``); a node's primary ENI only gets addresses
+  (un)assigned, and only once tagged ``warmpool.io/primary-eni-of = <cluster>``
+  (by the node's launch template, or by the allocator at first contact: a
+  CreateTags that may add that one tag, in the VPC, to an ENI warmpool did not
+  create).
+- Never anything on an ENI tagged ``node.k8s.amazonaws.com/no_manage = true``
+  (an explicit Deny, as the VPC CNI leaves such ENIs alone).
+- ModifyNetworkInterfaceAttribute only on ENIs warmpool created, and denied for
+  the attributes warmpool never sets (``ec2:Attribute``).
 - CreateNetworkInterface only with that tag (and ``warmpool.io/managed``) in the
   request (``aws:RequestTag``), only in the allowed subnets (``ec2:Subnet`` on the
   new ENI plus the subnet resources themselves) and only in the cluster's VPC.
@@ -52,8 +67,53 @@ class Arns:
         return self.sqs(f"{names.result_queue_prefix(cluster)}*")
 
 
-def _cluster_eni(cfg: StackConfig) -> dict[str, dict[str, str]]:
-    return {"StringEquals": {f"aws:ResourceTag/{names.TAG_CLUSTER_NAME}": cfg.cluster}}
+ENI_MUTATIONS = [
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:UnassignPrivateIpAddresses",
+    "ec2:AttachNetworkInterface",
+    "ec2:DetachNetworkInterface",
+    "ec2:ModifyNetworkInterfaceAttribute",
+    "ec2:DeleteNetworkInterface",
+]
+ADDRESS_CALLS = ["ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"]
+ENI_ATTRIBUTES_NEVER_SET = [
+    # ModifyNetworkInterfaceAttribute parameters other than Attachment (the only one
+    # warmpool sets: DeleteOnTermination), in the API's and the attribute-name spelling.
+    "SourceDestCheck",
+    "Groups",
+    "GroupSet",
+    "Description",
+    "EnaSrdSpecification",
+    "EnaQueueCount",
+    "AssociatePublicIpAddress",
+    "AssociatedSubnetIds",
+    "ConnectionTrackingSpecification",
+]
+
+
+def _warmpool_eni(cfg: StackConfig) -> dict[str, dict[str, str]]:
+    """An ENI warmpool created: CreateNetworkInterface is allowed only with both tags."""
+    return {
+        "StringEquals": {
+            f"aws:ResourceTag/{names.TAG_CLUSTER_NAME}": cfg.cluster,
+            f"aws:ResourceTag/{names.TAG_MANAGED}": "true",
+        }
+    }
+
+
+def _not_managed_by_us() -> dict[str, dict[str, str]]:
+    return {"StringEqualsIgnoreCase": {f"aws:ResourceTag/{names.TAG_NO_MANAGE}": "true"}}
+
+
+def deny_unmanaged_enis(sid: str, actions: list[str], arns: Arns) -> iam.PolicyStatement:
+    """Whatever else allows: nothing on an ENI another tool marked ``no_manage``."""
+    return iam.PolicyStatement(
+        sid=sid,
+        effect=iam.Effect.DENY,
+        actions=actions,
+        resources=[arns.ec2("network-interface/*")],
+        conditions=_not_managed_by_us(),
+    )
 
 
 def _cluster_instance(cfg: StackConfig) -> dict[str, dict[str, list[str]]]:
@@ -130,27 +190,58 @@ def allocator_ec2(cfg: StackConfig, arns: Arns) -> list[iam.PolicyStatement]:
             },
         ),
         iam.PolicyStatement(
-            sid="MutateClusterTaggedEni",
-            actions=[
-                "ec2:AssignPrivateIpAddresses",
-                "ec2:UnassignPrivateIpAddresses",
-                "ec2:AttachNetworkInterface",
-                "ec2:DetachNetworkInterface",
-                "ec2:ModifyNetworkInterfaceAttribute",
-                "ec2:DeleteNetworkInterface",
-            ],
+            sid="MutateWarmpoolCreatedEni",
+            actions=ENI_MUTATIONS,
             resources=[eni],
-            conditions=_cluster_eni(cfg),
+            conditions=_warmpool_eni(cfg),
         ),
-        # A node's primary ENI (device 0) was made by EC2 with the instance and
-        # carries no cluster tag, yet in secondary-IP mode it holds pod addresses
-        # too (as with the VPC CNI). Only address (un)assignment is allowed there,
-        # and only inside the cluster's VPC.
+        # A node's primary ENI (device 0) was made by EC2 with the instance, yet in
+        # secondary-IP mode it holds pod addresses too (as with the VPC CNI). Only
+        # address (un)assignment, only in the cluster's VPC, and only once the ENI is
+        # tagged as the primary ENI of a node of this cluster.
         iam.PolicyStatement(
-            sid="AssignOnPrimaryEniInClusterVpc",
-            actions=["ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"],
+            sid="AssignOnClusterPrimaryEni",
+            actions=ADDRESS_CALLS,
             resources=[eni],
-            conditions={"StringEquals": {"ec2:Vpc": vpc_arn}},
+            conditions={
+                "StringEquals": {
+                    f"aws:ResourceTag/{names.TAG_PRIMARY_ENI_OF}": cfg.cluster,
+                    "ec2:Vpc": vpc_arn,
+                }
+            },
+        ),
+        *(
+            [
+                # First contact with a verified node: the allocator tags its primary ENI
+                # (only that one tag key, only this cluster as value, only in the VPC, never
+                # on an ENI warmpool or the VPC CNI created for a cluster).
+                iam.PolicyStatement(
+                    sid="TagPrimaryEniAtFirstContact",
+                    actions=["ec2:CreateTags"],
+                    resources=[eni],
+                    conditions={
+                        "StringEquals": {
+                            f"aws:RequestTag/{names.TAG_PRIMARY_ENI_OF}": cfg.cluster,
+                            "ec2:Vpc": vpc_arn,
+                        },
+                        "ForAllValues:StringEquals": {"aws:TagKeys": [names.TAG_PRIMARY_ENI_OF]},
+                        "Null": {
+                            f"aws:ResourceTag/{names.TAG_MANAGED}": "true",
+                            f"aws:ResourceTag/{names.TAG_CLUSTER_NAME}": "true",
+                        },
+                    },
+                )
+            ]
+            if cfg.primary_eni_tagging == "allocator"
+            else []
+        ),
+        deny_unmanaged_enis("NeverTouchNoManageEnis", [*ENI_MUTATIONS, "ec2:CreateTags"], arns),
+        iam.PolicyStatement(
+            sid="DenyEniAttributesWarmpoolNeverSets",
+            effect=iam.Effect.DENY,
+            actions=["ec2:ModifyNetworkInterfaceAttribute"],
+            resources=[eni],
+            conditions={"StringEqualsIgnoreCase": {"ec2:Attribute": ENI_ATTRIBUTES_NEVER_SET}},
         ),
         iam.PolicyStatement(
             sid="AttachOnlyToClusterInstances",
@@ -174,7 +265,7 @@ def reconciler_ec2(cfg: StackConfig, arns: Arns) -> list[iam.PolicyStatement]:
             actions=["ec2:CreateTags", "ec2:DeleteTags"],
             resources=[eni],
             conditions={
-                **_cluster_eni(cfg),
+                **_warmpool_eni(cfg),
                 "ForAllValues:StringEquals": {"aws:TagKeys": [names.TAG_GC_MARK]},
             },
         ),
@@ -182,17 +273,31 @@ def reconciler_ec2(cfg: StackConfig, arns: Arns) -> list[iam.PolicyStatement]:
             sid="GcDeleteClusterTaggedEni",
             actions=["ec2:DeleteNetworkInterface"],
             resources=[eni],
-            conditions=_cluster_eni(cfg),
+            conditions=_warmpool_eni(cfg),
+        ),
+        deny_unmanaged_enis(
+            "GcNeverTouchesNoManageEnis", ["ec2:CreateTags", "ec2:DeleteTags", "ec2:DeleteNetworkInterface"], arns
         ),
     ]
 
 
-def allocator_result_queues(cfg: StackConfig, arns: Arns) -> iam.PolicyStatement:
-    return iam.PolicyStatement(
-        sid="SendToClusterResultQueues",
-        actions=["sqs:SendMessage", "sqs:GetQueueUrl", "sqs:GetQueueAttributes"],
-        resources=[arns.result_queues(cfg.cluster)],
-    )
+def allocator_result_queues(cfg: StackConfig, arns: Arns) -> list[iam.PolicyStatement]:
+    return [
+        iam.PolicyStatement(
+            sid="SendToClusterResultQueues",
+            actions=["sqs:SendMessage", "sqs:GetQueueUrl", "sqs:GetQueueAttributes"],
+            resources=[arns.result_queues(cfg.cluster)],
+        ),
+        # Result queues are created by the allocator, once per instance whose signed
+        # identity it verified and which EC2 shows tagged for the cluster (issue 12):
+        # their number is bounded by the cluster's instances, and the reconciler deletes
+        # those whose instance is gone. Agents cannot create queues.
+        iam.PolicyStatement(
+            sid="CreateResultQueueForVerifiedNode",
+            actions=["sqs:CreateQueue", "sqs:TagQueue"],
+            resources=[arns.result_queues(cfg.cluster)],
+        ),
+    ]
 
 
 def reconciler_result_queues(cfg: StackConfig, arns: Arns) -> list[iam.PolicyStatement]:
@@ -215,11 +320,11 @@ def agent(cfg: StackConfig, arns: Arns, reports_queue_arn: str) -> list[iam.Poli
             resources=[reports_queue_arn],
         ),
         iam.PolicyStatement(
-            sid="OwnResultQueueUnderClusterPrefix",
+            sid="ReceiveFromResultQueues",
             actions=[
-                # Exactly what node_agent/agent.py calls: no SetQueueAttributes
-                # or TagQueue, so one node cannot rewrite another's queue policy.
-                "sqs:CreateQueue",
+                # Reading only: no CreateQueue (the allocator creates a node's queue
+                # after verifying it, so a node cannot create queues without bound), no
+                # SetQueueAttributes or TagQueue (no rewriting another node's queue).
                 "sqs:GetQueueUrl",
                 "sqs:GetQueueAttributes",
                 "sqs:ReceiveMessage",

@@ -6,7 +6,7 @@ allowed), ``policies`` (who may do what) and ``observability`` (what is watched)
 
 from __future__ import annotations
 
-from aws_cdk import Aws, CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import Aws, CfnCondition, CfnOutput, Duration, Fn, RemovalPolicy, Stack, Token
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_eks as eks
 from aws_cdk import aws_events as events
@@ -129,6 +129,7 @@ class WarmpoolStack(Stack):
             names.ENV_SECURITY_GROUPS: ",".join(cfg.security_group_ids),
             names.ENV_IDENTITY_MODE: cfg.identity_mode,
             names.ENV_GC_AGE_S: str(cfg.gc_age_s),
+            names.ENV_IDENTITY_CERTIFICATES: self._identity_certificates(),
             "WARMPOOL_ACCOUNT": Aws.ACCOUNT_ID,
             "POWERTOOLS_METRICS_NAMESPACE": names.METRICS_NAMESPACE,
         }
@@ -176,7 +177,8 @@ class WarmpoolStack(Stack):
         # --- function permissions -----------------------------------------------------
         for statement in policies.allocator_ec2(cfg, arns):
             self.allocate.add_to_role_policy(statement)
-        self.allocate.add_to_role_policy(policies.allocator_result_queues(cfg, arns))
+        for statement in policies.allocator_result_queues(cfg, arns):
+            self.allocate.add_to_role_policy(statement)
         self.reports.grant_send_messages(self.allocate)  # deferrals are re-sent with a delay
         self.dlq.grant_send_messages(self.allocate)  # invalid reports go to the DLQ at once
         for statement in policies.reconciler_ec2(cfg, arns):
@@ -282,6 +284,23 @@ class WarmpoolStack(Stack):
             CfnOutput(self, output_id, value=values[key], description=key)
 
         self._acknowledge_nag_findings()
+
+    def _identity_certificates(self) -> str:
+        """The PEM the functions verify identity documents with, for the region the
+        stack lands in: picked at synth when the region is known, else by a
+        condition on ``AWS::Region`` per overridden region."""
+        cfg = self.config
+        if not Token.is_unresolved(self.region):
+            return cfg.identity_certificate_for(self.region)
+        value: str = cfg.identity_certificate
+        for region, pem in reversed(sorted(cfg.identity_certificates_by_region.items())):
+            condition = CfnCondition(
+                self,
+                "IdentityCertificateIn" + "".join(part.capitalize() for part in region.split("-")),
+                expression=Fn.condition_equals(Aws.REGION, region),
+            )
+            value = Token.as_string(Fn.condition_if(condition.logical_id, pem, value))
+        return value
 
     def _function(
         self,

@@ -102,6 +102,7 @@ class Agent:
         self.socket_server: CniSocketServer | None = None
         self.http: web.HttpServer | None = None
         self.result_queue_url = ""
+        self.result_queue_name = ""
 
     # --- start-up ---------------------------------------------------------------------------
 
@@ -145,12 +146,8 @@ class Agent:
         log.info("started %s (%s in %s): checkpoint %s; %d reconcile notes",
                  ident.instance_id, ident.instance_type, ident.availability_zone, how, len(notes))
         self._last_resync = now
-        name = result_queue_name(cfg.result_queue_prefix, ident.instance_id)
-        try:
-            self.result_queue_url = self.sqs.create_queue(QueueName=name)["QueueUrl"]
-        except Exception as exc:  # exists with other attributes (created by the stack): use it
-            log.info("create_queue %s: %s; looking it up", name, exc)
-            self.result_queue_url = self.sqs.get_queue_url(QueueName=name)["QueueUrl"]
+        self.result_queue_name = result_queue_name(cfg.result_queue_prefix, ident.instance_id)
+        self.result_queue_url = self._find_result_queue()
         self.cni = CniService(
             self.ds, self.pods,
             mtu=cfg.mtu, add_wait_s=cfg.add_wait_s, clock=self.clock.now, on_unmet=self.wake.set,
@@ -287,8 +284,30 @@ class Agent:
         except Exception as exc:
             log.warning("could not delete result message: %s", exc)
 
+    def _find_result_queue(self) -> str:
+        """This node's result queue URL, or "" while it does not exist yet.
+
+        The allocator creates it once it has verified the node (issue 12: agents have
+        no ``sqs:CreateQueue``), so the agent looks it up; creating it itself is only
+        a fallback for stacks and local runs that still allow it."""
+        name = self.result_queue_name
+        try:
+            return str(self.sqs.get_queue_url(QueueName=name)["QueueUrl"])
+        except Exception as exc:
+            log.info("result queue %s not found (%s); trying to create it", name, exc)
+        try:
+            return str(self.sqs.create_queue(QueueName=name)["QueueUrl"])
+        except Exception as exc:  # AccessDenied under the issue-12 IAM: the allocator will create it
+            log.info("result queue %s not created here (%s); waiting for the allocator", name, exc)
+        return ""
+
     def _poll_results(self) -> None:
         while not self.stopping.is_set():
+            if not self.result_queue_url:
+                self.result_queue_url = self._find_result_queue()
+                if not self.result_queue_url:
+                    self.stopping.wait(2.0)
+                    continue
             try:
                 resp = self.sqs.receive_message(
                     QueueUrl=self.result_queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=self.poll_wait_s,

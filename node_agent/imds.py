@@ -62,9 +62,10 @@ class ImdsClient:
                 self._token_expires = time.monotonic() + TOKEN_TTL_S - 60
             return self._token
 
-    def get(self, path: str, missing_ok: bool = False) -> str | None:
-        """``GET /latest/meta-data/<path>``; None if 404 and ``missing_ok``."""
-        url = f"{self.base}/latest/meta-data/{path.lstrip('/')}"
+    def get(self, path: str, missing_ok: bool = False, tree: str = "meta-data") -> str | None:
+        """``GET /latest/<tree>/<path>`` (``tree`` ``meta-data`` or ``dynamic``), the body
+        exactly as served; None if 404 and ``missing_ok``."""
+        url = f"{self.base}/latest/{tree}/{path.lstrip('/')}"
         last: Exception | None = None
         for attempt in range(self.attempts):
             try:

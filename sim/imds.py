@@ -12,6 +12,12 @@ appends ``/latest/...`` as usual.
   :meth:`sim.ec2.Ec2Emulator.instance_metadata` (so an attach shows up only
   after the attach delay). Directories list their entries, one a line,
   subdirectories with a trailing ``/``; unknown paths are 404.
+- ``GET /{id}/latest/dynamic/instance-identity/document`` and ``.../signature``:
+  the instance identity document (IMDS's JSON layout, the instance's id,
+  account, region, AZ, type, primary address, launch time) and its base64
+  RSA-SHA256 signature by the test key of :class:`sim.iid.IdentitySigner`,
+  whose certificate ``warmpool local up`` hands to the functions. The document
+  of an instance is the same bytes every time, as on EC2.
 
 Faults for the reliability suite: :meth:`Imds.set_faults` (a delay before every
 answer, slept in the server thread; failing the next N requests, or all of
@@ -25,6 +31,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
+
+from sim.iid import IdentitySigner, document_for
+from warmpool.messages import NodeIdentity
 
 if TYPE_CHECKING:
     from sim.ec2 import Ec2Emulator
@@ -42,8 +51,12 @@ REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
 class Imds:
     """A WSGI app serving every emulated instance's IMDSv2 under ``/{instance_id}``."""
 
-    def __init__(self, emu: Ec2Emulator, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self, emu: Ec2Emulator, sleep: Callable[[float], None] = time.sleep, signer: IdentitySigner | None = None
+    ) -> None:
         self.emu = emu
+        self.signer = signer or IdentitySigner()
+        self._documents: dict[str, str] = {}
         self._sleep = sleep
         self._tokens: dict[str, tuple[str, float]] = {}  # token -> (instance id, expires at)
         self._lock = threading.Lock()
@@ -105,9 +118,14 @@ class Imds:
             held = self._tokens.get(token or "")
         if held is None or held[0] != iid or held[1] <= self.emu.clock.now():
             return 401, "Unauthorized"
-        if not rest or rest[0] != "meta-data":
+        if not rest or rest[0] not in ("meta-data", "dynamic"):
             return 404, "Not Found"
-        node: Any = self.emu.instance_metadata(iid)
+        node: Any
+        if rest[0] == "dynamic":
+            document = self.identity_document(iid)
+            node = {"instance-identity": {"document": document, "signature": self.signer.sign(document)}}
+        else:
+            node = self.emu.instance_metadata(iid)
         for seg in rest[1:]:
             if not isinstance(node, dict) or seg not in node:
                 return 404, "Not Found"
@@ -115,6 +133,35 @@ class Imds:
         if isinstance(node, dict):
             return 200, "\n".join(f"{k}/" if isinstance(v, dict) else k for k, v in node.items())
         return 200, str(node)
+
+    def identity_document(self, instance_id: str) -> str:
+        """The instance's identity document, built once and then served byte for byte."""
+        with self._lock:
+            cached = self._documents.get(instance_id)
+        if cached is not None:
+            return cached
+        inst = self.emu.instances[instance_id]
+        primary = self.emu.enis.get(inst.primary_eni)
+        launched = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(inst.launch_time))
+        document = document_for(
+            {
+                "accountId": self.emu.owner,
+                "availabilityZone": inst.az,
+                "imageId": inst.image_id,
+                "instanceId": inst.id,
+                "instanceType": inst.instance_type,
+                "pendingTime": launched,
+                "privateIp": primary.primary_ip if primary is not None else "",
+                "region": self.emu.config.region,
+            }
+        )
+        with self._lock:
+            return self._documents.setdefault(instance_id, document)
+
+    def identity(self, instance_id: str) -> NodeIdentity:
+        """What an agent on ``instance_id`` reads from ``.../dynamic/instance-identity/``,
+        without HTTP (in-process agents of the bench and the simulation)."""
+        return self.signer.identity(self.identity_document(instance_id))
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         if self.delay_s > 0:
@@ -132,10 +179,11 @@ class Imds:
         return [payload]
 
 
-def make_app(emu: Ec2Emulator) -> Imds:
+def make_app(emu: Ec2Emulator, signer: IdentitySigner | None = None) -> Imds:
     """The IMDS WSGI app for every instance of ``emu`` (mount it under any prefix,
-    passing the rest of the path as ``PATH_INFO``)."""
-    return Imds(emu)
+    passing the rest of the path as ``PATH_INFO``); identity documents are signed
+    by ``signer`` (a fresh test key when None)."""
+    return Imds(emu, signer=signer)
 
 
 def serve(emu: Ec2Emulator, host: str = "127.0.0.1", port: int = 0, app: Imds | None = None) -> Server:

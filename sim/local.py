@@ -6,7 +6,9 @@ One process, one HTTP endpoint on 127.0.0.1, routed by service:
 * SQS and DynamoDB → moto's server apps (faithful wire protocols — JSON and
   Query for SQS, the DynamoDB JSON API with condition expressions — and speed
   is no concern for the demo; the bench uses :mod:`sim.sqs` in-process instead);
-* ``{endpoint}/imds/{instance_id}/latest/...`` → per-instance IMDSv2 (:mod:`sim.imds`);
+* ``{endpoint}/imds/{instance_id}/latest/...`` → per-instance IMDSv2 (:mod:`sim.imds`),
+  identity documents signed by a test key made at start (:mod:`sim.iid`) whose
+  certificate the functions trust (``WARMPOOL_IDENTITY_CERTIFICATES``);
 * ``/_warmpool/...`` → stats and fault injection (see ``docs/local-stack.md``).
 
 A request's service is taken from the ``X-Amz-Target`` header, else the SigV4
@@ -148,7 +150,7 @@ class Router:
         from sim.imds import make_app as imds_app
 
         self.ec2 = ec2_app(stack.ec2)
-        self.imds = imds_app(stack.ec2)
+        self.imds = imds_app(stack.ec2, stack.identity_signer)
         self.moto: dict[str, WsgiApp] = {s: create_backend_app(s) for s in ("sqs", "dynamodb")}
         self.stats = {"sqs": _ServiceStats(), "dynamodb": _ServiceStats()}
 
@@ -210,7 +212,10 @@ class LocalStack:
         self._saved_env: dict[str, str | None] = {}
         self._started = False
         from sim.ec2.emulator import Ec2Config, Ec2Emulator
+        from sim.iid import IdentitySigner
 
+        self.identity_signer = IdentitySigner()
+        """Signs every emulated instance's identity document; the functions trust its certificate."""
         o = self.options
         self.ec2 = Ec2Emulator(
             RealClock(),
@@ -354,6 +359,7 @@ class LocalStack:
             names.ENV_IDENTITY_MODE: o.identity_mode,
             names.ENV_GC_AGE_S: str(o.gc_age_s),
             names.ENV_ENDPOINT_URL: out["endpoint"],
+            names.ENV_IDENTITY_CERTIFICATES: self.identity_signer.certificate_pem,
             "AWS_ENDPOINT_URL": out["endpoint"],
             "AWS_ACCESS_KEY_ID": DUMMY_KEY,
             "AWS_SECRET_ACCESS_KEY": DUMMY_KEY,

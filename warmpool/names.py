@@ -55,6 +55,7 @@ ENV_SECURITY_GROUPS = "WARMPOOL_SECURITY_GROUPS"  # comma-separated; empty = the
 ENV_IDENTITY_MODE = "WARMPOOL_IDENTITY_MODE"  # "none" | "sender-id"
 ENV_GC_AGE_S = "WARMPOOL_GC_AGE_S"
 ENV_ENDPOINT_URL = "WARMPOOL_AWS_ENDPOINT_URL"  # local stack only
+ENV_IDENTITY_CERTIFICATES = "WARMPOOL_IDENTITY_CERTIFICATES"  # PEM: who signs instance identity documents
 
 # --- agent settings (besides the VPC CNI variables) --------------------------
 AGENT_ENV_REPORTS_QUEUE_URL = "WARMPOOL_REPORTS_QUEUE_URL"
@@ -80,6 +81,13 @@ TAG_INSTANCE_ID = "node.k8s.amazonaws.com/instance_id"
 TAG_CREATED_AT = "node.k8s.amazonaws.com/createdAt"
 TAG_MANAGED = "warmpool.io/managed"
 TAG_GC_MARK = "warmpool.io/gc-marked-at"
+TAG_NO_MANAGE = "node.k8s.amazonaws.com/no_manage"
+"""An ENI tagged ``true`` belongs to another tool: never touched (the VPC CNI skips it too)."""
+TAG_PRIMARY_ENI_OF = "warmpool.io/primary-eni-of"
+"""On a node's primary ENI (device 0, made by EC2 with the instance): the cluster whose
+pods may hold its secondary addresses. Set by the node's launch template or by the
+allocator at first contact with a verified node; IAM lets warmpool (un)assign addresses
+on an untagged-by-warmpool ENI only when it carries this tag."""
 
 # --- metrics (CloudWatch EMF namespace and names) ----------------------------
 METRICS_NAMESPACE = "warmpool"

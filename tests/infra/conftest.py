@@ -11,11 +11,16 @@ from typing import Any
 
 import pytest
 
+from sim.iid import IdentitySigner
+
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "1")
 os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
 
 CDK_JSON = Path(__file__).resolve().parents[2] / "cdk.json"
+
+# Stands in for a region's own AWS certificate (any RSA certificate will do here).
+OTHER_REGION_CERTIFICATE = IdentitySigner(common_name="ap-east-1 stand-in").certificate_pem
 
 BASE_CONTEXT: dict[str, Any] = {
     "cluster": "demo",
@@ -40,6 +45,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "batching_window_s": "0",
         "max_concurrency": "2",
         "allocate_timeout_s": "60",
+        # a region with its own AWS certificate (chosen at deploy time by AWS::Region)
+        "identity_certificates_by_region": {"ap-east-1": OTHER_REGION_CERTIFICATE},
     },
     # SenderId binding through the nodes' instance role
     "node_role": {

@@ -221,3 +221,51 @@ def test_a_result_killed_before_its_checkpoint_is_not_acknowledged_and_comes_bac
         assert again.ds.counts(time.time()).total == 1
     finally:
         again.stop()
+
+
+class NoCreateQueue:
+    """The agent's SQS client under the issue-12 IAM: CreateQueue is denied (the
+    allocator creates a verified node's result queue)."""
+
+    def __init__(self, sqs: Any) -> None:
+        self._sqs = sqs
+        self.create_calls = 0
+
+    def create_queue(self, **kw: Any) -> Any:
+        from botocore.exceptions import ClientError
+
+        self.create_calls += 1
+        raise ClientError({"Error": {"Code": "AccessDenied", "Message": "not authorized"}}, "CreateQueue")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sqs, name)
+
+
+def test_agent_starts_without_creating_its_queue_and_picks_it_up_once_the_allocator_has(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    sqs, imds = world["sqs"], world["imds"]
+    env = {
+        "CLUSTER_NAME": "demo", "MY_NODE_NAME": "node-1", "WARM_IP_TARGET": "2",
+        "WARMPOOL_REPORTS_QUEUE_URL": world["reports"], "WARMPOOL_STATE_DIR": str(tmp_path / "s2"),
+        "WARMPOOL_SOCKET": str(tmp_path / "a2.sock"), "WARMPOOL_METRICS_ADDR": "127.0.0.1:0",
+    }
+    denied = NoCreateQueue(sqs)
+    agent = Agent(load(env), denied, ImdsClient(imds.url_for(INSTANCE)), pods=RecordingPods(), poll_wait_s=1)
+    try:
+        agent.start()  # raised QueueDoesNotExist before: the agent could only create its queue itself
+        assert agent.ready and agent.result_queue_url == "" and denied.create_calls >= 1  # the poller retries
+        next_report(sqs, world["reports"], agent)  # it still reports (that is what gets its queue created)
+        url = sqs.create_queue(QueueName=f"warmpool-demo-result-{INSTANCE}")["QueueUrl"]  # the allocator
+        deadline = time.monotonic() + 10
+        while agent.result_queue_url != url and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert agent.result_queue_url == url
+        send_result(sqs, agent, 999)  # a reply to a seq it never sent: received, then dropped as stale
+        deadline = time.monotonic() + 10
+        while agent.controller.stats["results_rejected"] + agent.controller.stats["results_applied"] == 0:
+            agent.run_once()
+            assert time.monotonic() < deadline, dict(agent.controller.stats)
+            time.sleep(0.1)
+    finally:
+        agent.stop()

@@ -1,0 +1,67 @@
+"""Which ENIs warmpool may change, decided from tags exactly as its IAM policy does.
+
+The allocator's IAM (``infra/policies.py``) allows address (un)assignment only on
+ENIs warmpool created (cluster + ``warmpool.io/managed`` tags) or on a primary
+ENI tagged ``warmpool.io/primary-eni-of = <cluster>``; attach, detach, modify and
+delete only on ENIs warmpool created; and nothing at all on an ENI tagged
+``node.k8s.amazonaws.com/no_manage = true`` (the VPC CNI skips such ENIs too:
+``pkg/ipamd/ipamd.go::filterUnmanagedENIs``). The planner and executor ask this
+module first, so a plan never contains a call IAM would refuse
+(``tests/infra/test_iam_least_privilege.py`` checks the two agree, ENI by ENI).
+Pure: tags in, decisions out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from warmpool import names
+
+
+@dataclass(frozen=True)
+class EniPermissions:
+    assign: bool
+    """Assign/UnassignPrivateIpAddresses."""
+    lifecycle: bool
+    """Attach, Detach, ModifyNetworkInterfaceAttribute (the attachment), Delete."""
+    tag_as_primary: bool
+    """The allocator may (and should, before assigning) tag it as this cluster's primary ENI."""
+
+
+def unmanaged(tags: Mapping[str, str]) -> bool:
+    """Tagged ``no_manage = true`` (any case, as the IAM Deny matches it)."""
+    return tags.get(names.TAG_NO_MANAGE, "").lower() == "true"
+
+
+def created_by_warmpool(tags: Mapping[str, str], cluster: str) -> bool:
+    return tags.get(names.TAG_CLUSTER_NAME) == cluster and tags.get(names.TAG_MANAGED) == "true"
+
+
+def tagged_primary(tags: Mapping[str, str], cluster: str) -> bool:
+    return tags.get(names.TAG_PRIMARY_ENI_OF) == cluster
+
+
+def permissions(
+    tags: Mapping[str, str], cluster: str, *, in_cluster_vpc: bool, device_index: int
+) -> EniPermissions:
+    """What warmpool may do to an ENI with these tags, attached at ``device_index``
+    (-1 when detached), in the cluster's VPC or not."""
+    if unmanaged(tags):
+        return EniPermissions(assign=False, lifecycle=False, tag_as_primary=False)
+    ours = created_by_warmpool(tags, cluster)
+    primary = tagged_primary(tags, cluster) and in_cluster_vpc
+    claimable = (
+        device_index == 0
+        and in_cluster_vpc
+        and not primary
+        and names.TAG_PRIMARY_ENI_OF not in tags
+        and names.TAG_CLUSTER_NAME not in tags
+        and names.TAG_MANAGED not in tags
+    )
+    return EniPermissions(assign=ours or primary, lifecycle=ours, tag_as_primary=claimable)
+
+
+def primary_eni_tag(cluster: str) -> list[dict[str, str]]:
+    """The ``Tags`` argument of the first-contact CreateTags on a node's primary ENI."""
+    return [{"Key": names.TAG_PRIMARY_ENI_OF, "Value": cluster}]
