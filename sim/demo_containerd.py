@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from sim.runtime_containerd import CriError, NodeRuntime, build_image
+from sim.runtime_containerd import CriError, NodeRuntime, build_image, remove_default_state
 
 if TYPE_CHECKING:
     from sim.demo import Demo, Node
@@ -80,3 +80,4 @@ def teardown(demo: Demo) -> None:
             except Exception as e:  # teardown goes on
                 demo.say(f"warmpool demo: stopping containerd: {e}")
     demo.node_rt.clear()
+    remove_default_state()

@@ -251,6 +251,12 @@ state = "{b / 'state'}"
   sandbox_image = "{self.image_ref}"
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        # runc's state under ours, not /run/containerd/runc
+        Root = "{b / 'runc'}"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{self.cni_bin}"
     conf_dir = "{self.cni_conf}"
@@ -284,6 +290,7 @@ state = "{b / 'state'}"
 
     def start(self, timeout_s: float = 30.0) -> None:
         """containerd in the node's network namespace; returns when its socket answers."""
+        note_default_state()
         for d in ("root", "state"):
             (self.base / d).mkdir(parents=True, exist_ok=True)
         (self.base / "config.toml").write_text(self.config_toml())
@@ -357,6 +364,47 @@ state = "{b / 'state'}"
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         unmount_under(self.base)
+
+
+DEFAULT_STATE = Path("/run/containerd")
+"""containerd 1.6 keeps shim sockets in ``/run/containerd/s`` whatever its ``state`` (and ``ctr``
+its FIFOs in ``/run/containerd/fifo``): the one place outside our directory it writes to."""
+_default_state_existed: bool | None = None
+
+
+def note_default_state() -> None:
+    """Remember, before the first containerd of this process, whether ``/run/containerd`` existed."""
+    global _default_state_existed
+    if _default_state_existed is None:
+        _default_state_existed = DEFAULT_STATE.exists()
+
+
+def remove_default_state() -> None:
+    """Remove ``/run/containerd`` again if this process made it: only empty directories and the
+    sockets of shims no longer running (a running containerd elsewhere keeps its own)."""
+    if _default_state_existed is not False or not DEFAULT_STATE.exists():
+        return
+    for d, _dirs, files in os.walk(DEFAULT_STATE, topdown=False):
+        for f in files:
+            path = Path(d) / f
+            if path.is_socket() and not _socket_listening(path):
+                path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(d)
+
+
+def _socket_listening(path: Path) -> bool:
+    import socket as _socket
+
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    s.settimeout(0.5)
+    try:
+        s.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
 
 
 def unmount_under(base: Path) -> list[str]:
@@ -603,12 +651,28 @@ class NodeRuntime:
         self.cri.remove_pod_sandbox(sandbox_id)
         self.sandboxes.pop(sandbox_id, None)
 
+    def remove_all(self) -> list[str]:
+        """Every sandbox containerd holds, also those whose RunPodSandbox failed (containerd keeps a
+        sandbox whose clean-up DEL failed, for the kubelet's garbage collection). Returns the ids
+        that could not be removed."""
+        assert self.cri is not None
+        ids = list(dict.fromkeys([*self.sandboxes, *self.cri.list_pod_sandbox_ids()]))
+        left = []
+        for sid in ids:
+            if sid not in self.sandboxes:
+                with contextlib.suppress(CriError):
+                    st = self.cri.pod_sandbox_status(sid)
+                    self.sandboxes[sid] = PodSandbox(sid, st.ip, st.netns)
+            try:
+                self.remove_pod(sid)
+            except CriError:
+                left.append(sid)
+        return left
+
     def stop(self, remove_pods: bool = True) -> None:
         """Remove what is left (DEL through the agent, if it still runs), then containerd."""
         if self.cri is not None and remove_pods:
-            for sid in list(self.sandboxes):
-                with contextlib.suppress(CriError):
-                    self.remove_pod(sid)
+            self.remove_all()
         if self.cri is not None:
             self.cri.close()
             self.cri = None

@@ -179,20 +179,21 @@ def cluster() -> Iterator[Cluster]:
         d._cni = str(plugin)
         # The demo's setup would pick the console script; the traced shim stands in front of it.
         orig_bin = demo._bin
-        demo._bin = lambda name: str(plugin) if name == "warmpool-cni" else orig_bin(name)  # type: ignore[assignment]
+        demo._bin = lambda name: str(plugin) if name == "warmpool-cni" else orig_bin(name)
         try:
             d.setup()
             c = Cluster(d, priv, base)
             c.wait_pool(int(d.nodes[0].env["MINIMUM_IP_TARGET"]))
             yield c
         finally:
-            demo._bin = orig_bin  # type: ignore[assignment]
+            demo._bin = orig_bin
             d.teardown()
             sys.stdout = stdout
             manifest.remove_created()
-            from sim.runtime_containerd import unmount_under
+            from sim.runtime_containerd import remove_default_state, unmount_under
 
             unmount_under(base)
+            remove_default_state()
             shutil.rmtree(base, ignore_errors=True)
 
 
@@ -202,8 +203,7 @@ def clean_pods(cluster: Cluster) -> Iterator[Cluster]:
     yield cluster
     if cluster.node.proc is None or cluster.node.proc.poll() is not None:
         cluster.start_agent()
-    for sid in list(cluster.rt.sandboxes):
-        cluster.rt.remove_pod(sid)
+    assert cluster.rt.remove_all() == [], "every sandbox removable once the agent runs"
     cluster.rt.containerd.write_conf(conf(cluster))
 
 

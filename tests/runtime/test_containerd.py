@@ -5,10 +5,12 @@ PodSandboxStatus (the pod's IP), StopPodSandbox and RemovePodSandbox (DEL).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -68,7 +70,7 @@ def _run(c: Cluster, name: str, version: str = "1.0.0", ports: tuple[PortMapping
     deadline = time.monotonic() + 10
     while True:
         before = len(c.traces("ADD"))
-        pod = c.rt.run_pod(name, f"uid-{name}", ports=ports)
+        pod: PodSandbox = c.rt.run_pod(name, f"uid-{name}", ports=ports)
         adds = c.traces("ADD")[before:]
         if adds and adds[-1][0].get("cniVersion") == version:
             return pod
@@ -153,6 +155,7 @@ def test_the_runtime_accepts_results_for_each_cni_version(clean_pods: Cluster, v
     _use_conf(c, version)
     pod = _run(c, f"ver-{version.replace('.', '')}", version)
     stdin, result, env = c.traces("ADD")[-1]
+    assert stdin["cniVersion"] == version and stdin["type"] == "warmpool-cni"
     assert env["CNI_CONTAINERID"] == pod.id and env["CNI_NETNS"] == pod.netns
     assert result["cniVersion"] == version
     assert result["ips"][0]["address"] == f"{pod.ip}/32"
@@ -270,3 +273,98 @@ def _plugin(c: Cluster, command: str, pod: PodSandbox, stdin: dict[str, Any]) ->
     r = subprocess.run(["nsenter", f"--net=/var/run/netns/{c.node.ns}", str(c.rt.containerd.cni_bin / "warmpool-cni")],
                        input=json.dumps(stdin), env=env, capture_output=True, text=True, timeout=60)
     return r.returncode, r.stdout + r.stderr
+
+
+# ----------------------------------------------------------------- ctr run --cni (not the kubelet's path)
+
+CTR_DEFAULT_CAPS = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
+                    "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
+                    "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE"]
+"""containerd's default capability set for a container (what ``ctr run`` gives one)."""
+
+
+@pytest.fixture
+def ctr_cni(clean_pods: Cluster) -> Any:
+    """``ctr`` 1.6 reads only ``/etc/cni/net.d`` and ``/opt/cni/bin``: our files there, and only ours
+    removed afterwards (a machine that already has a ``warmpool-cni`` there is not touched)."""
+    c = clean_pods
+    made: list[Path] = []
+    conf_path = Path("/etc/cni/net.d/00-warmpool-runtime-test.conflist")
+    links = {Path("/opt/cni/bin/warmpool-cni"): c.rt.containerd.cni_bin / "warmpool-cni",
+             Path("/opt/cni/bin/loopback"): c.rt.containerd.cni_bin / "loopback"}
+    if any(p.exists() or p.is_symlink() for p in [conf_path, *links]):
+        pytest.skip("this machine already has a CNI set-up in /etc/cni/net.d or /opt/cni/bin")
+    for d in (conf_path.parent, Path("/opt/cni/bin")):
+        missing = []
+        p = d
+        while not p.exists():
+            missing.append(p)
+            p = p.parent
+        for m in reversed(missing):
+            m.mkdir()
+            made.append(m)
+    try:
+        conf_path.write_text(json.dumps(conf(c)))
+        made.append(conf_path)
+        for dst, src in links.items():
+            dst.symlink_to(src.resolve())
+            made.append(dst)
+        yield c
+    finally:
+        for p in reversed(made):
+            if p.is_dir() and not p.is_symlink():
+                with contextlib.suppress(OSError):
+                    p.rmdir()
+            else:
+                p.unlink(missing_ok=True)
+
+
+def _ctr_run(c: Cluster, cid: str, drop: list[str]) -> subprocess.CompletedProcess[str]:
+    """``ctr run --rm --cni``; runc's state and the FIFOs under the test's directory. A failed run
+    leaves its container behind (ctr does not clean up after a failed network set-up): removed here."""
+    base = c.rt.containerd.base
+    args = ["run", "--rm", "--cni", "--env", "PATH=/bin", "--runc-root", str(base / "runc"),
+            "--fifo-dir", str(base / "fifo")]
+    for cap in drop:
+        args += ["--cap-drop", cap]
+    args += [c.rt.containerd.image_ref, cid, "sh", "-c",
+             "ip -4 -o addr show dev eth0; ip -4 route show default; ip neigh show dev eth0"]
+    r = c.rt.containerd.ctr(*args, check=False, timeout=120)
+    if r.returncode != 0:
+        c.rt.containerd.ctr("task", "delete", "-f", cid, check=False)
+        c.rt.containerd.ctr("containers", "delete", cid, check=False)
+    return r
+
+
+def test_ctr_run_cni_container_gets_a_pool_address_and_gives_it_back(ctr_cni: Cluster) -> None:
+    """``ctr run --cni`` hands the plugin ``/proc/<pid>/ns/net``. The agent may open that only if the
+    container holds no capability the agent lacks (the kernel's ptrace access check), so this
+    container drops containerd's default set; see the next test for the default set."""
+    c = ctr_cni
+    cid = f"ctr-{uuid.uuid4().hex[:12]}"
+    r = _ctr_run(c, cid, CTR_DEFAULT_CAPS)
+    assert r.returncode == 0, r.stderr
+    _, add_out, env = next(t for t in reversed(c.traces("ADD")) if t[2]["CNI_CONTAINERID"].endswith(cid))
+    assert env["CNI_NETNS"].startswith("/proc/") and env["CNI_NETNS"].endswith("/ns/net")
+    ip = add_out["ips"][0]["address"].split("/")[0]
+    lines = r.stdout.splitlines()
+    assert f"inet {ip}/32" in lines[0]
+    assert lines[1].startswith(f"default via {GATEWAY} dev eth0")
+    assert GATEWAY in lines[2] and "PERMANENT" in lines[2]
+    # --rm: the container exited, ctr ran DEL: the address is no longer held, it is in cooldown.
+    dels = [t for t in c.traces("DEL") if t[2]["CNI_CONTAINERID"] == env["CNI_CONTAINERID"]]
+    assert dels and not dels[-1][1]
+    assert env["CNI_CONTAINERID"] not in c.pods() and ip not in c.pods().values()
+    assert ip in c.pool()
+
+
+def test_ctr_run_cni_with_default_capabilities_fails_clearly_and_holds_nothing(ctr_cni: Cluster) -> None:
+    """The agent (the manifest's NET_ADMIN, NET_RAW, SYS_ADMIN; no SYS_PTRACE) cannot open
+    ``/proc/<pid>/ns/net`` of a container holding capabilities it lacks: the runtime shows why,
+    and no address stays held. The kubelet's path pins namespaces under /var/run/netns instead."""
+    c = ctr_cni
+    before = c.pods()
+    r = _ctr_run(c, f"ctr-{uuid.uuid4().hex[:12]}", [])
+    assert r.returncode != 0
+    assert "warmpool-cni" in r.stderr and "Permission denied" in r.stderr and "/ns/net" in r.stderr, r.stderr
+    assert c.pods() == before
