@@ -18,12 +18,14 @@ from pathlib import Path
 import pytest
 
 from sim import demo_netns as nx
-from sim.demo import RUN_MARK, single_run_lock
+from sim import runtime_containerd as rc
+from sim.demo import RUN_MARK, Demo, DemoOptions, single_run_lock
 from sim.demo_report import DemoReport, PodRecord, duplicate_ips, ec2_delta, percentile, render
 
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN_KEYS = {"nodes", "pods_requested", "pods_ready", "time_to_ip_s", "ec2", "duplicate_ips", "leaked_enis"}
 NETNS_WHY = nx.support() if nx.support_quick() else "not root or no `ip`"
+CONTAINERD_WHY = rc.support()
 needs_netns = pytest.mark.skipif(NETNS_WHY is not None, reason=f"network namespaces: {NETNS_WHY}")
 
 
@@ -128,10 +130,27 @@ def _marked_processes(mark: str) -> list[int]:
     return out
 
 
+def _run_dir_processes(run_dir: Path) -> list[int]:
+    """Processes naming the run dir in their command line (containerd, its shims)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(run_dir).encode() in cmd:
+            out.append(int(d.name))
+    return out
+
+
 def _assert_clean(tmp_path: Path, demo_pid: int) -> None:
     if nx.support_quick():
         assert nx.list_namespaces() == [], "wp-demo-* namespaces left behind"
     assert _marked_processes(str(demo_pid)) == [], "demo processes left behind"
+    assert _run_dir_processes(tmp_path / "run") == [], "containerd or its shims left behind"
+    assert str(tmp_path / "run") not in Path("/proc/self/mountinfo").read_text(), "mounts left behind"
     assert not (tmp_path / "run").exists(), "run dir left behind"
 
 
@@ -157,7 +176,10 @@ def test_short_demo_serves_every_pod_once_leaks_nothing_and_cleans_up(tmp_path: 
     assert 0 < r["time_to_ip_s"]["p50"] <= r["time_to_ip_s"]["p99"] <= r["time_to_ip_s"]["max"]
     if r["mode"] == "netns":
         assert r["kernel_verified"] == 6, "every pod's eth0 should carry the address it was given"
+        # `make demo` installs containerd as root on Debian: then the pods are containerd sandboxes
+        assert r["runtime"] == ("containerd" if CONTAINERD_WHY is None else "netns")
     assert "warmpool demo — report" in stdout
+    assert "pods made by" in stdout and r["runtime"].split()[0] in stdout.split("pods made by")[1]
     _assert_clean(tmp_path, p.pid)
 
 
@@ -192,7 +214,7 @@ def test_without_namespaces_it_says_so_and_still_serves_every_pod(tmp_path: Path
     stdout, stderr = p.communicate(timeout=240)
     assert p.returncode == 0, stdout + stderr[-3000:]
     r = json.loads(out.read_text())
-    assert r["mode"] == "plain"
+    assert r["mode"] == "plain" and r["runtime"] == "none"
     assert "network namespaces unavailable" in stderr
     assert r["pods_ready"] == r["pods_requested"] == 2
     assert r["duplicate_ips"] == 0 and r["leaked_enis"] == 0
@@ -218,3 +240,49 @@ def test_a_crashed_runs_leftovers_are_removed_before_the_next_run(tmp_path: Path
     if nx.support_quick():
         assert any(r.startswith("netns wp-demo-node-") for r in removed)
     _assert_clean(tmp_path, p.pid)
+
+
+@needs_netns
+@pytest.mark.slow
+def test_runtime_netns_uses_bare_namespaces_and_the_report_says_so(tmp_path: Path) -> None:
+    out = tmp_path / "demo.json"
+    p = subprocess.Popen(_demo("--runtime", "netns", "--nodes", "1", "--pods-per-node", "2", "--json", str(out)),
+                         cwd=ROOT, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = p.communicate(timeout=240)
+    assert p.returncode == 0, stdout + stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["mode"] == "netns" and r["runtime"] == "netns"
+    assert r["pods_ready"] == r["kernel_verified"] == 2
+    assert "bare network namespaces" in stdout
+    _assert_clean(tmp_path, p.pid)
+
+
+def test_auto_runtime_without_containerd_falls_back_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    monkeypatch.setattr(rc, "support", lambda: "not installed: containerd, runc (apt-get install ...)")
+    out = io.StringIO()
+    d = Demo(DemoOptions(runtime="auto", live=False), stream=out)
+    d._choose_runtime()
+    assert d.runtime == "netns"
+    assert "containerd unavailable (not installed: containerd, runc" in out.getvalue()
+    assert "falling back to bare network namespaces" in out.getvalue()
+    assert any("falling back" in n for n in d.notes), "the report's notes carry it too"
+
+
+def test_runtime_containerd_when_it_cannot_run_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    monkeypatch.setattr(rc, "support", lambda: "not running as root")
+    d = Demo(DemoOptions(runtime="containerd", live=False), stream=io.StringIO())
+    with pytest.raises(RuntimeError, match=r"--runtime containerd: containerd cannot run here \(not running as root\)"):
+        d._choose_runtime()
+
+
+def test_runtime_option_is_parsed_and_checked() -> None:
+    from sim.demo import options_from_args
+
+    assert options_from_args([]).runtime == "auto"
+    assert options_from_args(["--runtime", "netns"]).runtime == "netns"
+    with pytest.raises(SystemExit):
+        options_from_args(["--runtime", "docker"])

@@ -10,6 +10,7 @@ does; otherwise the tier is skipped with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -152,6 +153,14 @@ def cluster() -> Iterator[Cluster]:
         why = nx.support()
     if why is not None:
         pytest.skip(f"runtime tier: {why}")
+    with runtime_cluster() as c:
+        yield c
+
+
+@contextlib.contextmanager
+def runtime_cluster(agent_env: dict[str, str] | None = None) -> Iterator[Cluster]:
+    """The tier's cluster (also for measurement scripts): stack, one node, its agent under the
+    DaemonSet's privileges, containerd in the node's namespace; everything removed on exit."""
     from sim import demo
     from sim.demo import Demo, DemoOptions, single_run_lock
 
@@ -171,7 +180,7 @@ def cluster() -> Iterator[Cluster]:
         return manifest.command(priv, argv, agent_base), env
 
     opts = DemoOptions(nodes=1, pods_per_node=0, live=False, runtime="containerd", agent_wrap=wrap,
-                       agent_env={"WARMPOOL_ADD_WAIT_S": "30"})
+                       agent_env={"WARMPOOL_ADD_WAIT_S": "30", **(agent_env or {})})
     stdout = sys.stdout
     with single_run_lock(wait_s=300):
         d = Demo(opts, stream=sys.stderr)
