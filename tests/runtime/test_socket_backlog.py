@@ -10,9 +10,13 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
+
 from node_agent.cni import CniError, call_agent
 from node_agent.cniserver import CniService, CniSocketServer
 from node_agent.datastore import Datastore
+
+pytestmark = pytest.mark.runtime
 
 
 def test_a_burst_of_plugins_connecting_at_once_is_never_refused(tmp_path: Path) -> None:
