@@ -115,6 +115,15 @@ class Cluster:
         self.demo._start_agent(self.node)
         self.demo._wait_agents_ready()
 
+    def plugin_seconds(self, command: str) -> list[float]:
+        """How long each plugin invocation of ``command`` took, as the runtime ran it (shim included)."""
+        out = []
+        for inp in sorted(self.trace.glob("*.in")):
+            env, end = inp.with_suffix(".env"), inp.with_suffix(".end")
+            if end.exists() and f"CNI_COMMAND={command}" in env.read_text():
+                out.append((int(end.read_text()) - int(inp.stem.split("-")[0])) / 1e9)
+        return out
+
     def traces(self, command: str | None = None) -> list[tuple[dict[str, Any], dict[str, Any], dict[str, str]]]:
         """Plugin invocations the runtime made, oldest first: (stdin, stdout, environment)."""
         out = []
@@ -139,6 +148,7 @@ cat > "$t.in"
 env | grep -E '^(CNI_|WARMPOOL_)' > "$t.env"
 {plugin} "$@" < "$t.in" > "$t.out"
 rc=$?
+date +%s%N > "$t.end"
 cat "$t.out"
 exit $rc
 """
