@@ -362,9 +362,21 @@ class Demo:
         self.say("warmpool demo: " + msg)
 
     def _start_containerd(self) -> None:
+        """One containerd per node; under ``auto`` a failure to start falls back to bare namespaces."""
         from sim import demo_containerd
 
-        demo_containerd.start(self)
+        try:
+            demo_containerd.start(self)
+        except Exception as e:
+            if self.o.runtime == "containerd":
+                raise
+            demo_containerd.teardown(self)
+            self.runtime = "netns"
+            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+            msg = (f"containerd did not start ({first}): falling back to bare network namespaces made by "
+                   "the demo, with warmpool-cni invoked directly")
+            self.notes.append(msg)
+            self.say("warmpool demo: " + msg)
 
     def _start_stack(self) -> None:
         from sim.local import LocalOptions, LocalStack

@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from sim.runtime_containerd import CriError, NodeRuntime, build_image, remove_default_state
+from sim.runtime_containerd import CriError, NodeRuntime, build_image, cleanup_run, remove_default_state
 
 if TYPE_CHECKING:
     from sim.demo import Demo, Node
@@ -80,4 +80,6 @@ def teardown(demo: Demo) -> None:
             except Exception as e:  # teardown goes on
                 demo.say(f"warmpool demo: stopping containerd: {e}")
     demo.node_rt.clear()
+    for what in cleanup_run(demo.run_dir):  # anything a stopped containerd could not take with it
+        demo.say(f"warmpool demo: removed {what}")
     remove_default_state()

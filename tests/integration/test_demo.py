@@ -145,7 +145,15 @@ def _run_dir_processes(run_dir: Path) -> list[int]:
     return out
 
 
-def _assert_clean(tmp_path: Path, demo_pid: int) -> None:
+def _cni_pins() -> set[str]:
+    """Network namespaces a container runtime pinned (CRI names them ``cni-<uuid>``)."""
+    d = Path("/var/run/netns")
+    return {p.name for p in d.iterdir() if p.name.startswith("cni-")} if d.is_dir() else set()
+
+
+def _assert_clean(tmp_path: Path, demo_pid: int, pins_before: set[str] | None = None) -> None:
+    if pins_before is not None:
+        assert _cni_pins() - pins_before == set(), "pinned pod namespaces left behind"
     if nx.support_quick():
         assert nx.list_namespaces() == [], "wp-demo-* namespaces left behind"
     assert _marked_processes(str(demo_pid)) == [], "demo processes left behind"
@@ -161,6 +169,7 @@ def _demo(*args: str) -> list[str]:
 @pytest.mark.slow
 def test_short_demo_serves_every_pod_once_leaks_nothing_and_cleans_up(tmp_path: Path) -> None:
     out = tmp_path / "demo.json"
+    pins = _cni_pins()
     p = subprocess.Popen(_demo("--nodes", "2", "--pods-per-node", "3", "--json", str(out)), cwd=ROOT,
                          env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = p.communicate(timeout=240)
@@ -180,11 +189,12 @@ def test_short_demo_serves_every_pod_once_leaks_nothing_and_cleans_up(tmp_path: 
         assert r["runtime"] == ("containerd" if CONTAINERD_WHY is None else "netns")
     assert "warmpool demo — report" in stdout
     assert "pods made by" in stdout and r["runtime"].split()[0] in stdout.split("pods made by")[1]
-    _assert_clean(tmp_path, p.pid)
+    _assert_clean(tmp_path, p.pid, pins)
 
 
 @pytest.mark.slow
 def test_sigint_mid_run_tears_everything_down(tmp_path: Path) -> None:
+    pins = _cni_pins()
     p = subprocess.Popen(_demo("--nodes", "2", "--pods-per-node", "8"), cwd=ROOT, env=_env(tmp_path),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.stderr is not None
@@ -203,7 +213,7 @@ def test_sigint_mid_run_tears_everything_down(tmp_path: Path) -> None:
     _, rest = p.communicate(timeout=60)
     assert p.returncode == 130, "".join(seen) + rest
     assert "cleaned up" in rest
-    _assert_clean(tmp_path, p.pid)
+    _assert_clean(tmp_path, p.pid, pins)
 
 
 @pytest.mark.slow
@@ -286,3 +296,27 @@ def test_runtime_option_is_parsed_and_checked() -> None:
     assert options_from_args(["--runtime", "netns"]).runtime == "netns"
     with pytest.raises(SystemExit):
         options_from_args(["--runtime", "docker"])
+
+
+def test_auto_runtime_falls_back_when_containerd_fails_to_start(monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: Path) -> None:
+    import io
+
+    from sim import demo_containerd
+
+    def broken(demo: Demo) -> None:
+        raise rc.RuntimeError_("containerd exited with 1: failed to load plugin")
+
+    monkeypatch.setattr(demo_containerd, "start", broken)
+    out = io.StringIO()
+    d = Demo(DemoOptions(runtime="auto", live=False), stream=out)
+    d.run_dir = tmp_path  # the fallback's clean-up looks only there
+    d.runtime = "containerd"
+    d._start_containerd()
+    assert d.runtime == "netns" and d.node_rt == {}
+    assert "containerd did not start (containerd exited with 1: failed to load plugin): falling back" in out.getvalue()
+    d2 = Demo(DemoOptions(runtime="containerd", live=False), stream=io.StringIO())
+    d2.run_dir = tmp_path
+    d2.runtime = "containerd"
+    with pytest.raises(rc.RuntimeError_):
+        d2._start_containerd()
