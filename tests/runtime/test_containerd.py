@@ -145,7 +145,8 @@ def test_a_pod_gets_a_warm_pool_address_wired_inside_and_del_returns_it(clean_po
     c.rt.cri.stop_pod_sandbox(pod.id)  # the kubelet stops again before removing: a second DEL is fine
     c.rt.remove_pod(pod.id)
     dels = [t for t in c.traces("DEL") if t[2].get("CNI_CONTAINERID") == pod.id]
-    assert dels and all(not out for _, out, _ in dels), dels  # DEL succeeded (no error body)
+    # containerd 1.6 runs DEL on every StopPodSandbox and again on RemovePodSandbox: all succeed
+    assert len(dels) >= 2 and all(not out for _, out, _ in dels), dels
     _assert_gone(c, pod)
 
 
