@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
-.PHONY: test demo lint typecheck unit integration infra-test bench-planner system-deps clean
+.PHONY: test demo lint typecheck unit integration infra-test runtime-test bench-planner system-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,14 +15,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[all]'
 	touch $(STAMP)
 
-# Debian packages used by the network-namespace and CNI tests. Installed only
-# when missing, and only when we can (root with apt-get).
+# Debian packages used by the network-namespace, CNI and runtime tests and by
+# the demo's real pods (containerd, runc, a static busybox for the local image,
+# iptables for the chained portmap). Installed only when missing, and only when
+# we can (root with apt-get).
+SYSTEM_PKGS := iproute2 iputils-ping iptables containernetworking-plugins containerd runc busybox-static
 system-deps:
-	@if [ ! -x /usr/lib/cni/tuning ] || ! command -v ip >/dev/null || ! command -v ping >/dev/null; then \
+	@if [ ! -x /usr/lib/cni/tuning ] || [ ! -x /usr/lib/cni/portmap ] || [ ! -x /bin/busybox ] \
+	    || ! command -v ip >/dev/null || ! command -v ping >/dev/null || ! command -v iptables >/dev/null \
+	    || ! command -v containerd >/dev/null || ! command -v runc >/dev/null || ! command -v ctr >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 iputils-ping containernetworking-plugins >/dev/null) \
-	      || echo "system-deps: could not install iproute2/containernetworking-plugins"; \
-	  else echo "system-deps: not root or no apt-get; namespace tests will say what is missing"; fi; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PKGS) >/dev/null) \
+	      || echo "system-deps: could not install $(SYSTEM_PKGS)"; \
+	  else echo "system-deps: not root or no apt-get; namespace and runtime tests will say what is missing"; fi; \
 	fi
 
 lint: $(STAMP)
@@ -42,6 +47,10 @@ integration: $(STAMP) system-deps
 
 infra-test: $(STAMP)
 	$(BIN)/python -m pytest -q tests/infra
+
+# containerd and runc drive warmpool-cni (part of `make test` too)
+runtime-test: $(STAMP) system-deps
+	$(BIN)/python -m pytest -q -m runtime tests/runtime
 
 demo: $(STAMP) system-deps
 	$(BIN)/warmpool demo

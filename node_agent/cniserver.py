@@ -538,6 +538,11 @@ class _Handler(socketserver.BaseRequestHandler):
 
 class CniSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    request_queue_size = 1024
+    """listen() backlog. The plugin's connect is non-blocking (it has a timeout), and a unix
+    socket refuses it at once (EAGAIN) when the backlog is full: socketserver's 5 made a burst of
+    sandboxes fail with "agent is not reachable" (found by tests/runtime; the kernel caps it at
+    net.core.somaxconn)."""
 
     def __init__(self, path: str, service: CniService, read_timeout_s: float = READ_TIMEOUT_S) -> None:
         self.service = service

@@ -92,6 +92,10 @@ DEFAULT_AGENT_ENV: dict[str, str] = {
 }
 
 
+AgentWrap = Callable[["Node", list[str], dict[str, str]], tuple[list[str], dict[str, str]]]
+"""(node, argv, env) -> (argv, env) of the agent process; may change ``node.socket``."""
+
+
 class Interrupted(Exception):
     """SIGINT/SIGTERM arrived: stop, tear down, exit 130."""
 
@@ -115,6 +119,11 @@ class DemoOptions:
     agent_env: dict[str, str] = field(default_factory=dict)
     cluster: str = "demo"
     live: bool = True
+    runtime: str = "auto"
+    """Who makes the pods in netns mode: ``containerd`` (CRI sandboxes), ``netns`` (bare
+    namespaces), or ``auto`` (containerd when it is installed and works here)."""
+    agent_wrap: AgentWrap | None = None
+    """Starts each agent differently (the runtime tests: under the DaemonSet's privileges)."""
 
 
 # ----------------------------------------------------------------- helpers
@@ -184,6 +193,10 @@ def cleanup_leftovers(run_dir: Path = RUN_DIR) -> list[str]:
 def _cleanup_leftovers(run_dir: Path) -> list[str]:
     """:func:`cleanup_leftovers`, for a caller already holding the lock."""
     out: list[str] = [f"process {p}" for p in kill_recorded(run_dir)]
+    if run_dir.exists() and nx.support_quick():
+        from sim.runtime_containerd import cleanup_run
+
+        out += cleanup_run(run_dir)
     if nx.support_quick():
         out += [f"netns {n}" for n in nx.cleanup()]
     if run_dir.exists():
@@ -238,6 +251,10 @@ class Demo:
         self.t0 = time.monotonic()
         self.phase = "starting"
         self.mode = "netns"
+        self.runtime = "netns"
+        """Who made the pods: ``containerd``, ``netns`` (bare namespaces) or ``none`` (plain mode)."""
+        self.node_rt: dict[int, Any] = {}
+        """Node index -> :class:`sim.runtime_containerd.NodeRuntime` when containerd makes the pods."""
         self.notes: list[str] = []
         self.nodes: list[Node] = []
         self.pods: list[PodRecord] = []
@@ -300,6 +317,9 @@ class Demo:
                    "WARMPOOL_POD_NETWORK=recorded) and pods are CNI ADDs without a namespace of their own")
             self.notes.append(msg)
             self.say("warmpool demo: " + msg)
+            self.runtime = "none"
+        else:
+            self._choose_runtime()
         self._cni = _bin("warmpool-cni")
         self.phase = "local stack"
         self._start_stack()
@@ -318,6 +338,45 @@ class Demo:
             self._sync_thread = threading.Thread(target=self._sync_loop, name="demo-hypervisor", daemon=True)
             self._sync_thread.start()
         self._wait_agents_ready()
+        if self.runtime == "containerd":
+            self._start_containerd()
+
+    def _choose_runtime(self) -> None:
+        """containerd when asked for or available; else bare namespaces, said plainly."""
+        from sim import runtime_containerd as rc
+
+        if self.o.runtime == "netns":
+            self.runtime = "netns"
+            return
+        why = rc.support()
+        if why is None:
+            self.runtime = "containerd"
+            self.say("warmpool demo: pods are containerd sandboxes (CRI RunPodSandbox), one containerd per node")
+            return
+        if self.o.runtime == "containerd":
+            raise RuntimeError(f"--runtime containerd: containerd cannot run here ({why})")
+        self.runtime = "netns"
+        msg = (f"containerd unavailable ({why}): falling back to bare network namespaces made by the demo, "
+               "with warmpool-cni invoked directly")
+        self.notes.append(msg)
+        self.say("warmpool demo: " + msg)
+
+    def _start_containerd(self) -> None:
+        """One containerd per node; under ``auto`` a failure to start falls back to bare namespaces."""
+        from sim import demo_containerd
+
+        try:
+            demo_containerd.start(self)
+        except Exception as e:
+            if self.o.runtime == "containerd":
+                raise
+            demo_containerd.teardown(self)
+            self.runtime = "netns"
+            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+            msg = (f"containerd did not start ({first}): falling back to bare network namespaces made by "
+                   "the demo, with warmpool-cni invoked directly")
+            self.notes.append(msg)
+            self.say("warmpool demo: " + msg)
 
     def _start_stack(self) -> None:
         from sim.local import LocalOptions, LocalStack
@@ -394,6 +453,8 @@ class Demo:
         logf = open(node.log_path, "wb")  # noqa: SIM115 (closed by the child's exit; we keep no handle)
         try:
             argv = [_bin("warmpool-agent")]
+            if self.o.agent_wrap is not None:
+                argv, node.env = self.o.agent_wrap(node, argv, node.env)
             node.proc = subprocess.Popen(argv, env=node.env, stdout=logf,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True)
@@ -532,6 +593,11 @@ class Demo:
 
     def add_pod(self, node: Node, pod: PodRecord, deadline: float) -> None:
         """ADD until it succeeds, retried like a kubelet (a failed sandbox is retried with backoff)."""
+        if self.runtime == "containerd":
+            from sim import demo_containerd
+
+            demo_containerd.add_pod(self, node, pod, deadline)
+            return
         if self.mode == "netns":
             nx.add_namespace(pod.netns)
         backoff = 0.2
@@ -553,6 +619,11 @@ class Demo:
             backoff = min(backoff * 2, 2.0)
 
     def del_pod(self, node: Node, pod: PodRecord) -> None:
+        if self.runtime == "containerd":
+            from sim import demo_containerd
+
+            demo_containerd.del_pod(self, node, pod)
+            return
         code, body = self.cni(node, pod, "DEL", timeout_s=30.0)
         if code != 0:
             pod.last_error = f"DEL {body.get('code', '?')}: {body.get('msg', '')}"
@@ -695,6 +766,7 @@ class Demo:
             ec2=ec2_delta(stats, {}),  # the whole run: agents' first fills included
             leaked_enis=leaked,
             mode=self.mode,
+            runtime=self.runtime,
             wall_s=self.elapsed(),
             scale_out_s=scale_out_s,
             scale_down=down,
@@ -712,6 +784,10 @@ class Demo:
         if self.live is not None:
             self.live.stop()
             self.live = None
+        if self.node_rt:  # sandboxes go first, while their agents can still take the DELs
+            from sim import demo_containerd
+
+            demo_containerd.teardown(self)
         with self._procs_lock:
             procs = list(self._procs)
         for p in procs:
@@ -761,6 +837,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="agent environment override, e.g. WARM_IP_TARGET=1 (repeatable)")
     p.add_argument("--no-netns", action="store_true", help="run without network namespaces")
+    p.add_argument("--runtime", choices=("auto", "containerd", "netns"), default=d.runtime,
+                   help="who makes the pods: containerd sandboxes through CRI, or bare namespaces "
+                        "(default auto: containerd when installed)")
     p.add_argument("--no-live", action="store_true", help="no live status line")
     return p
 
@@ -778,7 +857,8 @@ def options_from_args(argv: list[str]) -> DemoOptions:
     return DemoOptions(nodes=a.nodes, pods_per_node=a.pods_per_node, json_out=a.json_out,
                        instance_type=a.instance_type, keep_per_node=max(0, min(a.keep_per_node, a.pods_per_node)),
                        attach_delay_s=a.attach_delay, api_latency_s=a.api_latency, cni_parallel=a.parallel,
-                       netns=False if a.no_netns else None, agent_env=env, live=not a.no_live)
+                       netns=False if a.no_netns else None, agent_env=env, live=not a.no_live,
+                       runtime=a.runtime)
 
 
 @contextlib.contextmanager

@@ -109,6 +109,8 @@ class DemoReport:
     """``netns`` or ``plain`` (no namespaces could be made)."""
     wall_s: float
     scale_out_s: float
+    runtime: str = "netns"
+    """Who made the pods: ``containerd`` (CRI sandboxes), ``netns`` (bare namespaces), ``none`` (plain)."""
     scale_down: dict[str, Any] = field(default_factory=dict)
     node_pools: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -135,6 +137,7 @@ class DemoReport:
             "leaked_enis": self.leaked_enis,
             # extras
             "mode": self.mode,
+            "runtime": self.runtime,
             "addresses_handed_out": len({ip for _, ip in holders}),
             "kernel_verified": sum(1 for p in self.ready() if p.kernel_ip and p.kernel_ip == p.ip),
             "ec2_calls": calls,
@@ -148,6 +151,13 @@ class DemoReport:
         }
 
 
+_RUNTIME_TEXT = {
+    "containerd": "containerd (CRI sandboxes; the runtime called warmpool-cni)",
+    "netns": "the demo (bare network namespaces; warmpool-cni called directly)",
+    "none": "nobody (plain mode: CNI ADDs without a namespace)",
+}
+
+
 def render(report: Mapping[str, Any]) -> str:
     """The end-of-run report as text."""
     t = report["time_to_ip_s"]
@@ -155,6 +165,7 @@ def render(report: Mapping[str, Any]) -> str:
         "",
         "warmpool demo — report",
         f"  mode                {report.get('mode', '?')}",
+        f"  pods made by        {_RUNTIME_TEXT.get(str(report.get('runtime')), report.get('runtime', '?'))}",
         f"  nodes               {report['nodes']}",
         f"  pods ready          {report['pods_ready']} / {report['pods_requested']}"
         f"  (addresses handed out: {report.get('addresses_handed_out', '?')},"

@@ -18,12 +18,14 @@ from pathlib import Path
 import pytest
 
 from sim import demo_netns as nx
-from sim.demo import RUN_MARK, single_run_lock
+from sim import runtime_containerd as rc
+from sim.demo import RUN_MARK, Demo, DemoOptions, single_run_lock
 from sim.demo_report import DemoReport, PodRecord, duplicate_ips, ec2_delta, percentile, render
 
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN_KEYS = {"nodes", "pods_requested", "pods_ready", "time_to_ip_s", "ec2", "duplicate_ips", "leaked_enis"}
 NETNS_WHY = nx.support() if nx.support_quick() else "not root or no `ip`"
+CONTAINERD_WHY = rc.support()
 needs_netns = pytest.mark.skipif(NETNS_WHY is not None, reason=f"network namespaces: {NETNS_WHY}")
 
 
@@ -128,10 +130,35 @@ def _marked_processes(mark: str) -> list[int]:
     return out
 
 
-def _assert_clean(tmp_path: Path, demo_pid: int) -> None:
+def _run_dir_processes(run_dir: Path) -> list[int]:
+    """Processes naming the run dir in their command line (containerd, its shims)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(run_dir).encode() in cmd:
+            out.append(int(d.name))
+    return out
+
+
+def _cni_pins() -> set[str]:
+    """Network namespaces a container runtime pinned (CRI names them ``cni-<uuid>``)."""
+    d = Path("/var/run/netns")
+    return {p.name for p in d.iterdir() if p.name.startswith("cni-")} if d.is_dir() else set()
+
+
+def _assert_clean(tmp_path: Path, demo_pid: int, pins_before: set[str] | None = None) -> None:
+    if pins_before is not None:
+        assert _cni_pins() - pins_before == set(), "pinned pod namespaces left behind"
     if nx.support_quick():
         assert nx.list_namespaces() == [], "wp-demo-* namespaces left behind"
     assert _marked_processes(str(demo_pid)) == [], "demo processes left behind"
+    assert _run_dir_processes(tmp_path / "run") == [], "containerd or its shims left behind"
+    assert str(tmp_path / "run") not in Path("/proc/self/mountinfo").read_text(), "mounts left behind"
     assert not (tmp_path / "run").exists(), "run dir left behind"
 
 
@@ -142,6 +169,7 @@ def _demo(*args: str) -> list[str]:
 @pytest.mark.slow
 def test_short_demo_serves_every_pod_once_leaks_nothing_and_cleans_up(tmp_path: Path) -> None:
     out = tmp_path / "demo.json"
+    pins = _cni_pins()
     p = subprocess.Popen(_demo("--nodes", "2", "--pods-per-node", "3", "--json", str(out)), cwd=ROOT,
                          env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = p.communicate(timeout=240)
@@ -157,12 +185,16 @@ def test_short_demo_serves_every_pod_once_leaks_nothing_and_cleans_up(tmp_path: 
     assert 0 < r["time_to_ip_s"]["p50"] <= r["time_to_ip_s"]["p99"] <= r["time_to_ip_s"]["max"]
     if r["mode"] == "netns":
         assert r["kernel_verified"] == 6, "every pod's eth0 should carry the address it was given"
+        # `make demo` installs containerd as root on Debian: then the pods are containerd sandboxes
+        assert r["runtime"] == ("containerd" if CONTAINERD_WHY is None else "netns")
     assert "warmpool demo — report" in stdout
-    _assert_clean(tmp_path, p.pid)
+    assert "pods made by" in stdout and r["runtime"].split()[0] in stdout.split("pods made by")[1]
+    _assert_clean(tmp_path, p.pid, pins)
 
 
 @pytest.mark.slow
 def test_sigint_mid_run_tears_everything_down(tmp_path: Path) -> None:
+    pins = _cni_pins()
     p = subprocess.Popen(_demo("--nodes", "2", "--pods-per-node", "8"), cwd=ROOT, env=_env(tmp_path),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.stderr is not None
@@ -181,7 +213,7 @@ def test_sigint_mid_run_tears_everything_down(tmp_path: Path) -> None:
     _, rest = p.communicate(timeout=60)
     assert p.returncode == 130, "".join(seen) + rest
     assert "cleaned up" in rest
-    _assert_clean(tmp_path, p.pid)
+    _assert_clean(tmp_path, p.pid, pins)
 
 
 @pytest.mark.slow
@@ -192,7 +224,7 @@ def test_without_namespaces_it_says_so_and_still_serves_every_pod(tmp_path: Path
     stdout, stderr = p.communicate(timeout=240)
     assert p.returncode == 0, stdout + stderr[-3000:]
     r = json.loads(out.read_text())
-    assert r["mode"] == "plain"
+    assert r["mode"] == "plain" and r["runtime"] == "none"
     assert "network namespaces unavailable" in stderr
     assert r["pods_ready"] == r["pods_requested"] == 2
     assert r["duplicate_ips"] == 0 and r["leaked_enis"] == 0
@@ -218,3 +250,73 @@ def test_a_crashed_runs_leftovers_are_removed_before_the_next_run(tmp_path: Path
     if nx.support_quick():
         assert any(r.startswith("netns wp-demo-node-") for r in removed)
     _assert_clean(tmp_path, p.pid)
+
+
+@needs_netns
+@pytest.mark.slow
+def test_runtime_netns_uses_bare_namespaces_and_the_report_says_so(tmp_path: Path) -> None:
+    out = tmp_path / "demo.json"
+    p = subprocess.Popen(_demo("--runtime", "netns", "--nodes", "1", "--pods-per-node", "2", "--json", str(out)),
+                         cwd=ROOT, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = p.communicate(timeout=240)
+    assert p.returncode == 0, stdout + stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["mode"] == "netns" and r["runtime"] == "netns"
+    assert r["pods_ready"] == r["kernel_verified"] == 2
+    assert "bare network namespaces" in stdout
+    _assert_clean(tmp_path, p.pid)
+
+
+def test_auto_runtime_without_containerd_falls_back_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    monkeypatch.setattr(rc, "support", lambda: "not installed: containerd, runc (apt-get install ...)")
+    out = io.StringIO()
+    d = Demo(DemoOptions(runtime="auto", live=False), stream=out)
+    d._choose_runtime()
+    assert d.runtime == "netns"
+    assert "containerd unavailable (not installed: containerd, runc" in out.getvalue()
+    assert "falling back to bare network namespaces" in out.getvalue()
+    assert any("falling back" in n for n in d.notes), "the report's notes carry it too"
+
+
+def test_runtime_containerd_when_it_cannot_run_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    monkeypatch.setattr(rc, "support", lambda: "not running as root")
+    d = Demo(DemoOptions(runtime="containerd", live=False), stream=io.StringIO())
+    with pytest.raises(RuntimeError, match=r"--runtime containerd: containerd cannot run here \(not running as root\)"):
+        d._choose_runtime()
+
+
+def test_runtime_option_is_parsed_and_checked() -> None:
+    from sim.demo import options_from_args
+
+    assert options_from_args([]).runtime == "auto"
+    assert options_from_args(["--runtime", "netns"]).runtime == "netns"
+    with pytest.raises(SystemExit):
+        options_from_args(["--runtime", "docker"])
+
+
+def test_auto_runtime_falls_back_when_containerd_fails_to_start(monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: Path) -> None:
+    import io
+
+    from sim import demo_containerd
+
+    def broken(demo: Demo) -> None:
+        raise rc.RuntimeError_("containerd exited with 1: failed to load plugin")
+
+    monkeypatch.setattr(demo_containerd, "start", broken)
+    out = io.StringIO()
+    d = Demo(DemoOptions(runtime="auto", live=False), stream=out)
+    d.run_dir = tmp_path  # the fallback's clean-up looks only there
+    d.runtime = "containerd"
+    d._start_containerd()
+    assert d.runtime == "netns" and d.node_rt == {}
+    assert "containerd did not start (containerd exited with 1: failed to load plugin): falling back" in out.getvalue()
+    d2 = Demo(DemoOptions(runtime="containerd", live=False), stream=io.StringIO())
+    d2.run_dir = tmp_path
+    d2.runtime = "containerd"
+    with pytest.raises(rc.RuntimeError_):
+        d2._start_containerd()

@@ -1,0 +1,85 @@
+"""The demo's pods as containerd sandboxes: the hook :mod:`sim.demo` calls when
+containerd is installed (``runtime == "containerd"``).
+
+One containerd per node, started in the node's network namespace
+(:class:`sim.runtime_containerd.NodeRuntime`); a pod is a CRI sandbox made with
+RunPodSandbox, so the runtime — not the demo — calls ``warmpool-cni`` (ADD on
+RunPodSandbox, DEL on StopPodSandbox and again on RemovePodSandbox, as the
+kubelet's path does). A failed RunPodSandbox is retried with the same backoff as
+the bare-namespace path.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from sim.runtime_containerd import CriError, NodeRuntime, build_image, cleanup_run, remove_default_state
+
+if TYPE_CHECKING:
+    from sim.demo import Demo, Node
+    from sim.demo_report import PodRecord
+
+
+def start(demo: Demo) -> None:
+    """One containerd per node, each with the local busybox image imported; in parallel."""
+    image = build_image(demo.run_dir / "busybox-oci.tar")
+    for node in demo.nodes:
+        demo.node_rt[node.k] = NodeRuntime(demo.run_dir / "c" / str(node.k), node.ns, demo._cni, node.socket,
+                                           image, demo.run_dir)
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=max(1, len(demo.nodes))) as pool:
+        for f in [pool.submit(rt.start) for rt in demo.node_rt.values()]:
+            f.result()
+    demo.say(f"{len(demo.nodes)} containerd instances ready in {time.monotonic() - t0:.1f}s "
+             f"(one per node namespace; CNI config: warmpool-cni, cniVersion 1.0.0)")
+
+
+def add_pod(demo: Demo, node: Node, pod: PodRecord, deadline: float) -> None:
+    """RunPodSandbox until it succeeds, then the pod's IP from PodSandboxStatus and its eth0."""
+    rt = demo.node_rt[node.k]
+    backoff = 0.2
+    while not demo.stop.is_set():
+        if pod.first_add_at is None:
+            pod.first_add_at = time.monotonic()
+        pod.attempts += 1
+        try:
+            sb = rt.run_pod(f"demo-{node.k}-{pod.index}", f"wp-demo-{node.k}-{pod.index}")
+        except CriError as e:
+            pod.last_error = e.details[-300:]
+        else:
+            pod.ready_at = time.monotonic()
+            pod.container_id = sb.id
+            pod.ip = sb.ip or None
+            pod.netns = os.path.basename(sb.netns)
+            pod.kernel_ip = demo._pod_ip(pod)
+            return
+        if time.monotonic() > deadline:
+            return
+        demo.stop.wait(backoff)
+        backoff = min(backoff * 2, 2.0)
+
+
+def del_pod(demo: Demo, node: Node, pod: PodRecord) -> None:
+    """StopPodSandbox and RemovePodSandbox (the runtime calls DEL)."""
+    try:
+        demo.node_rt[node.k].remove_pod(pod.container_id)
+    except CriError as e:
+        pod.last_error = f"DEL {e.details[-300:]}"
+    pod.deleted = True
+
+
+def teardown(demo: Demo) -> None:
+    """Every sandbox removed (DELs while the agents still run), then every containerd."""
+    with ThreadPoolExecutor(max_workers=max(1, len(demo.node_rt))) as pool:
+        for f in [pool.submit(rt.stop) for rt in demo.node_rt.values()]:
+            try:
+                f.result()
+            except Exception as e:  # teardown goes on
+                demo.say(f"warmpool demo: stopping containerd: {e}")
+    demo.node_rt.clear()
+    for what in cleanup_run(demo.run_dir):  # anything a stopped containerd could not take with it
+        demo.say(f"warmpool demo: removed {what}")
+    remove_default_state()
