@@ -33,12 +33,20 @@ from typing import Any, TypeVar
 from functions.delivery import Deferral, Delivery
 from functions.ec2 import FILTER_CHUNK, Ec2, NodeFacts
 from functions.errors import AwsError
-from functions.execute import NodeJob, NodeOutcome, PlanExecutor
+from functions.execute import M_OFFERS_EXPIRED, NodeJob, NodeOutcome, PlanExecutor, offer_expired
 from functions.settings import Settings
 from functions.telemetry import Tally
 from warmpool import names
 from warmpool.clock import Clock
-from warmpool.messages import AllocationResult, Deferred, Failed, MessageError, PoolReport, parse_report
+from warmpool.messages import (
+    AllocationResult,
+    Deferred,
+    Failed,
+    MessageError,
+    PoolReport,
+    ReleaseOffer,
+    parse_report,
+)
 from warmpool.planner import plan_node
 from warmpool.ports import BucketStore, Ec2Api, LeaseStore, Ledger, SqsApi
 from warmpool.scheduling import coalesce, priority_key
@@ -48,7 +56,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 M_TOKENS_FORFEITED = "TokensForfeited"
-M_OFFERS_EXPIRED = "ReleaseOffersExpired"
+M_OFFERS_UNDATED = "ReleaseOffersUndated"
 Mapper = Callable[[Callable[[T], R], Sequence[T]], list[R]]
 
 
@@ -240,13 +248,43 @@ class Allocator:
     # --- 3-4. verify, plan -----------------------------------------------------
 
     def _drop_old_offers(self, report: PoolReport, by_report: dict[int, Record]) -> PoolReport:
-        """A report whose release offers may have expired on the agent (it
-        takes quarantined addresses back after its release timeout) keeps its
-        demand but loses its offers: never unassign what a pod may hold again."""
-        if not report.release or self.clock.now() - report.sent_at <= self.settings.release_offer_max_age_s:
+        """Keep only the release offers the agent cannot have taken back yet.
+
+        Each offer is aged from its own ``quarantined_at`` (the agent repeats a
+        still-quarantined offer in every later report, so the report's
+        ``sent_at`` says nothing about it). An offer older than
+        ``release_offer_max_age_s``, or without ``quarantined_at`` (an agent
+        from before the field: how close it is to taking the addresses back is
+        unknown), is dropped; the report keeps its demand. Never unassign what
+        a pod may hold again. The age is checked again right before each
+        Unassign call (:meth:`PlanExecutor.offer_fresh`)."""
+        if not report.release:
             return report
-        self.tally.add(M_OFFERS_EXPIRED, sum(len(o.ips) + len(o.prefixes) for o in report.release))
-        fresh = report.model_copy(update={"release": []})
+        now = self.clock.now()
+        keep: list[ReleaseOffer] = []
+        expired = undated = 0
+        for offer in report.release:
+            n = len(offer.ips) + len(offer.prefixes)
+            if offer.quarantined_at is None:
+                undated += n
+            elif offer_expired(offer.quarantined_at, now, self.settings.release_offer_max_age_s):
+                expired += n
+            else:
+                keep.append(offer)
+        if len(keep) == len(report.release):
+            return report
+        if expired:
+            self.tally.add(M_OFFERS_EXPIRED, expired)
+        if undated:
+            self.tally.add(M_OFFERS_UNDATED, undated)
+            log.warning(
+                "release offers without quarantined_at ignored (agent predates the field)",
+                extra={"node": report.node, "seq": report.seq, "addresses": undated},
+            )
+        if expired:
+            log.info("release offers too old to act on", extra={"node": report.node, "seq": report.seq,
+                                                                 "addresses": expired})
+        fresh = report.model_copy(update={"release": keep})
         by_report[id(fresh)] = by_report[id(report)]
         return fresh
 

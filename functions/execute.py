@@ -62,6 +62,13 @@ log = logging.getLogger(__name__)
 
 MAX_REPLANS = 3
 M_ENI_DELETE_DEFERRED = "EniDeleteLeftToGc"
+M_OFFERS_EXPIRED = "ReleaseOffersExpired"
+
+
+def offer_expired(quarantined_at: float, now: float, max_age_s: float) -> bool:
+    """An offer older than ``max_age_s`` (from its quarantine) may have been
+    taken back by the agent: it must not be unassigned."""
+    return now - quarantined_at > max_age_s
 
 Status = Literal["served", "deferred", "failed"]
 
@@ -196,7 +203,27 @@ class PlanExecutor:
 
     # --- calls ---------------------------------------------------------------
 
+    def offer_fresh(self, job: NodeJob, eni_id: str) -> bool:
+        """Every offer of ``eni_id`` in the report is dated and still young
+        enough *now*, right before the call that unassigns it (an invocation
+        can take long between its start and this call)."""
+        offers = [o for o in job.report.release if o.eni_id == eni_id]
+        if not offers:
+            return False
+        now = self.ec2.clock.now()
+        max_age = self.settings.release_offer_max_age_s
+        return all(o.quarantined_at is not None and not offer_expired(o.quarantined_at, now, max_age) for o in offers)
+
+    def _too_old(self, job: NodeJob, call: UnassignAddresses | DeleteEni) -> list[Action]:
+        n = sum(len(o.ips) + len(o.prefixes) for o in job.report.release if o.eni_id == call.eni_id)
+        self.tally.add(M_OFFERS_EXPIRED, n)
+        log.info("release offer aged out before its call; not released",
+                 extra={"node": job.report.node, "seq": job.report.seq, "eni_id": call.eni_id})
+        return []
+
     def _do(self, call: Call, job: NodeJob, facts: NodeFacts) -> list[Action]:
+        if isinstance(call, UnassignAddresses | DeleteEni) and not self.offer_fresh(job, call.eni_id):
+            return self._too_old(job, call)
         try:
             if isinstance(call, AssignAddresses):
                 return self._assign(call, facts)

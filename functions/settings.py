@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from warmpool import names
 from warmpool.buckets import BucketSpec, spec_for
+from warmpool.messages import OFFER_MAX_AGE_CEILING_S
 
 IdentityMode = Literal["none", "sender-id"]
 
@@ -59,11 +60,14 @@ class Settings(BaseSettings):
     time to an address is 31 s instead of 38 s, but burst-200 at the default
     WARM_ENI_TARGET=1 (whose pool stays ahead of its pods, so every top-up is
     low priority) finishes in 220 s instead of 179 s, p99 41 s instead of 1 s."""
-    release_offer_max_age_s: float = Field(default=60.0, gt=0, alias="WARMPOOL_RELEASE_OFFER_MAX_AGE_S")
-    """Release offers in a report older than this are ignored: the agent takes
-    quarantined addresses back after its release timeout (120 s by default),
-    so acting on an old offer could unassign an address a pod holds again.
-    Must stay well below the agent's ``WARMPOOL_RELEASE_TIMEOUT_S``."""
+    release_offer_max_age_s: float = Field(
+        default=OFFER_MAX_AGE_CEILING_S, gt=0, alias="WARMPOOL_RELEASE_OFFER_MAX_AGE_S"
+    )
+    """Release offers older than this, measured from each offer's
+    ``quarantined_at``, are not acted on: the agent takes quarantined addresses
+    back after its release timeout, so acting on an old offer could unassign an
+    address a pod holds again. At most ``OFFER_MAX_AGE_CEILING_S`` (the agent's
+    release timeout is checked against that ceiling plus a margin)."""
     lease_retry_s: int = Field(default=5, ge=1, le=900, alias="WARMPOOL_LEASE_RETRY_S")
     bucket_capacity: dict[str, float] = Field(default_factory=dict, alias="WARMPOOL_BUCKET_CAPACITY")
     """Per-action capacity overrides (JSON), when the account's quotas differ."""
@@ -90,6 +94,16 @@ class Settings(BaseSettings):
     @classmethod
     def _split(cls, v: object) -> object:
         return _csv(v)
+
+    @model_validator(mode="after")
+    def _offer_age_within_ceiling(self) -> Settings:
+        if self.release_offer_max_age_s > OFFER_MAX_AGE_CEILING_S:
+            raise ValueError(
+                f"WARMPOOL_RELEASE_OFFER_MAX_AGE_S={self.release_offer_max_age_s:g} exceeds the ceiling of "
+                f"{OFFER_MAX_AGE_CEILING_S:g} s: agents take quarantined addresses back after their release "
+                "timeout, which is only checked against that ceiling"
+            )
+        return self
 
     def bucket_spec(self, action: str) -> BucketSpec:
         """The share of ``action``'s account bucket this allocator may spend."""
