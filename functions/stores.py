@@ -272,11 +272,18 @@ class DynamoLedger:
             "UpdateItem",
         )
 
-    def forget(self, cluster: str, node: str) -> None:
-        try:
-            self._db.delete_item(TableName=self._table, Key=self._key(cluster, node))
-        except ClientError as exc:
-            raise classify(exc, "DeleteItem") from None
+    def forget(self, cluster: str, node: str, *, instance_id: str, last_seq: int) -> bool:
+        """Delete the entry only if it is still (instance_id, last_seq): a name
+        reused by a new instance, or a node served since, keeps its entry."""
+        return _conditional(
+            lambda: self._db.delete_item(
+                TableName=self._table,
+                Key=self._key(cluster, node),
+                ConditionExpression="instance_id = :i AND last_seq = :s",
+                ExpressionAttributeValues={":i": {"S": instance_id}, ":s": _n(last_seq)},
+            ),
+            "DeleteItem",
+        )
 
     def nodes(self, cluster: str) -> dict[str, int]:
         return {n: int(e["last_seq"]) for n, e in self.entries(cluster).items()}

@@ -110,10 +110,15 @@ class MemLedger:
             }
             return True
 
-    def forget(self, cluster: str, node: str) -> None:
+    def forget(self, cluster: str, node: str, *, instance_id: str, last_seq: int) -> bool:
+        """Conditional, as DynamoDB's ``instance_id = :i AND last_seq = :s``."""
         with self._lock:
             self.calls += 1
-            self._items.pop((cluster, node), None)
+            item = self._items.get((cluster, node))
+            if item is None or item.get("instance_id", "") != instance_id or int(item["last_seq"]) != last_seq:
+                return False
+            del self._items[(cluster, node)]
+            return True
 
     def nodes(self, cluster: str) -> dict[str, int]:
         return {n: int(e["last_seq"]) for n, e in self.entries(cluster).items()}

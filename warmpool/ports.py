@@ -92,7 +92,11 @@ class Ledger(Protocol):
         """Store ``seq`` as served if it is newer than what is stored; False if not."""
         ...
 
-    def forget(self, cluster: str, node: str) -> None: ...
+    def forget(self, cluster: str, node: str, *, instance_id: str, last_seq: int) -> bool:
+        """Delete the node's entry only if it is still the one the caller
+        decided on (same instance id and last seq): a node name reused by a
+        new instance keeps the new instance's entry. False if it changed or is gone."""
+        ...
 
     def nodes(self, cluster: str) -> dict[str, int]:
         """Every node with an entry, and its last seq."""
