@@ -136,7 +136,10 @@ class PlanExecutor:
     def cluster(self) -> str:
         return self.settings.cluster
 
-    def run(self, job: NodeJob) -> NodeOutcome:
+    def run(self, job: NodeJob, stop_at: float | None = None) -> NodeOutcome:
+        """Carry out the plan. No call starts at or after ``stop_at`` (the
+        invocation's deadline less its margin): the node is deferred there,
+        with what was done so far."""
         rep = job.report
         out = NodeOutcome(rep.node, job.facts.instance_id, rep.seq, "served")
         facts = job.facts
@@ -145,6 +148,8 @@ class PlanExecutor:
         force: Mode | None = None
         replans = 0
         while queue:
+            if stop_at is not None and self.ec2.clock.now() >= stop_at:
+                return self._deferred(out, 1.0, "invocation deadline")
             call = queue.pop(0)
             try:
                 out.actions.extend(self._do(call, job, facts))
@@ -156,10 +161,15 @@ class PlanExecutor:
                 replans += 1
                 exclude |= {rp.exclude} if rp.exclude else set()
                 force = rp.force or force
-                if rp.refresh or out.actions:
-                    facts = self._refresh(facts)
+                try:
+                    if rp.refresh or out.actions:
+                        facts = self._refresh(facts)
+                    subnets = list(self.ec2.subnets().values())
+                except Throttled as err:
+                    d = self._throttled(err)
+                    return self._deferred(out, d.retry_after_s, d.reason)
                 plan = plan_node(
-                    rep, facts.inventory(), job.limits, list(self.ec2.subnets().values()),
+                    rep, facts.inventory(), job.limits, subnets,
                     cluster=self.cluster, exclude_subnets=frozenset(exclude), force_mode=force,
                 )
                 log.info("re-planned", extra={"node": rep.node, "seq": rep.seq, "why": rp.why, "calls": len(plan.calls)})
