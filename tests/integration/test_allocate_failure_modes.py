@@ -247,3 +247,33 @@ def test_a_report_whose_ledger_row_went_unread_is_deferred_not_served_as_fresh(d
 def test_the_settings_margin_is_below_the_function_timeout() -> None:
     with pytest.raises(ValidationError, match="WARMPOOL_DEADLINE_MARGIN_S"):
         Settings(cluster="c", allocate_timeout_s=10, deadline_margin_s=10)
+
+
+def test_the_in_memory_ledger_fails_unread_rows_like_dynamodb() -> None:
+    # The fake's fault knob gives the same answer as DynamoDB's UnprocessedKeys
+    # through DynamoLedger (test above): the unread nodes, and the rest read.
+    from sim.memstores import MemLedger
+    from warmpool.ports import LedgerUnread
+
+    led = MemLedger()
+    led.record("demo", "n1", 5, {"instance_id": "i-1"}, 1.0)
+    led.record("demo", "n2", 3, {"instance_id": "i-2"}, 1.0)
+    led.unread = {"n1"}
+    with pytest.raises(LedgerUnread) as err:
+        led.last_seqs("demo", ["n1", "n2", "n3"])
+    assert err.value.unread == frozenset({"n1"})
+    assert err.value.seqs == {"n2": 3, "n3": -1}
+
+
+def test_a_report_whose_ledger_row_went_unread_is_deferred_in_memory_too() -> None:
+    w = World()
+    w.add_node("n1", "m5.large")
+    w.deliver([w.report("n1", warm_ip=2, seq=5)])
+    served = w.addresses("n1")
+    w.ledger.unread = {"n1"}
+    stale = w.report("n1", warm_ip=9, pending=9, seq=3)
+    out = w.deliver([stale])
+    assert out.nodes["n1"].status == "deferred" and out.failed_message_ids == []
+    assert w.addresses("n1") == served
+    w.ledger.unread = set()
+    assert [m["Body"] for m in w.queued(w.reports_url, wait_s=60)] == [stale.to_json()]
