@@ -129,10 +129,10 @@ class WarmpoolStack(Stack):
             names.ENV_SECURITY_GROUPS: ",".join(cfg.security_group_ids),
             names.ENV_IDENTITY_MODE: cfg.identity_mode,
             names.ENV_GC_AGE_S: str(cfg.gc_age_s),
-            # The allocator derives its lease TTL from this (a lease must outlive the invocation).
-            "WARMPOOL_ALLOCATE_TIMEOUT_S": str(cfg.allocate_timeout_s),
             "WARMPOOL_ACCOUNT": Aws.ACCOUNT_ID,
             "POWERTOOLS_METRICS_NAMESPACE": names.METRICS_NAMESPACE,
+            # The allocator derives its lease TTL from this (a lease must outlive the invocation).
+            "WARMPOOL_ALLOCATE_TIMEOUT_S": str(cfg.allocate_timeout_s),
         }
         self.allocate = self._function(
             "Allocate",
