@@ -17,6 +17,7 @@ from functions import aws
 from functions.allocator import Allocator, Record, ThreadMapper
 from functions.observability import account_of, flush, powertools
 from functions.settings import Settings
+from warmpool.clock import Clock
 
 logger, tracer, metrics = powertools("allocate")
 
@@ -38,6 +39,15 @@ def allocator(context: Any) -> Allocator:
         return _allocator
 
 
+def deadline_of(context: Any, clock: Clock) -> float | None:
+    """The invocation's deadline in the allocator's clock: now plus the
+    Lambda's remaining time (None when the context does not say)."""
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if not callable(remaining):
+        return None
+    return clock.now() + float(remaining()) / 1000.0
+
+
 def records_of(event: dict[str, Any]) -> list[Record]:
     return [
         Record(
@@ -55,6 +65,10 @@ def records_of(event: dict[str, Any]) -> list[Record]:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     alloc = allocator(context)
     logger.append_keys(cluster=alloc.cluster)
-    outcome = alloc.handle_batch(records_of(event), invocation_id=getattr(context, "aws_request_id", None))
+    outcome = alloc.handle_batch(
+        records_of(event),
+        invocation_id=getattr(context, "aws_request_id", None),
+        deadline=deadline_of(context, alloc.clock),
+    )
     flush(alloc.tally.drain(), metrics, alloc.cluster)
     return outcome.batch_item_failures()

@@ -32,15 +32,25 @@ from typing import Any, TypeVar
 
 from functions.delivery import Deferral, Delivery
 from functions.ec2 import FILTER_CHUNK, Ec2, NodeFacts
-from functions.errors import AwsError
-from functions.execute import NodeJob, NodeOutcome, PlanExecutor
-from functions.settings import Settings
+from functions.errors import AwsError, Throttled
+from functions.execute import M_OFFERS_EXPIRED, NodeJob, NodeOutcome, PlanExecutor, offer_expired
+from functions.settings import LEASE_TTL_MARGIN_S, Settings
 from functions.telemetry import Tally
 from warmpool import names
+from warmpool.buckets import time_until
 from warmpool.clock import Clock
-from warmpool.messages import AllocationResult, Deferred, Failed, MessageError, PoolReport, parse_report
+from warmpool.limits import InstanceLimits
+from warmpool.messages import (
+    AllocationResult,
+    Deferred,
+    Failed,
+    MessageError,
+    PoolReport,
+    ReleaseOffer,
+    parse_report,
+)
 from warmpool.planner import plan_node
-from warmpool.ports import BucketStore, Ec2Api, LeaseStore, Ledger, SqsApi
+from warmpool.ports import BucketStore, Ec2Api, LeaseStore, Ledger, LedgerUnread, SqsApi
 from warmpool.scheduling import coalesce, priority_key
 
 log = logging.getLogger(__name__)
@@ -48,7 +58,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 M_TOKENS_FORFEITED = "TokensForfeited"
-M_OFFERS_EXPIRED = "ReleaseOffersExpired"
+M_OFFERS_UNDATED = "ReleaseOffersUndated"
+M_LEDGER_UNREAD = "LedgerRowsUnread"
+M_DESCRIBE_THROTTLED = "DescribeThrottledBatches"
+DEADLINE_REASON = "invocation deadline"
 Mapper = Callable[[Callable[[T], R], Sequence[T]], list[R]]
 
 
@@ -142,27 +155,53 @@ class Allocator:
 
     # --- the batch -------------------------------------------------------------
 
-    def handle_batch(self, records: Sequence[Record], invocation_id: str | None = None) -> BatchOutcome:
+    def handle_batch(
+        self, records: Sequence[Record], invocation_id: str | None = None, deadline: float | None = None
+    ) -> BatchOutcome:
+        """Serve one batch. ``deadline`` (clock time; the Lambda's remaining
+        time) stops new work ``deadline_margin_s`` before it; what did not
+        start is deferred."""
         owner = invocation_id or f"{self._instance}-{next(self._invocations)}"
+        stop_at = None if deadline is None else deadline - self.settings.deadline_margin_s
         out = BatchOutcome()
         self.tally.add(names.M_REPORTS_RECEIVED, len(records))
         valid = self._validate(records, out)
         if not valid:
             return out
         by_report = {id(r): rec for rec, r in valid}
-        last = self.ledger.last_seqs(self.cluster, sorted({r.node for _, r in valid}))
+        unread: frozenset[str] = frozenset()
+        try:
+            last = self.ledger.last_seqs(self.cluster, sorted({r.node for _, r in valid}))
+        except LedgerUnread as err:
+            # A row not read is unknown, never "no row" (seq -1 would make a
+            # stale report look fresh): those nodes' reports wait.
+            last, unread = err.seqs, err.unread
         co = coalesce([r for _, r in valid], last)
         out.stale, out.superseded = len(co.stale), len(co.superseded)
         self.tally.add(names.M_REPORTS_STALE, out.stale)
         self.tally.add(names.M_REPORTS_COALESCED, out.superseded)
-        keep = [self._drop_old_offers(r, by_report) for r in co.keep]
+        if unread:
+            self.tally.add(M_LEDGER_UNREAD, len(unread))
+            log.warning("ledger rows not read; their reports wait", extra={"nodes": sorted(unread)})
+            self._defer_unread([r for r in co.keep if r.node in unread], by_report,
+                               float(self.settings.lease_retry_s), out, "ledger row not read")
+        keep = [self._drop_old_offers(r, by_report) for r in co.keep if r.node not in unread]
+        if keep and self._late(stop_at):
+            self._defer_unread(keep, by_report, 1.0, out, DEADLINE_REASON)
+            keep = []
         wait = self._pay_for_describes(keep)
         if wait > 0:
             # Describe* share the account's buckets too (Karpenter, the cluster
             # autoscaler and the console call them): no tokens, no reading.
             self._defer_unread(keep, by_report, wait, out)
             keep = []
-        jobs = self._verify_and_plan(keep, by_report, out)
+        try:
+            jobs = self._verify_and_plan(keep, by_report, out)
+        except Throttled as err:
+            # The batch's reads were throttled: defer it unread (nothing was
+            # decided yet), with the AIMD cut for that action.
+            self._defer_unread(keep, by_report, self._throttle_wait(err), out, f"{err.action} throttled")
+            jobs = []
         active = [j for j in jobs if j.plan.calls]
         for job in jobs:
             if not job.plan.calls:
@@ -171,8 +210,8 @@ class Allocator:
         for job, res in zip(noops, self.map(self._finish_noop, noops), strict=True):
             out.nodes[job.report.node] = res
         deferrals: list[Deferral] = []
-        granted = self._claim_and_pay(active, owner, last, out, deferrals)
-        outcomes = self.map(lambda j: self._serve(j, owner), granted)
+        granted = self._claim_and_pay(active, owner, last, out, deferrals, deadline, stop_at)
+        outcomes = self.map(lambda j: self._serve(j, owner, stop_at), granted)
         for job, res in zip(granted, outcomes, strict=True):
             out.nodes[job.report.node] = res
             if res.status == "deferred" and (not res.actions or res.resend):
@@ -240,13 +279,43 @@ class Allocator:
     # --- 3-4. verify, plan -----------------------------------------------------
 
     def _drop_old_offers(self, report: PoolReport, by_report: dict[int, Record]) -> PoolReport:
-        """A report whose release offers may have expired on the agent (it
-        takes quarantined addresses back after its release timeout) keeps its
-        demand but loses its offers: never unassign what a pod may hold again."""
-        if not report.release or self.clock.now() - report.sent_at <= self.settings.release_offer_max_age_s:
+        """Keep only the release offers the agent cannot have taken back yet.
+
+        Each offer is aged from its own ``quarantined_at`` (the agent repeats a
+        still-quarantined offer in every later report, so the report's
+        ``sent_at`` says nothing about it). An offer older than
+        ``release_offer_max_age_s``, or without ``quarantined_at`` (an agent
+        from before the field: how close it is to taking the addresses back is
+        unknown), is dropped; the report keeps its demand. Never unassign what
+        a pod may hold again. The age is checked again right before each
+        Unassign call (:meth:`PlanExecutor.offer_fresh`)."""
+        if not report.release:
             return report
-        self.tally.add(M_OFFERS_EXPIRED, sum(len(o.ips) + len(o.prefixes) for o in report.release))
-        fresh = report.model_copy(update={"release": []})
+        now = self.clock.now()
+        keep: list[ReleaseOffer] = []
+        expired = undated = 0
+        for offer in report.release:
+            n = len(offer.ips) + len(offer.prefixes)
+            if offer.quarantined_at is None:
+                undated += n
+            elif offer_expired(offer.quarantined_at, now, self.settings.release_offer_max_age_s):
+                expired += n
+            else:
+                keep.append(offer)
+        if len(keep) == len(report.release):
+            return report
+        if expired:
+            self.tally.add(M_OFFERS_EXPIRED, expired)
+        if undated:
+            self.tally.add(M_OFFERS_UNDATED, undated)
+            log.warning(
+                "release offers without quarantined_at ignored (agent predates the field)",
+                extra={"node": report.node, "seq": report.seq, "addresses": undated},
+            )
+        if expired:
+            log.info("release offers too old to act on", extra={"node": report.node, "seq": report.seq,
+                                                                 "addresses": expired})
+        fresh = report.model_copy(update={"release": keep})
         by_report[id(fresh)] = by_report[id(report)]
         return fresh
 
@@ -263,11 +332,26 @@ class Allocator:
             self.tally.add(names.M_TOKENS_TAKEN, 2 * rounds)
         return wait
 
+    def _late(self, stop_at: float | None) -> bool:
+        """Too close to the invocation's deadline to start new work."""
+        return stop_at is not None and self.clock.now() >= stop_at
+
+    def _throttle_wait(self, err: Throttled) -> float:
+        """Record the AIMD cut for the throttled action; the wait until its bucket has a token."""
+        now = self.clock.now()
+        self.buckets.throttled(err.action, now)
+        self.tally.add(M_DESCRIBE_THROTTLED, Action=err.action)
+        return time_until(self.buckets.load(err.action, now), self.settings.bucket_spec(err.action), 1, now)
+
     def _defer_unread(
-        self, reports: list[PoolReport], by_report: dict[int, Record], wait: float, out: BatchOutcome
+        self, reports: list[PoolReport], by_report: dict[int, Record], wait: float, out: BatchOutcome,
+        reason: str = "waiting for EC2 Describe tokens",
     ) -> None:
+        if not reports:
+            return
         delay = min(float(self.settings.max_defer_s), max(1.0, wait if math.isfinite(wait) else 60.0))
-        self.tally.add(names.M_TOKENS_WAITED_S, delay)
+        if reason == "waiting for EC2 Describe tokens":
+            self.tally.add(names.M_TOKENS_WAITED_S, delay)
         items = [Deferral(by_report[id(r)].body, math.ceil(delay), r.node) for r in reports]
         failed = set(self.delivery.defer(items))
         for r in reports:
@@ -275,17 +359,42 @@ class Allocator:
                 out.failed_message_ids.append(by_report[id(r)].message_id)
                 continue
             out.nodes[r.node] = NodeOutcome(r.node, r.instance_id, r.seq, "deferred", retry_after_s=delay,
-                                            reason="waiting for EC2 Describe tokens")
+                                            reason=reason)
 
     def _verify_and_plan(
         self, keep: list[PoolReport], by_report: dict[int, Record], out: BatchOutcome
     ) -> list[NodeJob]:
+        """Every read first (Describe round, foreign-ENI check, subnets,
+        instance types), then the decisions: a throttled read raises
+        :class:`Throttled` before any report was rejected or planned, so the
+        caller can defer the whole batch unread."""
         if not keep:
             return []
         facts = self.ec2.describe_nodes(r.instance_id for r in keep)
-        ok: list[tuple[PoolReport, NodeFacts]] = []
         missing_enis: dict[str, set[str]] = {}
+        for r in keep:
+            f = facts.get(r.instance_id)
+            if f is not None and not self._instance_problem(r, f):
+                gone = {e.eni_id for e in r.enis} - {e.eni.eni_id for e in f.enis}
+                if gone:
+                    missing_enis[r.node] = gone
+        # Reported ENIs EC2 does not show on the instance: gone (released,
+        # GC'd) is fine; attached to another instance is someone else's.
+        seen = self.ec2.describe_enis(set().union(*missing_enis.values())) if missing_enis else {}
+        found = [f for r in keep if (f := facts.get(r.instance_id)) is not None and not self._instance_problem(r, f)]
+        subnets = list(self.ec2.subnets(f.vpc_id for f in found).values()) if found else []
+        limits: dict[str, InstanceLimits | AwsError] = {}
+        for f in found:
+            if f.instance_type not in limits:
+                try:
+                    limits[f.instance_type] = self.ec2.limits(f.instance_type)
+                except Throttled:
+                    raise
+                except AwsError as err:
+                    limits[f.instance_type] = err
+        # --- decisions ---
         owners: dict[str, str] = {}
+        jobs: list[NodeJob] = []
         for r in keep:
             rec = by_report[id(r)]
             f = facts.get(r.instance_id)
@@ -297,39 +406,19 @@ class Allocator:
                 continue
             assert f is not None
             owners[r.instance_id] = r.node
-            attached = {e.eni.eni_id for e in f.enis}
-            gone = {e.eni_id for e in r.enis} - attached
-            if gone:
-                missing_enis[r.node] = gone
-            ok.append((r, f))
-        if missing_enis:
-            # Reported ENIs EC2 does not show on the instance: gone (released,
-            # GC'd) is fine; attached to another instance is someone else's.
-            seen = self.ec2.describe_enis(set().union(*missing_enis.values()))
-            still: list[tuple[PoolReport, NodeFacts]] = []
-            for r, f in ok:
-                foreign = [
-                    e for e in missing_enis.get(r.node, ())
-                    if e in seen and seen[e].instance_id and seen[e].instance_id != r.instance_id
-                ]
-                if foreign:
-                    self._reject(by_report[id(r)], r, "foreign-eni", out, ",".join(sorted(foreign)))
-                else:
-                    still.append((r, f))
-            ok = still
-        if not ok:
-            return []
-        subnets = list(self.ec2.subnets(f.vpc_id for _, f in ok).values())
-        jobs: list[NodeJob] = []
-        for r, f in ok:
-            rec = by_report[id(r)]
-            try:
-                limits = self.ec2.limits(f.instance_type)
-            except AwsError as err:
-                self._reject(rec, r, "unknown-instance-type", out, str(err))
+            foreign = [
+                e for e in sorted(missing_enis.get(r.node, ()))
+                if e in seen and seen[e].instance_id and seen[e].instance_id != r.instance_id
+            ]
+            if foreign:
+                self._reject(rec, r, "foreign-eni", out, ",".join(foreign))
                 continue
-            plan = plan_node(r, f.inventory(), limits, subnets, cluster=self.cluster)
-            jobs.append(NodeJob(r, f, limits, plan, rec.message_id, rec.body))
+            lim = limits[f.instance_type]
+            if isinstance(lim, AwsError):
+                self._reject(rec, r, "unknown-instance-type", out, str(lim))
+                continue
+            plan = plan_node(r, f.inventory(), lim, subnets, cluster=self.cluster)
+            jobs.append(NodeJob(r, f, lim, plan, rec.message_id, rec.body))
             if plan.delta.low:
                 self.tally.add(names.M_NODES_IN_DEFICIT)
         jobs.sort(key=lambda j: priority_key(j.report, j.plan.delta))
@@ -353,11 +442,17 @@ class Allocator:
         last: dict[str, int],
         out: BatchOutcome,
         deferrals: list[Deferral],
+        deadline: float | None = None,
+        stop_at: float | None = None,
     ) -> list[NodeJob]:
         """Pay first (one store round for the batch), then lease only the paid
         nodes: a deferred node costs no lease. Tokens of a node lost to a
         concurrent invocation are forfeited (rare; counted)."""
         if not active:
+            return []
+        if self._late(stop_at):
+            for job in active:
+                self._defer(job, 1.0, DEADLINE_REASON, out, deferrals)
             return []
         # With a priority reserve (off by default, see Settings), work no pod
         # waits for leaves the last tokens to starved nodes (DESIGN: starved
@@ -381,9 +476,12 @@ class Allocator:
         if not paid:
             return []
         now = self.clock.now()
-        claims = self.map(
-            lambda j: self.leases.claim(self.cluster, j.report.node, owner, now, self.settings.lease_ttl_s), paid
-        )
+        # The lease outlives the function (the TTL is derived from its timeout)
+        # and, when known, this invocation's own deadline.
+        ttl = self.settings.lease_ttl_s
+        if deadline is not None:
+            ttl = max(ttl, deadline - now + LEASE_TTL_MARGIN_S)
+        claims = self.map(lambda j: self.leases.claim(self.cluster, j.report.node, owner, now, ttl), paid)
         claimed: list[NodeJob] = []
         for job, got in zip(paid, claims, strict=True):
             if got:
@@ -395,7 +493,14 @@ class Allocator:
             return []
         # Served by another invocation between our read and our claim? Then our
         # view of EC2 may predate its calls: drop if stale, else read again.
-        now_seqs = self.ledger.last_seqs(self.cluster, [j.report.node for j in claimed])
+        try:
+            now_seqs = self.ledger.last_seqs(self.cluster, [j.report.node for j in claimed])
+        except LedgerUnread as err:
+            now_seqs = err.seqs
+            self.tally.add(M_LEDGER_UNREAD, len(err.unread))
+            for j in [j for j in claimed if j.report.node in err.unread]:
+                self._give_up(j, owner, float(self.settings.lease_retry_s), "ledger row not read", out, deferrals)
+            claimed = [j for j in claimed if j.report.node not in err.unread]
         moved = [j for j in claimed if now_seqs.get(j.report.node, -1) != last.get(j.report.node, -1)]
         if moved:
             claimed = self._recheck(claimed, moved, now_seqs, owner, out, deferrals)
@@ -410,10 +515,16 @@ class Allocator:
         out: BatchOutcome,
         deferrals: list[Deferral],
     ) -> list[NodeJob]:
-        fresh_facts = self.ec2.describe_nodes(j.facts.instance_id for j in moved)
-        subnets = list(self.ec2.subnets().values())
-        keep: list[NodeJob] = []
         moved_ids = {id(j) for j in moved}
+        try:
+            fresh_facts = self.ec2.describe_nodes(j.facts.instance_id for j in moved)
+            subnets = list(self.ec2.subnets().values())
+        except Throttled as err:
+            wait = self._throttle_wait(err)
+            for j in moved:
+                self._give_up(j, owner, wait, f"{err.action} throttled", out, deferrals)
+            return [j for j in claimed if id(j) not in moved_ids]
+        keep: list[NodeJob] = []
         for j in claimed:
             if id(j) not in moved_ids:
                 keep.append(j)
@@ -439,6 +550,15 @@ class Allocator:
                 out.nodes[j.report.node] = self._finish_noop(nj)
         return keep
 
+    def _give_up(
+        self, job: NodeJob, owner: str, wait: float, reason: str, out: BatchOutcome, deferrals: list[Deferral]
+    ) -> None:
+        """A paid, leased node that will not be served now: release its lease,
+        forfeit its tokens (counted), defer its report."""
+        self.leases.release(self.cluster, job.report.node, owner)
+        self.tally.add(M_TOKENS_FORFEITED, job.plan.mutating_calls)
+        self._defer(job, wait, reason, out, deferrals)
+
     def _defer(self, job: NodeJob, wait: float, reason: str, out: BatchOutcome, deferrals: list[Deferral]) -> None:
         delay = min(float(self.settings.max_defer_s), max(1.0, wait))
         res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "deferred",
@@ -461,9 +581,14 @@ class Allocator:
 
     # --- 7. execute, record, push ---------------------------------------------
 
-    def _serve(self, job: NodeJob, owner: str) -> NodeOutcome:
+    def _serve(self, job: NodeJob, owner: str, stop_at: float | None = None) -> NodeOutcome:
         try:
-            res = self.executor.run(job)
+            if self._late(stop_at):
+                # Not started: the report is re-sent (no action, so not recorded).
+                self.tally.add(M_TOKENS_FORFEITED, job.plan.mutating_calls)
+                return NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "deferred",
+                                   retry_after_s=1.0, reason=DEADLINE_REASON)
+            res = self.executor.run(job, stop_at)
             if res.status != "deferred" or (res.actions and not res.resend):
                 # A plan stopped part-way (throttled after some calls) is recorded
                 # too: another invocation that read EC2 before these calls then

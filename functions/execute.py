@@ -62,6 +62,13 @@ log = logging.getLogger(__name__)
 
 MAX_REPLANS = 3
 M_ENI_DELETE_DEFERRED = "EniDeleteLeftToGc"
+M_OFFERS_EXPIRED = "ReleaseOffersExpired"
+
+
+def offer_expired(quarantined_at: float, now: float, max_age_s: float) -> bool:
+    """An offer older than ``max_age_s`` (from its quarantine) may have been
+    taken back by the agent: it must not be unassigned."""
+    return now - quarantined_at > max_age_s
 
 Status = Literal["served", "deferred", "failed"]
 
@@ -129,7 +136,10 @@ class PlanExecutor:
     def cluster(self) -> str:
         return self.settings.cluster
 
-    def run(self, job: NodeJob) -> NodeOutcome:
+    def run(self, job: NodeJob, stop_at: float | None = None) -> NodeOutcome:
+        """Carry out the plan. No call starts at or after ``stop_at`` (the
+        invocation's deadline less its margin): the node is deferred there,
+        with what was done so far."""
         rep = job.report
         out = NodeOutcome(rep.node, job.facts.instance_id, rep.seq, "served")
         facts = job.facts
@@ -138,6 +148,8 @@ class PlanExecutor:
         force: Mode | None = None
         replans = 0
         while queue:
+            if stop_at is not None and self.ec2.clock.now() >= stop_at:
+                return self._deferred(out, 1.0, "invocation deadline")
             call = queue.pop(0)
             try:
                 out.actions.extend(self._do(call, job, facts))
@@ -149,10 +161,15 @@ class PlanExecutor:
                 replans += 1
                 exclude |= {rp.exclude} if rp.exclude else set()
                 force = rp.force or force
-                if rp.refresh or out.actions:
-                    facts = self._refresh(facts)
+                try:
+                    if rp.refresh or out.actions:
+                        facts = self._refresh(facts)
+                    subnets = list(self.ec2.subnets().values())
+                except Throttled as err:
+                    d = self._throttled(err)
+                    return self._deferred(out, d.retry_after_s, d.reason)
                 plan = plan_node(
-                    rep, facts.inventory(), job.limits, list(self.ec2.subnets().values()),
+                    rep, facts.inventory(), job.limits, subnets,
                     cluster=self.cluster, exclude_subnets=frozenset(exclude), force_mode=force,
                 )
                 log.info("re-planned", extra={"node": rep.node, "seq": rep.seq, "why": rp.why, "calls": len(plan.calls)})
@@ -196,7 +213,27 @@ class PlanExecutor:
 
     # --- calls ---------------------------------------------------------------
 
+    def offer_fresh(self, job: NodeJob, eni_id: str) -> bool:
+        """Every offer of ``eni_id`` in the report is dated and still young
+        enough *now*, right before the call that unassigns it (an invocation
+        can take long between its start and this call)."""
+        offers = [o for o in job.report.release if o.eni_id == eni_id]
+        if not offers:
+            return False
+        now = self.ec2.clock.now()
+        max_age = self.settings.release_offer_max_age_s
+        return all(o.quarantined_at is not None and not offer_expired(o.quarantined_at, now, max_age) for o in offers)
+
+    def _too_old(self, job: NodeJob, call: UnassignAddresses | DeleteEni) -> list[Action]:
+        n = sum(len(o.ips) + len(o.prefixes) for o in job.report.release if o.eni_id == call.eni_id)
+        self.tally.add(M_OFFERS_EXPIRED, n)
+        log.info("release offer aged out before its call; not released",
+                 extra={"node": job.report.node, "seq": job.report.seq, "eni_id": call.eni_id})
+        return []
+
     def _do(self, call: Call, job: NodeJob, facts: NodeFacts) -> list[Action]:
+        if isinstance(call, UnassignAddresses | DeleteEni) and not self.offer_fresh(job, call.eni_id):
+            return self._too_old(job, call)
         try:
             if isinstance(call, AssignAddresses):
                 return self._assign(call, facts)

@@ -6,7 +6,8 @@
   Describe filter only returns ours. A marked ENI found attached again is unmarked.
 * **DeleteOnTermination** set on our attached ENIs that lack it (a crash
   between attach and modify).
-* **Terminated nodes**: their ledger entries and result queues go.
+* **Terminated nodes**: their result queues, then their ledger entries go
+  (the entry only if still the one read: same instance and seq).
 * **Drift** between the ledger and EC2, as metrics.
 * **Expired leases** (a crashed invocation's) are deleted.
 
@@ -20,8 +21,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from functions.ec2 import Ec2, EniFacts
-from functions.errors import AwsError, InUse, NotFound, QueueMissing
+from functions.errors import AwsError, InUse, NotFound, QueueMissing, classify
 from functions.settings import Settings
 from functions.telemetry import Tally
 from warmpool import names
@@ -29,6 +32,8 @@ from warmpool.clock import Clock
 from warmpool.ports import BucketStore, Ec2Api, LeaseStore, Ledger, SqsApi
 
 log = logging.getLogger(__name__)
+
+M_QUEUE_DELETE_FAILED = "ResultQueueDeleteFailed"
 
 
 @dataclass
@@ -39,6 +44,8 @@ class ReconcileOutcome:
     fixed_delete_on_termination: list[str] = field(default_factory=list)
     forgotten_nodes: list[str] = field(default_factory=list)
     queues_deleted: list[str] = field(default_factory=list)
+    queue_delete_failed: list[str] = field(default_factory=list)
+    """Instances whose result queue could not be deleted: their entry stays, the next run retries."""
     leases_swept: int = 0
     drift: dict[str, int] = field(default_factory=dict)
     postponed: int = 0
@@ -160,12 +167,40 @@ class Reconciler:
             "eni-instance-tag-mismatch": len(mislabelled),
         }
         for node in gone:
-            self.ledger.forget(self.cluster, node)
+            self._retire(node, iids[node], int(entries[node].get("last_seq", -1)), out)
+
+    def _retire(self, node: str, instance_id: str, last_seq: int, out: ReconcileOutcome) -> None:
+        """A terminated node's result queue, then its ledger entry.
+
+        In that order: the entry is what tells a later run the queue exists,
+        so it goes only after the queue did (a failed delete is retried next
+        run, never orphaned). The forget is conditional on the entry read
+        (instance and seq): a node name reused meanwhile by a new instance, or
+        a node served since, keeps its entry."""
+        try:
+            if self._delete_queue(instance_id):
+                out.queues_deleted.append(instance_id)
+        except AwsError as err:
+            out.queue_delete_failed.append(instance_id)
+            self.tally.add(M_QUEUE_DELETE_FAILED)
+            log.warning("result queue not deleted; entry kept for the next run",
+                        extra={"node": node, "instance_id": instance_id, "error": str(err)})
+            return
+        try:
+            forgot = self.ledger.forget(self.cluster, node, instance_id=instance_id, last_seq=last_seq)
+        except AwsError as err:
+            log.warning("ledger entry not forgotten; next run retries",
+                        extra={"node": node, "instance_id": instance_id, "error": str(err)})
+            return
+        if forgot:
             out.forgotten_nodes.append(node)
-            if self._delete_queue(iids[node]):
-                out.queues_deleted.append(iids[node])
+        else:
+            log.info("ledger entry changed since read (name reused or served); kept",
+                     extra={"node": node, "instance_id": instance_id, "last_seq": last_seq})
 
     def _delete_queue(self, instance_id: str) -> bool:
+        """Delete the instance's result queue; False if there was none.
+        Raises :class:`AwsError` on any other failure."""
         prefix = self.settings.result_queue_url_prefix()
         try:
             if prefix:
@@ -174,14 +209,11 @@ class Reconciler:
                 url = self.sqs.get_queue_url(QueueName=self.settings.result_queue_name(instance_id))["QueueUrl"]
             self.sqs.delete_queue(QueueUrl=url)
             return True
-        except Exception as exc:
-            from botocore.exceptions import ClientError
-
-            from functions.errors import classify
-
-            if isinstance(exc, ClientError) and isinstance(classify(exc), QueueMissing):
+        except ClientError as exc:
+            err = classify(exc)
+            if isinstance(err, QueueMissing):
                 return False
-            raise
+            raise err from None
 
 
 def _float(s: str, default: float) -> float:

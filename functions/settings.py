@@ -8,13 +8,18 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from warmpool import names
 from warmpool.buckets import BucketSpec, spec_for
+from warmpool.messages import OFFER_MAX_AGE_CEILING_S
 
 IdentityMode = Literal["none", "sender-id"]
+
+LEASE_TTL_MARGIN_S = 30.0
+"""How much longer than the function timeout a node's lease lasts: clock skew
+between containers, and the store writes after the last EC2 call."""
 
 
 def _csv(v: object) -> object:
@@ -46,7 +51,17 @@ class Settings(BaseSettings):
     # Not in names.py (defaults are right for production; tests/bench pass them).
     account: str = Field(default="000000000000", alias="WARMPOOL_ACCOUNT")
     region: str = Field(default="us-east-1", alias="AWS_REGION")
-    lease_ttl_s: float = Field(default=60.0, gt=0, alias="WARMPOOL_LEASE_TTL_S")
+    allocate_timeout_s: float = Field(default=30.0, gt=0, le=900, alias="WARMPOOL_ALLOCATE_TIMEOUT_S")
+    """The allocate function's timeout (the stack passes its ``allocate_timeout_s``)."""
+    lease_ttl_s: float = Field(default=0.0, ge=0, alias="WARMPOOL_LEASE_TTL_S")
+    """How long a node's lease lasts. 0 (the default) derives it:
+    ``allocate_timeout_s + LEASE_TTL_MARGIN_S``; a set value may not be shorter,
+    or a slow invocation could outlive its lease and a second one act on the node."""
+    deadline_margin_s: float = Field(default=0.0, ge=0, alias="WARMPOOL_DEADLINE_MARGIN_S")
+    """No new work (Describe round, payment, node, EC2 call) starts this close
+    to the invocation's deadline: what is left is deferred, and the ledger
+    writes, result pushes and re-sends still fit before the function times out.
+    0 (the default) derives it: ``min(5 s, allocate_timeout_s / 5)``."""
     ledger_ttl_s: float = Field(default=7 * 86400.0, gt=0, alias="WARMPOOL_LEDGER_TTL_S")
     subnet_cache_ttl_s: float = Field(default=30.0, ge=0, alias="WARMPOOL_SUBNET_CACHE_TTL_S")
     max_workers: int = Field(default=8, ge=1, le=64, alias="WARMPOOL_MAX_WORKERS")
@@ -59,11 +74,14 @@ class Settings(BaseSettings):
     time to an address is 31 s instead of 38 s, but burst-200 at the default
     WARM_ENI_TARGET=1 (whose pool stays ahead of its pods, so every top-up is
     low priority) finishes in 220 s instead of 179 s, p99 41 s instead of 1 s."""
-    release_offer_max_age_s: float = Field(default=60.0, gt=0, alias="WARMPOOL_RELEASE_OFFER_MAX_AGE_S")
-    """Release offers in a report older than this are ignored: the agent takes
-    quarantined addresses back after its release timeout (120 s by default),
-    so acting on an old offer could unassign an address a pod holds again.
-    Must stay well below the agent's ``WARMPOOL_RELEASE_TIMEOUT_S``."""
+    release_offer_max_age_s: float = Field(
+        default=OFFER_MAX_AGE_CEILING_S, gt=0, alias="WARMPOOL_RELEASE_OFFER_MAX_AGE_S"
+    )
+    """Release offers older than this, measured from each offer's
+    ``quarantined_at``, are not acted on: the agent takes quarantined addresses
+    back after its release timeout, so acting on an old offer could unassign an
+    address a pod holds again. At most ``OFFER_MAX_AGE_CEILING_S`` (the agent's
+    release timeout is checked against that ceiling plus a margin)."""
     lease_retry_s: int = Field(default=5, ge=1, le=900, alias="WARMPOOL_LEASE_RETRY_S")
     bucket_capacity: dict[str, float] = Field(default_factory=dict, alias="WARMPOOL_BUCKET_CAPACITY")
     """Per-action capacity overrides (JSON), when the account's quotas differ."""
@@ -95,6 +113,36 @@ class Settings(BaseSettings):
     @classmethod
     def _split(cls, v: object) -> object:
         return _csv(v)
+
+    @model_validator(mode="after")
+    def _lease_outlives_the_function(self) -> Settings:
+        floor = self.allocate_timeout_s + LEASE_TTL_MARGIN_S
+        if self.lease_ttl_s == 0:
+            object.__setattr__(self, "lease_ttl_s", floor)  # derived (the model is frozen)
+        elif self.lease_ttl_s < floor:
+            raise ValueError(
+                f"WARMPOOL_LEASE_TTL_S={self.lease_ttl_s:g} is shorter than the allocate function's timeout "
+                f"({self.allocate_timeout_s:g} s) plus {LEASE_TTL_MARGIN_S:g} s: a slow invocation would outlive "
+                "its lease; leave it unset to derive it"
+            )
+        if self.deadline_margin_s == 0:
+            object.__setattr__(self, "deadline_margin_s", min(5.0, self.allocate_timeout_s / 5))
+        elif self.deadline_margin_s >= self.allocate_timeout_s:
+            raise ValueError(
+                f"WARMPOOL_DEADLINE_MARGIN_S={self.deadline_margin_s:g} leaves no time to work within the "
+                f"allocate function's timeout of {self.allocate_timeout_s:g} s"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _offer_age_within_ceiling(self) -> Settings:
+        if self.release_offer_max_age_s > OFFER_MAX_AGE_CEILING_S:
+            raise ValueError(
+                f"WARMPOOL_RELEASE_OFFER_MAX_AGE_S={self.release_offer_max_age_s:g} exceeds the ceiling of "
+                f"{OFFER_MAX_AGE_CEILING_S:g} s: agents take quarantined addresses back after their release "
+                "timeout, which is only checked against that ceiling"
+            )
+        return self
 
     def bucket_spec(self, action: str) -> BucketSpec:
         """The share of ``action``'s account bucket this allocator may spend."""

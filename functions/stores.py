@@ -24,11 +24,12 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from functions.errors import ConditionFailed, classify
+from functions.errors import AwsError, ConditionFailed, classify
 from functions.tokens import allot
 from warmpool import names
 from warmpool.buckets import BucketSpec, BucketState, full, on_throttled, time_until
 from warmpool.buckets import try_take as take_tokens
+from warmpool.ports import LedgerUnread
 
 MAX_CONFLICT_RETRIES = 8
 
@@ -71,15 +72,31 @@ def _conditional(fn: Callable[[], Any], action: str) -> bool:
         raise err from None
 
 
+BATCH_GET_ATTEMPTS = 10
+
+
+class UnreadKeys(AwsError):
+    """BatchGetItem left keys in ``UnprocessedKeys`` after bounded retries.
+    ``items`` are the rows read; ``keys`` those that were not (never "no row")."""
+
+    def __init__(self, items: list[dict[str, Any]], keys: list[dict[str, Any]]) -> None:
+        super().__init__("UnprocessedKeys", f"{len(keys)} keys not read", "BatchGetItem")
+        self.items = items
+        self.keys = keys
+
+
 def _batch_get(db: DynamoApi, table: str, keys: list[dict[str, Any]], attrs: str | None) -> list[dict[str, Any]]:
-    """BatchGetItem in chunks of 100, following UnprocessedKeys."""
+    """BatchGetItem in chunks of 100, following UnprocessedKeys a bounded
+    number of times; keys still unprocessed then raise :class:`UnreadKeys`
+    (a row not read is unknown, never absent)."""
     out: list[dict[str, Any]] = []
+    unread: list[dict[str, Any]] = []
     for i in range(0, len(keys), 100):
         req: dict[str, Any] = {"Keys": keys[i : i + 100], "ConsistentRead": True}
         if attrs:
             req["ProjectionExpression"] = attrs
         pending: dict[str, Any] = {table: req}
-        for _ in range(10):
+        for _ in range(BATCH_GET_ATTEMPTS):
             try:
                 resp = db.batch_get_item(RequestItems=pending)
             except ClientError as exc:
@@ -88,6 +105,10 @@ def _batch_get(db: DynamoApi, table: str, keys: list[dict[str, Any]], attrs: str
             pending = resp.get("UnprocessedKeys") or {}
             if not pending:
                 break
+        if pending:
+            unread.extend(pending.get(table, {}).get("Keys", []))
+    if unread:
+        raise UnreadKeys(out, unread)
     return out
 
 
@@ -180,7 +201,10 @@ class DynamoBuckets:
     def try_take(self, action: str, n: float, now: float) -> tuple[bool, float]:
         spec = self._spec_of(action)
         for _ in range(MAX_CONFLICT_RETRIES):
-            got = self._read([action])[action]
+            try:
+                got = self._read([action])[action]
+            except UnreadKeys:
+                continue
             st, version = got if got else (full(spec, now), None)
             ok, new = take_tokens(st, spec, n, now)
             if not ok:
@@ -200,7 +224,10 @@ class DynamoBuckets:
         if not actions:
             return [0.0] * len(requests)
         for _ in range(MAX_CONFLICT_RETRIES):
-            got = self._read(actions)
+            try:
+                got = self._read(actions)
+            except UnreadKeys:
+                continue  # unknown state: like a lost race, read again (never as "full")
             states = {a: (g[0] if g else None) for a, g in got.items()}
             changed, waits = allot(states, self._spec_of, requests, now, reserve)
             versions = {a: (g[1] if g else None) for a, g in got.items()}
@@ -212,7 +239,10 @@ class DynamoBuckets:
     def throttled(self, action: str, now: float) -> None:
         spec = self._spec_of(action)
         for _ in range(MAX_CONFLICT_RETRIES):
-            got = self._read([action])[action]
+            try:
+                got = self._read([action])[action]
+            except UnreadKeys:
+                continue
             st, version = got if got else (full(spec, now), None)
             if self._write({action: (on_throttled(st, spec, now), version)}):
                 return
@@ -245,9 +275,15 @@ class DynamoLedger:
         if not uniq:
             return out
         prefix = f"node#{cluster}#"
-        items = _batch_get(
-            self._db, self._table, [self._key(cluster, n) for n in uniq], f"{names.LEDGER_PK}, last_seq"
-        )
+        try:
+            items = _batch_get(
+                self._db, self._table, [self._key(cluster, n) for n in uniq], f"{names.LEDGER_PK}, last_seq"
+            )
+        except UnreadKeys as err:
+            unread = frozenset(_s(k, names.LEDGER_PK)[len(prefix) :] for k in err.keys)
+            for it in err.items:
+                out[_s(it, names.LEDGER_PK)[len(prefix) :]] = int(_f(it, "last_seq", -1))
+            raise LedgerUnread(unread, {n: v for n, v in out.items() if n not in unread}) from None
         for it in items:
             out[_s(it, names.LEDGER_PK)[len(prefix) :]] = int(_f(it, "last_seq", -1))
         return out
@@ -272,11 +308,18 @@ class DynamoLedger:
             "UpdateItem",
         )
 
-    def forget(self, cluster: str, node: str) -> None:
-        try:
-            self._db.delete_item(TableName=self._table, Key=self._key(cluster, node))
-        except ClientError as exc:
-            raise classify(exc, "DeleteItem") from None
+    def forget(self, cluster: str, node: str, *, instance_id: str, last_seq: int) -> bool:
+        """Delete the entry only if it is still (instance_id, last_seq): a name
+        reused by a new instance, or a node served since, keeps its entry."""
+        return _conditional(
+            lambda: self._db.delete_item(
+                TableName=self._table,
+                Key=self._key(cluster, node),
+                ConditionExpression="instance_id = :i AND last_seq = :s",
+                ExpressionAttributeValues={":i": {"S": instance_id}, ":s": _n(last_seq)},
+            ),
+            "DeleteItem",
+        )
 
     def nodes(self, cluster: str) -> dict[str, int]:
         return {n: int(e["last_seq"]) for n, e in self.entries(cluster).items()}

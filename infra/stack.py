@@ -132,6 +132,8 @@ class WarmpoolStack(Stack):
             names.ENV_IDENTITY_CERTIFICATES: self._identity_certificates(),
             "WARMPOOL_ACCOUNT": Aws.ACCOUNT_ID,
             "POWERTOOLS_METRICS_NAMESPACE": names.METRICS_NAMESPACE,
+            # The allocator derives its lease TTL from this (a lease must outlive the invocation).
+            "WARMPOOL_ALLOCATE_TIMEOUT_S": str(cfg.allocate_timeout_s),
         }
         self.allocate = self._function(
             "Allocate",

@@ -14,6 +14,7 @@ from typing import Any
 from functions.tokens import allot
 from warmpool.buckets import BucketSpec, BucketState, full, on_throttled, time_until
 from warmpool.buckets import try_take as take_tokens
+from warmpool.ports import LedgerUnread
 
 
 class MemBuckets:
@@ -82,6 +83,9 @@ class MemLedger:
         self._items: dict[tuple[str, str], dict[str, Any]] = {}
         self._lock = threading.Lock()
         self.calls = 0
+        self.unread: set[str] = set()
+        """Fault injection: nodes whose rows ``last_seqs`` cannot read (as
+        DynamoDB's UnprocessedKeys after the store's bounded retries)."""
 
     def last_seq(self, cluster: str, node: str) -> int:
         with self._lock:
@@ -96,6 +100,9 @@ class MemLedger:
             for n in nodes:
                 item = self._items.get((cluster, n))
                 out[n] = int(item["last_seq"]) if item else -1
+            unread = frozenset(n for n in nodes if n in self.unread)
+            if unread:
+                raise LedgerUnread(unread, {n: v for n, v in out.items() if n not in unread})
             return out
 
     def record(self, cluster: str, node: str, seq: int, outcome: dict[str, Any], now: float) -> bool:
@@ -110,10 +117,15 @@ class MemLedger:
             }
             return True
 
-    def forget(self, cluster: str, node: str) -> None:
+    def forget(self, cluster: str, node: str, *, instance_id: str, last_seq: int) -> bool:
+        """Conditional, as DynamoDB's ``instance_id = :i AND last_seq = :s``."""
         with self._lock:
             self.calls += 1
-            self._items.pop((cluster, node), None)
+            item = self._items.get((cluster, node))
+            if item is None or item.get("instance_id", "") != instance_id or int(item["last_seq"]) != last_seq:
+                return False
+            del self._items[(cluster, node)]
+            return True
 
     def nodes(self, cluster: str) -> dict[str, int]:
         return {n: int(e["last_seq"]) for n, e in self.entries(cluster).items()}

@@ -79,6 +79,18 @@ class BucketStore(Protocol):
         ...
 
 
+class LedgerUnread(Exception):
+    """Some nodes' ledger rows could not be read (DynamoDB left them in
+    ``UnprocessedKeys`` after bounded retries). Their seq is unknown, never -1:
+    reports of ``unread`` nodes must wait. ``seqs`` holds the nodes read (-1 =
+    no row)."""
+
+    def __init__(self, unread: frozenset[str], seqs: dict[str, int]) -> None:
+        super().__init__(f"ledger rows not read: {', '.join(sorted(unread))}")
+        self.unread = unread
+        self.seqs = seqs
+
+
 class Ledger(Protocol):
     """Per-node record of what the allocator did (conditional writes)."""
 
@@ -86,13 +98,20 @@ class Ledger(Protocol):
         """The highest report seq served for the node (-1 if none)."""
         ...
 
-    def last_seqs(self, cluster: str, nodes: list[str]) -> dict[str, int]: ...
+    def last_seqs(self, cluster: str, nodes: list[str]) -> dict[str, int]:
+        """Each node's last seq (-1 if it has no row); raises
+        :class:`LedgerUnread` if some rows could not be read."""
+        ...
 
     def record(self, cluster: str, node: str, seq: int, outcome: dict[str, Any], now: float) -> bool:
         """Store ``seq`` as served if it is newer than what is stored; False if not."""
         ...
 
-    def forget(self, cluster: str, node: str) -> None: ...
+    def forget(self, cluster: str, node: str, *, instance_id: str, last_seq: int) -> bool:
+        """Delete the node's entry only if it is still the one the caller
+        decided on (same instance id and last seq): a node name reused by a
+        new instance keeps the new instance's entry. False if it changed or is gone."""
+        ...
 
     def nodes(self, cluster: str) -> dict[str, int]:
         """Every node with an entry, and its last seq."""

@@ -141,7 +141,9 @@ class World:
             "availability_zone": "us-east-1a", "seq": seq, "sent_at": self.clock.now(), "mode": mode,
             "targets": {"warm_ip": warm_ip, "minimum_ip": minimum_ip, "warm_eni": warm_eni},
             "enis": enis, "assigned_ips": self.pods[node] if assigned is None else assigned,
-            "pending_demand": pending, "release": list(release),
+            # Offers are dated at the report unless the test dates them (or
+            # passes ``quarantined_at: None``, as agents before the field did).
+            "pending_demand": pending, "release": [{"quarantined_at": self.clock.now(), **o} for o in release],
         }
         body.update(extra or {})
         return PoolReport.model_validate(body)

@@ -145,7 +145,7 @@ def test_ledger_batch_read_and_listing_are_per_cluster(stores: Stores) -> None:
     assert seqs == {"n1": 1, "n149": 149, "ghost": -1}
     assert len(led.nodes("c")) == 150 and led.nodes("other") == {"n1": 99}
     assert led.entries("c")["n7"]["instance_id"] == "i-00000007"
-    led.forget("c", "n1")
+    assert led.forget("c", "n1", instance_id="i-00000001", last_seq=1)
     assert led.last_seq("c", "n1") == -1 and led.last_seq("other", "n1") == 99
 
 
@@ -177,3 +177,19 @@ def test_sweep_removes_expired_leases_only(stores: Stores) -> None:
     assert ls.sweep("c", 50.0) == 1
     assert not ls.claim("c", "n2", "b", 50.0, 10.0)
     assert ls.claim("c", "n1", "b", 50.0, 10.0)
+
+
+def test_ledger_forget_is_conditional_on_the_entry_it_was_decided_on(stores: Stores) -> None:
+    # Issue 11, defect 6: a node name reused by a new instance must not lose
+    # the new instance's entry to a forget decided on the old one.
+    led = stores.ledger
+    old, new = "i-00000000000000001", "i-00000000000000002"
+    assert led.record("c", "n1", 5, {"instance_id": old}, 1.0)
+    assert led.record("c", "n1", 7, {"instance_id": new}, 2.0)  # the name now belongs to a new instance
+    assert led.forget("c", "n1", instance_id=old, last_seq=5) is False
+    assert led.last_seq("c", "n1") == 7 and led.entries("c")["n1"]["instance_id"] == new
+    assert led.forget("c", "n1", instance_id=new, last_seq=6) is False  # served again meanwhile
+    assert led.last_seq("c", "n1") == 7
+    assert led.forget("c", "n1", instance_id=new, last_seq=7) is True
+    assert led.last_seq("c", "n1") == -1
+    assert led.forget("c", "n1", instance_id=new, last_seq=7) is False  # already gone
