@@ -361,7 +361,7 @@ class Operator:
     def resync_nodes(self, sync_started: float) -> None:
         """``NodeManager.Resync``: clear resyncs older than the sync, re-trigger nodes in need."""
         for n in sorted(self.nodes.values(), key=lambda n: -n.needed()):
-            if n.resync_needed is not None and n.resync_needed < sync_started:
+            if n.resync_needed is not None and n.resync_needed <= sync_started:
                 n.resync_needed = None
             if self.allocation_needed(n) or self.release_needed(n):
                 self.trigger(n)
