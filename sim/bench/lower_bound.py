@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from sim.bench.output import LowerBound
@@ -156,6 +156,104 @@ def lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> LowerBo
         if peak > 0:
             for action, n in growth_calls(settled_pool(node.env, limits, peak, with_warm=False)).items():
                 gating.setdefault(action, []).extend([node.join_at] * n)
+    makespan = ex.last_add_at if ex.pods_requested else 0.0
+    acct = scenario.account
+    specs = scenario.bucket_specs()
+    for action, times in gating.items():
+        finish = bucket_finish(
+            times, spec_for(action, specs), acct.budget_fraction, acct.background_load.get(action, 0.0)
+        )
+        makespan = max(makespan, finish)
+    return LowerBound(
+        mutating_calls=sum(total.values()),
+        makespan_s=round(makespan, 3),
+        calls_by_action=dict(sorted(total.items())),
+    )
+
+
+def _first_time_at(events: Sequence[tuple[float, str]], joined: float, count: int) -> float | None:
+    """When a node first holds ``count`` pods (deletes first at equal times), or None."""
+    if count <= 0:
+        return joined
+    cur = 0
+    for t, kind in sorted(events, key=lambda e: (e[0], 0 if e[1] == "del" else 1)):
+        cur += 1 if kind == "add" else -1
+        if cur >= count:
+            return max(t, joined)
+    return None
+
+
+def _first_count_needing(env: Env, limits: InstanceLimits, peak: int, test: Callable[[Settled], bool]) -> int | None:
+    """The smallest pod count ``k <= peak`` whose settled pool passes ``test``."""
+    for k in range(peak + 1):
+        if test(settled_pool(env, limits, k)):
+            return k
+    return None
+
+
+def _outgrows_primary(slots: int, units: int) -> Callable[[Settled], bool]:
+    def test(s: Settled) -> bool:
+        return min(s.units, slots) > units
+
+    return test
+
+
+def _needs_enis(n: int) -> Callable[[Settled], bool]:
+    def test(s: Settled) -> bool:
+        return s.enis >= n
+
+    return test
+
+
+def online_lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> LowerBound:
+    """The fewest calls and the shortest makespan for an allocator that learns
+    each pod's demand when the pod arrives (same buckets; docs/bench.md).
+
+    Such an allocator holds no more than the targets ask for the pods present,
+    so per node: the join-time pool (the targets at 0 pods) is one assign, and
+    if the peak needs more units on the primary ENI, another assign is needed
+    once pods come (the clairvoyant bound does both in one). A further ENI's
+    create/attach/modify can be released only when the pods present make the
+    targets ask for it; the primary top-up only when they exceed the join-time
+    pool. The makespan is the fluid-bucket finish of the calls that gate pods,
+    each released at that moment, or the last pod's creation if later.
+    """
+    ex = expanded if expanded is not None else expand(scenario)
+    per_node = ex.by_node()
+    total: Counter[str] = Counter()
+    gating: dict[str, list[float]] = {}
+    for node in ex.nodes:
+        limits = known(node.instance_type)
+        events = [(e.at, e.kind) for e in per_node[node.name]]
+        peak, final = pod_counts(events)
+        at_peak = settled_pool(node.env, limits, peak)
+        at_end = settled_pool(node.env, limits, final)
+        at_join = settled_pool(node.env, limits, 0)
+        slots = limits.slots_per_eni
+        total.update(growth_calls(at_peak))
+        total.update(release_calls(node.env, limits, at_peak, at_end))
+        primary_join = min(at_join.units, slots)
+        primary_peak = min(at_peak.units, slots)
+        if 0 < primary_join < primary_peak:
+            total[ASSIGN] += 1  # the join-time pool, then the top-up once pods come
+        if peak <= 0:
+            continue
+        serving = settled_pool(node.env, limits, peak, with_warm=False)
+        # the primary's addresses gate pods: released at join (clairvoyant) or, when
+        # the join-time pool must be topped up, once the pods outgrow it
+        if serving.units > 0:
+            release = node.join_at
+            if 0 < primary_join < primary_peak and serving.addresses > at_join.addresses:
+                k = _first_count_needing(node.env, limits, peak, _outgrows_primary(slots, primary_join))
+                t = _first_time_at(events, node.join_at, k) if k is not None else None
+                release = t if t is not None else node.join_at
+            gating.setdefault(ASSIGN, []).append(release)
+        for j in range(2, serving.enis + 1):
+            k = _first_count_needing(node.env, limits, peak, _needs_enis(j))
+            t = _first_time_at(events, node.join_at, k) if k is not None else None
+            release = t if t is not None else node.join_at
+            for action in (CREATE, ATTACH, MODIFY):
+                gating.setdefault(action, []).append(release)
     makespan = ex.last_add_at if ex.pods_requested else 0.0
     acct = scenario.account
     specs = scenario.bucket_specs()

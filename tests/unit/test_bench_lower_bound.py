@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from sim.bench.lower_bound import bucket_finish, lower_bound, pod_counts, settled_pool
+from sim.bench.lower_bound import bucket_finish, lower_bound, online_lower_bound, pod_counts, settled_pool
+from sim.bench.workload import expand
 from sim.bench.scenario import Env, parse_scenario
 from warmpool.buckets import BucketSpec
 from warmpool.limits import known
@@ -126,3 +127,39 @@ def test_settled_pool_is_neither_low_nor_high_by_the_core(env: Env, pods: int) -
                                    s.units - -(-assigned // 16) if env.ENABLE_PREFIX_DELEGATION else 0), limits)
     assert not delta.low
     assert delta.over_units == 0 and delta.over_enis == 0
+
+
+# --- the online bound: demand known only when each pod arrives ----------------
+
+def test_online_bound_pays_the_join_time_warm_assign_then_tops_up() -> None:
+    # m5.large (9 slots): the join-time pool is 1 address (WARM_IP_TARGET=1); 5 pods
+    # need 6 on the primary ENI: online, the join assign and a top-up (2 calls), where
+    # the clairvoyant bound fills the primary ENI once (1 call).
+    sc = scenario({"WARM_IP_TARGET": 1}, 1, 5)
+    assert lower_bound(sc).mutating_calls == 1
+    olb = online_lower_bound(sc)
+    assert olb.mutating_calls == 2
+    assert olb.calls_by_action == {"AssignPrivateIpAddresses": 2}
+    assert olb.makespan_s == 10.0
+
+
+def test_online_bound_releases_a_second_eni_only_when_the_pods_ask_for_it() -> None:
+    # 12 pods over 100 s on an m5.large: the second ENI is asked for when the 9th pod
+    # (9 + 1 warm > 9 slots) is there; 40 nodes' attaches then queue in the bucket.
+    sc = scenario({"WARM_IP_TARGET": 1}, 40, 0,
+                  workload=[{"at_s": 10, "node_group": "ng", "add_pods_per_node": 12, "spread_s": 100}])
+    lb, olb = lower_bound(sc), online_lower_bound(sc)
+    assert lb.mutating_calls == 40 * 4 and olb.mutating_calls == 40 * 5
+    assert olb.makespan_s >= lb.makespan_s
+    ex = expand(sc)
+    ninth = []
+    for name, evs in ex.by_node().items():
+        adds = sorted(e.at for e in evs if e.kind == "add")
+        ninth.append(adds[8])
+    # attach bucket (C=50·0.8, r=5·0.8): 40 calls fit in the burst, so each is made at its release
+    assert olb.makespan_s == pytest.approx(max(max(ninth), ex.last_add_at), abs=1e-3)
+
+
+def test_online_bound_equals_clairvoyant_in_warm_eni_mode_when_known_at_join() -> None:
+    sc = scenario({"WARM_ENI_TARGET": 1}, 3, 5)
+    assert online_lower_bound(sc).mutating_calls == lower_bound(sc).mutating_calls
