@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from sim.bench.output import LowerBound
 from sim.bench.scenario import Env, Scenario
 from sim.bench.workload import Expanded, NodeSpec, expand
-from warmpool.buckets import BucketSpec, spec_for
+from warmpool.buckets import MUTATING_ENI_ACTIONS, BucketSpec, spec_for
 from warmpool.limits import PREFIX_SIZE, InstanceLimits, known
 
 ASSIGN = "AssignPrivateIpAddresses"
@@ -45,6 +45,8 @@ ATTACH = "AttachNetworkInterface"
 MODIFY = "ModifyNetworkInterfaceAttribute"
 DETACH = "DetachNetworkInterface"
 DELETE = "DeleteNetworkInterface"
+STORM_ACTIONS = frozenset(MUTATING_ENI_ACTIONS)
+"""A throttle storm loads every ENI action's bucket (as the bench's world applies it)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,65 @@ def bucket_finish(release_times: list[float], spec: BucketSpec, fraction: float,
     return t
 
 
+def bucket_finish_varying(
+    calls: list[tuple[float, tuple[tuple[float, float], ...]]],
+    spec: BucketSpec,
+    fraction: float,
+    background: float,
+    storms: tuple[tuple[float, float, float], ...] = (),
+) -> float:
+    """:func:`bucket_finish` with other callers' load varying in time and calls
+    that cannot be made inside some windows.
+
+    ``calls`` are ``(release time, windows in which this call cannot succeed)``;
+    ``storms`` are ``(start, end, extra calls/s)`` on top of ``background``. The
+    net refill is ``r·f − load(t)`` (when that is not positive: ``r − load(t)``,
+    floored at 0). 0.0 with no calls.
+    """
+    if not calls:
+        return 0.0
+    cap = spec.capacity * fraction
+    breaks = sorted({b for a, e, _ in storms for b in (a, e)})
+
+    def rate_at(t: float) -> float:
+        load = background + sum(x for a, e, x in storms if a <= t < e)
+        r = spec.refill_per_s * fraction - load
+        return r if r > 0 else max(spec.refill_per_s - load, 0.0)
+
+    def next_break(t: float) -> float:
+        return next((b for b in breaks if b > t), math.inf)
+
+    tokens = cap
+    t = 0.0
+
+    def advance(to: float) -> None:
+        nonlocal tokens, t
+        while t < to:
+            nb = min(next_break(t), to)
+            tokens = min(cap, tokens + (nb - t) * rate_at(t))
+            t = nb
+
+    for release, blocked in sorted(calls):
+        advance(max(t, release))
+        while True:
+            while tokens < 1.0 - 1e-12:
+                r = rate_at(t)
+                nb = next_break(t)
+                if r > 0 and t + (1.0 - tokens) / r <= nb:
+                    t += (1.0 - tokens) / r
+                    tokens = 1.0
+                else:
+                    if nb == math.inf:
+                        return math.inf
+                    advance(nb)
+            inside = next(((a, e) for a, e in blocked if a <= t < e), None)
+            if inside is None:
+                break
+            advance(inside[1])
+        tokens -= 1.0
+    return t
+
+
 def lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> LowerBound:
     ex = expanded if expanded is not None else expand(scenario)
     per_node = ex.by_node()
@@ -209,21 +270,31 @@ def online_lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> 
     """The fewest calls and the shortest makespan for an allocator that learns
     each pod's demand when the pod arrives (same buckets; docs/bench.md).
 
-    Such an allocator holds no more than the targets ask for the pods present,
+    Such an allocator holds no more than the targets ask for the pods present
+    and may spend the account's whole real buckets (no budget fraction),
     so per node: the join-time pool (the targets at 0 pods) is one assign, and
     if the peak needs more units on the primary ENI, another assign is needed
     once pods come (the clairvoyant bound does both in one). A further ENI's
     create/attach/modify can be released only when the pods present make the
     targets ask for it; the primary top-up only when they exceed the join-time
     pool. The makespan is the fluid-bucket finish of the calls that gate pods,
-    each released at that moment, or the last pod's creation if later.
+    each released at that moment, or the last pod's creation if later. Unlike
+    the clairvoyant bound it counts the faults no allocator can avoid: a
+    throttle storm's load on the buckets, and no address from an exhausted
+    subnet (assigns and creates wait for its end).
     """
     ex = expanded if expanded is not None else expand(scenario)
     per_node = ex.by_node()
     total: Counter[str] = Counter()
-    gating: dict[str, list[float]] = {}
+    gating: dict[str, list[tuple[float, tuple[tuple[float, float], ...]]]] = {}
+    exhausted: dict[str, tuple[tuple[float, float], ...]] = {}
+    for f in scenario.faults:
+        if f.kind == "subnet-exhausted" and f.subnet is not None:
+            exhausted[f.subnet] = (*exhausted.get(f.subnet, ()), (f.at_s, f.end_s))
+    storms = tuple((f.at_s, f.end_s, f.rate) for f in scenario.faults if f.kind == "throttle-storm")
     for node in ex.nodes:
         limits = known(node.instance_type)
+        blocked = exhausted.get(node.subnet, ())
         events = [(e.at, e.kind) for e in per_node[node.name]]
         peak, final = pod_counts(events)
         at_peak = settled_pool(node.env, limits, peak)
@@ -247,19 +318,24 @@ def online_lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> 
                 k = _first_count_needing(node.env, limits, peak, _outgrows_primary(slots, primary_join))
                 t = _first_time_at(events, node.join_at, k) if k is not None else None
                 release = t if t is not None else node.join_at
-            gating.setdefault(ASSIGN, []).append(release)
+            gating.setdefault(ASSIGN, []).append((release, blocked))
         for j in range(2, serving.enis + 1):
             k = _first_count_needing(node.env, limits, peak, _needs_enis(j))
             t = _first_time_at(events, node.join_at, k) if k is not None else None
             release = t if t is not None else node.join_at
             for action in (CREATE, ATTACH, MODIFY):
-                gating.setdefault(action, []).append(release)
+                # only the create takes addresses from the subnet
+                gating.setdefault(action, []).append((release, blocked if action == CREATE else ()))
     makespan = ex.last_add_at if ex.pods_requested else 0.0
     acct = scenario.account
     specs = scenario.bucket_specs()
-    for action, times in gating.items():
-        finish = bucket_finish(
-            times, spec_for(action, specs), acct.budget_fraction, acct.background_load.get(action, 0.0)
+    for action, calls in gating.items():
+        finish = bucket_finish_varying(
+            calls,
+            spec_for(action, specs),
+            1.0,  # any allocator: the account's whole real bucket, not warmpool's budget share
+            acct.background_load.get(action, 0.0),
+            storms if action in STORM_ACTIONS else (),
         )
         makespan = max(makespan, finish)
     return LowerBound(
