@@ -150,16 +150,29 @@ def bucket_finish_varying(
     background: float,
     storms: tuple[tuple[float, float, float], ...] = (),
 ) -> float:
+    """The last of :func:`bucket_times` (0.0 with no calls)."""
+    times = bucket_times(calls, spec, fraction, background, storms)
+    return max(times, default=0.0)
+
+
+def bucket_times(
+    calls: list[tuple[float, tuple[tuple[float, float], ...]]],
+    spec: BucketSpec,
+    fraction: float,
+    background: float,
+    storms: tuple[tuple[float, float, float], ...] = (),
+) -> list[float]:
     """:func:`bucket_finish` with other callers' load varying in time and calls
     that cannot be made inside some windows.
 
     ``calls`` are ``(release time, windows in which this call cannot succeed)``;
     ``storms`` are ``(start, end, extra calls/s)`` on top of ``background``. The
     net refill is ``r·f − load(t)`` (when that is not positive: ``r − load(t)``,
-    floored at 0). 0.0 with no calls.
+    floored at 0). Returns each call's time, served greedily in release order
+    (in the order of ``calls`` at equal release times).
     """
     if not calls:
-        return 0.0
+        return []
     cap = spec.capacity * fraction
     breaks = sorted({b for a, e, _ in storms for b in (a, e)})
 
@@ -181,7 +194,8 @@ def bucket_finish_varying(
             tokens = min(cap, tokens + (nb - t) * rate_at(t))
             t = nb
 
-    for release, blocked in sorted(calls):
+    out: list[float] = []
+    for release, blocked in sorted(calls, key=lambda c: c[0]):
         advance(max(t, release))
         while True:
             while tokens < 1.0 - 1e-12:
@@ -192,14 +206,15 @@ def bucket_finish_varying(
                     tokens = 1.0
                 else:
                     if nb == math.inf:
-                        return math.inf
+                        return [*out, *([math.inf] * (len(calls) - len(out)))]
                     advance(nb)
             inside = next(((a, e) for a, e in blocked if a <= t < e), None)
             if inside is None:
                 break
             advance(inside[1])
         tokens -= 1.0
-    return t
+        out.append(t)
+    return out
 
 
 def lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> LowerBound:
@@ -274,7 +289,9 @@ def online_lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> 
     and may spend the account's whole real buckets (no budget fraction),
     so per node: the join-time pool (the targets at 0 pods) is one assign, and
     if the peak needs more units on the primary ENI, another assign is needed
-    once pods come (the clairvoyant bound does both in one). A further ENI's
+    once pods come (the clairvoyant bound does both in one) — counted where the
+    join-time assign, made in join order as soon as ``budget_fraction`` of the
+    real bucket allows, comes before the node's first pod. A further ENI's
     create/attach/modify can be released only when the pods present make the
     targets ask for it; the primary top-up only when they exceed the join-time
     pool. The makespan is the fluid-bucket finish of the calls that gate pods,
@@ -285,6 +302,8 @@ def online_lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> 
     """
     ex = expanded if expanded is not None else expand(scenario)
     per_node = ex.by_node()
+    acct = scenario.account
+    specs = scenario.bucket_specs()
     total: Counter[str] = Counter()
     gating: dict[str, list[tuple[float, tuple[tuple[float, float], ...]]]] = {}
     exhausted: dict[str, tuple[tuple[float, float], ...]] = {}
@@ -292,6 +311,34 @@ def online_lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> 
         if f.kind == "subnet-exhausted" and f.subnet is not None:
             exhausted[f.subnet] = (*exhausted.get(f.subnet, ()), (f.at_s, f.end_s))
     storms = tuple((f.at_s, f.end_s, f.rate) for f in scenario.faults if f.kind == "throttle-storm")
+
+    def times(
+        action: str, calls: list[tuple[float, tuple[tuple[float, float], ...]]], fraction: float = 1.0
+    ) -> list[float]:
+        return bucket_times(
+            calls,
+            spec_for(action, specs),
+            fraction,  # 1.0: any allocator may spend the account's whole real bucket
+            acct.background_load.get(action, 0.0),
+            storms if action in STORM_ACTIONS else (),
+        )
+
+    # Which nodes must split the primary's fill in two: those whose join-time
+    # assign, made in join order as soon as ``budget_fraction`` of the bucket
+    # allows, comes before their first pod; a node whose join-time assign could
+    # not be made before its pods came may make it one call with theirs.
+    split: list[tuple[NodeSpec, float]] = []
+    for node in sorted(ex.nodes, key=lambda n: n.join_at):
+        limits = known(node.instance_type)
+        peak, _ = pod_counts((e.at, e.kind) for e in per_node[node.name])
+        u0 = min(settled_pool(node.env, limits, 0).units, limits.slots_per_eni)
+        if 0 < u0 < min(settled_pool(node.env, limits, peak).units, limits.slots_per_eni):
+            first = min((e.at for e in per_node[node.name] if e.kind == "add"), default=math.inf)
+            split.append((node, first))
+    join_done = times(ASSIGN, [(n.join_at, exhausted.get(n.subnet, ())) for n, _ in split], acct.budget_fraction)
+    forced = {n.name for (n, first), done in zip(split, join_done, strict=True) if done < first}
+    candidates = {n.name for n, _ in split}
+
     for node in ex.nodes:
         limits = known(node.instance_type)
         blocked = exhausted.get(node.subnet, ())
@@ -304,17 +351,17 @@ def online_lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> 
         total.update(growth_calls(at_peak))
         total.update(release_calls(node.env, limits, at_peak, at_end))
         primary_join = min(at_join.units, slots)
-        primary_peak = min(at_peak.units, slots)
-        if 0 < primary_join < primary_peak:
+        if node.name in forced:
             total[ASSIGN] += 1  # the join-time pool, then the top-up once pods come
+            gating.setdefault(ASSIGN, []).append((node.join_at, blocked))  # spends a token, gates no pod
         if peak <= 0:
             continue
         serving = settled_pool(node.env, limits, peak, with_warm=False)
         # the primary's addresses gate pods: released at join (clairvoyant) or, when
-        # the join-time pool must be topped up, once the pods outgrow it
+        # the join-time pool holds less than the peak needs there, once the pods outgrow it
         if serving.units > 0:
             release = node.join_at
-            if 0 < primary_join < primary_peak and serving.addresses > at_join.addresses:
+            if node.name in candidates:
                 k = _first_count_needing(node.env, limits, peak, _outgrows_primary(slots, primary_join))
                 t = _first_time_at(events, node.join_at, k) if k is not None else None
                 release = t if t is not None else node.join_at
@@ -327,17 +374,8 @@ def online_lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> 
                 # only the create takes addresses from the subnet
                 gating.setdefault(action, []).append((release, blocked if action == CREATE else ()))
     makespan = ex.last_add_at if ex.pods_requested else 0.0
-    acct = scenario.account
-    specs = scenario.bucket_specs()
     for action, calls in gating.items():
-        finish = bucket_finish_varying(
-            calls,
-            spec_for(action, specs),
-            1.0,  # any allocator: the account's whole real bucket, not warmpool's budget share
-            acct.background_load.get(action, 0.0),
-            storms if action in STORM_ACTIONS else (),
-        )
-        makespan = max(makespan, finish)
+        makespan = max(makespan, max(times(action, calls), default=0.0))
     return LowerBound(
         mutating_calls=sum(total.values()),
         makespan_s=round(makespan, 3),

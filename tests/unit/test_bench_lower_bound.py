@@ -191,3 +191,11 @@ def test_online_bound_counts_the_faults_no_allocator_avoids() -> None:
     storm = scenario({"WARM_IP_TARGET": 1}, 20, 12, faults=[
         {"at_s": 0, "duration_s": 600, "kind": "subnet-exhausted", "subnet": "subnet-a", "rate": 1.0}])
     assert online_lower_bound(base).makespan_s < 600 <= online_lower_bound(storm).makespan_s
+
+
+def test_online_bound_merges_the_join_time_assign_when_pods_come_first() -> None:
+    # Pods created at the node's join: no join-time assign can come before them,
+    # so one assign may hold both; the online calls equal the clairvoyant ones.
+    sc = scenario({"WARM_IP_TARGET": 1}, 1, 0,
+                  workload=[{"at_s": 0, "node_group": "ng", "add_pods_per_node": 5}])
+    assert online_lower_bound(sc).mutating_calls == lower_bound(sc).mutating_calls == 1
