@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from sim.bench.output import LowerBound
 from sim.bench.scenario import Env, Scenario
 from sim.bench.workload import Expanded, NodeSpec, expand
-from warmpool.buckets import BucketSpec, spec_for
+from warmpool.buckets import MUTATING_ENI_ACTIONS, BucketSpec, spec_for
 from warmpool.limits import PREFIX_SIZE, InstanceLimits, known
 
 ASSIGN = "AssignPrivateIpAddresses"
@@ -45,6 +45,8 @@ ATTACH = "AttachNetworkInterface"
 MODIFY = "ModifyNetworkInterfaceAttribute"
 DETACH = "DetachNetworkInterface"
 DELETE = "DeleteNetworkInterface"
+STORM_ACTIONS = frozenset(MUTATING_ENI_ACTIONS)
+"""A throttle storm loads every ENI action's bucket (as the bench's world applies it)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,80 @@ def bucket_finish(release_times: list[float], spec: BucketSpec, fraction: float,
     return t
 
 
+def bucket_finish_varying(
+    calls: list[tuple[float, tuple[tuple[float, float], ...]]],
+    spec: BucketSpec,
+    fraction: float,
+    background: float,
+    storms: tuple[tuple[float, float, float], ...] = (),
+) -> float:
+    """The last of :func:`bucket_times` (0.0 with no calls)."""
+    times = bucket_times(calls, spec, fraction, background, storms)
+    return max(times, default=0.0)
+
+
+def bucket_times(
+    calls: list[tuple[float, tuple[tuple[float, float], ...]]],
+    spec: BucketSpec,
+    fraction: float,
+    background: float,
+    storms: tuple[tuple[float, float, float], ...] = (),
+) -> list[float]:
+    """:func:`bucket_finish` with other callers' load varying in time and calls
+    that cannot be made inside some windows.
+
+    ``calls`` are ``(release time, windows in which this call cannot succeed)``;
+    ``storms`` are ``(start, end, extra calls/s)`` on top of ``background``. The
+    net refill is ``r·f − load(t)`` (when that is not positive: ``r − load(t)``,
+    floored at 0). Returns each call's time, served greedily in release order
+    (in the order of ``calls`` at equal release times).
+    """
+    if not calls:
+        return []
+    cap = spec.capacity * fraction
+    breaks = sorted({b for a, e, _ in storms for b in (a, e)})
+
+    def rate_at(t: float) -> float:
+        load = background + sum(x for a, e, x in storms if a <= t < e)
+        r = spec.refill_per_s * fraction - load
+        return r if r > 0 else max(spec.refill_per_s - load, 0.0)
+
+    def next_break(t: float) -> float:
+        return next((b for b in breaks if b > t), math.inf)
+
+    tokens = cap
+    t = 0.0
+
+    def advance(to: float) -> None:
+        nonlocal tokens, t
+        while t < to:
+            nb = min(next_break(t), to)
+            tokens = min(cap, tokens + (nb - t) * rate_at(t))
+            t = nb
+
+    out: list[float] = []
+    for release, blocked in sorted(calls, key=lambda c: c[0]):
+        advance(max(t, release))
+        while True:
+            while tokens < 1.0 - 1e-12:
+                r = rate_at(t)
+                nb = next_break(t)
+                if r > 0 and t + (1.0 - tokens) / r <= nb:
+                    t += (1.0 - tokens) / r
+                    tokens = 1.0
+                else:
+                    if nb == math.inf:
+                        return [*out, *([math.inf] * (len(calls) - len(out)))]
+                    advance(nb)
+            inside = next(((a, e) for a, e in blocked if a <= t < e), None)
+            if inside is None:
+                break
+            advance(inside[1])
+        tokens -= 1.0
+        out.append(t)
+    return out
+
+
 def lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> LowerBound:
     ex = expanded if expanded is not None else expand(scenario)
     per_node = ex.by_node()
@@ -164,6 +240,142 @@ def lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> LowerBo
             times, spec_for(action, specs), acct.budget_fraction, acct.background_load.get(action, 0.0)
         )
         makespan = max(makespan, finish)
+    return LowerBound(
+        mutating_calls=sum(total.values()),
+        makespan_s=round(makespan, 3),
+        calls_by_action=dict(sorted(total.items())),
+    )
+
+
+def _first_time_at(events: Sequence[tuple[float, str]], joined: float, count: int) -> float | None:
+    """When a node first holds ``count`` pods (deletes first at equal times), or None."""
+    if count <= 0:
+        return joined
+    cur = 0
+    for t, kind in sorted(events, key=lambda e: (e[0], 0 if e[1] == "del" else 1)):
+        cur += 1 if kind == "add" else -1
+        if cur >= count:
+            return max(t, joined)
+    return None
+
+
+def _first_count_needing(env: Env, limits: InstanceLimits, peak: int, test: Callable[[Settled], bool]) -> int | None:
+    """The smallest pod count ``k <= peak`` whose settled pool passes ``test``."""
+    for k in range(peak + 1):
+        if test(settled_pool(env, limits, k)):
+            return k
+    return None
+
+
+def _outgrows_primary(slots: int, units: int) -> Callable[[Settled], bool]:
+    def test(s: Settled) -> bool:
+        return min(s.units, slots) > units
+
+    return test
+
+
+def _needs_enis(n: int) -> Callable[[Settled], bool]:
+    def test(s: Settled) -> bool:
+        return s.enis >= n
+
+    return test
+
+
+def online_lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> LowerBound:
+    """The fewest calls and the shortest makespan for an allocator that learns
+    each pod's demand when the pod arrives (same buckets; docs/bench.md).
+
+    Such an allocator holds no more than the targets ask for the pods present
+    and may spend the account's whole real buckets (no budget fraction),
+    so per node: the join-time pool (the targets at 0 pods) is one assign, and
+    if the peak needs more units on the primary ENI, another assign is needed
+    once pods come (the clairvoyant bound does both in one) — counted where the
+    join-time assign, made in join order as soon as ``budget_fraction`` of the
+    real bucket allows, comes before the node's first pod. A further ENI's
+    create/attach/modify can be released only when the pods present make the
+    targets ask for it; the primary top-up only when they exceed the join-time
+    pool. The makespan is the fluid-bucket finish of the calls that gate pods,
+    each released at that moment, or the last pod's creation if later. Unlike
+    the clairvoyant bound it counts the faults no allocator can avoid: a
+    throttle storm's load on the buckets, and no address from an exhausted
+    subnet (assigns and creates wait for its end).
+    """
+    ex = expanded if expanded is not None else expand(scenario)
+    per_node = ex.by_node()
+    acct = scenario.account
+    specs = scenario.bucket_specs()
+    total: Counter[str] = Counter()
+    gating: dict[str, list[tuple[float, tuple[tuple[float, float], ...]]]] = {}
+    exhausted: dict[str, tuple[tuple[float, float], ...]] = {}
+    for f in scenario.faults:
+        if f.kind == "subnet-exhausted" and f.subnet is not None:
+            exhausted[f.subnet] = (*exhausted.get(f.subnet, ()), (f.at_s, f.end_s))
+    storms = tuple((f.at_s, f.end_s, f.rate) for f in scenario.faults if f.kind == "throttle-storm")
+
+    def times(
+        action: str, calls: list[tuple[float, tuple[tuple[float, float], ...]]], fraction: float = 1.0
+    ) -> list[float]:
+        return bucket_times(
+            calls,
+            spec_for(action, specs),
+            fraction,  # 1.0: any allocator may spend the account's whole real bucket
+            acct.background_load.get(action, 0.0),
+            storms if action in STORM_ACTIONS else (),
+        )
+
+    # Which nodes must split the primary's fill in two: those whose join-time
+    # assign, made in join order as soon as ``budget_fraction`` of the bucket
+    # allows, comes before their first pod; a node whose join-time assign could
+    # not be made before its pods came may make it one call with theirs.
+    split: list[tuple[NodeSpec, float]] = []
+    for node in sorted(ex.nodes, key=lambda n: n.join_at):
+        limits = known(node.instance_type)
+        peak, _ = pod_counts((e.at, e.kind) for e in per_node[node.name])
+        u0 = min(settled_pool(node.env, limits, 0).units, limits.slots_per_eni)
+        if 0 < u0 < min(settled_pool(node.env, limits, peak).units, limits.slots_per_eni):
+            first = min((e.at for e in per_node[node.name] if e.kind == "add"), default=math.inf)
+            split.append((node, first))
+    join_done = times(ASSIGN, [(n.join_at, exhausted.get(n.subnet, ())) for n, _ in split], acct.budget_fraction)
+    forced = {n.name for (n, first), done in zip(split, join_done, strict=True) if done < first}
+    candidates = {n.name for n, _ in split}
+
+    for node in ex.nodes:
+        limits = known(node.instance_type)
+        blocked = exhausted.get(node.subnet, ())
+        events = [(e.at, e.kind) for e in per_node[node.name]]
+        peak, final = pod_counts(events)
+        at_peak = settled_pool(node.env, limits, peak)
+        at_end = settled_pool(node.env, limits, final)
+        at_join = settled_pool(node.env, limits, 0)
+        slots = limits.slots_per_eni
+        total.update(growth_calls(at_peak))
+        total.update(release_calls(node.env, limits, at_peak, at_end))
+        primary_join = min(at_join.units, slots)
+        if node.name in forced:
+            total[ASSIGN] += 1  # the join-time pool, then the top-up once pods come
+            gating.setdefault(ASSIGN, []).append((node.join_at, blocked))  # spends a token, gates no pod
+        if peak <= 0:
+            continue
+        serving = settled_pool(node.env, limits, peak, with_warm=False)
+        # the primary's addresses gate pods: released at join (clairvoyant) or, when
+        # the join-time pool holds less than the peak needs there, once the pods outgrow it
+        if serving.units > 0:
+            release = node.join_at
+            if node.name in candidates:
+                k = _first_count_needing(node.env, limits, peak, _outgrows_primary(slots, primary_join))
+                t = _first_time_at(events, node.join_at, k) if k is not None else None
+                release = t if t is not None else node.join_at
+            gating.setdefault(ASSIGN, []).append((release, blocked))
+        for j in range(2, serving.enis + 1):
+            k = _first_count_needing(node.env, limits, peak, _needs_enis(j))
+            t = _first_time_at(events, node.join_at, k) if k is not None else None
+            release = t if t is not None else node.join_at
+            for action in (CREATE, ATTACH, MODIFY):
+                # only the create takes addresses from the subnet
+                gating.setdefault(action, []).append((release, blocked if action == CREATE else ()))
+    makespan = ex.last_add_at if ex.pods_requested else 0.0
+    for action, calls in gating.items():
+        makespan = max(makespan, max(times(action, calls), default=0.0))
     return LowerBound(
         mutating_calls=sum(total.values()),
         makespan_s=round(makespan, 3),

@@ -37,6 +37,8 @@ class Ratios(_Out):
 
     mutating_calls_vs_lower_bound: float | None = None
     makespan_vs_lower_bound: float | None = None
+    mutating_calls_vs_online_bound: float | None = None
+    makespan_vs_online_bound: float | None = None
 
 
 class StrategyResult(_Out):
@@ -76,3 +78,5 @@ class BenchResult(_Out):
     lower_bound: LowerBound
     strategies: dict[str, StrategyResult]
     wall_s: float
+    online_lower_bound: LowerBound | None = None
+    """The bound for an allocator that learns each pod's demand when it arrives."""

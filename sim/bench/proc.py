@@ -1,6 +1,6 @@
 """Processes in virtual time: generators that ``yield`` how many seconds to
 wait, driven by :class:`warmpool.clock.EventLoop` (SimPy-style, no threads, no
-sleeping). Plus the SDK retry policies and Cilium's client-side rate limiter,
+sleeping). Plus the AWS SDK's standard retryer and Cilium's client-side rate limiter,
 which the baselines use around every EC2 call.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
@@ -56,28 +55,60 @@ THROTTLE_CODES = frozenset(
 TRANSIENT_CODES = frozenset({"InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable"})
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """An SDK's retry on throttling and transient errors.
+class StandardRetryer:
+    """aws-sdk-go-v2's standard retryer (``aws/retry``), one per SDK client.
 
-    ``delay(attempt)`` is the wait after failed attempt ``attempt`` (1-based):
-    ``rand[0,1) × base × 2^(attempt−1)``, capped at ``cap_s`` — botocore's
-    ``legacy`` mode (base 1 s, growth 2) and aws-sdk-go's exponential jitter.
+    * Attempts: ``max_attempts`` in all (``StandardOptions.MaxAttempts``;
+      default 3, vpc-cni sets 10 through ``config.WithRetryMaxAttempts``).
+    * Backoff after failed attempt ``i`` (1-based):
+      ``ExponentialJitterBackoff.BackoffDelay`` — ``U[0,1) × 2^i`` seconds
+      while ``i <= floor(log2(max_backoff_s))``, else exactly ``max_backoff_s``
+      (20 s).
+    * Retry quota (``ratelimit.TokenRateLimit``, ``DefaultRetryRateTokens``
+      500): a retry takes ``retry_cost`` (5) tokens (``GetRetryToken``); when
+      the quota cannot pay, the error is returned at once (no retry). A
+      success on the first attempt gives back ``no_retry_increment`` (1); a
+      success on a retry gives back that retry's cost. The quota never
+      exceeds its size.
     """
 
-    name: str
-    max_attempts: int
-    base_s: float = 1.0
-    cap_s: float = 20.0
+    def __init__(
+        self,
+        max_attempts: int = 3,
+        *,
+        max_backoff_s: float = 20.0,
+        quota: int = 500,
+        retry_cost: int = 5,
+        no_retry_increment: int = 1,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        self.max_attempts = max_attempts
+        self.max_backoff_s = max_backoff_s
+        self.quota_size = quota
+        self.quota = quota
+        self.retry_cost = retry_cost
+        self.no_retry_increment = no_retry_increment
+        self._max_backoff_attempts = int(math.log2(max_backoff_s))
+        self.quota_refusals = 0
 
     def delay(self, attempt: int, rng: random.Random) -> float:
-        return min(self.cap_s, rng.random() * self.base_s * 2 ** (attempt - 1))
+        """Seconds to wait after failed attempt ``attempt`` (1-based)."""
+        if attempt > self._max_backoff_attempts:
+            return self.max_backoff_s
+        return rng.random() * float(1 << attempt)
 
+    def take_retry_token(self) -> bool:
+        """Pay for one retry from the quota; False (and no retry) when it cannot."""
+        if self.quota < self.retry_cost:
+            self.quota_refusals += 1
+            return False
+        self.quota -= self.retry_cost
+        return True
 
-LEGACY = RetryPolicy("botocore-legacy", max_attempts=5)
-"""botocore's default: 5 attempts in all, exponential backoff with jitter (cap 20 s per the brief)."""
-STANDARD = RetryPolicy("sdk-standard", max_attempts=3)
-"""The SDKs' ``standard`` mode: 3 attempts, exponential backoff with full jitter, cap 20 s."""
+    def on_success(self, retried: bool) -> None:
+        """An attempt succeeded: give back the retry's cost, or the no-retry increment."""
+        self.quota = min(self.quota_size, self.quota + (self.retry_cost if retried else self.no_retry_increment))
 
 
 class Limiter:
@@ -107,7 +138,7 @@ def ec2_call(
     kwargs: dict[str, Any],
     *,
     latency: Callable[[], float],
-    retry: RetryPolicy,
+    retry: StandardRetryer,
     rng: random.Random,
     limiter: Limiter | None = None,
     now: Callable[[], float] | None = None,
@@ -128,11 +159,16 @@ def ec2_call(
         except ClientError as exc:
             yield latency()
             code = error_code(exc)
-            if (code in THROTTLE_CODES or code in TRANSIENT_CODES) and attempt < retry.max_attempts:
+            if (
+                (code in THROTTLE_CODES or code in TRANSIENT_CODES)
+                and attempt < retry.max_attempts
+                and retry.take_retry_token()
+            ):
                 yield retry.delay(attempt, rng)
                 continue
             raise
         yield latency()
+        retry.on_success(attempt > 1)
         return out
 
 

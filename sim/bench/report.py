@@ -45,6 +45,10 @@ def rows(result: BenchResult) -> list[list[str]]:
             str(r.leaked_enis),
             _f(r.wall_s, 2),
         ])
+    olb = result.online_lower_bound
+    if olb is not None:
+        out.append(["online bound", "", str(olb.mutating_calls), _vs(olb.mutating_calls, lb.mutating_calls), "0",
+                    _f(olb.makespan_s), _vs(olb.makespan_s, lb.makespan_s), "", "", "", "", "0", "0", ""])
     out.append(["lower bound", "", str(lb.mutating_calls), "1.00x", "0", _f(lb.makespan_s), "1.00x",
                 "", "", "", "", "0", "0", ""])
     return out
@@ -60,6 +64,12 @@ def table(result: BenchResult) -> str:
     for r in body:
         lines.append("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths, strict=True))))
     warm = result.strategies.get("warmpool")
+    if warm is not None and warm.ratios.mutating_calls_vs_online_bound is not None:
+        mk = warm.ratios.makespan_vs_online_bound
+        lines.append(
+            f"warmpool vs online bound: mutating calls {warm.ratios.mutating_calls_vs_online_bound:.2f}x, "
+            f"makespan {'-' if mk is None else f'{mk:.2f}x'}"
+        )
     if warm is not None:
         for other in ("vpc-cni", "cilium"):
             b = result.strategies.get(other)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sim.bench.lower_bound import idle_target, lower_bound
+from sim.bench.lower_bound import idle_target, lower_bound, online_lower_bound
 from sim.bench.output import BenchResult, FinalNode, LowerBound, Percentiles, Ratios, StrategyResult
 from sim.bench.scenario import Scenario
 from sim.bench.strategies.base import Strategy
@@ -197,6 +197,7 @@ def run_bench(
     t0 = time.perf_counter()
     expanded = expand(scenario)
     lb = lower_bound(scenario, expanded)
+    olb = online_lower_bound(scenario, expanded)
     results: dict[str, StrategyResult] = {}
     series: dict[str, Series] = {}
     for name in strategies or scenario.strategies:
@@ -208,6 +209,8 @@ def run_bench(
                 raise
             on_unavailable(name, str(exc))
             continue
+        res.ratios.mutating_calls_vs_online_bound = _ratio(res.mutating_calls, olb.mutating_calls)
+        res.ratios.makespan_vs_online_bound = _ratio(res.makespan_s, olb.makespan_s)
         results[name] = res
         series[name] = ser
     return (
@@ -216,6 +219,7 @@ def run_bench(
             seed=scenario.seed,
             duration_s=scenario.duration_s,
             lower_bound=lb,
+            online_lower_bound=olb,
             strategies=results,
             wall_s=round(time.perf_counter() - t0, 3),
         ),

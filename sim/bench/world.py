@@ -36,6 +36,11 @@ QUIET_S = 240.0
 """A run has settled when nothing is pending and no mutating call happened for this long
 (longer than Cilium's 180 s release delay plus its status round trip)."""
 CHECK_EVERY_S = 5.0
+KUBELET_BACKOFF_S = 10.0
+"""kubelet ``backOffPeriod`` (pkg/kubelet/kubelet.go): a pod whose sync failed
+(its CNI ADD found no address) is synced again after ``wait.Jitter(10 s, 0.5)``
+(pkg/kubelet/pod_workers.go, ``completeWork``)."""
+KUBELET_JITTER = 0.5
 
 
 def _snake(action: str) -> str:
@@ -322,6 +327,10 @@ class World:
 
     def latency(self, action: str) -> Callable[[], float]:
         return lambda: self.emu.latency_for(action)
+
+    def kubelet_retry_s(self) -> float:
+        """When the kubelet retries a pod whose CNI ADD failed: 10–15 s later."""
+        return KUBELET_BACKOFF_S * (1.0 + KUBELET_JITTER * self.rng.random())
 
     def fault_rate(self, kind: str) -> float:
         return self.active_faults.get(kind, 0.0)

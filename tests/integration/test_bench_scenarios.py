@@ -1,9 +1,9 @@
-"""Shipped scenarios end to end (slow): invariants every strategy must keep,
-the targets warmpool is held to, and the 1,000-node wall-time target."""
+"""Shipped scenarios end to end (slow): invariants every strategy must keep and
+the targets warmpool is held to. (Wall time is a figure the bench prints, never
+a test.)"""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -32,8 +32,24 @@ def test_scenario_invariants(name: str) -> None:
             assert w.makespan_s < b.makespan_s, other
 
 
-def test_thousand_nodes_under_three_minutes() -> None:
-    t0 = time.perf_counter()
-    result, _ = run_bench(load_scenario(ROOT / "scenarios" / "burst-1000.yaml"))
-    assert time.perf_counter() - t0 < 180
-    assert result.strategies["warmpool"].pods_ready == 30_000
+def test_thousand_nodes() -> None:
+    result, _ = run_bench(load_scenario(ROOT / "scenarios" / "burst-1000.yaml"), strategies=["warmpool"])
+    w = result.strategies["warmpool"]
+    assert w.pods_ready == 30_000
+    assert w.duplicate_ips == 0 and w.leaked_enis == 0
+
+
+@pytest.mark.parametrize("name", ["unknown-quota", "load-jump"])
+def test_quotas_warmpool_does_not_know(name: str) -> None:
+    # The account's real buckets are 60–70% of what warmpool assumes (and, in
+    # load-jump, other callers' load jumps mid-run): AIMD keeps throttled calls
+    # at or below 2% of mutating calls, and warmpool still beats both baselines.
+    result, _ = run_bench(load_scenario(ROOT / "scenarios" / f"{name}.yaml"))
+    w = result.strategies["warmpool"]
+    assert w.pods_ready == w.pods_requested
+    assert w.throttled_calls <= 0.02 * w.mutating_calls, (w.throttled_calls, w.mutating_calls)
+    for other in ("vpc-cni", "cilium"):
+        b = result.strategies[other]
+        assert w.makespan_s is not None
+        assert b.makespan_s is None or w.makespan_s < b.makespan_s, other
+        assert w.mutating_calls < b.mutating_calls, other

@@ -6,8 +6,16 @@ from typing import Any
 
 import pytest
 
-from sim.bench.lower_bound import bucket_finish, lower_bound, pod_counts, settled_pool
+from sim.bench.lower_bound import (
+    bucket_finish,
+    bucket_finish_varying,
+    lower_bound,
+    online_lower_bound,
+    pod_counts,
+    settled_pool,
+)
 from sim.bench.scenario import Env, parse_scenario
+from sim.bench.workload import expand
 from warmpool.buckets import BucketSpec
 from warmpool.limits import known
 from warmpool.pool import PoolConfig, PoolState, compute
@@ -126,3 +134,68 @@ def test_settled_pool_is_neither_low_nor_high_by_the_core(env: Env, pods: int) -
                                    s.units - -(-assigned // 16) if env.ENABLE_PREFIX_DELEGATION else 0), limits)
     assert not delta.low
     assert delta.over_units == 0 and delta.over_enis == 0
+
+
+# --- the online bound: demand known only when each pod arrives ----------------
+
+def test_online_bound_pays_the_join_time_warm_assign_then_tops_up() -> None:
+    # m5.large (9 slots): the join-time pool is 1 address (WARM_IP_TARGET=1); 5 pods
+    # need 6 on the primary ENI: online, the join assign and a top-up (2 calls), where
+    # the clairvoyant bound fills the primary ENI once (1 call).
+    sc = scenario({"WARM_IP_TARGET": 1}, 1, 5)
+    assert lower_bound(sc).mutating_calls == 1
+    olb = online_lower_bound(sc)
+    assert olb.mutating_calls == 2
+    assert olb.calls_by_action == {"AssignPrivateIpAddresses": 2}
+    assert olb.makespan_s == 10.0
+
+
+def test_online_bound_releases_a_second_eni_only_when_the_pods_ask_for_it() -> None:
+    # 12 pods over 100 s on an m5.large: the second ENI is asked for when the 9th pod
+    # (9 + 1 warm > 9 slots) is there; 40 nodes' attaches then queue in the bucket.
+    sc = scenario({"WARM_IP_TARGET": 1}, 40, 0,
+                  workload=[{"at_s": 10, "node_group": "ng", "add_pods_per_node": 12, "spread_s": 100}])
+    lb, olb = lower_bound(sc), online_lower_bound(sc)
+    assert lb.mutating_calls == 40 * 4 and olb.mutating_calls == 40 * 5
+    assert olb.makespan_s >= lb.makespan_s
+    ex = expand(sc)
+    ninth = []
+    for evs in ex.by_node().values():
+        adds = sorted(e.at for e in evs if e.kind == "add")
+        ninth.append(adds[8])
+    # attach bucket (C=50·0.8, r=5·0.8): 40 calls fit in the burst, so each is made at its release
+    assert olb.makespan_s == pytest.approx(max(max(ninth), ex.last_add_at), abs=1e-3)
+
+
+def test_online_bound_equals_clairvoyant_in_warm_eni_mode_when_known_at_join() -> None:
+    sc = scenario({"WARM_ENI_TARGET": 1}, 3, 5)
+    assert online_lower_bound(sc).mutating_calls == lower_bound(sc).mutating_calls
+
+
+def test_varying_bucket_matches_the_constant_one_and_counts_storms_and_exhaustion() -> None:
+    spec = BucketSpec(capacity=50, refill_per_s=5)
+    times = [0.0] * 60 + [30.0] * 10
+    assert bucket_finish_varying([(t, ()) for t in times], spec, 0.8, 1.0) == pytest.approx(
+        bucket_finish(times, spec, 0.8, 1.0))
+    # 60 calls at 0 through a full bucket of 50 refilled at 5/s: the last at 2 s;
+    # a storm of 4 calls/s from 0 to 100 s leaves 1/s: the last at 10 s
+    calls = [(0.0, ())] * 60
+    assert bucket_finish_varying(calls, spec, 1.0, 0.0) == pytest.approx(2.0)
+    assert bucket_finish_varying(calls, spec, 1.0, 0.0, ((0.0, 100.0, 4.0),)) == pytest.approx(10.0)
+    # a call that cannot succeed while its subnet is exhausted (5 s to 20 s) waits for the end
+    assert bucket_finish_varying([(6.0, ((5.0, 20.0),))], spec, 1.0, 0.0) == pytest.approx(20.0)
+
+
+def test_online_bound_counts_the_faults_no_allocator_avoids() -> None:
+    base = scenario({"WARM_IP_TARGET": 1}, 20, 12)
+    storm = scenario({"WARM_IP_TARGET": 1}, 20, 12, faults=[
+        {"at_s": 0, "duration_s": 600, "kind": "subnet-exhausted", "subnet": "subnet-a", "rate": 1.0}])
+    assert online_lower_bound(base).makespan_s < 600 <= online_lower_bound(storm).makespan_s
+
+
+def test_online_bound_merges_the_join_time_assign_when_pods_come_first() -> None:
+    # Pods created at the node's join: no join-time assign can come before them,
+    # so one assign may hold both; the online calls equal the clairvoyant ones.
+    sc = scenario({"WARM_IP_TARGET": 1}, 1, 0,
+                  workload=[{"at_s": 0, "node_group": "ng", "add_pods_per_node": 5}])
+    assert online_lower_bound(sc).mutating_calls == lower_bound(sc).mutating_calls == 1

@@ -60,14 +60,17 @@ def check_consistent(r: StrategyResult) -> None:
 
 def test_vpc_cni_warm_ip_one_assigns_one_address_per_loop() -> None:
     # ipamd, WARM_IP_TARGET=1, 5 pods at once on one node: the first takes the warm
-    # address, then each 5-second loop assigns one address: 5 calls, ~5 s apart.
+    # address; ipamd assigns one address per action, at most one action per 5-second
+    # loop, and the next only after the kubelet's retry (10–15 s) has taken the last:
+    # 5 calls, each on a loop boundary after the previous one.
     result, series = run_bench(small(["vpc-cni"]))
     r = result.strategies["vpc-cni"]
     assigns = [t for t, a, o in series["vpc-cni"].call_log if a == "AssignPrivateIpAddresses" and o == "ok"]
     after = [t for t in assigns if t >= 30]
     assert len(after) == 5
     gaps = [b - a for a, b in itertools.pairwise(after)]
-    assert all(5.0 <= g <= 5.5 for g in gaps), gaps
+    assert all(g >= 5.0 for g in gaps), gaps
+    assert all(abs(g - 5.1 * round(g / 5.1)) < 0.2 for g in gaps), gaps  # the loop's 5 s + the call's latency
     assert r.pods_ready == 5 and r.throttled_calls == 0
     assert r.idle_ips_end == 1 == r.idle_ips_target
 

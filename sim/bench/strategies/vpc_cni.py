@@ -1,6 +1,6 @@
-"""``vpc-cni``: a model of the AWS VPC CNI's per-node ipamd.
-
-Assumptions (from amazon-vpc-cni-k8s ipamd and REFERENCE.md):
+"""``vpc-cni``: a model of the AWS VPC CNI's per-node ipamd
+(aws/amazon-vpc-cni-k8s v1.2x). docs/bench.md cites the source function of
+each behaviour.
 
 * One ipamd per node, started when the node joins. Init reads the instance
   with one ``DescribeInstances`` (filtered by instance id); if the SDK gives
@@ -10,24 +10,32 @@ Assumptions (from amazon-vpc-cni-k8s ipamd and REFERENCE.md):
   loop**: grow, or shrink, or nothing.
 * The decision is :func:`warmpool.pool.compute` with ``pending=0`` — the same
   target arithmetic as ipamd; pods whose CNI ADD failed are *not* demand.
-* Grow: ``AssignPrivateIpAddresses`` on the first ENI with free slots, asking
-  ``min(short, free slots)`` (a whole ENI's worth in WARM_ENI mode); if no ENI
-  has room and ``MAX_ENI``/the type allows, ``CreateNetworkInterface`` with
-  the addresses in the call, ``AttachNetworkInterface`` at the lowest free
-  device index, ``ModifyNetworkInterfaceAttribute`` (DeleteOnTermination),
-  then waiting (polling IMDS each second, up to 60 s) until the node sees
-  it. A failed attach deletes the new ENI.
+* Grow (``tryAssignIPs``): ``AssignPrivateIpAddresses`` on the first ENI with
+  free slots, asking ``min(short, free slots)`` (a whole ENI's worth in
+  WARM_ENI mode); if that call fails (after the SDK's retries), one more call
+  at once for a single address (``AllocIPAddresses(eni, 1)``; secondary-IP
+  mode). If no ENI has room and ``MAX_ENI``/the type allows
+  (``tryAllocateENI`` → ``AllocENI``): ``DescribeSubnets`` (subnet discovery),
+  ``CreateNetworkInterface`` with the addresses in the call,
+  ``DescribeInstances`` for a free device index, ``AttachNetworkInterface``,
+  ``ModifyNetworkInterfaceAttribute`` (DeleteOnTermination), then
+  ``WaitForENIAndIPsAttached``: up to 12 IMDS reads, 0.1 s apart doubling
+  (capped at 60 s) with up to 15 % added jitter. A failed attach deletes the
+  new ENI.
 * Shrink: IP-target modes unassign up to ``over`` free addresses (whole free
   prefixes in prefix mode) from the ENI with the most of them; WARM_ENI mode
   frees one whole surplus ENI (not the primary, no pods or cooling addresses,
   older than 60 s): detach, wait until detached, delete. Shrinking happens at
   most every 30 s (ipamd's ``decreaseIPPoolInterval``).
-* Every call goes through botocore's legacy retry (5 attempts, exponential
-  backoff with jitter, cap 20 s) on throttling and 5xx; a call that still
+* Every call goes through aws-sdk-go-v2's standard retryer as vpc-cni builds
+  its client (``awssession.New``: ``RetryMaxAttempts`` 10): backoff
+  ``U[0,1)·2^i`` s capped at 20 s and the client's retry quota (500 tokens, 5
+  a retry) — see :class:`sim.bench.proc.StandardRetryer`. A call that still
   fails ends the loop's action (logged), and the next loop tries again.
-* A freed address cools down ``IP_COOLDOWN_PERIOD`` before reuse. A pod
-  whose ADD failed is retried by the kubelet; here it gets an address the
-  moment one is usable (the same for every strategy).
+* A freed address cools down ``IP_COOLDOWN_PERIOD`` before reuse.
+* A CNI ADD that finds no address fails at once; the kubelet syncs the pod
+  again 10–15 s later (:meth:`sim.bench.world.World.kubelet_retry_s`), so a
+  pod is not served the instant an address appears.
 * The subnet is the node's primary ENI's (no custom networking).
 """
 
@@ -38,7 +46,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from sim.bench.proc import LEGACY, Proc, ec2_call, error_code, spawn, wait_until
+from sim.bench.proc import Proc, StandardRetryer, ec2_call, error_code, spawn, wait_until
 from sim.bench.world import NodePool, NodeRt, World
 from warmpool.names import TAG_CLUSTER_NAME, TAG_CREATED_AT, TAG_INSTANCE_ID
 from warmpool.pool import PoolConfig, PoolState, compute
@@ -49,6 +57,15 @@ ENI_MIN_AGE_S = 60.0
 RESTART_S = 10.0
 POLL_S = 1.0
 ATTACH_WAIT_S = 60.0
+SDK_MAX_ATTEMPTS = 10
+"""``awssession.New``: ``config.WithRetryMaxAttempts(maxRetries)`` with ``maxRetries = 10``."""
+IMDS_WAIT_FIRST_S = 0.1
+IMDS_WAIT_MAX_S = 60.0
+IMDS_WAIT_JITTER = 0.15
+IMDS_WAIT_TRIES = 12
+"""``waitForENIAndIPsAttached``: ``NewSimpleBackoff(100 ms, maxENIBackoffDelay = 1 min, 0.15, 2.0)``,
+``maxENIEC2APIRetries = 12`` reads of IMDS."""
+LIMIT_EXCEEDED = "PrivateIpAddressLimitExceeded"
 
 
 @dataclass
@@ -78,35 +95,33 @@ class Ipamd:
         self.pool = NodePool(env.IP_COOLDOWN_PERIOD)
         self.enis: dict[str, _Eni] = {}
         self.last_decrease = -1e18
-        self._serve_at: float | None = None
         self.busy = False
+        self.retryer = StandardRetryer(SDK_MAX_ATTEMPTS)
 
     # --- CNI
     def cni_add(self, pod: str) -> None:
         self.pool.pending.append(pod)
-        self.serve()
+        self.try_add(pod)
 
     def cni_del(self, pod: str) -> None:
         self.pool.release(pod, self.w.now())
-        self.serve()
 
-    def serve(self) -> None:
-        now = self.w.now()
-        while self.pool.pending:
-            ip = self.pool.assign(self.pool.pending[0], now)
-            if ip is None:
-                break
-            pod = self.pool.pending.popleft()
-            self.w.pod_ready(self.node, pod, ip)
-        nxt = self.pool.next_cool_at()
-        if self.pool.pending and nxt is not None and (self._serve_at is None or self._serve_at <= now):
-            self._serve_at = nxt
-            self.w.loop.call_at(nxt, self.serve)
+    def try_add(self, pod: str) -> None:
+        """One CNI ADD: an address now, or a failure the kubelet retries 10–15 s later."""
+        if pod not in self.pool.pending:
+            return  # deleted while waiting
+        ip = self.pool.assign(pod, self.w.now())
+        if ip is None:
+            self.owner.counts["cni_add_failed"] += 1
+            self.w.loop.call_later(self.w.kubelet_retry_s(), lambda: self.try_add(pod))
+            return
+        self.pool.pending.remove(pod)
+        self.w.pod_ready(self.node, pod, ip)
 
     # --- EC2
     def call(self, method: str, action: str, **kwargs: Any) -> Proc[dict[str, Any]]:
         return ec2_call(
-            self.w.ec2, method, kwargs, latency=self.w.latency(action), retry=LEGACY, rng=self.w.rng
+            self.w.ec2, method, kwargs, latency=self.w.latency(action), retry=self.retryer, rng=self.w.rng
         )
 
     def main(self) -> Proc[None]:
@@ -171,24 +186,46 @@ class Ipamd:
             free = slots - self._used_slots(e.eni_id)
             if free > 0:
                 n = free if whole else min(short_units, free)
-                out = yield from self.call(
-                    "assign_private_ip_addresses",
-                    "AssignPrivateIpAddresses",
-                    NetworkInterfaceId=e.eni_id,
-                    **{count_key: n},
-                )
+                try:
+                    out = yield from self.call(
+                        "assign_private_ip_addresses",
+                        "AssignPrivateIpAddresses",
+                        NetworkInterfaceId=e.eni_id,
+                        **{count_key: n},
+                    )
+                except ClientError as exc:
+                    if self.cfg.prefix_mode or error_code(exc) == LIMIT_EXCEEDED:
+                        raise
+                    # tryAssignIPs: the multi-address assign failed; try just one more address at once
+                    self.owner.counts["assign_one_fallback"] += 1
+                    out = yield from self.call(
+                        "assign_private_ip_addresses",
+                        "AssignPrivateIpAddresses",
+                        NetworkInterfaceId=e.eni_id,
+                        SecondaryPrivateIpAddressCount=1,
+                    )
                 self.pool.add(
                     e.eni_id,
                     [a["PrivateIpAddress"] for a in out.get("AssignedPrivateIpAddresses", [])],
                     [p["Ipv4Prefix"] for p in out.get("AssignedIpv4Prefixes", [])],
                 )
-                self.serve()
                 return
         if len(self.enis) >= self.node.limits.enis(self.cfg.max_eni):
             return
         n = slots if whole else min(short_units, slots)
         now = self.w.now()
         cluster = self.node.spec.cluster
+        try:  # createENI with subnet discovery: the VPC's subnets in the node's AZ
+            yield from self.call(
+                "describe_subnets",
+                "DescribeSubnets",
+                Filters=[
+                    {"Name": "vpc-id", "Values": [self.w.vpc_id]},
+                    {"Name": "availability-zone", "Values": [self.node.spec.az]},
+                ],
+            )
+        except ClientError:
+            self.owner.counts["describe_subnets_failed"] += 1  # falls back to the primary ENI's subnet
         created = yield from self.call(
             "create_network_interface",
             "CreateNetworkInterface",
@@ -211,6 +248,8 @@ class Ipamd:
         used = {e.device_index for e in self.enis.values()}
         device = next(i for i in range(1, 64) if i not in used)
         try:
+            # attachENI → awsGetFreeDeviceNumber: DescribeInstances for the device indexes in use
+            yield from self.call("describe_instances", "DescribeInstances", InstanceIds=[self.node.instance_id])
             att = yield from self.call(
                 "attach_network_interface",
                 "AttachNetworkInterface",
@@ -233,15 +272,25 @@ class Ipamd:
             )
         except ClientError:
             self.owner.counts["modify_failed"] += 1
-        visible = yield from wait_until(lambda: self.w.eni_visible(eni_id), POLL_S, ATTACH_WAIT_S)
+        visible = yield from self.wait_imds(eni_id)
         if not visible:
-            self.owner.counts["attach_not_visible"] += 1
+            self.owner.counts["attach_not_visible"] += 1  # ipamd's reconcile finds the ENI later
         self.pool.add(
             eni_id,
             [a["PrivateIpAddress"] for a in ni.get("PrivateIpAddresses", []) if not a.get("Primary")],
             [p["Ipv4Prefix"] for p in ni.get("Ipv4Prefixes", [])],
         )
-        self.serve()
+
+    def wait_imds(self, eni_id: str) -> Proc[bool]:
+        """``waitForENIAndIPsAttached``: read IMDS up to 12 times, backing off 0.1 s ×2 (cap 60 s, +≤15 %)."""
+        d = IMDS_WAIT_FIRST_S
+        for i in range(IMDS_WAIT_TRIES):
+            if self.w.eni_visible(eni_id):
+                return True
+            if i + 1 < IMDS_WAIT_TRIES:
+                yield d * (1.0 + IMDS_WAIT_JITTER * self.w.rng.random())
+                d = min(IMDS_WAIT_MAX_S, d * 2.0)
+        return False
 
     def release(self, over_units: int) -> Proc[None]:
         now = self.w.now()

@@ -18,11 +18,25 @@ Wiring assumptions (the bench's, not the product's):
   ``WARMPOOL_RESYNC_S``), the controller reconciles with IMDS every
   ``RESYNC_S``: addresses EC2 attached but whose result never arrived (the
   invocation died after its EC2 call) are found there.
-* A result is received by its node ``RESULT_DELIVERY_S`` after it is sent
-  (the agent long-polls its queue).
-* An invocation lasts ``INVOKE_BASE_S`` plus the EC2 latency of the calls it
-  made, spread over the allocator's ``max_workers`` threads; its effects
-  happen at its start (the ESM deletes or returns its messages at its end).
+* Every EC2 call takes virtual time from the emulator's latency model (the
+  same ``latency_for`` the baselines wait on). Within an invocation, each
+  node's calls run one after the other on one of the allocator's
+  ``max_workers`` threads (the earliest free); a node's result is sent when
+  its calls are done, and received ``RESULT_DELIVERY_S`` later (the agent
+  long-polls its queue). The invocation lasts ``INVOKE_BASE_S`` plus its
+  cold start plus its busiest thread; the ESM deletes or returns its
+  messages at its end. (The EC2 requests themselves reach the emulator at
+  the invocation's start: a token is taken up to one invocation early.)
+* Cold starts: an invocation finds a warm execution environment (idle, used
+  within ``ENV_IDLE_RECLAIM_S``) or starts a new one, which first spends
+  ``COLD_START_S`` in its Init phase (results are sent that much later).
+* The event-source mapping's pollers (AWS Lambda, "Configuring scaling
+  behavior for SQS event source mappings"): when messages arrive, five
+  concurrent invocations; while messages remain, up to 300 more per minute,
+  up to ``MaximumConcurrency``; back to five once the queue is drained.
+* A CNI ADD that finds no address waits up to ``ADD_WAIT_S`` (the production
+  agent's ``WARMPOOL_ADD_WAIT_S`` default) for one, then fails; the kubelet
+  syncs the pod again 10–15 s later (:meth:`World.kubelet_retry_s`).
 * Faults: ``lambda-crash`` — an invocation dies (with probability ``rate``)
   after 0–3 of its mutating EC2 calls, failing its whole batch;
   ``duplicate-delivery`` — a sent message (report or result) is delivered
@@ -64,6 +78,14 @@ RESYNC_S = 60.0
 """The production agent's default ``WARMPOOL_RESYNC_S``."""
 RESULT_DELIVERY_S = 0.05
 INVOKE_BASE_S = 0.05
+COLD_START_S = 1.0
+"""Init phase of a new execution environment (Python runtime, boto3 and pydantic imports,
+settings): an assumption on the slow side of published Python cold starts (typically 0.2–1 s)."""
+ENV_IDLE_RECLAIM_S = 600.0
+"""An idle execution environment is assumed gone after 10 minutes (Lambda does not document it)."""
+POLLERS_START = 5
+POLLERS_PER_S = 300.0 / 60.0
+ADD_WAIT_S = 10.0
 RECONCILE_EVERY_S = 60.0
 BATCH_SIZE = 100
 BATCHING_WINDOW_S = 1.0
@@ -79,23 +101,31 @@ class LambdaCrash(BaseException):
 class _CrashingEc2:
     """The allocator's EC2 client; may kill the invocation after a mutating call."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, latency: Callable[[str], float] | None = None) -> None:
         self._inner = inner
+        self._latency = latency
         self.crash_after: int | None = None
         self.mutating = 0
         self.requests = 0
+        self.chain_s = 0.0
+        """EC2 time of the calls since the last result was sent (one node's chain)."""
 
     def arm(self, crash_after: int | None) -> None:
         self.crash_after = crash_after
         self.mutating = 0
         self.requests = 0
+        self.chain_s = 0.0
 
     def __getattr__(self, name: str) -> Callable[..., dict[str, Any]]:
         fn = getattr(self._inner, name)
         mutating = not name.startswith(("describe_", "get_", "list_"))
 
+        action = "".join(p.capitalize() for p in name.split("_"))
+
         def call(**kwargs: Any) -> dict[str, Any]:
             self.requests += 1
+            if self._latency is not None:
+                self.chain_s += self._latency(action)
             if mutating and self.crash_after is not None and self.mutating >= self.crash_after:
                 raise LambdaCrash()
             out: dict[str, Any] = fn(**kwargs)
@@ -110,10 +140,17 @@ class _DupSqs:
     """An SQS client that sometimes delivers a message twice; tells the strategy
     about every message sent to a result queue."""
 
-    def __init__(self, inner: Any, world: World, on_result: Callable[[str, float], None] | None = None) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        world: World,
+        on_result: Callable[[str, float], None] | None = None,
+        offset: Callable[[], float] | None = None,
+    ) -> None:
         self._inner = inner
         self._w = world
         self._on_result = on_result
+        self._offset = offset
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -124,7 +161,7 @@ class _DupSqs:
 
     def _notify(self, url: str, delay: float = 0.0) -> None:
         if self._on_result is not None:
-            self._on_result(url, delay)
+            self._on_result(url, delay + (self._offset() if self._offset is not None else 0.0))
 
     def send_message(self, **kw: Any) -> dict[str, Any]:
         out: dict[str, Any] = self._inner.send_message(**kw)
@@ -176,14 +213,35 @@ class _Agent:
         self.c = controller
         self.sqs = sqs
         self.result_url = result_url
-        self.pending: dict[str, None] = {}
+        self.pending: dict[str, float] = {}  # pod -> when its current ADD started (inf: kubelet backoff)
         self._tick_at: float | None = None
         self._resynced_at = strat.w.now()
 
     def add(self, pod: str) -> None:
-        self.pending[pod] = None
-        self.serve()
+        self._attempt(pod)
         self.tick()
+
+    def _attempt(self, pod: str) -> None:
+        """A CNI ADD: it waits up to ``ADD_WAIT_S`` for an address, then fails
+        and the kubelet tries again 10–15 s later."""
+        w = self.s.w
+        started = w.now()
+        self.pending[pod] = started
+        self.serve()
+        if pod in self.pending:
+            w.loop.call_later(ADD_WAIT_S, lambda: self._add_timeout(pod, started))
+
+    def _add_timeout(self, pod: str, started: float) -> None:
+        w = self.s.w
+        if self.pending.get(pod) != started:
+            return  # served, deleted, or a later attempt
+        self.pending[pod] = float("inf")
+        self.s.counts["cni_add_failed"] += 1
+        w.loop.call_later(w.kubelet_retry_s(), lambda: self._retry(pod))
+
+    def _retry(self, pod: str) -> None:
+        if self.pending.get(pod) == float("inf"):
+            self._attempt(pod)
 
     def delete(self, pod: str) -> None:
         w = self.s.w
@@ -195,15 +253,17 @@ class _Agent:
     def serve(self) -> None:
         w = self.s.w
         now = w.now()
-        for pod in list(self.pending):
+        for pod, started in list(self.pending.items()):
+            if started > now:
+                continue  # between ADDs (kubelet backoff): nothing to hand the address to
             got = self.c.ds.assign(pod, "eth0", f"/var/run/netns/{pod}", now)
             if got is None:
                 break
             del self.pending[pod]
             w.pod_ready(self.node, pod, got.ip)
-        if self.pending:
-            # the kubelet retries; keep the ADDs that found nothing counted as demand
-            for pod in list(self.pending)[1:]:
+        # ADDs that found nothing stay counted as waiting demand (the datastore keeps them)
+        for pod, started in self.pending.items():
+            if started <= now:
                 self.c.ds.assign(pod, "eth0", f"/var/run/netns/{pod}", now)
 
     def tick(self) -> None:
@@ -264,15 +324,19 @@ class _Cluster:
             result_queue_prefix=names.result_queue_prefix(name),
             budget_fraction=acct.budget_fraction,
             allowed_subnets=tuple(s.id for s in w.scenario.subnets),
-            bucket_capacity={k: v.capacity for k, v in acct.buckets.items()},
-            bucket_refill={k: v.refill_per_s for k, v in acct.buckets.items()},
+            # the account's real quotas (``account.buckets``) are not told: warmpool assumes REFERENCE.md's
         )
-        self.ec2 = _CrashingEc2(w.ec2)
+        self.ec2 = _CrashingEc2(w.ec2, w.emu.latency_for)
+        self._envs: list[float] = []  # execution environments: busy until
+        self._env = -1
+        self._cold_s = 0.0
+        self._lanes: list[float] = []
+        self._active_since: float | None = None
         self.ledger = MemLedger()
         self.leases = MemLeases()
         self.allocator = Allocator(
             ec2=self.ec2,
-            sqs=_DupSqs(strat.sqs.client(), w, strat.result_sent),
+            sqs=_DupSqs(strat.sqs.client(), w, strat.result_sent, self._send_offset),
             buckets=buckets,
             ledger=self.ledger,
             leases=self.leases,
@@ -306,8 +370,31 @@ class _Cluster:
         self._wake: set[float] = set()
         self._last_requests = 0
 
+    def _start_env(self, now: float) -> None:
+        """A warm environment for this invocation, or a new one (cold start)."""
+        self._envs = [b for b in self._envs if b > now or now - b <= ENV_IDLE_RECLAIM_S]
+        free = [i for i, b in enumerate(self._envs) if b <= now]
+        if free:
+            self._env, self._cold_s = free[0], 0.0
+        else:
+            self._envs.append(now)
+            self._env, self._cold_s = len(self._envs) - 1, COLD_START_S
+            self.s.counts["cold_starts"] += 1
+        self._lanes = [0.0] * max(1, self.settings.max_workers)
+
+    def _send_offset(self) -> float:
+        """Seconds after the invocation's start at which a message sent now leaves:
+        cold start, then the sending node's EC2 chain on the earliest free thread."""
+        i = min(range(len(self._lanes)), key=self._lanes.__getitem__) if self._lanes else 0
+        if not self._lanes:
+            return self._cold_s + self.ec2.chain_s
+        self._lanes[i] += self.ec2.chain_s
+        self.ec2.chain_s = 0.0
+        return self._cold_s + self._lanes[i]
+
     def handler(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         w = self.s.w
+        self._start_env(w.now())
         rate = w.fault_rate("lambda-crash")
         crash = rate > 0 and w.rng.random() < rate
         self.ec2.arm(w.rng.randint(0, 3) if crash else None)
@@ -334,8 +421,18 @@ class _Cluster:
         return out.batch_item_failures()
 
     def duration(self, batch: list[dict[str, Any]], outcome: Any) -> float:
-        lat = self.s.w.scenario.ec2.api_latency_s
-        return INVOKE_BASE_S + self._last_requests * lat / max(1, self.settings.max_workers)
+        busiest = max(self._lanes, default=0.0) + self.ec2.chain_s
+        d = INVOKE_BASE_S + self._cold_s + busiest
+        if 0 <= self._env < len(self._envs):
+            self._envs[self._env] = self.s.w.now() + d
+        return d
+
+    def pollers(self, now: float) -> int:
+        """Concurrent invocations the ESM's pollers allow now (5, then +300 a minute)."""
+        cap = self.esm.config.maximum_concurrency
+        if self._active_since is None:
+            return min(cap, POLLERS_START)
+        return min(cap, POLLERS_START + int(POLLERS_PER_S * (now - self._active_since)))
 
     def kick(self, at: float) -> None:
         w = self.s.w
@@ -346,8 +443,19 @@ class _Cluster:
 
         def fire() -> None:
             self._wake.discard(at)
-            started = self.esm.tick(w.now())
-            nxt = self.esm.next_wakeup(w.now())
+            now = w.now()
+            if self._active_since is None:
+                self._active_since = now
+            self.esm.tick(now, max_invocations=0)  # complete what is due first
+            allowed = self.pollers(now) - self.esm.in_flight
+            started = self.esm.tick(now, max_invocations=max(0, allowed))
+            nxt = self.esm.next_wakeup(now)
+            if nxt is None and self.esm.in_flight == 0:
+                self._active_since = None  # drained: the pollers scale back to five
+            elif allowed <= started and self.pollers(now) < self.esm.config.maximum_concurrency:
+                # poller-limited: look again when the next poller comes (or an invocation ends)
+                soon = now + 1.0 / POLLERS_PER_S
+                nxt = soon if nxt is None or nxt <= now else min(nxt, soon)
             if nxt is not None:
                 if nxt <= w.now() and not started:
                     # A wake-up due now that started nothing: never spin at one
@@ -371,11 +479,11 @@ class Warmpool:
         self.w = world
         self.counts: Counter[str] = Counter()
         self.sqs = FastSqs(world.loop.clock)
-        specs = world.scenario.bucket_specs()
         fraction = world.scenario.account.budget_fraction
 
         def spec_of(action: str) -> BucketSpec:
-            return spec_for(action, specs).scaled(fraction)
+            # what warmpool assumes (REFERENCE.md's table), whatever the account really has
+            return spec_for(action).scaled(fraction)
 
         self.buckets = MemBuckets(spec_of)  # one account: every cluster shares these
         self.clusters = {c.name: _Cluster(self, c.name, self.buckets) for c in world.scenario.all_clusters}
