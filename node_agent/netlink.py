@@ -15,8 +15,8 @@ import errno
 import os
 import socket
 import threading
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pyroute2 import IPRoute

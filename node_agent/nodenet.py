@@ -40,8 +40,9 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from node_agent.config import HostNetSettings
+from node_agent.config import AgentConfig, HostNetSettings
 from node_agent.netlink import (
     MAIN_TABLE,
     Netlink,
@@ -365,6 +366,23 @@ class NodeNetworking:
             "nft_table": f"{FAMILY} {TABLE}" if st.nft_table else None,
             "mark_rule": st.mark_rule,
         }
+
+
+class MetadataReader(Protocol):
+    def get(self, path: str, missing_ok: bool = False) -> str | None: ...
+
+
+def spec_from_imds(imds: MetadataReader, primary_mac: str, cfg: AgentConfig) -> NodeSpec:
+    """The primary ENI's address and every CIDR of the VPC, as the VPC CNI reads them
+    (``vpc-ipv4-cidr-blocks`` of the primary ENI's MAC: all of the VPC's CIDRs, not only the first)."""
+    base = f"network/interfaces/macs/{primary_mac}/"
+    local = (imds.get(base + "local-ipv4s") or "").split()
+    blocks = imds.get(base + "vpc-ipv4-cidr-blocks", missing_ok=True) or imds.get(base + "vpc-ipv4-cidr-block") or ""
+    cidrs = tuple(c.strip() for c in blocks.split() if c.strip())
+    if not local or not cidrs:
+        raise NotFound(2, f"IMDS has no primary address or VPC CIDR for {primary_mac}")
+    return NodeSpec(primary_mac=primary_mac, primary_ip=local[0], vpc_cidrs=cidrs, settings=cfg.hostnet,
+                    veth_prefix=cfg.veth_prefix)
 
 
 def uninstall(settings: HostNetSettings, netns: str = "") -> int:
