@@ -219,10 +219,7 @@ class EchoServers:
     def _serve(self) -> None:
         while not self._stop.is_set():
             with self._lock:
-                if not self._socks:
-                    ready = []
-                else:
-                    ready = self._sel.select(timeout=0.1)
+                ready = self._sel.select(timeout=0.1) if self._socks else []
             if not ready:
                 self._stop.wait(0.05)
                 continue
