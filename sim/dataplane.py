@@ -34,12 +34,12 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from node_agent.netlink import run_in_netns
 from sim import demo_netns as nx
 
 log = logging.getLogger("warmpool.demo.dataplane")
+T = TypeVar("T")
 
 INET_NS = f"{nx.PREFIX}inet"
 INTERNET_HOST = "203.0.113.10"
@@ -50,6 +50,14 @@ ECHO_PORT = 7007
 NODEPORT = 30080
 KUBE_PROXY_TABLE = "wpdemo_kubeproxy"
 """The NodePort DNAT (kube-proxy's job, not warmpool's) lives in a table of its own."""
+
+
+def run_in_netns(path: str, fn: Callable[[], T]) -> T:
+    """:func:`node_agent.netlink.run_in_netns` (imported when first needed: the report's
+    text rendering imports this module and needs no netlink)."""
+    from node_agent.netlink import run_in_netns as enter
+
+    return enter(path, fn)
 
 
 def ns_path(ns: str) -> str:
@@ -456,3 +464,45 @@ def check_demo(demo: Any) -> dict[str, Any]:
     snat = not load_hostnet(demo.nodes[0].env).external_snat if demo.nodes else True
     inet = demo.hv.inet_ns if isinstance(demo.hv, RoutedVpc) else INET_NS
     return run_checks(pods, nodes, snat=snat, internet_ns=inet).to_json()
+
+
+# --------------------------------------------------------------------------- the demo's report
+
+KEYS = ("pod_to_pod_ok", "pod_to_pod_checked", "egress_ok", "egress_checked", "egress_source",
+        "nodeport_ok", "nodeport_checked")
+
+
+def not_checked(why: str) -> dict[str, Any]:
+    """The keys when no packet could be sent (no namespaces): nothing checked, nothing ok."""
+    return {**Results().to_json(), "dataplane_failures": [], "dataplane_skipped": why}
+
+
+def passed(report: Mapping[str, Any]) -> bool:
+    """The demo's verdict on its data plane: every check that ran passed (none ran: True)."""
+    if report.get("dataplane_skipped"):
+        return True
+    return all(bool(report.get(k)) for k in ("pod_to_pod_ok", "egress_ok")) and (
+        not report.get("nodeport_checked") or bool(report.get("nodeport_ok")))
+
+
+def render_lines(report: Mapping[str, Any]) -> list[str]:
+    """The report's data-plane lines (text form)."""
+    if "pod_to_pod_checked" not in report:
+        return []
+    if report.get("dataplane_skipped"):
+        return [f"  data plane          not checked ({report['dataplane_skipped']})"]
+
+    def mark(ok: Any) -> str:
+        return "ok" if ok else "FAILED"
+
+    lines = [
+        f"  pod to pod          {mark(report.get('pod_to_pod_ok'))}: {report.get('pod_to_pod_checked', 0)} pods "
+        "pinged and TCP-echoed a pod on another node",
+        f"  egress              {mark(report.get('egress_ok'))}: {report.get('egress_checked', 0)} pods reached "
+        f"{INTERNET_HOST}, seen as the {report.get('egress_source') or '?'} address",
+        f"  NodePort            {mark(report.get('nodeport_ok'))}: DNAT to a pod on a secondary ENI answered "
+        "through the primary ENI" if report.get("nodeport_checked") else
+        "  NodePort            not checked (no pod on a secondary ENI or one node)",
+    ]
+    lines += [f"    {f}" for f in report.get("dataplane_failures", [])[:5]]
+    return lines
