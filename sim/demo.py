@@ -364,6 +364,8 @@ class Demo:
         out = self.stack.outputs
         base = {k: v for k, v in os.environ.items()
                 if k in ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "TMPDIR", "VIRTUAL_ENV")}
+        src = str(Path(__file__).resolve().parents[1])  # the agents run the code this demo runs
+        base["PYTHONPATH"] = os.pathsep.join(p for p in (src, base.get("PYTHONPATH", "")) if p)
         env = {
             **base,
             **DEFAULT_AGENT_ENV,
