@@ -15,13 +15,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[all]'
 	touch $(STAMP)
 
-# Debian packages used by the network-namespace and CNI tests. Installed only
-# when missing, and only when we can (root with apt-get).
+# Debian packages used by the network-namespace and CNI tests and the demo's data
+# plane (nftables: the agent's SNAT/NodePort rules; util-linux: nsenter). Installed
+# only when missing, and only when we can (root with apt-get).
 system-deps:
-	@if [ ! -x /usr/lib/cni/tuning ] || ! command -v ip >/dev/null || ! command -v ping >/dev/null; then \
+	@if [ ! -x /usr/lib/cni/tuning ] || ! command -v ip >/dev/null || ! command -v ping >/dev/null \
+	    || ! command -v nft >/dev/null || ! command -v nsenter >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 iputils-ping containernetworking-plugins >/dev/null) \
-	      || echo "system-deps: could not install iproute2/containernetworking-plugins"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 iputils-ping containernetworking-plugins nftables util-linux >/dev/null) \
+	      || echo "system-deps: could not install iproute2/containernetworking-plugins/nftables"; \
 	  else echo "system-deps: not root or no apt-get; namespace tests will say what is missing"; fi; \
 	fi
 

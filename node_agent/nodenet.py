@@ -292,6 +292,8 @@ class NodeNetworking:
 
     def _reconcile_table(self, ifname: str) -> int:
         rules, script, digest = self.desired(ifname)
+        if not rules and shutil.which(self.nft.binary) is None:
+            return 0  # nothing wanted and no nft: nothing can be there to remove
         have = _summary(self.nft.table_json())
         if not rules:
             self._applied = None
