@@ -15,8 +15,9 @@ never set up on the host, never used for pods and never put in a report. To
 keep EC2 reads rare (they share the account's rate limits with everything
 else), each ENI id is looked up once: one filtered ``DescribeNetworkInterfaces``
 for all ids not yet classified, at start and when an ENI the agent has not seen
-appears. An ENI whose tag could not be read is held back (not used) until a
-later look-up succeeds, as ipamd does not start without its describe.
+appears. An ENI the describe does not list has no tags: managed (as in ipamd's
+tag map). When the describe itself fails, the ENIs it was for are held back (not
+used) until a later look-up succeeds, as ipamd does not start without it.
 """
 
 from __future__ import annotations
@@ -79,9 +80,9 @@ class SkipUnmanaged:
             kwargs["NextToken"] = token
         with self._lock:
             for eni_id in eni_ids:
-                if eni_id not in found:
-                    continue  # not visible to EC2 yet (eventual consistency): asked again next time
-                (self._unmanaged if found[eni_id] else self._managed).add(eni_id)
+                # An ENI the describe did not list has no tags to read: managed (ipamd's tag map
+                # has no entry for it either).
+                (self._unmanaged if found.get(eni_id, False) else self._managed).add(eni_id)
         for eni_id in sorted(i for i in eni_ids if found.get(i)):
             log.info("%s is tagged %s=true: left alone (not set up, not used, not reported)", eni_id, NO_MANAGE_TAG)
 

@@ -54,9 +54,15 @@ class InstanceLimits(BaseModel):
     def from_describe(cls, item: Mapping[str, Any]) -> InstanceLimits:
         """Build from one ``InstanceTypes[]`` entry of ``DescribeInstanceTypes``."""
         net = item["NetworkInfo"]
+        enis = int(net["MaximumNetworkInterfaces"])
+        default = int(net.get("DefaultNetworkCardIndex", 0) or 0)
+        for card in net.get("NetworkCards") or []:
+            # ENIs go on the default card: its own maximum, as the VPC CNI's table records it
+            if int(card.get("NetworkCardIndex", 0)) == default and card.get("MaximumNetworkInterfaces"):
+                enis = int(card["MaximumNetworkInterfaces"])
         return cls(
             instance_type=str(item["InstanceType"]),
-            max_enis=int(net["MaximumNetworkInterfaces"]),
+            max_enis=enis,
             ipv4_per_eni=int(net["Ipv4AddressesPerInterface"]),
             network_cards=int(net.get("MaximumNetworkCards", len(net.get("NetworkCards", [])) or 1)),
             prefix_capable=str(item.get("Hypervisor", "nitro")) == "nitro" or bool(item.get("BareMetal")),

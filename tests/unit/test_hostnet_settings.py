@@ -187,3 +187,10 @@ def test_eni_whose_tags_cannot_be_read_is_held_back_until_they_can() -> None:
     assert {e.info.eni_id for e in md.interfaces()} == {PRIMARY.eni_id}  # primary always; others wait
     assert md.describe_errors == 1
     assert {e.info.eni_id for e in md.interfaces()} == {PRIMARY.eni_id, MANAGED.eni_id}
+
+
+def test_an_eni_the_describe_does_not_list_is_managed_like_ipamds_tag_map() -> None:
+    _, ec2, md = world()
+    del ec2.tags[MANAGED.eni_id]
+    ec2.tags.pop(TAGGED.eni_id)
+    assert {e.info.eni_id for e in md.interfaces()} == {PRIMARY.eni_id, MANAGED.eni_id, TAGGED.eni_id}

@@ -69,3 +69,14 @@ def test_cli_rejects_unknown_types_and_bad_max_eni(capsys: pytest.CaptureFixture
     err = capsys.readouterr()
     assert err.out == "" and "m5.huge" in err.err and "m5.large" in err.err
     assert cli.main(["--instance-type", "m5.large", "--max-eni", "0"]) == 2
+
+
+def test_from_describe_counts_the_default_cards_enis_like_the_table() -> None:
+    from warmpool.limits import InstanceLimits
+
+    item = {"InstanceType": "c6in.32xlarge", "Hypervisor": "nitro", "VCpuInfo": {"DefaultVCpus": 128},
+            "NetworkInfo": {"MaximumNetworkInterfaces": 16, "Ipv4AddressesPerInterface": 50,
+                            "MaximumNetworkCards": 2, "DefaultNetworkCardIndex": 0,
+                            "NetworkCards": [{"NetworkCardIndex": 0, "MaximumNetworkInterfaces": 8},
+                                             {"NetworkCardIndex": 1, "MaximumNetworkInterfaces": 8}]}}
+    assert InstanceLimits.from_describe(item) == known("c6in.32xlarge")
