@@ -47,7 +47,7 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
             "CLUSTER_NAME": "demo", "MY_NODE_NAME": "node-1", "WARMPOOL_REPORTS_QUEUE_URL": reports,
             "WARMPOOL_STATE_DIR": str(tmp_path / "state"), "WARMPOOL_SOCKET": str(tmp_path / "agent.sock"),
             "WARMPOOL_METRICS_ADDR": "127.0.0.1:0", "WARMPOOL_HOST_NETNS": ns, "WARMPOOL_RESYNC_S": "1",
-            "ENABLE_PREFIX_DELEGATION": "true",
+            "ENABLE_PREFIX_DELEGATION": "true", "POD_MTU": "1400",
         }
         cfg = load(env)
         client = ImdsClient(imds.url_for(INSTANCE))
@@ -102,3 +102,30 @@ def test_max_pods_endpoint(world: dict[str, Any]) -> None:
     status, body = get(agent, "/v1/max-pods")
     assert status == 200
     assert body == {"max_pods": 110, "instance_type": "m5.large", "prefix": True, "max_eni": None}
+
+
+def test_pod_veths_get_pod_mtu_and_enis_keep_eni_mtu(world: dict[str, Any]) -> None:
+    agent, ns = world["agent"], world["ns"]
+    agent.start()
+    assert agent.cni.mtu == 1400  # what every pod veth is created with
+    assert json.loads(sh("ip", "-j", "-n", ns, "link", "show", "eth0").stdout)[0]["mtu"] == 9001
+
+
+def test_uninstall_removes_the_table_and_the_rule(world: dict[str, Any]) -> None:
+    import subprocess
+    import sys
+
+    agent, ns = world["agent"], world["ns"]
+    agent.start()
+    agent.stop()
+    listing = sh("nsenter", f"--net=/run/netns/{ns}", "nft", "list", "tables").stdout
+    assert "table ip warmpool" in listing
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+           "WARMPOOL_HOST_NETNS": ns}
+    cmd = [sys.executable, "-c", "from node_agent.agent import main; main(['uninstall'])"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 0 and "2 objects removed" in p.stdout, p.stderr
+    assert "warmpool" not in sh("nsenter", f"--net=/run/netns/{ns}", "nft", "list", "tables").stdout
+    assert "fwmark" not in sh("ip", "-n", ns, "rule").stdout
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 0 and "0 objects removed" in p.stdout  # again: nothing left, still fine
