@@ -464,12 +464,15 @@ def _run_agent(env: dict[str, str]) -> int:
     metadata: Metadata = imds
     if cfg.manage_host_network:
         from node_agent.hostnet import EniNetworking
-        from node_agent.nodenet import NodeNetworking, spec_from_imds
+        from node_agent.nodenet import NodeNetworking, NodeSpec, spec_from_imds
 
         host = EniNetworking(cfg.host_netns)
 
         def node_net(ident: Identity) -> NodeNet:
-            return NodeNetworking(spec_from_imds(imds, ident.mac, cfg), cfg.host_netns)
+            def spec() -> NodeSpec:
+                return spec_from_imds(imds, ident.mac, cfg)
+
+            return NodeNetworking(spec(), cfg.host_netns, refresh=spec)
     if cfg.hostnet.skip_unmanaged_enis:
         from node_agent.unmanaged import SkipUnmanaged
 

@@ -36,9 +36,10 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import logging
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -52,6 +53,8 @@ from node_agent.netlink import (
     sysctl_get,
     sysctl_set,
 )
+
+log = logging.getLogger("warmpool.agent.nodenet")
 
 TABLE = "warmpool"
 FAMILY = "ip"
@@ -251,10 +254,13 @@ class NodeNetworking:
     """The node-level set-up for one namespace. ``setup`` is idempotent and returns the
     number of changes; ``problems`` lists what is not as it should be (``/readyz``)."""
 
-    def __init__(self, spec: NodeSpec, netns: str = "", nft: Nft | None = None) -> None:
+    def __init__(self, spec: NodeSpec, netns: str = "", nft: Nft | None = None,
+                 refresh: Callable[[], NodeSpec] | None = None) -> None:
         self.spec = spec
         self.netns = netns
         self.nft = nft or Nft(netns)
+        self.refresh = refresh
+        """Re-reads the spec before each :meth:`setup` (IMDS: a CIDR added to the VPC later)."""
         self._applied: tuple[object, ...] | None = None
 
     def _primary(self, nl: Netlink) -> tuple[int, str, int]:
@@ -269,6 +275,11 @@ class NodeNetworking:
         return rules, script, digest
 
     def setup(self) -> int:
+        if self.refresh is not None:
+            try:
+                self.spec = self.refresh()
+            except Exception as exc:  # keep the last known spec; IMDS may be briefly unreachable
+                log.warning("could not re-read the node's addresses and VPC CIDRs: %s", exc)
         s = self.spec.settings
         changes = 0
         with Netlink.open(self.netns) as nl:

@@ -58,6 +58,10 @@ class SkipUnmanaged:
     def identity(self) -> Any:
         return self.inner.identity()
 
+    def __getattr__(self, name: str) -> Any:
+        """Everything else the metadata port offers, unchanged."""
+        return getattr(self.inner, name)
+
     @property
     def unmanaged(self) -> list[str]:
         with self._lock:

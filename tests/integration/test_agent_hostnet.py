@@ -53,11 +53,14 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
         client = ImdsClient(imds.url_for(INSTANCE))
 
         def node_net(ident: Identity) -> NodeNetworking:
-            return NodeNetworking(spec_from_imds(client, ident.mac, cfg), ns)
+            def spec() -> Any:
+                return spec_from_imds(client, ident.mac, cfg)
+
+            return NodeNetworking(spec(), ns, refresh=spec)
 
         agent = Agent(cfg, sqs, client, pods=RecordingPods(), poll_wait_s=1, node_net=node_net)
         try:
-            yield {"agent": agent, "ns": ns}
+            yield {"agent": agent, "ns": ns, "eni0": eni0}
         finally:
             agent.stop()
 
@@ -94,6 +97,12 @@ def test_node_network_is_set_up_checked_reported_and_restored(world: dict[str, A
     agent.run_once()
     assert sysctl_get(ns, "net.ipv4.ip_forward") == "1"
     assert get(agent, "/readyz")[0] == 200
+    # a CIDR associated with the VPC later is exempt from SNAT after the next resync
+    world["eni0"].vpc_cidrs.append("172.20.0.0/16")
+    agent._last_resync = -1e9
+    agent.run_once()
+    assert "172.20.0.0/16" in get(agent, "/v1/config")[1]["kernel"]["snat"]["exempt"]
+    assert "172.20.0.0/16" in sh("nsenter", f"--net=/run/netns/{ns}", "nft", "list", "table", "ip", "warmpool").stdout
 
 
 def test_max_pods_endpoint(world: dict[str, Any]) -> None:
