@@ -15,14 +15,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[all]'
 	touch $(STAMP)
 
-# Debian packages used by the network-namespace, CNI and runtime tests and by
-# the demo's real pods (containerd, runc, a static busybox for the local image,
-# iptables for the chained portmap). Installed only when missing, and only when
-# we can (root with apt-get).
-SYSTEM_PKGS := iproute2 iputils-ping iptables containernetworking-plugins containerd runc busybox-static
+# Debian packages used by the network-namespace, CNI and runtime tests, the
+# demo's real pods (containerd, runc, a static busybox for the local image,
+# iptables for the chained portmap) and its data plane (nftables: the agent's
+# SNAT/NodePort rules; util-linux: nsenter). Installed only when missing, and
+# only when we can (root with apt-get).
+SYSTEM_PKGS := iproute2 iputils-ping iptables nftables util-linux containernetworking-plugins containerd runc busybox-static
 system-deps:
 	@if [ ! -x /usr/lib/cni/tuning ] || [ ! -x /usr/lib/cni/portmap ] || [ ! -x /bin/busybox ] \
 	    || ! command -v ip >/dev/null || ! command -v ping >/dev/null || ! command -v iptables >/dev/null \
+	    || ! command -v nft >/dev/null || ! command -v nsenter >/dev/null \
 	    || ! command -v containerd >/dev/null || ! command -v runc >/dev/null || ! command -v ctr >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PKGS) >/dev/null) \

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,7 +33,7 @@ from node_agent.controller import AttachedEni, HostNetwork, NodeIdentity, PoolCo
 from node_agent.datastore import UNKNOWN_HOLDER, CheckpointError, Datastore, FileCheckpoint
 from node_agent.imds import Identity, ImdsClient
 from warmpool.clock import Clock, RealClock
-from warmpool.limits import InstanceLimits, known
+from warmpool.limits import InstanceLimits, known, max_pods
 from warmpool.messages import MessageError, parse_result
 from warmpool.ports import SqsApi
 
@@ -50,6 +51,17 @@ RESTART_HOLD_S = RESULT_VISIBILITY_S + 5.0
 class Metadata(Protocol):
     def identity(self) -> Identity: ...
     def interfaces(self) -> list[AttachedEni]: ...
+
+
+class NodeNet(Protocol):
+    """Node-level host networking (:class:`node_agent.nodenet.NodeNetworking`)."""
+
+    def setup(self) -> int: ...
+    def problems(self) -> list[str]: ...
+    def public(self) -> dict[str, object]: ...
+
+
+NodeNetFactory = Callable[[Identity], NodeNet]
 
 
 def result_queue_name(prefix: str, instance_id: str) -> str:
@@ -72,6 +84,7 @@ class Agent:
         limits: InstanceLimits | None = None,
         poll_wait_s: int = POLL_WAIT_S,
         serve_http: bool = True,
+        node_net: NodeNetFactory | None = None,
     ) -> None:
         self.cfg = cfg
         self.sqs = sqs
@@ -82,6 +95,8 @@ class Agent:
         self._limits = limits
         self.poll_wait_s = poll_wait_s
         self.serve_http = serve_http
+        self._node_net_factory = node_net
+        self.node_net: NodeNet | None = None
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.results: queue.Queue[dict[str, Any]] = queue.Queue()
@@ -115,6 +130,11 @@ class Agent:
         cfg = self.cfg
         ident = self.metadata.identity()
         limits = self._limits or known(ident.instance_type)
+        self.limits = limits
+        if self._node_net_factory is not None:
+            # Forwarding, rp_filter, primary MTU, SNAT and the NodePort return path, before any pod.
+            self.node_net = self._node_net_factory(ident)
+            log.info("node network set up (%d changes)", self.node_net.setup())
         self.identity = NodeIdentity(
             cluster=cfg.cluster,
             node=cfg.node_name or ident.instance_id,
@@ -150,7 +170,7 @@ class Agent:
         self.result_queue_url = self._find_result_queue()
         self.cni = CniService(
             self.ds, self.pods,
-            mtu=cfg.mtu, add_wait_s=cfg.add_wait_s, clock=self.clock.now, on_unmet=self.wake.set,
+            mtu=cfg.hostnet.pod_mtu, add_wait_s=cfg.add_wait_s, clock=self.clock.now, on_unmet=self.wake.set,
             veth_prefix=cfg.veth_prefix,
         )
         self.socket_server = CniSocketServer(cfg.socket_path, self.cni)
@@ -258,6 +278,13 @@ class Agent:
                 self.controller.resync(now)
             except Exception as exc:
                 log.warning("resync with IMDS failed: %s", exc)
+            if self.node_net is not None:
+                try:
+                    changed = self.node_net.setup()
+                    if changed:
+                        log.warning("node network drifted: %d changes made to restore it", changed)
+                except Exception as exc:
+                    log.warning("node network reconcile failed: %s", exc)
         for report in self.controller.tick(now):
             try:
                 self.sqs.send_message(QueueUrl=self.cfg.reports_queue_url, MessageBody=report.to_json())
@@ -340,7 +367,8 @@ class Agent:
         metrics.sources.append(self._metric_lines)
         return web.HttpServer(
             host, port, metrics=metrics,
-            views={"/v1/enis": self.view_enis, "/v1/pods": self.view_pods, "/v1/config": self.cfg.public},
+            views={"/v1/enis": self.view_enis, "/v1/pods": self.view_pods, "/v1/config": self.view_config,
+                   "/v1/max-pods": self.view_max_pods},
             healthy=self._healthy, ready=self._ready,
         )
 
@@ -349,7 +377,25 @@ class Agent:
         return (age < 60.0, f"main loop ran {age:.1f}s ago")
 
     def _ready(self) -> tuple[bool, str]:
-        return (self.ready, "ready" if self.ready else "starting")
+        if not self.ready:
+            return (False, "starting")
+        if self.node_net is not None:
+            problems = self.node_net.problems()
+            if problems:
+                return (False, "node network: " + "; ".join(problems))
+        return (True, "ready")
+
+    def view_config(self) -> dict[str, Any]:
+        """The settings, and the kernel state they lead to (``kernel``: null when the agent
+        does not manage the node's network)."""
+        return {**self.cfg.public(), "kernel": self.node_net.public() if self.node_net is not None else None}
+
+    def view_max_pods(self) -> dict[str, Any]:
+        """What the kubelet's ``--max-pods`` should be on this node (``warmpool max-pods``)."""
+        pool = self.cfg.pool
+        value = max_pods(self.limits, prefix=pool.prefix_mode, max_eni=pool.max_eni or None)
+        return {"max_pods": value, "instance_type": self.limits.instance_type, "prefix": pool.prefix_mode,
+                "max_eni": pool.max_eni or None}
 
     def view_enis(self) -> list[dict[str, Any]]:
         out = []
@@ -442,14 +488,29 @@ def _run_agent(env: dict[str, str]) -> int:
         print("warmpool-agent: invalid configuration: WARMPOOL_REPORTS_QUEUE_URL must be set", file=sys.stderr)
         return 2
     host: HostNetwork | None = None
+    node_net: NodeNetFactory | None = None
+    imds = ImdsClient.from_env(env)
+    metadata: Metadata = imds
     if cfg.manage_host_network:
         from node_agent.hostnet import EniNetworking
+        from node_agent.nodenet import NodeNetworking, NodeSpec, spec_from_imds
 
         host = EniNetworking(cfg.host_netns)
-    agent = Agent(cfg, sqs, ImdsClient.from_env(env), host=host)
+
+        def node_net(ident: Identity) -> NodeNet:
+            def spec() -> NodeSpec:
+                return spec_from_imds(imds, ident.mac, cfg)
+
+            return NodeNetworking(spec(), cfg.host_netns, refresh=spec)
+    if cfg.hostnet.skip_unmanaged_enis:
+        from node_agent.unmanaged import SkipUnmanaged
+
+        ec2 = boto3.client("ec2", region_name=cfg.region, endpoint_url=cfg.endpoint_url or None)
+        metadata = SkipUnmanaged(imds, ec2)
+    agent = Agent(cfg, sqs, metadata, host=host, node_net=node_net)
     try:
         agent.start()
-    except (CheckpointError, KeyError) as exc:
+    except (CheckpointError, KeyError, OSError, RuntimeError) as exc:
         print(f"warmpool-agent: cannot start: {exc}", file=sys.stderr)
         return 1
     stop = threading.Event()
@@ -465,6 +526,25 @@ def _run_agent(env: dict[str, str]) -> int:
     return 0
 
 
+def _uninstall(env: dict[str, str]) -> int:
+    from node_agent.config import load_hostnet
+    from node_agent.nodenet import uninstall
+
+    try:
+        settings = load_hostnet(env)
+    except ConfigError as exc:
+        print(f"warmpool-agent: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    netns = env.get("WARMPOOL_HOST_NETNS", "").strip()
+    try:
+        n = uninstall(settings, netns)
+    except (OSError, RuntimeError) as exc:
+        print(f"warmpool-agent uninstall: {exc}", file=sys.stderr)
+        return 1
+    print(f"warmpool-agent uninstall: {n} objects removed")
+    return 0
+
+
 def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     p = argparse.ArgumentParser(prog="warmpool-agent")
@@ -473,9 +553,13 @@ def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> No
     ic.add_argument("--dest", default="/opt/cni/bin")
     ic.add_argument("--python", default="/usr/bin/python3", help="interpreter on the node")
     sub.add_parser("run", help="run the agent (the default)")
+    sub.add_parser("uninstall", help="remove the node-level rules the agent installed (nftables table "
+                   "ip warmpool, the fwmark rule); run after the DaemonSet is gone")
     args = p.parse_args(argv)
     if args.cmd == "install-cni":
         print(install_cni(args.dest, args.python))
         return
+    if args.cmd == "uninstall":
+        sys.exit(_uninstall(dict(env if env is not None else os.environ)))
     sys.exit(_run_agent(dict(env if env is not None else os.environ)))
 

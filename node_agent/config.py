@@ -145,6 +145,8 @@ class AgentConfig:
     region: str = "us-east-1"
     endpoint_url: str = ""
     extra: dict[str, str] = field(default_factory=dict)
+    hostnet: HostNetSettings = field(default_factory=lambda: HostNetSettings())
+    """Node-level networking (SNAT, NodePort return path, kernel settings, pod MTU)."""
 
     @property
     def checkpoint_path(self) -> str:
@@ -180,6 +182,7 @@ class AgentConfig:
             "manage_host_network": self.manage_host_network,
             "pod_network": self.pod_network,
             "recovery_grace_s": self.recovery_grace_s,
+            **self.hostnet.public(),
         }
 
 
@@ -225,9 +228,106 @@ def load(env: Mapping[str, str]) -> AgentConfig:
         add_wait_s=_float(env, ENV_ADD_WAIT_S, 10.0, hi=600.0),
         manage_host_network=_bool(env, ENV_MANAGE_HOST, True),
         host_netns=env.get(ENV_HOST_NETNS, "").strip(),
-        veth_prefix=env.get(ENV_VETH_PREFIX, "").strip() or "eni",
+        veth_prefix=env.get(ENV_VETH_PREFIX, "").strip() or env.get(ENV_CNI_VETH_PREFIX, "").strip() or "eni",
         pod_network=_choice(env, ENV_POD_NETWORK, ("netlink", "recorded"), "netlink"),
         recovery_grace_s=_float(env, ENV_RECOVERY_GRACE_S, 0.0, hi=30 * 86_400.0),
         region=(env.get(ENV_AWS_REGION) or env.get("AWS_DEFAULT_REGION") or "us-east-1").strip(),
         endpoint_url=env.get(ENV_ENDPOINT, "").strip(),
+        hostnet=load_hostnet(env),
+    )
+
+
+# --- node-level host networking (the VPC CNI's host settings) --------------------------------
+
+ENV_EXTERNAL_SNAT = "AWS_VPC_K8S_CNI_EXTERNALSNAT"
+ENV_EXCLUDE_SNAT_CIDRS = "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS"
+ENV_RANDOMIZE_SNAT = "AWS_VPC_K8S_CNI_RANDOMIZESNAT"
+ENV_NODE_PORT_SUPPORT = "AWS_VPC_CNI_NODE_PORT_SUPPORT"
+ENV_CONNMARK = "AWS_VPC_K8S_CNI_CONNMARK"
+ENV_CONFIGURE_RPFILTER = "AWS_VPC_K8S_CNI_CONFIGURE_RPFILTER"
+ENV_POD_MTU = "POD_MTU"
+ENV_CNI_VETH_PREFIX = "AWS_VPC_K8S_CNI_VETHPREFIX"
+ENV_SKIP_UNMANAGED = "WARMPOOL_SKIP_UNMANAGED_ENIS"
+RANDOMIZE_SNAT = ("prng", "hashrandom", "none")
+DEFAULT_CONNMARK = 0x80
+
+
+@dataclass(frozen=True)
+class HostNetSettings:
+    """What the VPC CNI's ``aws-node`` does on the node besides ENIs and pods (REFERENCE.md)."""
+
+    external_snat: bool = False
+    """``AWS_VPC_K8S_CNI_EXTERNALSNAT``: true = no SNAT on the node (a NAT gateway does it)."""
+    exclude_snat_cidrs: tuple[str, ...] = ()
+    """``AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS``: more destinations left un-SNATed (as the VPC's own CIDRs)."""
+    randomize_snat: str = "prng"
+    """``AWS_VPC_K8S_CNI_RANDOMIZESNAT``: ``prng`` (fully random ports), ``hashrandom``, ``none``."""
+    node_port_support: bool = True
+    """``AWS_VPC_CNI_NODE_PORT_SUPPORT``: mark connections arriving on the primary ENI so replies leave by it."""
+    connmark: int = DEFAULT_CONNMARK
+    """``AWS_VPC_K8S_CNI_CONNMARK``: the connection/packet mark bit used by both of the above."""
+    configure_rp_filter: bool = True
+    """``AWS_VPC_K8S_CNI_CONFIGURE_RPFILTER``: set loose ``rp_filter`` (2) on the primary ENI."""
+    pod_mtu: int = 9001
+    """``POD_MTU`` (default: ``AWS_VPC_ENI_MTU``): MTU of both ends of every pod veth."""
+    eni_mtu: int = 9001
+    """``AWS_VPC_ENI_MTU`` again, for the primary ENI (secondary ENIs get it through the controller)."""
+    skip_unmanaged_enis: bool = True
+    """``WARMPOOL_SKIP_UNMANAGED_ENIS``: look up ENI tags and leave ``node.k8s.amazonaws.com/no_manage=true`` alone."""
+
+    def public(self) -> dict[str, object]:
+        return {
+            ENV_EXTERNAL_SNAT: self.external_snat,
+            ENV_EXCLUDE_SNAT_CIDRS: list(self.exclude_snat_cidrs),
+            ENV_RANDOMIZE_SNAT: self.randomize_snat,
+            ENV_NODE_PORT_SUPPORT: self.node_port_support,
+            ENV_CONNMARK: hex(self.connmark),
+            ENV_CONFIGURE_RPFILTER: self.configure_rp_filter,
+            ENV_POD_MTU: self.pod_mtu,
+            "skip_unmanaged_enis": self.skip_unmanaged_enis,
+        }
+
+
+def _cidrs(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    import ipaddress
+
+    out: list[str] = []
+    for item in env.get(name, "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            out.append(str(ipaddress.IPv4Network(item, strict=False)))
+        except ValueError:
+            raise ConfigError(f"{name}: {item!r} is not an IPv4 CIDR") from None
+    return tuple(out)
+
+
+def _mark(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if raw == "":
+        return default
+    try:
+        value = int(raw, 0)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: not an integer (decimal or 0x…)") from None
+    if not 0 < value <= 0xFFFFFFFF:
+        raise ConfigError(f"{name}={raw}: must be between 1 and 0xffffffff")
+    return value
+
+
+def load_hostnet(env: Mapping[str, str]) -> HostNetSettings:
+    """The node-level networking settings; :class:`ConfigError` names the first bad variable."""
+    eni_mtu = _int(env, "AWS_VPC_ENI_MTU", 9001, lo=576, hi=9001)
+    external = _bool(env, ENV_EXTERNAL_SNAT, False)
+    return HostNetSettings(
+        external_snat=external,
+        exclude_snat_cidrs=_cidrs(env, ENV_EXCLUDE_SNAT_CIDRS),
+        randomize_snat=_choice(env, ENV_RANDOMIZE_SNAT, RANDOMIZE_SNAT, "prng"),
+        node_port_support=_bool(env, ENV_NODE_PORT_SUPPORT, True),
+        connmark=_mark(env, ENV_CONNMARK, DEFAULT_CONNMARK),
+        configure_rp_filter=_bool(env, ENV_CONFIGURE_RPFILTER, True),
+        pod_mtu=_int(env, ENV_POD_MTU, eni_mtu, lo=576, hi=9001),
+        eni_mtu=eni_mtu,
+        skip_unmanaged_enis=_bool(env, ENV_SKIP_UNMANAGED, True),
     )

@@ -15,8 +15,9 @@ import errno
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
@@ -28,6 +29,7 @@ RT_SCOPE_UNIVERSE = 0
 RT_SCOPE_LINK = 253
 NUD_PERMANENT = 0x80
 NETNS_DIR = "/run/netns"
+T = TypeVar("T")
 
 
 class NetlinkFailure(OSError):
@@ -66,12 +68,12 @@ def netns_path(netns: str) -> str:
     return netns if "/" in netns else f"{NETNS_DIR}/{netns}"
 
 
-def _socket_in(path: str) -> socket.socket:
-    """A netlink socket created inside the namespace at ``path``.
+def run_in_netns(path: str, fn: Callable[[], T]) -> T:
+    """Run ``fn`` in a short-lived thread that has entered the namespace at ``path``.
 
-    ``setns`` changes only the calling thread's namespace, so a short-lived
-    thread enters the namespace, creates the socket (which stays bound to that
-    namespace) and exits: no fork, no effect on the rest of the process.
+    ``setns`` changes only the calling thread's namespace, so the rest of the
+    process stays where it is; whatever ``fn`` creates there (a netlink socket,
+    an open ``/proc/sys/net`` file) stays bound to that namespace. No fork.
     """
     out: dict[str, Any] = {}
 
@@ -86,7 +88,9 @@ def _socket_in(path: str) -> socket.socket:
                 e = ctypes.get_errno()
                 out["err"] = NetlinkFailure(e, f"setns {path}: {os.strerror(e)}")
                 return
-            out["sock"] = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 0)
+            out["value"] = fn()
+        except BaseException as exc:  # handed to the caller's thread
+            out["err"] = exc
         finally:
             os.close(fd)
 
@@ -95,8 +99,46 @@ def _socket_in(path: str) -> socket.socket:
     t.join()
     if "err" in out:
         raise out["err"]
-    sock: socket.socket = out["sock"]
-    return sock
+    value: T = out["value"]
+    return value
+
+
+def _socket_in(path: str) -> socket.socket:
+    """A netlink socket created inside the namespace at ``path`` (it stays bound to it)."""
+    return run_in_netns(path, lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 0))
+
+
+def sysctl_path(key: str) -> str:
+    """``net.ipv4.conf.eth0.rp_filter`` -> ``/proc/sys/net/ipv4/conf/eth0/rp_filter``."""
+    return "/proc/sys/" + key.replace(".", "/")
+
+
+def sysctl_get(netns: str, key: str) -> str:
+    """``sysctl -n KEY`` in the namespace (the agent's own when ``netns`` is empty)."""
+    def read() -> str:
+        with open(sysctl_path(key)) as f:
+            return f.read().strip()
+
+    try:
+        return read() if not netns else run_in_netns(netns_path(netns), read)
+    except FileNotFoundError:
+        raise NotFound(errno.ENOENT, f"sysctl {key}: no such key") from None
+
+
+def sysctl_set(netns: str, key: str, value: str) -> bool:
+    """``sysctl -w KEY=VALUE`` unless it already has that value; True if written."""
+    if sysctl_get(netns, key) == value:
+        return False
+
+    def write() -> None:
+        with open(sysctl_path(key), "w") as f:
+            f.write(value)
+
+    if netns:
+        run_in_netns(netns_path(netns), write)
+    else:
+        write()
+    return True
 
 
 @dataclass(frozen=True)
@@ -116,6 +158,9 @@ class Rule:
     src: str | None = None
     """``a.b.c.d/len`` or None."""
     dst: str | None = None
+    fwmark: int = 0
+    """``fwmark M/MASK`` (0: no mark match)."""
+    fwmask: int = 0
 
 
 @dataclass(frozen=True)
@@ -343,12 +388,14 @@ class Netlink:
                     table=m.get("FRA_TABLE") or m["table"],
                     src=f"{src}/{m['src_len']}" if src else None,
                     dst=f"{dst}/{m['dst_len']}" if dst else None,
+                    fwmark=m.get("FRA_FWMARK") or 0,
+                    fwmask=(m.get("FRA_FWMASK") or 0) if m.get("FRA_FWMARK") else 0,
                 )
             )
         return out
 
     def rule_add(self, r: Rule) -> None:
-        """``ip rule add [from SRC] [to DST] lookup T priority P``"""
+        """``ip rule add [from SRC] [to DST] [fwmark M/MASK] lookup T priority P``"""
         self._do(f"rule add {r}", self.ipr.rule, "add", **self._rule_kw(r))
 
     def rule_del(self, r: Rule) -> None:
@@ -364,6 +411,8 @@ class Netlink:
         if r.dst:
             ip, plen = _split(r.dst)
             kw.update(dst=ip, dst_len=plen)
+        if r.fwmark:
+            kw.update(fwmark=r.fwmark, fwmask=r.fwmask or 0xFFFFFFFF)
         return kw
 
     def ensure_rule(self, r: Rule) -> bool:

@@ -74,6 +74,7 @@ class FakeEni:
     ips: list[str] = field(default_factory=list)
     prefixes: list[str] = field(default_factory=list)
     network_card: int = 0
+    vpc_cidrs: list[str] = field(default_factory=lambda: ["10.0.0.0/16"])
 
 
 @dataclass
@@ -99,6 +100,8 @@ class FakeInstance:
             t[base + "local-ipv4s"] = "\n".join([e.primary_ip, *e.ips])
             t[base + "subnet-id"] = e.subnet_id
             t[base + "subnet-ipv4-cidr-block"] = e.subnet_cidr
+            t[base + "vpc-ipv4-cidr-block"] = e.vpc_cidrs[0]
+            t[base + "vpc-ipv4-cidr-blocks"] = "\n".join(e.vpc_cidrs)
             if e.prefixes:
                 t[base + "ipv4-prefix"] = "\n".join(e.prefixes)
         return t

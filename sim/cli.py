@@ -23,6 +23,7 @@ These commands run it on one machine against emulated AWS:
   demo       the whole system end to end: local stack, agents in network
              namespaces, pods created through the CNI plugin
   plan       the core planner on a sample cluster's reports (no AWS at all)
+  max-pods   the kubelet's --max-pods for an instance type (VPC CNI formulas)
 """
 
 
@@ -43,6 +44,8 @@ COMMANDS: dict[str, tuple[str, Callable[[list[str]], int]]] = {
              _run("sim.demo", "main")),
     "plan": ("plan a sample cluster with the core: `warmpool plan [--nodes N] [--json]`",
              _run("sim.sample_plan", "main")),
+    "max-pods": ("the kubelet's --max-pods: `warmpool max-pods --instance-type T [--prefix] [--max-eni N]`",
+                 _run("sim.max_pods", "main")),
 }
 
 

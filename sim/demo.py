@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from sim import dataplane
 from sim import demo_netns as nx
 from sim.demo_report import (
     DemoReport,
@@ -259,7 +260,7 @@ class Demo:
         self.nodes: list[Node] = []
         self.pods: list[PodRecord] = []
         self.stack: Any = None
-        self.hv = nx.Hypervisor()
+        self.hv: nx.Hypervisor = dataplane.RoutedVpc()
         self.run_dir = RUN_DIR
         self._procs: set[subprocess.Popen[bytes]] = set()
         self._procs_lock = threading.Lock()
@@ -422,6 +423,8 @@ class Demo:
         out = self.stack.outputs
         base = {k: v for k, v in os.environ.items()
                 if k in ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "TMPDIR", "VIRTUAL_ENV")}
+        src = str(Path(__file__).resolve().parents[1])  # the agents run the code this demo runs
+        base["PYTHONPATH"] = os.pathsep.join(p for p in (src, base.get("PYTHONPATH", "")) if p)
         env = {
             **base,
             **DEFAULT_AGENT_ENV,
@@ -749,6 +752,7 @@ class Demo:
             self.live = LiveView(self.status, self.stream)
             self.live.start()
         scale_out_s = self.scale_out()
+        packets = self.check_dataplane()
         down = self.scale_down()
         pools = self.node_pools()
         self.phase = "reconcile"
@@ -772,8 +776,19 @@ class Demo:
             scale_down=down,
             node_pools=pools,
             notes=self.notes,
+            dataplane=packets,
         )
         return report.to_json()
+
+    def check_dataplane(self) -> dict[str, Any]:
+        """Packets through the pods just created (sim/dataplane.py): pod to pod, egress, NodePort."""
+        if self.mode != "netns" or not isinstance(self.hv, dataplane.RoutedVpc):
+            return dataplane.not_checked("no network namespaces")
+        self.phase = "data plane"
+        result = dataplane.check_demo(self)
+        for line in dataplane.render_lines(result):
+            self.say(line.strip())
+        return result
 
     def teardown(self) -> None:
         """Every process, namespace and link this run made; safe to call twice."""
@@ -902,7 +917,7 @@ def main(argv: list[str]) -> int:
                     dump(report, opts.json_out)
                     print(f"  JSON written to {opts.json_out}", file=out, flush=True)
                 ok = (report["pods_ready"] == report["pods_requested"] and report["duplicate_ips"] == 0
-                      and report["leaked_enis"] == 0)
+                      and report["leaked_enis"] == 0 and dataplane.passed(report))
                 status = 0 if ok else 1
             finally:
                 demo.teardown()

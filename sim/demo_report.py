@@ -114,6 +114,8 @@ class DemoReport:
     scale_down: dict[str, Any] = field(default_factory=dict)
     node_pools: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    dataplane: dict[str, Any] = field(default_factory=dict)
+    """The data-plane checks (sim/dataplane.py): pod_to_pod_ok, egress_ok, egress_source, ..."""
 
     def ready(self) -> list[PodRecord]:
         return [p for p in self.pods if p.ready_at is not None and p.ip]
@@ -148,6 +150,7 @@ class DemoReport:
             "node_pools": self.node_pools,
             "wall_s": round(self.wall_s, 3),
             "notes": self.notes,
+            **self.dataplane,
         }
 
 
@@ -194,6 +197,9 @@ def render(report: Mapping[str, Any]) -> str:
             f"    {n.get('node', '?')}: {n.get('enis', '?')} ENIs, {n.get('addresses', '?')} addresses"
             + (f", {links} ENI links in its namespace" if links is not None else "")
         )
+    from sim.dataplane import render_lines
+
+    lines += render_lines(report)
     lines += [
         f"  duplicate IPs       {report['duplicate_ips']}",
         f"  leaked ENIs         {report['leaked_enis']}",

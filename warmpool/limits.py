@@ -1,8 +1,8 @@
 """What an EC2 instance type allows: ENIs, addresses per ENI, network cards.
 
 Built from ``DescribeInstanceTypes`` data (:meth:`InstanceLimits.from_describe`);
-a small built-in table (:data:`KNOWN_TYPES`) covers the types the docs, the
-tests and the bench use, so the core never needs a network call to plan.
+the built-in table (:data:`KNOWN_TYPES`, from :mod:`warmpool.limits_data`) covers
+every current instance type, so the core never needs a network call to plan.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from warmpool.limits_data import TABLE
 
 PREFIX_SIZE = 16
 """Addresses in one delegated IPv4 prefix (a /28)."""
@@ -26,6 +28,7 @@ class InstanceLimits(BaseModel):
     ipv4_per_eni: int = Field(ge=1, description="addresses per ENI, the primary included")
     network_cards: int = Field(default=1, ge=1)
     prefix_capable: bool = Field(default=True, description="Nitro: can hold /28 prefixes")
+    vcpus: int | None = Field(default=None, ge=1, description="default vCPUs (the max-pods ceiling needs it)")
 
     @property
     def slots_per_eni(self) -> int:
@@ -51,44 +54,44 @@ class InstanceLimits(BaseModel):
     def from_describe(cls, item: Mapping[str, Any]) -> InstanceLimits:
         """Build from one ``InstanceTypes[]`` entry of ``DescribeInstanceTypes``."""
         net = item["NetworkInfo"]
+        enis = int(net["MaximumNetworkInterfaces"])
+        default = int(net.get("DefaultNetworkCardIndex", 0) or 0)
+        for card in net.get("NetworkCards") or []:
+            # ENIs go on the default card: its own maximum, as the VPC CNI's table records it
+            if int(card.get("NetworkCardIndex", 0)) == default and card.get("MaximumNetworkInterfaces"):
+                enis = int(card["MaximumNetworkInterfaces"])
         return cls(
             instance_type=str(item["InstanceType"]),
-            max_enis=int(net["MaximumNetworkInterfaces"]),
+            max_enis=enis,
             ipv4_per_eni=int(net["Ipv4AddressesPerInterface"]),
             network_cards=int(net.get("MaximumNetworkCards", len(net.get("NetworkCards", [])) or 1)),
-            prefix_capable=str(item.get("Hypervisor", "nitro")) == "nitro",
+            prefix_capable=str(item.get("Hypervisor", "nitro")) == "nitro" or bool(item.get("BareMetal")),
+            vcpus=int(item["VCpuInfo"]["DefaultVCpus"]) if item.get("VCpuInfo") else None,
         )
 
 
-def _t(name: str, enis: int, ips: int, cards: int = 1, nitro: bool = True) -> InstanceLimits:
-    return InstanceLimits(
-        instance_type=name, max_enis=enis, ipv4_per_eni=ips, network_cards=cards, prefix_capable=nitro
-    )
+def parse_table(text: str) -> dict[str, InstanceLimits]:
+    """The rows of :data:`warmpool.limits_data.TABLE` (see that module for the columns and sources).
+    Prefix delegation is possible on Nitro and bare-metal types (the VPC CNI's ``IsNitroInstance``)."""
+    out: dict[str, InstanceLimits] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts or parts[0].startswith("#"):
+            continue
+        name, enis, ips, cards, hypervisor, metal, vcpus = parts
+        out[name] = InstanceLimits(
+            instance_type=name,
+            max_enis=int(enis),
+            ipv4_per_eni=int(ips),
+            network_cards=int(cards),
+            prefix_capable=hypervisor == "nitro" or metal == "true",
+            vcpus=None if vcpus == "-" else int(vcpus),
+        )
+    return out
 
 
-KNOWN_TYPES: dict[str, InstanceLimits] = {
-    t.instance_type: t
-    for t in (
-        _t("t3.small", 3, 4),
-        _t("t3.medium", 3, 6),
-        _t("t3.large", 3, 12),
-        _t("m5.large", 3, 10),
-        _t("m5.xlarge", 4, 15),
-        _t("m5.2xlarge", 4, 15),
-        _t("m5.4xlarge", 8, 30),
-        _t("m5.8xlarge", 8, 30),
-        _t("m5.12xlarge", 8, 30),
-        _t("m5.24xlarge", 15, 50),
-        _t("c5.large", 3, 10),
-        _t("c5.xlarge", 4, 15),
-        _t("c5.4xlarge", 8, 30),
-        _t("c5.9xlarge", 8, 30),
-        _t("c5.18xlarge", 15, 50),
-        _t("r5.large", 3, 10),
-        _t("r5.4xlarge", 8, 30),
-        _t("m4.large", 2, 10, nitro=False),
-    )
-}
+KNOWN_TYPES: dict[str, InstanceLimits] = parse_table(TABLE)
+"""Every instance type of the data table (:mod:`warmpool.limits_data`)."""
 
 
 def known(instance_type: str) -> InstanceLimits:
@@ -96,4 +99,33 @@ def known(instance_type: str) -> InstanceLimits:
     try:
         return KNOWN_TYPES[instance_type]
     except KeyError:
-        raise KeyError(f"unknown instance type {instance_type!r}; known: {sorted(KNOWN_TYPES)}") from None
+        family = instance_type.split(".", 1)[0]
+        near = sorted(t for t in KNOWN_TYPES if t.split(".", 1)[0] == family)
+        hint = f"; {family} sizes known: {', '.join(near)}" if near else f" ({len(KNOWN_TYPES)} types known)"
+        raise KeyError(f"unknown instance type {instance_type!r}{hint}") from None
+
+
+LOW_CPU_POD_CEILING = 110
+HIGH_CPU_POD_CEILING = 250
+CEILING_CPU_THRESHOLD = 30
+"""More vCPUs than this get the high ceiling (``max-pods-calculator.sh``: ``CPU_COUNT -gt 30``)."""
+
+
+def max_pods(limits: InstanceLimits, prefix: bool = False, max_eni: int | None = None) -> int:
+    """The kubelet's ``--max-pods`` for a node, by the VPC CNI's formulas.
+
+    Secondary addresses: ``ENIs × (IPv4 per ENI − 1) + 2`` (the VPC CNI's
+    ``misc/eni-max-pods.txt``, no ceiling). Prefix delegation, Nitro only:
+    ``ENIs × ((IPv4 per ENI − 1) × 16) + 2``, then at most 110 pods, or 250 with
+    more than 30 vCPUs (awslabs/amazon-eks-ami ``max-pods-calculator.sh``). A
+    non-Nitro type in prefix mode uses the first formula, as the calculator does.
+    ``max_eni`` caps the ENIs (``MAX_ENI``; the calculator's ``--cni-max-eni``).
+    """
+    enis = limits.enis(max_eni)
+    if not (prefix and limits.prefix_capable):
+        return enis * limits.slots_per_eni + 2
+    value = enis * limits.slots_per_eni * PREFIX_SIZE + 2
+    if limits.vcpus is None:
+        raise ValueError(f"{limits.instance_type}: vCPU count unknown, needed for the prefix-mode ceiling")
+    ceiling = HIGH_CPU_POD_CEILING if limits.vcpus > CEILING_CPU_THRESHOLD else LOW_CPU_POD_CEILING
+    return min(value, ceiling)

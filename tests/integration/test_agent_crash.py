@@ -90,6 +90,7 @@ def test_kill_9_mid_add_loses_and_doubles_nothing(tmp_path: Path, moto_endpoint:
                        ips=[f"10.0.0.{i}" for i in range(11, 11 + PODS)])
         eni1 = FakeEni("eni-00000000000000b1", "0a:00:00:00:00:b1", 1, "10.0.1.10", "subnet-a", "10.0.1.0/24",
                        ips=[f"10.0.1.{i}" for i in range(11, 14)])
+        add_fake_eni(node, "eth0", eni0.mac)  # the primary ENI: the agent sets the node up on it
         add_fake_eni(node, "eth1", eni1.mac)
         imds.instances[INSTANCE] = FakeInstance(INSTANCE, "m5.large", "us-east-1a", [eni0, eni1])
         creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}

@@ -79,6 +79,7 @@ def test_damaged_checkpoint_is_rebuilt_from_imds_and_the_host(tmp_path: Path, mo
                        ips=["10.0.0.11", "10.0.0.12"])
         eni1 = FakeEni("eni-00000000000000c1", "0a:00:00:00:00:c1", 1, "10.0.1.10", "subnet-a", "10.0.1.0/24",
                        ips=["10.0.1.11", "10.0.1.12", "10.0.1.13"])
+        add_fake_eni(node, "eth0", eni0.mac)  # the primary ENI: the agent sets the node up on it
         add_fake_eni(node, "eth1", eni1.mac)
         imds.instances[INSTANCE] = FakeInstance(INSTANCE, "m5.large", "us-east-1a", [eni0, eni1])
         creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}

@@ -23,6 +23,7 @@ def test_from_describe_instance_types():
     item = {
         "InstanceType": "m5.xlarge",
         "Hypervisor": "nitro",
+        "VCpuInfo": {"DefaultVCpus": 4},
         "NetworkInfo": {"MaximumNetworkInterfaces": 4, "Ipv4AddressesPerInterface": 15, "MaximumNetworkCards": 1},
     }
     lim = InstanceLimits.from_describe(item)

@@ -1,0 +1,58 @@
+"""The demo's data-plane checks: the report keys (pure), and a short demo whose packets
+go pod to pod, out to the internet host, and through a NodePort (real namespaces)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim import dataplane as dp
+from sim import demo_netns as nx
+from sim.demo_report import DemoReport, render
+
+ROOT = Path(__file__).resolve().parents[2]
+KEYS = {"pod_to_pod_ok", "pod_to_pod_checked", "egress_ok", "egress_checked", "egress_source"}
+
+
+def _report(dataplane: dict[str, object]) -> dict[str, object]:
+    return DemoReport(nodes=1, pods_requested=0, pods=[], ec2={}, leaked_enis=0, mode="netns", wall_s=1.0,
+                      scale_out_s=1.0, dataplane=dataplane).to_json()
+
+
+def test_report_carries_the_keys_and_renders_them() -> None:
+    ok = dp.Results(True, 4, True, 4, "node", True, 1).to_json()
+    r = _report(ok)
+    assert set(r) >= KEYS and dp.passed(r)
+    text = render(r)
+    assert "pod to pod          ok: 4 pods" in text and "seen as the node address" in text
+    bad = _report({**ok, "egress_ok": False, "dataplane_failures": ["egress 10.0.0.5 seen as 10.0.0.5"]})
+    assert not dp.passed(bad) and "egress              FAILED" in render(bad) and "seen as 10.0.0.5" in render(bad)
+    skipped = _report(dp.not_checked("no network namespaces"))
+    assert set(skipped) >= KEYS and skipped["pod_to_pod_checked"] == 0 and dp.passed(skipped)
+    assert "not checked (no network namespaces)" in render(skipped)
+
+
+NETNS_WHY = nx.support() if nx.support_quick() else "not root or no `ip`"
+
+
+@pytest.mark.slow
+@pytest.mark.netns
+@pytest.mark.skipif(NETNS_WHY is not None, reason=f"network namespaces: {NETNS_WHY}")
+def test_short_demo_proves_the_data_plane_with_packets(tmp_path: Path) -> None:
+    out = tmp_path / "demo.json"
+    env = {**os.environ, "WARMPOOL_DEMO_DIR": str(tmp_path / "run"), "WARMPOOL_DEMO_LOGS": str(tmp_path / "logs"),
+           "WARMPOOL_DEMO_LOCK_WAIT_S": "300"}
+    p = subprocess.run([sys.executable, "-m", "sim.cli", "demo", "--no-live", "--nodes", "2",
+                        "--pods-per-node", "10", "--keep-per-node", "1", "--json", str(out)],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr[-3000:]}"
+    r = json.loads(out.read_text())
+    assert (r["pod_to_pod_ok"], r["pod_to_pod_checked"]) == (True, 20)
+    assert (r["egress_ok"], r["egress_checked"], r["egress_source"]) == (True, 20, "node")
+    assert (r["nodeport_ok"], r["nodeport_checked"]) == (True, 1)  # 10 pods on an m5.large: a second ENI
+    assert "egress              ok: 20 pods" in p.stdout

@@ -1,0 +1,82 @@
+"""warmpool max-pods and the instance-limits data table."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim import max_pods as cli
+from warmpool.limits import KNOWN_TYPES, known, max_pods, parse_table
+from warmpool.limits_data import TABLE
+
+
+@pytest.mark.parametrize(
+    ("itype", "expected"),
+    [
+        # the VPC CNI's misc/eni-max-pods.txt values: ENIs × (IPv4 per ENI − 1) + 2
+        ("t2.medium", 17), ("m4.4xlarge", 234), ("t3.medium", 17), ("m5.large", 29),
+        ("c5.18xlarge", 737), ("t3.nano", 4), ("m4.large", 20),
+    ],
+)
+def test_secondary_ip_mode_is_the_eni_formula(itype: str, expected: int) -> None:
+    assert max_pods(known(itype)) == expected
+
+
+@pytest.mark.parametrize(
+    ("itype", "expected"),
+    [
+        ("m5.large", 110),      # 3 × 9 × 16 + 2 = 434, 2 vCPUs: ceiling 110
+        ("m5.8xlarge", 250),    # 8 × 29 × 16 + 2, 32 vCPUs (> 30): ceiling 250
+        ("m5.4xlarge", 110),    # 16 vCPUs
+        ("t3.nano", 34),        # 2 × 1 × 16 + 2 = 34: under the ceiling
+        ("m4.4xlarge", 234),    # Xen: no prefixes, the secondary-address formula (as the calculator does)
+        ("t2.medium", 17),
+    ],
+)
+def test_prefix_mode_multiplies_by_16_and_caps_by_vcpus(itype: str, expected: int) -> None:
+    assert max_pods(known(itype), prefix=True) == expected
+
+
+def test_max_eni_caps_the_enis() -> None:
+    assert max_pods(known("m5.large"), max_eni=1) == 1 * 9 + 2
+    assert max_pods(known("m5.large"), max_eni=99) == 29
+
+
+def test_every_row_parses_and_is_plausible() -> None:
+    rows = [line for line in TABLE.splitlines() if line.strip()]
+    assert len(KNOWN_TYPES) == len(rows) > 1000
+    for lim in KNOWN_TYPES.values():
+        assert lim.max_enis >= 1 and lim.ipv4_per_eni >= 2  # the primary and at least one more
+        assert lim.network_cards >= 1
+    assert known("m4.4xlarge").prefix_capable is False
+    assert known("a1.metal").prefix_capable is True  # bare metal counts as Nitro (IsNitroInstance)
+    assert known("p5.48xlarge").network_cards == 32
+
+
+def test_parse_table_reads_the_columns() -> None:
+    got = parse_table("x9.large 3 10 2 xen false -\n")["x9.large"]
+    assert (got.max_enis, got.ipv4_per_eni, got.network_cards, got.prefix_capable, got.vcpus) == (3, 10, 2, False, None)
+
+
+def test_cli_prints_the_number_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--instance-type", "m4.4xlarge"]) == 0
+    assert capsys.readouterr().out == "234\n"
+    assert cli.main(["--instance-type", "m5.large", "--prefix", "--max-eni", "2"]) == 0
+    assert capsys.readouterr().out == "110\n"
+
+
+def test_cli_rejects_unknown_types_and_bad_max_eni(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--instance-type", "m5.huge"]) == 2
+    err = capsys.readouterr()
+    assert err.out == "" and "m5.huge" in err.err and "m5.large" in err.err
+    assert cli.main(["--instance-type", "m5.large", "--max-eni", "0"]) == 2
+
+
+def test_from_describe_counts_the_default_cards_enis_like_the_table() -> None:
+    from warmpool.limits import InstanceLimits
+
+    item = {"InstanceType": "c6in.32xlarge", "Hypervisor": "nitro", "VCpuInfo": {"DefaultVCpus": 128},
+            "NetworkInfo": {"MaximumNetworkInterfaces": 16, "Ipv4AddressesPerInterface": 50,
+                            "MaximumNetworkCards": 2, "DefaultNetworkCardIndex": 0,
+                            "NetworkCards": [{"NetworkCardIndex": 0, "MaximumNetworkInterfaces": 8},
+                                             {"NetworkCardIndex": 1, "MaximumNetworkInterfaces": 8}]}}
+    assert InstanceLimits.from_describe(item) == known("c6in.32xlarge")
