@@ -37,6 +37,16 @@ def test_report_carries_the_keys_and_renders_them() -> None:
     assert "not checked (no network namespaces)" in render(skipped)
 
 
+def test_one_node_leaves_pod_to_pod_unchecked_not_failed() -> None:
+    # One node: no pod on another node to reach. The check did not run; the demo
+    # must say so instead of failing, while a failed egress still fails it.
+    one = _report(dp.Results(False, 0, True, 2, "node", False, 0).to_json())
+    assert dp.passed(one) and "pod to pod          not checked (one node" in render(one)
+    assert not dp.passed({**one, "egress_ok": False})
+    ran_and_failed = _report(dp.Results(False, 2, True, 2, "node", False, 0).to_json())
+    assert not dp.passed(ran_and_failed) and "pod to pod          FAILED: 2 pods" in render(ran_and_failed)
+
+
 NETNS_WHY = nx.support() if nx.support_quick() else "not root or no `ip`"
 
 
