@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.dst.schedule import Plan, draw
+from sim.dst.schedule import EVENT_KINDS, Plan, draw
 
 Mutation = Callable[[Any], None]
 
@@ -36,8 +36,17 @@ class SeedResult:
     wall_s: float = 0.0
 
 
-def replay_command(seed: int, keep: list[int] | None = None) -> str:
+def plan_for(seed: int, keep: list[int] | None = None, without: frozenset[str] = frozenset()) -> Plan:
+    plan = draw(seed)
+    if without:
+        plan = plan.kept([i for i, e in enumerate(plan.events) if e.kind not in without])
+    return plan.kept(keep)
+
+
+def replay_command(seed: int, keep: list[int] | None = None, without: frozenset[str] = frozenset()) -> str:
     cmd = f"warmpool sim --seed {seed}"
+    if without:
+        cmd += f" --without {','.join(sorted(without))}"
     if keep is not None:
         cmd += f" --keep {','.join(map(str, keep)) or 'none'}"
     return cmd
@@ -52,31 +61,32 @@ def run_plan(plan: Plan, mutate: Mutation | None = None) -> tuple[list[tuple[str
 
 
 def run_seed(seed: int, keep: list[int] | None = None, mutate: Mutation | None = None, shrink: bool = True,
-             shrink_budget: int = 60) -> SeedResult:
+             shrink_budget: int = 60, without: frozenset[str] = frozenset()) -> SeedResult:
     t0 = time.perf_counter()
-    plan = draw(seed).kept(keep)
+    plan = plan_for(seed, keep, without)
     violations, (out, w) = run_plan(plan, mutate)
     res = SeedResult(seed, len(plan.events), dict(out.faults), loop_events=w.events_run)
     if violations:
         inv, detail = violations[0]
         small = keep
         if shrink:
-            small = shrink_events(seed, inv, keep, mutate, budget=shrink_budget)
+            small = shrink_events(seed, inv, keep, mutate, budget=shrink_budget, without=without)
         res.violations.append({"seed": str(seed), "invariant": inv, "detail": detail,
-                               "replay": replay_command(seed, small)})
+                               "replay": replay_command(seed, small, without)})
     res.wall_s = time.perf_counter() - t0
     return res
 
 
-def fails_with(seed: int, invariant: str, keep: list[int], mutate: Mutation | None) -> bool:
-    violations, _ = run_plan(draw(seed).kept(keep), mutate)
+def fails_with(seed: int, invariant: str, keep: list[int], mutate: Mutation | None,
+               without: frozenset[str] = frozenset()) -> bool:
+    violations, _ = run_plan(plan_for(seed, keep, without), mutate)
     return bool(violations) and violations[0][0] == invariant
 
 
 def shrink_events(seed: int, invariant: str, keep: list[int] | None, mutate: Mutation | None,
-                  budget: int = 60) -> list[int]:
+                  budget: int = 60, without: frozenset[str] = frozenset()) -> list[int]:
     """ddmin over the kept event indices; at most ``budget`` replays."""
-    cur = list(range(len(draw(seed).events))) if keep is None else list(keep)
+    cur = list(range(len(plan_for(seed, None, without).events))) if keep is None else list(keep)
     runs = 0
     n = 2
     while len(cur) >= 1 and runs < budget:
@@ -88,7 +98,7 @@ def shrink_events(seed: int, invariant: str, keep: list[int] | None, mutate: Mut
                 break
             rest = [i for i in cur if i not in part]
             runs += 1
-            if fails_with(seed, invariant, rest, mutate):
+            if fails_with(seed, invariant, rest, mutate, without):
                 cur, n, reduced = rest, max(n - 1, 2), True
                 break
         if not reduced:
@@ -105,26 +115,27 @@ def _parse_seeds(s: str) -> list[int]:
     return [int(x) for x in s.split(",")]
 
 
-def _one(args: tuple[int, bool]) -> SeedResult:
+def _one(args: tuple[int, bool, frozenset[str]]) -> SeedResult:
     logging.disable(logging.WARNING)
-    return run_seed(args[0], shrink=args[1])
+    return run_seed(args[0], shrink=args[1], without=args[2])
 
 
 def run_many(seeds: Iterable[int], jobs: int = 1, shrink: bool = True,
-             progress: Callable[[int, int, int], None] | None = None) -> list[SeedResult]:
+             progress: Callable[[int, int, int], None] | None = None,
+             without: frozenset[str] = frozenset()) -> list[SeedResult]:
     seeds = list(seeds)
     out: list[SeedResult] = []
     bad = 0
     if jobs <= 1:
         for s in seeds:
-            r = run_seed(s, shrink=shrink)
+            r = run_seed(s, shrink=shrink, without=without)
             out.append(r)
             bad += bool(r.violations)
             if progress:
                 progress(len(out), len(seeds), bad)
         return out
     with ProcessPoolExecutor(jobs) as pool:
-        for r in pool.map(_one, [(s, shrink) for s in seeds], chunksize=8):
+        for r in pool.map(_one, [(s, shrink, without) for s in seeds], chunksize=8):
             out.append(r)
             bad += bool(r.violations)
             if progress:
@@ -183,17 +194,22 @@ def main(argv: list[str]) -> int:
     p.add_argument("--replay", action="store_true", help="with --seed: the same as --seed alone (kept for clarity)")
     p.add_argument("--json", help="write the summary as JSON here")
     p.add_argument("--jobs", type=int, default=1, help="processes (this machine: 2)")
+    p.add_argument("--without", default="", help="leave these event kinds out of every schedule (comma list)")
     p.add_argument("--no-shrink", action="store_true", help="do not shrink failing seeds")
     a = p.parse_args(argv)
+    without = frozenset(k for k in a.without.split(",") if k)
+    unknown = without - set(EVENT_KINDS)
+    if unknown:
+        p.error(f"unknown event kinds {sorted(unknown)}; choose from {', '.join(EVENT_KINDS)}")
     if a.seed is not None:
         keep = None if a.keep is None else ([] if a.keep == "none" else [int(x) for x in a.keep.split(",")])
-        plan = draw(a.seed)
+        plan = plan_for(a.seed, None, without)
         print(f"seed {a.seed}: nodes {list(plan.nodes)}, prefix_mode={plan.prefix_mode}, warm_ip={plan.warm_ip}, "
               f"minimum_ip={plan.minimum_ip}, quota_fraction={plan.quota_fraction}")
         for i, ev in enumerate(plan.events):
             if keep is None or i in keep:
                 print(f"  [{i}] {ev.describe()}")
-        r = run_seed(a.seed, keep=keep, shrink=not a.no_shrink)
+        r = run_seed(a.seed, keep=keep, shrink=not a.no_shrink, without=without)
         print(f"faults: {r.faults}")
         if not r.violations:
             print("no violation")
@@ -205,7 +221,7 @@ def main(argv: list[str]) -> int:
         p.error("give --seeds A-B or --seed N")
     seeds = _parse_seeds(a.seeds)
     t0 = time.monotonic()
-    results = run_many(seeds, jobs=a.jobs, shrink=not a.no_shrink,
+    results = run_many(seeds, jobs=a.jobs, shrink=not a.no_shrink, without=without,
                        progress=lambda d, t, b: _bar(d, t, b, t0))
     wall = time.monotonic() - t0
     s = summary(results)

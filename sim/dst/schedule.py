@@ -25,7 +25,8 @@ FAULT_KINDS = (
     "terminate", "replace-node", "cni-overlap", "cni-interrupted", "cni-gc", "cni-hostile",
     "ddb-unprocessed", "queue-delete-failure", "reconcile-race",
 )
-"""Every kind of fault the schedule can hold (the summary counts them by these names)."""
+"""Every kind of fault the schedule can hold."""
+EVENT_KINDS = ("pods-add", "pods-del", "churn", *FAULT_KINDS)
 
 
 @dataclass(frozen=True)
