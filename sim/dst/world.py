@@ -562,7 +562,8 @@ class World:
         self.leases = TrackedLeases()
         self.recorded: dict[str, tuple[str, int]] = {}
         self.invocations: list[Invocation] = []
-        self.allocator = Allocator(ec2=AllocEc2(self), sqs=AllocSqs(self), buckets=self.buckets, ledger=self.ledger,
+        self.alloc_ec2 = AllocEc2(self)
+        self.allocator = Allocator(ec2=self.alloc_ec2, sqs=AllocSqs(self), buckets=self.buckets, ledger=self.ledger,
                                    leases=self.leases, clock=self.clock_inv, settings=self.settings,
                                    mapper=serial_map)
         self._handle_kw = set(inspect.signature(self.allocator.handle_batch).parameters)
