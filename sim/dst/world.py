@@ -68,8 +68,8 @@ RECONCILE_EVERY_S = 60.0
 AGENT_EVERY_S = 2.0
 RESYNC_S = 60.0
 ESM_EVERY_S = 1.0
-FUNCTION_TIMEOUT_S = 120
-REPORTS_VISIBILITY_S = 120
+FUNCTION_TIMEOUT_S = 300
+REPORTS_VISIBILITY_S = 300
 RESULT_VISIBILITY_S = 20
 HOST_NETNS = ("/proc/1/ns/net", "/proc/self/ns/net")
 HOST_IFNAMES = ("eth0", "ens5", "lo")
@@ -345,6 +345,7 @@ class Invocation:
     mutating: int = 0
     timeout_at: float = 0.0
     bodies: list[str] = field(default_factory=list)
+    stalled: bool = False
 
 
 class AllocEc2:
@@ -362,7 +363,9 @@ class AllocEc2:
         def call(**kw: Any) -> dict[str, Any]:
             inv = w.invocations[-1] if w.invocations else None
             if inv is not None:
-                if inv.slow_s:
+                if inv.slow_s and mutating and not inv.stalled:
+                    # one call hangs (connect timeouts, SDK retries) and then goes through
+                    inv.stalled = True
                     w.clock_inv.elapsed += inv.slow_s
                     if w.clock_inv.now() >= inv.timeout_at:
                         raise LambdaCrash("timed out")
@@ -609,6 +612,8 @@ class World:
 
     def violation(self, invariant: str, detail: str) -> None:
         self.violations.append((invariant, f"t={self.now() - T0:.1f}s: {detail}"))
+        if threading.current_thread() is not threading.main_thread():
+            return  # the CNI socket server's thread: the plugin call's caller stops the run
         raise Stop()
 
     def join(self, name: str, itype: str) -> SimAgent:
@@ -683,7 +688,7 @@ class World:
         slow = 0.0
         srate = self.active.get("slow-invocation", 0.0)
         if srate and r.random() < srate:
-            slow = r.choice((10.0, 25.0, 40.0))
+            slow = r.choice((45.0, 90.0, 150.0))
             self.fault("slow-invocation")
         nested = bool(self.invocations)
         inv = Invocation(owner, crash, slow, timeout_at=self.clock_inv.now() + FUNCTION_TIMEOUT_S,
@@ -914,7 +919,7 @@ class World:
         server = CniSocketServer(path, a.cni)
         t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         t.start()
-        env = {"CNI_PATH": "/opt/cni/bin", "WARMPOOL_CNI_SOCKET": path, **environ}
+        env = {"CNI_PATH": "/opt/cni/bin", cni_plugin.SOCKET_ENV: path, **environ}
         try:
             try:
                 return cni_plugin.run(env, stdin)
@@ -926,6 +931,8 @@ class World:
             server.shutdown()
             server.server_close()
             t.join()
+            if self.violations:
+                raise Stop()
 
     def _conf(self, a: SimAgent, **extra: Any) -> dict[str, Any]:
         assert self.sockdir is not None or True
@@ -947,20 +954,24 @@ class World:
             self.violation("cni-gc-leak", f"{a.name}: CNI GC succeeded, yet addresses stay held by containers "
                            f"the runtime does not know: {sorted(leaked)}")
 
-    def _hostile(self, a: SimAgent | None, variant: str) -> None:
+    def _hostile(self, a: SimAgent | None, variant: str, tries: int = 0) -> None:
         if a is None or not a.alive or a.gone:
             return
-        self.fault(f"cni-hostile:{variant}")
+        if not tries:
+            self.fault(f"cni-hostile:{variant}")
         env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": f"hostile-{variant}", "CNI_IFNAME": "eth0",
                "CNI_NETNS": f"/var/run/netns/hostile-{variant}"}
         conf = self._conf(a)
         if variant == "oversized":
-            conf["padding"] = "x" * ((1 << 20) + 4096)
+            conf["padding"] = "x" * ((1 << 20) + (1 << 19))  # 1.5 MiB: more than a socket buffer past the limit
         elif variant == "host-netns":
             env["CNI_NETNS"] = HOST_NETNS[0]
         else:
             env["CNI_NETNS"], env["CNI_IFNAME"] = HOST_NETNS[1], HOST_IFNAMES[1]
         code, out = self._plugin(a, env, json.dumps(conf))
+        if code and '"code": 11' in out and tries < 20:  # no address yet: the runtime tries again
+            self.loop.call_later(5.0, lambda: self._hostile(a, variant, tries + 1))
+            return
         if variant == "oversized":
             try:
                 err = json.loads(out)
