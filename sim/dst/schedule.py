@@ -110,8 +110,9 @@ def draw(seed: int) -> Plan:
     if rng.random() < 0.3:
         window("throttle-storm", rate=rng.choice((2.0, 5.0, 10.0)), describe=rng.random() < 0.6)
     if rng.random() < 0.25:
-        window("foreign-load", action=rng.choice(("AssignPrivateIpAddresses", "DescribeInstances",
-                                                  "CreateNetworkInterface")), rate=rng.choice((1.0, 3.0)))
+        window("foreign-load", action=rng.choice(("AssignPrivateIpAddresses", "UnassignPrivateIpAddresses",
+                                                  "DescribeInstances", "CreateNetworkInterface")),
+               rate=rng.choice((1.0, 3.0)))
     if rng.random() < 0.15:
         window("subnet-exhausted")
     if rng.random() < 0.15:

@@ -377,6 +377,8 @@ class AllocEc2:
                 w.maybe_terminate_now(node)
                 if inv is not None:
                     w.check_lease(inv, node, name)
+                if name == "unassign_private_ip_addresses":
+                    w.check_release(node, kw)
             out: dict[str, Any] = fn(**kw)
             if inv is not None and mutating:
                 inv.mutating += 1
@@ -747,6 +749,22 @@ class World:
         elif self.clock_inv.now() > held[1]:
             self.violation("lease", f"invocation {inv.owner} called {call} on {node} "
                            f"{self.clock_inv.now() - held[1]:.0f}s after its lease expired")
+
+    def check_release(self, node: str, kw: dict[str, Any]) -> None:
+        """EC2 is about to take addresses back from a node: no pod there may hold one."""
+        a = self.agents.get(node)
+        if a is None or a.gone:
+            return
+        ips = set(kw.get("PrivateIpAddresses") or [])
+        prefixes = list(kw.get("Ipv4Prefixes") or [])
+        for cid, ip in a.rt.up.items():
+            if ip in ips or (prefixes and checks._in_prefix(ip, prefixes)):
+                q = None
+                for e in a.ds.enis():
+                    if ip in e.addrs:
+                        q = e.addrs[ip].quarantined_at
+                self.violation("released-in-use", f"the allocator unassigns {ip} from {node} while pod {cid} holds it "
+                               f"(the agent {'has it quarantined' if q is not None else 'no longer offers it'})")
 
     def esm_tick(self) -> None:
         self.esm.tick(self.clock_inv.now())
