@@ -122,7 +122,8 @@ def draw(seed: int) -> Plan:
     if rng.random() < 0.12:
         ev.append(Event(at(), "terminate", {"node": rng.choice(names)}))
     if rng.random() < 0.12:
-        ev.append(Event(at(), "replace-node", {"node": rng.choice(names), "gap": round(rng.uniform(0, 60), 1)}))
+        ev.append(Event(at(), "replace-node", {"node": rng.choice(names), "gap": round(rng.uniform(0, 60), 1),
+                                               "race": rng.random() < 0.5}))
     for _ in range(rng.choice((0, 0, 1, 2))):
         ev.append(Event(at(), "cni-overlap", {"node": rng.choice(names)}))
     if rng.random() < 0.1:

@@ -487,6 +487,7 @@ class ReconcilerEc2:
     def __init__(self, w: World) -> None:
         self.w = w
         self.inner = w.emu.client()
+        self.once: Callable[[], None] | None = None
 
     def __getattr__(self, name: str) -> Any:
         fn = getattr(self.inner, name)
@@ -495,6 +496,9 @@ class ReconcilerEc2:
 
         def call(**kw: Any) -> dict[str, Any]:
             out: dict[str, Any] = fn(**kw)
+            if self.once is not None:
+                once, self.once = self.once, None
+                once()
             if "reconcile-race" in self.w.active:
                 self.w.fault("reconcile-race")
                 self.w.esm_tick()
@@ -572,7 +576,8 @@ class World:
                                    leases=self.leases, clock=self.clock_inv, settings=self.settings,
                                    mapper=serial_map)
         self._handle_kw = set(inspect.signature(self.allocator.handle_batch).parameters)
-        self.reconciler = Reconciler(ec2=ReconcilerEc2(self), sqs=ReconcilerSqs(self), buckets=self.buckets,
+        self.reconciler_ec2 = ReconcilerEc2(self)
+        self.reconciler = Reconciler(ec2=self.reconciler_ec2, sqs=ReconcilerSqs(self), buckets=self.buckets,
                                      ledger=self.ledger, leases=self.leases, clock=self.loop.clock,
                                      settings=self.settings)
         self.esm = EventSourceMapping(
@@ -857,7 +862,10 @@ class World:
                 itype = a.itype
                 self.terminate(a.name)
                 self.fault("replace-node")
-                self.loop.call_later(x["gap"], lambda n=a.name, t=itype: self.join(n, t))
+                if x.get("race"):
+                    self._replace_racing(a.name, itype)
+                else:
+                    self.loop.call_later(x["gap"], lambda n=a.name, t=itype: self.join(n, t))
         elif k == "cni-overlap":
             self._overlap(a)
         elif k == "cni-interrupted":
@@ -877,6 +885,21 @@ class World:
             self._window(k, True, x["dur"])
         else:
             raise ValueError(f"unknown event kind {k}")
+
+    def _replace_racing(self, name: str, itype: str) -> None:
+        """A scheduled reconcile reads the ledger just before the new instance that reuses
+        the name has its first report served: the serve lands while the reconciler is
+        between its read and its clean-up."""
+        self.fault("replace-node:racing-reconcile")
+        inner = self.reconciler_ec2
+
+        def during_describe() -> None:
+            a = self.join(name, itype)
+            a.periodic()
+            self.esm_tick()
+
+        inner.once = during_describe
+        self._reconcile()
 
     def _window(self, kind: str, value: Any, dur: float) -> None:
         self.active[kind] = value
