@@ -756,7 +756,8 @@ class World:
                            f"{self.clock_inv.now() - held[1]:.0f}s after its lease expired")
 
     def check_release(self, node: str, kw: dict[str, Any]) -> None:
-        """EC2 is about to take addresses back from a node: no pod there may hold one."""
+        """EC2 is about to take addresses back from a node: no pod there may hold one, and
+        the (running) agent must still have each one quarantined, i.e. on offer."""
         a = self.agents.get(node)
         if a is None or a.gone:
             return
@@ -764,12 +765,15 @@ class World:
         prefixes = list(kw.get("Ipv4Prefixes") or [])
         for cid, ip in a.rt.up.items():
             if ip in ips or (prefixes and checks._in_prefix(ip, prefixes)):
-                q = None
-                for e in a.ds.enis():
-                    if ip in e.addrs:
-                        q = e.addrs[ip].quarantined_at
-                self.violation("released-in-use", f"the allocator unassigns {ip} from {node} while pod {cid} holds it "
-                               f"(the agent {'has it quarantined' if q is not None else 'no longer offers it'})")
+                self.violation("released-in-use", f"the allocator unassigns {ip} from {node} while pod {cid} holds it")
+        if not a.alive:
+            return
+        for e in a.ds.enis():
+            for ip, addr in e.addrs.items():
+                hit = ip in ips or (addr.prefix is not None and addr.prefix in prefixes)
+                if hit and addr.quarantined_at is None:
+                    self.violation("released-not-offered", f"the allocator unassigns {addr.prefix or ip} from "
+                                   f"{node}, which its agent no longer offers (taken back into the pool)")
 
     def esm_tick(self) -> None:
         self.esm.tick(self.clock_inv.now())
