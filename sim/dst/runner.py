@@ -56,7 +56,16 @@ def run_plan(plan: Plan, mutate: Mutation | None = None) -> tuple[list[tuple[str
     from sim.dst.world import World
 
     w = World(plan, mutate)
-    out = w.run()
+    try:
+        out = w.run()
+    except Exception as exc:  # a harness bug must not end a many-seed run: report it as one
+        import traceback
+
+        tb = traceback.format_exc(limit=-3).replace("\n", " | ")
+        w.violations.append(("harness-error", f"{type(exc).__name__}: {exc} ({tb[-600:]})"))
+        from sim.dst.world import Outcome
+
+        out = Outcome(plan.seed, len(plan.events), w.faults, w.violations, w.now())
     return out.violations, (out, w)
 
 

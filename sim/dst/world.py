@@ -49,6 +49,7 @@ from node_agent.netlink import NetlinkFailure
 from sim.dst import checks
 from sim.dst.schedule import QUIET_S, SPAN_S, Event, Plan
 from sim.ec2 import Ec2Config, Ec2Emulator
+from sim.ec2.errors import Ec2Error
 from sim.esm import EsmConfig, EventSourceMapping
 from sim.memstores import MemBuckets, MemLeases, MemLedger
 from sim.sqs import FastSqs
@@ -869,7 +870,7 @@ class World:
                 if x.get("race"):
                     self._replace_racing(a.name, itype)
                 else:
-                    self.loop.call_later(x["gap"], lambda n=a.name, t=itype: self.join(n, t))
+                    self.loop.call_later(x["gap"], lambda n=a.name, t=itype: self._join_later(n, t))
         elif k == "cni-overlap":
             self._overlap(a)
         elif k == "cni-interrupted":
@@ -890,6 +891,13 @@ class World:
         else:
             raise ValueError(f"unknown event kind {k}")
 
+    def _join_later(self, name: str, itype: str) -> None:
+        """The replacement instance launches (its auto scaling group retries while the subnet is full)."""
+        try:
+            self.join(name, itype)
+        except Ec2Error:
+            self.loop.call_later(10.0, lambda: self._join_later(name, itype))
+
     def _replace_racing(self, name: str, itype: str) -> None:
         """A scheduled reconcile reads the ledger just before the new instance that reuses
         the name has its first report served: the serve lands while the reconciler is
@@ -898,7 +906,11 @@ class World:
         inner = self.reconciler_ec2
 
         def during_describe() -> None:
-            a = self.join(name, itype)
+            try:
+                a = self.join(name, itype)
+            except Ec2Error:
+                self.loop.call_later(10.0, lambda: self._join_later(name, itype))
+                return
             a.periodic()
             self.esm_tick()
 
