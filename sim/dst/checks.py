@@ -189,9 +189,9 @@ def at_end(w: World) -> None:
                         f"ledger at {last['last_seq'] if last else 'no row'}")
         # every address EC2 put on the node is known to its agent (no leaked address or prefix)
         known: set[str] = set()
-        for e in a.ds.enis():
-            known.update(e.ips)
-            known.update(e.prefixes)
+        for mine in a.ds.enis():
+            known.update(mine.ips)
+            known.update(mine.prefixes)
         for e in w.emu.enis.values():
             if e.attachment is None or e.attachment.instance_id != a.iid:
                 continue

@@ -40,11 +40,11 @@ from functions.reconciler import Reconciler
 from functions.settings import Settings
 from functions.stores import DynamoLedger
 from node_agent import cni as cni_plugin
-from node_agent.cniserver import CniService, CniSocketServer, PodNet
+from node_agent.cniserver import CniService, CniSocketServer
 from node_agent.config import Timing
 from node_agent.controller import AttachedEni, NodeIdentity, PoolController
 from node_agent.datastore import CheckpointError, Datastore, EniInfo, MemoryCheckpoint
-from node_agent.hostnet import host_veth_name
+from node_agent.hostnet import PodNet, host_veth_name
 from node_agent.netlink import NetlinkFailure
 from sim.dst import checks
 from sim.dst.schedule import QUIET_S, SPAN_S, Event, Plan
@@ -395,7 +395,7 @@ class FakeDynamo:
     def __init__(self, w: World, ledger: MemLedger) -> None:
         self.w, self.ledger = w, ledger
 
-    def batch_get_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:  # noqa: N803
+    def batch_get_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:
         (table, req), = RequestItems.items()
         got, left = [], []
         rate = self.w.active.get("ddb-unprocessed", 0.0)
@@ -992,7 +992,6 @@ class World:
                 raise Stop()
 
     def _conf(self, a: SimAgent, **extra: Any) -> dict[str, Any]:
-        assert self.sockdir is not None or True
         return {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool", **extra}
 
     def _gc(self, a: SimAgent | None) -> None:
@@ -1002,7 +1001,7 @@ class World:
         valid = [{"containerID": c, "ifname": "eth0"} for c in [*rt.up, *rt.adding, *rt.deleting]]
         conf = self._conf(a, cniVersion="1.1.0", **{"cni.dev/valid-attachments": valid})
         self.fault("cni-gc")
-        code, out = self._plugin(a, {"CNI_COMMAND": "GC"}, json.dumps(conf))
+        code, _ = self._plugin(a, {"CNI_COMMAND": "GC"}, json.dumps(conf))
         if code != 0:
             return  # refused (e.g. an old runtime's version): nothing to check
         known_ids = {v["containerID"] for v in valid}
@@ -1041,7 +1040,7 @@ class World:
     # --- the run
     def run(self) -> Outcome:
         end = T0 + SPAN_S + QUIET_S
-        for i, ev in enumerate(self.plan.events):
+        for ev in self.plan.events:
             self.loop.call_at(T0 + ev.at, lambda ev=ev: self.apply(ev))
         self.loop.every(ESM_EVERY_S, self.esm_tick, start=T0 + 0.5)
         self.loop.every(RECONCILE_EVERY_S, self._reconcile, start=T0 + RECONCILE_EVERY_S)
