@@ -209,6 +209,9 @@ def at_end(w: World) -> None:
         d = a.ctl.delta(now)
         if d.low:
             w.violation("not-settled", f"{a.name}: pool short of its targets after the quiet period ({d})")
+        if d.over_units > 0 and not w.plan.prefix_mode and not a.ds.quarantined():
+            w.violation("not-settled", f"{a.name}: {d.over_units} idle addresses above the targets, none offered, "
+                        "after the quiet period")
     for iid, when in w.terminated.items():
         a = w.by_iid[iid]
         if w.agents.get(a.name) is not a or now - when < w.settings.gc_age_s + 180:
