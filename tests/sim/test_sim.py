@@ -256,3 +256,21 @@ def test_a_failing_seed_prints_one_replay_command(capsys: Any) -> None:
     assert ("VIOLATION" in text) == (code == 1)
     if code:
         assert "replay (shrunk): warmpool sim --seed 9" in text
+
+
+def test_a_seed_replays_exactly_in_another_process() -> None:
+    """Same outcome whatever the process's hash seed (set and dict orders never leak in)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import logging; logging.disable(logging.WARNING)\n"
+            "from sim.dst.runner import run_seed\n"
+            "r = run_seed(10, shrink=False)\n"
+            "print(r.loop_events, sorted(r.faults.items()), [v['invariant'] for v in r.violations])\n")
+    outs = {
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       env={**os.environ, "PYTHONHASHSEED": h}).stdout
+        for h in ("1", "2")
+    }
+    assert len(outs) == 1, outs
