@@ -268,16 +268,19 @@ class SimAgent:
         w = self.w
         now = w.now()
         with self.guard():
-            self.receive()
-            if not self.alive:
-                return
-            if now - self.resynced_at >= RESYNC_S:
-                self.resynced_at = now
-                self.ctl.resync(now)
-            self.runtime_calls()
-            for report in self.ctl.tick(now):
-                self.sent.append((now, report.seq))
-                w.send_report(self, report.to_json())
+            try:
+                self.receive()
+                if not self.alive:
+                    return
+                if now - self.resynced_at >= RESYNC_S:
+                    self.resynced_at = now
+                    self.ctl.resync(now)
+                self.runtime_calls()
+                for report in self.ctl.tick(now):
+                    self.sent.append((now, report.seq))
+                    w.send_report(self, report.to_json())
+            except Exception as exc:  # the agent's loop would die (or spin) on this
+                w.violation("agent-raised", f"{self.name}: {type(exc).__name__}: {str(exc)[:300]}")
 
     def receive(self) -> None:
         w = self.w
