@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
-.PHONY: test demo lint typecheck unit integration infra-test runtime-test bench-planner system-deps clean
+.PHONY: test demo lint typecheck unit integration infra-test runtime-test sim-test bench-planner system-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,9 @@ unit: $(STAMP)
 
 integration: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q tests/integration
+
+sim-test: $(STAMP)
+	$(BIN)/python -m pytest -q -m sim tests/sim
 
 infra-test: $(STAMP)
 	$(BIN)/python -m pytest -q tests/infra

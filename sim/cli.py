@@ -22,6 +22,8 @@ These commands run it on one machine against emulated AWS:
              ipamd (vpc-cni) and the Cilium operator, with the lower bound
   demo       the whole system end to end: local stack, agents in network
              namespaces, pods created through the CNI plugin
+  sim        the whole system (allocator, reconciler, agents) under seeded
+             faults in virtual time, with invariants checked after every event
   plan       the core planner on a sample cluster's reports (no AWS at all)
   max-pods   the kubelet's --max-pods for an instance type (VPC CNI formulas)
 """
@@ -42,6 +44,8 @@ COMMANDS: dict[str, tuple[str, Callable[[list[str]], int]]] = {
               _run("sim.bench.cli", "bench_main")),
     "demo": ("end-to-end demo: `warmpool demo [--nodes N] [--pods-per-node N] [--json OUT]`",
              _run("sim.demo", "main")),
+    "sim": ("the whole system under deterministic simulation: `warmpool sim --seeds A-B [--json OUT] [--jobs 2]`",
+            _run("sim.dst.runner", "main")),
     "plan": ("plan a sample cluster with the core: `warmpool plan [--nodes N] [--json]`",
              _run("sim.sample_plan", "main")),
     "max-pods": ("the kubelet's --max-pods: `warmpool max-pods --instance-type T [--prefix] [--max-eni N]`",

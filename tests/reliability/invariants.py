@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 from collections import Counter
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from functions.reconciler import Reconciler
+from sim.dst.checks import agent_problems as agent_problems  # shared with `warmpool sim`
+from sim.dst.checks import ec2_problems as ec2_problems
 from warmpool import names
 
 FIGURES = Path(os.environ.get("WARMPOOL_FAULT_FIGURES", "/tmp/warmpool-fault-figures.jsonl"))
@@ -48,52 +49,6 @@ class FaultLog:
             for kind, n in self.injected.items():
                 f.write(json.dumps({"test": test, "fault": kind, "injected": n, "survived": n}) + "\n")
         self.injected.clear()
-
-
-def _in_prefix(ip: str, prefixes: Iterable[str]) -> bool:
-    a = ipaddress.IPv4Address(ip)
-    return any(a in ipaddress.IPv4Network(p) for p in prefixes)
-
-
-def ec2_problems(emu: Any) -> list[str]:
-    """Invariant 1, EC2 side."""
-    problems = []
-    seen: Counter[str] = Counter()
-    prefixes: dict[str, str] = {}
-    for e in emu.enis.values():
-        seen.update(e.secondary)
-        seen.update([e.primary_ip])
-        seen.update(e.prefixes)
-        for p in e.prefixes:
-            prefixes[p] = e.id
-    problems += [f"address {a} on {n} ENIs" for a, n in seen.items() if n > 1]
-    for e in emu.enis.values():
-        for ip in [e.primary_ip, *e.secondary]:
-            for p, owner in prefixes.items():
-                if owner != e.id and _in_prefix(ip, [p]):
-                    problems.append(f"{ip} of {e.id} lies in prefix {p} of {owner}")
-    return problems
-
-
-def agent_problems(emu: Any, agents: dict[str, tuple[str, Any]]) -> list[str]:
-    """Invariant 1, agent side. ``agents``: node -> (instance id, Datastore)."""
-    problems = []
-    holders: dict[str, str] = {}
-    for node, (iid, ds) in agents.items():
-        mine_ips: set[str] = set()
-        mine_pfx: list[str] = []
-        for e in emu.enis.values():
-            if e.attachment is not None and e.attachment.instance_id == iid:
-                mine_ips.update(e.secondary)
-                mine_pfx.extend(e.prefixes)
-        for pod in ds.pods():
-            key = f"{node}/{pod.container_id}"
-            if pod.ip in holders:
-                problems.append(f"{pod.ip} held by {holders[pod.ip]} and {key}")
-            holders[pod.ip] = key
-            if pod.ip not in mine_ips and not _in_prefix(pod.ip, mine_pfx):
-                problems.append(f"{key} holds {pod.ip}, which EC2 has not attached to {iid}")
-    return problems
 
 
 def leak_problems(world: Any, reconciler: Reconciler, *, gc_age_s: float) -> list[str]:
