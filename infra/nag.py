@@ -73,6 +73,11 @@ def acknowledgements(cluster: str, *, wildcard_groups: bool, tagged_subnets: boo
         Acknowledgement("AllocateRole", f"AwsSolutions-IAM5[{result_queues(cluster)}]", REASON_RESULT),
         Acknowledgement("ReconcileRole", f"AwsSolutions-IAM5[{result_queues(cluster)}]", REASON_RESULT),
         Acknowledgement("AgentPolicy", f"AwsSolutions-IAM5[{result_queues(cluster)}]", REASON_RESULT),
+        Acknowledgement(
+            "AgentPolicy", "AwsSolutions-IAM5[Resource::*]",
+            "DescribeNetworkInterfaces supports no resource-level permissions; the agent reads only its "
+            "own instance's ENIs (filtered by attachment.instance-id) to learn which carry no_manage.",
+        ),
         Acknowledgement("Allocate", "AwsSolutions-L1", REASON_RUNTIME),
         Acknowledgement("Reconcile", "AwsSolutions-L1", REASON_RUNTIME),
     ]

@@ -332,6 +332,14 @@ def agent(cfg: StackConfig, arns: Arns, reports_queue_arn: str) -> list[iam.Poli
             ],
             resources=[arns.result_queues(cfg.cluster)],
         ),
+        iam.PolicyStatement(
+            # The agent learns which of its ENIs carry node.k8s.amazonaws.com/no_manage
+            # (node_agent/unmanaged.py), as ipamd does: one filtered Describe at start and
+            # when an unknown ENI appears. Describe* supports no resource-level scoping.
+            sid="DescribeOwnEnis",
+            actions=["ec2:DescribeNetworkInterfaces"],
+            resources=["*"],
+        ),
     ]
 
 

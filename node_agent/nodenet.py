@@ -96,6 +96,18 @@ class NodeSpec:
         return out
 
 
+def _sysctl_set(netns: str, key: str, value: str) -> bool:
+    """Write a kernel setting the node needs; where /proc/sys is read-only (an
+    unprivileged container: the DaemonSet's init container writes them), say so
+    and go on: ``problems()`` then reports the difference on /readyz."""
+    try:
+        return sysctl_set(netns, key, value)
+    except OSError as exc:
+        log.warning("cannot set %s=%s (%s); the init container sets it (install-cni.sh), /readyz reports it",
+                    key, value, exc.strerror or exc)
+        return False
+
+
 def mark_rule(mark: int) -> Rule:
     return Rule(priority=MARK_RULE_PRIORITY, table=MAIN_TABLE, fwmark=mark, fwmask=mark)
 
@@ -287,9 +299,9 @@ class NodeNetworking:
             if mtu != s.eni_mtu:
                 nl.link_set(index, mtu=s.eni_mtu)
                 changes += 1
-            changes += sysctl_set(self.netns, "net.ipv4.ip_forward", "1")
+            changes += _sysctl_set(self.netns, "net.ipv4.ip_forward", "1")
             if s.node_port_support and s.configure_rp_filter:
-                changes += sysctl_set(self.netns, f"net.ipv4.conf.{ifname}.rp_filter", RP_FILTER_LOOSE)
+                changes += _sysctl_set(self.netns, f"net.ipv4.conf.{ifname}.rp_filter", RP_FILTER_LOOSE)
             rule = mark_rule(s.connmark)
             for have in nl.rules():
                 if have.priority == MARK_RULE_PRIORITY and have.fwmark and have != rule:

@@ -30,6 +30,9 @@ COPY node_agent ./node_agent
 RUN uv pip install --python /opt/warmpool/venv/bin/python --no-cache '.[agent]'
 
 FROM debian:bookworm-slim
+# nft: the agent's SNAT and NodePort rules (node_agent/nodenet.py).
+RUN apt-get update && apt-get install -y --no-install-recommends nftables \
+ && rm -rf /var/lib/apt/lists/*
 LABEL org.opencontainers.image.title="warmpool-agent" \
       org.opencontainers.image.description="warmpool node agent and CNI plugin" \
       org.opencontainers.image.licenses="Apache-2.0"

@@ -8,11 +8,12 @@ set -eu
 : "${HOST_CNI_NET_DIR:=/host/etc/cni/net.d}"
 : "${HOST_WARMPOOL_DIR:=/host/opt/warmpool}"
 : "${CNI_CONFIG_DIR:=/etc/warmpool-cni}"
+: "${IMAGE_WARMPOOL_DIR:=/opt/warmpool}"
 
 # 1. The Python runtime and packages, under the same path as in the image.
 for part in python venv; do
   rm -rf "${HOST_WARMPOOL_DIR}/.${part}.new"
-  cp -a "/opt/warmpool/${part}" "${HOST_WARMPOOL_DIR}/.${part}.new"
+  cp -a "${IMAGE_WARMPOOL_DIR}/${part}" "${HOST_WARMPOOL_DIR}/.${part}.new"
   rm -rf "${HOST_WARMPOOL_DIR}/.${part}.old"
   if [ -e "${HOST_WARMPOOL_DIR}/${part}" ]; then
     mv "${HOST_WARMPOOL_DIR}/${part}" "${HOST_WARMPOOL_DIR}/.${part}.old"
@@ -37,3 +38,17 @@ for conf in "${CNI_CONFIG_DIR}"/*.conflist; do
   mv -f "${HOST_CNI_NET_DIR}/.${name}.tmp" "${HOST_CNI_NET_DIR}/${name}"
 done
 echo "warmpool CNI installed: ${HOST_CNI_BIN_DIR}/warmpool-cni, $(ls "${CNI_CONFIG_DIR}")"
+
+# 4. Kernel settings the node needs (docs/agent.md, "Host networking"): forwarding,
+#    and loose reverse-path filtering on the primary interface for the NodePort
+#    return path. Written here, by the privileged init container, because the
+#    agent's /proc/sys is read-only (it is not privileged); the agent checks them
+#    and reports any difference on /readyz. Skipped with
+#    AWS_VPC_K8S_CNI_CONFIGURE_RPFILTER=false or AWS_VPC_CNI_NODE_PORT_SUPPORT=false.
+echo 1 > /proc/sys/net/ipv4/ip_forward
+primary=$(awk '$2 == "00000000" { print $1; exit }' /proc/net/route)
+if [ -n "${primary}" ] && [ "${AWS_VPC_K8S_CNI_CONFIGURE_RPFILTER:-true}" != "false" ] \
+   && [ "${AWS_VPC_CNI_NODE_PORT_SUPPORT:-true}" != "false" ]; then
+  echo 2 > "/proc/sys/net/ipv4/conf/${primary}/rp_filter"
+fi
+echo "warmpool node settings: ip_forward=1${primary:+, ${primary} rp_filter loose}"

@@ -182,7 +182,9 @@ def _agent_policy(s: Synthesized) -> dict[str, Any]:
 def test_agent_sends_reports_and_reads_only_result_queues_under_its_prefix(default: Synthesized) -> None:
     policy = _agent_policy(default)
     by_sid = {st["Sid"]: st for st in policy["PolicyDocument"]["Statement"]}
-    assert set(by_sid) == {"SendPoolReports", "ReceiveFromResultQueues"}
+    assert set(by_sid) == {"SendPoolReports", "ReceiveFromResultQueues", "DescribeOwnEnis"}
+    # The one EC2 permission: reading ENIs (no_manage tags, as ipamd does); nothing that changes EC2.
+    assert by_sid["DescribeOwnEnis"]["Action"] == "ec2:DescribeNetworkInterfaces"
     reports = default.logical_id(
         "AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports"
     )

@@ -141,6 +141,19 @@ def test_init_container_installs_the_plugin_and_conflist(docs: list[dict[str, An
     assert conf["plugins"][0]["socket"] == names.DEFAULT_SOCKET
 
 
+def test_only_the_init_container_is_privileged_and_it_reads_the_node_settings(docs: list[dict[str, Any]]) -> None:
+    # /proc/sys is read-only in an unprivileged container: the init container
+    # (privileged, runs once) writes ip_forward and rp_filter; the agent is not
+    # privileged and only checks them (/readyz). It reads the same ConfigMap, so
+    # AWS_VPC_K8S_CNI_CONFIGURE_RPFILTER / AWS_VPC_CNI_NODE_PORT_SUPPORT reach it.
+    pod = _by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert init["securityContext"]["privileged"] is True
+    assert {"configMapRef": {"name": "warmpool-config"}} in init["envFrom"]
+    for c in pod["containers"]:
+        assert not c["securityContext"].get("privileged", False), c["name"]
+
+
 @pytest.mark.parametrize(
     "document",
     [

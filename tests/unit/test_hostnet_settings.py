@@ -194,3 +194,22 @@ def test_an_eni_the_describe_does_not_list_is_managed_like_ipamds_tag_map() -> N
     del ec2.tags[MANAGED.eni_id]
     ec2.tags.pop(TAGGED.eni_id)
     assert {e.info.eni_id for e in md.interfaces()} == {PRIMARY.eni_id, MANAGED.eni_id, TAGGED.eni_id}
+
+
+def test_a_read_only_proc_sys_is_reported_not_fatal(monkeypatch: pytest.MonkeyPatch,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    # In an unprivileged container /proc/sys is read-only (EROFS): the agent must
+    # start anyway (the init container sets the values) and say what it could not set.
+    import errno
+
+    from node_agent import nodenet
+
+    def refuse(netns: str, key: str, value: str) -> bool:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(nodenet, "sysctl_set", refuse)
+    with caplog.at_level("WARNING", logger="warmpool.agent.nodenet"):
+        assert nodenet._sysctl_set("", "net.ipv4.ip_forward", "1") is False
+    assert "net.ipv4.ip_forward=1" in caplog.text and "Read-only file system" in caplog.text
+    monkeypatch.setattr(nodenet, "sysctl_set", lambda netns, key, value: True)
+    assert nodenet._sysctl_set("", "net.ipv4.ip_forward", "1") is True
