@@ -22,6 +22,7 @@ import fcntl
 import hashlib
 import ipaddress
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from node_agent.datastore import EniInfo
@@ -93,14 +94,22 @@ def netns_problem(netns: str, node_netns: str = "") -> str | None:
             return f"network namespace {netns}: {exc.strerror}"
     finally:
         os.close(fd)
+    return netns_refusal(netns, kind, (st.st_dev, st.st_ino), node_netns, _ns_id)
+
+
+def netns_refusal(netns: str, kind: int, target: tuple[int, int], node_netns: str,
+                  ns_id: Callable[[str], tuple[int, int] | None]) -> str | None:
+    """The rule of :func:`netns_problem` once the namespace file is open: ``kind`` its
+    namespace type, ``target`` its (device, inode); ``ns_id`` gives a path's
+    (device, inode), None if it cannot be read. Pure (the simulation reuses it
+    with its own model of the namespaces)."""
     if kind != CLONE_NEWNET:
         return f"{netns} is not a network namespace"
-    target = (st.st_dev, st.st_ino)
     own = [("/proc/self/ns/net", "the agent's own"), ("/proc/1/ns/net", "the host's (PID 1)")]
     if node_netns:
         own.append((netns_path(node_netns), "the node's"))
     for p, what in own:
-        if _ns_id(p) == target:
+        if ns_id(p) == target:
             return f"{netns} is {what} network namespace, not a pod's"
     return None
 

@@ -162,13 +162,13 @@ def _books(w: World) -> None:
                 w.violation("eni-leaked", f"{e.id} detached for {now - since:.0f}s (GC age {w.settings.gc_age_s:.0f}s)")
         else:
             w.detached_since.pop(e.id, None)
-    for node, (iid, seq) in w.recorded.items():
-        a = w.agents.get(node)
+    for key, (iid, seq) in w.recorded.items():  # key: the node's instance id or its name
+        a = w.by_iid.get(key) or w.agents.get(key)
         if a is None or a.gone or a.iid != iid:
             continue
-        got = w.ledger._items.get(("dst", node))
+        got = w.ledger._items.get(("dst", key))
         if got is None or int(got["last_seq"]) < seq:
-            w.violation("ledger-row-lost", f"{node} ({iid}, running): ledger row for report {seq} "
+            w.violation("ledger-row-lost", f"{a.name} ({iid}, running): ledger row for report {seq} "
                         f"{'forgotten' if got is None else 'moved back to ' + str(got['last_seq'])}")
 
 
@@ -183,7 +183,7 @@ def at_end(w: World) -> None:
         if not a.alive:
             continue
         due = [seq for t, seq in a.sent if t <= now - SERVE_BOUND_S]
-        last = w.ledger._items.get(("dst", a.name))
+        last = w.ledger_row(a)
         if due and (last is None or int(last["last_seq"]) < max(due)):
             w.violation("report-unserved", f"{a.name}: report {max(due)} sent {now - a.sent[-1][0]:.0f}s+ ago, "
                         f"ledger at {last['last_seq'] if last else 'no row'}")

@@ -21,6 +21,7 @@ The run stops at the first violation (see :mod:`sim.dst.checks`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import ipaddress
 import json
@@ -40,17 +41,21 @@ from functions.reconciler import Reconciler
 from functions.settings import Settings
 from functions.stores import DynamoLedger
 from node_agent import cni as cni_plugin
+from node_agent.agent import RESTART_HOLD_S, RESULT_VISIBILITY_S
 from node_agent.cniserver import CniService, CniSocketServer
-from node_agent.config import Timing
+from node_agent.config import ENV_CLUSTER_NAME
+from node_agent.config import load as load_agent_config
 from node_agent.controller import AttachedEni, NodeIdentity, PoolController
 from node_agent.datastore import CheckpointError, Datastore, EniInfo, MemoryCheckpoint
-from node_agent.hostnet import PodNet, host_veth_name
-from node_agent.netlink import NetlinkFailure
+from node_agent.hostnet import CLONE_NEWNET, PodNet, PodRefused, host_veth_name, ifname_problem, netns_refusal
+from node_agent.netlink import NetlinkFailure, netns_path
 from sim.dst import checks
 from sim.dst.schedule import QUIET_S, SPAN_S, Event, Plan
 from sim.ec2 import Ec2Config, Ec2Emulator
 from sim.ec2.errors import Ec2Error
 from sim.esm import EsmConfig, EventSourceMapping
+from sim.iid import IdentitySigner
+from sim.imds import Imds
 from sim.memstores import MemBuckets, MemLeases, MemLedger
 from sim.sqs import FastSqs
 from warmpool import names
@@ -63,17 +68,26 @@ from warmpool.pool import PoolConfig
 T0 = 1_700_000_000.0
 CLUSTER = "dst"
 SUBNET_CIDR = "10.0.0.0/23"
-TIMING = Timing()  # the agent's defaults: cooldown 30 s, release delay 60 s, release timeout 120 s
+AGENT_CONFIG = load_agent_config({ENV_CLUSTER_NAME: CLUSTER})
+"""A production agent's settings (defaults, checked as the agent checks them at start:
+release timeout >= MIN_RELEASE_TIMEOUT_S, ...)."""
+TIMING = AGENT_CONFIG.timing  # cooldown 30 s, release delay 60 s, release timeout 120 s
+GC_MIN_AGE_S = 60.0
+"""The agent's CniService default (node_agent/agent.py does not change it)."""
 GC_AGE_S = 120.0
 RECONCILE_EVERY_S = 60.0
 AGENT_EVERY_S = 2.0
-RESYNC_S = 60.0
+RESYNC_S = AGENT_CONFIG.resync_s
 ESM_EVERY_S = 1.0
 FUNCTION_TIMEOUT_S = 300
 REPORTS_VISIBILITY_S = 300
-RESULT_VISIBILITY_S = 20
 HOST_NETNS = ("/proc/1/ns/net", "/proc/self/ns/net")
+"""The paths by which a CNI call could name the host's network namespace (the agent runs
+with host networking: its own namespace is the host's, and the node's is its own)."""
 HOST_IFNAMES = ("eth0", "ens5", "lo")
+HOST_NS_ID = (4, 4026531840)
+"""(device, inode) of the host's network namespace (nsfs)."""
+POD_NETNS_DIR = "/var/run/netns/"
 DESCRIBE_ACTIONS = ("DescribeInstances", "DescribeNetworkInterfaces")
 
 
@@ -87,6 +101,12 @@ class LambdaCrash(BaseException):
 
 class Stop(BaseException):
     """A violation was found: stop the run."""
+
+
+@functools.cache
+def _signer() -> IdentitySigner:
+    """One test key per process (making one costs a few milliseconds)."""
+    return IdentitySigner()
 
 
 # --- IMDS with lag ---------------------------------------------------------------------
@@ -164,21 +184,68 @@ class KillCheckpoint(MemoryCheckpoint):
 class SimPods:
     """Recorded pod wiring (the host's kernel state; survives agent restarts).
 
-    Models :func:`node_agent.hostnet.setup_pod`: in the netns given, an
-    interface named ``ifname`` that is not a veth is deleted first
-    (``pod.link_absent(ifname)``) — in the host's namespace that is a host
-    interface. ``fail`` makes the next set-up of a container fail (e.g. the
-    netns vanished)."""
+    Stands in for :class:`node_agent.cniserver.NetlinkPods` over
+    :func:`node_agent.hostnet.setup_pod`:
+
+    * ``check_netns`` is the real rule (:func:`node_agent.hostnet.netns_refusal`)
+      over a model of the node's namespaces: the host's, named by every path of
+      :data:`HOST_NETNS` (the agent runs with host networking, so its own and the
+      node's are the host's), and one per path under ``/var/run/netns/`` (a
+      pod's); any other path does not exist;
+    * ``setup`` refuses, as ``setup_pod`` does, an interface named ``ifname``
+      that already exists in the namespace and is not this pod's veth (the
+      host's ``eth0``/``ens5``/``lo``, a pod's ``lo``): left alone, never deleted.
+      A set-up that reaches the host's namespace at all is the violation
+      ``cni-host-touched``: the CNI service must have refused it before taking
+      an address (NetlinkPods would refuse it again; nothing else would).
+
+    ``fail`` makes the next set-up of a container fail (e.g. the netns vanished)."""
 
     def __init__(self, w: World, node: str) -> None:
         self.w, self.node = w, node
         self.wired: dict[tuple[str, str], str] = {}
         self.fail: set[str] = set()
+        self._pod_ns: dict[str, tuple[int, int]] = {}
+
+    # the node's namespaces
+    def ns_id(self, netns: str) -> tuple[int, int] | None:
+        """(device, inode) of the namespace a path names; None: no such file."""
+        path = netns_path(netns)
+        if path in HOST_NETNS:
+            return HOST_NS_ID
+        if path.startswith(POD_NETNS_DIR) and "/" not in path[len(POD_NETNS_DIR):]:
+            got = self._pod_ns.get(path)
+            if got is None:
+                got = self._pod_ns[path] = (4, HOST_NS_ID[1] + 1 + len(self._pod_ns))
+            return got
+        return None
+
+    def links(self, ns: tuple[int, int]) -> dict[str, str]:
+        """Interface name -> kind in a namespace (what ``setup_pod`` would look up)."""
+        if ns == HOST_NS_ID:
+            return {n: ("loopback" if n == "lo" else "ena") for n in HOST_IFNAMES}
+        return {"lo": "loopback"}
+
+    def check_netns(self, netns: str) -> str | None:
+        """:meth:`NetlinkPods.check_netns` (``netns_problem``) over the model: the same rule."""
+        target = self.ns_id(netns)
+        if target is None:
+            return f"network namespace {netns}: No such file or directory"
+        return netns_refusal(netns, CLONE_NEWNET, target, AGENT_CONFIG.host_netns, self.ns_id)
 
     def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet:
-        if netns in HOST_NETNS or os.path.realpath(netns) in HOST_NETNS:
-            self.w.violation("cni-host-touched", f"{self.node}: ADD {container_id} set up {ifname} in the host "
-                             f"network namespace {netns} (a host interface would be deleted)")
+        ns = self.ns_id(netns)
+        if ns is None:
+            raise NetlinkFailure(2, f"network namespace {netns}: No such file or directory")
+        if ns == HOST_NS_ID:
+            self.w.violation("cni-host-touched", f"{self.node}: ADD {container_id} reached pod set-up of {ifname} in "
+                             f"the host network namespace {netns} (the CNI service must refuse it first)")
+        if ifname_problem(ifname):  # the kernel would refuse the name
+            raise NetlinkFailure(22, f"interface name {ifname!r}: Invalid argument")
+        kind = self.links(ns).get(ifname)
+        if kind is not None:  # never this pod's veth: the model keeps pod veths apart
+            raise PodRefused(f"interface {ifname} already exists in {netns} and is not this pod's veth "
+                             f"({kind}): left alone")
         if container_id in self.fail:
             self.fail.discard(container_id)
             raise NetlinkFailure(2, f"netns of {container_id} vanished")
@@ -203,6 +270,9 @@ class Runtime:
     adding: dict[str, None] = field(default_factory=dict)
     deleting: dict[str, None] = field(default_factory=dict)
     started: int = 0
+    made: dict[str, float] = field(default_factory=dict)
+    """When each attachment's first ADD was answered (a DEL that works forgets it): every ADD
+    the harness makes, including those whose answer the runtime then loses."""
 
 
 class SimAgent:
@@ -240,8 +310,15 @@ class SimAgent:
             ident = NodeIdentity(cluster=CLUSTER, node=self.name, instance_id=self.iid,
                                  instance_type=self.itype, availability_zone="us-east-1a")
             self.ds = ds
-            self.ctl = PoolController(ident, known(self.itype), pool, ds, TIMING, metadata=self.imds)
-            self.cni = CniService(ds, self.pods, clock=w.now)
+            # as node_agent/agent.py builds them (add_wait_s 0: an ADD waiting on a real-time
+            # condition would stall virtual time; the runtime's retry stands in for the wait)
+            signed: dict[str, Any] = {}
+            if w.signer_imds is not None:  # agents that sign their reports (issue 12's identities)
+                signed["signed_identity"] = functools.partial(w.signer_imds.identity, self.iid)
+            self.ctl = PoolController(ident, known(self.itype), pool, ds, TIMING, metadata=self.imds,
+                                      restart_hold_s=RESTART_HOLD_S, **signed)
+            self.cni = CniService(ds, self.pods, clock=w.now, gc_min_age_s=GC_MIN_AGE_S,
+                                  veth_prefix=AGENT_CONFIG.veth_prefix)
             self.alive = True
             self.resynced_at = now
             self.ctl.start(now)
@@ -285,7 +362,8 @@ class SimAgent:
     def receive(self) -> None:
         w = self.w
         while self.alive:
-            msgs = self.sqs.receive_message(QueueUrl=self.result_url, MaxNumberOfMessages=10).get("Messages", [])
+            msgs = self.sqs.receive_message(QueueUrl=self.result_url, MaxNumberOfMessages=10,
+                                            VisibilityTimeout=RESULT_VISIBILITY_S).get("Messages", [])
             if not msgs:
                 return
             for m in msgs:
@@ -309,6 +387,10 @@ class SimAgent:
                "netns": netns if netns is not None else f"/var/run/netns/{cid}",
                "config": {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool"}}
         out: dict[str, Any] = self.cni.handle(req)
+        if out.get("ok") and command == "ADD":
+            self.rt.made.setdefault(cid, self.w.now())
+        elif out.get("ok") and command == "DEL":
+            self.rt.made.pop(cid, None)
         return out
 
     def runtime_calls(self) -> None:
@@ -380,7 +462,7 @@ class AllocEc2:
             if node is not None:
                 w.maybe_terminate_now(node)
                 if inv is not None:
-                    w.check_lease(inv, node, name)
+                    w.check_lease(inv, node, name, w.iid_of_call(kw))
                 if name == "unassign_private_ip_addresses":
                     w.check_release(node, kw)
             out: dict[str, Any] = fn(**kw)
@@ -558,6 +640,11 @@ class World:
         self.subnet = self.emu.add_subnet(az="us-east-1a", cidr=SUBNET_CIDR, vpc_id=vpc,
                                           tags={names.cluster_tag_key(CLUSTER): "shared"})
         self.sqs = FastSqs(self.loop.clock)
+        self.signer_imds: Imds | None = None
+        """Signs each instance's identity document, where agents carry one in their reports
+        (PoolController takes ``signed_identity``); the allocator trusts its certificate."""
+        if "signed_identity" in inspect.signature(PoolController).parameters:
+            self.signer_imds = Imds(self.emu, signer=_signer())
         raw = self.sqs.client()
         self.dlq_url = raw.create_queue(QueueName=names.reports_dlq(CLUSTER))["QueueUrl"]
         dlq_arn = raw.get_queue_attributes(QueueUrl=self.dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
@@ -565,10 +652,14 @@ class World:
             "VisibilityTimeout": str(REPORTS_VISIBILITY_S),
             "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 5}),
         })["QueueUrl"]
+        trust: dict[str, Any] = {}
+        if self.signer_imds is not None:
+            trust = {"identity_certificates": self.signer_imds.signer.certificate_pem, "region": self.emu.config.region}
         self.settings = Settings(cluster=CLUSTER, reports_queue_url=self.reports_url, dlq_url=self.dlq_url,
                                  result_queue_prefix=names.result_queue_prefix(CLUSTER),
                                  ledger_table=names.ledger_table(CLUSTER), account=self.emu.owner,
-                                 gc_age_s=GC_AGE_S)
+                                 gc_age_s=GC_AGE_S, allocate_timeout_s=FUNCTION_TIMEOUT_S, **trust)
+        # lease TTL and deadline margin derived from the function timeout, as in the stack
         self.clock_inv = InvClock(self.loop.clock)
         self.buckets = MemBuckets(self.settings.bucket_spec, self.settings.account, self.settings.region)
         self.ledger = SimLedger(self)
@@ -599,6 +690,7 @@ class World:
         self.arm_terminate: set[str] = set()
         self.overlap_done: set[str] = set()
         self.events_run = 0
+        self.invocation_count = 0
         self.version = 0
         """Bumped by every change the checks look at (checkpoint saves, pods, EC2 calls)."""
         self.checked: tuple[Any, ...] = ()
@@ -637,13 +729,26 @@ class World:
         self.loop.every(AGENT_EVERY_S, a.periodic, start=self.now() + self.rng("jitter").uniform(0, AGENT_EVERY_S))
         return a
 
-    def node_of_call(self, kw: dict[str, Any]) -> str | None:
+    def iid_of_call(self, kw: dict[str, Any]) -> str | None:
         iid = kw.get("InstanceId")
         if iid is None and kw.get("NetworkInterfaceId"):
             e = self.emu.enis.get(kw["NetworkInterfaceId"])
             iid = e.attachment.instance_id if e is not None and e.attachment is not None else None
+        return str(iid) if iid else None
+
+    def node_of_call(self, kw: dict[str, Any]) -> str | None:
+        iid = self.iid_of_call(kw)
         a = self.by_iid.get(iid) if iid else None
         return a.name if a is not None else None
+
+    def ledger_row(self, a: SimAgent) -> dict[str, Any] | None:
+        """The agent's ledger row, keyed by its instance id or (older allocators) its node name."""
+        row = self.ledger._items.get((CLUSTER, a.iid))
+        if row is None:
+            row = self.ledger._items.get((CLUSTER, a.name))
+            if row is not None and row.get("instance_id") and row["instance_id"] != a.iid:
+                return None  # the row of an earlier instance of that name
+        return row
 
     # --- messages
     def deliver(self, client: Any, kw: dict[str, Any]) -> dict[str, Any]:
@@ -687,7 +792,10 @@ class World:
 
     # --- the allocator
     def handler(self, event: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        return self._invoke(event["Records"], ctx.aws_request_id, ctx)
+        # the invocation's id (the allocator's lease owner) from the seed, not the
+        # context's random request id: violation messages replay word for word
+        self.invocation_count += 1
+        return self._invoke(event["Records"], f"inv-{self.plan.seed}-{self.invocation_count}", ctx)
 
     def _invoke(self, recs: list[dict[str, Any]], owner: str, ctx: Any = None) -> dict[str, Any]:
         crash: tuple[str, int] | None = None
@@ -741,7 +849,7 @@ class World:
         for node, (owner, until) in list(self.leases.held.items()):
             if owner != inv.owner or self.clock_inv.now() < until:
                 continue
-            body = next((b for b in inv.bodies if f'"node":"{node}"' in b), None)
+            body = next((b for b in inv.bodies if f'"node":"{node}"' in b or f'"instance_id":"{node}"' in b), None)
             if body is None:
                 continue
             self.fault("lease-overrun")
@@ -750,8 +858,9 @@ class World:
                              owner=f"overlap-{self.events_run}")
             return
 
-    def check_lease(self, inv: Invocation, node: str, call: str) -> None:
-        held = self.leases.held.get(node)
+    def check_lease(self, inv: Invocation, node: str, call: str, iid: str | None = None) -> None:
+        held = self.leases.held.get(iid) if iid else None  # leases keyed by instance id, or by node name
+        held = held if held is not None else self.leases.held.get(node)
         if held is None or held[0] != inv.owner:
             self.violation("lease", f"invocation {inv.owner} called {call} on {node} without holding its lease "
                            f"(held by {held[0] if held else 'nobody'})")
@@ -997,21 +1106,42 @@ class World:
     def _conf(self, a: SimAgent, **extra: Any) -> dict[str, Any]:
         return {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool", **extra}
 
-    def _gc(self, a: SimAgent | None) -> None:
-        if a is None or not a.alive or a.gone:
+    def _gc(self, a: SimAgent | None, again: bool = False) -> None:
+        """CNI GC from the runtime, with the attachments it knows. The agent leaves alone
+        attachments younger than ``gc_min_age_s`` (the runtime may have listed before an ADD
+        was answered) and ones with an operation in flight (none here: the runtime waits for
+        the GC's answer). So: every attachment the runtime does not list that was made at
+        least ``gc_min_age_s`` before the GC must be released by it. Runtimes call GC again
+        later; here, if young unlisted attachments were left, once they are old enough."""
+        if a is None or a.gone:
+            return
+        if not a.alive:
+            if again:
+                self.loop.call_later(10.0, lambda: self._gc(a, again=True))
             return
         rt = a.rt
         valid = [{"containerID": c, "ifname": "eth0"} for c in [*rt.up, *rt.adding, *rt.deleting]]
         conf = self._conf(a, cniVersion="1.1.0", **{"cni.dev/valid-attachments": valid})
-        self.fault("cni-gc")
+        self.fault("cni-gc:again" if again else "cni-gc")
+        started = self.now()
         code, _ = self._plugin(a, {"CNI_COMMAND": "GC"}, json.dumps(conf))
         if code != 0:
             return  # refused (e.g. an old runtime's version): nothing to check
         known_ids = {v["containerID"] for v in valid}
-        leaked = [p.container_id for p in a.ds.pods() if p.container_id not in known_ids]
+        leaked, young = [], []
+        for p in a.ds.pods():
+            if p.container_id in known_ids:
+                continue
+            made = rt.made.get(p.container_id)
+            if made is not None and started - made < GC_MIN_AGE_S:
+                young.append(made)
+            else:
+                leaked.append(p.container_id)
         if leaked:
             self.violation("cni-gc-leak", f"{a.name}: CNI GC succeeded, yet addresses stay held by containers "
-                           f"the runtime does not know: {sorted(leaked)}")
+                           f"the runtime does not know, made {GC_MIN_AGE_S:g}s+ before: {sorted(leaked)}")
+        if young:
+            self.loop.call_at(min(young) + GC_MIN_AGE_S + 1.0, lambda: self._gc(a, again=True))
 
     def _hostile(self, a: SimAgent | None, variant: str, tries: int = 0) -> None:
         if a is None or not a.alive or a.gone:
@@ -1031,6 +1161,10 @@ class World:
         if code and '"code": 11' in out and tries < 20:  # no address yet: the runtime tries again
             self.loop.call_later(5.0, lambda: self._hostile(a, variant, tries + 1))
             return
+        held = a.ds.lookup(env["CNI_CONTAINERID"], env["CNI_IFNAME"])
+        if code and held is not None:
+            self.violation("cni-refused-held", f"{a.name}: ADD {env['CNI_CONTAINERID']} was refused (exit {code}), "
+                           f"yet {held.ip} stays held for it")
         if variant == "oversized":
             try:
                 err = json.loads(out)
