@@ -234,7 +234,37 @@ class PoolController:
         self._last_pending = pending
         if not due:
             return []
-        return [self._report(now, signature, offers)]
+        self._repair(now)
+        try:
+            return [self._report(now, signature, offers)]
+        except ValidationError as exc:
+            # Never silently: counted, logged, and retried (after a resync) on the next tick.
+            self.stats["reports_invalid"] += 1
+            log.error("cannot build a valid report from the datastore: %s", exc)
+            self._event("report", f"invalid report not sent: {exc}")
+            self._force = True
+            if self.metadata is not None:
+                try:
+                    self.resync(now)
+                except Exception as rexc:  # IMDS down: tried again next tick
+                    self._event("imds", f"cannot resync after an invalid report: {rexc}")
+            return []
+
+    def _repair(self, now: float) -> None:
+        """Two ENIs in one device slot (EC2 never has that) make every report invalid, so the
+        node would never report again: repair from IMDS (a full resync drops the one it no
+        longer lists), loudly; :meth:`_report` leaves out what is left."""
+        conflicts = self.ds.slot_conflicts()
+        if not conflicts:
+            return
+        self.stats["datastore_repairs"] += 1
+        log.warning("datastore inconsistent: ENIs sharing a device slot %s; resyncing with IMDS", conflicts)
+        self._event("repair", f"ENIs sharing a device slot: {conflicts}; resyncing with IMDS")
+        if self.metadata is not None:
+            try:
+                self.resync(now)
+            except Exception as exc:  # IMDS down: the report leaves the extra ENIs out meanwhile
+                self._event("imds", f"cannot resync to repair the datastore: {exc}")
 
     def _take_back(self, now: float) -> int:
         """Quarantined addresses with no ``released`` result within the release timeout return
@@ -302,7 +332,17 @@ class PoolController:
         c = self.ds.counts(now)
         since = self.ds.quarantined_since()
         enis = []
-        for e in self.ds.enis():
+        slots: set[tuple[int, int]] = set()
+        # Newest first within a slot: an older ENI in a slot another has taken is one whose
+        # removal was missed (what :meth:`_repair` could not fix stays out of the report).
+        for e in sorted(self.ds.enis(), key=lambda e: (e.info.network_card, e.info.device_index, -e.added_at)):
+            slot = (e.info.network_card, e.info.device_index)
+            if slot in slots:
+                self.stats["report_enis_skipped"] += 1
+                log.warning("%s left out of the report: device slot %s taken by another ENI", e.info.eni_id, slot)
+                offers.pop(e.info.eni_id, None)
+                continue
+            slots.add(slot)
             live = [ip for ip in e.ips if e.addrs[ip].quarantined_at is None]
             pfx = [p for p in e.prefixes if p not in offers.get(e.info.eni_id, ((), ()))[1]]
             enis.append(
