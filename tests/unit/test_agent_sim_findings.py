@@ -208,3 +208,4 @@ def test_two_enis_in_one_slot_without_imds_still_report_leaving_the_older_out() 
         r = one(ctl.tick(t))
         assert [e.eni_id for e in r.enis] == [PRIMARY.eni_id, THIRD.eni_id]
     assert ctl.stats["report_enis_skipped"] == 3 and ctl.stats["datastore_repairs"] == 3
+    assert ds.eni(SECOND.eni_id) is not None  # without IMDS truth nothing is dropped, only left out
