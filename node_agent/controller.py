@@ -283,6 +283,13 @@ class PoolController:
             self._event("imds", f"cannot confirm quarantined addresses before taking them back: {exc}")
             return 0
         self._observe(interfaces)
+        # Signs that this IMDS is behind EC2: it still lists what a result released, or
+        # a result's claim waits for it. Then its listing the addresses proves nothing:
+        # they stay quarantined (bounded: both signs expire, 2 min and 60 s).
+        gone = self.ds.recently_gone(now)[0]
+        lagging = bool(self._unverified) or any(
+            k in (self._listed or set()) and not self.ds.seen_absent(k) for k in gone
+        )
         view = {a.info.eni_id: a for a in interfaces}
         back = 0
         for eni_id, addrs in due.items():
@@ -291,6 +298,9 @@ class PoolController:
             keep = [ip for ip, p in addrs if (p or ip) in listed]
             gone_ips = [ip for ip, p in addrs if p is None and ip not in listed]
             gone_pfx = sorted({p for _, p in addrs if p is not None and p not in listed})
+            if lagging and keep:
+                self.stats["take_back_postponed"] += 1
+                keep = []
             back += self.ds.reclaim(eni_id, keep)
             if gone_ips or gone_pfx:
                 # EC2 took them (the ``released`` result is late or lost): gone, as if it had

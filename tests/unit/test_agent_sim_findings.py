@@ -209,3 +209,24 @@ def test_two_enis_in_one_slot_without_imds_still_report_leaving_the_older_out() 
         assert [e.eni_id for e in r.enis] == [PRIMARY.eni_id, THIRD.eni_id]
     assert ctl.stats["report_enis_skipped"] == 3 and ctl.stats["datastore_repairs"] == 3
     assert ds.eni(SECOND.eni_id) is not None  # without IMDS truth nothing is dropped, only left out
+
+
+def test_take_back_waits_while_imds_shows_it_lags_behind_ec2() -> None:
+    # IMDS still lists .13, which a ``released`` result took: it is behind EC2, so its
+    # listing the timed-out .12 proves nothing (the unassign may not show yet).
+    imds = FakeImds()
+    listed(imds, "10.0.0.11", X, "10.0.0.13")
+    ds, ctl = make(PoolConfig(warm_ip=1), imds=imds)
+    ctl.start(0.0)
+    ds.assign("p1", "eth0", "ns", 0.0)  # .11
+    ds.quarantine(PRIMARY.eni_id, [X], [], 100.0)
+    ds.quarantine(PRIMARY.eni_id, ["10.0.0.13"], [], 150.0)
+    ctl.retry_soon()
+    r = one(ctl.tick(151.0))
+    ctl.apply_result(result(r.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.13"]}), 152.0)
+    ctl.tick(230.0)  # .12 past the release timeout, IMDS still lists .13
+    assert ds.quarantined() == {PRIMARY.eni_id: ([X], [])}
+    assert ctl.stats["take_back_postponed"] >= 1
+    listed(imds, "10.0.0.11", X)  # IMDS caught up: .12 still there, so never unassigned
+    ctl.tick(231.0)
+    assert ds.quarantined() == {} and ds.assign("p2", "eth0", "ns", 232.0) == (X, PRIMARY.eni_id)
