@@ -125,6 +125,8 @@ class PoolController:
         arrival and the ``in_reply_to`` of their result.
         Checkpointed (the result carrying them is acknowledged once applied): a restart re-checks them."""
         self._rechecking = False
+        self._listed: set[str] | None = None
+        """What the last IMDS read listed (addresses and prefixes); None if it failed."""
         self._load_parked()
         self.restart_hold_s = restart_hold_s
         """After a start, quarantined addresses are not taken back for this long: a result the
@@ -152,7 +154,9 @@ class PoolController:
         # filters are checkpointed, so they hold across a restart too.
         released, deleted = self.ds.recently_gone(now)
         attached = []
-        for a in self.metadata.interfaces():
+        interfaces = self.metadata.interfaces()
+        self._observe(interfaces)
+        for a in interfaces:
             if a.info.eni_id in deleted:
                 continue
             attached.append(
@@ -169,9 +173,18 @@ class PoolController:
         for info, _, _ in attached:
             if info.eni_id not in before:
                 self._setup(info)
+        held = self.ds.unlisted()
+        if held:
+            self.stats["held_not_in_imds"] += len(held)
+            log.warning("pods hold addresses IMDS no longer lists (kept for them, never handed out): %s", held)
         for n in notes:
             self._event("resync", n)
         return notes
+
+    def _observe(self, interfaces: list[AttachedEni]) -> None:
+        """Every IMDS read: released addresses it no longer lists have been seen gone."""
+        self._listed = {k for a in interfaces for k in (*a.ips, *a.prefixes)}
+        self.ds.note_absent(self._listed)
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -191,7 +204,7 @@ class PoolController:
         quarantine surplus that outlasted the release delay, and return the report
         to send now, if any (zero or one)."""
         self.ds.recently_gone(now)  # expires old entries
-        back = self.ds.unquarantine(before=now - self.timing.release_timeout_s) if now >= self._hold_until else 0
+        back = self._take_back(now) if now >= self._hold_until else 0
         if back:
             self.stats["unquarantined"] += back
             self._event("quarantine", f"{back} addresses back in the pool: no release confirmed in time")
@@ -221,7 +234,85 @@ class PoolController:
         self._last_pending = pending
         if not due:
             return []
-        return [self._report(now, signature, offers)]
+        self._repair(now)
+        try:
+            return [self._report(now, signature, offers)]
+        except ValidationError as exc:
+            # Never silently: counted, logged, and retried (after a resync) on the next tick.
+            self.stats["reports_invalid"] += 1
+            log.error("cannot build a valid report from the datastore: %s", exc)
+            self._event("report", f"invalid report not sent: {exc}")
+            self._force = True
+            if self.metadata is not None:
+                try:
+                    self.resync(now)
+                except Exception as rexc:  # IMDS down: tried again next tick
+                    self._event("imds", f"cannot resync after an invalid report: {rexc}")
+            return []
+
+    def _repair(self, now: float) -> None:
+        """Two ENIs in one device slot (EC2 never has that) make every report invalid, so the
+        node would never report again: repair from IMDS (a full resync drops the one it no
+        longer lists), loudly; :meth:`_report` leaves out what is left."""
+        conflicts = self.ds.slot_conflicts()
+        if not conflicts:
+            return
+        self.stats["datastore_repairs"] += 1
+        log.warning("datastore inconsistent: ENIs sharing a device slot %s; resyncing with IMDS", conflicts)
+        self._event("repair", f"ENIs sharing a device slot: {conflicts}; resyncing with IMDS")
+        if self.metadata is not None:
+            try:
+                self.resync(now)
+            except Exception as exc:  # IMDS down: the report leaves the extra ENIs out meanwhile
+                self._event("imds", f"cannot resync to repair the datastore: {exc}")
+
+    def _take_back(self, now: float) -> int:
+        """Quarantined addresses with no ``released`` result within the release timeout return
+        to the pool, but only those IMDS still lists: by then the allocator can no longer
+        unassign them (docs/agent.md, "Taking quarantined addresses back"), so one IMDS no
+        longer lists was released and its result is late or lost."""
+        before = now - self.timing.release_timeout_s
+        if self.metadata is None:
+            return self.ds.unquarantine(before=before)
+        due = self.ds.quarantined_before(before)
+        if not due:
+            return 0
+        try:
+            interfaces = self.metadata.interfaces()
+        except Exception as exc:  # IMDS down: keep them quarantined, retry next tick
+            self._event("imds", f"cannot confirm quarantined addresses before taking them back: {exc}")
+            return 0
+        self._observe(interfaces)
+        # Signs that this IMDS is behind EC2: it still lists what a result released, or
+        # a result's claim waits for it. Then its listing the addresses proves nothing:
+        # they stay quarantined (bounded: both signs expire, 2 min and 60 s).
+        gone = self.ds.recently_gone(now)[0]
+        lagging = bool(self._unverified) or any(
+            k in (self._listed or set()) and not self.ds.seen_absent(k) for k in gone
+        )
+        view = {a.info.eni_id: a for a in interfaces}
+        back = 0
+        for eni_id, addrs in due.items():
+            seen = view.get(eni_id)
+            listed = set() if seen is None else {*seen.ips, *seen.prefixes}
+            keep = [ip for ip, p in addrs if (p or ip) in listed]
+            gone_ips = [ip for ip, p in addrs if p is None and ip not in listed]
+            gone_pfx = sorted({p for _, p in addrs if p is not None and p not in listed})
+            if lagging and keep:
+                self.stats["take_back_postponed"] += 1
+                keep = []
+            back += self.ds.reclaim(eni_id, keep)
+            if gone_ips or gone_pfx:
+                # EC2 took them (the ``released`` result is late or lost): gone, as if it had
+                # come. Its in_reply_to is unknown: -1, so any later claim is checked against
+                # IMDS (seen gone now, so a listing again is a new assignment).
+                self.ds.mark_gone(now, now + RECENT_S, -1, released=[*gone_ips, *gone_pfx])
+                self.ds.note_absent(listed)
+                removed = self.ds.remove_addresses(eni_id, gone_ips, gone_pfx)
+                self.stats["released_without_result"] += len(removed)
+                self._event("quarantine", f"{eni_id}: {len(removed)} quarantined addresses no longer in IMDS: "
+                                          "released (result late or lost)")
+        return back
 
     def _report_due(self, now: float, delta: PoolDelta, pending: int, signature: tuple[object, ...]) -> bool:
         if self._last_sent_at is None or self._force:
@@ -251,7 +342,17 @@ class PoolController:
         c = self.ds.counts(now)
         since = self.ds.quarantined_since()
         enis = []
-        for e in self.ds.enis():
+        slots: set[tuple[int, int]] = set()
+        # Newest first within a slot: an older ENI in a slot another has taken is one whose
+        # removal was missed (what :meth:`_repair` could not fix stays out of the report).
+        for e in sorted(self.ds.enis(), key=lambda e: (e.info.network_card, e.info.device_index, -e.added_at)):
+            slot = (e.info.network_card, e.info.device_index)
+            if slot in slots:
+                self.stats["report_enis_skipped"] += 1
+                log.warning("%s left out of the report: device slot %s taken by another ENI", e.info.eni_id, slot)
+                offers.pop(e.info.eni_id, None)
+                continue
+            slots.add(slot)
             live = [ip for ip in e.ips if e.addrs[ip].quarantined_at is None]
             pfx = [p for p in e.prefixes if p not in offers.get(e.info.eni_id, ((), ()))[1]]
             enis.append(
@@ -338,10 +439,22 @@ class PoolController:
             if isinstance(action, Attached | Assigned):
                 notes.extend(self._apply_addresses(action, view, now, result.in_reply_to))
             elif isinstance(action, Released):
+                # A release replying to a report older than the claim that gave an address
+                # back to us is stale for it (SQS delayed or redelivered it): EC2 unassigned
+                # it before assigning it again.
+                granted = self.ds.recently_granted(now)
+                rel_ips = [k for k in action.ips if granted.get(k, -1) <= result.in_reply_to]
+                rel_pfx = [k for k in action.prefixes if granted.get(k, -1) <= result.in_reply_to]
+                if len(rel_ips) + len(rel_pfx) < len(action.ips) + len(action.prefixes):
+                    self.stats["stale_releases"] += 1
+                    notes.append(f"{action.eni_id}: release from reply to {result.in_reply_to} is older than "
+                                 "the claim that gave some addresses back: ignored for them")
                 # Filter first (checkpointed), then remove: a restart between the two
                 # finds the addresses still quarantined and ignores IMDS for them.
-                self.ds.mark_gone(now, now + RECENT_S, result.in_reply_to, released=[*action.ips, *action.prefixes])
-                removed = self.ds.remove_addresses(action.eni_id, action.ips, action.prefixes)
+                self.ds.mark_gone(now, now + RECENT_S, result.in_reply_to, released=[*rel_ips, *rel_pfx])
+                if self._listed is not None:  # read after the release: what it lacks was seen gone
+                    self.ds.note_absent(self._listed)
+                removed = self.ds.remove_addresses(action.eni_id, rel_ips, rel_pfx)
                 self.stats["addresses_released"] += len(removed)
                 notes.append(f"{action.eni_id}: {len(removed)} addresses released")
             elif isinstance(action, Deleted):
@@ -375,13 +488,17 @@ class PoolController:
         return notes
 
     def _view(self) -> dict[str, AttachedEni] | None:
+        self._listed = None
         if self.metadata is None:
             return None
         try:
-            return {a.info.eni_id: a for a in self.metadata.interfaces()}
+            interfaces = self.metadata.interfaces()
         except Exception as exc:  # IMDS down: park everything and retry
             self._event("imds", f"cannot verify against IMDS: {exc}")
+            self._listed = None
             return {}
+        self._observe(interfaces)
+        return {a.info.eni_id: a for a in interfaces}
 
     def _apply_addresses(
         self, action: Attached | Assigned, view: dict[str, AttachedEni] | None, now: float, seq: int
@@ -405,8 +522,10 @@ class PoolController:
             if seen is None:
                 self._park(action, now, seq)
                 return [f"{action.eni_id}: not in IMDS yet; will re-check"]
-            ok_ips = [ip for ip in ips if ip in seen.ips]
-            ok_pfx = [p for p in prefixes if p in seen.prefixes]
+            # An address released earlier is listed by a lagging IMDS from before the
+            # release too: only a listing after IMDS was seen without it is evidence.
+            ok_ips = [ip for ip in ips if ip in seen.ips and (ip not in gone_ips or self.ds.seen_absent(ip))]
+            ok_pfx = [p for p in prefixes if p in seen.prefixes and (p not in gone_ips or self.ds.seen_absent(p))]
             # Ours again: the "just released" filter of resync must not drop it.
             self.ds.unmark_released([*ok_ips, *ok_pfx])
             if len(ok_ips) < len(ips) or len(ok_pfx) < len(prefixes):
@@ -433,6 +552,7 @@ class PoolController:
             self._setup(info)
             self.stats["enis_attached"] += 1
         n = self.ds.add_addresses(info.eni_id, ips, prefixes)
+        self.ds.mark_granted(now, now + RECENT_S, seq, [*ips, *prefixes])
         self.stats["addresses_added"] += n
         notes.append(f"{info.eni_id}: {n} addresses added")
         back = self.ds.reclaim(info.eni_id, ips, prefixes)

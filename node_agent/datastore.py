@@ -291,6 +291,16 @@ class Datastore:
         IMDS is ignored, the result's ``in_reply_to``)."""
         self._gone_enis: dict[str, tuple[float, int]] = {}
         """ENIs EC2 deleted (a ``deleted`` result) -> (until, ``in_reply_to``), likewise."""
+        self._granted: dict[str, tuple[float, int]] = {}
+        """Addresses and prefixes an ``assigned``/``attached`` result gave us -> (until when, the
+        result's ``in_reply_to``): a ``released`` result replying to an older report is stale for them."""
+        self._absent: set[str] = set()
+        """Released addresses/prefixes (in ``_gone_ips``) that IMDS has been seen *not* listing since
+        the release: only after that is IMDS listing them again evidence of a new assignment.
+        In memory only (a restart just waits longer for the evidence)."""
+        self._unlisted: set[str] = set()
+        """Addresses a pod holds that IMDS stopped listing (the last resync): kept for the pod,
+        never handed out again, dropped by the first resync after the pod is gone."""
         self._parked: list[dict[str, Any]] = []
         """Claims (``assigned``/``attached`` results) waiting for IMDS to show them, as the controller wrote them."""
         self.meta: dict[str, Any] = {}
@@ -457,7 +467,7 @@ class Datastore:
                 continue
             used_prefixes = {a.prefix for a in eni.addrs.values() if a.in_use and a.prefix}
             for a in eni.addrs.values():
-                if a.in_use or a.quarantined_at is not None:
+                if a.in_use or a.quarantined_at is not None or a.ip in self._unlisted:
                     continue
                 if a.freed_at is not None and now < a.freed_at + self.cooldown_s:
                     continue
@@ -633,6 +643,7 @@ class Datastore:
         return (
             not a.in_use
             and a.quarantined_at is None
+            and a.ip not in self._unlisted
             and (a.freed_at is None or now >= a.freed_at + self.cooldown_s)
         )
 
@@ -667,6 +678,17 @@ class Datastore:
                 self._save()
                 self.changed.set()
             return n
+
+    def quarantined_before(self, before: float) -> dict[str, list[tuple[str, str | None]]]:
+        """Per ENI: the addresses quarantined before ``before``, as ``(ip, prefix or None)``."""
+        with self._lock:
+            out: dict[str, list[tuple[str, str | None]]] = {}
+            for eni in self._enis.values():
+                due = [(a.ip, a.prefix) for a in eni.addrs.values()
+                       if a.quarantined_at is not None and a.quarantined_at < before]
+                if due:
+                    out[eni.info.eni_id] = due
+            return out
 
     def reclaim(self, eni_id: str, ips: Iterable[str] = (), prefixes: Iterable[str] = ()) -> int:
         """The allocator declined our release offer for these addresses (pods
@@ -742,8 +764,55 @@ class Datastore:
         """EC2 assigned these to us again (and IMDS shows them): no longer ignored."""
         with self._lock:
             hit = [k for k in keys if self._gone_ips.pop(k, None) is not None]
+            self._absent.difference_update(hit)
             if hit:
                 self._save()
+
+    def note_absent(self, listed: set[str]) -> None:
+        """IMDS was read and lists exactly ``listed`` (addresses and prefixes): every
+        released key it does not list has been seen gone since its release."""
+        with self._lock:
+            self._absent.update(k for k in self._gone_ips if k not in listed)
+
+    def seen_absent(self, key: str) -> bool:
+        """A released key IMDS has been seen not listing since the release."""
+        with self._lock:
+            return key in self._absent
+
+    def mark_granted(self, now: float, until: float, seq: int, keys: Iterable[str]) -> None:
+        """An ``assigned``/``attached`` result replying to report ``seq`` gave us these
+        (and they were accepted): a ``released`` result replying to an older report is stale
+        for them until ``until``. Checkpointed."""
+        keys = list(keys)
+        if not keys:
+            return
+        with self._lock:
+            self._expire_gone(now)
+            for k in keys:
+                t, n = self._granted.get(k, (until, seq))
+                self._granted[k] = (max(t, until), max(n, seq))
+            self._save()
+
+    def recently_granted(self, now: float) -> dict[str, int]:
+        """Addresses/prefixes recently granted, each with the ``in_reply_to`` of the granting result."""
+        with self._lock:
+            if self._expire_gone(now):
+                self._save()
+            return {k: n for k, (_, n) in self._granted.items()}
+
+    def unlisted(self) -> list[str]:
+        """Addresses pods hold that IMDS no longer lists (see :meth:`reconcile`)."""
+        with self._lock:
+            return sorted(self._unlisted)
+
+    def slot_conflicts(self) -> list[list[str]]:
+        """Groups of ENI ids the datastore places in one (network card, device index)
+        slot; empty when consistent (EC2 never has two)."""
+        with self._lock:
+            by: dict[tuple[int, int], list[str]] = {}
+            for e in self._enis.values():
+                by.setdefault((e.info.network_card, e.info.device_index), []).append(e.info.eni_id)
+            return [sorted(ids) for ids in by.values() if len(ids) > 1]
 
     def recently_gone(self, now: float) -> tuple[dict[str, int], dict[str, int]]:
         """Addresses and prefixes, and ENI ids, a lagging IMDS may still list (ignore them),
@@ -759,11 +828,15 @@ class Datastore:
     def _expire_gone(self, now: float) -> bool:
         old = [k for k, (t, _) in self._gone_ips.items() if t <= now]
         old_enis = [k for k, (t, _) in self._gone_enis.items() if t <= now]
+        old_granted = [k for k, (t, _) in self._granted.items() if t <= now]
         for k in old:
             del self._gone_ips[k]
+            self._absent.discard(k)
         for k in old_enis:
             del self._gone_enis[k]
-        return bool(old or old_enis)
+        for k in old_granted:
+            del self._granted[k]
+        return bool(old or old_enis or old_granted)
 
     def set_parked(self, claims: list[dict[str, Any]]) -> None:
         """The controller's claims waiting for IMDS (JSON objects it reads back with :meth:`parked`)."""
@@ -877,11 +950,13 @@ class Datastore:
                 out["recovered"] = {ip: [h, since] for ip, (h, since) in sorted(self._recovered.items())}
             # Both optional (absent in checkpoints of agents before them): readers that
             # do not know them lose only the protection against a lagging IMDS.
-            if self._gone_ips or self._gone_enis:
+            if self._gone_ips or self._gone_enis or self._granted:
                 out["recent"] = {
                     "released": {k: [t, n] for k, (t, n) in sorted(self._gone_ips.items())},
                     "deleted": {k: [t, n] for k, (t, n) in sorted(self._gone_enis.items())},
                 }
+                if self._granted:  # optional: older agents ignore it (they lose only the stale-release check)
+                    out["recent"]["granted"] = {k: [t, n] for k, (t, n) in sorted(self._granted.items())}
             if self._parked:
                 out["parked"] = json.loads(json.dumps(self._parked))
             return out
@@ -919,6 +994,9 @@ class Datastore:
             self._recovered.clear()
             self._gone_ips.clear()
             self._gone_enis.clear()
+            self._granted.clear()
+            self._absent.clear()
+            self._unlisted.clear()
             self._parked = []
             self._loading = True
             try:
@@ -982,6 +1060,9 @@ class Datastore:
                 self._recovered.clear()
                 self._gone_ips.clear()
                 self._gone_enis.clear()
+                self._granted.clear()
+                self._absent.clear()
+                self._unlisted.clear()
                 self._parked = []
                 self.meta = {}
                 raise CheckpointError(f"corrupt checkpoint: {exc}") from None
@@ -992,7 +1073,7 @@ class Datastore:
     def _restore_recent(self, recent: Any) -> None:
         if not isinstance(recent, dict):
             raise TypeError("recent is not an object")
-        for kind, target in (("released", self._gone_ips), ("deleted", self._gone_enis)):
+        for kind, target in (("released", self._gone_ips), ("deleted", self._gone_enis), ("granted", self._granted)):
             entries = recent.get(kind, {})
             if not isinstance(entries, dict):
                 raise TypeError(f"recent.{kind} is not an object")
@@ -1002,7 +1083,7 @@ class Datastore:
                 _check_types({"seq": seq}, int, ("seq",))
                 if until is None or not math.isfinite(until):
                     raise ValueError(f"recent.{kind}.{key}: expiry {until!r}")  # never expiring: lost forever
-                if kind == "released":
+                if kind in ("released", "granted"):
                     ipaddress.IPv4Network(key)  # an address or a prefix
                 elif not isinstance(key, str) or not key.startswith("eni-"):
                     raise ValueError(f"recent.deleted: {key!r} is not an ENI id")
@@ -1025,6 +1106,7 @@ class Datastore:
         notes: list[str] = []
         with self._lock:
             seen: set[str] = set()
+            unlisted: set[str] = set()
             for info, ips, prefixes in attached:
                 seen.add(info.eni_id)
                 if self.add_eni(info, now, ready=True if ready_new is None else ready_new(info)):
@@ -1033,12 +1115,19 @@ class Datastore:
                 gone_ips = [ip for ip in eni.ips if ip not in set(ips)]
                 gone_pfx = [p for p in eni.prefixes if p not in set(prefixes)]
                 if gone_ips or gone_pfx:
+                    # A pod's address is never taken from it here: IMDS may lag behind an
+                    # assignment, and if EC2 truly took it, handing it to the next pod would
+                    # make two holders. It stays the pod's, is never handed out again, and
+                    # goes with the first resync after the pod (an alarm meanwhile).
                     for a in list(eni.addrs.values()):
                         if a.in_use and (a.ip in gone_ips or a.prefix in gone_pfx):
                             who = f"pod {a.container_id}/{a.ifname}" if a.container_id else f"holder {a.recovered}"
-                            notes.append(f"{who} lost {a.ip}: no longer attached")
-                    self.remove_addresses(info.eni_id, gone_ips, gone_pfx, force=True)
-                    notes.append(f"ENI {info.eni_id}: {len(gone_ips) + len(gone_pfx)} addresses gone")
+                            notes.append(f"{who} holds {a.ip}, which IMDS no longer lists: kept for it (alarm)")
+                    removed = self.remove_addresses(info.eni_id, gone_ips, gone_pfx)
+                    # What stays (held, or free in a held prefix) is not handed out again.
+                    unlisted.update(a.ip for a in eni.addrs.values() if a.ip in gone_ips or a.prefix in gone_pfx)
+                    if removed:
+                        notes.append(f"ENI {info.eni_id}: {len(removed)} addresses gone")
                 n = self.add_addresses(info.eni_id, ips, prefixes)
                 if n:
                     notes.append(f"ENI {info.eni_id}: {n} addresses added")
@@ -1048,6 +1137,7 @@ class Datastore:
                         notes.append(f"pod {a.container_id}/{a.ifname} lost {a.ip}: ENI detached")
                 self.remove_eni(eni_id, force=True)
                 notes.append(f"ENI {eni_id} removed: not attached")
+            self._unlisted = unlisted
             self._save()
             self.changed.set()
         return notes

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from node_agent.controller import RECENT_S, PoolController
+from node_agent.controller import RECENT_S, AttachedEni, PoolController
 from node_agent.datastore import CHECKPOINT_VERSION, Datastore, MemoryCheckpoint
 from tests.unit.test_agent_controller import ID, PRIMARY, SECOND, TIMING, FakeImds, one, result
 from warmpool.limits import known
@@ -246,10 +246,17 @@ def test_a_stale_assigned_result_redelivered_after_released_never_readds_the_add
     assert "10.0.0.12" not in {ip for e in ds.enis() for ip in e.ips}
     assert ds.assign("pod-a", "eth0", "ns", 9.0) is not None
     assert ds.assign("pod-b", "eth0", "ns", 9.0) is None
-    # A newer claim for the address (EC2 gave it back) is applied.
+    # A newer claim for the address (EC2 gave it back) is applied once IMDS shows it
+    # again: IMDS still listing it from before the release is no evidence (finding A).
     r3 = one(ctl.tick(10.0))
-    ctl.apply_result(result(r3.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.12"]}), 11.0)
-    assert ds.assign("pod-b", "eth0", "ns", 12.0) == ("10.0.0.12", PRIMARY.eni_id)
+    claim = result(r3.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.12"]})
+    ctl.apply_result(claim, 11.0)
+    assert ds.assign("pod-b", "eth0", "ns", 12.0) is None
+    imds.enis[PRIMARY.eni_id] = AttachedEni(PRIMARY, ["10.0.0.11"], [])  # IMDS catches up with the release...
+    ctl.tick(13.0)
+    imds.enis[PRIMARY.eni_id] = AttachedEni(PRIMARY, ["10.0.0.11", "10.0.0.12"], [])  # ...then the new assignment
+    ctl.tick(14.0)
+    assert ds.assign("pod-b", "eth0", "ns", 15.0) == ("10.0.0.12", PRIMARY.eni_id)
 
 
 def test_a_stale_attached_result_redelivered_after_deleted_never_readds_the_eni() -> None:
