@@ -16,6 +16,7 @@ from warmpool.buckets import BucketSpec, spec_for
 from warmpool.messages import OFFER_MAX_AGE_CEILING_S
 
 IdentityMode = Literal["none", "sender-id"]
+IdentityVerification = Literal["required", "off"]
 
 LEASE_TTL_MARGIN_S = 30.0
 """How much longer than the function timeout a node's lease lasts: clock skew
@@ -91,6 +92,12 @@ class Settings(BaseSettings):
     (``functions/identity.py``: ``TrustedKeys.from_pem``). The stack sets the
     region's AWS certificate, ``warmpool local up`` its test key's. Empty only
     where Settings is built directly (bench, unit tests)."""
+    identity_verification: IdentityVerification = Field(default="required", alias="WARMPOOL_IDENTITY_VERIFICATION")
+    """``required`` (the default): every report's signed identity is verified
+    against ``identity_certificates`` and a report that fails goes to the DLQ;
+    the allocator refuses to start without a usable certificate. ``off``: for
+    explicit local tests only; the allocator then logs a warning at cold start
+    and counts ``IdentityVerificationOff`` on every batch, never silently."""
 
     @classmethod
     def settings_customise_sources(
@@ -166,6 +173,16 @@ class Settings(BaseSettings):
 
 
 class _EnvSettings(Settings):
+    @model_validator(mode="after")
+    def _certificates_when_verifying(self) -> _EnvSettings:
+        if self.identity_verification == "required" and not self.identity_certificates.strip():
+            raise ValueError(
+                f"{names.ENV_IDENTITY_CERTIFICATES} is empty but report identities must be verified: set the "
+                "region's AWS instance identity certificate (the stack does), or WARMPOOL_IDENTITY_VERIFICATION=off "
+                "for local testing only"
+            )
+        return self
+
     @classmethod
     def settings_customise_sources(
         cls,
