@@ -483,7 +483,7 @@ class Allocator:
             if isinstance(lim, AwsError):
                 self._reject(rec, r, "unknown-instance-type", out, str(lim))
                 continue
-            plan = plan_node(r, f.inventory(), lim, subnets, cluster=self.cluster)
+            plan = plan_node(r, f.inventory(self.cluster), lim, subnets, cluster=self.cluster)
             jobs.append(NodeJob(r, f, lim, plan, rec.message_id, rec.body))
             if plan.delta.low:
                 self.tally.add(names.M_NODES_IN_DEFICIT)
@@ -613,7 +613,7 @@ class Allocator:
                 self.tally.add(names.M_REPORTS_STALE)
                 self.leases.release(self.cluster, self._key(j.report), owner)
                 continue
-            plan = plan_node(j.report, f.inventory(), j.limits, subnets, cluster=self.cluster)
+            plan = plan_node(j.report, f.inventory(self.cluster), j.limits, subnets, cluster=self.cluster)
             nj = NodeJob(j.report, f, j.limits, plan, j.record_id, j.body)
             paid = j.plan.tokens()
             extra = {a: n - paid.get(a, 0) for a, n in plan.tokens().items() if n > paid.get(a, 0)}

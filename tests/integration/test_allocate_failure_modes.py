@@ -121,6 +121,7 @@ def test_work_stops_a_margin_before_the_deadline_and_the_rest_is_deferred() -> N
     w = World()
     for i in range(4):
         w.add_node(f"n{i}", "m5.large")
+        w.tag_primary(f"n{i}")  # as the launch template would: no first-contact CreateTags in the timing
     slow = _SlowCalls(w.ec2_client, w.clock, delay_s=4.0)
     alloc = Allocator(ec2=slow, sqs=w.sqs.client(), buckets=w.buckets, ledger=w.ledger, leases=w.leases,
                       clock=w.clock, settings=w.settings, mapper=serial_map, tally=w.tally)

@@ -115,6 +115,11 @@ class World:
             self.sqs.client().create_queue(QueueName=names.result_queue(self.cluster, iid))
         return iid
 
+    def tag_primary(self, node: str) -> None:
+        """Tag the node's primary ENI for the cluster (``primary_eni_tagging=launch-template``)."""
+        primary = self.enis(node)[0].id
+        self.emu.client().create_tags(Resources=[primary], Tags=[{"Key": names.TAG_PRIMARY_ENI_OF, "Value": self.cluster}])
+
     def enis(self, node: str) -> list[Any]:
         iid = self.nodes[node]
         return sorted(
