@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from node_agent.config import Timing
 from node_agent.datastore import Datastore, EniInfo
+from warmpool import messages
 from warmpool.limits import InstanceLimits
 from warmpool.messages import (
     AllocationResult,
@@ -101,8 +102,13 @@ class PoolController:
         min_report_interval_s: float = 1.0,
         on_event: Callable[[str, str], None] | None = None,
         restart_hold_s: float = 0.0,
+        signed_identity: Callable[[], messages.NodeIdentity] | None = None,
     ) -> None:
         self.identity = identity
+        self.signed_identity = signed_identity
+        """The instance's signed identity document (``node_agent/identity.py::CachedIdentity.get``;
+        in-process agents: ``sim.imds.Imds.identity``). Every report carries it: the
+        allocator refuses reports without one."""
         self.limits = limits
         self.pool = pool
         self.ds = datastore
@@ -221,7 +227,16 @@ class PoolController:
         self._last_pending = pending
         if not due:
             return []
-        return [self._report(now, signature, offers)]
+        signed: messages.NodeIdentity | None = None
+        if self.signed_identity is not None:
+            try:
+                signed = self.signed_identity()
+            except (RuntimeError, OSError, LookupError) as exc:  # IdentityUnavailable, ImdsError, ...
+                # IMDS down or no document: no report now (it would be refused), the next tick retries.
+                self.stats["identity_unavailable"] += 1
+                self._event("identity", f"no signed identity from IMDS, report postponed: {exc}"[:300])
+                return []
+        return [self._report(now, signature, offers, signed)]
 
     def _report_due(self, now: float, delta: PoolDelta, pending: int, signature: tuple[object, ...]) -> bool:
         if self._last_sent_at is None or self._force:
@@ -243,7 +258,11 @@ class PoolController:
         return False
 
     def _report(
-        self, now: float, signature: tuple[object, ...], offers: dict[str, tuple[list[str], list[str]]]
+        self,
+        now: float,
+        signature: tuple[object, ...],
+        offers: dict[str, tuple[list[str], list[str]]],
+        signed: messages.NodeIdentity | None = None,
     ) -> PoolReport:
         seq = max(self.last_seq + 1, int(now * 1000))
         self.last_seq = seq
@@ -291,6 +310,7 @@ class PoolController:
                 ReleaseOffer(eni_id=k, ips=v[0], prefixes=v[1], quarantined_at=min(since.get(k, now), now))
                 for k, v in sorted(offers.items())
             ],
+            identity=signed,
         )
         if signature != self._last_signature:
             self._retries = 0

@@ -15,7 +15,7 @@ from functions.settings import Settings
 from functions.stores import DynamoBuckets, DynamoLeases, DynamoLedger, create_tables
 from functions.telemetry import Tally
 from sim.ec2 import Ec2Config, Ec2Emulator
-from sim.iid import IdentitySigner
+from sim.iid import IdentitySigner, document_for
 from sim.imds import Imds
 from sim.memstores import MemBuckets, MemLeases, MemLedger
 from sim.sqs import FastSqs
@@ -114,6 +114,12 @@ class World:
         if queue:
             self.sqs.client().create_queue(QueueName=names.result_queue(self.cluster, iid))
         return iid
+
+    def signed(self, instance_id: str, instance_type: str, az: str = "us-east-1a") -> dict[str, str]:
+        """A genuinely signed identity for any instance id (also one EC2 does not know)."""
+        doc = document_for({"instanceId": instance_id, "accountId": self.emu.owner, "region": self.emu.config.region,
+                            "availabilityZone": az, "instanceType": instance_type})
+        return self.imds.signer.identity(doc).model_dump()
 
     def tag_primary(self, node: str) -> None:
         """Tag the node's primary ENI for the cluster (``primary_eni_tagging=launch-template``)."""

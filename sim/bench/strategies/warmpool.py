@@ -31,6 +31,7 @@ Wiring assumptions (the bench's, not the product's):
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections import Counter
@@ -48,6 +49,8 @@ try:  # the parts other engineers own; the strategy says so if one is missing
     from node_agent.controller import AttachedEni, NodeIdentity, PoolController
     from node_agent.datastore import Datastore, EniInfo
     from sim.esm import EsmConfig, EventSourceMapping
+    from sim.iid import IdentitySigner
+    from sim.imds import Imds
     from sim.memstores import MemBuckets, MemLeases, MemLedger
     from sim.sqs import FastSqs
 
@@ -266,6 +269,9 @@ class _Cluster:
             allowed_subnets=tuple(s.id for s in w.scenario.subnets),
             bucket_capacity={k: v.capacity for k, v in acct.buckets.items()},
             bucket_refill={k: v.refill_per_s for k, v in acct.buckets.items()},
+            identity_certificates=strat.imds.signer.certificate_pem,
+            account=w.emu.owner,
+            region=w.emu.config.region,
         )
         self.ec2 = _CrashingEc2(w.ec2)
         self.ledger = MemLedger()
@@ -378,6 +384,8 @@ class Warmpool:
             return spec_for(action, specs).scaled(fraction)
 
         self.buckets = MemBuckets(spec_of)  # one account: every cluster shares these
+        # Agents carry identities signed by this IMDS's test key; the allocators verify them.
+        self.imds = Imds(world.emu, signer=IdentitySigner())
         self.clusters = {c.name: _Cluster(self, c.name, self.buckets) for c in world.scenario.all_clusters}
         self.reports_url = {k: c.reports_url for k, c in self.clusters.items()}
         self.agents: dict[str, _Agent] = {}
@@ -432,6 +440,7 @@ class Warmpool:
             Timing(cooldown_s=env.IP_COOLDOWN_PERIOD),
             metadata=_EmuMetadata(w, node.instance_id),
             mtu=env.AWS_VPC_ENI_MTU,
+            signed_identity=functools.partial(self.imds.identity, node.instance_id),
         )
         agent = _Agent(self, node, controller, sqs, result_url)
         self.agents[spec.name] = agent
