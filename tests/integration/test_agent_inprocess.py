@@ -98,7 +98,7 @@ def test_every_report_carries_the_identity_imds_serves_byte_for_byte(world: dict
     """Issue 12: the allocator refuses reports without the signed identity."""
     sqs, agent = world["sqs"], world["agent"]
     inst = world["imds"].instances[INSTANCE]
-    inst.identity_document = '{\n  "instanceId" : "%s",\n  "region" : "us-east-1"\n}' % INSTANCE
+    inst.identity_document = '{\n  "instanceId" : "' + INSTANCE + '",\n  "region" : "us-east-1"\n}'
     inst.identity_signature = "c2lnbmF0dXJl\nbGluZTI="
     agent.start()
     r = next_report(sqs, world["reports"], agent)
