@@ -27,7 +27,8 @@ import math
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
@@ -36,6 +37,7 @@ from functions.delivery import Deferral, Delivery
 from functions.ec2 import FILTER_CHUNK, Ec2, NodeFacts
 from functions.errors import AwsError, Throttled
 from functions.execute import M_OFFERS_EXPIRED, NodeJob, NodeOutcome, PlanExecutor, offer_expired
+from functions.fairness import FairShare
 from functions.identity import IdentityConfigError, IdentityRejected, TrustedKeys, verify_report_identity
 from functions.settings import LEASE_TTL_MARGIN_S, Settings
 from functions.telemetry import Tally
@@ -52,7 +54,7 @@ from warmpool.messages import (
     ReleaseOffer,
     parse_report,
 )
-from warmpool.planner import plan_node
+from warmpool.planner import DeleteEni, Plan, Reclaim, UnassignAddresses, plan_node
 from warmpool.ports import BucketStore, Ec2Api, LeaseStore, Ledger, LedgerUnread, SqsApi
 from warmpool.scheduling import coalesce, priority_key
 
@@ -66,6 +68,11 @@ M_LEDGER_UNREAD = "LedgerRowsUnread"
 M_DESCRIBE_THROTTLED = "DescribeThrottledBatches"
 M_IDENTITY_UNVERIFIED = "ReportsIdentityUnverified"
 M_RESULT_QUEUES_CREATED = "ResultQueuesCreated"
+M_FAIR_SHARE_DEFERRED = "FairShareDeferred"
+M_NODES_DAMPED = "NodesDamped"
+M_RELEASES_HELD = "ReleasesHeld"
+"""Unassign/Delete calls not made: offer younger than the release delay, ENI
+younger than the minimum age, or the instance damped."""
 DEADLINE_REASON = "invocation deadline"
 SEQ_AHEAD_LIMIT = 2**20
 """A report's seq may be at most this far ahead of ``max(last seq seen, now in
@@ -145,6 +152,15 @@ def trusted_keys(settings: Settings) -> TrustedKeys | None:
     return TrustedKeys.from_pem(settings.identity_certificates)
 
 
+def _created_at(tags: dict[str, str]) -> float | None:
+    """The ENI's ``createdAt`` tag (``%Y-%m-%dT%H:%M:%SZ``) as epoch seconds, or None."""
+    raw = tags.get(names.TAG_CREATED_AT, "")
+    try:
+        return datetime.strptime(raw, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
 def sender_matches(sender_id: str, instance_id: str) -> bool:
     """SQS ``SenderId`` of an assumed role is ``AROA...:<session name>``; the
     agent's instance-role session name is the instance id."""
@@ -180,6 +196,10 @@ class Allocator:
         self._invocations = itertools.count(1)
         self._instance = uuid.uuid4().hex[:12]  # lease owners must differ across containers
         self.trusted = trusted_keys(settings)
+        self.fair = FairShare(
+            settings.bucket_spec, window_s=settings.fair_window_s, flip_limit=settings.flip_limit,
+            flip_window_s=settings.flip_window_s, damp_s=settings.damp_s,
+        )
 
     def _key(self, report: PoolReport) -> str:
         """Ledger rows, leases, seqs, coalescing and result queues are keyed by
@@ -252,6 +272,8 @@ class Allocator:
         outcomes = self.map(lambda j: self._serve(j, owner, stop_at), granted)
         for job, res in zip(granted, outcomes, strict=True):
             out.nodes[job.report.node] = res
+            if res.status == "served" and job.plan.mutating_calls:
+                self._flip(job)
             if res.status == "deferred" and (not res.actions or res.resend):
                 deferrals.append(Deferral(job.body, math.ceil(res.retry_after_s), self._key(job.report)))
             elif res.reason == "internal":
@@ -483,12 +505,21 @@ class Allocator:
             if isinstance(lim, AwsError):
                 self._reject(rec, r, "unknown-instance-type", out, str(lim))
                 continue
-            plan = plan_node(r, f.inventory(self.cluster), lim, subnets, cluster=self.cluster)
+            plan = self._release_rules(r, f, plan_node(r, f.inventory(self.cluster), lim, subnets, cluster=self.cluster))
             jobs.append(NodeJob(r, f, lim, plan, rec.message_id, rec.body))
             if plan.delta.low:
                 self.tally.add(names.M_NODES_IN_DEFICIT)
         jobs.sort(key=lambda j: priority_key(j.report, j.plan.delta))
         return jobs
+
+    def _flip(self, job: NodeJob) -> None:
+        iid = self._key(job.report)
+        if self.fair.served(iid, job.plan.kind, self.clock.now()):
+            self.tally.add(M_NODES_DAMPED)
+            log.warning(
+                "node flips between filling and releasing: damped (its releases are taken back)",
+                extra={"node": job.report.node, "instance_id": iid, "damp_s": self.settings.damp_s},
+            )
 
     def _create_result_queue(self, instance_id: str) -> None:
         """First report of a verified instance EC2 shows in the cluster: create
@@ -501,6 +532,44 @@ class Allocator:
             log.warning("result queue not created", extra={"instance_id": instance_id, "error": str(err)[:200]})
             return
         self.tally.add(M_RESULT_QUEUES_CREATED)
+
+    def _release_rules(self, r: PoolReport, f: NodeFacts, plan: Plan) -> Plan:
+        """The allocator's own release rules, whatever the agent does: an offer is
+        acted on only once quarantined for ``release_delay_s``; an ENI is
+        deleted only once ``min_eni_age_s`` old (its ``createdAt`` tag); a damped
+        instance's offers are taken back (``Reclaim``) instead."""
+        if not any(isinstance(c, UnassignAddresses | DeleteEni) for c in plan.calls):
+            return plan
+        now = self.clock.now()
+        iid = self._key(r)
+        offered_at = {o.eni_id: o.quarantined_at for o in r.release}
+        created = {e.eni.eni_id: _created_at(e.tags) for e in f.enis}
+        damped = self.fair.damped(iid, now)
+        calls: list[Any] = []
+        held = 0
+        for c in plan.calls:
+            if not isinstance(c, UnassignAddresses | DeleteEni):
+                calls.append(c)
+                continue
+            young_offer = now - (offered_at.get(c.eni_id) or now) < self.settings.release_delay_s
+            born = created.get(c.eni_id)
+            young_eni = isinstance(c, DeleteEni) and born is not None and now - born < self.settings.min_eni_age_s
+            if damped:
+                o = next((o for o in r.release if o.eni_id == c.eni_id), None)
+                if o is not None:
+                    calls.append(Reclaim(c.eni_id, tuple(o.ips), tuple(o.prefixes)))
+                held += 1
+            elif young_offer or young_eni:
+                held += 1
+            else:
+                calls.append(c)
+        if not held:
+            return plan
+        self.tally.add(M_RELEASES_HELD, held)
+        log.info("release calls held", extra={"node": r.node, "instance_id": iid, "calls": held, "damped": damped})
+        mutating = [c for c in calls if not isinstance(c, Reclaim)]
+        kind = plan.kind if mutating else ("allocate" if calls else "none")
+        return replace(plan, calls=tuple(calls), kind=kind)
 
     def _instance_problem(self, r: PoolReport, f: NodeFacts | None) -> str:
         if f is None:
@@ -536,12 +605,16 @@ class Allocator:
         # waits for leaves the last tokens to starved nodes (DESIGN: starved
         # first, releases last), and a top-up deferred until pods wait merges
         # into the one call that serves them.
+        active = self._fair_shares(active, out, deferrals)
+        if not active:
+            return []
         reserve = [self.settings.priority_reserve if _low_priority(j) else 0.0 for j in active]
         waits = self.buckets.take_batch([j.plan.tokens() for j in active], self.clock.now(), reserve)
         paid: list[NodeJob] = []
         for job, wait in zip(active, waits, strict=True):
             if wait == 0:
                 self.tally.add(names.M_TOKENS_TAKEN, job.plan.mutating_calls)
+                self.fair.spend(self._key(job.report), job.plan.tokens(), self.clock.now())
                 paid.append(job)
             elif math.isinf(wait):
                 res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "failed",
@@ -584,6 +657,19 @@ class Allocator:
             claimed = self._recheck(claimed, moved, now_seqs, owner, out, deferrals)
         return claimed
 
+    def _fair_shares(self, active: list[NodeJob], out: BatchOutcome, deferrals: list[Deferral]) -> list[NodeJob]:
+        """Defer the jobs of instances that spent their fair share of a bucket in the window."""
+        keep: list[NodeJob] = []
+        now = self.clock.now()
+        for job in active:
+            wait = self.fair.wait(self._key(job.report), job.plan.tokens(), now)
+            if wait > 0:
+                self.tally.add(M_FAIR_SHARE_DEFERRED)
+                self._defer(job, wait, "fair share of the EC2 budget spent", out, deferrals)
+            else:
+                keep.append(job)
+        return keep
+
     def _recheck(
         self,
         claimed: list[NodeJob],
@@ -613,7 +699,9 @@ class Allocator:
                 self.tally.add(names.M_REPORTS_STALE)
                 self.leases.release(self.cluster, self._key(j.report), owner)
                 continue
-            plan = plan_node(j.report, f.inventory(self.cluster), j.limits, subnets, cluster=self.cluster)
+            plan = self._release_rules(
+                j.report, f, plan_node(j.report, f.inventory(self.cluster), j.limits, subnets, cluster=self.cluster)
+            )
             nj = NodeJob(j.report, f, j.limits, plan, j.record_id, j.body)
             paid = j.plan.tokens()
             extra = {a: n - paid.get(a, 0) for a, n in plan.tokens().items() if n > paid.get(a, 0)}

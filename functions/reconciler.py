@@ -197,7 +197,11 @@ class Reconciler:
         candidates = {i: u for i, u in by_instance.items() if i and i not in done}
         if not candidates:
             return
-        facts = self.ec2.describe_nodes(sorted(i for i in candidates if i.startswith("i-")))
+        try:
+            facts = self.ec2.describe_nodes(sorted(i for i in candidates if i.startswith("i-")))
+        except AwsError as err:
+            log.warning("instances of result queues not described; next run retries", extra={"error": str(err)})
+            return
         tag = names.cluster_tag_key(self.cluster)
         for iid, url in sorted(candidates.items()):
             f = facts.get(iid)
@@ -206,12 +210,12 @@ class Reconciler:
             try:
                 self.sqs.delete_queue(QueueUrl=url)
             except ClientError as exc:
-                err = classify(exc)
-                if isinstance(err, QueueMissing):
+                problem = classify(exc)
+                if isinstance(problem, QueueMissing):
                     continue
                 out.queue_delete_failed.append(iid)
                 self.tally.add(M_QUEUE_DELETE_FAILED)
-                log.warning("orphaned result queue not deleted", extra={"instance_id": iid, "error": str(err)})
+                log.warning("orphaned result queue not deleted", extra={"instance_id": iid, "error": str(problem)})
                 continue
             out.orphan_queues_deleted.append(iid)
             out.queues_deleted.append(iid)

@@ -93,6 +93,7 @@ def test_old_release_offers_are_ignored_never_unassigning_what_a_pod_may_hold_ag
     assert w.tally.as_dict().get("ReleaseOffersExpired") == 3
     # A fresh offer still goes.
     fresh = w.report("n1", warm_ip=1, release=[{"eni_id": eni.id, "ips": offered}])
+    w.clock.advance(w.settings.release_delay_s)  # quarantined long enough for the allocator
     out = w.deliver([fresh])
     assert [a.kind for a in out.nodes["n1"].actions] == ["released"]
 
