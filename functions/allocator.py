@@ -42,7 +42,7 @@ from functions.identity import IdentityConfigError, IdentityRejected, TrustedKey
 from functions.settings import LEASE_TTL_MARGIN_S, Settings
 from functions.telemetry import Tally
 from warmpool import names
-from warmpool.buckets import time_until
+from warmpool.buckets import refill, time_until
 from warmpool.clock import Clock
 from warmpool.limits import InstanceLimits
 from warmpool.messages import (
@@ -272,8 +272,6 @@ class Allocator:
         outcomes = self.map(lambda j: self._serve(j, owner, stop_at), granted)
         for job, res in zip(granted, outcomes, strict=True):
             out.nodes[job.report.node] = res
-            if res.status == "served" and job.plan.mutating_calls:
-                self._flip(job)
             if res.status == "deferred" and (not res.actions or res.resend):
                 deferrals.append(Deferral(job.body, math.ceil(res.retry_after_s), self._key(job.report)))
             elif res.reason == "internal":
@@ -505,20 +503,30 @@ class Allocator:
             if isinstance(lim, AwsError):
                 self._reject(rec, r, "unknown-instance-type", out, str(lim))
                 continue
-            plan = self._release_rules(r, f, plan_node(r, f.inventory(self.cluster), lim, subnets, cluster=self.cluster))
+            plan = plan_node(r, f.inventory(self.cluster), lim, subnets, cluster=self.cluster)
+            self._flip(r, plan)
+            plan = self._release_rules(r, f, plan)
             jobs.append(NodeJob(r, f, lim, plan, rec.message_id, rec.body))
             if plan.delta.low:
                 self.tally.add(names.M_NODES_IN_DEFICIT)
         jobs.sort(key=lambda j: priority_key(j.report, j.plan.delta))
         return jobs
 
-    def _flip(self, job: NodeJob) -> None:
-        iid = self._key(job.report)
-        if self.fair.served(iid, job.plan.kind, self.clock.now()):
+    def _flip(self, r: PoolReport, plan: Plan) -> None:
+        """Count what the node asks for, whatever the rules then let happen:
+        addresses back (release offers) or more (a deficit or waiting pods)."""
+        if r.release:
+            kind = "release"
+        elif plan.delta.low or r.pending_demand:
+            kind = "allocate"
+        else:
+            return
+        iid = self._key(r)
+        if self.fair.asked(iid, kind, self.clock.now()):
             self.tally.add(M_NODES_DAMPED)
             log.warning(
                 "node flips between filling and releasing: damped (its releases are taken back)",
-                extra={"node": job.report.node, "instance_id": iid, "damp_s": self.settings.damp_s},
+                extra={"node": r.node, "instance_id": iid, "damp_s": self.settings.damp_s},
             )
 
     def _create_result_queue(self, instance_id: str) -> None:
@@ -659,10 +667,21 @@ class Allocator:
 
     def _fair_shares(self, active: list[NodeJob], out: BatchOutcome, deferrals: list[Deferral]) -> list[NodeJob]:
         """Defer the jobs of instances that spent their fair share of a bucket in the window."""
+        if not self.fair.enabled:
+            return active
         keep: list[NodeJob] = []
         now = self.clock.now()
+        wanted: dict[str, int] = {}
+        for j in active:
+            for a, n in j.plan.tokens().items():
+                wanted[a] = wanted.get(a, 0) + n
+        # Others wait only where the bucket cannot pay this whole batch now.
+        contended = {
+            a for a, n in wanted.items()
+            if refill(self.buckets.load(a, now), self.settings.bucket_spec(a), now).tokens < n
+        }
         for job in active:
-            wait = self.fair.wait(self._key(job.report), job.plan.tokens(), now)
+            wait = self.fair.wait(self._key(job.report), job.plan.tokens(), now, contended)
             if wait > 0:
                 self.tally.add(M_FAIR_SHARE_DEFERRED)
                 self._defer(job, wait, "fair share of the EC2 budget spent", out, deferrals)

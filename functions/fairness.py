@@ -6,17 +6,20 @@ every mutating bucket and the other nodes wait. Two rules, per allocator
 container (state in memory; with the event-source mapping's maximum
 concurrency of N containers a node gets at most N shares, still a bound):
 
-* **Fair share per window.** Over the last ``window_s`` seconds an instance may
-  spend, of each action's bucket, at most ``(capacity + refill × window) /
-  active`` tokens, ``active`` being the instances that spent in that window
-  (itself included). A plan that would exceed it waits until enough of the
-  instance's own spending leaves the window, unless it is the instance's first
-  spending in the window (every node can always make progress). Alone, a node
-  may use the whole bucket.
-* **Flip damping.** An instance whose served plans flip between allocating and
-  releasing ``flip_limit`` times within ``flip_window_s`` is damped for
-  ``damp_s``: its release offers are taken back (no Unassign/Detach/Delete), so
-  the cycle stops; counted (``NodesDamped``) and logged.
+* **Fair share per window, while others wait.** When an action's bucket cannot
+  pay the whole batch's plans now, an instance may spend of it, over the last
+  ``window_s`` seconds, at most ``(capacity + refill × window) / active``
+  tokens, ``active`` being the instances that spent in that window (itself
+  included). An instance at or over its share waits until enough of its own
+  spending leaves the window; below it, one plan may take it past (every node
+  can always make progress). A bucket with room for the whole batch limits no
+  one; alone, a node may use the whole bucket.
+* **Flip damping.** An instance whose reports flip between asking for
+  addresses (a deficit, waiting pods) and offering them back ``flip_limit``
+  times within ``flip_window_s`` (whatever the rules then let happen) is damped for ``damp_s``:
+  its release offers are taken back (no Unassign/Detach/Delete), so the cycle
+  stops; counted (``NodesDamped``) and logged. An honest agent flips at most
+  about once per release delay (a minute by default).
 
 Pure bookkeeping over an injected clock's times: no I/O.
 """
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 
 from warmpool.buckets import BucketSpec
@@ -34,7 +37,7 @@ from warmpool.buckets import BucketSpec
 @dataclass
 class FairShare:
     spec_of: Callable[[str], BucketSpec]
-    window_s: float = 10.0
+    window_s: float = 5.0
     flip_limit: int = 6
     flip_window_s: float = 120.0
     damp_s: float = 600.0
@@ -59,8 +62,11 @@ class FairShare:
         spec = self.spec_of(action)
         return (spec.capacity + spec.refill_per_s * self.window_s) / max(1, active)
 
-    def wait(self, instance_id: str, tokens: Mapping[str, int], now: float) -> float:
-        """0 if the instance may spend ``tokens`` now, else seconds until it may."""
+    def wait(
+        self, instance_id: str, tokens: Mapping[str, int], now: float, contended: Container[str] | None = None
+    ) -> float:
+        """0 if the instance may spend ``tokens`` now, else seconds until it may.
+        Only actions in ``contended`` are limited (all when None)."""
         if not self.enabled or not tokens:
             return 0.0
         self._trim(now)
@@ -70,14 +76,14 @@ class FairShare:
         active = len(self._spent) if instance_id in self._spent else len(self._spent) + 1
         wait = 0.0
         for action, n in tokens.items():
-            if n <= 0:
+            if n <= 0 or (contended is not None and action not in contended):
                 continue
             cap = self.share(action, active)
             used = sum(t.get(action, 0) for _, t in mine)
-            if used + n <= cap:
-                continue
+            if used < cap:
+                continue  # within its share (one plan may take it past; the next one waits)
             # Until enough of this instance's own spending on the action leaves the window.
-            excess = used + n - cap
+            excess = used - cap + min(n, 1)
             freed = 0
             for at, t in mine:
                 freed += t.get(action, 0)
@@ -97,8 +103,8 @@ class FairShare:
     def damped(self, instance_id: str, now: float) -> bool:
         return self._damped_until.get(instance_id, -math.inf) > now
 
-    def served(self, instance_id: str, kind: str, now: float) -> bool:
-        """Record a served plan's kind (``allocate``/``release``); True when this
+    def asked(self, instance_id: str, kind: str, now: float) -> bool:
+        """Record a planned kind (``allocate``/``release``); True when this
         flip makes the instance damped (newly)."""
         if self.flip_limit <= 0 or kind not in ("allocate", "release"):
             return False

@@ -92,7 +92,7 @@ class Settings(BaseSettings):
     (``functions/identity.py``: ``TrustedKeys.from_pem``). The stack sets the
     region's AWS certificate, ``warmpool local up`` its test key's. Empty only
     where Settings is built directly (bench, unit tests)."""
-    fair_window_s: float = Field(default=10.0, ge=0, alias="WARMPOOL_FAIR_WINDOW_S")
+    fair_window_s: float = Field(default=5.0, ge=0, alias="WARMPOOL_FAIR_WINDOW_S")
     """Fair shares (``functions/fairness.py``): over this window an instance may
     spend at most ``(capacity + refill × window) / active instances`` of each
     bucket while others spend too. 0 turns fair shares off."""
