@@ -680,8 +680,9 @@ class Allocator:
             a for a, n in wanted.items()
             if refill(self.buckets.load(a, now), self.settings.bucket_spec(a), now).tokens < n
         }
+        waiting = {self._key(j.report) for j in active}
         for job in active:
-            wait = self.fair.wait(self._key(job.report), job.plan.tokens(), now, contended)
+            wait = self.fair.wait(self._key(job.report), job.plan.tokens(), now, contended, waiting)
             if wait > 0:
                 self.tally.add(M_FAIR_SHARE_DEFERRED)
                 self._defer(job, wait, "fair share of the EC2 budget spent", out, deferrals)

@@ -9,8 +9,8 @@ concurrency of N containers a node gets at most N shares, still a bound):
 * **Fair share per window, while others wait.** When an action's bucket cannot
   pay the whole batch's plans now, an instance may spend of it, over the last
   ``window_s`` seconds, at most ``(capacity + refill × window) / active``
-  tokens, ``active`` being the instances that spent in that window (itself
-  included). An instance at or over its share waits until enough of its own
+  tokens, ``active`` being the instances that spent in that window or want
+  tokens now (itself included). An instance at or over its share waits until enough of its own
   spending leaves the window; below it, one plan may take it past (every node
   can always make progress). A bucket with room for the whole batch limits no
   one; alone, a node may use the whole bucket.
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Container, Mapping, Set
 from dataclasses import dataclass, field
 
 from warmpool.buckets import BucketSpec
@@ -63,17 +63,23 @@ class FairShare:
         return (spec.capacity + spec.refill_per_s * self.window_s) / max(1, active)
 
     def wait(
-        self, instance_id: str, tokens: Mapping[str, int], now: float, contended: Container[str] | None = None
+        self,
+        instance_id: str,
+        tokens: Mapping[str, int],
+        now: float,
+        contended: Container[str] | None = None,
+        waiting: Set[str] = frozenset(),
     ) -> float:
         """0 if the instance may spend ``tokens`` now, else seconds until it may.
-        Only actions in ``contended`` are limited (all when None)."""
+        Only actions in ``contended`` are limited (all when None); ``waiting``
+        are the instances that want tokens now (they count as active)."""
         if not self.enabled or not tokens:
             return 0.0
         self._trim(now)
         mine = self._spent.get(instance_id)
         if not mine:
             return 0.0  # first spending in the window: always allowed
-        active = len(self._spent) if instance_id in self._spent else len(self._spent) + 1
+        active = len(set(self._spent) | set(waiting) | {instance_id})
         wait = 0.0
         for action, n in tokens.items():
             if n <= 0 or (contended is not None and action not in contended):

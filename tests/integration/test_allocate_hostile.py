@@ -167,3 +167,80 @@ def test_the_primary_eni_is_tagged_for_the_cluster_at_first_contact_paying_a_tok
     assert w.tally.get("PrimaryEnisTagged") == 1
     w.deliver([w.report("n1", warm_ip=4, pending=4)])
     assert w.tally.get("PrimaryEnisTagged") == 1  # only once
+
+
+def _churn(w: World, node: str, rounds: int, every_s: float = 1.0) -> None:
+    """Alternate 'fill everything' and 'release everything' (offers dated to look long quarantined)."""
+    cap = 240
+    for i in range(rounds):
+        if i % 2 == 0:
+            w.deliver([w.report(node, warm_ip=cap, warm_eni=0, pending=cap, assigned=0)])
+        else:
+            offers = [{"eni_id": e.id, "ips": list(e.secondary), "quarantined_at": w.clock.now() - 30}
+                      for e in w.enis(node) if e.secondary]
+            w.deliver([w.report(node, warm_ip=0, warm_eni=0, assigned=0, release=offers)])
+        w.clock.advance(every_s)
+
+
+def test_a_node_flipping_between_fill_and_release_is_damped_and_counted() -> None:
+    """Finding 3: on main a churning node's every flip was served (about 1,220
+    each of Create/Attach/Modify/Detach/Delete in 300 s); now it is damped
+    after a few flips (NodesDamped), its offers are taken back, and it can
+    no longer make the allocator create and delete ENIs in a loop."""
+    w = World()
+    w.add_node("churn", "m5.4xlarge")
+    _churn(w, "churn", 120)
+    stats = w.ec2_stats()
+    assert w.tally.get("NodesDamped") == 1
+    assert stats.get("DeleteNetworkInterface", {}).get("calls", 0) == 0
+    assert stats["CreateNetworkInterface"]["calls"] <= 7  # the first fill only
+    assert w.tally.get("ReleasesHeld") > 0
+
+
+def test_the_allocator_holds_releases_of_young_offers_and_young_enis() -> None:
+    """The release delay and the minimum ENI age are the allocator's own rules:
+    an agent dating its offer 'now' or offering a new ENI back gets nothing
+    unassigned or deleted until they are old enough (on main both went at once)."""
+    w = World(flip_limit=0)
+    w.add_node("n1", "m5.large")
+    w.deliver([w.report("n1", warm_ip=2, pending=12)])
+    primary, second = w.enis("n1")[:2]
+    on_primary = len(primary.secondary)
+    young = [{"eni_id": second.id, "ips": list(second.secondary), "quarantined_at": w.clock.now()},
+             {"eni_id": primary.id, "ips": list(primary.secondary[-3:]), "quarantined_at": w.clock.now()}]
+    w.deliver([w.report("n1", warm_ip=2, release=young)])
+    assert second.id in [e.id for e in w.enis("n1")] and len(w.enis("n1")[0].secondary) == on_primary
+    # Old enough offers, but the second ENI is younger than min_eni_age_s: the primary's addresses go, the ENI stays.
+    w.clock.advance(w.settings.release_delay_s)
+    aged = [{**o, "quarantined_at": w.clock.now() - w.settings.release_delay_s} for o in young]
+    w.deliver([w.report("n1", warm_ip=2, release=aged)])
+    assert second.id in [e.id for e in w.enis("n1")]
+    assert len(w.enis("n1")[0].secondary) == on_primary - 3
+    # Once the ENI is old enough, it is deleted.
+    w.clock.advance(w.settings.min_eni_age_s)
+    again = [{"eni_id": second.id, "ips": list(second.secondary), "quarantined_at": w.clock.now() - 20}]
+    w.deliver([w.report("n1", warm_ip=2, release=again)])
+    assert second.id not in [e.id for e in w.enis("n1")]
+    assert w.tally.get("ReleasesHeld") >= 2
+
+
+def test_a_node_past_its_fair_share_waits_while_others_are_served() -> None:
+    """Finding 3: when a bucket cannot pay everyone, an instance that already
+    spent its share in the window is deferred and the others are paid."""
+    from warmpool.buckets import BucketSpec
+
+    w = World(bucket_capacity={"CreateNetworkInterface": 10.0}, bucket_refill={"CreateNetworkInterface": 0.5},
+              flip_limit=0, budget_fraction=1.0)
+    w.add_node("big", "m5.4xlarge")
+    for i in range(4):
+        w.add_node(f"n{i}", "m5.large")
+    w.deliver([w.report("big", warm_ip=90, warm_eni=0)])  # its first plan in the window always goes: 3 ENIs
+    assert w.settings.bucket_spec("CreateNetworkInterface") == BucketSpec(capacity=10, refill_per_s=0.5)
+    w.clock.advance(1)
+    out = w.deliver([w.report("big", warm_ip=200, warm_eni=0, pending=200)]
+                    + [w.report(f"n{i}", warm_ip=12, warm_eni=0, pending=12) for i in range(4)])
+    # On main the largest deficit went first and took the bucket.
+    assert out.nodes["big"].status == "deferred" and out.nodes["big"].reason.startswith("fair share")
+    assert len(w.enis("big")) == 4
+    assert sum(len(w.enis(f"n{i}")) >= 2 for i in range(4)) >= 3
+    assert w.tally.get("FairShareDeferred") >= 1
