@@ -75,11 +75,15 @@ class FairShare:
         are the instances that want tokens now (they count as active)."""
         if not self.enabled or not tokens:
             return 0.0
-        self._trim(now)
         mine = self._spent.get(instance_id)
+        while mine and mine[0][0] <= now - self.window_s:
+            mine.popleft()
         if not mine:
             return 0.0  # first spending in the window: always allowed
-        active = len(set(self._spent) | set(waiting) | {instance_id})
+        if contended is not None and not any(a in contended for a in tokens):
+            return 0.0
+        self._trim(now)
+        active = len(self._spent) + sum(1 for i in waiting if i not in self._spent)
         wait = 0.0
         for action, n in tokens.items():
             if n <= 0 or (contended is not None and action not in contended):

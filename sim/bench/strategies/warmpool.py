@@ -386,6 +386,7 @@ class Warmpool:
         self.buckets = MemBuckets(spec_of)  # one account: every cluster shares these
         # Agents carry identities signed by this IMDS's test key; the allocators verify them.
         self.imds = Imds(world.emu, signer=IdentitySigner())
+        self._identities: dict[str, Any] = {}
         self.clusters = {c.name: _Cluster(self, c.name, self.buckets) for c in world.scenario.all_clusters}
         self.reports_url = {k: c.reports_url for k, c in self.clusters.items()}
         self.agents: dict[str, _Agent] = {}
@@ -411,6 +412,13 @@ class Warmpool:
         for c in self.clusters.values():
             if url == c.reports_url:
                 c.kick(self.w.now() + delay)
+
+    def _identity(self, instance_id: str) -> Any:
+        """The instance's signed identity, signed once (IMDS serves the same bytes for its life)."""
+        got = self._identities.get(instance_id)
+        if got is None:
+            got = self._identities[instance_id] = self.imds.identity(instance_id)
+        return got
 
     def _join(self, node: NodeRt) -> None:
         w = self.w
@@ -440,7 +448,7 @@ class Warmpool:
             Timing(cooldown_s=env.IP_COOLDOWN_PERIOD),
             metadata=_EmuMetadata(w, node.instance_id),
             mtu=env.AWS_VPC_ENI_MTU,
-            signed_identity=functools.partial(self.imds.identity, node.instance_id),
+            signed_identity=functools.partial(self._identity, node.instance_id),
         )
         agent = _Agent(self, node, controller, sqs, result_url)
         self.agents[spec.name] = agent
