@@ -27,17 +27,22 @@ import math
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, TypeVar
+
+from botocore.exceptions import ClientError
 
 from functions.delivery import Deferral, Delivery
 from functions.ec2 import FILTER_CHUNK, Ec2, NodeFacts
 from functions.errors import AwsError, Throttled
 from functions.execute import M_OFFERS_EXPIRED, NodeJob, NodeOutcome, PlanExecutor, offer_expired
+from functions.fairness import FairShare
+from functions.identity import IdentityConfigError, IdentityRejected, TrustedKeys, verify_report_identity
 from functions.settings import LEASE_TTL_MARGIN_S, Settings
 from functions.telemetry import Tally
 from warmpool import names
-from warmpool.buckets import time_until
+from warmpool.buckets import refill, time_until
 from warmpool.clock import Clock
 from warmpool.limits import InstanceLimits
 from warmpool.messages import (
@@ -49,7 +54,7 @@ from warmpool.messages import (
     ReleaseOffer,
     parse_report,
 )
-from warmpool.planner import plan_node
+from warmpool.planner import DeleteEni, Plan, Reclaim, UnassignAddresses, plan_node
 from warmpool.ports import BucketStore, Ec2Api, LeaseStore, Ledger, LedgerUnread, SqsApi
 from warmpool.scheduling import coalesce, priority_key
 
@@ -61,7 +66,19 @@ M_TOKENS_FORFEITED = "TokensForfeited"
 M_OFFERS_UNDATED = "ReleaseOffersUndated"
 M_LEDGER_UNREAD = "LedgerRowsUnread"
 M_DESCRIBE_THROTTLED = "DescribeThrottledBatches"
+M_IDENTITY_UNVERIFIED = "ReportsIdentityUnverified"
+M_RESULT_QUEUES_CREATED = "ResultQueuesCreated"
+M_FAIR_SHARE_DEFERRED = "FairShareDeferred"
+M_NODES_DAMPED = "NodesDamped"
+M_RELEASES_HELD = "ReleasesHeld"
+"""Unassign/Delete calls not made: offer younger than the release delay, ENI
+younger than the minimum age, or the instance damped."""
 DEADLINE_REASON = "invocation deadline"
+SEQ_AHEAD_LIMIT = 2**20
+"""A report's seq may be at most this far ahead of ``max(last seq seen, now in
+ms)`` (the agent's seq is ``max(last + 1, now_ms)``): a node cannot poison
+its own ledger row with a huge seq that makes every later report stale."""
+SEQ_TOO_FAR = "seq-too-far-ahead"
 Mapper = Callable[[Callable[[T], R], Sequence[T]], list[R]]
 
 
@@ -114,6 +131,36 @@ def _low_priority(job: NodeJob) -> bool:
     return job.plan.kind == "release" or job.report.pending_demand == 0
 
 
+def trusted_keys(settings: Settings) -> TrustedKeys | None:
+    """The keys report identities are verified with, parsed once at cold start.
+
+    Fail-closed: with verification required (the default) an empty or
+    unusable certificate setting stops the allocator here
+    (:class:`IdentityConfigError`). ``off`` is for explicit local tests and is
+    logged loudly at start (and counted per batch)."""
+    if settings.identity_verification == "off":
+        log.warning(
+            "report identity verification is OFF (WARMPOOL_IDENTITY_VERIFICATION=off): any sender may report for "
+            "any instance of the cluster; for local testing only"
+        )
+        return None
+    if not settings.identity_certificates.strip():
+        raise IdentityConfigError(
+            "no identity certificate configured (WARMPOOL_IDENTITY_CERTIFICATES) while report identities must be "
+            "verified; set the region's AWS certificate, or WARMPOOL_IDENTITY_VERIFICATION=off for local tests only"
+        )
+    return TrustedKeys.from_pem(settings.identity_certificates)
+
+
+def _created_at(tags: dict[str, str]) -> float | None:
+    """The ENI's ``createdAt`` tag (``%Y-%m-%dT%H:%M:%SZ``) as epoch seconds, or None."""
+    raw = tags.get(names.TAG_CREATED_AT, "")
+    try:
+        return datetime.strptime(raw, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
 def sender_matches(sender_id: str, instance_id: str) -> bool:
     """SQS ``SenderId`` of an assumed role is ``AROA...:<session name>``; the
     agent's instance-role session name is the instance id."""
@@ -148,6 +195,16 @@ class Allocator:
         self.map: Mapper[Any, Any] = mapper or serial_map
         self._invocations = itertools.count(1)
         self._instance = uuid.uuid4().hex[:12]  # lease owners must differ across containers
+        self.trusted = trusted_keys(settings)
+        self.fair = FairShare(
+            settings.bucket_spec, window_s=settings.fair_window_s, flip_limit=settings.flip_limit,
+            flip_window_s=settings.flip_window_s, damp_s=settings.damp_s,
+        )
+
+    def _key(self, report: PoolReport) -> str:
+        """Ledger rows, leases, seqs, coalescing and result queues are keyed by
+        the (verified) instance id; ``node`` is only a label."""
+        return report.instance_id
 
     @property
     def cluster(self) -> str:
@@ -171,11 +228,12 @@ class Allocator:
         by_report = {id(r): rec for rec, r in valid}
         unread: frozenset[str] = frozenset()
         try:
-            last = self.ledger.last_seqs(self.cluster, sorted({r.node for _, r in valid}))
+            last = self.ledger.last_seqs(self.cluster, sorted({self._key(r) for _, r in valid}))
         except LedgerUnread as err:
             # A row not read is unknown, never "no row" (seq -1 would make a
             # stale report look fresh): those nodes' reports wait.
             last, unread = err.seqs, err.unread
+        valid = self._refuse_far_seqs(valid, last, out)
         co = coalesce([r for _, r in valid], last)
         out.stale, out.superseded = len(co.stale), len(co.superseded)
         self.tally.add(names.M_REPORTS_STALE, out.stale)
@@ -183,9 +241,9 @@ class Allocator:
         if unread:
             self.tally.add(M_LEDGER_UNREAD, len(unread))
             log.warning("ledger rows not read; their reports wait", extra={"nodes": sorted(unread)})
-            self._defer_unread([r for r in co.keep if r.node in unread], by_report,
+            self._defer_unread([r for r in co.keep if self._key(r) in unread], by_report,
                                float(self.settings.lease_retry_s), out, "ledger row not read")
-        keep = [self._drop_old_offers(r, by_report) for r in co.keep if r.node not in unread]
+        keep = [self._drop_old_offers(r, by_report) for r in co.keep if self._key(r) not in unread]
         if keep and self._late(stop_at):
             self._defer_unread(keep, by_report, 1.0, out, DEADLINE_REASON)
             keep = []
@@ -196,7 +254,7 @@ class Allocator:
             self._defer_unread(keep, by_report, wait, out)
             keep = []
         try:
-            jobs = self._verify_and_plan(keep, by_report, out)
+            jobs = self._verify_and_plan(keep, by_report, out, last)
         except Throttled as err:
             # The batch's reads were throttled: defer it unread (nothing was
             # decided yet), with the AIMD cut for that action.
@@ -215,7 +273,7 @@ class Allocator:
         for job, res in zip(granted, outcomes, strict=True):
             out.nodes[job.report.node] = res
             if res.status == "deferred" and (not res.actions or res.resend):
-                deferrals.append(Deferral(job.body, math.ceil(res.retry_after_s), job.report.node))
+                deferrals.append(Deferral(job.body, math.ceil(res.retry_after_s), self._key(job.report)))
             elif res.reason == "internal":
                 # Nothing recorded, nothing pushed: let the ESM redeliver the record.
                 out.failed_message_ids.append(job.record_id)
@@ -256,11 +314,36 @@ class Allocator:
             if report.cluster != self.cluster:
                 self._reject(rec, report, "foreign-cluster", out)
                 continue
+            if self.trusted is not None:
+                verified = verify_report_identity(
+                    report, self.trusted, account=self.settings.account, region=self.settings.region
+                )
+                if isinstance(verified, IdentityRejected):
+                    self._reject(rec, report, verified.reason, out, detail=verified.detail)
+                    continue
+            else:
+                self.tally.add(M_IDENTITY_UNVERIFIED)
             if self.settings.identity_mode == "sender-id" and not sender_matches(rec.sender_id, report.instance_id):
                 self._reject(rec, report, "sender-mismatch", out)
                 continue
             valid.append((rec, report))
         return valid
+
+    def _refuse_far_seqs(
+        self, valid: list[tuple[Record, PoolReport]], last: dict[str, int], out: BatchOutcome
+    ) -> list[tuple[Record, PoolReport]]:
+        """Refuse a seq more than :data:`SEQ_AHEAD_LIMIT` ahead of both the
+        instance's last seq and now (ms): it would make the instance's later
+        reports stale."""
+        now_ms = int(self.clock.now() * 1000)
+        keep: list[tuple[Record, PoolReport]] = []
+        for rec, r in valid:
+            bound = max(last.get(self._key(r), -1), now_ms) + SEQ_AHEAD_LIMIT
+            if r.seq > bound:
+                self._reject(rec, r, SEQ_TOO_FAR, out, detail=f"seq {r.seq} > {bound}")
+                continue
+            keep.append((rec, r))
+        return keep
 
     def _dead_letter(self, rec: Record, reason: str, detail: str, out: BatchOutcome) -> None:
         if not self.delivery.dead_letter(rec.body, reason, detail):
@@ -352,17 +435,18 @@ class Allocator:
         delay = min(float(self.settings.max_defer_s), max(1.0, wait if math.isfinite(wait) else 60.0))
         if reason == "waiting for EC2 Describe tokens":
             self.tally.add(names.M_TOKENS_WAITED_S, delay)
-        items = [Deferral(by_report[id(r)].body, math.ceil(delay), r.node) for r in reports]
+        items = [Deferral(by_report[id(r)].body, math.ceil(delay), self._key(r)) for r in reports]
         failed = set(self.delivery.defer(items))
         for r in reports:
-            if r.node in failed:
+            if self._key(r) in failed:
                 out.failed_message_ids.append(by_report[id(r)].message_id)
                 continue
             out.nodes[r.node] = NodeOutcome(r.node, r.instance_id, r.seq, "deferred", retry_after_s=delay,
                                             reason=reason)
 
     def _verify_and_plan(
-        self, keep: list[PoolReport], by_report: dict[int, Record], out: BatchOutcome
+        self, keep: list[PoolReport], by_report: dict[int, Record], out: BatchOutcome,
+        last: dict[str, int] | None = None,
     ) -> list[NodeJob]:
         """Every read first (Describe round, foreign-ENI check, subnets,
         instance types), then the decisions: a throttled read raises
@@ -377,7 +461,7 @@ class Allocator:
             if f is not None and not self._instance_problem(r, f):
                 gone = {e.eni_id for e in r.enis} - {e.eni.eni_id for e in f.enis}
                 if gone:
-                    missing_enis[r.node] = gone
+                    missing_enis[self._key(r)] = gone
         # Reported ENIs EC2 does not show on the instance: gone (released,
         # GC'd) is fine; attached to another instance is someone else's.
         seen = self.ec2.describe_enis(set().union(*missing_enis.values())) if missing_enis else {}
@@ -406,8 +490,10 @@ class Allocator:
                 continue
             assert f is not None
             owners[r.instance_id] = r.node
+            if self.trusted is not None and last is not None and last.get(self._key(r), -1) < 0:
+                self._create_result_queue(r.instance_id)
             foreign = [
-                e for e in sorted(missing_enis.get(r.node, ()))
+                e for e in sorted(missing_enis.get(self._key(r), ()))
                 if e in seen and seen[e].instance_id and seen[e].instance_id != r.instance_id
             ]
             if foreign:
@@ -417,12 +503,81 @@ class Allocator:
             if isinstance(lim, AwsError):
                 self._reject(rec, r, "unknown-instance-type", out, str(lim))
                 continue
-            plan = plan_node(r, f.inventory(), lim, subnets, cluster=self.cluster)
+            plan = plan_node(r, f.inventory(self.cluster), lim, subnets, cluster=self.cluster)
+            self._flip(r, plan)
+            plan = self._release_rules(r, f, plan)
             jobs.append(NodeJob(r, f, lim, plan, rec.message_id, rec.body))
             if plan.delta.low:
                 self.tally.add(names.M_NODES_IN_DEFICIT)
         jobs.sort(key=lambda j: priority_key(j.report, j.plan.delta))
         return jobs
+
+    def _flip(self, r: PoolReport, plan: Plan) -> None:
+        """Count what the node asks for, whatever the rules then let happen:
+        addresses back (release offers) or more (a deficit or waiting pods)."""
+        if r.release:
+            kind = "release"
+        elif plan.delta.low or r.pending_demand:
+            kind = "allocate"
+        else:
+            return
+        iid = self._key(r)
+        if self.fair.asked(iid, kind, self.clock.now()):
+            self.tally.add(M_NODES_DAMPED)
+            log.warning(
+                "node flips between filling and releasing: damped (its releases are taken back)",
+                extra={"node": r.node, "instance_id": iid, "damp_s": self.settings.damp_s},
+            )
+
+    def _create_result_queue(self, instance_id: str) -> None:
+        """First report of a verified instance EC2 shows in the cluster: create
+        its result queue (agents may not create queues, so their number is
+        bounded by the cluster's instances; CreateQueue is idempotent)."""
+        name = self.settings.result_queue_name(instance_id)
+        try:
+            self.delivery.sqs.create_queue(QueueName=name)
+        except ClientError as err:  # the push then counts the missing queue; the agent keeps looking
+            log.warning("result queue not created", extra={"instance_id": instance_id, "error": str(err)[:200]})
+            return
+        self.tally.add(M_RESULT_QUEUES_CREATED)
+
+    def _release_rules(self, r: PoolReport, f: NodeFacts, plan: Plan) -> Plan:
+        """The allocator's own release rules, whatever the agent does: an offer is
+        acted on only once quarantined for ``release_delay_s``; an ENI is
+        deleted only once ``min_eni_age_s`` old (its ``createdAt`` tag); a damped
+        instance's offers are taken back (``Reclaim``) instead."""
+        if not any(isinstance(c, UnassignAddresses | DeleteEni) for c in plan.calls):
+            return plan
+        now = self.clock.now()
+        iid = self._key(r)
+        offered_at = {o.eni_id: o.quarantined_at for o in r.release}
+        created = {e.eni.eni_id: _created_at(e.tags) for e in f.enis}
+        damped = self.fair.damped(iid, now)
+        calls: list[Any] = []
+        held = 0
+        for c in plan.calls:
+            if not isinstance(c, UnassignAddresses | DeleteEni):
+                calls.append(c)
+                continue
+            young_offer = now - (offered_at.get(c.eni_id) or now) < self.settings.release_delay_s
+            born = created.get(c.eni_id)
+            young_eni = isinstance(c, DeleteEni) and born is not None and now - born < self.settings.min_eni_age_s
+            if damped:
+                o = next((o for o in r.release if o.eni_id == c.eni_id), None)
+                if o is not None:
+                    calls.append(Reclaim(c.eni_id, tuple(o.ips), tuple(o.prefixes)))
+                held += 1
+            elif young_offer or young_eni:
+                held += 1
+            else:
+                calls.append(c)
+        if not held:
+            return plan
+        self.tally.add(M_RELEASES_HELD, held)
+        log.info("release calls held", extra={"node": r.node, "instance_id": iid, "calls": held, "damped": damped})
+        mutating = [c for c in calls if not isinstance(c, Reclaim)]
+        kind = plan.kind if mutating else ("allocate" if calls else "none")
+        return replace(plan, calls=tuple(calls), kind=kind)
 
     def _instance_problem(self, r: PoolReport, f: NodeFacts | None) -> str:
         if f is None:
@@ -458,12 +613,16 @@ class Allocator:
         # waits for leaves the last tokens to starved nodes (DESIGN: starved
         # first, releases last), and a top-up deferred until pods wait merges
         # into the one call that serves them.
+        active = self._fair_shares(active, out, deferrals)
+        if not active:
+            return []
         reserve = [self.settings.priority_reserve if _low_priority(j) else 0.0 for j in active]
         waits = self.buckets.take_batch([j.plan.tokens() for j in active], self.clock.now(), reserve)
         paid: list[NodeJob] = []
         for job, wait in zip(active, waits, strict=True):
             if wait == 0:
                 self.tally.add(names.M_TOKENS_TAKEN, job.plan.mutating_calls)
+                self.fair.spend(self._key(job.report), job.plan.tokens(), self.clock.now())
                 paid.append(job)
             elif math.isinf(wait):
                 res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "failed",
@@ -481,7 +640,7 @@ class Allocator:
         ttl = self.settings.lease_ttl_s
         if deadline is not None:
             ttl = max(ttl, deadline - now + LEASE_TTL_MARGIN_S)
-        claims = self.map(lambda j: self.leases.claim(self.cluster, j.report.node, owner, now, ttl), paid)
+        claims = self.map(lambda j: self.leases.claim(self.cluster, self._key(j.report), owner, now, ttl), paid)
         claimed: list[NodeJob] = []
         for job, got in zip(paid, claims, strict=True):
             if got:
@@ -494,17 +653,42 @@ class Allocator:
         # Served by another invocation between our read and our claim? Then our
         # view of EC2 may predate its calls: drop if stale, else read again.
         try:
-            now_seqs = self.ledger.last_seqs(self.cluster, [j.report.node for j in claimed])
+            now_seqs = self.ledger.last_seqs(self.cluster, [self._key(j.report) for j in claimed])
         except LedgerUnread as err:
             now_seqs = err.seqs
             self.tally.add(M_LEDGER_UNREAD, len(err.unread))
-            for j in [j for j in claimed if j.report.node in err.unread]:
+            for j in [j for j in claimed if self._key(j.report) in err.unread]:
                 self._give_up(j, owner, float(self.settings.lease_retry_s), "ledger row not read", out, deferrals)
-            claimed = [j for j in claimed if j.report.node not in err.unread]
-        moved = [j for j in claimed if now_seqs.get(j.report.node, -1) != last.get(j.report.node, -1)]
+            claimed = [j for j in claimed if self._key(j.report) not in err.unread]
+        moved = [j for j in claimed if now_seqs.get(self._key(j.report), -1) != last.get(self._key(j.report), -1)]
         if moved:
             claimed = self._recheck(claimed, moved, now_seqs, owner, out, deferrals)
         return claimed
+
+    def _fair_shares(self, active: list[NodeJob], out: BatchOutcome, deferrals: list[Deferral]) -> list[NodeJob]:
+        """Defer the jobs of instances that spent their fair share of a bucket in the window."""
+        if not self.fair.enabled:
+            return active
+        keep: list[NodeJob] = []
+        now = self.clock.now()
+        wanted: dict[str, int] = {}
+        for j in active:
+            for a, n in j.plan.tokens().items():
+                wanted[a] = wanted.get(a, 0) + n
+        # Others wait only where the bucket cannot pay this whole batch now.
+        contended = {
+            a for a, n in wanted.items()
+            if refill(self.buckets.load(a, now), self.settings.bucket_spec(a), now).tokens < n
+        }
+        waiting = {self._key(j.report) for j in active}
+        for job in active:
+            wait = self.fair.wait(self._key(job.report), job.plan.tokens(), now, contended, waiting)
+            if wait > 0:
+                self.tally.add(M_FAIR_SHARE_DEFERRED)
+                self._defer(job, wait, "fair share of the EC2 budget spent", out, deferrals)
+            else:
+                keep.append(job)
+        return keep
 
     def _recheck(
         self,
@@ -530,23 +714,25 @@ class Allocator:
                 keep.append(j)
                 continue
             f = fresh_facts.get(j.facts.instance_id)
-            if j.report.seq <= now_seqs.get(j.report.node, -1) or f is None:
+            if j.report.seq <= now_seqs.get(self._key(j.report), -1) or f is None:
                 out.stale += 1
                 self.tally.add(names.M_REPORTS_STALE)
-                self.leases.release(self.cluster, j.report.node, owner)
+                self.leases.release(self.cluster, self._key(j.report), owner)
                 continue
-            plan = plan_node(j.report, f.inventory(), j.limits, subnets, cluster=self.cluster)
+            plan = self._release_rules(
+                j.report, f, plan_node(j.report, f.inventory(self.cluster), j.limits, subnets, cluster=self.cluster)
+            )
             nj = NodeJob(j.report, f, j.limits, plan, j.record_id, j.body)
             paid = j.plan.tokens()
             extra = {a: n - paid.get(a, 0) for a, n in plan.tokens().items() if n > paid.get(a, 0)}
             wait = self.buckets.take_batch([extra], self.clock.now())[0] if extra else 0.0
             if plan.calls and wait > 0:
-                self.leases.release(self.cluster, j.report.node, owner)
+                self.leases.release(self.cluster, self._key(j.report), owner)
                 self._defer(nj, wait, "waiting for EC2 tokens", out, deferrals)
             elif plan.calls:
                 keep.append(nj)
             else:
-                self.leases.release(self.cluster, j.report.node, owner)
+                self.leases.release(self.cluster, self._key(j.report), owner)
                 out.nodes[j.report.node] = self._finish_noop(nj)
         return keep
 
@@ -555,7 +741,7 @@ class Allocator:
     ) -> None:
         """A paid, leased node that will not be served now: release its lease,
         forfeit its tokens (counted), defer its report."""
-        self.leases.release(self.cluster, job.report.node, owner)
+        self.leases.release(self.cluster, self._key(job.report), owner)
         self.tally.add(M_TOKENS_FORFEITED, job.plan.mutating_calls)
         self._defer(job, wait, reason, out, deferrals)
 
@@ -564,18 +750,20 @@ class Allocator:
         res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "deferred",
                           retry_after_s=delay, reason=reason)
         out.nodes[job.report.node] = res
-        deferrals.append(Deferral(job.body, math.ceil(delay), job.report.node))
+        deferrals.append(Deferral(job.body, math.ceil(delay), self._key(job.report)))
 
     def _send_deferrals(self, deferrals: list[Deferral], jobs: list[NodeJob], out: BatchOutcome) -> None:
         if not deferrals:
             return
         failed = set(self.delivery.defer(deferrals))
-        by_node = {j.report.node: j for j in jobs}
-        for node in failed:
+        by_key = {self._key(j.report): j for j in jobs}
+        for key in failed:
             # Could not re-send: let the ESM redeliver the original record instead.
-            out.failed_message_ids.append(by_node[node].record_id)
+            out.failed_message_ids.append(by_key[key].record_id)
         pushes = [
-            (by_node[d.node], out.nodes[d.node]) for d in deferrals if d.node not in failed and d.node in out.nodes
+            (by_key[d.node], out.nodes[by_key[d.node].report.node])
+            for d in deferrals
+            if d.node not in failed and by_key[d.node].report.node in out.nodes
         ]
         self.map(lambda p: self._push(p[0], p[1]), pushes)
 
@@ -604,7 +792,7 @@ class Allocator:
             return NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "failed",
                                [Failed(code="internal", message=str(exc)[:500])], reason="internal")
         finally:
-            self.leases.release(self.cluster, job.report.node, owner)
+            self.leases.release(self.cluster, self._key(job.report), owner)
 
     def _finish_noop(self, job: NodeJob) -> NodeOutcome:
         res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "served")
@@ -620,7 +808,8 @@ class Allocator:
             "status": res.status,
             "actions": [a.model_dump(exclude_none=True) for a in res.actions],
         }
-        if not self.ledger.record(self.cluster, r.node, r.seq, outcome, self.clock.now()):
+        outcome["node"] = r.node  # a label, for operators
+        if not self.ledger.record(self.cluster, self._key(r), r.seq, outcome, self.clock.now()):
             log.info("ledger already past this seq", extra={"node": r.node, "seq": r.seq})
         # A reply is owed when something changed, the agent offered addresses
         # back (it waits for the answer), or pods are waiting.

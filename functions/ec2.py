@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from functions.eni_scope import permissions
 from functions.errors import AwsError, Throttled, classify
 from functions.settings import Settings
 from functions.telemetry import Tally
@@ -47,6 +48,7 @@ class EniFacts:
     status: str
     tags: dict[str, str] = field(default_factory=dict)
     groups: tuple[str, ...] = ()
+    vpc_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -59,13 +61,20 @@ class NodeFacts:
     tags: dict[str, str]
     enis: tuple[EniFacts, ...] = ()
 
-    def inventory(self) -> Inventory:
+    def inventory(self, cluster: str) -> Inventory:
+        """The planner's view, each ENI marked with what warmpool may do to it
+        (``functions/eni_scope.py``, the same decision as the IAM policy)."""
         return Inventory(
             self.instance_id,
             self.instance_type,
             self.availability_zone,
-            tuple(e.eni for e in sorted(self.enis, key=lambda e: (e.eni.network_card, e.eni.device_index))),
+            tuple(self._scoped(e, cluster) for e in sorted(self.enis, key=lambda e: (e.eni.network_card, e.eni.device_index))),
         )
+
+    def _scoped(self, e: EniFacts, cluster: str) -> Eni:
+        p = permissions(e.tags, cluster, in_cluster_vpc=not e.vpc_id or e.vpc_id == self.vpc_id,
+                        device_index=e.eni.device_index)
+        return replace(e.eni, assignable=p.assign, lifecycle=p.lifecycle, claim_primary=p.tag_as_primary)
 
 
 def eni_facts(item: dict[str, Any]) -> EniFacts:
@@ -92,6 +101,7 @@ def eni_facts(item: dict[str, Any]) -> EniFacts:
         status=item.get("Status", ""),
         tags=tags_of(item),
         groups=tuple(g["GroupId"] for g in item.get("Groups", []) or []),
+        vpc_id=item.get("VpcId", ""),
     )
 
 

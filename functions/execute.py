@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from functions.ec2 import Ec2, EniFacts, NodeFacts, eni_facts
+from functions.eni_scope import primary_eni_tag
 from functions.errors import (
     AddressLimit,
     AwsError,
@@ -53,6 +54,7 @@ from warmpool.planner import (
     DeleteEni,
     Plan,
     Reclaim,
+    TagPrimaryEni,
     UnassignAddresses,
     plan_node,
 )
@@ -62,6 +64,7 @@ log = logging.getLogger(__name__)
 
 MAX_REPLANS = 3
 M_ENI_DELETE_DEFERRED = "EniDeleteLeftToGc"
+M_PRIMARY_ENIS_TAGGED = "PrimaryEnisTagged"
 M_OFFERS_EXPIRED = "ReleaseOffersExpired"
 
 
@@ -169,7 +172,7 @@ class PlanExecutor:
                     d = self._throttled(err)
                     return self._deferred(out, d.retry_after_s, d.reason)
                 plan = plan_node(
-                    rep, facts.inventory(), job.limits, subnets,
+                    rep, facts.inventory(self.cluster), job.limits, subnets,
                     cluster=self.cluster, exclude_subnets=frozenset(exclude), force_mode=force,
                 )
                 log.info("re-planned", extra={"node": rep.node, "seq": rep.seq, "why": rp.why, "calls": len(plan.calls)})
@@ -241,6 +244,10 @@ class PlanExecutor:
                 return self._create(call, job, facts)
             if isinstance(call, UnassignAddresses):
                 return self._unassign(call)
+            if isinstance(call, TagPrimaryEni):
+                self.ec2.call("CreateTags", Resources=[call.eni_id], Tags=primary_eni_tag(self.cluster))
+                self.tally.add(M_PRIMARY_ENIS_TAGGED)
+                return []
             if isinstance(call, Reclaim):
                 # The offer is declined: the addresses never left the ENI (no EC2 call).
                 return [Assigned(eni_id=call.eni_id, ips=list(call.ips), prefixes=list(call.prefixes))]

@@ -7,7 +7,11 @@
 * **DeleteOnTermination** set on our attached ENIs that lack it (a crash
   between attach and modify).
 * **Terminated nodes**: their result queues, then their ledger entries go
-  (the entry only if still the one read: same instance and seq).
+  (the entry only if still the one read: same instance and seq). Entries are
+  keyed by instance id.
+* **Orphaned result queues**: every queue under the cluster's result prefix
+  (``ListQueues`` by prefix) whose instance EC2 does not show in the cluster
+  (gone, terminated, or never ours) is deleted, whatever the ledger says.
 * **Drift** between the ledger and EC2, as metrics.
 * **Expired leases** (a crashed invocation's) are deleted.
 
@@ -34,6 +38,7 @@ from warmpool.ports import BucketStore, Ec2Api, LeaseStore, Ledger, SqsApi
 log = logging.getLogger(__name__)
 
 M_QUEUE_DELETE_FAILED = "ResultQueueDeleteFailed"
+M_ORPHAN_QUEUES_DELETED = "OrphanResultQueuesDeleted"
 
 
 @dataclass
@@ -44,6 +49,8 @@ class ReconcileOutcome:
     fixed_delete_on_termination: list[str] = field(default_factory=list)
     forgotten_nodes: list[str] = field(default_factory=list)
     queues_deleted: list[str] = field(default_factory=list)
+    orphan_queues_deleted: list[str] = field(default_factory=list)
+    """Instances whose result queue went although the ledger had no entry for them."""
     queue_delete_failed: list[str] = field(default_factory=list)
     """Instances whose result queue could not be deleted: their entry stays, the next run retries."""
     leases_swept: int = 0
@@ -84,6 +91,7 @@ class Reconciler:
         self._gc(enis, now, out)
         entries = self.ledger.entries(self.cluster)
         self._nodes(entries, enis, out)
+        self._orphan_queues(out)
         out.leases_swept = self.leases.sweep(self.cluster, now)
         self.tally.add(names.M_GC_DELETIONS, len(out.deleted))
         for kind, n in out.drift.items():
@@ -152,9 +160,14 @@ class Reconciler:
     # --- nodes -----------------------------------------------------------------
 
     def _nodes(self, entries: dict[str, dict[str, Any]], enis: list[EniFacts], out: ReconcileOutcome) -> None:
-        iids = {n: str(e.get("instance_id", "")) for n, e in entries.items() if e.get("instance_id")}
-        facts = self.ec2.describe_nodes(set(iids.values())) if iids else {}
-        alive = {i for i, f in facts.items() if f.state not in ("terminated", "shutting-down")}
+        # Entries are keyed by instance id (rows written before that carry it in the outcome).
+        iids = {k: str(e.get("instance_id") or k) for k, e in entries.items()}
+        facts = self.ec2.describe_nodes({i for i in iids.values() if i.startswith("i-")}) if iids else {}
+        tag = names.cluster_tag_key(self.cluster)
+        alive = {
+            i for i, f in facts.items()
+            if f.state not in ("terminated", "shutting-down") and f.tags.get(tag) in ("owned", "shared")
+        }
         gone = [n for n, i in iids.items() if i not in alive]
         # Drift: the ledger names nodes EC2 no longer runs; EC2 shows our ENIs on
         # instances the ledger does not know; our ENIs tagged for another instance.
@@ -168,6 +181,63 @@ class Reconciler:
         }
         for node in gone:
             self._retire(node, iids[node], int(entries[node].get("last_seq", -1)), out)
+
+    def _orphan_queues(self, out: ReconcileOutcome) -> None:
+        """Delete result queues whose instance is not a live instance of the
+        cluster, whether or not the ledger knows them (a queue without an
+        entry is otherwise never cleaned up)."""
+        prefix = self.settings.result_queue_name("")
+        try:
+            urls = self._list_queues(prefix)
+        except AwsError as err:
+            log.warning("result queues not listed; next run retries", extra={"error": str(err)})
+            return
+        by_instance = {u.rsplit("/", 1)[-1][len(prefix):]: u for u in urls if u.rsplit("/", 1)[-1].startswith(prefix)}
+        done = set(out.queues_deleted) | set(out.queue_delete_failed)
+        candidates = {i: u for i, u in by_instance.items() if i and i not in done}
+        if not candidates:
+            return
+        try:
+            facts = self.ec2.describe_nodes(sorted(i for i in candidates if i.startswith("i-")))
+        except AwsError as err:
+            log.warning("instances of result queues not described; next run retries", extra={"error": str(err)})
+            return
+        tag = names.cluster_tag_key(self.cluster)
+        for iid, url in sorted(candidates.items()):
+            f = facts.get(iid)
+            if f is not None and f.state not in ("terminated", "shutting-down") and f.tags.get(tag) in ("owned", "shared"):
+                continue
+            try:
+                self.sqs.delete_queue(QueueUrl=url)
+            except ClientError as exc:
+                problem = classify(exc)
+                if isinstance(problem, QueueMissing):
+                    continue
+                out.queue_delete_failed.append(iid)
+                self.tally.add(M_QUEUE_DELETE_FAILED)
+                log.warning("orphaned result queue not deleted", extra={"instance_id": iid, "error": str(problem)})
+                continue
+            out.orphan_queues_deleted.append(iid)
+            out.queues_deleted.append(iid)
+        if out.orphan_queues_deleted:
+            self.tally.add(M_ORPHAN_QUEUES_DELETED, len(out.orphan_queues_deleted))
+            log.info("orphaned result queues deleted", extra={"instances": out.orphan_queues_deleted})
+
+    def _list_queues(self, prefix: str) -> list[str]:
+        urls: list[str] = []
+        token = ""
+        while True:
+            req: dict[str, Any] = {"QueueNamePrefix": prefix, "MaxResults": 1000}
+            if token:
+                req["NextToken"] = token
+            try:
+                resp = self.sqs.list_queues(**req)
+            except ClientError as exc:
+                raise classify(exc, "ListQueues") from None
+            urls.extend(resp.get("QueueUrls", []) or [])
+            token = resp.get("NextToken") or ""
+            if not token:
+                return urls
 
     def _retire(self, node: str, instance_id: str, last_seq: int, out: ReconcileOutcome) -> None:
         """A terminated node's result queue, then its ledger entry.

@@ -16,6 +16,7 @@ from warmpool.buckets import BucketSpec, spec_for
 from warmpool.messages import OFFER_MAX_AGE_CEILING_S
 
 IdentityMode = Literal["none", "sender-id"]
+IdentityVerification = Literal["required", "off"]
 
 LEASE_TTL_MARGIN_S = 30.0
 """How much longer than the function timeout a node's lease lasts: clock skew
@@ -91,6 +92,27 @@ class Settings(BaseSettings):
     (``functions/identity.py``: ``TrustedKeys.from_pem``). The stack sets the
     region's AWS certificate, ``warmpool local up`` its test key's. Empty only
     where Settings is built directly (bench, unit tests)."""
+    fair_window_s: float = Field(default=5.0, ge=0, alias="WARMPOOL_FAIR_WINDOW_S")
+    """Fair shares (``functions/fairness.py``): over this window an instance may
+    spend at most ``(capacity + refill × window) / active instances`` of each
+    bucket while others spend too. 0 turns fair shares off."""
+    flip_limit: int = Field(default=6, ge=0, alias="WARMPOOL_FLIP_LIMIT")
+    """Flips between allocating and releasing within ``flip_window_s`` that damp
+    an instance (its releases are taken back for ``damp_s``). 0: never damp.
+    An honest agent flips at most about once a minute (its release delay)."""
+    flip_window_s: float = Field(default=120.0, gt=0, alias="WARMPOOL_FLIP_WINDOW_S")
+    damp_s: float = Field(default=600.0, ge=0, alias="WARMPOOL_DAMP_S")
+    release_delay_s: float = Field(default=10.0, ge=0, alias="WARMPOOL_ALLOCATOR_RELEASE_DELAY_S")
+    """The allocator unassigns or deletes only what has been offered (quarantined,
+    per the offer's ``quarantined_at``) for at least this long, whatever the agent does."""
+    min_eni_age_s: float = Field(default=60.0, ge=0, alias="WARMPOOL_MIN_ENI_AGE_S")
+    """The allocator deletes no ENI younger than this (its ``createdAt`` tag), whatever the agent does."""
+    identity_verification: IdentityVerification = Field(default="required", alias="WARMPOOL_IDENTITY_VERIFICATION")
+    """``required`` (the default): every report's signed identity is verified
+    against ``identity_certificates`` and a report that fails goes to the DLQ;
+    the allocator refuses to start without a usable certificate. ``off``: for
+    explicit local tests only; the allocator then logs a warning at cold start
+    and counts ``IdentityVerificationOff`` on every batch, never silently."""
 
     @classmethod
     def settings_customise_sources(
@@ -166,6 +188,16 @@ class Settings(BaseSettings):
 
 
 class _EnvSettings(Settings):
+    @model_validator(mode="after")
+    def _certificates_when_verifying(self) -> _EnvSettings:
+        if self.identity_verification == "required" and not self.identity_certificates.strip():
+            raise ValueError(
+                f"{names.ENV_IDENTITY_CERTIFICATES} is empty but report identities must be verified: set the "
+                "region's AWS instance identity certificate (the stack does), or WARMPOOL_IDENTITY_VERIFICATION=off "
+                "for local testing only"
+            )
+        return self
+
     @classmethod
     def settings_customise_sources(
         cls,

@@ -31,6 +31,7 @@ from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods, PodNe
 from node_agent.config import AgentConfig, ConfigError, load
 from node_agent.controller import AttachedEni, HostNetwork, NodeIdentity, PoolController
 from node_agent.datastore import UNKNOWN_HOLDER, CheckpointError, Datastore, FileCheckpoint
+from node_agent.identity import CachedIdentity
 from node_agent.imds import Identity, ImdsClient
 from warmpool.clock import Clock, RealClock
 from warmpool.limits import InstanceLimits, known, max_pods
@@ -51,6 +52,7 @@ RESTART_HOLD_S = RESULT_VISIBILITY_S + 5.0
 class Metadata(Protocol):
     def identity(self) -> Identity: ...
     def interfaces(self) -> list[AttachedEni]: ...
+    def get(self, path: str, missing_ok: bool = False, tree: str = "meta-data") -> str | None: ...
 
 
 class NodeNet(Protocol):
@@ -157,6 +159,7 @@ class Agent:
         self.controller = PoolController(
             self.identity, limits, cfg.pool, self.ds, cfg.timing,
             host=self.host, metadata=self.metadata, mtu=cfg.mtu, restart_hold_s=RESTART_HOLD_S,
+            signed_identity=CachedIdentity(self.metadata).get,
         )
         now = self.clock.now()
         if restored:

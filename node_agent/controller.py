@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from node_agent.config import Timing
 from node_agent.datastore import Datastore, EniInfo
+from warmpool import messages
 from warmpool.limits import InstanceLimits
 from warmpool.messages import (
     AllocationResult,
@@ -101,8 +102,13 @@ class PoolController:
         min_report_interval_s: float = 1.0,
         on_event: Callable[[str, str], None] | None = None,
         restart_hold_s: float = 0.0,
+        signed_identity: Callable[[], messages.NodeIdentity] | None = None,
     ) -> None:
         self.identity = identity
+        self.signed_identity = signed_identity
+        """The instance's signed identity document (``node_agent/identity.py::CachedIdentity.get``;
+        in-process agents: ``sim.imds.Imds.identity``). Every report carries it: the
+        allocator refuses reports without one."""
         self.limits = limits
         self.pool = pool
         self.ds = datastore
@@ -234,9 +240,18 @@ class PoolController:
         self._last_pending = pending
         if not due:
             return []
+        signed: messages.NodeIdentity | None = None
+        if self.signed_identity is not None:
+            try:
+                signed = self.signed_identity()
+            except (RuntimeError, OSError, LookupError) as exc:  # IdentityUnavailable, ImdsError, ...
+                # IMDS down or no document: no report now (it would be refused), the next tick retries.
+                self.stats["identity_unavailable"] += 1
+                self._event("identity", f"no signed identity from IMDS, report postponed: {exc}"[:300])
+                return []
         self._repair(now)
         try:
-            return [self._report(now, signature, offers)]
+            return [self._report(now, signature, offers, signed)]
         except ValidationError as exc:
             # Never silently: counted, logged, and retried (after a resync) on the next tick.
             self.stats["reports_invalid"] += 1
@@ -334,7 +349,11 @@ class PoolController:
         return False
 
     def _report(
-        self, now: float, signature: tuple[object, ...], offers: dict[str, tuple[list[str], list[str]]]
+        self,
+        now: float,
+        signature: tuple[object, ...],
+        offers: dict[str, tuple[list[str], list[str]]],
+        signed: messages.NodeIdentity | None = None,
     ) -> PoolReport:
         seq = max(self.last_seq + 1, int(now * 1000))
         self.last_seq = seq
@@ -392,6 +411,7 @@ class PoolController:
                 ReleaseOffer(eni_id=k, ips=v[0], prefixes=v[1], quarantined_at=min(since.get(k, now), now))
                 for k, v in sorted(offers.items())
             ],
+            identity=signed,
         )
         if signature != self._last_signature:
             self._retries = 0

@@ -83,6 +83,18 @@ class FakeInstance:
     instance_type: str
     availability_zone: str
     enis: list[FakeEni]
+    identity_document: str = ""
+    """Served at ``/latest/dynamic/instance-identity/document``; a plain (unsigned) one by default."""
+    identity_signature: str = "dW5zaWduZWQ="
+    """Base64, as IMDS serves it; by default not a valid signature (no allocator here verifies)."""
+
+    def dynamic(self) -> dict[str, str]:
+        doc = self.identity_document or json.dumps({
+            "instanceId": self.instance_id, "instanceType": self.instance_type,
+            "availabilityZone": self.availability_zone, "region": self.availability_zone[:-1],
+            "accountId": "000000000000",
+        }, indent=2)
+        return {"instance-identity/document": doc, "instance-identity/signature": self.identity_signature}
 
     def tree(self) -> dict[str, str]:
         t = {
@@ -148,8 +160,10 @@ class FakeImdsServer:
                     if self.headers.get("X-aws-ec2-metadata-token") != "token-" + inst.instance_id:
                         self.send_error(401)
                         return
-                    key = rest.removeprefix("/latest/meta-data/")
-                    value = inst.tree().get(key)
+                    if rest.startswith("/latest/dynamic/"):
+                        value = inst.dynamic().get(rest.removeprefix("/latest/dynamic/"))
+                    else:
+                        value = inst.tree().get(rest.removeprefix("/latest/meta-data/"))
                 if value is None:
                     self.send_error(404)
                     return

@@ -12,7 +12,16 @@ Allocation, fewest calls first:
 
 Release: addresses the agent offers back, checked against EC2's inventory and
 capped by what the targets allow, unassigned in one call per ENI; an ENI left
-empty (not the primary, no pods) is detached and deleted instead.
+empty (not the primary, every secondary address offered) is detached and
+deleted instead.
+
+Scope (issue 12): only ENIs warmpool may change are planned on. An ENI tagged
+``node.k8s.amazonaws.com/no_manage=true`` (or one with only the cluster's tag,
+another tool's) is skipped, as the VPC CNI skips unmanaged ENIs
+(``pkg/ipamd/ipamd.go::filterUnmanagedENIs``): not filled, not drained, not
+counted in the pool, but it still holds its device index and counts against
+the instance's ENI limit. A node's untagged primary ENI is tagged
+(``TagPrimaryEni``, one CreateTags) before the first call that touches it.
 
 A plan never both allocates and releases on one node.
 """
@@ -51,6 +60,17 @@ class Eni:
     ips: tuple[str, ...] = ()
     """Secondary addresses (the primary excluded)."""
     prefixes: tuple[str, ...] = ()
+    assignable: bool = True
+    """Warmpool may (un)assign addresses on it (``functions/eni_scope.py``)."""
+    lifecycle: bool = True
+    """Warmpool may detach and delete it (it created it)."""
+    claim_primary: bool = False
+    """The node's primary ENI, not yet tagged for the cluster: tag it first, then (un)assign."""
+
+    @property
+    def usable(self) -> bool:
+        """Its addresses are the pool's: warmpool may change it, now or once tagged."""
+        return self.assignable or self.claim_primary
 
     @property
     def used_slots(self) -> int:
@@ -98,6 +118,14 @@ class UnassignAddresses:
 
 
 @dataclass(frozen=True)
+class TagPrimaryEni:
+    """CreateTags ``warmpool.io/primary-eni-of = <cluster>`` on the node's primary
+    ENI (first contact), so the allocator's IAM lets it (un)assign there."""
+
+    eni_id: str
+
+
+@dataclass(frozen=True)
 class DeleteEni:
     """Detach (when attached), then delete."""
 
@@ -117,7 +145,7 @@ class Reclaim:
     prefixes: tuple[str, ...] = ()
 
 
-Call = AssignAddresses | CreateEni | UnassignAddresses | DeleteEni | Reclaim
+Call = AssignAddresses | CreateEni | UnassignAddresses | DeleteEni | Reclaim | TagPrimaryEni
 
 CALL_COST: dict[type, dict[str, int]] = {
     AssignAddresses: {"AssignPrivateIpAddresses": 1},
@@ -129,6 +157,7 @@ CALL_COST: dict[type, dict[str, int]] = {
     UnassignAddresses: {"UnassignPrivateIpAddresses": 1},
     DeleteEni: {"DetachNetworkInterface": 1, "DeleteNetworkInterface": 1},
     Reclaim: {},
+    TagPrimaryEni: {"CreateTags": 1},
 }
 """Mutating EC2 calls (and so tokens) each planned call costs."""
 
@@ -175,7 +204,7 @@ def client_token(cluster: str, instance_id: str, seq: int, network_card: int, de
 
 def inventory_state(report: PoolReport, inventory: Inventory) -> PoolState:
     """EC2 is the truth for what is attached; the agent for what is in use."""
-    enis = inventory.enis
+    enis = tuple(e for e in inventory.enis if e.usable)
     total = sum(e.addresses for e in enis)
     by_id = {e.eni_id: e for e in report.enis}
     free_prefixes = 0
@@ -207,6 +236,30 @@ def plan_node(
     ``force_mode="secondary-ip"`` re-plans a prefix-mode node with single
     addresses (the fallback on ``InsufficientCidrBlocks``).
     """
+    return _claim_primary(_plan_node(report, inventory, limits, subnets, cluster=cluster,
+                                     exclude_subnets=exclude_subnets, force_mode=force_mode), inventory)
+
+
+def _claim_primary(plan: Plan, inventory: Inventory) -> Plan:
+    """Put the first-contact tag before the first call on an untagged primary ENI."""
+    claim = {e.eni_id for e in inventory.enis if e.claim_primary}
+    touched = [c.eni_id for c in plan.calls if isinstance(c, AssignAddresses | UnassignAddresses) and c.eni_id in claim]
+    if not touched:
+        return plan
+    tags = tuple(TagPrimaryEni(i) for i in dict.fromkeys(touched))
+    return replace(plan, calls=tags + plan.calls)
+
+
+def _plan_node(
+    report: PoolReport,
+    inventory: Inventory,
+    limits: InstanceLimits,
+    subnets: Sequence[Subnet],
+    *,
+    cluster: str,
+    exclude_subnets: frozenset[str] = frozenset(),
+    force_mode: Mode | None = None,
+) -> Plan:
     cfg = PoolConfig.from_report(report)
     if cfg.prefix_mode and not limits.prefix_capable:
         cfg = PoolConfig(**{**cfg.__dict__, "prefix_mode": False})
@@ -266,7 +319,7 @@ def _split_offers(
 
 def _offers_ec2_shows(report: PoolReport, inventory: Inventory) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
     """The release offers, kept to what EC2 still shows on each ENI."""
-    by_id = {e.eni_id: e for e in inventory.enis}
+    by_id = {e.eni_id: e for e in inventory.enis if e.usable}
     out = []
     for offer in report.release:
         eni = by_id.get(offer.eni_id)
@@ -324,7 +377,7 @@ def _plan_allocation(
         if need <= 0 or room <= 0:
             break
         free = slots - eni.used_slots
-        if free <= 0 or eni.subnet_id in exclude_subnets:
+        if free <= 0 or eni.subnet_id in exclude_subnets or not eni.usable:
             continue
         n = min(free if delta.whole_enis else min(free, need), room)
         if surge and not delta.whole_enis:
@@ -379,7 +432,7 @@ def _plan_allocation(
 
 
 def _plan_release(report: PoolReport, inventory: Inventory, delta: PoolDelta, mode: Mode) -> Plan:
-    by_id = {e.eni_id: e for e in inventory.enis}
+    by_id = {e.eni_id: e for e in inventory.enis if e.usable}
     reported = {e.eni_id: e for e in report.enis}
     budget_addrs = delta.over
     budget_enis = delta.over_enis
@@ -392,8 +445,11 @@ def _plan_release(report: PoolReport, inventory: Inventory, delta: PoolDelta, mo
         ips = tuple(ip for ip in offer.ips if ip in eni.ips)
         prefixes = tuple(p for p in offer.prefixes if p in eni.prefixes)
         rep = reported.get(eni.eni_id)
+        # Deleted only when every secondary address was offered by the owner
+        # (quarantined, so no pod holds it), never on the reported counts alone.
         empties = (
             eni.device_index != 0
+            and eni.lifecycle
             and set(ips) == set(eni.ips)
             and set(prefixes) == set(eni.prefixes)
             and (rep is None or rep.assigned == 0)

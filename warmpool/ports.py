@@ -47,6 +47,7 @@ class SqsApi(Protocol):
     def delete_message_batch(self, **kwargs: Any) -> dict[str, Any]: ...
     def change_message_visibility(self, **kwargs: Any) -> dict[str, Any]: ...
     def get_queue_attributes(self, **kwargs: Any) -> dict[str, Any]: ...
+    def list_queues(self, **kwargs: Any) -> dict[str, Any]: ...
 
 
 class BucketStore(Protocol):
@@ -92,7 +93,10 @@ class LedgerUnread(Exception):
 
 
 class Ledger(Protocol):
-    """Per-node record of what the allocator did (conditional writes)."""
+    """Per-node record of what the allocator did (conditional writes).
+
+    Keyed by instance id since issue 12 (the ``node`` parameters below receive
+    the instance id; the report's node name is only a label in the outcome)."""
 
     def last_seq(self, cluster: str, node: str) -> int:
         """The highest report seq served for the node (-1 if none)."""
@@ -124,7 +128,7 @@ class Ledger(Protocol):
 
 
 class LeaseStore(Protocol):
-    """Short leases so two invocations never act on one node at once."""
+    """Short leases so two invocations never act on one node at once (keyed by instance id)."""
 
     def claim(self, cluster: str, node: str, owner: str, now: float, ttl_s: float) -> bool: ...
     def release(self, cluster: str, node: str, owner: str) -> None: ...

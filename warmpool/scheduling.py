@@ -1,7 +1,9 @@
 """Scheduling a batch: coalesce reports, then order nodes.
 
-Newest report per node wins; a report at or below the ledger's last seq for
-its node is stale and causes no EC2 call. Order: nodes with pods waiting and
+Newest report per instance wins (the instance id is the key; the report's
+``node`` is only a label, so one instance reporting under many names is still
+one node); a report at or below the ledger's last seq for its instance is
+stale and causes no EC2 call. Order: nodes with pods waiting and
 no free address first, then by size of deficit, releases last.
 """
 
@@ -17,7 +19,7 @@ from warmpool.pool import PoolDelta
 @dataclass(frozen=True)
 class Coalesced:
     keep: tuple[PoolReport, ...]
-    """The newest fresh report of each node, in first-seen node order."""
+    """The newest fresh report of each instance, in first-seen order."""
     stale: tuple[PoolReport, ...]
     """At or below the ledger's last seq: already served."""
     superseded: tuple[PoolReport, ...]
@@ -25,19 +27,20 @@ class Coalesced:
 
 
 def coalesce(reports: Iterable[PoolReport], last_seq: Mapping[str, int]) -> Coalesced:
+    """``last_seq`` is keyed by instance id."""
     newest: dict[str, PoolReport] = {}
     stale: list[PoolReport] = []
     superseded: list[PoolReport] = []
     for r in reports:
-        if r.seq <= last_seq.get(r.node, -1):
+        if r.seq <= last_seq.get(r.instance_id, -1):
             stale.append(r)
             continue
-        cur = newest.get(r.node)
+        cur = newest.get(r.instance_id)
         if cur is None:
-            newest[r.node] = r
+            newest[r.instance_id] = r
         elif r.seq > cur.seq:
             superseded.append(cur)
-            newest[r.node] = r
+            newest[r.instance_id] = r
         else:
             superseded.append(r)
     return Coalesced(tuple(newest.values()), tuple(stale), tuple(superseded))

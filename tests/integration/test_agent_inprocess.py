@@ -94,6 +94,18 @@ def until(agent: Agent, cond: Any, timeout: float = 10.0) -> None:
     raise AssertionError("condition not met")
 
 
+def test_every_report_carries_the_identity_imds_serves_byte_for_byte(world: dict[str, Any]) -> None:
+    """Issue 12: the allocator refuses reports without the signed identity."""
+    sqs, agent = world["sqs"], world["agent"]
+    inst = world["imds"].instances[INSTANCE]
+    inst.identity_document = '{\n  "instanceId" : "' + INSTANCE + '",\n  "region" : "us-east-1"\n}'
+    inst.identity_signature = "c2lnbmF0dXJl\nbGluZTI="
+    agent.start()
+    r = next_report(sqs, world["reports"], agent)
+    assert r.identity is not None
+    assert r.identity.document == inst.identity_document and r.identity.signature == inst.identity_signature
+
+
 def test_agent_reports_applies_serves_pods_and_releases(world: dict[str, Any]) -> None:
     sqs, agent, eni0 = world["sqs"], world["agent"], world["eni0"]
     agent.start()

@@ -9,6 +9,7 @@ import pytest
 
 from functions.allocator import ThreadMapper
 from tests.integration.test_allocate_world import World
+from warmpool import names
 from warmpool.limits import known
 from warmpool.messages import Attached
 
@@ -119,13 +120,26 @@ def test_results_reach_each_node_queue_with_what_was_done() -> None:
     assert att.device_index == 1 and att.subnet_cidr == "10.0.0.0/18" and len(att.ips) == 13
 
 
+def test_the_allocator_creates_a_verified_nodes_result_queue_at_first_contact() -> None:
+    w = World()
+    iid = w.add_node("n1", queue=False)
+    out = w.deliver([w.report("n1", warm_ip=2, pending=3)])
+    assert out.served == 1 and w.tally.get("ResultQueuesCreated") == 1
+    (res,) = w.results("n1")  # the queue exists and holds the reply
+    assert res.instance_id == iid and w.tally.get("ResultQueueMissing") == 0
+
+
 def test_missing_result_queue_does_not_fail_the_batch() -> None:
     w = World()
     w.add_node("n1", queue=False)
-    out = w.deliver([w.report("n1", warm_ip=2, pending=3)])
+    w.deliver([w.report("n1", warm_ip=2, pending=3)])  # first contact creates the queue
+    c = w.sqs.client()
+    c.delete_queue(QueueUrl=c.get_queue_url(QueueName=names.result_queue("demo", w.nodes["n1"]))["QueueUrl"])
+    w.alloc.delivery.forget_queue(w.nodes["n1"])
+    out = w.deliver([w.report("n1", warm_ip=2, pending=20)])
     assert out.served == 1 and out.failed_message_ids == []
     assert w.tally.get("ResultQueueMissing") == 1
-    assert w.addresses("n1") == surged(5)
+    assert w.tally.get("ResultQueuesCreated") == 1  # only at first contact
 
 
 def test_through_a_real_boto3_client_on_the_emulator() -> None:

@@ -40,7 +40,8 @@ def test_a_throttled_describe_defers_the_batch_with_the_aimd_cut(action: str) ->
     # Each report comes back (unread, delayed) and is served then.
     w.drain()
     assert all(w.addresses(f"n{i}") >= 4 for i in range(3))
-    assert w.ledger.last_seqs("demo", ["n0", "n1", "n2"]) == {"n0": 1, "n1": 1, "n2": 1}
+    ids = [w.nodes[n] for n in ("n0", "n1", "n2")]
+    assert w.ledger.last_seqs("demo", ids) == dict.fromkeys(ids, 1)
 
 
 def test_a_throttled_describe_on_re_read_defers_the_moved_nodes() -> None:
@@ -73,10 +74,10 @@ def test_a_throttled_describe_on_re_read_defers_the_moved_nodes() -> None:
     assert out.nodes["n1"].status == "deferred" and out.failed_message_ids == []
     assert w.mutating_calls() == 0
     assert w.buckets.load("DescribeInstances", w.clock.now()).rate_factor < 1.0
-    assert w.leases.claim("demo", "n1", "someone-else", w.clock.now(), 10)  # lease released
+    assert w.leases.claim("demo", w.nodes["n1"], "someone-else", w.clock.now(), 10)  # lease released
     w.leases.release("demo", "n1", "someone-else")
     w.drain()
-    assert w.ledger.last_seq("demo", "n1") == second.seq
+    assert w.ledger.last_seq("demo", w.nodes["n1"]) == second.seq
 
 
 # --- the invocation's deadline ----------------------------------------------------
@@ -120,6 +121,7 @@ def test_work_stops_a_margin_before_the_deadline_and_the_rest_is_deferred() -> N
     w = World()
     for i in range(4):
         w.add_node(f"n{i}", "m5.large")
+        w.tag_primary(f"n{i}")  # as the launch template would: no first-contact CreateTags in the timing
     slow = _SlowCalls(w.ec2_client, w.clock, delay_s=4.0)
     alloc = Allocator(ec2=slow, sqs=w.sqs.client(), buckets=w.buckets, ledger=w.ledger, leases=w.leases,
                       clock=w.clock, settings=w.settings, mapper=serial_map, tally=w.tally)
@@ -230,7 +232,7 @@ def test_a_report_whose_ledger_row_went_unread_is_deferred_not_served_as_fresh(d
     served = w.addresses("n1")
     # A stale report (seq 3 <= 5) of n1 arrives while its row cannot be read.
     alloc = w.allocator()
-    alloc.ledger = DynamoLedger(_Unprocessed(dynamo, f"node#demo#n1{chr(39)}"), w.settings.ledger_table)
+    alloc.ledger = DynamoLedger(_Unprocessed(dynamo, f"node#demo#{w.nodes['n1']}{chr(39)}"), w.settings.ledger_table)
     stale = w.report("n1", warm_ip=9, pending=9, seq=3)
     out = w.deliver([stale, w.report("n2", warm_ip=2, pending=2)], alloc=alloc)
     assert out.failed_message_ids == []
@@ -270,7 +272,7 @@ def test_a_report_whose_ledger_row_went_unread_is_deferred_in_memory_too() -> No
     w.add_node("n1", "m5.large")
     w.deliver([w.report("n1", warm_ip=2, seq=5)])
     served = w.addresses("n1")
-    w.ledger.unread = {"n1"}
+    w.ledger.unread = {w.nodes["n1"]}
     stale = w.report("n1", warm_ip=9, pending=9, seq=3)
     out = w.deliver([stale])
     assert out.nodes["n1"].status == "deferred" and out.failed_message_ids == []

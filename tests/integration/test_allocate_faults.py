@@ -197,7 +197,9 @@ def test_release_unassigns_per_eni_and_deletes_empty_enis() -> None:
         {"eni_id": primary.id, "ips": list(primary.secondary[-5:])},
         {"eni_id": second.id, "ips": list(second.secondary)},
     ]
-    w.deliver([w.report("n1", warm_ip=2, release=offer)])
+    report = w.report("n1", warm_ip=2, release=offer)
+    w.clock.advance(w.settings.min_eni_age_s)  # offers quarantined and the ENI old enough (allocator rules)
+    w.deliver([report])
     kinds = sorted(a.kind for a in w.results("n1")[-1].actions)
     assert kinds == ["deleted", "released"]
     assert len(w.enis("n1")) == 1 and w.addresses("n1") == 24
@@ -219,7 +221,9 @@ def test_release_does_not_delete_an_eni_ec2_is_still_detaching() -> None:
     w.clock.advance(5.0)
     _primary, second = w.enis("n1")
     w.pods["n1"] = 20  # on the primary ENI
-    w.deliver([w.report("n1", warm_ip=2, release=[{"eni_id": second.id, "ips": list(second.secondary)}])])
+    report = w.report("n1", warm_ip=2, release=[{"eni_id": second.id, "ips": list(second.secondary)}])
+    w.clock.advance(w.settings.min_eni_age_s)  # offers quarantined and the ENI old enough (allocator rules)
+    w.deliver([report])
     assert [a.kind for a in w.results("n1")[-1].actions] == ["deleted"]
     stats = w.ec2_stats()
     assert stats["DetachNetworkInterface"]["calls"] == 1

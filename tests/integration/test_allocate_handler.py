@@ -14,9 +14,12 @@ from moto import mock_aws
 
 from functions import allocate, aws, reconcile
 from functions.stores import create_tables
+from sim.iid import IdentitySigner, document_for
 from warmpool import names
 
 CLUSTER = "demo"
+SIGNER = IdentitySigner()
+ACCOUNT = "123456789012"  # the account of Ctx's ARN
 
 
 @dataclass
@@ -55,6 +58,7 @@ def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
             names.ENV_CLUSTER: CLUSTER, names.ENV_REPORTS_QUEUE_URL: reports, names.ENV_DLQ_URL: dlq,
             names.ENV_RESULT_QUEUE_PREFIX: names.result_queue_prefix(CLUSTER),
             names.ENV_LEDGER_TABLE: names.ledger_table(CLUSTER), names.ENV_BUCKETS_TABLE: names.BUCKETS_TABLE,
+            names.ENV_IDENTITY_CERTIFICATES: SIGNER.certificate_pem,
         }.items():
             monkeypatch.setenv(k, v)
         aws.reset()
@@ -77,6 +81,10 @@ def _report(env: dict[str, Any], seq: int, **targets: int) -> str:
         "targets": {"warm_eni": 1, **targets},
         "enis": [{"eni_id": p["NetworkInterfaceId"], "device_index": 0, "subnet_id": p["SubnetId"],
                   "primary_ip": p["PrivateIpAddress"]}],
+        "identity": SIGNER.identity(document_for({
+            "instanceId": env["iid"], "accountId": ACCOUNT, "region": "us-east-1",
+            "availabilityZone": env["az"], "instanceType": "m5.large",
+        })).model_dump(),
     })
 
 

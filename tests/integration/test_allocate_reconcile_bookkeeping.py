@@ -42,12 +42,18 @@ def _reused(w: World) -> None:
     w.deliver([w.report("n1", warm_ip=1)])
     old = w.nodes["n1"]
     w.emu.terminate_instance(old)
-    new = w.emu.run_instance("m5.large", subnet_id=w.subnets[0],
-                             tags={names.cluster_tag_key("demo"): "owned"})
-    out = _rec(w, ledger=_NameReusedAfterRead(w.ledger, "n1", new, 9, w.clock.now())).run()
+    # A new instance takes the name: rows are keyed by instance, so it has its own.
+    new = w.add_node("n1", "m5.large")
+    w.deliver([w.report("n1", warm_ip=1)])
+    out = _rec(w).run()
+    assert out.forgotten_nodes == [old]
+    assert w.ledger.last_seq("demo", new) == 1 and w.ledger.entries("demo")[new]["instance_id"] == new
+    assert w.ledger.last_seq("demo", old) == -1
+    # An entry served right after the reconciler read it (a concurrent invocation) is kept.
+    w.emu.terminate_instance(new)
+    out = _rec(w, ledger=_NameReusedAfterRead(w.ledger, new, new, 9, w.clock.now())).run()
     assert out.forgotten_nodes == []
-    assert w.ledger.last_seq("demo", "n1") == 9
-    assert w.ledger.entries("demo")["n1"]["instance_id"] == new
+    assert w.ledger.last_seq("demo", new) == 9
 
 
 def test_a_node_name_reused_by_a_new_instance_keeps_its_entry() -> None:
@@ -85,10 +91,10 @@ def test_a_queue_that_could_not_be_deleted_keeps_the_entry_and_is_retried() -> N
         w.emu.terminate_instance(w.nodes[n])
     sqs = _DeleteQueueFails(w.sqs.client(), times=1)
     out = _rec(w, sqs=sqs).run()  # must not raise: one node's failure stops nothing else
-    assert out.forgotten_nodes == ["n2"] and out.queues_deleted == [w.nodes["n2"]]
-    assert w.ledger.last_seq("demo", "n1") == 1  # still known: the queue is not orphaned
+    assert out.forgotten_nodes == [w.nodes["n2"]] and out.queues_deleted == [w.nodes["n2"]]
+    assert w.ledger.last_seq("demo", w.nodes["n1"]) == 1  # still known: the queue is not orphaned
     queue = names.result_queue("demo", w.nodes["n1"])
     assert w.sqs.client().get_queue_url(QueueName=queue)["QueueUrl"]
     again = _rec(w, sqs=sqs).run()
-    assert again.forgotten_nodes == ["n1"] and again.queues_deleted == [w.nodes["n1"]]
-    assert w.ledger.last_seq("demo", "n1") == -1
+    assert again.forgotten_nodes == [w.nodes["n1"]] and again.queues_deleted == [w.nodes["n1"]]
+    assert w.ledger.last_seq("demo", w.nodes["n1"]) == -1

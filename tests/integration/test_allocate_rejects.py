@@ -8,6 +8,7 @@ from moto import mock_aws
 
 from functions.allocator import Record
 from sim.ec2 import Ec2Config, Ec2Emulator
+from sim.iid import document_for
 from sim.sqs import FastSqs
 from tests.integration.test_allocate_world import World, moto_dynamo
 from warmpool import names
@@ -46,7 +47,10 @@ def test_report_naming_an_unknown_instance_or_another_cluster_is_rejected() -> N
     w = World()
     w.add_node("n1")
     r = json.loads(w.report("n1").to_json())
-    ghost = json.dumps({**r, "node": "ghost", "instance_id": "i-00000000deadbeef0"})
+    ghost_doc = document_for({"instanceId": "i-00000000deadbeef0", "accountId": w.emu.owner, "region": "us-east-1",
+                              "availabilityZone": "us-east-1a", "instanceType": r["instance_type"]})
+    ghost = json.dumps({**r, "node": "ghost", "instance_id": "i-00000000deadbeef0",
+                        "identity": w.imds.signer.identity(ghost_doc).model_dump()})
     other = json.dumps({**r, "cluster": "prod"})
     out = w.deliver([ghost, other])
     assert out.rejected == 2

@@ -15,6 +15,8 @@ from functions.settings import Settings
 from functions.stores import DynamoBuckets, DynamoLeases, DynamoLedger, create_tables
 from functions.telemetry import Tally
 from sim.ec2 import Ec2Config, Ec2Emulator
+from sim.iid import IdentitySigner, document_for
+from sim.imds import Imds
 from sim.memstores import MemBuckets, MemLeases, MemLedger
 from sim.sqs import FastSqs
 from warmpool import names
@@ -23,6 +25,8 @@ from warmpool.clock import VirtualClock
 from warmpool.messages import AllocationResult, PoolReport, parse_result
 
 T0 = 1_700_000_000.0
+_SIGNER = IdentitySigner()
+"""One test key for every world (making one costs a few ms)."""
 MUTATING = (*MUTATING_ENI_ACTIONS, "CreateTags")
 
 
@@ -53,6 +57,8 @@ class World:
         else:
             self.subnets = sorted(self.emu.subnets)
         self.sqs = sqs or FastSqs(self.clock)
+        self.imds = Imds(self.emu, signer=_SIGNER)
+        """Signs each instance's identity document, as AWS does; the allocator trusts its certificate."""
         c = self.sqs.client()
         self.reports_url = c.create_queue(QueueName=names.reports_queue(cluster))["QueueUrl"]
         self.dlq_url = c.create_queue(QueueName=names.reports_dlq(cluster))["QueueUrl"]
@@ -63,6 +69,8 @@ class World:
             result_queue_prefix=names.result_queue_prefix(cluster),
             ledger_table=names.ledger_table(cluster),
             account=self.emu.owner,
+            region=self.emu.config.region,
+            identity_certificates=_SIGNER.certificate_pem,
             **settings,
         )
         self.tally = Tally()
@@ -107,6 +115,17 @@ class World:
             self.sqs.client().create_queue(QueueName=names.result_queue(self.cluster, iid))
         return iid
 
+    def signed(self, instance_id: str, instance_type: str, az: str = "us-east-1a") -> dict[str, str]:
+        """A genuinely signed identity for any instance id (also one EC2 does not know)."""
+        doc = document_for({"instanceId": instance_id, "accountId": self.emu.owner, "region": self.emu.config.region,
+                            "availabilityZone": az, "instanceType": instance_type})
+        return self.imds.signer.identity(doc).model_dump()
+
+    def tag_primary(self, node: str) -> None:
+        """Tag the node's primary ENI for the cluster (``primary_eni_tagging=launch-template``)."""
+        primary = self.enis(node)[0].id
+        self.emu.client().create_tags(Resources=[primary], Tags=[{"Key": names.TAG_PRIMARY_ENI_OF, "Value": self.cluster}])
+
     def enis(self, node: str) -> list[Any]:
         iid = self.nodes[node]
         return sorted(
@@ -144,6 +163,7 @@ class World:
             # Offers are dated at the report unless the test dates them (or
             # passes ``quarantined_at: None``, as agents before the field did).
             "pending_demand": pending, "release": [{"quarantined_at": self.clock.now(), **o} for o in release],
+            "identity": self.imds.identity(self.nodes[node]).model_dump(),
         }
         body.update(extra or {})
         return PoolReport.model_validate(body)

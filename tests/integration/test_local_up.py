@@ -192,3 +192,72 @@ def test_local_up_subprocess_prints_outputs_and_stops_on_sigterm(tmp_path: Path)
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def _report_for(stack: LocalStack, instance_id: str, seq: int, identity: Any, **extra: Any) -> str:
+    ec2 = stack.client("ec2")
+    inst = stack.ec2.instances[instance_id]
+    enis = ec2.describe_network_interfaces(
+        Filters=[{"Name": "attachment.instance-id", "Values": [instance_id]}])["NetworkInterfaces"]
+    body = {
+        "schema": "warmpool.report/v1", "cluster": stack.options.cluster, "node": "victim",
+        "instance_id": instance_id, "instance_type": inst.instance_type, "availability_zone": inst.az,
+        "seq": seq, "sent_at": time.time(), "targets": {"warm_ip": 0, "warm_eni": 0},
+        "enis": [{"eni_id": e["NetworkInterfaceId"], "device_index": e["Attachment"]["DeviceIndex"],
+                  "subnet_id": e["SubnetId"], "primary_ip": e["PrivateIpAddress"],
+                  "ips": [a["PrivateIpAddress"] for a in e["PrivateIpAddresses"] if not a["Primary"]]}
+                 for e in enis],
+        "identity": identity.model_dump(),
+    }
+    body.update(extra)
+    return json.dumps(body)
+
+
+def _secondaries(stack: LocalStack, instance_id: str) -> dict[str, set[str]]:
+    return {e.id: set(e.secondary) for e in stack.ec2.enis.values()
+            if e.attachment and e.attachment.instance_id == instance_id}
+
+
+def test_a_forged_report_through_local_up_is_refused_to_the_dlq_and_changes_nothing() -> None:
+    """Issue 12 end to end (real allocate handler behind the event-source
+    mapping, identities from the emulated IMDS over HTTP): a node reporting for
+    another instance, offering its addresses back, changes nothing."""
+    from functions import allocate
+    from node_agent.identity import fetch_identity
+    from node_agent.imds import ImdsClient
+
+    allocate._allocator = None
+    try:
+        with LocalStack(cluster="fgt", batch_size=10, batching_window_s=0, reconcile_every_s=3600) as s:
+            out = s.outputs
+            sid = out["subnet_ids"][0]
+            tags = {names.cluster_tag_key("fgt"): "owned"}
+            victim = s.ec2.run_instance("m5.large", subnet_id=sid, tags=tags)
+            forger = s.ec2.run_instance("m5.large", subnet_id=sid, tags=tags)
+            sqs = s.client("sqs")
+            mine = fetch_identity(ImdsClient(f"{out['imds_base']}/{victim}"))
+            theirs = fetch_identity(ImdsClient(f"{out['imds_base']}/{forger}"))
+            # The victim's genuine report: served, and its result queue created by the allocator.
+            sqs.send_message(QueueUrl=out["reports_queue_url"],
+                             MessageBody=_report_for(s, victim, 1, mine, targets={"warm_ip": 5}, pending_demand=5))
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and sum(len(v) for v in _secondaries(s, victim).values()) < 5:
+                time.sleep(0.1)
+            held = _secondaries(s, victim)
+            offered = [{"eni_id": k, "ips": sorted(v), "quarantined_at": time.time()} for k, v in held.items() if v]
+            assert offered, held
+            # The forger: the victim's instance id, the victim's addresses offered, its own identity.
+            forged = _report_for(s, victim, 2, theirs, release=offered, assigned_ips=0)
+            sqs.send_message(QueueUrl=out["reports_queue_url"], MessageBody=forged)
+            reasons: list[str] = []
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not reasons:
+                msgs = sqs.receive_message(QueueUrl=out["dlq_url"], MessageAttributeNames=["All"],
+                                           WaitTimeSeconds=1).get("Messages", [])
+                reasons += [m["MessageAttributes"]["reason"]["StringValue"] for m in msgs]
+            assert reasons == ["identity-instance-mismatch"]
+            time.sleep(0.5)
+            assert _secondaries(s, victim) == held
+            assert sqs.get_queue_url(QueueName=names.result_queue("fgt", victim))["QueueUrl"]  # made by the allocator
+    finally:
+        allocate._allocator = None

@@ -57,11 +57,46 @@ def test_terminated_nodes_lose_their_ledger_entry_and_result_queue() -> None:
     w.deliver([w.report("n1", warm_ip=2, pending=40), w.report("n2", warm_ip=1)])
     w.emu.terminate_instance(w.nodes["n1"])
     out = _rec(w).run()
-    assert out.forgotten_nodes == ["n1"] and out.queues_deleted == [w.nodes["n1"]]
+    assert out.forgotten_nodes == [w.nodes["n1"]] and out.queues_deleted == [w.nodes["n1"]]
     assert out.drift["ledger-without-instance"] == 1
-    assert w.ledger.last_seq("demo", "n1") == -1 and w.ledger.last_seq("demo", "n2") == 1
+    assert w.ledger.last_seq("demo", w.nodes["n1"]) == -1 and w.ledger.last_seq("demo", w.nodes["n2"]) == 1
     # DeleteOnTermination was set: nothing of n1 is left to collect.
     assert w.detached_enis() == []
+
+
+def test_result_queues_of_gone_instances_are_deleted_whatever_the_ledger_says() -> None:
+    """Issue 12: queues under the cluster's result prefix whose instance is gone,
+    terminated or not the cluster's go even without a ledger entry; live
+    cluster instances keep theirs."""
+    w = World()
+    live = w.add_node("n1")
+    dead = w.add_node("n2")  # a queue, never served: no ledger entry
+    foreign = w.add_node("n3", cluster_tag=None)
+    c = w.sqs.client()
+    c.create_queue(QueueName=names.result_queue("demo", "i-0123456789abcdef0"))  # no such instance
+    c.create_queue(QueueName=names.result_queue("other", dead))  # another cluster's prefix: not ours
+    w.emu.terminate_instance(dead)
+    assert w.ledger.entries("demo") == {}
+    out = _rec(w).run()
+    assert sorted(out.orphan_queues_deleted) == sorted([dead, foreign, "i-0123456789abcdef0"])
+    left = c.list_queues(QueueNamePrefix="warmpool-").get("QueueUrls", [])
+    names_left = sorted(u.rsplit("/", 1)[-1] for u in left)
+    assert names.result_queue("demo", live) in names_left
+    assert names.result_queue("other", dead) in names_left
+    assert not any(i in n for n in names_left if n.startswith(names.result_queue_prefix("demo"))
+                   for i in (dead, foreign))
+    assert w.tally.get("OrphanResultQueuesDeleted") == 3
+
+
+def test_rows_of_terminated_instances_are_removed() -> None:
+    w = World()
+    w.add_node("n1")
+    w.deliver([w.report("n1", warm_ip=1)])
+    iid = w.nodes["n1"]
+    assert iid in w.ledger.entries("demo")
+    w.emu.terminate_instance(iid)
+    out = _rec(w).run()
+    assert out.forgotten_nodes == [iid] and w.ledger.entries("demo") == {}
 
 
 def test_expired_leases_are_swept() -> None:

@@ -9,6 +9,7 @@ whatever the test does to the emulator, the allocator or the stores.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -110,7 +111,8 @@ class Cluster:
         ds.restore()
         imds = imds or EmuImds(self.w.emu, iid)
         ident = NodeIdentity(self.w.cluster, name, iid, instance_type, "us-east-1a")
-        ctl = PoolController(ident, known(instance_type), pool, ds, TIMING, metadata=imds)
+        ctl = PoolController(ident, known(instance_type), pool, ds, TIMING, metadata=imds,
+                             signed_identity=functools.partial(self.w.imds.identity, iid))
         ctl.start(self.clock.now())
         return Node(name, iid, ds, ctl, imds, cp, pool, resynced_at=self.clock.now())
 

@@ -83,7 +83,7 @@ def served_problems(world: Any, last_sent: dict[str, int]) -> list[str]:
         return []  # still pending: nothing lost (the tests drain before checking)
     problems = []
     for node, seq in last_sent.items():
-        got = world.ledger.last_seq(world.cluster, node)
+        got = world.ledger.last_seq(world.cluster, world.nodes.get(node, node))  # rows are keyed by instance
         if got < seq:
             problems.append(f"{node}: report {seq} neither served (ledger at {got}) nor pending")
     return problems

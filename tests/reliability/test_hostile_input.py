@@ -48,8 +48,12 @@ def test_every_kind_of_hostile_report_is_rejected_counted_and_costs_no_ec2_call(
         "oversized": "x" * (MAX_MESSAGE_BYTES + 1),
         "unknown-schema": json.dumps({**r, "schema": "warmpool.report/v2"}),
         "foreign-cluster": json.dumps({**r, "cluster": "prod"}),
-        "instance-not-found": json.dumps({**r, "instance_id": "i-0badbadbadbadbad0", "node": "ghost"}),
-        "foreign-instance": json.dumps({**r, "instance_id": foreign, "node": "x"}),
+        "instance-not-found": json.dumps({**r, "instance_id": "i-0badbadbadbadbad0", "node": "ghost",
+                                          "identity": w.signed("i-0badbadbadbadbad0", r["instance_type"])}),
+        "foreign-instance": json.dumps({**r, "instance_id": foreign, "node": "x",
+                                        "identity": w.signed(foreign, r["instance_type"])}),
+        "identity-instance-mismatch": json.dumps({**r, "instance_id": w.nodes["n2"], "node": "n2"}),
+        "identity-missing": json.dumps({k: v for k, v in r.items() if k != "identity"}),
         "foreign-eni": json.dumps({**r, "enis": [*r["enis"], {
             "eni_id": other_eni.id, "device_index": 1, "subnet_id": other_eni.subnet_id,
             "primary_ip": other_eni.primary_ip, "ips": [], "prefixes": [], "assigned": 0}]}),
@@ -68,7 +72,8 @@ def test_every_kind_of_hostile_report_is_rejected_counted_and_costs_no_ec2_call(
     reasons = _reasons(w)
     assert sum(reasons.values()) == len(hostile)
     assert {"oversized", "unknown-schema", "foreign-cluster", "instance-not-found", "foreign-instance",
-            "foreign-eni", "invalid", "not-an-object", "not-json"} <= set(reasons), reasons
+            "foreign-eni", "invalid", "not-an-object", "not-json", "identity-instance-mismatch",
+            "identity-missing"} <= set(reasons), reasons
     assert w.tally.get("ReportsInvalid") + w.tally.get("ReportsRejected") == len(hostile)
 
 

@@ -22,7 +22,7 @@ def test_deferred_node_is_resent_with_a_delay_and_told_when() -> None:
 def test_a_node_leased_by_another_invocation_is_deferred() -> None:
     w = World()
     w.add_node("n1")
-    w.leases.claim("demo", "n1", "someone-else", w.clock.now(), 60)
+    w.leases.claim("demo", w.nodes["n1"], "someone-else", w.clock.now(), 60)
     out = w.deliver([w.report("n1", warm_ip=1)])
     assert out.deferred == 1 and w.addresses("n1") == 0
 
@@ -34,7 +34,7 @@ def test_nodes_with_nothing_to_do_cost_no_lease_no_token_no_ec2_mutation() -> No
     calls, lease_calls = w.mutating_calls(), w.leases.calls
     out = w.deliver([w.report("n1", warm_ip=2)])
     assert out.noop == 1 and w.mutating_calls() == calls and w.leases.calls == lease_calls
-    assert w.ledger.last_seq("demo", "n1") == 2
+    assert w.ledger.last_seq("demo", w.nodes["n1"]) == 2
 
 
 def test_coalescing_keeps_the_newest_and_drops_stale() -> None:
@@ -93,6 +93,7 @@ def test_old_release_offers_are_ignored_never_unassigning_what_a_pod_may_hold_ag
     assert w.tally.as_dict().get("ReleaseOffersExpired") == 3
     # A fresh offer still goes.
     fresh = w.report("n1", warm_ip=1, release=[{"eni_id": eni.id, "ips": offered}])
+    w.clock.advance(w.settings.release_delay_s)  # quarantined long enough for the allocator
     out = w.deliver([fresh])
     assert [a.kind for a in out.nodes["n1"].actions] == ["released"]
 
@@ -107,7 +108,7 @@ def test_an_unexpected_error_leaves_the_record_for_redelivery() -> None:
     w.alloc.executor.run = boom  # type: ignore[assignment,method-assign]
     out = w.deliver([w.report("n1", warm_ip=5, pending=3)])
     assert out.batch_item_failures() == {"batchItemFailures": [{"itemIdentifier": out.failed_message_ids[0]}]}
-    assert w.ledger.last_seqs("demo", ["n1"]) == {"n1": -1}
+    assert w.ledger.last_seqs("demo", [w.nodes["n1"]]) == {w.nodes["n1"]: -1}
 
 
 def test_a_plan_stopped_part_way_is_recorded_answered_and_not_resent() -> None:
@@ -123,7 +124,7 @@ def test_a_plan_stopped_part_way_is_recorded_answered_and_not_resent() -> None:
     node = out.nodes["n1"]
     assert node.status == "deferred"
     assert [a.kind for a in node.actions] == ["assigned"]
-    assert w.ledger.last_seq("demo", "n1") == rep.seq
+    assert w.ledger.last_seq("demo", w.nodes["n1"]) == rep.seq
     (res,) = w.results("n1")
     assert [a.kind for a in res.actions] == ["assigned", "deferred"]
     assert w.queued(w.reports_url, wait_s=900) == []
@@ -160,7 +161,7 @@ def test_throttled_attach_after_a_create_resends_the_same_seq_so_the_token_finds
     rep = w.report("n1", warm_ip=1, pending=15)
     out = w.deliver([rep])
     assert out.nodes["n1"].status == "deferred" and out.nodes["n1"].resend
-    assert w.ledger.last_seq("demo", "n1") == -1
+    assert w.ledger.last_seq("demo", w.nodes["n1"]) == -1
     (again,) = w.queued(w.reports_url, wait_s=900)
     out = w.deliver([again["Body"]])
     assert out.nodes["n1"].status == "served"

@@ -7,7 +7,7 @@ import math
 import pytest
 from botocore.exceptions import ClientError
 
-from functions.allocator import sender_matches
+from functions.allocator import sender_matches, trusted_keys
 from functions.errors import (
     AddressLimit,
     AwsError,
@@ -19,9 +19,11 @@ from functions.errors import (
     TokenMismatch,
     classify,
 )
+from functions.identity import IdentityConfigError
 from functions.settings import Settings
 from functions.telemetry import Tally
 from functions.tokens import allot
+from sim.iid import IdentitySigner
 from warmpool import names
 from warmpool.buckets import BucketSpec, BucketState
 
@@ -88,10 +90,29 @@ def test_settings_from_env_reads_names_py_variables(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv(names.ENV_CLUSTER, "c1")
     monkeypatch.setenv(names.ENV_ALLOWED_SUBNETS, "subnet-a, subnet-b")
     monkeypatch.setenv(names.ENV_BUDGET_FRACTION, "0.5")
+    monkeypatch.setenv(names.ENV_IDENTITY_CERTIFICATES, IdentitySigner().certificate_pem)
     s = Settings.from_env()
     assert s.cluster == "c1" and s.allowed_subnets == ("subnet-a", "subnet-b")
     assert s.bucket_spec("AttachNetworkInterface") == BucketSpec(capacity=25, refill_per_s=2.5)
     assert Settings(cluster="x").allowed_subnets == ()  # direct construction never reads the env
+
+
+def test_identity_verification_is_required_unless_turned_off_explicitly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail-closed: no certificate with verification required stops the cold
+    start (from the environment, and when building the allocator)."""
+    monkeypatch.setenv(names.ENV_CLUSTER, "c1")
+    monkeypatch.delenv(names.ENV_IDENTITY_CERTIFICATES, raising=False)
+    with pytest.raises(ValueError, match="WARMPOOL_IDENTITY_CERTIFICATES is empty"):
+        Settings.from_env()
+    with pytest.raises(IdentityConfigError, match="no identity certificate"):
+        trusted_keys(Settings(cluster="c1"))
+    monkeypatch.setenv(names.ENV_IDENTITY_CERTIFICATES, "not a certificate")
+    with pytest.raises(IdentityConfigError, match="no PEM certificate"):
+        trusted_keys(Settings.from_env())
+    monkeypatch.setenv("WARMPOOL_IDENTITY_VERIFICATION", "off")
+    monkeypatch.delenv(names.ENV_IDENTITY_CERTIFICATES)
+    assert trusted_keys(Settings.from_env()) is None  # explicit, logged
+    assert Settings(cluster="c1").identity_verification == "required"  # the default
 
 
 def test_result_queue_naming_accepts_a_name_or_a_url_prefix() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 
 from hypothesis import given, settings
@@ -213,18 +214,35 @@ def test_client_token_is_deterministic_and_short():
 # --- scheduling ---------------------------------------------------------------
 
 
-def mk(node: str, seq: int, pending=0, warm_ip=1) -> PoolReport:
-    return PoolReport(cluster="demo", node=node, instance_id=IID, instance_type="m5.large",
+def iid_of(node: str) -> str:
+    """One instance per node label."""
+    return "i-" + hashlib.sha256(node.encode()).hexdigest()[:17]
+
+
+def mk(node: str, seq: int, pending=0, warm_ip=1, instance_id: str | None = None) -> PoolReport:
+    return PoolReport(cluster="demo", node=node, instance_id=instance_id or iid_of(node), instance_type="m5.large",
                       availability_zone=AZ, seq=seq, sent_at=0, targets=Targets(warm_ip=warm_ip),
                       pending_demand=pending)
 
 
 def test_coalesce_newest_wins_and_stale_dropped():
     rs = [mk("a", 1), mk("a", 3), mk("b", 2), mk("a", 2), mk("b", 2), mk("c", 4)]
-    c = coalesce(rs, {"c": 4, "b": 1})
+    c = coalesce(rs, {iid_of("c"): 4, iid_of("b"): 1})
     assert [(r.node, r.seq) for r in c.keep] == [("a", 3), ("b", 2)]
     assert [(r.node, r.seq) for r in c.stale] == [("c", 4)]
     assert sorted((r.node, r.seq) for r in c.superseded) == [("a", 1), ("a", 2), ("b", 2)]
+
+
+def test_coalesce_keys_by_instance_not_by_the_node_label():
+    """Issue 12: one instance under many names is one node (newest wins); a
+    name shared by two instances does not make one stale for the other."""
+    one = IID
+    sprayed = [mk(f"name-{i}", i + 1, instance_id=one) for i in range(50)]
+    c = coalesce(sprayed, {})
+    assert [(r.node, r.seq) for r in c.keep] == [("name-49", 50)] and len(c.superseded) == 49
+    victim, forger = mk("a", 5), mk("a", 10**9, instance_id=iid_of("f"))
+    c = coalesce([victim, forger], {iid_of("f"): 10**9 - 1})
+    assert c.keep == (victim, forger)
 
 
 def test_priority_starved_then_deficit_then_release():
@@ -306,9 +324,9 @@ def test_plan_never_exceeds_instance_limits(s, free):
 @given(s=scenario())
 def test_never_plans_for_a_stale_report(s):
     r, _inv, _ = s
-    assert coalesce([r], {r.node: r.seq}).keep == ()
-    assert coalesce([r], {r.node: r.seq + 1}).keep == ()
-    assert coalesce([r], {r.node: r.seq - 1}).keep == (r,)
+    assert coalesce([r], {r.instance_id: r.seq}).keep == ()
+    assert coalesce([r], {r.instance_id: r.seq + 1}).keep == ()
+    assert coalesce([r], {r.instance_id: r.seq - 1}).keep == (r,)
 
 
 def test_offered_addresses_are_taken_back_without_ec2_calls_when_pods_wait():

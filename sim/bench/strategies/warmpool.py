@@ -45,6 +45,7 @@ Wiring assumptions (the bench's, not the product's):
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections import Counter
@@ -62,6 +63,8 @@ try:  # the parts other engineers own; the strategy says so if one is missing
     from node_agent.controller import AttachedEni, NodeIdentity, PoolController
     from node_agent.datastore import Datastore, EniInfo
     from sim.esm import EsmConfig, EventSourceMapping
+    from sim.iid import IdentitySigner
+    from sim.imds import Imds
     from sim.memstores import MemBuckets, MemLeases, MemLedger
     from sim.sqs import FastSqs
 
@@ -325,6 +328,9 @@ class _Cluster:
             budget_fraction=acct.budget_fraction,
             allowed_subnets=tuple(s.id for s in w.scenario.subnets),
             # the account's real quotas (``account.buckets``) are not told: warmpool assumes REFERENCE.md's
+            identity_certificates=strat.imds.signer.certificate_pem,
+            account=w.emu.owner,
+            region=w.emu.config.region,
         )
         self.ec2 = _CrashingEc2(w.ec2, w.emu.latency_for)
         self._envs: list[float] = []  # execution environments: busy until
@@ -486,6 +492,9 @@ class Warmpool:
             return spec_for(action).scaled(fraction)
 
         self.buckets = MemBuckets(spec_of)  # one account: every cluster shares these
+        # Agents carry identities signed by this IMDS's test key; the allocators verify them.
+        self.imds = Imds(world.emu, signer=IdentitySigner())
+        self._identities: dict[str, Any] = {}
         self.clusters = {c.name: _Cluster(self, c.name, self.buckets) for c in world.scenario.all_clusters}
         self.reports_url = {k: c.reports_url for k, c in self.clusters.items()}
         self.agents: dict[str, _Agent] = {}
@@ -511,6 +520,13 @@ class Warmpool:
         for c in self.clusters.values():
             if url == c.reports_url:
                 c.kick(self.w.now() + delay)
+
+    def _identity(self, instance_id: str) -> Any:
+        """The instance's signed identity, signed once (IMDS serves the same bytes for its life)."""
+        got = self._identities.get(instance_id)
+        if got is None:
+            got = self._identities[instance_id] = self.imds.identity(instance_id)
+        return got
 
     def _join(self, node: NodeRt) -> None:
         w = self.w
@@ -540,6 +556,7 @@ class Warmpool:
             Timing(cooldown_s=env.IP_COOLDOWN_PERIOD),
             metadata=_EmuMetadata(w, node.instance_id),
             mtu=env.AWS_VPC_ENI_MTU,
+            signed_identity=functools.partial(self._identity, node.instance_id),
         )
         agent = _Agent(self, node, controller, sqs, result_url)
         self.agents[spec.name] = agent

@@ -1,0 +1,133 @@
+"""Per-instance fair shares of the shared EC2 buckets, and flip damping (issue 12).
+
+The buckets are the account's (by design): without a per-node bound, one node
+that alternates "fill everything" and "release everything" spends most of
+every mutating bucket and the other nodes wait. Two rules, per allocator
+container (state in memory; with the event-source mapping's maximum
+concurrency of N containers a node gets at most N shares, still a bound):
+
+* **Fair share per window, while others wait.** When an action's bucket cannot
+  pay the whole batch's plans now, an instance may spend of it, over the last
+  ``window_s`` seconds, at most ``(capacity + refill × window) / active``
+  tokens, ``active`` being the instances that spent in that window or want
+  tokens now (itself included). An instance at or over its share waits until enough of its own
+  spending leaves the window; below it, one plan may take it past (every node
+  can always make progress). A bucket with room for the whole batch limits no
+  one; alone, a node may use the whole bucket.
+* **Flip damping.** An instance whose reports flip between asking for
+  addresses (a deficit, waiting pods) and offering them back ``flip_limit``
+  times within ``flip_window_s`` (whatever the rules then let happen) is damped for ``damp_s``:
+  its release offers are taken back (no Unassign/Detach/Delete), so the cycle
+  stops; counted (``NodesDamped``) and logged. An honest agent flips at most
+  about once per release delay (a minute by default).
+
+Pure bookkeeping over an injected clock's times: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Container, Mapping, Set
+from dataclasses import dataclass, field
+
+from warmpool.buckets import BucketSpec
+
+
+@dataclass
+class FairShare:
+    spec_of: Callable[[str], BucketSpec]
+    window_s: float = 5.0
+    flip_limit: int = 6
+    flip_window_s: float = 120.0
+    damp_s: float = 600.0
+    _spent: dict[str, deque[tuple[float, dict[str, int]]]] = field(default_factory=dict)
+    _last_kind: dict[str, str] = field(default_factory=dict)
+    _flips: dict[str, deque[float]] = field(default_factory=dict)
+    _damped_until: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def enabled(self) -> bool:
+        return self.window_s > 0
+
+    def _trim(self, now: float) -> None:
+        for iid in list(self._spent):
+            q = self._spent[iid]
+            while q and q[0][0] <= now - self.window_s:
+                q.popleft()
+            if not q:
+                del self._spent[iid]
+
+    def share(self, action: str, active: int) -> float:
+        spec = self.spec_of(action)
+        return (spec.capacity + spec.refill_per_s * self.window_s) / max(1, active)
+
+    def wait(
+        self,
+        instance_id: str,
+        tokens: Mapping[str, int],
+        now: float,
+        contended: Container[str] | None = None,
+        waiting: Set[str] = frozenset(),
+    ) -> float:
+        """0 if the instance may spend ``tokens`` now, else seconds until it may.
+        Only actions in ``contended`` are limited (all when None); ``waiting``
+        are the instances that want tokens now (they count as active)."""
+        if not self.enabled or not tokens:
+            return 0.0
+        mine = self._spent.get(instance_id)
+        while mine and mine[0][0] <= now - self.window_s:
+            mine.popleft()
+        if not mine:
+            return 0.0  # first spending in the window: always allowed
+        if contended is not None and not any(a in contended for a in tokens):
+            return 0.0
+        self._trim(now)
+        active = len(self._spent) + sum(1 for i in waiting if i not in self._spent)
+        wait = 0.0
+        for action, n in tokens.items():
+            if n <= 0 or (contended is not None and action not in contended):
+                continue
+            cap = self.share(action, active)
+            used = sum(t.get(action, 0) for _, t in mine)
+            if used < cap:
+                continue  # within its share (one plan may take it past; the next one waits)
+            # Until enough of this instance's own spending on the action leaves the window.
+            excess = used - cap + min(n, 1)
+            freed = 0
+            for at, t in mine:
+                freed += t.get(action, 0)
+                if freed >= excess:
+                    wait = max(wait, at + self.window_s - now)
+                    break
+            else:
+                wait = max(wait, self.window_s)
+        return 0.0 if wait <= 0 else max(1.0, float(math.ceil(wait)))
+
+    def spend(self, instance_id: str, tokens: Mapping[str, int], now: float) -> None:
+        if self.enabled and tokens:
+            self._spent.setdefault(instance_id, deque()).append((now, dict(tokens)))
+
+    # --- flips -------------------------------------------------------------------
+
+    def damped(self, instance_id: str, now: float) -> bool:
+        return self._damped_until.get(instance_id, -math.inf) > now
+
+    def asked(self, instance_id: str, kind: str, now: float) -> bool:
+        """Record a planned kind (``allocate``/``release``); True when this
+        flip makes the instance damped (newly)."""
+        if self.flip_limit <= 0 or kind not in ("allocate", "release"):
+            return False
+        last = self._last_kind.get(instance_id)
+        self._last_kind[instance_id] = kind
+        if last is None or last == kind:
+            return False
+        flips = self._flips.setdefault(instance_id, deque())
+        flips.append(now)
+        while flips and flips[0] <= now - self.flip_window_s:
+            flips.popleft()
+        if len(flips) >= self.flip_limit and not self.damped(instance_id, now):
+            self._damped_until[instance_id] = now + self.damp_s
+            flips.clear()
+            return True
+        return False

@@ -1,0 +1,246 @@
+"""Issue 12: one node must not be able to hurt others through what it reports.
+
+Each test reproduces a finding of the issue against the allocator (emulated
+EC2, in-memory stores, identities signed by the emulated IMDS's test key) and
+fails on the code before the fix: forged releases, seq poisoning, name
+spraying, ENIs warmpool may not touch, the primary ENI's first-contact tag.
+"""
+
+from __future__ import annotations
+
+import json
+
+from functions.allocator import SEQ_AHEAD_LIMIT
+from tests.integration.test_allocate_world import World
+from warmpool import names
+
+
+def _dlq(w: World) -> list[str]:
+    return [m["MessageAttributes"]["reason"]["StringValue"] for m in w.queued(w.dlq_url)]
+
+
+def _secondaries(w: World, node: str) -> dict[str, set[str]]:
+    return {e.id: set(e.secondary) for e in w.enis(node)}
+
+
+def _victim_with_pods(w: World) -> tuple[str, str, list[str]]:
+    """n1 whose primary ENI's 9 secondary addresses are all held by pods; n2 the forger."""
+    w.add_node("n1", "m5.large")
+    w.add_node("n2", "m5.large")
+    w.deliver([w.report("n1", warm_ip=10, pending=10)])
+    eni = w.enis("n1")[0]
+    ips = sorted(eni.secondary)
+    assert len(ips) == 9
+    w.pods["n1"] = 9
+    return w.nodes["n1"], eni.id, ips
+
+
+def test_a_forged_release_for_another_node_is_refused_and_changes_nothing() -> None:
+    """Finding 1: n2 reports as n1 (its instance id and name) offering n1's
+    addresses; n2 has only its own identity document, so the report is refused
+    before anything is planned (on main the allocator unassigned them)."""
+    w = World()
+    victim, eni, ips = _victim_with_pods(w)
+    before = _secondaries(w, "n1")
+    forged = json.loads(w.report("n1", warm_ip=0, assigned=0, release=[{"eni_id": eni, "ips": ips}]).to_json())
+    forged["identity"] = w.imds.identity(w.nodes["n2"]).model_dump()  # the forger's own, genuine identity
+    w.clock.advance(5)
+    without = {k: v for k, v in forged.items() if k != "identity"}
+    without["seq"] = forged["seq"] + 1
+    out = w.deliver([json.dumps(forged), json.dumps(without)])
+    assert out.rejected == 2 and out.served == 0
+    assert sorted(_dlq(w)) == ["identity-instance-mismatch", "identity-missing"]
+    assert _secondaries(w, "n1") == before
+    assert w.ledger.last_seq("demo", victim) == 1  # nothing recorded for the victim
+
+
+def test_a_forged_release_through_a_tampered_document_is_refused() -> None:
+    """The forger edits the victim's instance id into its own signed document."""
+    w = World()
+    victim, eni, ips = _victim_with_pods(w)
+    before = _secondaries(w, "n1")
+    forged = json.loads(w.report("n1", warm_ip=0, assigned=0, release=[{"eni_id": eni, "ips": ips}]).to_json())
+    own = w.imds.identity(w.nodes["n2"])
+    forged["identity"] = {"document": own.document.replace(w.nodes["n2"], victim), "signature": own.signature}
+    out = w.deliver([json.dumps(forged)])
+    assert out.rejected == 1 and _dlq(w) == ["identity-signature-invalid"]
+    assert _secondaries(w, "n1") == before
+
+
+def test_a_seq_far_ahead_is_refused_and_later_reports_are_served() -> None:
+    """Finding 2 (seq poisoning): a seq more than 2^20 ahead of max(last seq,
+    now in ms) is refused; on main it was recorded and every later report of
+    the instance was stale."""
+    w = World()
+    iid = w.add_node("n1")
+    now_ms = int(w.clock.now() * 1000)
+    out = w.deliver([w.report("n1", seq=2**62, warm_ip=1)])
+    assert out.rejected == 1 and _dlq(w) == ["seq-too-far-ahead"]
+    assert w.ledger.last_seq("demo", iid) == -1
+    # Just inside the bound is fine (the agent's seq is max(last + 1, now_ms)).
+    out = w.deliver([w.report("n1", seq=now_ms + SEQ_AHEAD_LIMIT, warm_ip=1)])
+    assert out.served == 1
+    out = w.deliver([w.report("n1", seq=now_ms + SEQ_AHEAD_LIMIT + 1, warm_ip=4, pending=4)])
+    assert out.served == 1 and w.addresses("n1") >= 4
+
+
+def test_another_nodes_name_with_a_huge_seq_does_not_make_its_reports_stale() -> None:
+    """Finding 2: n2 (valid identity) reports under n1's name with a seq near
+    the limit; n1's own later reports are still served (rows are keyed by
+    instance, the name is a label)."""
+    w = World()
+    w.add_node("n1")
+    w.add_node("n2")
+    poison = json.loads(w.report("n2", seq=int(w.clock.now() * 1000) + SEQ_AHEAD_LIMIT, warm_ip=1).to_json())
+    poison["node"] = "n1"
+    w.deliver([json.dumps(poison)])
+    out = w.deliver([w.report("n1", warm_ip=3, pending=3)])
+    assert out.stale == 0 and out.served == 1 and w.addresses("n1") >= 3
+    assert w.ledger.last_seq("demo", w.nodes["n1"]) == 1
+
+
+def test_one_instance_under_500_names_has_one_ledger_row_and_one_lease() -> None:
+    """Finding 2 (name spraying): 500 invented names for one instance made 500
+    rows on main; keyed by instance they are one."""
+    w = World()
+    iid = w.add_node("n1")
+    for batch in range(50):
+        bodies = []
+        for i in range(10):
+            r = json.loads(w.report("n1", warm_ip=1).to_json())
+            r["node"] = f"spray-{batch * 10 + i}"
+            bodies.append(json.dumps(r))
+        w.deliver(bodies)
+    assert list(w.ledger.entries("demo")) == [iid]
+    assert w.ledger.last_seq("demo", iid) == 500
+
+
+def _attach_foreign_eni(w: World, node: str, tags: dict[str, str]) -> str:
+    c = w.emu.client()
+    eni = c.create_network_interface(
+        SubnetId=w.subnets[0],
+        TagSpecifications=[{"ResourceType": "network-interface",
+                            "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
+    )["NetworkInterface"]["NetworkInterfaceId"]
+    c.attach_network_interface(NetworkInterfaceId=eni, InstanceId=w.nodes[node], DeviceIndex=1)
+    return eni
+
+
+def test_an_eni_tagged_no_manage_is_never_filled_or_drained() -> None:
+    """Finding 4: the planner filled a no_manage ENI attached by another tool
+    with 29 pod addresses on main; now it is skipped as the VPC CNI skips it,
+    and ENIs that carry only the cluster's tag are not changed either."""
+    w = World()
+    w.add_node("n1", "m5.4xlarge")
+    no_manage = _attach_foreign_eni(w, "n1", {names.TAG_NO_MANAGE: "True"})
+    other = w.emu.client().create_network_interface(
+        SubnetId=w.subnets[0],
+        TagSpecifications=[{"ResourceType": "network-interface",
+                            "Tags": [{"Key": names.TAG_CLUSTER_NAME, "Value": "demo"}]}],
+    )["NetworkInterface"]["NetworkInterfaceId"]
+    w.emu.client().attach_network_interface(NetworkInterfaceId=other, InstanceId=w.nodes["n1"], DeviceIndex=2)
+    out = w.deliver([w.report("n1", warm_ip=40, pending=40)])
+    assert out.served == 1
+    by_id = {e.id: e for e in w.enis("n1")}
+    assert not by_id[no_manage].secondary
+    assert not by_id[other].secondary
+    assert w.addresses("n1") >= 40  # served elsewhere: the primary and new ENIs
+    # A release offer naming the no_manage ENI's addresses changes nothing there.
+    w.emu.client().assign_private_ip_addresses(NetworkInterfaceId=no_manage, SecondaryPrivateIpAddressCount=2)
+    held = sorted(w.emu.enis[no_manage].secondary)
+    w.clock.advance(120)
+    w.deliver([w.report("n1", warm_ip=0, release=[{"eni_id": no_manage, "ips": held}])])
+    assert sorted(w.emu.enis[no_manage].secondary) == held
+    assert no_manage in w.emu.enis
+
+
+def test_the_primary_eni_is_tagged_for_the_cluster_at_first_contact_paying_a_token() -> None:
+    w = World()
+    w.add_node("n1", "m5.large")
+    primary = w.enis("n1")[0]
+    assert names.TAG_PRIMARY_ENI_OF not in primary.tags
+    before = w.buckets.load("CreateTags", w.clock.now()).tokens
+    w.deliver([w.report("n1", warm_ip=2, pending=2)])
+    assert w.emu.enis[primary.id].tags[names.TAG_PRIMARY_ENI_OF] == "demo"
+    assert w.emu.enis[primary.id].secondary  # then filled
+    assert w.buckets.load("CreateTags", w.clock.now()).tokens <= before - 1 + 1e-9
+    assert w.tally.get("PrimaryEnisTagged") == 1
+    w.deliver([w.report("n1", warm_ip=4, pending=4)])
+    assert w.tally.get("PrimaryEnisTagged") == 1  # only once
+
+
+def _churn(w: World, node: str, rounds: int, every_s: float = 1.0) -> None:
+    """Alternate 'fill everything' and 'release everything' (offers dated to look long quarantined)."""
+    cap = 240
+    for i in range(rounds):
+        if i % 2 == 0:
+            w.deliver([w.report(node, warm_ip=cap, warm_eni=0, pending=cap, assigned=0)])
+        else:
+            offers = [{"eni_id": e.id, "ips": list(e.secondary), "quarantined_at": w.clock.now() - 30}
+                      for e in w.enis(node) if e.secondary]
+            w.deliver([w.report(node, warm_ip=0, warm_eni=0, assigned=0, release=offers)])
+        w.clock.advance(every_s)
+
+
+def test_a_node_flipping_between_fill_and_release_is_damped_and_counted() -> None:
+    """Finding 3: on main a churning node's every flip was served (about 1,220
+    each of Create/Attach/Modify/Detach/Delete in 300 s); now it is damped
+    after a few flips (NodesDamped), its offers are taken back, and it can
+    no longer make the allocator create and delete ENIs in a loop."""
+    w = World()
+    w.add_node("churn", "m5.4xlarge")
+    _churn(w, "churn", 120)
+    stats = w.ec2_stats()
+    assert w.tally.get("NodesDamped") == 1
+    assert stats.get("DeleteNetworkInterface", {}).get("calls", 0) == 0
+    assert stats["CreateNetworkInterface"]["calls"] <= 7  # the first fill only
+    assert w.tally.get("ReleasesHeld") > 0
+
+
+def test_the_allocator_holds_releases_of_young_offers_and_young_enis() -> None:
+    """The release delay and the minimum ENI age are the allocator's own rules:
+    an agent dating its offer 'now' or offering a new ENI back gets nothing
+    unassigned or deleted until they are old enough (on main both went at once)."""
+    w = World(flip_limit=0)
+    w.add_node("n1", "m5.large")
+    w.deliver([w.report("n1", warm_ip=2, pending=12)])
+    primary, second = w.enis("n1")[:2]
+    on_primary = len(primary.secondary)
+    young = [{"eni_id": second.id, "ips": list(second.secondary), "quarantined_at": w.clock.now()},
+             {"eni_id": primary.id, "ips": list(primary.secondary[-3:]), "quarantined_at": w.clock.now()}]
+    w.deliver([w.report("n1", warm_ip=2, release=young)])
+    assert second.id in [e.id for e in w.enis("n1")] and len(w.enis("n1")[0].secondary) == on_primary
+    # Old enough offers, but the second ENI is younger than min_eni_age_s: the primary's addresses go, the ENI stays.
+    w.clock.advance(w.settings.release_delay_s)
+    aged = [{**o, "quarantined_at": w.clock.now() - w.settings.release_delay_s} for o in young]
+    w.deliver([w.report("n1", warm_ip=2, release=aged)])
+    assert second.id in [e.id for e in w.enis("n1")]
+    assert len(w.enis("n1")[0].secondary) == on_primary - 3
+    # Once the ENI is old enough, it is deleted.
+    w.clock.advance(w.settings.min_eni_age_s)
+    again = [{"eni_id": second.id, "ips": list(second.secondary), "quarantined_at": w.clock.now() - 20}]
+    w.deliver([w.report("n1", warm_ip=2, release=again)])
+    assert second.id not in [e.id for e in w.enis("n1")]
+    assert w.tally.get("ReleasesHeld") >= 2
+
+
+def test_a_node_past_its_fair_share_waits_while_others_are_served() -> None:
+    """Finding 3: when a bucket cannot pay everyone, an instance that already
+    spent its share in the window is deferred and the others are paid."""
+    from warmpool.buckets import BucketSpec
+
+    w = World(bucket_capacity={"CreateNetworkInterface": 10.0}, bucket_refill={"CreateNetworkInterface": 0.5},
+              flip_limit=0, budget_fraction=1.0)
+    w.add_node("big", "m5.4xlarge")
+    for i in range(4):
+        w.add_node(f"n{i}", "m5.large")
+    w.deliver([w.report("big", warm_ip=90, warm_eni=0)])  # its first plan in the window always goes: 3 ENIs
+    assert w.settings.bucket_spec("CreateNetworkInterface") == BucketSpec(capacity=10, refill_per_s=0.5)
+    w.clock.advance(1)
+    out = w.deliver([w.report("big", warm_ip=200, warm_eni=0, pending=200)]
+                    + [w.report(f"n{i}", warm_ip=12, warm_eni=0, pending=12) for i in range(4)])
+    # On main the largest deficit went first and took the bucket.
+    assert out.nodes["big"].status == "deferred" and out.nodes["big"].reason.startswith("fair share")
+    assert len(w.enis("big")) == 4
+    assert sum(len(w.enis(f"n{i}")) >= 2 for i in range(4)) >= 3
+    assert w.tally.get("FairShareDeferred") >= 1
