@@ -394,6 +394,9 @@ class Demo:
             api_latency_s=self.o.api_latency_s,
             reconcile_every_s=30.0,
             gc_age_s=1,
+            # Shortened, like the agents' timings above, so the scale-down settles within
+            # the demo: the allocator deletes no ENI younger than this (default 60 s).
+            extra_env=(("WARMPOOL_MIN_ENI_AGE_S", "10"),),
         ))
         out = self.stack.start()
         fns = out.get("functions", {})
