@@ -339,7 +339,6 @@ def _plan_allocation(
     # The allocator sees every node: when pods wait on others in the same
     # batch, a burst is landing, and this node's top-up is its first step.
     surge = (report.pending_demand > 0 or peer_surge) and not prefix
-    in_use = {e.eni_id: e.assigned for e in report.enis}
     for eni in sorted(inventory.enis, key=lambda e: (-(slots - e.used_slots), e.device_index)):
         if need <= 0 or room <= 0:
             break
@@ -347,9 +346,7 @@ def _plan_allocation(
         if free <= 0 or eni.subnet_id in exclude_subnets:
             continue
         n = min(free if delta.whole_enis else min(free, need), room)
-        if surge and not delta.whole_enis and in_use.get(eni.eni_id, 0) > 0:
-            # Only an ENI pods already use: one none uses was just created
-            # (its addresses are on their way to the waiting pods) or is idle.
+        if surge and not delta.whole_enis:
             spare = candidates.get(eni.subnet_id, 0)  # never fill into a tight subnet
             n = max(n, min(free, room, spare // 2))
         if eni.subnet_id in candidates:

@@ -78,16 +78,6 @@ def test_surge_fills_the_eni_it_touches_but_not_new_enis():
     assert isinstance(create, CreateEni) and create.ips == 4
 
 
-def test_surge_does_not_fill_an_eni_no_pod_uses_yet():
-    # The ENI created for the last waiting pods is not ready on the node yet:
-    # the pod still waits, but the ENI's addresses are already on their way.
-    r, inv = rep([eni(0, 9), eni(1, 1)], assigned={0: 9}, pending=1, warm_ip=1)
-    assert plan(r, inv).calls == (AssignAddresses("eni-00000001", ips=1),)
-    # Once pods use it, a surge fills it as any other.
-    r, inv = rep([eni(0, 9), eni(1, 1)], assigned={0: 9, 1: 1}, pending=1, warm_ip=1)
-    assert plan(r, inv).calls == (AssignAddresses("eni-00000001", ips=8),)
-
-
 def test_surge_never_fills_into_a_tight_subnet():
     r, inv = rep([eni(0, 2)], assigned={0: 2}, pending=3, warm_ip=1)
     p = plan(r, inv, subnets=[Subnet("subnet-a", AZ, "10.0.0.0/24", 8)])
