@@ -49,7 +49,7 @@ from warmpool.messages import (
     ReleaseOffer,
     parse_report,
 )
-from warmpool.planner import cluster_surge, plan_node
+from warmpool.planner import plan_node
 from warmpool.ports import BucketStore, Ec2Api, LeaseStore, Ledger, LedgerUnread, SqsApi
 from warmpool.scheduling import coalesce, priority_key
 
@@ -395,7 +395,6 @@ class Allocator:
         # --- decisions ---
         owners: dict[str, str] = {}
         jobs: list[NodeJob] = []
-        surge = cluster_surge(keep)
         for r in keep:
             rec = by_report[id(r)]
             f = facts.get(r.instance_id)
@@ -418,7 +417,7 @@ class Allocator:
             if isinstance(lim, AwsError):
                 self._reject(rec, r, "unknown-instance-type", out, str(lim))
                 continue
-            plan = plan_node(r, f.inventory(), lim, subnets, cluster=self.cluster, peer_surge=surge)
+            plan = plan_node(r, f.inventory(), lim, subnets, cluster=self.cluster)
             jobs.append(NodeJob(r, f, lim, plan, rec.message_id, rec.body))
             if plan.delta.low:
                 self.tally.add(names.M_NODES_IN_DEFICIT)
@@ -536,10 +535,7 @@ class Allocator:
                 self.tally.add(names.M_REPORTS_STALE)
                 self.leases.release(self.cluster, j.report.node, owner)
                 continue
-            plan = plan_node(
-                j.report, f.inventory(), j.limits, subnets, cluster=self.cluster,
-                peer_surge=cluster_surge([c.report for c in claimed]),
-            )
+            plan = plan_node(j.report, f.inventory(), j.limits, subnets, cluster=self.cluster)
             nj = NodeJob(j.report, f, j.limits, plan, j.record_id, j.body)
             paid = j.plan.tokens()
             extra = {a: n - paid.get(a, 0) for a, n in plan.tokens().items() if n > paid.get(a, 0)}

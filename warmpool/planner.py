@@ -201,13 +201,8 @@ def plan_node(
     cluster: str,
     exclude_subnets: frozenset[str] = frozenset(),
     force_mode: Mode | None = None,
-    peer_surge: bool = False,
 ) -> Plan:
     """Plan one node. ``subnets`` are the allowed ones (any AZ; filtered here).
-
-    ``peer_surge``: pods wait on other nodes of the cluster (see
-    :func:`cluster_surge`), so a top-up here fills like a surge even before
-    this node's own pods wait.
 
     ``force_mode="secondary-ip"`` re-plans a prefix-mode node with single
     addresses (the fallback on ``InsufficientCidrBlocks``).
@@ -238,8 +233,7 @@ def plan_node(
             )
         alloc_mode: Mode = force_mode or mode
         plan = _plan_allocation(
-            report, inventory, limits, subnets, cfg, state, delta, cluster, exclude_subnets, alloc_mode,
-            peer_surge,
+            report, inventory, limits, subnets, cfg, state, delta, cluster, exclude_subnets, alloc_mode
         )
         if reclaim:
             plan = replace(plan, kind="allocate", calls=reclaim + plan.calls)
@@ -248,16 +242,6 @@ def plan_node(
     if report.release and delta.high:
         return _plan_release(report, inventory, delta, mode)
     return Plan(report.node, inventory.instance_id, report.seq, "none", (), 0, delta, mode)
-
-
-SURGE_PEERS = 2
-"""Nodes with waiting pods, in one batch, that make a cluster-wide burst."""
-
-
-def cluster_surge(reports: Sequence[PoolReport], peers: int = SURGE_PEERS) -> bool:
-    """Pods wait on at least ``peers`` nodes of the batch: a burst is landing
-    across the cluster, so every top-up in it is planned as a surge."""
-    return sum(1 for r in reports if r.pending_demand > 0) >= peers
 
 
 def _split_offers(
@@ -313,7 +297,6 @@ def _plan_allocation(
     cluster: str,
     exclude_subnets: frozenset[str],
     alloc_mode: Mode,
-    peer_surge: bool = False,
 ) -> Plan:
     prefix = alloc_mode == "prefix"
     unit = PREFIX_SIZE if prefix else 1
@@ -336,9 +319,7 @@ def _plan_allocation(
     # surplus goes back through the release path (one call per ENI, after the
     # cooldown and release delay), so a settled pool still holds exactly its
     # targets. Single addresses only: a full ENI of /28s would be far too much.
-    # The allocator sees every node: when pods wait on others in the same
-    # batch, a burst is landing, and this node's top-up is its first step.
-    surge = (report.pending_demand > 0 or peer_surge) and not prefix
+    surge = report.pending_demand > 0 and not prefix
     for eni in sorted(inventory.enis, key=lambda e: (-(slots - e.used_slots), e.device_index)):
         if need <= 0 or room <= 0:
             break

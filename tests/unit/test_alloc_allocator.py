@@ -166,19 +166,3 @@ def test_throttled_attach_after_a_create_resends_the_same_seq_so_the_token_finds
     assert out.nodes["n1"].status == "served"
     assert w.detached_enis() == [] and len(w.enis("n1")) == 2
     assert w.ec2_stats()["CreateNetworkInterface"]["calls"] == 2  # the second found the first ENI
-
-
-def test_pods_waiting_on_two_nodes_make_every_top_up_in_the_batch_fill() -> None:
-    def top_up_of_calm_node(waiting_nodes: int) -> int:
-        w = World()
-        for n in ("calm", "a", "b"):
-            w.add_node(n)
-        w.deliver([
-            w.report("calm", warm_ip=1),
-            w.report("a", warm_ip=1, pending=2 if waiting_nodes >= 1 else 0),
-            w.report("b", warm_ip=1, pending=2 if waiting_nodes >= 2 else 0),
-        ])
-        return w.addresses("calm")
-
-    assert top_up_of_calm_node(1) == 1  # one starved node is not a burst
-    assert top_up_of_calm_node(2) > 1  # two are: the calm node's top-up fills its ENI

@@ -19,7 +19,6 @@ from warmpool.planner import (
     Subnet,
     UnassignAddresses,
     client_token,
-    cluster_surge,
     plan_node,
 )
 from warmpool.scheduling import coalesce, priority_key
@@ -82,40 +81,6 @@ def test_surge_never_fills_into_a_tight_subnet():
     r, inv = rep([eni(0, 2)], assigned={0: 2}, pending=3, warm_ip=1)
     p = plan(r, inv, subnets=[Subnet("subnet-a", AZ, "10.0.0.0/24", 8)])
     assert p.calls == (AssignAddresses("eni-00000000", ips=4),)
-
-
-def test_peer_surge_fills_a_top_up_before_this_nodes_pods_wait():
-    # The node's one warm address was just taken; no pod waits here yet.
-    r, inv = rep([eni(0, 3)], assigned={0: 3}, warm_ip=1)
-    assert plan(r, inv).calls == (AssignAddresses("eni-00000000", ips=1),)
-    # Pods wait on other nodes of the batch: the top-up fills the primary.
-    assert plan(r, inv, peer_surge=True).calls == (AssignAddresses("eni-00000000", ips=6),)
-    # Still never into a tight subnet, never new ENIs filled, never prefixes.
-    tight = [Subnet("subnet-a", AZ, "10.0.0.0/24", 6)]
-    assert plan(r, inv, subnets=tight, peer_surge=True).calls == (AssignAddresses("eni-00000000", ips=3),)
-    r, inv = rep([eni(0, 9)], assigned={0: 9}, warm_ip=1)
-    (create,) = plan(r, inv, peer_surge=True).calls
-    assert isinstance(create, CreateEni) and create.ips == 1
-    r, inv = rep([eni(0, 0)], mode="prefix", warm_ip=1)
-    assert plan(r, inv, peer_surge=True).calls == (AssignAddresses("eni-00000000", prefixes=1),)
-
-
-def test_peer_surge_changes_no_release_and_no_settled_node():
-    r, inv = rep([eni(0, 9)], assigned={0: 2}, warm_ip=1,
-                 release=[ReleaseOffer(eni_id="eni-00000000", ips=list(addrs("10.0.0.10", 9)[2:]))])
-    assert plan(r, inv, peer_surge=True) == plan(r, inv)
-    r, inv = rep([eni(0, 3)], assigned={0: 2}, warm_ip=1)
-    assert plan(r, inv, peer_surge=True).kind == "none"
-
-
-def test_cluster_surge_needs_pods_waiting_on_two_nodes():
-    def waiting(n: int) -> PoolReport:
-        return rep([eni(0, 0)], pending=n)[0]
-
-    assert not cluster_surge([])
-    assert not cluster_surge([waiting(0), waiting(0), waiting(5)])
-    assert cluster_surge([waiting(0), waiting(1), waiting(5)])
-    assert cluster_surge([waiting(1)], peers=1)
 
 
 def test_no_surge_in_prefix_mode():
