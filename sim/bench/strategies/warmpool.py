@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -218,6 +219,7 @@ class _Agent:
         self.result_url = result_url
         self.pending: dict[str, float] = {}  # pod -> when its current ADD started (inf: kubelet backoff)
         self._tick_at: float | None = None
+        self._noted: dict[str, float] = {}  # pod -> when the datastore last counted its ADD as waiting
         self._resynced_at = strat.w.now()
 
     def add(self, pod: str) -> None:
@@ -250,6 +252,7 @@ class _Agent:
         w = self.s.w
         if pod in self.pending:
             del self.pending[pod]
+        self._noted.pop(pod, None)
         self.c.ds.release(pod, "eth0", w.now())
         self.tick()
 
@@ -261,13 +264,21 @@ class _Agent:
                 continue  # between ADDs (kubelet backoff): nothing to hand the address to
             got = self.c.ds.assign(pod, "eth0", f"/var/run/netns/{pod}", now)
             if got is None:
+                self._noted[pod] = now
                 break
             del self.pending[pod]
+            self._noted.pop(pod, None)
             w.pod_ready(self.node, pod, got.ip)
-        # ADDs that found nothing stay counted as waiting demand (the datastore keeps them)
+        # ADDs that found nothing stay counted as waiting demand: the datastore
+        # keeps them until they are older than its pending TTL. Nothing is free
+        # now (the loop above stopped), so a repeated ADD would only renew that
+        # time; renewing it well inside the TTL counts exactly the same pods
+        # and spares a scan of the pool per waiting pod per tick.
+        renew = self.c.ds.pending_ttl_s / 4
         for pod, started in self.pending.items():
-            if started <= now:
+            if started <= now and now - self._noted.get(pod, -math.inf) >= renew:
                 self.c.ds.assign(pod, "eth0", f"/var/run/netns/{pod}", now)
+                self._noted[pod] = now
 
     def tick(self) -> None:
         w = self.s.w
