@@ -35,8 +35,16 @@ from botocore.exceptions import ClientError
 
 from functions.delivery import Deferral, Delivery
 from functions.ec2 import FILTER_CHUNK, Ec2, NodeFacts
+from functions.eni_scope import primary_eni_tag
 from functions.errors import AwsError, Throttled
-from functions.execute import M_OFFERS_EXPIRED, NodeJob, NodeOutcome, PlanExecutor, offer_expired
+from functions.execute import (
+    M_OFFERS_EXPIRED,
+    M_PRIMARY_ENIS_TAGGED,
+    NodeJob,
+    NodeOutcome,
+    PlanExecutor,
+    offer_expired,
+)
 from functions.fairness import FairShare
 from functions.identity import IdentityConfigError, IdentityRejected, TrustedKeys, verify_report_identity
 from functions.settings import LEASE_TTL_MARGIN_S, Settings
@@ -54,7 +62,7 @@ from warmpool.messages import (
     ReleaseOffer,
     parse_report,
 )
-from warmpool.planner import DeleteEni, Plan, Reclaim, UnassignAddresses, plan_node
+from warmpool.planner import DeleteEni, Plan, Reclaim, TagPrimaryEni, UnassignAddresses, plan_node
 from warmpool.ports import BucketStore, Ec2Api, LeaseStore, Ledger, LedgerUnread, SqsApi
 from warmpool.scheduling import coalesce, priority_key
 
@@ -75,6 +83,8 @@ M_RELEASES_HELD = "ReleasesHeld"
 younger than the minimum age, or the instance damped."""
 DEADLINE_REASON = "invocation deadline"
 SEQ_AHEAD_LIMIT = 2**20
+TAG_BATCH = 1000
+"""CreateTags takes up to 1,000 resources a call: one call tags a batch's new primary ENIs."""
 """A report's seq may be at most this far ahead of ``max(last seq seen, now in
 ms)`` (the agent's seq is ``max(last + 1, now_ms)``): a node cannot poison
 its own ledger row with a huge seq that makes every later report stale."""
@@ -269,6 +279,7 @@ class Allocator:
             out.nodes[job.report.node] = res
         deferrals: list[Deferral] = []
         granted = self._claim_and_pay(active, owner, last, out, deferrals, deadline, stop_at)
+        granted = self._tag_primaries(granted)
         outcomes = self.map(lambda j: self._serve(j, owner, stop_at), granted)
         for job, res in zip(granted, outcomes, strict=True):
             out.nodes[job.report.node] = res
@@ -768,6 +779,37 @@ class Allocator:
         self.map(lambda p: self._push(p[0], p[1]), pushes)
 
     # --- 7. execute, record, push ---------------------------------------------
+
+    def _tag_primaries(self, granted: list[NodeJob]) -> list[NodeJob]:
+        """First-contact tags of every untagged primary ENI in the batch, in one
+        CreateTags per ``TAG_BATCH`` ENIs instead of one per node (a burst of new
+        nodes would otherwise spend a call each). Each node paid for its own tag;
+        the batch spends fewer. If the batched call fails, every node keeps its
+        own ``TagPrimaryEni`` and tags as before."""
+        wanted = [c.eni_id for j in granted for c in j.plan.calls if isinstance(c, TagPrimaryEni)]
+        if len(wanted) < 2:
+            return granted
+        tagged: set[str] = set()
+        for i in range(0, len(wanted), TAG_BATCH):
+            chunk = wanted[i : i + TAG_BATCH]
+            try:
+                self.ec2.call("CreateTags", Resources=chunk, Tags=primary_eni_tag(self.cluster))
+            except Throttled as err:
+                self.buckets.throttled(err.action, self.clock.now())  # the AIMD cut, as for any call
+                log.warning("batched first-contact tag throttled; nodes tag their own", extra={"error": str(err)})
+                continue
+            except AwsError as err:
+                log.warning("batched first-contact tag failed; nodes tag their own", extra={"error": str(err)})
+                continue
+            tagged.update(chunk)
+            self.tally.add(M_PRIMARY_ENIS_TAGGED, len(chunk))
+        if not tagged:
+            return granted
+        return [
+            replace(j, plan=replace(j.plan, calls=tuple(
+                c for c in j.plan.calls if not (isinstance(c, TagPrimaryEni) and c.eni_id in tagged))))
+            for j in granted
+        ]
 
     def _serve(self, job: NodeJob, owner: str, stop_at: float | None = None) -> NodeOutcome:
         try:

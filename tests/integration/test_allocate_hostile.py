@@ -244,3 +244,45 @@ def test_a_node_past_its_fair_share_waits_while_others_are_served() -> None:
     assert len(w.enis("big")) == 4
     assert sum(len(w.enis(f"n{i}")) >= 2 for i in range(4)) >= 3
     assert w.tally.get("FairShareDeferred") >= 1
+
+
+def _create_tags_calls(w: World) -> int:
+    return int(w.ec2_stats().get("CreateTags", {}).get("calls", 0))
+
+
+def test_new_primary_enis_of_one_batch_are_tagged_in_one_call() -> None:
+    # A burst of new nodes: one CreateTags for the batch, not one per node (each
+    # node's own TagPrimaryEni is dropped once the batched call has tagged it).
+    w = World()
+    for n in ("n1", "n2", "n3"):
+        w.add_node(n, "m5.large")
+    out = w.deliver([w.report(n, warm_ip=2, pending=2) for n in ("n1", "n2", "n3")])
+    assert out.served == 3
+    assert _create_tags_calls(w) == 1
+    for n in ("n1", "n2", "n3"):
+        primary = w.enis(n)[0]
+        assert w.emu.enis[primary.id].tags[names.TAG_PRIMARY_ENI_OF] == "demo"
+        assert w.emu.enis[primary.id].secondary
+    assert w.tally.get("PrimaryEnisTagged") == 3
+
+
+def test_a_throttled_batched_tag_falls_back_to_each_node_tagging_its_own() -> None:
+    w = World()
+    for n in ("n1", "n2"):
+        w.add_node(n, "m5.large")
+    real = w.alloc.ec2.call
+    refused: list[list[str]] = []
+
+    def once_throttled(action: str, **kw: object) -> dict[str, object]:
+        if action == "CreateTags" and len(kw.get("Resources", [])) > 1 and not refused:  # type: ignore[arg-type]
+            refused.append(list(kw["Resources"]))  # type: ignore[arg-type]
+            from functions.errors import Throttled
+            raise Throttled("RequestLimitExceeded", "Request limit exceeded.", action="CreateTags")
+        return real(action, **kw)
+
+    w.alloc.ec2.call = once_throttled  # type: ignore[method-assign]
+    out = w.deliver([w.report(n, warm_ip=2, pending=2) for n in ("n1", "n2")])
+    assert refused and out.served == 2
+    for n in ("n1", "n2"):
+        assert w.emu.enis[w.enis(n)[0].id].tags[names.TAG_PRIMARY_ENI_OF] == "demo"
+    assert _create_tags_calls(w) == 2  # each node's own, after the refused batch
