@@ -11,7 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from warmpool import names
-from warmpool.messages import MIN_RELEASE_TIMEOUT_S, OFFER_MAX_AGE_CEILING_S, RELEASE_TIMEOUT_MARGIN_S
+from warmpool.messages import (
+    IMDS_LAG_BOUND_S,
+    MIN_RELEASE_TIMEOUT_S,
+    OFFER_MAX_AGE_CEILING_S,
+    RELEASE_TIMEOUT_MARGIN_S,
+)
 from warmpool.pool import PoolConfig
 
 ENV_NODE_NAME = "MY_NODE_NAME"
@@ -86,13 +91,16 @@ def _release_timeout(env: Mapping[str, str]) -> float:
     """The agent takes an offered address back after this long; the allocator acts
     on an offer at most ``OFFER_MAX_AGE_CEILING_S`` after its quarantine time. Shorter
     than the ceiling plus the margin (clock skew, the EC2 call in flight), the agent
-    could give a pod an address EC2 is about to unassign: two holders for one address."""
-    value = _float(env, ENV_RELEASE_TIMEOUT_S, 120.0, lo=1.0)
+    could give a pod an address EC2 is about to unassign: two holders for one address.
+    The IMDS lag bound is added because the take-back trusts IMDS's listing, which is
+    only proof once it is newer than the allocator's last chance to unassign."""
+    value = _float(env, ENV_RELEASE_TIMEOUT_S, 240.0, lo=1.0)
     if value < MIN_RELEASE_TIMEOUT_S:
         raise ConfigError(
             f"{ENV_RELEASE_TIMEOUT_S}={value:g}: must be at least {MIN_RELEASE_TIMEOUT_S:g} "
             f"(the allocator's release-offer age ceiling {OFFER_MAX_AGE_CEILING_S:g} s "
-            f"+ margin {RELEASE_TIMEOUT_MARGIN_S:g} s), or an offered address could be given "
+            f"+ margin {RELEASE_TIMEOUT_MARGIN_S:g} s + IMDS lag bound {IMDS_LAG_BOUND_S:g} s), "
+            f"or an offered address could be given "
             f"to a pod while EC2 unassigns it"
         )
     return value

@@ -84,7 +84,7 @@ DEFAULT_AGENT_ENV: dict[str, str] = {
     "IP_COOLDOWN_PERIOD": "3",
     # warmpool's own, shortened so a scale-down is seen within the demo.
     "WARMPOOL_RELEASE_DELAY_S": "3",
-    "WARMPOOL_RELEASE_TIMEOUT_S": "90",  # the least allowed: offer-age ceiling 60 + margin 30
+    "WARMPOOL_RELEASE_TIMEOUT_S": "210",  # the least allowed: offer-age ceiling 60 + margin 30 + IMDS lag 120
     "WARMPOOL_REPORT_HEARTBEAT_S": "15",
     "WARMPOOL_REPORT_RETRY_S": "2",
     "WARMPOOL_RESYNC_S": "15",

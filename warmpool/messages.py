@@ -112,7 +112,14 @@ offered address quarantined before it takes it back: clock skew between node
 and Lambda plus the time between the allocator's age check and EC2's answer.
 The agent's ``WARMPOOL_RELEASE_TIMEOUT_S`` must be at least the sum."""
 
-MIN_RELEASE_TIMEOUT_S = OFFER_MAX_AGE_CEILING_S + RELEASE_TIMEOUT_MARGIN_S
+IMDS_LAG_BOUND_S = 120.0
+"""The longest IMDS is assumed to lag EC2. When the agent takes a quarantined
+address back (no ``released`` result came), it checks that IMDS still lists it;
+that proves the allocator did not unassign it only if the listing is newer than
+the last moment the allocator could have, so the timeout covers this lag too."""
+
+MIN_RELEASE_TIMEOUT_S = OFFER_MAX_AGE_CEILING_S + RELEASE_TIMEOUT_MARGIN_S + IMDS_LAG_BOUND_S
+"""210 s: ceiling 60 + margin 30 + IMDS lag 120."""
 
 
 class ReleaseOffer(_Strict):

@@ -230,3 +230,36 @@ def test_take_back_waits_while_imds_shows_it_lags_behind_ec2() -> None:
     listed(imds, "10.0.0.11", X)  # IMDS caught up: .12 still there, so never unassigned
     ctl.tick(231.0)
     assert ds.quarantined() == {} and ds.assign("p2", "eth0", "ns", 232.0) == (X, PRIMARY.eni_id)
+
+
+def test_take_back_waits_out_an_imds_lag_up_to_the_bound_with_the_default_timeout() -> None:
+    """Hostile review, finding 3: EC2 unassigns an offered address 57 s after its
+    quarantine (the allocator's age checks pass), the ``released`` result is lost,
+    and IMDS lags 64 s. With the old 120 s default the agent took the address back
+    at quarantine + 120 s because the lagging IMDS still listed it, and a pod got an
+    address EC2 had freed. The release timeout now also covers the IMDS lag bound
+    (``IMDS_LAG_BOUND_S``): once it is due, an IMDS within the bound no longer lists it."""
+    import dataclasses
+
+    from node_agent.config import load
+
+    timeout = load({"CLUSTER_NAME": "demo", "WARMPOOL_REPORTS_QUEUE_URL": "http://q/r"}).timing.release_timeout_s
+    imds = FakeImds()
+    listed(imds, "10.0.0.11", X)
+    ds = Datastore(cooldown_s=TIMING.cooldown_s)
+    ctl = PoolController(ID, known("m5.large"), PoolConfig(warm_ip=1), ds,
+                         dataclasses.replace(TIMING, release_timeout_s=timeout), metadata=imds)
+    ctl.start(0.0)
+    ctl.tick(0.0)
+    ctl.tick(1.0)
+    r1 = one(ctl.tick(61.0))
+    assert r1.release[0].ips == [X] and r1.release[0].quarantined_at == 61.0
+    # EC2 unassigns X at 118 s; the result never comes; IMDS, 64 s behind, still lists X at 182 s.
+    ctl.tick(182.0)
+    assert ds.assign("p1", "eth0", "ns", 183.0) is not None  # .11
+    assert ds.assign("p2", "eth0", "ns", 183.0) is None, "taken back while a lagging IMDS still listed it"
+    # Due now; an IMDS lagging at most the bound reflects EC2 after 118 s: X is gone, never handed out.
+    listed(imds, "10.0.0.11")
+    ctl.tick(61.0 + timeout + 1)
+    assert X not in holders(ds) and ds.eni_of(X) is None
+    assert ds.assign("p3", "eth0", "ns", 61.0 + timeout + 2) is None
