@@ -563,6 +563,7 @@ class Allocator:
         iid = self._key(r)
         offered_at = {o.eni_id: o.quarantined_at for o in r.release}
         created = {e.eni.eni_id: _created_at(e.tags) for e in f.enis}
+        shows = {e.eni.eni_id: e.eni for e in f.enis}
         damped = self.fair.damped(iid, now)
         calls: list[Any] = []
         held = 0
@@ -575,8 +576,15 @@ class Allocator:
             young_eni = isinstance(c, DeleteEni) and born is not None and now - born < self.settings.min_eni_age_s
             if damped:
                 o = next((o for o in r.release if o.eni_id == c.eni_id), None)
-                if o is not None:
-                    calls.append(Reclaim(c.eni_id, tuple(o.ips), tuple(o.prefixes)))
+                seen = shows.get(c.eni_id)
+                if o is not None and seen is not None:
+                    # Hand back only what EC2 still shows on the ENI: an address an
+                    # earlier invocation unassigned (its result late or lost) is not
+                    # the node's to take back (hostile review, finding 2).
+                    ips = tuple(ip for ip in o.ips if ip in seen.ips)
+                    pfx = tuple(p for p in o.prefixes if p in seen.prefixes)
+                    if ips or pfx:
+                        calls.append(Reclaim(c.eni_id, ips, pfx))
                 held += 1
             elif young_offer or young_eni:
                 held += 1

@@ -286,3 +286,24 @@ def test_a_throttled_batched_tag_falls_back_to_each_node_tagging_its_own() -> No
     for n in ("n1", "n2"):
         assert w.emu.enis[w.enis(n)[0].id].tags[names.TAG_PRIMARY_ENI_OF] == "demo"
     assert _create_tags_calls(w) == 2  # each node's own, after the refused batch
+
+
+def test_a_damped_node_is_handed_back_only_what_ec2_still_shows() -> None:
+    """Hostile review, finding 2: an earlier invocation unassigned one offered
+    address (its ``released`` result late or lost); the node, now damped, offers
+    it again with the rest. The hand-back (``assigned``, no EC2 call) must not
+    name the address EC2 no longer shows on the ENI, or the agent gives a pod an
+    address EC2 may hand to another node."""
+    w = World()
+    w.add_node("churn", "m5.4xlarge")
+    _churn(w, "churn", 20)
+    assert w.tally.get("NodesDamped") >= 1
+    eni = w.enis("churn")[1]  # a secondary ENI, wholly offered: a DeleteEni the damping turns into a hand-back
+    gone, kept = eni.secondary[0], eni.secondary[1:]
+    w.ec2_client.unassign_private_ip_addresses(NetworkInterfaceId=eni.id, PrivateIpAddresses=[gone])  # the earlier call
+    offer = [{"eni_id": eni.id, "ips": [gone, *kept], "quarantined_at": w.clock.now() - 30}]
+    out = w.deliver([w.report("churn", warm_ip=0, warm_eni=0, assigned=0, release=offer)])
+    handed = [ip for res in out.results for a in res.actions
+              if a.kind == "assigned" and a.eni_id == eni.id for ip in a.ips]
+    assert handed, "the damped node's offer is handed back"
+    assert gone not in handed and set(handed) <= set(kept)
