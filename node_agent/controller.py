@@ -44,6 +44,8 @@ from warmpool.pool import PoolConfig, PoolDelta, PoolState, compute
 log = logging.getLogger("warmpool.agent.controller")
 
 SEQ_META = "last_seq"
+MAX_OFFER_MEMORY = 1024
+"""Offers remembered per address before entries no longer quarantined are pruned."""
 VERIFY_TIMEOUT_S = 60.0
 """How long a result's claim may wait to show up in IMDS before it is dropped."""
 RECENT_S = 120.0
@@ -120,6 +122,13 @@ class PoolController:
         self._on_event = on_event
         self.stats: Counter[str] = Counter()
         self.last_seq: int = int(datastore.meta.get(SEQ_META, -1))
+        self._offered_upto: dict[str, int] = {}
+        """Address or prefix -> the newest report seq that offered it back. A hand-back
+        (``assigned`` for a quarantined address) replying to an older report is not taken:
+        a newer report still offering it may be answered with its unassign (hostile
+        review, finding 1). Reports sent before this start may have offered anything:
+        ``last_seq`` at start stands in for what is not recorded."""
+        self._seq_at_start: int = self.last_seq
         self._last_sent_at: float | None = None
         self._last_signature: tuple[object, ...] | None = None
         self._last_pending = 0
@@ -413,6 +422,12 @@ class PoolController:
             ],
             identity=signed,
         )
+        for o in report.release:
+            for x in (*o.ips, *o.prefixes):
+                self._offered_upto[x] = seq
+        if len(self._offered_upto) > 4 * MAX_OFFER_MEMORY:
+            quarantined = {x for ips, pfx in self.ds.quarantined().values() for x in (*ips, *pfx)}
+            self._offered_upto = {k: v for k, v in self._offered_upto.items() if k in quarantined}
         if signature != self._last_signature:
             self._retries = 0
         self._last_signature = signature
@@ -575,7 +590,16 @@ class PoolController:
         self.ds.mark_granted(now, now + RECENT_S, seq, [*ips, *prefixes])
         self.stats["addresses_added"] += n
         notes.append(f"{info.eni_id}: {n} addresses added")
-        back = self.ds.reclaim(info.eni_id, ips, prefixes)
+        fresh_ips = [x for x in ips if seq >= self._offered_upto.get(x, self._seq_at_start)]
+        fresh_pfx = [x for x in prefixes if seq >= self._offered_upto.get(x, self._seq_at_start)]
+        superseded = (len(ips) - len(fresh_ips)) + (len(prefixes) - len(fresh_pfx))
+        back = self.ds.reclaim(info.eni_id, fresh_ips, fresh_pfx)
+        if superseded:
+            # Still quarantined (and offered): the answer to the newer report decides,
+            # or the take-back after the release timeout (checked against IMDS).
+            self.stats["handbacks_superseded"] += superseded
+            notes.append(f"{info.eni_id}: a hand-back replying to seq {seq} is older than a later offer: "
+                         "kept quarantined")
         if back:
             # Our release offer was declined: pods need these again.
             self.stats["addresses_reclaimed"] += back

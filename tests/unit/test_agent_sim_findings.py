@@ -263,3 +263,45 @@ def test_take_back_waits_out_an_imds_lag_up_to_the_bound_with_the_default_timeou
     ctl.tick(61.0 + timeout + 1)
     assert X not in holders(ds) and ds.eni_of(X) is None
     assert ds.assign("p3", "eth0", "ns", 61.0 + timeout + 2) is None
+
+
+def test_a_hand_back_older_than_a_later_offer_keeps_the_address_quarantined() -> None:
+    """Hostile review, finding 1: report R1 offers X; R1.5 (a retry) offers it again.
+    The allocator hands X back in reply to R1 (pods waited then) and unassigns it in
+    reply to R1.5 (they no longer did). Taking X back on R1's answer gave it to a pod
+    while EC2 freed it. A hand-back older than the newest offer of X is not taken: X
+    stays quarantined until R1.5's answer (here: released) or the take-back."""
+    from tests.unit.test_agent_controller import make
+
+    imds = FakeImds()
+    listed(imds, "10.0.0.11", X)
+    ds, ctl = make(PoolConfig(warm_ip=1), imds=imds)
+    ctl.start(0.0)
+    ctl.tick(0.0)
+    ctl.tick(1.0)
+    r1 = one(ctl.tick(61.0))
+    ctl.retry_soon()
+    r15 = one(ctl.tick(66.0))
+    assert r15.seq > r1.seq and r15.release[0].ips == [X]
+    ctl.apply_result(result(r1.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]}), 70.0)
+    assert ctl.stats["handbacks_superseded"] == 1
+    assert ds.assign("p1", "eth0", "ns", 70.5) is not None  # .11
+    assert ds.assign("p2", "eth0", "ns", 70.5) is None, "an outdated hand-back put X back in the pool"
+    ctl.apply_result(result(r15.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": [X]}), 72.0)
+    assert X not in holders(ds) and ds.eni_of(X) is None
+
+
+def test_a_hand_back_replying_to_the_newest_offer_is_taken_at_once() -> None:
+    from tests.unit.test_agent_controller import make
+
+    imds = FakeImds()
+    listed(imds, "10.0.0.11", X)
+    ds, ctl = make(PoolConfig(warm_ip=1), imds=imds)
+    ctl.start(0.0)
+    ctl.tick(0.0)
+    ctl.tick(1.0)
+    r1 = one(ctl.tick(61.0))
+    ctl.apply_result(result(r1.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]}), 62.0)
+    assert ctl.stats["handbacks_superseded"] == 0 and ctl.stats["addresses_reclaimed"] == 1
+    assert ds.assign("p1", "eth0", "ns", 63.0) is not None
+    assert ds.assign("p2", "eth0", "ns", 63.0) is not None  # X, handed back
