@@ -162,11 +162,11 @@ def _books(w: World) -> None:
                 w.violation("eni-leaked", f"{e.id} detached for {now - since:.0f}s (GC age {w.settings.gc_age_s:.0f}s)")
         else:
             w.detached_since.pop(e.id, None)
-    for key, (iid, seq) in w.recorded.items():  # key: the node's instance id or its name
-        a = w.by_iid.get(key) or w.agents.get(key)
+    for key, (iid, seq) in w.recorded.items():  # key: the ledger's key, the instance id
+        a = w.by_iid.get(key)
         if a is None or a.gone or a.iid != iid:
             continue
-        got = w.ledger._items.get(("dst", key))
+        got = w.ledger_row(a)
         if got is None or int(got["last_seq"]) < seq:
             w.violation("ledger-row-lost", f"{a.name} ({iid}, running): ledger row for report {seq} "
                         f"{'forgotten' if got is None else 'moved back to ' + str(got['last_seq'])}")

@@ -312,11 +312,9 @@ class SimAgent:
             self.ds = ds
             # as node_agent/agent.py builds them (add_wait_s 0: an ADD waiting on a real-time
             # condition would stall virtual time; the runtime's retry stands in for the wait)
-            signed: dict[str, Any] = {}
-            if w.signer_imds is not None:  # agents that sign their reports (issue 12's identities)
-                signed["signed_identity"] = functools.partial(w.signer_imds.identity, self.iid)
             self.ctl = PoolController(ident, known(self.itype), pool, ds, TIMING, metadata=self.imds,
-                                      restart_hold_s=RESTART_HOLD_S, **signed)
+                                      restart_hold_s=RESTART_HOLD_S,
+                                      signed_identity=functools.partial(w.signer_imds.identity, self.iid))
             self.cni = CniService(ds, self.pods, clock=w.now, gc_min_age_s=GC_MIN_AGE_S,
                                   veth_prefix=AGENT_CONFIG.veth_prefix)
             self.alive = True
@@ -458,11 +456,14 @@ class AllocEc2:
                     w.maybe_overlap(inv)
                 if mutating and inv.crash is not None and inv.crash[0] == "ec2" and inv.mutating >= inv.crash[1]:
                     raise LambdaCrash("crashed between EC2 calls")
-            node = w.node_of_call(kw) if mutating else None
+            # the instance a call acts for, read before anything changes (a termination
+            # armed for this call detaches the ENI the call names)
+            iid = w.iid_of_call(kw) if mutating else None
+            node = w.node_of_iid(iid)
+            if iid is not None and inv is not None:
+                w.check_lease(inv, node or iid, name, iid)
             if node is not None:
                 w.maybe_terminate_now(node)
-                if inv is not None:
-                    w.check_lease(inv, node, name, w.iid_of_call(kw))
                 if name == "unassign_private_ip_addresses":
                     w.check_release(node, kw)
             out: dict[str, Any] = fn(**kw)
@@ -640,11 +641,10 @@ class World:
         self.subnet = self.emu.add_subnet(az="us-east-1a", cidr=SUBNET_CIDR, vpc_id=vpc,
                                           tags={names.cluster_tag_key(CLUSTER): "shared"})
         self.sqs = FastSqs(self.loop.clock)
-        self.signer_imds: Imds | None = None
-        """Signs each instance's identity document, where agents carry one in their reports
-        (PoolController takes ``signed_identity``); the allocator trusts its certificate."""
-        if "signed_identity" in inspect.signature(PoolController).parameters:
-            self.signer_imds = Imds(self.emu, signer=_signer())
+        self.signer_imds = Imds(self.emu, signer=_signer())
+        """Signs each instance's identity document; agents carry it in every report and the
+        allocator verifies it against this signer's certificate (``identity_verification`` is
+        left at its default, ``required``: fail-closed)."""
         raw = self.sqs.client()
         self.dlq_url = raw.create_queue(QueueName=names.reports_dlq(CLUSTER))["QueueUrl"]
         dlq_arn = raw.get_queue_attributes(QueueUrl=self.dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
@@ -652,9 +652,7 @@ class World:
             "VisibilityTimeout": str(REPORTS_VISIBILITY_S),
             "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 5}),
         })["QueueUrl"]
-        trust: dict[str, Any] = {}
-        if self.signer_imds is not None:
-            trust = {"identity_certificates": self.signer_imds.signer.certificate_pem, "region": self.emu.config.region}
+        trust = {"identity_certificates": self.signer_imds.signer.certificate_pem, "region": self.emu.config.region}
         self.settings = Settings(cluster=CLUSTER, reports_queue_url=self.reports_url, dlq_url=self.dlq_url,
                                  result_queue_prefix=names.result_queue_prefix(CLUSTER),
                                  ledger_table=names.ledger_table(CLUSTER), account=self.emu.owner,
@@ -730,25 +728,39 @@ class World:
         return a
 
     def iid_of_call(self, kw: dict[str, Any]) -> str | None:
+        """The instance an EC2 call of the allocator acts for: the instance it names, the one
+        the ENI it names is attached to (or was created for: warmpool's instance-id tag), the
+        ENI of the attachment it names, the ENI it tags, or the instance a new ENI is tagged for."""
         iid = kw.get("InstanceId")
-        if iid is None and kw.get("NetworkInterfaceId"):
-            e = self.emu.enis.get(kw["NetworkInterfaceId"])
-            iid = e.attachment.instance_id if e is not None and e.attachment is not None else None
-        return str(iid) if iid else None
+        if iid:
+            return str(iid)
+        eni_id = kw.get("NetworkInterfaceId")
+        if not eni_id and kw.get("Resources"):
+            eni_id = kw["Resources"][0]
+        e = self.emu.enis.get(eni_id) if eni_id else None
+        if e is None and kw.get("AttachmentId"):
+            e = next((x for x in self.emu.enis.values()
+                      if x.attachment is not None and x.attachment.id == kw["AttachmentId"]), None)
+        if e is not None:
+            if e.attachment is not None:
+                return e.attachment.instance_id
+            return e.tags.get(names.TAG_INSTANCE_ID) or None
+        for spec in kw.get("TagSpecifications") or ():
+            for t in spec.get("Tags", ()):
+                if t.get("Key") == names.TAG_INSTANCE_ID:
+                    return str(t["Value"])
+        return None
 
-    def node_of_call(self, kw: dict[str, Any]) -> str | None:
-        iid = self.iid_of_call(kw)
+    def node_of_iid(self, iid: str | None) -> str | None:
         a = self.by_iid.get(iid) if iid else None
         return a.name if a is not None else None
 
+    def node_of_call(self, kw: dict[str, Any]) -> str | None:
+        return self.node_of_iid(self.iid_of_call(kw))
+
     def ledger_row(self, a: SimAgent) -> dict[str, Any] | None:
-        """The agent's ledger row, keyed by its instance id or (older allocators) its node name."""
-        row = self.ledger._items.get((CLUSTER, a.iid))
-        if row is None:
-            row = self.ledger._items.get((CLUSTER, a.name))
-            if row is not None and row.get("instance_id") and row["instance_id"] != a.iid:
-                return None  # the row of an earlier instance of that name
-        return row
+        """The agent's ledger row: keyed by its instance id (``node`` is only a label)."""
+        return self.ledger._items.get((CLUSTER, a.iid))
 
     # --- messages
     def deliver(self, client: Any, kw: dict[str, Any]) -> dict[str, Any]:
@@ -784,11 +796,11 @@ class World:
             self.violation("bad-result", f"allocator sent an unparseable result: {body[:200]}")
             return
         if any(a.kind in ("attached", "assigned", "released", "deleted") for a in res.actions):
-            last = self.pushed.get(res.node, -1)
+            last = self.pushed.get(res.instance_id, -1)
             if res.in_reply_to < last:
-                self.violation("stale-report-served", f"{res.node}: report {res.in_reply_to} acted on after "
-                               f"report {last} had been (kinds {[a.kind for a in res.actions]})")
-            self.pushed[res.node] = max(last, res.in_reply_to)
+                self.violation("stale-report-served", f"{res.node} ({res.instance_id}): report {res.in_reply_to} "
+                               f"acted on after report {last} had been (kinds {[a.kind for a in res.actions]})")
+            self.pushed[res.instance_id] = max(last, res.in_reply_to)
 
     # --- the allocator
     def handler(self, event: dict[str, Any], ctx: Any) -> dict[str, Any]:
@@ -858,14 +870,14 @@ class World:
                              owner=f"overlap-{self.events_run}")
             return
 
-    def check_lease(self, inv: Invocation, node: str, call: str, iid: str | None = None) -> None:
-        held = self.leases.held.get(iid) if iid else None  # leases keyed by instance id, or by node name
-        held = held if held is not None else self.leases.held.get(node)
+    def check_lease(self, inv: Invocation, node: str, call: str, iid: str) -> None:
+        """The allocator's leases are keyed by instance id (``node`` is the label, for the message)."""
+        held = self.leases.held.get(iid)
         if held is None or held[0] != inv.owner:
-            self.violation("lease", f"invocation {inv.owner} called {call} on {node} without holding its lease "
-                           f"(held by {held[0] if held else 'nobody'})")
+            self.violation("lease", f"invocation {inv.owner} called {call} on {node} ({iid}) without holding its "
+                           f"lease (held by {held[0] if held else 'nobody'})")
         elif self.clock_inv.now() > held[1]:
-            self.violation("lease", f"invocation {inv.owner} called {call} on {node} "
+            self.violation("lease", f"invocation {inv.owner} called {call} on {node} ({iid}) "
                            f"{self.clock_inv.now() - held[1]:.0f}s after its lease expired")
 
     def check_release(self, node: str, kw: dict[str, Any]) -> None:
