@@ -37,6 +37,8 @@ from warmpool import names
 if TYPE_CHECKING:
     from sim.dst.world import SimAgent, World
 
+SEQ_AHEAD_LIMIT = 2**20
+"""How far ahead of now (ms) the allocator lets a seq be (functions/allocator.py)."""
 DETACHED_BOUND_S = 420.0
 """GC age (120 s) + two reconcile intervals + slack for throttled reconciles."""
 SERVE_BOUND_S = 150.0
@@ -162,6 +164,7 @@ def _books(w: World) -> None:
                 w.violation("eni-leaked", f"{e.id} detached for {now - since:.0f}s (GC age {w.settings.gc_age_s:.0f}s)")
         else:
             w.detached_since.pop(e.id, None)
+    _rows(w, now)
     for key, (iid, seq) in w.recorded.items():  # key: the ledger's key, the instance id
         a = w.by_iid.get(key)
         if a is None or a.gone or a.iid != iid:
@@ -172,11 +175,39 @@ def _books(w: World) -> None:
                         f"{'forgotten' if got is None else 'moved back to ' + str(got['last_seq'])}")
 
 
+def _rows(w: World, now: float) -> None:
+    """Ledger rows are keyed by instance id: one per instance of the cluster, never one per
+    name a node sends (``ledger-rows``); no row's seq is so far ahead that the instance's later
+    reports would all be stale (``seq-poisoned``)."""
+    rows = w.ledger._items
+    tag = names.cluster_tag_key("dst")
+    for (_, key), row in rows.items():
+        inst = w.emu.instances.get(key)
+        if inst is None or inst.tags.get(tag) not in ("owned", "shared"):
+            w.violation("ledger-rows", f"{len(rows)} ledger rows for {len(w.by_iid)} instances: row {key!r} "
+                        f"(node {row.get('node') or row.get('outcome', {}).get('node')}) is no instance of the cluster")
+        if int(row["last_seq"]) > int(now * 1000) + SEQ_AHEAD_LIMIT:
+            w.violation("seq-poisoned", f"ledger row {key} at seq {row['last_seq']}, more than "
+                        f"{SEQ_AHEAD_LIMIT} ahead of now ({int(now * 1000)})")
+
+
+def _dlq(w: World) -> list[dict[str, Any]]:
+    """Every message in the DLQ (all pages)."""
+    out: list[dict[str, Any]] = []
+    client = w.sqs.client()
+    while True:
+        got = client.receive_message(QueueUrl=w.dlq_url, MaxNumberOfMessages=10).get("Messages", [])
+        if not got:
+            return out
+        out += got
+
+
 def at_end(w: World) -> None:
     now = w.now()
     crashes = sum(n for k, n in w.faults.items() if k.startswith("lambda-crash:") or k == "slow-invocation")
-    dlq = [m for m in w.sqs.client().receive_message(QueueUrl=w.dlq_url, MaxNumberOfMessages=10).get("Messages", [])
-           if not any(iid in m["Body"] for iid in w.terminated)]  # a terminated node's report is rightly refused
+    # a terminated node's report is rightly refused; so is every crafted report
+    dlq = [m for m in _dlq(w) if m["Body"] not in w.forged_bodies
+           and not any(iid in m["Body"] for iid in w.terminated)]
     if dlq and not crashes:
         w.violation("report-dead-lettered", f"{len(dlq)} valid reports in the DLQ, e.g. {dlq[0]['Body'][:160]}")
     for a in _live(w):

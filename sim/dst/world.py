@@ -49,8 +49,8 @@ from node_agent.controller import AttachedEni, NodeIdentity, PoolController
 from node_agent.datastore import CheckpointError, Datastore, EniInfo, MemoryCheckpoint
 from node_agent.hostnet import CLONE_NEWNET, PodNet, PodRefused, host_veth_name, ifname_problem, netns_refusal
 from node_agent.netlink import NetlinkFailure, netns_path
-from sim.dst import checks
-from sim.dst.schedule import QUIET_S, SPAN_S, Event, Plan
+from sim.dst import checks, hostile
+from sim.dst.schedule import HOSTILE_KINDS, QUIET_S, SPAN_S, Event, Plan
 from sim.ec2 import Ec2Config, Ec2Emulator
 from sim.ec2.errors import Ec2Error
 from sim.esm import EsmConfig, EventSourceMapping
@@ -271,6 +271,10 @@ class Runtime:
     deleting: dict[str, None] = field(default_factory=dict)
     started: int = 0
     made: dict[str, float] = field(default_factory=dict)
+    asked: dict[str, float] = field(default_factory=dict)
+    """When each pod waiting for an address was started."""
+    waits: list[float] = field(default_factory=list)
+    """Each pod's wait for an address, from its start to its ADD answered (the fairness figure)."""
     """When each attachment's first ADD was answered (a DEL that works forgets it): every ADD
     the harness makes, including those whose answer the runtime then loses."""
 
@@ -353,9 +357,14 @@ class SimAgent:
                 self.runtime_calls()
                 for report in self.ctl.tick(now):
                     self.sent.append((now, report.seq))
-                    w.send_report(self, report.to_json())
+                    body = report.to_json()
+                    w.last_report[self.iid] = body
+                    w.send_report(self, body)
             except Exception as exc:  # the agent's loop would die (or spin) on this
                 w.violation("agent-raised", f"{self.name}: {type(exc).__name__}: {str(exc)[:300]}")
+
+    def last_seq(self) -> int:
+        return self.sent[-1][1] if self.sent else -1
 
     def receive(self) -> None:
         w = self.w
@@ -402,6 +411,9 @@ class SimAgent:
                 ip = got["result"]["ips"][0]["address"].split("/")[0]
                 del rt.adding[cid]
                 rt.up[cid] = ip
+                asked = rt.asked.pop(cid, None)
+                if asked is not None:
+                    rt.waits.append(self.w.now() - asked)
                 self.w.pod_up(self, cid, ip)
             else:
                 break  # one unmet ADD is demand enough; the others retry next time
@@ -520,6 +532,9 @@ class SimLedger(MemLedger):
         ok = super().record(cluster, node, seq, outcome, now)
         if ok:
             self.w.recorded[node] = (str(outcome.get("instance_id", "")), seq)
+            if (node, seq) in self.w.forged:
+                self.w.violation("forged-served", f"the ledger of {node} moved to {seq}, the seq of a crafted "
+                                 f"report (status {outcome.get('status')}, actions {outcome.get('actions')})"[:400])
         if inv is not None and inv.crash == ("ledger-after", 0):
             raise LambdaCrash("crashed after the ledger write")
         return ok
@@ -693,6 +708,12 @@ class World:
         """Bumped by every change the checks look at (checkpoint saves, pods, EC2 calls)."""
         self.checked: tuple[Any, ...] = ()
         self.sockdir: str | None = None
+        # issue 12's hostile nodes (sim.dst.hostile)
+        self.last_report: dict[str, str] = {}  # instance -> the last report its agent sent
+        self.forged: set[tuple[str, int]] = set()  # (instance, seq) of every crafted report
+        self.forged_bodies: set[str] = set()
+        self.sprayed: set[str] = set()  # node names a node sprayed
+        self.outsider_sqs = self.sqs.client(sender_id="AROAEXAMPLE:outsider")
         for name, itype in plan.nodes:
             self.join(name, itype)
         if mutate is not None:
@@ -795,6 +816,9 @@ class World:
         except MessageError:
             self.violation("bad-result", f"allocator sent an unparseable result: {body[:200]}")
             return
+        if (res.instance_id, res.in_reply_to) in self.forged:
+            self.violation("forged-served", f"{res.node} ({res.instance_id}): a result in reply to crafted report "
+                           f"{res.in_reply_to}: {[a.kind for a in res.actions]}")
         if any(a.kind in ("attached", "assigned", "released", "deleted") for a in res.actions):
             last = self.pushed.get(res.instance_id, -1)
             if res.in_reply_to < last:
@@ -930,9 +954,7 @@ class World:
         if k in ("pods-add", "churn"):
             if a is None or a.gone:
                 return
-            for _ in range(x["n"]):
-                a.rt.started += 1
-                a.rt.adding[f"{a.name}-p{a.rt.started}"] = None
+            self.add_pods(a, x["n"], "p")
             if k == "churn":
                 self._delete(a, max(1, x["n"] - 1), oldest=False)
         elif k == "pods-del":
@@ -1004,6 +1026,8 @@ class World:
                 with a.guard():
                     if a.cni_call("ADD", cid).get("ok"):
                         self.fault("cni-interrupted")
+        elif k in HOSTILE_KINDS:
+            self._hostile_node(k, x)
         elif k == "cni-gc":
             self._gc(a)
         elif k == "cni-hostile":
@@ -1014,6 +1038,41 @@ class World:
             self._window(k, True, x["dur"])
         else:
             raise ValueError(f"unknown event kind {k}")
+
+    def add_pods(self, a: SimAgent, n: int, tag: str) -> None:
+        for _ in range(n):
+            a.rt.started += 1
+            cid = f"{a.name}-{tag}{a.rt.started}"
+            a.rt.adding[cid] = None
+            a.rt.asked[cid] = self.now()
+
+    def delete_pods(self, a: SimAgent, n: int) -> None:
+        self._delete(a, n)
+
+    def _hostile_node(self, k: str, x: dict[str, Any]) -> None:
+        """Issue 12's hostile nodes (:mod:`sim.dst.hostile`); ``node`` "" is the outsider."""
+        sender = self.agents.get(x.get("node", ""))
+        if sender is not None and sender.gone:
+            return
+        if k == "churner":
+            if sender is not None:
+                self.fault("churner")
+                hostile.churn_step(self, sender, self.now() + x["dur"], x["period"], True)
+            return
+        if k == "name-spray":
+            if sender is not None:
+                hostile.name_spray(self, sender, x["n"])
+            return
+        victim = self.agents.get(x["victim"])
+        if victim is None:
+            return
+        if k == "forged-release":
+            hostile.forged_release(self, sender, victim, x["identity"])
+        else:
+            hostile.seq_poison(self, sender, victim, x["identity"])
+        if x.get("repeat", 0) > 0:
+            again = {**x, "repeat": x["repeat"] - 1}
+            self.loop.call_later(7.0, lambda: self._hostile_node(k, again))
 
     def _join_later(self, name: str, itype: str) -> None:
         """The replacement instance launches (its auto scaling group retries while the subnet is full)."""
@@ -1059,6 +1118,7 @@ class World:
             rt.deleting[cid] = None
         for cid in list(rt.adding)[: max(0, n - len(rt.up))]:
             del rt.adding[cid]
+            rt.asked.pop(cid, None)
             rt.deleting[cid] = None
 
     def _restart(self, a: SimAgent) -> None:
