@@ -165,6 +165,8 @@ def _books(w: World) -> None:
         else:
             w.detached_since.pop(e.id, None)
     _rows(w, now)
+    if w.churners:
+        _churn(w)
     for key, (iid, seq) in w.recorded.items():  # key: the ledger's key, the instance id
         a = w.by_iid.get(key)
         if a is None or a.gone or a.iid != iid:
@@ -191,6 +193,30 @@ def _rows(w: World, now: float) -> None:
                         f"{SEQ_AHEAD_LIMIT} ahead of now ({int(now * 1000)})")
 
 
+def churn_episodes(w: World) -> int:
+    """Release episodes (Unassign/Detach after the allocator last filled it) a churning
+    instance may get: the allocator damps an instance once it flips ``flip_limit`` times within
+    ``flip_window_s`` (an honest agent flips about once per release delay), so a churner gets
+    at most the release half of the flips before that (churns here last less than ``damp_s``)."""
+    return (w.settings.flip_limit + 1) // 2
+
+
+def _churn(w: World) -> None:
+    """``churn-undamped``: a rogue instance flipping every few seconds keeps getting its
+    addresses taken away and given back (issue 12's churner: most of the account's buckets)."""
+    for c in w.churners:
+        episodes, last = 0, ""
+        for _, name in w.calls_by_iid.get(c.iid, ()):
+            # Delete is left out: it follows a Detach, or cleans up after a failed Attach
+            kind = "release" if name.startswith(("unassign_", "detach_")) else "fill"
+            if kind == "release" and last != "release":
+                episodes += 1
+            last = kind
+        if episodes > churn_episodes(w):
+            w.violation("churn-undamped", f"churning instance {c.iid}: {episodes} release episodes "
+                        f"({c.sent} flipping reports), more than {churn_episodes(w)}")
+
+
 def _dlq(w: World) -> list[dict[str, Any]]:
     """Every message in the DLQ (all pages)."""
     out: list[dict[str, Any]] = []
@@ -206,7 +232,7 @@ def at_end(w: World) -> None:
     now = w.now()
     crashes = sum(n for k, n in w.faults.items() if k.startswith("lambda-crash:") or k == "slow-invocation")
     # a terminated node's report is rightly refused; so is every crafted report
-    dlq = [m for m in _dlq(w) if m["Body"] not in w.forged_bodies
+    dlq = [m for m in _dlq(w) if m["Body"] not in w.crafted_bodies
            and not any(iid in m["Body"] for iid in w.terminated)]
     if dlq and not crashes:
         w.violation("report-dead-lettered", f"{len(dlq)} valid reports in the DLQ, e.g. {dlq[0]['Body'][:160]}")

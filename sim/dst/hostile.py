@@ -19,9 +19,9 @@ Kinds (each a seeded event, :mod:`sim.dst.schedule`):
   for another's;
 * ``name-spray``: the sender's own last report (valid identity) under many
   node names;
-* ``churner``: the node's pods alternate between filling its whole capacity
-  and none (its real agent fills and offers everything back, as fast as its
-  timing lets it).
+* ``churner``: a rogue instance of the cluster (valid identity, no agent)
+  whose reports flip between "fill everything" and "release everything"
+  (:class:`Churner`).
 
 Every crafted report is remembered (instance, seq): the allocator acting on
 one (a ledger row at that seq, a result in reply to it) is the violation
@@ -36,7 +36,9 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from sim.iid import IdentitySigner
-from warmpool.messages import PoolReport, ReleaseOffer, parse_report
+from warmpool import names
+from warmpool.limits import known
+from warmpool.messages import MAX_TARGET, EniReport, PoolReport, ReleaseOffer, Targets, parse_report
 
 if TYPE_CHECKING:
     from sim.dst.world import SimAgent, World
@@ -70,7 +72,7 @@ def _send(w: World, sender: SimAgent | None, report: PoolReport, kind: str) -> N
     body = report.to_json()
     client = sender.sqs if sender is not None else w.outsider_sqs
     client.send_message(QueueUrl=w.reports_url, MessageBody=body)
-    w.forged_bodies.add(body)
+    w.crafted_bodies.add(body)
     w.fault(kind)
 
 
@@ -118,21 +120,58 @@ def name_spray(w: World, sender: SimAgent, n: int, tries: int = 0) -> None:
     w.fault("name-spray", n)
 
 
-def churn_step(w: World, a: SimAgent, until: float, period: float, fill: bool) -> None:
-    """Fill the node's whole capacity with pods, then delete them all, every ``period`` s."""
-    if a.gone or w.now() >= until:
-        return
-    if fill:
-        cap = a.ctl.limits.capacity(w.plan.prefix_mode, None) if a.alive else 0
-        want = max(0, cap - len(a.rt.up) - len(a.rt.adding) - 2)
-        for _ in range(want):
-            a.rt.started += 1
-            a.rt.adding[f"{a.name}-c{a.rt.started}"] = None
-        w.fault("churner:fill")
-    else:
-        w.delete_pods(a, len(a.rt.up) + len(a.rt.adding))
-        w.fault("churner:empty")
-    w.loop.call_later(period, lambda: churn_step(w, a, until, period, not fill))
+class Churner:
+    """A rogue instance of the cluster (its own valid identity, no agent, no pods) whose reports
+    flip every ``period`` s between "fill everything" (every address in use, pods waiting for its
+    whole capacity) and "release everything" (none in use, every secondary address and prefix
+    offered back, dated past the allocator's release delay): issue 12's churning node. It reads
+    its ENIs from EC2, as a compromised host reads IMDS."""
+
+    def __init__(self, w: World, itype: str, period: float, until: float) -> None:
+        from sim.dst.world import CLUSTER
+
+        self.w, self.period, self.until = w, period, until
+        self.iid = w.emu.run_instance(itype, subnet_id=w.subnet,
+                                      tags={names.cluster_tag_key(CLUSTER): "owned", "Name": "churner"})
+        self.itype = itype
+        self.sqs = w.sqs.client(sender_id=f"AROAEXAMPLE:{self.iid}")
+        self.fill = True
+        self.sent = 0
+
+    def step(self) -> None:
+        w = self.w
+        now = w.now()
+        if now >= self.until or w.emu.instances[self.iid].state != "running":
+            return
+        enis = []
+        offers = []
+        for _dev, eid in sorted(w.emu.instances[self.iid].slots.items()):
+            e = w.emu.enis[eid]
+            if e.attachment is None:
+                continue
+            used = len(e.secondary) + 16 * len(e.prefixes)
+            enis.append(EniReport(eni_id=e.id, device_index=e.attachment.device_index,
+                                  network_card=e.attachment.card, subnet_id=e.subnet_id, primary_ip=e.primary_ip,
+                                  ips=list(e.secondary), prefixes=list(e.prefixes),
+                                  assigned=used if self.fill else 0))
+            if not self.fill and (e.secondary or e.prefixes):
+                offers.append(ReleaseOffer(eni_id=e.id, ips=list(e.secondary), prefixes=list(e.prefixes),
+                                           quarantined_at=now - 30))
+        cap = known(self.itype).capacity(w.plan.prefix_mode, None)
+        rep = PoolReport(cluster=w.settings.cluster, node="churner", instance_id=self.iid,
+                         instance_type=self.itype, availability_zone="us-east-1a", seq=int(now * 1000),
+                         sent_at=now, mode="prefix" if w.plan.prefix_mode else "secondary-ip",
+                         targets=Targets(warm_ip=0, minimum_ip=0, warm_eni=0),
+                         enis=enis, assigned_ips=sum(e.assigned for e in enis),
+                         pending_demand=min(cap, MAX_TARGET) if self.fill else 0, release=offers,
+                         identity=w.signer_imds.identity(self.iid))
+        body = rep.to_json()
+        w.crafted_bodies.add(body)
+        self.sqs.send_message(QueueUrl=w.reports_url, MessageBody=body)
+        self.sent += 1
+        w.fault("churner:" + ("fill" if self.fill else "release"))
+        self.fill = not self.fill
+        w.loop.call_later(self.period, self.step)
 
 
 def forged_detail(body: str) -> str:

@@ -180,6 +180,6 @@ def _hostile(seed: int, names: list[str]) -> list[Event]:
         ev.append(Event(at(), "name-spray", {"node": rng.choice(names), "n": rng.randint(10, 60)}))
     if rng.random() < 0.1:
         ev.append(Event(round(rng.uniform(0, SPAN_S / 2), 1), "churner",
-                        {"node": rng.choice(names), "dur": round(rng.uniform(60, 240), 1),
-                         "period": rng.choice((10.0, 20.0, 30.0))}))
+                        {"itype": rng.choice(INSTANCE_TYPES), "dur": round(rng.uniform(60, 300), 1),
+                         "period": rng.choice((2.0, 5.0, 10.0))}))
     return ev

@@ -472,6 +472,8 @@ class AllocEc2:
             # armed for this call detaches the ENI the call names)
             iid = w.iid_of_call(kw) if mutating else None
             node = w.node_of_iid(iid)
+            if iid is not None and mutating:
+                w.calls_by_iid.setdefault(iid, []).append((w.now(), name))
             if iid is not None and inv is not None:
                 w.check_lease(inv, node or iid, name, iid)
             if node is not None:
@@ -711,7 +713,9 @@ class World:
         # issue 12's hostile nodes (sim.dst.hostile)
         self.last_report: dict[str, str] = {}  # instance -> the last report its agent sent
         self.forged: set[tuple[str, int]] = set()  # (instance, seq) of every crafted report
-        self.forged_bodies: set[str] = set()
+        self.crafted_bodies: set[str] = set()  # every hostile report (left out of the DLQ check)
+        self.churners: list[hostile.Churner] = []
+        self.calls_by_iid: dict[str, list[tuple[float, str]]] = {}  # the allocator's mutating EC2 calls
         self.sprayed: set[str] = set()  # node names a node sprayed
         self.outsider_sqs = self.sqs.client(sender_id="AROAEXAMPLE:outsider")
         for name, itype in plan.nodes:
@@ -1055,9 +1059,17 @@ class World:
         if sender is not None and sender.gone:
             return
         if k == "churner":
-            if sender is not None:
-                self.fault("churner")
-                hostile.churn_step(self, sender, self.now() + x["dur"], x["period"], True)
+            try:
+                c = hostile.Churner(self, x["itype"], x["period"], self.now() + x["dur"])
+            except Ec2Error:  # the subnet is full: the rogue instance launches later
+                self.fault("churner:no-room")
+                left = {**x, "dur": x["dur"] - 10.0}
+                if left["dur"] > 0:
+                    self.loop.call_later(10.0, lambda: self._hostile_node(k, left))
+                return
+            self.churners.append(c)
+            self.fault("churner")
+            c.step()
             return
         if k == "name-spray":
             if sender is not None:
