@@ -30,16 +30,18 @@ def _seeds(match: Callable[[Any], bool], n: int = 4, upto: int = 400) -> list[in
 
 
 def _caught(seeds: list[int], mutate: Callable[[Any], None], want: set[str]) -> list[tuple[int, str, str]]:
-    """Run each seed clean (no violation) and mutated; return the mutated runs' first violations."""
+    """Run the seeds mutated until one breaks an invariant of ``want``; that seed must keep every
+    invariant unmutated. Returns the mutated runs' first violations."""
     hits = []
     for s in seeds:
-        clean = run_seed(s, shrink=False)
-        assert not clean.violations, (s, clean.violations)
         r = run_seed(s, mutate=mutate, shrink=False)
         if r.violations:
             hits.append((s, r.violations[0]["invariant"], r.violations[0]["detail"]))
-    assert any(inv in want for _, inv, _ in hits), hits
-    return hits
+            if hits[-1][1] in want:
+                clean = run_seed(s, shrink=False)
+                assert not clean.violations, (s, clean.violations)
+                return hits
+    raise AssertionError(f"no seed of {seeds} broke {want}: {hits}")
 
 
 def _identity_off(w: Any) -> None:
@@ -108,10 +110,24 @@ def test_a_churner_is_caught_without_flip_damping() -> None:
     _caught(seeds, _no_damping, {"churn-undamped"})
 
 
-def test_the_fairness_figure_pairs_seeds_and_holds() -> None:
+def test_the_fairness_figure_holds_in_secondary_ip_mode() -> None:
     """Honest pods' p99 wait for an address with a rogue instance churning vs without (same seeds,
-    pods only): within 10%; the churner itself is damped (no violation in either run)."""
-    f = runner.fairness(range(0, 6), jobs=1)
+    pods only): within 10% in secondary-IP mode, where the churner is damped and holds at most its
+    instance's ENI capacity (56 addresses for a c5.xlarge)."""
+    seeds = [s for s in range(0, 12) if not draw(s).prefix_mode][:6]
+    f = runner.fairness(seeds, jobs=1)
     assert f["pods"][0] == f["pods"][1] > 20, f
+    assert f["violations"] == [], f
+    assert f["ratio"] is not None and f["ratio"] <= 1.10, f
+
+
+@pytest.mark.xfail(strict=True, reason="finding D (docs/reliability.md): in prefix mode a node with a valid "
+                   "identity gets its instance's whole prefix capacity on its own say-so (pending_demand, "
+                   "assigned and targets are self-reported) and exhausts the subnet's /28s; honest nodes wait")
+def test_the_fairness_figure_holds_in_prefix_mode() -> None:
+    """Seed 94 (prefix mode, three t3.medium): the rogue c5.xlarge asks for its capacity, is
+    damped (its releases are taken back), and holds every free /28 of the /23; n2's pods wait
+    to the end (``not-settled``)."""
+    f = runner.fairness([94], jobs=1)
     assert f["violations"] == [], f
     assert f["ratio"] is not None and f["ratio"] <= 1.10, f
