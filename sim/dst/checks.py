@@ -269,6 +269,12 @@ def at_end(w: World) -> None:
         if d.over_units > 0 and not w.plan.prefix_mode and not a.ds.quarantined():
             w.violation("not-settled", f"{a.name}: {d.over_units} idle addresses above the targets, none offered, "
                         "after the quiet period")
+    # one ledger row per live instance: the rows of terminated instances are removed
+    for (_, key) in list(w.ledger._items):
+        when = w.terminated.get(key)
+        if when is not None and now - when >= w.settings.gc_age_s + 180:
+            w.violation("ledger-rows", f"ledger row of {key} still there {now - when:.0f}s after the instance "
+                        "terminated")
     for iid, when in w.terminated.items():
         a = w.by_iid[iid]
         if w.agents.get(a.name) is not a or now - when < w.settings.gc_age_s + 180:

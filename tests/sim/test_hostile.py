@@ -131,3 +131,13 @@ def test_the_fairness_figure_holds_in_prefix_mode() -> None:
     f = runner.fairness([94], jobs=1)
     assert f["violations"] == [], f
     assert f["ratio"] is not None and f["ratio"] <= 1.10, f
+
+
+def _never_forget(w: Any) -> None:
+    """A broken reconciler: keeps the ledger rows of terminated instances."""
+    w.ledger.forget = lambda *a, **k: False
+
+
+def test_a_terminated_instances_row_left_behind_is_caught() -> None:
+    seeds = _seeds(lambda e: e.kind == "terminate", n=4, upto=300)
+    _caught(seeds, _never_forget, {"ledger-rows"})
