@@ -37,6 +37,8 @@ from warmpool import names
 if TYPE_CHECKING:
     from sim.dst.world import SimAgent, World
 
+SEQ_AHEAD_LIMIT = 2**20
+"""How far ahead of now (ms) the allocator lets a seq be (functions/allocator.py)."""
 DETACHED_BOUND_S = 420.0
 """GC age (120 s) + two reconcile intervals + slack for throttled reconciles."""
 SERVE_BOUND_S = 150.0
@@ -162,21 +164,76 @@ def _books(w: World) -> None:
                 w.violation("eni-leaked", f"{e.id} detached for {now - since:.0f}s (GC age {w.settings.gc_age_s:.0f}s)")
         else:
             w.detached_since.pop(e.id, None)
-    for key, (iid, seq) in w.recorded.items():  # key: the node's instance id or its name
-        a = w.by_iid.get(key) or w.agents.get(key)
+    _rows(w, now)
+    if w.churners:
+        _churn(w)
+    for key, (iid, seq) in w.recorded.items():  # key: the ledger's key, the instance id
+        a = w.by_iid.get(key)
         if a is None or a.gone or a.iid != iid:
             continue
-        got = w.ledger._items.get(("dst", key))
+        got = w.ledger_row(a)
         if got is None or int(got["last_seq"]) < seq:
             w.violation("ledger-row-lost", f"{a.name} ({iid}, running): ledger row for report {seq} "
                         f"{'forgotten' if got is None else 'moved back to ' + str(got['last_seq'])}")
 
 
+def _rows(w: World, now: float) -> None:
+    """Ledger rows are keyed by instance id: one per instance of the cluster, never one per
+    name a node sends (``ledger-rows``); no row's seq is so far ahead that the instance's later
+    reports would all be stale (``seq-poisoned``)."""
+    rows = w.ledger._items
+    tag = names.cluster_tag_key("dst")
+    for (_, key), row in rows.items():
+        inst = w.emu.instances.get(key)
+        if inst is None or inst.tags.get(tag) not in ("owned", "shared"):
+            w.violation("ledger-rows", f"{len(rows)} ledger rows for {len(w.by_iid)} instances: row {key!r} "
+                        f"(node {row.get('node') or row.get('outcome', {}).get('node')}) is no instance of the cluster")
+        if int(row["last_seq"]) > int(now * 1000) + SEQ_AHEAD_LIMIT:
+            w.violation("seq-poisoned", f"ledger row {key} at seq {row['last_seq']}, more than "
+                        f"{SEQ_AHEAD_LIMIT} ahead of now ({int(now * 1000)})")
+
+
+def churn_episodes(w: World) -> int:
+    """Release episodes (Unassign/Detach after the allocator last filled it) a churning
+    instance may get: the allocator damps an instance once it flips ``flip_limit`` times within
+    ``flip_window_s`` (an honest agent flips about once per release delay), so a churner gets
+    at most the release half of the flips before that (churns here last less than ``damp_s``)."""
+    return (w.settings.flip_limit + 1) // 2
+
+
+def _churn(w: World) -> None:
+    """``churn-undamped``: a rogue instance flipping every few seconds keeps getting its
+    addresses taken away and given back (issue 12's churner: most of the account's buckets)."""
+    for c in w.churners:
+        episodes, last = 0, ""
+        for _, name in w.calls_by_iid.get(c.iid, ()):
+            # Delete is left out: it follows a Detach, or cleans up after a failed Attach
+            kind = "release" if name.startswith(("unassign_", "detach_")) else "fill"
+            if kind == "release" and last != "release":
+                episodes += 1
+            last = kind
+        if episodes > churn_episodes(w):
+            w.violation("churn-undamped", f"churning instance {c.iid}: {episodes} release episodes "
+                        f"({c.sent} flipping reports), more than {churn_episodes(w)}")
+
+
+def _dlq(w: World) -> list[dict[str, Any]]:
+    """Every message in the DLQ (all pages)."""
+    out: list[dict[str, Any]] = []
+    client = w.sqs.client()
+    while True:
+        got = client.receive_message(QueueUrl=w.dlq_url, MaxNumberOfMessages=10).get("Messages", [])
+        if not got:
+            return out
+        out += got
+
+
 def at_end(w: World) -> None:
     now = w.now()
     crashes = sum(n for k, n in w.faults.items() if k.startswith("lambda-crash:") or k == "slow-invocation")
-    dlq = [m for m in w.sqs.client().receive_message(QueueUrl=w.dlq_url, MaxNumberOfMessages=10).get("Messages", [])
-           if not any(iid in m["Body"] for iid in w.terminated)]  # a terminated node's report is rightly refused
+    # a terminated node's report is rightly refused; so is every crafted report
+    dlq = [m for m in _dlq(w) if m["Body"] not in w.crafted_bodies
+           and not any(iid in m["Body"] for iid in w.terminated)]
     if dlq and not crashes:
         w.violation("report-dead-lettered", f"{len(dlq)} valid reports in the DLQ, e.g. {dlq[0]['Body'][:160]}")
     for a in _live(w):
@@ -212,6 +269,12 @@ def at_end(w: World) -> None:
         if d.over_units > 0 and not w.plan.prefix_mode and not a.ds.quarantined():
             w.violation("not-settled", f"{a.name}: {d.over_units} idle addresses above the targets, none offered, "
                         "after the quiet period")
+    # one ledger row per live instance: the rows of terminated instances are removed
+    for (_, key) in list(w.ledger._items):
+        when = w.terminated.get(key)
+        if when is not None and now - when >= w.settings.gc_age_s + 180:
+            w.violation("ledger-rows", f"ledger row of {key} still there {now - when:.0f}s after the instance "
+                        "terminated")
     for iid, when in w.terminated.items():
         a = w.by_iid[iid]
         if w.agents.get(a.name) is not a or now - when < w.settings.gc_age_s + 180:

@@ -13,15 +13,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sim.dst.schedule import EVENT_KINDS, Plan, draw
+from sim.dst.schedule import EVENT_KINDS, FAULT_KINDS, SPAN_S, Event, Plan, draw
 
 Mutation = Callable[[Any], None]
 
@@ -117,6 +118,79 @@ def shrink_events(seed: int, invariant: str, keep: list[int] | None, mutate: Mut
     return cur
 
 
+# --- the fairness figure (issue 12) ---------------------------------------------------------
+
+CHURN_PERIOD_S = 2.0
+
+
+def fairness_plans(seed: int) -> tuple[Plan, Plan, str]:
+    """The seed's pods alone (no faults), and the same with a rogue instance churning for the
+    whole span (:class:`sim.dst.hostile.Churner`, flipping every :data:`CHURN_PERIOD_S`)."""
+    base = plan_for(seed, without=frozenset(FAULT_KINDS))
+    ev = (*base.events, Event(1.0, "churner", {"itype": "c5.xlarge", "dur": SPAN_S, "period": CHURN_PERIOD_S}))
+    return base, replace(base, events=tuple(sorted(ev, key=lambda e: (e.at, e.kind)))), "churner"
+
+
+def honest_waits(w: Any, churner: str) -> tuple[list[float], int]:
+    """Every honest pod's wait for an address, and how many honest pods still wait at the end
+    (the seeds ask some nodes for more pods than they can hold: those wait whatever happens)."""
+    out: list[float] = []
+    left = 0
+    for a in w.agents.values():
+        if a.name == churner:
+            continue
+        out += a.rt.waits
+        left += len(a.rt.asked)
+    return out, left
+
+
+def _fair_one(seed: int) -> tuple[list[float], list[float], list[str], list[int]]:
+    logging.disable(logging.WARNING)
+    base, churned, churner = fairness_plans(seed)
+    bad: list[str] = []
+    waits = []
+    left = []
+    for plan in (base, churned):
+        violations, (_, w) = run_plan(plan)
+        bad += [f"seed {seed}{' (churner)' if plan is churned else ''}: {i}: {d[:160]}" for i, d in violations]
+        got, n = honest_waits(w, churner)
+        waits.append(got)
+        left.append(n)
+    return waits[0], waits[1], bad, left
+
+
+def p99(xs: list[float]) -> float:
+    if not xs:
+        return 0.0
+    s = sorted(xs)
+    return s[min(len(s) - 1, math.ceil(0.99 * len(s)) - 1)]
+
+
+def fairness(seeds: Iterable[int], jobs: int = 1) -> dict[str, Any]:
+    """Honest nodes' p99 wait for an address, with one node churning and without, same seeds."""
+    seeds = list(seeds)
+    if jobs <= 1:
+        outs = [_fair_one(s) for s in seeds]
+    else:
+        with ProcessPoolExecutor(jobs) as pool:
+            outs = list(pool.map(_fair_one, seeds, chunksize=4))
+    without = [x for o in outs for x in o[0]]
+    churned = [x for o in outs for x in o[1]]
+    a, b = p99(without), p99(churned)
+    modes = {s: draw(s).prefix_mode for s in seeds}
+    by_mode = {}
+    for name, want in (("secondary-ip", False), ("prefix", True)):
+        ws = [x for s, o in zip(seeds, outs, strict=True) if modes[s] == want for x in o[0]]
+        wc = [x for s, o in zip(seeds, outs, strict=True) if modes[s] == want for x in o[1]]
+        by_mode[name] = {"seeds": sum(1 for s in seeds if modes[s] == want), "p99_without_s": round(p99(ws), 2),
+                         "p99_with_churner_s": round(p99(wc), 2),
+                         "ratio": round(p99(wc) / p99(ws), 3) if p99(ws) else None}
+    return {"seeds": len(seeds), "by_mode": by_mode, "pods": [len(without), len(churned)], "p99_without_s": round(a, 2),
+            "p99_with_churner_s": round(b, 2), "ratio": round(b / a, 3) if a else None,
+            "still_waiting": [sum(o[3][0] for o in outs), sum(o[3][1] for o in outs)],
+            "violations": [v for o in outs for v in o[2]]}
+
+
 def _parse_seeds(s: str) -> list[int]:
     if "-" in s:
         a, b = s.split("-", 1)
@@ -205,6 +279,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--jobs", type=int, default=1, help="processes (this machine: 2)")
     p.add_argument("--without", default="", help="leave these event kinds out of every schedule (comma list)")
     p.add_argument("--no-shrink", action="store_true", help="do not shrink failing seeds")
+    p.add_argument("--fairness", action="store_true",
+                   help="with --seeds: honest nodes' p99 wait for an address with one node churning vs without "
+                        "(each seed's pods, no faults, run twice)")
     a = p.parse_args(argv)
     without = frozenset(k for k in a.without.split(",") if k)
     unknown = without - set(EVENT_KINDS)
@@ -229,6 +306,23 @@ def main(argv: list[str]) -> int:
     if not a.seeds:
         p.error("give --seeds A-B or --seed N")
     seeds = _parse_seeds(a.seeds)
+    if a.fairness:
+        t0 = time.monotonic()
+        fig = fairness(seeds, jobs=a.jobs)
+        print(f"seeds        {fig['seeds']} (pods only, a rogue instance churning every {CHURN_PERIOD_S:g} s vs not)\n"
+              f"honest pods  {fig['pods'][0]} without, {fig['pods'][1]} with the churner served; "
+              f"{fig['still_waiting'][0]} and {fig['still_waiting'][1]} still waiting at the end\n"
+              f"p99 wait     {fig['p99_without_s']} s without, {fig['p99_with_churner_s']} s with "
+              f"(ratio {fig['ratio']}; the bound: 1.10)\n"
+              + "".join(f"  {m:<13} {d['seeds']} seeds: p99 {d['p99_without_s']} s without, "
+                        f"{d['p99_with_churner_s']} s with (ratio {d['ratio']})\n" for m, d in fig["by_mode"].items())
+              + f"violations   {len(fig['violations'])}\nwall time    {time.monotonic() - t0:.1f}s")
+        for v in fig["violations"][:20]:
+            print(f"  {v}")
+        if a.json:
+            with open(a.json, "w") as fh:
+                json.dump(fig, fh, indent=1)
+        return 1 if fig["violations"] or (fig["ratio"] or 0) > 1.10 else 0
     t0 = time.monotonic()
     results = run_many(seeds, jobs=a.jobs, shrink=not a.no_shrink, without=without,
                        progress=lambda d, t, b: _bar(d, t, b, t0))

@@ -24,9 +24,16 @@ FAULT_KINDS = (
     "throttle-storm", "foreign-load", "subnet-exhausted", "fragmentation", "attach-failure",
     "terminate", "replace-node", "cni-overlap", "cni-interrupted", "cni-gc", "cni-hostile",
     "ddb-unprocessed", "queue-delete-failure", "reconcile-race",
+    "forged-release", "seq-poison", "name-spray", "churner",
 )
 """Every kind of fault the schedule can hold."""
 EVENT_KINDS = ("pods-add", "pods-del", "churn", *FAULT_KINDS)
+HOSTILE_KINDS = ("forged-release", "seq-poison", "name-spray", "churner")
+"""Issue 12's hostile nodes (:mod:`sim.dst.hostile`): drawn from their own generator, so a
+seed's other events are those it drew before they existed."""
+IDENTITIES = ("own", "none", "bad-signature")
+"""How a crafted report for another instance is signed: the sender's own valid identity, none,
+or the victim's document under a key the allocator does not trust."""
 
 
 @dataclass(frozen=True)
@@ -140,5 +147,39 @@ def draw(seed: int) -> Plan:
         window("queue-delete-failure")
     if rng.random() < 0.15:
         window("reconcile-race")
+    ev += _hostile(seed, names)
     ev.sort(key=lambda e: (e.at, e.kind))
     return Plan(seed, nodes, prefix_mode, warm_ip, minimum_ip, quota_fraction, tuple(ev))
+
+
+def _hostile(seed: int, names: list[str]) -> list[Event]:
+    """Hostile nodes: a compromised node (``node``: one of the seed's, with its own valid
+    identity) or the outsider (``node`` "": no valid identity)."""
+    rng = random.Random(f"dst/{seed}/hostile")
+    ev: list[Event] = []
+
+    def at() -> float:
+        return round(rng.uniform(20, SPAN_S), 1)
+
+    def pair() -> tuple[str, str]:
+        sender = rng.choice(names)
+        return sender, rng.choice([n for n in names if n != sender])
+
+    if rng.random() < 0.25:
+        sender, victim = pair()
+        how = rng.choice(IDENTITIES)
+        ev.append(Event(at(), "forged-release", {"node": "" if how != "own" else sender, "victim": victim,
+                                                 "identity": how, "repeat": rng.randint(0, 3)}))
+    if rng.random() < 0.2:
+        sender, victim = pair()
+        own = rng.random() < 0.5
+        how = "own" if own else rng.choice(IDENTITIES)
+        ev.append(Event(at(), "seq-poison", {"node": sender if how == "own" else "", "victim": sender if own else victim,
+                                             "identity": how, "repeat": rng.randint(0, 2)}))
+    if rng.random() < 0.15:
+        ev.append(Event(at(), "name-spray", {"node": rng.choice(names), "n": rng.randint(10, 60)}))
+    if rng.random() < 0.1:
+        ev.append(Event(round(rng.uniform(0, SPAN_S / 2), 1), "churner",
+                        {"itype": rng.choice(INSTANCE_TYPES), "dur": round(rng.uniform(60, 300), 1),
+                         "period": rng.choice((2.0, 5.0, 10.0))}))
+    return ev

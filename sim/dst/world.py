@@ -49,8 +49,8 @@ from node_agent.controller import AttachedEni, NodeIdentity, PoolController
 from node_agent.datastore import CheckpointError, Datastore, EniInfo, MemoryCheckpoint
 from node_agent.hostnet import CLONE_NEWNET, PodNet, PodRefused, host_veth_name, ifname_problem, netns_refusal
 from node_agent.netlink import NetlinkFailure, netns_path
-from sim.dst import checks
-from sim.dst.schedule import QUIET_S, SPAN_S, Event, Plan
+from sim.dst import checks, hostile
+from sim.dst.schedule import HOSTILE_KINDS, QUIET_S, SPAN_S, Event, Plan
 from sim.ec2 import Ec2Config, Ec2Emulator
 from sim.ec2.errors import Ec2Error
 from sim.esm import EsmConfig, EventSourceMapping
@@ -271,6 +271,10 @@ class Runtime:
     deleting: dict[str, None] = field(default_factory=dict)
     started: int = 0
     made: dict[str, float] = field(default_factory=dict)
+    asked: dict[str, float] = field(default_factory=dict)
+    """When each pod waiting for an address was started."""
+    waits: list[float] = field(default_factory=list)
+    """Each pod's wait for an address, from its start to its ADD answered (the fairness figure)."""
     """When each attachment's first ADD was answered (a DEL that works forgets it): every ADD
     the harness makes, including those whose answer the runtime then loses."""
 
@@ -312,11 +316,9 @@ class SimAgent:
             self.ds = ds
             # as node_agent/agent.py builds them (add_wait_s 0: an ADD waiting on a real-time
             # condition would stall virtual time; the runtime's retry stands in for the wait)
-            signed: dict[str, Any] = {}
-            if w.signer_imds is not None:  # agents that sign their reports (issue 12's identities)
-                signed["signed_identity"] = functools.partial(w.signer_imds.identity, self.iid)
             self.ctl = PoolController(ident, known(self.itype), pool, ds, TIMING, metadata=self.imds,
-                                      restart_hold_s=RESTART_HOLD_S, **signed)
+                                      restart_hold_s=RESTART_HOLD_S,
+                                      signed_identity=functools.partial(w.signer_imds.identity, self.iid))
             self.cni = CniService(ds, self.pods, clock=w.now, gc_min_age_s=GC_MIN_AGE_S,
                                   veth_prefix=AGENT_CONFIG.veth_prefix)
             self.alive = True
@@ -355,9 +357,14 @@ class SimAgent:
                 self.runtime_calls()
                 for report in self.ctl.tick(now):
                     self.sent.append((now, report.seq))
-                    w.send_report(self, report.to_json())
+                    body = report.to_json()
+                    w.last_report[self.iid] = body
+                    w.send_report(self, body)
             except Exception as exc:  # the agent's loop would die (or spin) on this
                 w.violation("agent-raised", f"{self.name}: {type(exc).__name__}: {str(exc)[:300]}")
+
+    def last_seq(self) -> int:
+        return self.sent[-1][1] if self.sent else -1
 
     def receive(self) -> None:
         w = self.w
@@ -404,6 +411,9 @@ class SimAgent:
                 ip = got["result"]["ips"][0]["address"].split("/")[0]
                 del rt.adding[cid]
                 rt.up[cid] = ip
+                asked = rt.asked.pop(cid, None)
+                if asked is not None:
+                    rt.waits.append(self.w.now() - asked)
                 self.w.pod_up(self, cid, ip)
             else:
                 break  # one unmet ADD is demand enough; the others retry next time
@@ -458,11 +468,16 @@ class AllocEc2:
                     w.maybe_overlap(inv)
                 if mutating and inv.crash is not None and inv.crash[0] == "ec2" and inv.mutating >= inv.crash[1]:
                     raise LambdaCrash("crashed between EC2 calls")
-            node = w.node_of_call(kw) if mutating else None
+            # the instance a call acts for, read before anything changes (a termination
+            # armed for this call detaches the ENI the call names)
+            iid = w.iid_of_call(kw) if mutating else None
+            node = w.node_of_iid(iid)
+            if iid is not None and mutating:
+                w.calls_by_iid.setdefault(iid, []).append((w.now(), name))
+            if iid is not None and inv is not None:
+                w.check_lease(inv, node or iid, name, iid)
             if node is not None:
                 w.maybe_terminate_now(node)
-                if inv is not None:
-                    w.check_lease(inv, node, name, w.iid_of_call(kw))
                 if name == "unassign_private_ip_addresses":
                     w.check_release(node, kw)
             out: dict[str, Any] = fn(**kw)
@@ -519,6 +534,9 @@ class SimLedger(MemLedger):
         ok = super().record(cluster, node, seq, outcome, now)
         if ok:
             self.w.recorded[node] = (str(outcome.get("instance_id", "")), seq)
+            if (node, seq) in self.w.forged:
+                self.w.violation("forged-served", f"the ledger of {node} moved to {seq}, the seq of a crafted "
+                                 f"report (status {outcome.get('status')}, actions {outcome.get('actions')})"[:400])
         if inv is not None and inv.crash == ("ledger-after", 0):
             raise LambdaCrash("crashed after the ledger write")
         return ok
@@ -640,11 +658,10 @@ class World:
         self.subnet = self.emu.add_subnet(az="us-east-1a", cidr=SUBNET_CIDR, vpc_id=vpc,
                                           tags={names.cluster_tag_key(CLUSTER): "shared"})
         self.sqs = FastSqs(self.loop.clock)
-        self.signer_imds: Imds | None = None
-        """Signs each instance's identity document, where agents carry one in their reports
-        (PoolController takes ``signed_identity``); the allocator trusts its certificate."""
-        if "signed_identity" in inspect.signature(PoolController).parameters:
-            self.signer_imds = Imds(self.emu, signer=_signer())
+        self.signer_imds = Imds(self.emu, signer=_signer())
+        """Signs each instance's identity document; agents carry it in every report and the
+        allocator verifies it against this signer's certificate (``identity_verification`` is
+        left at its default, ``required``: fail-closed)."""
         raw = self.sqs.client()
         self.dlq_url = raw.create_queue(QueueName=names.reports_dlq(CLUSTER))["QueueUrl"]
         dlq_arn = raw.get_queue_attributes(QueueUrl=self.dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
@@ -652,9 +669,7 @@ class World:
             "VisibilityTimeout": str(REPORTS_VISIBILITY_S),
             "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 5}),
         })["QueueUrl"]
-        trust: dict[str, Any] = {}
-        if self.signer_imds is not None:
-            trust = {"identity_certificates": self.signer_imds.signer.certificate_pem, "region": self.emu.config.region}
+        trust = {"identity_certificates": self.signer_imds.signer.certificate_pem, "region": self.emu.config.region}
         self.settings = Settings(cluster=CLUSTER, reports_queue_url=self.reports_url, dlq_url=self.dlq_url,
                                  result_queue_prefix=names.result_queue_prefix(CLUSTER),
                                  ledger_table=names.ledger_table(CLUSTER), account=self.emu.owner,
@@ -695,6 +710,14 @@ class World:
         """Bumped by every change the checks look at (checkpoint saves, pods, EC2 calls)."""
         self.checked: tuple[Any, ...] = ()
         self.sockdir: str | None = None
+        # issue 12's hostile nodes (sim.dst.hostile)
+        self.last_report: dict[str, str] = {}  # instance -> the last report its agent sent
+        self.forged: set[tuple[str, int]] = set()  # (instance, seq) of every crafted report
+        self.crafted_bodies: set[str] = set()  # every hostile report (left out of the DLQ check)
+        self.churners: list[hostile.Churner] = []
+        self.calls_by_iid: dict[str, list[tuple[float, str]]] = {}  # the allocator's mutating EC2 calls
+        self.sprayed: set[str] = set()  # node names a node sprayed
+        self.outsider_sqs = self.sqs.client(sender_id="AROAEXAMPLE:outsider")
         for name, itype in plan.nodes:
             self.join(name, itype)
         if mutate is not None:
@@ -730,25 +753,39 @@ class World:
         return a
 
     def iid_of_call(self, kw: dict[str, Any]) -> str | None:
+        """The instance an EC2 call of the allocator acts for: the instance it names, the one
+        the ENI it names is attached to (or was created for: warmpool's instance-id tag), the
+        ENI of the attachment it names, the ENI it tags, or the instance a new ENI is tagged for."""
         iid = kw.get("InstanceId")
-        if iid is None and kw.get("NetworkInterfaceId"):
-            e = self.emu.enis.get(kw["NetworkInterfaceId"])
-            iid = e.attachment.instance_id if e is not None and e.attachment is not None else None
-        return str(iid) if iid else None
+        if iid:
+            return str(iid)
+        eni_id = kw.get("NetworkInterfaceId")
+        if not eni_id and kw.get("Resources"):
+            eni_id = kw["Resources"][0]
+        e = self.emu.enis.get(eni_id) if eni_id else None
+        if e is None and kw.get("AttachmentId"):
+            e = next((x for x in self.emu.enis.values()
+                      if x.attachment is not None and x.attachment.id == kw["AttachmentId"]), None)
+        if e is not None:
+            if e.attachment is not None:
+                return e.attachment.instance_id
+            return e.tags.get(names.TAG_INSTANCE_ID) or None
+        for spec in kw.get("TagSpecifications") or ():
+            for t in spec.get("Tags", ()):
+                if t.get("Key") == names.TAG_INSTANCE_ID:
+                    return str(t["Value"])
+        return None
 
-    def node_of_call(self, kw: dict[str, Any]) -> str | None:
-        iid = self.iid_of_call(kw)
+    def node_of_iid(self, iid: str | None) -> str | None:
         a = self.by_iid.get(iid) if iid else None
         return a.name if a is not None else None
 
+    def node_of_call(self, kw: dict[str, Any]) -> str | None:
+        return self.node_of_iid(self.iid_of_call(kw))
+
     def ledger_row(self, a: SimAgent) -> dict[str, Any] | None:
-        """The agent's ledger row, keyed by its instance id or (older allocators) its node name."""
-        row = self.ledger._items.get((CLUSTER, a.iid))
-        if row is None:
-            row = self.ledger._items.get((CLUSTER, a.name))
-            if row is not None and row.get("instance_id") and row["instance_id"] != a.iid:
-                return None  # the row of an earlier instance of that name
-        return row
+        """The agent's ledger row: keyed by its instance id (``node`` is only a label)."""
+        return self.ledger._items.get((CLUSTER, a.iid))
 
     # --- messages
     def deliver(self, client: Any, kw: dict[str, Any]) -> dict[str, Any]:
@@ -783,12 +820,15 @@ class World:
         except MessageError:
             self.violation("bad-result", f"allocator sent an unparseable result: {body[:200]}")
             return
+        if (res.instance_id, res.in_reply_to) in self.forged:
+            self.violation("forged-served", f"{res.node} ({res.instance_id}): a result in reply to crafted report "
+                           f"{res.in_reply_to}: {[a.kind for a in res.actions]}")
         if any(a.kind in ("attached", "assigned", "released", "deleted") for a in res.actions):
-            last = self.pushed.get(res.node, -1)
+            last = self.pushed.get(res.instance_id, -1)
             if res.in_reply_to < last:
-                self.violation("stale-report-served", f"{res.node}: report {res.in_reply_to} acted on after "
-                               f"report {last} had been (kinds {[a.kind for a in res.actions]})")
-            self.pushed[res.node] = max(last, res.in_reply_to)
+                self.violation("stale-report-served", f"{res.node} ({res.instance_id}): report {res.in_reply_to} "
+                               f"acted on after report {last} had been (kinds {[a.kind for a in res.actions]})")
+            self.pushed[res.instance_id] = max(last, res.in_reply_to)
 
     # --- the allocator
     def handler(self, event: dict[str, Any], ctx: Any) -> dict[str, Any]:
@@ -858,14 +898,14 @@ class World:
                              owner=f"overlap-{self.events_run}")
             return
 
-    def check_lease(self, inv: Invocation, node: str, call: str, iid: str | None = None) -> None:
-        held = self.leases.held.get(iid) if iid else None  # leases keyed by instance id, or by node name
-        held = held if held is not None else self.leases.held.get(node)
+    def check_lease(self, inv: Invocation, node: str, call: str, iid: str) -> None:
+        """The allocator's leases are keyed by instance id (``node`` is the label, for the message)."""
+        held = self.leases.held.get(iid)
         if held is None or held[0] != inv.owner:
-            self.violation("lease", f"invocation {inv.owner} called {call} on {node} without holding its lease "
-                           f"(held by {held[0] if held else 'nobody'})")
+            self.violation("lease", f"invocation {inv.owner} called {call} on {node} ({iid}) without holding its "
+                           f"lease (held by {held[0] if held else 'nobody'})")
         elif self.clock_inv.now() > held[1]:
-            self.violation("lease", f"invocation {inv.owner} called {call} on {node} "
+            self.violation("lease", f"invocation {inv.owner} called {call} on {node} ({iid}) "
                            f"{self.clock_inv.now() - held[1]:.0f}s after its lease expired")
 
     def check_release(self, node: str, kw: dict[str, Any]) -> None:
@@ -918,9 +958,7 @@ class World:
         if k in ("pods-add", "churn"):
             if a is None or a.gone:
                 return
-            for _ in range(x["n"]):
-                a.rt.started += 1
-                a.rt.adding[f"{a.name}-p{a.rt.started}"] = None
+            self.add_pods(a, x["n"], "p")
             if k == "churn":
                 self._delete(a, max(1, x["n"] - 1), oldest=False)
         elif k == "pods-del":
@@ -992,6 +1030,8 @@ class World:
                 with a.guard():
                     if a.cni_call("ADD", cid).get("ok"):
                         self.fault("cni-interrupted")
+        elif k in HOSTILE_KINDS:
+            self._hostile_node(k, x)
         elif k == "cni-gc":
             self._gc(a)
         elif k == "cni-hostile":
@@ -1002,6 +1042,49 @@ class World:
             self._window(k, True, x["dur"])
         else:
             raise ValueError(f"unknown event kind {k}")
+
+    def add_pods(self, a: SimAgent, n: int, tag: str) -> None:
+        for _ in range(n):
+            a.rt.started += 1
+            cid = f"{a.name}-{tag}{a.rt.started}"
+            a.rt.adding[cid] = None
+            a.rt.asked[cid] = self.now()
+
+    def delete_pods(self, a: SimAgent, n: int) -> None:
+        self._delete(a, n)
+
+    def _hostile_node(self, k: str, x: dict[str, Any]) -> None:
+        """Issue 12's hostile nodes (:mod:`sim.dst.hostile`); ``node`` "" is the outsider."""
+        sender = self.agents.get(x.get("node", ""))
+        if sender is not None and sender.gone:
+            return
+        if k == "churner":
+            try:
+                c = hostile.Churner(self, x["itype"], x["period"], self.now() + x["dur"])
+            except Ec2Error:  # the subnet is full: the rogue instance launches later
+                self.fault("churner:no-room")
+                left = {**x, "dur": x["dur"] - 10.0}
+                if left["dur"] > 0:
+                    self.loop.call_later(10.0, lambda: self._hostile_node(k, left))
+                return
+            self.churners.append(c)
+            self.fault("churner")
+            c.step()
+            return
+        if k == "name-spray":
+            if sender is not None:
+                hostile.name_spray(self, sender, x["n"])
+            return
+        victim = self.agents.get(x["victim"])
+        if victim is None:
+            return
+        if k == "forged-release":
+            hostile.forged_release(self, sender, victim, x["identity"])
+        else:
+            hostile.seq_poison(self, sender, victim, x["identity"])
+        if x.get("repeat", 0) > 0:
+            again = {**x, "repeat": x["repeat"] - 1}
+            self.loop.call_later(7.0, lambda: self._hostile_node(k, again))
 
     def _join_later(self, name: str, itype: str) -> None:
         """The replacement instance launches (its auto scaling group retries while the subnet is full)."""
@@ -1047,6 +1130,7 @@ class World:
             rt.deleting[cid] = None
         for cid in list(rt.adding)[: max(0, n - len(rt.up))]:
             del rt.adding[cid]
+            rt.asked.pop(cid, None)
             rt.deleting[cid] = None
 
     def _restart(self, a: SimAgent) -> None:

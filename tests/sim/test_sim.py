@@ -399,3 +399,100 @@ def test_a_seed_replays_exactly_in_another_process() -> None:
         for h in ("1", "2")
     }
     assert len(outs) == 1, outs
+
+
+# --- the harness reads what the allocator keys by instance id (issue 12) -----------------------
+
+
+def test_seed_71_a_call_on_a_node_terminated_under_it_is_checked_against_its_lease() -> None:
+    """Seed 71: a termination armed for the allocator's first call on n1 detaches n1's ENIs
+    before the lease check; the check then found no instance for the call and looked the lease
+    up by name (``held by nobody``). The call's instance is now read before the termination.
+    Failed before the fix with ``lease: invocation inv-71-21 ... (held by nobody)``."""
+    r = run_seed(71, shrink=False)
+    assert not r.violations, r.violations
+    assert r.faults.get("terminate")
+
+
+def _lease_under_the_name(w: Any) -> None:
+    """A broken allocator: leases keyed by the node's name, not its instance id."""
+    claim, release = w.leases.claim, w.leases.release
+    name_of = {a.iid: a.name for a in w.agents.values()}
+    w.leases.claim = lambda c, key, owner, now, ttl: claim(c, name_of.get(key, key), owner, now, ttl)
+    w.leases.release = lambda c, key, owner: release(c, name_of.get(key, key), owner)
+
+
+def test_leases_are_checked_by_instance_id() -> None:
+    _, r = _first_failure(range(0, 5), _lease_under_the_name)
+    assert r.violations[0]["invariant"] == "lease" and "held by nobody" in r.violations[0]["detail"]
+
+
+def _early_release(w: Any) -> None:
+    """A broken allocator: gives its lease back right after claiming it, before any EC2 call."""
+    claim = w.leases.claim
+
+    def claim_and_drop(c: str, key: str, owner: str, now: float, ttl: float) -> bool:
+        ok = claim(c, key, owner, now, ttl)
+        if ok:
+            w.leases.release(c, key, owner)
+        return bool(ok)
+
+    w.leases.claim = claim_and_drop
+
+
+def test_every_mutating_call_of_the_allocator_is_lease_checked() -> None:
+    """Each kind of mutating call the allocator makes is attributed to an instance and checked
+    (Create/Delete of a detached ENI included, by the ENI's instance-id tag; CreateTags by the
+    ENI it tags): with leases dropped early, the first call is caught."""
+    _, r = _first_failure(range(0, 3), _early_release)
+    v = r.violations[0]
+    # a node's first call is the first-contact CreateTags on its primary ENI (TagPrimaryEni)
+    assert v["invariant"] == "lease" and " called create_tags on " in v["detail"], v
+    w = world.World(plan_for(0))
+    eni = next(iter(w.emu.enis.values()))
+    iid = eni.attachment.instance_id
+    for kw in ({"InstanceId": iid}, {"NetworkInterfaceId": eni.id}, {"Resources": [eni.id]},
+               {"AttachmentId": eni.attachment.id},
+               {"TagSpecifications": [{"ResourceType": "network-interface",
+                                       "Tags": [{"Key": world.names.TAG_INSTANCE_ID, "Value": iid}]}]}):
+        assert w.iid_of_call(kw) == iid, kw
+
+
+def test_the_sims_agents_sign_and_the_allocator_verifies() -> None:
+    """Agents send the signed identity IMDS serves; the allocator verifies it (fail-closed, not
+    ``off``): a report whose identity is another instance's is refused and dead-lettered."""
+    from functions.identity import verify_report_identity
+    from warmpool.messages import parse_report
+
+    w = world.World(plan_for(0, keep=[]))
+    assert w.settings.identity_verification == "required" and w.allocator.trusted is not None
+    sent: list[str] = []
+    real = w.send_report
+    w.send_report = lambda a, body: (sent.append(body), real(a, body))[1]  # type: ignore[method-assign]
+    w.loop.every(world.ESM_EVERY_S, w.esm_tick, start=world.T0 + 0.5)
+    w.loop.run_until(world.T0 + 60, stop=w._after)
+    assert sent
+    for body in sent:
+        rep = parse_report(body)
+        assert rep.identity is not None
+        ok = verify_report_identity(rep, w.allocator.trusted, account=w.settings.account, region=w.settings.region)
+        assert getattr(ok, "instance_id", None) == rep.instance_id, ok
+    assert all(w.ledger_row(a) is not None for a in w.agents.values())  # rows by instance id
+
+
+def _identity_of_another(w: Any) -> None:
+    """A broken agent: n0 signs its reports with n1's identity document."""
+    import functools
+
+    a, other = w.agents["n0"], w.agents["n1"]
+
+    def change(x: Any) -> None:
+        if x is a:
+            x.ctl.signed_identity = functools.partial(w.signer_imds.identity, other.iid)
+
+    _on_every_agent(w, change)
+
+
+def test_a_report_with_another_instances_identity_is_refused() -> None:
+    _, r = _first_failure(range(0, 5), _identity_of_another)
+    assert r.violations[0]["invariant"] in ("report-dead-lettered", "report-unserved", "not-settled"), r.violations
