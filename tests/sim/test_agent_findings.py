@@ -19,6 +19,10 @@ HARNESS_KINDS = ("cni-gc-leak", "cni-host-touched")
 SEEDS = {
     "A: IMDS lag, released then re-assigned": [197, 225, 920, 1547, 1553],
     "B: a late released result": [937, 1325, 1831],
+    # The hostile review's findings, which the 10,000-seed run had also hit (each seed fails
+    # with the fix reverted): an outdated hand-back taken (1), a take-back trusting a lagging IMDS (3).
+    "review 1: a hand-back older than a later offer": [5859],
+    "review 3: take-back within the IMDS lag": [4672],
 }
 
 
