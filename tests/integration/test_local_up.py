@@ -243,7 +243,14 @@ def test_a_forged_report_through_local_up_is_refused_to_the_dlq_and_changes_noth
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and sum(len(v) for v in _secondaries(s, victim).values()) < 5:
                 time.sleep(0.1)
-            held = _secondaries(s, victim)
+            # Let the genuine report's allocation finish (a second ENI may still be attaching)
+            # before taking the snapshot the forged report must not change.
+            held, still = _secondaries(s, victim), time.monotonic()
+            while time.monotonic() < deadline + 10 and time.monotonic() - still < 2.0:
+                time.sleep(0.2)
+                now_held = _secondaries(s, victim)
+                if now_held != held:
+                    held, still = now_held, time.monotonic()
             offered = [{"eni_id": k, "ips": sorted(v), "quarantined_at": time.time()} for k, v in held.items() if v]
             assert offered, held
             # The forger: the victim's instance id, the victim's addresses offered, its own identity.
