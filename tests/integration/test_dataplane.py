@@ -9,6 +9,7 @@ NodePort-style DNAT to a pod on a secondary ENI answered through the ENI it came
 from __future__ import annotations
 
 import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -202,7 +203,12 @@ def test_kernel_settings_and_mtus(lab: Lab) -> None:
     assert state["net.ipv4.ip_forward"] == "1" and state["net.ipv4.conf.eth0.rp_filter"] == "2"
     assert state["primary_mtu"] == 8000
     assert ip_json(node.ns, "link", "show", "eth0")[0]["mtu"] == 8000
-    with Netlink.open(node.ns) as nl:
-        pod = node.pods[0]
-        setup_pod(nl, pod.ns, "eth0", "mtu-pod", pod.ip, 254, settings.pod_mtu)
-    assert ip_json(pod.ns, "link", "show", "eth0")[0]["mtu"] == 1400
+    # A new pod namespace: set-up refuses to replace an eth0 it did not make (issue 11, defect 5).
+    pod_ns = f"{node.ns}m"
+    subprocess.run(["ip", "netns", "add", pod_ns], check=True)
+    try:
+        with Netlink.open(node.ns) as nl:
+            setup_pod(nl, pod_ns, "eth0", "mtu-pod", "10.99.0.7", 254, settings.pod_mtu)
+        assert ip_json(pod_ns, "link", "show", "eth0")[0]["mtu"] == 1400
+    finally:
+        subprocess.run(["ip", "netns", "del", pod_ns], check=False)
