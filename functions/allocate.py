@@ -39,6 +39,15 @@ def allocator(context: Any) -> Allocator:
         return _allocator
 
 
+def cold_start() -> None:
+    """A new execution environment: the next invocation builds the allocator from the
+    environment again (the local stack calls this when it starts, so a stack never
+    inherits clients bound to an earlier stack's endpoint in the same process)."""
+    global _allocator
+    with _lock:
+        _allocator = None
+
+
 def deadline_of(context: Any, clock: Clock) -> float | None:
     """The invocation's deadline in the allocator's clock: now plus the
     Lambda's remaining time (None when the context does not say)."""

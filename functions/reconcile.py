@@ -23,6 +23,13 @@ def build(settings: Settings) -> Reconciler:
     return Reconciler(**aws.ports(settings))
 
 
+def cold_start() -> None:
+    """A new execution environment (see ``functions.allocate.cold_start``)."""
+    global _reconciler
+    with _lock:
+        _reconciler = None
+
+
 def reconciler(context: Any) -> Reconciler:
     global _reconciler
     with _lock:

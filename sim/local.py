@@ -187,10 +187,16 @@ def _json(start_response: StartResponse, status: int, body: Any) -> list[bytes]:
 def _import_handler(dotted: str) -> Callable[..., Any] | None:
     module, _, attr = dotted.rpartition(".")
     try:
-        fn = getattr(importlib.import_module(module), attr)
+        mod = importlib.import_module(module)
+        fn = getattr(mod, attr)
     except Exception as e:  # the functions are optional here: say why and keep serving
         print(f"warmpool local: {dotted} not loaded ({type(e).__name__}: {e}); serving without it", file=sys.stderr)
         return None
+    # Each stack is a new deployment: its first invocation is a cold start, never a warm
+    # container holding clients of an earlier stack in this process (its endpoint is gone).
+    reset = getattr(mod, "cold_start", None)
+    if callable(reset):
+        reset()
     return fn if callable(fn) else None
 
 

@@ -268,3 +268,20 @@ def test_a_forged_report_through_local_up_is_refused_to_the_dlq_and_changes_noth
             assert sqs.get_queue_url(QueueName=names.result_queue("fgt", victim))["QueueUrl"]  # made by the allocator
     finally:
         allocate._allocator = None
+
+
+def test_a_second_stack_in_one_process_cold_starts_its_functions() -> None:
+    """The allocate handler keeps its allocator across invocations (a warm container).
+    A later stack in the same process (tests, the demo after a test) must not reuse
+    one bound to the first stack's endpoint, which is gone: its reports would never
+    be served (seen as the runtime tier's empty warm pool after other tests)."""
+    from functions import allocate
+
+    with LocalStack(cluster="cs1", batch_size=10, batching_window_s=0, reconcile_every_s=3600):
+        old = allocate.allocator(None)  # warm, bound to this stack
+        assert old is allocate.allocator(None)
+    with LocalStack(cluster="cs2", batch_size=10, batching_window_s=0, reconcile_every_s=3600) as s2:
+        fresh = allocate.allocator(None)
+        assert fresh is not old and fresh.cluster == "cs2"
+        assert s2.outputs["cluster"] == "cs2"
+    allocate.cold_start()
