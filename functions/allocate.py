@@ -46,6 +46,7 @@ def cold_start() -> None:
     global _allocator
     with _lock:
         _allocator = None
+    aws.reset()  # the boto3 clients too: they hold the endpoint they were made for
 
 
 def deadline_of(context: Any, clock: Clock) -> float | None:

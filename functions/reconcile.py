@@ -28,6 +28,7 @@ def cold_start() -> None:
     global _reconciler
     with _lock:
         _reconciler = None
+    aws.reset()
 
 
 def reconciler(context: Any) -> Reconciler:

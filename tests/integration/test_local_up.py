@@ -283,5 +283,7 @@ def test_a_second_stack_in_one_process_cold_starts_its_functions() -> None:
     with LocalStack(cluster="cs2", batch_size=10, batching_window_s=0, reconcile_every_s=3600) as s2:
         fresh = allocate.allocator(None)
         assert fresh is not old and fresh.cluster == "cs2"
+        # and its EC2 client speaks to this stack, not the first one's closed port
+        assert fresh.ec2.api.meta.endpoint_url == s2.outputs["endpoint"]
         assert s2.outputs["cluster"] == "cs2"
     allocate.cold_start()
