@@ -22,6 +22,7 @@ Per batch (DESIGN.md, issue 4):
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import math
 import uuid
@@ -62,8 +63,16 @@ from warmpool.messages import (
     ReleaseOffer,
     parse_report,
 )
-from warmpool.planner import DeleteEni, Plan, Reclaim, TagPrimaryEni, UnassignAddresses, plan_node
-from warmpool.ports import BucketStore, Ec2Api, LeaseStore, Ledger, LedgerUnread, SqsApi
+from warmpool.planner import (
+    DeleteEni,
+    Plan,
+    Reclaim,
+    TagPrimaryEni,
+    UnassignAddresses,
+    node_max_pods,
+    plan_node,
+)
+from warmpool.ports import BucketStore, Ec2Api, FlipStore, LeaseStore, Ledger, LedgerUnread, SqsApi
 from warmpool.scheduling import coalesce, priority_key
 
 log = logging.getLogger(__name__)
@@ -76,6 +85,30 @@ M_LEDGER_UNREAD = "LedgerRowsUnread"
 M_DESCRIBE_THROTTLED = "DescribeThrottledBatches"
 M_IDENTITY_UNVERIFIED = "ReportsIdentityUnverified"
 M_RESULT_QUEUES_CREATED = "ResultQueuesCreated"
+M_FLIPS_UNSHARED = "FlipHistoriesUnshared"
+
+
+def secure_transport_policy(settings: Settings, queue_name: str) -> str | None:
+    """The queue policy the stack's own queues have (``enforce_ssl``): deny every SQS action
+    over plain HTTP. For the result queues the allocator creates; their ARN is built from the
+    reports queue's account and the region. None when the account is unknown (no reports URL)."""
+    parts = settings.reports_queue_url.rstrip("/").split("/")
+    account = parts[-2] if len(parts) >= 2 else ""
+    if not (len(account) == 12 and account.isdigit()):
+        return None
+    region = settings.region
+    partition = "aws-cn" if region.startswith("cn-") else "aws-us-gov" if region.startswith("us-gov-") else "aws"
+    return json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Sid": "DenyInsecureTransport",
+            "Effect": "Deny",
+            "Principal": {"AWS": "*"},
+            "Action": "sqs:*",
+            "Resource": f"arn:{partition}:sqs:{region}:{account}:{queue_name}",
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        }],
+    })
 M_FAIR_SHARE_DEFERRED = "FairShareDeferred"
 M_NODES_DAMPED = "NodesDamped"
 M_RELEASES_HELD = "ReleasesHeld"
@@ -192,6 +225,7 @@ class Allocator:
         settings: Settings,
         mapper: Mapper[Any, Any] | None = None,
         tally: Tally | None = None,
+        flips: FlipStore | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -210,6 +244,8 @@ class Allocator:
             settings.bucket_spec, window_s=settings.fair_window_s, flip_limit=settings.flip_limit,
             flip_window_s=settings.flip_window_s, damp_s=settings.damp_s,
         )
+        self.flips = flips
+        """Shared flip histories (``DynamoFlips`` in production); None: this container's only."""
 
     def _key(self, report: PoolReport) -> str:
         """Ledger rows, leases, seqs, coalescing and result queues are keyed by
@@ -487,6 +523,7 @@ class Allocator:
                     raise
                 except AwsError as err:
                     limits[f.instance_type] = err
+        self._load_flips([f.instance_id for f in found])
         # --- decisions ---
         owners: dict[str, str] = {}
         jobs: list[NodeJob] = []
@@ -514,14 +551,37 @@ class Allocator:
             if isinstance(lim, AwsError):
                 self._reject(rec, r, "unknown-instance-type", out, str(lim))
                 continue
-            plan = plan_node(r, f.inventory(self.cluster), lim, subnets, cluster=self.cluster)
+            ceiling = node_max_pods(r, lim, self.settings.max_pods)
+            plan = plan_node(r, f.inventory(self.cluster), lim, subnets, cluster=self.cluster, max_pods=ceiling)
             self._flip(r, plan)
             plan = self._release_rules(r, f, plan)
-            jobs.append(NodeJob(r, f, lim, plan, rec.message_id, rec.body))
+            jobs.append(NodeJob(r, f, lim, plan, rec.message_id, rec.body, max_pods=ceiling))
             if plan.delta.low:
                 self.tally.add(names.M_NODES_IN_DEFICIT)
+        self._save_flips()
         jobs.sort(key=lambda j: priority_key(j.report, j.plan.delta))
         return jobs
+
+    def _load_flips(self, instance_ids: list[str]) -> None:
+        """The batch's instances' shared flip histories, before any flip of this batch is counted."""
+        if self.flips is None or not instance_ids:
+            return
+        try:
+            self.fair.hydrate(self.flips.load(self.cluster, instance_ids))
+        except (AwsError, ClientError) as err:  # this container's view still damps what it saw
+            self.tally.add(M_FLIPS_UNSHARED)
+            log.warning("flip histories not read", extra={"error": str(err)[:200]})
+
+    def _save_flips(self) -> None:
+        changed = self.fair.take_dirty()
+        if self.flips is None:
+            return
+        for iid, st in sorted(changed.items()):
+            try:
+                self.flips.save(self.cluster, iid, st, self.fair.expires_at(st))
+            except (AwsError, ClientError) as err:
+                self.tally.add(M_FLIPS_UNSHARED)
+                log.warning("flip history not saved", extra={"instance_id": iid, "error": str(err)[:200]})
 
     def _flip(self, r: PoolReport, plan: Plan) -> None:
         """Count what the node asks for, whatever the rules then let happen:
@@ -545,9 +605,12 @@ class Allocator:
         its result queue (agents may not create queues, so their number is
         bounded by the cluster's instances; CreateQueue is idempotent)."""
         name = self.settings.result_queue_name(instance_id)
+        policy = secure_transport_policy(self.settings, name)
         try:
-            self.delivery.sqs.create_queue(QueueName=name)
+            self.delivery.sqs.create_queue(QueueName=name, Attributes={"Policy": policy} if policy else {})
         except ClientError as err:  # the push then counts the missing queue; the agent keeps looking
+            if err.response.get("Error", {}).get("Code") in ("QueueAlreadyExists", "QueueNameExists"):
+                return  # made earlier with other attributes (before the policy): it is there
             log.warning("result queue not created", extra={"instance_id": instance_id, "error": str(err)[:200]})
             return
         self.tally.add(M_RESULT_QUEUES_CREATED)
@@ -739,9 +802,10 @@ class Allocator:
                 self.leases.release(self.cluster, self._key(j.report), owner)
                 continue
             plan = self._release_rules(
-                j.report, f, plan_node(j.report, f.inventory(self.cluster), j.limits, subnets, cluster=self.cluster)
+                j.report, f, plan_node(j.report, f.inventory(self.cluster), j.limits, subnets, cluster=self.cluster,
+                                       max_pods=j.max_pods)
             )
-            nj = NodeJob(j.report, f, j.limits, plan, j.record_id, j.body)
+            nj = NodeJob(j.report, f, j.limits, plan, j.record_id, j.body, max_pods=j.max_pods)
             paid = j.plan.tokens()
             extra = {a: n - paid.get(a, 0) for a, n in plan.tokens().items() if n > paid.get(a, 0)}
             wait = self.buckets.take_batch([extra], self.clock.now())[0] if extra else 0.0

@@ -15,7 +15,7 @@ import boto3
 from botocore.config import Config
 
 from functions.settings import Settings
-from functions.stores import DynamoBuckets, DynamoLeases, DynamoLedger
+from functions.stores import DynamoBuckets, DynamoFlips, DynamoLeases, DynamoLedger
 from warmpool.clock import RealClock
 
 RETRIES = Config(retries={"max_attempts": 2, "mode": "standard"}, max_pool_connections=32)
@@ -60,6 +60,7 @@ def ports(settings: Settings) -> dict[str, Any]:
         "buckets": DynamoBuckets(db, settings.buckets_table, settings.bucket_spec, settings.account, settings.region),
         "ledger": DynamoLedger(db, settings.ledger_table, settings.ledger_ttl_s),
         "leases": DynamoLeases(db, settings.ledger_table),
+        "flips": DynamoFlips(db, settings.ledger_table),
         "clock": RealClock(),
         "settings": settings,
     }

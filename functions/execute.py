@@ -86,6 +86,8 @@ class NodeJob:
     plan: Plan
     record_id: str = ""
     body: str = ""
+    max_pods: int = 0
+    """The node's ceiling (``warmpool.planner.node_max_pods``); re-plans keep it."""
 
 
 @dataclass
@@ -174,6 +176,7 @@ class PlanExecutor:
                 plan = plan_node(
                     rep, facts.inventory(self.cluster), job.limits, subnets,
                     cluster=self.cluster, exclude_subnets=frozenset(exclude), force_mode=force,
+                    max_pods=job.max_pods,
                 )
                 log.info("re-planned", extra={"node": rep.node, "seq": rep.seq, "why": rp.why, "calls": len(plan.calls)})
                 if plan.calls:

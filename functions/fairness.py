@@ -19,7 +19,11 @@ concurrency of N containers a node gets at most N shares, still a bound):
   times within ``flip_window_s`` (whatever the rules then let happen) is damped for ``damp_s``:
   its release offers are taken back (no Unassign/Detach/Delete), so the cycle
   stops; counted (``NodesDamped``) and logged. An honest agent flips at most
-  about once per release delay (a minute by default).
+  about once per release delay (a minute by default). The flip histories are
+  shared by every container through a :class:`warmpool.ports.FlipStore` (the
+  allocator loads the batch's instances before planning and saves what
+  changed): reports of one node spread over containers, or a cold start,
+  neither hide a flip nor end a damping.
 
 Pure bookkeeping over an injected clock's times: no I/O.
 """
@@ -29,9 +33,10 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Container, Mapping, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from warmpool.buckets import BucketSpec
+from warmpool.ports import FlipState
 
 
 @dataclass
@@ -42,9 +47,8 @@ class FairShare:
     flip_window_s: float = 120.0
     damp_s: float = 600.0
     _spent: dict[str, deque[tuple[float, dict[str, int]]]] = field(default_factory=dict)
-    _last_kind: dict[str, str] = field(default_factory=dict)
-    _flips: dict[str, deque[float]] = field(default_factory=dict)
-    _damped_until: dict[str, float] = field(default_factory=dict)
+    _flips: dict[str, FlipState] = field(default_factory=dict)
+    _dirty: set[str] = field(default_factory=set)
 
     @property
     def enabled(self) -> bool:
@@ -111,23 +115,41 @@ class FairShare:
     # --- flips -------------------------------------------------------------------
 
     def damped(self, instance_id: str, now: float) -> bool:
-        return self._damped_until.get(instance_id, -math.inf) > now
+        st = self._flips.get(instance_id)
+        return st is not None and st.damped_until > now
+
+    def hydrate(self, states: Mapping[str, FlipState]) -> None:
+        """The shared histories of a batch's instances (they replace what this container had)."""
+        for iid, st in states.items():
+            if iid not in self._dirty:
+                self._flips[iid] = st
+
+    def take_dirty(self) -> dict[str, FlipState]:
+        """The histories changed since the last call (to save)."""
+        out = {i: self._flips[i] for i in self._dirty if i in self._flips}
+        self._dirty.clear()
+        return out
+
+    def expires_at(self, state: FlipState) -> float:
+        """When a history no longer matters: damping over and its flips out of the window."""
+        return max(state.damped_until, max(state.flips, default=0.0) + self.flip_window_s)
 
     def asked(self, instance_id: str, kind: str, now: float) -> bool:
         """Record a planned kind (``allocate``/``release``); True when this
         flip makes the instance damped (newly)."""
         if self.flip_limit <= 0 or kind not in ("allocate", "release"):
             return False
-        last = self._last_kind.get(instance_id)
-        self._last_kind[instance_id] = kind
-        if last is None or last == kind:
+        st = self._flips.get(instance_id, FlipState())
+        last = st.last_kind
+        if last == kind:
             return False
-        flips = self._flips.setdefault(instance_id, deque())
-        flips.append(now)
-        while flips and flips[0] <= now - self.flip_window_s:
-            flips.popleft()
+        self._dirty.add(instance_id)
+        if not last:
+            self._flips[instance_id] = replace(st, last_kind=kind)
+            return False
+        flips = tuple(t for t in (*st.flips, now) if t > now - self.flip_window_s)
         if len(flips) >= self.flip_limit and not self.damped(instance_id, now):
-            self._damped_until[instance_id] = now + self.damp_s
-            flips.clear()
+            self._flips[instance_id] = FlipState(kind, (), now + self.damp_s)
             return True
+        self._flips[instance_id] = FlipState(kind, flips, st.damped_until)
         return False

@@ -20,7 +20,9 @@ _lock = threading.Lock()
 
 
 def build(settings: Settings) -> Reconciler:
-    return Reconciler(**aws.ports(settings))
+    ports = aws.ports(settings)
+    ports.pop("flips")  # the allocator's only
+    return Reconciler(**ports)
 
 
 def cold_start() -> None:

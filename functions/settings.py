@@ -107,6 +107,11 @@ class Settings(BaseSettings):
     per the offer's ``quarantined_at``) for at least this long, whatever the agent does."""
     min_eni_age_s: float = Field(default=60.0, ge=0, alias="WARMPOOL_MIN_ENI_AGE_S")
     """The allocator deletes no ENI younger than this (its ``createdAt`` tag), whatever the agent does."""
+    max_pods: int = Field(default=0, ge=0, le=names.MAX_PODS_OVERRIDE, alias=names.ENV_MAX_PODS)
+    """The kubelet's ``--max-pods`` on the cluster's nodes; 0 (the default) = the VPC CNI's
+    formula per instance type and mode (``warmpool max-pods``). No node is planned more
+    addresses than this, whatever its report asks for (``warmpool.planner.node_max_pods``).
+    Set it, on the agents too, where the kubelets run a custom ``--max-pods``."""
     identity_verification: IdentityVerification = Field(default="required", alias="WARMPOOL_IDENTITY_VERIFICATION")
     """``required`` (the default): every report's signed identity is verified
     against ``identity_certificates`` and a report that fails goes to the DLQ;

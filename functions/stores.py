@@ -29,7 +29,7 @@ from functions.tokens import allot
 from warmpool import names
 from warmpool.buckets import BucketSpec, BucketState, full, on_throttled, time_until
 from warmpool.buckets import try_take as take_tokens
-from warmpool.ports import LedgerUnread
+from warmpool.ports import FlipState, LedgerUnread
 
 MAX_CONFLICT_RETRIES = 8
 
@@ -347,6 +347,52 @@ class DynamoLedger:
                 "updated_at": _f(it, "updated_at"),
             }
         return out
+
+
+class DynamoFlips:
+    """Flip histories in the ledger table, beside each instance's ledger row (same
+    partition key, sort key ``flips``; ``entries`` and ``forget`` see only ``ledger``
+    rows), expiring through the table's TTL."""
+
+    SK = "flips"
+
+    def __init__(self, db: DynamoApi, table: str) -> None:
+        self._db = db
+        self._table = table
+
+    def _key(self, cluster: str, iid: str) -> dict[str, Any]:
+        return {names.LEDGER_PK: {"S": _node_pk(cluster, iid)}, names.LEDGER_SK: {"S": self.SK}}
+
+    def load(self, cluster: str, instance_ids: Sequence[str]) -> dict[str, FlipState]:
+        uniq = sorted(set(instance_ids))
+        if not uniq:
+            return {}
+        try:
+            items = _batch_get(self._db, self._table, [self._key(cluster, i) for i in uniq], None)
+        except UnreadKeys as err:  # best effort: what was read
+            items = err.items
+        prefix = f"node#{cluster}#"
+        out: dict[str, FlipState] = {}
+        for it in items:
+            try:
+                flips = tuple(float(x) for x in json.loads(_s(it, "flips", "[]")))
+            except (ValueError, TypeError):
+                flips = ()
+            out[_s(it, names.LEDGER_PK)[len(prefix):]] = FlipState(
+                _s(it, "last_kind"), flips, _f(it, "damped_until"))
+        return out
+
+    def save(self, cluster: str, instance_id: str, state: FlipState, expires_at: float) -> None:
+        self._db.put_item(
+            TableName=self._table,
+            Item={
+                **self._key(cluster, instance_id),
+                "last_kind": {"S": state.last_kind},
+                "flips": {"S": json.dumps(list(state.flips))},
+                "damped_until": _n(state.damped_until),
+                names.LEDGER_TTL: _n(math.ceil(expires_at)),
+            },
+        )
 
 
 # --- leases -------------------------------------------------------------------

@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from warmpool import names
+
 # Longest instance id (i- + 17 hex) must still fit SQS's 80-character queue names:
 # "warmpool-" (9) + cluster + "-result-" (8) + 19 <= 80.
 MAX_CLUSTER_LEN = 44
@@ -87,6 +89,7 @@ CONTEXT_KEYS = (
     "identity_certificate",
     "identity_certificates_by_region",
     "primary_eni_tagging",
+    "max_pods",
 )
 
 
@@ -129,6 +132,11 @@ class StackConfig(BaseModel):
     reconcile_timeout_s: int = Field(default=120, ge=10, le=900)
     reconcile_every_min: int = Field(default=1, ge=1, le=60)
     gc_age_s: int = Field(default=300, ge=60, le=86_400)
+    max_pods: int = Field(
+        default=0, ge=0, le=names.MAX_PODS_OVERRIDE,
+        description="the kubelets' --max-pods when custom; 0 = the VPC CNI formula per instance type. No node "
+                    "is given more addresses than this, whatever it reports (set WARMPOOL_MAX_PODS on the agents too)",
+    )
     agent_identity: AgentIdentity = "pod-identity"
     agent_namespace: str = "kube-system"
     agent_service_account: str = "warmpool-agent"

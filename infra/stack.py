@@ -129,6 +129,7 @@ class WarmpoolStack(Stack):
             names.ENV_SECURITY_GROUPS: ",".join(cfg.security_group_ids),
             names.ENV_IDENTITY_MODE: cfg.identity_mode,
             names.ENV_GC_AGE_S: str(cfg.gc_age_s),
+            names.ENV_MAX_PODS: str(cfg.max_pods),
             names.ENV_IDENTITY_CERTIFICATES: self._identity_certificates(),
             "WARMPOOL_ACCOUNT": Aws.ACCOUNT_ID,
             "POWERTOOLS_METRICS_NAMESPACE": names.METRICS_NAMESPACE,

@@ -206,6 +206,7 @@ def load(env: Mapping[str, str]) -> AgentConfig:
         warm_prefix=_int(env, "WARM_PREFIX_TARGET", 0),
         max_eni=_int(env, "MAX_ENI", 0, hi=32),
         prefix_mode=_bool(env, "ENABLE_PREFIX_DELEGATION", False),
+        max_pods=_int(env, names.ENV_MAX_PODS, 0, hi=names.MAX_PODS_OVERRIDE),
     )
     heartbeat = _float(env, names.AGENT_ENV_HEARTBEAT_S, 60.0, lo=1.0)
     timing = Timing(

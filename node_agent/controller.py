@@ -17,7 +17,7 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple, Protocol
 
 from pydantic import ValidationError
@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from node_agent.config import Timing
 from node_agent.datastore import Datastore, EniInfo
 from warmpool import messages
-from warmpool.limits import InstanceLimits
+from warmpool.limits import InstanceLimits, pod_ceiling
 from warmpool.messages import (
     AllocationResult,
     Assigned,
@@ -112,6 +112,8 @@ class PoolController:
         in-process agents: ``sim.imds.Imds.identity``). Every report carries it: the
         allocator refuses reports without one."""
         self.limits = limits
+        if pool.max_pods == 0:  # the allocator's ceiling too (warmpool.planner.node_max_pods)
+            pool = replace(pool, max_pods=pod_ceiling(limits, prefix=pool.prefix_mode, max_eni=pool.max_eni))
         self.pool = pool
         self.ds = datastore
         self.timing = timing or Timing(cooldown_s=datastore.cooldown_s, pending_ttl_s=datastore.pending_ttl_s)

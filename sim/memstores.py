@@ -14,7 +14,7 @@ from typing import Any
 from functions.tokens import allot
 from warmpool.buckets import BucketSpec, BucketState, full, on_throttled, time_until
 from warmpool.buckets import try_take as take_tokens
-from warmpool.ports import LedgerUnread
+from warmpool.ports import FlipState, LedgerUnread
 
 
 class MemBuckets:
@@ -167,3 +167,19 @@ class MemLeases:
             for k in gone:
                 del self._items[k]
             return len(gone)
+
+
+class MemFlips:
+    """Flip histories shared by the allocator containers of one process (the FlipStore port)."""
+
+    def __init__(self) -> None:
+        self._items: dict[tuple[str, str], FlipState] = {}
+        self._lock = threading.Lock()
+
+    def load(self, cluster: str, instance_ids: Sequence[str]) -> dict[str, FlipState]:
+        with self._lock:
+            return {i: self._items[(cluster, i)] for i in instance_ids if (cluster, i) in self._items}
+
+    def save(self, cluster: str, instance_id: str, state: FlipState, expires_at: float) -> None:
+        with self._lock:
+            self._items[(cluster, instance_id)] = state

@@ -129,3 +129,16 @@ def max_pods(limits: InstanceLimits, prefix: bool = False, max_eni: int | None =
         raise ValueError(f"{limits.instance_type}: vCPU count unknown, needed for the prefix-mode ceiling")
     ceiling = HIGH_CPU_POD_CEILING if limits.vcpus > CEILING_CPU_THRESHOLD else LOW_CPU_POD_CEILING
     return min(value, ceiling)
+
+
+def pod_ceiling(limits: InstanceLimits, *, prefix: bool, max_eni: int | None = None, override: int = 0) -> int:
+    """The most addresses a node's pods can use: ``override`` (the cluster's kubelet ``--max-pods``)
+    when set, else :func:`max_pods` for its type and mode. The agent's pool and the allocator's plans
+    both stop there (issue 12, finding D: a node cannot take a subnet's /28s beyond what its kubelet
+    could run). 0 (no cap) only when the formula needs a vCPU count the table lacks."""
+    if override > 0:
+        return override
+    try:
+        return max_pods(limits, prefix=prefix, max_eni=max_eni or None)
+    except ValueError:
+        return 0

@@ -53,6 +53,8 @@ ENV_BUDGET_FRACTION = "WARMPOOL_BUDGET_FRACTION"
 ENV_ALLOWED_SUBNETS = "WARMPOOL_ALLOWED_SUBNETS"  # comma-separated subnet ids; empty = all tagged
 ENV_SECURITY_GROUPS = "WARMPOOL_SECURITY_GROUPS"  # comma-separated; empty = the node's primary ENI's
 ENV_IDENTITY_MODE = "WARMPOOL_IDENTITY_MODE"  # "none" | "sender-id"
+ENV_MAX_PODS = "WARMPOOL_MAX_PODS"  # the kubelet's --max-pods on every node; 0/unset = the VPC CNI formula per type
+MAX_PODS_OVERRIDE = 1000
 ENV_GC_AGE_S = "WARMPOOL_GC_AGE_S"
 ENV_ENDPOINT_URL = "WARMPOOL_AWS_ENDPOINT_URL"  # local stack only
 ENV_IDENTITY_CERTIFICATES = "WARMPOOL_IDENTITY_CERTIFICATES"  # PEM: who signs instance identity documents

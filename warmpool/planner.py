@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from warmpool.limits import PREFIX_SIZE, InstanceLimits
+from warmpool.limits import PREFIX_SIZE, InstanceLimits, pod_ceiling
 from warmpool.messages import Mode, PoolReport, ReleaseOffer
 from warmpool.pool import PoolConfig, PoolDelta, PoolState, ceiling, compute
 
@@ -230,14 +230,26 @@ def plan_node(
     cluster: str,
     exclude_subnets: frozenset[str] = frozenset(),
     force_mode: Mode | None = None,
+    max_pods: int = 0,
 ) -> Plan:
     """Plan one node. ``subnets`` are the allowed ones (any AZ; filtered here).
 
     ``force_mode="secondary-ip"`` re-plans a prefix-mode node with single
-    addresses (the fallback on ``InsufficientCidrBlocks``).
+    addresses (the fallback on ``InsufficientCidrBlocks``). ``max_pods`` (0 =
+    none) caps what the node may hold, whatever its report asks for
+    (:func:`node_max_pods`): a node cannot take more of a subnet than its
+    kubelet could ever use.
     """
     return _claim_primary(_plan_node(report, inventory, limits, subnets, cluster=cluster,
-                                     exclude_subnets=exclude_subnets, force_mode=force_mode), inventory)
+                                     exclude_subnets=exclude_subnets, force_mode=force_mode,
+                                     max_pods=max_pods), inventory)
+
+
+def node_max_pods(report: PoolReport, limits: InstanceLimits, override: int = 0) -> int:
+    """The ceiling the allocator holds a node to (:func:`warmpool.limits.pod_ceiling`), from what
+    EC2 and the cluster say, never from the report's own numbers (its mode and ``MAX_ENI`` only
+    lower it)."""
+    return pod_ceiling(limits, prefix=report.mode == "prefix", max_eni=report.targets.max_eni, override=override)
 
 
 def _claim_primary(plan: Plan, inventory: Inventory) -> Plan:
@@ -259,10 +271,13 @@ def _plan_node(
     cluster: str,
     exclude_subnets: frozenset[str] = frozenset(),
     force_mode: Mode | None = None,
+    max_pods: int = 0,
 ) -> Plan:
     cfg = PoolConfig.from_report(report)
     if cfg.prefix_mode and not limits.prefix_capable:
-        cfg = PoolConfig(**{**cfg.__dict__, "prefix_mode": False})
+        cfg = replace(cfg, prefix_mode=False)
+    if max_pods > 0:
+        cfg = replace(cfg, max_pods=max_pods)
     state = inventory_state(report, inventory)
     mode: Mode = "prefix" if cfg.prefix_mode else "secondary-ip"
     # Addresses the agent has quarantined and offers back are not usable by
@@ -356,7 +371,7 @@ def _plan_allocation(
     need = math.ceil(delta.short / unit)
     # Room left under the node's ceiling (in addresses, as the node's mode
     # counts them), in units of this allocation. Slots cap each ENI below.
-    room = max(0, ceiling(cfg, limits) - state.total) // unit
+    room = math.ceil(max(0, ceiling(cfg, limits) - state.total) / unit)  # a max-pods ceiling needs its last /28
     slots = limits.slots_per_eni
     calls: list[Call] = []
     notes: list[str] = []

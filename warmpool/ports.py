@@ -12,6 +12,7 @@ suite.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from warmpool.buckets import BucketState
@@ -135,4 +136,29 @@ class LeaseStore(Protocol):
 
     def sweep(self, cluster: str, now: float) -> int:
         """Delete expired leases; how many."""
+        ...
+
+
+@dataclass(frozen=True)
+class FlipState:
+    """One instance's flip history (``functions/fairness.py``): the kind of its last
+    report that asked for something, when it flipped, and until when it is damped."""
+
+    last_kind: str = ""
+    flips: tuple[float, ...] = ()
+    damped_until: float = 0.0
+
+
+class FlipStore(Protocol):
+    """Flip histories shared by every allocator container (issue 12): an instance whose
+    reports land on different containers is still seen flipping, and a cold start
+    forgets no damping."""
+
+    def load(self, cluster: str, instance_ids: Sequence[str]) -> dict[str, FlipState]:
+        """The stored states of those instances that have one (best effort: a row that
+        cannot be read is left out)."""
+        ...
+
+    def save(self, cluster: str, instance_id: str, state: FlipState, expires_at: float) -> None:
+        """Store the state (last writer wins); it may be dropped after ``expires_at``."""
         ...

@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from warmpool import names
+from warmpool.pool import ceiling
 
 if TYPE_CHECKING:
     from sim.dst.world import SimAgent, World
@@ -257,7 +258,7 @@ def at_end(w: World) -> None:
                 w.violation("address-leaked", f"{a.name}: EC2 has {lost[:4]} on {e.id}; the agent does not know them")
         # settled to the targets, where capacity and the subnet allow
         lim = a.ctl.limits
-        cap = lim.capacity(w.plan.prefix_mode, None)
+        cap = ceiling(a.ctl.pool, lim)  # capacity, capped by max pods (the allocator's cap too)
         wanted = len(a.rt.up) + len(a.rt.adding)
         if wanted + max(w.plan.warm_ip, w.plan.minimum_ip) + 16 >= cap or w.faults.get("fragmentation"):
             continue

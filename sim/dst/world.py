@@ -56,7 +56,7 @@ from sim.ec2.errors import Ec2Error
 from sim.esm import EsmConfig, EventSourceMapping
 from sim.iid import IdentitySigner
 from sim.imds import Imds
-from sim.memstores import MemBuckets, MemLeases, MemLedger
+from sim.memstores import MemBuckets, MemFlips, MemLeases, MemLedger
 from sim.sqs import FastSqs
 from warmpool import names
 from warmpool.buckets import DEFAULT_SPECS, MUTATING_ENI_ACTIONS, BucketSpec, spec_for
@@ -684,7 +684,7 @@ class World:
         self.alloc_ec2 = AllocEc2(self)
         self.allocator = Allocator(ec2=self.alloc_ec2, sqs=AllocSqs(self), buckets=self.buckets, ledger=self.ledger,
                                    leases=self.leases, clock=self.clock_inv, settings=self.settings,
-                                   mapper=serial_map)
+                                   mapper=serial_map, flips=MemFlips())
         self._handle_kw = set(inspect.signature(self.allocator.handle_batch).parameters)
         self.reconciler_ec2 = ReconcilerEc2(self)
         self.reconciler = Reconciler(ec2=self.reconciler_ec2, sqs=ReconcilerSqs(self), buckets=self.buckets,

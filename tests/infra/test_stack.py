@@ -96,6 +96,7 @@ def test_function_environment_uses_the_shared_names(synthesized: dict[str, Synth
     assert env[names.ENV_SECURITY_GROUPS] == ""
     assert env[names.ENV_IDENTITY_MODE] == "none"
     assert env[names.ENV_GC_AGE_S] == "300"
+    assert env[names.ENV_MAX_PODS] == "0"  # the VPC CNI formula per type (issue 12, finding D)
     # The lease TTL is derived from the function timeout, which the allocator must know.
     assert env["WARMPOOL_ALLOCATE_TIMEOUT_S"] == str(_function(default, names.ALLOCATE_HANDLER)["Timeout"])
     assert env["WARMPOOL_ACCOUNT"] == "${AWS::AccountId}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 
@@ -127,6 +128,34 @@ def test_the_allocator_creates_a_verified_nodes_result_queue_at_first_contact() 
     assert out.served == 1 and w.tally.get("ResultQueuesCreated") == 1
     (res,) = w.results("n1")  # the queue exists and holds the reply
     assert res.instance_id == iid and w.tally.get("ResultQueueMissing") == 0
+
+
+def test_a_result_queue_the_allocator_creates_refuses_plain_http() -> None:
+    """Issue 12: the queues the allocator creates carry the same deny-without-TLS policy as the
+    stack's own two (``enforce_ssl``), naming the queue's own ARN."""
+    w = World()
+    iid = w.add_node("n1", queue=False)
+    w.deliver([w.report("n1", warm_ip=2, pending=3)])
+    c = w.sqs.client()
+    url = c.get_queue_url(QueueName=names.result_queue("demo", iid))["QueueUrl"]
+    policy = json.loads(c.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])["Attributes"]["Policy"])
+    (st,) = policy["Statement"]
+    account = w.alloc.settings.reports_queue_url.rstrip("/").split("/")[-2]
+    assert st["Effect"] == "Deny" and st["Action"] == "sqs:*" and st["Principal"] == {"AWS": "*"}
+    assert st["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    assert st["Resource"] == f"arn:aws:sqs:{w.alloc.settings.region}:{account}:{names.result_queue('demo', iid)}"
+
+
+def test_a_result_queue_made_before_the_policy_still_counts_as_there() -> None:
+    """A queue an earlier allocator made without the policy: CreateQueue now answers
+    QueueAlreadyExists (other attributes); the reply is still delivered, nothing logged as lost."""
+    w = World()
+    iid = w.add_node("n1", queue=False)
+    w.sqs.client().create_queue(QueueName=names.result_queue("demo", iid))
+    out = w.deliver([w.report("n1", warm_ip=2, pending=3)])
+    assert out.served == 1 and w.tally.get("ResultQueueMissing") == 0
+    (res,) = w.results("n1")
+    assert res.instance_id == iid
 
 
 def test_missing_result_queue_does_not_fail_the_batch() -> None:

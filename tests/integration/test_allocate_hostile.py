@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import json
 
+import boto3
+import pytest
+from moto import mock_aws
+
 from functions.allocator import SEQ_AHEAD_LIMIT
 from tests.integration.test_allocate_world import World
 from warmpool import names
@@ -195,6 +199,47 @@ def test_a_node_flipping_between_fill_and_release_is_damped_and_counted() -> Non
     assert stats.get("DeleteNetworkInterface", {}).get("calls", 0) == 0
     assert stats["CreateNetworkInterface"]["calls"] <= 7  # the first fill only
     assert w.tally.get("ReleasesHeld") > 0
+
+
+def _churn_over_containers(w: World, rounds: int) -> None:
+    """The churn above, its fills landing on one allocator container and its releases on
+    another (the event-source mapping runs several; nothing pins a node's reports to one)."""
+    containers = [w.alloc, w.allocator()]
+    cap = 240
+    for i in range(rounds):
+        c = containers[i % 2]
+        if i % 2 == 0:
+            w.deliver([w.report("churn", warm_ip=cap, warm_eni=0, pending=cap, assigned=0)], alloc=c)
+        else:
+            offers = [{"eni_id": e.id, "ips": list(e.secondary), "quarantined_at": w.clock.now() - 30}
+                      for e in w.enis("churn") if e.secondary]
+            w.deliver([w.report("churn", warm_ip=0, warm_eni=0, assigned=0, release=offers)], alloc=c)
+        w.clock.advance(1.0)
+
+
+@pytest.mark.parametrize("store", ["memory", "dynamodb"])
+def test_a_churning_node_is_damped_though_its_reports_land_on_different_containers(store: str) -> None:
+    """Flip histories are shared (``FlipStore``): each container sees fill, release, fill... only
+    through the shared store. With a history per container (``flips=None``), which is what
+    main had, the same churn is never damped and ENIs are created and deleted in a loop."""
+    def run(shared: bool) -> World:
+        w = World(dynamo=boto3.client("dynamodb", region_name="us-east-1")) if store == "dynamodb" else World()
+        if not shared:
+            w.flips = None
+            w.alloc = w.allocator()
+        w.add_node("churn", "m5.4xlarge")
+        _churn_over_containers(w, 120)
+        return w
+
+    with mock_aws():
+        w = run(shared=True)
+        assert w.tally.get("NodesDamped") == 1
+        assert w.ec2_stats().get("DeleteNetworkInterface", {}).get("calls", 0) == 0
+        assert w.tally.get("FlipHistoriesUnshared") == 0
+    with mock_aws():
+        unshared = run(shared=False)
+        assert unshared.tally.get("NodesDamped") == 0
+        assert unshared.ec2_stats().get("DeleteNetworkInterface", {}).get("calls", 0) > 0
 
 
 def test_the_allocator_holds_releases_of_young_offers_and_young_enis() -> None:

@@ -12,12 +12,12 @@ import boto3
 
 from functions.allocator import Allocator, BatchOutcome, Record, serial_map
 from functions.settings import Settings
-from functions.stores import DynamoBuckets, DynamoLeases, DynamoLedger, create_tables
+from functions.stores import DynamoBuckets, DynamoFlips, DynamoLeases, DynamoLedger, create_tables
 from functions.telemetry import Tally
 from sim.ec2 import Ec2Config, Ec2Emulator
 from sim.iid import IdentitySigner, document_for
 from sim.imds import Imds
-from sim.memstores import MemBuckets, MemLeases, MemLedger
+from sim.memstores import MemBuckets, MemFlips, MemLeases, MemLedger
 from sim.sqs import FastSqs
 from warmpool import names
 from warmpool.buckets import MUTATING_ENI_ACTIONS
@@ -84,11 +84,13 @@ class World:
                                               self.settings.account, self.settings.region)
             self.ledger: Any = DynamoLedger(dynamo, self.settings.ledger_table)
             self.leases: Any = DynamoLeases(dynamo, self.settings.ledger_table)
+            self.flips: Any = DynamoFlips(dynamo, self.settings.ledger_table)
         else:
             self.buckets = MemBuckets(self.settings.bucket_spec, self.settings.account, self.settings.region,
                                       shared=shared_buckets)
             self.ledger = MemLedger()
             self.leases = MemLeases()
+            self.flips = MemFlips()
         self.ec2_client = self.emu.boto3_client(region_name="us-east-1") if boto else self.emu.client()
         self.alloc = self.allocator(mapper=mapper)
         self.nodes: dict[str, str] = {}  # node -> instance id
@@ -99,7 +101,7 @@ class World:
         return Allocator(
             ec2=self.ec2_client, sqs=self.sqs.client(), buckets=self.buckets, ledger=self.ledger,
             leases=self.leases, clock=self.clock, settings=self.settings, mapper=mapper or serial_map,
-            tally=self.tally,
+            tally=self.tally, flips=self.flips,
         )
 
     # --- nodes ---------------------------------------------------------------

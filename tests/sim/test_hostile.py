@@ -121,13 +121,11 @@ def test_the_fairness_figure_holds_in_secondary_ip_mode() -> None:
     assert f["ratio"] is not None and f["ratio"] <= 1.10, f
 
 
-@pytest.mark.xfail(strict=True, reason="finding D (docs/reliability.md): in prefix mode a node with a valid "
-                   "identity gets its instance's whole prefix capacity on its own say-so (pending_demand, "
-                   "assigned and targets are self-reported) and exhausts the subnet's /28s; honest nodes wait")
 def test_the_fairness_figure_holds_in_prefix_mode() -> None:
-    """Seed 94 (prefix mode, three t3.medium): the rogue c5.xlarge asks for its capacity, is
-    damped (its releases are taken back), and holds every free /28 of the /23; n2's pods wait
-    to the end (``not-settled``)."""
+    """Seed 94 (prefix mode, three t3.medium): the rogue c5.xlarge asks for its whole prefix
+    capacity (896 addresses) and is damped (its releases are taken back). Before finding D's fix
+    it held every free /28 of the /23 and n2's pods waited to the end (``not-settled``); now the
+    allocator stops it at its max pods (110: 7 /28s) and the honest nodes' p99 is unchanged."""
     f = runner.fairness([94], jobs=1)
     assert f["violations"] == [], f
     assert f["ratio"] is not None and f["ratio"] <= 1.10, f
@@ -141,3 +139,18 @@ def _never_forget(w: Any) -> None:
 def test_a_terminated_instances_row_left_behind_is_caught() -> None:
     seeds = _seeds(lambda e: e.kind == "terminate", n=4, upto=300)
     _caught(seeds, _never_forget, {"ledger-rows"})
+
+
+def _no_pod_ceiling(w: Any) -> None:
+    """The allocator without finding D's fix: no max-pods ceiling, a node gets what it asks for."""
+    w.allocator.settings = w.allocator.settings.model_copy(update={"max_pods": 10**6})
+
+
+def test_without_the_pod_ceiling_the_churner_starves_seed_94() -> None:
+    """The mutation check of the figure above: the same seed with the ceiling lifted (a cluster
+    max-pods far above any node's capacity) breaks an invariant again."""
+    from sim.dst.runner import fairness_plans, run_plan
+
+    _, churned, _ = fairness_plans(94)
+    violations, _ = run_plan(churned, mutate=_no_pod_ceiling)
+    assert any(inv == "not-settled" for inv, _ in violations), violations

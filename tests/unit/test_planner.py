@@ -8,7 +8,7 @@ import ipaddress
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from warmpool.limits import known
+from warmpool.limits import known, max_pods
 from warmpool.messages import EniReport, PoolReport, ReleaseOffer, Targets
 from warmpool.planner import (
     AssignAddresses,
@@ -20,6 +20,7 @@ from warmpool.planner import (
     Subnet,
     UnassignAddresses,
     client_token,
+    node_max_pods,
     plan_node,
 )
 from warmpool.scheduling import coalesce, priority_key
@@ -369,3 +370,40 @@ def test_prefix_fallback_on_a_node_that_already_holds_prefixes():
     fb = plan(r, inv, force_mode="secondary-ip")
     assert fb.kind == "allocate" and fb.units_planned >= 19
     assert fb.calls[0] == AssignAddresses("eni-00000000", ips=7)
+
+
+BIG = [Subnet("subnet-a", AZ, "10.0.0.0/20", 4000), Subnet("subnet-b", AZ, "10.0.16.0/20", 4000)]
+
+
+def _held_after(p, start: int = 0) -> int:
+    """/28s the node holds once the plan's calls are made."""
+    return start + sum(c.prefixes for c in p.calls if isinstance(c, AssignAddresses | CreateEni))
+
+
+def test_a_node_asking_for_its_whole_prefix_capacity_gets_its_max_pods_only():
+    """Issue 12, finding D: the report's own numbers (pending pods, assigned) never take a
+    node past what its kubelet can run. c5.xlarge in prefix mode: 110 pods by the VPC CNI's
+    formula, so 7 /28s (112 addresses), not its 56 slots' 896 addresses."""
+    r, inv = rep([eni(0, 0)], mode="prefix", itype="c5.xlarge", pending=896, warm_eni=0)
+    lim = known("c5.xlarge")
+    assert lim.capacity(True, None) == 896
+    uncapped = plan(r, inv, itype="c5.xlarge", subnets=BIG)
+    assert _held_after(uncapped) == 56
+    ceiling = node_max_pods(r, lim)
+    assert ceiling == max_pods(lim, prefix=True) == 110
+    capped = plan(r, inv, itype="c5.xlarge", subnets=BIG, max_pods=ceiling)
+    assert _held_after(capped) == 7
+    # already at the ceiling: nothing more, however much it says is waiting
+    r2, inv2 = rep([eni(0, 0, prefixes=tuple(f"10.0.{i}.0/28" for i in range(7)))], mode="prefix",
+                   itype="c5.xlarge", pending=896, assigned={0: 112}, warm_eni=0)
+    assert plan(r2, inv2, itype="c5.xlarge", subnets=BIG, max_pods=ceiling).calls == ()
+
+
+def test_the_clusters_max_pods_overrides_the_formula_and_max_eni_lowers_it():
+    r, _ = rep([eni(0, 0)], mode="prefix", itype="c5.xlarge", pending=896)
+    lim = known("c5.xlarge")
+    assert node_max_pods(r, lim, override=250) == 250
+    r1, _ = rep([eni(0, 0)], mode="prefix", itype="c5.xlarge", pending=896, max_eni=1)
+    assert node_max_pods(r1, lim) == max_pods(lim, prefix=True, max_eni=1) == 110
+    r2, _ = rep([eni(0, 0)], itype="t3.medium", pending=50)
+    assert node_max_pods(r2, known("t3.medium")) == 17  # secondary addresses: 3 x (6 - 1) + 2
