@@ -19,7 +19,7 @@ from node_agent.agent import Agent
 from node_agent.config import load
 from node_agent.hostnet import PodNet
 from node_agent.imds import ImdsClient
-from node_agent.testing import FakeEni, FakeImdsServer, FakeInstance
+from tests.fakenode import FakeEni, FakeImdsServer, FakeInstance
 from warmpool.messages import parse_report
 
 INSTANCE = "i-0a1b2c3d4e5f60718"

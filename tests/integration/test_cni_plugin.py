@@ -22,7 +22,7 @@ from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods
 from node_agent.datastore import Datastore, EniInfo
 from node_agent.hostnet import host_veth_name, setup_eni
 from node_agent.netlink import Netlink
-from node_agent.testing import add_fake_eni, ip_json, netns, netns_available, sh
+from tests.fakenode import add_fake_eni, ip_json, netns, netns_available, sh
 
 pytestmark = pytest.mark.netns
 

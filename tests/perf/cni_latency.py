@@ -27,7 +27,7 @@ from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods
 from node_agent.datastore import Datastore, EniInfo
 from node_agent.hostnet import setup_eni
 from node_agent.netlink import Netlink
-from node_agent.testing import add_fake_eni, netns, sh
+from tests.fakenode import add_fake_eni, netns, sh
 
 ENI1 = EniInfo("eni-0000000000000001", 1, "0a:11:22:33:44:01", "10.1.0.20", "subnet-a", "10.1.0.0/16")
 

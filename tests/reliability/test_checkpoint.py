@@ -21,7 +21,7 @@ from node_agent.config import load
 from node_agent.controller import NodeIdentity, PoolController
 from node_agent.datastore import CheckpointError, Datastore, EniInfo, FileCheckpoint
 from node_agent.imds import ImdsClient
-from node_agent.testing import FakeEni, FakeImdsServer, FakeInstance
+from tests.fakenode import FakeEni, FakeImdsServer, FakeInstance
 from warmpool.limits import known
 from warmpool.pool import PoolConfig
 
