@@ -319,7 +319,7 @@ class SimAgent:
             self.ctl = PoolController(ident, known(self.itype), pool, ds, TIMING, metadata=self.imds,
                                       restart_hold_s=RESTART_HOLD_S,
                                       signed_identity=functools.partial(w.signer_imds.identity, self.iid))
-            self.cni = CniService(ds, self.pods, clock=w.now, gc_min_age_s=GC_MIN_AGE_S,
+            self.cni = CniService(ds, self.pods, clock=w.loop, gc_min_age_s=GC_MIN_AGE_S,
                                   veth_prefix=AGENT_CONFIG.veth_prefix)
             self.alive = True
             self.resynced_at = now

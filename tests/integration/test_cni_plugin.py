@@ -23,6 +23,7 @@ from node_agent.datastore import Datastore, EniInfo
 from node_agent.hostnet import host_veth_name, setup_eni
 from node_agent.netlink import Netlink
 from tests.fakenode import add_fake_eni, ip_json, netns, netns_available, sh
+from warmpool.clock import RealClock
 
 pytestmark = pytest.mark.netns
 
@@ -54,7 +55,7 @@ def node(tmp_path: Path) -> Iterator[Node]:
         ds.add_eni(ENI0, 0.0)
         ds.add_eni(ENI1, 0.0)
         ds.add_addresses(ENI1.eni_id, [f"10.0.1.{i}" for i in range(21, 25)])
-        service = CniService(ds, NetlinkPods(ns), mtu=9001, add_wait_s=0.0)
+        service = CniService(ds, NetlinkPods(ns), mtu=9001, add_wait_s=0.0, clock=RealClock())
         sock = str(tmp_path / "agent.sock")
         server = CniSocketServer(sock, service)
         server.serve_in_thread()

@@ -21,9 +21,9 @@ from node_agent.datastore import EniInfo
 from node_agent.hostnet import setup_eni, setup_pod
 from node_agent.netlink import Netlink, sysctl_set
 from node_agent.nodenet import NodeNetworking, NodeSpec
-from tests.fakenode import ip_json, netns_available, sh
 from sim import dataplane as dp
 from sim import demo_netns as nx
+from tests.fakenode import ip_json, netns_available, sh
 
 pytestmark = pytest.mark.netns
 
