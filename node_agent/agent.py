@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from node_agent import http as web
+from node_agent.checkpoint import CheckpointError, FileCheckpoint
 from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods, PodNetwork, RecordedPods
 from node_agent.config import AgentConfig, ConfigError, load
 from node_agent.controller import AttachedEni, HostNetwork, NodeIdentity, PoolController
-from node_agent.datastore import UNKNOWN_HOLDER, CheckpointError, Datastore, FileCheckpoint
+from node_agent.datastore import UNKNOWN_HOLDER, Datastore
 from node_agent.identity import CachedIdentity
 from node_agent.imds import Identity, ImdsClient
 from warmpool.clock import Clock, RealClock

@@ -24,153 +24,25 @@ are checkpointed, even for addresses not (yet) attached, since IMDS may lag.
 from __future__ import annotations
 
 import contextlib
-import errno
 import ipaddress
 import json
-import math
-import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
-CHECKPOINT_VERSION = 1
-RECOVERED_CHECKPOINT_VERSION = 2
-"""Written only while recovered holders exist: an older agent would silently drop
-them (and hand their addresses out again), so it must refuse such a checkpoint."""
-READABLE_VERSIONS = (CHECKPOINT_VERSION, RECOVERED_CHECKPOINT_VERSION)
-PREFIX_SIZE = 16
-KEEP_CORRUPT = 3
-"""Damaged checkpoints kept aside (``<path>.corrupt-<unix time>``); older ones are deleted."""
+from node_agent.checkpoint import (
+    CHECKPOINT_VERSION,
+    RECOVERED_CHECKPOINT_VERSION,
+    CheckpointError,
+    CheckpointFile,
+    CheckpointStore,
+    check_version,
+    parse,
+)
+
 UNKNOWN_HOLDER = "?"
 """Holder of an address that may be in use by a pod nobody can name (rebuild with no host wiring to read)."""
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be read (wrong version, corrupt)."""
-
-
-class CheckpointStore(Protocol):
-    """Where the datastore keeps its checkpoint."""
-
-    def load(self) -> dict[str, Any] | None: ...
-    def save(self, data: dict[str, Any]) -> None: ...
-
-
-class MemoryCheckpoint:
-    """In memory (tests, bench): ``data`` is the last saved snapshot."""
-
-    def __init__(self, data: dict[str, Any] | None = None) -> None:
-        self.data = data
-        self.saves = 0
-
-    def load(self) -> dict[str, Any] | None:
-        return json.loads(json.dumps(self.data)) if self.data is not None else None
-
-    def save(self, data: dict[str, Any]) -> None:
-        self.data = data
-        self.saves += 1
-
-
-class FileCheckpoint:
-    """A JSON file replaced atomically: temp file in the same directory, fsync, rename, fsync dir."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def load(self) -> dict[str, Any] | None:
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            raise CheckpointError(f"{self.path}: {exc}") from None
-        if not isinstance(data, dict):
-            raise CheckpointError(f"{self.path}: not an object")
-        return data
-
-    def keep_aside(self, now: float, keep: int = KEEP_CORRUPT) -> str:
-        """Keep the damaged file as ``<path>.corrupt-<unix time>`` for the operator and
-        delete all but the newest ``keep`` such files; returns the new name.
-
-        A hard link (a copy where links are not supported), so the damaged file
-        stays in place until a rebuilt checkpoint replaces it atomically: a
-        crash during the rebuild finds it again and rebuilds again, never an
-        empty start. :class:`CheckpointError` if it cannot be kept.
-        """
-        base = f"{self.path}.corrupt-{int(now)}"
-        aside, n = base, 0
-        try:
-            while True:
-                try:
-                    os.link(self.path, aside)
-                    break
-                except FileExistsError:
-                    n += 1
-                    aside = f"{base}-{n}"
-                except OSError as exc:
-                    if exc.errno not in (errno.EPERM, errno.EXDEV, errno.EOPNOTSUPP, errno.EMLINK):
-                        raise
-                    with open(self.path, "rb") as src, open(aside, "xb") as dst:
-                        shutil.copyfileobj(src, dst)
-                        dst.flush()
-                        os.fsync(dst.fileno())
-                    break
-        except OSError as exc:
-            raise CheckpointError(f"{self.path}: cannot keep the damaged file aside: {exc}") from None
-        self._prune(keep)
-        return aside
-
-    def _prune(self, keep: int) -> None:
-        directory = os.path.dirname(self.path) or "."
-        stem = os.path.basename(self.path) + ".corrupt-"
-
-        def age(name: str) -> tuple[int, int]:
-            t, _, n = name.removeprefix(stem).partition("-")
-            return (int(t) if t.isdigit() else 0, int(n) if n.isdigit() else 0)
-
-        old = sorted((f for f in os.listdir(directory) if f.startswith(stem)), key=age)
-        for name in old[: max(0, len(old) - keep)]:
-            try:
-                os.unlink(os.path.join(directory, name))
-            except FileNotFoundError:
-                pass
-
-    def save(self, data: dict[str, Any]) -> None:
-        directory = os.path.dirname(self.path) or "."
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, separators=(",", ":"))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-
-
-def _check_types(d: dict[str, Any], kind: type, keys: Iterable[str]) -> None:
-    """Checkpoint fields of the wrong type would break the agent later, far from the cause."""
-    for k in keys:
-        v: Any = d.get(k)
-        if k not in d or (v is None and kind is float):
-            continue
-        ok = isinstance(v, (int, float) if kind is float else kind) and not isinstance(v, bool)
-        if not ok or (kind is not str and v < 0):
-            raise TypeError(f"{k}: {v!r} is not a valid {kind.__name__}")
 
 
 @dataclass(frozen=True)
@@ -979,115 +851,63 @@ class Datastore:
             self._store.save(self.snapshot())
 
     def restore(self) -> bool:
-        """Load the checkpoint, if any; True if one was loaded."""
+        """Load the checkpoint, if any; True if one was loaded. :class:`CheckpointError` if it
+        is of a version this agent cannot read or malformed (then nothing of it is kept)."""
         if self._store is None:
             return False
         data = self._store.load()
         if data is None:
             return False
-        if data.get("version") not in READABLE_VERSIONS:
-            raise CheckpointError(f"checkpoint version {data.get('version')!r}, expected {CHECKPOINT_VERSION}")
+        check_version(data)
         with self._lock:
-            self._enis.clear()
-            self._owner.clear()
-            self._ip_eni.clear()
-            self._recovered.clear()
-            self._gone_ips.clear()
-            self._gone_enis.clear()
-            self._granted.clear()
-            self._absent.clear()
-            self._unlisted.clear()
-            self._parked = []
+            self._clear()
             self._loading = True
             try:
-                meta = data.get("meta", {})
-                if not isinstance(meta, dict):
-                    raise TypeError("meta is not an object")
-                _check_types(meta, int, ("last_seq",))  # the controller's report sequence
-                self.meta = dict(meta)
-                recovered = data.get("recovered", {})
-                if not isinstance(recovered, dict):
-                    raise TypeError("recovered is not an object")
-                for ip, (holder, since) in recovered.items():
-                    ipaddress.IPv4Address(ip)
-                    _check_types({"holder": holder}, str, ("holder",))
-                    _check_types({"since": since}, float, ("since",))
-                    if not holder or since is None:
-                        raise ValueError(f"recovered {ip}: empty holder or time")
-                    self._recovered[ip] = (holder, float(since))
-                self._restore_recent(data.get("recent", {}))
-                parked = data.get("parked", [])
-                if not isinstance(parked, list) or not all(isinstance(c, dict) for c in parked):
-                    raise TypeError("parked is not a list of objects")
-                self._parked = parked
-                for raw in data["enis"]:
-                    info = EniInfo(**raw["info"])
-                    _check_types(info.__dict__, str, ("eni_id", "mac", "primary_ip", "subnet_id", "subnet_cidr"))
-                    _check_types(info.__dict__, int, ("device_index", "network_card"))
-                    ipaddress.IPv4Network(info.subnet_cidr, strict=False)
-                    ips, prefixes = raw.get("ips", []), raw.get("prefixes", [])
-                    if not isinstance(ips, list) or not isinstance(prefixes, list):
-                        raise TypeError(f"{info.eni_id}: ips/prefixes are not lists")
-                    for ip in ips:
-                        ipaddress.IPv4Address(ip)  # ValueError: not an address
-                    for p in prefixes:
-                        ipaddress.IPv4Network(p)
-                    self._enis[info.eni_id] = Eni(info=info, added_at=float(raw["added_at"]), ready=False)
-                    self.add_addresses(info.eni_id, ips, prefixes)
-                    self._enis[info.eni_id].ready = bool(raw.get("ready", True))
-                    eni = self._enis[info.eni_id]
-                    for st in raw.get("addrs", []):
-                        a = eni.addrs.get(st["ip"])
-                        if a is None:
-                            continue
-                        _check_types(st, str, ("container_id", "ifname", "netns"))
-                        _check_types(st, float, ("assigned_at", "freed_at", "quarantined_at"))
-                        a.container_id = st.get("container_id", "")
-                        a.ifname = st.get("ifname", "")
-                        a.netns = st.get("netns", "")
-                        a.assigned_at = float(st.get("assigned_at", 0.0))
-                        a.freed_at = st.get("freed_at")
-                        a.quarantined_at = st.get("quarantined_at")
-                        if a.container_id:
-                            a.recovered = ""  # a named pod wins over a recovered holder
-                            self._recovered.pop(a.ip, None)
-                            self._owner[(a.container_id, a.ifname)] = a.ip
+                self._load(parse(data))
+            except CheckpointError:
+                raise
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                # Nothing half-restored is left behind.
-                self._enis.clear()
-                self._owner.clear()
-                self._ip_eni.clear()
-                self._recovered.clear()
-                self._gone_ips.clear()
-                self._gone_enis.clear()
-                self._granted.clear()
-                self._absent.clear()
-                self._unlisted.clear()
-                self._parked = []
-                self.meta = {}
+                self._clear()  # nothing half-restored is left behind
                 raise CheckpointError(f"corrupt checkpoint: {exc}") from None
             finally:
                 self._loading = False
             return True
 
-    def _restore_recent(self, recent: Any) -> None:
-        if not isinstance(recent, dict):
-            raise TypeError("recent is not an object")
-        for kind, target in (("released", self._gone_ips), ("deleted", self._gone_enis), ("granted", self._granted)):
-            entries = recent.get(kind, {})
-            if not isinstance(entries, dict):
-                raise TypeError(f"recent.{kind} is not an object")
-            for key, entry in entries.items():
-                until, seq = entry  # [until, in_reply_to]
-                _check_types({"until": until}, float, ("until",))
-                _check_types({"seq": seq}, int, ("seq",))
-                if until is None or not math.isfinite(until):
-                    raise ValueError(f"recent.{kind}.{key}: expiry {until!r}")  # never expiring: lost forever
-                if kind in ("released", "granted"):
-                    ipaddress.IPv4Network(key)  # an address or a prefix
-                elif not isinstance(key, str) or not key.startswith("eni-"):
-                    raise ValueError(f"recent.deleted: {key!r} is not an ENI id")
-                target[key] = (float(until), int(seq))
+    def _clear(self) -> None:
+        self._enis.clear()
+        self._owner.clear()
+        self._ip_eni.clear()
+        self._recovered.clear()
+        self._gone_ips.clear()
+        self._gone_enis.clear()
+        self._granted.clear()
+        self._absent.clear()
+        self._unlisted.clear()
+        self._parked = []
+        self.meta = {}
+
+    def _load(self, cp: CheckpointFile) -> None:
+        self.meta = dict(cp.meta)
+        self._recovered.update(cp.recovered)
+        self._gone_ips.update(cp.recent.released)
+        self._gone_enis.update(cp.recent.deleted)
+        self._granted.update(cp.recent.granted)
+        self._parked = cp.parked
+        for entry in cp.enis:
+            info = EniInfo(**entry.info.model_dump())
+            eni = self._enis[info.eni_id] = Eni(info=info, added_at=entry.added_at, ready=False)
+            self.add_addresses(info.eni_id, entry.ips, entry.prefixes)
+            eni.ready = entry.ready
+            for st in entry.addrs:
+                a = eni.addrs.get(st.ip)
+                if a is None:
+                    continue
+                a.container_id, a.ifname, a.netns = st.container_id, st.ifname, st.netns
+                a.assigned_at, a.freed_at, a.quarantined_at = st.assigned_at, st.freed_at, st.quarantined_at
+                if a.container_id:
+                    a.recovered = ""  # a named pod wins over a recovered holder
+                    self._recovered.pop(a.ip, None)
+                    self._owner[(a.container_id, a.ifname)] = a.ip
 
     def reconcile(
         self,

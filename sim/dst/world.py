@@ -42,11 +42,12 @@ from functions.settings import Settings
 from functions.stores import DynamoLedger
 from node_agent import cni as cni_plugin
 from node_agent.agent import RESTART_HOLD_S, RESULT_VISIBILITY_S
+from node_agent.checkpoint import CheckpointError, MemoryCheckpoint
 from node_agent.cniserver import CniService, CniSocketServer
 from node_agent.config import ENV_CLUSTER_NAME
 from node_agent.config import load as load_agent_config
 from node_agent.controller import AttachedEni, NodeIdentity, PoolController
-from node_agent.datastore import CheckpointError, Datastore, EniInfo, MemoryCheckpoint
+from node_agent.datastore import Datastore, EniInfo
 from node_agent.hostnet import CLONE_NEWNET, PodNet, PodRefused, host_veth_name, ifname_problem, netns_refusal
 from node_agent.netlink import NetlinkFailure, netns_path
 from sim.dst import checks, hostile

@@ -18,9 +18,10 @@ from typing import Any
 
 from functions.allocator import Allocator, Record
 from functions.reconciler import Reconciler
+from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.config import Timing
 from node_agent.controller import AttachedEni, NodeIdentity, PoolController
-from node_agent.datastore import Datastore, MemoryCheckpoint
+from node_agent.datastore import Datastore
 from node_agent.imds import parse_interfaces
 from tests.integration.test_allocate_world import World
 from tests.reliability import invariants as inv

@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 from moto import mock_aws
 
 from node_agent.agent import Agent
+from node_agent.checkpoint import CheckpointError, FileCheckpoint
 from node_agent.config import load
 from node_agent.controller import NodeIdentity, PoolController
-from node_agent.datastore import CheckpointError, Datastore, EniInfo, FileCheckpoint
+from node_agent.datastore import Datastore, EniInfo
 from node_agent.imds import ImdsClient
 from tests.fakenode import FakeEni, FakeImdsServer, FakeInstance
 from warmpool.clock import RealClock

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.cniserver import CniService
-from node_agent.datastore import Datastore, EniInfo, MemoryCheckpoint
+from node_agent.datastore import Datastore, EniInfo
 from node_agent.hostnet import PodRefused, netns_problem
 from sim.dst import runner, world
 from sim.dst.runner import SeedResult, plan_for, run_seed

@@ -13,17 +13,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node_agent.cniserver import CniService
-from node_agent.datastore import (
+from node_agent.checkpoint import (
     CHECKPOINT_VERSION,
     RECOVERED_CHECKPOINT_VERSION,
-    UNKNOWN_HOLDER,
     CheckpointError,
-    Datastore,
-    EniInfo,
     FileCheckpoint,
     MemoryCheckpoint,
 )
+from node_agent.cniserver import CniService
+from node_agent.datastore import UNKNOWN_HOLDER, Datastore, EniInfo
 from node_agent.hostnet import HostWiring, PodNet, host_veth_name
 from warmpool.clock import VirtualClock
 
