@@ -31,9 +31,10 @@ from node_agent.checkpoint import CheckpointError, FileCheckpoint
 from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods, PodNetwork, RecordedPods
 from node_agent.config import AgentConfig, ConfigError, load
 from node_agent.controller import AttachedEni, HostNetwork, NodeIdentity, PoolController
-from node_agent.datastore import UNKNOWN_HOLDER, Datastore
+from node_agent.datastore import Datastore
 from node_agent.identity import CachedIdentity
 from node_agent.imds import Identity, ImdsClient
+from node_agent.records import UNKNOWN_HOLDER
 from warmpool.clock import Clock, RealClock
 from warmpool.limits import InstanceLimits, known, max_pods
 from warmpool.messages import MessageError, parse_result

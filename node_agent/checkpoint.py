@@ -219,7 +219,7 @@ class _Model(BaseModel):
 
 
 class EniInfoEntry(_Model):
-    """:class:`node_agent.datastore.EniInfo`, field for field (no others)."""
+    """:class:`node_agent.records.EniInfo`, field for field (no others)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from node_agent.cni import MAX_REQUEST_BYTES, VALID_ATTACHMENTS, version_at_least
-from node_agent.datastore import Assignment, Datastore
+from node_agent.datastore import Datastore
 from node_agent.hostnet import (
     GATEWAY,
     HostWiring,
@@ -42,6 +42,7 @@ from node_agent.hostnet import (
     wired_pods,
 )
 from node_agent.netlink import MAIN_TABLE, Netlink, NetlinkFailure
+from node_agent.records import Assignment
 from warmpool.clock import Clock
 
 log = logging.getLogger("warmpool.agent.cni")

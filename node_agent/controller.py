@@ -23,7 +23,8 @@ from typing import NamedTuple, Protocol
 from pydantic import ValidationError
 
 from node_agent.config import Timing
-from node_agent.datastore import Datastore, EniInfo
+from node_agent.datastore import Datastore
+from node_agent.records import EniInfo
 from warmpool import messages
 from warmpool.limits import InstanceLimits
 from warmpool.messages import (

@@ -28,9 +28,9 @@ import ipaddress
 import json
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
+from node_agent import offers
 from node_agent.checkpoint import (
     CHECKPOINT_VERSION,
     RECOVERED_CHECKPOINT_VERSION,
@@ -40,103 +40,17 @@ from node_agent.checkpoint import (
     check_version,
     parse,
 )
-
-UNKNOWN_HOLDER = "?"
-"""Holder of an address that may be in use by a pod nobody can name (rebuild with no host wiring to read)."""
-
-
-@dataclass(frozen=True)
-class EniInfo:
-    """What is attached (IMDS or an ``attached`` result says so)."""
-
-    eni_id: str
-    device_index: int
-    mac: str
-    primary_ip: str
-    subnet_id: str = ""
-    subnet_cidr: str = ""
-    network_card: int = 0
-
-    @property
-    def route_table(self) -> int:
-        """VPC CNI convention: device ``d`` uses table ``d + 1``; the primary ENI uses main."""
-        return 254 if self.device_index == 0 else self.device_index + 1
-
-    @property
-    def gateway(self) -> str:
-        """The subnet's router: its base address + 1."""
-        net = ipaddress.IPv4Network(self.subnet_cidr, strict=False)
-        return str(net.network_address + 1)
-
-
-class Assignment(NamedTuple):
-    ip: str
-    eni_id: str
-
-
-@dataclass
-class Addr:
-    ip: str
-    prefix: str | None = None
-    container_id: str = ""
-    ifname: str = ""
-    netns: str = ""
-    assigned_at: float = 0.0
-    freed_at: float | None = None
-    quarantined_at: float | None = None
-    recovered: str = ""
-    """Recovered holder (host veth name, or :data:`UNKNOWN_HOLDER`) after a checkpoint rebuild."""
-
-    @property
-    def in_use(self) -> bool:
-        return bool(self.container_id or self.recovered)
-
-
-@dataclass
-class Eni:
-    info: EniInfo
-    added_at: float
-    addrs: dict[str, Addr] = field(default_factory=dict)
-    ips: list[str] = field(default_factory=list)
-    prefixes: list[str] = field(default_factory=list)
-    ready: bool = True
-    """Host networking set up; a not-ready ENI's addresses are not handed out."""
-
-
-@dataclass(frozen=True)
-class Counts:
-    total: int
-    """Addresses pods can use (quarantined ones excluded: they are on their way out)."""
-    assigned: int
-    available: int
-    """total − assigned (cooldown counts as available, as in the VPC CNI)."""
-    cooldown: int
-    quarantined: int
-    pending: int
-    enis: int
-    free_prefixes: int
-    recovered: int = 0
-    """Of ``assigned``: held by recovered holders (pods known only from the host after a rebuild)."""
-
-
-@dataclass(frozen=True)
-class RecoveredHolder:
-    holder: str
-    """Host veth name, or :data:`UNKNOWN_HOLDER`."""
-    ip: str
-    eni_id: str
-    """'' while the address is not attached (IMDS may not show it yet)."""
-    since: float
-
-
-@dataclass(frozen=True)
-class PodRecord:
-    container_id: str
-    ifname: str
-    netns: str
-    ip: str
-    eni_id: str
-    assigned_at: float
+from node_agent.ledger import ResultLedger
+from node_agent.records import (
+    UNKNOWN_HOLDER,
+    Addr,
+    Assignment,
+    Counts,
+    Eni,
+    EniInfo,
+    PodRecord,
+    RecoveredHolder,
+)
 
 
 class Datastore:
@@ -158,18 +72,8 @@ class Datastore:
         self._ip_eni: dict[str, str] = {}
         self._pending: dict[tuple[str, str], float] = {}
         self._recovered: dict[str, tuple[str, float]] = {}  # ip -> (holder, since)
-        self._gone_ips: dict[str, tuple[float, int]] = {}
-        """Addresses and prefixes EC2 took (a ``released`` result) -> (until when a lagging
-        IMDS is ignored, the result's ``in_reply_to``)."""
-        self._gone_enis: dict[str, tuple[float, int]] = {}
-        """ENIs EC2 deleted (a ``deleted`` result) -> (until, ``in_reply_to``), likewise."""
-        self._granted: dict[str, tuple[float, int]] = {}
-        """Addresses and prefixes an ``assigned``/``attached`` result gave us -> (until when, the
-        result's ``in_reply_to``): a ``released`` result replying to an older report is stale for them."""
-        self._absent: set[str] = set()
-        """Released addresses/prefixes (in ``_gone_ips``) that IMDS has been seen *not* listing since
-        the release: only after that is IMDS listing them again evidence of a new assignment.
-        In memory only (a restart just waits longer for the evidence)."""
+        self._ledger = ResultLedger()
+        """What EC2 results said that IMDS may not show yet (checkpointed)."""
         self._unlisted: set[str] = set()
         """Addresses a pod holds that IMDS stopped listing (the last resync): kept for the pod,
         never handed out again, dropped by the first resync after the pod is gone."""
@@ -231,9 +135,11 @@ class Datastore:
                 eni.ips.append(ip)
                 self._ip_eni[ip] = eni_id
                 added += 1
+            have = set(eni.prefixes)
             for p in prefixes:
-                if p in eni.prefixes:
+                if p in have:
                     continue
+                have.add(p)
                 eni.prefixes.append(p)
                 for host in ipaddress.IPv4Network(p):
                     ip = str(host)
@@ -268,18 +174,23 @@ class Datastore:
                 if a is None or a.prefix is not None or (a.in_use and not force):
                     continue
                 self._drop(eni, a)
-                eni.ips.remove(ip)
                 removed.append(ip)
+            if removed:
+                gone = set(removed)
+                eni.ips[:] = [ip for ip in eni.ips if ip not in gone]
+            have, members, gone_pfx = set(eni.prefixes), eni.by_prefix(), set()
             for p in prefixes:
-                if p not in eni.prefixes:
+                if p not in have or p in gone_pfx:
                     continue
-                members = [a for a in eni.addrs.values() if a.prefix == p]
-                if not force and any(a.in_use for a in members):
+                addrs = members.get(p, [])
+                if not force and any(a.in_use for a in addrs):
                     continue
-                for a in members:
+                for a in addrs:
                     self._drop(eni, a)
                     removed.append(a.ip)
-                eni.prefixes.remove(p)
+                gone_pfx.add(p)
+            if gone_pfx:
+                eni.prefixes[:] = [p for p in eni.prefixes if p not in gone_pfx]
             if removed:
                 self._save()
             return removed
@@ -468,71 +379,37 @@ class Datastore:
                         )
             return out
 
-    # --- quarantine --------------------------------------------------------------
+    # --- release and quarantine (node_agent/offers.py) ------------------------------
 
-    def releasable_ips(self, now: float) -> list[tuple[str, str]]:
-        """Free single addresses past cooldown, as ``(eni_id, ip)``, best to release first:
-        ENIs with fewest pods, highest device index, newest address first."""
-        with self._lock:
-            out: list[tuple[tuple[int, int, int], str, str]] = []
-            for eni in self._enis.values():
-                used = sum(1 for a in eni.addrs.values() if a.in_use)
-                for i, ip in enumerate(eni.ips):
-                    a = eni.addrs[ip]
-                    if self._free_past_cooldown(a, now):
-                        out.append(((used, -eni.info.device_index, -i), eni.info.eni_id, ip))
-            out.sort()
-            return [(e, ip) for _, e, ip in out]
-
-    def releasable_prefixes(self, now: float) -> list[tuple[str, str]]:
-        """Whole /28s with no address in use, quarantined or in cooldown, as ``(eni_id, prefix)``."""
-        with self._lock:
-            out: list[tuple[tuple[int, int], str, str]] = []
-            for eni in self._enis.values():
-                used = sum(1 for a in eni.addrs.values() if a.in_use)
-                for p in eni.prefixes:
-                    members = [a for a in eni.addrs.values() if a.prefix == p]
-                    if members and all(self._free_past_cooldown(a, now) for a in members):
-                        out.append(((used, -eni.info.device_index), eni.info.eni_id, p))
-            out.sort()
-            return [(e, p) for _, e, p in out]
-
-    def releasable_enis(self, now: float, min_age_s: float) -> list[str]:
-        """Whole ENIs that may go: not primary, no pods, no cooldown, old enough; highest index first."""
-        with self._lock:
-            out = []
-            for eni in self._enis.values():
-                if eni.info.device_index == 0 and eni.info.network_card == 0:
-                    continue
-                if now - eni.added_at < min_age_s:
-                    continue
-                if all(self._free_past_cooldown(a, now) for a in eni.addrs.values()):
-                    out.append((-eni.info.device_index, eni.info.eni_id))
-            out.sort()
-            return [e for _, e in out]
-
-    def _free_past_cooldown(self, a: Addr, now: float) -> bool:
-        return (
+    def _free(self, now: float) -> offers.Free:
+        """May the address be given back now: free, not quarantined, past cooldown, still in IMDS."""
+        return lambda a: (
             not a.in_use
             and a.quarantined_at is None
             and a.ip not in self._unlisted
             and (a.freed_at is None or now >= a.freed_at + self.cooldown_s)
         )
 
+    def releasable_ips(self, now: float) -> list[tuple[str, str]]:
+        """See :func:`node_agent.offers.releasable_ips`."""
+        with self._lock:
+            return offers.releasable_ips(self._enis.values(), self._free(now))
+
+    def releasable_prefixes(self, now: float) -> list[tuple[str, str]]:
+        """See :func:`node_agent.offers.releasable_prefixes`."""
+        with self._lock:
+            return offers.releasable_prefixes(self._enis.values(), self._free(now))
+
+    def releasable_enis(self, now: float, min_age_s: float) -> list[str]:
+        """See :func:`node_agent.offers.releasable_enis`."""
+        with self._lock:
+            return offers.releasable_enis(self._enis.values(), now, min_age_s, self._free(now))
+
     def quarantine(self, eni_id: str, ips: Iterable[str], prefixes: Iterable[str], now: float) -> int:
         """Take free addresses out of the pool to offer them back; returns addresses quarantined."""
         with self._lock:
             eni = self._enis.get(eni_id)
-            if eni is None:
-                return 0
-            n = 0
-            targets = [eni.addrs[ip] for ip in ips if ip in eni.addrs]
-            for p in prefixes:
-                targets.extend(a for a in eni.addrs.values() if a.prefix == p)
-            for a in targets:
-                if not a.in_use and a.quarantined_at is None:
-                    a.quarantined_at = now
-                    n += 1
+            n = 0 if eni is None else offers.quarantine(eni, ips, prefixes, now)
             if n:
                 self._save()
             return n
@@ -540,76 +417,37 @@ class Datastore:
     def unquarantine(self, before: float) -> int:
         """Return to the pool every address quarantined before ``before``; returns how many."""
         with self._lock:
-            n = 0
-            for eni in self._enis.values():
-                for a in eni.addrs.values():
-                    if a.quarantined_at is not None and a.quarantined_at < before:
-                        a.quarantined_at = None
-                        n += 1
+            n = offers.unquarantine(self._enis.values(), before)
             if n:
                 self._save()
                 self.changed.set()
             return n
-
-    def quarantined_before(self, before: float) -> dict[str, list[tuple[str, str | None]]]:
-        """Per ENI: the addresses quarantined before ``before``, as ``(ip, prefix or None)``."""
-        with self._lock:
-            out: dict[str, list[tuple[str, str | None]]] = {}
-            for eni in self._enis.values():
-                due = [(a.ip, a.prefix) for a in eni.addrs.values()
-                       if a.quarantined_at is not None and a.quarantined_at < before]
-                if due:
-                    out[eni.info.eni_id] = due
-            return out
 
     def reclaim(self, eni_id: str, ips: Iterable[str] = (), prefixes: Iterable[str] = ()) -> int:
         """The allocator declined our release offer for these addresses (pods
         need them again): back into the pool at once. Returns how many."""
         with self._lock:
             eni = self._enis.get(eni_id)
-            if eni is None:
-                return 0
-            want = set(ips)
-            pfx = set(prefixes)
-            back = 0
-            for a in eni.addrs.values():
-                if a.quarantined_at is not None and (a.ip in want or (a.prefix is not None and a.prefix in pfx)):
-                    a.quarantined_at = None
-                    back += 1
+            back = 0 if eni is None else offers.reclaim(eni, ips, prefixes)
             if back:
                 self._save()
                 self.changed.set()
             return back
 
-    def quarantined(self) -> dict[str, tuple[list[str], list[str]]]:
-        """Per ENI: quarantined single addresses and whole quarantined prefixes."""
+    def quarantined_before(self, before: float) -> dict[str, list[tuple[str, str | None]]]:
+        """See :func:`node_agent.offers.quarantined_before`."""
         with self._lock:
-            out: dict[str, tuple[list[str], list[str]]] = {}
-            for eni in self._enis.values():
-                ips = [ip for ip in eni.ips if eni.addrs[ip].quarantined_at is not None]
-                pfx = [
-                    p
-                    for p in eni.prefixes
-                    if all(a.quarantined_at is not None for a in eni.addrs.values() if a.prefix == p)
-                ]
-                if ips or pfx:
-                    out[eni.info.eni_id] = (ips, pfx)
-            return out
+            return offers.quarantined_before(self._enis.values(), before)
+
+    def quarantined(self) -> dict[str, tuple[list[str], list[str]]]:
+        """See :func:`node_agent.offers.quarantined`."""
+        with self._lock:
+            return offers.quarantined(self._enis.values())
 
     def quarantined_since(self) -> dict[str, float]:
-        """Per ENI with quarantined addresses: the oldest of their quarantine times.
-
-        An offer's age is measured from it (the allocator must not act on an
-        offer the agent is about to take back), so one ENI's offer mixing
-        addresses quarantined at different times is dated by the oldest."""
+        """See :func:`node_agent.offers.quarantined_since`."""
         with self._lock:
-            out: dict[str, float] = {}
-            for eni_id, (ips, prefixes) in self.quarantined().items():
-                addrs = self._enis[eni_id].addrs
-                times = [addrs[ip].quarantined_at for ip in ips]
-                times += [a.quarantined_at for a in addrs.values() if a.prefix is not None and a.prefix in prefixes]
-                out[eni_id] = min(t for t in times if t is not None)
-            return out
+            return offers.quarantined_since(self._enis.values())
 
     # --- what EC2 said and IMDS does not show yet ---------------------------------
 
@@ -625,31 +463,26 @@ class Datastore:
         if not released and not deleted:
             return
         with self._lock:
-            self._expire_gone(now)
-            for d, keys in ((self._gone_ips, released), (self._gone_enis, deleted)):
-                for key in keys:
-                    t, n = d.get(key, (until, seq))
-                    d[key] = (max(t, until), max(n, seq))
+            self._ledger.expire(now)
+            self._ledger.mark_gone(until, seq, released, deleted)
             self._save()
 
     def unmark_released(self, keys: Iterable[str]) -> None:
         """EC2 assigned these to us again (and IMDS shows them): no longer ignored."""
         with self._lock:
-            hit = [k for k in keys if self._gone_ips.pop(k, None) is not None]
-            self._absent.difference_update(hit)
-            if hit:
+            if self._ledger.unmark_released(keys):
                 self._save()
 
     def note_absent(self, listed: set[str]) -> None:
         """IMDS was read and lists exactly ``listed`` (addresses and prefixes): every
         released key it does not list has been seen gone since its release."""
         with self._lock:
-            self._absent.update(k for k in self._gone_ips if k not in listed)
+            self._ledger.note_absent(listed)
 
     def seen_absent(self, key: str) -> bool:
         """A released key IMDS has been seen not listing since the release."""
         with self._lock:
-            return key in self._absent
+            return key in self._ledger.absent
 
     def mark_granted(self, now: float, until: float, seq: int, keys: Iterable[str]) -> None:
         """An ``assigned``/``attached`` result replying to report ``seq`` gave us these
@@ -659,18 +492,24 @@ class Datastore:
         if not keys:
             return
         with self._lock:
-            self._expire_gone(now)
-            for k in keys:
-                t, n = self._granted.get(k, (until, seq))
-                self._granted[k] = (max(t, until), max(n, seq))
+            self._ledger.expire(now)
+            self._ledger.mark_granted(until, seq, keys)
             self._save()
 
     def recently_granted(self, now: float) -> dict[str, int]:
         """Addresses/prefixes recently granted, each with the ``in_reply_to`` of the granting result."""
         with self._lock:
-            if self._expire_gone(now):
+            if self._ledger.expire(now):
                 self._save()
-            return {k: n for k, (_, n) in self._granted.items()}
+            return self._ledger.seqs(self._ledger.granted)
+
+    def recently_gone(self, now: float) -> tuple[dict[str, int], dict[str, int]]:
+        """Addresses and prefixes, and ENI ids, a lagging IMDS may still list (ignore them),
+        each with the ``in_reply_to`` of the result that took it (older claims are stale)."""
+        with self._lock:
+            if self._ledger.expire(now):
+                self._save()
+            return self._ledger.seqs(self._ledger.released), self._ledger.seqs(self._ledger.deleted)
 
     def unlisted(self) -> list[str]:
         """Addresses pods hold that IMDS no longer lists (see :meth:`reconcile`)."""
@@ -685,30 +524,6 @@ class Datastore:
             for e in self._enis.values():
                 by.setdefault((e.info.network_card, e.info.device_index), []).append(e.info.eni_id)
             return [sorted(ids) for ids in by.values() if len(ids) > 1]
-
-    def recently_gone(self, now: float) -> tuple[dict[str, int], dict[str, int]]:
-        """Addresses and prefixes, and ENI ids, a lagging IMDS may still list (ignore them),
-        each with the ``in_reply_to`` of the result that took it (older claims are stale)."""
-        with self._lock:
-            if self._expire_gone(now):
-                self._save()
-            return (
-                {k: n for k, (_, n) in self._gone_ips.items()},
-                {k: n for k, (_, n) in self._gone_enis.items()},
-            )
-
-    def _expire_gone(self, now: float) -> bool:
-        old = [k for k, (t, _) in self._gone_ips.items() if t <= now]
-        old_enis = [k for k, (t, _) in self._gone_enis.items() if t <= now]
-        old_granted = [k for k, (t, _) in self._granted.items() if t <= now]
-        for k in old:
-            del self._gone_ips[k]
-            self._absent.discard(k)
-        for k in old_enis:
-            del self._gone_enis[k]
-        for k in old_granted:
-            del self._granted[k]
-        return bool(old or old_enis or old_granted)
 
     def set_parked(self, claims: list[dict[str, Any]]) -> None:
         """The controller's claims waiting for IMDS (JSON objects it reads back with :meth:`parked`)."""
@@ -820,15 +635,9 @@ class Datastore:
             }
             if self._recovered:
                 out["recovered"] = {ip: [h, since] for ip, (h, since) in sorted(self._recovered.items())}
-            # Both optional (absent in checkpoints of agents before them): readers that
-            # do not know them lose only the protection against a lagging IMDS.
-            if self._gone_ips or self._gone_enis or self._granted:
-                out["recent"] = {
-                    "released": {k: [t, n] for k, (t, n) in sorted(self._gone_ips.items())},
-                    "deleted": {k: [t, n] for k, (t, n) in sorted(self._gone_enis.items())},
-                }
-                if self._granted:  # optional: older agents ignore it (they lose only the stale-release check)
-                    out["recent"]["granted"] = {k: [t, n] for k, (t, n) in sorted(self._granted.items())}
+            recent = self._ledger.encode()
+            if recent is not None:  # optional: agents before it lose only the protection against a lagging IMDS
+                out["recent"] = recent
             if self._parked:
                 out["parked"] = json.loads(json.dumps(self._parked))
             return out
@@ -878,10 +687,7 @@ class Datastore:
         self._owner.clear()
         self._ip_eni.clear()
         self._recovered.clear()
-        self._gone_ips.clear()
-        self._gone_enis.clear()
-        self._granted.clear()
-        self._absent.clear()
+        self._ledger.clear()
         self._unlisted.clear()
         self._parked = []
         self.meta = {}
@@ -889,9 +695,7 @@ class Datastore:
     def _load(self, cp: CheckpointFile) -> None:
         self.meta = dict(cp.meta)
         self._recovered.update(cp.recovered)
-        self._gone_ips.update(cp.recent.released)
-        self._gone_enis.update(cp.recent.deleted)
-        self._granted.update(cp.recent.granted)
+        self._ledger.load(cp.recent)
         self._parked = cp.parked
         for entry in cp.enis:
             info = EniInfo(**entry.info.model_dump())
@@ -932,20 +736,22 @@ class Datastore:
                 if self.add_eni(info, now, ready=True if ready_new is None else ready_new(info)):
                     notes.append(f"ENI {info.eni_id} added")
                 eni = self._enis[info.eni_id]
-                gone_ips = [ip for ip in eni.ips if ip not in set(ips)]
-                gone_pfx = [p for p in eni.prefixes if p not in set(prefixes)]
+                listed_ips, listed_pfx = set(ips), set(prefixes)
+                gone_ips = [ip for ip in eni.ips if ip not in listed_ips]
+                gone_pfx = [p for p in eni.prefixes if p not in listed_pfx]
                 if gone_ips or gone_pfx:
+                    gone, gone_p = set(gone_ips), set(gone_pfx)
                     # A pod's address is never taken from it here: IMDS may lag behind an
                     # assignment, and if EC2 truly took it, handing it to the next pod would
                     # make two holders. It stays the pod's, is never handed out again, and
                     # goes with the first resync after the pod (an alarm meanwhile).
                     for a in list(eni.addrs.values()):
-                        if a.in_use and (a.ip in gone_ips or a.prefix in gone_pfx):
+                        if a.in_use and (a.ip in gone or a.prefix in gone_p):
                             who = f"pod {a.container_id}/{a.ifname}" if a.container_id else f"holder {a.recovered}"
                             notes.append(f"{who} holds {a.ip}, which IMDS no longer lists: kept for it (alarm)")
                     removed = self.remove_addresses(info.eni_id, gone_ips, gone_pfx)
                     # What stays (held, or free in a held prefix) is not handed out again.
-                    unlisted.update(a.ip for a in eni.addrs.values() if a.ip in gone_ips or a.prefix in gone_pfx)
+                    unlisted.update(a.ip for a in eni.addrs.values() if a.ip in gone or a.prefix in gone_p)
                     if removed:
                         notes.append(f"ENI {info.eni_id}: {len(removed)} addresses gone")
                 n = self.add_addresses(info.eni_id, ips, prefixes)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from node_agent.controller import AttachedEni
-from node_agent.datastore import EniInfo
+from node_agent.records import EniInfo
 
 ENV_ENDPOINT = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
 DEFAULT_ENDPOINT = "http://169.254.169.254"

@@ -47,9 +47,10 @@ from node_agent.cniserver import CniService, CniSocketServer
 from node_agent.config import ENV_CLUSTER_NAME
 from node_agent.config import load as load_agent_config
 from node_agent.controller import AttachedEni, NodeIdentity, PoolController
-from node_agent.datastore import Datastore, EniInfo
+from node_agent.datastore import Datastore
 from node_agent.hostnet import CLONE_NEWNET, PodNet, PodRefused, host_veth_name, ifname_problem, netns_refusal
 from node_agent.netlink import NetlinkFailure, netns_path
+from node_agent.records import EniInfo
 from sim.dst import checks, hostile
 from sim.dst.schedule import HOSTILE_KINDS, QUIET_S, SPAN_S, Event, Plan
 from sim.ec2 import Ec2Config, Ec2Emulator

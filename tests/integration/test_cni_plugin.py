@@ -19,9 +19,10 @@ import pytest
 
 from node_agent.agent import install_cni
 from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods
-from node_agent.datastore import Datastore, EniInfo
+from node_agent.datastore import Datastore
 from node_agent.hostnet import host_veth_name, setup_eni
 from node_agent.netlink import Netlink
+from node_agent.records import EniInfo
 from tests.fakenode import add_fake_eni, ip_json, netns, netns_available, sh
 from warmpool.clock import RealClock
 

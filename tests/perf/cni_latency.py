@@ -24,9 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from node_agent.agent import install_cni
 from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods
-from node_agent.datastore import Datastore, EniInfo
+from node_agent.datastore import Datastore
 from node_agent.hostnet import setup_eni
 from node_agent.netlink import Netlink
+from node_agent.records import EniInfo
 from tests.fakenode import add_fake_eni, netns, sh
 from warmpool.clock import RealClock
 

@@ -118,7 +118,7 @@ class _Recorder:
 def test_agent_rejects_a_bad_config_before_assigning_or_wiring(config: object) -> None:
     # Was: the address was assigned and the pod wired, then building the result
     # raised (AttributeError/TypeError): the plugin got "agent error" for a pod left half-made.
-    from node_agent.datastore import EniInfo
+    from node_agent.records import EniInfo
 
     ds = Datastore()
     ds.add_eni(EniInfo("eni-a", 0, "02:00:00:00:00:00", "10.0.0.10", "subnet-a", "10.0.0.0/24"), 0.0)

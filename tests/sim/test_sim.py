@@ -13,8 +13,9 @@ import pytest
 
 from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.cniserver import CniService
-from node_agent.datastore import Datastore, EniInfo
+from node_agent.datastore import Datastore
 from node_agent.hostnet import PodRefused, netns_problem
+from node_agent.records import EniInfo
 from sim.dst import runner, world
 from sim.dst.runner import SeedResult, plan_for, run_seed
 from sim.dst.schedule import EVENT_KINDS, draw

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from node_agent.checkpoint import CheckpointError, MemoryCheckpoint, parse
-from node_agent.datastore import Datastore, EniInfo
+from node_agent.datastore import Datastore
+from node_agent.records import EniInfo
 
 PRIMARY = EniInfo("eni-00000000", 0, "0a:00:00:00:00:00", "10.0.0.10", "subnet-a", "10.0.0.0/24")
 

@@ -21,8 +21,9 @@ from node_agent.checkpoint import (
     MemoryCheckpoint,
 )
 from node_agent.cniserver import CniService
-from node_agent.datastore import UNKNOWN_HOLDER, Datastore, EniInfo
+from node_agent.datastore import Datastore
 from node_agent.hostnet import HostWiring, PodNet, host_veth_name
+from node_agent.records import UNKNOWN_HOLDER, EniInfo
 from warmpool.clock import VirtualClock
 
 PRIMARY = EniInfo("eni-00000000", 0, "0a:00:00:00:00:00", "10.0.0.10", "subnet-a", "10.0.0.0/24")

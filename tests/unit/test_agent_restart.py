@@ -307,7 +307,7 @@ def test_a_new_eni_in_the_slot_of_one_whose_deletion_was_lost_replaces_it() -> N
     # The ``deleted`` result for SECOND was lost; EC2 attached a new ENI at the same
     # device index and IMDS shows only the new one. Applying its ``attached`` result
     # drops the old one: two ENIs in one slot would make every later report invalid.
-    from node_agent.datastore import EniInfo
+    from node_agent.records import EniInfo
 
     imds = FakeImds()
     imds.add(SECOND, ["10.0.0.21"])

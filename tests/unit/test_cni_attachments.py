@@ -9,9 +9,10 @@ import time
 from typing import Any
 
 from node_agent.cniserver import CniService
-from node_agent.datastore import Datastore, EniInfo
+from node_agent.datastore import Datastore
 from node_agent.hostnet import PodNet
 from node_agent.netlink import NetlinkFailure
+from node_agent.records import EniInfo
 from warmpool.clock import VirtualClock
 
 ENI = EniInfo("eni-a", 0, "02:00:00:00:00:00", "10.0.0.10", "subnet-a", "10.0.0.0/24")
