@@ -22,6 +22,7 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from typing import Annotated, Any, Protocol
 
 from pydantic import (
@@ -35,6 +36,8 @@ from pydantic import (
     ValidationError,
     field_validator,
 )
+
+from node_agent.records import Eni
 
 CHECKPOINT_VERSION = 1
 RECOVERED_CHECKPOINT_VERSION = 2
@@ -157,6 +160,56 @@ class FileCheckpoint:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+# --- writing -------------------------------------------------------------------------------
+
+
+def encode(
+    meta: dict[str, Any],
+    enis: Iterable[Eni],
+    recovered: dict[str, tuple[str, float]],
+    recent: dict[str, Any] | None,
+    parked: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The checkpoint for this state (what :class:`CheckpointFile` reads back). Version 2
+    only while recovered holders exist (see :data:`RECOVERED_CHECKPOINT_VERSION`); the
+    optional parts are left out when empty."""
+    out: dict[str, Any] = {
+        "version": RECOVERED_CHECKPOINT_VERSION if recovered else CHECKPOINT_VERSION,
+        "meta": dict(meta),
+        "enis": [_encode_eni(e) for e in enis],
+    }
+    if recovered:
+        out["recovered"] = {ip: [h, since] for ip, (h, since) in sorted(recovered.items())}
+    if recent is not None:  # agents before it lose only the protection against a lagging IMDS
+        out["recent"] = recent
+    if parked:
+        out["parked"] = json.loads(json.dumps(parked))
+    return out
+
+
+def _encode_eni(e: Eni) -> dict[str, Any]:
+    return {
+        "info": e.info.__dict__,
+        "added_at": e.added_at,
+        "ready": e.ready,
+        "ips": list(e.ips),
+        "prefixes": list(e.prefixes),
+        # Free addresses are left out (the lists above say them), and so are unset fields;
+        # 0.0 is a time like any other (virtual clocks start there), except the default
+        # ``assigned_at`` of a free address.
+        "addrs": [
+            {
+                k: v
+                for k, v in a.__dict__.items()
+                if v is not None and v != "" and k != "recovered"
+                and not (k == "assigned_at" and v == 0.0 and not a.container_id)
+            }
+            for a in e.addrs.values()
+            if a.container_id or a.freed_at is not None or a.quarantined_at is not None
+        ],
+    }
 
 
 # --- the format ----------------------------------------------------------------------------

@@ -10,15 +10,11 @@ Every change that matters (an address handed out or given back, ENIs and
 addresses added or removed, quarantine) is checkpointed *before* the method
 returns, so an address is recorded before anyone is told about it.
 
-**Recovered holders.** When the checkpoint is lost or damaged the agent
-rebuilds: IMDS says which addresses are attached, the host says which of them
-pods still use (their wiring left a ``/32`` route via a host veth). Such an
-address is held by a *recovered holder*, keyed by that veth's name (a hash of
-the container id and interface, so a later DEL, CHECK or repeated ADD finds it
-again). Where the host cannot tell (no kernel wiring), every attached address
-is held by :data:`UNKNOWN_HOLDER` until released explicitly. Recovered holders
-count as in use everywhere (never handed out, quarantined or offered back) and
-are checkpointed, even for addresses not (yet) attached, since IMDS may lag.
+Kept in their own modules: the records it holds (:mod:`node_agent.records`),
+the checkpoint's stores and format (:mod:`node_agent.checkpoint`), recovered
+holders after a checkpoint rebuild (:mod:`node_agent.recovery`), what to release
+and what is quarantined (:mod:`node_agent.offers`), and the memory of recent EC2
+results IMDS may not show yet (:mod:`node_agent.ledger`).
 """
 
 from __future__ import annotations
@@ -32,12 +28,11 @@ from typing import Any
 
 from node_agent import offers
 from node_agent.checkpoint import (
-    CHECKPOINT_VERSION,
-    RECOVERED_CHECKPOINT_VERSION,
     CheckpointError,
     CheckpointFile,
     CheckpointStore,
     check_version,
+    encode,
     parse,
 )
 from node_agent.ledger import ResultLedger
@@ -49,11 +44,11 @@ from node_agent.records import (
     Eni,
     EniInfo,
     PodRecord,
-    RecoveredHolder,
 )
+from node_agent.recovery import RecoveredHolders
 
 
-class Datastore:
+class Datastore(RecoveredHolders):
     """Addresses per ENI and who holds them. See the module docstring."""
 
     def __init__(
@@ -234,15 +229,6 @@ class Datastore:
             self.changed.set()
             return Assignment(a.ip, eni.info.eni_id)
 
-    def _take_recovered(self, holder: str) -> tuple[Eni, Addr] | None:
-        """The attached address recovered for ``holder``, now no longer recovered (the caller assigns it)."""
-        for ip, (h, _) in sorted(self._recovered.items()):
-            eni_id = self._ip_eni.get(ip)
-            if h == holder and eni_id is not None:
-                del self._recovered[ip]
-                return self._enis[eni_id], self._enis[eni_id].addrs[ip]
-        return None
-
     def _pick(self, now: float) -> tuple[Eni, Addr] | None:
         fallback: tuple[Eni, Addr] | None = None
         for eni in sorted(self._enis.values(), key=lambda e: (e.info.network_card, e.info.device_index)):
@@ -276,84 +262,6 @@ class Datastore:
             self._save()
             self.changed.set()
             return Assignment(ip, eni_id)
-
-    # --- recovered holders (checkpoint rebuild) -----------------------------------------
-
-    def recover(self, holders: dict[str, str], now: float) -> list[str]:
-        """Mark each ``ip -> holder`` (host veth name) as in use by a recovered holder.
-
-        Addresses not attached yet are remembered and held as soon as they are
-        added (IMDS may lag). An address a known pod holds stays the pod's.
-        Returns notes naming what was recovered.
-        """
-        notes: list[str] = []
-        with self._lock:
-            owned = set(self._owner.values())
-            for ip, holder in sorted(holders.items()):
-                if ip in owned or not holder or holder == UNKNOWN_HOLDER:
-                    continue
-                self._recovered[ip] = (holder, now)
-                eni_id = self._ip_eni.get(ip)
-                if eni_id is not None:
-                    a = self._enis[eni_id].addrs[ip]
-                    a.recovered, a.assigned_at, a.freed_at, a.quarantined_at = holder, now, None, None
-                notes.append(f"{ip} held by {holder}" + ("" if eni_id else " (not attached yet)"))
-            if notes:
-                self._save()
-                self.changed.set()
-        return notes
-
-    def hold_all(self, now: float) -> int:
-        """Every attached address no pod holds becomes held by :data:`UNKNOWN_HOLDER`; returns how many.
-
-        The rebuild's answer when the host cannot say which addresses pods use.
-        """
-        with self._lock:
-            n = 0
-            for eni in self._enis.values():
-                for a in eni.addrs.values():
-                    if not a.in_use:
-                        a.recovered, a.assigned_at, a.freed_at, a.quarantined_at = UNKNOWN_HOLDER, now, None, None
-                        self._recovered[a.ip] = (UNKNOWN_HOLDER, now)
-                        n += 1
-            if n:
-                self._save()
-            return n
-
-    def release_recovered(self, holder: str, now: float) -> list[Assignment]:
-        """The recovered holder is gone (CNI DEL, or the unknown holders' grace passed):
-        its addresses enter cooldown. Idempotent; returns the attached addresses freed."""
-        with self._lock:
-            out: list[Assignment] = []
-            ips = [ip for ip, (h, _) in self._recovered.items() if h == holder]
-            for ip in sorted(ips):
-                del self._recovered[ip]
-                eni_id = self._ip_eni.get(ip)
-                if eni_id is not None:
-                    a = self._enis[eni_id].addrs[ip]
-                    if a.recovered == holder:
-                        a.recovered, a.freed_at = "", now
-                        out.append(Assignment(ip, eni_id))
-            if ips:
-                self._save()
-                self.changed.set()
-            return out
-
-    def lookup_recovered(self, holder: str) -> Assignment | None:
-        """The attached address a recovered holder holds, if any."""
-        with self._lock:
-            for ip, (h, _) in sorted(self._recovered.items()):
-                eni_id = self._ip_eni.get(ip)
-                if h == holder and eni_id is not None:
-                    return Assignment(ip, eni_id)
-            return None
-
-    def recovered_holders(self) -> list[RecoveredHolder]:
-        with self._lock:
-            return [
-                RecoveredHolder(h, ip, self._ip_eni.get(ip, ""), since)
-                for ip, (h, since) in sorted(self._recovered.items())
-            ]
 
     def lookup(self, container_id: str, ifname: str) -> Assignment | None:
         with self._lock:
@@ -541,52 +449,12 @@ class Datastore:
 
     def counts(self, now: float) -> Counts:
         with self._lock:
-            total = assigned = cooldown = quarantined = free_prefixes = recovered = 0
-            for eni in self._enis.values():
-                by_prefix: dict[str, bool] = {p: False for p in eni.prefixes}
-                for a in eni.addrs.values():
-                    if a.quarantined_at is not None:
-                        quarantined += 1
-                        if a.prefix is not None:
-                            by_prefix[a.prefix] = True
-                        continue
-                    total += 1
-                    if a.in_use:
-                        assigned += 1
-                        recovered += bool(a.recovered)
-                        if a.prefix is not None:
-                            by_prefix[a.prefix] = True
-                    elif a.freed_at is not None and now < a.freed_at + self.cooldown_s:
-                        cooldown += 1
-                free_prefixes += sum(1 for busy in by_prefix.values() if not busy)
-            return Counts(
-                total=total,
-                assigned=assigned,
-                available=total - assigned,
-                cooldown=cooldown,
-                quarantined=quarantined,
-                pending=self.pending(now),
-                enis=len(self._enis),
-                free_prefixes=free_prefixes,
-                recovered=recovered,
-            )
+            return Counts.of(self._enis.values(), now, self.cooldown_s, self.pending(now))
 
     def enis(self) -> list[Eni]:
         """Copies of the ENIs, by network card and device index."""
         with self._lock:
-            out = []
-            for e in sorted(self._enis.values(), key=lambda e: (e.info.network_card, e.info.device_index)):
-                out.append(
-                    Eni(
-                        info=e.info,
-                        added_at=e.added_at,
-                        addrs={k: Addr(**v.__dict__) for k, v in e.addrs.items()},
-                        ips=list(e.ips),
-                        prefixes=list(e.prefixes),
-                        ready=e.ready,
-                    )
-                )
-            return out
+            return [e.copy() for e in sorted(self._enis.values(), key=lambda e: (e.info.network_card, e.info.device_index))]
 
     def eni(self, eni_id: str) -> EniInfo | None:
         with self._lock:
@@ -606,41 +474,9 @@ class Datastore:
     # --- checkpoint -------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
+        """The checkpoint's content now (:func:`node_agent.checkpoint.encode`)."""
         with self._lock:
-            out: dict[str, Any] = {
-                "version": RECOVERED_CHECKPOINT_VERSION if self._recovered else CHECKPOINT_VERSION,
-                "meta": dict(self.meta),
-                "enis": [
-                    {
-                        "info": e.info.__dict__,
-                        "added_at": e.added_at,
-                        "ready": e.ready,
-                        "ips": list(e.ips),
-                        "prefixes": list(e.prefixes),
-                        "addrs": [
-                            # Unset fields left out; 0.0 is a time like any other (virtual
-                            # clocks start there), except the default ``assigned_at`` of a free address.
-                            {
-                                k: v
-                                for k, v in a.__dict__.items()
-                                if v is not None and v != "" and k != "recovered"
-                                and not (k == "assigned_at" and v == 0.0 and not a.container_id)
-                            }
-                            for a in e.addrs.values()
-                            if a.container_id or a.freed_at is not None or a.quarantined_at is not None
-                        ],
-                    }
-                    for e in self._enis.values()
-                ],
-            }
-            if self._recovered:
-                out["recovered"] = {ip: [h, since] for ip, (h, since) in sorted(self._recovered.items())}
-            recent = self._ledger.encode()
-            if recent is not None:  # optional: agents before it lose only the protection against a lagging IMDS
-                out["recent"] = recent
-            if self._parked:
-                out["parked"] = json.loads(json.dumps(self._parked))
-            return out
+            return encode(self.meta, self._enis.values(), self._recovered, self._ledger.encode(), self._parked)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:

@@ -9,6 +9,7 @@ controller read them without depending on the datastore.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -73,6 +74,17 @@ class Eni:
     ready: bool = True
     """Host networking set up; a not-ready ENI's addresses are not handed out."""
 
+    def copy(self) -> Eni:
+        """A copy its holder may change (the addresses copied too)."""
+        return Eni(
+            info=self.info,
+            added_at=self.added_at,
+            addrs={k: Addr(**v.__dict__) for k, v in self.addrs.items()},
+            ips=list(self.ips),
+            prefixes=list(self.prefixes),
+            ready=self.ready,
+        )
+
     def by_prefix(self) -> dict[str, list[Addr]]:
         """The addresses of each prefix (one pass over the addresses)."""
         out: dict[str, list[Addr]] = {}
@@ -96,6 +108,38 @@ class Counts:
     free_prefixes: int
     recovered: int = 0
     """Of ``assigned``: held by recovered holders (pods known only from the host after a rebuild)."""
+
+    @classmethod
+    def of(cls, enis: Collection[Eni], now: float, cooldown_s: float, pending: int) -> Counts:
+        total = assigned = cooldown = quarantined = free_prefixes = recovered = 0
+        for eni in enis:
+            busy: dict[str, bool] = {p: False for p in eni.prefixes}
+            for a in eni.addrs.values():
+                if a.quarantined_at is not None:
+                    quarantined += 1
+                    if a.prefix is not None:
+                        busy[a.prefix] = True
+                    continue
+                total += 1
+                if a.in_use:
+                    assigned += 1
+                    recovered += bool(a.recovered)
+                    if a.prefix is not None:
+                        busy[a.prefix] = True
+                elif a.freed_at is not None and now < a.freed_at + cooldown_s:
+                    cooldown += 1
+            free_prefixes += sum(1 for b in busy.values() if not b)
+        return cls(
+            total=total,
+            assigned=assigned,
+            available=total - assigned,
+            cooldown=cooldown,
+            quarantined=quarantined,
+            pending=pending,
+            enis=len(enis),
+            free_prefixes=free_prefixes,
+            recovered=recovered,
+        )
 
 
 @dataclass(frozen=True)
