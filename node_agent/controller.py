@@ -224,9 +224,8 @@ class PoolController:
             self.stats["unquarantined"] += back
             self._event("quarantine", f"{back} addresses back in the pool: no release confirmed in time")
             self._force = True
-        for eni in self.ds.enis():
-            if not eni.ready:
-                self._setup(eni.info)
+        for info in self.ds.not_ready():
+            self._setup(info)
         if self._unverified:
             self._recheck(now)
 
@@ -242,7 +241,7 @@ class PoolController:
         else:
             self._surplus_since = None
 
-        pending = self.ds.counts(now).pending
+        pending = self.ds.pending(now)
         offers = self.ds.quarantined()
         signature = (delta.short_units, delta.whole_enis, pending > 0, tuple(sorted(offers)))
         due = self._report_due(now, delta, pending, signature)
@@ -461,7 +460,7 @@ class PoolController:
                 self._not_before = max(self._not_before, now + self.timing.retry_s)
                 notes.append(f"allocator failed: {action.code}: {action.message}")
             self.stats[f"action_{action.kind}"] += 1
-        if not result.actions and self.ds.counts(now).pending > 0 and self.metadata is not None:
+        if not result.actions and self.ds.pending(now) > 0 and self.metadata is not None:
             # Pods wait, yet the allocator found nothing to do: EC2 already holds
             # what we need, so a result was lost (e.g. the invocation died after
             # its EC2 calls). Read IMDS now instead of at the next periodic resync.

@@ -48,6 +48,10 @@ from node_agent.records import (
 from node_agent.recovery import RecoveredHolders
 
 
+def _slot(e: Eni) -> tuple[int, int]:
+    return (e.info.network_card, e.info.device_index)
+
+
 class Datastore(RecoveredHolders):
     """Addresses per ENI and who holds them. See the module docstring."""
 
@@ -231,7 +235,7 @@ class Datastore(RecoveredHolders):
 
     def _pick(self, now: float) -> tuple[Eni, Addr] | None:
         fallback: tuple[Eni, Addr] | None = None
-        for eni in sorted(self._enis.values(), key=lambda e: (e.info.network_card, e.info.device_index)):
+        for eni in sorted(self._enis.values(), key=_slot):
             if not eni.ready:
                 continue
             used_prefixes = {a.prefix for a in eni.addrs.values() if a.in_use and a.prefix}
@@ -454,7 +458,12 @@ class Datastore(RecoveredHolders):
     def enis(self) -> list[Eni]:
         """Copies of the ENIs, by network card and device index."""
         with self._lock:
-            return [e.copy() for e in sorted(self._enis.values(), key=lambda e: (e.info.network_card, e.info.device_index))]
+            return [e.copy() for e in sorted(self._enis.values(), key=_slot)]
+
+    def not_ready(self) -> list[EniInfo]:
+        """ENIs whose host set-up is not done, by network card and device index (no copies made)."""
+        with self._lock:
+            return [e.info for e in sorted(self._enis.values(), key=_slot) if not e.ready]
 
     def eni(self, eni_id: str) -> EniInfo | None:
         with self._lock:
