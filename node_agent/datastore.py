@@ -177,7 +177,9 @@ class Datastore(RecoveredHolders):
             if removed:
                 gone = set(removed)
                 eni.ips[:] = [ip for ip in eni.ips if ip not in gone]
-            have, members, gone_pfx = set(eni.prefixes), eni.by_prefix(), set()
+            prefixes = list(prefixes)
+            have, gone_pfx = set(eni.prefixes), set()
+            members = eni.by_prefix() if prefixes else {}
             for p in prefixes:
                 if p not in have or p in gone_pfx:
                     continue

@@ -123,7 +123,14 @@ class ImdsClient:
 
 
 def _lines(value: str) -> list[str]:
-    return [x.strip() for x in value.split() if x.strip()]
+    return value.split()  # whitespace-separated; no empty items
+
+
+def _leaf(leaves: Mapping[str, str], mac: str, name: str) -> str:
+    value = leaves.get(name)
+    if value is None:
+        raise ImdsError(f"IMDS network/interfaces/macs/{mac}/{name}: not found")
+    return value.strip()
 
 
 def parse_interfaces(tree: Mapping[str, Any]) -> list[AttachedEni]:
@@ -140,23 +147,16 @@ def parse_interfaces(tree: Mapping[str, Any]) -> list[AttachedEni]:
     out = []
     for raw_mac, leaves in macs.items():
         mac = raw_mac.strip().rstrip("/").lower()
-
-        def leaf(name: str, mac: str = mac, leaves: Mapping[str, str] = leaves) -> str:
-            value = leaves.get(name)
-            if value is None:
-                raise ImdsError(f"IMDS network/interfaces/macs/{mac}/{name}: not found")
-            return value.strip()
-
-        local = _lines(leaf("local-ipv4s"))
+        local = _lines(_leaf(leaves, mac, "local-ipv4s"))
         card = leaves.get("network-card", "").strip()
         info = EniInfo(
-            eni_id=leaf("interface-id"),
-            device_index=int(leaf("device-number")),
+            eni_id=_leaf(leaves, mac, "interface-id"),
+            device_index=int(_leaf(leaves, mac, "device-number")),
             network_card=int(card) if card.isdigit() else 0,
             mac=mac,
             primary_ip=local[0] if local else "",
-            subnet_id=leaf("subnet-id"),
-            subnet_cidr=leaf("subnet-ipv4-cidr-block"),
+            subnet_id=_leaf(leaves, mac, "subnet-id"),
+            subnet_cidr=_leaf(leaves, mac, "subnet-ipv4-cidr-block"),
         )
         out.append(AttachedEni(info, local[1:], _lines(leaves.get("ipv4-prefix", ""))))
     out.sort(key=lambda a: (a.info.network_card, a.info.device_index))

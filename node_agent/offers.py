@@ -65,10 +65,12 @@ def releasable_enis(enis: Iterable[Eni], now: float, min_age_s: float, free: Fre
 
 def quarantine(eni: Eni, ips: Iterable[str], prefixes: Iterable[str], now: float) -> int:
     """Take these free addresses (and those of these prefixes) out of the pool; returns how many."""
-    members = eni.by_prefix()
     targets = [eni.addrs[ip] for ip in ips if ip in eni.addrs]
-    for p in prefixes:
-        targets.extend(members.get(p, ()))
+    prefixes = list(prefixes)
+    if prefixes:
+        members = eni.by_prefix()
+        for p in prefixes:
+            targets.extend(members.get(p, ()))
     n = 0
     for a in targets:
         if not a.in_use and a.quarantined_at is None:
@@ -114,8 +116,10 @@ def quarantined(enis: Iterable[Eni]) -> dict[str, tuple[list[str], list[str]]]:
     out: dict[str, tuple[list[str], list[str]]] = {}
     for eni in enis:
         ips = [ip for ip in eni.ips if eni.addrs[ip].quarantined_at is not None]
-        members = eni.by_prefix()
-        pfx = [p for p in eni.prefixes if all(a.quarantined_at is not None for a in members.get(p, ()))]
+        pfx: list[str] = []
+        if eni.prefixes:
+            members = eni.by_prefix()
+            pfx = [p for p in eni.prefixes if all(a.quarantined_at is not None for a in members.get(p, ()))]
         if ips or pfx:
             out[eni.info.eni_id] = (ips, pfx)
     return out
