@@ -203,7 +203,9 @@ def _encode_eni(e: Eni) -> dict[str, Any]:
             {
                 k: v
                 for k, v in a.__dict__.items()
-                if v is not None and v != "" and k != "recovered"
+                if v is not None
+                and v != ""
+                and k != "recovered"
                 and not (k == "assigned_at" and v == 0.0 and not a.container_id)
             }
             for a in e.addrs.values()
@@ -338,7 +340,9 @@ class CheckpointFile(_Model):
     version: int
     meta: dict[str, Any] = Field(default_factory=dict)
     enis: list[EniEntry]
-    recovered: dict[Address, Annotated[tuple[Text, Time], AfterValidator(_holder)]] = Field(default_factory=dict)
+    recovered: dict[Address, Annotated[tuple[Text, Time], AfterValidator(_holder)]] = Field(
+        default_factory=dict
+    )
     """Address -> [recovered holder (host veth name or ``?``), since]."""
     recent: RecentEntry = Field(default_factory=RecentEntry)
     parked: list[dict[str, Any]] = Field(default_factory=list)

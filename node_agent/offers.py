@@ -105,7 +105,11 @@ def quarantined_before(enis: Iterable[Eni], before: float) -> dict[str, list[tup
     """Per ENI: the addresses quarantined before ``before``, as ``(ip, prefix or None)``."""
     out: dict[str, list[tuple[str, str | None]]] = {}
     for eni in enis:
-        due = [(a.ip, a.prefix) for a in eni.addrs.values() if a.quarantined_at is not None and a.quarantined_at < before]
+        due = [
+            (a.ip, a.prefix)
+            for a in eni.addrs.values()
+            if a.quarantined_at is not None and a.quarantined_at < before
+        ]
         if due:
             out[eni.info.eni_id] = due
     return out

@@ -69,7 +69,12 @@ class RecoveredHolders:
             for eni in self._enis.values():
                 for a in eni.addrs.values():
                     if not a.in_use:
-                        a.recovered, a.assigned_at, a.freed_at, a.quarantined_at = UNKNOWN_HOLDER, now, None, None
+                        a.recovered, a.assigned_at, a.freed_at, a.quarantined_at = (
+                            UNKNOWN_HOLDER,
+                            now,
+                            None,
+                            None,
+                        )
                         self._recovered[a.ip] = (UNKNOWN_HOLDER, now)
                         n += 1
             if n:

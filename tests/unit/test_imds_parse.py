@@ -13,14 +13,23 @@ def _tree(macs: dict[str, dict[str, str]]) -> dict[str, object]:
 
 
 PRIMARY = {
-    "device-number": "0", "network-card": "0", "interface-id": "eni-a", "local-ipv4s": "10.0.0.5\n10.0.0.6\n10.0.0.7",
-    "subnet-id": "subnet-1", "subnet-ipv4-cidr-block": "10.0.0.0/24",
+    "device-number": "0",
+    "network-card": "0",
+    "interface-id": "eni-a",
+    "local-ipv4s": "10.0.0.5\n10.0.0.6\n10.0.0.7",
+    "subnet-id": "subnet-1",
+    "subnet-ipv4-cidr-block": "10.0.0.0/24",
 }
 
 
 def test_records_sorted_by_card_and_device_with_primary_split_off() -> None:
-    second = {**PRIMARY, "device-number": "1", "interface-id": "eni-b", "local-ipv4s": "10.0.0.9\n",
-              "ipv4-prefix": "10.0.1.0/28\n10.0.1.16/28"}
+    second = {
+        **PRIMARY,
+        "device-number": "1",
+        "interface-id": "eni-b",
+        "local-ipv4s": "10.0.0.9\n",
+        "ipv4-prefix": "10.0.1.0/28\n10.0.1.16/28",
+    }
     out = parse_interfaces(_tree({"0a:00:00:00:00:02": second, "0a:00:00:00:00:01": PRIMARY}))
     assert [a.info.eni_id for a in out] == ["eni-a", "eni-b"]
     a, b = out
@@ -46,4 +55,3 @@ def test_missing_required_leaf_is_an_imds_error_naming_it() -> None:
 
 def test_no_interfaces_directory_is_no_enis() -> None:
     assert parse_interfaces({"instance-id": "i-1"}) == []
-
