@@ -27,12 +27,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from node_agent import http as web
+from node_agent.checkpoint import CheckpointError, FileCheckpoint
 from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods, PodNetwork, RecordedPods
 from node_agent.config import AgentConfig, ConfigError, load
 from node_agent.controller import AttachedEni, HostNetwork, NodeIdentity, PoolController
-from node_agent.datastore import UNKNOWN_HOLDER, CheckpointError, Datastore, FileCheckpoint
+from node_agent.datastore import Datastore
 from node_agent.identity import CachedIdentity
 from node_agent.imds import Identity, ImdsClient
+from node_agent.records import UNKNOWN_HOLDER
 from warmpool.clock import Clock, RealClock
 from warmpool.limits import InstanceLimits, known, max_pods
 from warmpool.messages import MessageError, parse_result
@@ -82,7 +84,7 @@ class Agent:
         *,
         host: HostNetwork | None = None,
         pods: PodNetwork | None = None,
-        clock: Clock | None = None,
+        clock: Clock,
         limits: InstanceLimits | None = None,
         poll_wait_s: int = POLL_WAIT_S,
         serve_http: bool = True,
@@ -93,7 +95,7 @@ class Agent:
         self.metadata = metadata
         self.host = host
         self.pods = pods
-        self.clock = clock or RealClock()
+        self.clock = clock
         self._limits = limits
         self.poll_wait_s = poll_wait_s
         self.serve_http = serve_http
@@ -173,7 +175,7 @@ class Agent:
         self.result_queue_url = self._find_result_queue()
         self.cni = CniService(
             self.ds, self.pods,
-            mtu=cfg.hostnet.pod_mtu, add_wait_s=cfg.add_wait_s, clock=self.clock.now, on_unmet=self.wake.set,
+            mtu=cfg.hostnet.pod_mtu, add_wait_s=cfg.add_wait_s, clock=self.clock, on_unmet=self.wake.set,
             veth_prefix=cfg.veth_prefix,
         )
         self.socket_server = CniSocketServer(cfg.socket_path, self.cni)
@@ -214,7 +216,7 @@ class Agent:
         source = ("the host's pod wiring" if wiring is not None
                   else "no pod wiring to read (WARMPOOL_POD_NETWORK=recorded): every address held")
         if damaged is not None:
-            aside = checkpoint.keep_aside(time.time())
+            aside = checkpoint.keep_aside(now)
             log.error("checkpoint %s is damaged (%s); kept as %s; rebuilding from IMDS and %s",
                       checkpoint.path, damaged, aside, source)
             self.counters["checkpoint_rebuilds_damaged"] += 1
@@ -510,7 +512,7 @@ def _run_agent(env: dict[str, str]) -> int:
 
         ec2 = boto3.client("ec2", region_name=cfg.region, endpoint_url=cfg.endpoint_url or None)
         metadata = SkipUnmanaged(imds, ec2)
-    agent = Agent(cfg, sqs, metadata, host=host, node_net=node_net)
+    agent = Agent(cfg, sqs, metadata, host=host, node_net=node_net, clock=RealClock())
     try:
         agent.start()
     except (CheckpointError, KeyError, OSError, RuntimeError) as exc:

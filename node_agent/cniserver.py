@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from node_agent.cni import MAX_REQUEST_BYTES, VALID_ATTACHMENTS, version_at_least
-from node_agent.datastore import Assignment, Datastore
+from node_agent.datastore import Datastore
 from node_agent.hostnet import (
     GATEWAY,
     HostWiring,
@@ -42,6 +42,8 @@ from node_agent.hostnet import (
     wired_pods,
 )
 from node_agent.netlink import MAIN_TABLE, Netlink, NetlinkFailure
+from node_agent.records import Assignment
+from warmpool.clock import Clock
 
 log = logging.getLogger("warmpool.agent.cni")
 
@@ -178,7 +180,7 @@ class CniService:
         *,
         mtu: int = 9001,
         add_wait_s: float = 0.0,
-        clock: Callable[[], float] = time.time,
+        clock: Clock,
         on_unmet: Callable[[], None] | None = None,
         veth_prefix: str = "eni",
         busy_wait_s: float = 30.0,
@@ -295,7 +297,7 @@ class CniService:
 
     def _add(self, cid: str, ifname: str, netns: str, conf: dict[str, Any]) -> dict[str, Any]:
         earlier, _ = self._held(cid, ifname)  # returned by an earlier ADD (or found by a rebuild)
-        started = self.clock()
+        started = self.clock.now()
         holder = host_veth_name(cid, ifname, self.veth_prefix)  # a rebuild may have found this pod's address
         a = self.ds.assign(cid, ifname, netns, started, holder)
         if a is None:
@@ -305,8 +307,8 @@ class CniService:
             while a is None and time.monotonic() < deadline:
                 with self._cond:
                     self._cond.wait(timeout=min(0.5, max(0.0, deadline - time.monotonic())))
-                a = self.ds.assign(cid, ifname, netns, self.clock(), holder)
-        waited = self.clock() - started
+                a = self.ds.assign(cid, ifname, netns, self.clock.now(), holder)
+        waited = self.clock.now() - started
         if len(self.stats.wait_seconds) < 100_000:
             self.stats.wait_seconds.append(waited)
         if a is None:
@@ -330,7 +332,7 @@ class CniService:
             try:
                 self.pods.teardown(cid, ifname, a.ip)
             finally:
-                self.ds.release(cid, ifname, self.clock())
+                self.ds.release(cid, ifname, self.clock.now())
             raise
         return self._result(conf, ifname, netns, a.ip, net)
 
@@ -371,7 +373,7 @@ class CniService:
     def _delete(self, cid: str, ifname: str) -> None:
         held, holder = self._held(cid, ifname)
         self.pods.teardown(cid, ifname, held.ip if held else None)
-        now = self.clock()
+        now = self.clock.now()
         self.ds.release(cid, ifname, now)  # also forgets a waiting ADD
         for freed in self.ds.release_recovered(holder, now):
             log.info("DEL %s %s: recovered address %s released", cid[:12], ifname, freed.ip)
@@ -400,7 +402,7 @@ class CniService:
         ``gc_min_age_s``. Recovered holders (known by host veth only) wait for their DEL."""
         conf = req.get("config")
         valid = _valid_attachments(conf)
-        now = self.clock()
+        now = self.clock.now()
         errors: list[str] = []
         released = 0
         for rec in self.ds.pods():
@@ -417,7 +419,7 @@ class CniService:
                 except (NetlinkFailure, PodRefused) as exc:
                     errors.append(f"{rec.container_id[:12]}/{rec.ifname}: {exc}")
                     continue
-                self.ds.release(rec.container_id, rec.ifname, self.clock())
+                self.ds.release(rec.container_id, rec.ifname, self.clock.now())
                 released += 1
                 log.info("GC: %s %s not listed by the runtime; %s released", rec.container_id[:12], rec.ifname,
                          rec.ip)

@@ -14,7 +14,6 @@ Pool arithmetic is the core's (:func:`warmpool.pool.compute`), never redone here
 from __future__ import annotations
 
 import logging
-import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -22,8 +21,11 @@ from typing import NamedTuple, Protocol
 
 from pydantic import ValidationError
 
+from node_agent.claims import ParkedClaims
 from node_agent.config import Timing
-from node_agent.datastore import Datastore, EniInfo
+from node_agent.datastore import Datastore
+from node_agent.records import EniInfo
+from node_agent.report import build_report
 from warmpool import messages
 from warmpool.limits import InstanceLimits, pod_ceiling
 from warmpool.messages import (
@@ -32,12 +34,9 @@ from warmpool.messages import (
     Attached,
     Deferred,
     Deleted,
-    EniReport,
     Failed,
     PoolReport,
     Released,
-    ReleaseOffer,
-    Targets,
 )
 from warmpool.pool import PoolConfig, PoolDelta, PoolState, compute
 
@@ -137,14 +136,15 @@ class PoolController:
         self._retries = 0
         self._not_before = 0.0
         self._surplus_since: float | None = None
-        self._unverified: dict[tuple[object, ...], tuple[Attached | Assigned, float, int]] = {}
+        self._unverified = ParkedClaims()
         """Claims waiting for IMDS, by what they claim (several may name one ENI), with their first
         arrival and the ``in_reply_to`` of their result.
         Checkpointed (the result carrying them is acknowledged once applied): a restart re-checks them."""
         self._rechecking = False
         self._listed: set[str] | None = None
         """What the last IMDS read listed (addresses and prefixes); None if it failed."""
-        self._load_parked()
+        for why in self._unverified.load(self.ds.parked()):
+            self._event("verify", f"unreadable parked claim in the checkpoint dropped: {why}")
         self.restart_hold_s = restart_hold_s
         """After a start, quarantined addresses are not taken back for this long: a result the
         previous process received but never applied (a ``released`` one, maybe) comes back
@@ -226,9 +226,8 @@ class PoolController:
             self.stats["unquarantined"] += back
             self._event("quarantine", f"{back} addresses back in the pool: no release confirmed in time")
             self._force = True
-        for eni in self.ds.enis():
-            if not eni.ready:
-                self._setup(eni.info)
+        for info in self.ds.not_ready():
+            self._setup(info)
         if self._unverified:
             self._recheck(now)
 
@@ -244,7 +243,7 @@ class PoolController:
         else:
             self._surplus_since = None
 
-        pending = self.ds.counts(now).pending
+        pending = self.ds.pending(now)
         offers = self.ds.quarantined()
         signature = (delta.short_units, delta.whole_enis, pending > 0, tuple(sorted(offers)))
         due = self._report_due(now, delta, pending, signature)
@@ -369,60 +368,8 @@ class PoolController:
         seq = max(self.last_seq + 1, int(now * 1000))
         self.last_seq = seq
         self.ds.set_meta(SEQ_META, seq)
-        c = self.ds.counts(now)
-        since = self.ds.quarantined_since()
-        enis = []
-        slots: set[tuple[int, int]] = set()
-        # Newest first within a slot: an older ENI in a slot another has taken is one whose
-        # removal was missed (what :meth:`_repair` could not fix stays out of the report).
-        for e in sorted(self.ds.enis(), key=lambda e: (e.info.network_card, e.info.device_index, -e.added_at)):
-            slot = (e.info.network_card, e.info.device_index)
-            if slot in slots:
-                self.stats["report_enis_skipped"] += 1
-                log.warning("%s left out of the report: device slot %s taken by another ENI", e.info.eni_id, slot)
-                offers.pop(e.info.eni_id, None)
-                continue
-            slots.add(slot)
-            live = [ip for ip in e.ips if e.addrs[ip].quarantined_at is None]
-            pfx = [p for p in e.prefixes if p not in offers.get(e.info.eni_id, ((), ()))[1]]
-            enis.append(
-                EniReport(
-                    eni_id=e.info.eni_id,
-                    device_index=e.info.device_index,
-                    network_card=e.info.network_card,
-                    subnet_id=e.info.subnet_id,
-                    primary_ip=e.info.primary_ip,
-                    ips=live,
-                    prefixes=pfx,
-                    assigned=sum(1 for a in e.addrs.values() if a.in_use),
-                )
-            )
-        report = PoolReport(
-            cluster=self.identity.cluster,
-            node=self.identity.node,
-            instance_id=self.identity.instance_id,
-            instance_type=self.identity.instance_type,
-            availability_zone=self.identity.availability_zone,
-            seq=seq,
-            sent_at=now,
-            mode="prefix" if self.pool.prefix_mode else "secondary-ip",
-            targets=Targets(
-                warm_ip=self.pool.warm_ip,
-                minimum_ip=self.pool.minimum_ip,
-                warm_eni=self.pool.warm_eni,
-                warm_prefix=self.pool.warm_prefix,
-                max_eni=self.pool.max_eni,
-            ),
-            enis=enis,
-            assigned_ips=c.assigned,
-            pending_demand=c.pending,
-            release=[
-                # Dated no later than the report (the contract's rule; a clock stepped
-                # back after a restart only makes the offer look older, never younger).
-                ReleaseOffer(eni_id=k, ips=v[0], prefixes=v[1], quarantined_at=min(since.get(k, now), now))
-                for k, v in sorted(offers.items())
-            ],
-            identity=signed,
+        report = build_report(
+            self.identity, self.pool, self.ds, offers, seq=seq, now=now, signed=signed, skipped=self._skipped
         )
         for o in report.release:
             for x in (*o.ips, *o.prefixes):
@@ -438,12 +385,18 @@ class PoolController:
         self.stats["reports_sent"] += 1
         return report
 
+    def _skipped(self, eni_id: str, slot: tuple[int, int]) -> None:
+        # Newest first within a slot: an older ENI in a slot another has taken is one whose
+        # removal was missed (what :meth:`_repair` could not fix stays out of the report).
+        self.stats["report_enis_skipped"] += 1
+        log.warning("%s left out of the report: device slot %s taken by another ENI", eni_id, slot)
+
     def _quarantine(self, delta: PoolDelta, now: float) -> int:
         n = 0
         if delta.whole_enis:
+            by_id = {e.info.eni_id: e for e in self.ds.enis()}
             for eni_id in self.ds.releasable_enis(now, self.timing.eni_min_age_s)[: delta.over_enis]:
-                e = next(x for x in self.ds.enis() if x.info.eni_id == eni_id)
-                n += self.ds.quarantine(eni_id, e.ips, e.prefixes, now)
+                n += self.ds.quarantine(eni_id, by_id[eni_id].ips, by_id[eni_id].prefixes, now)
         elif self.pool.prefix_mode:
             for eni_id, p in self.ds.releasable_prefixes(now)[: delta.over_units]:
                 n += self.ds.quarantine(eni_id, [], [p], now)
@@ -509,7 +462,7 @@ class PoolController:
                 self._not_before = max(self._not_before, now + self.timing.retry_s)
                 notes.append(f"allocator failed: {action.code}: {action.message}")
             self.stats[f"action_{action.kind}"] += 1
-        if not result.actions and self.ds.counts(now).pending > 0 and self.metadata is not None:
+        if not result.actions and self.ds.pending(now) > 0 and self.metadata is not None:
             # Pods wait, yet the allocator found nothing to do: EC2 already holds
             # what we need, so a result was lost (e.g. the invocation died after
             # its EC2 calls). Read IMDS now instead of at the next periodic resync.
@@ -550,10 +503,11 @@ class PoolController:
             return [f"{action.eni_id}: claim from reply to {seq} is older than the ENI's deletion: ignored"]
         stale = [k for k in [*ips, *prefixes] if gone_ips.get(k, -1) > seq]
         if stale:
+            dropped = set(stale)
             self.stats["stale_claims"] += 1
             notes.append(f"{action.eni_id}: {len(stale)} claimed addresses were released since: ignored")
-            ips = [ip for ip in ips if ip not in stale]
-            prefixes = [p for p in prefixes if p not in stale]
+            ips = [ip for ip in ips if ip not in dropped]
+            prefixes = [p for p in prefixes if p not in dropped]
         if view is not None:
             seen = view.get(action.eni_id)
             if seen is None:
@@ -561,8 +515,9 @@ class PoolController:
                 return [f"{action.eni_id}: not in IMDS yet; will re-check"]
             # An address released earlier is listed by a lagging IMDS from before the
             # release too: only a listing after IMDS was seen without it is evidence.
-            ok_ips = [ip for ip in ips if ip in seen.ips and (ip not in gone_ips or self.ds.seen_absent(ip))]
-            ok_pfx = [p for p in prefixes if p in seen.prefixes and (p not in gone_ips or self.ds.seen_absent(p))]
+            seen_ips, seen_pfx = set(seen.ips), set(seen.prefixes)
+            ok_ips = [ip for ip in ips if ip in seen_ips and (ip not in gone_ips or self.ds.seen_absent(ip))]
+            ok_pfx = [p for p in prefixes if p in seen_pfx and (p not in gone_ips or self.ds.seen_absent(p))]
             # Ours again: the "just released" filter of resync must not drop it.
             self.ds.unmark_released([*ok_ips, *ok_pfx])
             if len(ok_ips) < len(ips) or len(ok_pfx) < len(prefixes):
@@ -627,48 +582,16 @@ class PoolController:
                 notes.append(f"{e.info.eni_id}: detached (IMDS shows {info.eni_id} in its slot): removed")
         return notes
 
-    @staticmethod
-    def _claim_key(action: Attached | Assigned) -> tuple[object, ...]:
-        return (action.eni_id, action.kind, tuple(action.ips), tuple(action.prefixes))
-
     def _park(self, action: Attached | Assigned, now: float, seq: int) -> None:
-        # Keyed by the whole claim, not the ENI: an ``attached`` and a later
-        # ``assigned`` for the same still-attaching ENI both wait. (Keyed by ENI,
-        # the second replaced the first and its addresses were never used.)
-        key = self._claim_key(action)
-        first = self._unverified.get(key, (action, now, seq))[1]
-        self._unverified[key] = (action, first, seq)
+        self._unverified.park(action, now, seq)
         if not self._rechecking:
             self._save_parked()
 
     def _save_parked(self) -> None:
-        self.ds.set_parked(
-            [
-                {"action": a.model_dump(mode="json"), "first": first, "seq": seq}
-                for a, first, seq in self._unverified.values()
-            ]
-        )
-
-    def _load_parked(self) -> None:
-        for raw in self.ds.parked():
-            try:
-                data = raw["action"]
-                action: Attached | Assigned = (
-                    Attached.model_validate(data) if data.get("kind") == "attached" else Assigned.model_validate(data)
-                )
-                first = float(raw["first"])
-                seq = int(raw.get("seq", -1))  # unknown: the oldest (any newer release wins)
-                if not math.isfinite(first):
-                    raise ValueError(f"first seen at {first}")
-            except (KeyError, TypeError, ValueError, AttributeError, OverflowError, ValidationError) as exc:
-                # Only a shortcut: the periodic resync finds what IMDS shows anyway.
-                self._event("verify", f"unreadable parked claim in the checkpoint dropped: {exc}")
-                continue
-            self._unverified[self._claim_key(action)] = (action, first, seq)
+        self.ds.set_parked(self._unverified.encode())
 
     def _recheck(self, now: float) -> None:
-        parked = self._unverified
-        self._unverified = {}
+        parked = self._unverified.take()
         view = self._view()
         self._rechecking = True  # one checkpoint write for the lot, at the end
         try:
@@ -678,8 +601,7 @@ class PoolController:
                     self._event("verify", f"{action.eni_id}: result never confirmed by IMDS: dropped")
                     continue
                 self._apply_addresses(action, view, now, seq)
-                if key in self._unverified:
-                    self._unverified[key] = (self._unverified[key][0], first, seq)
+                self._unverified.keep_first(key, first, seq)
         finally:
             self._rechecking = False
             self._save_parked()

@@ -10,264 +10,49 @@ Every change that matters (an address handed out or given back, ENIs and
 addresses added or removed, quarantine) is checkpointed *before* the method
 returns, so an address is recorded before anyone is told about it.
 
-**Recovered holders.** When the checkpoint is lost or damaged the agent
-rebuilds: IMDS says which addresses are attached, the host says which of them
-pods still use (their wiring left a ``/32`` route via a host veth). Such an
-address is held by a *recovered holder*, keyed by that veth's name (a hash of
-the container id and interface, so a later DEL, CHECK or repeated ADD finds it
-again). Where the host cannot tell (no kernel wiring), every attached address
-is held by :data:`UNKNOWN_HOLDER` until released explicitly. Recovered holders
-count as in use everywhere (never handed out, quarantined or offered back) and
-are checkpointed, even for addresses not (yet) attached, since IMDS may lag.
+Kept in their own modules: the records it holds (:mod:`node_agent.records`),
+the checkpoint's stores and format (:mod:`node_agent.checkpoint`), recovered
+holders after a checkpoint rebuild (:mod:`node_agent.recovery`), what to release
+and what is quarantined (:mod:`node_agent.offers`), and the memory of recent EC2
+results IMDS may not show yet (:mod:`node_agent.ledger`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import ipaddress
 import json
-import math
-import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 
-CHECKPOINT_VERSION = 1
-RECOVERED_CHECKPOINT_VERSION = 2
-"""Written only while recovered holders exist: an older agent would silently drop
-them (and hand their addresses out again), so it must refuse such a checkpoint."""
-READABLE_VERSIONS = (CHECKPOINT_VERSION, RECOVERED_CHECKPOINT_VERSION)
-PREFIX_SIZE = 16
-KEEP_CORRUPT = 3
-"""Damaged checkpoints kept aside (``<path>.corrupt-<unix time>``); older ones are deleted."""
-UNKNOWN_HOLDER = "?"
-"""Holder of an address that may be in use by a pod nobody can name (rebuild with no host wiring to read)."""
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be read (wrong version, corrupt)."""
-
-
-class CheckpointStore(Protocol):
-    """Where the datastore keeps its checkpoint."""
-
-    def load(self) -> dict[str, Any] | None: ...
-    def save(self, data: dict[str, Any]) -> None: ...
+from node_agent import offers
+from node_agent.checkpoint import (
+    CheckpointError,
+    CheckpointFile,
+    CheckpointStore,
+    check_version,
+    encode,
+    parse,
+)
+from node_agent.ledger import ResultLedger
+from node_agent.records import (
+    UNKNOWN_HOLDER,
+    Addr,
+    Assignment,
+    Counts,
+    Eni,
+    EniInfo,
+    PodRecord,
+)
+from node_agent.recovery import RecoveredHolders
 
 
-class MemoryCheckpoint:
-    """In memory (tests, bench): ``data`` is the last saved snapshot."""
-
-    def __init__(self, data: dict[str, Any] | None = None) -> None:
-        self.data = data
-        self.saves = 0
-
-    def load(self) -> dict[str, Any] | None:
-        return json.loads(json.dumps(self.data)) if self.data is not None else None
-
-    def save(self, data: dict[str, Any]) -> None:
-        self.data = data
-        self.saves += 1
+def _slot(e: Eni) -> tuple[int, int]:
+    return (e.info.network_card, e.info.device_index)
 
 
-class FileCheckpoint:
-    """A JSON file replaced atomically: temp file in the same directory, fsync, rename, fsync dir."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def load(self) -> dict[str, Any] | None:
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            raise CheckpointError(f"{self.path}: {exc}") from None
-        if not isinstance(data, dict):
-            raise CheckpointError(f"{self.path}: not an object")
-        return data
-
-    def keep_aside(self, now: float, keep: int = KEEP_CORRUPT) -> str:
-        """Keep the damaged file as ``<path>.corrupt-<unix time>`` for the operator and
-        delete all but the newest ``keep`` such files; returns the new name.
-
-        A hard link (a copy where links are not supported), so the damaged file
-        stays in place until a rebuilt checkpoint replaces it atomically: a
-        crash during the rebuild finds it again and rebuilds again, never an
-        empty start. :class:`CheckpointError` if it cannot be kept.
-        """
-        base = f"{self.path}.corrupt-{int(now)}"
-        aside, n = base, 0
-        try:
-            while True:
-                try:
-                    os.link(self.path, aside)
-                    break
-                except FileExistsError:
-                    n += 1
-                    aside = f"{base}-{n}"
-                except OSError as exc:
-                    if exc.errno not in (errno.EPERM, errno.EXDEV, errno.EOPNOTSUPP, errno.EMLINK):
-                        raise
-                    with open(self.path, "rb") as src, open(aside, "xb") as dst:
-                        shutil.copyfileobj(src, dst)
-                        dst.flush()
-                        os.fsync(dst.fileno())
-                    break
-        except OSError as exc:
-            raise CheckpointError(f"{self.path}: cannot keep the damaged file aside: {exc}") from None
-        self._prune(keep)
-        return aside
-
-    def _prune(self, keep: int) -> None:
-        directory = os.path.dirname(self.path) or "."
-        stem = os.path.basename(self.path) + ".corrupt-"
-
-        def age(name: str) -> tuple[int, int]:
-            t, _, n = name.removeprefix(stem).partition("-")
-            return (int(t) if t.isdigit() else 0, int(n) if n.isdigit() else 0)
-
-        old = sorted((f for f in os.listdir(directory) if f.startswith(stem)), key=age)
-        for name in old[: max(0, len(old) - keep)]:
-            try:
-                os.unlink(os.path.join(directory, name))
-            except FileNotFoundError:
-                pass
-
-    def save(self, data: dict[str, Any]) -> None:
-        directory = os.path.dirname(self.path) or "."
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, separators=(",", ":"))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-
-
-def _check_types(d: dict[str, Any], kind: type, keys: Iterable[str]) -> None:
-    """Checkpoint fields of the wrong type would break the agent later, far from the cause."""
-    for k in keys:
-        v: Any = d.get(k)
-        if k not in d or (v is None and kind is float):
-            continue
-        ok = isinstance(v, (int, float) if kind is float else kind) and not isinstance(v, bool)
-        if not ok or (kind is not str and v < 0):
-            raise TypeError(f"{k}: {v!r} is not a valid {kind.__name__}")
-
-
-@dataclass(frozen=True)
-class EniInfo:
-    """What is attached (IMDS or an ``attached`` result says so)."""
-
-    eni_id: str
-    device_index: int
-    mac: str
-    primary_ip: str
-    subnet_id: str = ""
-    subnet_cidr: str = ""
-    network_card: int = 0
-
-    @property
-    def route_table(self) -> int:
-        """VPC CNI convention: device ``d`` uses table ``d + 1``; the primary ENI uses main."""
-        return 254 if self.device_index == 0 else self.device_index + 1
-
-    @property
-    def gateway(self) -> str:
-        """The subnet's router: its base address + 1."""
-        net = ipaddress.IPv4Network(self.subnet_cidr, strict=False)
-        return str(net.network_address + 1)
-
-
-class Assignment(NamedTuple):
-    ip: str
-    eni_id: str
-
-
-@dataclass
-class Addr:
-    ip: str
-    prefix: str | None = None
-    container_id: str = ""
-    ifname: str = ""
-    netns: str = ""
-    assigned_at: float = 0.0
-    freed_at: float | None = None
-    quarantined_at: float | None = None
-    recovered: str = ""
-    """Recovered holder (host veth name, or :data:`UNKNOWN_HOLDER`) after a checkpoint rebuild."""
-
-    @property
-    def in_use(self) -> bool:
-        return bool(self.container_id or self.recovered)
-
-
-@dataclass
-class Eni:
-    info: EniInfo
-    added_at: float
-    addrs: dict[str, Addr] = field(default_factory=dict)
-    ips: list[str] = field(default_factory=list)
-    prefixes: list[str] = field(default_factory=list)
-    ready: bool = True
-    """Host networking set up; a not-ready ENI's addresses are not handed out."""
-
-
-@dataclass(frozen=True)
-class Counts:
-    total: int
-    """Addresses pods can use (quarantined ones excluded: they are on their way out)."""
-    assigned: int
-    available: int
-    """total − assigned (cooldown counts as available, as in the VPC CNI)."""
-    cooldown: int
-    quarantined: int
-    pending: int
-    enis: int
-    free_prefixes: int
-    recovered: int = 0
-    """Of ``assigned``: held by recovered holders (pods known only from the host after a rebuild)."""
-
-
-@dataclass(frozen=True)
-class RecoveredHolder:
-    holder: str
-    """Host veth name, or :data:`UNKNOWN_HOLDER`."""
-    ip: str
-    eni_id: str
-    """'' while the address is not attached (IMDS may not show it yet)."""
-    since: float
-
-
-@dataclass(frozen=True)
-class PodRecord:
-    container_id: str
-    ifname: str
-    netns: str
-    ip: str
-    eni_id: str
-    assigned_at: float
-
-
-class Datastore:
+class Datastore(RecoveredHolders):
     """Addresses per ENI and who holds them. See the module docstring."""
 
     def __init__(
@@ -286,18 +71,8 @@ class Datastore:
         self._ip_eni: dict[str, str] = {}
         self._pending: dict[tuple[str, str], float] = {}
         self._recovered: dict[str, tuple[str, float]] = {}  # ip -> (holder, since)
-        self._gone_ips: dict[str, tuple[float, int]] = {}
-        """Addresses and prefixes EC2 took (a ``released`` result) -> (until when a lagging
-        IMDS is ignored, the result's ``in_reply_to``)."""
-        self._gone_enis: dict[str, tuple[float, int]] = {}
-        """ENIs EC2 deleted (a ``deleted`` result) -> (until, ``in_reply_to``), likewise."""
-        self._granted: dict[str, tuple[float, int]] = {}
-        """Addresses and prefixes an ``assigned``/``attached`` result gave us -> (until when, the
-        result's ``in_reply_to``): a ``released`` result replying to an older report is stale for them."""
-        self._absent: set[str] = set()
-        """Released addresses/prefixes (in ``_gone_ips``) that IMDS has been seen *not* listing since
-        the release: only after that is IMDS listing them again evidence of a new assignment.
-        In memory only (a restart just waits longer for the evidence)."""
+        self._ledger = ResultLedger()
+        """What EC2 results said that IMDS may not show yet (checkpointed)."""
         self._unlisted: set[str] = set()
         """Addresses a pod holds that IMDS stopped listing (the last resync): kept for the pod,
         never handed out again, dropped by the first resync after the pod is gone."""
@@ -359,9 +134,11 @@ class Datastore:
                 eni.ips.append(ip)
                 self._ip_eni[ip] = eni_id
                 added += 1
+            have = set(eni.prefixes)
             for p in prefixes:
-                if p in eni.prefixes:
+                if p in have:
                     continue
+                have.add(p)
                 eni.prefixes.append(p)
                 for host in ipaddress.IPv4Network(p):
                     ip = str(host)
@@ -396,18 +173,25 @@ class Datastore:
                 if a is None or a.prefix is not None or (a.in_use and not force):
                     continue
                 self._drop(eni, a)
-                eni.ips.remove(ip)
                 removed.append(ip)
+            if removed:
+                gone = set(removed)
+                eni.ips[:] = [ip for ip in eni.ips if ip not in gone]
+            prefixes = list(prefixes)
+            have, gone_pfx = set(eni.prefixes), set()
+            members = eni.by_prefix() if prefixes else {}
             for p in prefixes:
-                if p not in eni.prefixes:
+                if p not in have or p in gone_pfx:
                     continue
-                members = [a for a in eni.addrs.values() if a.prefix == p]
-                if not force and any(a.in_use for a in members):
+                addrs = members.get(p, [])
+                if not force and any(a.in_use for a in addrs):
                     continue
-                for a in members:
+                for a in addrs:
                     self._drop(eni, a)
                     removed.append(a.ip)
-                eni.prefixes.remove(p)
+                gone_pfx.add(p)
+            if gone_pfx:
+                eni.prefixes[:] = [p for p in eni.prefixes if p not in gone_pfx]
             if removed:
                 self._save()
             return removed
@@ -451,18 +235,9 @@ class Datastore:
             self.changed.set()
             return Assignment(a.ip, eni.info.eni_id)
 
-    def _take_recovered(self, holder: str) -> tuple[Eni, Addr] | None:
-        """The attached address recovered for ``holder``, now no longer recovered (the caller assigns it)."""
-        for ip, (h, _) in sorted(self._recovered.items()):
-            eni_id = self._ip_eni.get(ip)
-            if h == holder and eni_id is not None:
-                del self._recovered[ip]
-                return self._enis[eni_id], self._enis[eni_id].addrs[ip]
-        return None
-
     def _pick(self, now: float) -> tuple[Eni, Addr] | None:
         fallback: tuple[Eni, Addr] | None = None
-        for eni in sorted(self._enis.values(), key=lambda e: (e.info.network_card, e.info.device_index)):
+        for eni in sorted(self._enis.values(), key=_slot):
             if not eni.ready:
                 continue
             used_prefixes = {a.prefix for a in eni.addrs.values() if a.in_use and a.prefix}
@@ -494,84 +269,6 @@ class Datastore:
             self.changed.set()
             return Assignment(ip, eni_id)
 
-    # --- recovered holders (checkpoint rebuild) -----------------------------------------
-
-    def recover(self, holders: dict[str, str], now: float) -> list[str]:
-        """Mark each ``ip -> holder`` (host veth name) as in use by a recovered holder.
-
-        Addresses not attached yet are remembered and held as soon as they are
-        added (IMDS may lag). An address a known pod holds stays the pod's.
-        Returns notes naming what was recovered.
-        """
-        notes: list[str] = []
-        with self._lock:
-            owned = set(self._owner.values())
-            for ip, holder in sorted(holders.items()):
-                if ip in owned or not holder or holder == UNKNOWN_HOLDER:
-                    continue
-                self._recovered[ip] = (holder, now)
-                eni_id = self._ip_eni.get(ip)
-                if eni_id is not None:
-                    a = self._enis[eni_id].addrs[ip]
-                    a.recovered, a.assigned_at, a.freed_at, a.quarantined_at = holder, now, None, None
-                notes.append(f"{ip} held by {holder}" + ("" if eni_id else " (not attached yet)"))
-            if notes:
-                self._save()
-                self.changed.set()
-        return notes
-
-    def hold_all(self, now: float) -> int:
-        """Every attached address no pod holds becomes held by :data:`UNKNOWN_HOLDER`; returns how many.
-
-        The rebuild's answer when the host cannot say which addresses pods use.
-        """
-        with self._lock:
-            n = 0
-            for eni in self._enis.values():
-                for a in eni.addrs.values():
-                    if not a.in_use:
-                        a.recovered, a.assigned_at, a.freed_at, a.quarantined_at = UNKNOWN_HOLDER, now, None, None
-                        self._recovered[a.ip] = (UNKNOWN_HOLDER, now)
-                        n += 1
-            if n:
-                self._save()
-            return n
-
-    def release_recovered(self, holder: str, now: float) -> list[Assignment]:
-        """The recovered holder is gone (CNI DEL, or the unknown holders' grace passed):
-        its addresses enter cooldown. Idempotent; returns the attached addresses freed."""
-        with self._lock:
-            out: list[Assignment] = []
-            ips = [ip for ip, (h, _) in self._recovered.items() if h == holder]
-            for ip in sorted(ips):
-                del self._recovered[ip]
-                eni_id = self._ip_eni.get(ip)
-                if eni_id is not None:
-                    a = self._enis[eni_id].addrs[ip]
-                    if a.recovered == holder:
-                        a.recovered, a.freed_at = "", now
-                        out.append(Assignment(ip, eni_id))
-            if ips:
-                self._save()
-                self.changed.set()
-            return out
-
-    def lookup_recovered(self, holder: str) -> Assignment | None:
-        """The attached address a recovered holder holds, if any."""
-        with self._lock:
-            for ip, (h, _) in sorted(self._recovered.items()):
-                eni_id = self._ip_eni.get(ip)
-                if h == holder and eni_id is not None:
-                    return Assignment(ip, eni_id)
-            return None
-
-    def recovered_holders(self) -> list[RecoveredHolder]:
-        with self._lock:
-            return [
-                RecoveredHolder(h, ip, self._ip_eni.get(ip, ""), since)
-                for ip, (h, since) in sorted(self._recovered.items())
-            ]
-
     def lookup(self, container_id: str, ifname: str) -> Assignment | None:
         with self._lock:
             ip = self._owner.get((container_id, ifname))
@@ -596,71 +293,37 @@ class Datastore:
                         )
             return out
 
-    # --- quarantine --------------------------------------------------------------
+    # --- release and quarantine (node_agent/offers.py) ------------------------------
 
-    def releasable_ips(self, now: float) -> list[tuple[str, str]]:
-        """Free single addresses past cooldown, as ``(eni_id, ip)``, best to release first:
-        ENIs with fewest pods, highest device index, newest address first."""
-        with self._lock:
-            out: list[tuple[tuple[int, int, int], str, str]] = []
-            for eni in self._enis.values():
-                used = sum(1 for a in eni.addrs.values() if a.in_use)
-                for i, ip in enumerate(eni.ips):
-                    a = eni.addrs[ip]
-                    if self._free_past_cooldown(a, now):
-                        out.append(((used, -eni.info.device_index, -i), eni.info.eni_id, ip))
-            out.sort()
-            return [(e, ip) for _, e, ip in out]
-
-    def releasable_prefixes(self, now: float) -> list[tuple[str, str]]:
-        """Whole /28s with no address in use, quarantined or in cooldown, as ``(eni_id, prefix)``."""
-        with self._lock:
-            out: list[tuple[tuple[int, int], str, str]] = []
-            for eni in self._enis.values():
-                used = sum(1 for a in eni.addrs.values() if a.in_use)
-                for p in eni.prefixes:
-                    members = [a for a in eni.addrs.values() if a.prefix == p]
-                    if members and all(self._free_past_cooldown(a, now) for a in members):
-                        out.append(((used, -eni.info.device_index), eni.info.eni_id, p))
-            out.sort()
-            return [(e, p) for _, e, p in out]
-
-    def releasable_enis(self, now: float, min_age_s: float) -> list[str]:
-        """Whole ENIs that may go: not primary, no pods, no cooldown, old enough; highest index first."""
-        with self._lock:
-            out = []
-            for eni in self._enis.values():
-                if eni.info.device_index == 0 and eni.info.network_card == 0:
-                    continue
-                if now - eni.added_at < min_age_s:
-                    continue
-                if all(self._free_past_cooldown(a, now) for a in eni.addrs.values()):
-                    out.append((-eni.info.device_index, eni.info.eni_id))
-            out.sort()
-            return [e for _, e in out]
-
-    def _free_past_cooldown(self, a: Addr, now: float) -> bool:
-        return (
+    def _free(self, now: float) -> offers.Free:
+        """May the address be given back now: free, not quarantined, past cooldown, still in IMDS."""
+        return lambda a: (
             not a.in_use
             and a.quarantined_at is None
             and a.ip not in self._unlisted
             and (a.freed_at is None or now >= a.freed_at + self.cooldown_s)
         )
 
+    def releasable_ips(self, now: float) -> list[tuple[str, str]]:
+        """See :func:`node_agent.offers.releasable_ips`."""
+        with self._lock:
+            return offers.releasable_ips(self._enis.values(), self._free(now))
+
+    def releasable_prefixes(self, now: float) -> list[tuple[str, str]]:
+        """See :func:`node_agent.offers.releasable_prefixes`."""
+        with self._lock:
+            return offers.releasable_prefixes(self._enis.values(), self._free(now))
+
+    def releasable_enis(self, now: float, min_age_s: float) -> list[str]:
+        """See :func:`node_agent.offers.releasable_enis`."""
+        with self._lock:
+            return offers.releasable_enis(self._enis.values(), now, min_age_s, self._free(now))
+
     def quarantine(self, eni_id: str, ips: Iterable[str], prefixes: Iterable[str], now: float) -> int:
         """Take free addresses out of the pool to offer them back; returns addresses quarantined."""
         with self._lock:
             eni = self._enis.get(eni_id)
-            if eni is None:
-                return 0
-            n = 0
-            targets = [eni.addrs[ip] for ip in ips if ip in eni.addrs]
-            for p in prefixes:
-                targets.extend(a for a in eni.addrs.values() if a.prefix == p)
-            for a in targets:
-                if not a.in_use and a.quarantined_at is None:
-                    a.quarantined_at = now
-                    n += 1
+            n = 0 if eni is None else offers.quarantine(eni, ips, prefixes, now)
             if n:
                 self._save()
             return n
@@ -668,76 +331,37 @@ class Datastore:
     def unquarantine(self, before: float) -> int:
         """Return to the pool every address quarantined before ``before``; returns how many."""
         with self._lock:
-            n = 0
-            for eni in self._enis.values():
-                for a in eni.addrs.values():
-                    if a.quarantined_at is not None and a.quarantined_at < before:
-                        a.quarantined_at = None
-                        n += 1
+            n = offers.unquarantine(self._enis.values(), before)
             if n:
                 self._save()
                 self.changed.set()
             return n
-
-    def quarantined_before(self, before: float) -> dict[str, list[tuple[str, str | None]]]:
-        """Per ENI: the addresses quarantined before ``before``, as ``(ip, prefix or None)``."""
-        with self._lock:
-            out: dict[str, list[tuple[str, str | None]]] = {}
-            for eni in self._enis.values():
-                due = [(a.ip, a.prefix) for a in eni.addrs.values()
-                       if a.quarantined_at is not None and a.quarantined_at < before]
-                if due:
-                    out[eni.info.eni_id] = due
-            return out
 
     def reclaim(self, eni_id: str, ips: Iterable[str] = (), prefixes: Iterable[str] = ()) -> int:
         """The allocator declined our release offer for these addresses (pods
         need them again): back into the pool at once. Returns how many."""
         with self._lock:
             eni = self._enis.get(eni_id)
-            if eni is None:
-                return 0
-            want = set(ips)
-            pfx = set(prefixes)
-            back = 0
-            for a in eni.addrs.values():
-                if a.quarantined_at is not None and (a.ip in want or (a.prefix is not None and a.prefix in pfx)):
-                    a.quarantined_at = None
-                    back += 1
+            back = 0 if eni is None else offers.reclaim(eni, ips, prefixes)
             if back:
                 self._save()
                 self.changed.set()
             return back
 
-    def quarantined(self) -> dict[str, tuple[list[str], list[str]]]:
-        """Per ENI: quarantined single addresses and whole quarantined prefixes."""
+    def quarantined_before(self, before: float) -> dict[str, list[tuple[str, str | None]]]:
+        """See :func:`node_agent.offers.quarantined_before`."""
         with self._lock:
-            out: dict[str, tuple[list[str], list[str]]] = {}
-            for eni in self._enis.values():
-                ips = [ip for ip in eni.ips if eni.addrs[ip].quarantined_at is not None]
-                pfx = [
-                    p
-                    for p in eni.prefixes
-                    if all(a.quarantined_at is not None for a in eni.addrs.values() if a.prefix == p)
-                ]
-                if ips or pfx:
-                    out[eni.info.eni_id] = (ips, pfx)
-            return out
+            return offers.quarantined_before(self._enis.values(), before)
+
+    def quarantined(self) -> dict[str, tuple[list[str], list[str]]]:
+        """See :func:`node_agent.offers.quarantined`."""
+        with self._lock:
+            return offers.quarantined(self._enis.values())
 
     def quarantined_since(self) -> dict[str, float]:
-        """Per ENI with quarantined addresses: the oldest of their quarantine times.
-
-        An offer's age is measured from it (the allocator must not act on an
-        offer the agent is about to take back), so one ENI's offer mixing
-        addresses quarantined at different times is dated by the oldest."""
+        """See :func:`node_agent.offers.quarantined_since`."""
         with self._lock:
-            out: dict[str, float] = {}
-            for eni_id, (ips, prefixes) in self.quarantined().items():
-                addrs = self._enis[eni_id].addrs
-                times = [addrs[ip].quarantined_at for ip in ips]
-                times += [a.quarantined_at for a in addrs.values() if a.prefix is not None and a.prefix in prefixes]
-                out[eni_id] = min(t for t in times if t is not None)
-            return out
+            return offers.quarantined_since(self._enis.values())
 
     # --- what EC2 said and IMDS does not show yet ---------------------------------
 
@@ -753,31 +377,26 @@ class Datastore:
         if not released and not deleted:
             return
         with self._lock:
-            self._expire_gone(now)
-            for d, keys in ((self._gone_ips, released), (self._gone_enis, deleted)):
-                for key in keys:
-                    t, n = d.get(key, (until, seq))
-                    d[key] = (max(t, until), max(n, seq))
+            self._ledger.expire(now)
+            self._ledger.mark_gone(until, seq, released, deleted)
             self._save()
 
     def unmark_released(self, keys: Iterable[str]) -> None:
         """EC2 assigned these to us again (and IMDS shows them): no longer ignored."""
         with self._lock:
-            hit = [k for k in keys if self._gone_ips.pop(k, None) is not None]
-            self._absent.difference_update(hit)
-            if hit:
+            if self._ledger.unmark_released(keys):
                 self._save()
 
     def note_absent(self, listed: set[str]) -> None:
         """IMDS was read and lists exactly ``listed`` (addresses and prefixes): every
         released key it does not list has been seen gone since its release."""
         with self._lock:
-            self._absent.update(k for k in self._gone_ips if k not in listed)
+            self._ledger.note_absent(listed)
 
     def seen_absent(self, key: str) -> bool:
         """A released key IMDS has been seen not listing since the release."""
         with self._lock:
-            return key in self._absent
+            return key in self._ledger.absent
 
     def mark_granted(self, now: float, until: float, seq: int, keys: Iterable[str]) -> None:
         """An ``assigned``/``attached`` result replying to report ``seq`` gave us these
@@ -787,18 +406,24 @@ class Datastore:
         if not keys:
             return
         with self._lock:
-            self._expire_gone(now)
-            for k in keys:
-                t, n = self._granted.get(k, (until, seq))
-                self._granted[k] = (max(t, until), max(n, seq))
+            self._ledger.expire(now)
+            self._ledger.mark_granted(until, seq, keys)
             self._save()
 
     def recently_granted(self, now: float) -> dict[str, int]:
         """Addresses/prefixes recently granted, each with the ``in_reply_to`` of the granting result."""
         with self._lock:
-            if self._expire_gone(now):
+            if self._ledger.expire(now):
                 self._save()
-            return {k: n for k, (_, n) in self._granted.items()}
+            return self._ledger.seqs(self._ledger.granted)
+
+    def recently_gone(self, now: float) -> tuple[dict[str, int], dict[str, int]]:
+        """Addresses and prefixes, and ENI ids, a lagging IMDS may still list (ignore them),
+        each with the ``in_reply_to`` of the result that took it (older claims are stale)."""
+        with self._lock:
+            if self._ledger.expire(now):
+                self._save()
+            return self._ledger.seqs(self._ledger.released), self._ledger.seqs(self._ledger.deleted)
 
     def unlisted(self) -> list[str]:
         """Addresses pods hold that IMDS no longer lists (see :meth:`reconcile`)."""
@@ -813,30 +438,6 @@ class Datastore:
             for e in self._enis.values():
                 by.setdefault((e.info.network_card, e.info.device_index), []).append(e.info.eni_id)
             return [sorted(ids) for ids in by.values() if len(ids) > 1]
-
-    def recently_gone(self, now: float) -> tuple[dict[str, int], dict[str, int]]:
-        """Addresses and prefixes, and ENI ids, a lagging IMDS may still list (ignore them),
-        each with the ``in_reply_to`` of the result that took it (older claims are stale)."""
-        with self._lock:
-            if self._expire_gone(now):
-                self._save()
-            return (
-                {k: n for k, (_, n) in self._gone_ips.items()},
-                {k: n for k, (_, n) in self._gone_enis.items()},
-            )
-
-    def _expire_gone(self, now: float) -> bool:
-        old = [k for k, (t, _) in self._gone_ips.items() if t <= now]
-        old_enis = [k for k, (t, _) in self._gone_enis.items() if t <= now]
-        old_granted = [k for k, (t, _) in self._granted.items() if t <= now]
-        for k in old:
-            del self._gone_ips[k]
-            self._absent.discard(k)
-        for k in old_enis:
-            del self._gone_enis[k]
-        for k in old_granted:
-            del self._granted[k]
-        return bool(old or old_enis or old_granted)
 
     def set_parked(self, claims: list[dict[str, Any]]) -> None:
         """The controller's claims waiting for IMDS (JSON objects it reads back with :meth:`parked`)."""
@@ -854,52 +455,17 @@ class Datastore:
 
     def counts(self, now: float) -> Counts:
         with self._lock:
-            total = assigned = cooldown = quarantined = free_prefixes = recovered = 0
-            for eni in self._enis.values():
-                by_prefix: dict[str, bool] = {p: False for p in eni.prefixes}
-                for a in eni.addrs.values():
-                    if a.quarantined_at is not None:
-                        quarantined += 1
-                        if a.prefix is not None:
-                            by_prefix[a.prefix] = True
-                        continue
-                    total += 1
-                    if a.in_use:
-                        assigned += 1
-                        recovered += bool(a.recovered)
-                        if a.prefix is not None:
-                            by_prefix[a.prefix] = True
-                    elif a.freed_at is not None and now < a.freed_at + self.cooldown_s:
-                        cooldown += 1
-                free_prefixes += sum(1 for busy in by_prefix.values() if not busy)
-            return Counts(
-                total=total,
-                assigned=assigned,
-                available=total - assigned,
-                cooldown=cooldown,
-                quarantined=quarantined,
-                pending=self.pending(now),
-                enis=len(self._enis),
-                free_prefixes=free_prefixes,
-                recovered=recovered,
-            )
+            return Counts.of(self._enis.values(), now, self.cooldown_s, self.pending(now))
 
     def enis(self) -> list[Eni]:
         """Copies of the ENIs, by network card and device index."""
         with self._lock:
-            out = []
-            for e in sorted(self._enis.values(), key=lambda e: (e.info.network_card, e.info.device_index)):
-                out.append(
-                    Eni(
-                        info=e.info,
-                        added_at=e.added_at,
-                        addrs={k: Addr(**v.__dict__) for k, v in e.addrs.items()},
-                        ips=list(e.ips),
-                        prefixes=list(e.prefixes),
-                        ready=e.ready,
-                    )
-                )
-            return out
+            return [e.copy() for e in sorted(self._enis.values(), key=_slot)]
+
+    def not_ready(self) -> list[EniInfo]:
+        """ENIs whose host set-up is not done, by network card and device index (no copies made)."""
+        with self._lock:
+            return [e.info for e in sorted(self._enis.values(), key=_slot) if not e.ready]
 
     def eni(self, eni_id: str) -> EniInfo | None:
         with self._lock:
@@ -919,47 +485,9 @@ class Datastore:
     # --- checkpoint -------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
+        """The checkpoint's content now (:func:`node_agent.checkpoint.encode`)."""
         with self._lock:
-            out: dict[str, Any] = {
-                "version": RECOVERED_CHECKPOINT_VERSION if self._recovered else CHECKPOINT_VERSION,
-                "meta": dict(self.meta),
-                "enis": [
-                    {
-                        "info": e.info.__dict__,
-                        "added_at": e.added_at,
-                        "ready": e.ready,
-                        "ips": list(e.ips),
-                        "prefixes": list(e.prefixes),
-                        "addrs": [
-                            # Unset fields left out; 0.0 is a time like any other (virtual
-                            # clocks start there), except the default ``assigned_at`` of a free address.
-                            {
-                                k: v
-                                for k, v in a.__dict__.items()
-                                if v is not None and v != "" and k != "recovered"
-                                and not (k == "assigned_at" and v == 0.0 and not a.container_id)
-                            }
-                            for a in e.addrs.values()
-                            if a.container_id or a.freed_at is not None or a.quarantined_at is not None
-                        ],
-                    }
-                    for e in self._enis.values()
-                ],
-            }
-            if self._recovered:
-                out["recovered"] = {ip: [h, since] for ip, (h, since) in sorted(self._recovered.items())}
-            # Both optional (absent in checkpoints of agents before them): readers that
-            # do not know them lose only the protection against a lagging IMDS.
-            if self._gone_ips or self._gone_enis or self._granted:
-                out["recent"] = {
-                    "released": {k: [t, n] for k, (t, n) in sorted(self._gone_ips.items())},
-                    "deleted": {k: [t, n] for k, (t, n) in sorted(self._gone_enis.items())},
-                }
-                if self._granted:  # optional: older agents ignore it (they lose only the stale-release check)
-                    out["recent"]["granted"] = {k: [t, n] for k, (t, n) in sorted(self._granted.items())}
-            if self._parked:
-                out["parked"] = json.loads(json.dumps(self._parked))
-            return out
+            return encode(self.meta, self._enis.values(), self._recovered, self._ledger.encode(), self._parked)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -979,115 +507,58 @@ class Datastore:
             self._store.save(self.snapshot())
 
     def restore(self) -> bool:
-        """Load the checkpoint, if any; True if one was loaded."""
+        """Load the checkpoint, if any; True if one was loaded. :class:`CheckpointError` if it
+        is of a version this agent cannot read or malformed (then nothing of it is kept)."""
         if self._store is None:
             return False
         data = self._store.load()
         if data is None:
             return False
-        if data.get("version") not in READABLE_VERSIONS:
-            raise CheckpointError(f"checkpoint version {data.get('version')!r}, expected {CHECKPOINT_VERSION}")
+        check_version(data)
         with self._lock:
-            self._enis.clear()
-            self._owner.clear()
-            self._ip_eni.clear()
-            self._recovered.clear()
-            self._gone_ips.clear()
-            self._gone_enis.clear()
-            self._granted.clear()
-            self._absent.clear()
-            self._unlisted.clear()
-            self._parked = []
+            self._clear()
             self._loading = True
             try:
-                meta = data.get("meta", {})
-                if not isinstance(meta, dict):
-                    raise TypeError("meta is not an object")
-                _check_types(meta, int, ("last_seq",))  # the controller's report sequence
-                self.meta = dict(meta)
-                recovered = data.get("recovered", {})
-                if not isinstance(recovered, dict):
-                    raise TypeError("recovered is not an object")
-                for ip, (holder, since) in recovered.items():
-                    ipaddress.IPv4Address(ip)
-                    _check_types({"holder": holder}, str, ("holder",))
-                    _check_types({"since": since}, float, ("since",))
-                    if not holder or since is None:
-                        raise ValueError(f"recovered {ip}: empty holder or time")
-                    self._recovered[ip] = (holder, float(since))
-                self._restore_recent(data.get("recent", {}))
-                parked = data.get("parked", [])
-                if not isinstance(parked, list) or not all(isinstance(c, dict) for c in parked):
-                    raise TypeError("parked is not a list of objects")
-                self._parked = parked
-                for raw in data["enis"]:
-                    info = EniInfo(**raw["info"])
-                    _check_types(info.__dict__, str, ("eni_id", "mac", "primary_ip", "subnet_id", "subnet_cidr"))
-                    _check_types(info.__dict__, int, ("device_index", "network_card"))
-                    ipaddress.IPv4Network(info.subnet_cidr, strict=False)
-                    ips, prefixes = raw.get("ips", []), raw.get("prefixes", [])
-                    if not isinstance(ips, list) or not isinstance(prefixes, list):
-                        raise TypeError(f"{info.eni_id}: ips/prefixes are not lists")
-                    for ip in ips:
-                        ipaddress.IPv4Address(ip)  # ValueError: not an address
-                    for p in prefixes:
-                        ipaddress.IPv4Network(p)
-                    self._enis[info.eni_id] = Eni(info=info, added_at=float(raw["added_at"]), ready=False)
-                    self.add_addresses(info.eni_id, ips, prefixes)
-                    self._enis[info.eni_id].ready = bool(raw.get("ready", True))
-                    eni = self._enis[info.eni_id]
-                    for st in raw.get("addrs", []):
-                        a = eni.addrs.get(st["ip"])
-                        if a is None:
-                            continue
-                        _check_types(st, str, ("container_id", "ifname", "netns"))
-                        _check_types(st, float, ("assigned_at", "freed_at", "quarantined_at"))
-                        a.container_id = st.get("container_id", "")
-                        a.ifname = st.get("ifname", "")
-                        a.netns = st.get("netns", "")
-                        a.assigned_at = float(st.get("assigned_at", 0.0))
-                        a.freed_at = st.get("freed_at")
-                        a.quarantined_at = st.get("quarantined_at")
-                        if a.container_id:
-                            a.recovered = ""  # a named pod wins over a recovered holder
-                            self._recovered.pop(a.ip, None)
-                            self._owner[(a.container_id, a.ifname)] = a.ip
+                self._load(parse(data))
+            except CheckpointError:
+                raise
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                # Nothing half-restored is left behind.
-                self._enis.clear()
-                self._owner.clear()
-                self._ip_eni.clear()
-                self._recovered.clear()
-                self._gone_ips.clear()
-                self._gone_enis.clear()
-                self._granted.clear()
-                self._absent.clear()
-                self._unlisted.clear()
-                self._parked = []
-                self.meta = {}
+                self._clear()  # nothing half-restored is left behind
                 raise CheckpointError(f"corrupt checkpoint: {exc}") from None
             finally:
                 self._loading = False
             return True
 
-    def _restore_recent(self, recent: Any) -> None:
-        if not isinstance(recent, dict):
-            raise TypeError("recent is not an object")
-        for kind, target in (("released", self._gone_ips), ("deleted", self._gone_enis), ("granted", self._granted)):
-            entries = recent.get(kind, {})
-            if not isinstance(entries, dict):
-                raise TypeError(f"recent.{kind} is not an object")
-            for key, entry in entries.items():
-                until, seq = entry  # [until, in_reply_to]
-                _check_types({"until": until}, float, ("until",))
-                _check_types({"seq": seq}, int, ("seq",))
-                if until is None or not math.isfinite(until):
-                    raise ValueError(f"recent.{kind}.{key}: expiry {until!r}")  # never expiring: lost forever
-                if kind in ("released", "granted"):
-                    ipaddress.IPv4Network(key)  # an address or a prefix
-                elif not isinstance(key, str) or not key.startswith("eni-"):
-                    raise ValueError(f"recent.deleted: {key!r} is not an ENI id")
-                target[key] = (float(until), int(seq))
+    def _clear(self) -> None:
+        self._enis.clear()
+        self._owner.clear()
+        self._ip_eni.clear()
+        self._recovered.clear()
+        self._ledger.clear()
+        self._unlisted.clear()
+        self._parked = []
+        self.meta = {}
+
+    def _load(self, cp: CheckpointFile) -> None:
+        self.meta = dict(cp.meta)
+        self._recovered.update(cp.recovered)
+        self._ledger.load(cp.recent)
+        self._parked = cp.parked
+        for entry in cp.enis:
+            info = EniInfo(**entry.info.model_dump())
+            eni = self._enis[info.eni_id] = Eni(info=info, added_at=entry.added_at, ready=False)
+            self.add_addresses(info.eni_id, entry.ips, entry.prefixes)
+            eni.ready = entry.ready
+            for st in entry.addrs:
+                a = eni.addrs.get(st.ip)
+                if a is None:
+                    continue
+                a.container_id, a.ifname, a.netns = st.container_id, st.ifname, st.netns
+                a.assigned_at, a.freed_at, a.quarantined_at = st.assigned_at, st.freed_at, st.quarantined_at
+                if a.container_id:
+                    a.recovered = ""  # a named pod wins over a recovered holder
+                    self._recovered.pop(a.ip, None)
+                    self._owner[(a.container_id, a.ifname)] = a.ip
 
     def reconcile(
         self,
@@ -1112,20 +583,22 @@ class Datastore:
                 if self.add_eni(info, now, ready=True if ready_new is None else ready_new(info)):
                     notes.append(f"ENI {info.eni_id} added")
                 eni = self._enis[info.eni_id]
-                gone_ips = [ip for ip in eni.ips if ip not in set(ips)]
-                gone_pfx = [p for p in eni.prefixes if p not in set(prefixes)]
+                listed_ips, listed_pfx = set(ips), set(prefixes)
+                gone_ips = [ip for ip in eni.ips if ip not in listed_ips]
+                gone_pfx = [p for p in eni.prefixes if p not in listed_pfx]
                 if gone_ips or gone_pfx:
+                    gone, gone_p = set(gone_ips), set(gone_pfx)
                     # A pod's address is never taken from it here: IMDS may lag behind an
                     # assignment, and if EC2 truly took it, handing it to the next pod would
                     # make two holders. It stays the pod's, is never handed out again, and
                     # goes with the first resync after the pod (an alarm meanwhile).
                     for a in list(eni.addrs.values()):
-                        if a.in_use and (a.ip in gone_ips or a.prefix in gone_pfx):
+                        if a.in_use and (a.ip in gone or a.prefix in gone_p):
                             who = f"pod {a.container_id}/{a.ifname}" if a.container_id else f"holder {a.recovered}"
                             notes.append(f"{who} holds {a.ip}, which IMDS no longer lists: kept for it (alarm)")
                     removed = self.remove_addresses(info.eni_id, gone_ips, gone_pfx)
                     # What stays (held, or free in a held prefix) is not handed out again.
-                    unlisted.update(a.ip for a in eni.addrs.values() if a.ip in gone_ips or a.prefix in gone_pfx)
+                    unlisted.update(a.ip for a in eni.addrs.values() if a.ip in gone or a.prefix in gone_p)
                     if removed:
                         notes.append(f"ENI {info.eni_id}: {len(removed)} addresses gone")
                 n = self.add_addresses(info.eni_id, ips, prefixes)

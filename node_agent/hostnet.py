@@ -25,7 +25,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from node_agent.datastore import EniInfo
 from node_agent.netlink import (
     MAIN_TABLE,
     RT_SCOPE_LINK,
@@ -36,6 +35,7 @@ from node_agent.netlink import (
     Rule,
     netns_path,
 )
+from node_agent.records import EniInfo
 
 GATEWAY = "169.254.1.1"
 TO_POD_PRIORITY = 512

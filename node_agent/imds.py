@@ -13,9 +13,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from node_agent.controller import AttachedEni
-from node_agent.datastore import EniInfo
+from node_agent.records import EniInfo
 
 ENV_ENDPOINT = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
 DEFAULT_ENDPOINT = "http://169.254.169.254"
@@ -96,24 +97,67 @@ class ImdsClient:
         assert v is not None
         return v.strip()
 
+    def network_tree(self) -> dict[str, Any]:
+        """The part of the ``meta-data`` tree :func:`parse_interfaces` reads, fetched leaf by leaf:
+        ``{"network": {"interfaces": {"macs": {mac: {leaf: value}}}}}``. A required leaf
+        missing raises :class:`ImdsError`; ``ipv4-prefix`` and ``network-card`` may be absent."""
+        macs: dict[str, dict[str, str]] = {}
+        for m in self._req("network/interfaces/macs/").split():
+            mac = m.strip().rstrip("/").lower()
+            if not mac:
+                continue
+            base = f"network/interfaces/macs/{mac}/"
+            leaves = {"local-ipv4s": self._req(base + "local-ipv4s")}
+            for optional in ("ipv4-prefix", "network-card"):
+                value = self.get(base + optional, missing_ok=True)
+                if value is not None:
+                    leaves[optional] = value
+            for required in ("interface-id", "device-number", "subnet-id", "subnet-ipv4-cidr-block"):
+                leaves[required] = self._req(base + required)
+            macs[mac] = leaves
+        return {"network": {"interfaces": {"macs": macs}}}
+
     def interfaces(self) -> list[AttachedEni]:
         """Every ENI attached now, with its secondary addresses and prefixes."""
-        macs = [m.strip().rstrip("/").lower() for m in self._req("network/interfaces/macs/").split() if m.strip()]
-        out = []
-        for mac in macs:
-            base = f"network/interfaces/macs/{mac}/"
-            local = [x.strip() for x in self._req(base + "local-ipv4s").split() if x.strip()]
-            prefixes = [x.strip() for x in (self.get(base + "ipv4-prefix", missing_ok=True) or "").split() if x.strip()]
-            card = self.get(base + "network-card", missing_ok=True)
-            info = EniInfo(
-                eni_id=self._req(base + "interface-id"),
-                device_index=int(self._req(base + "device-number")),
-                network_card=int(card) if card and card.strip().isdigit() else 0,
-                mac=mac,
-                primary_ip=local[0] if local else "",
-                subnet_id=self._req(base + "subnet-id"),
-                subnet_cidr=self._req(base + "subnet-ipv4-cidr-block"),
-            )
-            out.append(AttachedEni(info, local[1:], prefixes))
-        out.sort(key=lambda a: (a.info.network_card, a.info.device_index))
-        return out
+        return parse_interfaces(self.network_tree())
+
+
+def _lines(value: str) -> list[str]:
+    return value.split()  # whitespace-separated; no empty items
+
+
+def _leaf(leaves: Mapping[str, str], mac: str, name: str) -> str:
+    value = leaves.get(name)
+    if value is None:
+        raise ImdsError(f"IMDS network/interfaces/macs/{mac}/{name}: not found")
+    return value.strip()
+
+
+def parse_interfaces(tree: Mapping[str, Any]) -> list[AttachedEni]:
+    """The ENIs in an IMDS ``meta-data`` tree (directories as dicts, leaves as strings,
+    as :meth:`ImdsClient.network_tree` fetches it and the EC2 emulator's
+    ``instance_metadata`` returns it), by network card and device index.
+
+    Per MAC under ``network/interfaces/macs/``: the first of ``local-ipv4s`` is the primary
+    address, the rest are secondary; ``ipv4-prefix`` (absent: none) lists the prefixes;
+    ``network-card`` absent or not a number means card 0. A required leaf missing raises
+    :class:`ImdsError`.
+    """
+    macs: Mapping[str, Mapping[str, str]] = tree.get("network", {}).get("interfaces", {}).get("macs", {})
+    out = []
+    for raw_mac, leaves in macs.items():
+        mac = raw_mac.strip().rstrip("/").lower()
+        local = _lines(_leaf(leaves, mac, "local-ipv4s"))
+        card = leaves.get("network-card", "").strip()
+        info = EniInfo(
+            eni_id=_leaf(leaves, mac, "interface-id"),
+            device_index=int(_leaf(leaves, mac, "device-number")),
+            network_card=int(card) if card.isdigit() else 0,
+            mac=mac,
+            primary_ip=local[0] if local else "",
+            subnet_id=_leaf(leaves, mac, "subnet-id"),
+            subnet_cidr=_leaf(leaves, mac, "subnet-ipv4-cidr-block"),
+        )
+        out.append(AttachedEni(info, local[1:], _lines(leaves.get("ipv4-prefix", ""))))
+    out.sort(key=lambda a: (a.info.network_card, a.info.device_index))
+    return out

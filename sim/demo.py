@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from node_agent.imds import parse_interfaces
 from sim import dataplane
 from sim import demo_netns as nx
 from sim.demo_report import (
@@ -501,12 +502,8 @@ class Demo:
 
     def _attached(self, instance_id: str) -> list[nx.EniLink]:
         """ENIs whose attach is visible on the instance now (the emulator's IMDS view; no API call)."""
-        md = self.stack.ec2.instance_metadata(instance_id)
-        out = []
-        for mac, d in md["network"]["interfaces"]["macs"].items():
-            out.append(nx.EniLink(d["interface-id"], mac, int(d["device-number"]),
-                                  d["local-ipv4s"].split("\n")[0], d["subnet-ipv4-cidr-block"]))
-        return out
+        return [nx.EniLink(a.info.eni_id, a.info.mac, a.info.device_index, a.info.primary_ip, a.info.subnet_cidr)
+                for a in parse_interfaces(self.stack.ec2.instance_metadata(instance_id))]
 
     def _on_attach(self, instance_id: str, eni: dict[str, Any]) -> None:
         """Called by the emulator (under its lock) when an attach becomes visible."""

@@ -42,13 +42,15 @@ from functions.settings import Settings
 from functions.stores import DynamoLedger
 from node_agent import cni as cni_plugin
 from node_agent.agent import RESTART_HOLD_S, RESULT_VISIBILITY_S
+from node_agent.checkpoint import CheckpointError, MemoryCheckpoint
 from node_agent.cniserver import CniService, CniSocketServer
 from node_agent.config import ENV_CLUSTER_NAME
 from node_agent.config import load as load_agent_config
 from node_agent.controller import AttachedEni, NodeIdentity, PoolController
-from node_agent.datastore import CheckpointError, Datastore, EniInfo, MemoryCheckpoint
+from node_agent.datastore import Datastore
 from node_agent.hostnet import CLONE_NEWNET, PodNet, PodRefused, host_veth_name, ifname_problem, netns_refusal
 from node_agent.netlink import NetlinkFailure, netns_path
+from node_agent.records import EniInfo
 from sim.dst import checks, hostile
 from sim.dst.schedule import HOSTILE_KINDS, QUIET_S, SPAN_S, Event, Plan
 from sim.ec2 import Ec2Config, Ec2Emulator
@@ -319,7 +321,7 @@ class SimAgent:
             self.ctl = PoolController(ident, known(self.itype), pool, ds, TIMING, metadata=self.imds,
                                       restart_hold_s=RESTART_HOLD_S,
                                       signed_identity=functools.partial(w.signer_imds.identity, self.iid))
-            self.cni = CniService(ds, self.pods, clock=w.now, gc_min_age_s=GC_MIN_AGE_S,
+            self.cni = CniService(ds, self.pods, clock=w.loop, gc_min_age_s=GC_MIN_AGE_S,
                                   veth_prefix=AGENT_CONFIG.veth_prefix)
             self.alive = True
             self.resynced_at = now

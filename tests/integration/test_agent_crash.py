@@ -22,7 +22,7 @@ import boto3
 import pytest
 
 from node_agent.agent import install_cni
-from node_agent.testing import FakeEni, FakeImdsServer, FakeInstance, add_fake_eni, netns, netns_available
+from tests.fakenode import FakeEni, FakeImdsServer, FakeInstance, add_fake_eni, netns, netns_available
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 

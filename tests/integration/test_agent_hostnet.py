@@ -21,8 +21,9 @@ from node_agent.config import load
 from node_agent.imds import Identity, ImdsClient
 from node_agent.netlink import sysctl_get, sysctl_set
 from node_agent.nodenet import NodeNetworking, spec_from_imds
-from node_agent.testing import FakeEni, FakeImdsServer, FakeInstance, netns, netns_available, sh
+from tests.fakenode import FakeEni, FakeImdsServer, FakeInstance, netns, netns_available, sh
 from tests.integration.test_agent_inprocess import RecordingPods
+from warmpool.clock import RealClock
 
 pytestmark = pytest.mark.netns
 
@@ -58,7 +59,8 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
 
             return NodeNetworking(spec(), ns, refresh=spec)
 
-        agent = Agent(cfg, sqs, client, pods=RecordingPods(), poll_wait_s=1, node_net=node_net)
+        agent = Agent(cfg, sqs, client, pods=RecordingPods(), poll_wait_s=1, node_net=node_net,
+                      clock=RealClock())
         try:
             yield {"agent": agent, "ns": ns, "eni0": eni0}
         finally:

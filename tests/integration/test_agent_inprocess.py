@@ -19,7 +19,8 @@ from node_agent.agent import Agent
 from node_agent.config import load
 from node_agent.hostnet import PodNet
 from node_agent.imds import ImdsClient
-from node_agent.testing import FakeEni, FakeImdsServer, FakeInstance
+from tests.fakenode import FakeEni, FakeImdsServer, FakeInstance
+from warmpool.clock import RealClock
 from warmpool.messages import parse_report
 
 INSTANCE = "i-0a1b2c3d4e5f60718"
@@ -58,7 +59,8 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
             "WARMPOOL_ADD_WAIT_S": "0",
         }
         pods = RecordingPods()
-        agent = Agent(load(env), sqs, ImdsClient(imds.url_for(INSTANCE)), pods=pods, poll_wait_s=1)
+        agent = Agent(load(env), sqs, ImdsClient(imds.url_for(INSTANCE)), pods=pods, poll_wait_s=1,
+                      clock=RealClock())
         try:
             yield {"sqs": sqs, "reports": reports, "imds": imds, "agent": agent, "eni0": eni0, "pods": pods}
         finally:
@@ -221,7 +223,7 @@ def test_a_result_killed_before_its_checkpoint_is_not_acknowledged_and_comes_bac
                                    VisibilityTimeout=0).get("Messages", [])
     assert back and json.loads(back[0]["Body"])["in_reply_to"] == r.seq
     # The restarted agent applies it and only then acknowledges it.
-    again = Agent(agent.cfg, sqs, agent.metadata, pods=world["pods"], poll_wait_s=1)
+    again = Agent(agent.cfg, sqs, agent.metadata, pods=world["pods"], poll_wait_s=1, clock=RealClock())
     try:
         again.start()
 
@@ -263,7 +265,8 @@ def test_agent_starts_without_creating_its_queue_and_picks_it_up_once_the_alloca
         "WARMPOOL_SOCKET": str(tmp_path / "a2.sock"), "WARMPOOL_METRICS_ADDR": "127.0.0.1:0",
     }
     denied = NoCreateQueue(sqs)
-    agent = Agent(load(env), denied, ImdsClient(imds.url_for(INSTANCE)), pods=RecordingPods(), poll_wait_s=1)
+    agent = Agent(load(env), denied, ImdsClient(imds.url_for(INSTANCE)), pods=RecordingPods(), poll_wait_s=1,
+                  clock=RealClock())
     try:
         agent.start()  # raised QueueDoesNotExist before: the agent could only create its queue itself
         assert agent.ready and agent.result_queue_url == "" and denied.create_calls >= 1  # the poller retries

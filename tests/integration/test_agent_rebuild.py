@@ -22,7 +22,7 @@ import pytest
 
 from node_agent.agent import install_cni
 from node_agent.hostnet import host_veth_name
-from node_agent.testing import (
+from tests.fakenode import (
     FakeEni,
     FakeImdsServer,
     FakeInstance,

@@ -19,10 +19,12 @@ import pytest
 
 from node_agent.agent import install_cni
 from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods
-from node_agent.datastore import Datastore, EniInfo
+from node_agent.datastore import Datastore
 from node_agent.hostnet import host_veth_name, setup_eni
 from node_agent.netlink import Netlink
-from node_agent.testing import add_fake_eni, ip_json, netns, netns_available, sh
+from node_agent.records import EniInfo
+from tests.fakenode import add_fake_eni, ip_json, netns, netns_available, sh
+from warmpool.clock import RealClock
 
 pytestmark = pytest.mark.netns
 
@@ -54,7 +56,7 @@ def node(tmp_path: Path) -> Iterator[Node]:
         ds.add_eni(ENI0, 0.0)
         ds.add_eni(ENI1, 0.0)
         ds.add_addresses(ENI1.eni_id, [f"10.0.1.{i}" for i in range(21, 25)])
-        service = CniService(ds, NetlinkPods(ns), mtu=9001, add_wait_s=0.0)
+        service = CniService(ds, NetlinkPods(ns), mtu=9001, add_wait_s=0.0, clock=RealClock())
         sock = str(tmp_path / "agent.sock")
         server = CniSocketServer(sock, service)
         server.serve_in_thread()

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from node_agent.config import HostNetSettings
-from node_agent.datastore import EniInfo
 from node_agent.hostnet import setup_eni, setup_pod
 from node_agent.netlink import Netlink, sysctl_set
 from node_agent.nodenet import NodeNetworking, NodeSpec
-from node_agent.testing import ip_json, netns_available, sh
+from node_agent.records import EniInfo
 from sim import dataplane as dp
 from sim import demo_netns as nx
+from tests.fakenode import ip_json, netns_available, sh
 
 pytestmark = pytest.mark.netns
 

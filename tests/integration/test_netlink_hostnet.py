@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from node_agent.datastore import EniInfo
 from node_agent.hostnet import host_veth_name, setup_eni, setup_pod, teardown_eni, teardown_pod
 from node_agent.netlink import Exists, Netlink, NotFound, Route, Rule
-from node_agent.testing import add_fake_eni, ip_json, netns, netns_available, sh
+from node_agent.records import EniInfo
+from tests.fakenode import add_fake_eni, ip_json, netns, netns_available, sh
 
 pytestmark = pytest.mark.netns
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 import boto3  # noqa: E402
 
 from node_agent.agent import install_cni  # noqa: E402
-from node_agent.testing import FakeEni, FakeImdsServer, FakeInstance, netns  # noqa: E402
+from tests.fakenode import FakeEni, FakeImdsServer, FakeInstance, netns  # noqa: E402
 
 INSTANCE = "i-0123456789abcdef9"
 

@@ -24,10 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from node_agent.agent import install_cni
 from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods
-from node_agent.datastore import Datastore, EniInfo
+from node_agent.datastore import Datastore
 from node_agent.hostnet import setup_eni
 from node_agent.netlink import Netlink
-from node_agent.testing import add_fake_eni, netns, sh
+from node_agent.records import EniInfo
+from tests.fakenode import add_fake_eni, netns, sh
+from warmpool.clock import RealClock
 
 ENI1 = EniInfo("eni-0000000000000001", 1, "0a:11:22:33:44:01", "10.1.0.20", "subnet-a", "10.1.0.0/16")
 
@@ -67,7 +69,7 @@ def main() -> None:
         ds = Datastore(cooldown_s=0.0)
         ds.add_eni(ENI1, 0.0)
         ds.add_addresses(ENI1.eni_id, [f"10.1.{i // 250}.{i % 250 + 2}" for i in range(args.runs + 10)])
-        service = CniService(ds, NetlinkPods(node), mtu=9001)
+        service = CniService(ds, NetlinkPods(node), mtu=9001, clock=RealClock())
         sock = str(tmp / "agent.sock")
         server = CniSocketServer(sock, service)
         server.serve_in_thread()

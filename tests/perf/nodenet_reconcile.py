@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from node_agent.config import HostNetSettings
 from node_agent.netlink import sysctl_set
 from node_agent.nodenet import NodeNetworking, NodeSpec
-from node_agent.testing import netns, sh
+from tests.fakenode import netns, sh
 
 
 def ms(f: object) -> float:

@@ -18,9 +18,11 @@ from typing import Any
 
 from functions.allocator import Allocator, Record
 from functions.reconciler import Reconciler
+from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.config import Timing
 from node_agent.controller import AttachedEni, NodeIdentity, PoolController
-from node_agent.datastore import Datastore, EniInfo, MemoryCheckpoint
+from node_agent.datastore import Datastore
+from node_agent.imds import parse_interfaces
 from tests.integration.test_allocate_world import World
 from tests.reliability import invariants as inv
 from warmpool import names
@@ -41,15 +43,7 @@ class EmuImds:
         self.calls = 0
 
     def live(self) -> list[AttachedEni]:
-        md = self.emu.instance_metadata(self.instance_id)
-        out = []
-        for mac, d in md["network"]["interfaces"]["macs"].items():
-            local = d["local-ipv4s"].split("\n")
-            info = EniInfo(d["interface-id"], int(d["device-number"]), mac, local[0], d["subnet-id"],
-                           d["subnet-ipv4-cidr-block"], network_card=int(d["network-card"]))
-            pfx = d.get("ipv4-prefix", "")
-            out.append(AttachedEni(info, local[1:], pfx.split("\n") if pfx else []))
-        return sorted(out, key=lambda a: (a.info.network_card, a.info.device_index))
+        return parse_interfaces(self.emu.instance_metadata(self.instance_id))
 
     def interfaces(self) -> list[AttachedEni]:
         self.calls += 1

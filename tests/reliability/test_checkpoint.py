@@ -17,11 +17,14 @@ from hypothesis import strategies as st
 from moto import mock_aws
 
 from node_agent.agent import Agent
+from node_agent.checkpoint import CheckpointError, FileCheckpoint
 from node_agent.config import load
 from node_agent.controller import NodeIdentity, PoolController
-from node_agent.datastore import CheckpointError, Datastore, EniInfo, FileCheckpoint
+from node_agent.datastore import Datastore
 from node_agent.imds import ImdsClient
-from node_agent.testing import FakeEni, FakeImdsServer, FakeInstance
+from node_agent.records import EniInfo
+from tests.fakenode import FakeEni, FakeImdsServer, FakeInstance
+from warmpool.clock import RealClock
 from warmpool.limits import known
 from warmpool.pool import PoolConfig
 
@@ -158,7 +161,7 @@ def test_agent_rebuilds_from_a_damaged_checkpoint_with_a_clear_error_and_hands_o
                "WARMPOOL_STATE_DIR": str(state), "WARMPOOL_SOCKET": str(tmp_path / "a.sock"),
                "WARMPOOL_METRICS_ADDR": "127.0.0.1:0", "WARMPOOL_MANAGE_HOST_NETWORK": "false",
                "WARMPOOL_POD_NETWORK": "recorded", "WARMPOOL_ADD_WAIT_S": "0"}
-        agent = Agent(load(env), sqs, ImdsClient(imds.url_for(iid)), poll_wait_s=1, serve_http=False)
+        agent = Agent(load(env), sqs, ImdsClient(imds.url_for(iid)), poll_wait_s=1, serve_http=False, clock=RealClock())
         try:
             with caplog.at_level(logging.INFO, logger="warmpool.agent"):
                 agent.start()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from node_agent.datastore import MemoryCheckpoint
+from node_agent.checkpoint import MemoryCheckpoint
 from tests.reliability.cluster import Cluster
 
 

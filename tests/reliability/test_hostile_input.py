@@ -21,6 +21,7 @@ from node_agent.cniserver import CniService, CniSocketServer
 from node_agent.config import load
 from node_agent.datastore import Datastore
 from tests.integration.test_allocate_world import World
+from warmpool.clock import RealClock
 from warmpool.limits import known
 from warmpool.messages import MAX_MESSAGE_BYTES
 
@@ -122,7 +123,7 @@ def test_fuzzed_fields_through_the_allocator_never_crash_and_never_mutate_unless
 
 def test_cni_socket_is_0600_root_owned_in_a_directory_others_cannot_write(tmp_path: Path) -> None:
     path = tmp_path / "run" / "warmpool" / "agent.sock"
-    srv = CniSocketServer(str(path), CniService(Datastore(), None))  # type: ignore[arg-type]
+    srv = CniSocketServer(str(path), CniService(Datastore(), None, clock=RealClock()))  # type: ignore[arg-type]
     try:
         st_sock = os.stat(path)
         assert stat.S_ISSOCK(st_sock.st_mode)
@@ -141,7 +142,7 @@ def test_cni_socket_replaces_a_planted_file_and_stays_private(tmp_path: Path) ->
     path = tmp_path / "agent.sock"
     path.write_text("planted")
     os.chmod(path, 0o666)
-    srv = CniSocketServer(str(path), CniService(Datastore(), None))  # type: ignore[arg-type]
+    srv = CniSocketServer(str(path), CniService(Datastore(), None, clock=RealClock()))  # type: ignore[arg-type]
     try:
         assert stat.S_ISSOCK(os.stat(path).st_mode) and stat.S_IMODE(os.stat(path).st_mode) == 0o600
     finally:

@@ -13,6 +13,7 @@ import pytest
 from node_agent import cni
 from node_agent.cniserver import CniService, CniSocketServer
 from node_agent.datastore import Datastore
+from warmpool.clock import RealClock
 from warmpool.messages import MessageError, parse_report, parse_result
 
 DEEP = "[" * 100_000  # 100 KB: under the 256 KiB message cap, far past the interpreter's stack
@@ -81,7 +82,7 @@ class _NoPods:
 
 def test_agent_socket_answers_deep_nesting_with_a_decode_error(tmp_path: Path) -> None:
     # Was: RecursionError killed the request's thread; the plugin got no answer.
-    srv = CniSocketServer(str(tmp_path / "a.sock"), CniService(Datastore(), _NoPods()))  # type: ignore[arg-type]
+    srv = CniSocketServer(str(tmp_path / "a.sock"), CniService(Datastore(), _NoPods(), clock=RealClock()))  # type: ignore[arg-type]
     srv.serve_in_thread()
     try:
         with socket.socket(socket.AF_UNIX) as s:
@@ -117,13 +118,13 @@ class _Recorder:
 def test_agent_rejects_a_bad_config_before_assigning_or_wiring(config: object) -> None:
     # Was: the address was assigned and the pod wired, then building the result
     # raised (AttributeError/TypeError): the plugin got "agent error" for a pod left half-made.
-    from node_agent.datastore import EniInfo
+    from node_agent.records import EniInfo
 
     ds = Datastore()
     ds.add_eni(EniInfo("eni-a", 0, "02:00:00:00:00:00", "10.0.0.10", "subnet-a", "10.0.0.0/24"), 0.0)
     ds.add_addresses("eni-a", ["10.0.0.11"])
     pods = _Recorder()
-    reply = CniService(ds, pods).handle(  # type: ignore[arg-type]
+    reply = CniService(ds, pods, clock=RealClock()).handle(  # type: ignore[arg-type]
         {"command": "ADD", "container_id": "c", "ifname": "eth0", "netns": "/x", "config": config})
     assert reply["ok"] is False and reply["code"] == 6
     assert ds.pods() == [] and pods.wired == []

@@ -15,13 +15,14 @@ import pytest
 from node_agent.cni import CniError, call_agent
 from node_agent.cniserver import CniService, CniSocketServer
 from node_agent.datastore import Datastore
+from warmpool.clock import RealClock
 
 pytestmark = pytest.mark.runtime
 
 
 def test_a_burst_of_plugins_connecting_at_once_is_never_refused(tmp_path: Path) -> None:
     sock = str(tmp_path / "agent.sock")
-    srv = CniSocketServer(sock, CniService(Datastore(), None))  # type: ignore[arg-type]
+    srv = CniSocketServer(sock, CniService(Datastore(), None, clock=RealClock()))  # type: ignore[arg-type]
     gate = threading.Event()
     srv.service.handle = lambda req: (gate.wait(10), {"ok": True})[1]  # type: ignore[method-assign]
     srv.serve_in_thread()

@@ -8,13 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from node_agent.datastore import (
-    CheckpointError,
-    Datastore,
-    EniInfo,
-    FileCheckpoint,
-    MemoryCheckpoint,
-)
+from node_agent.checkpoint import CheckpointError, FileCheckpoint, MemoryCheckpoint
+from node_agent.datastore import Datastore
+from node_agent.records import EniInfo
 
 PRIMARY = EniInfo("eni-00000000", 0, "0a:00:00:00:00:00", "10.0.0.10", "subnet-a", "10.0.0.0/24")
 SECOND = EniInfo("eni-00000001", 1, "0a:00:00:00:00:01", "10.0.0.20", "subnet-a", "10.0.0.0/24")

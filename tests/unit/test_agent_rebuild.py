@@ -13,18 +13,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node_agent.cniserver import CniService
-from node_agent.datastore import (
+from node_agent.checkpoint import (
     CHECKPOINT_VERSION,
     RECOVERED_CHECKPOINT_VERSION,
-    UNKNOWN_HOLDER,
     CheckpointError,
-    Datastore,
-    EniInfo,
     FileCheckpoint,
     MemoryCheckpoint,
 )
+from node_agent.cniserver import CniService
+from node_agent.datastore import Datastore
 from node_agent.hostnet import HostWiring, PodNet, host_veth_name
+from node_agent.records import UNKNOWN_HOLDER, EniInfo
+from warmpool.clock import VirtualClock
 
 PRIMARY = EniInfo("eni-00000000", 0, "0a:00:00:00:00:00", "10.0.0.10", "subnet-a", "10.0.0.0/24")
 SECOND = EniInfo("eni-00000001", 1, "0a:00:00:00:00:01", "10.0.1.10", "subnet-a", "10.0.1.0/24")
@@ -215,7 +215,7 @@ def test_cni_del_check_and_add_find_recovered_pods_by_veth_name() -> None:
     pods = Pods()
     ds = Datastore(cooldown_s=30.0)
     attached(ds)
-    svc = CniService(ds, pods, clock=lambda: 1.0)
+    svc = CniService(ds, pods, clock=VirtualClock(1.0))
     for cid in ("a", "b", "c"):
         assert svc.handle(req("ADD", cid))["ok"]
     before = dict(pods.wired)
@@ -223,7 +223,7 @@ def test_cni_del_check_and_add_find_recovered_pods_by_veth_name() -> None:
     ds2 = Datastore(cooldown_s=30.0)
     ds2.recover(pods.host_wiring().pods, 2.0)
     attached(ds2, 2.0)
-    svc2 = CniService(ds2, pods, clock=lambda: 3.0)
+    svc2 = CniService(ds2, pods, clock=VirtualClock(3.0))
     assert svc2.handle(req("CHECK", "a"))["ok"]
     assert svc2.handle(req("CHECK", "zz"))["code"] == 3
     new = svc2.handle(req("ADD", "d"))
@@ -253,18 +253,18 @@ def test_no_sequence_of_adds_dels_and_lost_checkpoints_assigns_an_address_twice(
     """The host is the truth ("wired"); the checkpoint is lost at any point ("LOSE")
     and rebuilt from the host; an address is never held by two pods."""
     pods = Pods()
-    clock = [0.0]
+    clock = VirtualClock(0.0)
     ds = Datastore(cooldown_s=2.0)
     attached(ds)
-    svc = CniService(ds, pods, clock=lambda: clock[0])
+    svc = CniService(ds, pods, clock=clock)
     for op, cid, ifname in ops:
-        clock[0] += 1.0
+        clock.advance(1.0)
         if op == "LOSE":
             ds = Datastore(cooldown_s=2.0)
             with ds.batch():
-                ds.recover(pods.host_wiring().pods, clock[0])
-                attached(ds, clock[0])
-            svc = CniService(ds, pods, clock=lambda: clock[0])
+                ds.recover(pods.host_wiring().pods, clock.now())
+                attached(ds, clock.now())
+            svc = CniService(ds, pods, clock=clock)
         else:
             reply = svc.handle(req(op, cid, ifname))
             if op == "CHECK":

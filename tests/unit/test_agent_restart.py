@@ -14,8 +14,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from node_agent.checkpoint import CHECKPOINT_VERSION, MemoryCheckpoint
 from node_agent.controller import RECENT_S, AttachedEni, PoolController
-from node_agent.datastore import CHECKPOINT_VERSION, Datastore, MemoryCheckpoint
+from node_agent.datastore import Datastore
 from tests.unit.test_agent_controller import ID, PRIMARY, SECOND, TIMING, FakeImds, one, result
 from warmpool.limits import known
 from warmpool.pool import PoolConfig
@@ -281,7 +282,7 @@ def test_a_stale_attached_result_redelivered_after_deleted_never_readds_the_eni(
 def test_damaged_lag_filters_fail_the_checkpoint_clearly() -> None:
     import pytest
 
-    from node_agent.datastore import CheckpointError
+    from node_agent.checkpoint import CheckpointError
 
     cp = MemoryCheckpoint()
     imds = FakeImds()
@@ -306,7 +307,7 @@ def test_a_new_eni_in_the_slot_of_one_whose_deletion_was_lost_replaces_it() -> N
     # The ``deleted`` result for SECOND was lost; EC2 attached a new ENI at the same
     # device index and IMDS shows only the new one. Applying its ``attached`` result
     # drops the old one: two ENIs in one slot would make every later report invalid.
-    from node_agent.datastore import EniInfo
+    from node_agent.records import EniInfo
 
     imds = FakeImds()
     imds.add(SECOND, ["10.0.0.21"])

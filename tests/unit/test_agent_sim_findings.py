@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import copy
 
+from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.controller import AttachedEni, PoolController
-from node_agent.datastore import Datastore, EniInfo, MemoryCheckpoint
+from node_agent.datastore import Datastore
+from node_agent.records import EniInfo
 from tests.unit.test_agent_controller import ID, PRIMARY, SECOND, TIMING, FakeImds, make, one, result
 from warmpool.limits import known
 from warmpool.pool import PoolConfig

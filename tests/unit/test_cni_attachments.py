@@ -9,9 +9,11 @@ import time
 from typing import Any
 
 from node_agent.cniserver import CniService
-from node_agent.datastore import Datastore, EniInfo
+from node_agent.datastore import Datastore
 from node_agent.hostnet import PodNet
 from node_agent.netlink import NetlinkFailure
+from node_agent.records import EniInfo
+from warmpool.clock import VirtualClock
 
 ENI = EniInfo("eni-a", 0, "02:00:00:00:00:00", "10.0.0.10", "subnet-a", "10.0.0.0/24")
 CONF = {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool-cni"}
@@ -70,7 +72,7 @@ def test_overlapping_adds_for_one_container_are_serialised_and_the_second_failur
     # failed, and its clean-up released the address the first ADD then returned.
     ds = _ds()
     pods = ScriptedPods(["block", "fail"])
-    svc = CniService(ds, pods, clock=lambda: 5.0)
+    svc = CniService(ds, pods, clock=VirtualClock(5.0))
     replies: dict[str, dict[str, Any]] = {}
 
     def run(tag: str) -> None:
@@ -95,7 +97,7 @@ def test_overlapping_adds_for_one_container_are_serialised_and_the_second_failur
     assert held is not None and held.ip == ip, "the address the first ADD returned was given back"
     assert pods.teardowns == [], "the working pod's wiring was torn down"
     # after the cooldown no other pod gets it
-    later = CniService(ds, ScriptedPods([]), clock=lambda: 500.0)
+    later = CniService(ds, ScriptedPods([]), clock=VirtualClock(500.0))
     others = [later.handle(_add(f"other{i}")) for i in range(2)]
     assert all(r["ok"] for r in others)
     assert ip not in {r["result"]["ips"][0]["address"].removesuffix("/32") for r in others}
@@ -104,7 +106,7 @@ def test_overlapping_adds_for_one_container_are_serialised_and_the_second_failur
 def test_a_failed_repeat_add_never_releases_the_address_a_finished_add_returned() -> None:
     ds = _ds()
     pods = ScriptedPods(["ok", "fail"])
-    svc = CniService(ds, pods, clock=lambda: 5.0)
+    svc = CniService(ds, pods, clock=VirtualClock(5.0))
     ok = svc.handle(_add())
     assert ok["ok"]
     ip = ok["result"]["ips"][0]["address"].removesuffix("/32")
@@ -122,7 +124,7 @@ def test_a_failed_repeat_add_never_releases_the_address_a_finished_add_returned(
 def test_a_failed_first_add_still_gives_back_the_address_it_took() -> None:
     ds = _ds()
     pods = ScriptedPods(["fail"])
-    svc = CniService(ds, pods, clock=lambda: 5.0)
+    svc = CniService(ds, pods, clock=VirtualClock(5.0))
     failed = svc.handle(_add())
     assert failed["ok"] is False and failed["code"] == 5
     assert ds.lookup("c1", "eth0") is None
@@ -132,7 +134,7 @@ def test_a_failed_first_add_still_gives_back_the_address_it_took() -> None:
 def test_different_attachments_are_not_serialised() -> None:
     ds = _ds()
     pods = ScriptedPods(["block", "ok"])
-    svc = CniService(ds, pods, clock=lambda: 5.0)
+    svc = CniService(ds, pods, clock=VirtualClock(5.0))
     first = threading.Thread(target=svc.handle, args=(_add("c1"),))
     first.start()
     assert pods.entered.wait(10)
@@ -147,7 +149,7 @@ def test_different_attachments_are_not_serialised() -> None:
 def test_an_operation_waiting_too_long_for_its_attachment_is_told_to_try_again() -> None:
     ds = _ds()
     pods = ScriptedPods(["block"])
-    svc = CniService(ds, pods, clock=lambda: 5.0, busy_wait_s=0.2)
+    svc = CniService(ds, pods, clock=VirtualClock(5.0), busy_wait_s=0.2)
     first = threading.Thread(target=svc.handle, args=(_add(),))
     first.start()
     assert pods.entered.wait(10)
@@ -220,7 +222,7 @@ def test_concurrent_add_del_gc_storm_never_leaves_an_address_and_its_wiring_apar
         ds = _ds(4)
         ds.cooldown_s = 0.0
         pods = FlakyPods(seed)
-        svc = CniService(ds, pods, clock=lambda: 1000.0, gc_min_age_s=0.0)
+        svc = CniService(ds, pods, clock=VirtualClock(1000.0), gc_min_age_s=0.0)
         threads = [threading.Thread(target=_storm, args=(svc, seed * 100 + n)) for n in range(6)]
         for t in threads:
             t.start()

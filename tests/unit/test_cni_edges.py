@@ -20,8 +20,10 @@ import pytest
 
 from node_agent import cni
 from node_agent.cniserver import CniService, CniSocketServer
-from node_agent.datastore import Datastore, EniInfo
+from node_agent.datastore import Datastore
 from node_agent.hostnet import PodNet, ifname_problem, netns_problem
+from node_agent.records import EniInfo
+from warmpool.clock import VirtualClock
 
 ENI = EniInfo("eni-a", 0, "02:00:00:00:00:00", "10.0.0.10", "subnet-a", "10.0.0.0/24")
 CONF = {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool-cni"}
@@ -82,7 +84,7 @@ class Agent:
 @pytest.fixture
 def agent(tmp_path: Path) -> Iterator[Agent]:
     ds = _ds()
-    svc = CniService(ds, Pods(), clock=lambda: 1000.0)
+    svc = CniService(ds, Pods(), clock=VirtualClock(1000.0))
     path = str(tmp_path / "agent.sock")
     server = CniSocketServer(path, svc, read_timeout_s=1.0)
     server.serve_in_thread()
@@ -239,14 +241,14 @@ def test_the_plugin_bounds_the_whole_exchange_not_each_read(tmp_path: Path) -> N
 
 def test_gc_releases_every_unlisted_attachment_and_never_a_listed_one() -> None:
     ds, pods = _ds(5), Pods()
-    clock = [0.0]
-    svc = CniService(ds, pods, clock=lambda: clock[0], gc_min_age_s=60.0)
+    clock = VirtualClock(0.0)
+    svc = CniService(ds, pods, clock=clock, gc_min_age_s=60.0)
     for cid in ("keep", "leak1", "leak2"):
         assert svc.handle(_add(cid))["ok"]
-    clock[0] = 30.0
+    clock.set(30.0)
     assert svc.handle(_add("young"))["ok"]
     held = {p.container_id: p.ip for p in ds.pods()}
-    clock[0] = 80.0
+    clock.set(80.0)
     reply = svc.handle(_gc([("keep", "eth0"), ("gone-already", "eth0")]))
     assert reply == {"ok": True}
     assert {p.container_id for p in ds.pods()} == {"keep", "young"}  # young: its ADD may not be listed yet
@@ -268,7 +270,7 @@ def test_gc_leaves_an_attachment_with_an_operation_in_flight_alone() -> None:
             assert gate.wait(10)
             return super().setup(netns, ifname, container_id, ip, table, mtu)
 
-    svc = CniService(ds, Slow(), clock=lambda: 1000.0, gc_min_age_s=0.0)
+    svc = CniService(ds, Slow(), clock=VirtualClock(1000.0), gc_min_age_s=0.0)
     t = threading.Thread(target=svc.handle, args=(_add("inflight"),))
     t.start()
     assert entered.wait(10)
@@ -280,7 +282,7 @@ def test_gc_leaves_an_attachment_with_an_operation_in_flight_alone() -> None:
 
 def test_gc_that_does_not_say_what_is_valid_releases_nothing() -> None:
     ds, pods = _ds(), Pods()
-    svc = CniService(ds, pods, clock=lambda: 1000.0, gc_min_age_s=0.0)
+    svc = CniService(ds, pods, clock=VirtualClock(1000.0), gc_min_age_s=0.0)
     assert svc.handle(_add("c1"))["ok"]
     for conf, code in [(CONF11, 7), ({**CONF11, cni.VALID_ATTACHMENTS: "c1"}, 7),
                        ({**CONF11, cni.VALID_ATTACHMENTS: [{"containerID": "c1"}]}, 7),
@@ -325,7 +327,7 @@ def test_status_is_ready_with_a_ready_eni_and_50_otherwise(agent: Agent, tmp_pat
 @pytest.mark.parametrize("ifname", ["x" * 16, "eth/0", "eth 0", ".", "..", "a:b", "eth\t0", "é" * 8, "a\x00b"])
 def test_an_invalid_interface_name_is_refused_before_anything_is_taken(ifname: str) -> None:
     ds, pods = _ds(), Pods()
-    svc = CniService(ds, pods, clock=lambda: 1.0)
+    svc = CniService(ds, pods, clock=VirtualClock(1.0))
     reply = svc.handle(_add("c1", ifname))
     assert reply["ok"] is False and reply["code"] == cni.E_INVALID_ENV and "CNI_IFNAME" in reply["msg"], reply
     assert ds.pods() == [] and pods.wired == {} and ds.counts(1.0).pending == 0
@@ -346,7 +348,7 @@ def test_a_namespace_check_refusal_takes_and_wires_nothing() -> None:
             return netns_problem(netns)
 
     pods = Guarded()
-    svc = CniService(ds, pods, clock=lambda: 1.0)
+    svc = CniService(ds, pods, clock=VirtualClock(1.0))
     for netns in ("/proc/self/ns/net", "/proc/1/ns/net", "/nonexistent/netns", "/etc/hostname"):
         reply = svc.handle(_add("c1", "eth0", netns))
         assert reply["ok"] is False and reply["code"] == cni.E_INVALID_ENV and "CNI_NETNS" in reply["msg"], reply

@@ -17,8 +17,10 @@ from hypothesis import strategies as st
 
 from node_agent import cni
 from node_agent.cniserver import CniService
-from node_agent.datastore import Datastore, EniInfo
+from node_agent.datastore import Datastore
 from node_agent.hostnet import PodNet
+from node_agent.records import EniInfo
+from warmpool.clock import VirtualClock
 
 SPEC_CODES = {1, 2, 3, 4, 5, 6, 7, 11, 50, 100}
 CNI_VARS = ["CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH",
@@ -120,7 +122,7 @@ def test_agent_side_answers_any_request_and_never_hands_out_two_addresses_to_one
     ds.add_eni(EniInfo("eni-a", 0, "02:00:00:00:00:00", "10.0.0.10", "subnet-a", "10.0.0.0/24"), 0.0)
     ds.add_addresses("eni-a", ["10.0.0.11", "10.0.0.12"])
     pods = NoPods()
-    svc = CniService(ds, pods, clock=lambda: 1.0)
+    svc = CniService(ds, pods, clock=VirtualClock(1.0))
     try:
         reply = svc.handle(req)
     except Exception as exc:  # the socket handler turns these into code 5; count them as findings

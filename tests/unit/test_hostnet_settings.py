@@ -9,8 +9,9 @@ import pytest
 
 from node_agent.config import ConfigError, HostNetSettings, load, load_hostnet
 from node_agent.controller import AttachedEni, NodeIdentity, PoolController
-from node_agent.datastore import Datastore, EniInfo
+from node_agent.datastore import Datastore
 from node_agent.nodenet import NodeSpec, desired_rules, render
+from node_agent.records import EniInfo
 from node_agent.unmanaged import NO_MANAGE_TAG, SkipUnmanaged
 from tests.unit.test_agent_controller import TIMING, RecordingHost
 from warmpool.limits import known

@@ -62,7 +62,8 @@ try:  # the parts other engineers own; the strategy says so if one is missing
     from functions.settings import Settings
     from node_agent.config import Timing
     from node_agent.controller import AttachedEni, NodeIdentity, PoolController
-    from node_agent.datastore import Datastore, EniInfo
+    from node_agent.datastore import Datastore
+    from node_agent.imds import parse_interfaces
     from sim.esm import EsmConfig, EventSourceMapping
     from sim.iid import IdentitySigner
     from sim.imds import Imds
@@ -191,23 +192,7 @@ class _EmuMetadata:
         self._iid = instance_id
 
     def interfaces(self) -> list[AttachedEni]:
-        md = self._w.emu.instance_metadata(self._iid)
-        out = []
-        for mac, d in md["network"]["interfaces"]["macs"].items():
-            local = d["local-ipv4s"].split("\n")
-            prefixes = [p for p in d.get("ipv4-prefix", "").split("\n") if p]
-            info = EniInfo(
-                eni_id=d["interface-id"],
-                device_index=int(d["device-number"]),
-                network_card=int(d["network-card"]),
-                mac=mac,
-                primary_ip=local[0],
-                subnet_id=d["subnet-id"],
-                subnet_cidr=d["subnet-ipv4-cidr-block"],
-            )
-            out.append(AttachedEni(info, local[1:], prefixes))
-        out.sort(key=lambda a: (a.info.network_card, a.info.device_index))
-        return out
+        return parse_interfaces(self._w.emu.instance_metadata(self._iid))
 
 
 class _Agent:

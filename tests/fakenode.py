@@ -1,7 +1,7 @@
 """Helpers for the agent's tests: throw-away network namespaces that look like
 a node (ENIs as veth links with the right MACs), and a tiny IMDSv2 server.
 
-Not imported by the agent itself.
+Used by the integration, reliability and perf tests; not part of the agent.
 """
 
 from __future__ import annotations

@@ -1,0 +1,146 @@
+"""What a node gives back: which free addresses, prefixes and ENIs to release
+first, quarantine (taken out of the pool while offered back), and the offers
+standing now.
+
+Pure functions over the datastore's ENI records (:class:`node_agent.records.Eni`);
+:class:`node_agent.datastore.Datastore` calls them under its lock and
+checkpoints what they change. ``free`` says whether an address may be given
+back now (free, not quarantined, past its cooldown, still listed by IMDS).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from node_agent.records import Addr, Eni
+
+Free = Callable[[Addr], bool]
+
+
+def _used(eni: Eni) -> int:
+    return sum(1 for a in eni.addrs.values() if a.in_use)
+
+
+def releasable_ips(enis: Iterable[Eni], free: Free) -> list[tuple[str, str]]:
+    """Free single addresses, as ``(eni_id, ip)``, best to release first:
+    ENIs with fewest pods, highest device index, newest address first."""
+    out: list[tuple[tuple[int, int, int], str, str]] = []
+    for eni in enis:
+        used = _used(eni)
+        for i, ip in enumerate(eni.ips):
+            if free(eni.addrs[ip]):
+                out.append(((used, -eni.info.device_index, -i), eni.info.eni_id, ip))
+    out.sort()
+    return [(e, ip) for _, e, ip in out]
+
+
+def releasable_prefixes(enis: Iterable[Eni], free: Free) -> list[tuple[str, str]]:
+    """Whole prefixes with every address free, as ``(eni_id, prefix)``: ENIs with fewest pods,
+    highest device index first."""
+    out: list[tuple[tuple[int, int], str, str]] = []
+    for eni in enis:
+        used = _used(eni)
+        members = eni.by_prefix()
+        for p in eni.prefixes:
+            addrs = members.get(p, [])
+            if addrs and all(free(a) for a in addrs):
+                out.append(((used, -eni.info.device_index), eni.info.eni_id, p))
+    out.sort()
+    return [(e, p) for _, e, p in out]
+
+
+def releasable_enis(enis: Iterable[Eni], now: float, min_age_s: float, free: Free) -> list[str]:
+    """Whole ENIs that may go: not primary, every address free, old enough; highest index first."""
+    out = []
+    for eni in enis:
+        if eni.info.device_index == 0 and eni.info.network_card == 0:
+            continue
+        if now - eni.added_at < min_age_s:
+            continue
+        if all(free(a) for a in eni.addrs.values()):
+            out.append((-eni.info.device_index, eni.info.eni_id))
+    out.sort()
+    return [e for _, e in out]
+
+
+def quarantine(eni: Eni, ips: Iterable[str], prefixes: Iterable[str], now: float) -> int:
+    """Take these free addresses (and those of these prefixes) out of the pool; returns how many."""
+    targets = [eni.addrs[ip] for ip in ips if ip in eni.addrs]
+    prefixes = list(prefixes)
+    if prefixes:
+        members = eni.by_prefix()
+        for p in prefixes:
+            targets.extend(members.get(p, ()))
+    n = 0
+    for a in targets:
+        if not a.in_use and a.quarantined_at is None:
+            a.quarantined_at = now
+            n += 1
+    return n
+
+
+def unquarantine(enis: Iterable[Eni], before: float) -> int:
+    """Every address quarantined before ``before`` back into the pool; returns how many."""
+    n = 0
+    for eni in enis:
+        for a in eni.addrs.values():
+            if a.quarantined_at is not None and a.quarantined_at < before:
+                a.quarantined_at = None
+                n += 1
+    return n
+
+
+def reclaim(eni: Eni, ips: Iterable[str], prefixes: Iterable[str]) -> int:
+    """These quarantined addresses (and those of these prefixes) back into the pool; returns how many."""
+    want, pfx = set(ips), set(prefixes)
+    back = 0
+    for a in eni.addrs.values():
+        if a.quarantined_at is not None and (a.ip in want or (a.prefix is not None and a.prefix in pfx)):
+            a.quarantined_at = None
+            back += 1
+    return back
+
+
+def quarantined_before(enis: Iterable[Eni], before: float) -> dict[str, list[tuple[str, str | None]]]:
+    """Per ENI: the addresses quarantined before ``before``, as ``(ip, prefix or None)``."""
+    out: dict[str, list[tuple[str, str | None]]] = {}
+    for eni in enis:
+        due = [
+            (a.ip, a.prefix)
+            for a in eni.addrs.values()
+            if a.quarantined_at is not None and a.quarantined_at < before
+        ]
+        if due:
+            out[eni.info.eni_id] = due
+    return out
+
+
+def quarantined(enis: Iterable[Eni]) -> dict[str, tuple[list[str], list[str]]]:
+    """Per ENI: quarantined single addresses and whole quarantined prefixes (the offers)."""
+    out: dict[str, tuple[list[str], list[str]]] = {}
+    for eni in enis:
+        ips = [ip for ip in eni.ips if eni.addrs[ip].quarantined_at is not None]
+        pfx: list[str] = []
+        if eni.prefixes:
+            members = eni.by_prefix()
+            pfx = [p for p in eni.prefixes if all(a.quarantined_at is not None for a in members.get(p, ()))]
+        if ips or pfx:
+            out[eni.info.eni_id] = (ips, pfx)
+    return out
+
+
+def quarantined_since(enis: Iterable[Eni]) -> dict[str, float]:
+    """Per ENI with an offer: the oldest quarantine time among the offered addresses.
+
+    An offer's age is measured from it (the allocator must not act on an offer
+    the agent is about to take back), so one ENI's offer mixing addresses
+    quarantined at different times is dated by the oldest."""
+    by_id = {eni.info.eni_id: eni for eni in enis}
+    out: dict[str, float] = {}
+    for eni_id, (ips, prefixes) in quarantined(by_id.values()).items():
+        addrs = by_id[eni_id].addrs
+        offered = set(prefixes)
+        times = [addrs[ip].quarantined_at for ip in ips]
+        times += [a.quarantined_at for a in addrs.values() if a.prefix is not None and a.prefix in offered]
+        out[eni_id] = min(t for t in times if t is not None)
+    return out

@@ -1,0 +1,162 @@
+"""The agent's records: what is attached (:class:`EniInfo`), the addresses on it and who
+holds them (:class:`Eni`, :class:`Addr`), and what the datastore hands out about them.
+
+Plain values, no behaviour beyond derived properties: the datastore
+(:mod:`node_agent.datastore`) keeps them; host set-up, IMDS and the
+controller read them without depending on the datastore.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+UNKNOWN_HOLDER = "?"
+"""Holder of an address that may be in use by a pod nobody can name (rebuild with no host wiring to read)."""
+
+
+@dataclass(frozen=True)
+class EniInfo:
+    """What is attached (IMDS or an ``attached`` result says so)."""
+
+    eni_id: str
+    device_index: int
+    mac: str
+    primary_ip: str
+    subnet_id: str = ""
+    subnet_cidr: str = ""
+    network_card: int = 0
+
+    @property
+    def route_table(self) -> int:
+        """VPC CNI convention: device ``d`` uses table ``d + 1``; the primary ENI uses main."""
+        return 254 if self.device_index == 0 else self.device_index + 1
+
+    @property
+    def gateway(self) -> str:
+        """The subnet's router: its base address + 1."""
+        net = ipaddress.IPv4Network(self.subnet_cidr, strict=False)
+        return str(net.network_address + 1)
+
+
+class Assignment(NamedTuple):
+    ip: str
+    eni_id: str
+
+
+@dataclass
+class Addr:
+    ip: str
+    prefix: str | None = None
+    container_id: str = ""
+    ifname: str = ""
+    netns: str = ""
+    assigned_at: float = 0.0
+    freed_at: float | None = None
+    quarantined_at: float | None = None
+    recovered: str = ""
+    """Recovered holder (host veth name, or :data:`UNKNOWN_HOLDER`) after a checkpoint rebuild."""
+
+    @property
+    def in_use(self) -> bool:
+        return bool(self.container_id or self.recovered)
+
+
+@dataclass
+class Eni:
+    info: EniInfo
+    added_at: float
+    addrs: dict[str, Addr] = field(default_factory=dict)
+    ips: list[str] = field(default_factory=list)
+    prefixes: list[str] = field(default_factory=list)
+    ready: bool = True
+    """Host networking set up; a not-ready ENI's addresses are not handed out."""
+
+    def copy(self) -> Eni:
+        """A copy its holder may change (the addresses copied too)."""
+        return Eni(
+            info=self.info,
+            added_at=self.added_at,
+            addrs={k: Addr(**v.__dict__) for k, v in self.addrs.items()},
+            ips=list(self.ips),
+            prefixes=list(self.prefixes),
+            ready=self.ready,
+        )
+
+    def by_prefix(self) -> dict[str, list[Addr]]:
+        """The addresses of each prefix (one pass over the addresses)."""
+        out: dict[str, list[Addr]] = {}
+        for a in self.addrs.values():
+            if a.prefix is not None:
+                out.setdefault(a.prefix, []).append(a)
+        return out
+
+
+@dataclass(frozen=True)
+class Counts:
+    total: int
+    """Addresses pods can use (quarantined ones excluded: they are on their way out)."""
+    assigned: int
+    available: int
+    """total − assigned (cooldown counts as available, as in the VPC CNI)."""
+    cooldown: int
+    quarantined: int
+    pending: int
+    enis: int
+    free_prefixes: int
+    recovered: int = 0
+    """Of ``assigned``: held by recovered holders (pods known only from the host after a rebuild)."""
+
+    @classmethod
+    def of(cls, enis: Collection[Eni], now: float, cooldown_s: float, pending: int) -> Counts:
+        total = assigned = cooldown = quarantined = free_prefixes = recovered = 0
+        for eni in enis:
+            busy: dict[str, bool] = {p: False for p in eni.prefixes}
+            for a in eni.addrs.values():
+                if a.quarantined_at is not None:
+                    quarantined += 1
+                    if a.prefix is not None:
+                        busy[a.prefix] = True
+                    continue
+                total += 1
+                if a.in_use:
+                    assigned += 1
+                    recovered += bool(a.recovered)
+                    if a.prefix is not None:
+                        busy[a.prefix] = True
+                elif a.freed_at is not None and now < a.freed_at + cooldown_s:
+                    cooldown += 1
+            free_prefixes += sum(1 for b in busy.values() if not b)
+        return cls(
+            total=total,
+            assigned=assigned,
+            available=total - assigned,
+            cooldown=cooldown,
+            quarantined=quarantined,
+            pending=pending,
+            enis=len(enis),
+            free_prefixes=free_prefixes,
+            recovered=recovered,
+        )
+
+
+@dataclass(frozen=True)
+class RecoveredHolder:
+    holder: str
+    """Host veth name, or :data:`UNKNOWN_HOLDER`."""
+    ip: str
+    eni_id: str
+    """'' while the address is not attached (IMDS may not show it yet)."""
+    since: float
+
+
+@dataclass(frozen=True)
+class PodRecord:
+    container_id: str
+    ifname: str
+    netns: str
+    ip: str
+    eni_id: str
+    assigned_at: float

@@ -1,0 +1,126 @@
+"""Recovered holders: addresses held for pods known only from the host, after the
+checkpoint was lost or damaged.
+
+The agent rebuilds: IMDS says which addresses are attached, the host says which
+of them pods still use (their wiring left a ``/32`` route via a host veth). Such an
+address is held by a *recovered holder*, keyed by that veth's name (a hash of
+the container id and interface, so a later DEL, CHECK or repeated ADD finds it
+again). Where the host cannot tell (no kernel wiring), every attached address
+is held by :data:`UNKNOWN_HOLDER` until released explicitly. Recovered holders
+count as in use everywhere (never handed out, quarantined or offered back) and
+are checkpointed, even for addresses not (yet) attached, since IMDS may lag.
+
+:class:`RecoveredHolders` is the part of :class:`node_agent.datastore.Datastore`
+that keeps them (a mixin over the datastore's state, under its lock).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from node_agent.records import UNKNOWN_HOLDER, Addr, Assignment, Eni, RecoveredHolder
+
+
+class RecoveredHolders:
+    """Recovered holders of :class:`node_agent.datastore.Datastore` (see the module docstring)."""
+
+    _lock: threading.RLock
+    _enis: dict[str, Eni]
+    _ip_eni: dict[str, str]
+    _owner: dict[tuple[str, str], str]
+    _recovered: dict[str, tuple[str, float]]
+    """Address -> (recovered holder, since); checkpointed, attached or not."""
+    changed: threading.Event
+
+    def _save(self) -> None:
+        raise NotImplementedError
+
+    def recover(self, holders: dict[str, str], now: float) -> list[str]:
+        """Mark each ``ip -> holder`` (host veth name) as in use by a recovered holder.
+
+        Addresses not attached yet are remembered and held as soon as they are
+        added (IMDS may lag). An address a known pod holds stays the pod's.
+        Returns notes naming what was recovered.
+        """
+        notes: list[str] = []
+        with self._lock:
+            owned = set(self._owner.values())
+            for ip, holder in sorted(holders.items()):
+                if ip in owned or not holder or holder == UNKNOWN_HOLDER:
+                    continue
+                self._recovered[ip] = (holder, now)
+                eni_id = self._ip_eni.get(ip)
+                if eni_id is not None:
+                    a = self._enis[eni_id].addrs[ip]
+                    a.recovered, a.assigned_at, a.freed_at, a.quarantined_at = holder, now, None, None
+                notes.append(f"{ip} held by {holder}" + ("" if eni_id else " (not attached yet)"))
+            if notes:
+                self._save()
+                self.changed.set()
+        return notes
+
+    def hold_all(self, now: float) -> int:
+        """Every attached address no pod holds becomes held by :data:`UNKNOWN_HOLDER`; returns how many.
+
+        The rebuild's answer when the host cannot say which addresses pods use.
+        """
+        with self._lock:
+            n = 0
+            for eni in self._enis.values():
+                for a in eni.addrs.values():
+                    if not a.in_use:
+                        a.recovered, a.assigned_at, a.freed_at, a.quarantined_at = (
+                            UNKNOWN_HOLDER,
+                            now,
+                            None,
+                            None,
+                        )
+                        self._recovered[a.ip] = (UNKNOWN_HOLDER, now)
+                        n += 1
+            if n:
+                self._save()
+            return n
+
+    def release_recovered(self, holder: str, now: float) -> list[Assignment]:
+        """The recovered holder is gone (CNI DEL, or the unknown holders' grace passed):
+        its addresses enter cooldown. Idempotent; returns the attached addresses freed."""
+        with self._lock:
+            out: list[Assignment] = []
+            ips = [ip for ip, (h, _) in self._recovered.items() if h == holder]
+            for ip in sorted(ips):
+                del self._recovered[ip]
+                eni_id = self._ip_eni.get(ip)
+                if eni_id is not None:
+                    a = self._enis[eni_id].addrs[ip]
+                    if a.recovered == holder:
+                        a.recovered, a.freed_at = "", now
+                        out.append(Assignment(ip, eni_id))
+            if ips:
+                self._save()
+                self.changed.set()
+            return out
+
+    def lookup_recovered(self, holder: str) -> Assignment | None:
+        """The attached address a recovered holder holds, if any."""
+        with self._lock:
+            for ip, (h, _) in sorted(self._recovered.items()):
+                eni_id = self._ip_eni.get(ip)
+                if h == holder and eni_id is not None:
+                    return Assignment(ip, eni_id)
+            return None
+
+    def recovered_holders(self) -> list[RecoveredHolder]:
+        with self._lock:
+            return [
+                RecoveredHolder(h, ip, self._ip_eni.get(ip, ""), since)
+                for ip, (h, since) in sorted(self._recovered.items())
+            ]
+
+    def _take_recovered(self, holder: str) -> tuple[Eni, Addr] | None:
+        """The attached address recovered for ``holder``, now no longer recovered (the caller assigns it)."""
+        for ip, (h, _) in sorted(self._recovered.items()):
+            eni_id = self._ip_eni.get(ip)
+            if h == holder and eni_id is not None:
+                del self._recovered[ip]
+                return self._enis[eni_id], self._enis[eni_id].addrs[ip]
+        return None

@@ -1,0 +1,94 @@
+"""A pool report's content from the datastore: the node's ENIs, what pods use, and
+the standing release offers (the contract's ``PoolReport``, docs/contract).
+
+Pure: the controller decides when to report and with which sequence number,
+and keeps what it must remember about the reports it sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from node_agent.datastore import Datastore
+from warmpool import messages
+from warmpool.messages import EniReport, PoolReport, ReleaseOffer, Targets
+from warmpool.pool import PoolConfig
+
+if TYPE_CHECKING:
+    from node_agent.controller import NodeIdentity
+
+Offers = dict[str, tuple[list[str], list[str]]]
+"""Per ENI: the quarantined addresses and prefixes offered back (:meth:`Datastore.quarantined`)."""
+
+
+def build_report(
+    identity: NodeIdentity,
+    pool: PoolConfig,
+    ds: Datastore,
+    offers: Offers,
+    *,
+    seq: int,
+    now: float,
+    signed: messages.NodeIdentity | None,
+    skipped: Callable[[str, tuple[int, int]], None],
+) -> PoolReport:
+    """The report (``ValidationError`` if the datastore cannot make a valid one).
+
+    Two ENIs in one (network card, device index) slot make a report invalid (EC2
+    never has that): the newest in a slot is reported, an older one (whose removal
+    was missed) is left out, and so is its offer (taken out of ``offers``);
+    ``skipped(eni_id, slot)`` is told.
+    Quarantined addresses and prefixes are reported only as offers, never as the pool's.
+    """
+    c = ds.counts(now)
+    since = ds.quarantined_since()
+    enis = []
+    slots: set[tuple[int, int]] = set()
+    for e in sorted(ds.enis(), key=lambda e: (e.info.network_card, e.info.device_index, -e.added_at)):
+        slot = (e.info.network_card, e.info.device_index)
+        if slot in slots:
+            skipped(e.info.eni_id, slot)
+            offers.pop(e.info.eni_id, None)
+            continue
+        slots.add(slot)
+        offered = set(offers.get(e.info.eni_id, ((), ()))[1])
+        enis.append(
+            EniReport(
+                eni_id=e.info.eni_id,
+                device_index=e.info.device_index,
+                network_card=e.info.network_card,
+                subnet_id=e.info.subnet_id,
+                primary_ip=e.info.primary_ip,
+                ips=[ip for ip in e.ips if e.addrs[ip].quarantined_at is None],
+                prefixes=[p for p in e.prefixes if p not in offered],
+                assigned=sum(1 for a in e.addrs.values() if a.in_use),
+            )
+        )
+    return PoolReport(
+        cluster=identity.cluster,
+        node=identity.node,
+        instance_id=identity.instance_id,
+        instance_type=identity.instance_type,
+        availability_zone=identity.availability_zone,
+        seq=seq,
+        sent_at=now,
+        mode="prefix" if pool.prefix_mode else "secondary-ip",
+        targets=Targets(
+            warm_ip=pool.warm_ip,
+            minimum_ip=pool.minimum_ip,
+            warm_eni=pool.warm_eni,
+            warm_prefix=pool.warm_prefix,
+            max_eni=pool.max_eni,
+        ),
+        enis=enis,
+        assigned_ips=c.assigned,
+        pending_demand=c.pending,
+        release=[
+            # Dated no later than the report (the contract's rule; a clock stepped
+            # back after a restart only makes the offer look older, never younger).
+            ReleaseOffer(eni_id=k, ips=v[0], prefixes=v[1], quarantined_at=min(since.get(k, now), now))
+            for k, v in sorted(offers.items())
+        ],
+        identity=signed,
+    )
