@@ -311,8 +311,17 @@ class EniEntry(_Model):
     addrs: list[AddrEntry] = Field(default_factory=list)
 
 
-Expiry = tuple[Annotated[float, Strict(), AfterValidator(_not_negative), AfterValidator(_finite)], Count]
-"""``[until, in_reply_to]``: until when, and the ``in_reply_to`` of the result that said so."""
+def _seq_or_none(v: int) -> int:
+    if v < -1:
+        raise ValueError(f"{v!r} is below -1")
+    return v
+
+
+ReplySeq = Annotated[int, Strict(), AfterValidator(_seq_or_none)]
+"""A report seq, or -1: no report (the agent's own take-back found the address gone)."""
+Expiry = tuple[Annotated[float, Strict(), AfterValidator(_not_negative), AfterValidator(_finite)], ReplySeq]
+"""``[until, in_reply_to]``: until when, and the ``in_reply_to`` of the result that said so
+(-1 when no result did: ``PoolController._take_back``)."""
 
 
 class RecentEntry(_Model):

@@ -292,7 +292,8 @@ def test_damaged_lag_filters_fail_the_checkpoint_clearly() -> None:
     ctl.apply_result(result(r.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.12"]}), 1.0)
     good = cp.load()
     assert good is not None and good["recent"]["released"] == {"10.0.0.12": [121.0, r.seq]}
-    for bad in ([float("nan"), 1], [float("inf"), 1], [5.0, -1], [5.0], "x", None):
+    # -1 is the take-back's "no report" (test_a_checkpoint_written_after_a_take_back_restores)
+    for bad in ([float("nan"), 1], [float("inf"), 1], [5.0, -2], [5.0], "x", None):
         d = copy.deepcopy(good)
         d["recent"]["released"]["10.0.0.12"] = bad
         with pytest.raises(CheckpointError):
@@ -323,3 +324,18 @@ def test_a_new_eni_in_the_slot_of_one_whose_deletion_was_lost_replaces_it() -> N
     assert ds.eni(SECOND.eni_id) is None and ds.eni(third.eni_id) is not None
     report = one(ctl.tick(70.0))  # valid: one ENI per device slot
     assert sorted(e.eni_id for e in report.enis) == [PRIMARY.eni_id, third.eni_id]
+
+
+def test_a_checkpoint_written_after_a_take_back_restores() -> None:
+    """A take-back with no ``released`` result (IMDS no longer lists the address: it was
+    released, its result late or lost) records the address as gone with ``in_reply_to`` -1
+    (no report). The restore refused that as damage, so a restart within RECENT_S rebuilt
+    the datastore from scratch (every address then held for recovered pods)."""
+    cp = MemoryCheckpoint()
+    ds = Datastore(checkpoint=cp)
+    ds.mark_gone(5.0, 5.0 + RECENT_S, -1, released=["10.0.0.12"])
+    saved = cp.load()
+    assert saved is not None and saved["recent"]["released"] == {"10.0.0.12": [5.0 + RECENT_S, -1]}
+    again = Datastore(checkpoint=MemoryCheckpoint(copy.deepcopy(saved)))
+    again.restore()
+    assert "10.0.0.12" in again.recently_gone(6.0)[0]
