@@ -7,8 +7,8 @@ is the IMDS tree of one instance (served by :mod:`sim.imds`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from warmpool.limits import InstanceLimits
 
@@ -31,6 +31,16 @@ from .state import STATE_CODES, Eni, Instance, tag_list, ts
 if TYPE_CHECKING:
     from .emulator import Ec2Emulator
 
+T = TypeVar("T")
+
+
+def named(store: Mapping[str, T], ids: list[str], kind: str) -> list[T]:
+    """The resources ``ids`` name, in order, each once; the first that does not exist is NotFound."""
+    for i in ids:
+        if i not in store:
+            raise not_found(kind, i)
+    return [store[i] for i in dict.fromkeys(ids)]
+
 
 def describe_enis(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     filters = filter_values(p.get("Filters"))
@@ -39,10 +49,7 @@ def describe_enis(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     ids = id_list(p, "NetworkInterfaceIds")
     cands: Iterable[Eni]
     if ids:
-        missing = [i for i in ids if i not in emu.enis]
-        if missing:
-            raise not_found("NetworkInterface", missing[0])
-        cands = [emu.enis[i] for i in dict.fromkeys(ids)]
+        cands = named(emu.enis, ids, "NetworkInterface")
     else:
         by_inst = next((v for n, v in filters if n == "attachment.instance-id"), None)
         if by_inst is not None:
@@ -99,10 +106,7 @@ def describe_instances(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     ids = id_list(p, "InstanceIds")
     cands: Iterable[Instance]
     if ids:
-        missing = [i for i in ids if i not in emu.instances]
-        if missing:
-            raise not_found("Instance", missing[0])
-        cands = [emu.instances[i] for i in dict.fromkeys(ids)]
+        cands = named(emu.instances, ids, "Instance")
     else:
         by_id = next((v for n, v in filters if n == "instance-id"), None)
         cands = [emu.instances[i] for i in by_id if i in emu.instances] if by_id else emu.instances.values()
@@ -132,10 +136,7 @@ def _describe_store(
     filters = filter_values(p.get("Filters"))
     check_filters(filters, spec)
     ids = id_list(p, ids_key)
-    for i in ids:
-        if i not in store:
-            raise not_found(kind, i)
-    cands = [store[i] for i in dict.fromkeys(ids)] if ids else list(store.values())
+    cands = named(store, ids, kind) if ids else list(store.values())
     items = [x for x in cands if matches(x, filters, spec, tags_of)]
     page, nxt = paginate(items, p, ids_key=ids_key)
     out: dict[str, Any] = {result_key: [render(x) for x in page]}

@@ -11,6 +11,7 @@ Delays come from :class:`~sim.ec2.emulator.Ec2Config`; the emulator applies them
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import Ec2Error, not_found
@@ -40,34 +41,10 @@ def new_eni(
     prefixes: list[str],
     description: str,
 ) -> Eni:
-    pool = subnet.pool
-    taken: list[str] = []
-    taken_prefixes: list[str] = []
-    try:
-        for ip in ([primary] if primary else []) + secondary:
-            take_specific_ip(subnet, ip)
-            taken.append(ip)
-        n_any = (0 if primary else 1) + n_secondary
-        got = pool.take_ips(n_any)
-        if got is None:
-            raise insufficient_addresses()
-        taken.extend(got)
-        if primary is None:
-            primary = got[0]
-            got = got[1:]
-        for pfx in prefixes:
-            take_specific_prefix(subnet, pfx)
-            taken_prefixes.append(pfx)
-        gotp = pool.take_prefixes(n_prefixes)
-        if gotp is None:
-            raise insufficient_cidr()
-        taken_prefixes.extend(gotp)
-    except Ec2Error:
-        for ip in taken:
-            pool.release_ip(ip)
-        for pfx in taken_prefixes:
-            pool.release_prefix(pfx)
-        raise
+    specific = ([primary] if primary else []) + secondary
+    taken, taken_prefixes = carve(subnet, specific, (0 if primary else 1) + n_secondary, prefixes, n_prefixes)
+    if primary is None:
+        primary = taken[len(specific)]
     eni = Eni(
         emu._id("eni"),
         subnet.id,
@@ -86,6 +63,46 @@ def new_eni(
     for pfx in taken_prefixes:
         emu._ip_owner[pfx] = eni.id
     return eni
+
+
+def carve(
+    subnet: Subnet,
+    ips: list[str],
+    n_ips: int,
+    prefixes: list[str],
+    n_prefixes: int,
+    before: Callable[[str], None] | None = None,
+) -> tuple[list[str], list[str]]:
+    """Take ``ips`` and ``n_ips`` more addresses, ``prefixes`` and ``n_prefixes``
+    more /28s from the subnet, all or none: (addresses, prefixes) in that order.
+    ``before(ip)`` runs ahead of taking each of ``ips`` (an error it raises undoes the rest too)."""
+    pool = subnet.pool
+    taken: list[str] = []
+    taken_prefixes: list[str] = []
+    try:
+        for ip in ips:
+            if before is not None:
+                before(ip)
+            take_specific_ip(subnet, ip)
+            taken.append(ip)
+        got = pool.take_ips(n_ips)
+        if got is None:
+            raise insufficient_addresses()
+        taken.extend(got)
+        for pfx in prefixes:
+            take_specific_prefix(subnet, pfx)
+            taken_prefixes.append(pfx)
+        gotp = pool.take_prefixes(n_prefixes)
+        if gotp is None:
+            raise insufficient_cidr()
+        taken_prefixes.extend(gotp)
+    except Ec2Error:
+        for ip in taken:
+            pool.release_ip(ip)
+        for pfx in taken_prefixes:
+            pool.release_prefix(pfx)
+        raise
+    return taken, taken_prefixes
 
 
 def take_specific_ip(subnet: Subnet, ip: str) -> None:
@@ -228,38 +245,17 @@ def assign(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     if eni.slots_used + len(ips) + n_ips + len(prefixes) + n_pref > limit:
         raise Ec2Error("PrivateIpAddressLimitExceeded", "Number of private addresses will exceed limit.")
     pool = subnet.pool
-    new_ips: list[str] = []
-    new_prefixes: list[str] = []
-    try:
-        for ip in ips:
-            owner_id = emu._ip_owner.get(ip)
-            if owner_id is not None:  # AllowReassignment: move it here
-                other = emu.enis[owner_id]
-                if ip == other.primary_ip:
-                    raise Ec2Error(
-                        "InvalidIPAddress.InUse", f"The specified address {ip} is a primary address."
-                    )
-                other.secondary.remove(ip)
-                pool.release_ip(ip)
-            take_specific_ip(subnet, ip)
-            new_ips.append(ip)
-        got = pool.take_ips(n_ips)
-        if got is None:
-            raise insufficient_addresses()
-        new_ips.extend(got)
-        for pfx in prefixes:
-            take_specific_prefix(subnet, pfx)
-            new_prefixes.append(pfx)
-        gotp = pool.take_prefixes(n_pref)
-        if gotp is None:
-            raise insufficient_cidr()
-        new_prefixes.extend(gotp)
-    except Ec2Error:
-        for ip in new_ips:
+
+    def move_here(ip: str) -> None:
+        owner_id = emu._ip_owner.get(ip)
+        if owner_id is not None:  # AllowReassignment: move it here
+            other = emu.enis[owner_id]
+            if ip == other.primary_ip:
+                raise Ec2Error("InvalidIPAddress.InUse", f"The specified address {ip} is a primary address.")
+            other.secondary.remove(ip)
             pool.release_ip(ip)
-        for pfx in new_prefixes:
-            pool.release_prefix(pfx)
-        raise
+
+    new_ips, new_prefixes = carve(subnet, ips, n_ips, prefixes, n_pref, before=move_here)
     eni.secondary.extend(new_ips)
     eni.prefixes.extend(new_prefixes)
     for a in (*new_ips, *new_prefixes):
