@@ -139,12 +139,9 @@ class Eni:
         out.extend({"Primary": False, "PrivateIpAddress": ip, "PrivateDnsName": dns(ip)} for ip in self.secondary)
         return out
 
-    def render(self, owner: str) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "AvailabilityZone": self.az,
-            "Description": self.description,
-            "Groups": [{"GroupId": g, "GroupName": g} for g in self.groups],
-            "InterfaceType": self.interface_type,
+    def _addresses(self, owner: str) -> dict[str, Any]:
+        """The members the two renderings share, in their order."""
+        return {
             "Ipv6Addresses": [],
             "MacAddress": self.mac,
             "NetworkInterfaceId": self.id,
@@ -153,6 +150,15 @@ class Eni:
             "PrivateIpAddress": self.primary_ip,
             "PrivateIpAddresses": self.private_ips(),
             "Ipv4Prefixes": [{"Ipv4Prefix": p} for p in self.prefixes],
+        }
+
+    def render(self, owner: str) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "AvailabilityZone": self.az,
+            "Description": self.description,
+            "Groups": [{"GroupId": g, "GroupName": g} for g in self.groups],
+            "InterfaceType": self.interface_type,
+            **self._addresses(owner),
             "RequesterId": owner,
             "RequesterManaged": False,
             "SourceDestCheck": self.source_dest_check,
@@ -172,14 +178,7 @@ class Eni:
             "Attachment": self.attachment.render(owner, with_instance=False),
             "Description": self.description,
             "Groups": [{"GroupId": g, "GroupName": g} for g in self.groups],
-            "Ipv6Addresses": [],
-            "MacAddress": self.mac,
-            "NetworkInterfaceId": self.id,
-            "OwnerId": owner,
-            "PrivateDnsName": dns(self.primary_ip),
-            "PrivateIpAddress": self.primary_ip,
-            "PrivateIpAddresses": self.private_ips(),
-            "Ipv4Prefixes": [{"Ipv4Prefix": p} for p in self.prefixes],
+            **self._addresses(owner),
             "SourceDestCheck": self.source_dest_check,
             "Status": self.status,
             "SubnetId": self.subnet_id,
