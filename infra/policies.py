@@ -262,7 +262,7 @@ def reconciler_ec2(cfg: StackConfig, arns: Arns) -> list[iam.PolicyStatement]:
         describe("DescribeForReconcile"),
         iam.PolicyStatement(
             sid="GcMarkClusterTaggedEni",
-            actions=["ec2:CreateTags", "ec2:DeleteTags"],
+            actions=["ec2:CreateTags"],  # the mark is cleared by writing it empty: no DeleteTags
             resources=[eni],
             conditions={
                 **_warmpool_eni(cfg),
