@@ -34,8 +34,7 @@ from typing import Any, TypeVar
 from botocore.exceptions import ClientError
 
 from functions.delivery import Deferral, Delivery
-from functions.ec2 import FILTER_CHUNK, Ec2, NodeFacts
-from functions.eni_scope import primary_eni_tag
+from functions.ec2 import FILTER_CHUNK, Ec2
 from functions.errors import AwsError, Throttled
 from functions.execute import (
     M_OFFERS_EXPIRED,
@@ -52,6 +51,8 @@ from functions.telemetry import Tally
 from warmpool import names
 from warmpool.buckets import refill, time_until
 from warmpool.clock import Clock
+from warmpool.eni_scope import primary_eni_tag
+from warmpool.facts import NodeFacts
 from warmpool.limits import InstanceLimits
 from warmpool.messages import (
     AllocationResult,
@@ -63,7 +64,7 @@ from warmpool.messages import (
     parse_report,
 )
 from warmpool.planner import DeleteEni, Plan, Reclaim, TagPrimaryEni, UnassignAddresses, plan_node
-from warmpool.ports import BucketStore, Ec2Api, LeaseStore, Ledger, LedgerUnread, SqsApi
+from warmpool.ports import BucketStore, Ec2Api, Ec2Port, LeaseStore, Ledger, LedgerUnread, SqsApi
 from warmpool.scheduling import coalesce, priority_key
 
 log = logging.getLogger(__name__)
@@ -199,9 +200,9 @@ class Allocator:
         self.ledger = ledger
         self.leases = leases
         self.tally = tally if tally is not None else Tally()
-        self.ec2 = Ec2(ec2, settings, clock, self.tally)
+        self.ec2: Ec2Port = Ec2(ec2, settings, clock, self.tally)
         self.delivery = Delivery(sqs, settings, self.tally)
-        self.executor = PlanExecutor(self.ec2, buckets, settings, self.tally)
+        self.executor = PlanExecutor(self.ec2, buckets, settings, self.tally, clock)
         self.map: Mapper[Any, Any] = mapper or serial_map
         self._invocations = itertools.count(1)
         self._instance = uuid.uuid4().hex[:12]  # lease owners must differ across containers
@@ -801,7 +802,7 @@ class Allocator:
         for i in range(0, len(wanted), TAG_BATCH):
             chunk = wanted[i : i + TAG_BATCH]
             try:
-                self.ec2.call("CreateTags", Resources=chunk, Tags=primary_eni_tag(self.cluster))
+                self.ec2.create_tags(chunk, primary_eni_tag(self.cluster))
             except Throttled as err:
                 self.buckets.throttled(err.action, self.clock.now())  # the AIMD cut, as for any call
                 log.warning("batched first-contact tag throttled; nodes tag their own", extra={"error": str(err)})
