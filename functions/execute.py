@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Literal
+
 from functions.errors import (
     AddressLimit,
     AwsError,
