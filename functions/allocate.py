@@ -27,7 +27,11 @@ _lock = threading.Lock()
 
 def build(settings: Settings) -> Allocator:
     """The production wiring, with threads for independent nodes."""
-    return Allocator(**aws.ports(settings), mapper=ThreadMapper(settings.max_workers))
+    p = aws.ports(settings)
+    return Allocator(
+        ec2=p.ec2, sqs=p.sqs, buckets=p.buckets, ledger=p.ledger, leases=p.leases, clock=p.clock,
+        settings=p.settings, mapper=ThreadMapper(settings.max_workers),
+    )
 
 
 def allocator(context: Any) -> Allocator:

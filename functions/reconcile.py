@@ -20,7 +20,10 @@ _lock = threading.Lock()
 
 
 def build(settings: Settings) -> Reconciler:
-    return Reconciler(**aws.ports(settings))
+    p = aws.ports(settings)
+    return Reconciler(
+        ec2=p.ec2, sqs=p.sqs, buckets=p.buckets, ledger=p.ledger, leases=p.leases, clock=p.clock, settings=p.settings
+    )
 
 
 def cold_start() -> None:

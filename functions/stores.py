@@ -25,9 +25,8 @@ from typing import Any, Protocol
 from botocore.exceptions import ClientError
 
 from functions.errors import AwsError, ConditionFailed, classify
-from functions.tokens import allot
 from warmpool import names
-from warmpool.buckets import BucketSpec, BucketState, full, on_throttled, time_until
+from warmpool.buckets import BucketSpec, BucketState, allot, full, on_throttled, time_until
 from warmpool.buckets import try_take as take_tokens
 from warmpool.ports import LedgerUnread
 

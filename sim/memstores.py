@@ -11,8 +11,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from functions.tokens import allot
-from warmpool.buckets import BucketSpec, BucketState, full, on_throttled, time_until
+from warmpool.buckets import BucketSpec, BucketState, allot, full, on_throttled, time_until
 from warmpool.buckets import try_take as take_tokens
 from warmpool.ports import LedgerUnread
 

@@ -22,10 +22,9 @@ from functions.errors import (
 from functions.identity import IdentityConfigError
 from functions.settings import Settings
 from functions.telemetry import Tally
-from functions.tokens import allot
 from sim.iid import IdentitySigner
 from warmpool import names
-from warmpool.buckets import BucketSpec, BucketState
+from warmpool.buckets import BucketSpec, BucketState, allot
 
 SPEC = BucketSpec(capacity=10, refill_per_s=2)
 
