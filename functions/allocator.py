@@ -36,14 +36,7 @@ from botocore.exceptions import ClientError
 from functions.delivery import Deferral, Delivery
 from functions.ec2 import FILTER_CHUNK, Ec2
 from functions.errors import AwsError, Throttled
-from functions.execute import (
-    M_OFFERS_EXPIRED,
-    M_PRIMARY_ENIS_TAGGED,
-    NodeJob,
-    NodeOutcome,
-    PlanExecutor,
-    offer_expired,
-)
+from functions.execute import NodeJob, NodeOutcome, PlanExecutor, offer_expired, unmet
 from functions.fairness import FairShare
 from functions.identity import IdentityConfigError, IdentityRejected, TrustedKeys, verify_report_identity
 from functions.settings import LEASE_TTL_MARGIN_S, Settings
@@ -63,6 +56,19 @@ from warmpool.messages import (
     ReleaseOffer,
     parse_report,
 )
+from warmpool.names import (
+    M_DESCRIBE_THROTTLED,
+    M_FAIR_SHARE_DEFERRED,
+    M_IDENTITY_UNVERIFIED,
+    M_LEDGER_UNREAD,
+    M_NODES_DAMPED,
+    M_OFFERS_EXPIRED,
+    M_OFFERS_UNDATED,
+    M_PRIMARY_ENIS_TAGGED,
+    M_RELEASES_HELD,
+    M_RESULT_QUEUES_CREATED,
+    M_TOKENS_FORFEITED,
+)
 from warmpool.planner import DeleteEni, Plan, Reclaim, TagPrimaryEni, UnassignAddresses, plan_node
 from warmpool.ports import BucketStore, Ec2Api, Ec2Port, LeaseStore, Ledger, LedgerUnread, SqsApi
 from warmpool.scheduling import coalesce, priority_key
@@ -71,24 +77,13 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
-M_TOKENS_FORFEITED = "TokensForfeited"
-M_OFFERS_UNDATED = "ReleaseOffersUndated"
-M_LEDGER_UNREAD = "LedgerRowsUnread"
-M_DESCRIBE_THROTTLED = "DescribeThrottledBatches"
-M_IDENTITY_UNVERIFIED = "ReportsIdentityUnverified"
-M_RESULT_QUEUES_CREATED = "ResultQueuesCreated"
-M_FAIR_SHARE_DEFERRED = "FairShareDeferred"
-M_NODES_DAMPED = "NodesDamped"
-M_RELEASES_HELD = "ReleasesHeld"
-"""Unassign/Delete calls not made: offer younger than the release delay, ENI
-younger than the minimum age, or the instance damped."""
 DEADLINE_REASON = "invocation deadline"
 SEQ_AHEAD_LIMIT = 2**20
-TAG_BATCH = 1000
-"""CreateTags takes up to 1,000 resources a call: one call tags a batch's new primary ENIs."""
 """A report's seq may be at most this far ahead of ``max(last seq seen, now in
 ms)`` (the agent's seq is ``max(last + 1, now_ms)``): a node cannot poison
 its own ledger row with a huge seq that makes every later report stale."""
+TAG_BATCH = 1000
+"""CreateTags takes up to 1,000 resources a call: one call tags a batch's new primary ENIs."""
 SEQ_TOO_FAR = "seq-too-far-ahead"
 Mapper = Callable[[Callable[[T], R], Sequence[T]], list[R]]
 
@@ -841,14 +836,14 @@ class Allocator:
         except Exception as exc:  # a bug or an outage: the ESM redelivers this record
             log.exception("node failed", extra={"node": job.report.node, "seq": job.report.seq})
             return NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "failed",
-                               [Failed(code="internal", message=str(exc)[:500])], reason="internal")
+                               [Failed.clipped("internal", str(exc))], reason="internal")
         finally:
             self.leases.release(self.cluster, self._key(job.report), owner)
 
     def _finish_noop(self, job: NodeJob) -> NodeOutcome:
         res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "served")
         if job.plan.unmet:
-            res.actions.append(Failed(code="unmet", message=f"{job.plan.unmet} units: {'; '.join(job.plan.notes)}"[:500]))
+            res.actions.append(unmet(job.plan))
         self._finish(job, res)
         return res
 
@@ -871,9 +866,10 @@ class Allocator:
         r = job.report
         actions = list(res.actions)
         if res.status == "deferred":
-            actions.append(Deferred(retry_after_s=res.retry_after_s, reason=res.reason[:200]))
+            actions.append(Deferred.clipped(res.retry_after_s, res.reason))
         result = AllocationResult(
-            cluster=self.cluster, node=r.node, instance_id=job.facts.instance_id, in_reply_to=r.seq, actions=actions[:64]
+            cluster=self.cluster, node=r.node, instance_id=job.facts.instance_id, in_reply_to=r.seq,
+            actions=self.delivery.fit(actions, r.node, r.seq),
         )
         try:
             if self.delivery.push(result):

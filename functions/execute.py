@@ -64,9 +64,11 @@ from warmpool.ports import BucketStore, Ec2Port
 log = logging.getLogger(__name__)
 
 MAX_REPLANS = 3
-M_ENI_DELETE_DEFERRED = "EniDeleteLeftToGc"
-M_PRIMARY_ENIS_TAGGED = "PrimaryEnisTagged"
-M_OFFERS_EXPIRED = "ReleaseOffersExpired"
+
+
+def unmet(plan: Plan) -> Failed:
+    """The ``failed`` action for what a plan could not provide."""
+    return Failed.clipped("unmet", f"{plan.unmet} units: {'; '.join(plan.notes)}")
 
 
 def offer_expired(quarantined_at: float, now: float, max_age_s: float) -> bool:
@@ -161,7 +163,7 @@ class PlanExecutor:
                 out.calls += 1
             except _Replan as rp:
                 if replans >= MAX_REPLANS:
-                    out.actions.append(Failed(code="replan-limit", message=rp.why[:500]))
+                    out.actions.append(Failed.clipped("replan-limit", rp.why))
                     break
                 replans += 1
                 exclude |= {rp.exclude} if rp.exclude else set()
@@ -184,17 +186,15 @@ class PlanExecutor:
                         return self._deferred(out, wait, f"tokens after re-plan ({rp.why})")
                 queue = list(plan.calls)
                 if plan.unmet:
-                    out.actions.append(Failed(code="unmet", message=f"{plan.unmet} units: {'; '.join(plan.notes)}"[:500]))
+                    out.actions.append(unmet(plan))
             except _Defer as d:
                 out.resend = d.resend
                 return self._deferred(out, d.retry_after_s, d.reason)
             except AwsError as err:
-                out.actions.append(Failed(code=err.code[:100], message=str(err)[:500]))
+                out.actions.append(Failed.clipped(err.code, str(err)))
         else:
             if job.plan.unmet and not replans:
-                out.actions.append(
-                    Failed(code="unmet", message=f"{job.plan.unmet} units: {'; '.join(job.plan.notes)}"[:500])
-                )
+                out.actions.append(unmet(job.plan))
         if out.actions and all(isinstance(a, Failed) for a in out.actions):
             out.status = "failed"
         return out
@@ -231,7 +231,7 @@ class PlanExecutor:
 
     def _too_old(self, job: NodeJob, call: UnassignAddresses | DeleteEni) -> list[Action]:
         n = sum(len(o.ips) + len(o.prefixes) for o in job.report.release if o.eni_id == call.eni_id)
-        self.tally.add(M_OFFERS_EXPIRED, n)
+        self.tally.add(names.M_OFFERS_EXPIRED, n)
         log.info("release offer aged out before its call; not released",
                  extra={"node": job.report.node, "seq": job.report.seq, "eni_id": call.eni_id})
         return []
@@ -248,7 +248,7 @@ class PlanExecutor:
                 return self._unassign(call)
             if isinstance(call, TagPrimaryEni):
                 self.ec2.create_tags([call.eni_id], primary_eni_tag(self.cluster))
-                self.tally.add(M_PRIMARY_ENIS_TAGGED)
+                self.tally.add(names.M_PRIMARY_ENIS_TAGGED)
                 return []
             if isinstance(call, Reclaim):
                 # The offer is declined: the addresses never left the ENI (no EC2 call).
@@ -324,7 +324,7 @@ class PlanExecutor:
                 raise d from None
             except AwsError as err:
                 self._delete_quietly(eni_id)
-                return [Failed(code=err.code[:100], message=f"attach {eni_id}: {err.message}"[:500])]
+                return [Failed.clipped(err.code, f"attach {eni_id}: {err.message}")]
         try:
             self.ec2.set_delete_on_termination(eni_id, attachment_id)
         except Throttled:
@@ -384,14 +384,14 @@ class PlanExecutor:
                 deletable = False  # already gone
             elif seen.status != "available" or seen.instance_id:
                 deletable = False
-                self.tally.add(M_ENI_DELETE_DEFERRED)
+                self.tally.add(names.M_ENI_DELETE_DEFERRED)
         if deletable:
             try:
                 self.ec2.delete_eni(call.eni_id)
                 self.tally.add(names.M_ENIS_DELETED)
             except (InUse, NotFound):
                 # Attached again or gone meanwhile: the GC decides.
-                self.tally.add(M_ENI_DELETE_DEFERRED)
+                self.tally.add(names.M_ENI_DELETE_DEFERRED)
         released = len(eni.eni.ips) + PREFIX_SIZE * len(eni.eni.prefixes)
         self.tally.add(names.M_ADDRESSES_RELEASED, released)
         return [Deleted(eni_id=call.eni_id)]

@@ -38,8 +38,6 @@ from warmpool.ports import BucketStore, Ec2Api, Ec2Port, LeaseStore, Ledger, Sqs
 
 log = logging.getLogger(__name__)
 
-M_QUEUE_DELETE_FAILED = "ResultQueueDeleteFailed"
-M_ORPHAN_QUEUES_DELETED = "OrphanResultQueuesDeleted"
 
 
 @dataclass
@@ -214,13 +212,13 @@ class Reconciler:
                 if isinstance(problem, QueueMissing):
                     continue
                 out.queue_delete_failed.append(iid)
-                self.tally.add(M_QUEUE_DELETE_FAILED)
+                self.tally.add(names.M_QUEUE_DELETE_FAILED)
                 log.warning("orphaned result queue not deleted", extra={"instance_id": iid, "error": str(problem)})
                 continue
             out.orphan_queues_deleted.append(iid)
             out.queues_deleted.append(iid)
         if out.orphan_queues_deleted:
-            self.tally.add(M_ORPHAN_QUEUES_DELETED, len(out.orphan_queues_deleted))
+            self.tally.add(names.M_ORPHAN_QUEUES_DELETED, len(out.orphan_queues_deleted))
             log.info("orphaned result queues deleted", extra={"instances": out.orphan_queues_deleted})
 
     def _list_queues(self, prefix: str) -> list[str]:
@@ -252,7 +250,7 @@ class Reconciler:
                 out.queues_deleted.append(instance_id)
         except AwsError as err:
             out.queue_delete_failed.append(instance_id)
-            self.tally.add(M_QUEUE_DELETE_FAILED)
+            self.tally.add(names.M_QUEUE_DELETE_FAILED)
             log.warning("result queue not deleted; entry kept for the next run",
                         extra={"node": node, "instance_id": instance_id, "error": str(err)})
             return
