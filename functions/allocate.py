@@ -15,7 +15,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import aws
 from functions.allocator import Allocator, Record, ThreadMapper
-from functions.observability import account_of, flush, powertools
+from functions.observability import account_of, flush, powertools, route_logic_logs
 from functions.settings import Settings
 from warmpool.clock import Clock
 
@@ -79,6 +79,7 @@ def records_of(event: dict[str, Any]) -> list[Record]:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     alloc = allocator(context)
     logger.append_keys(cluster=alloc.cluster)
+    route_logic_logs(logger)
     outcome = alloc.handle_batch(
         records_of(event),
         invocation_id=getattr(context, "aws_request_id", None),

@@ -9,7 +9,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import aws
-from functions.observability import account_of, flush, powertools
+from functions.observability import account_of, flush, powertools, route_logic_logs
 from functions.reconciler import Reconciler
 from functions.settings import Settings
 
@@ -48,6 +48,7 @@ def reconciler(context: Any) -> Reconciler:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     rec = reconciler(context)
     logger.append_keys(cluster=rec.cluster)
+    route_logic_logs(logger)
     out = rec.run()
     flush(rec.tally.drain(), metrics, rec.cluster)
     summary = asdict(out)

@@ -41,7 +41,6 @@ RECOVERED_CHECKPOINT_VERSION = 2
 """Written only while recovered holders exist: an older agent would silently drop
 them (and hand their addresses out again), so it must refuse such a checkpoint."""
 READABLE_VERSIONS = (CHECKPOINT_VERSION, RECOVERED_CHECKPOINT_VERSION)
-PREFIX_SIZE = 16
 KEEP_CORRUPT = 3
 """Damaged checkpoints kept aside (``<path>.corrupt-<unix time>``); older ones are deleted."""
 UNKNOWN_HOLDER = "?"

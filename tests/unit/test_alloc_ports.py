@@ -5,6 +5,7 @@ to what the models allow."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from types import SimpleNamespace
 from typing import Any
 
@@ -79,14 +80,28 @@ def test_a_result_carries_every_action_that_fits() -> None:
     assert tally.get(names.M_RESULT_ACTIONS_DROPPED) == 0
 
 
-def test_actions_over_the_limit_are_counted_and_the_closing_deferred_kept(caplog: pytest.LogCaptureFixture) -> None:
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_actions_over_the_limit_are_counted_and_the_closing_deferred_kept() -> None:
     tally = Tally()
     d = Delivery(Untouchable(), _settings(), tally)  # type: ignore[arg-type]
     actions = [*[_assigned(i) for i in range(MAX_ACTIONS + 6)], Deferred(retry_after_s=5, reason="tokens")]
-    kept = d.fit(actions, "n1", 1)
+    seen = Records()
+    logging.getLogger("functions.delivery").addHandler(seen)
+    try:
+        kept = d.fit(actions, "n1", 1)
+    finally:
+        logging.getLogger("functions.delivery").removeHandler(seen)
     assert len(kept) == MAX_ACTIONS and kept[-1] == actions[-1] and kept[:-1] == actions[: MAX_ACTIONS - 1]
     assert tally.get(names.M_RESULT_ACTIONS_DROPPED) == 7
-    assert any("some left out" in r.getMessage() for r in caplog.records)
+    assert any("some left out" in r.getMessage() for r in seen.records)
     AllocationResult(cluster="demo", node="n1", instance_id="i-0123456789abcdef0", in_reply_to=1, actions=kept)
 
 
