@@ -109,3 +109,10 @@ def test_failed_and_deferred_text_is_cut_to_the_models_limits() -> None:
     f = Failed.clipped("x" * 300, "y" * 3000)
     assert (len(f.code), len(f.message)) == (FAILED_CODE_MAX, FAILED_MESSAGE_MAX)
     assert Deferred.clipped(3, "z" * 999).reason == "z" * Deferred.model_fields["reason"].metadata[0].max_length
+
+
+def test_the_emulated_lambda_context_dates_its_log_stream_by_its_clock() -> None:
+    from sim.lambda_runtime import make_context
+
+    ctx = make_context("allocate", VirtualClock(86_400.0 * 3), 30)
+    assert ctx.log_stream_name.startswith("1970/01/04/[$LATEST]")
