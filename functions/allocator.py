@@ -133,10 +133,6 @@ class BatchOutcome:
         return {"batchItemFailures": [{"itemIdentifier": m} for m in self.failed_message_ids]}
 
 
-def _low_priority(job: NodeJob) -> bool:
-    return job.plan.kind == "release" or job.report.pending_demand == 0
-
-
 def trusted_keys(settings: Settings) -> TrustedKeys | None:
     """The keys report identities are verified with, parsed once at cold start.
 
@@ -624,15 +620,10 @@ class Allocator:
             for job in active:
                 self._defer(job, 1.0, DEADLINE_REASON, out, deferrals)
             return []
-        # With a priority reserve (off by default, see Settings), work no pod
-        # waits for leaves the last tokens to starved nodes (DESIGN: starved
-        # first, releases last), and a top-up deferred until pods wait merges
-        # into the one call that serves them.
         active = self._fair_shares(active, out, deferrals)
         if not active:
             return []
-        reserve = [self.settings.priority_reserve if _low_priority(j) else 0.0 for j in active]
-        waits = self.buckets.take_batch([j.plan.tokens() for j in active], self.clock.now(), reserve)
+        waits = self.buckets.take_batch([j.plan.tokens() for j in active], self.clock.now())
         paid: list[NodeJob] = []
         for job, wait in zip(active, waits, strict=True):
             if wait == 0:

@@ -213,7 +213,7 @@ class DynamoBuckets:
         return False, 1.0
 
     def take_batch(
-        self, requests: Sequence[Mapping[str, float]], now: float, reserve: Sequence[float] | None = None
+        self, requests: Sequence[Mapping[str, float]], now: float
     ) -> list[float]:
         """Grant, in order, the requests the buckets can pay for now; one wait per request.
 
@@ -228,7 +228,7 @@ class DynamoBuckets:
             except UnreadKeys:
                 continue  # unknown state: like a lost race, read again (never as "full")
             states = {a: (g[0] if g else None) for a, g in got.items()}
-            changed, waits = allot(states, self._spec_of, requests, now, reserve)
+            changed, waits = allot(states, self._spec_of, requests, now)
             versions = {a: (g[1] if g else None) for a, g in got.items()}
             updates = {a: (st, versions.get(a)) for a, st in changed.items()}
             if self._write(updates):

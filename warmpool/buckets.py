@@ -155,7 +155,6 @@ def allot(
     spec_of: SpecOf,
     requests: Sequence[Mapping[str, float]],
     now: float,
-    reserve: Sequence[float] | None = None,
 ) -> tuple[dict[str, BucketState], list[float]]:
     """Grant the requests, in order, that the buckets can pay for now.
 
@@ -165,11 +164,6 @@ def allot(
     deferred nodes come back staggered instead of all at once. Later requests
     that fit may still be granted (no token left idle). ``inf`` if a request
     can never fit (more than a bucket's capacity).
-
-    ``reserve[i]`` (a fraction of each bucket's capacity, default 0) must
-    stay in the buckets after request ``i`` is granted: low-priority work
-    (a warm-up with no pod waiting) leaves tokens for starved nodes, and waits
-    until the buckets refill past the reserve.
 
     Returns the new states of the buckets that changed and one wait per
     request (0.0 = granted).
@@ -184,8 +178,7 @@ def allot(
     deferred: list[int] = []
     for i, req in enumerate(requests):
         need = {a: n for a, n in req.items() if n > 0}
-        keep = reserve[i] if reserve else 0.0
-        if all(avail[a] + 1e-9 >= n + keep * spec_of(a).capacity for a, n in need.items()):
+        if all(avail[a] + 1e-9 >= n for a, n in need.items()):
             for a, n in need.items():
                 avail[a] -= n
             waits.append(0.0)
@@ -195,7 +188,6 @@ def allot(
     debt: dict[str, float] = {}
     for i in deferred:
         wait = 0.0
-        keep = reserve[i] if reserve else 0.0
         for a, n in requests[i].items():
             if n <= 0:
                 continue
@@ -203,7 +195,7 @@ def allot(
             if n > spec.capacity + 1e-9:
                 wait = math.inf
                 continue
-            debt[a] = debt.get(a, 0.0) + n + keep * spec.capacity
+            debt[a] = debt.get(a, 0.0) + n
             rate = spec.refill_per_s * cur[a].rate_factor
             wait = max(wait, max(0.0, debt[a] - avail[a]) / rate)
         waits[i] = max(wait, 1e-3)

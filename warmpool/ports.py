@@ -133,14 +133,13 @@ class BucketStore(Protocol):
         ...
 
     def take_batch(
-        self, requests: Sequence[Mapping[str, float]], now: float, reserve: Sequence[float] | None = None
+        self, requests: Sequence[Mapping[str, float]], now: float
     ) -> list[float]:
         """Pay for a whole batch's nodes with one read and one conditional
         write. Grants, in order and all-or-nothing each, the requests the
         buckets can pay for now; one wait per request: 0.0 = granted, else
         seconds until its tokens will exist (queued behind earlier refused
-        ones), ``inf`` if never. ``reserve[i]``: the fraction of each bucket's
-        capacity that must remain after request ``i`` (low-priority work)."""
+        ones), ``inf`` if never."""
         ...
 
 
