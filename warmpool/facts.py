@@ -55,6 +55,9 @@ class NodeFacts:
 
     def _scoped(self, e: EniFacts, cluster: str) -> Eni:
         p = permissions(
-            e.tags, cluster, in_cluster_vpc=not e.vpc_id or e.vpc_id == self.vpc_id, device_index=e.eni.device_index
+            e.tags,
+            cluster,
+            in_cluster_vpc=not e.vpc_id or e.vpc_id == self.vpc_id,
+            device_index=e.eni.device_index,
         )
         return replace(e.eni, assignable=p.assign, lifecycle=p.lifecycle, claim_primary=p.tag_as_primary)

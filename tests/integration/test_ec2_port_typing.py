@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mypy import api
 
-SNIPPET = '''
+SNIPPET = """
 from functions.ec2 import Ec2
 from warmpool.ports import Ec2Port
 
@@ -19,7 +19,7 @@ def conforms(e: Ec2) -> Ec2Port:
 
 def misspelt(ec2: Ec2Port) -> None:
     ec2.attach(instance_id="i-1", eni_id="eni-1", device_index=1, network_cards=0)
-'''
+"""
 
 
 def test_a_misspelt_ec2_parameter_is_a_type_error(tmp_path: Path) -> None:
