@@ -1,5 +1,7 @@
-"""The EC2 adapter: every call counted and its errors classified, Describe
-results turned into the planner's types, subnets and instance types cached.
+"""The EC2 adapter, :class:`warmpool.ports.Ec2Port` over a boto3-shaped client:
+typed calls in, the client's keyword arguments out (in this one place); every
+call counted and its errors classified, Describe results turned into the
+core's types, subnets and instance types cached.
 
 Reads are filtered and paginated (the cheap throttling bucket), and made once
 per batch for all its nodes, never once per report.
