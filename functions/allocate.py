@@ -15,7 +15,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import aws
 from functions.allocator import Allocator, Record, ThreadMapper
-from functions.observability import account_of, flush, powertools
+from functions.observability import account_of, flush, powertools, route_logic_logs
 from functions.settings import Settings
 from warmpool.clock import Clock
 
@@ -27,7 +27,11 @@ _lock = threading.Lock()
 
 def build(settings: Settings) -> Allocator:
     """The production wiring, with threads for independent nodes."""
-    return Allocator(**aws.ports(settings), mapper=ThreadMapper(settings.max_workers))
+    p = aws.ports(settings)
+    return Allocator(
+        ec2=p.ec2, sqs=p.sqs, buckets=p.buckets, ledger=p.ledger, leases=p.leases, clock=p.clock,
+        settings=p.settings, mapper=ThreadMapper(settings.max_workers), flips=p.flips,
+    )
 
 
 def allocator(context: Any) -> Allocator:
@@ -75,6 +79,7 @@ def records_of(event: dict[str, Any]) -> list[Record]:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     alloc = allocator(context)
     logger.append_keys(cluster=alloc.cluster)
+    route_logic_logs(logger)
     outcome = alloc.handle_batch(
         records_of(event),
         invocation_id=getattr(context, "aws_request_id", None),

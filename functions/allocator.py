@@ -35,17 +35,9 @@ from typing import Any, TypeVar
 from botocore.exceptions import ClientError
 
 from functions.delivery import Deferral, Delivery
-from functions.ec2 import FILTER_CHUNK, Ec2, NodeFacts
-from functions.eni_scope import primary_eni_tag
+from functions.ec2 import FILTER_CHUNK, Ec2
 from functions.errors import AwsError, Throttled
-from functions.execute import (
-    M_OFFERS_EXPIRED,
-    M_PRIMARY_ENIS_TAGGED,
-    NodeJob,
-    NodeOutcome,
-    PlanExecutor,
-    offer_expired,
-)
+from functions.execute import NodeJob, NodeOutcome, PlanExecutor, offer_expired, unmet
 from functions.fairness import FairShare
 from functions.identity import IdentityConfigError, IdentityRejected, TrustedKeys, verify_report_identity
 from functions.settings import LEASE_TTL_MARGIN_S, Settings
@@ -53,6 +45,8 @@ from functions.telemetry import Tally
 from warmpool import names
 from warmpool.buckets import refill, time_until
 from warmpool.clock import Clock
+from warmpool.eni_scope import primary_eni_tag
+from warmpool.facts import NodeFacts
 from warmpool.limits import InstanceLimits
 from warmpool.messages import (
     AllocationResult,
@@ -63,6 +57,20 @@ from warmpool.messages import (
     ReleaseOffer,
     parse_report,
 )
+from warmpool.names import (
+    M_DESCRIBE_THROTTLED,
+    M_FAIR_SHARE_DEFERRED,
+    M_FLIPS_UNSHARED,
+    M_IDENTITY_UNVERIFIED,
+    M_LEDGER_UNREAD,
+    M_NODES_DAMPED,
+    M_OFFERS_EXPIRED,
+    M_OFFERS_UNDATED,
+    M_PRIMARY_ENIS_TAGGED,
+    M_RELEASES_HELD,
+    M_RESULT_QUEUES_CREATED,
+    M_TOKENS_FORFEITED,
+)
 from warmpool.planner import (
     DeleteEni,
     Plan,
@@ -72,20 +80,13 @@ from warmpool.planner import (
     node_max_pods,
     plan_node,
 )
-from warmpool.ports import BucketStore, Ec2Api, FlipStore, LeaseStore, Ledger, LedgerUnread, SqsApi
+from warmpool.ports import BucketStore, Ec2Api, Ec2Port, FlipStore, LeaseStore, Ledger, LedgerUnread, SqsApi
 from warmpool.scheduling import coalesce, priority_key
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
-M_TOKENS_FORFEITED = "TokensForfeited"
-M_OFFERS_UNDATED = "ReleaseOffersUndated"
-M_LEDGER_UNREAD = "LedgerRowsUnread"
-M_DESCRIBE_THROTTLED = "DescribeThrottledBatches"
-M_IDENTITY_UNVERIFIED = "ReportsIdentityUnverified"
-M_RESULT_QUEUES_CREATED = "ResultQueuesCreated"
-M_FLIPS_UNSHARED = "FlipHistoriesUnshared"
 
 
 def secure_transport_policy(settings: Settings, queue_name: str) -> str | None:
@@ -109,18 +110,15 @@ def secure_transport_policy(settings: Settings, queue_name: str) -> str | None:
             "Condition": {"Bool": {"aws:SecureTransport": "false"}},
         }],
     })
-M_FAIR_SHARE_DEFERRED = "FairShareDeferred"
-M_NODES_DAMPED = "NodesDamped"
-M_RELEASES_HELD = "ReleasesHeld"
-"""Unassign/Delete calls not made: offer younger than the release delay, ENI
-younger than the minimum age, or the instance damped."""
+
+
 DEADLINE_REASON = "invocation deadline"
 SEQ_AHEAD_LIMIT = 2**20
-TAG_BATCH = 1000
-"""CreateTags takes up to 1,000 resources a call: one call tags a batch's new primary ENIs."""
 """A report's seq may be at most this far ahead of ``max(last seq seen, now in
 ms)`` (the agent's seq is ``max(last + 1, now_ms)``): a node cannot poison
 its own ledger row with a huge seq that makes every later report stale."""
+TAG_BATCH = 1000
+"""CreateTags takes up to 1,000 resources a call: one call tags a batch's new primary ENIs."""
 SEQ_TOO_FAR = "seq-too-far-ahead"
 Mapper = Callable[[Callable[[T], R], Sequence[T]], list[R]]
 
@@ -168,10 +166,6 @@ class BatchOutcome:
 
     def batch_item_failures(self) -> dict[str, list[dict[str, str]]]:
         return {"batchItemFailures": [{"itemIdentifier": m} for m in self.failed_message_ids]}
-
-
-def _low_priority(job: NodeJob) -> bool:
-    return job.plan.kind == "release" or job.report.pending_demand == 0
 
 
 def trusted_keys(settings: Settings) -> TrustedKeys | None:
@@ -233,9 +227,9 @@ class Allocator:
         self.ledger = ledger
         self.leases = leases
         self.tally = tally if tally is not None else Tally()
-        self.ec2 = Ec2(ec2, settings, clock, self.tally)
+        self.ec2: Ec2Port = Ec2(ec2, settings, clock, self.tally)
         self.delivery = Delivery(sqs, settings, self.tally)
-        self.executor = PlanExecutor(self.ec2, buckets, settings, self.tally)
+        self.executor = PlanExecutor(self.ec2, buckets, settings, self.tally, clock)
         self.map: Mapper[Any, Any] = mapper or serial_map
         self._invocations = itertools.count(1)
         self._instance = uuid.uuid4().hex[:12]  # lease owners must differ across containers
@@ -691,15 +685,10 @@ class Allocator:
             for job in active:
                 self._defer(job, 1.0, DEADLINE_REASON, out, deferrals)
             return []
-        # With a priority reserve (off by default, see Settings), work no pod
-        # waits for leaves the last tokens to starved nodes (DESIGN: starved
-        # first, releases last), and a top-up deferred until pods wait merges
-        # into the one call that serves them.
         active = self._fair_shares(active, out, deferrals)
         if not active:
             return []
-        reserve = [self.settings.priority_reserve if _low_priority(j) else 0.0 for j in active]
-        waits = self.buckets.take_batch([j.plan.tokens() for j in active], self.clock.now(), reserve)
+        waits = self.buckets.take_batch([j.plan.tokens() for j in active], self.clock.now())
         paid: list[NodeJob] = []
         for job, wait in zip(active, waits, strict=True):
             if wait == 0:
@@ -865,7 +854,7 @@ class Allocator:
         for i in range(0, len(wanted), TAG_BATCH):
             chunk = wanted[i : i + TAG_BATCH]
             try:
-                self.ec2.call("CreateTags", Resources=chunk, Tags=primary_eni_tag(self.cluster))
+                self.ec2.create_tags(chunk, primary_eni_tag(self.cluster))
             except Throttled as err:
                 self.buckets.throttled(err.action, self.clock.now())  # the AIMD cut, as for any call
                 log.warning("batched first-contact tag throttled; nodes tag their own", extra={"error": str(err)})
@@ -904,14 +893,14 @@ class Allocator:
         except Exception as exc:  # a bug or an outage: the ESM redelivers this record
             log.exception("node failed", extra={"node": job.report.node, "seq": job.report.seq})
             return NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "failed",
-                               [Failed(code="internal", message=str(exc)[:500])], reason="internal")
+                               [Failed.clipped("internal", str(exc))], reason="internal")
         finally:
             self.leases.release(self.cluster, self._key(job.report), owner)
 
     def _finish_noop(self, job: NodeJob) -> NodeOutcome:
         res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "served")
         if job.plan.unmet:
-            res.actions.append(Failed(code="unmet", message=f"{job.plan.unmet} units: {'; '.join(job.plan.notes)}"[:500]))
+            res.actions.append(unmet(job.plan))
         self._finish(job, res)
         return res
 
@@ -934,9 +923,10 @@ class Allocator:
         r = job.report
         actions = list(res.actions)
         if res.status == "deferred":
-            actions.append(Deferred(retry_after_s=res.retry_after_s, reason=res.reason[:200]))
+            actions.append(Deferred.clipped(res.retry_after_s, res.reason))
         result = AllocationResult(
-            cluster=self.cluster, node=r.node, instance_id=job.facts.instance_id, in_reply_to=r.seq, actions=actions[:64]
+            cluster=self.cluster, node=r.node, instance_id=job.facts.instance_id, in_reply_to=r.seq,
+            actions=self.delivery.fit(actions, r.node, r.seq),
         )
         try:
             if self.delivery.push(result):

@@ -9,6 +9,7 @@ the local stack's ``WARMPOOL_AWS_ENDPOINT_URL``.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import boto3
@@ -16,7 +17,8 @@ from botocore.config import Config
 
 from functions.settings import Settings
 from functions.stores import DynamoBuckets, DynamoFlips, DynamoLeases, DynamoLedger
-from warmpool.clock import RealClock
+from warmpool.clock import Clock, RealClock
+from warmpool.ports import BucketStore, Ec2Api, FlipStore, LeaseStore, Ledger, SqsApi
 
 RETRIES = Config(retries={"max_attempts": 2, "mode": "standard"}, max_pool_connections=32)
 EC2_NO_RETRIES = Config(retries={"total_max_attempts": 1, "mode": "standard"}, max_pool_connections=32)
@@ -50,20 +52,34 @@ def reset() -> None:
         _clients.clear()
 
 
-def ports(settings: Settings) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Ports:
     """The production wiring both functions share: boto3 clients, the
-    DynamoDB stores, the wall clock (keyword arguments of Allocator/Reconciler)."""
+    DynamoDB stores, the wall clock, the settings."""
+
+    ec2: Ec2Api
+    sqs: SqsApi
+    buckets: BucketStore
+    ledger: Ledger
+    leases: LeaseStore
+    clock: Clock
+    settings: Settings
+    flips: FlipStore | None = None
+    """The allocator's shared flip histories (the reconciler has none)."""
+
+
+def ports(settings: Settings) -> Ports:
     db = client("dynamodb", settings)
-    return {
-        "ec2": client("ec2", settings),
-        "sqs": client("sqs", settings),
-        "buckets": DynamoBuckets(db, settings.buckets_table, settings.bucket_spec, settings.account, settings.region),
-        "ledger": DynamoLedger(db, settings.ledger_table, settings.ledger_ttl_s),
-        "leases": DynamoLeases(db, settings.ledger_table),
-        "flips": DynamoFlips(db, settings.ledger_table),
-        "clock": RealClock(),
-        "settings": settings,
-    }
+    return Ports(
+        ec2=client("ec2", settings),
+        sqs=client("sqs", settings),
+        buckets=DynamoBuckets(db, settings.buckets_table, settings.bucket_spec, settings.account, settings.region),
+        ledger=DynamoLedger(db, settings.ledger_table, settings.ledger_ttl_s),
+        leases=DynamoLeases(db, settings.ledger_table),
+        flips=DynamoFlips(db, settings.ledger_table),
+        clock=RealClock(),
+        settings=settings,
+    )
 
 
 def settings_at_cold_start(account_from_context: str | None) -> Settings:

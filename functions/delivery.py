@@ -14,14 +14,12 @@ from botocore.exceptions import ClientError
 from functions.errors import QueueMissing, classify
 from functions.settings import Settings
 from functions.telemetry import Tally
-from warmpool.messages import AllocationResult
+from warmpool import names
+from warmpool.messages import MAX_ACTIONS, Action, AllocationResult, Deferred
 from warmpool.ports import SqsApi
 
 log = logging.getLogger(__name__)
 
-M_RESULTS_SENT = "ResultsSent"
-M_RESULT_QUEUE_MISSING = "ResultQueueMissing"
-M_DLQ_SENT = "ReportsToDlq"
 
 
 @dataclass(frozen=True)
@@ -71,20 +69,33 @@ class Delivery:
         except QueueMissing:
             self._missing(result)
             return False
-        self.tally.add(M_RESULTS_SENT)
+        self.tally.add(names.M_RESULTS_SENT)
         return True
 
     def _missing(self, result: AllocationResult) -> None:
         with self._lock:
             self._urls.pop(result.instance_id, None)
-        self.tally.add(M_RESULT_QUEUE_MISSING)
+        self.tally.add(names.M_RESULT_QUEUE_MISSING)
         log.warning(
             "result queue missing", extra={"node": result.node, "instance_id": result.instance_id, "seq": result.in_reply_to}
         )
 
-    def forget_queue(self, instance_id: str) -> None:
-        with self._lock:
-            self._urls.pop(instance_id, None)
+    def fit(self, actions: Sequence[Action], node: str, seq: int) -> list[Action]:
+        """The actions a result can carry (``MAX_ACTIONS``). Never silently
+        short: what does not fit is counted and logged (the agent still sees
+        EC2's truth through IMDS), and a closing ``deferred`` is always kept, as it
+        tells the agent to report again."""
+        if len(actions) <= MAX_ACTIONS:
+            return list(actions)
+        tail = [actions[-1]] if isinstance(actions[-1], Deferred) else []
+        kept = list(actions[: MAX_ACTIONS - len(tail)]) + tail
+        dropped = len(actions) - len(kept)
+        self.tally.add(names.M_RESULT_ACTIONS_DROPPED, dropped)
+        log.warning(
+            "result has more actions than a message carries; some left out",
+            extra={"node": node, "seq": seq, "actions": len(actions), "dropped": dropped},
+        )
+        return kept
 
     def defer(self, items: Sequence[Deferral]) -> list[str]:
         """Re-send reports with a delay, ten per call. Returns the nodes whose re-send failed."""
@@ -118,5 +129,5 @@ class Delivery:
         except ClientError as exc:
             log.error("dead-letter failed", extra={"reason": reason, "error": str(classify(exc, "SendMessage"))})
             return False
-        self.tally.add(M_DLQ_SENT, reason=reason)
+        self.tally.add(names.M_DLQ_SENT, reason=reason)
         return True

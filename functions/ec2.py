@@ -1,5 +1,7 @@
-"""The EC2 adapter: every call counted and its errors classified, Describe
-results turned into the planner's types, subnets and instance types cached.
+"""The EC2 adapter, :class:`warmpool.ports.Ec2Port` over a boto3-shaped client:
+typed calls in, the client's keyword arguments out (in this one place); every
+call counted and its errors classified, Describe results turned into the
+core's types, subnets and instance types cached.
 
 Reads are filtered and paginated (the cheap throttling bucket), and made once
 per batch for all its nodes, never once per report.
@@ -7,74 +9,32 @@ per batch for all its nodes, never once per report.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from functions.eni_scope import permissions
 from functions.errors import AwsError, Throttled, classify
 from functions.settings import Settings
 from functions.telemetry import Tally
 from warmpool import names
 from warmpool.clock import Clock
+from warmpool.facts import EniFacts, NodeFacts
 from warmpool.limits import KNOWN_TYPES, InstanceLimits
-from warmpool.planner import Eni, Inventory, Subnet
+from warmpool.messages import Assigned
+from warmpool.planner import AssignAddresses, CreateEni, Eni, Subnet, UnassignAddresses
 from warmpool.ports import Ec2Api
 
 FILTER_CHUNK = 100
 """Values per filter (EC2 allows up to 200)."""
 
 
-def _snake(action: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", action).lower()
-
-
 def tags_of(obj: dict[str, Any]) -> dict[str, str]:
     return {t["Key"]: t.get("Value", "") for t in obj.get("TagSet", obj.get("Tags", [])) or []}
 
 
-@dataclass(frozen=True)
-class EniFacts:
-    """An ENI as EC2 describes it: the planner's view plus what executing needs."""
-
-    eni: Eni
-    instance_id: str
-    attachment_id: str
-    mac: str
-    delete_on_termination: bool
-    status: str
-    tags: dict[str, str] = field(default_factory=dict)
-    groups: tuple[str, ...] = ()
-    vpc_id: str = ""
-
-
-@dataclass(frozen=True)
-class NodeFacts:
-    instance_id: str
-    instance_type: str
-    availability_zone: str
-    state: str
-    vpc_id: str
-    tags: dict[str, str]
-    enis: tuple[EniFacts, ...] = ()
-
-    def inventory(self, cluster: str) -> Inventory:
-        """The planner's view, each ENI marked with what warmpool may do to it
-        (``functions/eni_scope.py``, the same decision as the IAM policy)."""
-        return Inventory(
-            self.instance_id,
-            self.instance_type,
-            self.availability_zone,
-            tuple(self._scoped(e, cluster) for e in sorted(self.enis, key=lambda e: (e.eni.network_card, e.eni.device_index))),
-        )
-
-    def _scoped(self, e: EniFacts, cluster: str) -> Eni:
-        p = permissions(e.tags, cluster, in_cluster_vpc=not e.vpc_id or e.vpc_id == self.vpc_id,
-                        device_index=e.eni.device_index)
-        return replace(e.eni, assignable=p.assign, lifecycle=p.lifecycle, claim_primary=p.tag_as_primary)
+def _tag_list(tags: Mapping[str, str]) -> list[dict[str, str]]:
+    return [{"Key": k, "Value": v} for k, v in tags.items()]
 
 
 def eni_facts(item: dict[str, Any]) -> EniFacts:
@@ -106,7 +66,8 @@ def eni_facts(item: dict[str, Any]) -> EniFacts:
 
 
 class Ec2:
-    """EC2 through the port, counted per action, errors classified once."""
+    """The :class:`warmpool.ports.Ec2Port` over a boto3-shaped client: every
+    call counted per action, its errors classified once."""
 
     def __init__(self, api: Ec2Api, settings: Settings, clock: Clock, tally: Tally) -> None:
         self.api = api
@@ -120,10 +81,12 @@ class Ec2:
 
     # --- calls ---------------------------------------------------------------
 
-    def call(self, action: str, **kwargs: Any) -> dict[str, Any]:
+    def _call(self, action: str, fn: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+        """``fn`` is the client's method for ``action`` (``self.api.assign_private_ip_addresses``
+        for ``AssignPrivateIpAddresses``): named by the caller, so mypy checks it exists."""
         self.tally.add(names.M_EC2_CALLS, Action=action)
         try:
-            return getattr(self.api, _snake(action))(**kwargs)  # type: ignore[no-any-return]
+            return fn(**kwargs)
         except ClientError as exc:
             err = classify(exc, action)
             if isinstance(err, Throttled):
@@ -132,13 +95,15 @@ class Ec2:
                 self.tally.add(names.M_EC2_ERRORS, Action=action)
             raise err from None
 
-    def _pages(self, action: str, key: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
+    def _pages(
+        self, action: str, fn: Callable[..., dict[str, Any]], key: str, **kwargs: Any
+    ) -> Iterator[dict[str, Any]]:
         token: str | None = None
         while True:
             req = dict(kwargs)
             if token:
                 req["NextToken"] = token
-            resp = self.call(action, **req)
+            resp = self._call(action, fn, **req)
             yield from resp.get(key, [])
             token = resp.get("NextToken")
             if not token:
@@ -152,7 +117,7 @@ class Ec2:
         nodes: dict[str, NodeFacts] = {}
         for chunk in _chunks(ids):
             for res in self._pages(
-                "DescribeInstances", "Reservations",
+                "DescribeInstances", self.api.describe_instances, "Reservations",
                 Filters=[{"Name": "instance-id", "Values": chunk}], MaxResults=1000,
             ):
                 for inst in res.get("Instances", []):
@@ -165,15 +130,13 @@ class Ec2:
                         tags=tags_of(inst),
                     )
         enis = self.describe_attached(list(nodes))
-        return {
-            iid: NodeFacts(**{**n.__dict__, "enis": tuple(enis.get(iid, ()))}) for iid, n in nodes.items()
-        }
+        return {iid: n.with_enis(tuple(enis.get(iid, ()))) for iid, n in nodes.items()}
 
     def describe_attached(self, instance_ids: Sequence[str]) -> dict[str, list[EniFacts]]:
         out: dict[str, list[EniFacts]] = {}
         for chunk in _chunks(sorted(instance_ids)):
             for item in self._pages(
-                "DescribeNetworkInterfaces", "NetworkInterfaces",
+                "DescribeNetworkInterfaces", self.api.describe_network_interfaces, "NetworkInterfaces",
                 Filters=[{"Name": "attachment.instance-id", "Values": chunk}], MaxResults=1000,
             ):
                 f = eni_facts(item)
@@ -184,7 +147,7 @@ class Ec2:
         out: dict[str, EniFacts] = {}
         for chunk in _chunks(sorted(set(eni_ids))):
             for item in self._pages(
-                "DescribeNetworkInterfaces", "NetworkInterfaces",
+                "DescribeNetworkInterfaces", self.api.describe_network_interfaces, "NetworkInterfaces",
                 Filters=[{"Name": "network-interface-id", "Values": chunk}], MaxResults=1000,
             ):
                 f = eni_facts(item)
@@ -196,7 +159,7 @@ class Ec2:
         return [
             eni_facts(i)
             for i in self._pages(
-                "DescribeNetworkInterfaces", "NetworkInterfaces",
+                "DescribeNetworkInterfaces", self.api.describe_network_interfaces, "NetworkInterfaces",
                 Filters=[{"Name": f"tag:{names.TAG_CLUSTER_NAME}", "Values": [cluster]}], MaxResults=1000,
             )
         ]
@@ -216,15 +179,15 @@ class Ec2:
         s = self.settings
         if s.allowed_subnets:
             items = list(self._pages(
-                "DescribeSubnets", "Subnets", Filters=[{"Name": "subnet-id", "Values": list(s.allowed_subnets)}]
+                "DescribeSubnets", self.api.describe_subnets, "Subnets", Filters=[{"Name": "subnet-id", "Values": list(s.allowed_subnets)}]
             ))
         else:
             items = list(self._pages(
-                "DescribeSubnets", "Subnets", Filters=[{"Name": "tag-key", "Values": [names.cluster_tag_key(s.cluster)]}]
+                "DescribeSubnets", self.api.describe_subnets, "Subnets", Filters=[{"Name": "tag-key", "Values": [names.cluster_tag_key(s.cluster)]}]
             ))
             if not items and vpcs:
                 items = list(self._pages(
-                    "DescribeSubnets", "Subnets", Filters=[{"Name": "vpc-id", "Values": sorted(vpcs)}]
+                    "DescribeSubnets", self.api.describe_subnets, "Subnets", Filters=[{"Name": "vpc-id", "Values": sorted(vpcs)}]
                 ))
         self._subnets = {
             i["SubnetId"]: Subnet(
@@ -252,13 +215,82 @@ class Ec2:
         """Limits from the built-in table, else DescribeInstanceTypes (cached)."""
         lim = self._limits.get(instance_type)
         if lim is None:
-            resp = self.call("DescribeInstanceTypes", InstanceTypes=[instance_type])
+            resp = self._call("DescribeInstanceTypes", self.api.describe_instance_types, InstanceTypes=[instance_type])
             items = resp.get("InstanceTypes", [])
             if not items:
                 raise AwsError("InvalidInstanceType", instance_type, "DescribeInstanceTypes")
             lim = InstanceLimits.from_describe(items[0])
             self._limits[instance_type] = lim
         return lim
+
+    # --- writes --------------------------------------------------------------
+
+    def assign(self, call: AssignAddresses) -> Assigned:
+        kw: dict[str, Any] = {"NetworkInterfaceId": call.eni_id}
+        if call.prefixes:
+            kw["Ipv4PrefixCount"] = call.prefixes
+        else:
+            kw["SecondaryPrivateIpAddressCount"] = call.ips
+        resp = self._call("AssignPrivateIpAddresses", self.api.assign_private_ip_addresses, **kw)
+        return Assigned(
+            eni_id=call.eni_id,
+            ips=[a["PrivateIpAddress"] for a in resp.get("AssignedPrivateIpAddresses", [])],
+            prefixes=[p["Ipv4Prefix"] for p in resp.get("AssignedIpv4Prefixes", [])],
+        )
+
+    def unassign(self, call: UnassignAddresses) -> None:
+        kw: dict[str, Any] = {"NetworkInterfaceId": call.eni_id}
+        if call.ips:
+            kw["PrivateIpAddresses"] = list(call.ips)
+        if call.prefixes:
+            kw["Ipv4Prefixes"] = list(call.prefixes)
+        self._call("UnassignPrivateIpAddresses", self.api.unassign_private_ip_addresses, **kw)
+
+    def create_eni(
+        self, call: CreateEni, *, description: str, groups: Sequence[str], tags: Mapping[str, str]
+    ) -> EniFacts:
+        kw: dict[str, Any] = {
+            "SubnetId": call.subnet_id,
+            "Description": description,
+            "TagSpecifications": [{"ResourceType": "network-interface", "Tags": _tag_list(tags)}],
+            "ClientToken": call.client_token,
+        }
+        if groups:
+            kw["Groups"] = list(groups)
+        if call.prefixes:
+            kw["Ipv4PrefixCount"] = call.prefixes
+        elif call.ips:
+            kw["SecondaryPrivateIpAddressCount"] = call.ips
+        resp = self._call("CreateNetworkInterface", self.api.create_network_interface, **kw)
+        return eni_facts(resp["NetworkInterface"])
+
+    def attach(self, *, instance_id: str, eni_id: str, device_index: int, network_card: int) -> str:
+        resp = self._call(
+            "AttachNetworkInterface",
+            self.api.attach_network_interface,
+            InstanceId=instance_id,
+            NetworkInterfaceId=eni_id,
+            DeviceIndex=device_index,
+            NetworkCardIndex=network_card,
+        )
+        return str(resp.get("AttachmentId", ""))
+
+    def detach(self, attachment_id: str) -> None:
+        self._call("DetachNetworkInterface", self.api.detach_network_interface, AttachmentId=attachment_id)
+
+    def delete_eni(self, eni_id: str) -> None:
+        self._call("DeleteNetworkInterface", self.api.delete_network_interface, NetworkInterfaceId=eni_id)
+
+    def set_delete_on_termination(self, eni_id: str, attachment_id: str) -> None:
+        self._call(
+            "ModifyNetworkInterfaceAttribute",
+            self.api.modify_network_interface_attribute,
+            NetworkInterfaceId=eni_id,
+            Attachment={"AttachmentId": attachment_id, "DeleteOnTermination": True},
+        )
+
+    def create_tags(self, resources: Sequence[str], tags: Mapping[str, str]) -> None:
+        self._call("CreateTags", self.api.create_tags, Resources=list(resources), Tags=_tag_list(tags))
 
 
 def _chunks(ids: Sequence[str]) -> Iterator[list[str]]:

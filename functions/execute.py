@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
-from functions.ec2 import Ec2, EniFacts, NodeFacts, eni_facts
-from functions.eni_scope import primary_eni_tag
 from functions.errors import (
     AddressLimit,
     AwsError,
@@ -35,6 +33,9 @@ from functions.settings import Settings
 from functions.telemetry import Tally
 from warmpool import names
 from warmpool.buckets import time_until
+from warmpool.clock import Clock
+from warmpool.eni_scope import primary_eni_tag
+from warmpool.facts import EniFacts, NodeFacts
 from warmpool.limits import PREFIX_SIZE, InstanceLimits
 from warmpool.messages import (
     Action,
@@ -58,14 +59,16 @@ from warmpool.planner import (
     UnassignAddresses,
     plan_node,
 )
-from warmpool.ports import BucketStore
+from warmpool.ports import BucketStore, Ec2Port
 
 log = logging.getLogger(__name__)
 
 MAX_REPLANS = 3
-M_ENI_DELETE_DEFERRED = "EniDeleteLeftToGc"
-M_PRIMARY_ENIS_TAGGED = "PrimaryEnisTagged"
-M_OFFERS_EXPIRED = "ReleaseOffersExpired"
+
+
+def unmet(plan: Plan) -> Failed:
+    """The ``failed`` action for what a plan could not provide."""
+    return Failed.clipped("unmet", f"{plan.unmet} units: {'; '.join(plan.notes)}")
 
 
 def offer_expired(quarantined_at: float, now: float, max_age_s: float) -> bool:
@@ -131,11 +134,12 @@ def _iso(ts: float) -> str:
 class PlanExecutor:
     """Executes plans through the EC2 adapter; one instance serves a whole batch (thread-safe)."""
 
-    def __init__(self, ec2: Ec2, buckets: BucketStore, settings: Settings, tally: Tally) -> None:
+    def __init__(self, ec2: Ec2Port, buckets: BucketStore, settings: Settings, tally: Tally, clock: Clock) -> None:
         self.ec2 = ec2
         self.buckets = buckets
         self.settings = settings
         self.tally = tally
+        self.clock = clock
 
     @property
     def cluster(self) -> str:
@@ -153,7 +157,7 @@ class PlanExecutor:
         force: Mode | None = None
         replans = 0
         while queue:
-            if stop_at is not None and self.ec2.clock.now() >= stop_at:
+            if stop_at is not None and self.clock.now() >= stop_at:
                 return self._deferred(out, 1.0, "invocation deadline")
             call = queue.pop(0)
             try:
@@ -161,7 +165,7 @@ class PlanExecutor:
                 out.calls += 1
             except _Replan as rp:
                 if replans >= MAX_REPLANS:
-                    out.actions.append(Failed(code="replan-limit", message=rp.why[:500]))
+                    out.actions.append(Failed.clipped("replan-limit", rp.why))
                     break
                 replans += 1
                 exclude |= {rp.exclude} if rp.exclude else set()
@@ -180,22 +184,20 @@ class PlanExecutor:
                 )
                 log.info("re-planned", extra={"node": rep.node, "seq": rep.seq, "why": rp.why, "calls": len(plan.calls)})
                 if plan.calls:
-                    wait = self.buckets.take_batch([plan.tokens()], self.ec2.clock.now())[0]
+                    wait = self.buckets.take_batch([plan.tokens()], self.clock.now())[0]
                     if wait > 0:
                         return self._deferred(out, wait, f"tokens after re-plan ({rp.why})")
                 queue = list(plan.calls)
                 if plan.unmet:
-                    out.actions.append(Failed(code="unmet", message=f"{plan.unmet} units: {'; '.join(plan.notes)}"[:500]))
+                    out.actions.append(unmet(plan))
             except _Defer as d:
                 out.resend = d.resend
                 return self._deferred(out, d.retry_after_s, d.reason)
             except AwsError as err:
-                out.actions.append(Failed(code=err.code[:100], message=str(err)[:500]))
+                out.actions.append(Failed.clipped(err.code, str(err)))
         else:
             if job.plan.unmet and not replans:
-                out.actions.append(
-                    Failed(code="unmet", message=f"{job.plan.unmet} units: {'; '.join(job.plan.notes)}"[:500])
-                )
+                out.actions.append(unmet(job.plan))
         if out.actions and all(isinstance(a, Failed) for a in out.actions):
             out.status = "failed"
         return out
@@ -208,10 +210,10 @@ class PlanExecutor:
 
     def _refresh(self, facts: NodeFacts) -> NodeFacts:
         enis = self.ec2.describe_attached([facts.instance_id]).get(facts.instance_id, [])
-        return NodeFacts(**{**facts.__dict__, "enis": tuple(enis)})
+        return facts.with_enis(tuple(enis))
 
     def _throttled(self, err: Throttled) -> _Defer:
-        now = self.ec2.clock.now()
+        now = self.clock.now()
         self.buckets.throttled(err.action, now)
         spec = self.settings.bucket_spec(err.action)
         wait = time_until(self.buckets.load(err.action, now), spec, 1, now)
@@ -226,13 +228,13 @@ class PlanExecutor:
         offers = [o for o in job.report.release if o.eni_id == eni_id]
         if not offers:
             return False
-        now = self.ec2.clock.now()
+        now = self.clock.now()
         max_age = self.settings.release_offer_max_age_s
         return all(o.quarantined_at is not None and not offer_expired(o.quarantined_at, now, max_age) for o in offers)
 
     def _too_old(self, job: NodeJob, call: UnassignAddresses | DeleteEni) -> list[Action]:
         n = sum(len(o.ips) + len(o.prefixes) for o in job.report.release if o.eni_id == call.eni_id)
-        self.tally.add(M_OFFERS_EXPIRED, n)
+        self.tally.add(names.M_OFFERS_EXPIRED, n)
         log.info("release offer aged out before its call; not released",
                  extra={"node": job.report.node, "seq": job.report.seq, "eni_id": call.eni_id})
         return []
@@ -248,8 +250,8 @@ class PlanExecutor:
             if isinstance(call, UnassignAddresses):
                 return self._unassign(call)
             if isinstance(call, TagPrimaryEni):
-                self.ec2.call("CreateTags", Resources=[call.eni_id], Tags=primary_eni_tag(self.cluster))
-                self.tally.add(M_PRIMARY_ENIS_TAGGED)
+                self.ec2.create_tags([call.eni_id], primary_eni_tag(self.cluster))
+                self.tally.add(names.M_PRIMARY_ENIS_TAGGED)
                 return []
             if isinstance(call, Reclaim):
                 # The offer is declined: the addresses never left the ENI (no EC2 call).
@@ -259,13 +261,8 @@ class PlanExecutor:
             raise self._throttled(err) from None
 
     def _assign(self, call: AssignAddresses, facts: NodeFacts) -> list[Action]:
-        kw: dict[str, Any] = {"NetworkInterfaceId": call.eni_id}
-        if call.prefixes:
-            kw["Ipv4PrefixCount"] = call.prefixes
-        else:
-            kw["SecondaryPrivateIpAddressCount"] = call.ips
         try:
-            resp = self.ec2.call("AssignPrivateIpAddresses", **kw)
+            got = self.ec2.assign(call)
         except NoCidrBlocks:
             raise _Replan("InsufficientCidrBlocks", force="secondary-ip", refresh=False) from None
         except AddressLimit:
@@ -275,10 +272,8 @@ class PlanExecutor:
             subnet = next((e.eni.subnet_id for e in facts.enis if e.eni.eni_id == call.eni_id), "")
             self.ec2.forget_subnets()
             raise _Replan("InsufficientFreeAddressesInSubnet", exclude=subnet, refresh=True) from None
-        ips = [a["PrivateIpAddress"] for a in resp.get("AssignedPrivateIpAddresses", [])]
-        prefixes = [p["Ipv4Prefix"] for p in resp.get("AssignedIpv4Prefixes", [])]
-        self.tally.add(names.M_ADDRESSES_ALLOCATED, len(ips) + PREFIX_SIZE * len(prefixes))
-        return [Assigned(eni_id=call.eni_id, ips=ips, prefixes=prefixes)]
+        self.tally.add(names.M_ADDRESSES_ALLOCATED, len(got.ips) + PREFIX_SIZE * len(got.prefixes))
+        return [got]
 
     def _groups(self, facts: NodeFacts) -> list[str]:
         if self.settings.security_groups:
@@ -289,51 +284,40 @@ class PlanExecutor:
         return []
 
     def _create(self, call: CreateEni, job: NodeJob, facts: NodeFacts) -> list[Action]:
-        tags = [
-            {"Key": names.TAG_CLUSTER_NAME, "Value": self.cluster},
-            {"Key": names.TAG_INSTANCE_ID, "Value": facts.instance_id},
-            {"Key": names.TAG_CREATED_AT, "Value": _iso(job.report.sent_at)},
-            {"Key": names.TAG_MANAGED, "Value": "true"},
-        ]
-        kw: dict[str, Any] = {
-            "SubnetId": call.subnet_id,
-            "Description": f"warmpool {self.cluster} {facts.instance_id}",
-            "TagSpecifications": [{"ResourceType": "network-interface", "Tags": tags}],
-            "ClientToken": call.client_token,
+        tags = {
+            names.TAG_CLUSTER_NAME: self.cluster,
+            names.TAG_INSTANCE_ID: facts.instance_id,
+            names.TAG_CREATED_AT: _iso(job.report.sent_at),
+            names.TAG_MANAGED: "true",
         }
+        description = f"warmpool {self.cluster} {facts.instance_id}"
         groups = self._groups(facts)
-        if groups:
-            kw["Groups"] = groups
-        if call.prefixes:
-            kw["Ipv4PrefixCount"] = call.prefixes
-        elif call.ips:
-            kw["SecondaryPrivateIpAddressCount"] = call.ips
         try:
             try:
-                resp = self.ec2.call("CreateNetworkInterface", **kw)
+                made = self.ec2.create_eni(call, description=description, groups=groups, tags=tags)
             except TokenMismatch:
                 # The token was spent on other parameters (a re-plan after a crash);
                 # that ENI is left detached for GC, this one gets its own token.
-                kw["ClientToken"] = (call.client_token[:40] + f"-{call.subnet_id[-8:]}-{call.ips}-{call.prefixes}")[:64]
-                resp = self.ec2.call("CreateNetworkInterface", **kw)
+                token = (call.client_token[:40] + f"-{call.subnet_id[-8:]}-{call.ips}-{call.prefixes}")[:64]
+                made = self.ec2.create_eni(
+                    replace(call, client_token=token), description=description, groups=groups, tags=tags
+                )
         except NoCidrBlocks:
             raise _Replan("InsufficientCidrBlocks", force="secondary-ip", refresh=False) from None
         except SubnetFull:
             self.ec2.forget_subnets()
             raise _Replan("InsufficientFreeAddressesInSubnet", exclude=call.subnet_id, refresh=False) from None
-        made = eni_facts(resp["NetworkInterface"])
         eni_id = made.eni.eni_id
         self.tally.add(names.M_ENIS_CREATED)
         self.ec2.spend_subnet(call.subnet_id, 1 + call.ips + PREFIX_SIZE * call.prefixes)
         attachment_id = made.attachment_id if made.instance_id == facts.instance_id else ""
         if not attachment_id:
             try:
-                att = self.ec2.call(
-                    "AttachNetworkInterface",
-                    InstanceId=facts.instance_id,
-                    NetworkInterfaceId=eni_id,
-                    DeviceIndex=call.device_index,
-                    NetworkCardIndex=call.network_card,
+                attachment_id = self.ec2.attach(
+                    instance_id=facts.instance_id,
+                    eni_id=eni_id,
+                    device_index=call.device_index,
+                    network_card=call.network_card,
                 )
             except Throttled as err:
                 # Leave it: the report, re-sent with the same seq, re-creates it
@@ -343,14 +327,9 @@ class PlanExecutor:
                 raise d from None
             except AwsError as err:
                 self._delete_quietly(eni_id)
-                return [Failed(code=err.code[:100], message=f"attach {eni_id}: {err.message}"[:500])]
-            attachment_id = att.get("AttachmentId", "")
+                return [Failed.clipped(err.code, f"attach {eni_id}: {err.message}")]
         try:
-            self.ec2.call(
-                "ModifyNetworkInterfaceAttribute",
-                NetworkInterfaceId=eni_id,
-                Attachment={"AttachmentId": attachment_id, "DeleteOnTermination": True},
-            )
+            self.ec2.set_delete_on_termination(eni_id, attachment_id)
         except Throttled:
             raise
         except AwsError as err:  # reconcile sets it later; the ENI is usable now
@@ -373,18 +352,13 @@ class PlanExecutor:
 
     def _delete_quietly(self, eni_id: str) -> None:
         try:
-            self.ec2.call("DeleteNetworkInterface", NetworkInterfaceId=eni_id)
+            self.ec2.delete_eni(eni_id)
             self.tally.add(names.M_ENIS_DELETED)
         except AwsError as err:
             log.warning("could not delete ENI after a failed attach; GC will", extra={"eni_id": eni_id, "error": str(err)})
 
     def _unassign(self, call: UnassignAddresses) -> list[Action]:
-        kw: dict[str, Any] = {"NetworkInterfaceId": call.eni_id}
-        if call.ips:
-            kw["PrivateIpAddresses"] = list(call.ips)
-        if call.prefixes:
-            kw["Ipv4Prefixes"] = list(call.prefixes)
-        self.ec2.call("UnassignPrivateIpAddresses", **kw)
+        self.ec2.unassign(call)
         self.tally.add(names.M_ADDRESSES_RELEASED, len(call.ips) + PREFIX_SIZE * len(call.prefixes))
         return [Released(eni_id=call.eni_id, ips=list(call.ips), prefixes=list(call.prefixes))]
 
@@ -401,7 +375,7 @@ class PlanExecutor:
         deletable = True
         if eni.attachment_id:
             try:
-                self.ec2.call("DetachNetworkInterface", AttachmentId=eni.attachment_id)
+                self.ec2.detach(eni.attachment_id)
             except NotFound:
                 pass
             # EC2 detaches asynchronously (seconds): a Delete before that is over
@@ -413,14 +387,14 @@ class PlanExecutor:
                 deletable = False  # already gone
             elif seen.status != "available" or seen.instance_id:
                 deletable = False
-                self.tally.add(M_ENI_DELETE_DEFERRED)
+                self.tally.add(names.M_ENI_DELETE_DEFERRED)
         if deletable:
             try:
-                self.ec2.call("DeleteNetworkInterface", NetworkInterfaceId=call.eni_id)
+                self.ec2.delete_eni(call.eni_id)
                 self.tally.add(names.M_ENIS_DELETED)
             except (InUse, NotFound):
                 # Attached again or gone meanwhile: the GC decides.
-                self.tally.add(M_ENI_DELETE_DEFERRED)
+                self.tally.add(names.M_ENI_DELETE_DEFERRED)
         released = len(eni.eni.ips) + PREFIX_SIZE * len(eni.eni.prefixes)
         self.tally.add(names.M_ADDRESSES_RELEASED, released)
         return [Deleted(eni_id=call.eni_id)]

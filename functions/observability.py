@@ -1,10 +1,13 @@
-"""Powertools for the handlers: Logger, Tracer, Metrics, and the tally → EMF flush."""
+"""Powertools for the handlers: Logger, Tracer, Metrics, the logic's logs
+routed through the handler's Logger, and the tally → EMF flush."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import single_metric
 
 from functions.telemetry import Tally
@@ -17,6 +20,24 @@ def powertools(service: str) -> tuple[Logger, Tracer, Metrics]:
         Tracer(service=service, disabled=None),
         Metrics(namespace=names.METRICS_NAMESPACE, service=service),
     )
+
+
+LOGIC_LOGGERS = frozenset({"functions"})
+"""The logic logs through the standard library (``logging.getLogger(__name__)``
+in ``functions/*``), never through Powertools."""
+
+
+def route_logic_logs(logger: Logger) -> None:
+    """Send every record the logic writes through the handler's Logger, so the
+    keys the handler sets (the invocation's request id from
+    ``inject_lambda_context``, ``cluster`` from ``append_keys``) are on each of
+    them. The logic's loggers then stop propagating to the root logger, as
+    Powertools' own does, so nothing is printed twice. Called at every
+    invocation: where one process runs both handlers (the local stack), the
+    running one owns the records; a no-op once routed."""
+    if logging.getLogger("functions").handlers == logger.handlers:
+        return
+    copy_config_to_registered_loggers(source_logger=logger, include=set(LOGIC_LOGGERS))
 
 
 def flush(tally: Tally, metrics: Metrics, cluster: str) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import aws
-from functions.observability import account_of, flush, powertools
+from functions.observability import account_of, flush, powertools, route_logic_logs
 from functions.reconciler import Reconciler
 from functions.settings import Settings
 
@@ -20,9 +20,10 @@ _lock = threading.Lock()
 
 
 def build(settings: Settings) -> Reconciler:
-    ports = aws.ports(settings)
-    ports.pop("flips")  # the allocator's only
-    return Reconciler(**ports)
+    p = aws.ports(settings)
+    return Reconciler(
+        ec2=p.ec2, sqs=p.sqs, buckets=p.buckets, ledger=p.ledger, leases=p.leases, clock=p.clock, settings=p.settings
+    )
 
 
 def cold_start() -> None:
@@ -47,6 +48,7 @@ def reconciler(context: Any) -> Reconciler:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     rec = reconciler(context)
     logger.append_keys(cluster=rec.cluster)
+    route_logic_logs(logger)
     out = rec.run()
     flush(rec.tally.drain(), metrics, rec.cluster)
     summary = asdict(out)

@@ -27,18 +27,17 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from functions.ec2 import Ec2, EniFacts
+from functions.ec2 import Ec2
 from functions.errors import AwsError, InUse, NotFound, QueueMissing, classify
 from functions.settings import Settings
 from functions.telemetry import Tally
 from warmpool import names
 from warmpool.clock import Clock
-from warmpool.ports import BucketStore, Ec2Api, LeaseStore, Ledger, SqsApi
+from warmpool.facts import EniFacts
+from warmpool.ports import BucketStore, Ec2Api, Ec2Port, LeaseStore, Ledger, SqsApi
 
 log = logging.getLogger(__name__)
 
-M_QUEUE_DELETE_FAILED = "ResultQueueDeleteFailed"
-M_ORPHAN_QUEUES_DELETED = "OrphanResultQueuesDeleted"
 
 
 @dataclass
@@ -78,7 +77,7 @@ class Reconciler:
         self.ledger = ledger
         self.leases = leases
         self.tally = tally if tally is not None else Tally()
-        self.ec2 = Ec2(ec2, settings, clock, self.tally)
+        self.ec2: Ec2Port = Ec2(ec2, settings, clock, self.tally)
 
     @property
     def cluster(self) -> str:
@@ -140,17 +139,16 @@ class Reconciler:
             e = by_id[eni_id]
             try:
                 if action == "CreateTags":
-                    self.ec2.call("CreateTags", Resources=[eni_id], Tags=[{"Key": names.TAG_GC_MARK, "Value": f"{now:.0f}"}])
+                    self.ec2.create_tags([eni_id], {names.TAG_GC_MARK: f"{now:.0f}"})
                     out.marked.append(eni_id)
                 elif action == "CreateTags:unmark":
-                    self.ec2.call("CreateTags", Resources=[eni_id], Tags=[{"Key": names.TAG_GC_MARK, "Value": ""}])
+                    self.ec2.create_tags([eni_id], {names.TAG_GC_MARK: ""})
                     out.unmarked.append(eni_id)
                 elif action == "ModifyNetworkInterfaceAttribute":
-                    self.ec2.call("ModifyNetworkInterfaceAttribute", NetworkInterfaceId=eni_id,
-                                  Attachment={"AttachmentId": e.attachment_id, "DeleteOnTermination": True})
+                    self.ec2.set_delete_on_termination(eni_id, e.attachment_id)
                     out.fixed_delete_on_termination.append(eni_id)
                 else:
-                    self.ec2.call("DeleteNetworkInterface", NetworkInterfaceId=eni_id)
+                    self.ec2.delete_eni(eni_id)
                     out.deleted.append(eni_id)
             except (NotFound, InUse):
                 continue
@@ -214,13 +212,13 @@ class Reconciler:
                 if isinstance(problem, QueueMissing):
                     continue
                 out.queue_delete_failed.append(iid)
-                self.tally.add(M_QUEUE_DELETE_FAILED)
+                self.tally.add(names.M_QUEUE_DELETE_FAILED)
                 log.warning("orphaned result queue not deleted", extra={"instance_id": iid, "error": str(problem)})
                 continue
             out.orphan_queues_deleted.append(iid)
             out.queues_deleted.append(iid)
         if out.orphan_queues_deleted:
-            self.tally.add(M_ORPHAN_QUEUES_DELETED, len(out.orphan_queues_deleted))
+            self.tally.add(names.M_ORPHAN_QUEUES_DELETED, len(out.orphan_queues_deleted))
             log.info("orphaned result queues deleted", extra={"instances": out.orphan_queues_deleted})
 
     def _list_queues(self, prefix: str) -> list[str]:
@@ -252,7 +250,7 @@ class Reconciler:
                 out.queues_deleted.append(instance_id)
         except AwsError as err:
             out.queue_delete_failed.append(instance_id)
-            self.tally.add(M_QUEUE_DELETE_FAILED)
+            self.tally.add(names.M_QUEUE_DELETE_FAILED)
             log.warning("result queue not deleted; entry kept for the next run",
                         extra={"node": node, "instance_id": instance_id, "error": str(err)})
             return

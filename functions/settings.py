@@ -67,14 +67,6 @@ class Settings(BaseSettings):
     subnet_cache_ttl_s: float = Field(default=30.0, ge=0, alias="WARMPOOL_SUBNET_CACHE_TTL_S")
     max_workers: int = Field(default=8, ge=1, le=64, alias="WARMPOOL_MAX_WORKERS")
     max_defer_s: int = Field(default=900, ge=1, le=900, alias="WARMPOOL_MAX_DEFER_S")
-    priority_reserve: float = Field(default=0.0, ge=0, lt=1, alias="WARMPOOL_PRIORITY_RESERVE")
-    """Share of each bucket's capacity kept for nodes whose pods are waiting:
-    work no pod waits for (warm-pool top-ups, releases) is paid only above it.
-    Off by default. Measured (``warmpool bench``): at 0.5, burst-200 at
-    WARM_IP_TARGET=1 makes 1,045 mutating calls instead of 1,113 and its p99
-    time to an address is 31 s instead of 38 s, but burst-200 at the default
-    WARM_ENI_TARGET=1 (whose pool stays ahead of its pods, so every top-up is
-    low priority) finishes in 220 s instead of 179 s, p99 41 s instead of 1 s."""
     release_offer_max_age_s: float = Field(
         default=OFFER_MAX_AGE_CEILING_S, gt=0, alias="WARMPOOL_RELEASE_OFFER_MAX_AGE_S"
     )

@@ -25,9 +25,8 @@ from typing import Any, Protocol
 from botocore.exceptions import ClientError
 
 from functions.errors import AwsError, ConditionFailed, classify
-from functions.tokens import allot
 from warmpool import names
-from warmpool.buckets import BucketSpec, BucketState, full, on_throttled, time_until
+from warmpool.buckets import BucketSpec, BucketState, allot, full, on_throttled, time_until
 from warmpool.buckets import try_take as take_tokens
 from warmpool.ports import FlipState, LedgerUnread
 
@@ -214,7 +213,7 @@ class DynamoBuckets:
         return False, 1.0
 
     def take_batch(
-        self, requests: Sequence[Mapping[str, float]], now: float, reserve: Sequence[float] | None = None
+        self, requests: Sequence[Mapping[str, float]], now: float
     ) -> list[float]:
         """Grant, in order, the requests the buckets can pay for now; one wait per request.
 
@@ -229,7 +228,7 @@ class DynamoBuckets:
             except UnreadKeys:
                 continue  # unknown state: like a lost race, read again (never as "full")
             states = {a: (g[0] if g else None) for a, g in got.items()}
-            changed, waits = allot(states, self._spec_of, requests, now, reserve)
+            changed, waits = allot(states, self._spec_of, requests, now)
             versions = {a: (g[1] if g else None) for a, g in got.items()}
             updates = {a: (st, versions.get(a)) for a, st in changed.items()}
             if self._write(updates):

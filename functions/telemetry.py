@@ -57,13 +57,6 @@ class Tally:
         for (name, dims), v in snapshot:
             yield name, dims, v, self._units.get(name, "Count")
 
-    def merge(self, other: Tally) -> None:
-        for name, dims, v, unit in other.items():
-            self.add(name, v, unit, **dict(dims))
-        for name, vals, unit in other.sample_items():
-            for v in vals:
-                self.observe(name, v, unit)
-
     def drain(self) -> Tally:
         """Move everything into a new tally and start again (one flush per invocation)."""
         out = Tally()

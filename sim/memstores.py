@@ -11,8 +11,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from functions.tokens import allot
-from warmpool.buckets import BucketSpec, BucketState, full, on_throttled, time_until
+from warmpool.buckets import BucketSpec, BucketState, allot, full, on_throttled, time_until
 from warmpool.buckets import try_take as take_tokens
 from warmpool.ports import FlipState, LedgerUnread
 
@@ -57,13 +56,13 @@ class MemBuckets:
             return False, time_until(st, spec, n, now)
 
     def take_batch(
-        self, requests: Sequence[Mapping[str, float]], now: float, reserve: Sequence[float] | None = None
+        self, requests: Sequence[Mapping[str, float]], now: float
     ) -> list[float]:
         with self._lock:
             self.calls += 2  # one read, one conditional write, as in DynamoDB
             actions = {a for r in requests for a in r}
             states = {a: self._items.get(self._key(a)) for a in actions}
-            changed, waits = allot(states, self._spec_of, requests, now, reserve)
+            changed, waits = allot(states, self._spec_of, requests, now)
             for a, st in changed.items():
                 self._items[self._key(a)] = st
             return waits

@@ -33,6 +33,9 @@ MAX_IPS_PER_ENI = 64
 MAX_PREFIXES_PER_ENI = 64
 MAX_ACTIONS = 64
 MAX_TARGET = 100_000
+FAILED_CODE_MAX = 100
+FAILED_MESSAGE_MAX = 500
+DEFERRED_REASON_MAX = 200
 
 
 class MessageError(ValueError):
@@ -234,13 +237,23 @@ class Deleted(_Strict):
 class Deferred(_Strict):
     kind: Literal["deferred"] = "deferred"
     retry_after_s: Annotated[float, Field(ge=0, le=3600)]
-    reason: Annotated[str, StringConstraints(max_length=200)]
+    reason: Annotated[str, StringConstraints(max_length=DEFERRED_REASON_MAX)]
+
+    @classmethod
+    def clipped(cls, retry_after_s: float, reason: str) -> Deferred:
+        """With the reason cut to what the model allows."""
+        return cls(retry_after_s=retry_after_s, reason=reason[:DEFERRED_REASON_MAX])
 
 
 class Failed(_Strict):
     kind: Literal["failed"] = "failed"
-    code: Annotated[str, StringConstraints(max_length=100)]
-    message: Annotated[str, StringConstraints(max_length=500)]
+    code: Annotated[str, StringConstraints(max_length=FAILED_CODE_MAX)]
+    message: Annotated[str, StringConstraints(max_length=FAILED_MESSAGE_MAX)]
+
+    @classmethod
+    def clipped(cls, code: str, message: str) -> Failed:
+        """With code and message cut to what the model allows (an AWS error's text can be long)."""
+        return cls(code=code[:FAILED_CODE_MAX], message=message[:FAILED_MESSAGE_MAX])
 
 
 Action = Annotated[

@@ -61,7 +61,7 @@ class Eni:
     """Secondary addresses (the primary excluded)."""
     prefixes: tuple[str, ...] = ()
     assignable: bool = True
-    """Warmpool may (un)assign addresses on it (``functions/eni_scope.py``)."""
+    """Warmpool may (un)assign addresses on it (``warmpool/eni_scope.py``)."""
     lifecycle: bool = True
     """Warmpool may detach and delete it (it created it)."""
     claim_primary: bool = False

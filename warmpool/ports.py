@@ -1,25 +1,89 @@
 """Ports: the small interfaces through which logic reaches I/O.
 
-Each lists only the calls warmpool uses. The AWS ports are shaped like the
-boto3 low-level clients (same method names, keyword arguments and response
-dicts; errors raised as ``botocore.exceptions.ClientError``), so production
-passes a real boto3 client and the bench passes a fast stand-in from ``sim/``.
-The store ports are warmpool's own, with a DynamoDB implementation in
-``functions/`` and an in-memory one in ``sim/`` that share one semantic test
-suite.
+Each lists only the calls warmpool uses. The logic reaches EC2 through
+:class:`Ec2Port`, typed in the core's own terms (the planner's calls, ENI and
+node facts), as Cilium's operator reaches it through a small typed interface
+(``pkg/aws/eni/node_manager.go``, ``ec2API``): a misspelt parameter is a type
+error, not a run-time one. Its implementation, ``functions/ec2.py``, adapts a
+client shaped like boto3's low-level one (:class:`Ec2Api`: same method names,
+keyword arguments and response dicts; errors raised as
+``botocore.exceptions.ClientError``), so production passes a real boto3 client
+and the bench a fast stand-in from ``sim/``. SQS is used through the boto3
+shape directly. The store ports are warmpool's own, with a DynamoDB
+implementation in ``functions/`` and an in-memory one in ``sim/`` that share
+one semantic test suite.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from warmpool.buckets import BucketState
+from warmpool.facts import EniFacts, NodeFacts
+from warmpool.limits import InstanceLimits
+from warmpool.messages import Assigned
+from warmpool.planner import AssignAddresses, CreateEni, Subnet, UnassignAddresses
+
+
+class Ec2Port(Protocol):
+    """EC2 as the allocator and the reconciler use it, typed.
+
+    Every call is counted per action; failures raise the kinds of
+    ``functions.errors.AwsError`` (``Throttled``, ``NotFound``, ...). Reads are
+    filtered and paginated, one round for all the nodes asked about."""
+
+    # --- reads ---
+    def describe_nodes(self, instance_ids: Iterable[str]) -> dict[str, NodeFacts]:
+        """Instances and their attached ENIs; an instance EC2 does not show is absent."""
+        ...
+
+    def describe_attached(self, instance_ids: Sequence[str]) -> dict[str, list[EniFacts]]: ...
+    def describe_enis(self, eni_ids: Iterable[str]) -> dict[str, EniFacts]: ...
+
+    def describe_cluster_enis(self, cluster: str) -> list[EniFacts]:
+        """Every ENI tagged for the cluster."""
+        ...
+
+    def subnets(self, vpc_ids: Iterable[str] = ()) -> dict[str, Subnet]:
+        """The subnets warmpool may use (cached by the implementation)."""
+        ...
+
+    def spend_subnet(self, subnet_id: str, addresses: int) -> None: ...
+    def forget_subnets(self) -> None: ...
+    def limits(self, instance_type: str) -> InstanceLimits: ...
+
+    # --- writes ---
+    def assign(self, call: AssignAddresses) -> Assigned:
+        """AssignPrivateIpAddresses: ``call.prefixes`` /28 prefixes if any, else ``call.ips`` addresses."""
+        ...
+
+    def unassign(self, call: UnassignAddresses) -> None: ...
+
+    def create_eni(
+        self, call: CreateEni, *, description: str, groups: Sequence[str], tags: Mapping[str, str]
+    ) -> EniFacts:
+        """CreateNetworkInterface in ``call.subnet_id`` with ``call``'s addresses
+        and ClientToken; the new ENI (attached only if the token found an earlier one)."""
+        ...
+
+    def attach(self, *, instance_id: str, eni_id: str, device_index: int, network_card: int) -> str:
+        """AttachNetworkInterface; the attachment id."""
+        ...
+
+    def detach(self, attachment_id: str) -> None: ...
+    def delete_eni(self, eni_id: str) -> None: ...
+
+    def set_delete_on_termination(self, eni_id: str, attachment_id: str) -> None:
+        """ModifyNetworkInterfaceAttribute: the ENI goes with its instance."""
+        ...
+
+    def create_tags(self, resources: Sequence[str], tags: Mapping[str, str]) -> None: ...
 
 
 class Ec2Api(Protocol):
-    """The EC2 calls warmpool makes (boto3 ``ec2`` client subset)."""
+    """The boto3-shaped EC2 client the adapter of :class:`Ec2Port` wraps (boto3 ``ec2`` subset)."""
 
     def describe_instances(self, **kwargs: Any) -> dict[str, Any]: ...
     def describe_network_interfaces(self, **kwargs: Any) -> dict[str, Any]: ...
@@ -70,14 +134,13 @@ class BucketStore(Protocol):
         ...
 
     def take_batch(
-        self, requests: Sequence[Mapping[str, float]], now: float, reserve: Sequence[float] | None = None
+        self, requests: Sequence[Mapping[str, float]], now: float
     ) -> list[float]:
         """Pay for a whole batch's nodes with one read and one conditional
         write. Grants, in order and all-or-nothing each, the requests the
         buckets can pay for now; one wait per request: 0.0 = granted, else
         seconds until its tokens will exist (queued behind earlier refused
-        ones), ``inf`` if never. ``reserve[i]``: the fraction of each bucket's
-        capacity that must remain after request ``i`` (low-priority work)."""
+        ones), ``inf`` if never."""
         ...
 
 

@@ -1,5 +1,5 @@
 """Processes in virtual time: generators that ``yield`` how many seconds to
-wait, driven by :class:`warmpool.clock.EventLoop` (SimPy-style, no threads, no
+wait, driven by :class:`sim.clock.EventLoop` (SimPy-style, no threads, no
 sleeping). Plus the AWS SDK's standard retryer and Cilium's client-side rate limiter,
 which the baselines use around every EC2 call.
 """
@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
-from warmpool.clock import EventLoop
+from sim.clock import EventLoop
 
 T = TypeVar("T")
 Proc = Generator[float, None, T]

@@ -22,9 +22,9 @@ from botocore.exceptions import ClientError
 from sim.bench.proc import error_code
 from sim.bench.scenario import Scenario
 from sim.bench.workload import Expanded, NodeSpec
+from sim.clock import EventLoop
 from sim.ec2 import Ec2Config, Ec2Emulator
 from warmpool.buckets import MUTATING_ENI_ACTIONS
-from warmpool.clock import EventLoop
 from warmpool.limits import PREFIX_SIZE, InstanceLimits, known
 from warmpool.names import cluster_tag_key
 

@@ -51,6 +51,7 @@ from node_agent.datastore import Datastore
 from node_agent.hostnet import CLONE_NEWNET, PodNet, PodRefused, host_veth_name, ifname_problem, netns_refusal
 from node_agent.netlink import NetlinkFailure, netns_path
 from node_agent.records import EniInfo
+from sim.clock import EventLoop, VirtualClock
 from sim.dst import checks, hostile
 from sim.dst.schedule import HOSTILE_KINDS, QUIET_S, SPAN_S, Event, Plan
 from sim.ec2 import Ec2Config, Ec2Emulator
@@ -62,7 +63,6 @@ from sim.memstores import MemBuckets, MemFlips, MemLeases, MemLedger
 from sim.sqs import FastSqs
 from warmpool import names
 from warmpool.buckets import DEFAULT_SPECS, MUTATING_ENI_ACTIONS, BucketSpec, spec_for
-from warmpool.clock import EventLoop, VirtualClock
 from warmpool.limits import known
 from warmpool.messages import MessageError, parse_result
 from warmpool.pool import PoolConfig

@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl
 
 from werkzeug.serving import WSGIRequestHandler, make_server
 
-from warmpool.clock import VirtualClock
+from sim.clock import VirtualClock
 
 from .errors import Ec2Error, new_request_id
 from .protocol import parse_request, render_error, render_response

@@ -254,13 +254,13 @@ DEVICE_INDEX = {"warmpool": 1, "vpc-cni": 1, "other-cluster": 1, "no-manage": 2,
 
 @pytest.mark.parametrize("eni", sorted(ENIS))
 def test_functions_eni_scope_never_plans_a_call_iam_refuses(allocator: list[dict[str, Any]], eni: str) -> None:
-    from functions.eni_scope import permissions, primary_eni_tag
+    from warmpool.eni_scope import permissions, primary_eni_tag
 
     e = ENIS[eni]
     got = permissions(e.tags, CLUSTER, in_cluster_vpc=e.vpc_arn == VPC, device_index=DEVICE_INDEX.get(eni, 0))
     assert got.assign == all(_decide(allocator, a, eni) == "Allow" for a in ASSIGN), eni
     assert got.lifecycle == all(_decide(allocator, a, eni) == "Allow" for a in [*LIFECYCLE, MODIFY]), eni
-    tag = {t["Key"]: t["Value"] for t in primary_eni_tag(CLUSTER)}
+    tag = primary_eni_tag(CLUSTER)
     if got.tag_as_primary:  # IAM allows more (any such ENI of the VPC); the code tags only device 0
         assert evaluate(allocator, "ec2:CreateTags", e.arn, e.tagging(tag)) == "Allow", eni
         after = Eni(e.eni_id, e.vpc_arn, e.subnet_arn, {**e.tags, **tag})
@@ -270,7 +270,7 @@ def test_functions_eni_scope_never_plans_a_call_iam_refuses(allocator: list[dict
 
 
 def test_only_device_zero_is_claimed_as_a_primary_eni() -> None:
-    from functions.eni_scope import permissions
+    from warmpool.eni_scope import permissions
 
     assert permissions({}, CLUSTER, in_cluster_vpc=True, device_index=0).tag_as_primary
     assert not permissions({}, CLUSTER, in_cluster_vpc=True, device_index=1).tag_as_primary

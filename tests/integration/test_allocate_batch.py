@@ -164,7 +164,6 @@ def test_missing_result_queue_does_not_fail_the_batch() -> None:
     w.deliver([w.report("n1", warm_ip=2, pending=3)])  # first contact creates the queue
     c = w.sqs.client()
     c.delete_queue(QueueUrl=c.get_queue_url(QueueName=names.result_queue("demo", w.nodes["n1"]))["QueueUrl"])
-    w.alloc.delivery.forget_queue(w.nodes["n1"])
     out = w.deliver([w.report("n1", warm_ip=2, pending=20)])
     assert out.served == 1 and out.failed_message_ids == []
     assert w.tally.get("ResultQueueMissing") == 1

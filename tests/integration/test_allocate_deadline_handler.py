@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from functions import allocate
+from sim.clock import VirtualClock
 from tests.integration.test_allocate_handler import CLUSTER, Ctx, _event, _report, env  # noqa: F401  (fixture)
 from warmpool import names
-from warmpool.clock import VirtualClock
 
 
 @dataclass

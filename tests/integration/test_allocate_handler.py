@@ -3,7 +3,9 @@ wiring (settings from the environment, boto3 clients, DynamoDB stores, EMF)."""
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -119,3 +121,23 @@ def test_allocate_handler_serves_a_batch_and_reports_no_item_failures(env: dict[
 def test_reconcile_handler_runs(env: dict[str, Any]) -> None:
     out = reconcile.handler({}, Ctx(function_name="reconcile"))
     assert out["leases_swept"] == 0 and out["deleted"] == 0
+
+
+def test_the_logic_s_records_carry_the_handler_s_correlation_keys(env: dict[str, Any]) -> None:
+    """A record the allocator logic writes (``functions.allocator``'s own
+    logger) during a handler call carries the invocation's request id and the
+    cluster, as the handler's own records do."""
+    handler = allocate.logger.registered_handler
+    assert isinstance(handler, logging.StreamHandler)
+    out = io.StringIO()
+    old = handler.setStream(out)
+    try:
+        allocate.handler(_event("garbage"), Ctx(aws_request_id="req-corr-7"))
+    finally:
+        handler.setStream(old)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    invalid = [r for r in lines if r.get("message") == "invalid report"]
+    assert invalid, lines
+    assert invalid[0]["function_request_id"] == "req-corr-7"
+    assert invalid[0]["cluster"] == CLUSTER
+    assert invalid[0]["name"] == "functions.allocator"

@@ -9,6 +9,7 @@ spraying, ENIs warmpool may not touch, the primary ENI's first-contact tag.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 
 import boto3
 import pytest
@@ -315,17 +316,17 @@ def test_a_throttled_batched_tag_falls_back_to_each_node_tagging_its_own() -> No
     w = World()
     for n in ("n1", "n2"):
         w.add_node(n, "m5.large")
-    real = w.alloc.ec2.call
+    real = w.alloc.ec2.create_tags
     refused: list[list[str]] = []
 
-    def once_throttled(action: str, **kw: object) -> dict[str, object]:
-        if action == "CreateTags" and len(kw.get("Resources", [])) > 1 and not refused:  # type: ignore[arg-type]
-            refused.append(list(kw["Resources"]))  # type: ignore[arg-type]
+    def once_throttled(resources: Sequence[str], tags: Mapping[str, str]) -> None:
+        if len(resources) > 1 and not refused:
+            refused.append(list(resources))
             from functions.errors import Throttled
             raise Throttled("RequestLimitExceeded", "Request limit exceeded.", action="CreateTags")
-        return real(action, **kw)
+        real(resources, tags)
 
-    w.alloc.ec2.call = once_throttled  # type: ignore[method-assign]
+    w.alloc.ec2.create_tags = once_throttled  # type: ignore[method-assign]
     out = w.deliver([w.report(n, warm_ip=2, pending=2) for n in ("n1", "n2")])
     assert refused and out.served == 2
     for n in ("n1", "n2"):

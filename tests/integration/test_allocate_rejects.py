@@ -7,12 +7,12 @@ import json
 from moto import mock_aws
 
 from functions.allocator import Record
+from sim.clock import VirtualClock
 from sim.ec2 import Ec2Config, Ec2Emulator
 from sim.iid import document_for
 from sim.sqs import FastSqs
 from tests.integration.test_allocate_world import World, moto_dynamo
 from warmpool import names
-from warmpool.clock import VirtualClock
 
 
 def _dlq(w: World) -> list[tuple[str, str]]:

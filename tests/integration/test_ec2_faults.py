@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from sim.clock import VirtualClock
 from sim.ec2 import Ec2Config, Ec2Emulator
 from sim.ec2.http import serve
-from warmpool.clock import VirtualClock
 
 from .test_ec2_backends import EMULATED, Backend, error_of, open_backend, world
 

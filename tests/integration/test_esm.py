@@ -11,9 +11,10 @@ from typing import Any
 import boto3
 import pytest
 
+from sim.clock import VirtualClock
 from sim.esm import EsmConfig, EventSourceMapping, Schedule, ThreadedRunner
 from sim.sqs import FastSqs
-from warmpool.clock import RealClock, VirtualClock
+from warmpool.clock import RealClock
 
 T0 = 1_700_000_000.0
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from sim.clock import VirtualClock
 from sim.ec2 import Ec2Config, Ec2Emulator
 from sim.imds import Imds, make_app, serve
-from warmpool.clock import VirtualClock
 
 
 @dataclass

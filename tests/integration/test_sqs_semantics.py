@@ -20,8 +20,9 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+from sim.clock import VirtualClock
 from sim.sqs import MAX_MESSAGE_BYTES, FastSqs, md5_of_attributes
-from warmpool.clock import RealClock, VirtualClock
+from warmpool.clock import RealClock
 
 T0 = 1_700_000_000.0
 

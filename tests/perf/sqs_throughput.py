@@ -17,8 +17,8 @@ from typing import Any
 
 import boto3
 
+from sim.clock import VirtualClock
 from sim.sqs import FastSqs
-from warmpool.clock import VirtualClock
 
 
 def cycle(client: Any, url: str, n: int, batch: int) -> float:

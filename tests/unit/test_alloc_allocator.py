@@ -134,23 +134,6 @@ def test_a_plan_stopped_part_way_is_recorded_answered_and_not_resent() -> None:
     assert w.addresses("n1") >= 16
 
 
-def test_priority_reserve_serves_starved_nodes_before_top_ups() -> None:
-    # Assign budget 4 tokens (0.04 x 100), reserve 50%: a top-up (no pod
-    # waiting) may not take the last 2; a starved node may.
-    w = World(budget_fraction=0.04, priority_reserve=0.5)
-    for n in ("calm", "starved"):
-        w.add_node(n, "m5.large")
-    out = w.deliver([w.report("calm", warm_ip=1), w.report("starved", warm_ip=1, pending=2)])
-    assert out.nodes["starved"].status == "served"
-    assert out.nodes["calm"].status == "served"  # 4 tokens: 1 + 1, above the reserve
-    w2 = World(budget_fraction=0.02, priority_reserve=0.5)  # 2 tokens: nothing above the reserve
-    for n in ("calm", "starved"):
-        w2.add_node(n, "m5.large")
-    out = w2.deliver([w2.report("calm", warm_ip=1), w2.report("starved", warm_ip=1, pending=2)])
-    assert out.nodes["starved"].status == "served"
-    assert out.nodes["calm"].status == "deferred"
-
-
 def test_throttled_attach_after_a_create_resends_the_same_seq_so_the_token_finds_the_eni() -> None:
     # Assign on the primary, Create, then Attach is throttled: the ENI exists
     # unattached. The report must come back with the same seq (not be recorded),

@@ -22,10 +22,9 @@ from functions.errors import (
 from functions.identity import IdentityConfigError
 from functions.settings import Settings
 from functions.telemetry import Tally
-from functions.tokens import allot
 from sim.iid import IdentitySigner
 from warmpool import names
-from warmpool.buckets import BucketSpec, BucketState
+from warmpool.buckets import BucketSpec, BucketState, allot
 
 SPEC = BucketSpec(capacity=10, refill_per_s=2)
 
@@ -136,15 +135,3 @@ def test_tally_counts_per_dimension_and_drains() -> None:
     assert t.get("EC2Calls") == 3 and t.get("EC2Calls", Action="B") == 2
     d = t.drain()
     assert d.get("EC2Calls") == 3 and d.samples("Latency") == [5.0] and t.get("EC2Calls") == 0
-
-
-def test_allot_reserve_keeps_tokens_for_high_priority_requests() -> None:
-    # 10 tokens, capacity 10, refill 2/s; low-priority requests keep 50% back.
-    states = {"A": BucketState(tokens=10, updated_at=0)}
-    changed, waits = allot(states, spec_of, [{"A": 4}, {"A": 2}, {"A": 4}], 0.0, reserve=[0.5, 0.5, 0.0])
-    assert waits[0] == 0.0  # 10 - 4 = 6 >= 5 kept
-    assert waits[1] > 0  # 6 - 2 = 4 < 5: waits until the reserve is back
-    assert waits[2] == 0.0  # high priority may go below the reserve
-    assert changed["A"].tokens == pytest.approx(2)
-    # Its wait covers its tokens plus the reserve: (2 + 5 - 2) / 2 s.
-    assert waits[1] == pytest.approx(2.5)

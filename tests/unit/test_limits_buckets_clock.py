@@ -6,8 +6,8 @@ import math
 
 import pytest
 
+from sim.clock import EventLoop, VirtualClock
 from warmpool import buckets as tb
-from warmpool.clock import EventLoop, VirtualClock
 from warmpool.limits import KNOWN_TYPES, InstanceLimits, known
 
 

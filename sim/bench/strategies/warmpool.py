@@ -53,27 +53,20 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from functions.allocator import Allocator, Record, serial_map
+from functions.reconciler import Reconciler
+from functions.settings import Settings
+from node_agent.config import Timing
+from node_agent.controller import AttachedEni, NodeIdentity, PoolController
+from node_agent.datastore import Datastore
+from node_agent.imds import parse_interfaces
 from sim.bench.world import NodeRt, World
+from sim.esm import EsmConfig, EventSourceMapping
+from sim.iid import IdentitySigner
+from sim.imds import Imds
+from sim.memstores import MemBuckets, MemLeases, MemLedger
+from sim.sqs import FastSqs
 from warmpool import names
-
-try:  # the parts other engineers own; the strategy says so if one is missing
-    from functions.allocator import Allocator, Record, serial_map
-    from functions.reconciler import Reconciler
-    from functions.settings import Settings
-    from node_agent.config import Timing
-    from node_agent.controller import AttachedEni, NodeIdentity, PoolController
-    from node_agent.datastore import Datastore
-    from node_agent.imds import parse_interfaces
-    from sim.esm import EsmConfig, EventSourceMapping
-    from sim.iid import IdentitySigner
-    from sim.imds import Imds
-    from sim.memstores import MemBuckets, MemLeases, MemLedger
-    from sim.sqs import FastSqs
-
-    _IMPORT_ERROR: str | None = None
-except ImportError as exc:  # pragma: no cover - only while parts are landing
-    _IMPORT_ERROR = f"{exc}"
-
 from warmpool.buckets import BucketSpec, spec_for
 from warmpool.messages import MessageError, parse_result
 from warmpool.pool import PoolConfig
@@ -203,7 +196,6 @@ class _Agent:
         self.sqs = sqs
         self.result_url = result_url
         self.pending: dict[str, float] = {}  # pod -> when its current ADD started (inf: kubelet backoff)
-        self._tick_at: float | None = None
         self._noted: dict[str, float] = {}  # pod -> when the datastore last counted its ADD as waiting
         self._resynced_at = strat.w.now()
 
@@ -474,10 +466,6 @@ class Warmpool:
     name = "warmpool"
 
     def __init__(self, world: World) -> None:
-        if _IMPORT_ERROR is not None:
-            from sim.bench.runner import StrategyUnavailable
-
-            raise StrategyUnavailable(f"a part of warmpool has not landed yet: {_IMPORT_ERROR}")
         self.w = world
         self.counts: Counter[str] = Counter()
         self.sqs = FastSqs(world.loop.clock)

@@ -62,6 +62,6 @@ def permissions(
     return EniPermissions(assign=ours or primary, lifecycle=ours, tag_as_primary=claimable)
 
 
-def primary_eni_tag(cluster: str) -> list[dict[str, str]]:
-    """The ``Tags`` argument of the first-contact CreateTags on a node's primary ENI."""
-    return [{"Key": names.TAG_PRIMARY_ENI_OF, "Value": cluster}]
+def primary_eni_tag(cluster: str) -> dict[str, str]:
+    """The tags of the first-contact CreateTags on a node's primary ENI."""
+    return {names.TAG_PRIMARY_ENI_OF: cluster}
