@@ -16,7 +16,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from sim.runtime_containerd import CriError, NodeRuntime, build_image, cleanup_run, remove_default_state
+from sim.runtime_containerd import NodeRuntime, cleanup_run, remove_default_state
+from sim.runtime_cri import CriError
+from sim.runtime_image import build_image
 
 if TYPE_CHECKING:
     from sim.demo import Demo, Node

@@ -21,6 +21,7 @@ from sim import demo_netns as nx
 from sim import runtime_containerd as rc
 from sim.demo import RUN_MARK, Demo, DemoOptions, single_run_lock
 from sim.demo_report import DemoReport, PodRecord, duplicate_ips, ec2_delta, percentile, render
+from sim.procfs import processes
 
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN_KEYS = {"nodes", "pods_requested", "pods_ready", "time_to_ip_s", "ec2", "duplicate_ips", "leaked_enis"}
@@ -117,32 +118,12 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 def _marked_processes(mark: str) -> list[int]:
     """Processes whose environment carries this demo run's mark."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            env = (d / "environ").read_bytes()
-        except OSError:
-            continue
-        if f"{RUN_MARK}={mark}".encode() in env.split(b"\0"):
-            out.append(int(d.name))
-    return out
+    return [pid for pid, env in processes("environ") if f"{RUN_MARK}={mark}".encode() in env.split(b"\0")]
 
 
 def _run_dir_processes(run_dir: Path) -> list[int]:
     """Processes naming the run dir in their command line (containerd, its shims)."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if str(run_dir).encode() in cmd:
-            out.append(int(d.name))
-    return out
+    return [pid for pid, cmd in processes() if str(run_dir).encode() in cmd]
 
 
 def _cni_pins() -> set[str]:
