@@ -63,6 +63,18 @@ def ip(*args: str, check: bool = True, timeout: float = 10.0) -> str:
     return r.stdout
 
 
+def address_of(ns: str, dev: str = "eth0") -> str | None:
+    """The first IPv4 address of ``dev`` in namespace ``ns`` as the kernel has it (None: none)."""
+    try:
+        rows = json.loads(ip("-j", "-n", ns, "-4", "addr", "show", "dev", dev, check=False) or "[]")
+    except ValueError:
+        return None
+    for r in rows:
+        for a in r.get("addr_info", []):
+            return str(a.get("local"))
+    return None
+
+
 def list_namespaces(prefix: str = PREFIX) -> list[str]:
     """``ip -j netns list``, names starting with ``prefix``."""
     out = ip("-j", "netns", "list", check=False).strip()

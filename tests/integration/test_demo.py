@@ -19,7 +19,8 @@ import pytest
 
 from sim import demo_netns as nx
 from sim import runtime_containerd as rc
-from sim.demo import RUN_MARK, Demo, DemoOptions, single_run_lock
+from sim.demo import Demo, DemoOptions
+from sim.demo_host import RUN_MARK, single_run_lock
 from sim.demo_report import DemoReport, PodRecord, duplicate_ips, ec2_delta, percentile, render
 from sim.procfs import processes
 
@@ -214,7 +215,7 @@ def test_without_namespaces_it_says_so_and_still_serves_every_pod(tmp_path: Path
 
 @pytest.mark.slow
 def test_a_crashed_runs_leftovers_are_removed_before_the_next_run(tmp_path: Path) -> None:
-    from sim.demo import cleanup_leftovers
+    from sim.demo_host import cleanup_leftovers
 
     p = subprocess.Popen(_demo("--nodes", "1", "--pods-per-node", "6"), cwd=ROOT, env=_env(tmp_path),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -271,7 +272,7 @@ def test_runtime_containerd_when_it_cannot_run_is_a_clear_error(monkeypatch: pyt
 
 
 def test_runtime_option_is_parsed_and_checked() -> None:
-    from sim.demo import options_from_args
+    from sim.demo_cli import options_from_args
 
     assert options_from_args([]).runtime == "auto"
     assert options_from_args(["--runtime", "netns"]).runtime == "netns"
