@@ -50,6 +50,7 @@ from sim import dataplane, demo_cni, demo_containerd
 from sim import demo_host as host
 from sim import demo_netns as nx
 from sim.demo_report import DemoReport, LiveView, PodRecord, Status, ec2_delta, ec2_table, totals
+from sim.figures import leaked_enis
 from warmpool import names
 
 log = logging.getLogger("warmpool.demo")
@@ -557,15 +558,6 @@ class Demo:
             self.stop.wait(1.2)
             self.check_stop()
 
-    def leaked_enis(self) -> int:
-        """Detached ENIs tagged for the cluster (one filtered Describe, as an operator would check)."""
-        ec2 = self.stack.client("ec2")
-        resp = ec2.describe_network_interfaces(Filters=[
-            {"Name": "status", "Values": ["available"]},
-            {"Name": f"tag:{names.TAG_CLUSTER_NAME}", "Values": [self.o.cluster]},
-        ])
-        return len(resp.get("NetworkInterfaces", []))
-
     def run(self) -> dict[str, Any]:
         self.setup()
         if self.o.live:
@@ -578,7 +570,7 @@ class Demo:
         self.phase = "reconcile"
         self.reconcile()
         stats = ec2_table(host.http_json(self.stack.outputs["stats_url"]))  # before the demo's own check below
-        leaked = self.leaked_enis()
+        leaked = leaked_enis(self.stack.ec2)  # as the bench counts them (sim/figures.py)
         self.phase = "done"
         if self.live is not None:
             self.live.stop()

@@ -23,14 +23,11 @@ from sim.bench.proc import error_code
 from sim.bench.scenario import Scenario
 from sim.bench.workload import Expanded, NodeSpec
 from sim.ec2 import Ec2Config, Ec2Emulator
-from warmpool.buckets import MUTATING_ENI_ACTIONS
+from warmpool.buckets import MUTATING_ACTIONS, MUTATING_ENI_ACTIONS
 from warmpool.clock import EventLoop
 from warmpool.limits import PREFIX_SIZE, InstanceLimits, known
 from warmpool.names import cluster_tag_key
 
-MUTATING_ACTIONS = frozenset({*MUTATING_ENI_ACTIONS, "CreateTags", "DeleteTags"})
-STORM_ACTIONS = MUTATING_ENI_ACTIONS
-"""A throttle storm loads every ENI action's bucket."""
 ATTACH_FAILURE_CODE = "InternalError"
 QUIET_S = 240.0
 """A run has settled when nothing is pending and no mutating call happened for this long
@@ -395,7 +392,7 @@ class World:
         else:
             self.active_faults.pop(kind, None)
         if kind == "throttle-storm":
-            for action in STORM_ACTIONS:
+            for action in MUTATING_ENI_ACTIONS:  # a throttle storm loads every ENI action's bucket
                 self.emu.set_background_load(action, self.background.get(action, 0.0) + (rate if on else 0.0))
         elif kind == "attach-failure":
             self.emu.fail_rate("AttachNetworkInterface", ATTACH_FAILURE_CODE, rate if on else 0.0)
