@@ -118,8 +118,8 @@ def collect(world: World, strategy: Strategy, lb: LowerBound) -> StrategyResult:
             for a in e.secondary:
                 owner_of[a] = node.instance_id
             for p in e.prefixes:
-                for a in ipaddress.IPv4Network(p):
-                    owner_of[str(a)] = node.instance_id
+                for addr in ipaddress.IPv4Network(p):
+                    owner_of[str(addr)] = node.instance_id
         assigned = live_on.get(name, 0)
         idle += max(0, total - assigned)
         final_nodes.append(

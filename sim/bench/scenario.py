@@ -22,8 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from warmpool.buckets import DEFAULT_SPECS, BucketSpec
 from warmpool.limits import KNOWN_TYPES
 
-STRATEGIES = ("warmpool", "vpc-cni", "cilium")
 Strategy = Literal["warmpool", "vpc-cni", "cilium"]
+STRATEGIES: tuple[Strategy, ...] = ("warmpool", "vpc-cni", "cilium")
 FaultKind = Literal["throttle-storm", "lambda-crash", "duplicate-delivery", "attach-failure", "subnet-exhausted"]
 
 NonNeg = Annotated[float, Field(ge=0)]

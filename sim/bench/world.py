@@ -9,6 +9,7 @@ and makes every EC2 call through :attr:`World.ec2` (which records them).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import random
@@ -355,15 +356,15 @@ class World:
         on_delete: Callable[[NodeRt, str], None],
     ) -> None:
         for spec in self.expanded.nodes:
-            self.loop.call_at(spec.join_at, lambda spec=spec: self._join(spec, on_join))
+            self.loop.call_at(spec.join_at, functools.partial(self._join, spec, on_join))
         for ev in self.expanded.events:
             if ev.kind == "add":
-                self.loop.call_at(ev.at, lambda ev=ev: self._add(ev.node, ev.pod, on_add))
+                self.loop.call_at(ev.at, functools.partial(self._add, ev.node, ev.pod, on_add))
             else:
-                self.loop.call_at(ev.at, lambda ev=ev: self._delete(ev.node, ev.pod, on_delete))
+                self.loop.call_at(ev.at, functools.partial(self._delete, ev.node, ev.pod, on_delete))
         for f in self.scenario.faults:
-            self.loop.call_at(f.at_s, lambda f=f: self._fault(f.kind, f.rate, f.subnet, True))
-            self.loop.call_at(f.end_s, lambda f=f: self._fault(f.kind, f.rate, f.subnet, False))
+            self.loop.call_at(f.at_s, functools.partial(self._fault, f.kind, f.rate, f.subnet, True))
+            self.loop.call_at(f.end_s, functools.partial(self._fault, f.kind, f.rate, f.subnet, False))
 
     def _join(self, spec: NodeSpec, on_join: Callable[[NodeRt], None]) -> None:
         iid = self.emu.run_instance(

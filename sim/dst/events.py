@@ -7,6 +7,7 @@ hostile input), each with the check of what it must leave behind.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import os
@@ -49,7 +50,7 @@ def apply(w: World, ev: Event) -> None:
         if a is not None:
             a.imds.lag = x["lag"]
             w.fault("imds-lag")
-            w.loop.call_later(x["dur"], lambda a=a: setattr(a.imds, "lag", 0.0))
+            w.loop.call_later(x["dur"], functools.partial(setattr, a.imds, "lag", 0.0))
     elif k == "agent-kill":
         if a is None or a.gone or not a.alive:
             return
@@ -59,8 +60,8 @@ def apply(w: World, ev: Event) -> None:
             a.kill_point = x["point"]
             if x["point"] == "mid-checkpoint":
                 a.cp.armed = True
-            w.loop.call_later(30, lambda a=a: a.die("late") if a.kill_point else None)
-        w.loop.call_later(x["down"] + (0 if x["point"] == "idle" else 30), lambda a=a: _restart(w, a))
+            w.loop.call_later(30, functools.partial(_die_late, a))
+        w.loop.call_later(x["down"] + (0 if x["point"] == "idle" else 30), functools.partial(_restart, w, a))
     elif k in ("lambda-crash", "slow-invocation"):
         _window(w, k, x["rate"], x["dur"])
     elif k == "throttle-storm":
@@ -68,7 +69,7 @@ def apply(w: World, ev: Event) -> None:
         for act in actions:
             load = spec_for(act, {}).refill_per_s * (1 + x["rate"] / 5)
             w.emu.set_background_load(act, load)
-            w.loop.call_later(x["dur"], lambda act=act: w.emu.set_background_load(act, 0.0))
+            w.loop.call_later(x["dur"], functools.partial(w.emu.set_background_load, act, 0.0))
         w.fault("throttle-storm")
     elif k == "foreign-load":
         act = x["action"]
@@ -88,7 +89,7 @@ def apply(w: World, ev: Event) -> None:
     elif k == "terminate":
         if a is not None and not a.gone:
             w.arm_terminate.add(a.name)
-            w.loop.call_later(10, lambda a=a: w.terminate(a.name))
+            w.loop.call_later(10, functools.partial(w.terminate, a.name))
     elif k == "replace-node":
         if a is not None and not a.gone:
             itype = a.itype
@@ -97,7 +98,7 @@ def apply(w: World, ev: Event) -> None:
             if x.get("race"):
                 _replace_racing(w, a.name, itype)
             else:
-                w.loop.call_later(x["gap"], lambda n=a.name, t=itype: _join_later(w, n, t))
+                w.loop.call_later(x["gap"], functools.partial(_join_later, w, a.name, itype))
     elif k == "cni-overlap":
         _overlap(w, a)
     elif k == "cni-interrupted":
@@ -212,6 +213,12 @@ def _delete(w: World, a: SimAgent, n: int, oldest: bool = True) -> None:
         del rt.adding[cid]
         rt.asked.pop(cid, None)
         rt.deleting[cid] = None
+
+
+def _die_late(a: SimAgent) -> None:
+    """A kill point armed but never reached: the agent dies anyway."""
+    if a.kill_point:
+        a.die("late")
 
 
 def _restart(w: World, a: SimAgent) -> None:

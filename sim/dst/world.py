@@ -123,11 +123,12 @@ class World:
             "VisibilityTimeout": str(REPORTS_VISIBILITY_S),
             "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 5}),
         })["QueueUrl"]
-        trust = {"identity_certificates": self.signer_imds.signer.certificate_pem, "region": self.emu.config.region}
         self.settings = Settings(cluster=CLUSTER, reports_queue_url=self.reports_url, dlq_url=self.dlq_url,
                                  result_queue_prefix=names.result_queue_prefix(CLUSTER),
                                  ledger_table=names.ledger_table(CLUSTER), account=self.emu.owner,
-                                 gc_age_s=GC_AGE_S, allocate_timeout_s=FUNCTION_TIMEOUT_S, **trust)
+                                 gc_age_s=GC_AGE_S, allocate_timeout_s=FUNCTION_TIMEOUT_S,
+                                 identity_certificates=self.signer_imds.signer.certificate_pem,
+                                 region=self.emu.config.region)
         # lease TTL and deadline margin derived from the function timeout, as in the stack
         self.clock_inv = InvClock(self.loop.clock)
         self.buckets = MemBuckets(self.settings.bucket_spec, self.settings.account, self.settings.region)
@@ -409,7 +410,7 @@ class World:
     def run(self) -> Outcome:
         end = T0 + SPAN_S + QUIET_S
         for ev in self.plan.events:
-            self.loop.call_at(T0 + ev.at, lambda ev=ev: events.apply(self, ev))
+            self.loop.call_at(T0 + ev.at, functools.partial(events.apply, self, ev))
         self.loop.every(ESM_EVERY_S, self.esm_tick, start=T0 + 0.5)
         self.loop.every(RECONCILE_EVERY_S, self.reconcile, start=T0 + RECONCILE_EVERY_S)
         try:

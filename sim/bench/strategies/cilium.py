@@ -51,6 +51,7 @@ docs/bench.md cites the source function of each behaviour.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -258,15 +259,15 @@ class Operator:
             self.workers += 1
             # Start on the loop, not inline: a maintenance with nothing to do ends at
             # once, and finishing it dispatches again (no recursion through 1,000 nodes).
-            self.w.loop.call_later(
-                0.0,
-                lambda node=node: spawn(
-                    self.w.loop,
-                    self.maintain(node),
-                    on_done=lambda mutated: self.finished(node, bool(mutated)),
-                    on_error=lambda exc: self.failed(node, exc),
-                ),
-            )
+            self.w.loop.call_later(0.0, functools.partial(self._spawn_maintenance, node))
+
+    def _spawn_maintenance(self, node: _Node) -> None:
+        spawn(
+            self.w.loop,
+            self.maintain(node),
+            on_done=lambda mutated: self.finished(node, bool(mutated)),
+            on_error=lambda exc: self.failed(node, exc),
+        )
 
     def _release_worker(self, node: _Node) -> None:
         self.workers -= 1

@@ -41,6 +41,7 @@ each behaviour.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -339,7 +340,7 @@ class Ipamd:
                 yield from self.call(
                     "detach_network_interface", "DetachNetworkInterface", AttachmentId=eni.attachment.id
                 )
-            yield from wait_until(lambda e=e: self.w.eni_gone_or_detached(e.eni_id), POLL_S, ATTACH_WAIT_S)
+            yield from wait_until(functools.partial(self.w.eni_gone_or_detached, e.eni_id), POLL_S, ATTACH_WAIT_S)
             yield from self.call("delete_network_interface", "DeleteNetworkInterface", NetworkInterfaceId=e.eni_id)
             return
 

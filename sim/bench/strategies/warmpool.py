@@ -515,7 +515,7 @@ class Warmpool:
     def start(self) -> None:
         self.w.schedule(self._join, self._add, self._delete)
         for c in self.clusters.values():
-            self.w.loop.every(RECONCILE_EVERY_S, lambda c=c: self._reconcile(c), start=RECONCILE_EVERY_S)
+            self.w.loop.every(RECONCILE_EVERY_S, functools.partial(self._reconcile, c), start=RECONCILE_EVERY_S)
 
     def _reconcile(self, c: _Cluster) -> None:
         try:
