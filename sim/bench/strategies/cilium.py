@@ -177,13 +177,17 @@ class Operator:
         self.nodes[rt.spec.name] = node
         spawn(self.w.loop, self.register(node))
 
+    def describe_node_enis(self, node: _Node) -> Proc[dict[str, Any]]:
+        """One ``DescribeNetworkInterfaces`` filtered by the node's instance (``InstanceSync``)."""
+        return self.call(
+            "describe_network_interfaces",
+            "DescribeNetworkInterfaces",
+            Filters=[{"Name": "attachment.instance-id", "Values": [node.rt.instance_id]}],
+        )
+
     def register(self, node: _Node) -> Proc[None]:
         try:
-            yield from self.call(
-                "describe_network_interfaces",
-                "DescribeNetworkInterfaces",
-                Filters=[{"Name": "attachment.instance-id", "Values": [node.rt.instance_id]}],
-            )
+            yield from self.describe_node_enis(node)
         except ClientError:
             self.counts["instance_sync_failed"] += 1
             return  # the next full resync picks it up
@@ -336,11 +340,7 @@ class Operator:
         """The node's instance sync (one filtered DescribeNetworkInterfaces), then ``NodeManager.Resync``."""
         started = self.w.now()
         try:
-            yield from self.call(
-                "describe_network_interfaces",
-                "DescribeNetworkInterfaces",
-                Filters=[{"Name": "attachment.instance-id", "Values": [node.rt.instance_id]}],
-            )
+            yield from self.describe_node_enis(node)
         except ClientError:
             self.counts["instance_sync_failed"] += 1
             return

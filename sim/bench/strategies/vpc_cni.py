@@ -50,7 +50,7 @@ from botocore.exceptions import ClientError
 from sim.bench.proc import Proc, StandardRetryer, ec2_call, error_code, spawn, wait_until
 from sim.bench.world import NodePool, NodeRt, World
 from warmpool.names import TAG_CLUSTER_NAME, TAG_CREATED_AT, TAG_INSTANCE_ID
-from warmpool.pool import PoolConfig, PoolState, compute
+from warmpool.pool import PoolState, compute
 
 LOOP_S = 5.0
 DECREASE_INTERVAL_S = 30.0
@@ -85,14 +85,7 @@ class Ipamd:
         self.node = node
         self.owner = owner
         env = node.spec.env
-        self.cfg = PoolConfig(
-            warm_ip=env.WARM_IP_TARGET,
-            minimum_ip=env.MINIMUM_IP_TARGET,
-            warm_eni=env.WARM_ENI_TARGET,
-            warm_prefix=env.WARM_PREFIX_TARGET,
-            max_eni=env.MAX_ENI,
-            prefix_mode=env.ENABLE_PREFIX_DELEGATION,
-        )
+        self.cfg = env.pool_config()
         self.pool = NodePool(env.IP_COOLDOWN_PERIOD)
         self.enis: dict[str, _Eni] = {}
         self.last_decrease = -1e18

@@ -75,7 +75,6 @@ except ImportError as exc:  # pragma: no cover - only while parts are landing
 
 from warmpool.buckets import BucketSpec, spec_for
 from warmpool.messages import MessageError, parse_result
-from warmpool.pool import PoolConfig
 
 AGENT_TICK_S = 2.0
 RESYNC_S = 60.0
@@ -555,14 +554,7 @@ class Warmpool:
                 availability_zone=spec.az,
             ),
             node.limits,
-            PoolConfig(
-                warm_ip=env.WARM_IP_TARGET,
-                minimum_ip=env.MINIMUM_IP_TARGET,
-                warm_eni=env.WARM_ENI_TARGET,
-                warm_prefix=env.WARM_PREFIX_TARGET,
-                max_eni=env.MAX_ENI,
-                prefix_mode=env.ENABLE_PREFIX_DELEGATION,
-            ),
+            env.pool_config(),
             ds,
             Timing(cooldown_s=env.IP_COOLDOWN_PERIOD),
             metadata=_EmuMetadata(w, node.instance_id),
