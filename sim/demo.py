@@ -43,8 +43,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from sim import dataplane, demo_cni, demo_containerd
 from sim import demo_host as host
@@ -120,6 +119,16 @@ class Node:
     env: dict[str, str]
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+
+
+class PodRuntime(Protocol):
+    """Who makes a pod: :mod:`sim.demo_containerd` (CRI sandboxes) or :mod:`sim.demo_cni`."""
+
+    def prepare(self, demo: Demo, pod: PodRecord) -> None: ...
+
+    def try_add(self, demo: Demo, node: Node, pod: PodRecord) -> bool: ...
+
+    def del_pod(self, demo: Demo, node: Node, pod: PodRecord) -> None: ...
 
 
 class Demo:
@@ -432,9 +441,11 @@ class Demo:
             with self._procs_lock:
                 self._procs.discard(p)
 
-    def _pod_runtime(self) -> ModuleType:
+    def _pod_runtime(self) -> PodRuntime:
         """Who makes a pod: :mod:`sim.demo_containerd` (CRI sandboxes) or :mod:`sim.demo_cni`."""
-        return demo_containerd if self.runtime == "containerd" else demo_cni
+        if self.runtime == "containerd":
+            return demo_containerd
+        return demo_cni
 
     def add_pod(self, node: Node, pod: PodRecord, deadline: float) -> None:
         """ADD until it succeeds, retried like a kubelet (a failed sandbox is retried with backoff)."""
