@@ -43,7 +43,7 @@ COMMANDS: dict[str, tuple[str, Callable[[list[str]], int]]] = {
     "bench": ("run a scenario: `warmpool bench SCENARIO.yaml [--json OUT] [--plot OUT.png]`",
               _run("sim.bench.cli", "bench_main")),
     "demo": ("end-to-end demo: `warmpool demo [--nodes N] [--pods-per-node N] [--json OUT]`",
-             _run("sim.demo", "main")),
+             _run("sim.demo_cli", "main")),
     "sim": ("the whole system under deterministic simulation: `warmpool sim --seeds A-B [--json OUT] [--jobs 2]`",
             _run("sim.dst.runner", "main")),
     "plan": ("plan a sample cluster with the core: `warmpool plan [--nodes N] [--json]`",

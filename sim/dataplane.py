@@ -82,8 +82,7 @@ class RoutedVpc(nx.Hypervisor):
 
     def __init__(self, vpc_ns: str = nx.VPC_NS, inet_ns: str = INET_NS,
                  vpc_cidrs: Sequence[str] = ("10.0.0.0/16",)) -> None:
-        super().__init__()
-        self.vpc_ns = vpc_ns
+        super().__init__(vpc_ns)
         self.inet_ns = inet_ns
         self.vpc_cidrs = list(vpc_cidrs)
         self._peer_of: dict[str, tuple[str, str]] = {}  # mac -> (VPC-side veth, ENI primary address)
@@ -112,39 +111,16 @@ class RoutedVpc(nx.Hypervisor):
         nx.ip("-n", self.vpc_ns, "addr", "add", f"{net.network_address + 1}/32", "dev", "lo", check=False)
         self._gateways.add(cidr)
 
-    def plug(self, ns: str, eni: nx.EniLink, configure_primary: bool = False) -> bool:
-        """``ip link add vN netns VPC type veth peer name eth<d> address <mac> netns <node>``; the
-        VPC end proxies ARP, checks sources strictly and routes the ENI's primary address to it."""
-        mac = eni.mac.lower()
-        with self._lock:
-            node = self._plugged.setdefault(ns, {})
-            if mac in node:
-                return False
-            self._n += 1
-            peer = f"v{self._n}"
-            name = f"eth{eni.device_index}"
-            if any(e.device_index == eni.device_index for _, e in node.values()):
-                name = f"eth{eni.device_index}x{self._n}"[:15]
-            nx.ip("link", "add", peer, "netns", self.vpc_ns, "type", "veth",
-                  "peer", "name", name, "address", mac, "netns", ns)
-            for key, value in ((f"net.ipv4.conf.{peer}.proxy_arp", "1"),
-                               (f"net.ipv4.neigh.{peer}.proxy_delay", "0"),
-                               (f"net.ipv4.conf.{peer}.rp_filter", "1")):
-                _sysctl(self.vpc_ns, key, value)
-            nx.ip("-n", self.vpc_ns, "link", "set", peer, "up")
-            self._gateway(eni.subnet_cidr)
-            nx.ip("-n", self.vpc_ns, "route", "replace", f"{eni.primary_ip}/32", "dev", peer, "scope", "link")
-            if configure_primary:
-                net = ipaddress.IPv4Network(eni.subnet_cidr)
-                nx.ip("-n", ns, "addr", "add", f"{eni.primary_ip}/{net.prefixlen}", "dev", name)
-                nx.ip("-n", ns, "link", "set", name, "up")
-                nx.ip("-n", ns, "route", "replace", "default", "via", str(net.network_address + 1), "dev", name,
-                      check=False)
-            node[mac] = (peer, eni)
-            self._peer_of[mac] = (peer, eni.primary_ip)
-            self.plugged_total += 1
-            log.info("plugged %s (%s) into %s as %s (VPC side %s)", eni.eni_id, mac, ns, name, peer)
-            return True
+    def _wire_vpc_side(self, peer: str, eni: nx.EniLink) -> None:
+        """The VPC end proxies ARP, checks sources strictly and routes the ENI's primary address to it."""
+        for key, value in ((f"net.ipv4.conf.{peer}.proxy_arp", "1"),
+                           (f"net.ipv4.neigh.{peer}.proxy_delay", "0"),
+                           (f"net.ipv4.conf.{peer}.rp_filter", "1")):
+            _sysctl(self.vpc_ns, key, value)
+        nx.ip("-n", self.vpc_ns, "link", "set", peer, "up")
+        self._gateway(eni.subnet_cidr)
+        nx.ip("-n", self.vpc_ns, "route", "replace", f"{eni.primary_ip}/32", "dev", peer, "scope", "link")
+        self._peer_of[eni.mac.lower()] = (peer, eni.primary_ip)
 
     def unplug(self, ns: str, mac: str) -> bool:
         with self._lock:

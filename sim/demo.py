@@ -29,54 +29,31 @@ also on Ctrl-C/SIGTERM; leftovers of a crashed run are removed at start.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import fcntl
-import json
 import logging
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from node_agent.imds import parse_interfaces
-from sim import dataplane
+from sim import dataplane, demo_cni, demo_containerd
+from sim import demo_host as host
 from sim import demo_netns as nx
-from sim.demo_report import (
-    DemoReport,
-    LiveView,
-    PodRecord,
-    Status,
-    dump,
-    ec2_delta,
-    ec2_table,
-    render,
-    totals,
-)
+from sim.demo_report import DemoReport, LiveView, PodRecord, Status, ec2_delta, ec2_table, totals
+from sim.figures import leaked_enis
 from warmpool import names
 
 log = logging.getLogger("warmpool.demo")
-
-RUN_DIR = Path(os.environ.get("WARMPOOL_DEMO_DIR", "/tmp/wp-demo"))
-"""Sockets and agent state of the run (removed at the end)."""
-LOG_DIR = Path(os.environ.get("WARMPOOL_DEMO_LOGS", "/tmp/wp-demo-logs"))
-"""Agents' logs and the functions' output (what CloudWatch Logs would hold); kept for reading, replaced per run."""
-LOCK_FILE = Path("/tmp/wp-demo.lock")
-PIDS_FILE = "pids"
-CNI_CONF_NAME = "warmpool"
-RUN_MARK = "WARMPOOL_DEMO_RUN"
-"""In every agent's environment (the demo's pid), so a test can find stray processes."""
 
 DEFAULT_AGENT_ENV: dict[str, str] = {
     # The VPC CNI's variables, chosen so a burst needs the allocator (and a second ENI).
@@ -128,104 +105,6 @@ class DemoOptions:
     """Starts each agent differently (the runtime tests: under the DaemonSet's privileges)."""
 
 
-# ----------------------------------------------------------------- helpers
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _http_json(url: str, timeout: float = 5.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
-def _bin(name: str) -> str:
-    """A console script of this install (next to the interpreter), else from PATH."""
-    here = Path(sys.executable).parent / name
-    if here.exists():
-        return str(here)
-    found = shutil.which(name)
-    if found is None:
-        raise FileNotFoundError(f"{name} is not installed (pip install -e '.[all]')")
-    return found
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def kill_recorded(run_dir: Path) -> list[int]:
-    """End the processes a previous run recorded (only those still running a warmpool program)."""
-    killed: list[int] = []
-    path = run_dir / PIDS_FILE
-    if not path.exists():
-        return killed
-    for line in path.read_text().split():
-        if not line.isdigit():
-            continue
-        pid = int(line)
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "warmpool" not in cmdline:
-            continue
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-    return killed
-
-
-def cleanup_leftovers(run_dir: Path = RUN_DIR) -> list[str]:
-    """What a crashed run left behind: its processes, ``wp-demo-*`` namespaces, its run dir.
-    Refuses (RuntimeError) while another demo holds the lock: its namespaces are not leftovers."""
-    with single_run_lock():
-        return _cleanup_leftovers(run_dir)
-
-
-def _cleanup_leftovers(run_dir: Path) -> list[str]:
-    """:func:`cleanup_leftovers`, for a caller already holding the lock."""
-    out: list[str] = [f"process {p}" for p in kill_recorded(run_dir)]
-    if run_dir.exists() and nx.support_quick():
-        from sim.runtime_containerd import cleanup_run
-
-        out += cleanup_run(run_dir)
-    if nx.support_quick():
-        out += [f"netns {n}" for n in nx.cleanup()]
-    if run_dir.exists():
-        shutil.rmtree(run_dir, ignore_errors=True)
-    return out
-
-
-@contextlib.contextmanager
-def single_run_lock(wait_s: float = 0.0) -> Iterator[None]:
-    """One demo at a time on a machine (leftover cleanup removes ``wp-demo-*`` by name).
-    Waits up to ``wait_s`` for a running one to finish, then gives up with RuntimeError."""
-    fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise RuntimeError(f"another warmpool demo is running (lock {LOCK_FILE})") from None
-                time.sleep(0.5)  # the harness waiting its turn, not warmpool logic
-        yield
-    finally:
-        os.close(fd)
-
-
 # ----------------------------------------------------------------- the demo
 
 
@@ -241,6 +120,16 @@ class Node:
     env: dict[str, str]
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+
+
+class PodRuntime(Protocol):
+    """Who makes a pod: :mod:`sim.demo_containerd` (CRI sandboxes) or :mod:`sim.demo_cni`."""
+
+    def prepare(self, demo: Demo, pod: PodRecord) -> None: ...
+
+    def try_add(self, demo: Demo, node: Node, pod: PodRecord) -> bool: ...
+
+    def del_pod(self, demo: Demo, node: Node, pod: PodRecord) -> None: ...
 
 
 class Demo:
@@ -262,14 +151,15 @@ class Demo:
         self.pods: list[PodRecord] = []
         self.stack: Any = None
         self.hv: nx.Hypervisor = dataplane.RoutedVpc()
-        self.run_dir = RUN_DIR
+        self.run_dir = host.RUN_DIR
         self._procs: set[subprocess.Popen[bytes]] = set()
         self._procs_lock = threading.Lock()
         self._sync_thread: threading.Thread | None = None
         self.live: LiveView | None = None
         self._torn_down = False
         self._last_stats: dict[str, dict[str, int]] = {}
-        self._cni = ""
+        self.cni_plugin = ""
+        """The ``warmpool-cni`` executable the runtime calls."""
         self._ns_by_instance: dict[str, str] = {}
         self._functions_log: TextIO | None = None
 
@@ -287,7 +177,7 @@ class Demo:
 
     def status(self) -> Status:
         try:
-            self._last_stats = ec2_table(_http_json(self.stack.outputs["stats_url"], timeout=2.0))
+            self._last_stats = ec2_table(host.http_json(self.stack.outputs["stats_url"], timeout=2.0))
         except Exception:
             pass
         calls, mutating, throttled = totals(self._last_stats)
@@ -303,12 +193,12 @@ class Demo:
     # ---- setup
 
     def setup(self) -> None:
-        left = _cleanup_leftovers(self.run_dir)  # main() holds the single-run lock
+        left = host.remove_leftovers(self.run_dir)  # main() holds the single-run lock
         if left:
             self.say(f"removed leftovers of an earlier run: {', '.join(left)}")
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(LOG_DIR, ignore_errors=True)
-        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(host.LOG_DIR, ignore_errors=True)
+        host.LOG_DIR.mkdir(parents=True, exist_ok=True)
         why = None if self.o.netns is not False else "disabled with --no-netns"
         if why is None:
             why = nx.support()
@@ -322,7 +212,7 @@ class Demo:
             self.runtime = "none"
         else:
             self._choose_runtime()
-        self._cni = _bin("warmpool-cni")
+        self.cni_plugin = host.console_script("warmpool-cni")
         self.phase = "local stack"
         self._start_stack()
         if self.mode == "netns":
@@ -365,8 +255,6 @@ class Demo:
 
     def _start_containerd(self) -> None:
         """One containerd per node; under ``auto`` a failure to start falls back to bare namespaces."""
-        from sim import demo_containerd
-
         try:
             demo_containerd.start(self)
         except Exception as e:
@@ -385,7 +273,7 @@ class Demo:
 
         # The functions run in this process and log to stdout, as in Lambda; their
         # output goes to a file here (CloudWatch Logs' stand-in), the report to the terminal.
-        self._functions_log = open(LOG_DIR / "functions.log", "a", buffering=1)  # noqa: SIM115
+        self._functions_log = open(host.LOG_DIR / "functions.log", "a", buffering=1)  # noqa: SIM115
         sys.stdout = self._functions_log
         warnings.filterwarnings("ignore", category=UserWarning, module="aws_lambda_powertools.*")
 
@@ -415,7 +303,7 @@ class Demo:
         ns = nx.node_ns(k)
         d = self.run_dir / name
         (d / "state").mkdir(parents=True, exist_ok=True)
-        node = Node(k, name, iid, ns, d, str(d / "agent.sock"), _free_port(), {})
+        node = Node(k, name, iid, ns, d, str(d / "agent.sock"), host.free_port(), {})
         self.nodes.append(node)
         self._ns_by_instance[iid] = ns
         if self.mode == "netns":
@@ -449,17 +337,17 @@ class Demo:
             "WARMPOOL_MANAGE_HOST_NETWORK": "true" if self.mode == "netns" else "false",
             "WARMPOOL_POD_NETWORK": "netlink" if self.mode == "netns" else "recorded",
             "WARMPOOL_LOG_LEVEL": "INFO",
-            RUN_MARK: str(os.getpid()),
+            host.RUN_MARK: str(os.getpid()),
         }
         env.update(self.o.agent_env)
         return env
 
     def _start_agent(self, node: Node) -> None:
         node.env = self._agent_env(node)
-        node.log_path = LOG_DIR / f"agent-{node.name}.log"
+        node.log_path = host.LOG_DIR / f"agent-{node.name}.log"
         logf = open(node.log_path, "wb")  # noqa: SIM115 (closed by the child's exit; we keep no handle)
         try:
-            argv = [_bin("warmpool-agent")]
+            argv = [host.console_script("warmpool-agent")]
             if self.o.agent_wrap is not None:
                 argv, node.env = self.o.agent_wrap(node, argv, node.env)
             node.proc = subprocess.Popen(argv, env=node.env, stdout=logf,
@@ -467,8 +355,7 @@ class Demo:
                                          start_new_session=True)
         finally:
             logf.close()
-        with open(self.run_dir / PIDS_FILE, "a") as f:
-            f.write(f"{node.proc.pid}\n")
+        host.record_pid(self.run_dir, node.proc.pid)
 
     def agent_tail(self, node: Node, lines: int = 15) -> str:
         if node.log_path is None or not node.log_path.exists():
@@ -540,99 +427,41 @@ class Demo:
 
     # ---- pods
 
-    def _cni_env(self, node: Node, pod: PodRecord, command: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL")}
-        env.update({
-            "CNI_COMMAND": command,
-            "CNI_CONTAINERID": pod.container_id,
-            "CNI_NETNS": nx.netns_path(pod.netns) if self.mode == "netns" else "",
-            "CNI_IFNAME": "eth0",
-            "CNI_PATH": str(Path(self._cni).parent),
-            RUN_MARK: str(os.getpid()),
-            "CNI_ARGS": f"K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod.netns};K8S_POD_INFRA_CONTAINER_ID={pod.container_id}",
-            names.AGENT_ENV_SOCKET: node.socket,
-        })
-        if self.mode == "plain" and command == "ADD":
-            env["CNI_NETNS"] = f"/var/run/netns/{pod.netns}"
-        return env
-
-    def cni(self, node: Node, pod: PodRecord, command: str, timeout_s: float = 90.0) -> tuple[int, dict[str, Any]]:
-        """One plugin invocation as a runtime makes it; (exit code, parsed stdout)."""
-        conf = {"cniVersion": "1.0.0", "name": CNI_CONF_NAME, "type": "warmpool-cni", "socket": node.socket}
-        argv = [self._cni]
-        if self.mode == "netns":
-            argv = ["ip", "netns", "exec", node.ns, *argv]
-        p = subprocess.Popen(argv, env=self._cni_env(node, pod, command), stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    @contextlib.contextmanager
+    def tracked(self, p: subprocess.Popen[bytes]) -> Iterator[None]:
+        """While the block runs, ``p`` is one of the processes :meth:`teardown` kills."""
         with self._procs_lock:
             self._procs.add(p)
         try:
-            out, err = p.communicate(json.dumps(conf).encode(), timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, err = p.communicate()
+            yield
         finally:
             with self._procs_lock:
                 self._procs.discard(p)
-        try:
-            body = json.loads(out) if out.strip() else {}
-        except ValueError:
-            body = {"msg": out.decode(errors="replace")[:200]}
-        if p.returncode != 0 and not body:
-            body = {"msg": err.decode(errors="replace")[-300:]}
-        return p.returncode, body if isinstance(body, dict) else {}
 
-    def _pod_ip(self, pod: PodRecord) -> str | None:
-        if self.mode != "netns":
-            return None
-        try:
-            rows = json.loads(nx.ip("-j", "-n", pod.netns, "-4", "addr", "show", "dev", "eth0", check=False) or "[]")
-        except ValueError:
-            return None
-        for r in rows:
-            for a in r.get("addr_info", []):
-                return str(a.get("local"))
-        return None
+    def _pod_runtime(self) -> PodRuntime:
+        """Who makes a pod: :mod:`sim.demo_containerd` (CRI sandboxes) or :mod:`sim.demo_cni`."""
+        if self.runtime == "containerd":
+            return demo_containerd
+        return demo_cni
 
     def add_pod(self, node: Node, pod: PodRecord, deadline: float) -> None:
         """ADD until it succeeds, retried like a kubelet (a failed sandbox is retried with backoff)."""
-        if self.runtime == "containerd":
-            from sim import demo_containerd
-
-            demo_containerd.add_pod(self, node, pod, deadline)
-            return
-        if self.mode == "netns":
-            nx.add_namespace(pod.netns)
+        rt = self._pod_runtime()
+        rt.prepare(self, pod)
         backoff = 0.2
         while not self.stop.is_set():
             if pod.first_add_at is None:
                 pod.first_add_at = time.monotonic()
             pod.attempts += 1
-            code, body = self.cni(node, pod, "ADD")
-            if code == 0:
-                pod.ready_at = time.monotonic()
-                ips = body.get("ips") or []
-                pod.ip = str(ips[0]["address"]).split("/")[0] if ips else None
-                pod.kernel_ip = self._pod_ip(pod)
+            if rt.try_add(self, node, pod):
                 return
-            pod.last_error = f"{body.get('code', '?')}: {body.get('msg', '')}"
             if time.monotonic() > deadline:
                 return
             self.stop.wait(backoff)
             backoff = min(backoff * 2, 2.0)
 
     def del_pod(self, node: Node, pod: PodRecord) -> None:
-        if self.runtime == "containerd":
-            from sim import demo_containerd
-
-            demo_containerd.del_pod(self, node, pod)
-            return
-        code, body = self.cni(node, pod, "DEL", timeout_s=30.0)
-        if code != 0:
-            pod.last_error = f"DEL {body.get('code', '?')}: {body.get('msg', '')}"
-        pod.deleted = True
-        if self.mode == "netns":
-            nx.delete_namespace(pod.netns)
+        self._pod_runtime().del_pod(self, node, pod)
 
     def scale_out(self) -> float:
         self.phase = "scale-out"
@@ -737,15 +566,6 @@ class Demo:
             self.stop.wait(1.2)
             self.check_stop()
 
-    def leaked_enis(self) -> int:
-        """Detached ENIs tagged for the cluster (one filtered Describe, as an operator would check)."""
-        ec2 = self.stack.client("ec2")
-        resp = ec2.describe_network_interfaces(Filters=[
-            {"Name": "status", "Values": ["available"]},
-            {"Name": f"tag:{names.TAG_CLUSTER_NAME}", "Values": [self.o.cluster]},
-        ])
-        return len(resp.get("NetworkInterfaces", []))
-
     def run(self) -> dict[str, Any]:
         self.setup()
         if self.o.live:
@@ -757,8 +577,8 @@ class Demo:
         pools = self.node_pools()
         self.phase = "reconcile"
         self.reconcile()
-        stats = ec2_table(_http_json(self.stack.outputs["stats_url"]))  # before the demo's own check below
-        leaked = self.leaked_enis()
+        stats = ec2_table(host.http_json(self.stack.outputs["stats_url"]))  # before the demo's own check below
+        leaked = leaked_enis(self.stack.ec2)  # as the bench counts them (sim/figures.py)
         self.phase = "done"
         if self.live is not None:
             self.live.stop()
@@ -800,8 +620,6 @@ class Demo:
             self.live.stop()
             self.live = None
         if self.node_rt:  # sandboxes go first, while their agents can still take the DELs
-            from sim import demo_containerd
-
             demo_containerd.teardown(self)
         with self._procs_lock:
             procs = list(self._procs)
@@ -832,99 +650,3 @@ class Demo:
             sys.stdout = sys.__stdout__
             self._functions_log.close()
             self._functions_log = None
-
-
-# ----------------------------------------------------------------- command line
-
-
-def build_parser() -> argparse.ArgumentParser:
-    d = DemoOptions()
-    p = argparse.ArgumentParser(prog="warmpool demo", description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--nodes", type=int, default=d.nodes, help=f"nodes (default {d.nodes})")
-    p.add_argument("--pods-per-node", type=int, default=d.pods_per_node,
-                   help=f"pods per node in the scale-out (default {d.pods_per_node})")
-    p.add_argument("--json", dest="json_out", metavar="OUT", help="write the report as JSON to OUT")
-    p.add_argument("--instance-type", default=d.instance_type)
-    p.add_argument("--keep-per-node", type=int, default=d.keep_per_node, help="pods kept after the scale-down")
-    p.add_argument("--attach-delay", type=float, default=d.attach_delay_s, help="emulated EC2 attach delay (s)")
-    p.add_argument("--api-latency", type=float, default=d.api_latency_s, help="emulated EC2 latency per call (s)")
-    p.add_argument("--parallel", type=int, default=d.cni_parallel, help="CNI invocations in flight at once")
-    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                   help="agent environment override, e.g. WARM_IP_TARGET=1 (repeatable)")
-    p.add_argument("--no-netns", action="store_true", help="run without network namespaces")
-    p.add_argument("--runtime", choices=("auto", "containerd", "netns"), default=d.runtime,
-                   help="who makes the pods: containerd sandboxes through CRI, or bare namespaces "
-                        "(default auto: containerd when installed)")
-    p.add_argument("--no-live", action="store_true", help="no live status line")
-    return p
-
-
-def options_from_args(argv: list[str]) -> DemoOptions:
-    a = build_parser().parse_args(argv)
-    if a.nodes < 1 or a.pods_per_node < 1:
-        raise SystemExit("warmpool demo: --nodes and --pods-per-node must be at least 1")
-    env: dict[str, str] = {}
-    for item in a.env:
-        k, sep, v = item.partition("=")
-        if not sep or not k:
-            raise SystemExit(f"warmpool demo: --env {item!r}: expected KEY=VALUE")
-        env[k] = v
-    return DemoOptions(nodes=a.nodes, pods_per_node=a.pods_per_node, json_out=a.json_out,
-                       instance_type=a.instance_type, keep_per_node=max(0, min(a.keep_per_node, a.pods_per_node)),
-                       attach_delay_s=a.attach_delay, api_latency_s=a.api_latency, cni_parallel=a.parallel,
-                       netns=False if a.no_netns else None, agent_env=env, live=not a.no_live,
-                       runtime=a.runtime)
-
-
-@contextlib.contextmanager
-def signals_to(handler: Callable[[int], None]) -> Iterator[None]:
-    """SIGINT/SIGTERM call ``handler``; the previous handlers come back on exit."""
-    prev: Mapping[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        prev = {s: signal.signal(s, lambda signum, _f: handler(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in prev.items():
-            signal.signal(s, h)
-
-
-def main(argv: list[str]) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    opts = options_from_args(argv)
-    demo = Demo(opts)
-    status = 0
-    out = sys.stdout  # the functions' output is redirected while they run; the report comes here
-
-    def on_signal(signum: int) -> None:
-        if not demo.stop.is_set():
-            sys.stderr.write(f"\nwarmpool demo: {signal.Signals(signum).name}, stopping and cleaning up\n")
-        demo.stop.set()
-
-    try:
-        lock_wait = float(os.environ.get("WARMPOOL_DEMO_LOCK_WAIT_S", "0") or 0)
-        with single_run_lock(lock_wait), signals_to(on_signal):
-            try:
-                report = demo.run()
-            except Interrupted:
-                status = 130
-            except Exception as e:
-                demo.say(f"warmpool demo: failed: {type(e).__name__}: {e}")
-                status = 1
-            else:
-                print(render(report), file=out, flush=True)
-                if opts.json_out:
-                    dump(report, opts.json_out)
-                    print(f"  JSON written to {opts.json_out}", file=out, flush=True)
-                ok = (report["pods_ready"] == report["pods_requested"] and report["duplicate_ips"] == 0
-                      and report["leaked_enis"] == 0 and dataplane.passed(report))
-                status = 0 if ok else 1
-            finally:
-                demo.teardown()
-                leftovers = nx.list_namespaces() if demo.mode == "netns" else []
-                sys.stderr.write("warmpool demo: cleaned up"
-                                 + (f" (still present: {', '.join(leftovers)})" if leftovers else "") + "\n")
-    except RuntimeError as e:
-        sys.stderr.write(f"warmpool demo: {e}\n")
-        return 1
-    return status

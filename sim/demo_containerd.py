@@ -5,8 +5,8 @@ One containerd per node, started in the node's network namespace
 (:class:`sim.runtime_containerd.NodeRuntime`); a pod is a CRI sandbox made with
 RunPodSandbox, so the runtime — not the demo — calls ``warmpool-cni`` (ADD on
 RunPodSandbox, DEL on StopPodSandbox and again on RemovePodSandbox, as the
-kubelet's path does). A failed RunPodSandbox is retried with the same backoff as
-the bare-namespace path.
+kubelet's path does). A failed RunPodSandbox is retried like a bare-namespace ADD
+(:meth:`sim.demo.Demo.add_pod`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from sim.runtime_containerd import CriError, NodeRuntime, build_image, cleanup_run, remove_default_state
+from sim import demo_netns as nx
+from sim.runtime_containerd import NodeRuntime, cleanup_run, remove_default_state
+from sim.runtime_cri import CriError
+from sim.runtime_image import build_image
 
 if TYPE_CHECKING:
     from sim.demo import Demo, Node
@@ -27,7 +30,7 @@ def start(demo: Demo) -> None:
     """One containerd per node, each with the local busybox image imported; in parallel."""
     image = build_image(demo.run_dir / "busybox-oci.tar")
     for node in demo.nodes:
-        demo.node_rt[node.k] = NodeRuntime(demo.run_dir / "c" / str(node.k), node.ns, demo._cni, node.socket,
+        demo.node_rt[node.k] = NodeRuntime(demo.run_dir / "c" / str(node.k), node.ns, demo.cni_plugin, node.socket,
                                            image, demo.run_dir)
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, len(demo.nodes))) as pool:
@@ -37,29 +40,23 @@ def start(demo: Demo) -> None:
              f"(one per node namespace; CNI config: warmpool-cni, cniVersion 1.0.0)")
 
 
-def add_pod(demo: Demo, node: Node, pod: PodRecord, deadline: float) -> None:
-    """RunPodSandbox until it succeeds, then the pod's IP from PodSandboxStatus and its eth0."""
-    rt = demo.node_rt[node.k]
-    backoff = 0.2
-    while not demo.stop.is_set():
-        if pod.first_add_at is None:
-            pod.first_add_at = time.monotonic()
-        pod.attempts += 1
-        try:
-            sb = rt.run_pod(f"demo-{node.k}-{pod.index}", f"wp-demo-{node.k}-{pod.index}")
-        except CriError as e:
-            pod.last_error = e.details[-300:]
-        else:
-            pod.ready_at = time.monotonic()
-            pod.container_id = sb.id
-            pod.ip = sb.ip or None
-            pod.netns = os.path.basename(sb.netns)
-            pod.kernel_ip = demo._pod_ip(pod)
-            return
-        if time.monotonic() > deadline:
-            return
-        demo.stop.wait(backoff)
-        backoff = min(backoff * 2, 2.0)
+def prepare(demo: Demo, pod: PodRecord) -> None:
+    """Nothing before the first RunPodSandbox: containerd makes the pod's namespace."""
+
+
+def try_add(demo: Demo, node: Node, pod: PodRecord) -> bool:
+    """One RunPodSandbox; on success the pod's IP from PodSandboxStatus and its eth0."""
+    try:
+        sb = demo.node_rt[node.k].run_pod(f"demo-{node.k}-{pod.index}", f"wp-demo-{node.k}-{pod.index}")
+    except CriError as e:
+        pod.last_error = e.details[-300:]
+        return False
+    pod.ready_at = time.monotonic()
+    pod.container_id = sb.id
+    pod.ip = sb.ip or None
+    pod.netns = os.path.basename(sb.netns)
+    pod.kernel_ip = nx.address_of(pod.netns) if demo.mode == "netns" else None
+    return True
 
 
 def del_pod(demo: Demo, node: Node, pod: PodRecord) -> None:

@@ -63,6 +63,18 @@ def ip(*args: str, check: bool = True, timeout: float = 10.0) -> str:
     return r.stdout
 
 
+def address_of(ns: str, dev: str = "eth0") -> str | None:
+    """The first IPv4 address of ``dev`` in namespace ``ns`` as the kernel has it (None: none)."""
+    try:
+        rows = json.loads(ip("-j", "-n", ns, "-4", "addr", "show", "dev", dev, check=False) or "[]")
+    except ValueError:
+        return None
+    for r in rows:
+        for a in r.get("addr_info", []):
+            return str(a.get("local"))
+    return None
+
+
 def list_namespaces(prefix: str = PREFIX) -> list[str]:
     """``ip -j netns list``, names starting with ``prefix``."""
     out = ip("-j", "netns", "list", check=False).strip()
@@ -151,7 +163,8 @@ class Hypervisor:
     ``unplug`` removes a link whose ENI went away. Thread-safe.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, vpc_ns: str = VPC_NS) -> None:
+        self.vpc_ns = vpc_ns
         self._lock = threading.Lock()
         self._plugged: dict[str, dict[str, tuple[str, EniLink]]] = {}  # node ns -> mac -> (peer, eni)
         self._gateways: set[str] = set()
@@ -160,9 +173,9 @@ class Hypervisor:
 
     def start(self) -> None:
         """The VPC namespace with its bridge."""
-        add_namespace(VPC_NS)
-        ip("-n", VPC_NS, "link", "add", VPC_BRIDGE, "type", "bridge")
-        ip("-n", VPC_NS, "link", "set", VPC_BRIDGE, "up")
+        add_namespace(self.vpc_ns)
+        ip("-n", self.vpc_ns, "link", "add", VPC_BRIDGE, "type", "bridge")
+        ip("-n", self.vpc_ns, "link", "set", VPC_BRIDGE, "up")
 
     def add_node(self, ns: str) -> None:
         with self._lock:
@@ -190,14 +203,14 @@ class Hypervisor:
         if cidr in self._gateways:
             return
         net = ipaddress.IPv4Network(cidr)
-        ip("-n", VPC_NS, "addr", "add", f"{net.network_address + 1}/{net.prefixlen}", "dev", VPC_BRIDGE,
+        ip("-n", self.vpc_ns, "addr", "add", f"{net.network_address + 1}/{net.prefixlen}", "dev", VPC_BRIDGE,
            check=False)
         self._gateways.add(cidr)
 
     def plug(self, ns: str, eni: EniLink, configure_primary: bool = False) -> bool:
-        """``ip link add vK-N netns wp-demo-vpc type veth peer name eth<d> address <mac> netns <node>``,
-        the VPC end on the bridge. ``configure_primary`` gives the link its primary
-        address and a default route (what the instance's own DHCP does for device 0).
+        """``ip link add vN netns <VPC> type veth peer name eth<d> address <mac> netns <node>``,
+        the VPC end wired by :meth:`_wire_vpc_side`. ``configure_primary`` gives the link its
+        primary address and a default route (what the instance's own DHCP does for device 0).
         Returns False when the MAC was already plugged."""
         mac = eni.mac.lower()
         with self._lock:
@@ -209,10 +222,9 @@ class Hypervisor:
             name = f"eth{eni.device_index}"
             if any(e.device_index == eni.device_index for _, e in node.values()):
                 name = f"eth{eni.device_index}x{self._n}"[:15]
-            ip("link", "add", peer, "netns", VPC_NS, "type", "veth",
+            ip("link", "add", peer, "netns", self.vpc_ns, "type", "veth",
                "peer", "name", name, "address", mac, "netns", ns)
-            ip("-n", VPC_NS, "link", "set", peer, "master", VPC_BRIDGE, "up")
-            self._gateway(eni.subnet_cidr)
+            self._wire_vpc_side(peer, eni)
             if configure_primary:
                 net = ipaddress.IPv4Network(eni.subnet_cidr)
                 ip("-n", ns, "addr", "add", f"{eni.primary_ip}/{net.prefixlen}", "dev", name)
@@ -221,17 +233,22 @@ class Hypervisor:
                    check=False)
             node[mac] = (peer, eni)
             self.plugged_total += 1
-            log.info("plugged %s (%s) into %s as %s", eni.eni_id, mac, ns, name)
+            log.info("plugged %s (%s) into %s as %s (VPC side %s)", eni.eni_id, mac, ns, name, peer)
             return True
 
+    def _wire_vpc_side(self, peer: str, eni: EniLink) -> None:
+        """The VPC end of a new link (called under the lock): on the bridge, the subnet's router there."""
+        ip("-n", self.vpc_ns, "link", "set", peer, "master", VPC_BRIDGE, "up")
+        self._gateway(eni.subnet_cidr)
+
     def unplug(self, ns: str, mac: str) -> bool:
-        """``ip -n wp-demo-vpc link del <peer>`` (the node's end goes with it)."""
+        """``ip -n <VPC> link del <peer>`` (the node's end goes with it)."""
         mac = mac.lower()
         with self._lock:
             entry = self._plugged.get(ns, {}).pop(mac, None)
             if entry is None:
                 return False
-            ip("-n", VPC_NS, "link", "del", entry[0], check=False)
+            ip("-n", self.vpc_ns, "link", "del", entry[0], check=False)
             log.info("unplugged %s (%s) from %s", entry[1].eni_id, mac, ns)
             return True
 

@@ -8,23 +8,13 @@ Pure except :class:`LiveView`, which owns one thread writing to a stream.
 from __future__ import annotations
 
 import json
-import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-MUTATING = (
-    "AssignPrivateIpAddresses",
-    "UnassignPrivateIpAddresses",
-    "CreateNetworkInterface",
-    "AttachNetworkInterface",
-    "ModifyNetworkInterfaceAttribute",
-    "DetachNetworkInterface",
-    "DeleteNetworkInterface",
-    "CreateTags",
-    "DeleteTags",
-)
+from sim.figures import percentile
+from warmpool.buckets import MUTATING_ACTIONS
 
 
 @dataclass
@@ -49,15 +39,6 @@ class PodRecord:
         if self.first_add_at is None or self.ready_at is None:
             return None
         return self.ready_at - self.first_add_at
-
-
-def percentile(values: Iterable[float], q: float) -> float:
-    """Nearest-rank percentile (``q`` in 0..100); 0.0 for no values."""
-    xs = sorted(values)
-    if not xs:
-        return 0.0
-    rank = max(1, math.ceil(q / 100.0 * len(xs)))
-    return xs[min(rank, len(xs)) - 1]
 
 
 def duplicate_ips(holders: Iterable[tuple[str, str]]) -> int:
@@ -93,7 +74,7 @@ def ec2_delta(after: Mapping[str, Mapping[str, int]], before: Mapping[str, Mappi
 def totals(ec2: Mapping[str, Mapping[str, int]]) -> tuple[int, int, int]:
     """(all calls, mutating calls, throttled calls)."""
     calls = sum(v.get("calls", 0) for v in ec2.values())
-    mutating = sum(v.get("calls", 0) for a, v in ec2.items() if a in MUTATING)
+    mutating = sum(v.get("calls", 0) for a, v in ec2.items() if a in MUTATING_ACTIONS)
     throttled = sum(v.get("throttled", 0) for v in ec2.values())
     return calls, mutating, throttled
 
@@ -130,8 +111,8 @@ class DemoReport:
             "pods_requested": self.pods_requested,
             "pods_ready": len(self.ready()),
             "time_to_ip_s": {
-                "p50": round(percentile(times, 50), 3),
-                "p99": round(percentile(times, 99), 3),
+                "p50": round(percentile(times, 50) or 0.0, 3),
+                "p99": round(percentile(times, 99) or 0.0, 3),
                 "max": round(max(times, default=0.0), 3),
             },
             "ec2": self.ec2,

@@ -4,19 +4,16 @@ What it holds:
 
 * :func:`support`: whether containerd, runc, ``ctr`` and a static busybox are
   here (and we are root), else why not;
-* :func:`build_image`: a tiny OCI image (an OCI layout tarball holding a static
-  busybox and its applets), imported with ``ctr images import``, so no registry
-  is ever asked for anything;
 * :class:`Containerd`: one ``containerd`` per node, with its own root, state,
   socket and config under a directory of ours, started inside the node's
   network namespace with ``nsenter --net=`` (``ip netns exec`` remounts /sys,
   which breaks runc's cgroup lookup), CRI plugin configured with its own CNI
   ``bin_dir`` and ``conf_dir``;
-* :class:`CriClient`: the four CRI calls the kubelet makes for a pod's network
-  (RunPodSandbox, PodSandboxStatus, StopPodSandbox, RemovePodSandbox) over
-  gRPC, with the few protobuf messages encoded by hand (field numbers from
-  ``k8s.io/cri-api/pkg/apis/runtime/v1/api.proto``), so no generated code is
-  needed.
+* :class:`NodeRuntime`: containerd and CRI for one node, as the kubelet uses
+  them (a pod is a sandbox), and :func:`cleanup_run` for a crashed run.
+
+Its parts elsewhere: the image it imports (:mod:`sim.runtime_image`, a local
+busybox, no registry) and the CRI client (:mod:`sim.runtime_cri`).
 
 Settings measured on this machine (docs/agent.md, "Running under containerd"):
 ``restrict_oom_score_adj = true`` (the VM lacks CAP_SYS_RESOURCE; without it
@@ -27,56 +24,27 @@ fully named image (CRI prefixes a bare name with ``docker.io/`` and pulls).
 from __future__ import annotations
 
 import contextlib
-import gzip
-import hashlib
-import io
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
-import tarfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-IMAGE_REF = "docker.io/warmpool/busybox:local"
-"""Fully named: CRI would prefix a bare name with ``docker.io/`` and try to pull it."""
-BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")
+from sim.procfs import processes
+from sim.runtime_cri import CriClient, CriError, PortMapping
+from sim.runtime_image import IMAGE_REF, static_busybox
+
 CNI_PLUGIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
 K8S_NAMESPACE = "k8s.io"
 """containerd namespace the CRI plugin keeps its images and sandboxes in."""
-SLEEP_FOREVER = ["/bin/sleep", "2147483647"]
 
 
 # ----------------------------------------------------------------- what is here
-
-
-def _busybox() -> str | None:
-    for p in BUSYBOX_CANDIDATES:
-        if os.path.exists(p) and _is_static(p):
-            return p
-    return None
-
-
-def _is_static(path: str) -> bool:
-    """An ELF file without a PT_INTERP program header (no dynamic loader needed)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64)
-            if head[:4] != b"\x7fELF" or head[4] != 2:  # 64-bit only
-                return False
-            phoff = int.from_bytes(head[32:40], "little")
-            phentsize = int.from_bytes(head[54:56], "little")
-            phnum = int.from_bytes(head[56:58], "little")
-            f.seek(phoff)
-            table = f.read(phentsize * phnum)
-    except OSError:
-        return False
-    return all(int.from_bytes(table[i * phentsize: i * phentsize + 4], "little") != 3 for i in range(phnum))
 
 
 def cni_plugin(name: str) -> str | None:
@@ -93,7 +61,7 @@ def support() -> str | None:
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         return "not running as root"
     missing = [b for b in ("containerd", "runc", "ctr", "nsenter") if shutil.which(b) is None]
-    if _busybox() is None:
+    if static_busybox() is None:
         missing.append("busybox-static (a static /bin/busybox)")
     if cni_plugin("loopback") is None:
         missing.append("containernetworking-plugins (loopback)")
@@ -101,91 +69,6 @@ def support() -> str | None:
         return "not installed: " + ", ".join(missing) + " (apt-get install containerd runc busybox-static " \
             "containernetworking-plugins)"
     return None
-
-
-# ----------------------------------------------------------------- the image
-
-
-def _oci_arch() -> str:
-    m = platform.machine()
-    return {"x86_64": "amd64", "aarch64": "arm64"}.get(m, m)
-
-
-def _layer(busybox: str) -> bytes:
-    """An uncompressed layer: /bin/busybox and a symlink per applet."""
-    applets = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True).stdout.split()
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for d in ("bin", "etc", "proc", "sys", "dev", "tmp", "run"):
-            ti = tarfile.TarInfo(d)
-            ti.type, ti.mode = tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755
-            tar.addfile(ti)
-        data = Path(busybox).read_bytes()
-        ti = tarfile.TarInfo("bin/busybox")
-        ti.size, ti.mode = len(data), 0o755
-        tar.addfile(ti, io.BytesIO(data))
-        for a in sorted(set(applets) - {"busybox"}):
-            ti = tarfile.TarInfo(f"bin/{a}")
-            ti.type, ti.linkname = tarfile.SYMTYPE, "busybox"
-            tar.addfile(ti)
-        for name, text in (("etc/passwd", "root:x:0:0:root:/:/bin/sh\n"), ("etc/group", "root:x:0:\n")):
-            raw = text.encode()
-            ti = tarfile.TarInfo(name)
-            ti.size, ti.mode = len(raw), 0o644
-            tar.addfile(ti, io.BytesIO(raw))
-    return buf.getvalue()
-
-
-def _blob(tar: tarfile.TarFile, data: bytes) -> str:
-    digest = hashlib.sha256(data).hexdigest()
-    ti = tarfile.TarInfo(f"blobs/sha256/{digest}")
-    ti.size = len(data)
-    tar.addfile(ti, io.BytesIO(data))
-    return f"sha256:{digest}"
-
-
-def build_image(dest: Path, ref: str = IMAGE_REF, busybox: str | None = None) -> Path:
-    """An OCI layout tarball of a busybox image at ``dest`` (``ctr images import`` reads it).
-
-    The image's command sleeps forever, so it also serves as the CRI's sandbox
-    (``pause``) image."""
-    bb = busybox or _busybox()
-    if bb is None:
-        raise FileNotFoundError("no static busybox (apt-get install busybox-static)")
-    layer = _layer(bb)
-    gz = gzip.compress(layer, mtime=0)
-    diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
-    config = json.dumps({
-        "architecture": _oci_arch(), "os": "linux",
-        "config": {"Env": ["PATH=/bin"], "Cmd": SLEEP_FOREVER, "WorkingDir": "/"},
-        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-    }).encode()
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        cfg_digest = _blob(tar, config)
-        layer_digest = _blob(tar, gz)
-        manifest = json.dumps({
-            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cfg_digest,
-                       "size": len(config)},
-            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer_digest,
-                        "size": len(gz)}],
-        }).encode()
-        man_digest = _blob(tar, manifest)
-        index = json.dumps({
-            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-            "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": man_digest,
-                           "size": len(manifest),
-                           "platform": {"architecture": _oci_arch(), "os": "linux"},
-                           "annotations": {"io.containerd.image.name": ref,
-                                           "org.opencontainers.image.ref.name": ref.rsplit(":", 1)[-1]}}],
-        }).encode()
-        for name, data in (("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'), ("index.json", index)):
-            ti = tarfile.TarInfo(name)
-            ti.size = len(data)
-            tar.addfile(ti, io.BytesIO(data))
-    dest.write_bytes(buf.getvalue())
-    return dest
 
 
 # ----------------------------------------------------------------- containerd
@@ -335,18 +218,8 @@ state = "{b / 'state'}"
 
     def shim_pids(self) -> list[int]:
         """containerd-shim processes serving this containerd (they outlive it)."""
-        out = []
         needle = self.socket.encode()
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit():
-                continue
-            try:
-                cmd = (d / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"containerd-shim" in cmd and needle in cmd:
-                out.append(int(d.name))
-        return out
+        return [pid for pid, cmd in processes() if b"containerd-shim" in cmd and needle in cmd]
 
     def stop(self) -> None:
         """containerd, its shims and whatever they still run; mounts under ``base`` undone.
@@ -419,176 +292,6 @@ def unmount_under(base: Path) -> list[str]:
     for mp in sorted(points, key=len, reverse=True):
         subprocess.run(["umount", "-l", mp], capture_output=True, check=False)
     return points
-
-
-# ----------------------------------------------------------------- CRI over gRPC
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    n &= (1 << 64) - 1
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _field(num: int, value: bytes | str | int | bool) -> bytes:
-    if isinstance(value, bool | int):
-        return _varint(num << 3) + _varint(int(value))
-    raw = value.encode() if isinstance(value, str) else value
-    return _varint(num << 3 | 2) + _varint(len(raw)) + raw
-
-
-def _decode(buf: bytes) -> dict[int, list[bytes | int]]:
-    """One protobuf message level: field number -> values (bytes for length-delimited, int for varint)."""
-    out: dict[int, list[bytes | int]] = {}
-    i = 0
-
-    def varint() -> int:
-        nonlocal i
-        shift = result = 0
-        while True:
-            b = buf[i]
-            i += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-
-    while i < len(buf):
-        key = varint()
-        num, wt = key >> 3, key & 7
-        if wt == 0:
-            out.setdefault(num, []).append(varint())
-        elif wt == 2:
-            n = varint()
-            out.setdefault(num, []).append(buf[i: i + n])
-            i += n
-        elif wt == 1:
-            i += 8
-        elif wt == 5:
-            i += 4
-        else:
-            raise ValueError(f"protobuf wire type {wt} not supported")
-    return out
-
-
-def _str(msg: dict[int, list[bytes | int]], num: int) -> str:
-    v = msg.get(num, [b""])[0]
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
-@dataclass(frozen=True)
-class PortMapping:
-    container_port: int
-    host_port: int
-    protocol: str = "TCP"
-    host_ip: str = ""
-
-
-@dataclass(frozen=True)
-class SandboxStatus:
-    id: str
-    ready: bool
-    ip: str
-    netns: str
-    """The sandbox's network namespace path (from the verbose info), '' if not reported."""
-
-
-class CriError(Exception):
-    """A CRI call failed; ``details`` is the runtime's message (what the kubelet would show)."""
-
-    def __init__(self, method: str, code: str, details: str) -> None:
-        super().__init__(f"{method}: {code}: {details}")
-        self.method, self.code, self.details = method, code, details
-
-
-class CriClient:
-    """The kubelet's pod-network calls on containerd's CRI socket (``runtime.v1``)."""
-
-    SERVICE = "/runtime.v1.RuntimeService/"
-
-    def __init__(self, socket_path: str, timeout_s: float = 120.0) -> None:
-        import grpc  # only the runtime tier and the demo's containerd mode need it
-
-        self._grpc = grpc
-        self.channel = grpc.insecure_channel(f"unix://{socket_path}")
-        self.timeout_s = timeout_s
-
-    def close(self) -> None:
-        self.channel.close()
-
-    def _call(self, method: str, request: bytes, timeout_s: float | None = None) -> dict[int, list[bytes | int]]:
-        fn = self.channel.unary_unary(self.SERVICE + method)
-        try:
-            raw = fn(request, timeout=timeout_s or self.timeout_s)
-        except self._grpc.RpcError as e:
-            code = e.code().name if hasattr(e, "code") else "UNKNOWN"
-            details = e.details() if hasattr(e, "details") else str(e)
-            raise CriError(method, str(code), str(details)) from None
-        return _decode(raw)
-
-    def version(self) -> str:
-        m = self._call("Version", _field(1, "v1"), timeout_s=10)
-        return f"{_str(m, 2)} {_str(m, 3)} (CRI {_str(m, 4)})"
-
-    def wait_ready(self, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                self.version()
-                return
-            except CriError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)  # the harness waiting for a daemon
-
-    def run_pod_sandbox(self, name: str, uid: str, namespace: str = "default",
-                        ports: Sequence[PortMapping] = (), attempt: int = 0) -> str:
-        meta = _field(1, name) + _field(2, uid) + _field(3, namespace) + _field(4, attempt)
-        config = _field(1, meta) + _field(2, name[:63])
-        for p in ports:
-            proto = {"TCP": 0, "UDP": 1, "SCTP": 2}[p.protocol.upper()]
-            pm = _field(1, proto) + _field(2, p.container_port) + _field(3, p.host_port)
-            if p.host_ip:
-                pm += _field(4, p.host_ip)
-            config += _field(5, pm)
-        m = self._call("RunPodSandbox", _field(1, config))
-        return _str(m, 1)
-
-    def pod_sandbox_status(self, sandbox_id: str) -> SandboxStatus:
-        m = self._call("PodSandboxStatus", _field(1, sandbox_id) + _field(2, True), timeout_s=30)
-        st = _decode(m[1][0]) if 1 in m and isinstance(m[1][0], bytes) else {}
-        net_raw = st.get(5, [b""])[0]
-        net = _decode(net_raw) if isinstance(net_raw, bytes) else {}
-        netns = ""
-        for entry in m.get(2, []):  # map<string,string> info: entries of {1: key, 2: value}
-            if not isinstance(entry, bytes):
-                continue
-            kv = _decode(entry)
-            if _str(kv, 1) == "info":
-                with contextlib.suppress(ValueError):
-                    info = json.loads(_str(kv, 2))
-                    for ns in (info.get("runtimeSpec", {}).get("linux", {}).get("namespaces") or []):
-                        if ns.get("type") == "network":
-                            netns = str(ns.get("path", ""))
-        state = st.get(3, [0])[0]
-        return SandboxStatus(_str(st, 1), state == 0, _str(net, 1), netns)
-
-    def stop_pod_sandbox(self, sandbox_id: str) -> None:
-        self._call("StopPodSandbox", _field(1, sandbox_id))
-
-    def remove_pod_sandbox(self, sandbox_id: str) -> None:
-        self._call("RemovePodSandbox", _field(1, sandbox_id))
-
-    def list_pod_sandbox_ids(self) -> list[str]:
-        m = self._call("ListPodSandbox", b"", timeout_s=30)
-        return [_str(_decode(x), 1) for x in m.get(1, []) if isinstance(x, bytes)]
 
 
 # ----------------------------------------------------------------- one node's pods through CRI
@@ -695,17 +398,13 @@ def cleanup_run(run_dir: Path) -> list[str]:
     """A crashed run's containerds, shims, pinned namespaces and mounts under ``run_dir``."""
     out: list[str] = []
     needle = str(run_dir).encode()
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes()
-        except OSError:
+    for pid, cmd in processes():
+        if pid == os.getpid():
             continue
         if (b"containerd" in cmd.split(b"\0")[0] or b"containerd-shim" in cmd) and needle in cmd:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(d.name), signal.SIGKILL)
-                out.append(f"process {d.name} (containerd)")
+                os.kill(pid, signal.SIGKILL)
+                out.append(f"process {pid} (containerd)")
     pins = run_dir / PINS_FILE
     if pins.exists():
         for line in pins.read_text().split():

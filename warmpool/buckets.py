@@ -42,6 +42,11 @@ MUTATING_ENI_ACTIONS = (
     "AttachNetworkInterface",
     "DetachNetworkInterface",
 )
+"""EC2's mutating ENI actions: what a throttle storm loads and the allocator's buckets guard."""
+
+MUTATING_ACTIONS = (*MUTATING_ENI_ACTIONS, "CreateTags", "DeleteTags")
+"""Every mutating EC2 action warmpool or a baseline calls: the ENI actions and tagging. The
+``mutating_calls`` figure of the bench and the demo counts these."""
 
 DEFAULT_SPECS: dict[str, BucketSpec] = {
     "AssignPrivateIpAddresses": BucketSpec(capacity=100, refill_per_s=5),

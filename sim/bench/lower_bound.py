@@ -45,8 +45,6 @@ ATTACH = "AttachNetworkInterface"
 MODIFY = "ModifyNetworkInterfaceAttribute"
 DETACH = "DetachNetworkInterface"
 DELETE = "DeleteNetworkInterface"
-STORM_ACTIONS = frozenset(MUTATING_ENI_ACTIONS)
-"""A throttle storm loads every ENI action's bucket (as the bench's world applies it)."""
 
 
 @dataclass(frozen=True)
@@ -320,7 +318,7 @@ def online_lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> 
             spec_for(action, specs),
             fraction,  # 1.0: any allocator may spend the account's whole real bucket
             acct.background_load.get(action, 0.0),
-            storms if action in STORM_ACTIONS else (),
+            storms if action in MUTATING_ENI_ACTIONS else (),  # a storm loads every ENI action
         )
 
     # Which nodes must split the primary's fill in two: those whose join-time

@@ -4,7 +4,6 @@ seed, same events), then the figures of DESIGN.md's "Bench output"."""
 from __future__ import annotations
 
 import ipaddress
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from sim.bench.scenario import Scenario
 from sim.bench.strategies.base import Strategy
 from sim.bench.workload import Expanded, expand
 from sim.bench.world import World
+from sim.figures import leaked_enis, percentile
 
 
 class StrategyUnavailable(RuntimeError):
@@ -47,16 +47,6 @@ class Series:
     end_s: float = 0.0
     call_log: list[tuple[float, str, str]] = field(default_factory=list)
     """Every EC2 request: (time, action, "ok" | "throttled" | error code)."""
-
-
-def percentile(sorted_values: list[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not sorted_values:
-        return None
-    pos = (len(sorted_values) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
@@ -128,8 +118,8 @@ def collect(world: World, strategy: Strategy, lb: LowerBound) -> StrategyResult:
             for a in e.secondary:
                 owner_of[a] = node.instance_id
             for p in e.prefixes:
-                for a in ipaddress.IPv4Network(p):
-                    owner_of[str(a)] = node.instance_id
+                for addr in ipaddress.IPv4Network(p):
+                    owner_of[str(addr)] = node.instance_id
         assigned = live_on.get(name, 0)
         idle += max(0, total - assigned)
         final_nodes.append(
@@ -147,7 +137,6 @@ def collect(world: World, strategy: Strategy, lb: LowerBound) -> StrategyResult:
         ip = book.ip_of.get(pod)
         if ip is not None and owner_of.get(ip) != world.nodes[book.node_of[pod]].instance_id:
             duplicates += 1  # a pod holding an address EC2 does not give its node
-    leaked = sum(1 for e in emu.enis.values() if e.attachment is None)
 
     calls = dict(sorted(world.ec2.calls.items()))
     total_calls = sum(calls.values())
@@ -157,9 +146,9 @@ def collect(world: World, strategy: Strategy, lb: LowerBound) -> StrategyResult:
         pods_requested=world.expanded.pods_requested,
         pods_ready=ready,
         time_to_ip_s=Percentiles(
-            p50=_r(percentile(waits, 0.5)),
-            p90=_r(percentile(waits, 0.9)),
-            p99=_r(percentile(waits, 0.99)),
+            p50=_r(percentile(waits, 50)),
+            p90=_r(percentile(waits, 90)),
+            p99=_r(percentile(waits, 99)),
             max=_r(waits[-1] if waits else None),
         ),
         makespan_s=_r(makespan),
@@ -171,7 +160,7 @@ def collect(world: World, strategy: Strategy, lb: LowerBound) -> StrategyResult:
         idle_ips_target=idle_target(world.expanded.nodes, live_on),
         final_nodes=final_nodes,
         duplicate_ips=duplicates,
-        leaked_enis=leaked,
+        leaked_enis=leaked_enis(emu),
         lower_bound=lb,
         ratios=Ratios(
             mutating_calls_vs_lower_bound=_ratio(mutating, lb.mutating_calls),

@@ -21,9 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from warmpool.buckets import DEFAULT_SPECS, BucketSpec
 from warmpool.limits import KNOWN_TYPES
+from warmpool.pool import PoolConfig
 
-STRATEGIES = ("warmpool", "vpc-cni", "cilium")
 Strategy = Literal["warmpool", "vpc-cni", "cilium"]
+STRATEGIES: tuple[Strategy, ...] = ("warmpool", "vpc-cni", "cilium")
 FaultKind = Literal["throttle-storm", "lambda-crash", "duplicate-delivery", "attach-failure", "subnet-exhausted"]
 
 NonNeg = Annotated[float, Field(ge=0)]
@@ -68,6 +69,17 @@ class Env(_Model):
     @property
     def ip_target_mode(self) -> bool:
         return self.WARM_IP_TARGET > 0 or self.MINIMUM_IP_TARGET > 0
+
+    def pool_config(self) -> PoolConfig:
+        """The core's pool targets for these variables (warmpool's agent and the vpc-cni model)."""
+        return PoolConfig(
+            warm_ip=self.WARM_IP_TARGET,
+            minimum_ip=self.MINIMUM_IP_TARGET,
+            warm_eni=self.WARM_ENI_TARGET,
+            warm_prefix=self.WARM_PREFIX_TARGET,
+            max_eni=self.MAX_ENI,
+            prefix_mode=self.ENABLE_PREFIX_DELEGATION,
+        )
 
 
 class Cluster(_Model):

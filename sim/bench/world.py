@@ -9,6 +9,7 @@ and makes every EC2 call through :attr:`World.ec2` (which records them).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import random
@@ -24,13 +25,10 @@ from sim.bench.scenario import Scenario
 from sim.bench.workload import Expanded, NodeSpec
 from sim.clock import EventLoop
 from sim.ec2 import Ec2Config, Ec2Emulator
-from warmpool.buckets import MUTATING_ENI_ACTIONS
+from warmpool.buckets import MUTATING_ACTIONS, MUTATING_ENI_ACTIONS
 from warmpool.limits import PREFIX_SIZE, InstanceLimits, known
 from warmpool.names import cluster_tag_key
 
-MUTATING_ACTIONS = frozenset({*MUTATING_ENI_ACTIONS, "CreateTags", "DeleteTags"})
-STORM_ACTIONS = MUTATING_ENI_ACTIONS
-"""A throttle storm loads every ENI action's bucket."""
 ATTACH_FAILURE_CODE = "InternalError"
 QUIET_S = 240.0
 """A run has settled when nothing is pending and no mutating call happened for this long
@@ -358,15 +356,15 @@ class World:
         on_delete: Callable[[NodeRt, str], None],
     ) -> None:
         for spec in self.expanded.nodes:
-            self.loop.call_at(spec.join_at, lambda spec=spec: self._join(spec, on_join))
+            self.loop.call_at(spec.join_at, functools.partial(self._join, spec, on_join))
         for ev in self.expanded.events:
             if ev.kind == "add":
-                self.loop.call_at(ev.at, lambda ev=ev: self._add(ev.node, ev.pod, on_add))
+                self.loop.call_at(ev.at, functools.partial(self._add, ev.node, ev.pod, on_add))
             else:
-                self.loop.call_at(ev.at, lambda ev=ev: self._delete(ev.node, ev.pod, on_delete))
+                self.loop.call_at(ev.at, functools.partial(self._delete, ev.node, ev.pod, on_delete))
         for f in self.scenario.faults:
-            self.loop.call_at(f.at_s, lambda f=f: self._fault(f.kind, f.rate, f.subnet, True))
-            self.loop.call_at(f.end_s, lambda f=f: self._fault(f.kind, f.rate, f.subnet, False))
+            self.loop.call_at(f.at_s, functools.partial(self._fault, f.kind, f.rate, f.subnet, True))
+            self.loop.call_at(f.end_s, functools.partial(self._fault, f.kind, f.rate, f.subnet, False))
 
     def _join(self, spec: NodeSpec, on_join: Callable[[NodeRt], None]) -> None:
         iid = self.emu.run_instance(
@@ -395,7 +393,7 @@ class World:
         else:
             self.active_faults.pop(kind, None)
         if kind == "throttle-storm":
-            for action in STORM_ACTIONS:
+            for action in MUTATING_ENI_ACTIONS:  # a throttle storm loads every ENI action's bucket
                 self.emu.set_background_load(action, self.background.get(action, 0.0) + (rate if on else 0.0))
         elif kind == "attach-failure":
             self.emu.fail_rate("AttachNetworkInterface", ATTACH_FAILURE_CODE, rate if on else 0.0)

@@ -16,7 +16,7 @@ violation):
   age plus two reconcile intervals (and the throttling slack);
 * ``ledger-row-lost`` — a running node's ledger row forgotten or moved back;
 * ``stale-report-served``, ``lease``, ``allocator-raised`` (see
-  :mod:`sim.dst.world`), ``cni-*`` (CNI edge cases);
+  :mod:`sim.dst.world`), ``cni-*`` (CNI edge cases: :mod:`sim.dst.node`, :mod:`sim.dst.events`);
 * at the end: ``report-unserved`` (each live node's reports served),
   ``report-dead-lettered`` (a valid report in the DLQ without injected
   crashes to explain it), ``not-settled`` (pods waiting or the pool short of
@@ -36,7 +36,8 @@ from warmpool import names
 from warmpool.pool import ceiling
 
 if TYPE_CHECKING:
-    from sim.dst.world import SimAgent, World
+    from sim.dst.node import SimAgent
+    from sim.dst.world import World
 
 SEQ_AHEAD_LIMIT = 2**20
 """How far ahead of now (ms) the allocator lets a seq be (functions/allocator.py)."""

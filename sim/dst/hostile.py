@@ -35,13 +35,15 @@ import functools
 import json
 from typing import TYPE_CHECKING, Any
 
+from sim.dst.base import CLUSTER
 from sim.iid import IdentitySigner
 from warmpool import names
 from warmpool.limits import known
 from warmpool.messages import MAX_TARGET, EniReport, PoolReport, ReleaseOffer, Targets, parse_report
 
 if TYPE_CHECKING:
-    from sim.dst.world import SimAgent, World
+    from sim.dst.node import SimAgent
+    from sim.dst.world import World
 
 SEQ_AHEAD_LIMIT = 2**20
 """The allocator's bound (functions/allocator.py); kept here so a mutation test can lift it there."""
@@ -128,8 +130,6 @@ class Churner:
     its ENIs from EC2, as a compromised host reads IMDS."""
 
     def __init__(self, w: World, itype: str, period: float, until: float) -> None:
-        from sim.dst.world import CLUSTER
-
         self.w, self.period, self.until = w, period, until
         self.iid = w.emu.run_instance(itype, subnet_id=w.subnet,
                                       tags={names.cluster_tag_key(CLUSTER): "owned", "Name": "churner"})

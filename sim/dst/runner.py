@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import sys
 import time
 from collections import Counter
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sim.dst.schedule import EVENT_KINDS, FAULT_KINDS, SPAN_S, Event, Plan, draw
+from sim.figures import percentile
 
 Mutation = Callable[[Any], None]
 
@@ -160,10 +160,8 @@ def _fair_one(seed: int) -> tuple[list[float], list[float], list[str], list[int]
 
 
 def p99(xs: list[float]) -> float:
-    if not xs:
-        return 0.0
-    s = sorted(xs)
-    return s[min(len(s) - 1, math.ceil(0.99 * len(s)) - 1)]
+    """:func:`sim.figures.percentile` (0.0 for no waits)."""
+    return percentile(xs, 99) or 0.0
 
 
 def fairness(seeds: Iterable[int], jobs: int = 1) -> dict[str, Any]:

@@ -212,3 +212,14 @@ def test_kernel_settings_and_mtus(lab: Lab) -> None:
         assert ip_json(pod_ns, "link", "show", "eth0")[0]["mtu"] == 1400
     finally:
         subprocess.run(["ip", "netns", "del", pod_ns], check=False)
+
+
+def test_unplug_removes_the_vpc_side_link_from_this_vpcs_namespace(lab: Lab) -> None:
+    """A RoutedVpc with its own VPC namespace: unplugging an ENI deletes its veth there (the link
+    was once deleted by the default VPC namespace's name, so it stayed)."""
+    node = lab.nodes[0]
+    peer = lab.vpc._plugged[node.ns][node.eth1.mac][0]
+    assert ip_json(lab.vpc.vpc_ns, "link", "show", peer) != []
+    assert lab.vpc.unplug(node.ns, node.eth1.mac)
+    assert ip_json(lab.vpc.vpc_ns, "link", "show", peer) == []
+    assert node.eth1.mac not in lab.vpc.macs(node.ns)

@@ -171,14 +171,15 @@ def cluster() -> Iterator[Cluster]:
 def runtime_cluster(agent_env: dict[str, str] | None = None) -> Iterator[Cluster]:
     """The tier's cluster (also for measurement scripts): stack, one node, its agent under the
     DaemonSet's privileges, containerd in the node's namespace; everything removed on exit."""
-    from sim import demo
-    from sim.demo import Demo, DemoOptions, single_run_lock
+    from sim import demo_host
+    from sim.demo import Demo, DemoOptions
+    from sim.demo_host import single_run_lock
 
     priv = manifest.load()
     base = Path(tempfile.mkdtemp(prefix="wprt-", dir="/tmp"))  # short: unix socket paths stay < 108 bytes
     (base / "trace").mkdir()
     plugin = base / "warmpool-cni-traced"
-    plugin.write_text(TRACE_SHIM.format(trace=base / "trace", plugin=demo._bin("warmpool-cni")))
+    plugin.write_text(TRACE_SHIM.format(trace=base / "trace", plugin=demo_host.console_script("warmpool-cni")))
     plugin.chmod(0o755)
 
     def wrap(node: Any, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
@@ -195,17 +196,17 @@ def runtime_cluster(agent_env: dict[str, str] | None = None) -> Iterator[Cluster
     with single_run_lock(wait_s=300):
         d = Demo(opts, stream=sys.stderr)
         d.run_dir = base / "run"
-        d._cni = str(plugin)
+        d.cni_plugin = str(plugin)
         # The demo's setup would pick the console script; the traced shim stands in front of it.
-        orig_bin = demo._bin
-        demo._bin = lambda name: str(plugin) if name == "warmpool-cni" else orig_bin(name)
+        orig_bin = demo_host.console_script
+        demo_host.console_script = lambda name: str(plugin) if name == "warmpool-cni" else orig_bin(name)
         try:
             d.setup()
             c = Cluster(d, priv, base)
             c.wait_pool(int(d.nodes[0].env["MINIMUM_IP_TARGET"]))
             yield c
         finally:
-            demo._bin = orig_bin
+            demo_host.console_script = orig_bin
             d.teardown()
             sys.stdout = stdout
             manifest.remove_created()

@@ -13,7 +13,7 @@ import argparse
 import sys
 import time
 
-from sim.demo_report import percentile
+from sim.figures import percentile
 from tests.runtime.conftest import runtime_cluster
 
 
@@ -38,8 +38,9 @@ def main() -> None:
         for name, xs in (("RunPodSandbox (sandbox + ADD)", add), ("Stop+RemovePodSandbox (DEL)", rm),
                          ("warmpool-cni ADD as run", c.plugin_seconds("ADD")),
                          ("warmpool-cni DEL as run", c.plugin_seconds("DEL"))):
-            print(f"{name:32s} n={len(xs)}  p50 {percentile(xs, 50) * 1000:6.0f} ms  "
-                  f"p99 {percentile(xs, 99) * 1000:6.0f} ms  max {max(xs) * 1000:6.0f} ms", file=out)
+            p50, p99 = percentile(xs, 50) or 0.0, percentile(xs, 99) or 0.0
+            print(f"{name:32s} n={len(xs)}  p50 {p50 * 1000:6.0f} ms  "
+                  f"p99 {p99 * 1000:6.0f} ms  max {max(xs) * 1000:6.0f} ms", file=out)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,12 @@ from node_agent.cniserver import CniService
 from node_agent.datastore import Datastore
 from node_agent.hostnet import PodRefused, netns_problem
 from node_agent.records import EniInfo
-from sim.dst import runner, world
+from sim.clock import VirtualClock
+from sim.dst import base, runner, world
+from sim.dst.node import SimPods
 from sim.dst.runner import SeedResult, plan_for, run_seed
 from sim.dst.schedule import EVENT_KINDS, draw
-from warmpool.clock import VirtualClock
+from warmpool import names
 
 pytestmark = pytest.mark.sim
 
@@ -310,8 +312,8 @@ def test_a_young_unlisted_attachment_is_left_alone_and_collected_by_a_later_gc()
 
 
 def test_the_sim_pods_refuse_host_namespaces_as_the_agent_does() -> None:
-    pods = world.SimPods(Any, "n0")  # type: ignore[arg-type]
-    for path in world.HOST_NETNS:
+    pods = SimPods(Any, "n0")  # type: ignore[arg-type]
+    for path in base.HOST_NETNS:
         why = pods.check_netns(path)
         assert why is not None and "network namespace, not a pod's" in why, why
         assert netns_problem(path) is not None  # the real check, on this machine's namespaces
@@ -457,7 +459,7 @@ def test_every_mutating_call_of_the_allocator_is_lease_checked() -> None:
     for kw in ({"InstanceId": iid}, {"NetworkInterfaceId": eni.id}, {"Resources": [eni.id]},
                {"AttachmentId": eni.attachment.id},
                {"TagSpecifications": [{"ResourceType": "network-interface",
-                                       "Tags": [{"Key": world.names.TAG_INSTANCE_ID, "Value": iid}]}]}):
+                                       "Tags": [{"Key": names.TAG_INSTANCE_ID, "Value": iid}]}]}):
         assert w.iid_of_call(kw) == iid, kw
 
 
@@ -472,8 +474,8 @@ def test_the_sims_agents_sign_and_the_allocator_verifies() -> None:
     sent: list[str] = []
     real = w.send_report
     w.send_report = lambda a, body: (sent.append(body), real(a, body))[1]  # type: ignore[method-assign]
-    w.loop.every(world.ESM_EVERY_S, w.esm_tick, start=world.T0 + 0.5)
-    w.loop.run_until(world.T0 + 60, stop=w._after)
+    w.loop.every(base.ESM_EVERY_S, w.esm_tick, start=base.T0 + 0.5)
+    w.loop.run_until(base.T0 + 60, stop=w._after)
     assert sent
     for body in sent:
         rep = parse_report(body)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import tomllib
+from pathlib import Path
+
 import pytest
 
 from sim import max_pods as cli
 from warmpool.limits import KNOWN_TYPES, known, max_pods, parse_table
-from warmpool.limits_data import TABLE
+from warmpool.limits_data import DATA_FILE, TABLE
 
 
 @pytest.mark.parametrize(
@@ -80,3 +84,17 @@ def test_from_describe_counts_the_default_cards_enis_like_the_table() -> None:
                             "NetworkCards": [{"NetworkCardIndex": 0, "MaximumNetworkInterfaces": 8},
                                              {"NetworkCardIndex": 1, "MaximumNetworkInterfaces": 8}]}}
     assert InstanceLimits.from_describe(item) == known("c6in.32xlarge")
+
+
+def test_the_table_is_the_one_the_module_held_before_it_became_package_data() -> None:
+    """warmpool/limits_table.txt holds, byte for byte, the table warmpool/limits_data.py
+    carried inline (1,022 types); regenerating it changes this digest on purpose."""
+    assert len(TABLE.splitlines()) == 1022
+    assert hashlib.sha256(TABLE.encode()).hexdigest() == (
+        "e7ba520ec542f3f904f016e1fedd62d59c200e2fa3094736bd72e9f80ef30b58")
+
+
+def test_the_table_ships_as_package_data() -> None:
+    """A wheel (the agent image installs one) carries the file only if pyproject says so."""
+    cfg = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert DATA_FILE in cfg["tool"]["setuptools"]["package-data"]["warmpool"]

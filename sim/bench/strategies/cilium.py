@@ -51,6 +51,7 @@ docs/bench.md cites the source function of each behaviour.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -176,13 +177,17 @@ class Operator:
         self.nodes[rt.spec.name] = node
         spawn(self.w.loop, self.register(node))
 
+    def describe_node_enis(self, node: _Node) -> Proc[dict[str, Any]]:
+        """One ``DescribeNetworkInterfaces`` filtered by the node's instance (``InstanceSync``)."""
+        return self.call(
+            "describe_network_interfaces",
+            "DescribeNetworkInterfaces",
+            Filters=[{"Name": "attachment.instance-id", "Values": [node.rt.instance_id]}],
+        )
+
     def register(self, node: _Node) -> Proc[None]:
         try:
-            yield from self.call(
-                "describe_network_interfaces",
-                "DescribeNetworkInterfaces",
-                Filters=[{"Name": "attachment.instance-id", "Values": [node.rt.instance_id]}],
-            )
+            yield from self.describe_node_enis(node)
         except ClientError:
             self.counts["instance_sync_failed"] += 1
             return  # the next full resync picks it up
@@ -258,15 +263,15 @@ class Operator:
             self.workers += 1
             # Start on the loop, not inline: a maintenance with nothing to do ends at
             # once, and finishing it dispatches again (no recursion through 1,000 nodes).
-            self.w.loop.call_later(
-                0.0,
-                lambda node=node: spawn(
-                    self.w.loop,
-                    self.maintain(node),
-                    on_done=lambda mutated: self.finished(node, bool(mutated)),
-                    on_error=lambda exc: self.failed(node, exc),
-                ),
-            )
+            self.w.loop.call_later(0.0, functools.partial(self._spawn_maintenance, node))
+
+    def _spawn_maintenance(self, node: _Node) -> None:
+        spawn(
+            self.w.loop,
+            self.maintain(node),
+            on_done=lambda mutated: self.finished(node, bool(mutated)),
+            on_error=lambda exc: self.failed(node, exc),
+        )
 
     def _release_worker(self, node: _Node) -> None:
         self.workers -= 1
@@ -335,11 +340,7 @@ class Operator:
         """The node's instance sync (one filtered DescribeNetworkInterfaces), then ``NodeManager.Resync``."""
         started = self.w.now()
         try:
-            yield from self.call(
-                "describe_network_interfaces",
-                "DescribeNetworkInterfaces",
-                Filters=[{"Name": "attachment.instance-id", "Values": [node.rt.instance_id]}],
-            )
+            yield from self.describe_node_enis(node)
         except ClientError:
             self.counts["instance_sync_failed"] += 1
             return

@@ -41,6 +41,7 @@ each behaviour.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +50,7 @@ from botocore.exceptions import ClientError
 from sim.bench.proc import Proc, StandardRetryer, ec2_call, error_code, spawn, wait_until
 from sim.bench.world import NodePool, NodeRt, World
 from warmpool.names import TAG_CLUSTER_NAME, TAG_CREATED_AT, TAG_INSTANCE_ID
-from warmpool.pool import PoolConfig, PoolState, compute
+from warmpool.pool import PoolState, compute
 
 LOOP_S = 5.0
 DECREASE_INTERVAL_S = 30.0
@@ -84,14 +85,7 @@ class Ipamd:
         self.node = node
         self.owner = owner
         env = node.spec.env
-        self.cfg = PoolConfig(
-            warm_ip=env.WARM_IP_TARGET,
-            minimum_ip=env.MINIMUM_IP_TARGET,
-            warm_eni=env.WARM_ENI_TARGET,
-            warm_prefix=env.WARM_PREFIX_TARGET,
-            max_eni=env.MAX_ENI,
-            prefix_mode=env.ENABLE_PREFIX_DELEGATION,
-        )
+        self.cfg = env.pool_config()
         self.pool = NodePool(env.IP_COOLDOWN_PERIOD)
         self.enis: dict[str, _Eni] = {}
         self.last_decrease = -1e18
@@ -339,7 +333,7 @@ class Ipamd:
                 yield from self.call(
                     "detach_network_interface", "DetachNetworkInterface", AttachmentId=eni.attachment.id
                 )
-            yield from wait_until(lambda e=e: self.w.eni_gone_or_detached(e.eni_id), POLL_S, ATTACH_WAIT_S)
+            yield from wait_until(functools.partial(self.w.eni_gone_or_detached, e.eni_id), POLL_S, ATTACH_WAIT_S)
             yield from self.call("delete_network_interface", "DeleteNetworkInterface", NetworkInterfaceId=e.eni_id)
             return
 

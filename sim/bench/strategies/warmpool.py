@@ -69,7 +69,6 @@ from sim.sqs import FastSqs
 from warmpool import names
 from warmpool.buckets import BucketSpec, spec_for
 from warmpool.messages import MessageError, parse_result
-from warmpool.pool import PoolConfig
 
 AGENT_TICK_S = 2.0
 RESYNC_S = 60.0
@@ -488,7 +487,7 @@ class Warmpool:
     def start(self) -> None:
         self.w.schedule(self._join, self._add, self._delete)
         for c in self.clusters.values():
-            self.w.loop.every(RECONCILE_EVERY_S, lambda c=c: self._reconcile(c), start=RECONCILE_EVERY_S)
+            self.w.loop.every(RECONCILE_EVERY_S, functools.partial(self._reconcile, c), start=RECONCILE_EVERY_S)
 
     def _reconcile(self, c: _Cluster) -> None:
         try:
@@ -528,14 +527,7 @@ class Warmpool:
                 availability_zone=spec.az,
             ),
             node.limits,
-            PoolConfig(
-                warm_ip=env.WARM_IP_TARGET,
-                minimum_ip=env.MINIMUM_IP_TARGET,
-                warm_eni=env.WARM_ENI_TARGET,
-                warm_prefix=env.WARM_PREFIX_TARGET,
-                max_eni=env.MAX_ENI,
-                prefix_mode=env.ENABLE_PREFIX_DELEGATION,
-            ),
+            env.pool_config(),
             ds,
             Timing(cooldown_s=env.IP_COOLDOWN_PERIOD),
             metadata=_EmuMetadata(w, node.instance_id),

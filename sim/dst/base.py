@@ -1,0 +1,46 @@
+"""What every part of a seed's world shares: its fixed settings (the production
+agent's and functions' defaults where they have one) and the exceptions that
+stop a part of it (an agent killed, an invocation crashed, the run stopped).
+"""
+
+from __future__ import annotations
+
+from node_agent.config import ENV_CLUSTER_NAME
+from node_agent.config import load as load_agent_config
+
+T0 = 1_700_000_000.0
+CLUSTER = "dst"
+SUBNET_CIDR = "10.0.0.0/23"
+AGENT_CONFIG = load_agent_config({ENV_CLUSTER_NAME: CLUSTER})
+"""A production agent's settings (defaults, checked as the agent checks them at start:
+release timeout >= MIN_RELEASE_TIMEOUT_S, ...)."""
+TIMING = AGENT_CONFIG.timing  # cooldown 30 s, release delay 60 s, release timeout 120 s
+GC_MIN_AGE_S = 60.0
+"""The agent's CniService default (node_agent/agent.py does not change it)."""
+GC_AGE_S = 120.0
+RECONCILE_EVERY_S = 60.0
+AGENT_EVERY_S = 2.0
+RESYNC_S = AGENT_CONFIG.resync_s
+ESM_EVERY_S = 1.0
+FUNCTION_TIMEOUT_S = 300
+REPORTS_VISIBILITY_S = 300
+HOST_NETNS = ("/proc/1/ns/net", "/proc/self/ns/net")
+"""The paths by which a CNI call could name the host's network namespace (the agent runs
+with host networking: its own namespace is the host's, and the node's is its own)."""
+HOST_IFNAMES = ("eth0", "ens5", "lo")
+HOST_NS_ID = (4, 4026531840)
+"""(device, inode) of the host's network namespace (nsfs)."""
+POD_NETNS_DIR = "/var/run/netns/"
+DESCRIBE_ACTIONS = ("DescribeInstances", "DescribeNetworkInterfaces")
+
+
+class AgentKilled(BaseException):
+    """kill -9 of the agent process (nothing in the agent may catch it)."""
+
+
+class LambdaCrash(BaseException):
+    """The invocation's process dies (nothing in the allocator may catch it)."""
+
+
+class Stop(BaseException):
+    """A violation was found: stop the run."""
