@@ -152,6 +152,12 @@ def _hostile_node(w: World, k: str, x: dict[str, Any]) -> None:
         if sender is not None:
             hostile.name_spray(w, sender, x["n"])
         return
+    if k == "result-theft":
+        thief, victim = sender, w.agents.get(x["victim"])
+        if thief is not None and victim is not None:
+            w.fault("result-theft")
+            hostile.result_theft(w, thief, victim, w.now() + x["dur"])
+        return
     victim = w.agents.get(x["victim"])
     if victim is None:
         return

@@ -21,7 +21,12 @@ Kinds (each a seeded event, :mod:`sim.dst.schedule`):
   node names;
 * ``churner``: a rogue instance of the cluster (valid identity, no agent)
   whose reports flip between "fill everything" and "release everything"
-  (:class:`Churner`).
+  (:class:`Churner`);
+* ``result-theft``: the compromised node drains another node's result queue
+  for a while (an agent's role may receive and delete on every result queue of
+  the cluster: SQS cannot tell one node's credentials from another's under Pod
+  Identity or IRSA). The victim never sees those results; what the allocator
+  did is in EC2 all the same, and the victim must learn it from IMDS.
 
 Every crafted report is remembered (instance, seq): the allocator acting on
 one (a ledger row at that seq, a result in reply to it) is the violation
@@ -172,6 +177,23 @@ class Churner:
         w.fault("churner:" + ("fill" if self.fill else "release"))
         self.fill = not self.fill
         w.loop.call_later(self.period, self.step)
+
+
+def result_theft(w: World, thief: SimAgent, victim: SimAgent, until: float, every: float = 0.5) -> None:
+    """Receive and delete whatever the victim's result queue holds, every ``every`` s until
+    ``until`` (the thief polls faster than the victim's agent, so most results go to it)."""
+    if w.now() >= until or thief.gone or victim.gone:
+        return
+    try:
+        msgs = thief.sqs.receive_message(QueueUrl=victim.result_url, MaxNumberOfMessages=10,
+                                         VisibilityTimeout=60).get("Messages", [])
+    except Exception:  # the queue is gone (the victim terminated): nothing more to take
+        return
+    for m in msgs:
+        thief.sqs.delete_message(QueueUrl=victim.result_url, ReceiptHandle=m["ReceiptHandle"])
+    if msgs:
+        w.fault("result-theft:taken", len(msgs))
+    w.loop.call_later(every, lambda: result_theft(w, thief, victim, until, every))
 
 
 def forged_detail(body: str) -> str:

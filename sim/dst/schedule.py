@@ -24,11 +24,11 @@ FAULT_KINDS = (
     "throttle-storm", "foreign-load", "subnet-exhausted", "fragmentation", "attach-failure",
     "terminate", "replace-node", "cni-overlap", "cni-interrupted", "cni-gc", "cni-hostile",
     "ddb-unprocessed", "queue-delete-failure", "reconcile-race",
-    "forged-release", "seq-poison", "name-spray", "churner",
+    "forged-release", "seq-poison", "name-spray", "churner", "result-theft",
 )
 """Every kind of fault the schedule can hold."""
 EVENT_KINDS = ("pods-add", "pods-del", "churn", *FAULT_KINDS)
-HOSTILE_KINDS = ("forged-release", "seq-poison", "name-spray", "churner")
+HOSTILE_KINDS = ("forged-release", "seq-poison", "name-spray", "churner", "result-theft")
 """Issue 12's hostile nodes (:mod:`sim.dst.hostile`): drawn from their own generator, so a
 seed's other events are those it drew before they existed."""
 IDENTITIES = ("own", "none", "bad-signature")
@@ -182,4 +182,11 @@ def _hostile(seed: int, names: list[str]) -> list[Event]:
         ev.append(Event(round(rng.uniform(0, SPAN_S / 2), 1), "churner",
                         {"itype": rng.choice(INSTANCE_TYPES), "dur": round(rng.uniform(60, 300), 1),
                          "period": rng.choice((2.0, 5.0, 10.0))}))
+    # Drawn last (and from its own generator), so the kinds above are what they were before it.
+    theft = random.Random(f"dst/{seed}/result-theft")
+    if theft.random() < 0.15:
+        thief = theft.choice(names)
+        ev.append(Event(round(theft.uniform(20, SPAN_S / 2), 1), "result-theft",
+                        {"node": thief, "victim": theft.choice([n for n in names if n != thief]),
+                         "dur": round(theft.uniform(30, 240), 1)}))
     return ev

@@ -154,3 +154,53 @@ def test_without_the_pod_ceiling_the_churner_starves_seed_94() -> None:
     _, churned, _ = fairness_plans(94)
     violations, _ = run_plan(churned, mutate=_no_pod_ceiling)
     assert any(inv == "not-settled" for inv, _ in violations), violations
+
+
+def _never_resyncs(w: Any) -> None:
+    """A broken agent: never reconciles with IMDS, so it learns addresses only from results."""
+    def change(a: Any) -> None:
+        if getattr(a, "ctl", None) is not None:
+            a.ctl.resync = lambda now: []
+
+    def wrap(a: Any) -> None:
+        boot = a.boot
+
+        def booted() -> None:
+            boot()
+            change(a)
+
+        a.boot = booted
+        change(a)
+
+    for a in w.agents.values():
+        wrap(a)
+    join = w.join
+
+    def joined(name: str, itype: str) -> Any:
+        a = join(name, itype)
+        wrap(a)
+        return a
+
+    w.join = joined
+
+
+def test_stolen_results_change_nothing_but_the_agent_must_read_imds_for_them() -> None:
+    """Issue 12: any agent may receive and delete on every result queue of its cluster (SQS
+    cannot tell one node's Pod Identity credentials from another's). A thief draining a
+    victim's results breaks no invariant (the seeds keep every one), because the victim learns
+    what EC2 did from IMDS. With that resync taken out, the theft leaves addresses EC2 put on
+    the victim unknown to its agent (``address-leaked``), and the same seeds without the theft
+    do not."""
+    seeds = _seeds(lambda e: e.kind == "result-theft", n=12, upto=200)
+    hits = []
+    for s in seeds:
+        r = run_seed(s, mutate=_never_resyncs, shrink=False)
+        if not r.violations or r.violations[0]["invariant"] != "address-leaked":
+            continue
+        if run_seed(s, mutate=_never_resyncs, shrink=False, without=frozenset({"result-theft"})).violations:
+            continue  # the broken agent fails this seed for another reason too: not the theft's doing
+        assert r.faults.get("result-theft:taken", 0) > 0
+        assert not run_seed(s, shrink=False).violations
+        hits.append(s)
+        break
+    assert hits, seeds
