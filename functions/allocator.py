@@ -3,33 +3,40 @@
 Plain logic behind ports (EC2, SQS, token buckets, ledger, leases, clock), so
 the Lambda handler, the integration tests and the bench run this same code.
 
-Per batch (DESIGN.md, issue 4):
+:meth:`Allocator.handle_batch` runs the batch's stages in order (DESIGN.md,
+issue 4); each node travels as one explicit object, an
+:class:`functions.intake.Incoming` (record and report) until it is planned,
+then a :class:`functions.execute.NodeJob` (plus facts, limits, plan, ceiling):
 
-1. validate every record (invalid → DLQ at once with the reason, counted, not retried);
-2. coalesce: newest report per node; at or below the ledger's seq → dropped;
-3. verify with one round of filtered Describe calls for the whole batch
-   (instance exists, running, tagged for the cluster; reported ENIs its own);
-4. plan each node (core planner) and order (core priority);
+1. parse and verify every record: invalid → DLQ at once with the reason,
+   counted, not retried; a report whose identity or sender does not check
+   out is rejected the same way;
+2. read the ledger's seqs; refuse a seq too far ahead;
+3. coalesce: newest report per node; at or below the ledger's seq → dropped;
+   offers too old to act on are dropped from the reports kept;
+4. one round of filtered Describe calls for the whole batch, paid for first
+   (instance exists, running, tagged for the cluster; reported ENIs its own),
+   then each node planned (core planner, the release rules of
+   :mod:`functions.releases`) and ordered (core priority);
 5. take every node's tokens before its first call, in one conditional store
-   write for the batch; a node that cannot be paid for now is deferred —
-   its report re-sent with a delay, its result says ``deferred``;
+   write for the batch, within its fair share; a node that cannot be paid for
+   now is deferred — its report re-sent with a delay, its result says
+   ``deferred``;
 6. claim a lease per paid node, then re-check the ledger (a node served
    meanwhile by another invocation is re-read before acting);
-7. execute the nodes concurrently (an injectable mapper), record the ledger,
-   push results, release the leases.
+7. execute the nodes concurrently (an injectable mapper);
+8. record the ledger, push results and deferrals, release the leases.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import math
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
@@ -37,9 +44,20 @@ from botocore.exceptions import ClientError
 from functions.delivery import Deferral, Delivery
 from functions.ec2 import FILTER_CHUNK, Ec2
 from functions.errors import AwsError, Throttled
-from functions.execute import NodeJob, NodeOutcome, PlanExecutor, offer_expired, unmet
+from functions.execute import NodeJob, NodeOutcome, PlanExecutor, unmet
 from functions.fairness import FairShare
-from functions.identity import IdentityConfigError, IdentityRejected, TrustedKeys, verify_report_identity
+from functions.identity import IdentityRejected, verify_report_identity
+from functions.intake import (
+    SEQ_AHEAD_LIMIT,
+    SEQ_TOO_FAR,
+    BatchOutcome,
+    Incoming,
+    Record,
+    secure_transport_policy,
+    sender_matches,
+    trusted_keys,
+)
+from functions.releases import count_flip, fresh_offers, hold_releases, load_flips, save_flips
 from functions.settings import LEASE_TTL_MARGIN_S, Settings
 from functions.telemetry import Tally
 from warmpool import names
@@ -48,78 +66,31 @@ from warmpool.clock import Clock
 from warmpool.eni_scope import primary_eni_tag
 from warmpool.facts import NodeFacts
 from warmpool.limits import InstanceLimits
-from warmpool.messages import (
-    AllocationResult,
-    Deferred,
-    Failed,
-    MessageError,
-    PoolReport,
-    ReleaseOffer,
-    parse_report,
-)
+from warmpool.messages import AllocationResult, Deferred, Failed, MessageError, PoolReport, parse_report
 from warmpool.names import (
     M_DESCRIBE_THROTTLED,
     M_FAIR_SHARE_DEFERRED,
-    M_FLIPS_UNSHARED,
     M_IDENTITY_UNVERIFIED,
     M_LEDGER_UNREAD,
-    M_NODES_DAMPED,
-    M_OFFERS_EXPIRED,
-    M_OFFERS_UNDATED,
     M_PRIMARY_ENIS_TAGGED,
-    M_RELEASES_HELD,
     M_RESULT_QUEUES_CREATED,
     M_TOKENS_FORFEITED,
 )
-from warmpool.planner import (
-    DeleteEni,
-    Plan,
-    Reclaim,
-    TagPrimaryEni,
-    UnassignAddresses,
-    node_max_pods,
-    plan_node,
-)
+from warmpool.planner import Plan, TagPrimaryEni, node_max_pods, plan_node
 from warmpool.ports import BucketStore, Ec2Api, Ec2Port, FlipStore, LeaseStore, Ledger, LedgerUnread, SqsApi
 from warmpool.scheduling import coalesce, priority_key
+
+__all__ = ["SEQ_AHEAD_LIMIT", "Allocator", "BatchOutcome", "Mapper", "Record", "ThreadMapper", "serial_map"]
+"""The allocator's interface: a batch of :class:`Record` in, a :class:`BatchOutcome` out."""
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-
-def secure_transport_policy(settings: Settings, queue_name: str) -> str | None:
-    """The queue policy the stack's own queues have (``enforce_ssl``): deny every SQS action
-    over plain HTTP. For the result queues the allocator creates; their ARN is built from the
-    reports queue's account and the region. None when the account is unknown (no reports URL)."""
-    parts = settings.reports_queue_url.rstrip("/").split("/")
-    account = parts[-2] if len(parts) >= 2 else ""
-    if not (len(account) == 12 and account.isdigit()):
-        return None
-    region = settings.region
-    partition = "aws-cn" if region.startswith("cn-") else "aws-us-gov" if region.startswith("us-gov-") else "aws"
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [{
-            "Sid": "DenyInsecureTransport",
-            "Effect": "Deny",
-            "Principal": {"AWS": "*"},
-            "Action": "sqs:*",
-            "Resource": f"arn:{partition}:sqs:{region}:{account}:{queue_name}",
-            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-        }],
-    })
-
-
 DEADLINE_REASON = "invocation deadline"
-SEQ_AHEAD_LIMIT = 2**20
-"""A report's seq may be at most this far ahead of ``max(last seq seen, now in
-ms)`` (the agent's seq is ``max(last + 1, now_ms)``): a node cannot poison
-its own ledger row with a huge seq that makes every later report stale."""
 TAG_BATCH = 1000
 """CreateTags takes up to 1,000 resources a call: one call tags a batch's new primary ENIs."""
-SEQ_TOO_FAR = "seq-too-far-ahead"
 Mapper = Callable[[Callable[[T], R], Sequence[T]], list[R]]
 
 
@@ -138,70 +109,6 @@ class ThreadMapper:
         if len(items) <= 1:
             return [fn(i) for i in items]
         return list(self._pool.map(fn, items))
-
-
-@dataclass(frozen=True)
-class Record:
-    """One SQS record, transport-neutral."""
-
-    message_id: str
-    body: str
-    sender_id: str = ""
-
-
-@dataclass
-class BatchOutcome:
-    failed_message_ids: list[str] = field(default_factory=list)
-    """For ``ReportBatchItemFailures``: records the ESM should redeliver."""
-    results: list[AllocationResult] = field(default_factory=list)
-    nodes: dict[str, NodeOutcome] = field(default_factory=dict)
-    invalid: int = 0
-    rejected: int = 0
-    stale: int = 0
-    superseded: int = 0
-    served: int = 0
-    deferred: int = 0
-    failed: int = 0
-    noop: int = 0
-
-    def batch_item_failures(self) -> dict[str, list[dict[str, str]]]:
-        return {"batchItemFailures": [{"itemIdentifier": m} for m in self.failed_message_ids]}
-
-
-def trusted_keys(settings: Settings) -> TrustedKeys | None:
-    """The keys report identities are verified with, parsed once at cold start.
-
-    Fail-closed: with verification required (the default) an empty or
-    unusable certificate setting stops the allocator here
-    (:class:`IdentityConfigError`). ``off`` is for explicit local tests and is
-    logged loudly at start (and counted per batch)."""
-    if settings.identity_verification == "off":
-        log.warning(
-            "report identity verification is OFF (WARMPOOL_IDENTITY_VERIFICATION=off): any sender may report for "
-            "any instance of the cluster; for local testing only"
-        )
-        return None
-    if not settings.identity_certificates.strip():
-        raise IdentityConfigError(
-            "no identity certificate configured (WARMPOOL_IDENTITY_CERTIFICATES) while report identities must be "
-            "verified; set the region's AWS certificate, or WARMPOOL_IDENTITY_VERIFICATION=off for local tests only"
-        )
-    return TrustedKeys.from_pem(settings.identity_certificates)
-
-
-def _created_at(tags: dict[str, str]) -> float | None:
-    """The ENI's ``createdAt`` tag (``%Y-%m-%dT%H:%M:%SZ``) as epoch seconds, or None."""
-    raw = tags.get(names.TAG_CREATED_AT, "")
-    try:
-        return datetime.strptime(raw, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
-
-
-def sender_matches(sender_id: str, instance_id: str) -> bool:
-    """SQS ``SenderId`` of an assumed role is ``AROA...:<session name>``; the
-    agent's instance-role session name is the instance id."""
-    return sender_id.rsplit(":", 1)[-1] == instance_id if sender_id else False
 
 
 class Allocator:
@@ -255,94 +162,37 @@ class Allocator:
     def handle_batch(
         self, records: Sequence[Record], invocation_id: str | None = None, deadline: float | None = None
     ) -> BatchOutcome:
-        """Serve one batch. ``deadline`` (clock time; the Lambda's remaining
-        time) stops new work ``deadline_margin_s`` before it; what did not
-        start is deferred."""
+        """Serve one batch, its stages in order. ``deadline`` (clock time; the
+        Lambda's remaining time) stops new work ``deadline_margin_s`` before
+        it; what did not start is deferred."""
         owner = invocation_id or f"{self._instance}-{next(self._invocations)}"
         stop_at = None if deadline is None else deadline - self.settings.deadline_margin_s
         out = BatchOutcome()
         self.tally.add(names.M_REPORTS_RECEIVED, len(records))
-        valid = self._validate(records, out)
-        if not valid:
+        incoming = self._parse(records, out)  # 1
+        if not incoming:
             return out
-        by_report = {id(r): rec for rec, r in valid}
-        unread: frozenset[str] = frozenset()
-        try:
-            last = self.ledger.last_seqs(self.cluster, sorted({self._key(r) for _, r in valid}))
-        except LedgerUnread as err:
-            # A row not read is unknown, never "no row" (seq -1 would make a
-            # stale report look fresh): those nodes' reports wait.
-            last, unread = err.seqs, err.unread
-        valid = self._refuse_far_seqs(valid, last, out)
-        co = coalesce([r for _, r in valid], last)
-        out.stale, out.superseded = len(co.stale), len(co.superseded)
-        self.tally.add(names.M_REPORTS_STALE, out.stale)
-        self.tally.add(names.M_REPORTS_COALESCED, out.superseded)
-        if unread:
-            self.tally.add(M_LEDGER_UNREAD, len(unread))
-            log.warning("ledger rows not read; their reports wait", extra={"nodes": sorted(unread)})
-            self._defer_unread([r for r in co.keep if self._key(r) in unread], by_report,
-                               float(self.settings.lease_retry_s), out, "ledger row not read")
-        keep = [self._drop_old_offers(r, by_report) for r in co.keep if self._key(r) not in unread]
-        if keep and self._late(stop_at):
-            self._defer_unread(keep, by_report, 1.0, out, DEADLINE_REASON)
-            keep = []
-        wait = self._pay_for_describes(keep)
-        if wait > 0:
-            # Describe* share the account's buckets too (Karpenter, the cluster
-            # autoscaler and the console call them): no tokens, no reading.
-            self._defer_unread(keep, by_report, wait, out)
-            keep = []
-        try:
-            jobs = self._verify_and_plan(keep, by_report, out, last)
-        except Throttled as err:
-            # The batch's reads were throttled: defer it unread (nothing was
-            # decided yet), with the AIMD cut for that action.
-            self._defer_unread(keep, by_report, self._throttle_wait(err), out, f"{err.action} throttled")
-            jobs = []
-        active = [j for j in jobs if j.plan.calls]
-        for job in jobs:
-            if not job.plan.calls:
-                out.noop += 1
-        noops = [j for j in jobs if not j.plan.calls]
-        for job, res in zip(noops, self.map(self._finish_noop, noops), strict=True):
-            out.nodes[job.report.node] = res
+        last, unread = self._read_seqs(incoming)  # 2
+        incoming = self._refuse_far_seqs(incoming, last, out)
+        kept = self._coalesce(incoming, last, out)  # 3
+        kept = self._wait_for_unread_rows(kept, unread, out)
+        kept = [replace(n, report=self._drop_old_offers(n.report)) for n in kept]
+        kept = self._pay_to_read(kept, stop_at, out)  # 4
+        jobs = self._describe_and_plan(kept, last, out)
+        active = self._settle_noops(jobs, out)
         deferrals: list[Deferral] = []
-        granted = self._claim_and_pay(active, owner, last, out, deferrals, deadline, stop_at)
-        granted = self._tag_primaries(granted)
-        outcomes = self.map(lambda j: self._serve(j, owner, stop_at), granted)
-        for job, res in zip(granted, outcomes, strict=True):
-            out.nodes[job.report.node] = res
-            if res.status == "deferred" and (not res.actions or res.resend):
-                deferrals.append(Deferral(job.body, math.ceil(res.retry_after_s), self._key(job.report)))
-            elif res.reason == "internal":
-                # Nothing recorded, nothing pushed: let the ESM redeliver the record.
-                out.failed_message_ids.append(job.record_id)
-        self._send_deferrals(deferrals, jobs, out)
-        out.results = [n.result for n in out.nodes.values() if n.result is not None]
-        for res in out.nodes.values():
-            if res.status == "served":
-                out.served += 1
-            elif res.status == "deferred":
-                out.deferred += 1
-            else:
-                out.failed += 1
-        self.tally.add(names.M_NODES_SERVED, out.served)
-        self.tally.add(names.M_NODES_DEFERRED, out.deferred)
-        log.info(
-            "batch done",
-            extra={
-                "records": len(records), "invalid": out.invalid, "rejected": out.rejected, "stale": out.stale,
-                "superseded": out.superseded, "served": out.served, "deferred": out.deferred,
-                "failed": out.failed, "noop": out.noop,
-            },
-        )
+        granted = self._claim_and_pay(active, owner, last, out, deferrals, deadline, stop_at)  # 5-6
+        self._execute(self._tag_primaries(granted), owner, stop_at, out, deferrals)  # 7
+        self._send_deferrals(deferrals, jobs, out)  # 8
+        self._sum_up(len(records), out)
         return out
 
-    # --- 1. validate -----------------------------------------------------------
+    # --- 1. parse, verify identity ---------------------------------------------
 
-    def _validate(self, records: Sequence[Record], out: BatchOutcome) -> list[tuple[Record, PoolReport]]:
-        valid: list[tuple[Record, PoolReport]] = []
+    def _parse(self, records: Sequence[Record], out: BatchOutcome) -> list[Incoming]:
+        """The records whose report parses, is for this cluster, and whose
+        identity (and, in ``sender-id`` mode, SQS sender) checks out."""
+        valid: list[Incoming] = []
         for rec in records:
             try:
                 report = parse_report(rec.body)
@@ -352,45 +202,31 @@ class Allocator:
                 log.warning("invalid report", extra={"reason": err.reason, "detail": err.detail, "message_id": rec.message_id})
                 self._dead_letter(rec, err.reason, err.detail, out)
                 continue
+            node = Incoming(rec, report)
             if report.cluster != self.cluster:
-                self._reject(rec, report, "foreign-cluster", out)
+                self._reject(node, "foreign-cluster", out)
                 continue
             if self.trusted is not None:
                 verified = verify_report_identity(
                     report, self.trusted, account=self.settings.account, region=self.settings.region
                 )
                 if isinstance(verified, IdentityRejected):
-                    self._reject(rec, report, verified.reason, out, detail=verified.detail)
+                    self._reject(node, verified.reason, out, detail=verified.detail)
                     continue
             else:
                 self.tally.add(M_IDENTITY_UNVERIFIED)
             if self.settings.identity_mode == "sender-id" and not sender_matches(rec.sender_id, report.instance_id):
-                self._reject(rec, report, "sender-mismatch", out)
+                self._reject(node, "sender-mismatch", out)
                 continue
-            valid.append((rec, report))
+            valid.append(node)
         return valid
-
-    def _refuse_far_seqs(
-        self, valid: list[tuple[Record, PoolReport]], last: dict[str, int], out: BatchOutcome
-    ) -> list[tuple[Record, PoolReport]]:
-        """Refuse a seq more than :data:`SEQ_AHEAD_LIMIT` ahead of both the
-        instance's last seq and now (ms): it would make the instance's later
-        reports stale."""
-        now_ms = int(self.clock.now() * 1000)
-        keep: list[tuple[Record, PoolReport]] = []
-        for rec, r in valid:
-            bound = max(last.get(self._key(r), -1), now_ms) + SEQ_AHEAD_LIMIT
-            if r.seq > bound:
-                self._reject(rec, r, SEQ_TOO_FAR, out, detail=f"seq {r.seq} > {bound}")
-                continue
-            keep.append((rec, r))
-        return keep
 
     def _dead_letter(self, rec: Record, reason: str, detail: str, out: BatchOutcome) -> None:
         if not self.delivery.dead_letter(rec.body, reason, detail):
             out.failed_message_ids.append(rec.message_id)  # let SQS redrive it instead
 
-    def _reject(self, rec: Record, report: PoolReport, reason: str, out: BatchOutcome, detail: str = "") -> None:
+    def _reject(self, node: Incoming, reason: str, out: BatchOutcome, detail: str = "") -> None:
+        report = node.report
         out.rejected += 1
         self.tally.add(names.M_REPORTS_REJECTED, reason=reason)
         log.warning(
@@ -398,50 +234,89 @@ class Allocator:
             extra={"reason": reason, "detail": detail, "cluster": report.cluster, "node": report.node,
                    "seq": report.seq, "instance_id": report.instance_id},
         )
-        self._dead_letter(rec, reason, detail, out)
+        self._dead_letter(node.record, reason, detail, out)
 
-    # --- 3-4. verify, plan -----------------------------------------------------
+    # --- 2. seqs ---------------------------------------------------------------
 
-    def _drop_old_offers(self, report: PoolReport, by_report: dict[int, Record]) -> PoolReport:
-        """Keep only the release offers the agent cannot have taken back yet.
+    def _read_seqs(self, incoming: list[Incoming]) -> tuple[dict[str, int], frozenset[str]]:
+        """The ledger's last seq per node of the batch, and the nodes whose row
+        could not be read."""
+        try:
+            return self.ledger.last_seqs(self.cluster, sorted({self._key(n.report) for n in incoming})), frozenset()
+        except LedgerUnread as err:
+            # A row not read is unknown, never "no row" (seq -1 would make a
+            # stale report look fresh): those nodes' reports wait.
+            return err.seqs, err.unread
 
-        Each offer is aged from its own ``quarantined_at`` (the agent repeats a
-        still-quarantined offer in every later report, so the report's
-        ``sent_at`` says nothing about it). An offer older than
-        ``release_offer_max_age_s``, or without ``quarantined_at`` (an agent
-        from before the field: how close it is to taking the addresses back is
-        unknown), is dropped; the report keeps its demand. Never unassign what
-        a pod may hold again. The age is checked again right before each
-        Unassign call (:meth:`PlanExecutor.offer_fresh`)."""
-        if not report.release:
-            return report
-        now = self.clock.now()
-        keep: list[ReleaseOffer] = []
-        expired = undated = 0
-        for offer in report.release:
-            n = len(offer.ips) + len(offer.prefixes)
-            if offer.quarantined_at is None:
-                undated += n
-            elif offer_expired(offer.quarantined_at, now, self.settings.release_offer_max_age_s):
-                expired += n
-            else:
-                keep.append(offer)
-        if len(keep) == len(report.release):
-            return report
-        if expired:
-            self.tally.add(M_OFFERS_EXPIRED, expired)
-        if undated:
-            self.tally.add(M_OFFERS_UNDATED, undated)
-            log.warning(
-                "release offers without quarantined_at ignored (agent predates the field)",
-                extra={"node": report.node, "seq": report.seq, "addresses": undated},
-            )
-        if expired:
-            log.info("release offers too old to act on", extra={"node": report.node, "seq": report.seq,
-                                                                 "addresses": expired})
-        fresh = report.model_copy(update={"release": keep})
-        by_report[id(fresh)] = by_report[id(report)]
-        return fresh
+    def _refuse_far_seqs(self, valid: list[Incoming], last: dict[str, int], out: BatchOutcome) -> list[Incoming]:
+        """Refuse a seq more than :data:`SEQ_AHEAD_LIMIT` ahead of both the
+        instance's last seq and now (ms): it would make the instance's later
+        reports stale."""
+        now_ms = int(self.clock.now() * 1000)
+        keep: list[Incoming] = []
+        for n in valid:
+            bound = max(last.get(self._key(n.report), -1), now_ms) + SEQ_AHEAD_LIMIT
+            if n.report.seq > bound:
+                self._reject(n, SEQ_TOO_FAR, out, detail=f"seq {n.report.seq} > {bound}")
+                continue
+            keep.append(n)
+        return keep
+
+    # --- 3. coalesce -----------------------------------------------------------
+
+    def _coalesce(self, incoming: list[Incoming], last: dict[str, int], out: BatchOutcome) -> list[Incoming]:
+        """The newest report per node (the core's :func:`coalesce`); the stale
+        and the superseded are counted and dropped."""
+        co = coalesce([n.report for n in incoming], last)
+        out.stale, out.superseded = len(co.stale), len(co.superseded)
+        self.tally.add(names.M_REPORTS_STALE, out.stale)
+        self.tally.add(names.M_REPORTS_COALESCED, out.superseded)
+        # coalesce keeps, per instance, the first report with its newest seq.
+        first: dict[tuple[str, int], Incoming] = {}
+        for n in incoming:
+            first.setdefault((n.report.instance_id, n.report.seq), n)
+        return [first[(r.instance_id, r.seq)] for r in co.keep]
+
+    def _wait_for_unread_rows(self, kept: list[Incoming], unread: frozenset[str], out: BatchOutcome) -> list[Incoming]:
+        """Defer the nodes whose ledger row was not read; the others go on."""
+        if not unread:
+            return kept
+        self.tally.add(M_LEDGER_UNREAD, len(unread))
+        log.warning("ledger rows not read; their reports wait", extra={"nodes": sorted(unread)})
+        self._defer_unread([n for n in kept if self._key(n.report) in unread],
+                           float(self.settings.lease_retry_s), out, "ledger row not read")
+        return [n for n in kept if self._key(n.report) not in unread]
+
+    def _drop_old_offers(self, report: PoolReport) -> PoolReport:
+        """Only the release offers the agent cannot have taken back yet
+        (:func:`functions.releases.fresh_offers`)."""
+        return fresh_offers(report, self.clock, self.settings.release_offer_max_age_s, self.tally)
+
+    # --- 4. describe, verify, plan ---------------------------------------------
+
+    def _pay_to_read(self, kept: list[Incoming], stop_at: float | None, out: BatchOutcome) -> list[Incoming]:
+        """The nodes to read, once the batch's Describe round is paid for; all
+        deferred unread when too late or the buckets cannot pay now."""
+        if kept and self._late(stop_at):
+            self._defer_unread(kept, 1.0, out, DEADLINE_REASON)
+            return []
+        wait = self._pay_for_describes([n.report for n in kept])
+        if wait > 0:
+            # Describe* share the account's buckets too (Karpenter, the cluster
+            # autoscaler and the console call them): no tokens, no reading.
+            self._defer_unread(kept, wait, out)
+            return []
+        return kept
+
+    def _describe_and_plan(self, kept: list[Incoming], last: dict[str, int], out: BatchOutcome) -> list[NodeJob]:
+        """The batch's nodes verified and planned, in priority order."""
+        try:
+            return self._verify_and_plan(kept, out, last)
+        except Throttled as err:
+            # The batch's reads were throttled: defer it unread (nothing was
+            # decided yet), with the AIMD cut for that action.
+            self._defer_unread(kept, self._throttle_wait(err), out, f"{err.action} throttled")
+            return []
 
     def _pay_for_describes(self, reports: list[PoolReport]) -> float:
         """Tokens for the batch's one inventory round (a filtered, paginated
@@ -468,33 +343,33 @@ class Allocator:
         return time_until(self.buckets.load(err.action, now), self.settings.bucket_spec(err.action), 1, now)
 
     def _defer_unread(
-        self, reports: list[PoolReport], by_report: dict[int, Record], wait: float, out: BatchOutcome,
-        reason: str = "waiting for EC2 Describe tokens",
+        self, nodes: list[Incoming], wait: float, out: BatchOutcome, reason: str = "waiting for EC2 Describe tokens"
     ) -> None:
-        if not reports:
+        if not nodes:
             return
         delay = min(float(self.settings.max_defer_s), max(1.0, wait if math.isfinite(wait) else 60.0))
         if reason == "waiting for EC2 Describe tokens":
             self.tally.add(names.M_TOKENS_WAITED_S, delay)
-        items = [Deferral(by_report[id(r)].body, math.ceil(delay), self._key(r)) for r in reports]
+        items = [Deferral(n.record.body, math.ceil(delay), self._key(n.report)) for n in nodes]
         failed = set(self.delivery.defer(items))
-        for r in reports:
+        for n in nodes:
+            r = n.report
             if self._key(r) in failed:
-                out.failed_message_ids.append(by_report[id(r)].message_id)
+                out.failed_message_ids.append(n.record.message_id)
                 continue
             out.nodes[r.node] = NodeOutcome(r.node, r.instance_id, r.seq, "deferred", retry_after_s=delay,
                                             reason=reason)
 
     def _verify_and_plan(
-        self, keep: list[PoolReport], by_report: dict[int, Record], out: BatchOutcome,
-        last: dict[str, int] | None = None,
+        self, nodes: list[Incoming], out: BatchOutcome, last: dict[str, int]
     ) -> list[NodeJob]:
         """Every read first (Describe round, foreign-ENI check, subnets,
         instance types), then the decisions: a throttled read raises
         :class:`Throttled` before any report was rejected or planned, so the
         caller can defer the whole batch unread."""
-        if not keep:
+        if not nodes:
             return []
+        keep = [n.report for n in nodes]
         facts = self.ec2.describe_nodes(r.instance_id for r in keep)
         missing_enis: dict[str, set[str]] = {}
         for r in keep:
@@ -521,29 +396,29 @@ class Allocator:
         # --- decisions ---
         owners: dict[str, str] = {}
         jobs: list[NodeJob] = []
-        for r in keep:
-            rec = by_report[id(r)]
+        for n in nodes:
+            r, rec = n.report, n.record
             f = facts.get(r.instance_id)
             reason = self._instance_problem(r, f)
             if reason == "" and r.instance_id in owners:
                 reason = "instance-claimed-twice"
             if reason:
-                self._reject(rec, r, reason, out)
+                self._reject(n, reason, out)
                 continue
             assert f is not None
             owners[r.instance_id] = r.node
-            if self.trusted is not None and last is not None and last.get(self._key(r), -1) < 0:
+            if self.trusted is not None and last.get(self._key(r), -1) < 0:
                 self._create_result_queue(r.instance_id)
             foreign = [
                 e for e in sorted(missing_enis.get(self._key(r), ()))
                 if e in seen and seen[e].instance_id and seen[e].instance_id != r.instance_id
             ]
             if foreign:
-                self._reject(rec, r, "foreign-eni", out, ",".join(foreign))
+                self._reject(n, "foreign-eni", out, ",".join(foreign))
                 continue
             lim = limits[f.instance_type]
             if isinstance(lim, AwsError):
-                self._reject(rec, r, "unknown-instance-type", out, str(lim))
+                self._reject(n, "unknown-instance-type", out, str(lim))
                 continue
             ceiling = node_max_pods(r, lim, self.settings.max_pods)
             plan = plan_node(r, f.inventory(self.cluster), lim, subnets, cluster=self.cluster, max_pods=ceiling)
@@ -557,42 +432,18 @@ class Allocator:
         return jobs
 
     def _load_flips(self, instance_ids: list[str]) -> None:
-        """The batch's instances' shared flip histories, before any flip of this batch is counted."""
-        if self.flips is None or not instance_ids:
-            return
-        try:
-            self.fair.hydrate(self.flips.load(self.cluster, instance_ids))
-        except (AwsError, ClientError) as err:  # this container's view still damps what it saw
-            self.tally.add(M_FLIPS_UNSHARED)
-            log.warning("flip histories not read", extra={"error": str(err)[:200]})
+        load_flips(self.fair, self.flips, self.cluster, instance_ids, self.tally)
 
     def _save_flips(self) -> None:
-        changed = self.fair.take_dirty()
-        if self.flips is None:
-            return
-        for iid, st in sorted(changed.items()):
-            try:
-                self.flips.save(self.cluster, iid, st, self.fair.expires_at(st))
-            except (AwsError, ClientError) as err:
-                self.tally.add(M_FLIPS_UNSHARED)
-                log.warning("flip history not saved", extra={"instance_id": iid, "error": str(err)[:200]})
+        save_flips(self.fair, self.flips, self.cluster, self.tally)
 
     def _flip(self, r: PoolReport, plan: Plan) -> None:
-        """Count what the node asks for, whatever the rules then let happen:
-        addresses back (release offers) or more (a deficit or waiting pods)."""
-        if r.release:
-            kind = "release"
-        elif plan.delta.low or r.pending_demand:
-            kind = "allocate"
-        else:
-            return
-        iid = self._key(r)
-        if self.fair.asked(iid, kind, self.clock.now()):
-            self.tally.add(M_NODES_DAMPED)
-            log.warning(
-                "node flips between filling and releasing: damped (its releases are taken back)",
-                extra={"node": r.node, "instance_id": iid, "damp_s": self.settings.damp_s},
-            )
+        count_flip(self.fair, r, plan, instance_id=self._key(r), clock=self.clock, damp_s=self.settings.damp_s,
+                   tally=self.tally)
+
+    def _release_rules(self, r: PoolReport, f: NodeFacts, plan: Plan) -> Plan:
+        return hold_releases(r, f, plan, instance_id=self._key(r), fair=self.fair, clock=self.clock,
+                             settings=self.settings, tally=self.tally)
 
     def _create_result_queue(self, instance_id: str) -> None:
         """First report of a verified instance EC2 shows in the cluster: create
@@ -609,52 +460,6 @@ class Allocator:
             return
         self.tally.add(M_RESULT_QUEUES_CREATED)
 
-    def _release_rules(self, r: PoolReport, f: NodeFacts, plan: Plan) -> Plan:
-        """The allocator's own release rules, whatever the agent does: an offer is
-        acted on only once quarantined for ``release_delay_s``; an ENI is
-        deleted only once ``min_eni_age_s`` old (its ``createdAt`` tag); a damped
-        instance's offers are taken back (``Reclaim``) instead."""
-        if not any(isinstance(c, UnassignAddresses | DeleteEni) for c in plan.calls):
-            return plan
-        now = self.clock.now()
-        iid = self._key(r)
-        offered_at = {o.eni_id: o.quarantined_at for o in r.release}
-        created = {e.eni.eni_id: _created_at(e.tags) for e in f.enis}
-        shows = {e.eni.eni_id: e.eni for e in f.enis}
-        damped = self.fair.damped(iid, now)
-        calls: list[Any] = []
-        held = 0
-        for c in plan.calls:
-            if not isinstance(c, UnassignAddresses | DeleteEni):
-                calls.append(c)
-                continue
-            young_offer = now - (offered_at.get(c.eni_id) or now) < self.settings.release_delay_s
-            born = created.get(c.eni_id)
-            young_eni = isinstance(c, DeleteEni) and born is not None and now - born < self.settings.min_eni_age_s
-            if damped:
-                o = next((o for o in r.release if o.eni_id == c.eni_id), None)
-                seen = shows.get(c.eni_id)
-                if o is not None and seen is not None:
-                    # Hand back only what EC2 still shows on the ENI: an address an
-                    # earlier invocation unassigned (its result late or lost) is not
-                    # the node's to take back (hostile review, finding 2).
-                    ips = tuple(ip for ip in o.ips if ip in seen.ips)
-                    pfx = tuple(p for p in o.prefixes if p in seen.prefixes)
-                    if ips or pfx:
-                        calls.append(Reclaim(c.eni_id, ips, pfx))
-                held += 1
-            elif young_offer or young_eni:
-                held += 1
-            else:
-                calls.append(c)
-        if not held:
-            return plan
-        self.tally.add(M_RELEASES_HELD, held)
-        log.info("release calls held", extra={"node": r.node, "instance_id": iid, "calls": held, "damped": damped})
-        mutating = [c for c in calls if not isinstance(c, Reclaim)]
-        kind = plan.kind if mutating else ("allocate" if calls else "none")
-        return replace(plan, calls=tuple(calls), kind=kind)
-
     def _instance_problem(self, r: PoolReport, f: NodeFacts | None) -> str:
         if f is None:
             return "instance-not-found"
@@ -664,7 +469,18 @@ class Allocator:
             return "instance-not-running"
         return ""
 
-    # --- 5-6. lease, tokens ----------------------------------------------------
+    def _settle_noops(self, jobs: list[NodeJob], out: BatchOutcome) -> list[NodeJob]:
+        """Record and answer the nodes with nothing to call; the others go on."""
+        active = [j for j in jobs if j.plan.calls]
+        for job in jobs:
+            if not job.plan.calls:
+                out.noop += 1
+        noops = [j for j in jobs if not j.plan.calls]
+        for job, res in zip(noops, self.map(self._finish_noop, noops), strict=True):
+            out.nodes[job.report.node] = res
+        return active
+
+    # --- 5-6. tokens, fair share, lease ----------------------------------------
 
     def _claim_and_pay(
         self,
@@ -731,10 +547,7 @@ class Allocator:
             for j in [j for j in claimed if self._key(j.report) in err.unread]:
                 self._give_up(j, owner, float(self.settings.lease_retry_s), "ledger row not read", out, deferrals)
             claimed = [j for j in claimed if self._key(j.report) not in err.unread]
-        moved = [j for j in claimed if now_seqs.get(self._key(j.report), -1) != last.get(self._key(j.report), -1)]
-        if moved:
-            claimed = self._recheck(claimed, moved, now_seqs, owner, out, deferrals)
-        return claimed
+        return self._recheck(claimed, last, now_seqs, owner, out, deferrals)
 
     def _fair_shares(self, active: list[NodeJob], out: BatchOutcome, deferrals: list[Deferral]) -> list[NodeJob]:
         """Defer the jobs of instances that spent their fair share of a bucket in the window."""
@@ -764,24 +577,29 @@ class Allocator:
     def _recheck(
         self,
         claimed: list[NodeJob],
-        moved: list[NodeJob],
+        last: dict[str, int],
         now_seqs: dict[str, int],
         owner: str,
         out: BatchOutcome,
         deferrals: list[Deferral],
     ) -> list[NodeJob]:
-        moved_ids = {id(j) for j in moved}
+        """The claimed nodes to execute: a node whose ledger row moved since
+        the batch read it is read again and re-planned (or dropped as stale)."""
+        moved = [now_seqs.get(self._key(j.report), -1) != last.get(self._key(j.report), -1) for j in claimed]
+        if not any(moved):
+            return claimed
         try:
-            fresh_facts = self.ec2.describe_nodes(j.facts.instance_id for j in moved)
+            fresh_facts = self.ec2.describe_nodes(j.facts.instance_id for j, m in zip(claimed, moved, strict=True) if m)
             subnets = list(self.ec2.subnets().values())
         except Throttled as err:
             wait = self._throttle_wait(err)
-            for j in moved:
-                self._give_up(j, owner, wait, f"{err.action} throttled", out, deferrals)
-            return [j for j in claimed if id(j) not in moved_ids]
+            for j, m in zip(claimed, moved, strict=True):
+                if m:
+                    self._give_up(j, owner, wait, f"{err.action} throttled", out, deferrals)
+            return [j for j, m in zip(claimed, moved, strict=True) if not m]
         keep: list[NodeJob] = []
-        for j in claimed:
-            if id(j) not in moved_ids:
+        for j, m in zip(claimed, moved, strict=True):
+            if not m:
                 keep.append(j)
                 continue
             f = fresh_facts.get(j.facts.instance_id)
@@ -839,7 +657,7 @@ class Allocator:
         ]
         self.map(lambda p: self._push(p[0], p[1]), pushes)
 
-    # --- 7. execute, record, push ---------------------------------------------
+    # --- 7-8. execute, record, push --------------------------------------------
 
     def _tag_primaries(self, granted: list[NodeJob]) -> list[NodeJob]:
         """First-contact tags of every untagged primary ENI in the batch, in one
@@ -871,6 +689,20 @@ class Allocator:
                 c for c in j.plan.calls if not (isinstance(c, TagPrimaryEni) and c.eni_id in tagged))))
             for j in granted
         ]
+
+    def _execute(
+        self, granted: list[NodeJob], owner: str, stop_at: float | None, out: BatchOutcome, deferrals: list[Deferral]
+    ) -> None:
+        """Run the granted nodes' plans; a node deferred before any action
+        is re-sent, one that failed internally is left to the ESM."""
+        outcomes = self.map(lambda j: self._serve(j, owner, stop_at), granted)
+        for job, res in zip(granted, outcomes, strict=True):
+            out.nodes[job.report.node] = res
+            if res.status == "deferred" and (not res.actions or res.resend):
+                deferrals.append(Deferral(job.body, math.ceil(res.retry_after_s), self._key(job.report)))
+            elif res.reason == "internal":
+                # Nothing recorded, nothing pushed: let the ESM redeliver the record.
+                out.failed_message_ids.append(job.record_id)
 
     def _serve(self, job: NodeJob, owner: str, stop_at: float | None = None) -> NodeOutcome:
         try:
@@ -934,3 +766,24 @@ class Allocator:
         except AwsError as err:
             log.error("result push failed", extra={"node": r.node, "seq": r.seq, "error": str(err)})
         res.result = result
+
+    def _sum_up(self, records: int, out: BatchOutcome) -> None:
+        """The batch's results and counts, tallied and logged."""
+        out.results = [n.result for n in out.nodes.values() if n.result is not None]
+        for res in out.nodes.values():
+            if res.status == "served":
+                out.served += 1
+            elif res.status == "deferred":
+                out.deferred += 1
+            else:
+                out.failed += 1
+        self.tally.add(names.M_NODES_SERVED, out.served)
+        self.tally.add(names.M_NODES_DEFERRED, out.deferred)
+        log.info(
+            "batch done",
+            extra={
+                "records": records, "invalid": out.invalid, "rejected": out.rejected, "stale": out.stale,
+                "superseded": out.superseded, "served": out.served, "deferred": out.deferred,
+                "failed": out.failed, "noop": out.noop,
+            },
+        )

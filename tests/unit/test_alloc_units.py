@@ -7,7 +7,6 @@ import math
 import pytest
 from botocore.exceptions import ClientError
 
-from functions.allocator import sender_matches, trusted_keys
 from functions.errors import (
     AddressLimit,
     AwsError,
@@ -20,6 +19,7 @@ from functions.errors import (
     classify,
 )
 from functions.identity import IdentityConfigError
+from functions.intake import sender_matches, trusted_keys
 from functions.settings import Settings
 from functions.telemetry import Tally
 from sim.iid import IdentitySigner
