@@ -39,10 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from botocore.exceptions import ClientError
-
 from functions.delivery import Deferral, Delivery
-from functions.ec2 import FILTER_CHUNK, Ec2
+from functions.ec2 import Ec2
 from functions.errors import AwsError, Throttled
 from functions.execute import NodeJob, NodeOutcome, PlanExecutor, unmet
 from functions.fairness import FairShare
@@ -53,30 +51,27 @@ from functions.intake import (
     BatchOutcome,
     Incoming,
     Record,
-    secure_transport_policy,
+    create_result_queue,
     sender_matches,
     trusted_keys,
 )
+from functions.inventory import describe_tokens, instance_problem, read_batch, tag_primaries
 from functions.releases import count_flip, fresh_offers, hold_releases, load_flips, save_flips
 from functions.settings import LEASE_TTL_MARGIN_S, Settings
 from functions.telemetry import Tally
 from warmpool import names
 from warmpool.buckets import refill, time_until
 from warmpool.clock import Clock
-from warmpool.eni_scope import primary_eni_tag
 from warmpool.facts import NodeFacts
-from warmpool.limits import InstanceLimits
 from warmpool.messages import AllocationResult, Deferred, Failed, MessageError, PoolReport, parse_report
 from warmpool.names import (
     M_DESCRIBE_THROTTLED,
     M_FAIR_SHARE_DEFERRED,
     M_IDENTITY_UNVERIFIED,
     M_LEDGER_UNREAD,
-    M_PRIMARY_ENIS_TAGGED,
-    M_RESULT_QUEUES_CREATED,
     M_TOKENS_FORFEITED,
 )
-from warmpool.planner import Plan, TagPrimaryEni, node_max_pods, plan_node
+from warmpool.planner import Plan, node_max_pods, plan_node
 from warmpool.ports import BucketStore, Ec2Api, Ec2Port, FlipStore, LeaseStore, Ledger, LedgerUnread, SqsApi
 from warmpool.scheduling import coalesce, priority_key
 
@@ -89,8 +84,6 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 DEADLINE_REASON = "invocation deadline"
-TAG_BATCH = 1000
-"""CreateTags takes up to 1,000 resources a call: one call tags a batch's new primary ENIs."""
 Mapper = Callable[[Callable[[T], R], Sequence[T]], list[R]]
 
 
@@ -182,7 +175,8 @@ class Allocator:
         active = self._settle_noops(jobs, out)
         deferrals: list[Deferral] = []
         granted = self._claim_and_pay(active, owner, last, out, deferrals, deadline, stop_at)  # 5-6
-        self._execute(self._tag_primaries(granted), owner, stop_at, out, deferrals)  # 7
+        granted = tag_primaries(self.ec2, self.buckets, self.clock, self.tally, self.cluster, granted)
+        self._execute(granted, owner, stop_at, out, deferrals)  # 7
         self._send_deferrals(deferrals, jobs, out)  # 8
         self._sum_up(len(records), out)
         return out
@@ -295,12 +289,18 @@ class Allocator:
     # --- 4. describe, verify, plan ---------------------------------------------
 
     def _pay_to_read(self, kept: list[Incoming], stop_at: float | None, out: BatchOutcome) -> list[Incoming]:
-        """The nodes to read, once the batch's Describe round is paid for; all
-        deferred unread when too late or the buckets cannot pay now."""
-        if kept and self._late(stop_at):
+        """The nodes to read, once the batch's Describe round is paid for
+        (shared buckets); all deferred unread when too late or the buckets
+        cannot pay now."""
+        if not kept:
+            return kept
+        if self._late(stop_at):
             self._defer_unread(kept, 1.0, out, DEADLINE_REASON)
             return []
-        wait = self._pay_for_describes([n.report for n in kept])
+        request = describe_tokens([n.report for n in kept])
+        wait = self.buckets.take_batch([request], self.clock.now())[0]
+        if wait == 0:
+            self.tally.add(names.M_TOKENS_TAKEN, sum(request.values()))
         if wait > 0:
             # Describe* share the account's buckets too (Karpenter, the cluster
             # autoscaler and the console call them): no tokens, no reading.
@@ -317,19 +317,6 @@ class Allocator:
             # decided yet), with the AIMD cut for that action.
             self._defer_unread(kept, self._throttle_wait(err), out, f"{err.action} throttled")
             return []
-
-    def _pay_for_describes(self, reports: list[PoolReport]) -> float:
-        """Tokens for the batch's one inventory round (a filtered, paginated
-        DescribeInstances and DescribeNetworkInterfaces per 100 instances);
-        the wait if the shared buckets cannot pay now."""
-        if not reports:
-            return 0.0
-        rounds = math.ceil(len({r.instance_id for r in reports}) / FILTER_CHUNK)
-        request = {"DescribeInstances": rounds, "DescribeNetworkInterfaces": rounds}
-        wait = self.buckets.take_batch([request], self.clock.now())[0]
-        if wait == 0:
-            self.tally.add(names.M_TOKENS_TAKEN, 2 * rounds)
-        return wait
 
     def _late(self, stop_at: float | None) -> bool:
         """Too close to the invocation's deadline to start new work."""
@@ -370,36 +357,16 @@ class Allocator:
         if not nodes:
             return []
         keep = [n.report for n in nodes]
-        facts = self.ec2.describe_nodes(r.instance_id for r in keep)
-        missing_enis: dict[str, set[str]] = {}
-        for r in keep:
-            f = facts.get(r.instance_id)
-            if f is not None and not self._instance_problem(r, f):
-                gone = {e.eni_id for e in r.enis} - {e.eni.eni_id for e in f.enis}
-                if gone:
-                    missing_enis[self._key(r)] = gone
-        # Reported ENIs EC2 does not show on the instance: gone (released,
-        # GC'd) is fine; attached to another instance is someone else's.
-        seen = self.ec2.describe_enis(set().union(*missing_enis.values())) if missing_enis else {}
-        found = [f for r in keep if (f := facts.get(r.instance_id)) is not None and not self._instance_problem(r, f)]
-        subnets = list(self.ec2.subnets(f.vpc_id for f in found).values()) if found else []
-        limits: dict[str, InstanceLimits | AwsError] = {}
-        for f in found:
-            if f.instance_type not in limits:
-                try:
-                    limits[f.instance_type] = self.ec2.limits(f.instance_type)
-                except Throttled:
-                    raise
-                except AwsError as err:
-                    limits[f.instance_type] = err
-        self._load_flips([f.instance_id for f in found])
+        view = read_batch(self.ec2, self.cluster, keep)
+        load_flips(self.fair, self.flips, self.cluster, [f.instance_id for f in view.servable(self.cluster, keep)],
+                   self.tally)
         # --- decisions ---
         owners: dict[str, str] = {}
         jobs: list[NodeJob] = []
         for n in nodes:
             r, rec = n.report, n.record
-            f = facts.get(r.instance_id)
-            reason = self._instance_problem(r, f)
+            f = view.facts.get(r.instance_id)
+            reason = instance_problem(self.cluster, f)
             if reason == "" and r.instance_id in owners:
                 reason = "instance-claimed-twice"
             if reason:
@@ -408,66 +375,30 @@ class Allocator:
             assert f is not None
             owners[r.instance_id] = r.node
             if self.trusted is not None and last.get(self._key(r), -1) < 0:
-                self._create_result_queue(r.instance_id)
-            foreign = [
-                e for e in sorted(missing_enis.get(self._key(r), ()))
-                if e in seen and seen[e].instance_id and seen[e].instance_id != r.instance_id
-            ]
+                create_result_queue(self.delivery.sqs, self.settings, r.instance_id, self.tally)
+            foreign = view.foreign_enis.get(r.instance_id, [])
             if foreign:
                 self._reject(n, "foreign-eni", out, ",".join(foreign))
                 continue
-            lim = limits[f.instance_type]
+            lim = view.limits[f.instance_type]
             if isinstance(lim, AwsError):
                 self._reject(n, "unknown-instance-type", out, str(lim))
                 continue
             ceiling = node_max_pods(r, lim, self.settings.max_pods)
-            plan = plan_node(r, f.inventory(self.cluster), lim, subnets, cluster=self.cluster, max_pods=ceiling)
-            self._flip(r, plan)
+            plan = plan_node(r, f.inventory(self.cluster), lim, view.subnets, cluster=self.cluster, max_pods=ceiling)
+            count_flip(self.fair, r, plan, instance_id=self._key(r), clock=self.clock, damp_s=self.settings.damp_s,
+                       tally=self.tally)
             plan = self._release_rules(r, f, plan)
             jobs.append(NodeJob(r, f, lim, plan, rec.message_id, rec.body, max_pods=ceiling))
             if plan.delta.low:
                 self.tally.add(names.M_NODES_IN_DEFICIT)
-        self._save_flips()
+        save_flips(self.fair, self.flips, self.cluster, self.tally)
         jobs.sort(key=lambda j: priority_key(j.report, j.plan.delta))
         return jobs
-
-    def _load_flips(self, instance_ids: list[str]) -> None:
-        load_flips(self.fair, self.flips, self.cluster, instance_ids, self.tally)
-
-    def _save_flips(self) -> None:
-        save_flips(self.fair, self.flips, self.cluster, self.tally)
-
-    def _flip(self, r: PoolReport, plan: Plan) -> None:
-        count_flip(self.fair, r, plan, instance_id=self._key(r), clock=self.clock, damp_s=self.settings.damp_s,
-                   tally=self.tally)
 
     def _release_rules(self, r: PoolReport, f: NodeFacts, plan: Plan) -> Plan:
         return hold_releases(r, f, plan, instance_id=self._key(r), fair=self.fair, clock=self.clock,
                              settings=self.settings, tally=self.tally)
-
-    def _create_result_queue(self, instance_id: str) -> None:
-        """First report of a verified instance EC2 shows in the cluster: create
-        its result queue (agents may not create queues, so their number is
-        bounded by the cluster's instances; CreateQueue is idempotent)."""
-        name = self.settings.result_queue_name(instance_id)
-        policy = secure_transport_policy(self.settings, name)
-        try:
-            self.delivery.sqs.create_queue(QueueName=name, Attributes={"Policy": policy} if policy else {})
-        except ClientError as err:  # the push then counts the missing queue; the agent keeps looking
-            if err.response.get("Error", {}).get("Code") in ("QueueAlreadyExists", "QueueNameExists"):
-                return  # made earlier with other attributes (before the policy): it is there
-            log.warning("result queue not created", extra={"instance_id": instance_id, "error": str(err)[:200]})
-            return
-        self.tally.add(M_RESULT_QUEUES_CREATED)
-
-    def _instance_problem(self, r: PoolReport, f: NodeFacts | None) -> str:
-        if f is None:
-            return "instance-not-found"
-        if f.tags.get(names.cluster_tag_key(self.cluster)) not in ("owned", "shared"):
-            return "foreign-instance"
-        if f.state != "running":
-            return "instance-not-running"
-        return ""
 
     def _settle_noops(self, jobs: list[NodeJob], out: BatchOutcome) -> list[NodeJob]:
         """Record and answer the nodes with nothing to call; the others go on."""
@@ -658,37 +589,6 @@ class Allocator:
         self.map(lambda p: self._push(p[0], p[1]), pushes)
 
     # --- 7-8. execute, record, push --------------------------------------------
-
-    def _tag_primaries(self, granted: list[NodeJob]) -> list[NodeJob]:
-        """First-contact tags of every untagged primary ENI in the batch, in one
-        CreateTags per ``TAG_BATCH`` ENIs instead of one per node (a burst of new
-        nodes would otherwise spend a call each). Each node paid for its own tag;
-        the batch spends fewer. If the batched call fails, every node keeps its
-        own ``TagPrimaryEni`` and tags as before."""
-        wanted = [c.eni_id for j in granted for c in j.plan.calls if isinstance(c, TagPrimaryEni)]
-        if len(wanted) < 2:
-            return granted
-        tagged: set[str] = set()
-        for i in range(0, len(wanted), TAG_BATCH):
-            chunk = wanted[i : i + TAG_BATCH]
-            try:
-                self.ec2.create_tags(chunk, primary_eni_tag(self.cluster))
-            except Throttled as err:
-                self.buckets.throttled(err.action, self.clock.now())  # the AIMD cut, as for any call
-                log.warning("batched first-contact tag throttled; nodes tag their own", extra={"error": str(err)})
-                continue
-            except AwsError as err:
-                log.warning("batched first-contact tag failed; nodes tag their own", extra={"error": str(err)})
-                continue
-            tagged.update(chunk)
-            self.tally.add(M_PRIMARY_ENIS_TAGGED, len(chunk))
-        if not tagged:
-            return granted
-        return [
-            replace(j, plan=replace(j.plan, calls=tuple(
-                c for c in j.plan.calls if not (isinstance(c, TagPrimaryEni) and c.eni_id in tagged))))
-            for j in granted
-        ]
 
     def _execute(
         self, granted: list[NodeJob], owner: str, stop_at: float | None, out: BatchOutcome, deferrals: list[Deferral]

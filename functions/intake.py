@@ -1,9 +1,11 @@
 """What a batch is made of before any node is planned: the SQS records, one
 explicit object per node report as it flows through the allocator's stages
 (:class:`Incoming`), the batch's outcome, and the identity rules the first
-stages apply (trusted keys, the SQS sender, how far ahead a seq may be).
+stages apply (trusted keys, the SQS sender, how far ahead a seq may be),
+and the result queue a newly verified instance gets.
 
-No I/O here but the cold-start log of :func:`trusted_keys`.
+No I/O here but the cold-start log of :func:`trusted_keys` and
+:func:`create_result_queue`.
 """
 
 from __future__ import annotations
@@ -12,10 +14,15 @@ import json
 import logging
 from dataclasses import dataclass, field
 
+from botocore.exceptions import ClientError
+
 from functions.execute import NodeOutcome
 from functions.identity import IdentityConfigError, TrustedKeys
 from functions.settings import Settings
+from functions.telemetry import Tally
 from warmpool.messages import AllocationResult, PoolReport
+from warmpool.names import M_RESULT_QUEUES_CREATED
+from warmpool.ports import SqsApi
 
 log = logging.getLogger(__name__)
 
@@ -114,3 +121,19 @@ def secure_transport_policy(settings: Settings, queue_name: str) -> str | None:
             "Condition": {"Bool": {"aws:SecureTransport": "false"}},
         }],
     })
+
+
+def create_result_queue(sqs: SqsApi, settings: Settings, instance_id: str, tally: Tally) -> None:
+    """First report of a verified instance EC2 shows in the cluster: create
+    its result queue (agents may not create queues, so their number is
+    bounded by the cluster's instances; CreateQueue is idempotent)."""
+    name = settings.result_queue_name(instance_id)
+    policy = secure_transport_policy(settings, name)
+    try:
+        sqs.create_queue(QueueName=name, Attributes={"Policy": policy} if policy else {})
+    except ClientError as err:  # the push then counts the missing queue; the agent keeps looking
+        if err.response.get("Error", {}).get("Code") in ("QueueAlreadyExists", "QueueNameExists"):
+            return  # made earlier with other attributes (before the policy): it is there
+        log.warning("result queue not created", extra={"instance_id": instance_id, "error": str(err)[:200]})
+        return
+    tally.add(M_RESULT_QUEUES_CREATED)
