@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from sim.dst.world import World
 
 SEQ_AHEAD_LIMIT = 2**20
-"""How far ahead of now (ms) the allocator lets a seq be (functions/allocator.py)."""
+"""How far ahead of now (ms) the allocator lets a seq be (functions/intake.py)."""
 DETACHED_BOUND_S = 420.0
 """GC age (120 s) + two reconcile intervals + slack for throttled reconciles."""
 SERVE_BOUND_S = 150.0

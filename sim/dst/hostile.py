@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from sim.dst.world import World
 
 SEQ_AHEAD_LIMIT = 2**20
-"""The allocator's bound (functions/allocator.py); kept here so a mutation test can lift it there."""
+"""The allocator's bound (functions/intake.py); kept here so a mutation test can lift it there."""
 TOP_SEQ = 2**62
 
 
