@@ -333,7 +333,7 @@ def test_the_agent_refuses_a_host_namespace_before_taking_an_address() -> None:
     ds = Datastore(cooldown_s=30, pending_ttl_s=120, checkpoint=MemoryCheckpoint())
     ds.reconcile([(EniInfo("eni-1", 0, "02:00:00:00:00:01", "10.0.0.4", "subnet-1", "10.0.0.0/23"),
                    ["10.0.0.5"], [])], 0.0)
-    svc = CniService(ds, world.SimPods(Any, "n0"), clock=VirtualClock(0.0))  # type: ignore[arg-type]
+    svc = CniService(ds, SimPods(Any, "n0"), clock=VirtualClock(0.0))  # type: ignore[arg-type]
     conf = {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool"}
     for netns, ifname in (("/proc/1/ns/net", "eth0"), ("/proc/self/ns/net", "ens5")):
         out = svc.handle({"command": "ADD", "container_id": "h", "ifname": ifname, "netns": netns, "config": conf})
