@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from functions import allocate
-from tests.integration.test_allocate_handler import CLUSTER, Ctx, _event, _report, env  # noqa: F401  (fixture)
+from tests.helpers.lambda_env import CLUSTER, Ctx, _event, _report, env  # noqa: F401  (fixture)
 from warmpool import names
 from warmpool.clock import VirtualClock
 

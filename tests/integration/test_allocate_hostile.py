@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from functions.allocator import SEQ_AHEAD_LIMIT
-from tests.integration.test_allocate_world import World
+from tests.helpers.allocate_world import World
 from warmpool import names
 
 
@@ -275,7 +275,7 @@ def test_a_throttled_batched_tag_falls_back_to_each_node_tagging_its_own() -> No
 
     def once_throttled(action: str, **kw: object) -> dict[str, object]:
         if action == "CreateTags" and len(kw.get("Resources", [])) > 1 and not refused:  # type: ignore[arg-type]
-            refused.append(list(kw["Resources"]))  # type: ignore[arg-type]
+            refused.append(list(kw["Resources"]))  # type: ignore[call-overload]
             from functions.errors import Throttled
             raise Throttled("RequestLimitExceeded", "Request limit exceeded.", action="CreateTags")
         return real(action, **kw)

@@ -10,7 +10,7 @@ from functions.allocator import Record
 from sim.ec2 import Ec2Config, Ec2Emulator
 from sim.iid import document_for
 from sim.sqs import FastSqs
-from tests.integration.test_allocate_world import World, moto_dynamo
+from tests.helpers.allocate_world import World, moto_dynamo
 from warmpool import names
 from warmpool.clock import VirtualClock
 

@@ -11,9 +11,8 @@ from botocore.exceptions import ClientError
 
 from sim.ec2 import Ec2Config, Ec2Emulator
 from sim.ec2.http import serve
+from tests.helpers.ec2_backends import EMULATED, Backend, error_of, open_backend, world
 from warmpool.clock import VirtualClock
-
-from .test_ec2_backends import EMULATED, Backend, error_of, open_backend, world
 
 
 @pytest.fixture(params=EMULATED)

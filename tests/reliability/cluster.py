@@ -21,7 +21,7 @@ from functions.reconciler import Reconciler
 from node_agent.config import Timing
 from node_agent.controller import AttachedEni, NodeIdentity, PoolController
 from node_agent.datastore import Datastore, EniInfo, MemoryCheckpoint
-from tests.integration.test_allocate_world import World
+from tests.helpers.allocate_world import World
 from tests.reliability import invariants as inv
 from warmpool import names
 from warmpool.limits import known

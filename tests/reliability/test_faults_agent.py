@@ -36,8 +36,8 @@ def test_imds_failing_then_back(request: pytest.FixtureRequest) -> None:
     for n in c.nodes.values():
         n.imds.failing = True
     c.faults.inject("imds-failing", len(c.nodes))
-    for n in c.nodes:
-        c.scale(n, 20)
+    for name in c.nodes:
+        c.scale(name, 20)
     c.run(90)
     # Nothing unverified is handed out: results are parked until IMDS confirms them.
     for n in c.nodes.values():
@@ -55,8 +55,8 @@ def test_imds_lagging_behind_ec2(request: pytest.FixtureRequest) -> None:
     for n in c.nodes.values():
         n.imds.frozen = n.imds.live()  # IMDS shows the boot-time state for 2 minutes
     c.faults.inject("imds-slow", len(c.nodes))
-    for n in c.nodes:
-        c.scale(n, 20)
+    for name in c.nodes:
+        c.scale(name, 20)
     c.run(120)
     assert all(len(n.ds.pods()) == 0 for n in c.nodes.values()), "an address was used before IMDS showed it"
     for n in c.nodes.values():
@@ -156,8 +156,8 @@ def test_agent_restarted_while_imds_still_lists_what_ec2_took(pool: str, request
 
     cfg = PoolConfig(warm_ip=2) if pool == "warm-ip" else PoolConfig(warm_eni=1)
     c = Cluster(2, pool=cfg)
-    for n in c.nodes:
-        c.scale(n, 20)
+    for name in c.nodes:
+        c.scale(name, 20)
     c.settle()
     n0 = c.nodes["n0"]
     n0.imds.frozen = n0.imds.live()  # IMDS lags from here on

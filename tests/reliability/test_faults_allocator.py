@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 from functions.allocator import Record, ThreadMapper
-from tests.integration.test_allocate_faults import CrashingEc2, CrashingLedger, CrashingSqs, DeadLeases
+from tests.helpers.crashing import CrashingEc2, CrashingLedger, CrashingSqs, DeadLeases
 from tests.reliability.cluster import Cluster
 from warmpool.buckets import MUTATING_ENI_ACTIONS
 from warmpool.pool import PoolConfig
 
 
 def _crash_type() -> type[BaseException]:
-    from tests.integration.test_allocate_faults import Crash
+    from tests.helpers.crashing import Crash
 
     return Crash
 

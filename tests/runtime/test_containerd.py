@@ -20,7 +20,7 @@ import pytest
 from node_agent.hostnet import GATEWAY, host_veth_name
 from sim.runtime_containerd import CriError, PodSandbox, PortMapping
 from tests.runtime import manifest
-from tests.runtime.conftest import Cluster, conf
+from tests.runtime.cluster import Cluster, conf
 
 pytestmark = [pytest.mark.runtime, pytest.mark.netns, pytest.mark.timeout(300)]
 

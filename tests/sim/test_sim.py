@@ -17,6 +17,7 @@ from node_agent.hostnet import PodRefused, netns_problem
 from sim.dst import runner, world
 from sim.dst.runner import SeedResult, plan_for, run_seed
 from sim.dst.schedule import EVENT_KINDS, draw
+from warmpool import names
 
 pytestmark = pytest.mark.sim
 
@@ -450,11 +451,12 @@ def test_every_mutating_call_of_the_allocator_is_lease_checked() -> None:
     assert v["invariant"] == "lease" and " called create_tags on " in v["detail"], v
     w = world.World(plan_for(0))
     eni = next(iter(w.emu.enis.values()))
+    assert eni.attachment is not None
     iid = eni.attachment.instance_id
     for kw in ({"InstanceId": iid}, {"NetworkInterfaceId": eni.id}, {"Resources": [eni.id]},
                {"AttachmentId": eni.attachment.id},
                {"TagSpecifications": [{"ResourceType": "network-interface",
-                                       "Tags": [{"Key": world.names.TAG_INSTANCE_ID, "Value": iid}]}]}):
+                                       "Tags": [{"Key": names.TAG_INSTANCE_ID, "Value": iid}]}]}):
         assert w.iid_of_call(kw) == iid, kw
 
 
@@ -468,7 +470,12 @@ def test_the_sims_agents_sign_and_the_allocator_verifies() -> None:
     assert w.settings.identity_verification == "required" and w.allocator.trusted is not None
     sent: list[str] = []
     real = w.send_report
-    w.send_report = lambda a, body: (sent.append(body), real(a, body))[1]  # type: ignore[method-assign]
+
+    def send_report(agent: Any, body: str) -> None:
+        sent.append(body)
+        real(agent, body)
+
+    w.send_report = send_report  # type: ignore[method-assign]
     w.loop.every(world.ESM_EVERY_S, w.esm_tick, start=world.T0 + 0.5)
     w.loop.run_until(world.T0 + 60, stop=w._after)
     assert sent
