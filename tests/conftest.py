@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 PROFILE_ENV = "HYPOTHESIS_PROFILE"
@@ -34,3 +35,11 @@ _profile = os.environ.get(PROFILE_ENV, "dev")
 if _profile not in ("ci", "dev"):
     raise RuntimeError(f"{PROFILE_ENV}={_profile!r}: expected 'ci' or 'dev'")
 settings.load_profile(_profile)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test marked ``slow`` runs without coverage tracing, which would about double
+    its time (bench and simulation loops); its tier's other tests cover that code."""
+    for item in items:
+        if item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.no_cover)

@@ -104,6 +104,7 @@ def _kill_at(c: Cluster, node: str, n: int, after: bool) -> bool:
     return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("after", [False, True], ids=["before-write", "after-write"])
 @pytest.mark.parametrize("phase", ["add", "apply", "release"])
 def test_agent_killed_at_every_checkpoint_write_then_restarted(
@@ -196,6 +197,7 @@ def _step_lagging(c: Cluster, node: str, frozen_at: float) -> None:
     c.step()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("after", [False, True], ids=["before-write", "after-write"])
 def test_agent_killed_at_every_checkpoint_write_of_a_release_while_imds_lags(
     after: bool, request: pytest.FixtureRequest
