@@ -31,21 +31,20 @@ class RecordingPods:
         return None
 
 
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-
 def start_agent(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     out = open(log, "ab")  # noqa: SIM115 - handed to the child
     return subprocess.Popen(
         [sys.executable, "-c", "from node_agent.agent import main; main(['run'])"],
-        env=env, stdout=out, stderr=subprocess.STDOUT,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
     )
-
 
 
 def wait_ready(metrics: str, timeout: float = 30.0) -> None:

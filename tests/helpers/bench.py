@@ -7,8 +7,9 @@ from typing import Any
 from sim.bench.scenario import Scenario, parse_scenario
 
 
-def small(strategies: list[str], env: dict[str, Any] | None = None, nodes: int = 1, pods: int = 5,
-          **extra: Any) -> Scenario:
+def small(
+    strategies: list[str], env: dict[str, Any] | None = None, nodes: int = 1, pods: int = 5, **extra: Any
+) -> Scenario:
     d: dict[str, Any] = {
         "name": "small",
         "seed": 3,
@@ -21,7 +22,6 @@ def small(strategies: list[str], env: dict[str, Any] | None = None, nodes: int =
     }
     d.update(extra)
     return parse_scenario(d)
-
 
 
 def without_wall(obj: Any) -> Any:

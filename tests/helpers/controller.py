@@ -22,7 +22,6 @@ SECOND = EniInfo("eni-00000001", 1, "0a:00:00:00:00:01", "10.0.0.20", "subnet-a"
 TIMING = Timing(cooldown_s=30, release_delay_s=60, release_timeout_s=120, heartbeat_s=60, retry_s=5)
 
 
-
 class FakeImds:
     def __init__(self) -> None:
         self.enis: dict[str, AttachedEni] = {PRIMARY.eni_id: AttachedEni(PRIMARY, [], [])}
@@ -33,7 +32,6 @@ class FakeImds:
     def add(self, info: EniInfo, ips: list[str] = (), prefixes: list[str] = ()) -> None:  # type: ignore[assignment]
         cur = self.enis.get(info.eni_id, AttachedEni(info, [], []))
         self.enis[info.eni_id] = AttachedEni(info, cur.ips + list(ips), cur.prefixes + list(prefixes))
-
 
 
 class RecordingHost:
@@ -50,7 +48,6 @@ class RecordingHost:
         self.calls.append(("teardown", eni.eni_id))
 
 
-
 def make(pool: PoolConfig, ips: list[str] = (), imds: FakeImds | None = None, host: RecordingHost | None = None):  # type: ignore[assignment]
     ds = Datastore(cooldown_s=TIMING.cooldown_s)
     ds.add_eni(PRIMARY, 0.0)
@@ -59,13 +56,17 @@ def make(pool: PoolConfig, ips: list[str] = (), imds: FakeImds | None = None, ho
     return ds, ctl
 
 
-
 def result(seq: int, *actions: dict) -> AllocationResult:
     return AllocationResult.model_validate(
-        {"schema": "warmpool.result/v1", "cluster": "demo", "node": "node-1",
-         "instance_id": ID.instance_id, "in_reply_to": seq, "actions": list(actions)}
+        {
+            "schema": "warmpool.result/v1",
+            "cluster": "demo",
+            "node": "node-1",
+            "instance_id": ID.instance_id,
+            "in_reply_to": seq,
+            "actions": list(actions),
+        }
     )
-
 
 
 def one(reports: list[PoolReport]) -> PoolReport:

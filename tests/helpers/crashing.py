@@ -1,7 +1,6 @@
 """Ports that crash the allocator at a chosen step (a ``BaseException``, as a
 Lambda timeout or kill would), for the fault tests."""
 
-
 from __future__ import annotations
 
 from typing import Any
@@ -9,7 +8,6 @@ from typing import Any
 
 class Crash(BaseException):
     """The Lambda dies here (not an Exception: nothing in the allocator catches it)."""
-
 
 
 class CrashingEc2:
@@ -32,7 +30,6 @@ class CrashingEc2:
         return call
 
 
-
 class CrashingLedger:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -45,7 +42,6 @@ class CrashingLedger:
         raise Crash("record")
 
 
-
 class CrashingSqs:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -56,7 +52,6 @@ class CrashingSqs:
     def send_message(self, **kw: Any) -> Any:
         self.inner.send_message(**kw)
         raise Crash("push")
-
 
 
 class DeadLeases:

@@ -1,4 +1,7 @@
-"""Fixtures shared by the integration tests."""
+"""Fixtures shared by the integration tests.
+
+``env`` (tests/helpers/lambda_env.py) is moto set up as the deployed Lambda
+handlers see it; test_esm.py and test_imds.py define an ``env`` of their own."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import pytest
 
 from tests.helpers.agents import free_port
 from tests.helpers.ec2_backends import ALL, Backend, open_backend
+from tests.helpers.lambda_env import env  # noqa: F401  (the fixture: moto set up as the Lambda handlers see it)
 
 
 @pytest.fixture(params=ALL)

@@ -9,16 +9,18 @@ from typing import Any
 import pytest
 
 from functions import allocate, reconcile
-from tests.helpers.lambda_env import Ctx, _event, _report, env  # noqa: F401  (fixture)
+from tests.helpers.lambda_env import Ctx, _event, _report
 
 
 def test_allocate_handler_serves_a_batch_and_reports_no_item_failures(
-    env: dict[str, Any], capsys: pytest.CaptureFixture[str]  # noqa: F811
+    env: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     resp = allocate.handler(_event(_report(env, 1, warm_ip=3), "garbage"), Ctx())
     assert resp == {"batchItemFailures": []}
-    enis = env["ec2"].describe_network_interfaces(
-        Filters=[{"Name": "attachment.instance-id", "Values": [env["iid"]]}])["NetworkInterfaces"]
+    enis = env["ec2"].describe_network_interfaces(Filters=[{"Name": "attachment.instance-id", "Values": [env["iid"]]}])[
+        "NetworkInterfaces"
+    ]
     secondaries = [a for e in enis for a in e["PrivateIpAddresses"] if not a["Primary"]]
     assert len(secondaries) == 3
     msgs = env["sqs"].receive_message(QueueUrl=env["result_url"]).get("Messages", [])
@@ -33,6 +35,6 @@ def test_allocate_handler_serves_a_batch_and_reports_no_item_failures(
     assert allocate._allocator.tally.get("ReportsStale") == 0  # drained into EMF
 
 
-def test_reconcile_handler_runs(env: dict[str, Any]) -> None:  # noqa: F811
+def test_reconcile_handler_runs(env: dict[str, Any]) -> None:
     out = reconcile.handler({}, Ctx(function_name="reconcile"))
     assert out["leases_swept"] == 0 and out["deleted"] == 0

@@ -41,7 +41,12 @@ def _install_missing() -> str | None:
         return why + "; not root with apt-get, so not installing"
     r = subprocess.run(
         "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq " + " ".join(PACKAGES),
-        shell=True, capture_output=True, text=True, timeout=600, check=False)
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     if r.returncode != 0:
         return f"apt-get install {' '.join(PACKAGES)} failed: {r.stderr.strip()[-500:]}"
     return rc.support()
@@ -80,8 +85,7 @@ class Cluster:
 
     def pods(self) -> dict[str, str]:
         """Sandbox (container) id -> address, as the agent holds them."""
-        return {str(p["container_id"]): str(p["ip"]) for p in self.agent_json("/v1/pods")
-                if not p.get("recovered")}
+        return {str(p["container_id"]): str(p["ip"]) for p in self.agent_json("/v1/pods") if not p.get("recovered")}
 
     def pool(self) -> set[str]:
         """Every secondary address on the node's ENIs (the warm pool plus what pods hold)."""
@@ -127,8 +131,7 @@ class Cluster:
         """Plugin invocations the runtime made, oldest first: (stdin, stdout, environment)."""
         out = []
         for inp in sorted(self.trace.glob("*.in")):
-            env = dict(line.split("=", 1) for line in inp.with_suffix(".env").read_text().splitlines()
-                       if "=" in line)
+            env = dict(line.split("=", 1) for line in inp.with_suffix(".env").read_text().splitlines() if "=" in line)
             if command is not None and env.get("CNI_COMMAND") != command:
                 continue
             raw_out = inp.with_suffix(".out").read_text() if inp.with_suffix(".out").exists() else ""
@@ -175,8 +178,14 @@ def runtime_cluster(agent_env: dict[str, str] | None = None) -> Iterator[Cluster
         node.socket = str(manifest.host_view(priv, env["WARMPOOL_SOCKET"], agent_base))
         return manifest.command(priv, argv, agent_base), env
 
-    opts = DemoOptions(nodes=1, pods_per_node=0, live=False, runtime="containerd", agent_wrap=wrap,
-                       agent_env={"WARMPOOL_ADD_WAIT_S": "30", **(agent_env or {})})
+    opts = DemoOptions(
+        nodes=1,
+        pods_per_node=0,
+        live=False,
+        runtime="containerd",
+        agent_wrap=wrap,
+        agent_env={"WARMPOOL_ADD_WAIT_S": "30", **(agent_env or {})},
+    )
     stdout = sys.stdout
     with single_run_lock(wait_s=300):
         d = Demo(opts, stream=sys.stderr)

@@ -57,6 +57,7 @@ def _first_failure(seeds: range, mutate: Callable[[Any], None], without: frozens
 # --- the seeds pass -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(3600)
 @pytest.mark.xfail(not FIXES_MERGED, strict=True, reason="issue 11's defects are fixed on other branches")
 def test_ci_seeds_have_no_violation() -> None:
