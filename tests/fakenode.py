@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -50,7 +51,7 @@ def add_fake_eni(ns: str, name: str, mac: str) -> None:
     sh("ip", "-n", ns, "link", "add", name, "address", mac, "type", "veth", "peer", "name", f"{name}p")
 
 
-def ip_json(ns: str, *args: str) -> list[dict[str, object]]:
+def ip_json(ns: str, *args: str) -> list[dict[str, Any]]:
     """``ip -n NS -j ARGS`` parsed; [] when the object does not exist."""
     r = sh("ip", "-n", ns, "-j", *args, check=False)
     if r.returncode != 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from cfnlint.api import ManualArgs, lint_file
 
-from tests.infra.conftest import VARIANTS, Synthesized
+from tests.infra.synth import VARIANTS, Synthesized
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.infra.conftest import Synthesized
+from tests.infra.synth import Synthesized
 from warmpool import names
 
 P = "arn:${AWS::Partition}:ec2:${AWS::Region}:${AWS::AccountId}"

@@ -9,8 +9,8 @@ import pytest
 
 from infra import policies
 from infra.config import config_from_context
-from tests.infra.conftest import BASE_CONTEXT, Synthesized
 from tests.infra.iam_eval import ContextValue, Eni, evaluate, matching_sids
+from tests.infra.synth import BASE_CONTEXT, Synthesized
 from warmpool import names
 
 REGION, ACCOUNT = "us-east-1", "123456789012"

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from infra.observability import EC2_ACTIONS
-from tests.infra.conftest import Synthesized
+from tests.infra.synth import Synthesized
 from warmpool import names
 
 

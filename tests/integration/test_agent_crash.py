@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
@@ -23,6 +21,7 @@ import pytest
 
 from node_agent.agent import install_cni
 from tests.fakenode import FakeEni, FakeImdsServer, FakeInstance, add_fake_eni, netns, netns_available
+from tests.helpers.agents import free_port, start_agent, wait_ready
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -32,45 +31,6 @@ if _why:
 
 INSTANCE = "i-0fedcba987654321a"
 PODS = 8
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def moto_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-
-
-def start_agent(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    out = open(log, "ab")  # noqa: SIM115 - handed to the child
-    return subprocess.Popen(
-        [sys.executable, "-c", "from node_agent.agent import main; main(['run'])"],
-        env=env, stdout=out, stderr=subprocess.STDOUT,
-    )
-
-
-def wait_ready(metrics: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if urllib.request.urlopen(f"http://{metrics}/readyz", timeout=1).status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError("agent not ready")
 
 
 def add(plugin: Path, sock: str, cid: str, pod_ns: str) -> tuple[int, dict[str, Any]]:

@@ -22,7 +22,7 @@ from node_agent.imds import Identity, ImdsClient
 from node_agent.netlink import sysctl_get, sysctl_set
 from node_agent.nodenet import NodeNetworking, spec_from_imds
 from tests.fakenode import FakeEni, FakeImdsServer, FakeInstance, netns, netns_available, sh
-from tests.integration.test_agent_inprocess import RecordingPods
+from tests.helpers.agents import RecordingPods
 from warmpool.clock import RealClock
 
 pytestmark = pytest.mark.netns

@@ -17,31 +17,13 @@ from moto import mock_aws
 
 from node_agent.agent import Agent
 from node_agent.config import load
-from node_agent.hostnet import PodNet
 from node_agent.imds import ImdsClient
 from tests.fakenode import FakeEni, FakeImdsServer, FakeInstance
+from tests.helpers.agents import RecordingPods
 from warmpool.clock import RealClock
 from warmpool.messages import parse_report
 
 INSTANCE = "i-0a1b2c3d4e5f60718"
-
-
-class RecordingPods:
-    def __init__(self) -> None:
-        self.wired: dict[tuple[str, str], str] = {}
-
-    def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet:
-        self.wired[(container_id, ifname)] = ip
-        return PodNet("eni0", "02:00:00:00:00:01", "02:00:00:00:00:02", 2)
-
-    def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
-        self.wired.pop((container_id, ifname), None)
-
-    def check(self, netns: str, ifname: str, container_id: str, ip: str, table: int) -> list[str]:
-        return []
-
-    def host_wiring(self) -> None:
-        return None
 
 
 @pytest.fixture

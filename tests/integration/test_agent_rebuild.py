@@ -31,15 +31,13 @@ from tests.fakenode import (
     netns,
     netns_available,
 )
-from tests.integration.test_agent_crash import free_port, moto_endpoint, start_agent, wait_ready
+from tests.helpers.agents import free_port, start_agent, wait_ready
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 _why = netns_available()
 if _why:
     pytest.skip(f"network namespaces unavailable: {_why}", allow_module_level=True)
-
-__all__ = ["moto_endpoint"]  # the fixture, shared with test_agent_crash
 
 INSTANCE = "i-0fedcba987654321b"
 OLD = 3

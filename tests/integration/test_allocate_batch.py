@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from functions.allocator import ThreadMapper
-from tests.integration.test_allocate_world import World
+from tests.helpers.allocate_world import World
 from warmpool import names
 from warmpool.limits import known
 from warmpool.messages import Attached

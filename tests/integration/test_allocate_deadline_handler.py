@@ -8,7 +8,7 @@ from typing import Any
 
 from functions import allocate
 from sim.clock import VirtualClock
-from tests.integration.test_allocate_handler import CLUSTER, Ctx, _event, _report, env  # noqa: F401  (fixture)
+from tests.helpers.lambda_env import CLUSTER, Ctx, _event, _report
 from warmpool import names
 
 
@@ -26,7 +26,7 @@ def test_deadline_of_reads_the_remaining_time() -> None:
     assert allocate.deadline_of(Ctx(), clock) is None
 
 
-def test_an_invocation_out_of_time_defers_its_batch_unread(env: dict[str, Any]) -> None:  # noqa: F811
+def test_an_invocation_out_of_time_defers_its_batch_unread(env: dict[str, Any]) -> None:
     resp = allocate.handler(_event(_report(env, 1, warm_ip=3)), ShortCtx(remaining_ms=2_000))
     assert resp == {"batchItemFailures": []}
     enis = env["ec2"].describe_network_interfaces(

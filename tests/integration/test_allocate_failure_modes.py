@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from functions.allocator import Allocator, serial_map
 from functions.settings import LEASE_TTL_MARGIN_S, Settings
 from functions.stores import DynamoLedger
-from tests.integration.test_allocate_world import World, moto_dynamo
+from tests.helpers.allocate_world import World, moto_dynamo
 
 # --- Describe throttles -----------------------------------------------------------
 

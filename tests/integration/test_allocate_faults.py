@@ -2,74 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
+from functions.ec2 import Ec2
 from functions.reconciler import Reconciler
-from tests.integration.test_allocate_world import World
+from tests.helpers.allocate_world import World
+from tests.helpers.crashing import Crash, CrashingEc2, CrashingLedger, CrashingSqs, DeadLeases
 from warmpool.messages import Deferred, Failed
-
-
-class Crash(BaseException):
-    """The Lambda dies here (not an Exception: nothing in the allocator catches it)."""
-
-
-class CrashingEc2:
-    """Passes calls through; dies right after the n-th successful ``action``."""
-
-    def __init__(self, inner: Any, action: str, after: int = 1) -> None:
-        self.inner, self.action, self.left = inner, action, after
-
-    def __getattr__(self, name: str) -> Any:
-        fn = getattr(self.inner, name)
-
-        def call(**kw: Any) -> Any:
-            out = fn(**kw)
-            if name == self.action:
-                self.left -= 1
-                if self.left == 0:
-                    raise Crash(name)
-            return out
-
-        return call
-
-
-class CrashingLedger:
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def record(self, *a: Any, **kw: Any) -> bool:
-        self.inner.record(*a, **kw)
-        raise Crash("record")
-
-
-class CrashingSqs:
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def send_message(self, **kw: Any) -> Any:
-        self.inner.send_message(**kw)
-        raise Crash("push")
-
-
-class DeadLeases:
-    """A crashed invocation never releases its leases."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def release(self, *a: Any) -> None:
-        return None
 
 
 def reconciler(w: World) -> Reconciler:
@@ -96,6 +35,7 @@ def test_crash_after_each_step_then_redelivery_and_reconcile_leaves_nothing_leak
     kind, method = STEPS[step]
     crashing = w.allocator()
     if kind == "ec2":
+        assert isinstance(crashing.ec2, Ec2)
         crashing.ec2.api = CrashingEc2(w.ec2_client, method)
         crashing.executor.ec2 = crashing.ec2
     elif kind == "ledger":

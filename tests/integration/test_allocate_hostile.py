@@ -16,7 +16,7 @@ import pytest
 from moto import mock_aws
 
 from functions.allocator import SEQ_AHEAD_LIMIT
-from tests.integration.test_allocate_world import World
+from tests.helpers.allocate_world import World
 from warmpool import names
 
 

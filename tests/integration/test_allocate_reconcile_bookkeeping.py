@@ -10,7 +10,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from functions.reconciler import Reconciler
-from tests.integration.test_allocate_world import World, moto_dynamo
+from tests.helpers.allocate_world import World, moto_dynamo
 from warmpool import names
 
 

@@ -11,7 +11,7 @@ from sim.clock import VirtualClock
 from sim.ec2 import Ec2Config, Ec2Emulator
 from sim.iid import document_for
 from sim.sqs import FastSqs
-from tests.integration.test_allocate_world import World, moto_dynamo
+from tests.helpers.allocate_world import World, moto_dynamo
 from warmpool import names
 
 

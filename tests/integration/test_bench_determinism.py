@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.unit.test_bench_runs import small, without_wall
+from tests.helpers.bench import small, without_wall
 
 
 def _run(scenario: Path, out: Path, hash_seed: str) -> dict[str, Any]:

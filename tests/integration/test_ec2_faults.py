@@ -12,8 +12,7 @@ from botocore.exceptions import ClientError
 from sim.clock import VirtualClock
 from sim.ec2 import Ec2Config, Ec2Emulator
 from sim.ec2.http import serve
-
-from .test_ec2_backends import EMULATED, Backend, error_of, open_backend, world
+from tests.helpers.ec2_backends import EMULATED, Backend, error_of, open_backend, world
 
 
 @pytest.fixture(params=EMULATED)

@@ -9,20 +9,14 @@ ever gains the rule the marker has to go.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
-from .test_ec2_backends import ALL, Backend, error_of, open_backend, world
+from tests.helpers.ec2_backends import Backend, error_of, world
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-@pytest.fixture(params=ALL)
-def any_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    yield from open_backend(request.param)
 
 
 def moto_lacks(request: pytest.FixtureRequest, backend: Backend, why: str) -> None:

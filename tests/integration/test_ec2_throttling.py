@@ -8,9 +8,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from sim.ec2 import Ec2Config
+from tests.helpers.ec2_backends import EMULATED, Backend, error_of, open_backend, world
 from warmpool.buckets import BucketSpec
-
-from .test_ec2_backends import EMULATED, Backend, error_of, open_backend, world
 
 SMALL = {
     "AssignPrivateIpAddresses": BucketSpec(capacity=5, refill_per_s=1),

@@ -284,6 +284,6 @@ def test_a_second_stack_in_one_process_cold_starts_its_functions() -> None:
         fresh = allocate.allocator(None)
         assert fresh is not old and fresh.cluster == "cs2"
         # and its EC2 client speaks to this stack, not the first one's closed port
-        assert fresh.ec2.api.meta.endpoint_url == s2.outputs["endpoint"]
+        assert fresh.ec2.api.meta.endpoint_url == s2.outputs["endpoint"]  # type: ignore[attr-defined]
         assert s2.outputs["cluster"] == "cs2"
     allocate.cold_start()

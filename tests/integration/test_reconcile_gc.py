@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functions.reconciler import Reconciler
-from tests.integration.test_allocate_world import World
+from tests.helpers.allocate_world import World
 from warmpool import names
 
 

@@ -104,9 +104,9 @@ def main() -> None:
             conf = '{"cniVersion":"1.0.0","name":"wp","type":"warmpool-cni"}'
             for i in range(args.pods):
                 pod = stack.enter_context(netns("wpmempod"))
-                e = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": f"m{i}", "CNI_NETNS": f"/run/netns/{pod}",
+                cni_env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": f"m{i}", "CNI_NETNS": f"/run/netns/{pod}",
                      "CNI_IFNAME": "eth0", "CNI_PATH": str(plugin.parent), "WARMPOOL_SOCKET": sock}
-                p = subprocess.run([str(plugin)], input=conf, env=e, capture_output=True, text=True)
+                p = subprocess.run([str(plugin)], input=conf, env=cni_env, capture_output=True, text=True)
                 assert p.returncode == 0, p.stdout
             time.sleep(1.0)
             loaded = rss_mib(agent.pid)

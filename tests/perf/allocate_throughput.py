@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from moto import mock_aws
 
-from tests.integration.test_allocate_world import World, moto_dynamo
+from tests.helpers.allocate_world import World, moto_dynamo
 
 
 class CountingDynamo:

@@ -31,7 +31,7 @@ import time
 from collections import Counter, deque
 from typing import Any
 
-from tests.integration.test_allocate_world import World
+from tests.helpers.allocate_world import World
 from warmpool.limits import known
 
 OFF = {"fair_window_s": 0.0, "flip_limit": 0, "release_delay_s": 0.0, "min_eni_age_s": 0.0}

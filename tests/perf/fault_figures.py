@@ -1,6 +1,7 @@
 """Figures for issue 8: faults injected and survived, fuzz cases run.
 
-Runs the reliability suite and the fuzzers once and prints the counts:
+Runs the reliability suite and the fuzzers once (Hypothesis under its `ci`
+profile) and prints the counts:
     .venv/bin/python tests/perf/fault_figures.py
 """
 
@@ -17,13 +18,20 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SUITES = ["tests/reliability", "tests/unit/test_fuzz_cni.py", "tests/unit/test_fuzz_messages.py"]
+SUITES = [
+    "tests/reliability",
+    "tests/unit/test_fuzz_cni.py",
+    "tests/unit/test_fuzz_messages.py",
+    "tests/integration/test_fuzz_cni_process.py",
+]
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         figures = Path(d) / "faults.jsonl"
-        env = {**os.environ, "WARMPOOL_FAULT_FIGURES": str(figures), "PYTHONPATH": str(ROOT)}
+        # the examples CI runs (tests/conftest.py's `ci` Hypothesis profile)
+        env = {**os.environ, "WARMPOOL_FAULT_FIGURES": str(figures), "PYTHONPATH": str(ROOT),
+               "HYPOTHESIS_PROFILE": "ci"}
         t0 = time.monotonic()
         p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                             "--hypothesis-show-statistics", *SUITES], cwd=ROOT, env=env,

@@ -23,7 +23,7 @@ from node_agent.config import Timing
 from node_agent.controller import AttachedEni, NodeIdentity, PoolController
 from node_agent.datastore import Datastore
 from node_agent.imds import parse_interfaces
-from tests.integration.test_allocate_world import World
+from tests.helpers.allocate_world import World
 from tests.reliability import invariants as inv
 from warmpool import names
 from warmpool.limits import known

@@ -116,7 +116,7 @@ json_value = st.recursive(json_leaf, lambda k: st.lists(k, max_size=3) | st.dict
                                                                                             max_size=3), max_leaves=8)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(path=st.lists(st.integers(0, 50), min_size=1, max_size=6), value=json_value)
 def test_mutated_snapshots_restore_consistently_or_fail_clearly(tmp_path: Path, path: list[int], value: Any) -> None:
@@ -125,7 +125,7 @@ def test_mutated_snapshots_restore_consistently_or_fail_clearly(tmp_path: Path, 
     restore(tmp_path / "m.json")
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(raw=st.binary(max_size=400))
 def test_random_bytes_fail_clearly(tmp_path: Path, raw: bytes) -> None:
     (tmp_path / "r.json").write_bytes(raw)

@@ -36,8 +36,8 @@ def test_imds_failing_then_back(request: pytest.FixtureRequest) -> None:
     for n in c.nodes.values():
         n.imds.failing = True
     c.faults.inject("imds-failing", len(c.nodes))
-    for n in c.nodes:
-        c.scale(n, 20)
+    for name in c.nodes:
+        c.scale(name, 20)
     c.run(90)
     # Nothing unverified is handed out: results are parked until IMDS confirms them.
     for n in c.nodes.values():
@@ -55,8 +55,8 @@ def test_imds_lagging_behind_ec2(request: pytest.FixtureRequest) -> None:
     for n in c.nodes.values():
         n.imds.frozen = n.imds.live()  # IMDS shows the boot-time state for 2 minutes
     c.faults.inject("imds-slow", len(c.nodes))
-    for n in c.nodes:
-        c.scale(n, 20)
+    for name in c.nodes:
+        c.scale(name, 20)
     c.run(120)
     assert all(len(n.ds.pods()) == 0 for n in c.nodes.values()), "an address was used before IMDS showed it"
     for n in c.nodes.values():
@@ -104,6 +104,7 @@ def _kill_at(c: Cluster, node: str, n: int, after: bool) -> bool:
     return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("after", [False, True], ids=["before-write", "after-write"])
 @pytest.mark.parametrize("phase", ["add", "apply", "release"])
 def test_agent_killed_at_every_checkpoint_write_then_restarted(
@@ -156,8 +157,8 @@ def test_agent_restarted_while_imds_still_lists_what_ec2_took(pool: str, request
 
     cfg = PoolConfig(warm_ip=2) if pool == "warm-ip" else PoolConfig(warm_eni=1)
     c = Cluster(2, pool=cfg)
-    for n in c.nodes:
-        c.scale(n, 20)
+    for name in c.nodes:
+        c.scale(name, 20)
     c.settle()
     n0 = c.nodes["n0"]
     n0.imds.frozen = n0.imds.live()  # IMDS lags from here on
@@ -196,6 +197,7 @@ def _step_lagging(c: Cluster, node: str, frozen_at: float) -> None:
     c.step()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("after", [False, True], ids=["before-write", "after-write"])
 def test_agent_killed_at_every_checkpoint_write_of_a_release_while_imds_lags(
     after: bool, request: pytest.FixtureRequest

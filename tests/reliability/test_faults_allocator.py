@@ -11,14 +11,15 @@ from typing import Any
 import pytest
 
 from functions.allocator import Record, ThreadMapper
-from tests.integration.test_allocate_faults import CrashingEc2, CrashingLedger, CrashingSqs, DeadLeases
+from functions.ec2 import Ec2
+from tests.helpers.crashing import CrashingEc2, CrashingLedger, CrashingSqs, DeadLeases
 from tests.reliability.cluster import Cluster
 from warmpool.buckets import MUTATING_ENI_ACTIONS
 from warmpool.pool import PoolConfig
 
 
 def _crash_type() -> type[BaseException]:
-    from tests.integration.test_allocate_faults import Crash
+    from tests.helpers.crashing import Crash
 
     return Crash
 
@@ -81,6 +82,7 @@ DOWN_STEPS = {
 def _crashing(c: Cluster, kind: str, method: str) -> Any:
     a = c.w.allocator()
     if kind == "ec2":
+        assert isinstance(a.ec2, Ec2)
         a.ec2.api = CrashingEc2(c.w.ec2_client, method)
         a.executor.ec2 = a.ec2
     elif kind == "ledger":
@@ -277,6 +279,7 @@ class StaleInventory:
 def test_private_ip_address_limit_exceeded_from_stale_inventory(request: pytest.FixtureRequest) -> None:
     c = Cluster(2)
     stale = StaleInventory(c.w.ec2_client, c.w.emu)
+    assert isinstance(c.w.alloc.ec2, Ec2)
     c.w.alloc.ec2.api = stale
     c.w.alloc.executor.ec2 = c.w.alloc.ec2
     for n in c.nodes:
@@ -310,6 +313,7 @@ def test_instance_terminated_in_the_middle_of_an_allocation(request: pytest.Fixt
     c = Cluster(3)
     victim = c.nodes["n1"].instance_id
     mid = TerminateMidway(c.w.ec2_client, c.w.emu, victim)
+    assert isinstance(c.w.alloc.ec2, Ec2)
     c.w.alloc.ec2.api = mid
     c.w.alloc.executor.ec2 = c.w.alloc.ec2
     for n in c.nodes:

@@ -20,7 +20,7 @@ from node_agent import http as web
 from node_agent.cniserver import CniService, CniSocketServer
 from node_agent.config import load
 from node_agent.datastore import Datastore
-from tests.integration.test_allocate_world import World
+from tests.helpers.allocate_world import World
 from warmpool.clock import RealClock
 from warmpool.limits import known
 from warmpool.messages import MAX_MESSAGE_BYTES
@@ -99,7 +99,7 @@ def test_a_node_spoofing_another_node_in_sender_id_mode_is_rejected_without_a_ca
 EXAMPLES = {"allocator": 0}
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(field=st.sampled_from(["cluster", "node", "instance_id", "instance_type", "seq", "mode", "targets", "enis",
                               "assigned_ips", "pending_demand", "release", "schema", "sent_at"]),
@@ -165,7 +165,7 @@ def test_introspection_defaults_to_loopback_and_binds_only_there() -> None:
         addrs = {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)}
         for a in addrs - {"127.0.0.1", "127.0.1.1"}:
             with pytest.raises(OSError):
-                socket.create_connection((a, port), timeout=2).close()
+                socket.create_connection((str(a), port), timeout=2).close()
     finally:
         srv.close()
 

@@ -14,7 +14,7 @@ import sys
 import time
 
 from sim.figures import percentile
-from tests.runtime.conftest import runtime_cluster
+from tests.runtime.cluster import runtime_cluster
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ from node_agent.hostnet import GATEWAY, host_veth_name
 from sim.runtime_containerd import PodSandbox
 from sim.runtime_cri import CriError, PortMapping
 from tests.runtime import manifest
-from tests.runtime.conftest import Cluster, conf
+from tests.runtime.cluster import Cluster, conf
 
 pytestmark = [pytest.mark.runtime, pytest.mark.netns, pytest.mark.timeout(300)]
 

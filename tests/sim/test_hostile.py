@@ -110,6 +110,7 @@ def test_a_churner_is_caught_without_flip_damping() -> None:
     _caught(seeds, _no_damping, {"churn-undamped"})
 
 
+@pytest.mark.slow
 def test_the_fairness_figure_holds_in_secondary_ip_mode() -> None:
     """Honest pods' p99 wait for an address with a rogue instance churning vs without (same seeds,
     pods only): within 10% in secondary-IP mode, where the churner is damped and holds at most its

@@ -3,64 +3,12 @@ how it applies (and verifies) results."""
 
 from __future__ import annotations
 
-from node_agent.config import Timing
-from node_agent.controller import AttachedEni, NodeIdentity, PoolController
-from node_agent.datastore import Datastore
+from node_agent.controller import AttachedEni, PoolController
 from node_agent.records import EniInfo
+from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, RecordingHost, make, one, result
 from warmpool.limits import known
-from warmpool.messages import AllocationResult, PoolReport
+from warmpool.messages import AllocationResult
 from warmpool.pool import PoolConfig
-
-ID = NodeIdentity("demo", "node-1", "i-0123456789abcdef0", "m5.large", "us-east-1a")
-PRIMARY = EniInfo("eni-00000000", 0, "0a:00:00:00:00:00", "10.0.0.10", "subnet-a", "10.0.0.0/24")
-SECOND = EniInfo("eni-00000001", 1, "0a:00:00:00:00:01", "10.0.0.20", "subnet-a", "10.0.0.0/24")
-TIMING = Timing(cooldown_s=30, release_delay_s=60, release_timeout_s=120, heartbeat_s=60, retry_s=5)
-
-
-class FakeImds:
-    def __init__(self) -> None:
-        self.enis: dict[str, AttachedEni] = {PRIMARY.eni_id: AttachedEni(PRIMARY, [], [])}
-
-    def interfaces(self) -> list[AttachedEni]:
-        return list(self.enis.values())
-
-    def add(self, info: EniInfo, ips: list[str] = (), prefixes: list[str] = ()) -> None:  # type: ignore[assignment]
-        cur = self.enis.get(info.eni_id, AttachedEni(info, [], []))
-        self.enis[info.eni_id] = AttachedEni(info, cur.ips + list(ips), cur.prefixes + list(prefixes))
-
-
-class RecordingHost:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-        self.missing: set[str] = set()
-
-    def setup_eni(self, eni: EniInfo, mtu: int) -> None:
-        if eni.mac in self.missing:
-            raise LookupError(f"no link with MAC {eni.mac}")
-        self.calls.append(("setup", eni.eni_id))
-
-    def teardown_eni(self, eni: EniInfo) -> None:
-        self.calls.append(("teardown", eni.eni_id))
-
-
-def make(pool: PoolConfig, ips: list[str] = (), imds: FakeImds | None = None, host: RecordingHost | None = None):  # type: ignore[assignment]
-    ds = Datastore(cooldown_s=TIMING.cooldown_s)
-    ds.add_eni(PRIMARY, 0.0)
-    ds.add_addresses(PRIMARY.eni_id, ips)
-    ctl = PoolController(ID, known("m5.large"), pool, ds, TIMING, host=host, metadata=imds)
-    return ds, ctl
-
-
-def result(seq: int, *actions: dict) -> AllocationResult:
-    return AllocationResult.model_validate(
-        {"schema": "warmpool.result/v1", "cluster": "demo", "node": "node-1",
-         "instance_id": ID.instance_id, "in_reply_to": seq, "actions": list(actions)}
-    )
-
-
-def one(reports: list[PoolReport]) -> PoolReport:
-    assert len(reports) == 1
-    return reports[0]
 
 
 def test_first_tick_reports_and_heartbeat_follows() -> None:

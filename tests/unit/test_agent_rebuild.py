@@ -245,7 +245,7 @@ host_ops = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=host_ops)
 def test_no_sequence_of_adds_dels_and_lost_checkpoints_assigns_an_address_twice(
     ops: list[tuple[str, str, str]],

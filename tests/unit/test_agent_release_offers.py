@@ -13,7 +13,7 @@ from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.config import ConfigError, load
 from node_agent.controller import PoolController
 from node_agent.datastore import Datastore
-from tests.unit.test_agent_controller import ID, PRIMARY, SECOND, TIMING, make, one
+from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, make, one
 from warmpool.limits import known
 from warmpool.messages import MIN_RELEASE_TIMEOUT_S, OFFER_MAX_AGE_CEILING_S, PoolReport
 from warmpool.pool import PoolConfig

@@ -17,7 +17,7 @@ from typing import Any
 from node_agent.checkpoint import CHECKPOINT_VERSION, MemoryCheckpoint
 from node_agent.controller import RECENT_S, AttachedEni, PoolController
 from node_agent.datastore import Datastore
-from tests.unit.test_agent_controller import ID, PRIMARY, SECOND, TIMING, FakeImds, one, result
+from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, one, result
 from warmpool.limits import known
 from warmpool.pool import PoolConfig
 

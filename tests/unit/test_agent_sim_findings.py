@@ -18,7 +18,7 @@ from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
 from node_agent.records import EniInfo
-from tests.unit.test_agent_controller import ID, PRIMARY, SECOND, TIMING, FakeImds, make, one, result
+from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, make, one, result
 from warmpool.limits import known
 from warmpool.pool import PoolConfig
 
@@ -273,7 +273,7 @@ def test_a_hand_back_older_than_a_later_offer_keeps_the_address_quarantined() ->
     reply to R1.5 (they no longer did). Taking X back on R1's answer gave it to a pod
     while EC2 freed it. A hand-back older than the newest offer of X is not taken: X
     stays quarantined until R1.5's answer (here: released) or the take-back."""
-    from tests.unit.test_agent_controller import make
+    from tests.helpers.controller import make
 
     imds = FakeImds()
     listed(imds, "10.0.0.11", X)
@@ -294,7 +294,7 @@ def test_a_hand_back_older_than_a_later_offer_keeps_the_address_quarantined() ->
 
 
 def test_a_hand_back_replying_to_the_newest_offer_is_taken_at_once() -> None:
-    from tests.unit.test_agent_controller import make
+    from tests.helpers.controller import make
 
     imds = FakeImds()
     listed(imds, "10.0.0.11", X)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.integration.test_allocate_world import World
+from tests.helpers.allocate_world import World
 
 
 def test_deferred_node_is_resent_with_a_delay_and_told_when() -> None:

@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from functions.settings import Settings
-from tests.integration.test_allocate_world import World
+from tests.helpers.allocate_world import World
 from warmpool.messages import OFFER_MAX_AGE_CEILING_S
 
 

@@ -24,6 +24,7 @@ from warmpool.messages import (
     FAILED_CODE_MAX,
     FAILED_MESSAGE_MAX,
     MAX_ACTIONS,
+    Action,
     AllocationResult,
     Assigned,
     Deferred,
@@ -101,7 +102,7 @@ class Records(logging.Handler):
 def test_actions_over_the_limit_are_counted_and_the_closing_deferred_kept() -> None:
     tally = Tally()
     d = Delivery(Untouchable(), _settings(), tally)  # type: ignore[arg-type]
-    actions = [*[_assigned(i) for i in range(MAX_ACTIONS + 6)], Deferred(retry_after_s=5, reason="tokens")]
+    actions: list[Action] = [*[_assigned(i) for i in range(MAX_ACTIONS + 6)], Deferred(retry_after_s=5, reason="tokens")]
     seen = Records()
     logging.getLogger("functions.delivery").addHandler(seen)
     try:

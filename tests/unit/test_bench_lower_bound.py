@@ -179,7 +179,7 @@ def test_varying_bucket_matches_the_constant_one_and_counts_storms_and_exhaustio
         bucket_finish(times, spec, 0.8, 1.0))
     # 60 calls at 0 through a full bucket of 50 refilled at 5/s: the last at 2 s;
     # a storm of 4 calls/s from 0 to 100 s leaves 1/s: the last at 10 s
-    calls = [(0.0, ())] * 60
+    calls: list[tuple[float, tuple[tuple[float, float], ...]]] = [(0.0, ())] * 60
     assert bucket_finish_varying(calls, spec, 1.0, 0.0) == pytest.approx(2.0)
     assert bucket_finish_varying(calls, spec, 1.0, 0.0, ((0.0, 100.0, 4.0),)) == pytest.approx(10.0)
     # a call that cannot succeed while its subnet is exhausted (5 s to 20 s) waits for the end

@@ -66,6 +66,9 @@ class ScriptedPods:
     def check(self, netns: str, ifname: str, container_id: str, ip: str, table: int) -> list[str]:
         return []
 
+    def host_wiring(self) -> None:
+        return None
+
 
 def test_overlapping_adds_for_one_container_are_serialised_and_the_second_failure_keeps_the_address() -> None:
     # Was: the second ADD ran while the first was wiring, got the same address,
@@ -191,6 +194,9 @@ class FlakyPods:
 
     def check(self, netns: str, ifname: str, container_id: str, ip: str, table: int) -> list[str]:
         return []
+
+    def host_wiring(self) -> None:
+        return None
 
 
 STORM_KEYS = [("c1", "eth0"), ("c2", "eth0"), ("c1", "net1")]

@@ -35,7 +35,7 @@ def test_release_makes_a_block_whole_again() -> None:
     assert pool.take_prefixes(2) is not None
 
 
-@settings(max_examples=60, deadline=None)
+@settings(deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["ip", "prefix", "free"]), st.integers(1, 6)), max_size=40))
 def test_singles_and_prefixes_never_overlap(ops: list[tuple[str, int]]) -> None:
     pool = SubnetPool("10.0.0.0/25")

@@ -9,9 +9,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.messages import report
 from warmpool.messages import MessageError, PoolReport, parse_report, parse_result
-
-from .test_messages import report
 
 json_leaf = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=30)
 json_value = st.recursive(
@@ -32,21 +31,21 @@ def _check(parse, raw) -> None:
     assert parse(out.to_json()) == out
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(raw=st.binary(max_size=300) | st.text(max_size=300))
 def test_random_bytes_never_crash(raw):
     _check(parse_report, raw)
     _check(parse_result, raw)
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(value=json_value)
 def test_random_json_never_crashes(value):
     _check(parse_report, json.dumps(value))
     _check(parse_result, json.dumps(value))
 
 
-@settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(field=st.sampled_from(FIELDS), value=json_value)
 def test_one_field_replaced_in_a_valid_report(field, value):
     raw = report()
@@ -54,7 +53,7 @@ def test_one_field_replaced_in_a_valid_report(field, value):
     _check(parse_report, json.dumps(raw))
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(
     field=st.sampled_from(["eni_id", "device_index", "subnet_id", "primary_ip", "ips", "prefixes", "assigned"]),
     value=json_value,
@@ -65,7 +64,6 @@ def test_one_eni_field_replaced(field, value):
     _check(parse_report, json.dumps(raw))
 
 
-@settings(max_examples=200)
 @given(
     warm_ip=st.integers(-(2**40), 2**40),
     seq=st.integers(-(2**70), 2**70),

@@ -13,7 +13,7 @@ from node_agent.datastore import Datastore
 from node_agent.nodenet import NodeSpec, desired_rules, render
 from node_agent.records import EniInfo
 from node_agent.unmanaged import NO_MANAGE_TAG, SkipUnmanaged
-from tests.unit.test_agent_controller import TIMING, RecordingHost
+from tests.helpers.controller import TIMING, RecordingHost
 from warmpool.limits import known
 from warmpool.pool import PoolConfig
 
@@ -135,7 +135,7 @@ class Ec2:
         assert kw["Filters"] == [{"Name": "attachment.instance-id", "Values": [ID.instance_id]}]
         ids = sorted(self.tags)
         i = int(kw.get("NextToken", "0"))
-        page = {"NetworkInterfaces": [{"NetworkInterfaceId": ids[i],
+        page: dict[str, Any] = {"NetworkInterfaces": [{"NetworkInterfaceId": ids[i],
                                        "TagSet": [{"Key": k, "Value": v} for k, v in self.tags[ids[i]].items()]}]}
         if i + 1 < len(ids):
             page["NextToken"] = str(i + 1)

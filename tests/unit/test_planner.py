@@ -298,7 +298,7 @@ def scenario(draw):
     return r, inv, itype
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(s=scenario(), free=st.integers(0, 300))
 def test_plan_never_exceeds_instance_limits(s, free):
     r, inv, itype = s
@@ -321,7 +321,7 @@ def test_plan_never_exceeds_instance_limits(s, free):
     assert not (kinds & {AssignAddresses, CreateEni} and kinds & {UnassignAddresses, DeleteEni})
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(s=scenario())
 def test_never_plans_for_a_stale_report(s):
     r, _inv, _ = s

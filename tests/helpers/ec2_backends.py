@@ -1,12 +1,14 @@
-"""The EC2 backends the semantic suite runs against, and their smoke tests.
+"""The EC2 backends the semantic suite runs against.
 
 - ``moto``: moto's EC2 in-process (the reference where moto matches AWS);
 - ``fast``: the emulator's fast boto3-shaped client;
 - ``boto3``: a real boto3 client served in-process via botocore hooks;
 - ``http``: a real boto3 client against the emulator's EC2 Query server on 127.0.0.1.
 
-Emulator backends run on a :class:`VirtualClock`. Other test modules import
-:func:`backend` (a fixture factory) and :func:`world` from here.
+Emulator backends run on a :class:`VirtualClock`. The EC2 tests open them
+with :func:`open_backend` (tests/integration/conftest.py's ``any_backend``
+fixture runs a test on each) and make a VPC, subnet and instance with
+:func:`world`.
 """
 
 from __future__ import annotations
@@ -77,28 +79,3 @@ def world(ec2: Any, cidr: str = "10.0.0.0/24", instance_type: str = "m5.large") 
 def error_of(exc: pytest.ExceptionInfo[ClientError]) -> tuple[str, int]:
     r = exc.value.response
     return r["Error"]["Code"], r["ResponseMetadata"]["HTTPStatusCode"]
-
-
-@pytest.fixture(params=ALL)
-def any_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    yield from open_backend(request.param)
-
-
-@pytest.fixture(params=EMULATED)
-def emulated(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    yield from open_backend(request.param)
-
-
-def test_world_has_primary_eni_at_device_zero(any_backend: Backend) -> None:
-    ec2 = any_backend.ec2
-    w = world(ec2)
-    inst = ec2.describe_instances(InstanceIds=[w.instance])["Reservations"][0]["Instances"][0]
-    assert [n["Attachment"]["DeviceIndex"] for n in inst["NetworkInterfaces"]] == [0]
-    assert inst["InstanceType"] == "m5.large"
-    assert inst["Placement"]["AvailabilityZone"] == "us-east-1a"
-
-
-def test_boto3_paths_validate_parameters_like_boto3() -> None:
-    for b in open_backend("boto3"):
-        with pytest.raises(Exception, match="Parameter validation failed"):
-            b.ec2.attach_network_interface(NetworkInterfaceId="eni-1", InstanceId="i-1", DeviceIndex="x")

@@ -260,7 +260,7 @@ def test_warmpool_counts_cold_starts_and_pollers_scale_up() -> None:
     cluster._active_since = 10.0
     assert cluster.pollers(10.0) == 5 and cluster.pollers(10.5) == 7 and cluster.pollers(12.0) == 10
     strat.start()
-    spawn(w.loop, iter(()))
+    spawn(w.loop, iter(()))  # type: ignore[arg-type]
     w.run(busy=strat.busy)
     assert strat.counts["cold_starts"] >= 1
 

@@ -47,6 +47,9 @@ class Pods:
     def check(self, netns: str, ifname: str, container_id: str, ip: str, table: int) -> list[str]:
         return []
 
+    def host_wiring(self) -> None:
+        return None
+
 
 def _ds(n: int = 4) -> Datastore:
     ds = Datastore(cooldown_s=30.0)

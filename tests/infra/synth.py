@@ -1,0 +1,140 @@
+"""The stack variants the infra tests synthesize, and the synthesized template
+with helpers to find resources and policy statements in it."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sim.iid import IdentitySigner
+
+os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "1")
+os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
+
+CDK_JSON = Path(__file__).resolve().parents[2] / "cdk.json"
+
+# Stands in for a region's own AWS certificate (any RSA certificate will do here).
+OTHER_REGION_CERTIFICATE = IdentitySigner(common_name="ap-east-1 stand-in").certificate_pem
+
+BASE_CONTEXT: dict[str, Any] = {
+    "cluster": "demo",
+    "vpc_id": "vpc-0123456789abcdef0",
+    "subnet_ids": "subnet-0123456789abcdef0,subnet-0123456789abcdef1",
+    "create_buckets_table": "true",
+}
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    # first cluster of the account: creates the shared buckets table, Pod Identity
+    "default": {},
+    # second cluster: imports the buckets table; IRSA; subnets by tag; fixed security groups
+    "irsa": {
+        "cluster": "second",
+        "subnet_ids": None,
+        "subnet_tag": "warmpool.io/pods=true",
+        "security_group_ids": "sg-0123456789abcdef0",
+        "create_buckets_table": "false",
+        "agent_identity": "irsa",
+        "oidc_provider_arn": "arn:aws:iam::123456789012:oidc-provider/oidc.eks.eu-west-1.amazonaws.com/id/ABC123",
+        "batch_size": "10",
+        "batching_window_s": "0",
+        "max_concurrency": "2",
+        "allocate_timeout_s": "60",
+        # a region with its own AWS certificate (chosen at deploy time by AWS::Region)
+        "identity_certificates_by_region": {"ap-east-1": OTHER_REGION_CERTIFICATE},
+    },
+    # SenderId binding through the nodes' instance role
+    "node_role": {
+        "cluster": "third",
+        "create_buckets_table": "false",
+        "agent_identity": "node-role",
+        "node_role_name": "eks-node-role",
+    },
+}
+
+
+def resolve(value: Any) -> Any:
+    """Flatten intrinsic functions to readable strings: ``${AWS::Partition}``, ``${Logical.Attr}``."""
+    if isinstance(value, list):
+        return [resolve(v) for v in value]
+    if isinstance(value, dict):
+        if set(value) == {"Fn::Join"}:
+            sep, parts = value["Fn::Join"]
+            return sep.join(str(resolve(p)) for p in parts)
+        if set(value) == {"Ref"}:
+            return "${" + value["Ref"] + "}"
+        if set(value) == {"Fn::GetAtt"}:
+            return "${" + ".".join(value["Fn::GetAtt"]) + "}"
+        return {k: resolve(v) for k, v in value.items()}
+    return value
+
+
+@dataclass
+class Synthesized:
+    name: str
+    stack_name: str
+    template: dict[str, Any]  # raw
+    resolved: dict[str, Any]  # intrinsics flattened
+    template_path: Path
+    nag_report: dict[str, Any]
+    acknowledgements: list[Any]
+    asset_dirs: list[Path] = field(default_factory=list)
+
+    def resources(self, type_: str) -> dict[str, dict[str, Any]]:
+        return {k: v for k, v in self.resolved["Resources"].items() if v["Type"] == type_}
+
+    def one(self, type_: str, predicate: Callable[[dict[str, Any]], bool] = lambda r: True) -> dict[str, Any]:
+        found = [r for r in self.resources(type_).values() if predicate(r)]
+        assert len(found) == 1, f"{len(found)} {type_} match"
+        return found[0]
+
+    def logical_id(self, type_: str, predicate: Callable[[dict[str, Any]], bool]) -> str:
+        found = [k for k, r in self.resources(type_).items() if predicate(r)]
+        assert len(found) == 1, f"{len(found)} {type_} match"
+        return found[0]
+
+    def statements(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every identity-policy statement, with the logical id of the policy holding it."""
+        out = []
+        for logical_id, res in self.resolved["Resources"].items():
+            if res["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+                for st in res["Properties"]["PolicyDocument"]["Statement"]:
+                    out.append((logical_id, st))
+        return out
+
+    def statement(self, sid: str) -> dict[str, Any]:
+        found = [st for _, st in self.statements() if st.get("Sid") == sid]
+        assert len(found) == 1, f"{len(found)} statements with Sid {sid}"
+        return found[0]
+
+
+def _synth(name: str, overrides: dict[str, Any], outdir: Path) -> Synthesized:
+    from aws_cdk import App
+
+    from infra.app import build
+    from infra.config import config_from_context
+
+    context = {**BASE_CONTEXT, **overrides}
+    config = config_from_context(context)
+    # the feature flags of cdk.json, so tests synthesize what `npx cdk synth` does
+    flags = {k: v for k, v in json.loads(CDK_JSON.read_text())["context"].items() if k.startswith("@")}
+    app = App(outdir=str(outdir), context=flags)
+    stack = build(app, config)
+    app.synth()
+    template_path = outdir / f"{stack.stack_name}.template.json"
+    template = json.loads(template_path.read_text())
+    report = json.loads((outdir / "validation-report.json").read_text())
+    return Synthesized(
+        name=name,
+        stack_name=stack.stack_name,
+        template=template,
+        resolved=resolve(template),
+        template_path=template_path,
+        nag_report=report,
+        acknowledgements=list(stack.nag_acknowledgements),
+        asset_dirs=sorted(p for p in outdir.iterdir() if p.is_dir() and p.name.startswith("asset.")),
+    )
