@@ -135,8 +135,11 @@ class Allocator:
         self._instance = uuid.uuid4().hex[:12]  # lease owners must differ across containers
         self.trusted = trusted_keys(settings)
         self.fair = FairShare(
-            settings.bucket_spec, window_s=settings.fair_window_s, flip_limit=settings.flip_limit,
-            flip_window_s=settings.flip_window_s, damp_s=settings.damp_s,
+            settings.bucket_spec,
+            window_s=settings.fair_window_s,
+            flip_limit=settings.flip_limit,
+            flip_window_s=settings.flip_window_s,
+            damp_s=settings.damp_s,
         )
         self.flips = flips
         """Shared flip histories (``DynamoFlips`` in production); None: this container's only."""
@@ -193,7 +196,9 @@ class Allocator:
             except MessageError as err:
                 out.invalid += 1
                 self.tally.add(names.M_REPORTS_INVALID, reason=err.reason)
-                log.warning("invalid report", extra={"reason": err.reason, "detail": err.detail, "message_id": rec.message_id})
+                log.warning(
+                    "invalid report", extra={"reason": err.reason, "detail": err.detail, "message_id": rec.message_id}
+                )
                 self._dead_letter(rec, err.reason, err.detail, out)
                 continue
             node = Incoming(rec, report)
@@ -225,8 +230,14 @@ class Allocator:
         self.tally.add(names.M_REPORTS_REJECTED, reason=reason)
         log.warning(
             "report rejected",
-            extra={"reason": reason, "detail": detail, "cluster": report.cluster, "node": report.node,
-                   "seq": report.seq, "instance_id": report.instance_id},
+            extra={
+                "reason": reason,
+                "detail": detail,
+                "cluster": report.cluster,
+                "node": report.node,
+                "seq": report.seq,
+                "instance_id": report.instance_id,
+            },
         )
         self._dead_letter(node.record, reason, detail, out)
 
@@ -277,8 +288,12 @@ class Allocator:
             return kept
         self.tally.add(M_LEDGER_UNREAD, len(unread))
         log.warning("ledger rows not read; their reports wait", extra={"nodes": sorted(unread)})
-        self._defer_unread([n for n in kept if self._key(n.report) in unread],
-                           float(self.settings.lease_retry_s), out, "ledger row not read")
+        self._defer_unread(
+            [n for n in kept if self._key(n.report) in unread],
+            float(self.settings.lease_retry_s),
+            out,
+            "ledger row not read",
+        )
         return [n for n in kept if self._key(n.report) not in unread]
 
     def _drop_old_offers(self, report: PoolReport) -> PoolReport:
@@ -344,12 +359,11 @@ class Allocator:
             if self._key(r) in failed:
                 out.failed_message_ids.append(n.record.message_id)
                 continue
-            out.nodes[r.node] = NodeOutcome(r.node, r.instance_id, r.seq, "deferred", retry_after_s=delay,
-                                            reason=reason)
+            out.nodes[r.node] = NodeOutcome(
+                r.node, r.instance_id, r.seq, "deferred", retry_after_s=delay, reason=reason
+            )
 
-    def _verify_and_plan(
-        self, nodes: list[Incoming], out: BatchOutcome, last: dict[str, int]
-    ) -> list[NodeJob]:
+    def _verify_and_plan(self, nodes: list[Incoming], out: BatchOutcome, last: dict[str, int]) -> list[NodeJob]:
         """Every read first (Describe round, foreign-ENI check, subnets,
         instance types), then the decisions: a throttled read raises
         :class:`Throttled` before any report was rejected or planned, so the
@@ -358,8 +372,9 @@ class Allocator:
             return []
         keep = [n.report for n in nodes]
         view = read_batch(self.ec2, self.cluster, keep)
-        load_flips(self.fair, self.flips, self.cluster, [f.instance_id for f in view.servable(self.cluster, keep)],
-                   self.tally)
+        load_flips(
+            self.fair, self.flips, self.cluster, [f.instance_id for f in view.servable(self.cluster, keep)], self.tally
+        )
         # --- decisions ---
         owners: dict[str, str] = {}
         jobs: list[NodeJob] = []
@@ -386,8 +401,15 @@ class Allocator:
                 continue
             ceiling = node_max_pods(r, lim, self.settings.max_pods)
             plan = plan_node(r, f.inventory(self.cluster), lim, view.subnets, cluster=self.cluster, max_pods=ceiling)
-            count_flip(self.fair, r, plan, instance_id=self._key(r), clock=self.clock, damp_s=self.settings.damp_s,
-                       tally=self.tally)
+            count_flip(
+                self.fair,
+                r,
+                plan,
+                instance_id=self._key(r),
+                clock=self.clock,
+                damp_s=self.settings.damp_s,
+                tally=self.tally,
+            )
             plan = self._release_rules(r, f, plan)
             jobs.append(NodeJob(r, f, lim, plan, rec.message_id, rec.body, max_pods=ceiling))
             if plan.delta.low:
@@ -397,8 +419,16 @@ class Allocator:
         return jobs
 
     def _release_rules(self, r: PoolReport, f: NodeFacts, plan: Plan) -> Plan:
-        return hold_releases(r, f, plan, instance_id=self._key(r), fair=self.fair, clock=self.clock,
-                             settings=self.settings, tally=self.tally)
+        return hold_releases(
+            r,
+            f,
+            plan,
+            instance_id=self._key(r),
+            fair=self.fair,
+            clock=self.clock,
+            settings=self.settings,
+            tally=self.tally,
+        )
 
     def _settle_noops(self, jobs: list[NodeJob], out: BatchOutcome) -> list[NodeJob]:
         """Record and answer the nodes with nothing to call; the others go on."""
@@ -443,8 +473,13 @@ class Allocator:
                 self.fair.spend(self._key(job.report), job.plan.tokens(), self.clock.now())
                 paid.append(job)
             elif math.isinf(wait):
-                res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "failed",
-                                  [Failed(code="plan-exceeds-budget", message="plan needs more tokens than a bucket holds")])
+                res = NodeOutcome(
+                    job.report.node,
+                    job.facts.instance_id,
+                    job.report.seq,
+                    "failed",
+                    [Failed(code="plan-exceeds-budget", message="plan needs more tokens than a bucket holds")],
+                )
                 out.nodes[job.report.node] = res
                 self._finish(job, res)
             else:
@@ -492,7 +527,8 @@ class Allocator:
                 wanted[a] = wanted.get(a, 0) + n
         # Others wait only where the bucket cannot pay this whole batch now.
         contended = {
-            a for a, n in wanted.items()
+            a
+            for a, n in wanted.items()
             if refill(self.buckets.load(a, now), self.settings.bucket_spec(a), now).tokens < n
         }
         waiting = {self._key(j.report) for j in active}
@@ -540,8 +576,11 @@ class Allocator:
                 self.leases.release(self.cluster, self._key(j.report), owner)
                 continue
             plan = self._release_rules(
-                j.report, f, plan_node(j.report, f.inventory(self.cluster), j.limits, subnets, cluster=self.cluster,
-                                       max_pods=j.max_pods)
+                j.report,
+                f,
+                plan_node(
+                    j.report, f.inventory(self.cluster), j.limits, subnets, cluster=self.cluster, max_pods=j.max_pods
+                ),
             )
             nj = NodeJob(j.report, f, j.limits, plan, j.record_id, j.body, max_pods=j.max_pods)
             paid = j.plan.tokens()
@@ -568,8 +607,9 @@ class Allocator:
 
     def _defer(self, job: NodeJob, wait: float, reason: str, out: BatchOutcome, deferrals: list[Deferral]) -> None:
         delay = min(float(self.settings.max_defer_s), max(1.0, wait))
-        res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "deferred",
-                          retry_after_s=delay, reason=reason)
+        res = NodeOutcome(
+            job.report.node, job.facts.instance_id, job.report.seq, "deferred", retry_after_s=delay, reason=reason
+        )
         out.nodes[job.report.node] = res
         deferrals.append(Deferral(job.body, math.ceil(delay), self._key(job.report)))
 
@@ -609,8 +649,14 @@ class Allocator:
             if self._late(stop_at):
                 # Not started: the report is re-sent (no action, so not recorded).
                 self.tally.add(M_TOKENS_FORFEITED, job.plan.mutating_calls)
-                return NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "deferred",
-                                   retry_after_s=1.0, reason=DEADLINE_REASON)
+                return NodeOutcome(
+                    job.report.node,
+                    job.facts.instance_id,
+                    job.report.seq,
+                    "deferred",
+                    retry_after_s=1.0,
+                    reason=DEADLINE_REASON,
+                )
             res = self.executor.run(job, stop_at)
             if res.status != "deferred" or (res.actions and not res.resend):
                 # A plan stopped part-way (throttled after some calls) is recorded
@@ -624,8 +670,14 @@ class Allocator:
             return res
         except Exception as exc:  # a bug or an outage: the ESM redelivers this record
             log.exception("node failed", extra={"node": job.report.node, "seq": job.report.seq})
-            return NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "failed",
-                               [Failed.clipped("internal", str(exc))], reason="internal")
+            return NodeOutcome(
+                job.report.node,
+                job.facts.instance_id,
+                job.report.seq,
+                "failed",
+                [Failed.clipped("internal", str(exc))],
+                reason="internal",
+            )
         finally:
             self.leases.release(self.cluster, self._key(job.report), owner)
 
@@ -657,7 +709,10 @@ class Allocator:
         if res.status == "deferred":
             actions.append(Deferred.clipped(res.retry_after_s, res.reason))
         result = AllocationResult(
-            cluster=self.cluster, node=r.node, instance_id=job.facts.instance_id, in_reply_to=r.seq,
+            cluster=self.cluster,
+            node=r.node,
+            instance_id=job.facts.instance_id,
+            in_reply_to=r.seq,
             actions=self.delivery.fit(actions, r.node, r.seq),
         )
         try:
@@ -682,8 +737,14 @@ class Allocator:
         log.info(
             "batch done",
             extra={
-                "records": records, "invalid": out.invalid, "rejected": out.rejected, "stale": out.stale,
-                "superseded": out.superseded, "served": out.served, "deferred": out.deferred,
-                "failed": out.failed, "noop": out.noop,
+                "records": records,
+                "invalid": out.invalid,
+                "rejected": out.rejected,
+                "stale": out.stale,
+                "superseded": out.superseded,
+                "served": out.served,
+                "deferred": out.deferred,
+                "failed": out.failed,
+                "noop": out.noop,
             },
         )

@@ -21,7 +21,6 @@ from warmpool.ports import SqsApi
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class Deferral:
     body: str
@@ -77,7 +76,8 @@ class Delivery:
             self._urls.pop(result.instance_id, None)
         self.tally.add(names.M_RESULT_QUEUE_MISSING)
         log.warning(
-            "result queue missing", extra={"node": result.node, "instance_id": result.instance_id, "seq": result.in_reply_to}
+            "result queue missing",
+            extra={"node": result.node, "instance_id": result.instance_id, "seq": result.in_reply_to},
         )
 
     def fit(self, actions: Sequence[Action], node: str, seq: int) -> list[Action]:
@@ -125,7 +125,9 @@ class Delivery:
         if detail:
             attrs["detail"] = {"DataType": "String", "StringValue": detail[:1000]}
         try:
-            self.sqs.send_message(QueueUrl=self.settings.dlq_url, MessageBody=body or "(empty)", MessageAttributes=attrs)
+            self.sqs.send_message(
+                QueueUrl=self.settings.dlq_url, MessageBody=body or "(empty)", MessageAttributes=attrs
+            )
         except ClientError as exc:
             log.error("dead-letter failed", extra={"reason": reason, "error": str(classify(exc, "SendMessage"))})
             return False

@@ -40,9 +40,7 @@ def _tag_list(tags: Mapping[str, str]) -> list[dict[str, str]]:
 def eni_facts(item: dict[str, Any]) -> EniFacts:
     att = item.get("Attachment") or {}
     primary = item.get("PrivateIpAddress", "")
-    ips = tuple(
-        a["PrivateIpAddress"] for a in item.get("PrivateIpAddresses", []) if not a.get("Primary", False)
-    )
+    ips = tuple(a["PrivateIpAddress"] for a in item.get("PrivateIpAddresses", []) if not a.get("Primary", False))
     prefixes = tuple(p["Ipv4Prefix"] for p in item.get("Ipv4Prefixes", []) or [])
     return EniFacts(
         eni=Eni(
@@ -117,8 +115,11 @@ class Ec2:
         nodes: dict[str, NodeFacts] = {}
         for chunk in _chunks(ids):
             for res in self._pages(
-                "DescribeInstances", self.api.describe_instances, "Reservations",
-                Filters=[{"Name": "instance-id", "Values": chunk}], MaxResults=1000,
+                "DescribeInstances",
+                self.api.describe_instances,
+                "Reservations",
+                Filters=[{"Name": "instance-id", "Values": chunk}],
+                MaxResults=1000,
             ):
                 for inst in res.get("Instances", []):
                     nodes[inst["InstanceId"]] = NodeFacts(
@@ -136,8 +137,11 @@ class Ec2:
         out: dict[str, list[EniFacts]] = {}
         for chunk in _chunks(sorted(instance_ids)):
             for item in self._pages(
-                "DescribeNetworkInterfaces", self.api.describe_network_interfaces, "NetworkInterfaces",
-                Filters=[{"Name": "attachment.instance-id", "Values": chunk}], MaxResults=1000,
+                "DescribeNetworkInterfaces",
+                self.api.describe_network_interfaces,
+                "NetworkInterfaces",
+                Filters=[{"Name": "attachment.instance-id", "Values": chunk}],
+                MaxResults=1000,
             ):
                 f = eni_facts(item)
                 out.setdefault(f.instance_id, []).append(f)
@@ -147,8 +151,11 @@ class Ec2:
         out: dict[str, EniFacts] = {}
         for chunk in _chunks(sorted(set(eni_ids))):
             for item in self._pages(
-                "DescribeNetworkInterfaces", self.api.describe_network_interfaces, "NetworkInterfaces",
-                Filters=[{"Name": "network-interface-id", "Values": chunk}], MaxResults=1000,
+                "DescribeNetworkInterfaces",
+                self.api.describe_network_interfaces,
+                "NetworkInterfaces",
+                Filters=[{"Name": "network-interface-id", "Values": chunk}],
+                MaxResults=1000,
             ):
                 f = eni_facts(item)
                 out[f.eni.eni_id] = f
@@ -159,8 +166,11 @@ class Ec2:
         return [
             eni_facts(i)
             for i in self._pages(
-                "DescribeNetworkInterfaces", self.api.describe_network_interfaces, "NetworkInterfaces",
-                Filters=[{"Name": f"tag:{names.TAG_CLUSTER_NAME}", "Values": [cluster]}], MaxResults=1000,
+                "DescribeNetworkInterfaces",
+                self.api.describe_network_interfaces,
+                "NetworkInterfaces",
+                Filters=[{"Name": f"tag:{names.TAG_CLUSTER_NAME}", "Values": [cluster]}],
+                MaxResults=1000,
             )
         ]
 
@@ -178,17 +188,32 @@ class Ec2:
         vpcs = asked | self._subnet_vpcs
         s = self.settings
         if s.allowed_subnets:
-            items = list(self._pages(
-                "DescribeSubnets", self.api.describe_subnets, "Subnets", Filters=[{"Name": "subnet-id", "Values": list(s.allowed_subnets)}]
-            ))
+            items = list(
+                self._pages(
+                    "DescribeSubnets",
+                    self.api.describe_subnets,
+                    "Subnets",
+                    Filters=[{"Name": "subnet-id", "Values": list(s.allowed_subnets)}],
+                )
+            )
         else:
-            items = list(self._pages(
-                "DescribeSubnets", self.api.describe_subnets, "Subnets", Filters=[{"Name": "tag-key", "Values": [names.cluster_tag_key(s.cluster)]}]
-            ))
+            items = list(
+                self._pages(
+                    "DescribeSubnets",
+                    self.api.describe_subnets,
+                    "Subnets",
+                    Filters=[{"Name": "tag-key", "Values": [names.cluster_tag_key(s.cluster)]}],
+                )
+            )
             if not items and vpcs:
-                items = list(self._pages(
-                    "DescribeSubnets", self.api.describe_subnets, "Subnets", Filters=[{"Name": "vpc-id", "Values": sorted(vpcs)}]
-                ))
+                items = list(
+                    self._pages(
+                        "DescribeSubnets",
+                        self.api.describe_subnets,
+                        "Subnets",
+                        Filters=[{"Name": "vpc-id", "Values": sorted(vpcs)}],
+                    )
+                )
         self._subnets = {
             i["SubnetId"]: Subnet(
                 subnet_id=i["SubnetId"],
@@ -206,7 +231,9 @@ class Ec2:
         """Keep the cached free count roughly right between refreshes."""
         sub = self._subnets.get(subnet_id)
         if sub is not None:
-            self._subnets[subnet_id] = Subnet(sub.subnet_id, sub.availability_zone, sub.cidr, max(0, sub.free - addresses))
+            self._subnets[subnet_id] = Subnet(
+                sub.subnet_id, sub.availability_zone, sub.cidr, max(0, sub.free - addresses)
+            )
 
     def forget_subnets(self) -> None:
         self._subnets_at = -1e18

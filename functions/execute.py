@@ -76,6 +76,7 @@ def offer_expired(quarantined_at: float, now: float, max_age_s: float) -> bool:
     taken back by the agent: it must not be unassigned."""
     return now - quarantined_at > max_age_s
 
+
 Status = Literal["served", "deferred", "failed"]
 
 
@@ -178,11 +179,18 @@ class PlanExecutor:
                     d = self._throttled(err)
                     return self._deferred(out, d.retry_after_s, d.reason)
                 plan = plan_node(
-                    rep, facts.inventory(self.cluster), job.limits, subnets,
-                    cluster=self.cluster, exclude_subnets=frozenset(exclude), force_mode=force,
+                    rep,
+                    facts.inventory(self.cluster),
+                    job.limits,
+                    subnets,
+                    cluster=self.cluster,
+                    exclude_subnets=frozenset(exclude),
+                    force_mode=force,
                     max_pods=job.max_pods,
                 )
-                log.info("re-planned", extra={"node": rep.node, "seq": rep.seq, "why": rp.why, "calls": len(plan.calls)})
+                log.info(
+                    "re-planned", extra={"node": rep.node, "seq": rep.seq, "why": rp.why, "calls": len(plan.calls)}
+                )
                 if plan.calls:
                     wait = self.buckets.take_batch([plan.tokens()], self.clock.now())[0]
                     if wait > 0:
@@ -235,8 +243,10 @@ class PlanExecutor:
     def _too_old(self, job: NodeJob, call: UnassignAddresses | DeleteEni) -> list[Action]:
         n = sum(len(o.ips) + len(o.prefixes) for o in job.report.release if o.eni_id == call.eni_id)
         self.tally.add(names.M_OFFERS_EXPIRED, n)
-        log.info("release offer aged out before its call; not released",
-                 extra={"node": job.report.node, "seq": job.report.seq, "eni_id": call.eni_id})
+        log.info(
+            "release offer aged out before its call; not released",
+            extra={"node": job.report.node, "seq": job.report.seq, "eni_id": call.eni_id},
+        )
         return []
 
     def _do(self, call: Call, job: NodeJob, facts: NodeFacts) -> list[Action]:
@@ -355,7 +365,9 @@ class PlanExecutor:
             self.ec2.delete_eni(eni_id)
             self.tally.add(names.M_ENIS_DELETED)
         except AwsError as err:
-            log.warning("could not delete ENI after a failed attach; GC will", extra={"eni_id": eni_id, "error": str(err)})
+            log.warning(
+                "could not delete ENI after a failed attach; GC will", extra={"eni_id": eni_id, "error": str(err)}
+            )
 
     def _unassign(self, call: UnassignAddresses) -> list[Action]:
         self.ec2.unassign(call)

@@ -216,10 +216,8 @@ def verify_report_identity(
     )
 
 
-def instance_cluster_problem(
-    instances: Sequence[Mapping[str, Any]], instance_id: str, cluster: str
-) -> str:
-    """"" when EC2 shows ``instance_id`` running and tagged ``kubernetes.io/cluster/<cluster>``
+def instance_cluster_problem(instances: Sequence[Mapping[str, Any]], instance_id: str, cluster: str) -> str:
+    """ "" when EC2 shows ``instance_id`` running and tagged ``kubernetes.io/cluster/<cluster>``
     = owned|shared, else the reason (``instance-not-found``, ``foreign-instance``,
     ``instance-not-running``).
 

@@ -110,17 +110,21 @@ def secure_transport_policy(settings: Settings, queue_name: str) -> str | None:
         return None
     region = settings.region
     partition = "aws-cn" if region.startswith("cn-") else "aws-us-gov" if region.startswith("us-gov-") else "aws"
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [{
-            "Sid": "DenyInsecureTransport",
-            "Effect": "Deny",
-            "Principal": {"AWS": "*"},
-            "Action": "sqs:*",
-            "Resource": f"arn:{partition}:sqs:{region}:{account}:{queue_name}",
-            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-        }],
-    })
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "DenyInsecureTransport",
+                    "Effect": "Deny",
+                    "Principal": {"AWS": "*"},
+                    "Action": "sqs:*",
+                    "Resource": f"arn:{partition}:sqs:{region}:{account}:{queue_name}",
+                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                }
+            ],
+        }
+    )
 
 
 def create_result_queue(sqs: SqsApi, settings: Settings, instance_id: str, tally: Tally) -> None:

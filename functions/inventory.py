@@ -66,8 +66,9 @@ class BatchView:
 
     def servable(self, cluster: str, reports: Sequence[PoolReport]) -> list[NodeFacts]:
         """The facts of the reported instances that exist, are the cluster's and run."""
-        return [f for r in reports if (f := self.facts.get(r.instance_id)) is not None
-                and not instance_problem(cluster, f)]
+        return [
+            f for r in reports if (f := self.facts.get(r.instance_id)) is not None and not instance_problem(cluster, f)
+        ]
 
 
 def read_batch(ec2: Ec2Port, cluster: str, reports: Sequence[PoolReport]) -> BatchView:
@@ -130,7 +131,12 @@ def tag_primaries(
     if not tagged:
         return granted
     return [
-        replace(j, plan=replace(j.plan, calls=tuple(
-            c for c in j.plan.calls if not (isinstance(c, TagPrimaryEni) and c.eni_id in tagged))))
+        replace(
+            j,
+            plan=replace(
+                j.plan,
+                calls=tuple(c for c in j.plan.calls if not (isinstance(c, TagPrimaryEni) and c.eni_id in tagged)),
+            ),
+        )
         for j in granted
     ]

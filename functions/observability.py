@@ -48,7 +48,10 @@ def flush(tally: Tally, metrics: Metrics, cluster: str) -> None:
             continue
         if dims:
             with single_metric(
-                name=name, unit=unit, value=value, namespace=names.METRICS_NAMESPACE,  # type: ignore[arg-type]
+                name=name,
+                unit=unit,  # type: ignore[arg-type]
+                value=value,
+                namespace=names.METRICS_NAMESPACE,
                 default_dimensions={"cluster": cluster, **dict(dims)},
             ):
                 pass

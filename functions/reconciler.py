@@ -39,7 +39,6 @@ from warmpool.ports import BucketStore, Ec2Api, Ec2Port, LeaseStore, Ledger, Sqs
 log = logging.getLogger(__name__)
 
 
-
 @dataclass
 class ReconcileOutcome:
     marked: list[str] = field(default_factory=list)
@@ -95,10 +94,17 @@ class Reconciler:
         self.tally.add(names.M_GC_DELETIONS, len(out.deleted))
         for kind, n in out.drift.items():
             self.tally.add(names.M_LEDGER_DRIFT, n, kind=kind)
-        log.info("reconciled", extra={
-            "marked": len(out.marked), "deleted": len(out.deleted), "forgotten": len(out.forgotten_nodes),
-            "leases_swept": out.leases_swept, "drift": out.drift, "postponed": out.postponed,
-        })
+        log.info(
+            "reconciled",
+            extra={
+                "marked": len(out.marked),
+                "deleted": len(out.deleted),
+                "forgotten": len(out.forgotten_nodes),
+                "leases_swept": out.leases_swept,
+                "drift": out.drift,
+                "postponed": out.postponed,
+            },
+        )
         return out
 
     # --- ENIs ------------------------------------------------------------------
@@ -163,7 +169,8 @@ class Reconciler:
         facts = self.ec2.describe_nodes({i for i in iids.values() if i.startswith("i-")}) if iids else {}
         tag = names.cluster_tag_key(self.cluster)
         alive = {
-            i for i, f in facts.items()
+            i
+            for i, f in facts.items()
             if f.state not in ("terminated", "shutting-down") and f.tags.get(tag) in ("owned", "shared")
         }
         gone = [n for n, i in iids.items() if i not in alive]
@@ -171,7 +178,9 @@ class Reconciler:
         # instances the ledger does not know; our ENIs tagged for another instance.
         known = set(iids.values())
         attached_unknown = {e.instance_id for e in enis if e.instance_id and e.instance_id not in known}
-        mislabelled = [e for e in enis if e.instance_id and e.tags.get(names.TAG_INSTANCE_ID) not in ("", None, e.instance_id)]
+        mislabelled = [
+            e for e in enis if e.instance_id and e.tags.get(names.TAG_INSTANCE_ID) not in ("", None, e.instance_id)
+        ]
         out.drift = {
             "ledger-without-instance": len(gone),
             "instance-without-ledger": len(attached_unknown),
@@ -190,7 +199,7 @@ class Reconciler:
         except AwsError as err:
             log.warning("result queues not listed; next run retries", extra={"error": str(err)})
             return
-        by_instance = {u.rsplit("/", 1)[-1][len(prefix):]: u for u in urls if u.rsplit("/", 1)[-1].startswith(prefix)}
+        by_instance = {u.rsplit("/", 1)[-1][len(prefix) :]: u for u in urls if u.rsplit("/", 1)[-1].startswith(prefix)}
         done = set(out.queues_deleted) | set(out.queue_delete_failed)
         candidates = {i: u for i, u in by_instance.items() if i and i not in done}
         if not candidates:
@@ -203,7 +212,11 @@ class Reconciler:
         tag = names.cluster_tag_key(self.cluster)
         for iid, url in sorted(candidates.items()):
             f = facts.get(iid)
-            if f is not None and f.state not in ("terminated", "shutting-down") and f.tags.get(tag) in ("owned", "shared"):
+            if (
+                f is not None
+                and f.state not in ("terminated", "shutting-down")
+                and f.tags.get(tag) in ("owned", "shared")
+            ):
                 continue
             try:
                 self.sqs.delete_queue(QueueUrl=url)
@@ -251,20 +264,26 @@ class Reconciler:
         except AwsError as err:
             out.queue_delete_failed.append(instance_id)
             self.tally.add(names.M_QUEUE_DELETE_FAILED)
-            log.warning("result queue not deleted; entry kept for the next run",
-                        extra={"node": node, "instance_id": instance_id, "error": str(err)})
+            log.warning(
+                "result queue not deleted; entry kept for the next run",
+                extra={"node": node, "instance_id": instance_id, "error": str(err)},
+            )
             return
         try:
             forgot = self.ledger.forget(self.cluster, node, instance_id=instance_id, last_seq=last_seq)
         except AwsError as err:
-            log.warning("ledger entry not forgotten; next run retries",
-                        extra={"node": node, "instance_id": instance_id, "error": str(err)})
+            log.warning(
+                "ledger entry not forgotten; next run retries",
+                extra={"node": node, "instance_id": instance_id, "error": str(err)},
+            )
             return
         if forgot:
             out.forgotten_nodes.append(node)
         else:
-            log.info("ledger entry changed since read (name reused or served); kept",
-                     extra={"node": node, "instance_id": instance_id, "last_seq": last_seq})
+            log.info(
+                "ledger entry changed since read (name reused or served); kept",
+                extra={"node": node, "instance_id": instance_id, "last_seq": last_seq},
+            )
 
     def _delete_queue(self, instance_id: str) -> bool:
         """Delete the instance's result queue; False if there was none.
@@ -289,4 +308,3 @@ def _float(s: str, default: float) -> float:
         return float(s)
     except ValueError:
         return default
-

@@ -83,13 +83,21 @@ def fresh_offers(report: PoolReport, clock: Clock, max_age_s: float, tally: Tall
             extra={"node": report.node, "seq": report.seq, "addresses": undated},
         )
     if expired:
-        log.info("release offers too old to act on", extra={"node": report.node, "seq": report.seq,
-                                                             "addresses": expired})
+        log.info(
+            "release offers too old to act on", extra={"node": report.node, "seq": report.seq, "addresses": expired}
+        )
     return report.model_copy(update={"release": keep})
 
 
 def hold_releases(
-    r: PoolReport, f: NodeFacts, plan: Plan, *, instance_id: str, fair: FairShare, clock: Clock, settings: Settings,
+    r: PoolReport,
+    f: NodeFacts,
+    plan: Plan,
+    *,
+    instance_id: str,
+    fair: FairShare,
+    clock: Clock,
+    settings: Settings,
     tally: Tally,
 ) -> Plan:
     """The plan under the release rules: an offer is acted on only once
@@ -131,8 +139,7 @@ def hold_releases(
     if not held:
         return plan
     tally.add(M_RELEASES_HELD, held)
-    log.info("release calls held", extra={"node": r.node, "instance_id": instance_id, "calls": held,
-                                          "damped": damped})
+    log.info("release calls held", extra={"node": r.node, "instance_id": instance_id, "calls": held, "damped": damped})
     mutating = [c for c in calls if not isinstance(c, Reclaim)]
     kind = plan.kind if mutating else ("allocate" if calls else "none")
     return replace(plan, calls=tuple(calls), kind=kind)
@@ -157,9 +164,7 @@ def count_flip(
         )
 
 
-def load_flips(
-    fair: FairShare, store: FlipStore | None, cluster: str, instance_ids: list[str], tally: Tally
-) -> None:
+def load_flips(fair: FairShare, store: FlipStore | None, cluster: str, instance_ids: list[str], tally: Tally) -> None:
     """The batch's instances' shared flip histories, before any flip of this batch is counted."""
     if store is None or not instance_ids:
         return

@@ -212,9 +212,7 @@ class DynamoBuckets:
                 return True, 0.0
         return False, 1.0
 
-    def take_batch(
-        self, requests: Sequence[Mapping[str, float]], now: float
-    ) -> list[float]:
+    def take_batch(self, requests: Sequence[Mapping[str, float]], now: float) -> list[float]:
         """Grant, in order, the requests the buckets can pay for now; one wait per request.
 
         One read and one (transactional, conditional) write per attempt.
@@ -377,8 +375,7 @@ class DynamoFlips:
                 flips = tuple(float(x) for x in json.loads(_s(it, "flips", "[]")))
             except (ValueError, TypeError):
                 flips = ()
-            out[_s(it, names.LEDGER_PK)[len(prefix):]] = FlipState(
-                _s(it, "last_kind"), flips, _f(it, "damped_until"))
+            out[_s(it, names.LEDGER_PK)[len(prefix) :]] = FlipState(_s(it, "last_kind"), flips, _f(it, "damped_until"))
         return out
 
     def save(self, cluster: str, instance_id: str, state: FlipState, expires_at: float) -> None:

@@ -59,6 +59,7 @@ def _certificate_blocks(text: str) -> str:
 def default_identity_certificate() -> str:
     return _certificate_blocks(DEFAULT_IDENTITY_CERTIFICATE_FILE.read_text())
 
+
 CONTEXT_KEYS = (
     "cluster",
     "vpc_id",
@@ -133,9 +134,11 @@ class StackConfig(BaseModel):
     reconcile_every_min: int = Field(default=1, ge=1, le=60)
     gc_age_s: int = Field(default=300, ge=60, le=86_400)
     max_pods: int = Field(
-        default=0, ge=0, le=names.MAX_PODS_OVERRIDE,
+        default=0,
+        ge=0,
+        le=names.MAX_PODS_OVERRIDE,
         description="the kubelets' --max-pods when custom; 0 = the VPC CNI formula per instance type. No node "
-                    "is given more addresses than this, whatever it reports (set WARMPOOL_MAX_PODS on the agents too)",
+        "is given more addresses than this, whatever it reports (set WARMPOOL_MAX_PODS on the agents too)",
     )
     agent_identity: AgentIdentity = "pod-identity"
     agent_namespace: str = "kube-system"
@@ -238,9 +241,7 @@ class StackConfig(BaseModel):
     @classmethod
     def _oidc(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:oidc-provider/.+", value):
-            raise ValueError(
-                "an IAM OIDC provider ARN, arn:aws:iam::<account>:oidc-provider/<issuer host/path>"
-            )
+            raise ValueError("an IAM OIDC provider ARN, arn:aws:iam::<account>:oidc-provider/<issuer host/path>")
         return value
 
     @field_validator("agent_namespace", "agent_service_account")

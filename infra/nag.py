@@ -64,9 +64,7 @@ REASON_RUNTIME = (
 def acknowledgements(cluster: str, *, wildcard_groups: bool, tagged_subnets: bool) -> list[Acknowledgement]:
     acks = [
         Acknowledgement("AllocateRole", "AwsSolutions-IAM5[Resource::*]", REASON_DESCRIBE),
-        Acknowledgement(
-            "ReconcileRole", "AwsSolutions-IAM5[Resource::*]", REASON_DESCRIBE + " " + REASON_LIST_QUEUES
-        ),
+        Acknowledgement("ReconcileRole", "AwsSolutions-IAM5[Resource::*]", REASON_DESCRIBE + " " + REASON_LIST_QUEUES),
         Acknowledgement("AllocateRole", f"AwsSolutions-IAM5[{ENI}]", REASON_ENI),
         Acknowledgement("ReconcileRole", f"AwsSolutions-IAM5[{ENI}]", REASON_ENI),
         Acknowledgement("AllocateRole", f"AwsSolutions-IAM5[{INSTANCE}]", REASON_INSTANCE),
@@ -74,7 +72,8 @@ def acknowledgements(cluster: str, *, wildcard_groups: bool, tagged_subnets: boo
         Acknowledgement("ReconcileRole", f"AwsSolutions-IAM5[{result_queues(cluster)}]", REASON_RESULT),
         Acknowledgement("AgentPolicy", f"AwsSolutions-IAM5[{result_queues(cluster)}]", REASON_RESULT),
         Acknowledgement(
-            "AgentPolicy", "AwsSolutions-IAM5[Resource::*]",
+            "AgentPolicy",
+            "AwsSolutions-IAM5[Resource::*]",
             "DescribeNetworkInterfaces supports no resource-level permissions; the agent reads only its "
             "own instance's ENIs (filtered by attachment.instance-id) to learn which carry no_manage.",
         ),

@@ -74,9 +74,7 @@ class Observability(Construct):
             self._graph("EC2 errors per action", self._per_action(names.M_EC2_ERRORS, "Sum")),
         )
         self.dashboard.add_widgets(
-            self._graph(
-                "Tokens available per action (min)", self._per_action(names.M_TOKENS_AVAILABLE, "Minimum")
-            ),
+            self._graph("Tokens available per action (min)", self._per_action(names.M_TOKENS_AVAILABLE, "Minimum")),
             self._graph(
                 "Tokens taken and waited for",
                 [self._metric(names.M_TOKENS_TAKEN, "Sum")],
@@ -126,9 +124,7 @@ class Observability(Construct):
                 "Reports queue depth / DLQ depth",
                 [
                     reports.metric_approximate_number_of_messages_visible(period=PERIOD, label="visible"),
-                    reports.metric_approximate_number_of_messages_not_visible(
-                        period=PERIOD, label="in flight"
-                    ),
+                    reports.metric_approximate_number_of_messages_not_visible(period=PERIOD, label="in flight"),
                     dlq.metric_approximate_number_of_messages_visible(period=PERIOD, label="DLQ"),
                 ],
             ),
@@ -157,12 +153,8 @@ class Observability(Construct):
             self._graph(
                 "Function concurrency",
                 [
-                    allocate.metric(
-                        "ConcurrentExecutions", period=PERIOD, statistic="Maximum", label="allocate"
-                    ),
-                    reconcile.metric(
-                        "ConcurrentExecutions", period=PERIOD, statistic="Maximum", label="reconcile"
-                    ),
+                    allocate.metric("ConcurrentExecutions", period=PERIOD, statistic="Maximum", label="allocate"),
+                    reconcile.metric("ConcurrentExecutions", period=PERIOD, statistic="Maximum", label="reconcile"),
                 ],
             ),
         )

@@ -45,8 +45,7 @@ def load_outputs(data: Any, stack: str | None = None) -> dict[str, str]:
     """Normalise any supported outputs document to ``{snake_case_key: value}``."""
     if isinstance(data, dict) and "Stacks" in data:  # describe-stacks
         stacks = {
-            s["StackName"]: {o["OutputKey"]: o["OutputValue"] for o in s.get("Outputs", [])}
-            for s in data["Stacks"]
+            s["StackName"]: {o["OutputKey"]: o["OutputValue"] for o in s.get("Outputs", [])} for s in data["Stacks"]
         }
         data = stacks
     if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):  # per stack

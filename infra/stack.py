@@ -158,9 +158,7 @@ class WarmpoolStack(Stack):
             sources.SqsEventSource(
                 self.reports,
                 batch_size=cfg.batch_size,
-                max_batching_window=Duration.seconds(cfg.batching_window_s)
-                if cfg.batching_window_s
-                else None,
+                max_batching_window=Duration.seconds(cfg.batching_window_s) if cfg.batching_window_s else None,
                 max_concurrency=cfg.max_concurrency,
                 report_batch_item_failures=True,
             )

@@ -159,8 +159,15 @@ class Agent:
             damaged, restored = exc, False
         self.pods = self.pods or self._pod_network()
         self.controller = PoolController(
-            self.identity, limits, cfg.pool, self.ds, cfg.timing,
-            host=self.host, metadata=self.metadata, mtu=cfg.mtu, restart_hold_s=RESTART_HOLD_S,
+            self.identity,
+            limits,
+            cfg.pool,
+            self.ds,
+            cfg.timing,
+            host=self.host,
+            metadata=self.metadata,
+            mtu=cfg.mtu,
+            restart_hold_s=RESTART_HOLD_S,
             signed_identity=CachedIdentity(self.metadata).get,
         )
         now = self.clock.now()
@@ -168,14 +175,24 @@ class Agent:
             notes, how = self.controller.start(now), "restored"
         else:
             notes, how = self._rebuild(checkpoint, damaged, now)
-        log.info("started %s (%s in %s): checkpoint %s; %d reconcile notes",
-                 ident.instance_id, ident.instance_type, ident.availability_zone, how, len(notes))
+        log.info(
+            "started %s (%s in %s): checkpoint %s; %d reconcile notes",
+            ident.instance_id,
+            ident.instance_type,
+            ident.availability_zone,
+            how,
+            len(notes),
+        )
         self._last_resync = now
         self.result_queue_name = result_queue_name(cfg.result_queue_prefix, ident.instance_id)
         self.result_queue_url = self._find_result_queue()
         self.cni = CniService(
-            self.ds, self.pods,
-            mtu=cfg.hostnet.pod_mtu, add_wait_s=cfg.add_wait_s, clock=self.clock, on_unmet=self.wake.set,
+            self.ds,
+            self.pods,
+            mtu=cfg.hostnet.pod_mtu,
+            add_wait_s=cfg.add_wait_s,
+            clock=self.clock,
+            on_unmet=self.wake.set,
             veth_prefix=cfg.veth_prefix,
         )
         self.socket_server = CniSocketServer(cfg.socket_path, self.cni)
@@ -190,8 +207,9 @@ class Agent:
         self.loop_at = time.monotonic()
         self.ready = True
 
-    def _rebuild(self, checkpoint: FileCheckpoint, damaged: CheckpointError | None,
-                 now: float) -> tuple[list[str], str]:
+    def _rebuild(
+        self, checkpoint: FileCheckpoint, damaged: CheckpointError | None, now: float
+    ) -> tuple[list[str], str]:
         """No usable checkpoint: IMDS says what is attached (the normal start), the host says
         which of those addresses pods use. Never a silent double assignment:
 
@@ -213,25 +231,39 @@ class Agent:
         if damaged is None and (wiring is None or not wiring.pods):
             return self.controller.start(now), "empty"
         how = "damaged: rebuilt" if damaged is not None else "missing: rebuilt"
-        source = ("the host's pod wiring" if wiring is not None
-                  else "no pod wiring to read (WARMPOOL_POD_NETWORK=recorded): every address held")
+        source = (
+            "the host's pod wiring"
+            if wiring is not None
+            else "no pod wiring to read (WARMPOOL_POD_NETWORK=recorded): every address held"
+        )
         if damaged is not None:
             aside = checkpoint.keep_aside(now)
-            log.error("checkpoint %s is damaged (%s); kept as %s; rebuilding from IMDS and %s",
-                      checkpoint.path, damaged, aside, source)
+            log.error(
+                "checkpoint %s is damaged (%s); kept as %s; rebuilding from IMDS and %s",
+                checkpoint.path,
+                damaged,
+                aside,
+                source,
+            )
             self.counters["checkpoint_rebuilds_damaged"] += 1
         else:
             assert wiring is not None
-            log.warning("no checkpoint at %s but %d pods are wired on the host; rebuilding from IMDS and %s",
-                        checkpoint.path, len(wiring.pods), source)
+            log.warning(
+                "no checkpoint at %s but %d pods are wired on the host; rebuilding from IMDS and %s",
+                checkpoint.path,
+                len(wiring.pods),
+                source,
+            )
             self.counters["checkpoint_rebuilds_missing"] += 1
         with self.ds.batch():
             notes = self.ds.recover(wiring.pods, now) if wiring is not None else []
             notes += self.controller.start(now)
             if wiring is None:
                 n = self.ds.hold_all(now)
-                notes.append(f"{n} addresses held until the runtime's pods are known "
-                             f"(grace {self.cfg.recovery_grace_s or 'none'})")
+                notes.append(
+                    f"{n} addresses held until the runtime's pods are known "
+                    f"(grace {self.cfg.recovery_grace_s or 'none'})"
+                )
                 self.ds.set_meta("held_all_at", now)
             self.ds.set_meta("rebuilt_at", now)
         for ip in wiring.stale if wiring is not None else []:
@@ -251,9 +283,13 @@ class Agent:
             return
         freed = self.ds.release_recovered(UNKNOWN_HOLDER, now)
         self.ds.set_meta("held_all_at", None)
-        log.warning("%d addresses held since the checkpoint rebuild returned to the pool "
-                    "(WARMPOOL_RECOVERY_GRACE_S=%g passed): %s", len(freed), grace,
-                    ", ".join(a.ip for a in freed))
+        log.warning(
+            "%d addresses held since the checkpoint rebuild returned to the pool "
+            "(WARMPOOL_RECOVERY_GRACE_S=%g passed): %s",
+            len(freed),
+            grace,
+            ", ".join(a.ip for a in freed),
+        )
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -342,7 +378,9 @@ class Agent:
                     continue
             try:
                 resp = self.sqs.receive_message(
-                    QueueUrl=self.result_queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=self.poll_wait_s,
+                    QueueUrl=self.result_queue_url,
+                    MaxNumberOfMessages=10,
+                    WaitTimeSeconds=self.poll_wait_s,
                     VisibilityTimeout=RESULT_VISIBILITY_S,
                 )
             except Exception as exc:
@@ -371,10 +409,17 @@ class Agent:
         metrics = web.Metrics()
         metrics.sources.append(self._metric_lines)
         return web.HttpServer(
-            host, port, metrics=metrics,
-            views={"/v1/enis": self.view_enis, "/v1/pods": self.view_pods, "/v1/config": self.view_config,
-                   "/v1/max-pods": self.view_max_pods},
-            healthy=self._healthy, ready=self._ready,
+            host,
+            port,
+            metrics=metrics,
+            views={
+                "/v1/enis": self.view_enis,
+                "/v1/pods": self.view_pods,
+                "/v1/config": self.view_config,
+                "/v1/max-pods": self.view_max_pods,
+            },
+            healthy=self._healthy,
+            ready=self._ready,
         )
 
     def _healthy(self) -> tuple[bool, str]:
@@ -399,18 +444,27 @@ class Agent:
         """What the kubelet's ``--max-pods`` should be on this node (``warmpool max-pods``)."""
         pool = self.cfg.pool
         value = max_pods(self.limits, prefix=pool.prefix_mode, max_eni=pool.max_eni or None)
-        return {"max_pods": value, "instance_type": self.limits.instance_type, "prefix": pool.prefix_mode,
-                "max_eni": pool.max_eni or None}
+        return {
+            "max_pods": value,
+            "instance_type": self.limits.instance_type,
+            "prefix": pool.prefix_mode,
+            "max_eni": pool.max_eni or None,
+        }
 
     def view_enis(self) -> list[dict[str, Any]]:
         out = []
         for e in self.ds.enis():
-            out.append({
-                **asdict(e.info), "route_table": e.info.route_table, "ready": e.ready,
-                "ips": e.ips, "prefixes": e.prefixes,
-                "assigned": sorted(a.ip for a in e.addrs.values() if a.in_use),
-                "quarantined": sorted(a.ip for a in e.addrs.values() if a.quarantined_at is not None),
-            })
+            out.append(
+                {
+                    **asdict(e.info),
+                    "route_table": e.info.route_table,
+                    "ready": e.ready,
+                    "ips": e.ips,
+                    "prefixes": e.prefixes,
+                    "assigned": sorted(a.ip for a in e.addrs.values() if a.in_use),
+                    "quarantined": sorted(a.ip for a in e.addrs.values() if a.quarantined_at is not None),
+                }
+            )
         return out
 
     def view_pods(self) -> list[dict[str, Any]]:
@@ -431,35 +485,58 @@ class Agent:
             ("warmpool_addresses_quarantined", "Surplus addresses offered back", c.quarantined),
             ("warmpool_pending_demand", "CNI ADDs waiting for an address", c.pending),
             ("warmpool_enis", "ENIs attached", c.enis),
-            ("warmpool_addresses_recovered", "Addresses held by recovered holders (checkpoint rebuild)",
-             c.recovered),
+            ("warmpool_addresses_recovered", "Addresses held by recovered holders (checkpoint rebuild)", c.recovered),
         ):
             lines += web.gauge(name, help_, v)
         st = self.controller.stats
         lines += web.counter("warmpool_reports_sent_total", "Reports sent", {(): st["reports_sent"]})
-        lines += web.counter("warmpool_report_send_errors_total", "Reports that could not be sent",
-                             {(): self.counters["reports_send_errors"]})
-        lines += web.counter("warmpool_checkpoint_rebuilds_total", "Rebuilds from IMDS and the host, by reason",
-                             {(("reason", r),): self.counters[f"checkpoint_rebuilds_{r}"]
-                              for r in ("damaged", "missing")})
-        lines += web.counter("warmpool_recovered_holders_total", "Holders found by checkpoint rebuilds",
-                             {(): self.counters["recovered_holders"]})
+        lines += web.counter(
+            "warmpool_report_send_errors_total",
+            "Reports that could not be sent",
+            {(): self.counters["reports_send_errors"]},
+        )
+        lines += web.counter(
+            "warmpool_checkpoint_rebuilds_total",
+            "Rebuilds from IMDS and the host, by reason",
+            {(("reason", r),): self.counters[f"checkpoint_rebuilds_{r}"] for r in ("damaged", "missing")},
+        )
+        lines += web.counter(
+            "warmpool_recovered_holders_total",
+            "Holders found by checkpoint rebuilds",
+            {(): self.counters["recovered_holders"]},
+        )
         lines += web.counter("warmpool_results_applied_total", "Results applied", {(): st["results_applied"]})
-        lines += web.counter("warmpool_results_invalid_total", "Results rejected as invalid",
-                             {(): self.counters["results_invalid"] + st["results_rejected"]})
-        lines += web.counter("warmpool_result_actions_total", "Result actions by kind",
-                             {(("kind", k.removeprefix("action_")),): v
-                              for k, v in st.items() if k.startswith("action_")})
-        lines += web.counter("warmpool_cni_requests_total", "CNI requests by command",
-                             {(("command", k),): v for k, v in self.cni.stats.requests.items()})
-        lines += web.counter("warmpool_cni_failures_total", "CNI failures by command and reason",
-                             {(("command", k.split(":")[0]), ("reason", k.split(":", 1)[1])): v
-                              for k, v in self.cni.stats.failures.items()})
-        lines += web.counter("warmpool_cni_gc_released_total",
-                             "Attachments released by CNI GC (not listed by the runtime)",
-                             {(): self.cni.stats.gc_released})
-        lines += web.histogram("warmpool_cni_address_wait_seconds", "Time a CNI ADD waited for an address",
-                               self.cni.stats.wait_seconds)
+        lines += web.counter(
+            "warmpool_results_invalid_total",
+            "Results rejected as invalid",
+            {(): self.counters["results_invalid"] + st["results_rejected"]},
+        )
+        lines += web.counter(
+            "warmpool_result_actions_total",
+            "Result actions by kind",
+            {(("kind", k.removeprefix("action_")),): v for k, v in st.items() if k.startswith("action_")},
+        )
+        lines += web.counter(
+            "warmpool_cni_requests_total",
+            "CNI requests by command",
+            {(("command", k),): v for k, v in self.cni.stats.requests.items()},
+        )
+        lines += web.counter(
+            "warmpool_cni_failures_total",
+            "CNI failures by command and reason",
+            {
+                (("command", k.split(":")[0]), ("reason", k.split(":", 1)[1])): v
+                for k, v in self.cni.stats.failures.items()
+            },
+        )
+        lines += web.counter(
+            "warmpool_cni_gc_released_total",
+            "Attachments released by CNI GC (not listed by the runtime)",
+            {(): self.cni.stats.gc_released},
+        )
+        lines += web.histogram(
+            "warmpool_cni_address_wait_seconds", "Time a CNI ADD waited for an address", self.cni.stats.wait_seconds
+        )
         return lines
 
 
@@ -507,6 +584,7 @@ def _run_agent(env: dict[str, str]) -> int:
                 return spec_from_imds(imds, ident.mac, cfg)
 
             return NodeNetworking(spec(), cfg.host_netns, refresh=spec)
+
     if cfg.hostnet.skip_unmanaged_enis:
         from node_agent.unmanaged import SkipUnmanaged
 
@@ -558,8 +636,11 @@ def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> No
     ic.add_argument("--dest", default="/opt/cni/bin")
     ic.add_argument("--python", default="/usr/bin/python3", help="interpreter on the node")
     sub.add_parser("run", help="run the agent (the default)")
-    sub.add_parser("uninstall", help="remove the node-level rules the agent installed (nftables table "
-                   "ip warmpool, the fwmark rule); run after the DaemonSet is gone")
+    sub.add_parser(
+        "uninstall",
+        help="remove the node-level rules the agent installed (nftables table "
+        "ip warmpool, the fwmark rule); run after the DaemonSet is gone",
+    )
     args = p.parse_args(argv)
     if args.cmd == "install-cni":
         print(install_cni(args.dest, args.python))
@@ -567,4 +648,3 @@ def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> No
     if args.cmd == "uninstall":
         sys.exit(_uninstall(dict(env if env is not None else os.environ)))
     sys.exit(_run_agent(dict(env if env is not None else os.environ)))
-

@@ -349,9 +349,7 @@ class CheckpointFile(_Model):
     version: int
     meta: dict[str, Any] = Field(default_factory=dict)
     enis: list[EniEntry]
-    recovered: dict[Address, Annotated[tuple[Text, Time], AfterValidator(_holder)]] = Field(
-        default_factory=dict
-    )
+    recovered: dict[Address, Annotated[tuple[Text, Time], AfterValidator(_holder)]] = Field(default_factory=dict)
     """Address -> [recovered holder (host veth name or ``?``), since]."""
     recent: RecentEntry = Field(default_factory=RecentEntry)
     parked: list[dict[str, Any]] = Field(default_factory=list)

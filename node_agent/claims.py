@@ -54,8 +54,7 @@ class ParkedClaims:
 
     def encode(self) -> list[dict[str, Any]]:
         return [
-            {"action": a.model_dump(mode="json"), "first": first, "seq": seq}
-            for a, first, seq in self.waiting.values()
+            {"action": a.model_dump(mode="json"), "first": first, "seq": seq} for a, first, seq in self.waiting.values()
         ]
 
     def load(self, parked: list[dict[str, Any]]) -> list[str]:
@@ -66,9 +65,7 @@ class ParkedClaims:
             try:
                 data = raw["action"]
                 action: Claim = (
-                    Attached.model_validate(data)
-                    if data.get("kind") == "attached"
-                    else Assigned.model_validate(data)
+                    Attached.model_validate(data) if data.get("kind") == "attached" else Assigned.model_validate(data)
                 )
                 first = float(raw["first"])
                 seq = int(raw.get("seq", -1))  # unknown: the oldest (any newer release wins)

@@ -92,12 +92,18 @@ def build_request(environ: dict[str, str], stdin: str) -> dict[str, Any]:
         raise CniError(E_DECODE, "network configuration is not a JSON object")
     version = str(conf.get("cniVersion", CNI_VERSION))
     if command != "VERSION" and version not in SUPPORTED_VERSIONS:
-        raise CniError(E_INCOMPATIBLE_VERSION, f"cniVersion {version} is not supported",
-                       f"supported: {', '.join(SUPPORTED_VERSIONS)}")
+        raise CniError(
+            E_INCOMPATIBLE_VERSION,
+            f"cniVersion {version} is not supported",
+            f"supported: {', '.join(SUPPORTED_VERSIONS)}",
+        )
     if command in ("GC", "STATUS") and not version_at_least(version, "1.1.0"):
         # as the reference library's skel does: these verbs exist from spec 1.1.0
-        raise CniError(E_INCOMPATIBLE_VERSION, f"config version does not allow {command}",
-                       f"cniVersion {version}; {command} needs 1.1.0")
+        raise CniError(
+            E_INCOMPATIBLE_VERSION,
+            f"config version does not allow {command}",
+            f"cniVersion {version}; {command} needs 1.1.0",
+        )
     req: dict[str, Any] = {"command": command, "config": conf}
     if command in ("ADD", "DEL", "CHECK"):
         req["container_id"] = _env(environ, "CNI_CONTAINERID")
@@ -114,8 +120,11 @@ def call_agent(path: str, req: dict[str, Any], timeout: float) -> dict[str, Any]
     except UnicodeEncodeError:  # lone surrogates from \u escapes
         data = json.dumps(req, separators=(",", ":")).encode() + b"\n"
     if len(data) > MAX_REQUEST_BYTES:
-        raise CniError(E_INVALID_CONFIG, "request to the warmpool agent is too large",
-                       f"{len(data)} bytes; the limit is {MAX_REQUEST_BYTES}")
+        raise CniError(
+            E_INVALID_CONFIG,
+            "request to the warmpool agent is too large",
+            f"{len(data)} bytes; the limit is {MAX_REQUEST_BYTES}",
+        )
     deadline = time.monotonic() + timeout
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 
@@ -132,14 +141,16 @@ def call_agent(path: str, req: dict[str, Any], timeout: float) -> dict[str, Any]
             s.settimeout(left())
             s.connect(path)
         except OSError as exc:
-            raise CniError(E_TRY_AGAIN_LATER, "warmpool agent is not reachable",
-                           f"{path}: {exc.strerror or exc}") from None
+            raise CniError(
+                E_TRY_AGAIN_LATER, "warmpool agent is not reachable", f"{path}: {exc.strerror or exc}"
+            ) from None
         try:
             s.settimeout(left())
             s.sendall(data)
         except TimeoutError:
-            raise CniError(E_TRY_AGAIN_LATER, "warmpool agent did not take the request in time",
-                           f"{timeout:g}s") from None
+            raise CniError(
+                E_TRY_AGAIN_LATER, "warmpool agent did not take the request in time", f"{timeout:g}s"
+            ) from None
         except OSError:
             pass  # it stopped reading (it may have answered why): read what it said
         while True:
@@ -147,8 +158,7 @@ def call_agent(path: str, req: dict[str, Any], timeout: float) -> dict[str, Any]
                 s.settimeout(left())
                 b = s.recv(65536)
             except TimeoutError:
-                raise CniError(E_TRY_AGAIN_LATER, "warmpool agent did not answer in time",
-                               f"{timeout:g}s") from None
+                raise CniError(E_TRY_AGAIN_LATER, "warmpool agent did not answer in time", f"{timeout:g}s") from None
             except OSError as exc:
                 if chunks:
                     break
@@ -158,8 +168,7 @@ def call_agent(path: str, req: dict[str, Any], timeout: float) -> dict[str, Any]
             chunks.append(b)
             size += len(b)
             if size > MAX_REPLY_BYTES:
-                raise CniError(E_IO, "warmpool agent sent an answer that is too large",
-                               f"over {MAX_REPLY_BYTES} bytes")
+                raise CniError(E_IO, "warmpool agent sent an answer that is too large", f"over {MAX_REPLY_BYTES} bytes")
             if b.endswith(b"\n"):
                 break
     finally:
@@ -181,8 +190,9 @@ def run(environ: dict[str, str], stdin: str) -> tuple[int, str]:
     version = CNI_VERSION
     try:
         if len(stdin) > MAX_CONFIG_BYTES or len(stdin.encode("utf-8", "surrogatepass")) > MAX_CONFIG_BYTES:
-            raise CniError(E_INVALID_CONFIG, "network configuration is too large",
-                           f"more than {MAX_CONFIG_BYTES} bytes on stdin")
+            raise CniError(
+                E_INVALID_CONFIG, "network configuration is too large", f"more than {MAX_CONFIG_BYTES} bytes on stdin"
+            )
         try:
             conf_version = json.loads(stdin).get("cniVersion") if stdin.strip() else None
             if isinstance(conf_version, str) and conf_version in SUPPORTED_VERSIONS:
@@ -222,16 +232,20 @@ def _run(environ: dict[str, str], stdin: str, version: str) -> tuple[int, str]:
         result = reply.get("result")
         return 0, json.dumps(result) if result is not None else ""
     code = reply.get("code", E_IO)
-    raise CniError(code if isinstance(code, int) and not isinstance(code, bool) else E_IO,
-                   str(reply.get("msg", "failed")), str(reply.get("details", "")))
+    raise CniError(
+        code if isinstance(code, int) and not isinstance(code, bool) else E_IO,
+        str(reply.get("msg", "failed")),
+        str(reply.get("details", "")),
+    )
 
 
 def read_stdin(stream: Any) -> tuple[str | None, CniError | None]:
     """The network configuration from the runtime, read as bytes and at most one byte over the limit."""
     raw = stream.read(MAX_CONFIG_BYTES + 1)
     if len(raw) > MAX_CONFIG_BYTES:
-        return None, CniError(E_INVALID_CONFIG, "network configuration is too large",
-                              f"more than {MAX_CONFIG_BYTES} bytes on stdin")
+        return None, CniError(
+            E_INVALID_CONFIG, "network configuration is too large", f"more than {MAX_CONFIG_BYTES} bytes on stdin"
+        )
     try:
         return raw.decode("utf-8"), None
     except UnicodeDecodeError as exc:
@@ -246,8 +260,12 @@ def main() -> None:
         else:
             code, out = run(dict(os.environ), stdin)
     except Exception as exc:  # reading stdin failed: still a CNI error, never a traceback
-        code, out = 1, json.dumps(CniError(E_IO, "warmpool-cni could not read its input",
-                                           f"{type(exc).__name__}: {exc}"[:500]).to_json())
+        code, out = (
+            1,
+            json.dumps(
+                CniError(E_IO, "warmpool-cni could not read its input", f"{type(exc).__name__}: {exc}"[:500]).to_json()
+            ),
+        )
     try:
         if out:
             sys.stdout.write(out + "\n")

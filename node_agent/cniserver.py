@@ -228,8 +228,12 @@ class CniService:
     def _serialised(self, cid: str, ifname: str) -> Iterator[None]:
         with self._attachment(cid, ifname, self.busy_wait_s) as got:
             if not got:
-                raise Failure(E_TRY_AGAIN_LATER, f"another CNI operation for {cid[:12]} ({ifname}) is in progress",
-                              f"waited {self.busy_wait_s:g}s", reason="busy")
+                raise Failure(
+                    E_TRY_AGAIN_LATER,
+                    f"another CNI operation for {cid[:12]} ({ifname}) is in progress",
+                    f"waited {self.busy_wait_s:g}s",
+                    reason="busy",
+                )
             yield
 
     def addresses_changed(self) -> None:
@@ -387,13 +391,13 @@ class CniService:
     def _check(self, cid: str, ifname: str, netns: str) -> None:
         held, _ = self._held(cid, ifname)
         if held is None:
-            raise Failure(E_UNKNOWN_CONTAINER, f"container {cid} ({ifname}) holds no address here",
-                          reason="unknown-container")
+            raise Failure(
+                E_UNKNOWN_CONTAINER, f"container {cid} ({ifname}) holds no address here", reason="unknown-container"
+            )
         eni = self.ds.eni(held.eni_id)
         problems = self.pods.check(netns, ifname, cid, held.ip, eni.route_table if eni else MAIN_TABLE)
         if problems:
             raise Failure(E_CHECK_FAILED, "pod network is not as set up", "; ".join(problems), reason="check")
-
 
     def gc(self, req: dict[str, Any]) -> None:
         """CNI GC (spec 1.1): every attachment held here that ``cni.dev/valid-attachments`` does
@@ -421,12 +425,15 @@ class CniService:
                     continue
                 self.ds.release(rec.container_id, rec.ifname, self.clock.now())
                 released += 1
-                log.info("GC: %s %s not listed by the runtime; %s released", rec.container_id[:12], rec.ifname,
-                         rec.ip)
+                log.info("GC: %s %s not listed by the runtime; %s released", rec.container_id[:12], rec.ifname, rec.ip)
         self.stats.gc_released += released
         if errors:
-            raise Failure(E_IO, f"GC could not tear down {len(errors)} attachments (the others were released)",
-                          "; ".join(errors)[:2000], reason="gc-teardown")
+            raise Failure(
+                E_IO,
+                f"GC could not tear down {len(errors)} attachments (the others were released)",
+                "; ".join(errors)[:2000],
+                reason="gc-teardown",
+            )
 
     def check_status(self, req: dict[str, Any]) -> None:
         """CNI STATUS (spec 1.1): ready for ADDs, or code 50 saying why not."""
@@ -447,8 +454,9 @@ def _valid_attachments(conf: Any) -> set[tuple[str, str]]:
         raise Failure(E_DECODE, "network configuration is not a JSON object", reason="bad-config")
     version = conf.get("cniVersion")
     if not isinstance(version, str) or not version_at_least(version, "1.1.0"):
-        raise Failure(E_INCOMPATIBLE_VERSION, "config version does not allow GC", f"cniVersion {version!r}",
-                      reason="bad-version")
+        raise Failure(
+            E_INCOMPATIBLE_VERSION, "config version does not allow GC", f"cniVersion {version!r}", reason="bad-version"
+        )
     raw = conf.get(VALID_ATTACHMENTS)
     if not isinstance(raw, list):
         raise Failure(E_INVALID_CONFIG, f"GC needs {VALID_ATTACHMENTS} (a list)", reason="bad-config")
@@ -457,8 +465,12 @@ def _valid_attachments(conf: Any) -> set[tuple[str, str]]:
         cid = item.get("containerID") if isinstance(item, dict) else None
         ifname = item.get("ifname") if isinstance(item, dict) else None
         if not isinstance(cid, str) or not isinstance(ifname, str) or not cid or not ifname:
-            raise Failure(E_INVALID_CONFIG, f"{VALID_ATTACHMENTS}: each entry needs containerID and ifname strings",
-                          json.dumps(item)[:200], reason="bad-config")
+            raise Failure(
+                E_INVALID_CONFIG,
+                f"{VALID_ATTACHMENTS}: each entry needs containerID and ifname strings",
+                json.dumps(item)[:200],
+                reason="bad-config",
+            )
         out.add((cid, ifname))
     return out
 
@@ -512,8 +524,12 @@ class _Handler(socketserver.BaseRequestHandler):
         except ValueError as exc:
             reply = {"ok": False, "code": E_INVALID_CONFIG, "msg": "request too large", "details": str(exc)}
         except TimeoutError:
-            reply = {"ok": False, "code": E_IO, "msg": "request not received in time",
-                     "details": f"no complete request within {self.server.read_timeout_s:g}s"}
+            reply = {
+                "ok": False,
+                "code": E_IO,
+                "msg": "request not received in time",
+                "details": f"no complete request within {self.server.read_timeout_s:g}s",
+            }
         except (EOFError, OSError):
             return  # the client is gone: nobody to answer
         else:

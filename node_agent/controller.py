@@ -335,8 +335,10 @@ class PoolController:
                 self.ds.note_absent(listed)
                 removed = self.ds.remove_addresses(eni_id, gone_ips, gone_pfx)
                 self.stats["released_without_result"] += len(removed)
-                self._event("quarantine", f"{eni_id}: {len(removed)} quarantined addresses no longer in IMDS: "
-                                          "released (result late or lost)")
+                self._event(
+                    "quarantine",
+                    f"{eni_id}: {len(removed)} quarantined addresses no longer in IMDS: released (result late or lost)",
+                )
         return back
 
     def _report_due(self, now: float, delta: PoolDelta, pending: int, signature: tuple[object, ...]) -> bool:
@@ -437,8 +439,10 @@ class PoolController:
                 rel_pfx = [k for k in action.prefixes if granted.get(k, -1) <= result.in_reply_to]
                 if len(rel_ips) + len(rel_pfx) < len(action.ips) + len(action.prefixes):
                     self.stats["stale_releases"] += 1
-                    notes.append(f"{action.eni_id}: release from reply to {result.in_reply_to} is older than "
-                                 "the claim that gave some addresses back: ignored for them")
+                    notes.append(
+                        f"{action.eni_id}: release from reply to {result.in_reply_to} is older than "
+                        "the claim that gave some addresses back: ignored for them"
+                    )
                 # Filter first (checkpointed), then remove: a restart between the two
                 # finds the addresses still quarantined and ignores IMDS for them.
                 self.ds.mark_gone(now, now + RECENT_S, result.in_reply_to, released=[*rel_ips, *rel_pfx])
@@ -555,8 +559,9 @@ class PoolController:
             # Still quarantined (and offered): the answer to the newer report decides,
             # or the take-back after the release timeout (checked against IMDS).
             self.stats["handbacks_superseded"] += superseded
-            notes.append(f"{info.eni_id}: a hand-back replying to seq {seq} is older than a later offer: "
-                         "kept quarantined")
+            notes.append(
+                f"{info.eni_id}: a hand-back replying to seq {seq} is older than a later offer: kept quarantined"
+            )
         if back:
             # Our release offer was declined: pods need these again.
             self.stats["addresses_reclaimed"] += back

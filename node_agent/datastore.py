@@ -204,9 +204,7 @@ class Datastore(RecoveredHolders):
 
     # --- pods ------------------------------------------------------------------
 
-    def assign(
-        self, container_id: str, ifname: str, netns: str, now: float, holder: str = ""
-    ) -> Assignment | None:
+    def assign(self, container_id: str, ifname: str, netns: str, now: float, holder: str = "") -> Assignment | None:
         """Give the pod an address, or return the one it already holds (ADD is retried).
 
         ``holder`` is the pod's recovered-holder key (its host veth name): an
@@ -288,9 +286,7 @@ class Datastore(RecoveredHolders):
             for eni in self._enis.values():
                 for a in eni.addrs.values():
                     if a.container_id:
-                        out.append(
-                            PodRecord(a.container_id, a.ifname, a.netns, a.ip, eni.info.eni_id, a.assigned_at)
-                        )
+                        out.append(PodRecord(a.container_id, a.ifname, a.netns, a.ip, eni.info.eni_id, a.assigned_at))
             return out
 
     # --- release and quarantine (node_agent/offers.py) ------------------------------

@@ -97,8 +97,9 @@ def netns_problem(netns: str, node_netns: str = "") -> str | None:
     return netns_refusal(netns, kind, (st.st_dev, st.st_ino), node_netns, _ns_id)
 
 
-def netns_refusal(netns: str, kind: int, target: tuple[int, int], node_netns: str,
-                  ns_id: Callable[[str], tuple[int, int] | None]) -> str | None:
+def netns_refusal(
+    netns: str, kind: int, target: tuple[int, int], node_netns: str, ns_id: Callable[[str], tuple[int, int] | None]
+) -> str | None:
     """The rule of :func:`netns_problem` once the namespace file is open: ``kind`` its
     namespace type, ``target`` its (device, inode); ``ns_id`` gives a path's
     (device, inode), None if it cannot be read. Pure (the simulation reuses it
@@ -218,8 +219,10 @@ def setup_pod(
         if hl is not None and hl.kind != "veth":
             raise PodRefused(f"host interface {name} exists and is not a veth: not this pod's, left alone")
         if pl is not None and not _paired(hl, pl):
-            raise PodRefused(f"interface {ifname} already exists in {pod_netns} and is not this pod's veth "
-                             f"({pl.kind or 'no kind'}): left alone")
+            raise PodRefused(
+                f"interface {ifname} already exists in {pod_netns} and is not this pod's veth "
+                f"({pl.kind or 'no kind'}): left alone"
+            )
         if hl is None or pl is None:
             # Half-made (or not made): our host end (if any) goes, then both are made again.
             if hl is not None:
@@ -259,8 +262,7 @@ def setup_pod(
 
 def _paired(hl: Link | None, pl: Link) -> bool:
     """``pl`` (in the pod) is the peer of our host end ``hl``."""
-    return (hl is not None and hl.kind == "veth" and pl.kind == "veth"
-            and pl.peer == hl.index and hl.peer == pl.index)
+    return hl is not None and hl.kind == "veth" and pl.kind == "veth" and pl.peer == hl.index and hl.peer == pl.index
 
 
 def _ensure_pod_rules(host: Netlink, ip: str, table: int) -> None:
@@ -320,8 +322,9 @@ def wired_pods(host: Netlink, veth_prefix: str = "eni") -> HostWiring:
     return HostWiring(pods=pods, stale=sorted(ruled - set(pods)))
 
 
-def check_pod(host: Netlink, pod_netns: str, ifname: str, container_id: str, ip: str, table: int,
-              veth_prefix: str = "eni") -> list[str]:
+def check_pod(
+    host: Netlink, pod_netns: str, ifname: str, container_id: str, ip: str, table: int, veth_prefix: str = "eni"
+) -> list[str]:
     """What is missing for the pod (empty = all there): CNI CHECK."""
     problems = []
     name = host_veth_name(container_id, ifname, veth_prefix)

@@ -115,6 +115,7 @@ def sysctl_path(key: str) -> str:
 
 def sysctl_get(netns: str, key: str) -> str:
     """``sysctl -n KEY`` in the namespace (the agent's own when ``netns`` is empty)."""
+
     def read() -> str:
         with open(sysctl_path(key)) as f:
             return f.read().strip()

@@ -103,8 +103,12 @@ def _sysctl_set(netns: str, key: str, value: str) -> bool:
     try:
         return sysctl_set(netns, key, value)
     except OSError as exc:
-        log.warning("cannot set %s=%s (%s); the init container sets it (install-cni.sh), /readyz reports it",
-                    key, value, exc.strerror or exc)
+        log.warning(
+            "cannot set %s=%s (%s); the init container sets it (install-cni.sh), /readyz reports it",
+            key,
+            value,
+            exc.strerror or exc,
+        )
         return False
 
 
@@ -266,8 +270,9 @@ class NodeNetworking:
     """The node-level set-up for one namespace. ``setup`` is idempotent and returns the
     number of changes; ``problems`` lists what is not as it should be (``/readyz``)."""
 
-    def __init__(self, spec: NodeSpec, netns: str = "", nft: Nft | None = None,
-                 refresh: Callable[[], NodeSpec] | None = None) -> None:
+    def __init__(
+        self, spec: NodeSpec, netns: str = "", nft: Nft | None = None, refresh: Callable[[], NodeSpec] | None = None
+    ) -> None:
         self.spec = spec
         self.netns = netns
         self.nft = nft or Nft(netns)
@@ -386,8 +391,12 @@ class NodeNetworking:
             "primary_interface": st.primary_ifname,
             "primary_mtu": st.primary_mtu,
             "vpc_cidrs": list(self.spec.vpc_cidrs),
-            "snat": {"on": self.spec.snat_on, "to": self.spec.primary_ip if self.spec.snat_on else None,
-                     "exempt": self.spec.exempt_cidrs(), "ports": self.spec.settings.randomize_snat},
+            "snat": {
+                "on": self.spec.snat_on,
+                "to": self.spec.primary_ip if self.spec.snat_on else None,
+                "exempt": self.spec.exempt_cidrs(),
+                "ports": self.spec.settings.randomize_snat,
+            },
             "nft_table": f"{FAMILY} {TABLE}" if st.nft_table else None,
             "mark_rule": st.mark_rule,
         }
@@ -406,8 +415,9 @@ def spec_from_imds(imds: MetadataReader, primary_mac: str, cfg: AgentConfig) -> 
     cidrs = tuple(c.strip() for c in blocks.split() if c.strip())
     if not local or not cidrs:
         raise NotFound(2, f"IMDS has no primary address or VPC CIDR for {primary_mac}")
-    return NodeSpec(primary_mac=primary_mac, primary_ip=local[0], vpc_cidrs=cidrs, settings=cfg.hostnet,
-                    veth_prefix=cfg.veth_prefix)
+    return NodeSpec(
+        primary_mac=primary_mac, primary_ip=local[0], vpc_cidrs=cidrs, settings=cfg.hostnet, veth_prefix=cfg.veth_prefix
+    )
 
 
 def uninstall(settings: HostNetSettings, netns: str = "") -> int:

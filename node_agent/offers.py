@@ -106,9 +106,7 @@ def quarantined_before(enis: Iterable[Eni], before: float) -> dict[str, list[tup
     out: dict[str, list[tuple[str, str | None]]] = {}
     for eni in enis:
         due = [
-            (a.ip, a.prefix)
-            for a in eni.addrs.values()
-            if a.quarantined_at is not None and a.quarantined_at < before
+            (a.ip, a.prefix) for a in eni.addrs.values() if a.quarantined_at is not None and a.quarantined_at < before
         ]
         if due:
             out[eni.info.eni_id] = due

@@ -93,15 +93,17 @@ class SkipUnmanaged:
     def interfaces(self) -> list[AttachedEni]:
         enis = self.inner.interfaces()
         with self._lock:
-            unknown = [e.info.eni_id for e in enis
-                       if not _primary(e) and e.info.eni_id not in self._managed | self._unmanaged]
+            unknown = [
+                e.info.eni_id for e in enis if not _primary(e) and e.info.eni_id not in self._managed | self._unmanaged
+            ]
         if unknown:
             try:
                 self._classify(unknown)
             except Exception as exc:  # held back, retried on the next call
                 self.describe_errors += 1
-                log.warning("could not read the tags of %s (%s): not used until they can be read",
-                            ", ".join(unknown), exc)
+                log.warning(
+                    "could not read the tags of %s (%s): not used until they can be read", ", ".join(unknown), exc
+                )
         with self._lock:
             return [e for e in enis if _primary(e) or e.info.eni_id in self._managed]
 

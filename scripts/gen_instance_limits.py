@@ -29,11 +29,17 @@ def row(item: dict[str, Any]) -> str:
         if int(card.get("NetworkCardIndex", 0)) == default and card.get("MaximumNetworkInterfaces"):
             enis = int(card["MaximumNetworkInterfaces"])
     vcpus = (item.get("VCpuInfo") or {}).get("DefaultVCpus")
-    return " ".join([
-        str(item["InstanceType"]), str(enis), str(int(net["Ipv4AddressesPerInterface"])),
-        str(int(net.get("MaximumNetworkCards") or len(cards) or 1)), str(item.get("Hypervisor") or "unknown"),
-        "true" if item.get("BareMetal") else "false", str(vcpus) if vcpus else "-",
-    ])
+    return " ".join(
+        [
+            str(item["InstanceType"]),
+            str(enis),
+            str(int(net["Ipv4AddressesPerInterface"])),
+            str(int(net.get("MaximumNetworkCards") or len(cards) or 1)),
+            str(item.get("Hypervisor") or "unknown"),
+            "true" if item.get("BareMetal") else "false",
+            str(vcpus) if vcpus else "-",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

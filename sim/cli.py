@@ -40,16 +40,26 @@ def _run(module: str, func: str) -> Callable[[list[str]], int]:
 
 COMMANDS: dict[str, tuple[str, Callable[[list[str]], int]]] = {
     "local": ("run the local stack: `warmpool local up [--port N] [--cluster NAME]`", _run("sim.local", "main")),
-    "bench": ("run a scenario: `warmpool bench SCENARIO.yaml [--json OUT] [--plot OUT.png]`",
-              _run("sim.bench.cli", "bench_main")),
-    "demo": ("end-to-end demo: `warmpool demo [--nodes N] [--pods-per-node N] [--json OUT]`",
-             _run("sim.demo_cli", "main")),
-    "sim": ("the whole system under deterministic simulation: `warmpool sim --seeds A-B [--json OUT] [--jobs 2]`",
-            _run("sim.dst.runner", "main")),
-    "plan": ("plan a sample cluster with the core: `warmpool plan [--nodes N] [--json]`",
-             _run("sim.sample_plan", "main")),
-    "max-pods": ("the kubelet's --max-pods: `warmpool max-pods --instance-type T [--prefix] [--max-eni N]`",
-                 _run("sim.max_pods", "main")),
+    "bench": (
+        "run a scenario: `warmpool bench SCENARIO.yaml [--json OUT] [--plot OUT.png]`",
+        _run("sim.bench.cli", "bench_main"),
+    ),
+    "demo": (
+        "end-to-end demo: `warmpool demo [--nodes N] [--pods-per-node N] [--json OUT]`",
+        _run("sim.demo_cli", "main"),
+    ),
+    "sim": (
+        "the whole system under deterministic simulation: `warmpool sim --seeds A-B [--json OUT] [--jobs 2]`",
+        _run("sim.dst.runner", "main"),
+    ),
+    "plan": (
+        "plan a sample cluster with the core: `warmpool plan [--nodes N] [--json]`",
+        _run("sim.sample_plan", "main"),
+    ),
+    "max-pods": (
+        "the kubelet's --max-pods: `warmpool max-pods --instance-type T [--prefix] [--max-eni N]`",
+        _run("sim.max_pods", "main"),
+    ),
 }
 
 

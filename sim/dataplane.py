@@ -80,8 +80,9 @@ def _sysctl(ns: str, key: str, value: str) -> None:
 class RoutedVpc(nx.Hypervisor):
     """The demo's hypervisor with a routing VPC and an internet beyond it (module docstring)."""
 
-    def __init__(self, vpc_ns: str = nx.VPC_NS, inet_ns: str = INET_NS,
-                 vpc_cidrs: Sequence[str] = ("10.0.0.0/16",)) -> None:
+    def __init__(
+        self, vpc_ns: str = nx.VPC_NS, inet_ns: str = INET_NS, vpc_cidrs: Sequence[str] = ("10.0.0.0/16",)
+    ) -> None:
         super().__init__(vpc_ns)
         self.inet_ns = inet_ns
         self.vpc_cidrs = list(vpc_cidrs)
@@ -92,8 +93,9 @@ class RoutedVpc(nx.Hypervisor):
         _sysctl(self.vpc_ns, "net.ipv4.ip_forward", "1")
         _sysctl(self.vpc_ns, "net.ipv4.conf.all.rp_filter", "0")
         nx.add_namespace(self.inet_ns)
-        nx.ip("link", "add", "igw0", "netns", self.vpc_ns, "type", "veth", "peer", "name", "wan0",
-              "netns", self.inet_ns)
+        nx.ip(
+            "link", "add", "igw0", "netns", self.vpc_ns, "type", "veth", "peer", "name", "wan0", "netns", self.inet_ns
+        )
         nx.ip("-n", self.vpc_ns, "addr", "add", f"{IGW_VPC_SIDE}/30", "dev", "igw0")
         nx.ip("-n", self.vpc_ns, "link", "set", "igw0", "up")
         nx.ip("-n", self.vpc_ns, "route", "replace", "default", "via", IGW_INET_SIDE)
@@ -113,9 +115,11 @@ class RoutedVpc(nx.Hypervisor):
 
     def _wire_vpc_side(self, peer: str, eni: nx.EniLink) -> None:
         """The VPC end proxies ARP, checks sources strictly and routes the ENI's primary address to it."""
-        for key, value in ((f"net.ipv4.conf.{peer}.proxy_arp", "1"),
-                           (f"net.ipv4.neigh.{peer}.proxy_delay", "0"),
-                           (f"net.ipv4.conf.{peer}.rp_filter", "1")):
+        for key, value in (
+            (f"net.ipv4.conf.{peer}.proxy_arp", "1"),
+            (f"net.ipv4.neigh.{peer}.proxy_delay", "0"),
+            (f"net.ipv4.conf.{peer}.rp_filter", "1"),
+        ):
             _sysctl(self.vpc_ns, key, value)
         nx.ip("-n", self.vpc_ns, "link", "set", peer, "up")
         self._gateway(eni.subnet_cidr)
@@ -251,6 +255,7 @@ class Probe:
 
 def tcp_echo(ns: str, dst: str, port: int = ECHO_PORT, payload: str = "warmpool", timeout_s: float = 3.0) -> Probe:
     """Connect from namespace ``ns`` to ``dst:port``, send ``payload``; ok when it comes back."""
+
     def go() -> Probe:
         with socket.create_connection((dst, port), timeout=timeout_s) as s:
             s.sendall(payload.encode())
@@ -274,21 +279,29 @@ def tcp_echo(ns: str, dst: str, port: int = ECHO_PORT, payload: str = "warmpool"
 
 def ping(ns: str, dst: str, timeout_s: int = 2) -> bool:
     """``nsenter --net=NS ping -c1 -W2 DST``"""
-    r = subprocess.run(["nsenter", f"--net={ns_path(ns)}", "ping", "-n", "-q", "-c1", f"-W{timeout_s}", dst],
-                       capture_output=True, text=True, timeout=timeout_s + 5, check=False)
+    r = subprocess.run(
+        ["nsenter", f"--net={ns_path(ns)}", "ping", "-n", "-q", "-c1", f"-W{timeout_s}", dst],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s + 5,
+        check=False,
+    )
     return r.returncode == 0
 
 
-def nodeport_dnat(node_ns: str, primary_if: str, pod_ip: str, port: int = NODEPORT,
-                  target_port: int = ECHO_PORT, remove: bool = False) -> None:
+def nodeport_dnat(
+    node_ns: str, primary_if: str, pod_ip: str, port: int = NODEPORT, target_port: int = ECHO_PORT, remove: bool = False
+) -> None:
     """What kube-proxy does for a NodePort (``externalTrafficPolicy: Local``, no masquerade): DNAT
     ``<node>:port`` arriving on the primary ENI to the pod, in a table of its own."""
     base = ["nsenter", f"--net={ns_path(node_ns)}", "nft"]
     if remove:
         subprocess.run([*base, "delete", "table", "ip", KUBE_PROXY_TABLE], capture_output=True, check=False)
         return
-    script = (f"table ip {KUBE_PROXY_TABLE} {{\n chain pre {{\n  type nat hook prerouting priority dstnat; "
-              f"policy accept;\n  iifname \"{primary_if}\" tcp dport {port} dnat to {pod_ip}:{target_port}\n }}\n}}\n")
+    script = (
+        f"table ip {KUBE_PROXY_TABLE} {{\n chain pre {{\n  type nat hook prerouting priority dstnat; "
+        f'policy accept;\n  iifname "{primary_if}" tcp dport {port} dnat to {pod_ip}:{target_port}\n }}\n}}\n'
+    )
     r = subprocess.run([*base, "-f", "-"], input=script, capture_output=True, text=True, check=False)
     if r.returncode != 0:
         raise RuntimeError(f"nft (kube-proxy stand-in): {r.stderr.strip()}")
@@ -328,16 +341,26 @@ class Results:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "pod_to_pod_ok": self.pod_to_pod_ok, "pod_to_pod_checked": self.pod_to_pod_checked,
-            "egress_ok": self.egress_ok, "egress_checked": self.egress_checked,
+            "pod_to_pod_ok": self.pod_to_pod_ok,
+            "pod_to_pod_checked": self.pod_to_pod_checked,
+            "egress_ok": self.egress_ok,
+            "egress_checked": self.egress_checked,
             "egress_source": self.egress_source,
-            "nodeport_ok": self.nodeport_ok, "nodeport_checked": self.nodeport_checked,
+            "nodeport_ok": self.nodeport_ok,
+            "nodeport_checked": self.nodeport_checked,
             "dataplane_failures": self.failures[:10],
         }
 
 
-def run_checks(pods: Sequence[PodEnd], nodes: Sequence[NodeEnd], *, snat: bool, parallel: int = 6,
-               echo: EchoServers | None = None, internet_ns: str = INET_NS) -> Results:
+def run_checks(
+    pods: Sequence[PodEnd],
+    nodes: Sequence[NodeEnd],
+    *,
+    snat: bool,
+    parallel: int = 6,
+    echo: EchoServers | None = None,
+    internet_ns: str = INET_NS,
+) -> Results:
     """Every pod pings and TCP-echoes a pod on the next node; every pod reaches the internet
     host, which must see the node's primary address (``snat``) or the pod's; a NodePort DNAT to a
     pod on a secondary ENI answers a client on another node. Pods need echo servers (started here
@@ -369,7 +392,9 @@ def run_checks(pods: Sequence[PodEnd], nodes: Sequence[NodeEnd], *, snat: bool, 
             if not probe.ok:
                 return f"TCP {src.ip} -> {dst.ip}:{ECHO_PORT}: {probe.error}"
             if probe.seen_source != src.ip:
-                return f"TCP {src.ip} -> {dst.ip}: seen as {probe.seen_source} (pod traffic inside the VPC is not SNATed)"
+                return (
+                    f"TCP {src.ip} -> {dst.ip}: seen as {probe.seen_source} (pod traffic inside the VPC is not SNATed)"
+                )
             return None
 
         def egress(p: PodEnd) -> tuple[str | None, str | None]:
@@ -393,7 +418,9 @@ def run_checks(pods: Sequence[PodEnd], nodes: Sequence[NodeEnd], *, snat: bool, 
             sources.add("node" if src == node_ip else "pod" if src == p.ip else f"other:{src}")
             want = node_ip if snat else p.ip
             if src != want:
-                res.failures.append(f"egress {p.ip} seen as {src}, expected {want} ({'SNAT' if snat else 'external SNAT'})")
+                res.failures.append(
+                    f"egress {p.ip} seen as {src}, expected {want} ({'SNAT' if snat else 'external SNAT'})"
+                )
         res.egress_checked = len(pods)
         res.egress_source = sources.pop() if len(sources) == 1 else ("mixed" if sources else None)
         res.egress_ok = bool(pods) and len(res.failures) == len(p2p_errs)
@@ -410,8 +437,10 @@ def run_checks(pods: Sequence[PodEnd], nodes: Sequence[NodeEnd], *, snat: bool, 
             res.nodeport_checked = 1
             res.nodeport_ok = probe.ok and probe.seen_source == client.primary_ip
             if not res.nodeport_ok:
-                res.failures.append(f"NodePort {node.primary_ip}:{NODEPORT} -> pod {target.ip} (secondary ENI) "
-                                    f"from {client.primary_ip}: {probe.error or 'seen as ' + str(probe.seen_source)}")
+                res.failures.append(
+                    f"NodePort {node.primary_ip}:{NODEPORT} -> pod {target.ip} (secondary ENI) "
+                    f"from {client.primary_ip}: {probe.error or 'seen as ' + str(probe.seen_source)}"
+                )
     finally:
         if own:
             servers.close()
@@ -435,8 +464,11 @@ def check_demo(demo: Any) -> dict[str, Any]:
             if int(d["device-number"]) > 0:
                 secondary.update(x for x in str(d["local-ipv4s"]).split("\n")[1:] if x)
         nodes.append(NodeEnd(n.ns, str(md["local-ipv4"])))
-    pods = [PodEnd(p.netns, p.ip, p.node, p.ip in secondary) for p in demo.pods
-            if p.ready_at is not None and p.ip and not p.deleted]
+    pods = [
+        PodEnd(p.netns, p.ip, p.node, p.ip in secondary)
+        for p in demo.pods
+        if p.ready_at is not None and p.ip and not p.deleted
+    ]
     snat = not load_hostnet(demo.nodes[0].env).external_snat if demo.nodes else True
     inet = demo.hv.inet_ns if isinstance(demo.hv, RoutedVpc) else INET_NS
     return run_checks(pods, nodes, snat=snat, internet_ns=inet).to_json()
@@ -444,8 +476,15 @@ def check_demo(demo: Any) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- the demo's report
 
-KEYS = ("pod_to_pod_ok", "pod_to_pod_checked", "egress_ok", "egress_checked", "egress_source",
-        "nodeport_ok", "nodeport_checked")
+KEYS = (
+    "pod_to_pod_ok",
+    "pod_to_pod_checked",
+    "egress_ok",
+    "egress_checked",
+    "egress_source",
+    "nodeport_ok",
+    "nodeport_checked",
+)
 
 
 def not_checked(why: str) -> dict[str, Any]:
@@ -459,8 +498,11 @@ def passed(report: Mapping[str, Any]) -> bool:
         return True
     # Pod to pod needs two nodes: with one, it is not checked (and says so), not failed.
     p2p = not report.get("pod_to_pod_checked") or bool(report.get("pod_to_pod_ok"))
-    return p2p and bool(report.get("egress_ok")) and (
-        not report.get("nodeport_checked") or bool(report.get("nodeport_ok")))
+    return (
+        p2p
+        and bool(report.get("egress_ok"))
+        and (not report.get("nodeport_checked") or bool(report.get("nodeport_ok")))
+    )
 
 
 def render_lines(report: Mapping[str, Any]) -> list[str]:
@@ -475,13 +517,15 @@ def render_lines(report: Mapping[str, Any]) -> list[str]:
 
     lines = [
         f"  pod to pod          {mark(report.get('pod_to_pod_ok'))}: {report.get('pod_to_pod_checked', 0)} pods "
-        "pinged and TCP-echoed a pod on another node" if report.get("pod_to_pod_checked") else
-        "  pod to pod          not checked (one node: no pod on another node to reach)",
+        "pinged and TCP-echoed a pod on another node"
+        if report.get("pod_to_pod_checked")
+        else "  pod to pod          not checked (one node: no pod on another node to reach)",
         f"  egress              {mark(report.get('egress_ok'))}: {report.get('egress_checked', 0)} pods reached "
         f"{INTERNET_HOST}, seen as the {report.get('egress_source') or '?'} address",
         f"  NodePort            {mark(report.get('nodeport_ok'))}: DNAT to a pod on a secondary ENI answered "
-        "through the primary ENI" if report.get("nodeport_checked") else
-        "  NodePort            not checked (no pod on a secondary ENI or one node)",
+        "through the primary ENI"
+        if report.get("nodeport_checked")
+        else "  NodePort            not checked (no pod on a secondary ENI or one node)",
     ]
     lines += [f"    {f}" for f in report.get("dataplane_failures", [])[:5]]
     return lines

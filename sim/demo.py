@@ -183,8 +183,7 @@ class Demo:
         calls, mutating, throttled = totals(self._last_stats)
         ready = sum(1 for p in self.pods if p.ready_at is not None and not p.deleted)
         wanted = sum(1 for p in self.pods if not p.deleted)
-        return Status(self.phase, ready, wanted, self.hv.plugged_now(), calls, mutating, throttled,
-                      self.elapsed())
+        return Status(self.phase, ready, wanted, self.hv.plugged_now(), calls, mutating, throttled, self.elapsed())
 
     def check_stop(self) -> None:
         if self.stop.is_set():
@@ -204,9 +203,11 @@ class Demo:
             why = nx.support()
         if why is not None:
             self.mode = "plain"
-            msg = (f"network namespaces unavailable ({why}): the agents run without touching the host "
-                   "network (WARMPOOL_MANAGE_HOST_NETWORK=false, pod wiring recorded, not applied: "
-                   "WARMPOOL_POD_NETWORK=recorded) and pods are CNI ADDs without a namespace of their own")
+            msg = (
+                f"network namespaces unavailable ({why}): the agents run without touching the host "
+                "network (WARMPOOL_MANAGE_HOST_NETWORK=false, pod wiring recorded, not applied: "
+                "WARMPOOL_POD_NETWORK=recorded) and pods are CNI ADDs without a namespace of their own"
+            )
             self.notes.append(msg)
             self.say("warmpool demo: " + msg)
             self.runtime = "none"
@@ -248,8 +249,10 @@ class Demo:
         if self.o.runtime == "containerd":
             raise RuntimeError(f"--runtime containerd: containerd cannot run here ({why})")
         self.runtime = "netns"
-        msg = (f"containerd unavailable ({why}): falling back to bare network namespaces made by the demo, "
-               "with warmpool-cni invoked directly")
+        msg = (
+            f"containerd unavailable ({why}): falling back to bare network namespaces made by the demo, "
+            "with warmpool-cni invoked directly"
+        )
         self.notes.append(msg)
         self.say("warmpool demo: " + msg)
 
@@ -263,8 +266,10 @@ class Demo:
             demo_containerd.teardown(self)
             self.runtime = "netns"
             first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
-            msg = (f"containerd did not start ({first}): falling back to bare network namespaces made by "
-                   "the demo, with warmpool-cni invoked directly")
+            msg = (
+                f"containerd did not start ({first}): falling back to bare network namespaces made by "
+                "the demo, with warmpool-cni invoked directly"
+            )
             self.notes.append(msg)
             self.say("warmpool demo: " + msg)
 
@@ -277,20 +282,25 @@ class Demo:
         sys.stdout = self._functions_log
         warnings.filterwarnings("ignore", category=UserWarning, module="aws_lambda_powertools.*")
 
-        self.stack = LocalStack(LocalOptions(
-            cluster=self.o.cluster,
-            attach_delay_s=self.o.attach_delay_s,
-            api_latency_s=self.o.api_latency_s,
-            reconcile_every_s=30.0,
-            gc_age_s=1,
-            # Shortened, like the agents' timings above, so the scale-down settles within
-            # the demo: the allocator deletes no ENI younger than this (default 60 s).
-            extra_env=(("WARMPOOL_MIN_ENI_AGE_S", "10"),),
-        ))
+        self.stack = LocalStack(
+            LocalOptions(
+                cluster=self.o.cluster,
+                attach_delay_s=self.o.attach_delay_s,
+                api_latency_s=self.o.api_latency_s,
+                reconcile_every_s=30.0,
+                gc_age_s=1,
+                # Shortened, like the agents' timings above, so the scale-down settles within
+                # the demo: the allocator deletes no ENI younger than this (default 60 s).
+                extra_env=(("WARMPOOL_MIN_ENI_AGE_S", "10"),),
+            )
+        )
         out = self.stack.start()
         fns = out.get("functions", {})
-        self.say(f"local stack up at {out['endpoint']} (functions: "
-                 + ", ".join(f"{k}={'yes' if v else 'NO'}" for k, v in fns.items()) + ")")
+        self.say(
+            f"local stack up at {out['endpoint']} (functions: "
+            + ", ".join(f"{k}={'yes' if v else 'NO'}" for k, v in fns.items())
+            + ")"
+        )
         if not fns.get("allocate"):
             raise RuntimeError("the allocate function did not load; see the message above")
 
@@ -298,8 +308,11 @@ class Demo:
         emu = self.stack.ec2
         name = f"node-{k}"
         subnet = self.stack.subnet_ids[k % len(self.stack.subnet_ids)]
-        iid = emu.run_instance(self.o.instance_type, subnet,
-                               tags={names.cluster_tag_key(self.o.cluster): "owned", "Name": f"wp-demo-{name}"})
+        iid = emu.run_instance(
+            self.o.instance_type,
+            subnet,
+            tags={names.cluster_tag_key(self.o.cluster): "owned", "Name": f"wp-demo-{name}"},
+        )
         ns = nx.node_ns(k)
         d = self.run_dir / name
         (d / "state").mkdir(parents=True, exist_ok=True)
@@ -313,8 +326,11 @@ class Demo:
 
     def _agent_env(self, node: Node) -> dict[str, str]:
         out = self.stack.outputs
-        base = {k: v for k, v in os.environ.items()
-                if k in ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "TMPDIR", "VIRTUAL_ENV")}
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if k in ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "TMPDIR", "VIRTUAL_ENV")
+        }
         src = str(Path(__file__).resolve().parents[1])  # the agents run the code this demo runs
         base["PYTHONPATH"] = os.pathsep.join(p for p in (src, base.get("PYTHONPATH", "")) if p)
         env = {
@@ -350,9 +366,14 @@ class Demo:
             argv = [host.console_script("warmpool-agent")]
             if self.o.agent_wrap is not None:
                 argv, node.env = self.o.agent_wrap(node, argv, node.env)
-            node.proc = subprocess.Popen(argv, env=node.env, stdout=logf,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            node.proc = subprocess.Popen(
+                argv,
+                env=node.env,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         finally:
             logf.close()
         host.record_pid(self.run_dir, node.proc.pid)
@@ -370,8 +391,9 @@ class Demo:
             for node in list(waiting):
                 assert node.proc is not None
                 if node.proc.poll() is not None:
-                    raise RuntimeError(f"agent of {node.name} exited with {node.proc.returncode}:\n"
-                                       + self.agent_tail(node))
+                    raise RuntimeError(
+                        f"agent of {node.name} exited with {node.proc.returncode}:\n" + self.agent_tail(node)
+                    )
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{node.metrics_port}/readyz", timeout=1) as r:
                         if r.status == 200:
@@ -379,8 +401,12 @@ class Demo:
                 except OSError:
                     pass
             if waiting and time.monotonic() > deadline:
-                raise RuntimeError(f"agents not ready after {timeout_s:.0f}s: "
-                                   + ", ".join(n.name for n in waiting) + "\n" + self.agent_tail(waiting[0]))
+                raise RuntimeError(
+                    f"agents not ready after {timeout_s:.0f}s: "
+                    + ", ".join(n.name for n in waiting)
+                    + "\n"
+                    + self.agent_tail(waiting[0])
+                )
             if waiting:
                 self.stop.wait(0.2)
         self.say(f"{len(self.nodes)} agents ready ({self.elapsed():.1f}s)")
@@ -389,8 +415,10 @@ class Demo:
 
     def _attached(self, instance_id: str) -> list[nx.EniLink]:
         """ENIs whose attach is visible on the instance now (the emulator's IMDS view; no API call)."""
-        return [nx.EniLink(a.info.eni_id, a.info.mac, a.info.device_index, a.info.primary_ip, a.info.subnet_cidr)
-                for a in parse_interfaces(self.stack.ec2.instance_metadata(instance_id))]
+        return [
+            nx.EniLink(a.info.eni_id, a.info.mac, a.info.device_index, a.info.primary_ip, a.info.subnet_cidr)
+            for a in parse_interfaces(self.stack.ec2.instance_metadata(instance_id))
+        ]
 
     def _on_attach(self, instance_id: str, eni: dict[str, Any]) -> None:
         """Called by the emulator (under its lock) when an attach becomes visible."""
@@ -399,9 +427,16 @@ class Demo:
             return
         subnet = self.stack.ec2.subnets.get(eni.get("SubnetId", ""))
         try:
-            self.hv.plug(ns, nx.EniLink(eni["NetworkInterfaceId"], eni["MacAddress"],
-                                        int(eni["Attachment"]["DeviceIndex"]), eni["PrivateIpAddress"],
-                                        subnet.cidr if subnet is not None else "10.0.0.0/16"))
+            self.hv.plug(
+                ns,
+                nx.EniLink(
+                    eni["NetworkInterfaceId"],
+                    eni["MacAddress"],
+                    int(eni["Attachment"]["DeviceIndex"]),
+                    eni["PrivateIpAddress"],
+                    subnet.cidr if subnet is not None else "10.0.0.0/16",
+                ),
+            )
         except Exception as e:  # never fail the EC2 call that made the attach visible
             log.warning("could not plug %s into %s: %s", eni.get("NetworkInterfaceId"), ns, e)
 
@@ -504,9 +539,15 @@ class Demo:
             md = self.stack.ec2.instance_metadata(node.instance_id)
             macs = md["network"]["interfaces"]["macs"]
             links = len(self.hv.links(node.ns)) if self.mode == "netns" else None
-            out.append({"node": node.name, "instance_id": node.instance_id, "enis": len(macs),
-                        "addresses": sum(len(d["local-ipv4s"].split("\n")) - 1 for d in macs.values()),
-                        "links": links})
+            out.append(
+                {
+                    "node": node.name,
+                    "instance_id": node.instance_id,
+                    "enis": len(macs),
+                    "addresses": sum(len(d["local-ipv4s"].split("\n")) - 1 for d in macs.values()),
+                    "links": links,
+                }
+            )
         return out
 
     def _settled(self, node: Node, assigned: int) -> bool:
@@ -535,8 +576,10 @@ class Demo:
                 f.result()
         self.phase = "settling"
         start = time.monotonic()
-        kept = {n.k: sum(1 for p in self.pods if p.node == n.k and p.ready_at is not None and not p.deleted)
-                for n in self.nodes}
+        kept = {
+            n.k: sum(1 for p in self.pods if p.node == n.k and p.ready_at is not None and not p.deleted)
+            for n in self.nodes
+        }
         settled = False
         while time.monotonic() - start < self.o.settle_timeout_s:
             self.check_stop()
@@ -546,12 +589,22 @@ class Demo:
             self.stop.wait(0.5)
         after = sum(self.pool_addresses(n) for n in self.nodes)
         took = time.monotonic() - start
-        self.say(f"scale-down: addresses on the nodes {before} -> {after}"
-                 + (f", settled in {took:.1f}s" if settled else f", not settled after {took:.0f}s"))
+        self.say(
+            f"scale-down: addresses on the nodes {before} -> {after}"
+            + (f", settled in {took:.1f}s" if settled else f", not settled after {took:.0f}s")
+        )
         if not settled:
-            self.notes.append(f"pools had not settled to their targets {self.o.settle_timeout_s:.0f}s after the scale-down")
-        return {"deleted": len(victims), "kept": sum(kept.values()), "addresses_before": before,
-                "addresses_after": after, "settled": settled, "settle_s": round(took, 3)}
+            self.notes.append(
+                f"pools had not settled to their targets {self.o.settle_timeout_s:.0f}s after the scale-down"
+            )
+        return {
+            "deleted": len(victims),
+            "kept": sum(kept.values()),
+            "addresses_before": before,
+            "addresses_after": after,
+            "settled": settled,
+            "settle_s": round(took, 3),
+        }
 
     # ---- end
 

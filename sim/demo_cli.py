@@ -28,20 +28,33 @@ def build_parser() -> argparse.ArgumentParser:
     doc = demo_module.__doc__
     p = argparse.ArgumentParser(prog="warmpool demo", description=doc.split("\n\n")[0] if doc else None)
     p.add_argument("--nodes", type=int, default=d.nodes, help=f"nodes (default {d.nodes})")
-    p.add_argument("--pods-per-node", type=int, default=d.pods_per_node,
-                   help=f"pods per node in the scale-out (default {d.pods_per_node})")
+    p.add_argument(
+        "--pods-per-node",
+        type=int,
+        default=d.pods_per_node,
+        help=f"pods per node in the scale-out (default {d.pods_per_node})",
+    )
     p.add_argument("--json", dest="json_out", metavar="OUT", help="write the report as JSON to OUT")
     p.add_argument("--instance-type", default=d.instance_type)
     p.add_argument("--keep-per-node", type=int, default=d.keep_per_node, help="pods kept after the scale-down")
     p.add_argument("--attach-delay", type=float, default=d.attach_delay_s, help="emulated EC2 attach delay (s)")
     p.add_argument("--api-latency", type=float, default=d.api_latency_s, help="emulated EC2 latency per call (s)")
     p.add_argument("--parallel", type=int, default=d.cni_parallel, help="CNI invocations in flight at once")
-    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                   help="agent environment override, e.g. WARM_IP_TARGET=1 (repeatable)")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="agent environment override, e.g. WARM_IP_TARGET=1 (repeatable)",
+    )
     p.add_argument("--no-netns", action="store_true", help="run without network namespaces")
-    p.add_argument("--runtime", choices=("auto", "containerd", "netns"), default=d.runtime,
-                   help="who makes the pods: containerd sandboxes through CRI, or bare namespaces "
-                        "(default auto: containerd when installed)")
+    p.add_argument(
+        "--runtime",
+        choices=("auto", "containerd", "netns"),
+        default=d.runtime,
+        help="who makes the pods: containerd sandboxes through CRI, or bare namespaces "
+        "(default auto: containerd when installed)",
+    )
     p.add_argument("--no-live", action="store_true", help="no live status line")
     return p
 
@@ -56,11 +69,20 @@ def options_from_args(argv: list[str]) -> DemoOptions:
         if not sep or not k:
             raise SystemExit(f"warmpool demo: --env {item!r}: expected KEY=VALUE")
         env[k] = v
-    return DemoOptions(nodes=a.nodes, pods_per_node=a.pods_per_node, json_out=a.json_out,
-                       instance_type=a.instance_type, keep_per_node=max(0, min(a.keep_per_node, a.pods_per_node)),
-                       attach_delay_s=a.attach_delay, api_latency_s=a.api_latency, cni_parallel=a.parallel,
-                       netns=False if a.no_netns else None, agent_env=env, live=not a.no_live,
-                       runtime=a.runtime)
+    return DemoOptions(
+        nodes=a.nodes,
+        pods_per_node=a.pods_per_node,
+        json_out=a.json_out,
+        instance_type=a.instance_type,
+        keep_per_node=max(0, min(a.keep_per_node, a.pods_per_node)),
+        attach_delay_s=a.attach_delay,
+        api_latency_s=a.api_latency,
+        cni_parallel=a.parallel,
+        netns=False if a.no_netns else None,
+        agent_env=env,
+        live=not a.no_live,
+        runtime=a.runtime,
+    )
 
 
 @contextlib.contextmanager
@@ -103,14 +125,21 @@ def main(argv: list[str]) -> int:
                 if opts.json_out:
                     dump(report, opts.json_out)
                     print(f"  JSON written to {opts.json_out}", file=out, flush=True)
-                ok = (report["pods_ready"] == report["pods_requested"] and report["duplicate_ips"] == 0
-                      and report["leaked_enis"] == 0 and dataplane.passed(report))
+                ok = (
+                    report["pods_ready"] == report["pods_requested"]
+                    and report["duplicate_ips"] == 0
+                    and report["leaked_enis"] == 0
+                    and dataplane.passed(report)
+                )
                 status = 0 if ok else 1
             finally:
                 demo.teardown()
                 leftovers = nx.list_namespaces() if demo.mode == "netns" else []
-                sys.stderr.write("warmpool demo: cleaned up"
-                                 + (f" (still present: {', '.join(leftovers)})" if leftovers else "") + "\n")
+                sys.stderr.write(
+                    "warmpool demo: cleaned up"
+                    + (f" (still present: {', '.join(leftovers)})" if leftovers else "")
+                    + "\n"
+                )
     except RuntimeError as e:
         sys.stderr.write(f"warmpool demo: {e}\n")
         return 1

@@ -27,16 +27,20 @@ CNI_CONF_NAME = "warmpool"
 
 def cni_env(demo: Demo, node: Node, pod: PodRecord, command: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL")}
-    env.update({
-        "CNI_COMMAND": command,
-        "CNI_CONTAINERID": pod.container_id,
-        "CNI_NETNS": nx.netns_path(pod.netns) if demo.mode == "netns" else "",
-        "CNI_IFNAME": "eth0",
-        "CNI_PATH": str(Path(demo.cni_plugin).parent),
-        RUN_MARK: str(os.getpid()),
-        "CNI_ARGS": f"K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod.netns};K8S_POD_INFRA_CONTAINER_ID={pod.container_id}",
-        names.AGENT_ENV_SOCKET: node.socket,
-    })
+    env.update(
+        {
+            "CNI_COMMAND": command,
+            "CNI_CONTAINERID": pod.container_id,
+            "CNI_NETNS": nx.netns_path(pod.netns) if demo.mode == "netns" else "",
+            "CNI_IFNAME": "eth0",
+            "CNI_PATH": str(Path(demo.cni_plugin).parent),
+            RUN_MARK: str(os.getpid()),
+            "CNI_ARGS": (
+                f"K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod.netns};K8S_POD_INFRA_CONTAINER_ID={pod.container_id}"
+            ),
+            names.AGENT_ENV_SOCKET: node.socket,
+        }
+    )
     if demo.mode == "plain" and command == "ADD":
         env["CNI_NETNS"] = f"/var/run/netns/{pod.netns}"
     return env
@@ -48,8 +52,14 @@ def cni(demo: Demo, node: Node, pod: PodRecord, command: str, timeout_s: float =
     argv = [demo.cni_plugin]
     if demo.mode == "netns":
         argv = ["ip", "netns", "exec", node.ns, *argv]
-    p = subprocess.Popen(argv, env=cni_env(demo, node, pod, command), stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    p = subprocess.Popen(
+        argv,
+        env=cni_env(demo, node, pod, command),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     with demo.tracked(p):
         try:
             out, err = p.communicate(json.dumps(conf).encode(), timeout=timeout_s)

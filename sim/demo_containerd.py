@@ -30,14 +30,17 @@ def start(demo: Demo) -> None:
     """One containerd per node, each with the local busybox image imported; in parallel."""
     image = build_image(demo.run_dir / "busybox-oci.tar")
     for node in demo.nodes:
-        demo.node_rt[node.k] = NodeRuntime(demo.run_dir / "c" / str(node.k), node.ns, demo.cni_plugin, node.socket,
-                                           image, demo.run_dir)
+        demo.node_rt[node.k] = NodeRuntime(
+            demo.run_dir / "c" / str(node.k), node.ns, demo.cni_plugin, node.socket, image, demo.run_dir
+        )
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, len(demo.nodes))) as pool:
         for f in [pool.submit(rt.start) for rt in demo.node_rt.values()]:
             f.result()
-    demo.say(f"{len(demo.nodes)} containerd instances ready in {time.monotonic() - t0:.1f}s "
-             f"(one per node namespace; CNI config: warmpool-cni, cniVersion 1.0.0)")
+    demo.say(
+        f"{len(demo.nodes)} containerd instances ready in {time.monotonic() - t0:.1f}s "
+        f"(one per node namespace; CNI config: warmpool-cni, cniVersion 1.0.0)"
+    )
 
 
 def prepare(demo: Demo, pod: PodRecord) -> None:

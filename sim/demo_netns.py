@@ -195,16 +195,27 @@ class Hypervisor:
         """ENI links (``eth*``) in the node's namespace as the kernel sees them: MAC -> name."""
         out = ip("-j", "-n", ns, "link", "show", check=False).strip()
         rows = json.loads(out) if out else []
-        return {str(r.get("address", "")).lower(): str(r["ifname"]) for r in rows
-                if r.get("link_type") == "ether" and str(r.get("ifname", "")).startswith("eth")}
+        return {
+            str(r.get("address", "")).lower(): str(r["ifname"])
+            for r in rows
+            if r.get("link_type") == "ether" and str(r.get("ifname", "")).startswith("eth")
+        }
 
     def _gateway(self, cidr: str) -> None:
         """The subnet's router (base + 1) on the VPC bridge, once per subnet."""
         if cidr in self._gateways:
             return
         net = ipaddress.IPv4Network(cidr)
-        ip("-n", self.vpc_ns, "addr", "add", f"{net.network_address + 1}/{net.prefixlen}", "dev", VPC_BRIDGE,
-           check=False)
+        ip(
+            "-n",
+            self.vpc_ns,
+            "addr",
+            "add",
+            f"{net.network_address + 1}/{net.prefixlen}",
+            "dev",
+            VPC_BRIDGE,
+            check=False,
+        )
         self._gateways.add(cidr)
 
     def plug(self, ns: str, eni: EniLink, configure_primary: bool = False) -> bool:
@@ -222,15 +233,39 @@ class Hypervisor:
             name = f"eth{eni.device_index}"
             if any(e.device_index == eni.device_index for _, e in node.values()):
                 name = f"eth{eni.device_index}x{self._n}"[:15]
-            ip("link", "add", peer, "netns", self.vpc_ns, "type", "veth",
-               "peer", "name", name, "address", mac, "netns", ns)
+            ip(
+                "link",
+                "add",
+                peer,
+                "netns",
+                self.vpc_ns,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                name,
+                "address",
+                mac,
+                "netns",
+                ns,
+            )
             self._wire_vpc_side(peer, eni)
             if configure_primary:
                 net = ipaddress.IPv4Network(eni.subnet_cidr)
                 ip("-n", ns, "addr", "add", f"{eni.primary_ip}/{net.prefixlen}", "dev", name)
                 ip("-n", ns, "link", "set", name, "up")
-                ip("-n", ns, "route", "replace", "default", "via", str(net.network_address + 1), "dev", name,
-                   check=False)
+                ip(
+                    "-n",
+                    ns,
+                    "route",
+                    "replace",
+                    "default",
+                    "via",
+                    str(net.network_address + 1),
+                    "dev",
+                    name,
+                    check=False,
+                )
             node[mac] = (peer, eni)
             self.plugged_total += 1
             log.info("plugged %s (%s) into %s as %s (VPC side %s)", eni.eni_id, mac, ns, name, peer)

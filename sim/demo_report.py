@@ -59,8 +59,9 @@ def ec2_table(stats: Mapping[str, Any]) -> dict[str, dict[str, int]]:
     }
 
 
-def ec2_delta(after: Mapping[str, Mapping[str, int]], before: Mapping[str, Mapping[str, int]]
-              ) -> dict[str, dict[str, int]]:
+def ec2_delta(
+    after: Mapping[str, Mapping[str, int]], before: Mapping[str, Mapping[str, int]]
+) -> dict[str, dict[str, int]]:
     """Per-action counters spent between two snapshots (actions with no calls left out)."""
     out: dict[str, dict[str, int]] = {}
     for a, v in after.items():
@@ -220,8 +221,9 @@ class LiveView:
     """A refreshing status line on ``stream``: rewritten in place on a terminal,
     a new line every ``plain_every_s`` otherwise (logs, CI)."""
 
-    def __init__(self, snapshot: Callable[[], Status], stream: TextIO, interval_s: float = 0.5,
-                 plain_every_s: float = 5.0) -> None:
+    def __init__(
+        self, snapshot: Callable[[], Status], stream: TextIO, interval_s: float = 0.5, plain_every_s: float = 5.0
+    ) -> None:
         self._snapshot = snapshot
         self._stream = stream
         self._tty = bool(getattr(stream, "isatty", lambda: False)())

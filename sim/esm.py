@@ -429,12 +429,16 @@ class ThreadedRunner:
 
     def start(self) -> None:
         for i, m in enumerate(self.mappings):
-            pool = ThreadPoolExecutor(m.config.maximum_concurrency, thread_name_prefix=f"lambda-{m.config.function_name}")
+            pool = ThreadPoolExecutor(
+                m.config.maximum_concurrency, thread_name_prefix=f"lambda-{m.config.function_name}"
+            )
             self._pools.append(pool)
             t = threading.Thread(target=self._poll_loop, args=(m, pool), name=f"esm-{i}", daemon=True)
             self._threads.append(t)
         for s in self.schedules:
-            self._threads.append(threading.Thread(target=self._schedule_loop, args=(s,), name=f"sched-{s.name}", daemon=True))
+            self._threads.append(
+                threading.Thread(target=self._schedule_loop, args=(s,), name=f"sched-{s.name}", daemon=True)
+            )
         for t in self._threads:
             t.start()
 

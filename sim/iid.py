@@ -32,8 +32,12 @@ class IdentitySigner:
 
     def __init__(self, key_bits: int = 1024, common_name: str = "warmpool local instance identity") -> None:
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=key_bits)
-        name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "warmpool (test)"),
-                          x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+        name = x509.Name(
+            [
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "warmpool (test)"),
+                x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+            ]
+        )
         now = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
         cert = (
             x509.CertificateBuilder()
@@ -52,7 +56,6 @@ class IdentitySigner:
         raw = self.key.sign(document.encode("utf-8"), padding.PKCS1v15(), hashes.SHA256())
         b64 = base64.b64encode(raw).decode("ascii")
         return "\n".join(b64[i : i + 64] for i in range(0, len(b64), 64))
-
 
     def identity(self, document: str) -> NodeIdentity:
         """``document`` with its signature, as a report carries them."""

@@ -44,8 +44,16 @@ TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
 MAX_TTL_S = 21600
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
-REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-           405: "Method Not Allowed", 500: "Internal Server Error", 503: "Service Unavailable"}
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 class Imds:
@@ -171,11 +179,12 @@ class Imds:
             body = REASONS.get(status, "Error")
         else:
             headers = {k[5:].replace("_", "-"): v for k, v in environ.items() if k.startswith("HTTP_")}
-            status, body = self.answer(environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", ""),
-                                       headers)
+            status, body = self.answer(environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", ""), headers)
         payload = body.encode()
-        start_response(f"{status} {REASONS.get(status, 'Error')}",
-                       [("Content-Type", "text/plain"), ("Content-Length", str(len(payload)))])
+        start_response(
+            f"{status} {REASONS.get(status, 'Error')}",
+            [("Content-Type", "text/plain"), ("Content-Length", str(len(payload)))],
+        )
         return [payload]
 
 

@@ -47,7 +47,8 @@ class LambdaContext:
 
     @property
     def log_stream_name(self) -> str:
-        return f"{datetime.fromtimestamp(self.clock.now(), UTC):%Y/%m/%d}/[$LATEST]{self.aws_request_id[:32].replace('-', '')}"
+        day = datetime.fromtimestamp(self.clock.now(), UTC)
+        return f"{day:%Y/%m/%d}/[$LATEST]{self.aws_request_id[:32].replace('-', '')}"
 
     def get_remaining_time_in_millis(self) -> int:
         return max(int((self.deadline - self.clock.now()) * 1000), 0)

@@ -534,9 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", default=d.cluster)
     p.add_argument("--region", default=d.region)
     p.add_argument("--vpc-cidr", default=d.vpc_cidr)
-    p.add_argument(
-        "--subnet", action="append", type=_parse_subnet, metavar="AZ=CIDR", help="a pod subnet (repeatable)"
-    )
+    p.add_argument("--subnet", action="append", type=_parse_subnet, metavar="AZ=CIDR", help="a pod subnet (repeatable)")
     p.add_argument("--attach-delay", type=float, default=d.attach_delay_s, help="seconds before an attach is visible")
     p.add_argument("--api-latency", type=float, default=d.api_latency_s, help="seconds every EC2 call takes")
     p.add_argument("--no-throttling", action="store_true", help="turn EC2 token buckets off")

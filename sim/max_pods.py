@@ -20,9 +20,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the kubelet's --max-pods for an instance type, by the VPC CNI's formulas.",
     )
     p.add_argument("--instance-type", required=True, metavar="T", help="e.g. m5.large")
-    p.add_argument("--prefix", action="store_true",
-                   help="prefix delegation (ENABLE_PREFIX_DELEGATION=true): /28 per slot, capped at 110 "
-                        "(250 above 30 vCPUs); a non-Nitro type falls back to secondary addresses")
+    p.add_argument(
+        "--prefix",
+        action="store_true",
+        help="prefix delegation (ENABLE_PREFIX_DELEGATION=true): /28 per slot, capped at 110 "
+        "(250 above 30 vCPUs); a non-Nitro type falls back to secondary addresses",
+    )
     p.add_argument("--max-eni", type=int, default=None, metavar="N", help="MAX_ENI: use at most N ENIs")
     return p
 

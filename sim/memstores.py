@@ -55,9 +55,7 @@ class MemBuckets:
                 return True, 0.0
             return False, time_until(st, spec, n, now)
 
-    def take_batch(
-        self, requests: Sequence[Mapping[str, float]], now: float
-    ) -> list[float]:
+    def take_batch(self, requests: Sequence[Mapping[str, float]], now: float) -> list[float]:
         with self._lock:
             self.calls += 2  # one read, one conditional write, as in DynamoDB
             actions = {a for r in requests for a in r}
@@ -111,7 +109,9 @@ class MemLedger:
             if item is not None and int(item["last_seq"]) >= seq:
                 return False
             self._items[(cluster, node)] = {
-                "last_seq": seq, "outcome": dict(outcome), "updated_at": now,
+                "last_seq": seq,
+                "outcome": dict(outcome),
+                "updated_at": now,
                 "instance_id": outcome.get("instance_id", ""),
             }
             return True

@@ -66,8 +66,10 @@ def support() -> str | None:
     if cni_plugin("loopback") is None:
         missing.append("containernetworking-plugins (loopback)")
     if missing:
-        return "not installed: " + ", ".join(missing) + " (apt-get install containerd runc busybox-static " \
+        return (
+            "not installed: " + ", ".join(missing) + " (apt-get install containerd runc busybox-static "
             "containernetworking-plugins)"
+        )
     return None
 
 
@@ -78,8 +80,9 @@ class RuntimeError_(RuntimeError):
     """containerd or one of its tools failed; the message has the command and its output."""
 
 
-def conflist(name: str, socket: str, cni_version: str = "1.0.0", portmap: bool = False,
-             extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def conflist(
+    name: str, socket: str, cni_version: str = "1.0.0", portmap: bool = False, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The network configuration a runtime hands warmpool-cni (and, chained, ``portmap``)."""
     plugins: list[dict[str, Any]] = [{"type": "warmpool-cni", "socket": socket, **(extra or {})}]
     if portmap:
@@ -120,14 +123,14 @@ class Containerd:
     def config_toml(self) -> str:
         b = self.base
         return f"""version = 2
-root = "{b / 'root'}"
-state = "{b / 'state'}"
+root = "{b / "root"}"
+state = "{b / "state"}"
 [grpc]
   address = "{self.socket}"
 [ttrpc]
   address = "{self.socket}.ttrpc"
 [debug]
-  address = "{b / 'debug.sock'}"
+  address = "{b / "debug.sock"}"
 [plugins."io.containerd.grpc.v1.cri"]
   # This VM lacks CAP_SYS_RESOURCE: without this runc fails with a misleading pipe error.
   restrict_oom_score_adj = true
@@ -139,7 +142,7 @@ state = "{b / 'state'}"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         # runc's state under ours, not /run/containerd/runc
-        Root = "{b / 'runc'}"
+        Root = "{b / "runc"}"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{self.cni_bin}"
     conf_dir = "{self.cni_conf}"
@@ -154,7 +157,7 @@ state = "{b / 'state'}"
         exports = "".join(f"export {k}='{v}'\n" for k, v in (env or {}).items())
         shim = self.cni_bin / "warmpool-cni"
         tmp = shim.with_suffix(".tmp")
-        tmp.write_text(f"#!/bin/sh\n{exports}exec {plugin} \"$@\"\n")
+        tmp.write_text(f'#!/bin/sh\n{exports}exec {plugin} "$@"\n')
         tmp.chmod(0o755)
         tmp.replace(shim)
         for ref in ("loopback", "portmap"):
@@ -180,9 +183,18 @@ state = "{b / 'state'}"
         logf = open(self.log_path, "ab")  # noqa: SIM115 (the child holds it)
         try:
             self.proc = subprocess.Popen(
-                ["nsenter", f"--net=/var/run/netns/{self.netns}", "containerd", "--config",
-                 str(self.base / "config.toml")],
-                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                [
+                    "nsenter",
+                    f"--net=/var/run/netns/{self.netns}",
+                    "containerd",
+                    "--config",
+                    str(self.base / "config.toml"),
+                ],
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         finally:
             logf.close()
         deadline = time.monotonic() + timeout_s
@@ -203,12 +215,19 @@ state = "{b / 'state'}"
         except OSError:
             return ""
 
-    def ctr(self, *args: str, check: bool = True, namespace: str = K8S_NAMESPACE, timeout: float = 60.0,
-            env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def ctr(
+        self,
+        *args: str,
+        check: bool = True,
+        namespace: str = K8S_NAMESPACE,
+        timeout: float = 60.0,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         """``ctr -a SOCKET -n NAMESPACE ARGS``, run in the node's namespace like containerd."""
         cmd = ["nsenter", f"--net=/var/run/netns/{self.netns}", "ctr", "-a", self.socket, "-n", namespace, *args]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
-                           env={**os.environ, **(env or {})})
+        r = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, check=False, env={**os.environ, **(env or {})}
+        )
         if check and r.returncode != 0:
             raise RuntimeError_(f"{' '.join(cmd[2:])}: {(r.stderr or r.stdout).strip()}")
         return r
@@ -314,8 +333,17 @@ class NodeRuntime:
     ``plugin`` is the ``warmpool-cni`` executable the shim in ``bin_dir`` execs;
     ``agent_socket`` goes into the network configuration."""
 
-    def __init__(self, base: Path, netns: str, plugin: str, agent_socket: str, image: Path,
-                 run_dir: Path, cni_version: str = "1.0.0", portmap: bool = False) -> None:
+    def __init__(
+        self,
+        base: Path,
+        netns: str,
+        plugin: str,
+        agent_socket: str,
+        image: Path,
+        run_dir: Path,
+        cni_version: str = "1.0.0",
+        portmap: bool = False,
+    ) -> None:
         self.containerd = Containerd(base, netns)
         self.plugin = plugin
         self.agent_socket = agent_socket
@@ -334,8 +362,7 @@ class NodeRuntime:
         self.cri = CriClient(c.socket)
         self.cri.wait_ready()
 
-    def run_pod(self, name: str, uid: str, namespace: str = "default",
-                ports: Sequence[PortMapping] = ()) -> PodSandbox:
+    def run_pod(self, name: str, uid: str, namespace: str = "default", ports: Sequence[PortMapping] = ()) -> PodSandbox:
         """RunPodSandbox then PodSandboxStatus (the pod's IP and netns path). CriError on failure."""
         assert self.cri is not None
         sid = self.cri.run_pod_sandbox(name, uid, namespace, ports)

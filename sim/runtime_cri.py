@@ -57,7 +57,7 @@ def _decode(buf: bytes) -> dict[int, list[bytes | int]]:
             out.setdefault(num, []).append(varint())
         elif wt == 2:
             n = varint()
-            out.setdefault(num, []).append(buf[i: i + n])
+            out.setdefault(num, []).append(buf[i : i + n])
             i += n
         elif wt == 1:
             i += 8
@@ -138,8 +138,9 @@ class CriClient:
                     raise
                 time.sleep(0.2)  # the harness waiting for a daemon
 
-    def run_pod_sandbox(self, name: str, uid: str, namespace: str = "default",
-                        ports: Sequence[PortMapping] = (), attempt: int = 0) -> str:
+    def run_pod_sandbox(
+        self, name: str, uid: str, namespace: str = "default", ports: Sequence[PortMapping] = (), attempt: int = 0
+    ) -> str:
         meta = _field(1, name) + _field(2, uid) + _field(3, namespace) + _field(4, attempt)
         config = _field(1, meta) + _field(2, name[:63])
         for p in ports:
@@ -164,7 +165,7 @@ class CriClient:
             if _str(kv, 1) == "info":
                 with contextlib.suppress(ValueError):
                     info = json.loads(_str(kv, 2))
-                    for ns in (info.get("runtimeSpec", {}).get("linux", {}).get("namespaces") or []):
+                    for ns in info.get("runtimeSpec", {}).get("linux", {}).get("namespaces") or []:
                         if ns.get("type") == "network":
                             netns = str(ns.get("path", ""))
         state = st.get(3, [0])[0]

@@ -44,7 +44,7 @@ def _is_static(path: str) -> bool:
             table = f.read(phentsize * phnum)
     except OSError:
         return False
-    return all(int.from_bytes(table[i * phentsize: i * phentsize + 4], "little") != 3 for i in range(phnum))
+    return all(int.from_bytes(table[i * phentsize : i * phentsize + 4], "little") != 3 for i in range(phnum))
 
 
 def _oci_arch() -> str:
@@ -96,31 +96,55 @@ def build_image(dest: Path, ref: str = IMAGE_REF, busybox: str | None = None) ->
     layer = _layer(bb)
     gz = gzip.compress(layer, mtime=0)
     diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
-    config = json.dumps({
-        "architecture": _oci_arch(), "os": "linux",
-        "config": {"Env": ["PATH=/bin"], "Cmd": SLEEP_FOREVER, "WorkingDir": "/"},
-        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-    }).encode()
+    config = json.dumps(
+        {
+            "architecture": _oci_arch(),
+            "os": "linux",
+            "config": {"Env": ["PATH=/bin"], "Cmd": SLEEP_FOREVER, "WorkingDir": "/"},
+            "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        }
+    ).encode()
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         cfg_digest = _blob(tar, config)
         layer_digest = _blob(tar, gz)
-        manifest = json.dumps({
-            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cfg_digest,
-                       "size": len(config)},
-            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer_digest,
-                        "size": len(gz)}],
-        }).encode()
+        manifest = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {
+                    "mediaType": "application/vnd.oci.image.config.v1+json",
+                    "digest": cfg_digest,
+                    "size": len(config),
+                },
+                "layers": [
+                    {
+                        "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                        "digest": layer_digest,
+                        "size": len(gz),
+                    }
+                ],
+            }
+        ).encode()
         man_digest = _blob(tar, manifest)
-        index = json.dumps({
-            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-            "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": man_digest,
-                           "size": len(manifest),
-                           "platform": {"architecture": _oci_arch(), "os": "linux"},
-                           "annotations": {"io.containerd.image.name": ref,
-                                           "org.opencontainers.image.ref.name": ref.rsplit(":", 1)[-1]}}],
-        }).encode()
+        index = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.index.v1+json",
+                "manifests": [
+                    {
+                        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                        "digest": man_digest,
+                        "size": len(manifest),
+                        "platform": {"architecture": _oci_arch(), "os": "linux"},
+                        "annotations": {
+                            "io.containerd.image.name": ref,
+                            "org.opencontainers.image.ref.name": ref.rsplit(":", 1)[-1],
+                        },
+                    }
+                ],
+            }
+        ).encode()
         for name, data in (("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'), ("index.json", index)):
             ti = tarfile.TarInfo(name)
             ti.size = len(data)

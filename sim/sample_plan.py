@@ -47,11 +47,7 @@ def sample_cluster(
             seq=1,
             sent_at=0,
             targets=Targets(warm_ip=warm_ip),
-            enis=[
-                EniReport(
-                    eni_id=prim.eni_id, device_index=0, subnet_id=prim.subnet_id, primary_ip=prim.primary_ip
-                )
-            ],
+            enis=[EniReport(eni_id=prim.eni_id, device_index=0, subnet_id=prim.subnet_id, primary_ip=prim.primary_ip)],
             pending_demand=want,
         )
         out.append((report, Inventory(report.instance_id, itype, az, (prim,))))
@@ -69,12 +65,8 @@ def plan_all(cluster: list[tuple[PoolReport, Inventory]]) -> list[Plan]:
     batch = coalesce([r for r, _ in cluster], {})
     plans = []
     for report in batch.keep:
-        plans.append(
-            plan_node(report, inventories[report.node], known(report.instance_type), SUBNETS, cluster="demo")
-        )
-    order = {
-        p.node: priority_key(r, p.delta) for p, r in zip(plans, batch.keep, strict=True)
-    }
+        plans.append(plan_node(report, inventories[report.node], known(report.instance_type), SUBNETS, cluster="demo"))
+    order = {p.node: priority_key(r, p.delta) for p, r in zip(plans, batch.keep, strict=True)}
     plans.sort(key=lambda p: order[p.node])
     return plans
 
@@ -92,8 +84,9 @@ def ipamd_calls(report: PoolReport) -> int:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="warmpool plan", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="warmpool plan", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--nodes", type=int, default=300, help="nodes in the sample cluster (default 300)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--warm-ip", type=int, default=1, help="WARM_IP_TARGET of every node (default 1)")
@@ -107,16 +100,24 @@ def main(argv: list[str]) -> int:
     dt = time.perf_counter() - t0
     if a.json:
         for p in plans:
-            print(json.dumps({"node": p.node, "kind": p.kind, "tokens": p.tokens(), "unmet": p.unmet,
-                              "calls": [type(c).__name__ for c in p.calls]}))
+            print(
+                json.dumps(
+                    {
+                        "node": p.node,
+                        "kind": p.kind,
+                        "tokens": p.tokens(),
+                        "unmet": p.unmet,
+                        "calls": [type(c).__name__ for c in p.calls],
+                    }
+                )
+            )
         return 0
     calls: Counter[str] = Counter()
     for p in plans:
         calls.update(p.tokens())
     addresses = sum(p.delta.short for p in plans)
     ipamd = sum(ipamd_calls(r) for r, _ in cluster)
-    print(f"planned {len(plans)} node reports in {dt * 1000:.1f} ms "
-          f"({len(plans) / dt:,.0f} reports/s on one core)")
+    print(f"planned {len(plans)} node reports in {dt * 1000:.1f} ms ({len(plans) / dt:,.0f} reports/s on one core)")
     print(f"addresses short across the cluster: {addresses:,}")
     print(f"{'EC2 action':34} {'calls':>7}")
     for action, n in sorted(calls.items()):
@@ -126,8 +127,6 @@ def main(argv: list[str]) -> int:
     print(f"{'per-node ipamd, same demand':34} {ipamd:>7}   ({ipamd / max(addresses, 1):.3f} per address)")
     print("first plans, in priority order:")
     for p in plans[:5]:
-        desc = ", ".join(
-            f"{type(c).__name__}({getattr(c, 'ips', 0) or getattr(c, 'prefixes', 0)})" for c in p.calls
-        )
+        desc = ", ".join(f"{type(c).__name__}({getattr(c, 'ips', 0) or getattr(c, 'prefixes', 0)})" for c in p.calls)
         print(f"  {p.node} {p.kind:8} short={p.delta.short:<3} {desc}")
     return 0

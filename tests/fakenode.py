@@ -90,11 +90,16 @@ class FakeInstance:
     """Base64, as IMDS serves it; by default not a valid signature (no allocator here verifies)."""
 
     def dynamic(self) -> dict[str, str]:
-        doc = self.identity_document or json.dumps({
-            "instanceId": self.instance_id, "instanceType": self.instance_type,
-            "availabilityZone": self.availability_zone, "region": self.availability_zone[:-1],
-            "accountId": "000000000000",
-        }, indent=2)
+        doc = self.identity_document or json.dumps(
+            {
+                "instanceId": self.instance_id,
+                "instanceType": self.instance_type,
+                "availabilityZone": self.availability_zone,
+                "region": self.availability_zone[:-1],
+                "accountId": "000000000000",
+            },
+            indent=2,
+        )
         return {"instance-identity/document": doc, "instance-identity/signature": self.identity_signature}
 
     def tree(self) -> dict[str, str]:

@@ -147,9 +147,7 @@ def on_throttled(state: BucketState, spec: BucketSpec, now: float) -> BucketStat
     back off at once and come back slowly (AIMD).
     """
     cur = refill(state, spec, now)
-    return BucketState(
-        tokens=0.0, updated_at=now, rate_factor=max(AIMD_FLOOR, cur.rate_factor * AIMD_DECREASE)
-    )
+    return BucketState(tokens=0.0, updated_at=now, rate_factor=max(AIMD_FLOOR, cur.rate_factor * AIMD_DECREASE))
 
 
 SpecOf = Callable[[str], BucketSpec]

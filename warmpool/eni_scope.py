@@ -42,9 +42,7 @@ def tagged_primary(tags: Mapping[str, str], cluster: str) -> bool:
     return tags.get(names.TAG_PRIMARY_ENI_OF) == cluster
 
 
-def permissions(
-    tags: Mapping[str, str], cluster: str, *, in_cluster_vpc: bool, device_index: int
-) -> EniPermissions:
+def permissions(tags: Mapping[str, str], cluster: str, *, in_cluster_vpc: bool, device_index: int) -> EniPermissions:
     """What warmpool may do to an ENI with these tags, attached at ``device_index``
     (-1 when detached), in the cluster's VPC or not."""
     if unmanaged(tags):

@@ -27,7 +27,6 @@ us-east-1 > warmpool/limits_table.txt``. At run time the allocator still prefers
 what ``DescribeInstanceTypes`` says for the node's type.
 """
 
-
 from __future__ import annotations
 
 from importlib import resources

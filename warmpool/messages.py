@@ -71,7 +71,9 @@ EniId = Annotated[str, StringConstraints(pattern=r"^eni-[0-9a-f]{8,17}$")]
 SubnetId = Annotated[str, StringConstraints(pattern=r"^subnet-[0-9a-zA-Z]{1,17}$")]
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,99}$")]
 InstanceType = Annotated[str, StringConstraints(pattern=r"^[a-z0-9-]{1,20}\.[a-z0-9-]{1,20}$")]
-AvailabilityZone = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$|^[a-z]{2}-[a-z]+-\d-[a-z]+-\d[a-z]$")]
+AvailabilityZone = Annotated[
+    str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$|^[a-z]{2}-[a-z]+-\d-[a-z]+-\d[a-z]$")
+]
 Count = Annotated[int, Field(ge=0, le=MAX_TARGET)]
 Mode = Literal["secondary-ip", "prefix"]
 
@@ -256,9 +258,7 @@ class Failed(_Strict):
         return cls(code=code[:FAILED_CODE_MAX], message=message[:FAILED_MESSAGE_MAX])
 
 
-Action = Annotated[
-    Assigned | Attached | Released | Deleted | Deferred | Failed, Field(discriminator="kind")
-]
+Action = Annotated[Assigned | Attached | Released | Deleted | Deferred | Failed, Field(discriminator="kind")]
 
 
 class AllocationResult(_Strict):

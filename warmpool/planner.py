@@ -240,9 +240,19 @@ def plan_node(
     (:func:`node_max_pods`): a node cannot take more of a subnet than its
     kubelet could ever use.
     """
-    return _claim_primary(_plan_node(report, inventory, limits, subnets, cluster=cluster,
-                                     exclude_subnets=exclude_subnets, force_mode=force_mode,
-                                     max_pods=max_pods), inventory)
+    return _claim_primary(
+        _plan_node(
+            report,
+            inventory,
+            limits,
+            subnets,
+            cluster=cluster,
+            exclude_subnets=exclude_subnets,
+            force_mode=force_mode,
+            max_pods=max_pods,
+        ),
+        inventory,
+    )
 
 
 def node_max_pods(report: PoolReport, limits: InstanceLimits, override: int = 0) -> int:
@@ -296,8 +306,14 @@ def _plan_node(
             if not released.calls:  # nothing more may go now: take every offer back
                 reclaim = tuple(Reclaim(eni_id, ips, pfx) for eni_id, ips, pfx in offered)
             return Plan(
-                report.node, inventory.instance_id, report.seq, "release" if released.calls else "allocate",
-                reclaim + released.calls, 0, live_delta, mode,
+                report.node,
+                inventory.instance_id,
+                report.seq,
+                "release" if released.calls else "allocate",
+                reclaim + released.calls,
+                0,
+                live_delta,
+                mode,
             )
         alloc_mode: Mode = force_mode or mode
         plan = _plan_allocation(

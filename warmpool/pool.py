@@ -72,8 +72,7 @@ class PoolState:
     def from_report(cls, report: PoolReport) -> PoolState:
         total = sum(len(e.ips) + PREFIX_SIZE * len(e.prefixes) for e in report.enis)
         free_prefixes = sum(
-            max(0, len(e.prefixes) - math.ceil(max(0, e.assigned - len(e.ips)) / PREFIX_SIZE))
-            for e in report.enis
+            max(0, len(e.prefixes) - math.ceil(max(0, e.assigned - len(e.ips)) / PREFIX_SIZE)) for e in report.enis
         )
         return cls(
             total=total,

@@ -133,9 +133,7 @@ class BucketStore(Protocol):
         """EC2 answered ``RequestLimitExceeded``: apply the AIMD cut."""
         ...
 
-    def take_batch(
-        self, requests: Sequence[Mapping[str, float]], now: float
-    ) -> list[float]:
+    def take_batch(self, requests: Sequence[Mapping[str, float]], now: float) -> list[float]:
         """Pay for a whole batch's nodes with one read and one conditional
         write. Grants, in order and all-or-nothing each, the requests the
         buckets can pay for now; one wait per request: 0.0 = granted, else

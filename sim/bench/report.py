@@ -20,8 +20,20 @@ def _vs(a: float | None, b: float | None) -> str:
 
 
 COLUMNS = (
-    "strategy", "ready", "mutating", "vs LB", "throttled", "makespan s", "vs LB", "p50 s", "p99 s",
-    "idle end", "target", "dup", "leaked", "wall s",
+    "strategy",
+    "ready",
+    "mutating",
+    "vs LB",
+    "throttled",
+    "makespan s",
+    "vs LB",
+    "p50 s",
+    "p99 s",
+    "idle end",
+    "target",
+    "dup",
+    "leaked",
+    "wall s",
 )
 
 
@@ -29,28 +41,62 @@ def rows(result: BenchResult) -> list[list[str]]:
     out = []
     lb = result.lower_bound
     for name, r in result.strategies.items():
-        out.append([
-            name,
-            f"{r.pods_ready}/{r.pods_requested}",
-            str(r.mutating_calls),
-            _vs(r.mutating_calls, lb.mutating_calls),
-            str(r.throttled_calls),
-            _f(r.makespan_s),
-            _vs(r.makespan_s, lb.makespan_s),
-            _f(r.time_to_ip_s.p50, 2),
-            _f(r.time_to_ip_s.p99, 2),
-            str(r.idle_ips_end),
-            str(r.idle_ips_target),
-            str(r.duplicate_ips),
-            str(r.leaked_enis),
-            _f(r.wall_s, 2),
-        ])
+        out.append(
+            [
+                name,
+                f"{r.pods_ready}/{r.pods_requested}",
+                str(r.mutating_calls),
+                _vs(r.mutating_calls, lb.mutating_calls),
+                str(r.throttled_calls),
+                _f(r.makespan_s),
+                _vs(r.makespan_s, lb.makespan_s),
+                _f(r.time_to_ip_s.p50, 2),
+                _f(r.time_to_ip_s.p99, 2),
+                str(r.idle_ips_end),
+                str(r.idle_ips_target),
+                str(r.duplicate_ips),
+                str(r.leaked_enis),
+                _f(r.wall_s, 2),
+            ]
+        )
     olb = result.online_lower_bound
     if olb is not None:
-        out.append(["online bound", "", str(olb.mutating_calls), _vs(olb.mutating_calls, lb.mutating_calls), "0",
-                    _f(olb.makespan_s), _vs(olb.makespan_s, lb.makespan_s), "", "", "", "", "0", "0", ""])
-    out.append(["lower bound", "", str(lb.mutating_calls), "1.00x", "0", _f(lb.makespan_s), "1.00x",
-                "", "", "", "", "0", "0", ""])
+        out.append(
+            [
+                "online bound",
+                "",
+                str(olb.mutating_calls),
+                _vs(olb.mutating_calls, lb.mutating_calls),
+                "0",
+                _f(olb.makespan_s),
+                _vs(olb.makespan_s, lb.makespan_s),
+                "",
+                "",
+                "",
+                "",
+                "0",
+                "0",
+                "",
+            ]
+        )
+    out.append(
+        [
+            "lower bound",
+            "",
+            str(lb.mutating_calls),
+            "1.00x",
+            "0",
+            _f(lb.makespan_s),
+            "1.00x",
+            "",
+            "",
+            "",
+            "",
+            "0",
+            "0",
+            "",
+        ]
+    )
     return out
 
 
@@ -59,7 +105,9 @@ def table(result: BenchResult) -> str:
     body = rows(result)
     widths = [max(len(COLUMNS[i]), *(len(r[i]) for r in body)) for i in range(len(COLUMNS))]
     lines = [f"{result.scenario} (seed {result.seed}) — wall {result.wall_s:.1f} s"]
-    lines.append("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(COLUMNS, widths, strict=True))))
+    lines.append(
+        "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(COLUMNS, widths, strict=True)))
+    )
     lines.append("  ".join("-" * w for w in widths))
     for r in body:
         lines.append("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths, strict=True))))
@@ -121,7 +169,8 @@ class Progress:
         done = int(frac * self.width)
         bar = "#" * done + "-" * (self.width - done)
         self.stream.write(
-            f"\r{self._current:<9} [{bar}] {virtual_s:7.0f}/{self.duration_s:.0f} virtual s  {now - self._t0:6.1f} s wall"
+            f"\r{self._current:<9} [{bar}] {virtual_s:7.0f}/{self.duration_s:.0f} virtual s"
+            f"  {now - self._t0:6.1f} s wall"
         )
         self.stream.flush()
 

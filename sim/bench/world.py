@@ -210,8 +210,11 @@ class NodePool:
         self.eni_addrs[eni_id] = [a for a in self.eni_addrs[eni_id] if a not in drop]
 
     def drop_eni(self, eni_id: str) -> None:
-        self.remove(eni_id, [a for a in self.eni_addrs.get(eni_id, []) if a not in self._prefix_members(eni_id)],
-                    list(self.eni_prefixes.get(eni_id, [])))
+        self.remove(
+            eni_id,
+            [a for a in self.eni_addrs.get(eni_id, []) if a not in self._prefix_members(eni_id)],
+            list(self.eni_prefixes.get(eni_id, [])),
+        )
         self.eni_addrs.pop(eni_id, None)
         self.eni_prefixes.pop(eni_id, None)
 
@@ -407,7 +410,9 @@ class World:
             return False
         if self.book.waiting > 0:
             return False
-        if any(f.end_s > now for f in self.scenario.faults if f.kind != "lambda-crash" and f.kind != "duplicate-delivery"):
+        if any(
+            f.end_s > now for f in self.scenario.faults if f.kind != "lambda-crash" and f.kind != "duplicate-delivery"
+        ):
             return False
         return now - max(self.ec2.last_mutating_at, self.expanded.last_event_at) >= QUIET_S
 

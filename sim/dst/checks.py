@@ -175,8 +175,11 @@ def _books(w: World) -> None:
             continue
         got = w.ledger_row(a)
         if got is None or int(got["last_seq"]) < seq:
-            w.violation("ledger-row-lost", f"{a.name} ({iid}, running): ledger row for report {seq} "
-                        f"{'forgotten' if got is None else 'moved back to ' + str(got['last_seq'])}")
+            w.violation(
+                "ledger-row-lost",
+                f"{a.name} ({iid}, running): ledger row for report {seq} "
+                f"{'forgotten' if got is None else 'moved back to ' + str(got['last_seq'])}",
+            )
 
 
 def _rows(w: World, now: float) -> None:
@@ -188,11 +191,17 @@ def _rows(w: World, now: float) -> None:
     for (_, key), row in rows.items():
         inst = w.emu.instances.get(key)
         if inst is None or inst.tags.get(tag) not in ("owned", "shared"):
-            w.violation("ledger-rows", f"{len(rows)} ledger rows for {len(w.by_iid)} instances: row {key!r} "
-                        f"(node {row.get('node') or row.get('outcome', {}).get('node')}) is no instance of the cluster")
+            w.violation(
+                "ledger-rows",
+                f"{len(rows)} ledger rows for {len(w.by_iid)} instances: row {key!r} "
+                f"(node {row.get('node') or row.get('outcome', {}).get('node')}) is no instance of the cluster",
+            )
         if int(row["last_seq"]) > int(now * 1000) + SEQ_AHEAD_LIMIT:
-            w.violation("seq-poisoned", f"ledger row {key} at seq {row['last_seq']}, more than "
-                        f"{SEQ_AHEAD_LIMIT} ahead of now ({int(now * 1000)})")
+            w.violation(
+                "seq-poisoned",
+                f"ledger row {key} at seq {row['last_seq']}, more than "
+                f"{SEQ_AHEAD_LIMIT} ahead of now ({int(now * 1000)})",
+            )
 
 
 def churn_episodes(w: World) -> int:
@@ -215,8 +224,11 @@ def _churn(w: World) -> None:
                 episodes += 1
             last = kind
         if episodes > churn_episodes(w):
-            w.violation("churn-undamped", f"churning instance {c.iid}: {episodes} release episodes "
-                        f"({c.sent} flipping reports), more than {churn_episodes(w)}")
+            w.violation(
+                "churn-undamped",
+                f"churning instance {c.iid}: {episodes} release episodes "
+                f"({c.sent} flipping reports), more than {churn_episodes(w)}",
+            )
 
 
 def _dlq(w: World) -> list[dict[str, Any]]:
@@ -234,8 +246,9 @@ def at_end(w: World) -> None:
     now = w.now()
     crashes = sum(n for k, n in w.faults.items() if k.startswith("lambda-crash:") or k == "slow-invocation")
     # a terminated node's report is rightly refused; so is every crafted report
-    dlq = [m for m in _dlq(w) if m["Body"] not in w.crafted_bodies
-           and not any(iid in m["Body"] for iid in w.terminated)]
+    dlq = [
+        m for m in _dlq(w) if m["Body"] not in w.crafted_bodies and not any(iid in m["Body"] for iid in w.terminated)
+    ]
     if dlq and not crashes:
         w.violation("report-dead-lettered", f"{len(dlq)} valid reports in the DLQ, e.g. {dlq[0]['Body'][:160]}")
     for a in _live(w):
@@ -244,8 +257,11 @@ def at_end(w: World) -> None:
         due = [seq for t, seq in a.sent if t <= now - SERVE_BOUND_S]
         last = w.ledger_row(a)
         if due and (last is None or int(last["last_seq"]) < max(due)):
-            w.violation("report-unserved", f"{a.name}: report {max(due)} sent {now - a.sent[-1][0]:.0f}s+ ago, "
-                        f"ledger at {last['last_seq'] if last else 'no row'}")
+            w.violation(
+                "report-unserved",
+                f"{a.name}: report {max(due)} sent {now - a.sent[-1][0]:.0f}s+ ago, "
+                f"ledger at {last['last_seq'] if last else 'no row'}",
+            )
         # every address EC2 put on the node is known to its agent (no leaked address or prefix)
         known: set[str] = set()
         for mine in a.ds.enis():
@@ -269,14 +285,17 @@ def at_end(w: World) -> None:
         if d.low:
             w.violation("not-settled", f"{a.name}: pool short of its targets after the quiet period ({d})")
         if d.over_units > 0 and not w.plan.prefix_mode and not a.ds.quarantined():
-            w.violation("not-settled", f"{a.name}: {d.over_units} idle addresses above the targets, none offered, "
-                        "after the quiet period")
+            w.violation(
+                "not-settled",
+                f"{a.name}: {d.over_units} idle addresses above the targets, none offered, after the quiet period",
+            )
     # one ledger row per live instance: the rows of terminated instances are removed
-    for (_, key) in list(w.ledger._items):
+    for _, key in list(w.ledger._items):
         when = w.terminated.get(key)
         if when is not None and now - when >= w.settings.gc_age_s + 180:
-            w.violation("ledger-rows", f"ledger row of {key} still there {now - when:.0f}s after the instance "
-                        "terminated")
+            w.violation(
+                "ledger-rows", f"ledger row of {key} still there {now - when:.0f}s after the instance terminated"
+            )
     for iid, when in w.terminated.items():
         a = w.by_iid[iid]
         if w.agents.get(a.name) is not a or now - when < w.settings.gc_age_s + 180:
@@ -285,5 +304,7 @@ def at_end(w: World) -> None:
             w.sqs.client().get_queue_url(QueueName=names.result_queue("dst", iid))
         except Exception:
             continue
-        w.violation("queue-orphaned", f"result queue of {a.name} ({iid}) still there {now - when:.0f}s "
-                    "after the instance terminated")
+        w.violation(
+            "queue-orphaned",
+            f"result queue of {a.name} ({iid}) still there {now - when:.0f}s after the instance terminated",
+        )

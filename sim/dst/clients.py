@@ -98,7 +98,7 @@ class FakeDynamo:
         self.w, self.ledger = w, ledger
 
     def batch_get_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:
-        (table, req), = RequestItems.items()
+        ((table, req),) = RequestItems.items()
         got, left = [], []
         rate = self.w.active.get("ddb-unprocessed", 0.0)
         for key in req["Keys"]:
@@ -137,8 +137,11 @@ class SimLedger(MemLedger):
         if ok:
             self.w.recorded[node] = (str(outcome.get("instance_id", "")), seq)
             if (node, seq) in self.w.forged:
-                self.w.violation("forged-served", f"the ledger of {node} moved to {seq}, the seq of a crafted "
-                                 f"report (status {outcome.get('status')}, actions {outcome.get('actions')})"[:400])
+                self.w.violation(
+                    "forged-served",
+                    f"the ledger of {node} moved to {seq}, the seq of a crafted "
+                    f"report (status {outcome.get('status')}, actions {outcome.get('actions')})"[:400],
+                )
         if inv is not None and inv.crash == ("ledger-after", 0):
             raise LambdaCrash("crashed after the ledger write")
         return ok

@@ -274,8 +274,10 @@ def _plugin(w: World, a: SimAgent, environ: dict[str, str], stdin: str) -> tuple
         try:
             return cni_plugin.run(env, stdin)
         except Exception as exc:
-            w.violation("cni-plugin-crashed", f"{a.name}: plugin {environ.get('CNI_COMMAND')} raised "
-                           f"{type(exc).__name__}: {exc}")
+            w.violation(
+                "cni-plugin-crashed",
+                f"{a.name}: plugin {environ.get('CNI_COMMAND')} raised {type(exc).__name__}: {exc}",
+            )
             raise
     finally:
         server.shutdown()
@@ -321,8 +323,11 @@ def _gc(w: World, a: SimAgent | None, again: bool = False) -> None:
         else:
             leaked.append(p.container_id)
     if leaked:
-        w.violation("cni-gc-leak", f"{a.name}: CNI GC succeeded, yet addresses stay held by containers "
-                       f"the runtime does not know, made {GC_MIN_AGE_S:g}s+ before: {sorted(leaked)}")
+        w.violation(
+            "cni-gc-leak",
+            f"{a.name}: CNI GC succeeded, yet addresses stay held by containers "
+            f"the runtime does not know, made {GC_MIN_AGE_S:g}s+ before: {sorted(leaked)}",
+        )
     if young:
         w.loop.call_at(min(young) + GC_MIN_AGE_S + 1.0, lambda: _gc(w, a, again=True))
 
@@ -332,8 +337,12 @@ def _hostile(w: World, a: SimAgent | None, variant: str, tries: int = 0) -> None
         return
     if not tries:
         w.fault(f"cni-hostile:{variant}")
-    env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": f"hostile-{variant}", "CNI_IFNAME": "eth0",
-           "CNI_NETNS": f"/var/run/netns/hostile-{variant}"}
+    env = {
+        "CNI_COMMAND": "ADD",
+        "CNI_CONTAINERID": f"hostile-{variant}",
+        "CNI_IFNAME": "eth0",
+        "CNI_NETNS": f"/var/run/netns/hostile-{variant}",
+    }
     conf = _conf(w, a)
     if variant == "oversized":
         conf["padding"] = "x" * ((1 << 20) + (1 << 19))  # 1.5 MiB: more than a socket buffer past the limit
@@ -347,13 +356,18 @@ def _hostile(w: World, a: SimAgent | None, variant: str, tries: int = 0) -> None
         return
     held = a.ds.lookup(env["CNI_CONTAINERID"], env["CNI_IFNAME"])
     if code and held is not None:
-        w.violation("cni-refused-held", f"{a.name}: ADD {env['CNI_CONTAINERID']} was refused (exit {code}), "
-                       f"yet {held.ip} stays held for it")
+        w.violation(
+            "cni-refused-held",
+            f"{a.name}: ADD {env['CNI_CONTAINERID']} was refused (exit {code}), yet {held.ip} stays held for it",
+        )
     if variant == "oversized":
         try:
             err = json.loads(out)
         except ValueError:
             err = None
         if code == 0 or not isinstance(err, dict) or "code" not in err:
-            w.violation("cni-oversized", f"{a.name}: a {len(json.dumps(conf))}-byte config got exit {code}, "
-                           f"output {out[:200]!r} instead of a CNI error")
+            w.violation(
+                "cni-oversized",
+                f"{a.name}: a {len(json.dumps(conf))}-byte config got exit {code}, "
+                f"output {out[:200]!r} instead of a CNI error",
+            )

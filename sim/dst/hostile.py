@@ -88,14 +88,25 @@ def forged_release(w: World, sender: SimAgent | None, victim: SimAgent, how: str
     if base is None or victim.gone:
         return
     now = w.now()
-    offers = [ReleaseOffer(eni_id=e.eni_id, ips=list(e.ips), prefixes=list(e.prefixes), quarantined_at=now - 30)
-              for e in base.enis if e.ips or e.prefixes]
+    offers = [
+        ReleaseOffer(eni_id=e.eni_id, ips=list(e.ips), prefixes=list(e.prefixes), quarantined_at=now - 30)
+        for e in base.enis
+        if e.ips or e.prefixes
+    ]
     if not offers:
         return
     enis = [e.model_copy(update={"assigned": 0}) for e in base.enis]
-    rep = base.model_copy(update={
-        "seq": max(base.seq, victim.last_seq()) + 1000, "sent_at": now, "enis": enis, "assigned_ips": 0,
-        "pending_demand": 0, "release": offers, "identity": _identity(w, sender, victim, how)})
+    rep = base.model_copy(
+        update={
+            "seq": max(base.seq, victim.last_seq()) + 1000,
+            "sent_at": now,
+            "enis": enis,
+            "assigned_ips": 0,
+            "pending_demand": 0,
+            "release": offers,
+            "identity": _identity(w, sender, victim, how),
+        }
+    )
     _send(w, sender, rep, f"forged-release:{how}")
 
 
@@ -105,8 +116,7 @@ def seq_poison(w: World, sender: SimAgent | None, victim: SimAgent, how: str) ->
         return
     own = sender is victim
     seq = TOP_SEQ if own else max(base.seq, int(w.now() * 1000)) + SEQ_AHEAD_LIMIT // 2
-    rep = base.model_copy(update={"seq": seq, "sent_at": w.now(),
-                                  "identity": _identity(w, sender, victim, how)})
+    rep = base.model_copy(update={"seq": seq, "sent_at": w.now(), "identity": _identity(w, sender, victim, how)})
     _send(w, sender, rep, "seq-poison:" + ("own" if own else how))
 
 
@@ -136,8 +146,9 @@ class Churner:
 
     def __init__(self, w: World, itype: str, period: float, until: float) -> None:
         self.w, self.period, self.until = w, period, until
-        self.iid = w.emu.run_instance(itype, subnet_id=w.subnet,
-                                      tags={names.cluster_tag_key(CLUSTER): "owned", "Name": "churner"})
+        self.iid = w.emu.run_instance(
+            itype, subnet_id=w.subnet, tags={names.cluster_tag_key(CLUSTER): "owned", "Name": "churner"}
+        )
         self.itype = itype
         self.sqs = w.sqs.client(sender_id=f"AROAEXAMPLE:{self.iid}")
         self.fill = True
@@ -155,21 +166,39 @@ class Churner:
             if e.attachment is None:
                 continue
             used = len(e.secondary) + 16 * len(e.prefixes)
-            enis.append(EniReport(eni_id=e.id, device_index=e.attachment.device_index,
-                                  network_card=e.attachment.card, subnet_id=e.subnet_id, primary_ip=e.primary_ip,
-                                  ips=list(e.secondary), prefixes=list(e.prefixes),
-                                  assigned=used if self.fill else 0))
+            enis.append(
+                EniReport(
+                    eni_id=e.id,
+                    device_index=e.attachment.device_index,
+                    network_card=e.attachment.card,
+                    subnet_id=e.subnet_id,
+                    primary_ip=e.primary_ip,
+                    ips=list(e.secondary),
+                    prefixes=list(e.prefixes),
+                    assigned=used if self.fill else 0,
+                )
+            )
             if not self.fill and (e.secondary or e.prefixes):
-                offers.append(ReleaseOffer(eni_id=e.id, ips=list(e.secondary), prefixes=list(e.prefixes),
-                                           quarantined_at=now - 30))
+                offers.append(
+                    ReleaseOffer(eni_id=e.id, ips=list(e.secondary), prefixes=list(e.prefixes), quarantined_at=now - 30)
+                )
         cap = known(self.itype).capacity(w.plan.prefix_mode, None)
-        rep = PoolReport(cluster=w.settings.cluster, node="churner", instance_id=self.iid,
-                         instance_type=self.itype, availability_zone="us-east-1a", seq=int(now * 1000),
-                         sent_at=now, mode="prefix" if w.plan.prefix_mode else "secondary-ip",
-                         targets=Targets(warm_ip=0, minimum_ip=0, warm_eni=0),
-                         enis=enis, assigned_ips=sum(e.assigned for e in enis),
-                         pending_demand=min(cap, MAX_TARGET) if self.fill else 0, release=offers,
-                         identity=w.signer_imds.identity(self.iid))
+        rep = PoolReport(
+            cluster=w.settings.cluster,
+            node="churner",
+            instance_id=self.iid,
+            instance_type=self.itype,
+            availability_zone="us-east-1a",
+            seq=int(now * 1000),
+            sent_at=now,
+            mode="prefix" if w.plan.prefix_mode else "secondary-ip",
+            targets=Targets(warm_ip=0, minimum_ip=0, warm_eni=0),
+            enis=enis,
+            assigned_ips=sum(e.assigned for e in enis),
+            pending_demand=min(cap, MAX_TARGET) if self.fill else 0,
+            release=offers,
+            identity=w.signer_imds.identity(self.iid),
+        )
         body = rep.to_json()
         w.crafted_bodies.add(body)
         self.sqs.send_message(QueueUrl=w.reports_url, MessageBody=body)
@@ -185,8 +214,9 @@ def result_theft(w: World, thief: SimAgent, victim: SimAgent, until: float, ever
     if w.now() >= until or thief.gone or victim.gone:
         return
     try:
-        msgs = thief.sqs.receive_message(QueueUrl=victim.result_url, MaxNumberOfMessages=10,
-                                         VisibilityTimeout=60).get("Messages", [])
+        msgs = thief.sqs.receive_message(QueueUrl=victim.result_url, MaxNumberOfMessages=10, VisibilityTimeout=60).get(
+            "Messages", []
+        )
     except Exception:  # the queue is gone (the victim terminated): nothing more to take
         return
     for m in msgs:

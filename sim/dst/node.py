@@ -51,9 +51,15 @@ def _interfaces(md: dict[str, Any]) -> list[AttachedEni]:
     for mac, d in md["network"]["interfaces"]["macs"].items():
         local = d["local-ipv4s"].split("\n")
         pfx = d.get("ipv4-prefix", "")
-        info = EniInfo(eni_id=d["interface-id"], device_index=int(d["device-number"]), mac=mac,
-                       primary_ip=local[0], subnet_id=d["subnet-id"], subnet_cidr=d["subnet-ipv4-cidr-block"],
-                       network_card=int(d["network-card"]))
+        info = EniInfo(
+            eni_id=d["interface-id"],
+            device_index=int(d["device-number"]),
+            mac=mac,
+            primary_ip=local[0],
+            subnet_id=d["subnet-id"],
+            subnet_cidr=d["subnet-ipv4-cidr-block"],
+            network_card=int(d["network-card"]),
+        )
         out.append(AttachedEni(info, local[1:], pfx.split("\n") if pfx else []))
     return sorted(out, key=lambda a: (a.info.network_card, a.info.device_index))
 
@@ -147,7 +153,7 @@ class SimPods:
         path = netns_path(netns)
         if path in HOST_NETNS:
             return HOST_NS_ID
-        if path.startswith(POD_NETNS_DIR) and "/" not in path[len(POD_NETNS_DIR):]:
+        if path.startswith(POD_NETNS_DIR) and "/" not in path[len(POD_NETNS_DIR) :]:
             got = self._pod_ns.get(path)
             if got is None:
                 got = self._pod_ns[path] = (4, HOST_NS_ID[1] + 1 + len(self._pod_ns))
@@ -172,14 +178,18 @@ class SimPods:
         if ns is None:
             raise NetlinkFailure(2, f"network namespace {netns}: No such file or directory")
         if ns == HOST_NS_ID:
-            self.w.violation("cni-host-touched", f"{self.node}: ADD {container_id} reached pod set-up of {ifname} in "
-                             f"the host network namespace {netns} (the CNI service must refuse it first)")
+            self.w.violation(
+                "cni-host-touched",
+                f"{self.node}: ADD {container_id} reached pod set-up of {ifname} in "
+                f"the host network namespace {netns} (the CNI service must refuse it first)",
+            )
         if ifname_problem(ifname):  # the kernel would refuse the name
             raise NetlinkFailure(22, f"interface name {ifname!r}: Invalid argument")
         kind = self.links(ns).get(ifname)
         if kind is not None:  # never this pod's veth: the model keeps pod veths apart
-            raise PodRefused(f"interface {ifname} already exists in {netns} and is not this pod's veth "
-                             f"({kind}): left alone")
+            raise PodRefused(
+                f"interface {ifname} already exists in {netns} and is not this pod's veth ({kind}): left alone"
+            )
         if container_id in self.fail:
             self.fail.discard(container_id)
             raise NetlinkFailure(2, f"netns of {container_id} vanished")
@@ -243,18 +253,32 @@ class SimAgent:
                 ds.restore()
             except CheckpointError:
                 pass
-            pool = PoolConfig(warm_ip=w.plan.warm_ip, minimum_ip=w.plan.minimum_ip,
-                              warm_prefix=1, prefix_mode=w.plan.prefix_mode)
-            ident = NodeIdentity(cluster=CLUSTER, node=self.name, instance_id=self.iid,
-                                 instance_type=self.itype, availability_zone="us-east-1a")
+            pool = PoolConfig(
+                warm_ip=w.plan.warm_ip, minimum_ip=w.plan.minimum_ip, warm_prefix=1, prefix_mode=w.plan.prefix_mode
+            )
+            ident = NodeIdentity(
+                cluster=CLUSTER,
+                node=self.name,
+                instance_id=self.iid,
+                instance_type=self.itype,
+                availability_zone="us-east-1a",
+            )
             self.ds = ds
             # as node_agent/agent.py builds them (add_wait_s 0: an ADD waiting on a real-time
             # condition would stall virtual time; the runtime's retry stands in for the wait)
-            self.ctl = PoolController(ident, known(self.itype), pool, ds, TIMING, metadata=self.imds,
-                                      restart_hold_s=RESTART_HOLD_S,
-                                      signed_identity=functools.partial(w.signer_imds.identity, self.iid))
-            self.cni = CniService(ds, self.pods, clock=w.loop, gc_min_age_s=GC_MIN_AGE_S,
-                                  veth_prefix=AGENT_CONFIG.veth_prefix)
+            self.ctl = PoolController(
+                ident,
+                known(self.itype),
+                pool,
+                ds,
+                TIMING,
+                metadata=self.imds,
+                restart_hold_s=RESTART_HOLD_S,
+                signed_identity=functools.partial(w.signer_imds.identity, self.iid),
+            )
+            self.cni = CniService(
+                ds, self.pods, clock=w.loop, gc_min_age_s=GC_MIN_AGE_S, veth_prefix=AGENT_CONFIG.veth_prefix
+            )
             self.alive = True
             self.resynced_at = now
             self.ctl.start(now)
@@ -303,8 +327,9 @@ class SimAgent:
     def receive(self) -> None:
         w = self.w
         while self.alive:
-            msgs = self.sqs.receive_message(QueueUrl=self.result_url, MaxNumberOfMessages=10,
-                                            VisibilityTimeout=RESULT_VISIBILITY_S).get("Messages", [])
+            msgs = self.sqs.receive_message(
+                QueueUrl=self.result_url, MaxNumberOfMessages=10, VisibilityTimeout=RESULT_VISIBILITY_S
+            ).get("Messages", [])
             if not msgs:
                 return
             for m in msgs:
@@ -324,9 +349,13 @@ class SimAgent:
                 self.sqs.delete_message(QueueUrl=self.result_url, ReceiptHandle=m["ReceiptHandle"])
 
     def cni_call(self, command: str, cid: str, ifname: str = "eth0", netns: str | None = None) -> dict[str, Any]:
-        req = {"command": command, "container_id": cid, "ifname": ifname,
-               "netns": netns if netns is not None else f"/var/run/netns/{cid}",
-               "config": {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool"}}
+        req = {
+            "command": command,
+            "container_id": cid,
+            "ifname": ifname,
+            "netns": netns if netns is not None else f"/var/run/netns/{cid}",
+            "config": {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool"},
+        }
         out: dict[str, Any] = self.cni.handle(req)
         if out.get("ok") and command == "ADD":
             self.rt.made.setdefault(cid, self.w.now())

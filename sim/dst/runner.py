@@ -70,8 +70,14 @@ def run_plan(plan: Plan, mutate: Mutation | None = None) -> tuple[list[tuple[str
     return out.violations, (out, w)
 
 
-def run_seed(seed: int, keep: list[int] | None = None, mutate: Mutation | None = None, shrink: bool = True,
-             shrink_budget: int = 60, without: frozenset[str] = frozenset()) -> SeedResult:
+def run_seed(
+    seed: int,
+    keep: list[int] | None = None,
+    mutate: Mutation | None = None,
+    shrink: bool = True,
+    shrink_budget: int = 60,
+    without: frozenset[str] = frozenset(),
+) -> SeedResult:
     t0 = time.perf_counter()
     plan = plan_for(seed, keep, without)
     violations, (out, w) = run_plan(plan, mutate)
@@ -81,27 +87,35 @@ def run_seed(seed: int, keep: list[int] | None = None, mutate: Mutation | None =
         small = keep
         if shrink:
             small = shrink_events(seed, inv, keep, mutate, budget=shrink_budget, without=without)
-        res.violations.append({"seed": str(seed), "invariant": inv, "detail": detail,
-                               "replay": replay_command(seed, small, without)})
+        res.violations.append(
+            {"seed": str(seed), "invariant": inv, "detail": detail, "replay": replay_command(seed, small, without)}
+        )
     res.wall_s = time.perf_counter() - t0
     return res
 
 
-def fails_with(seed: int, invariant: str, keep: list[int], mutate: Mutation | None,
-               without: frozenset[str] = frozenset()) -> bool:
+def fails_with(
+    seed: int, invariant: str, keep: list[int], mutate: Mutation | None, without: frozenset[str] = frozenset()
+) -> bool:
     violations, _ = run_plan(plan_for(seed, keep, without), mutate)
     return bool(violations) and violations[0][0] == invariant
 
 
-def shrink_events(seed: int, invariant: str, keep: list[int] | None, mutate: Mutation | None,
-                  budget: int = 60, without: frozenset[str] = frozenset()) -> list[int]:
+def shrink_events(
+    seed: int,
+    invariant: str,
+    keep: list[int] | None,
+    mutate: Mutation | None,
+    budget: int = 60,
+    without: frozenset[str] = frozenset(),
+) -> list[int]:
     """ddmin over the kept event indices; at most ``budget`` replays."""
     cur = list(range(len(plan_for(seed, None, without).events))) if keep is None else list(keep)
     runs = 0
     n = 2
     while len(cur) >= 1 and runs < budget:
         chunk = max(1, len(cur) // n)
-        parts = [cur[i:i + chunk] for i in range(0, len(cur), chunk)]
+        parts = [cur[i : i + chunk] for i in range(0, len(cur), chunk)]
         reduced = False
         for part in parts:
             if runs >= budget:
@@ -180,13 +194,22 @@ def fairness(seeds: Iterable[int], jobs: int = 1) -> dict[str, Any]:
     for name, want in (("secondary-ip", False), ("prefix", True)):
         ws = [x for s, o in zip(seeds, outs, strict=True) if modes[s] == want for x in o[0]]
         wc = [x for s, o in zip(seeds, outs, strict=True) if modes[s] == want for x in o[1]]
-        by_mode[name] = {"seeds": sum(1 for s in seeds if modes[s] == want), "p99_without_s": round(p99(ws), 2),
-                         "p99_with_churner_s": round(p99(wc), 2),
-                         "ratio": round(p99(wc) / p99(ws), 3) if p99(ws) else None}
-    return {"seeds": len(seeds), "by_mode": by_mode, "pods": [len(without), len(churned)], "p99_without_s": round(a, 2),
-            "p99_with_churner_s": round(b, 2), "ratio": round(b / a, 3) if a else None,
-            "still_waiting": [sum(o[3][0] for o in outs), sum(o[3][1] for o in outs)],
-            "violations": [v for o in outs for v in o[2]]}
+        by_mode[name] = {
+            "seeds": sum(1 for s in seeds if modes[s] == want),
+            "p99_without_s": round(p99(ws), 2),
+            "p99_with_churner_s": round(p99(wc), 2),
+            "ratio": round(p99(wc) / p99(ws), 3) if p99(ws) else None,
+        }
+    return {
+        "seeds": len(seeds),
+        "by_mode": by_mode,
+        "pods": [len(without), len(churned)],
+        "p99_without_s": round(a, 2),
+        "p99_with_churner_s": round(b, 2),
+        "ratio": round(b / a, 3) if a else None,
+        "still_waiting": [sum(o[3][0] for o in outs), sum(o[3][1] for o in outs)],
+        "violations": [v for o in outs for v in o[2]],
+    }
 
 
 def _parse_seeds(s: str) -> list[int]:
@@ -201,9 +224,13 @@ def _one(args: tuple[int, bool, frozenset[str]]) -> SeedResult:
     return run_seed(args[0], shrink=args[1], without=args[2])
 
 
-def run_many(seeds: Iterable[int], jobs: int = 1, shrink: bool = True,
-             progress: Callable[[int, int, int], None] | None = None,
-             without: frozenset[str] = frozenset()) -> list[SeedResult]:
+def run_many(
+    seeds: Iterable[int],
+    jobs: int = 1,
+    shrink: bool = True,
+    progress: Callable[[int, int, int], None] | None = None,
+    without: frozenset[str] = frozenset(),
+) -> list[SeedResult]:
     seeds = list(seeds)
     out: list[SeedResult] = []
     bad = 0
@@ -242,16 +269,23 @@ def _bar(done: int, total: int, bad: int, t0: float) -> None:
     fill = int(width * done / max(total, 1))
     el = time.monotonic() - t0
     eta = el / max(done, 1) * (total - done)
-    sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {done}/{total} seeds, {bad} failing, "
-                     f"{el:.0f}s elapsed, ~{eta:.0f}s left ")
+    sys.stderr.write(
+        f"\r[{'#' * fill}{'.' * (width - fill)}] {done}/{total} seeds, {bad} failing, "
+        f"{el:.0f}s elapsed, ~{eta:.0f}s left "
+    )
     if done == total:
         sys.stderr.write("\n")
     sys.stderr.flush()
 
 
 def _table(s: dict[str, Any], wall: float) -> str:
-    lines = [f"seeds        {s['seeds']}", f"events       {s['events']} scheduled, {s['loop_events']} run",
-             f"violations   {len(s['violations'])}", f"wall time    {wall:.1f}s", "faults injected:"]
+    lines = [
+        f"seeds        {s['seeds']}",
+        f"events       {s['events']} scheduled, {s['loop_events']} run",
+        f"violations   {len(s['violations'])}",
+        f"wall time    {wall:.1f}s",
+        "faults injected:",
+    ]
     for k, n in s["faults"].items():
         lines.append(f"  {k:<44} {n}")
     by_inv = Counter(v["invariant"] for v in s["violations"])
@@ -277,9 +311,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--jobs", type=int, default=1, help="processes (this machine: 2)")
     p.add_argument("--without", default="", help="leave these event kinds out of every schedule (comma list)")
     p.add_argument("--no-shrink", action="store_true", help="do not shrink failing seeds")
-    p.add_argument("--fairness", action="store_true",
-                   help="with --seeds: honest nodes' p99 wait for an address with one node churning vs without "
-                        "(each seed's pods, no faults, run twice)")
+    p.add_argument(
+        "--fairness",
+        action="store_true",
+        help="with --seeds: honest nodes' p99 wait for an address with one node churning vs without "
+        "(each seed's pods, no faults, run twice)",
+    )
     a = p.parse_args(argv)
     without = frozenset(k for k in a.without.split(",") if k)
     unknown = without - set(EVENT_KINDS)
@@ -288,8 +325,10 @@ def main(argv: list[str]) -> int:
     if a.seed is not None:
         keep = None if a.keep is None else ([] if a.keep == "none" else [int(x) for x in a.keep.split(",")])
         plan = plan_for(a.seed, None, without)
-        print(f"seed {a.seed}: nodes {list(plan.nodes)}, prefix_mode={plan.prefix_mode}, warm_ip={plan.warm_ip}, "
-              f"minimum_ip={plan.minimum_ip}, quota_fraction={plan.quota_fraction}")
+        print(
+            f"seed {a.seed}: nodes {list(plan.nodes)}, prefix_mode={plan.prefix_mode}, warm_ip={plan.warm_ip}, "
+            f"minimum_ip={plan.minimum_ip}, quota_fraction={plan.quota_fraction}"
+        )
         for i, ev in enumerate(plan.events):
             if keep is None or i in keep:
                 print(f"  [{i}] {ev.describe()}")
@@ -307,14 +346,19 @@ def main(argv: list[str]) -> int:
     if a.fairness:
         t0 = time.monotonic()
         fig = fairness(seeds, jobs=a.jobs)
-        print(f"seeds        {fig['seeds']} (pods only, a rogue instance churning every {CHURN_PERIOD_S:g} s vs not)\n"
-              f"honest pods  {fig['pods'][0]} without, {fig['pods'][1]} with the churner served; "
-              f"{fig['still_waiting'][0]} and {fig['still_waiting'][1]} still waiting at the end\n"
-              f"p99 wait     {fig['p99_without_s']} s without, {fig['p99_with_churner_s']} s with "
-              f"(ratio {fig['ratio']}; the bound: 1.10)\n"
-              + "".join(f"  {m:<13} {d['seeds']} seeds: p99 {d['p99_without_s']} s without, "
-                        f"{d['p99_with_churner_s']} s with (ratio {d['ratio']})\n" for m, d in fig["by_mode"].items())
-              + f"violations   {len(fig['violations'])}\nwall time    {time.monotonic() - t0:.1f}s")
+        print(
+            f"seeds        {fig['seeds']} (pods only, a rogue instance churning every {CHURN_PERIOD_S:g} s vs not)\n"
+            f"honest pods  {fig['pods'][0]} without, {fig['pods'][1]} with the churner served; "
+            f"{fig['still_waiting'][0]} and {fig['still_waiting'][1]} still waiting at the end\n"
+            f"p99 wait     {fig['p99_without_s']} s without, {fig['p99_with_churner_s']} s with "
+            f"(ratio {fig['ratio']}; the bound: 1.10)\n"
+            + "".join(
+                f"  {m:<13} {d['seeds']} seeds: p99 {d['p99_without_s']} s without, "
+                f"{d['p99_with_churner_s']} s with (ratio {d['ratio']})\n"
+                for m, d in fig["by_mode"].items()
+            )
+            + f"violations   {len(fig['violations'])}\nwall time    {time.monotonic() - t0:.1f}s"
+        )
         for v in fig["violations"][:20]:
             print(f"  {v}")
         if a.json:
@@ -322,13 +366,23 @@ def main(argv: list[str]) -> int:
                 json.dump(fig, fh, indent=1)
         return 1 if fig["violations"] or (fig["ratio"] or 0) > 1.10 else 0
     t0 = time.monotonic()
-    results = run_many(seeds, jobs=a.jobs, shrink=not a.no_shrink, without=without,
-                       progress=lambda d, t, b: _bar(d, t, b, t0))
+    results = run_many(
+        seeds, jobs=a.jobs, shrink=not a.no_shrink, without=without, progress=lambda d, t, b: _bar(d, t, b, t0)
+    )
     wall = time.monotonic() - t0
     s = summary(results)
     print(_table(s, wall))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"seeds": s["seeds"], "events": s["events"], "faults": s["faults"],
-                       "violations": s["violations"], "wall_s": round(wall, 1)}, f, indent=1)
+            json.dump(
+                {
+                    "seeds": s["seeds"],
+                    "events": s["events"],
+                    "faults": s["faults"],
+                    "violations": s["violations"],
+                    "wall_s": round(wall, 1),
+                },
+                f,
+                indent=1,
+            )
     return 1 if s["violations"] else 0

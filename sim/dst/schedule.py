@@ -20,11 +20,31 @@ QUIET_S = 480.0
 """After the last event: long enough for a release delay, the GC age and two reconciles."""
 
 FAULT_KINDS = (
-    "sqs-delay", "sqs-duplicate", "imds-lag", "agent-kill", "lambda-crash", "slow-invocation",
-    "throttle-storm", "foreign-load", "subnet-exhausted", "fragmentation", "attach-failure",
-    "terminate", "replace-node", "cni-overlap", "cni-interrupted", "cni-gc", "cni-hostile",
-    "ddb-unprocessed", "queue-delete-failure", "reconcile-race",
-    "forged-release", "seq-poison", "name-spray", "churner", "result-theft",
+    "sqs-delay",
+    "sqs-duplicate",
+    "imds-lag",
+    "agent-kill",
+    "lambda-crash",
+    "slow-invocation",
+    "throttle-storm",
+    "foreign-load",
+    "subnet-exhausted",
+    "fragmentation",
+    "attach-failure",
+    "terminate",
+    "replace-node",
+    "cni-overlap",
+    "cni-interrupted",
+    "cni-gc",
+    "cni-hostile",
+    "ddb-unprocessed",
+    "queue-delete-failure",
+    "reconcile-race",
+    "forged-release",
+    "seq-poison",
+    "name-spray",
+    "churner",
+    "result-theft",
 )
 """Every kind of fault the schedule can hold."""
 EVENT_KINDS = ("pods-add", "pods-del", "churn", *FAULT_KINDS)
@@ -87,8 +107,11 @@ def draw(seed: int) -> Plan:
         node = rng.choice(names)
         ev.append(Event(t, "pods-add", {"node": node, "n": rng.randint(1, 12)}))
         if rng.random() < 0.7:
-            ev.append(Event(round(min(SPAN_S, t + rng.uniform(5, 200)), 1), "pods-del",
-                            {"node": node, "n": rng.randint(1, 10)}))
+            ev.append(
+                Event(
+                    round(min(SPAN_S, t + rng.uniform(5, 200)), 1), "pods-del", {"node": node, "n": rng.randint(1, 10)}
+                )
+            )
     for _ in range(rng.randint(0, 6)):
         ev.append(Event(at(), "churn", {"node": rng.choice(names), "n": rng.randint(1, 4)}))
 
@@ -103,13 +126,25 @@ def draw(seed: int) -> Plan:
         window("sqs-duplicate", rate=rng.choice((0.2, 0.5, 1.0)), copies=rng.choice((2, 3)))
     for node in names:
         if rng.random() < 0.6:
-            ev.append(Event(at(), "imds-lag", {"node": node, "lag": round(rng.uniform(0, 120), 1),
-                                               "dur": round(rng.uniform(30, 240), 1)}))
+            ev.append(
+                Event(
+                    at(),
+                    "imds-lag",
+                    {"node": node, "lag": round(rng.uniform(0, 120), 1), "dur": round(rng.uniform(30, 240), 1)},
+                )
+            )
     for _ in range(rng.choice((0, 0, 1, 2, 3))):
-        ev.append(Event(at(), "agent-kill", {
-            "node": rng.choice(names),
-            "point": rng.choice(("idle", "after-receive", "mid-apply", "after-apply", "mid-checkpoint")),
-            "down": round(rng.uniform(0.5, 30), 1)}))
+        ev.append(
+            Event(
+                at(),
+                "agent-kill",
+                {
+                    "node": rng.choice(names),
+                    "point": rng.choice(("idle", "after-receive", "mid-apply", "after-apply", "mid-checkpoint")),
+                    "down": round(rng.uniform(0.5, 30), 1),
+                },
+            )
+        )
     if rng.random() < 0.4:
         window("lambda-crash", rate=rng.choice((0.1, 0.3, 0.6)))
     if rng.random() < 0.2:
@@ -117,9 +152,18 @@ def draw(seed: int) -> Plan:
     if rng.random() < 0.3:
         window("throttle-storm", rate=rng.choice((2.0, 5.0, 10.0)), describe=rng.random() < 0.6)
     if rng.random() < 0.25:
-        window("foreign-load", action=rng.choice(("AssignPrivateIpAddresses", "UnassignPrivateIpAddresses",
-                                                  "DescribeInstances", "CreateNetworkInterface")),
-               rate=rng.choice((1.0, 3.0)))
+        window(
+            "foreign-load",
+            action=rng.choice(
+                (
+                    "AssignPrivateIpAddresses",
+                    "UnassignPrivateIpAddresses",
+                    "DescribeInstances",
+                    "CreateNetworkInterface",
+                )
+            ),
+            rate=rng.choice((1.0, 3.0)),
+        )
     if rng.random() < 0.15:
         window("subnet-exhausted")
     if rng.random() < 0.15:
@@ -129,8 +173,13 @@ def draw(seed: int) -> Plan:
     if rng.random() < 0.12:
         ev.append(Event(at(), "terminate", {"node": rng.choice(names)}))
     if rng.random() < 0.12:
-        ev.append(Event(at(), "replace-node", {"node": rng.choice(names), "gap": round(rng.uniform(0, 60), 1),
-                                               "race": rng.random() < 0.5}))
+        ev.append(
+            Event(
+                at(),
+                "replace-node",
+                {"node": rng.choice(names), "gap": round(rng.uniform(0, 60), 1), "race": rng.random() < 0.5},
+            )
+        )
     for _ in range(rng.choice((0, 0, 1, 2))):
         ev.append(Event(at(), "cni-overlap", {"node": rng.choice(names)}))
     if rng.random() < 0.1:
@@ -139,8 +188,13 @@ def draw(seed: int) -> Plan:
         ev.append(Event(t, "cni-interrupted", {"node": node}))
         ev.append(Event(round(min(SPAN_S, t + rng.uniform(5, 60)), 1), "cni-gc", {"node": node}))
     if rng.random() < 0.06:
-        ev.append(Event(at(), "cni-hostile", {"node": rng.choice(names),
-                                              "variant": rng.choice(("oversized", "host-netns", "host-ifname"))}))
+        ev.append(
+            Event(
+                at(),
+                "cni-hostile",
+                {"node": rng.choice(names), "variant": rng.choice(("oversized", "host-netns", "host-ifname"))},
+            )
+        )
     if rng.random() < 0.15:
         window("ddb-unprocessed", rate=rng.choice((0.5, 1.0)))
     if rng.random() < 0.15:
@@ -168,25 +222,61 @@ def _hostile(seed: int, names: list[str]) -> list[Event]:
     if rng.random() < 0.25:
         sender, victim = pair()
         how = rng.choice(IDENTITIES)
-        ev.append(Event(at(), "forged-release", {"node": "" if how != "own" else sender, "victim": victim,
-                                                 "identity": how, "repeat": rng.randint(0, 3)}))
+        ev.append(
+            Event(
+                at(),
+                "forged-release",
+                {
+                    "node": "" if how != "own" else sender,
+                    "victim": victim,
+                    "identity": how,
+                    "repeat": rng.randint(0, 3),
+                },
+            )
+        )
     if rng.random() < 0.2:
         sender, victim = pair()
         own = rng.random() < 0.5
         how = "own" if own else rng.choice(IDENTITIES)
-        ev.append(Event(at(), "seq-poison", {"node": sender if how == "own" else "", "victim": sender if own else victim,
-                                             "identity": how, "repeat": rng.randint(0, 2)}))
+        ev.append(
+            Event(
+                at(),
+                "seq-poison",
+                {
+                    "node": sender if how == "own" else "",
+                    "victim": sender if own else victim,
+                    "identity": how,
+                    "repeat": rng.randint(0, 2),
+                },
+            )
+        )
     if rng.random() < 0.15:
         ev.append(Event(at(), "name-spray", {"node": rng.choice(names), "n": rng.randint(10, 60)}))
     if rng.random() < 0.1:
-        ev.append(Event(round(rng.uniform(0, SPAN_S / 2), 1), "churner",
-                        {"itype": rng.choice(INSTANCE_TYPES), "dur": round(rng.uniform(60, 300), 1),
-                         "period": rng.choice((2.0, 5.0, 10.0))}))
+        ev.append(
+            Event(
+                round(rng.uniform(0, SPAN_S / 2), 1),
+                "churner",
+                {
+                    "itype": rng.choice(INSTANCE_TYPES),
+                    "dur": round(rng.uniform(60, 300), 1),
+                    "period": rng.choice((2.0, 5.0, 10.0)),
+                },
+            )
+        )
     # Drawn last (and from its own generator), so the kinds above are what they were before it.
     theft = random.Random(f"dst/{seed}/result-theft")
     if theft.random() < 0.15:
         thief = theft.choice(names)
-        ev.append(Event(round(theft.uniform(20, SPAN_S / 2), 1), "result-theft",
-                        {"node": thief, "victim": theft.choice([n for n in names if n != thief]),
-                         "dur": round(theft.uniform(30, 240), 1)}))
+        ev.append(
+            Event(
+                round(theft.uniform(20, SPAN_S / 2), 1),
+                "result-theft",
+                {
+                    "node": thief,
+                    "victim": theft.choice([n for n in names if n != thief]),
+                    "dur": round(theft.uniform(30, 240), 1),
+                },
+            )
+        )
     return ev

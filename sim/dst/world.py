@@ -102,15 +102,23 @@ class World:
         self.active: dict[str, Any] = {}
         self._rngs: dict[str, random.Random] = {}
         fraction = plan.quota_fraction
-        real = {a: BucketSpec(capacity=max(1.0, s.capacity * fraction), refill_per_s=s.refill_per_s * fraction)
-                for a, s in DEFAULT_SPECS.items()} if fraction < 1 else {}
+        real = (
+            {
+                a: BucketSpec(capacity=max(1.0, s.capacity * fraction), refill_per_s=s.refill_per_s * fraction)
+                for a, s in DEFAULT_SPECS.items()
+            }
+            if fraction < 1
+            else {}
+        )
         if real:
             self.faults["quota-below"] += 1
-        self.emu = Ec2Emulator(self.loop.clock, Ec2Config(buckets=real, attach_delay_s=2.0, detach_delay_s=1.0),
-                               seed=plan.seed)
+        self.emu = Ec2Emulator(
+            self.loop.clock, Ec2Config(buckets=real, attach_delay_s=2.0, detach_delay_s=1.0), seed=plan.seed
+        )
         vpc = self.emu.add_vpc("10.0.0.0/16")
-        self.subnet = self.emu.add_subnet(az="us-east-1a", cidr=SUBNET_CIDR, vpc_id=vpc,
-                                          tags={names.cluster_tag_key(CLUSTER): "shared"})
+        self.subnet = self.emu.add_subnet(
+            az="us-east-1a", cidr=SUBNET_CIDR, vpc_id=vpc, tags={names.cluster_tag_key(CLUSTER): "shared"}
+        )
         self.sqs = FastSqs(self.loop.clock)
         self.signer_imds = Imds(self.emu, signer=_signer())
         """Signs each instance's identity document; agents carry it in every report and the
@@ -119,16 +127,25 @@ class World:
         raw = self.sqs.client()
         self.dlq_url = raw.create_queue(QueueName=names.reports_dlq(CLUSTER))["QueueUrl"]
         dlq_arn = raw.get_queue_attributes(QueueUrl=self.dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        self.reports_url = raw.create_queue(QueueName=names.reports_queue(CLUSTER), Attributes={
-            "VisibilityTimeout": str(REPORTS_VISIBILITY_S),
-            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 5}),
-        })["QueueUrl"]
-        self.settings = Settings(cluster=CLUSTER, reports_queue_url=self.reports_url, dlq_url=self.dlq_url,
-                                 result_queue_prefix=names.result_queue_prefix(CLUSTER),
-                                 ledger_table=names.ledger_table(CLUSTER), account=self.emu.owner,
-                                 gc_age_s=GC_AGE_S, allocate_timeout_s=FUNCTION_TIMEOUT_S,
-                                 identity_certificates=self.signer_imds.signer.certificate_pem,
-                                 region=self.emu.config.region)
+        self.reports_url = raw.create_queue(
+            QueueName=names.reports_queue(CLUSTER),
+            Attributes={
+                "VisibilityTimeout": str(REPORTS_VISIBILITY_S),
+                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 5}),
+            },
+        )["QueueUrl"]
+        self.settings = Settings(
+            cluster=CLUSTER,
+            reports_queue_url=self.reports_url,
+            dlq_url=self.dlq_url,
+            result_queue_prefix=names.result_queue_prefix(CLUSTER),
+            ledger_table=names.ledger_table(CLUSTER),
+            account=self.emu.owner,
+            gc_age_s=GC_AGE_S,
+            allocate_timeout_s=FUNCTION_TIMEOUT_S,
+            identity_certificates=self.signer_imds.signer.certificate_pem,
+            region=self.emu.config.region,
+        )
         # lease TTL and deadline margin derived from the function timeout, as in the stack
         self.clock_inv = InvClock(self.loop.clock)
         self.buckets = MemBuckets(self.settings.bucket_spec, self.settings.account, self.settings.region)
@@ -137,19 +154,40 @@ class World:
         self.recorded: dict[str, tuple[str, int]] = {}
         self.invocations: list[Invocation] = []
         self.alloc_ec2 = AllocEc2(self)
-        self.allocator = Allocator(ec2=self.alloc_ec2, sqs=AllocSqs(self), buckets=self.buckets, ledger=self.ledger,
-                                   leases=self.leases, clock=self.clock_inv, settings=self.settings,
-                                   mapper=serial_map, flips=MemFlips())
+        self.allocator = Allocator(
+            ec2=self.alloc_ec2,
+            sqs=AllocSqs(self),
+            buckets=self.buckets,
+            ledger=self.ledger,
+            leases=self.leases,
+            clock=self.clock_inv,
+            settings=self.settings,
+            mapper=serial_map,
+            flips=MemFlips(),
+        )
         self._handle_kw = set(inspect.signature(self.allocator.handle_batch).parameters)
         self.reconciler_ec2 = ReconcilerEc2(self)
-        self.reconciler = Reconciler(ec2=self.reconciler_ec2, sqs=ReconcilerSqs(self), buckets=self.buckets,
-                                     ledger=self.ledger, leases=self.leases, clock=self.loop.clock,
-                                     settings=self.settings)
+        self.reconciler = Reconciler(
+            ec2=self.reconciler_ec2,
+            sqs=ReconcilerSqs(self),
+            buckets=self.buckets,
+            ledger=self.ledger,
+            leases=self.leases,
+            clock=self.loop.clock,
+            settings=self.settings,
+        )
         self.esm = EventSourceMapping(
-            raw, self.reports_url, self.handler,
-            EsmConfig(function_name="warmpool-dst-allocate", batch_size=10, maximum_concurrency=2,
-                      function_timeout_s=FUNCTION_TIMEOUT_S),
-            self.clock_inv, duration=lambda batch, out: 0.2,
+            raw,
+            self.reports_url,
+            self.handler,
+            EsmConfig(
+                function_name="warmpool-dst-allocate",
+                batch_size=10,
+                maximum_concurrency=2,
+                function_timeout_s=FUNCTION_TIMEOUT_S,
+            ),
+            self.clock_inv,
+            duration=lambda batch, out: 0.2,
         )
         self.agents: dict[str, SimAgent] = {}
         self.by_url: dict[str, SimAgent] = {}
@@ -198,8 +236,9 @@ class World:
         raise Stop()
 
     def join(self, name: str, itype: str) -> SimAgent:
-        iid = self.emu.run_instance(itype, subnet_id=self.subnet,
-                                    tags={names.cluster_tag_key(CLUSTER): "owned", "Name": name})
+        iid = self.emu.run_instance(
+            itype, subnet_id=self.subnet, tags={names.cluster_tag_key(CLUSTER): "owned", "Name": name}
+        )
         a = SimAgent(self, name, iid, itype)
         self.agents[name] = a
         self.by_url[a.result_url] = a
@@ -219,8 +258,14 @@ class World:
             eni_id = kw["Resources"][0]
         e = self.emu.enis.get(eni_id) if eni_id else None
         if e is None and kw.get("AttachmentId"):
-            e = next((x for x in self.emu.enis.values()
-                      if x.attachment is not None and x.attachment.id == kw["AttachmentId"]), None)
+            e = next(
+                (
+                    x
+                    for x in self.emu.enis.values()
+                    if x.attachment is not None and x.attachment.id == kw["AttachmentId"]
+                ),
+                None,
+            )
         if e is not None:
             if e.attachment is not None:
                 return e.attachment.instance_id
@@ -276,13 +321,19 @@ class World:
             self.violation("bad-result", f"allocator sent an unparseable result: {body[:200]}")
             return
         if (res.instance_id, res.in_reply_to) in self.forged:
-            self.violation("forged-served", f"{res.node} ({res.instance_id}): a result in reply to crafted report "
-                           f"{res.in_reply_to}: {[a.kind for a in res.actions]}")
+            self.violation(
+                "forged-served",
+                f"{res.node} ({res.instance_id}): a result in reply to crafted report "
+                f"{res.in_reply_to}: {[a.kind for a in res.actions]}",
+            )
         if any(a.kind in ("attached", "assigned", "released", "deleted") for a in res.actions):
             last = self.pushed.get(res.instance_id, -1)
             if res.in_reply_to < last:
-                self.violation("stale-report-served", f"{res.node} ({res.instance_id}): report {res.in_reply_to} "
-                               f"acted on after report {last} had been (kinds {[a.kind for a in res.actions]})")
+                self.violation(
+                    "stale-report-served",
+                    f"{res.node} ({res.instance_id}): report {res.in_reply_to} "
+                    f"acted on after report {last} had been (kinds {[a.kind for a in res.actions]})",
+                )
             self.pushed[res.instance_id] = max(last, res.in_reply_to)
 
     # --- the allocator
@@ -297,18 +348,26 @@ class World:
         rate = self.active.get("lambda-crash", 0.0)
         r = self.rng("lambda")
         if rate and r.random() < rate:
-            crash = r.choice((("ec2", 0), ("ec2", 1), ("ec2", 2), ("ledger-before", 0), ("ledger-after", 0),
-                              ("push", 0)))
+            crash = r.choice(
+                (("ec2", 0), ("ec2", 1), ("ec2", 2), ("ledger-before", 0), ("ledger-after", 0), ("push", 0))
+            )
         slow = 0.0
         srate = self.active.get("slow-invocation", 0.0)
         if srate and r.random() < srate:
             slow = r.choice((45.0, 90.0, 150.0))
             self.fault("slow-invocation")
         nested = bool(self.invocations)
-        inv = Invocation(owner, crash, slow, timeout_at=self.clock_inv.now() + FUNCTION_TIMEOUT_S,
-                         bodies=[x["body"] for x in recs])
-        records = [Record(message_id=x["messageId"], body=x["body"],
-                          sender_id=str((x.get("attributes") or {}).get("SenderId", ""))) for x in recs]
+        inv = Invocation(
+            owner, crash, slow, timeout_at=self.clock_inv.now() + FUNCTION_TIMEOUT_S, bodies=[x["body"] for x in recs]
+        )
+        records = [
+            Record(
+                message_id=x["messageId"],
+                body=x["body"],
+                sender_id=str((x.get("attributes") or {}).get("SenderId", "")),
+            )
+            for x in recs
+        ]
         kw: dict[str, Any] = {"invocation_id": owner}
         if "context" in self._handle_kw and ctx is not None:
             kw["context"] = ctx
@@ -349,19 +408,27 @@ class World:
                 continue
             self.fault("lease-overrun")
             with contextlib.suppress(RuntimeError):
-                self._invoke([{"messageId": f"dup-{self.events_run}", "body": body, "attributes": {}}],
-                             owner=f"overlap-{self.events_run}")
+                self._invoke(
+                    [{"messageId": f"dup-{self.events_run}", "body": body, "attributes": {}}],
+                    owner=f"overlap-{self.events_run}",
+                )
             return
 
     def check_lease(self, inv: Invocation, node: str, call: str, iid: str) -> None:
         """The allocator's leases are keyed by instance id (``node`` is the label, for the message)."""
         held = self.leases.held.get(iid)
         if held is None or held[0] != inv.owner:
-            self.violation("lease", f"invocation {inv.owner} called {call} on {node} ({iid}) without holding its "
-                           f"lease (held by {held[0] if held else 'nobody'})")
+            self.violation(
+                "lease",
+                f"invocation {inv.owner} called {call} on {node} ({iid}) without holding its "
+                f"lease (held by {held[0] if held else 'nobody'})",
+            )
         elif self.clock_inv.now() > held[1]:
-            self.violation("lease", f"invocation {inv.owner} called {call} on {node} ({iid}) "
-                           f"{self.clock_inv.now() - held[1]:.0f}s after its lease expired")
+            self.violation(
+                "lease",
+                f"invocation {inv.owner} called {call} on {node} ({iid}) "
+                f"{self.clock_inv.now() - held[1]:.0f}s after its lease expired",
+            )
 
     def check_release(self, node: str, kw: dict[str, Any]) -> None:
         """EC2 is about to take addresses back from a node: no pod there may hold one, and
@@ -380,8 +447,11 @@ class World:
             for ip, addr in e.addrs.items():
                 hit = ip in ips or (addr.prefix is not None and addr.prefix in prefixes)
                 if hit and addr.quarantined_at is None:
-                    self.violation("released-not-offered", f"the allocator unassigns {addr.prefix or ip} from "
-                                   f"{node}, which its agent no longer offers (taken back into the pool)")
+                    self.violation(
+                        "released-not-offered",
+                        f"the allocator unassigns {addr.prefix or ip} from "
+                        f"{node}, which its agent no longer offers (taken back into the pool)",
+                    )
 
     def esm_tick(self) -> None:
         self.esm.tick(self.clock_inv.now())

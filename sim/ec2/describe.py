@@ -159,9 +159,7 @@ def describe_subnets(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
 
 
 def describe_vpcs(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
-    return _describe_store(
-        emu, p, emu.vpcs, VPC_FILTERS, "VpcIds", "Vpc", "Vpcs", lambda v: v.render(emu.owner)
-    )
+    return _describe_store(emu, p, emu.vpcs, VPC_FILTERS, "VpcIds", "Vpc", "Vpcs", lambda v: v.render(emu.owner))
 
 
 def render_type(lim: InstanceLimits) -> dict[str, Any]:
@@ -175,8 +173,7 @@ def render_type(lim: InstanceLimits) -> dict[str, Any]:
             "MaximumNetworkCards": lim.network_cards,
             "DefaultNetworkCardIndex": 0,
             "NetworkCards": [
-                {"NetworkCardIndex": i, "MaximumNetworkInterfaces": per_card}
-                for i in range(lim.network_cards)
+                {"NetworkCardIndex": i, "MaximumNetworkInterfaces": per_card} for i in range(lim.network_cards)
             ],
             "Ipv4AddressesPerInterface": lim.ipv4_per_eni,
             "Ipv6AddressesPerInterface": lim.ipv4_per_eni,
@@ -196,9 +193,7 @@ def describe_instance_types(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, An
     names = id_list(p, "InstanceTypes")
     for n in names:
         if n not in emu._types:
-            raise Ec2Error(
-                "InvalidInstanceType", f"The following supplied instance types do not exist: [{n}]"
-            )
+            raise Ec2Error("InvalidInstanceType", f"The following supplied instance types do not exist: [{n}]")
     cands = [emu._types[n] for n in dict.fromkeys(names)] if names else list(emu._types.values())
     items = [t for t in cands if matches(t, filters, getters, lambda _t: {})]
     page, nxt = paginate(items, p, lo=5, hi=100)

@@ -139,7 +139,9 @@ class Ec2Emulator:
 
     # ------------------------------------------------------------ setup API
 
-    def add_vpc(self, cidr: str = "10.0.0.0/16", vpc_id: str | None = None, tags: Mapping[str, str] | None = None) -> str:
+    def add_vpc(
+        self, cidr: str = "10.0.0.0/16", vpc_id: str | None = None, tags: Mapping[str, str] | None = None
+    ) -> str:
         """Create a VPC directly (no throttling, not counted)."""
         with self._lock:
             ipaddress.IPv4Network(cidr, strict=True)
@@ -178,8 +180,16 @@ class Ec2Emulator:
         """Launch one running instance with its primary ENI at device 0 (no throttling)."""
         with self._lock:
             self._settle()
-            return launch_instance(self, instance_type, subnet_id, dict(tags or {}), instance_id, private_ip,
-                                   self._id("r"), "ami-00000000000000000")
+            return launch_instance(
+                self,
+                instance_type,
+                subnet_id,
+                dict(tags or {}),
+                instance_id,
+                private_ip,
+                self._id("r"),
+                "ami-00000000000000000",
+            )
 
     def terminate_instance(self, instance_id: str) -> None:
         """Terminate: ENIs marked DeleteOnTermination go, the others are detached."""
@@ -203,13 +213,12 @@ class Ec2Emulator:
             else:
                 self._load.pop(action, None)
 
-    def fail_next(self, action: str, code: str, n: int = 1, message: str | None = None,
-                  status: int | None = None) -> None:
+    def fail_next(
+        self, action: str, code: str, n: int = 1, message: str | None = None, status: int | None = None
+    ) -> None:
         """The next ``n`` calls of ``action`` fail with ``code`` (taking no token)."""
         with self._lock:
-            self._faults.setdefault(action, []).append(
-                _Fault(code, n, message or f"Injected fault: {code}", status)
-            )
+            self._faults.setdefault(action, []).append(_Fault(code, n, message or f"Injected fault: {code}", status))
 
     def fail_rate(self, action: str, code: str, rate: float) -> None:
         """Each call of ``action`` fails with ``code`` with probability ``rate`` (seeded); 0 clears."""
@@ -314,9 +323,7 @@ class Ec2Emulator:
                 if self.config.throttling and not self._take(self._bucket_key(action, params)):
                     raise Ec2Error("RequestLimitExceeded", "Request limit exceeded.")
                 if params.get("DryRun"):
-                    raise Ec2Error(
-                        "DryRunOperation", "Request would have succeeded, but DryRun flag is set."
-                    )
+                    raise Ec2Error("DryRunOperation", "Request would have succeeded, but DryRun flag is set.")
                 out = handler(self, dict(params))
             except Ec2Error as e:
                 if e.code == "RequestLimitExceeded":
@@ -344,8 +351,11 @@ class Ec2Emulator:
     @staticmethod
     def _bucket_key(action: str, p: Mapping[str, Any]) -> str:
         if action in ("DescribeInstances", "DescribeNetworkInterfaces") and not (
-            p.get("Filters") or p.get("MaxResults") or p.get("NextToken")
-            or p.get("InstanceIds") or p.get("NetworkInterfaceIds")
+            p.get("Filters")
+            or p.get("MaxResults")
+            or p.get("NextToken")
+            or p.get("InstanceIds")
+            or p.get("NetworkInterfaceIds")
         ):
             return action + UNFILTERED_SUFFIX
         return action

@@ -108,9 +108,7 @@ def carve(
 def take_specific_ip(subnet: Subnet, ip: str) -> None:
     pool = subnet.pool
     if pool.offset(ip) is None:
-        raise Ec2Error(
-            "InvalidParameterValue", f"Address {ip} does not fall within the subnet's address range"
-        )
+        raise Ec2Error("InvalidParameterValue", f"Address {ip} does not fall within the subnet's address range")
     if pool.exhausted:
         raise insufficient_addresses()
     if not pool.take_ip(ip):
@@ -222,9 +220,7 @@ def assign(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
             "PrivateIpAddresses and SecondaryPrivateIpAddressCount cannot be used together",
         )
     if prefixes and n_pref:
-        raise Ec2Error(
-            "InvalidParameterCombination", "Ipv4Prefixes and Ipv4PrefixCount cannot be used together"
-        )
+        raise Ec2Error("InvalidParameterCombination", "Ipv4Prefixes and Ipv4PrefixCount cannot be used together")
     if not (ips or n_ips or prefixes or n_pref):
         raise Ec2Error(
             "MissingParameter",
@@ -274,9 +270,7 @@ def unassign(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     if not (ips or prefixes):
         raise Ec2Error("MissingParameter", "Either PrivateIpAddresses or Ipv4Prefixes must be specified")
     if ips and prefixes:
-        raise Ec2Error(
-            "InvalidParameterCombination", "PrivateIpAddresses and Ipv4Prefixes cannot be used together"
-        )
+        raise Ec2Error("InvalidParameterCombination", "PrivateIpAddresses and Ipv4Prefixes cannot be used together")
     have = set(eni.secondary)
     bad = [ip for ip in ips if ip not in have]
     if bad:
@@ -285,9 +279,7 @@ def unassign(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
         )
     havep = set(eni.prefixes)
     if any(x not in havep for x in prefixes):
-        raise Ec2Error(
-            "InvalidParameterValue", f"Some of the specified prefixes are not assigned to {eni.id}"
-        )
+        raise Ec2Error("InvalidParameterValue", f"Some of the specified prefixes are not assigned to {eni.id}")
     pool = emu.subnets[eni.subnet_id].pool
     drop = set(ips)
     eni.secondary = [ip for ip in eni.secondary if ip not in drop]
@@ -392,9 +384,7 @@ def detach(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
 def delete(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     eni = emu._eni(req(p, "NetworkInterfaceId"))
     if eni.attachment is not None:
-        raise Ec2Error(
-            "InvalidNetworkInterface.InUse", f"The network interface '{eni.id}' is currently in use."
-        )
+        raise Ec2Error("InvalidNetworkInterface.InUse", f"The network interface '{eni.id}' is currently in use.")
     delete_eni(emu, eni)
     return {}
 

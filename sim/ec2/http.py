@@ -33,8 +33,16 @@ Sleep = Callable[[float], None]
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
-REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-           412: "Precondition Failed", 500: "Internal Server Error", 503: "Service Unavailable"}
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    412: "Precondition Failed",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 def _default_sleep(emu: Ec2Emulator) -> Sleep | None:
@@ -99,8 +107,7 @@ class Server:
         self.host = host
         self.port = self._httpd.server_port
         self.url = f"http://{host}:{self.port}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name=f"ec2-http-{self.port}",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name=f"ec2-http-{self.port}", daemon=True)
         self._thread.start()
 
     def close(self) -> None:

@@ -140,8 +140,10 @@ def _write(shape: Shape, v: Any, tag: str, out: list[str]) -> None:
 def render_response(action: str, data: Mapping[str, Any], request_id: str) -> bytes:
     """The XML body EC2 sends for a successful ``action``."""
     op = operation(action)
-    out = [f'<?xml version="1.0" encoding="UTF-8"?>\n<{action}Response xmlns="{XMLNS}">',
-           f"<requestId>{request_id}</requestId>"]
+    out = [
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<{action}Response xmlns="{XMLNS}">',
+        f"<requestId>{request_id}</requestId>",
+    ]
     shape = op.output_shape
     if shape is not None:
         assert isinstance(shape, StructureShape)

@@ -25,18 +25,14 @@ if TYPE_CHECKING:
     from .emulator import Ec2Emulator
 
 
-def new_subnet(
-    emu: Ec2Emulator, vpc_id: str, cidr: str, az: str, subnet_id: str | None, tags: dict[str, str]
-) -> str:
+def new_subnet(emu: Ec2Emulator, vpc_id: str, cidr: str, az: str, subnet_id: str | None, tags: dict[str, str]) -> str:
     vpc = emu.vpcs.get(vpc_id)
     if vpc is None:
         raise not_found("Vpc", vpc_id)
     try:
         net = ipaddress.IPv4Network(cidr, strict=True)
     except ValueError as e:
-        raise Ec2Error(
-            "InvalidParameterValue", f"Value ({cidr}) for parameter cidrBlock is invalid. {e}"
-        ) from None
+        raise Ec2Error("InvalidParameterValue", f"Value ({cidr}) for parameter cidrBlock is invalid. {e}") from None
     if not net.subnet_of(ipaddress.IPv4Network(vpc.cidr)) or not 16 <= net.prefixlen <= 28:
         raise Ec2Error("InvalidSubnet.Range", f"The CIDR '{cidr}' is invalid.")
     for s in emu.subnets.values():
@@ -55,9 +51,7 @@ def limits_of(emu: Ec2Emulator, instance_type: str) -> InstanceLimits:
         try:
             lim = known(instance_type)
         except KeyError:
-            raise Ec2Error(
-                "InvalidParameterValue", f"Invalid value '{instance_type}' for InstanceType."
-            ) from None
+            raise Ec2Error("InvalidParameterValue", f"Invalid value '{instance_type}' for InstanceType.") from None
     return lim
 
 
@@ -146,9 +140,7 @@ def run_instances(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     if token and token in emu._run_tokens:
         fp, resp = emu._run_tokens[token]
         if fp != fingerprint(p):
-            raise Ec2Error(
-                "IdempotentParameterMismatch", f"The client token '{token}' was used with other parameters."
-            )
+            raise Ec2Error("IdempotentParameterMismatch", f"The client token '{token}' was used with other parameters.")
         return dict(resp)
     itype = str(p.get("InstanceType") or "m5.large")
     limits_of(emu, itype)
@@ -213,9 +205,7 @@ def create_vpc(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     try:
         net = ipaddress.IPv4Network(cidr, strict=True)
     except ValueError:
-        raise Ec2Error(
-            "InvalidParameterValue", f"Value ({cidr}) for parameter cidrBlock is invalid."
-        ) from None
+        raise Ec2Error("InvalidParameterValue", f"Value ({cidr}) for parameter cidrBlock is invalid.") from None
     if not 16 <= net.prefixlen <= 28:
         raise Ec2Error("InvalidVpc.Range", f"The CIDR '{cidr}' is invalid.")
     vid = emu.add_vpc(cidr, tags=tags_for(p, "vpc"))

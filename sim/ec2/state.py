@@ -43,8 +43,11 @@ class Vpc:
             "IsDefault": False,
             "DhcpOptionsId": "dopt-00000000",
             "CidrBlockAssociationSet": [
-                {"AssociationId": f"vpc-cidr-assoc-{self.id[4:]}", "CidrBlock": self.cidr,
-                 "CidrBlockState": {"State": "associated"}}
+                {
+                    "AssociationId": f"vpc-cidr-assoc-{self.id[4:]}",
+                    "CidrBlock": self.cidr,
+                    "CidrBlockState": {"State": "associated"},
+                }
             ],
             "Tags": tag_list(self.tags),
         }
@@ -134,8 +137,9 @@ class Eni:
         return 1 + len(self.secondary) + len(self.prefixes)
 
     def private_ips(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = [{"Primary": True, "PrivateIpAddress": self.primary_ip,
-                                      "PrivateDnsName": dns(self.primary_ip)}]
+        out: list[dict[str, Any]] = [
+            {"Primary": True, "PrivateIpAddress": self.primary_ip, "PrivateDnsName": dns(self.primary_ip)}
+        ]
         out.extend({"Primary": False, "PrivateIpAddress": ip, "PrivateDnsName": dns(ip)} for ip in self.secondary)
         return out
 

@@ -127,9 +127,7 @@ def _operation(name: str) -> Callable[[Operation], Operation]:
     return deco
 
 
-def _per_entry(
-    entries: list[dict[str, Any]], one: Callable[[dict[str, Any]], dict[str, Any]]
-) -> dict[str, Any]:
+def _per_entry(entries: list[dict[str, Any]], one: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
     """A batch call's answer: each entry done on its own; one that fails is
     reported in ``Failed`` with its code, the others still go (as SQS does)."""
     ok: list[dict[str, Any]] = []
@@ -162,9 +160,7 @@ class FastSqsClient:
     # -- queues -------------------------------------------------------------
 
     @_operation("CreateQueue")
-    def create_queue(
-        self, *, QueueName: str, Attributes: Mapping[str, Any] | None = None, **_: Any
-    ) -> dict[str, Any]:
+    def create_queue(self, *, QueueName: str, Attributes: Mapping[str, Any] | None = None, **_: Any) -> dict[str, Any]:
         acct = self.backend
         validation.check_queue_name(QueueName)
         attrs = {k: validation.queue_attribute(k, v, acct._by_arn) for k, v in (Attributes or {}).items()}
@@ -209,18 +205,14 @@ class FastSqsClient:
         return {}
 
     @_operation("ListQueues")
-    def list_queues(
-        self, *, QueueNamePrefix: str = "", MaxResults: int | None = None, **_: Any
-    ) -> dict[str, Any]:
+    def list_queues(self, *, QueueNamePrefix: str = "", MaxResults: int | None = None, **_: Any) -> dict[str, Any]:
         urls = sorted(u for u, q in self.backend._queues.items() if q.name.startswith(QueueNamePrefix))
         if MaxResults is not None:
             urls = urls[: int(MaxResults)]
         return {"QueueUrls": urls} if urls else {}
 
     @_operation("SetQueueAttributes")
-    def set_queue_attributes(
-        self, *, QueueUrl: str, Attributes: Mapping[str, Any], **_: Any
-    ) -> dict[str, Any]:
+    def set_queue_attributes(self, *, QueueUrl: str, Attributes: Mapping[str, Any], **_: Any) -> dict[str, Any]:
         acct = self.backend
         q = acct._queue(QueueUrl)
         for k, v in Attributes.items():
@@ -229,9 +221,7 @@ class FastSqsClient:
         return {}
 
     @_operation("GetQueueAttributes")
-    def get_queue_attributes(
-        self, *, QueueUrl: str, AttributeNames: Iterable[str] = (), **_: Any
-    ) -> dict[str, Any]:
+    def get_queue_attributes(self, *, QueueUrl: str, AttributeNames: Iterable[str] = (), **_: Any) -> dict[str, Any]:
         acct = self.backend
         q = acct._queue(QueueUrl)
         names = validation.attribute_names(AttributeNames)
@@ -306,9 +296,7 @@ class FastSqsClient:
         now = acct.clock.now()
 
         def one(e: dict[str, Any]) -> dict[str, Any]:
-            m, _delay = self._send(
-                q, e.get("MessageBody"), e.get("MessageAttributes"), e.get("DelaySeconds"), now
-            )
+            m, _delay = self._send(q, e.get("MessageBody"), e.get("MessageAttributes"), e.get("DelaySeconds"), now)
             r = {"Id": e["Id"], "MessageId": m.message_id, "MD5OfMessageBody": m.md5_body}
             if m.md5_attrs:
                 r["MD5OfMessageAttributes"] = m.md5_attrs
@@ -362,9 +350,7 @@ class FastSqsClient:
         return {}
 
     @_operation("DeleteMessageBatch")
-    def delete_message_batch(
-        self, *, QueueUrl: str, Entries: list[dict[str, Any]], **_: Any
-    ) -> dict[str, Any]:
+    def delete_message_batch(self, *, QueueUrl: str, Entries: list[dict[str, Any]], **_: Any) -> dict[str, Any]:
         q = self.backend._queue(QueueUrl)
         entries = validation.batch_entries(Entries, "DeleteMessage")
 

@@ -53,9 +53,7 @@ class ClientExceptions:
     modeled error, so ``except sqs.exceptions.QueueDoesNotExist`` works."""
 
     def __init__(self) -> None:
-        self._classes: dict[str, type[ClientError]] = {
-            name: type(name, (ClientError,), {}) for name in LEGACY_CODES
-        }
+        self._classes: dict[str, type[ClientError]] = {name: type(name, (ClientError,), {}) for name in LEGACY_CODES}
         self.ClientError = ClientError
 
     def __getattr__(self, name: str) -> type[ClientError]:

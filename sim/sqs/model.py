@@ -70,9 +70,7 @@ class Message:
             if allsys or "ApproximateReceiveCount" in want_sys:
                 a["ApproximateReceiveCount"] = str(self.receive_count)
             if allsys or "ApproximateFirstReceiveTimestamp" in want_sys:
-                a["ApproximateFirstReceiveTimestamp"] = str(
-                    int((self.first_receive_at or self.sent_at) * 1000)
-                )
+                a["ApproximateFirstReceiveTimestamp"] = str(int((self.first_receive_at or self.sent_at) * 1000))
             if self.dlq_source_arn and (allsys or "DeadLetterQueueSourceArn" in want_sys):
                 a["DeadLetterQueueSourceArn"] = self.dlq_source_arn
             if a:

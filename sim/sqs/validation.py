@@ -120,9 +120,7 @@ def queue_attribute(name: str, value: Any, queue_arns: Collection[str]) -> str:
             raise invalid("Invalid value for the parameter RedrivePolicy.") from None
         if not 1 <= mrc <= 1000 or arn not in queue_arns:
             raise invalid(
-                "Value "
-                + sval
-                + " for parameter RedrivePolicy is invalid. Reason: Dead-letter target does not exist"
+                "Value " + sval + " for parameter RedrivePolicy is invalid. Reason: Dead-letter target does not exist"
                 " or maxReceiveCount is not between 1 and 1000."
             )
     return sval
@@ -140,9 +138,7 @@ def attribute_names(names: Iterable[str]) -> list[str]:
 def batch_entries(entries: Any, kind: str) -> list[dict[str, Any]]:
     """A batch's entries: 1..10 of them, each with a distinct, well-formed ``Id``."""
     if not entries:
-        raise SqsError(
-            "EmptyBatchRequest", f"There should be at least one {kind}BatchRequestEntry in the request."
-        )
+        raise SqsError("EmptyBatchRequest", f"There should be at least one {kind}BatchRequestEntry in the request.")
     out = [dict(e) for e in entries]
     if len(out) > MAX_BATCH_ENTRIES:
         raise SqsError(
@@ -167,8 +163,7 @@ def batch_entries(entries: Any, kind: str) -> list[dict[str, Any]]:
 def batch_size(entries: Iterable[Mapping[str, Any]], max_size: int) -> None:
     """The sum of a send batch's bodies and attributes is bound by the queue's size limit."""
     total = sum(
-        len(str(e.get("MessageBody", "")).encode()) + attrs_size(e.get("MessageAttributes") or {})
-        for e in entries
+        len(str(e.get("MessageBody", "")).encode()) + attrs_size(e.get("MessageAttributes") or {}) for e in entries
     )
     if total > max_size:
         raise SqsError(
@@ -186,18 +181,14 @@ def message(
         raise missing("MessageBody")
     d = default_delay if delay is None else int(delay)
     if not 0 <= d <= MAX_DELAY_S:
-        raise invalid(
-            f"Value {d} for parameter DelaySeconds is invalid. Reason: DelaySeconds must be >= 0 and <= 900."
-        )
+        raise invalid(f"Value {d} for parameter DelaySeconds is invalid. Reason: DelaySeconds must be >= 0 and <= 900.")
     a = {k: dict(v) for k, v in (attrs or {}).items()}
     for k, v in a.items():
         if "DataType" not in v:
             raise invalid(f"The message attribute '{k}' must contain non-empty message attribute type.")
     size = len(body.encode()) + attrs_size(a)
     if size > max_size:
-        raise invalid(
-            f"One or more parameters are invalid. Reason: Message must be shorter than {max_size} bytes."
-        )
+        raise invalid(f"One or more parameters are invalid. Reason: Message must be shorter than {max_size} bytes.")
     return body, a, d
 
 
@@ -211,9 +202,7 @@ def max_messages(n: int) -> int:
 
 def visibility_timeout(vt: int) -> int:
     if not 0 <= vt <= MAX_VISIBILITY_S:
-        raise invalid(
-            f"Value {vt} for parameter VisibilityTimeout is invalid. Reason: Must be >= 0 and <= 43200."
-        )
+        raise invalid(f"Value {vt} for parameter VisibilityTimeout is invalid. Reason: Must be >= 0 and <= 43200.")
     return vt
 
 

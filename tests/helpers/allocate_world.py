@@ -52,9 +52,7 @@ class World:
         self.emu = emu or Ec2Emulator(self.clock, ec2_config or Ec2Config())
         if emu is None:
             self.vpc = self.emu.add_vpc("10.0.0.0/16")
-            self.subnets = [
-                self.emu.add_subnet(az="us-east-1a", cidr=c, vpc_id=self.vpc) for c in subnet_cidrs
-            ]
+            self.subnets = [self.emu.add_subnet(az="us-east-1a", cidr=c, vpc_id=self.vpc) for c in subnet_cidrs]
         else:
             self.subnets = sorted(self.emu.subnets)
         self.sqs = sqs or FastSqs(self.clock)
@@ -81,14 +79,20 @@ class World:
                 create_tables(dynamo, self.settings.ledger_table, self.settings.buckets_table)
             else:
                 create_tables(dynamo, self.settings.ledger_table, f"unused-{cluster}")
-            self.buckets: Any = DynamoBuckets(dynamo, self.settings.buckets_table, self.settings.bucket_spec,
-                                              self.settings.account, self.settings.region)
+            self.buckets: Any = DynamoBuckets(
+                dynamo,
+                self.settings.buckets_table,
+                self.settings.bucket_spec,
+                self.settings.account,
+                self.settings.region,
+            )
             self.ledger: Any = DynamoLedger(dynamo, self.settings.ledger_table)
             self.leases: Any = DynamoLeases(dynamo, self.settings.ledger_table)
             self.flips: Any = DynamoFlips(dynamo, self.settings.ledger_table)
         else:
-            self.buckets = MemBuckets(self.settings.bucket_spec, self.settings.account, self.settings.region,
-                                      shared=shared_buckets)
+            self.buckets = MemBuckets(
+                self.settings.bucket_spec, self.settings.account, self.settings.region, shared=shared_buckets
+            )
             self.ledger = MemLedger()
             self.leases = MemLeases()
             self.flips = MemFlips()
@@ -100,15 +104,23 @@ class World:
 
     def allocator(self, mapper: Any = None) -> Allocator:
         return Allocator(
-            ec2=self.ec2_client, sqs=self.sqs.client(), buckets=self.buckets, ledger=self.ledger,
-            leases=self.leases, clock=self.clock, settings=self.settings, mapper=mapper or serial_map,
-            tally=self.tally, flips=self.flips,
+            ec2=self.ec2_client,
+            sqs=self.sqs.client(),
+            buckets=self.buckets,
+            ledger=self.ledger,
+            leases=self.leases,
+            clock=self.clock,
+            settings=self.settings,
+            mapper=mapper or serial_map,
+            tally=self.tally,
+            flips=self.flips,
         )
 
     # --- nodes ---------------------------------------------------------------
 
-    def add_node(self, name: str, instance_type: str = "m5.4xlarge", *, cluster_tag: str | None = "owned",
-                 queue: bool = True) -> str:
+    def add_node(
+        self, name: str, instance_type: str = "m5.4xlarge", *, cluster_tag: str | None = "owned", queue: bool = True
+    ) -> str:
         tags = {names.cluster_tag_key(self.cluster): cluster_tag} if cluster_tag else {}
         iid = self.emu.run_instance(instance_type, subnet_id=self.subnets[0], tags=tags)
         self.nodes[name] = iid
@@ -120,14 +132,23 @@ class World:
 
     def signed(self, instance_id: str, instance_type: str, az: str = "us-east-1a") -> dict[str, str]:
         """A genuinely signed identity for any instance id (also one EC2 does not know)."""
-        doc = document_for({"instanceId": instance_id, "accountId": self.emu.owner, "region": self.emu.config.region,
-                            "availabilityZone": az, "instanceType": instance_type})
+        doc = document_for(
+            {
+                "instanceId": instance_id,
+                "accountId": self.emu.owner,
+                "region": self.emu.config.region,
+                "availabilityZone": az,
+                "instanceType": instance_type,
+            }
+        )
         return self.imds.signer.identity(doc).model_dump()
 
     def tag_primary(self, node: str) -> None:
         """Tag the node's primary ENI for the cluster (``primary_eni_tagging=launch-template``)."""
         primary = self.enis(node)[0].id
-        self.emu.client().create_tags(Resources=[primary], Tags=[{"Key": names.TAG_PRIMARY_ENI_OF, "Value": self.cluster}])
+        self.emu.client().create_tags(
+            Resources=[primary], Tags=[{"Key": names.TAG_PRIMARY_ENI_OF, "Value": self.cluster}]
+        )
 
     def enis(self, node: str) -> list[Any]:
         iid = self.nodes[node]
@@ -139,9 +160,20 @@ class World:
     def addresses(self, node: str) -> int:
         return sum(len(e.secondary) + 16 * len(e.prefixes) for e in self.enis(node))
 
-    def report(self, node: str, *, seq: int | None = None, pending: int = 0, warm_ip: int = 0,
-               minimum_ip: int = 0, warm_eni: int = 1, mode: str = "secondary-ip", release: Iterable[dict[str, Any]] = (),
-               assigned: int | None = None, extra: dict[str, Any] | None = None) -> PoolReport:
+    def report(
+        self,
+        node: str,
+        *,
+        seq: int | None = None,
+        pending: int = 0,
+        warm_ip: int = 0,
+        minimum_ip: int = 0,
+        warm_eni: int = 1,
+        mode: str = "secondary-ip",
+        release: Iterable[dict[str, Any]] = (),
+        assigned: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> PoolReport:
         """What the node's agent would report now (EC2's ENIs; pods spread over them)."""
         if seq is None:
             self.seq[node] += 1
@@ -152,20 +184,35 @@ class World:
             cap = len(e.secondary) + 16 * len(e.prefixes)
             here = min(cap, left)
             left -= here
-            enis.append({
-                "eni_id": e.id, "device_index": e.attachment.device_index, "network_card": e.attachment.card,
-                "subnet_id": e.subnet_id, "primary_ip": e.primary_ip, "ips": list(e.secondary),
-                "prefixes": list(e.prefixes), "assigned": here,
-            })
+            enis.append(
+                {
+                    "eni_id": e.id,
+                    "device_index": e.attachment.device_index,
+                    "network_card": e.attachment.card,
+                    "subnet_id": e.subnet_id,
+                    "primary_ip": e.primary_ip,
+                    "ips": list(e.secondary),
+                    "prefixes": list(e.prefixes),
+                    "assigned": here,
+                }
+            )
         body: dict[str, Any] = {
-            "schema": "warmpool.report/v1", "cluster": self.cluster, "node": node,
-            "instance_id": self.nodes[node], "instance_type": self.emu.instances[self.nodes[node]].instance_type,
-            "availability_zone": "us-east-1a", "seq": seq, "sent_at": self.clock.now(), "mode": mode,
+            "schema": "warmpool.report/v1",
+            "cluster": self.cluster,
+            "node": node,
+            "instance_id": self.nodes[node],
+            "instance_type": self.emu.instances[self.nodes[node]].instance_type,
+            "availability_zone": "us-east-1a",
+            "seq": seq,
+            "sent_at": self.clock.now(),
+            "mode": mode,
             "targets": {"warm_ip": warm_ip, "minimum_ip": minimum_ip, "warm_eni": warm_eni},
-            "enis": enis, "assigned_ips": self.pods[node] if assigned is None else assigned,
+            "enis": enis,
+            "assigned_ips": self.pods[node] if assigned is None else assigned,
             # Offers are dated at the report unless the test dates them (or
             # passes ``quarantined_at: None``, as agents before the field did).
-            "pending_demand": pending, "release": [{"quarantined_at": self.clock.now(), **o} for o in release],
+            "pending_demand": pending,
+            "release": [{"quarantined_at": self.clock.now(), **o} for o in release],
             "identity": self.imds.identity(self.nodes[node]).model_dump(),
         }
         body.update(extra or {})
@@ -203,7 +250,9 @@ class World:
         c = self.sqs.client()
         out: list[dict[str, Any]] = []
         while True:
-            msgs = c.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]).get("Messages", [])
+            msgs = c.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]).get(
+                "Messages", []
+            )
             if not msgs:
                 return out
             for m in msgs:

@@ -44,8 +44,12 @@ def open_backend(name: str, config: Ec2Config | None = None) -> Iterator[Backend
         from moto import mock_aws
 
         with mock_aws():
-            yield Backend(name, boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x",
-                                             aws_secret_access_key="y", config=NO_RETRY))
+            yield Backend(
+                name,
+                boto3.client(
+                    "ec2", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="y", config=NO_RETRY
+                ),
+            )
         return
     clock = VirtualClock(1_700_000_000.0)
     emu = Ec2Emulator(clock, config or Ec2Config(), seed=0)
@@ -55,8 +59,14 @@ def open_backend(name: str, config: Ec2Config | None = None) -> Iterator[Backend
         yield Backend(name, emu.boto3_client(), emu, clock)
     else:
         with serve(emu) as srv:
-            client = boto3.client("ec2", endpoint_url=srv.url, region_name="us-east-1", aws_access_key_id="x",
-                                  aws_secret_access_key="y", config=NO_RETRY)
+            client = boto3.client(
+                "ec2",
+                endpoint_url=srv.url,
+                region_name="us-east-1",
+                aws_access_key_id="x",
+                aws_secret_access_key="y",
+                config=NO_RETRY,
+            )
             yield Backend(name, client, emu, clock)
 
 
@@ -71,8 +81,9 @@ def world(ec2: Any, cidr: str = "10.0.0.0/24", instance_type: str = "m5.large") 
     """A VPC, a subnet and one running instance, made through the API (same on every backend)."""
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone="us-east-1a")["Subnet"]["SubnetId"]
-    inst = ec2.run_instances(ImageId="ami-12345678", InstanceType=instance_type, MinCount=1, MaxCount=1,
-                             SubnetId=subnet)["Instances"][0]["InstanceId"]
+    inst = ec2.run_instances(
+        ImageId="ami-12345678", InstanceType=instance_type, MinCount=1, MaxCount=1, SubnetId=subnet
+    )["Instances"][0]["InstanceId"]
     return World(vpc, subnet, inst)
 
 

@@ -48,27 +48,47 @@ def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         dlq = sqs.create_queue(QueueName=names.reports_dlq(CLUSTER))["QueueUrl"]
         vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
         subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/18", AvailabilityZone="us-east-1a")["Subnet"]
-        ec2.create_tags(Resources=[subnet["SubnetId"]], Tags=[{"Key": names.cluster_tag_key(CLUSTER), "Value": "shared"}])
+        ec2.create_tags(
+            Resources=[subnet["SubnetId"]], Tags=[{"Key": names.cluster_tag_key(CLUSTER), "Value": "shared"}]
+        )
         inst = ec2.run_instances(
-            ImageId="ami-12c6146b", MinCount=1, MaxCount=1, InstanceType="m5.large", SubnetId=subnet["SubnetId"],
-            TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": names.cluster_tag_key(CLUSTER), "Value": "owned"}]}],
+            ImageId="ami-12c6146b",
+            MinCount=1,
+            MaxCount=1,
+            InstanceType="m5.large",
+            SubnetId=subnet["SubnetId"],
+            TagSpecifications=[
+                {"ResourceType": "instance", "Tags": [{"Key": names.cluster_tag_key(CLUSTER), "Value": "owned"}]}
+            ],
         )["Instances"][0]
         iid = inst["InstanceId"]
         result_url = sqs.create_queue(QueueName=names.result_queue(CLUSTER, iid))["QueueUrl"]
         for k, v in {
-            names.ENV_CLUSTER: CLUSTER, names.ENV_REPORTS_QUEUE_URL: reports, names.ENV_DLQ_URL: dlq,
+            names.ENV_CLUSTER: CLUSTER,
+            names.ENV_REPORTS_QUEUE_URL: reports,
+            names.ENV_DLQ_URL: dlq,
             names.ENV_RESULT_QUEUE_PREFIX: names.result_queue_prefix(CLUSTER),
-            names.ENV_LEDGER_TABLE: names.ledger_table(CLUSTER), names.ENV_BUCKETS_TABLE: names.BUCKETS_TABLE,
+            names.ENV_LEDGER_TABLE: names.ledger_table(CLUSTER),
+            names.ENV_BUCKETS_TABLE: names.BUCKETS_TABLE,
             names.ENV_IDENTITY_CERTIFICATES: SIGNER.certificate_pem,
         }.items():
             monkeypatch.setenv(k, v)
         aws.reset()
         allocate._allocator = None
         reconcile._reconciler = None
-        primary = ec2.describe_network_interfaces(
-            Filters=[{"Name": "attachment.instance-id", "Values": [iid]}])["NetworkInterfaces"][0]
-        yield {"ec2": ec2, "sqs": sqs, "iid": iid, "result_url": result_url, "dlq": dlq, "primary": primary,
-               "az": inst["Placement"]["AvailabilityZone"], "subnet": subnet["SubnetId"]}
+        primary = ec2.describe_network_interfaces(Filters=[{"Name": "attachment.instance-id", "Values": [iid]}])[
+            "NetworkInterfaces"
+        ][0]
+        yield {
+            "ec2": ec2,
+            "sqs": sqs,
+            "iid": iid,
+            "result_url": result_url,
+            "dlq": dlq,
+            "primary": primary,
+            "az": inst["Placement"]["AvailabilityZone"],
+            "subnet": subnet["SubnetId"],
+        }
         aws.reset()
         allocate._allocator = None
         reconcile._reconciler = None
@@ -76,23 +96,54 @@ def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
 
 def _report(env: dict[str, Any], seq: int, **targets: int) -> str:
     p = env["primary"]
-    return json.dumps({
-        "schema": "warmpool.report/v1", "cluster": CLUSTER, "node": "node-1", "instance_id": env["iid"],
-        "instance_type": "m5.large", "availability_zone": env["az"], "seq": seq, "sent_at": 1.0,
-        "targets": {"warm_eni": 1, **targets},
-        "enis": [{"eni_id": p["NetworkInterfaceId"], "device_index": 0, "subnet_id": p["SubnetId"],
-                  "primary_ip": p["PrivateIpAddress"]}],
-        "identity": SIGNER.identity(document_for({
-            "instanceId": env["iid"], "accountId": ACCOUNT, "region": "us-east-1",
-            "availabilityZone": env["az"], "instanceType": "m5.large",
-        })).model_dump(),
-    })
+    return json.dumps(
+        {
+            "schema": "warmpool.report/v1",
+            "cluster": CLUSTER,
+            "node": "node-1",
+            "instance_id": env["iid"],
+            "instance_type": "m5.large",
+            "availability_zone": env["az"],
+            "seq": seq,
+            "sent_at": 1.0,
+            "targets": {"warm_eni": 1, **targets},
+            "enis": [
+                {
+                    "eni_id": p["NetworkInterfaceId"],
+                    "device_index": 0,
+                    "subnet_id": p["SubnetId"],
+                    "primary_ip": p["PrivateIpAddress"],
+                }
+            ],
+            "identity": SIGNER.identity(
+                document_for(
+                    {
+                        "instanceId": env["iid"],
+                        "accountId": ACCOUNT,
+                        "region": "us-east-1",
+                        "availabilityZone": env["az"],
+                        "instanceType": "m5.large",
+                    }
+                )
+            ).model_dump(),
+        }
+    )
 
 
 def _event(*bodies: str) -> dict[str, Any]:
-    return {"Records": [
-        {"messageId": f"m{i}", "receiptHandle": "rh", "body": b, "attributes": {"SenderId": "AROAX:whoever"},
-         "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs",
-         "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q", "awsRegion": "us-east-1"}
-        for i, b in enumerate(bodies)
-    ]}
+    return {
+        "Records": [
+            {
+                "messageId": f"m{i}",
+                "receiptHandle": "rh",
+                "body": b,
+                "attributes": {"SenderId": "AROAX:whoever"},
+                "messageAttributes": {},
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q",
+                "awsRegion": "us-east-1",
+            }
+            for i, b in enumerate(bodies)
+        ]
+    }

@@ -17,9 +17,7 @@ def test_cdk_nag_finds_nothing_unacknowledged(synthesized: dict[str, Synthesized
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_every_acknowledgement_has_a_reason_and_is_used(
-    synthesized: dict[str, Synthesized], variant: str
-) -> None:
+def test_every_acknowledgement_has_a_reason_and_is_used(synthesized: dict[str, Synthesized], variant: str) -> None:
     s = synthesized[variant]
     (report,) = s.nag_report["pluginReports"]
     suppressed = report["suppressedViolations"]
@@ -34,7 +32,5 @@ def test_every_acknowledgement_has_a_reason_and_is_used(
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_cfn_lint_passes(synthesized: dict[str, Synthesized], variant: str) -> None:
-    matches = lint_file(
-        synthesized[variant].template_path, config=ManualArgs(regions=["us-east-1", "eu-west-1"])
-    )
+    matches = lint_file(synthesized[variant].template_path, config=ManualArgs(regions=["us-east-1", "eu-west-1"]))
     assert [str(m) for m in matches] == []

@@ -38,9 +38,7 @@ def test_command_line_strings_are_parsed() -> None:
 
 
 def test_json_lists_and_native_values_are_accepted() -> None:
-    cfg = config_from_context(
-        {**GOOD, "subnet_ids": '["subnet-0123456789abcdef0"]', "create_buckets_table": True}
-    )
+    cfg = config_from_context({**GOOD, "subnet_ids": '["subnet-0123456789abcdef0"]', "create_buckets_table": True})
     assert cfg.subnet_ids == ("subnet-0123456789abcdef0",) and cfg.create_buckets_table is True
 
 

@@ -72,9 +72,7 @@ def test_subnets_by_tag_and_fixed_security_groups(synthesized: dict[str, Synthes
     assert st["Condition"]["StringEquals"]["aws:ResourceTag/warmpool.io/pods"] == "true"
     assert "ec2:Vpc" in st["Condition"]["StringEquals"]
     assert "ArnEquals" not in s.statement("CreateClusterTaggedEni")["Condition"]
-    assert (
-        s.statement("CreateEniWithClusterVpcGroups")["Resource"] == f"{P}:security-group/sg-0123456789abcdef0"
-    )
+    assert s.statement("CreateEniWithClusterVpcGroups")["Resource"] == f"{P}:security-group/sg-0123456789abcdef0"
 
 
 def test_tags_only_at_creation(default: Synthesized) -> None:
@@ -106,18 +104,14 @@ def test_mutations_only_on_enis_warmpool_created(default: Synthesized) -> None:
 def test_primary_enis_only_get_addresses_once_tagged_for_the_cluster_in_the_vpc(default: Synthesized) -> None:
     st = default.statement("AssignOnClusterPrimaryEni")
     assert set(st["Action"]) == {"ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"}
-    assert st["Condition"] == {
-        "StringEquals": {f"aws:ResourceTag/{names.TAG_PRIMARY_ENI_OF}": "demo", "ec2:Vpc": VPC}
-    }
+    assert st["Condition"] == {"StringEquals": {f"aws:ResourceTag/{names.TAG_PRIMARY_ENI_OF}": "demo", "ec2:Vpc": VPC}}
 
 
 def test_attach_only_to_instances_of_the_cluster(default: Synthesized) -> None:
     st = default.statement("AttachOnlyToClusterInstances")
     assert st["Resource"] == f"{P}:instance/*"
     assert "ec2:AttachNetworkInterface" in st["Action"] and "ec2:DetachNetworkInterface" in st["Action"]
-    assert st["Condition"] == {
-        "StringEquals": {"ec2:ResourceTag/kubernetes.io/cluster/demo": ["owned", "shared"]}
-    }
+    assert st["Condition"] == {"StringEquals": {"ec2:ResourceTag/kubernetes.io/cluster/demo": ["owned", "shared"]}}
 
 
 def test_describe_is_the_only_unscoped_ec2_access(default: Synthesized) -> None:
@@ -155,12 +149,8 @@ def test_functions_reach_only_their_own_cluster_queues(default: Synthesized) -> 
         if a.startswith("sqs:")
         for r in _list(st["Resource"])
     }
-    reports = default.logical_id(
-        "AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports"
-    )
-    dlq = default.logical_id(
-        "AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports-dlq"
-    )
+    reports = default.logical_id("AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports")
+    dlq = default.logical_id("AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports-dlq")
     assert sqs_resources == {result, "*", "${" + reports + ".Arn}", "${" + dlq + ".Arn}"}
 
 
@@ -169,9 +159,7 @@ def test_functions_write_only_their_own_logs(default: Synthesized) -> None:
         logs = [st for st in _statements_of_role(default, role) if st.get("Sid") == "WriteOwnLogs"]
         assert len(logs) == 1 and logs[0]["Resource"].startswith("${" + role.removesuffix("Role") + "Logs")
     attached = [
-        a
-        for r in default.resources("AWS::IAM::Role").values()
-        for a in r["Properties"].get("ManagedPolicyArns", [])
+        a for r in default.resources("AWS::IAM::Role").values() for a in r["Properties"].get("ManagedPolicyArns", [])
     ]
     assert not any(":iam::aws:policy/" in str(a) for a in attached)  # no AWS managed policy anywhere
 
@@ -186,15 +174,11 @@ def test_agent_sends_reports_and_reads_only_result_queues_under_its_prefix(defau
     assert set(by_sid) == {"SendPoolReports", "ReceiveFromResultQueues", "DescribeOwnEnis"}
     # The one EC2 permission: reading ENIs (no_manage tags, as ipamd does); nothing that changes EC2.
     assert by_sid["DescribeOwnEnis"]["Action"] == "ec2:DescribeNetworkInterfaces"
-    reports = default.logical_id(
-        "AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports"
-    )
+    reports = default.logical_id("AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports")
     assert by_sid["SendPoolReports"]["Resource"] == "${" + reports + ".Arn}"
     assert "sqs:ReceiveMessage" not in by_sid["SendPoolReports"]["Action"]
     own = by_sid["ReceiveFromResultQueues"]
-    assert (
-        own["Resource"] == "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:warmpool-demo-result-*"
-    )
+    assert own["Resource"] == "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:warmpool-demo-result-*"
     assert {"sqs:ReceiveMessage", "sqs:DeleteMessage"} <= set(own["Action"])
     assert "sqs:CreateQueue" not in own["Action"]  # the allocator creates a verified node's queue (issue 12)
     assert "sqs:DeleteQueue" not in own["Action"] and "sqs:SendMessage" not in own["Action"]

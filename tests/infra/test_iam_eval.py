@@ -9,8 +9,9 @@ import pytest
 from tests.infra.iam_eval import UnsupportedOperator, condition_holds, evaluate
 
 
-def st(effect: str = "Allow", action: Any = "ec2:AssignPrivateIpAddresses", resource: Any = "*",
-       **condition: Any) -> dict[str, Any]:
+def st(
+    effect: str = "Allow", action: Any = "ec2:AssignPrivateIpAddresses", resource: Any = "*", **condition: Any
+) -> dict[str, Any]:
     out: dict[str, Any] = {"Effect": effect, "Action": action, "Resource": resource}
     if condition:
         out["Condition"] = condition

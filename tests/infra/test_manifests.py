@@ -190,9 +190,7 @@ def test_ambiguous_or_incomplete_outputs_are_refused() -> None:
     with pytest.raises(rm.RenderError, match="--image"):
         rm.render(rm.load_outputs(CFN_OUTPUTS), image="warmpool-agent")
     with pytest.raises(rm.RenderError, match="agent_role_arn"):
-        rm.render(
-            {**rm.load_outputs(CFN_OUTPUTS), "agent_identity": "irsa", "agent_role_arn": ""}, image=IMAGE
-        )
+        rm.render({**rm.load_outputs(CFN_OUTPUTS), "agent_identity": "irsa", "agent_role_arn": ""}, image=IMAGE)
 
 
 def test_command_line_writes_one_applyable_file(tmp_path: Path) -> None:

@@ -73,9 +73,7 @@ def test_every_alarm_notifies_the_topic(default: Synthesized) -> None:
 
 
 def test_dlq_not_empty_alarm(default: Synthesized) -> None:
-    dlq = default.logical_id(
-        "AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports-dlq"
-    )
+    dlq = default.logical_id("AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports-dlq")
     (alarm,) = [a for k, a in _alarms(default).items() if k.startswith("ObservabilityDlqNotEmpty")]
     assert alarm["MetricName"] == "ApproximateNumberOfMessagesVisible"
     assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": "${" + dlq + ".QueueName}"}]
@@ -87,9 +85,7 @@ def test_throttle_alarm_sums_every_action(default: Synthesized) -> None:
     (expression,) = [m for m in alarm["Metrics"] if "Expression" in m]
     assert expression["Expression"] == "SUM(METRICS())" and expression["ReturnData"] is True
     metrics = [m for m in alarm["Metrics"] if "MetricStat" in m]
-    actions = {
-        d["Value"] for m in metrics for d in m["MetricStat"]["Metric"]["Dimensions"] if d["Name"] == "Action"
-    }
+    actions = {d["Value"] for m in metrics for d in m["MetricStat"]["Metric"]["Dimensions"] if d["Name"] == "Action"}
     assert actions == set(EC2_ACTIONS)
     assert all(m["MetricStat"]["Metric"]["MetricName"] == names.M_EC2_THROTTLES for m in metrics)
     assert all(m["ReturnData"] is False for m in metrics)
@@ -115,6 +111,5 @@ def test_alarm_topic_is_encrypted_with_a_rotating_key_cloudwatch_may_use(default
     assert len(cloudwatch) == 1 and set(cloudwatch[0]["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
     policy = default.one("AWS::SNS::TopicPolicy")["Properties"]["PolicyDocument"]["Statement"]
     assert any(
-        st["Effect"] == "Deny" and st["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
-        for st in policy
+        st["Effect"] == "Deny" and st["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for st in policy
     )

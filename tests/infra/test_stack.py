@@ -106,10 +106,7 @@ def test_function_environment_uses_the_shared_names(synthesized: dict[str, Synth
     sender = _function(synthesized["node_role"], names.ALLOCATE_HANDLER)["Environment"]["Variables"]
     assert sender[names.ENV_IDENTITY_MODE] == "sender-id"
     groups = _function(synthesized["irsa"], names.ALLOCATE_HANDLER)["Environment"]["Variables"]
-    assert (
-        groups[names.ENV_SECURITY_GROUPS] == "sg-0123456789abcdef0"
-        and groups[names.ENV_ALLOWED_SUBNETS] == ""
-    )
+    assert groups[names.ENV_SECURITY_GROUPS] == "sg-0123456789abcdef0" and groups[names.ENV_ALLOWED_SUBNETS] == ""
 
 
 def test_functions_log_to_their_own_groups_with_retention(default: Synthesized) -> None:
@@ -136,9 +133,7 @@ def test_reconcile_runs_on_a_schedule(default: Synthesized) -> None:
 
 
 def test_ledger_table_keys_ttl_and_point_in_time_recovery(default: Synthesized) -> None:
-    ledger = default.one(
-        "AWS::DynamoDB::Table", lambda r: r["Properties"]["TableName"] == "warmpool-demo-ledger"
-    )
+    ledger = default.one("AWS::DynamoDB::Table", lambda r: r["Properties"]["TableName"] == "warmpool-demo-ledger")
     props = ledger["Properties"]
     assert props["KeySchema"] == [
         {"AttributeName": names.LEDGER_PK, "KeyType": "HASH"},

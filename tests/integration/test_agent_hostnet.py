@@ -41,14 +41,27 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
         sh("ip", "-n", ns, "addr", "add", "10.0.0.10/24", "dev", "eth0")
         sqs = boto3.client("sqs", region_name="us-east-1")
         reports = sqs.create_queue(QueueName="warmpool-demo-reports")["QueueUrl"]
-        eni0 = FakeEni("eni-0000000000000aaa", "0a:00:00:00:00:10", 0, "10.0.0.10", "subnet-a", "10.0.0.0/24",
-                       vpc_cidrs=["10.0.0.0/16", "100.64.0.0/16"])
+        eni0 = FakeEni(
+            "eni-0000000000000aaa",
+            "0a:00:00:00:00:10",
+            0,
+            "10.0.0.10",
+            "subnet-a",
+            "10.0.0.0/24",
+            vpc_cidrs=["10.0.0.0/16", "100.64.0.0/16"],
+        )
         imds.instances[INSTANCE] = FakeInstance(INSTANCE, "m5.large", "us-east-1a", [eni0])
         env = {
-            "CLUSTER_NAME": "demo", "MY_NODE_NAME": "node-1", "WARMPOOL_REPORTS_QUEUE_URL": reports,
-            "WARMPOOL_STATE_DIR": str(tmp_path / "state"), "WARMPOOL_SOCKET": str(tmp_path / "agent.sock"),
-            "WARMPOOL_METRICS_ADDR": "127.0.0.1:0", "WARMPOOL_HOST_NETNS": ns, "WARMPOOL_RESYNC_S": "1",
-            "ENABLE_PREFIX_DELEGATION": "true", "POD_MTU": "1400",
+            "CLUSTER_NAME": "demo",
+            "MY_NODE_NAME": "node-1",
+            "WARMPOOL_REPORTS_QUEUE_URL": reports,
+            "WARMPOOL_STATE_DIR": str(tmp_path / "state"),
+            "WARMPOOL_SOCKET": str(tmp_path / "agent.sock"),
+            "WARMPOOL_METRICS_ADDR": "127.0.0.1:0",
+            "WARMPOOL_HOST_NETNS": ns,
+            "WARMPOOL_RESYNC_S": "1",
+            "ENABLE_PREFIX_DELEGATION": "true",
+            "POD_MTU": "1400",
         }
         cfg = load(env)
         client = ImdsClient(imds.url_for(INSTANCE))
@@ -59,8 +72,7 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
 
             return NodeNetworking(spec(), ns, refresh=spec)
 
-        agent = Agent(cfg, sqs, client, pods=RecordingPods(), poll_wait_s=1, node_net=node_net,
-                      clock=RealClock())
+        agent = Agent(cfg, sqs, client, pods=RecordingPods(), poll_wait_s=1, node_net=node_net, clock=RealClock())
         try:
             yield {"agent": agent, "ns": ns, "eni0": eni0}
         finally:
@@ -88,8 +100,12 @@ def test_node_network_is_set_up_checked_reported_and_restored(world: dict[str, A
     kernel = cfg["kernel"]
     assert kernel["net.ipv4.ip_forward"] == "1" and kernel["net.ipv4.conf.eth0.rp_filter"] == "2"
     assert kernel["vpc_cidrs"] == ["10.0.0.0/16", "100.64.0.0/16"]  # every VPC CIDR, from IMDS
-    assert kernel["snat"] == {"on": True, "to": "10.0.0.10", "exempt": ["10.0.0.0/16", "100.64.0.0/16"],
-                              "ports": "prng"}
+    assert kernel["snat"] == {
+        "on": True,
+        "to": "10.0.0.10",
+        "exempt": ["10.0.0.0/16", "100.64.0.0/16"],
+        "ports": "prng",
+    }
     assert cfg["AWS_VPC_K8S_CNI_RANDOMIZESNAT"] == "prng"
     # drift: /readyz says what is wrong, the periodic reconcile repairs it
     sysctl_set(ns, "net.ipv4.ip_forward", "0")
@@ -131,8 +147,11 @@ def test_uninstall_removes_the_table_and_the_rule(world: dict[str, Any]) -> None
     agent.stop()
     listing = sh("nsenter", f"--net=/run/netns/{ns}", "nft", "list", "tables").stdout
     assert "table ip warmpool" in listing
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-           "WARMPOOL_HOST_NETNS": ns}
+    env = {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        "WARMPOOL_HOST_NETNS": ns,
+    }
     cmd = [sys.executable, "-c", "from node_agent.agent import main; main(['uninstall'])"]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert p.returncode == 0 and "2 objects removed" in p.stdout, p.stderr

@@ -34,15 +34,19 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
         eni0 = FakeEni("eni-0000000000000aaa", "0a:00:00:00:00:10", 0, "10.0.0.10", "subnet-a", "10.0.0.0/24")
         imds.instances[INSTANCE] = FakeInstance(INSTANCE, "m5.large", "us-east-1a", [eni0])
         env = {
-            "CLUSTER_NAME": "demo", "MY_NODE_NAME": "node-1", "WARM_IP_TARGET": "2",
-            "IP_COOLDOWN_PERIOD": "0", "WARMPOOL_RELEASE_DELAY_S": "0.5",
-            "WARMPOOL_REPORTS_QUEUE_URL": reports, "WARMPOOL_STATE_DIR": str(tmp_path / "state"),
-            "WARMPOOL_SOCKET": str(tmp_path / "agent.sock"), "WARMPOOL_METRICS_ADDR": "127.0.0.1:0",
+            "CLUSTER_NAME": "demo",
+            "MY_NODE_NAME": "node-1",
+            "WARM_IP_TARGET": "2",
+            "IP_COOLDOWN_PERIOD": "0",
+            "WARMPOOL_RELEASE_DELAY_S": "0.5",
+            "WARMPOOL_REPORTS_QUEUE_URL": reports,
+            "WARMPOOL_STATE_DIR": str(tmp_path / "state"),
+            "WARMPOOL_SOCKET": str(tmp_path / "agent.sock"),
+            "WARMPOOL_METRICS_ADDR": "127.0.0.1:0",
             "WARMPOOL_ADD_WAIT_S": "0",
         }
         pods = RecordingPods()
-        agent = Agent(load(env), sqs, ImdsClient(imds.url_for(INSTANCE)), pods=pods, poll_wait_s=1,
-                      clock=RealClock())
+        agent = Agent(load(env), sqs, ImdsClient(imds.url_for(INSTANCE)), pods=pods, poll_wait_s=1, clock=RealClock())
         try:
             yield {"sqs": sqs, "reports": reports, "imds": imds, "agent": agent, "eni0": eni0, "pods": pods}
         finally:
@@ -63,8 +67,14 @@ def next_report(sqs: Any, url: str, agent: Agent, timeout: float = 10.0) -> Any:
 
 
 def send_result(sqs: Any, agent: Agent, seq: int, *actions: dict[str, Any]) -> None:
-    body = {"schema": "warmpool.result/v1", "cluster": "demo", "node": "node-1", "instance_id": INSTANCE,
-            "in_reply_to": seq, "actions": list(actions)}
+    body = {
+        "schema": "warmpool.result/v1",
+        "cluster": "demo",
+        "node": "node-1",
+        "instance_id": INSTANCE,
+        "in_reply_to": seq,
+        "actions": list(actions),
+    }
     sqs.send_message(QueueUrl=agent.result_queue_url, MessageBody=json.dumps(body))
 
 
@@ -106,8 +116,9 @@ def test_agent_reports_applies_serves_pods_and_releases(world: dict[str, Any]) -
 
     # the allocator assigns three; IMDS shows them; the result is applied and acknowledged
     eni0.ips += ["10.0.0.11", "10.0.0.12", "10.0.0.13"]
-    send_result(sqs, agent, r.seq, {"kind": "assigned", "eni_id": eni0.eni_id,
-                                    "ips": ["10.0.0.11", "10.0.0.12", "10.0.0.13"]})
+    send_result(
+        sqs, agent, r.seq, {"kind": "assigned", "eni_id": eni0.eni_id, "ips": ["10.0.0.11", "10.0.0.12", "10.0.0.13"]}
+    )
     until(agent, lambda: agent.ds.counts(time.time()).total == 3)
     reply = agent.cni.handle({"command": "ADD", "container_id": "p1", "ifname": "eth0", "netns": "/x", "config": {}})
     assert reply["ok"] and reply["result"]["ips"][0]["address"] == "10.0.0.11/32"
@@ -201,8 +212,9 @@ def test_a_result_killed_before_its_checkpoint_is_not_acknowledged_and_comes_bac
     deadline = time.monotonic() + 5
     back: list[dict[str, Any]] = []
     while not back and time.monotonic() < deadline:
-        back = sqs.receive_message(QueueUrl=agent.result_queue_url, WaitTimeSeconds=1,
-                                   VisibilityTimeout=0).get("Messages", [])
+        back = sqs.receive_message(QueueUrl=agent.result_queue_url, WaitTimeSeconds=1, VisibilityTimeout=0).get(
+            "Messages", []
+        )
     assert back and json.loads(back[0]["Body"])["in_reply_to"] == r.seq
     # The restarted agent applies it and only then acknowledges it.
     again = Agent(agent.cfg, sqs, agent.metadata, pods=world["pods"], poll_wait_s=1, clock=RealClock())
@@ -242,13 +254,18 @@ def test_agent_starts_without_creating_its_queue_and_picks_it_up_once_the_alloca
 ) -> None:
     sqs, imds = world["sqs"], world["imds"]
     env = {
-        "CLUSTER_NAME": "demo", "MY_NODE_NAME": "node-1", "WARM_IP_TARGET": "2",
-        "WARMPOOL_REPORTS_QUEUE_URL": world["reports"], "WARMPOOL_STATE_DIR": str(tmp_path / "s2"),
-        "WARMPOOL_SOCKET": str(tmp_path / "a2.sock"), "WARMPOOL_METRICS_ADDR": "127.0.0.1:0",
+        "CLUSTER_NAME": "demo",
+        "MY_NODE_NAME": "node-1",
+        "WARM_IP_TARGET": "2",
+        "WARMPOOL_REPORTS_QUEUE_URL": world["reports"],
+        "WARMPOOL_STATE_DIR": str(tmp_path / "s2"),
+        "WARMPOOL_SOCKET": str(tmp_path / "a2.sock"),
+        "WARMPOOL_METRICS_ADDR": "127.0.0.1:0",
     }
     denied = NoCreateQueue(sqs)
-    agent = Agent(load(env), denied, ImdsClient(imds.url_for(INSTANCE)), pods=RecordingPods(), poll_wait_s=1,
-                  clock=RealClock())
+    agent = Agent(
+        load(env), denied, ImdsClient(imds.url_for(INSTANCE)), pods=RecordingPods(), poll_wait_s=1, clock=RealClock()
+    )
     try:
         agent.start()  # raised QueueDoesNotExist before: the agent could only create its queue itself
         assert agent.ready and agent.result_queue_url == "" and denied.create_calls >= 1  # the poller retries

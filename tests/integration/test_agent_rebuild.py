@@ -44,10 +44,22 @@ OLD = 3
 
 
 def cni(plugin: Path, sock: str, command: str, cid: str, pod_ns: str) -> tuple[int, dict[str, Any]]:
-    env = {"CNI_COMMAND": command, "CNI_CONTAINERID": cid, "CNI_NETNS": f"/run/netns/{pod_ns}",
-           "CNI_IFNAME": "eth0", "CNI_PATH": str(plugin.parent), "WARMPOOL_SOCKET": sock}
-    p = subprocess.run([str(plugin)], input='{"cniVersion":"1.0.0","name":"wp","type":"warmpool-cni"}',
-                       env=env, capture_output=True, text=True, timeout=60)
+    env = {
+        "CNI_COMMAND": command,
+        "CNI_CONTAINERID": cid,
+        "CNI_NETNS": f"/run/netns/{pod_ns}",
+        "CNI_IFNAME": "eth0",
+        "CNI_PATH": str(plugin.parent),
+        "WARMPOOL_SOCKET": sock,
+    }
+    p = subprocess.run(
+        [str(plugin)],
+        input='{"cniVersion":"1.0.0","name":"wp","type":"warmpool-cni"}',
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return p.returncode, json.loads(p.stdout) if p.stdout.strip() else {}
 
 
@@ -67,33 +79,58 @@ def stop(agent: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage"])
-def test_damaged_checkpoint_is_rebuilt_from_imds_and_the_host(tmp_path: Path, moto_endpoint: str,
-                                                              damage: str) -> None:
+def test_damaged_checkpoint_is_rebuilt_from_imds_and_the_host(tmp_path: Path, moto_endpoint: str, damage: str) -> None:
     with ExitStack() as stack:
         node = stack.enter_context(netns("wpnode"))
         pods = [stack.enter_context(netns("wppod")) for _ in range(OLD + 1)]
         imds = stack.enter_context(FakeImdsServer())
-        eni0 = FakeEni("eni-00000000000000c0", "0a:00:00:00:00:c0", 0, "10.0.0.10", "subnet-a", "10.0.0.0/24",
-                       ips=["10.0.0.11", "10.0.0.12"])
-        eni1 = FakeEni("eni-00000000000000c1", "0a:00:00:00:00:c1", 1, "10.0.1.10", "subnet-a", "10.0.1.0/24",
-                       ips=["10.0.1.11", "10.0.1.12", "10.0.1.13"])
+        eni0 = FakeEni(
+            "eni-00000000000000c0",
+            "0a:00:00:00:00:c0",
+            0,
+            "10.0.0.10",
+            "subnet-a",
+            "10.0.0.0/24",
+            ips=["10.0.0.11", "10.0.0.12"],
+        )
+        eni1 = FakeEni(
+            "eni-00000000000000c1",
+            "0a:00:00:00:00:c1",
+            1,
+            "10.0.1.10",
+            "subnet-a",
+            "10.0.1.0/24",
+            ips=["10.0.1.11", "10.0.1.12", "10.0.1.13"],
+        )
         add_fake_eni(node, "eth0", eni0.mac)  # the primary ENI: the agent sets the node up on it
         add_fake_eni(node, "eth1", eni1.mac)
         imds.instances[INSTANCE] = FakeInstance(INSTANCE, "m5.large", "us-east-1a", [eni0, eni1])
         creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
-        sqs = boto3.client("sqs", region_name="us-east-1", endpoint_url=moto_endpoint,
-                           aws_access_key_id="testing", aws_secret_access_key="testing")
+        sqs = boto3.client(
+            "sqs",
+            region_name="us-east-1",
+            endpoint_url=moto_endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
         reports = sqs.create_queue(QueueName="warmpool-demo-reports")["QueueUrl"]
         sock = str(tmp_path / "agent.sock")
         metrics = f"127.0.0.1:{free_port()}"
         state = tmp_path / "state"
         env = {
-            **creds, "PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(Path(__file__).parents[2]),
-            "CLUSTER_NAME": "demo", "WARM_IP_TARGET": "1",
+            **creds,
+            "PATH": os.environ.get("PATH", ""),
+            "PYTHONPATH": str(Path(__file__).parents[2]),
+            "CLUSTER_NAME": "demo",
+            "WARM_IP_TARGET": "1",
             "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url_for(INSTANCE),
-            "WARMPOOL_AWS_ENDPOINT_URL": moto_endpoint, "WARMPOOL_REPORTS_QUEUE_URL": reports,
-            "WARMPOOL_STATE_DIR": str(state), "WARMPOOL_SOCKET": sock,
-            "WARMPOOL_METRICS_ADDR": metrics, "WARMPOOL_HOST_NETNS": node, "WARMPOOL_ADD_WAIT_S": "0",
+            "WARMPOOL_AWS_ENDPOINT_URL": moto_endpoint,
+            "WARMPOOL_REPORTS_QUEUE_URL": reports,
+            "WARMPOOL_STATE_DIR": str(state),
+            "WARMPOOL_SOCKET": sock,
+            "WARMPOOL_METRICS_ADDR": metrics,
+            "WARMPOOL_HOST_NETNS": node,
+            "WARMPOOL_ADD_WAIT_S": "0",
         }
         plugin = install_cni(str(tmp_path / "bin"), sys.executable)
         log = tmp_path / "agent.log"

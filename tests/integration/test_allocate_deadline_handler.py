@@ -29,8 +29,9 @@ def test_deadline_of_reads_the_remaining_time() -> None:
 def test_an_invocation_out_of_time_defers_its_batch_unread(env: dict[str, Any]) -> None:
     resp = allocate.handler(_event(_report(env, 1, warm_ip=3)), ShortCtx(remaining_ms=2_000))
     assert resp == {"batchItemFailures": []}
-    enis = env["ec2"].describe_network_interfaces(
-        Filters=[{"Name": "attachment.instance-id", "Values": [env["iid"]]}])["NetworkInterfaces"]
+    enis = env["ec2"].describe_network_interfaces(Filters=[{"Name": "attachment.instance-id", "Values": [env["iid"]]}])[
+        "NetworkInterfaces"
+    ]
     assert [a for e in enis for a in e["PrivateIpAddresses"] if not a["Primary"]] == []
     reports = env["sqs"].get_queue_url(QueueName=names.reports_queue(CLUSTER))["QueueUrl"]
     attrs = env["sqs"].get_queue_attributes(QueueUrl=reports, AttributeNames=["ApproximateNumberOfMessagesDelayed"])

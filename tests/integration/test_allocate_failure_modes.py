@@ -123,12 +123,20 @@ def test_work_stops_a_margin_before_the_deadline_and_the_rest_is_deferred() -> N
         w.add_node(f"n{i}", "m5.large")
         w.tag_primary(f"n{i}")  # as the launch template would: no first-contact CreateTags in the timing
     slow = _SlowCalls(w.ec2_client, w.clock, delay_s=4.0)
-    alloc = Allocator(ec2=slow, sqs=w.sqs.client(), buckets=w.buckets, ledger=w.ledger, leases=w.leases,
-                      clock=w.clock, settings=w.settings, mapper=serial_map, tally=w.tally)
+    alloc = Allocator(
+        ec2=slow,
+        sqs=w.sqs.client(),
+        buckets=w.buckets,
+        ledger=w.ledger,
+        leases=w.leases,
+        clock=w.clock,
+        settings=w.settings,
+        mapper=serial_map,
+        tally=w.tally,
+    )
     start = w.clock.now()
     deadline = start + 20.0
-    out = alloc.handle_batch(w.records([w.report(f"n{i}", warm_ip=8, pending=8) for i in range(4)]),
-                             deadline=deadline)
+    out = alloc.handle_batch(w.records([w.report(f"n{i}", warm_ip=8, pending=8) for i in range(4)]), deadline=deadline)
     assert out.failed_message_ids == []
     assert slow.started and max(slow.started) < deadline - w.settings.deadline_margin_s
     assert out.served >= 1 and out.deferred >= 1

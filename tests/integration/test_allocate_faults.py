@@ -12,8 +12,16 @@ from warmpool.messages import Deferred, Failed
 
 
 def reconciler(w: World) -> Reconciler:
-    return Reconciler(ec2=w.ec2_client, sqs=w.sqs.client(), buckets=w.buckets, ledger=w.ledger, leases=w.leases,
-                      clock=w.clock, settings=w.settings, tally=w.tally)
+    return Reconciler(
+        ec2=w.ec2_client,
+        sqs=w.sqs.client(),
+        buckets=w.buckets,
+        ledger=w.ledger,
+        leases=w.leases,
+        clock=w.clock,
+        settings=w.settings,
+        tally=w.tally,
+    )
 
 
 STEPS = {

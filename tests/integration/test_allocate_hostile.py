@@ -124,8 +124,9 @@ def _attach_foreign_eni(w: World, node: str, tags: dict[str, str]) -> str:
     c = w.emu.client()
     eni = c.create_network_interface(
         SubnetId=w.subnets[0],
-        TagSpecifications=[{"ResourceType": "network-interface",
-                            "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
+        TagSpecifications=[
+            {"ResourceType": "network-interface", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+        ],
     )["NetworkInterface"]["NetworkInterfaceId"]
     c.attach_network_interface(NetworkInterfaceId=eni, InstanceId=w.nodes[node], DeviceIndex=1)
     return eni
@@ -140,8 +141,9 @@ def test_an_eni_tagged_no_manage_is_never_filled_or_drained() -> None:
     no_manage = _attach_foreign_eni(w, "n1", {names.TAG_NO_MANAGE: "True"})
     other = w.emu.client().create_network_interface(
         SubnetId=w.subnets[0],
-        TagSpecifications=[{"ResourceType": "network-interface",
-                            "Tags": [{"Key": names.TAG_CLUSTER_NAME, "Value": "demo"}]}],
+        TagSpecifications=[
+            {"ResourceType": "network-interface", "Tags": [{"Key": names.TAG_CLUSTER_NAME, "Value": "demo"}]}
+        ],
     )["NetworkInterface"]["NetworkInterfaceId"]
     w.emu.client().attach_network_interface(NetworkInterfaceId=other, InstanceId=w.nodes["n1"], DeviceIndex=2)
     out = w.deliver([w.report("n1", warm_ip=40, pending=40)])
@@ -181,8 +183,11 @@ def _churn(w: World, node: str, rounds: int, every_s: float = 1.0) -> None:
         if i % 2 == 0:
             w.deliver([w.report(node, warm_ip=cap, warm_eni=0, pending=cap, assigned=0)])
         else:
-            offers = [{"eni_id": e.id, "ips": list(e.secondary), "quarantined_at": w.clock.now() - 30}
-                      for e in w.enis(node) if e.secondary]
+            offers = [
+                {"eni_id": e.id, "ips": list(e.secondary), "quarantined_at": w.clock.now() - 30}
+                for e in w.enis(node)
+                if e.secondary
+            ]
             w.deliver([w.report(node, warm_ip=0, warm_eni=0, assigned=0, release=offers)])
         w.clock.advance(every_s)
 
@@ -212,8 +217,11 @@ def _churn_over_containers(w: World, rounds: int) -> None:
         if i % 2 == 0:
             w.deliver([w.report("churn", warm_ip=cap, warm_eni=0, pending=cap, assigned=0)], alloc=c)
         else:
-            offers = [{"eni_id": e.id, "ips": list(e.secondary), "quarantined_at": w.clock.now() - 30}
-                      for e in w.enis("churn") if e.secondary]
+            offers = [
+                {"eni_id": e.id, "ips": list(e.secondary), "quarantined_at": w.clock.now() - 30}
+                for e in w.enis("churn")
+                if e.secondary
+            ]
             w.deliver([w.report("churn", warm_ip=0, warm_eni=0, assigned=0, release=offers)], alloc=c)
         w.clock.advance(1.0)
 
@@ -223,6 +231,7 @@ def test_a_churning_node_is_damped_though_its_reports_land_on_different_containe
     """Flip histories are shared (``FlipStore``): each container sees fill, release, fill... only
     through the shared store. With a history per container (``flips=None``), which is what
     main had, the same churn is never damped and ENIs are created and deleted in a loop."""
+
     def run(shared: bool) -> World:
         w = World(dynamo=boto3.client("dynamodb", region_name="us-east-1")) if store == "dynamodb" else World()
         if not shared:
@@ -252,8 +261,10 @@ def test_the_allocator_holds_releases_of_young_offers_and_young_enis() -> None:
     w.deliver([w.report("n1", warm_ip=2, pending=12)])
     primary, second = w.enis("n1")[:2]
     on_primary = len(primary.secondary)
-    young = [{"eni_id": second.id, "ips": list(second.secondary), "quarantined_at": w.clock.now()},
-             {"eni_id": primary.id, "ips": list(primary.secondary[-3:]), "quarantined_at": w.clock.now()}]
+    young = [
+        {"eni_id": second.id, "ips": list(second.secondary), "quarantined_at": w.clock.now()},
+        {"eni_id": primary.id, "ips": list(primary.secondary[-3:]), "quarantined_at": w.clock.now()},
+    ]
     w.deliver([w.report("n1", warm_ip=2, release=young)])
     assert second.id in [e.id for e in w.enis("n1")] and len(w.enis("n1")[0].secondary) == on_primary
     # Old enough offers, but the second ENI is younger than min_eni_age_s: the primary's addresses go, the ENI stays.
@@ -275,16 +286,22 @@ def test_a_node_past_its_fair_share_waits_while_others_are_served() -> None:
     spent its share in the window is deferred and the others are paid."""
     from warmpool.buckets import BucketSpec
 
-    w = World(bucket_capacity={"CreateNetworkInterface": 10.0}, bucket_refill={"CreateNetworkInterface": 0.5},
-              flip_limit=0, budget_fraction=1.0)
+    w = World(
+        bucket_capacity={"CreateNetworkInterface": 10.0},
+        bucket_refill={"CreateNetworkInterface": 0.5},
+        flip_limit=0,
+        budget_fraction=1.0,
+    )
     w.add_node("big", "m5.4xlarge")
     for i in range(4):
         w.add_node(f"n{i}", "m5.large")
     w.deliver([w.report("big", warm_ip=90, warm_eni=0)])  # its first plan in the window always goes: 3 ENIs
     assert w.settings.bucket_spec("CreateNetworkInterface") == BucketSpec(capacity=10, refill_per_s=0.5)
     w.clock.advance(1)
-    out = w.deliver([w.report("big", warm_ip=200, warm_eni=0, pending=200)]
-                    + [w.report(f"n{i}", warm_ip=12, warm_eni=0, pending=12) for i in range(4)])
+    out = w.deliver(
+        [w.report("big", warm_ip=200, warm_eni=0, pending=200)]
+        + [w.report(f"n{i}", warm_ip=12, warm_eni=0, pending=12) for i in range(4)]
+    )
     # On main the largest deficit went first and took the bucket.
     assert out.nodes["big"].status == "deferred" and out.nodes["big"].reason.startswith("fair share")
     assert len(w.enis("big")) == 4
@@ -323,6 +340,7 @@ def test_a_throttled_batched_tag_falls_back_to_each_node_tagging_its_own() -> No
         if len(resources) > 1 and not refused:
             refused.append(list(resources))
             from functions.errors import Throttled
+
             raise Throttled("RequestLimitExceeded", "Request limit exceeded.", action="CreateTags")
         real(resources, tags)
 
@@ -349,7 +367,8 @@ def test_a_damped_node_is_handed_back_only_what_ec2_still_shows() -> None:
     w.ec2_client.unassign_private_ip_addresses(NetworkInterfaceId=eni.id, PrivateIpAddresses=[gone])  # the earlier call
     offer = [{"eni_id": eni.id, "ips": [gone, *kept], "quarantined_at": w.clock.now() - 30}]
     out = w.deliver([w.report("churn", warm_ip=0, warm_eni=0, assigned=0, release=offer)])
-    handed = [ip for res in out.results for a in res.actions
-              if a.kind == "assigned" and a.eni_id == eni.id for ip in a.ips]
+    handed = [
+        ip for res in out.results for a in res.actions if a.kind == "assigned" and a.eni_id == eni.id for ip in a.ips
+    ]
     assert handed, "the damped node's offer is handed back"
     assert gone not in handed and set(handed) <= set(kept)

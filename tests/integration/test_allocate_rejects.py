@@ -47,10 +47,23 @@ def test_report_naming_an_unknown_instance_or_another_cluster_is_rejected() -> N
     w = World()
     w.add_node("n1")
     r = json.loads(w.report("n1").to_json())
-    ghost_doc = document_for({"instanceId": "i-00000000deadbeef0", "accountId": w.emu.owner, "region": "us-east-1",
-                              "availabilityZone": "us-east-1a", "instanceType": r["instance_type"]})
-    ghost = json.dumps({**r, "node": "ghost", "instance_id": "i-00000000deadbeef0",
-                        "identity": w.imds.signer.identity(ghost_doc).model_dump()})
+    ghost_doc = document_for(
+        {
+            "instanceId": "i-00000000deadbeef0",
+            "accountId": w.emu.owner,
+            "region": "us-east-1",
+            "availabilityZone": "us-east-1a",
+            "instanceType": r["instance_type"],
+        }
+    )
+    ghost = json.dumps(
+        {
+            **r,
+            "node": "ghost",
+            "instance_id": "i-00000000deadbeef0",
+            "identity": w.imds.signer.identity(ghost_doc).model_dump(),
+        }
+    )
     other = json.dumps({**r, "cluster": "prod"})
     out = w.deliver([ghost, other])
     assert out.rejected == 2
@@ -77,7 +90,9 @@ def test_sender_id_must_match_the_instance_in_sender_id_mode() -> None:
     w.add_node("n1")
     w.add_node("n2")
     recs = w.records([w.report("n1", warm_ip=1)], sender=f"AROAEXAMPLE:{w.nodes['n2']}")
-    recs += [Record(message_id="m-ok", body=w.report("n2", warm_ip=1).to_json(), sender_id=f"AROAEXAMPLE:{w.nodes['n2']}")]
+    recs += [
+        Record(message_id="m-ok", body=w.report("n2", warm_ip=1).to_json(), sender_id=f"AROAEXAMPLE:{w.nodes['n2']}")
+    ]
     out = w.alloc.handle_batch(recs)
     assert out.rejected == 1 and out.served == 1
     assert [x for x, _ in _dlq(w)] == ["sender-mismatch"]

@@ -22,8 +22,9 @@ from sim.bench.workload import expand
 from sim.bench.world import World
 
 
-def scenario(strategies: list[str], env: dict[str, Any] | None = None, nodes: int = 1, pods: int = 5,
-             **extra: Any) -> Scenario:
+def scenario(
+    strategies: list[str], env: dict[str, Any] | None = None, nodes: int = 1, pods: int = 5, **extra: Any
+) -> Scenario:
     d: dict[str, Any] = {
         "name": "model",
         "seed": 5,
@@ -39,6 +40,7 @@ def scenario(strategies: list[str], env: dict[str, Any] | None = None, nodes: in
 
 
 # --- aws-sdk-go-v2 standard retryer ------------------------------------------
+
 
 class FixedRng(random.Random):
     def __init__(self, value: float) -> None:
@@ -89,8 +91,9 @@ def test_retryer_backoff_doubles_then_is_capped_at_twenty_seconds() -> None:
 def test_retryer_gives_up_after_max_attempts_on_a_throttle_sequence() -> None:
     r = StandardRetryer(10)
     client = ScriptedClient(errors=12)
-    waits, out = drive(ec2_call(client, "assign_private_ip_addresses", {}, latency=lambda: 0.1, retry=r,
-                                rng=FixedRng(0.5)))
+    waits, out = drive(
+        ec2_call(client, "assign_private_ip_addresses", {}, latency=lambda: 0.1, retry=r, rng=FixedRng(0.5))
+    )
     assert isinstance(out, ClientError)
     assert client.calls == 10
     backoffs = [w for w in waits if w != 0.1]
@@ -101,17 +104,18 @@ def test_retryer_gives_up_after_max_attempts_on_a_throttle_sequence() -> None:
 def test_retryer_success_after_retries_returns_their_cost() -> None:
     r = StandardRetryer(10)
     client = ScriptedClient(errors=3)
-    _, out = drive(ec2_call(client, "assign_private_ip_addresses", {}, latency=lambda: 0.1, retry=r,
-                            rng=FixedRng(0.0)))
+    _, out = drive(ec2_call(client, "assign_private_ip_addresses", {}, latency=lambda: 0.1, retry=r, rng=FixedRng(0.0)))
     assert out == {"ok": True} and client.calls == 4
     assert r.quota == 500 - 3 * 5 + 5  # the successful retry gives its token back
     r.quota = 400
-    drive(ec2_call(ScriptedClient(0), "assign_private_ip_addresses", {}, latency=lambda: 0.1, retry=r,
-                   rng=FixedRng(0.0)))
+    drive(
+        ec2_call(ScriptedClient(0), "assign_private_ip_addresses", {}, latency=lambda: 0.1, retry=r, rng=FixedRng(0.0))
+    )
     assert r.quota == 401  # a first-attempt success adds one
     r.quota = 500
-    drive(ec2_call(ScriptedClient(0), "assign_private_ip_addresses", {}, latency=lambda: 0.1, retry=r,
-                   rng=FixedRng(0.0)))
+    drive(
+        ec2_call(ScriptedClient(0), "assign_private_ip_addresses", {}, latency=lambda: 0.1, retry=r, rng=FixedRng(0.0))
+    )
     assert r.quota == 500  # never above its size
 
 
@@ -119,19 +123,25 @@ def test_retries_stop_while_the_quota_is_empty() -> None:
     r = StandardRetryer(10)
     r.quota = 12  # two retries' worth
     client = ScriptedClient(errors=100)
-    _, out = drive(ec2_call(client, "assign_private_ip_addresses", {}, latency=lambda: 0.1, retry=r,
-                            rng=FixedRng(0.0)))
+    _, out = drive(ec2_call(client, "assign_private_ip_addresses", {}, latency=lambda: 0.1, retry=r, rng=FixedRng(0.0)))
     assert isinstance(out, ClientError)
     assert client.calls == 3 and r.quota == 2 and r.quota_refusals == 1
 
 
 # --- vpc-cni --------------------------------------------------------------------
 
+
 def test_ipamd_retries_one_address_at_once_after_a_failed_multi_address_assign() -> None:
     # A /27 (27 usable, one taken by the node): WARM_ENI_TARGET=1 asks the whole
     # primary ENI (29) in one call, which fails; tryAssignIPs then asks for one.
-    sc = scenario(["vpc-cni"], env={"WARM_ENI_TARGET": 1}, pods=0, workload=[],
-                  subnets=[{"id": "subnet-a", "az": "us-east-1a", "cidr": "10.0.0.0/27"}], duration_s=60)
+    sc = scenario(
+        ["vpc-cni"],
+        env={"WARM_ENI_TARGET": 1},
+        pods=0,
+        workload=[],
+        subnets=[{"id": "subnet-a", "az": "us-east-1a", "cidr": "10.0.0.0/27"}],
+        duration_s=60,
+    )
     _, series = run_bench(sc)
     log = [(t, o) for t, a, o in series["vpc-cni"].call_log if a == "AssignPrivateIpAddresses"]
     first_fail = next(i for i, (_, o) in enumerate(log) if o != "ok")
@@ -177,6 +187,7 @@ def test_a_failed_add_is_retried_by_the_kubelet_ten_to_fifteen_seconds_later() -
 
 
 # --- Cilium ---------------------------------------------------------------------
+
 
 def test_cilium_resyncs_the_instance_after_each_mutation_before_allocating_again() -> None:
     _, series = run_bench(scenario(["cilium"], pods=20))
@@ -236,9 +247,14 @@ def test_cilium_failure_backoff_scales_with_ln_of_the_node_count() -> None:
 
 # --- warmpool pays the same costs ------------------------------------------------
 
+
 def _first_wait(latency: float) -> float:
-    sc = scenario(["warmpool"], pods=1, workload=[{"at_s": 0, "node_group": "ng", "add_pods_per_node": 1}],
-                  ec2={"api_latency_s": latency})
+    sc = scenario(
+        ["warmpool"],
+        pods=1,
+        workload=[{"at_s": 0, "node_group": "ng", "add_pods_per_node": 1}],
+        ec2={"api_latency_s": latency},
+    )
     res, _ = run_bench(sc)
     t = res.strategies["warmpool"].time_to_ip_s.max
     assert t is not None

@@ -15,9 +15,20 @@ from sim.bench.runner import run_bench
 from tests.helpers.bench import small, without_wall
 
 DESIGN_KEYS = {
-    "pods_requested", "pods_ready", "time_to_ip_s", "makespan_s", "ec2_calls", "mutating_calls",
-    "throttled_calls", "calls_per_ip", "idle_ips_end", "final_nodes", "duplicate_ips", "leaked_enis",
-    "lower_bound", "wall_s",
+    "pods_requested",
+    "pods_ready",
+    "time_to_ip_s",
+    "makespan_s",
+    "ec2_calls",
+    "mutating_calls",
+    "throttled_calls",
+    "calls_per_ip",
+    "idle_ips_end",
+    "final_nodes",
+    "duplicate_ips",
+    "leaked_enis",
+    "lower_bound",
+    "wall_s",
 }
 
 
@@ -71,10 +82,14 @@ def test_cilium_never_exceeds_its_client_side_limiter() -> None:
 
 
 def test_cilium_releases_only_after_the_delay() -> None:
-    sc = small(["cilium"], pods=10, workload=[
-        {"at_s": 30, "node_group": "ng", "add_pods_per_node": 10},
-        {"at_s": 200, "node_group": "ng", "delete_pods_per_node": 8},
-    ])
+    sc = small(
+        ["cilium"],
+        pods=10,
+        workload=[
+            {"at_s": 30, "node_group": "ng", "add_pods_per_node": 10},
+            {"at_s": 200, "node_group": "ng", "delete_pods_per_node": 8},
+        ],
+    )
     result, series = run_bench(sc)
     unassigns = [t for t, a, o in series["cilium"].call_log if a == "UnassignPrivateIpAddresses" and o == "ok"]
     assert unassigns and min(unassigns) >= 200 + 180
@@ -91,8 +106,9 @@ def test_same_seed_same_json() -> None:
 
 def test_every_output_key_present_and_consistent(tmp_path: Any) -> None:
     sc_path = tmp_path / "s.yaml"
-    sc_path.write_text(json.dumps(small(["warmpool", "vpc-cni", "cilium"], nodes=3, pods=10).model_dump(
-        exclude_none=True)))
+    sc_path.write_text(
+        json.dumps(small(["warmpool", "vpc-cni", "cilium"], nodes=3, pods=10).model_dump(exclude_none=True))
+    )
     out = tmp_path / "out.json"
     png = tmp_path / "out.png"
     assert bench_main([str(sc_path), "--json", str(out), "--plot", str(png), "--quiet"]) == 0
@@ -132,8 +148,13 @@ def test_warmpool_heals_results_lost_to_a_lambda_crash() -> None:
     # pool and the agent's pods wait. The production agent finds them at its
     # periodic IMDS resync; the bench's agents must too (without it: 27 of 120
     # pods never got an address here, and 30 idle addresses stayed).
-    sc = small(["warmpool"], nodes=3, pods=40, seed=3,
-               faults=[{"at_s": 20, "duration_s": 40, "kind": "lambda-crash", "rate": 0.5}])
+    sc = small(
+        ["warmpool"],
+        nodes=3,
+        pods=40,
+        seed=3,
+        faults=[{"at_s": 20, "duration_s": 40, "kind": "lambda-crash", "rate": 0.5}],
+    )
     res, _ = run_bench(sc)
     w = res.strategies["warmpool"]
     assert w.pods_ready == w.pods_requested == 120

@@ -68,8 +68,13 @@ def _gc(valid: list[tuple[str, str]], **extra: Any) -> dict[str, Any]:
 
 
 def plugin(env: dict[str, str], stdin: bytes, timeout: float = 30) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-S", str(PLUGIN)], input=stdin, capture_output=True, timeout=timeout,
-                          env={"PATH": "/usr/bin:/bin", "CNI_PATH": "/opt/cni/bin", **env})
+    return subprocess.run(
+        [sys.executable, "-S", str(PLUGIN)],
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+        env={"PATH": "/usr/bin:/bin", "CNI_PATH": "/opt/cni/bin", **env},
+    )
 
 
 def _cni_error(p: subprocess.CompletedProcess[bytes]) -> dict[str, Any]:
@@ -99,8 +104,14 @@ def agent(tmp_path: Path) -> Iterator[Agent]:
 
 
 def _env(agent_path: str, command: str = "ADD", cid: str = "c1", **more: str) -> dict[str, str]:
-    return {"CNI_COMMAND": command, "CNI_CONTAINERID": cid, "CNI_IFNAME": "eth0", "CNI_NETNS": "/run/netns/p",
-            "WARMPOOL_SOCKET": agent_path, **more}
+    return {
+        "CNI_COMMAND": command,
+        "CNI_CONTAINERID": cid,
+        "CNI_IFNAME": "eth0",
+        "CNI_NETNS": "/run/netns/p",
+        "WARMPOOL_SOCKET": agent_path,
+        **more,
+    }
 
 
 # --- (a) oversize configuration ------------------------------------------------------------
@@ -287,9 +298,13 @@ def test_gc_that_does_not_say_what_is_valid_releases_nothing() -> None:
     ds, pods = _ds(), Pods()
     svc = CniService(ds, pods, clock=VirtualClock(1000.0), gc_min_age_s=0.0)
     assert svc.handle(_add("c1"))["ok"]
-    for conf, code in [(CONF11, 7), ({**CONF11, cni.VALID_ATTACHMENTS: "c1"}, 7),
-                       ({**CONF11, cni.VALID_ATTACHMENTS: [{"containerID": "c1"}]}, 7),
-                       ({**CONF, cni.VALID_ATTACHMENTS: []}, 1), ([], 6)]:
+    for conf, code in [
+        (CONF11, 7),
+        ({**CONF11, cni.VALID_ATTACHMENTS: "c1"}, 7),
+        ({**CONF11, cni.VALID_ATTACHMENTS: [{"containerID": "c1"}]}, 7),
+        ({**CONF, cni.VALID_ATTACHMENTS: []}, 1),
+        ([], 6),
+    ]:
         reply = svc.handle({"command": "GC", "config": conf})
         assert reply["ok"] is False and reply["code"] == code, (conf, reply)
     assert [p.container_id for p in ds.pods()] == ["c1"] and pods.torn == []

@@ -74,12 +74,26 @@ def pod() -> Iterator[str]:
         yield ns
 
 
-def invoke(plugin: Path, command: str, conf: dict, *, cid: str, netns_path: str, sock: str,
-           ifname: str = "eth0", cni_path: str = "") -> tuple[int, dict]:
+def invoke(
+    plugin: Path,
+    command: str,
+    conf: dict,
+    *,
+    cid: str,
+    netns_path: str,
+    sock: str,
+    ifname: str = "eth0",
+    cni_path: str = "",
+) -> tuple[int, dict]:
     env = {
-        "CNI_COMMAND": command, "CNI_CONTAINERID": cid, "CNI_NETNS": netns_path, "CNI_IFNAME": ifname,
-        "CNI_ARGS": "K8S_POD_NAMESPACE=default;K8S_POD_NAME=p", "CNI_PATH": cni_path or str(plugin.parent),
-        "WARMPOOL_SOCKET": sock, "PATH": os.environ.get("PATH", ""),
+        "CNI_COMMAND": command,
+        "CNI_CONTAINERID": cid,
+        "CNI_NETNS": netns_path,
+        "CNI_IFNAME": ifname,
+        "CNI_ARGS": "K8S_POD_NAMESPACE=default;K8S_POD_NAME=p",
+        "CNI_PATH": cni_path or str(plugin.parent),
+        "WARMPOOL_SOCKET": sock,
+        "PATH": os.environ.get("PATH", ""),
     }
     p = subprocess.run([str(plugin)], input=json.dumps(conf), env=env, capture_output=True, text=True, timeout=30)
     return p.returncode, json.loads(p.stdout) if p.stdout.strip() else {}
@@ -93,10 +107,13 @@ def test_installed_plugin_is_stdlib_only_and_answers_version(node: Node) -> None
     assert text.startswith(f"#!{sys.executable} -S\n")
     assert "pyroute2" not in text.split('"""', 2)[2] and "pydantic" not in text.split('"""', 2)[2]
     env = {"CNI_COMMAND": "VERSION"}
-    out = subprocess.run([str(node.plugin)], input='{"cniVersion":"1.0.0"}', env=env, capture_output=True,
-                         text=True, check=True).stdout
-    assert json.loads(out) == {"cniVersion": "1.0.0",
-                               "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]}
+    out = subprocess.run(
+        [str(node.plugin)], input='{"cniVersion":"1.0.0"}', env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert json.loads(out) == {
+        "cniVersion": "1.0.0",
+        "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"],
+    }
 
 
 def test_add_check_del_through_the_plugin(node: Node, pod: str) -> None:
@@ -142,8 +159,9 @@ def test_no_free_address_is_a_clear_try_again_error_and_counts_as_demand(node: N
 
 
 def test_agent_down_is_a_try_again_error(node: Node, pod: str, tmp_path: Path) -> None:
-    rc, err = invoke(node.plugin, "ADD", CONF, cid="c1", netns_path=f"/run/netns/{pod}",
-                     sock=str(tmp_path / "nobody.sock"))
+    rc, err = invoke(
+        node.plugin, "ADD", CONF, cid="c1", netns_path=f"/run/netns/{pod}", sock=str(tmp_path / "nobody.sock")
+    )
     assert rc == 1 and err["code"] == 11 and "not reachable" in err["msg"]
 
 
@@ -151,19 +169,22 @@ def test_bad_config_and_env_are_spec_errors(node: Node, pod: str) -> None:
     env = {"CNI_COMMAND": "ADD", "WARMPOOL_SOCKET": node.socket}
     p = subprocess.run([str(node.plugin)], input="{nope", env=env, capture_output=True, text=True)
     assert p.returncode == 1 and json.loads(p.stdout)["code"] == 6
-    rc, err = invoke(node.plugin, "ADD", {**CONF, "cniVersion": "9.9.9"}, cid="c1",
-                     netns_path=f"/run/netns/{pod}", sock=node.socket)
+    rc, err = invoke(
+        node.plugin, "ADD", {**CONF, "cniVersion": "9.9.9"}, cid="c1", netns_path=f"/run/netns/{pod}", sock=node.socket
+    )
     assert rc == 1 and err["code"] == 1
-    p = subprocess.run([str(node.plugin)], input=json.dumps(CONF), env={"CNI_COMMAND": "ADD"},
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [str(node.plugin)], input=json.dumps(CONF), env={"CNI_COMMAND": "ADD"}, capture_output=True, text=True
+    )
     assert p.returncode == 1 and json.loads(p.stdout)["code"] == 4
 
 
 def test_the_node_namespace_is_refused_and_its_interfaces_left_alone(node: Node) -> None:
     # Was: given the node's own namespace and the name of one of its (non-pod) interfaces,
     # set-up deleted that interface to "start again from nothing".
-    rc, err = invoke(node.plugin, "ADD", CONF, cid="c1", netns_path=f"/run/netns/{node.ns}", sock=node.socket,
-                     ifname="eth1")
+    rc, err = invoke(
+        node.plugin, "ADD", CONF, cid="c1", netns_path=f"/run/netns/{node.ns}", sock=node.socket, ifname="eth1"
+    )
     assert rc == 1 and err["code"] == 4 and "CNI_NETNS" in err["msg"], err
     assert ip_json(node.ns, "link", "show", "eth1") != [], "the node's eth1 was deleted"
     assert node.ds.pods() == [] and node.ds.counts(0.0).cooldown == 0
@@ -196,8 +217,7 @@ def test_gc_through_the_plugin_tears_down_and_releases_what_the_runtime_no_longe
         leaked_ip = node.ds.lookup("leaked", "eth0")
         assert leaked_ip is not None
         node.service.gc_min_age_s = 0.0
-        conf = {**CONF, "cniVersion": "1.1.0",
-                "cni.dev/valid-attachments": [{"containerID": "kept", "ifname": "eth0"}]}
+        conf = {**CONF, "cniVersion": "1.1.0", "cni.dev/valid-attachments": [{"containerID": "kept", "ifname": "eth0"}]}
         rc, out = invoke(node.plugin, "GC", conf, cid="", netns_path="", sock=node.socket)
         assert rc == 0 and out == {}, out
         assert [p.container_id for p in node.ds.pods()] == ["kept"]
@@ -226,18 +246,37 @@ def test_chained_with_tuning_portmap_bandwidth(node: Node, pod: str, tmp_path: P
         "plugins": [
             {"type": "warmpool-cni", "socket": node.socket},
             {"type": "tuning", "sysctl": {"net.ipv4.conf.eth0.forwarding": "1"}, "mtu": 1400},
-            {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True,
-             "runtimeConfig": {"portMappings": [{"hostPort": 18080, "containerPort": 80, "protocol": "tcp"}]},
-             "backend": "iptables"},
-            {"type": "bandwidth", "capabilities": {"bandwidth": True},
-             "runtimeConfig": {"bandwidth": {"ingressRate": 1000000, "ingressBurst": 100000,
-                                             "egressRate": 1000000, "egressBurst": 100000}}},
+            {
+                "type": "portmap",
+                "capabilities": {"portMappings": True},
+                "snat": True,
+                "runtimeConfig": {"portMappings": [{"hostPort": 18080, "containerPort": 80, "protocol": "tcp"}]},
+                "backend": "iptables",
+            },
+            {
+                "type": "bandwidth",
+                "capabilities": {"bandwidth": True},
+                "runtimeConfig": {
+                    "bandwidth": {
+                        "ingressRate": 1000000,
+                        "ingressBurst": 100000,
+                        "egressRate": 1000000,
+                        "egressBurst": 100000,
+                    }
+                },
+            },
         ],
     }
     (tmp_path / "10-warmpool.conflist").write_text(json.dumps(conflist))
     cid = uuid.uuid4().hex
-    env = {"CNI_CONTAINERID": cid, "CNI_NETNS": f"/run/netns/{pod}", "CNI_IFNAME": "eth0",
-           "CNI_ARGS": "", "CNI_PATH": str(bindir), "PATH": os.environ.get("PATH", "")}
+    env = {
+        "CNI_CONTAINERID": cid,
+        "CNI_NETNS": f"/run/netns/{pod}",
+        "CNI_IFNAME": "eth0",
+        "CNI_ARGS": "",
+        "CNI_PATH": str(bindir),
+        "PATH": os.environ.get("PATH", ""),
+    }
     # portmap needs iptables in the node namespace; run the whole chain inside it, as a runtime on the node would
     env_ns = dict(env)
     final = run_conflist_in_ns(node.ns, conflist, "ADD", env_ns, str(bindir))
@@ -266,8 +305,14 @@ def run_conflist_in_ns(ns: str, conflist: dict, command: str, env: dict[str, str
         if prev is not None:
             conf["prevResult"] = prev
         binary = os.path.join(cni_path, p["type"])
-        proc = subprocess.run(["ip", "netns", "exec", ns, binary], input=json.dumps(conf),
-                              env={**penv, "CNI_COMMAND": command}, capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(
+            ["ip", "netns", "exec", ns, binary],
+            input=json.dumps(conf),
+            env={**penv, "CNI_COMMAND": command},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert proc.returncode == 0, f"{p['type']} {command}: {proc.stdout} {proc.stderr}"
         if command == "ADD":
             prev = json.loads(proc.stdout)

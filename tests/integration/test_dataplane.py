@@ -82,8 +82,11 @@ def lab() -> Iterator[Lab]:
             eth1 = EniInfo(f"eni-{k}1", 1, _mac(k, 1), f"{base}.20", "subnet", subnet)
             vpc.add_node(ns)
             for e in (eth0, eth1):
-                vpc.plug(ns, nx.EniLink(e.eni_id, e.mac, e.device_index, e.primary_ip, e.subnet_cidr),
-                         configure_primary=e.device_index == 0)
+                vpc.plug(
+                    ns,
+                    nx.EniLink(e.eni_id, e.mac, e.device_index, e.primary_ip, e.subnet_cidr),
+                    configure_primary=e.device_index == 0,
+                )
             with Netlink.open(ns) as nl:
                 setup_eni(nl, eth1, 9001)  # the agent's ENI set-up
             node = Node(k, ns, eth0, eth1)
@@ -128,7 +131,9 @@ def test_external_snat_leaves_the_pod_address_and_the_vpc_routes_it_back(lab: La
 def test_excluded_cidrs_are_not_snatted(lab: Lab) -> None:
     lab.setup_nodes(HostNetSettings(exclude_snat_cidrs=(f"{dp.INTERNET_HOST}/32",)))
     pods, nodes = lab.ends()
-    res = dp.run_checks(pods, nodes, snat=False, internet_ns=lab.vpc.inet_ns)  # the excluded host sees the pods themselves
+    res = dp.run_checks(
+        pods, nodes, snat=False, internet_ns=lab.vpc.inet_ns
+    )  # the excluded host sees the pods themselves
     assert res.failures == [] and res.egress_source == "pod"
 
 

@@ -47,12 +47,21 @@ def test_ec2_delta_keeps_only_actions_called_in_between() -> None:
 
 
 def test_report_has_every_design_key_and_renders() -> None:
-    pods = [PodRecord(0, 0, "p0", "c0", first_add_at=1.0, ready_at=2.0, ip="10.0.0.5", kernel_ip="10.0.0.5"),
-            PodRecord(0, 1, "p1", "c1", first_add_at=1.0, ready_at=4.0, ip="10.0.0.5"),
-            PodRecord(1, 0, "p2", "c2", first_add_at=1.0)]
-    r = DemoReport(nodes=2, pods_requested=3, pods=pods,
-                   ec2={"AssignPrivateIpAddresses": {"calls": 2, "throttled": 1, "errors": 0}},
-                   leaked_enis=0, mode="netns", wall_s=9.0, scale_out_s=3.0).to_json()
+    pods = [
+        PodRecord(0, 0, "p0", "c0", first_add_at=1.0, ready_at=2.0, ip="10.0.0.5", kernel_ip="10.0.0.5"),
+        PodRecord(0, 1, "p1", "c1", first_add_at=1.0, ready_at=4.0, ip="10.0.0.5"),
+        PodRecord(1, 0, "p2", "c2", first_add_at=1.0),
+    ]
+    r = DemoReport(
+        nodes=2,
+        pods_requested=3,
+        pods=pods,
+        ec2={"AssignPrivateIpAddresses": {"calls": 2, "throttled": 1, "errors": 0}},
+        leaked_enis=0,
+        mode="netns",
+        wall_s=9.0,
+        scale_out_s=3.0,
+    ).to_json()
     assert set(r) >= DESIGN_KEYS
     assert r["pods_ready"] == 2 and r["pods_ready"] <= r["pods_requested"]
     assert r["time_to_ip_s"] == {"p50": 2.0, "p99": 2.98, "max": 3.0}  # sim.figures.percentile: interpolated
@@ -89,8 +98,10 @@ def test_hypervisor_plugs_enis_as_links_with_their_mac_and_cleanup_removes_every
     addrs = json.loads(nx.ip("-j", "-n", ns, "-4", "addr", "show", "dev", "eth0"))
     assert addrs[0]["addr_info"][0]["local"] == "10.0.0.10"
     # the VPC side answers for the subnet's router
-    assert subprocess.run(["ip", "netns", "exec", ns, "ping", "-c1", "-W2", "10.0.0.1"],
-                          capture_output=True).returncode == 0
+    assert (
+        subprocess.run(["ip", "netns", "exec", ns, "ping", "-c1", "-W2", "10.0.0.1"], capture_output=True).returncode
+        == 0
+    )
     assert hv.sync(ns, [primary]) == (0, 1)  # detached: the link goes
     assert hv.links(ns) == {"02:aa:00:00:00:01": "eth0"}
     nx.add_namespace(nx.pod_ns(90, 0))
@@ -144,8 +155,14 @@ def _demo(*args: str) -> list[str]:
 def test_short_demo_serves_every_pod_once_leaks_nothing_and_cleans_up(tmp_path: Path) -> None:
     out = tmp_path / "demo.json"
     pins = _cni_pins()
-    p = subprocess.Popen(_demo("--nodes", "2", "--pods-per-node", "3", "--json", str(out)), cwd=ROOT,
-                         env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        _demo("--nodes", "2", "--pods-per-node", "3", "--json", str(out)),
+        cwd=ROOT,
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     stdout, stderr = p.communicate(timeout=240)
     assert p.returncode == 0, f"stdout:\n{stdout}\nstderr:\n{stderr[-3000:]}"
     r = json.loads(out.read_text())
@@ -169,8 +186,14 @@ def test_short_demo_serves_every_pod_once_leaks_nothing_and_cleans_up(tmp_path: 
 @pytest.mark.slow
 def test_sigint_mid_run_tears_everything_down(tmp_path: Path) -> None:
     pins = _cni_pins()
-    p = subprocess.Popen(_demo("--nodes", "2", "--pods-per-node", "8"), cwd=ROOT, env=_env(tmp_path),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        _demo("--nodes", "2", "--pods-per-node", "8"),
+        cwd=ROOT,
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert p.stderr is not None
     seen = []
     deadline = time.monotonic() + 120
@@ -193,8 +216,14 @@ def test_sigint_mid_run_tears_everything_down(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_without_namespaces_it_says_so_and_still_serves_every_pod(tmp_path: Path) -> None:
     out = tmp_path / "demo.json"
-    p = subprocess.Popen(_demo("--no-netns", "--nodes", "1", "--pods-per-node", "2", "--json", str(out)),
-                         cwd=ROOT, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        _demo("--no-netns", "--nodes", "1", "--pods-per-node", "2", "--json", str(out)),
+        cwd=ROOT,
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     stdout, stderr = p.communicate(timeout=240)
     assert p.returncode == 0, stdout + stderr[-3000:]
     r = json.loads(out.read_text())
@@ -209,8 +238,14 @@ def test_without_namespaces_it_says_so_and_still_serves_every_pod(tmp_path: Path
 def test_a_crashed_runs_leftovers_are_removed_before_the_next_run(tmp_path: Path) -> None:
     from sim.demo_host import cleanup_leftovers
 
-    p = subprocess.Popen(_demo("--nodes", "1", "--pods-per-node", "6"), cwd=ROOT, env=_env(tmp_path),
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        _demo("--nodes", "1", "--pods-per-node", "6"),
+        cwd=ROOT,
+        env=_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert p.stderr is not None
     for line in p.stderr:
         if line.startswith("scale-out:"):
@@ -230,8 +265,14 @@ def test_a_crashed_runs_leftovers_are_removed_before_the_next_run(tmp_path: Path
 @pytest.mark.slow
 def test_runtime_netns_uses_bare_namespaces_and_the_report_says_so(tmp_path: Path) -> None:
     out = tmp_path / "demo.json"
-    p = subprocess.Popen(_demo("--runtime", "netns", "--nodes", "1", "--pods-per-node", "2", "--json", str(out)),
-                         cwd=ROOT, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        _demo("--runtime", "netns", "--nodes", "1", "--pods-per-node", "2", "--json", str(out)),
+        cwd=ROOT,
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     stdout, stderr = p.communicate(timeout=240)
     assert p.returncode == 0, stdout + stderr[-3000:]
     r = json.loads(out.read_text())
@@ -272,8 +313,9 @@ def test_runtime_option_is_parsed_and_checked() -> None:
         options_from_args(["--runtime", "docker"])
 
 
-def test_auto_runtime_falls_back_when_containerd_fails_to_start(monkeypatch: pytest.MonkeyPatch,
-                                                                tmp_path: Path) -> None:
+def test_auto_runtime_falls_back_when_containerd_fails_to_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     import io
 
     from sim import demo_containerd

@@ -20,8 +20,17 @@ KEYS = {"pod_to_pod_ok", "pod_to_pod_checked", "egress_ok", "egress_checked", "e
 
 
 def _report(dataplane: dict[str, object]) -> dict[str, object]:
-    return DemoReport(nodes=1, pods_requested=0, pods=[], ec2={}, leaked_enis=0, mode="netns", wall_s=1.0,
-                      scale_out_s=1.0, dataplane=dataplane).to_json()
+    return DemoReport(
+        nodes=1,
+        pods_requested=0,
+        pods=[],
+        ec2={},
+        leaked_enis=0,
+        mode="netns",
+        wall_s=1.0,
+        scale_out_s=1.0,
+        dataplane=dataplane,
+    ).to_json()
 
 
 def test_report_carries_the_keys_and_renders_them() -> None:
@@ -55,11 +64,35 @@ NETNS_WHY = nx.support() if nx.support_quick() else "not root or no `ip`"
 @pytest.mark.skipif(NETNS_WHY is not None, reason=f"network namespaces: {NETNS_WHY}")
 def test_short_demo_proves_the_data_plane_with_packets(tmp_path: Path) -> None:
     out = tmp_path / "demo.json"
-    env = {**os.environ, "WARMPOOL_DEMO_DIR": str(tmp_path / "run"), "WARMPOOL_DEMO_LOGS": str(tmp_path / "logs"),
-           "WARMPOOL_DEMO_LOCK_WAIT_S": "300"}
-    p = subprocess.run([sys.executable, "-m", "sim.cli", "demo", "--no-live", "--nodes", "2",
-                        "--pods-per-node", "10", "--keep-per-node", "1", "--json", str(out)],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    env = {
+        **os.environ,
+        "WARMPOOL_DEMO_DIR": str(tmp_path / "run"),
+        "WARMPOOL_DEMO_LOGS": str(tmp_path / "logs"),
+        "WARMPOOL_DEMO_LOCK_WAIT_S": "300",
+    }
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sim.cli",
+            "demo",
+            "--no-live",
+            "--nodes",
+            "2",
+            "--pods-per-node",
+            "10",
+            "--keep-per-node",
+            "1",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr[-3000:]}"
     r = json.loads(out.read_text())
     assert (r["pod_to_pod_ok"], r["pod_to_pod_checked"]) == (True, 20)

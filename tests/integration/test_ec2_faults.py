@@ -59,8 +59,9 @@ def test_attach_becomes_visible_after_the_delay(emulated: Backend) -> None:
 def test_detaching_eni_cannot_be_deleted_until_detached(emulated: Backend) -> None:
     assert emulated.clock is not None
     w, eid = _new(emulated)
-    aid = emulated.ec2.attach_network_interface(NetworkInterfaceId=eid, InstanceId=w.instance,
-                                                DeviceIndex=1)["AttachmentId"]
+    aid = emulated.ec2.attach_network_interface(NetworkInterfaceId=eid, InstanceId=w.instance, DeviceIndex=1)[
+        "AttachmentId"
+    ]
     emulated.ec2.detach_network_interface(AttachmentId=aid)
     with pytest.raises(ClientError) as e:
         emulated.ec2.delete_network_interface(NetworkInterfaceId=eid)
@@ -83,8 +84,9 @@ def test_subnet_exhausted_fault(emulated: Backend) -> None:
 def test_terminate_deletes_eni_marked_delete_on_termination(emulated: Backend) -> None:
     w, eid = _new(emulated)
     keep = emulated.ec2.create_network_interface(SubnetId=w.subnet)["NetworkInterface"]["NetworkInterfaceId"]
-    aid = emulated.ec2.attach_network_interface(NetworkInterfaceId=eid, InstanceId=w.instance,
-                                                DeviceIndex=1)["AttachmentId"]
+    aid = emulated.ec2.attach_network_interface(NetworkInterfaceId=eid, InstanceId=w.instance, DeviceIndex=1)[
+        "AttachmentId"
+    ]
     emulated.ec2.attach_network_interface(NetworkInterfaceId=keep, InstanceId=w.instance, DeviceIndex=2)
     emulated.ec2.modify_network_interface_attribute(
         NetworkInterfaceId=eid, Attachment={"AttachmentId": aid, "DeleteOnTermination": True}
@@ -145,14 +147,20 @@ def error_of_resp(r: Any) -> tuple[str, int]:
 def test_http_error_document_is_ec2s() -> None:
     emu = Ec2Emulator(VirtualClock())
     with serve(emu) as srv:
-        req = urllib.request.Request(srv.url, data=b"Action=DeleteNetworkInterface&Version=2016-11-15"
-                                     b"&NetworkInterfaceId=eni-0000000000000dead", method="POST")
+        req = urllib.request.Request(
+            srv.url,
+            data=b"Action=DeleteNetworkInterface&Version=2016-11-15&NetworkInterfaceId=eni-0000000000000dead",
+            method="POST",
+        )
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(req)
         body = e.value.read().decode()
         assert e.value.code == 400
-        assert body.split("?>", 1)[1].lstrip().startswith("<Response><Errors><Error><Code>InvalidNetworkInterfaceID.NotFound"
-                                                 "</Code><Message>")
+        assert (
+            body.split("?>", 1)[1]
+            .lstrip()
+            .startswith("<Response><Errors><Error><Code>InvalidNetworkInterfaceID.NotFound</Code><Message>")
+        )
         assert "<RequestID>" in body
 
 

@@ -127,8 +127,12 @@ def test_describe_instances_by_filters(any_backend: Backend) -> None:
     ec2 = any_backend.ec2
     w = world(ec2)
     ec2.create_tags(Resources=[w.instance], Tags=[{"Key": "kubernetes.io/cluster/demo", "Value": "owned"}])
-    r = ec2.describe_instances(Filters=[{"Name": "tag:kubernetes.io/cluster/demo", "Values": ["owned", "shared"]},
-                                        {"Name": "instance-state-name", "Values": ["running"]}])
+    r = ec2.describe_instances(
+        Filters=[
+            {"Name": "tag:kubernetes.io/cluster/demo", "Values": ["owned", "shared"]},
+            {"Name": "instance-state-name", "Values": ["running"]},
+        ]
+    )
     assert [i["InstanceId"] for res in r["Reservations"] for i in res["Instances"]] == [w.instance]
     r = ec2.describe_instances(Filters=[{"Name": "instance-id", "Values": ["i-0000000000000dead"]}])
     assert r["Reservations"] == []
@@ -206,9 +210,7 @@ def test_prefixes_are_aligned_28s_without_overlap(request: pytest.FixtureRequest
     moto_lacks(request, any_backend, "Ipv4PrefixCount ignored")
     ec2 = any_backend.ec2
     w = world(ec2)
-    eid = ec2.create_network_interface(SubnetId=w.subnet, Ipv4PrefixCount=1)["NetworkInterface"][
-        "NetworkInterfaceId"
-    ]
+    eid = ec2.create_network_interface(SubnetId=w.subnet, Ipv4PrefixCount=1)["NetworkInterface"]["NetworkInterfaceId"]
     ec2.attach_network_interface(NetworkInterfaceId=eid, InstanceId=w.instance, DeviceIndex=1)
     r = ec2.assign_private_ip_addresses(NetworkInterfaceId=eid, Ipv4PrefixCount=2)
     new = [p["Ipv4Prefix"] for p in r["AssignedIpv4Prefixes"]]
@@ -221,7 +223,7 @@ def test_prefixes_are_aligned_28s_without_overlap(request: pytest.FixtureRequest
     for i, p in enumerate(prefixes):
         assert p.subnet_of(ipaddress.IPv4Network("10.0.0.0/24"))
         assert not any(ip in p for ip in singles)
-        assert not any(p.overlaps(q) for q in prefixes[i + 1:])
+        assert not any(p.overlaps(q) for q in prefixes[i + 1 :])
 
 
 def test_insufficient_cidr_blocks(request: pytest.FixtureRequest, any_backend: Backend) -> None:
@@ -273,8 +275,9 @@ def test_pagination_returns_every_item_once(request: pytest.FixtureRequest, any_
     moto_lacks(request, any_backend, "DescribeNetworkInterfaces ignores MaxResults")
     ec2 = any_backend.ec2
     w = world(ec2)
-    made = {ec2.create_network_interface(SubnetId=w.subnet)["NetworkInterface"]["NetworkInterfaceId"]
-            for _ in range(12)}
+    made = {
+        ec2.create_network_interface(SubnetId=w.subnet)["NetworkInterface"]["NetworkInterfaceId"] for _ in range(12)
+    }
     seen: list[str] = []
     kwargs: dict[str, Any] = {"MaxResults": 5, "Filters": [{"Name": "status", "Values": ["available"]}]}
     pages = 0
@@ -288,7 +291,9 @@ def test_pagination_returns_every_item_once(request: pytest.FixtureRequest, any_
     assert pages == 3 and sorted(seen) == sorted(made)
 
 
-def test_throttled_call_answers_request_limit_exceeded_503(request: pytest.FixtureRequest, any_backend: Backend) -> None:
+def test_throttled_call_answers_request_limit_exceeded_503(
+    request: pytest.FixtureRequest, any_backend: Backend
+) -> None:
     moto_lacks(request, any_backend, "no throttling")
     ec2 = any_backend.ec2
     w = world(ec2)

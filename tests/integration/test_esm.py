@@ -68,7 +68,9 @@ def send(c: Any, url: str, *bodies: str) -> None:
 
 def esm(c: Any, url: str, h: Any, clock: VirtualClock, **kw: Any) -> EventSourceMapping:
     duration = kw.pop("duration", lambda batch, out: 1.0)
-    return EventSourceMapping(c, url, h, EsmConfig(function_name="allocate", function_timeout_s=30, **kw), clock, duration=duration)
+    return EventSourceMapping(
+        c, url, h, EsmConfig(function_name="allocate", function_timeout_s=30, **kw), clock, duration=duration
+    )
 
 
 def test_success_deletes_the_batch(env: Any) -> None:
@@ -95,13 +97,25 @@ def test_event_and_context_are_lambda_shaped(env: Any) -> None:
     event, ctx = h.calls[0]
     [r] = event["Records"]
     assert set(r) >= {
-        "messageId", "receiptHandle", "body", "attributes", "messageAttributes",
-        "md5OfBody", "eventSource", "eventSourceARN", "awsRegion",
+        "messageId",
+        "receiptHandle",
+        "body",
+        "attributes",
+        "messageAttributes",
+        "md5OfBody",
+        "eventSource",
+        "eventSourceARN",
+        "awsRegion",
     }
     assert r["eventSource"] == "aws:sqs"
     assert r["eventSourceARN"] == "arn:aws:sqs:us-east-1:123456789012:reports"
     assert r["awsRegion"] == "us-east-1"
-    assert set(r["attributes"]) == {"ApproximateReceiveCount", "SentTimestamp", "SenderId", "ApproximateFirstReceiveTimestamp"}
+    assert set(r["attributes"]) == {
+        "ApproximateReceiveCount",
+        "SentTimestamp",
+        "SenderId",
+        "ApproximateFirstReceiveTimestamp",
+    }
     assert r["messageAttributes"]["node"]["stringValue"] == "n1"
     assert r["messageAttributes"]["node"]["dataType"] == "String"
     assert ctx.function_name == "allocate"
@@ -149,8 +163,13 @@ def test_raising_handler_fails_the_whole_batch(env: Any) -> None:
 def test_unknown_item_identifier_fails_the_whole_batch(env: Any) -> None:
     sqs, c, clock, url, _ = env
     send(c, url, "a", "b")
-    m = esm(c, url, Recorder(response={"batchItemFailures": [{"itemIdentifier": "not-in-batch"}]}), clock,
-            duration=lambda b, o: 0.0)
+    m = esm(
+        c,
+        url,
+        Recorder(response={"batchItemFailures": [{"itemIdentifier": "not-in-batch"}]}),
+        clock,
+        duration=lambda b, o: 0.0,
+    )
     m.tick()
     assert sqs.depth(url) == 2
     assert m.stats.errors == 1
@@ -296,7 +315,9 @@ def test_real_time_runner_drains_the_queue_with_threads() -> None:
                 done.set()
         return {"batchItemFailures": []}
 
-    m = EventSourceMapping(c, url, handler, EsmConfig(function_name="f", batch_size=5, maximum_concurrency=3), sqs.clock)
+    m = EventSourceMapping(
+        c, url, handler, EsmConfig(function_name="f", batch_size=5, maximum_concurrency=3), sqs.clock
+    )
     ticked = threading.Event()
     sched = Schedule(0.05, lambda e, ctx: ticked.set(), clock=sqs.clock)
     with ThreadedRunner([m], [sched], poll_wait_s=1):

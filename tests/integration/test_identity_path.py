@@ -32,8 +32,14 @@ from warmpool.messages import NodeIdentity, PoolReport
 
 def _report(instance_id: str, instance_type: str, az: str, identity: NodeIdentity | None) -> PoolReport:
     return PoolReport(
-        cluster="demo", node="n", instance_id=instance_id, instance_type=instance_type,
-        availability_zone=az, seq=1, sent_at=1.0, identity=identity,
+        cluster="demo",
+        node="n",
+        instance_id=instance_id,
+        instance_type=instance_type,
+        availability_zone=az,
+        seq=1,
+        sent_at=1.0,
+        identity=identity,
     )
 
 

@@ -36,8 +36,9 @@ def env() -> Iterator[Env]:
 
 
 def _token(env: Env, ttl: str = "60") -> str:
-    req = urllib.request.Request(env.base + "/latest/api/token", method="PUT",
-                                 headers={"X-aws-ec2-metadata-token-ttl-seconds": ttl})
+    req = urllib.request.Request(
+        env.base + "/latest/api/token", method="PUT", headers={"X-aws-ec2-metadata-token-ttl-seconds": ttl}
+    )
     with urllib.request.urlopen(req) as r:
         return str(r.read().decode())
 

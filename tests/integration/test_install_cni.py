@@ -41,8 +41,11 @@ def node(tmp_path: Path):  # type: ignore[no-untyped-def]
         for d in dirs.values():
             d.mkdir()
         env = {
-            "PATH": os.environ["PATH"], "IMAGE_WARMPOOL_DIR": str(image), "CNI_CONFIG_DIR": str(conf),
-            "HOST_CNI_BIN_DIR": str(dirs["bin"]), "HOST_CNI_NET_DIR": str(dirs["net"]),
+            "PATH": os.environ["PATH"],
+            "IMAGE_WARMPOOL_DIR": str(image),
+            "CNI_CONFIG_DIR": str(conf),
+            "HOST_CNI_BIN_DIR": str(dirs["bin"]),
+            "HOST_CNI_NET_DIR": str(dirs["net"]),
             "HOST_WARMPOOL_DIR": str(dirs["wp"]),
         }
         yield ns, env, dirs
@@ -51,8 +54,12 @@ def node(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def _sysctl(ns: str, key: str) -> str:
-    out = subprocess.run(["ip", "netns", "exec", ns, "cat", f"/proc/sys/{key.replace('.', '/')}"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["ip", "netns", "exec", ns, "cat", f"/proc/sys/{key.replace('.', '/')}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return out.stdout.strip()
 
 
@@ -62,9 +69,18 @@ def _run(ns: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 def test_installs_the_plugin_and_sets_forwarding_and_loose_rp_filter_on_the_primary(node) -> None:  # type: ignore[no-untyped-def]
     ns, env, dirs = node
-    subprocess.run(["ip", "netns", "exec", ns, "sh", "-c",
-                    "echo 0 > /proc/sys/net/ipv4/ip_forward; echo 1 > /proc/sys/net/ipv4/conf/ens5/rp_filter"],
-                   check=True)
+    subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "sh",
+            "-c",
+            "echo 0 > /proc/sys/net/ipv4/ip_forward; echo 1 > /proc/sys/net/ipv4/conf/ens5/rp_filter",
+        ],
+        check=True,
+    )
     res = _run(ns, env)
     assert res.returncode == 0, res.stderr
     assert (dirs["bin"] / "warmpool-cni").stat().st_mode & 0o111
@@ -81,8 +97,9 @@ def test_installs_the_plugin_and_sets_forwarding_and_loose_rp_filter_on_the_prim
 
 def test_rp_filter_left_alone_when_node_port_support_is_off(node) -> None:  # type: ignore[no-untyped-def]
     ns, env, _ = node
-    subprocess.run(["ip", "netns", "exec", ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/conf/ens5/rp_filter"],
-                   check=True)
+    subprocess.run(
+        ["ip", "netns", "exec", ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/conf/ens5/rp_filter"], check=True
+    )
     res = _run(ns, {**env, "AWS_VPC_CNI_NODE_PORT_SUPPORT": "false"})
     assert res.returncode == 0, res.stderr
     assert _sysctl(ns, "net.ipv4.ip_forward") == "1"

@@ -38,14 +38,22 @@ class Allocate:
         self.env_cluster = os.environ.get(names.ENV_CLUSTER)
         self.bodies += [r["body"] for r in event["Records"]]
         self.got.set()
-        return {"batchItemFailures": [{"itemIdentifier": r["messageId"]} for r in event["Records"] if r["body"] == "fail"]}
+        return {
+            "batchItemFailures": [{"itemIdentifier": r["messageId"]} for r in event["Records"] if r["body"] == "fail"]
+        }
 
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[tuple[LocalStack, Allocate]]:
     h = Allocate()
-    s = LocalStack(cluster="t1", allocate_handler=h, reconcile_handler=lambda e, c: None, batching_window_s=0,
-                   batch_size=10, reconcile_every_s=3600)
+    s = LocalStack(
+        cluster="t1",
+        allocate_handler=h,
+        reconcile_handler=lambda e, c: None,
+        batching_window_s=0,
+        batch_size=10,
+        reconcile_every_s=3600,
+    )
     s.start()
     yield s, h
     s.stop()
@@ -60,8 +68,16 @@ def get_json(url: str, data: Any = None, method: str | None = None) -> Any:
 def test_outputs_name_the_cdk_resources(stack: tuple[LocalStack, Allocate]) -> None:
     s, _ = stack
     o = s.outputs
-    for k in ("endpoint", "region", "cluster", "reports_queue_url", "result_queue_prefix",
-              "ledger_table", "buckets_table", "imds_base"):
+    for k in (
+        "endpoint",
+        "region",
+        "cluster",
+        "reports_queue_url",
+        "result_queue_prefix",
+        "ledger_table",
+        "buckets_table",
+        "imds_base",
+    ):
         assert o[k], k
     assert o["endpoint"].startswith("http://127.0.0.1:")
     assert o["reports_queue_url"].endswith("/" + names.reports_queue("t1"))
@@ -128,13 +144,22 @@ def test_ec2_and_imds(stack: tuple[LocalStack, Allocate]) -> None:
     ec2 = s.client("ec2")
     subnets = {x["SubnetId"] for x in ec2.describe_subnets()["Subnets"]}
     assert set(s.outputs["subnet_ids"]) <= subnets
-    iid = ec2.run_instances(ImageId="ami-12345678", InstanceType="m5.large", MinCount=1, MaxCount=1,
-                            SubnetId=s.outputs["subnet_ids"][0])["Instances"][0]["InstanceId"]
+    iid = ec2.run_instances(
+        ImageId="ami-12345678", InstanceType="m5.large", MinCount=1, MaxCount=1, SubnetId=s.outputs["subnet_ids"][0]
+    )["Instances"][0]["InstanceId"]
     base = f"{s.outputs['imds_base']}/{iid}"
-    tok = urllib.request.urlopen(urllib.request.Request(
-        base + "/latest/api/token", method="PUT", headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"}), timeout=5).read()
-    got = urllib.request.urlopen(urllib.request.Request(
-        base + "/latest/meta-data/instance-id", headers={"X-aws-ec2-metadata-token": tok.decode()}), timeout=5).read()
+    tok = urllib.request.urlopen(
+        urllib.request.Request(
+            base + "/latest/api/token", method="PUT", headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"}
+        ),
+        timeout=5,
+    ).read()
+    got = urllib.request.urlopen(
+        urllib.request.Request(
+            base + "/latest/meta-data/instance-id", headers={"X-aws-ec2-metadata-token": tok.decode()}
+        ),
+        timeout=5,
+    ).read()
     assert got.decode() == iid
     stats = get_json(s.outputs["stats_url"])
     assert stats["ec2"]["RunInstances"] == {"calls": 1, "throttled": 0, "errors": 0}
@@ -143,16 +168,20 @@ def test_ec2_and_imds(stack: tuple[LocalStack, Allocate]) -> None:
 def test_fault_injection_endpoint(stack: tuple[LocalStack, Allocate]) -> None:
     s, _ = stack
     ec2 = s.client("ec2")
-    r = get_json(s.outputs["faults_url"], {"action": "DescribeVpcs", "code": "UnauthorizedOperation", "count": 1},
-                 method="POST")
+    r = get_json(
+        s.outputs["faults_url"], {"action": "DescribeVpcs", "code": "UnauthorizedOperation", "count": 1}, method="POST"
+    )
     assert r == {"ok": True, "applied": ["fail_next"]}
     with pytest.raises(ClientError) as e:
         ec2.describe_vpcs()
     assert e.value.response["Error"]["Code"] == "UnauthorizedOperation"
     ec2.describe_vpcs()
     assert get_json(s.outputs["stats_url"])["ec2"]["DescribeVpcs"]["errors"] == 1
-    r = get_json(s.outputs["faults_url"], [{"background_load": {"AssignPrivateIpAddresses": 2.0}}, {"clear": True}],
-                 method="POST")
+    r = get_json(
+        s.outputs["faults_url"],
+        [{"background_load": {"AssignPrivateIpAddresses": 2.0}}, {"clear": True}],
+        method="POST",
+    )
     assert r["applied"] == ["background_load", "cleared"]
     with pytest.raises(urllib.error.HTTPError) as bad:
         get_json(s.outputs["faults_url"], {"nonsense": 1}, method="POST")
@@ -164,8 +193,13 @@ def test_the_aws_cli_works_against_the_endpoint(stack: tuple[LocalStack, Allocat
     s, _ = stack
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1"}
     env.pop("AWS_ENDPOINT_URL", None)
-    out = subprocess.run(["aws", "--endpoint-url", s.outputs["endpoint"], "sqs", "list-queues",
-                          "--queue-name-prefix", "warmpool-t1-"], capture_output=True, text=True, env=env, timeout=60)
+    out = subprocess.run(
+        ["aws", "--endpoint-url", s.outputs["endpoint"], "sqs", "list-queues", "--queue-name-prefix", "warmpool-t1-"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert names.reports_queue("t1") in out.stdout
 
@@ -174,15 +208,24 @@ def test_local_up_subprocess_prints_outputs_and_stops_on_sigterm(tmp_path: Path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     p = subprocess.Popen(
         [sys.executable, "-m", "sim.local", "up", "--port", "0", "--cluster", "sub", "--no-functions"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         assert p.stdout is not None
         line = p.stdout.readline()
         out = json.loads(line)
         assert out["cluster"] == "sub"
-        sqs = boto3.client("sqs", endpoint_url=out["endpoint"], region_name=out["region"],
-                           aws_access_key_id="x", aws_secret_access_key="x")
+        sqs = boto3.client(
+            "sqs",
+            endpoint_url=out["endpoint"],
+            region_name=out["region"],
+            aws_access_key_id="x",
+            aws_secret_access_key="x",
+        )
         sqs.send_message(QueueUrl=out["reports_queue_url"], MessageBody="hello")
         [m] = sqs.receive_message(QueueUrl=out["reports_queue_url"])["Messages"]
         assert m["Body"] == "hello"
@@ -197,16 +240,29 @@ def test_local_up_subprocess_prints_outputs_and_stops_on_sigterm(tmp_path: Path)
 def _report_for(stack: LocalStack, instance_id: str, seq: int, identity: Any, **extra: Any) -> str:
     ec2 = stack.client("ec2")
     inst = stack.ec2.instances[instance_id]
-    enis = ec2.describe_network_interfaces(
-        Filters=[{"Name": "attachment.instance-id", "Values": [instance_id]}])["NetworkInterfaces"]
+    enis = ec2.describe_network_interfaces(Filters=[{"Name": "attachment.instance-id", "Values": [instance_id]}])[
+        "NetworkInterfaces"
+    ]
     body = {
-        "schema": "warmpool.report/v1", "cluster": stack.options.cluster, "node": "victim",
-        "instance_id": instance_id, "instance_type": inst.instance_type, "availability_zone": inst.az,
-        "seq": seq, "sent_at": time.time(), "targets": {"warm_ip": 0, "warm_eni": 0},
-        "enis": [{"eni_id": e["NetworkInterfaceId"], "device_index": e["Attachment"]["DeviceIndex"],
-                  "subnet_id": e["SubnetId"], "primary_ip": e["PrivateIpAddress"],
-                  "ips": [a["PrivateIpAddress"] for a in e["PrivateIpAddresses"] if not a["Primary"]]}
-                 for e in enis],
+        "schema": "warmpool.report/v1",
+        "cluster": stack.options.cluster,
+        "node": "victim",
+        "instance_id": instance_id,
+        "instance_type": inst.instance_type,
+        "availability_zone": inst.az,
+        "seq": seq,
+        "sent_at": time.time(),
+        "targets": {"warm_ip": 0, "warm_eni": 0},
+        "enis": [
+            {
+                "eni_id": e["NetworkInterfaceId"],
+                "device_index": e["Attachment"]["DeviceIndex"],
+                "subnet_id": e["SubnetId"],
+                "primary_ip": e["PrivateIpAddress"],
+                "ips": [a["PrivateIpAddress"] for a in e["PrivateIpAddresses"] if not a["Primary"]],
+            }
+            for e in enis
+        ],
         "identity": identity.model_dump(),
     }
     body.update(extra)
@@ -214,8 +270,11 @@ def _report_for(stack: LocalStack, instance_id: str, seq: int, identity: Any, **
 
 
 def _secondaries(stack: LocalStack, instance_id: str) -> dict[str, set[str]]:
-    return {e.id: set(e.secondary) for e in stack.ec2.enis.values()
-            if e.attachment and e.attachment.instance_id == instance_id}
+    return {
+        e.id: set(e.secondary)
+        for e in stack.ec2.enis.values()
+        if e.attachment and e.attachment.instance_id == instance_id
+    }
 
 
 def test_a_forged_report_through_local_up_is_refused_to_the_dlq_and_changes_nothing() -> None:
@@ -238,8 +297,10 @@ def test_a_forged_report_through_local_up_is_refused_to_the_dlq_and_changes_noth
             mine = fetch_identity(ImdsClient(f"{out['imds_base']}/{victim}"))
             theirs = fetch_identity(ImdsClient(f"{out['imds_base']}/{forger}"))
             # The victim's genuine report: served, and its result queue created by the allocator.
-            sqs.send_message(QueueUrl=out["reports_queue_url"],
-                             MessageBody=_report_for(s, victim, 1, mine, targets={"warm_ip": 5}, pending_demand=5))
+            sqs.send_message(
+                QueueUrl=out["reports_queue_url"],
+                MessageBody=_report_for(s, victim, 1, mine, targets={"warm_ip": 5}, pending_demand=5),
+            )
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and sum(len(v) for v in _secondaries(s, victim).values()) < 5:
                 time.sleep(0.1)
@@ -259,8 +320,9 @@ def test_a_forged_report_through_local_up_is_refused_to_the_dlq_and_changes_noth
             reasons: list[str] = []
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and not reasons:
-                msgs = sqs.receive_message(QueueUrl=out["dlq_url"], MessageAttributeNames=["All"],
-                                           WaitTimeSeconds=1).get("Messages", [])
+                msgs = sqs.receive_message(
+                    QueueUrl=out["dlq_url"], MessageAttributeNames=["All"], WaitTimeSeconds=1
+                ).get("Messages", [])
                 reasons += [m["MessageAttributes"]["reason"]["StringValue"] for m in msgs]
             assert reasons == ["identity-instance-mismatch"]
             time.sleep(0.5)

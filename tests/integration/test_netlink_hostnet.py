@@ -62,7 +62,9 @@ def test_eni_setup_matches_the_vpc_cni_layout_and_is_idempotent(node: str) -> No
         assert setup_eni(nl, ENI1, 9001) == 0  # second run changes nothing
     link = ip_json(node, "link", "show", "eth1")[0]
     assert link["mtu"] == 9001 and "UP" in link["flags"]
-    addrs = [a["local"] + "/" + str(a["prefixlen"]) for a in ip_json(node, "-4", "addr", "show", "eth1")[0]["addr_info"]]
+    addrs = [
+        a["local"] + "/" + str(a["prefixlen"]) for a in ip_json(node, "-4", "addr", "show", "eth1")[0]["addr_info"]
+    ]
     assert addrs == ["10.0.1.20/24"]
     table2 = ip_json(node, "-4", "route", "show", "table", "2")
     assert {(r["dst"], r.get("gateway"), r["dev"]) for r in table2} == {

@@ -8,15 +8,25 @@ from warmpool import names
 
 
 def _rec(w: World) -> Reconciler:
-    return Reconciler(ec2=w.ec2_client, sqs=w.sqs.client(), buckets=w.buckets, ledger=w.ledger, leases=w.leases,
-                      clock=w.clock, settings=w.settings, tally=w.tally)
+    return Reconciler(
+        ec2=w.ec2_client,
+        sqs=w.sqs.client(),
+        buckets=w.buckets,
+        ledger=w.ledger,
+        leases=w.leases,
+        clock=w.clock,
+        settings=w.settings,
+        tally=w.tally,
+    )
 
 
 def _detached_eni(w: World, tags: dict[str, str]) -> str:
     c = w.emu.client()
     resp = c.create_network_interface(
-        SubnetId=w.subnets[0], TagSpecifications=[{"ResourceType": "network-interface",
-                                                    "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
+        SubnetId=w.subnets[0],
+        TagSpecifications=[
+            {"ResourceType": "network-interface", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+        ],
     )
     return str(resp["NetworkInterface"]["NetworkInterfaceId"])
 
@@ -83,8 +93,9 @@ def test_result_queues_of_gone_instances_are_deleted_whatever_the_ledger_says() 
     names_left = sorted(u.rsplit("/", 1)[-1] for u in left)
     assert names.result_queue("demo", live) in names_left
     assert names.result_queue("other", dead) in names_left
-    assert not any(i in n for n in names_left if n.startswith(names.result_queue_prefix("demo"))
-                   for i in (dead, foreign))
+    assert not any(
+        i in n for n in names_left if n.startswith(names.result_queue_prefix("demo")) for i in (dead, foreign)
+    )
     assert w.tally.get("OrphanResultQueuesDeleted") == 3
 
 

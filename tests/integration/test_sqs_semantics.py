@@ -273,9 +273,7 @@ def test_deleting_twice_with_the_same_handle_succeeds(sqs: Backend) -> None:
 def test_send_batch_of_eleven_is_refused(sqs: Backend) -> None:
     url = qurl(sqs)
     with pytest.raises(sqs.client.exceptions.TooManyEntriesInBatchRequest) as e:
-        sqs.client.send_message_batch(
-            QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x"} for i in range(11)]
-        )
+        sqs.client.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x"} for i in range(11)])
     assert code(e) == "AWS.SimpleQueueService.TooManyEntriesInBatchRequest"
     assert counts(sqs, url) == (0, 0, 0)
 

@@ -61,35 +61,84 @@ def main() -> None:
     with ExitStack() as stack:
         node = stack.enter_context(netns("wpmemnode"))
         imds = stack.enter_context(FakeImdsServer())
-        eni0 = FakeEni("eni-00000000000000c0", "0a:00:00:00:00:c0", 0, "10.2.0.10", "subnet-a", "10.2.0.0/16",
-                       ips=[f"10.2.1.{i}" for i in range(1, args.pods + 11)][:29])
+        eni0 = FakeEni(
+            "eni-00000000000000c0",
+            "0a:00:00:00:00:c0",
+            0,
+            "10.2.0.10",
+            "subnet-a",
+            "10.2.0.0/16",
+            ips=[f"10.2.1.{i}" for i in range(1, args.pods + 11)][:29],
+        )
         imds.instances[INSTANCE] = FakeInstance(INSTANCE, "m5.4xlarge", "us-east-1a", [eni0])
         # m5.4xlarge: 29 secondary addresses per ENI; spread the rest over secondary ENIs
         need = args.pods + 10 - len(eni0.ips)
         d = 1
         while need > 0:
             n = min(need, 29)
-            mac = f"0a:00:00:00:00:{0xc0 + d:02x}"
-            e = FakeEni(f"eni-00000000000000c{d}", mac, d, f"10.2.{d + 1}.250", "subnet-a", "10.2.0.0/16",
-                        ips=[f"10.2.{d + 1}.{i}" for i in range(1, n + 1)])
+            mac = f"0a:00:00:00:00:{0xC0 + d:02x}"
+            e = FakeEni(
+                f"eni-00000000000000c{d}",
+                mac,
+                d,
+                f"10.2.{d + 1}.250",
+                "subnet-a",
+                "10.2.0.0/16",
+                ips=[f"10.2.{d + 1}.{i}" for i in range(1, n + 1)],
+            )
             imds.instances[INSTANCE].enis.append(e)
-            subprocess.run(["ip", "-n", node, "link", "add", f"eth{d}", "address", mac, "type", "veth",
-                            "peer", "name", f"eth{d}p"], check=True)
+            subprocess.run(
+                [
+                    "ip",
+                    "-n",
+                    node,
+                    "link",
+                    "add",
+                    f"eth{d}",
+                    "address",
+                    mac,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    f"eth{d}p",
+                ],
+                check=True,
+            )
             need -= n
             d += 1
-        sqs = boto3.client("sqs", region_name="us-east-1", endpoint_url=endpoint,
-                           aws_access_key_id="testing", aws_secret_access_key="testing")
+        sqs = boto3.client(
+            "sqs",
+            region_name="us-east-1",
+            endpoint_url=endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
         reports = sqs.create_queue(QueueName="warmpool-demo-reports")["QueueUrl"]
         metrics = f"127.0.0.1:{free_port()}"
         sock = str(tmp / "agent.sock")
-        env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
-               "PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), "CLUSTER_NAME": "demo",
-               "WARM_IP_TARGET": "5", "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url_for(INSTANCE),
-               "WARMPOOL_AWS_ENDPOINT_URL": endpoint, "WARMPOOL_REPORTS_QUEUE_URL": reports,
-               "WARMPOOL_STATE_DIR": str(tmp / "state"), "WARMPOOL_SOCKET": sock,
-               "WARMPOOL_METRICS_ADDR": metrics, "WARMPOOL_HOST_NETNS": node}
-        agent = subprocess.Popen([sys.executable, "-c", "from node_agent.agent import main; main(['run'])"],
-                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        env = {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1",
+            "PATH": os.environ.get("PATH", ""),
+            "PYTHONPATH": str(ROOT),
+            "CLUSTER_NAME": "demo",
+            "WARM_IP_TARGET": "5",
+            "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url_for(INSTANCE),
+            "WARMPOOL_AWS_ENDPOINT_URL": endpoint,
+            "WARMPOOL_REPORTS_QUEUE_URL": reports,
+            "WARMPOOL_STATE_DIR": str(tmp / "state"),
+            "WARMPOOL_SOCKET": sock,
+            "WARMPOOL_METRICS_ADDR": metrics,
+            "WARMPOOL_HOST_NETNS": node,
+        }
+        agent = subprocess.Popen(
+            [sys.executable, "-c", "from node_agent.agent import main; main(['run'])"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
@@ -104,8 +153,14 @@ def main() -> None:
             conf = '{"cniVersion":"1.0.0","name":"wp","type":"warmpool-cni"}'
             for i in range(args.pods):
                 pod = stack.enter_context(netns("wpmempod"))
-                cni_env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": f"m{i}", "CNI_NETNS": f"/run/netns/{pod}",
-                     "CNI_IFNAME": "eth0", "CNI_PATH": str(plugin.parent), "WARMPOOL_SOCKET": sock}
+                cni_env = {
+                    "CNI_COMMAND": "ADD",
+                    "CNI_CONTAINERID": f"m{i}",
+                    "CNI_NETNS": f"/run/netns/{pod}",
+                    "CNI_IFNAME": "eth0",
+                    "CNI_PATH": str(plugin.parent),
+                    "WARMPOOL_SOCKET": sock,
+                }
                 p = subprocess.run([str(plugin)], input=conf, env=cni_env, capture_output=True, text=True)
                 assert p.returncode == 0, p.stdout
             time.sleep(1.0)

@@ -76,13 +76,18 @@ def run(nodes: int, reports: int, dynamo: Any = None) -> dict[str, Any]:
     new_enis = enis_touched - nodes
     lower = nodes + 3 * new_enis  # one Assign per primary ENI, Create+Attach+Modify per new ENI
     return {
-        "reports": reports, "nodes": nodes, "batches": 1 + len(outs),
+        "reports": reports,
+        "nodes": nodes,
+        "batches": 1 + len(outs),
         "first_batch": {"served": first.served, "deferred": first.deferred, "superseded": first.superseded},
-        "mutating_calls": w.mutating_calls(), "mutating_lower_bound": lower,
-        "addresses": addresses, "mutating_calls_per_address": round(w.mutating_calls() / max(1, addresses), 4),
+        "mutating_calls": w.mutating_calls(),
+        "mutating_lower_bound": lower,
+        "addresses": addresses,
+        "mutating_calls_per_address": round(w.mutating_calls() / max(1, addresses), 4),
         "throttled": w.throttled(),
         "describe_calls": {a: v["calls"] for a, v in stats.items() if a.startswith("Describe")},
-        "wall_s_first_batch": round(t_first, 3), "wall_s_drain": round(t_drain, 3),
+        "wall_s_first_batch": round(t_first, 3),
+        "wall_s_drain": round(t_drain, 3),
         "records_handled": handled,
         "wall_s_per_1000_reports": round((t_first + t_drain) / handled * 1000, 3),
         "virtual_s_to_serve_all": round(w.clock.now() - 1_700_000_000.0, 1),

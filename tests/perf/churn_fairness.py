@@ -37,8 +37,16 @@ from warmpool.limits import known
 OFF = {"fair_window_s": 0.0, "flip_limit": 0, "release_delay_s": 0.0, "min_eni_age_s": 0.0}
 
 
-def run(nodes: int, duration_s: int, churner: bool, defences: bool, seed: int, pod_gap_s: float,
-        churn_every_s: int, **settings: Any) -> dict[str, Any]:
+def run(
+    nodes: int,
+    duration_s: int,
+    churner: bool,
+    defences: bool,
+    seed: int,
+    pod_gap_s: float,
+    churn_every_s: int,
+    **settings: Any,
+) -> dict[str, Any]:
     rng = random.Random(seed)
     w = World(**({**settings} if defences else {**settings, **OFF}))
     names = [f"n{i}" for i in range(nodes)]
@@ -68,8 +76,11 @@ def run(nodes: int, duration_s: int, churner: bool, defences: bool, seed: int, p
             if (tick // churn_every_s) % 2 == 0:
                 reports.append(w.report("churn", warm_ip=churn_cap, warm_eni=0, pending=churn_cap, assigned=0))
             else:
-                offers = [{"eni_id": e.id, "ips": list(e.secondary), "quarantined_at": now - 30}
-                          for e in w.enis("churn") if e.secondary]
+                offers = [
+                    {"eni_id": e.id, "ips": list(e.secondary), "quarantined_at": now - 30}
+                    for e in w.enis("churn")
+                    if e.secondary
+                ]
                 reports.append(w.report("churn", warm_ip=0, warm_eni=0, assigned=0, release=offers))
         bodies: list[Any] = list(reports)
         while True:  # deferred reports the allocator re-sent, now visible
@@ -80,7 +91,7 @@ def run(nodes: int, duration_s: int, churner: bool, defences: bool, seed: int, p
                 bodies.append(m["Body"])
                 c.delete_message(QueueUrl=w.reports_url, ReceiptHandle=m["ReceiptHandle"])
         for i in range(0, len(bodies), 100):
-            w.deliver(bodies[i:i + 100])
+            w.deliver(bodies[i : i + 100])
         w.clock.advance(1.0)
         now = w.clock.now()
         for n in names:
@@ -112,10 +123,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--pod-gap-s", type=float, default=4.0)
     ap.add_argument("--churn-every-s", type=int, default=1)
-    ap.add_argument("--budget-fraction", type=float, default=0.8,
-                    help="warmpool's share of the account's EC2 buckets (other clusters use the rest); "
-                         "default 0.8, the allocator's; lower, the buckets, not the report cycle, bound "
-                         "the others' wait")
+    ap.add_argument(
+        "--budget-fraction",
+        type=float,
+        default=0.8,
+        help="warmpool's share of the account's EC2 buckets (other clusters use the rest); "
+        "default 0.8, the allocator's; lower, the buckets, not the report cycle, bound "
+        "the others' wait",
+    )
     ap.add_argument("--no-defences", action="store_true", help="only the runs without the defences")
     ap.add_argument("--fair-window-s", type=float, default=None, help="override the allocator setting")
     a = ap.parse_args()
@@ -138,9 +153,11 @@ def main() -> None:
     print("|---|---|---|---|")
     for label, r in out.items():
         calls = r["calls"]
-        print(f"| {label} | {r['p50_s']:.2f} / {r['p99_s']:.2f} / {r['max_s']:.2f} | "
-              f"{(r['p99_s'] / base - 1) * 100:+.1f}% | {calls.get('CreateNetworkInterface', 0)} / "
-              f"{calls.get('DeleteNetworkInterface', 0)} |")
+        print(
+            f"| {label} | {r['p50_s']:.2f} / {r['p99_s']:.2f} / {r['max_s']:.2f} | "
+            f"{(r['p99_s'] / base - 1) * 100:+.1f}% | {calls.get('CreateNetworkInterface', 0)} / "
+            f"{calls.get('DeleteNetworkInterface', 0)} |"
+        )
 
 
 if __name__ == "__main__":

@@ -78,15 +78,22 @@ def main() -> None:
         try:
             for i in range(args.runs):
                 with netns("wpperfpod") as pod:
-                    env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": f"perf{i}", "CNI_NETNS": f"/run/netns/{pod}",
-                           "CNI_IFNAME": "eth0", "CNI_PATH": str(plugin.parent), "WARMPOOL_SOCKET": sock}
+                    env = {
+                        "CNI_COMMAND": "ADD",
+                        "CNI_CONTAINERID": f"perf{i}",
+                        "CNI_NETNS": f"/run/netns/{pod}",
+                        "CNI_IFNAME": "eth0",
+                        "CNI_PATH": str(plugin.parent),
+                        "WARMPOOL_SOCKET": sock,
+                    }
                     t = time.perf_counter()
                     p = subprocess.run([str(plugin)], input=conf, env=env, capture_output=True, text=True)
                     add_ms.append((time.perf_counter() - t) * 1000)
                     assert p.returncode == 0, p.stdout
                     t = time.perf_counter()
-                    p = subprocess.run([str(plugin)], input=conf, env={**env, "CNI_COMMAND": "DEL"},
-                                       capture_output=True, text=True)
+                    p = subprocess.run(
+                        [str(plugin)], input=conf, env={**env, "CNI_COMMAND": "DEL"}, capture_output=True, text=True
+                    )
                     del_ms.append((time.perf_counter() - t) * 1000)
                     assert p.returncode == 0, p.stdout
         finally:

@@ -45,8 +45,9 @@ def cycle(ec2: Any, subnet: str, instance: str) -> None:
 def setup(ec2: Any) -> tuple[str, str]:
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     sub = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/16", AvailabilityZone="us-east-1a")["Subnet"]["SubnetId"]
-    inst = ec2.run_instances(ImageId="ami-12345678", InstanceType="m5.large", MinCount=1, MaxCount=1,
-                             SubnetId=sub)["Instances"][0]["InstanceId"]
+    inst = ec2.run_instances(ImageId="ami-12345678", InstanceType="m5.large", MinCount=1, MaxCount=1, SubnetId=sub)[
+        "Instances"
+    ][0]["InstanceId"]
     return sub, inst
 
 
@@ -67,8 +68,14 @@ def hooks() -> Iterator[Any]:
 @contextmanager
 def http() -> Iterator[Any]:
     with serve(_emu()) as srv:
-        yield boto3.client("ec2", endpoint_url=srv.url, region_name="us-east-1", aws_access_key_id="x",
-                           aws_secret_access_key="y", config=Config(retries={"total_max_attempts": 1}))
+        yield boto3.client(
+            "ec2",
+            endpoint_url=srv.url,
+            region_name="us-east-1",
+            aws_access_key_id="x",
+            aws_secret_access_key="y",
+            config=Config(retries={"total_max_attempts": 1}),
+        )
 
 
 @contextmanager

@@ -30,12 +30,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         figures = Path(d) / "faults.jsonl"
         # the examples CI runs (tests/conftest.py's `ci` Hypothesis profile)
-        env = {**os.environ, "WARMPOOL_FAULT_FIGURES": str(figures), "PYTHONPATH": str(ROOT),
-               "HYPOTHESIS_PROFILE": "ci"}
+        env = {
+            **os.environ,
+            "WARMPOOL_FAULT_FIGURES": str(figures),
+            "PYTHONPATH": str(ROOT),
+            "HYPOTHESIS_PROFILE": "ci",
+        }
         t0 = time.monotonic()
-        p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                            "--hypothesis-show-statistics", *SUITES], cwd=ROOT, env=env,
-                           capture_output=True, text=True)
+        p = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hypothesis-show-statistics", *SUITES],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         wall = time.monotonic() - t0
         injected: Counter[str] = Counter()
         survived: Counter[str] = Counter()

@@ -21,11 +21,27 @@ def reports(signer: IdentitySigner, n: int) -> list[PoolReport]:
     out = []
     for i in range(n):
         iid = f"i-{i:017x}"
-        doc = document_for({"accountId": "123456789012", "availabilityZone": "us-east-1a", "instanceId": iid,
-                            "instanceType": "m5.large", "region": "us-east-1"})
-        out.append(PoolReport(cluster="demo", node=f"n{i}", instance_id=iid, instance_type="m5.large",
-                              availability_zone="us-east-1a", seq=1, sent_at=1.0,
-                              identity=NodeIdentity(document=doc, signature=signer.sign(doc))))
+        doc = document_for(
+            {
+                "accountId": "123456789012",
+                "availabilityZone": "us-east-1a",
+                "instanceId": iid,
+                "instanceType": "m5.large",
+                "region": "us-east-1",
+            }
+        )
+        out.append(
+            PoolReport(
+                cluster="demo",
+                node=f"n{i}",
+                instance_id=iid,
+                instance_type="m5.large",
+                availability_zone="us-east-1a",
+                seq=1,
+                sent_at=1.0,
+                identity=NodeIdentity(document=doc, signature=signer.sign(doc)),
+            )
+        )
     return out
 
 
@@ -38,13 +54,19 @@ def main() -> None:
         rates = []
         for _ in range(5):
             t0 = time.perf_counter()
-            ok = sum(isinstance(verify_report_identity(r, trusted, account="123456789012", region="us-east-1"),
-                                VerifiedIdentity) for r in batch)
+            ok = sum(
+                isinstance(
+                    verify_report_identity(r, trusted, account="123456789012", region="us-east-1"), VerifiedIdentity
+                )
+                for r in batch
+            )
             rates.append(len(batch) / (time.perf_counter() - t0))
             assert ok == len(batch)
-        print(f"identity verify, {len(pems)} trusted cert(s): median {statistics.median(rates):,.0f} reports/s "
-              f"({1e6 / statistics.median(rates):.0f} us each; min {min(rates):,.0f}, max {max(rates):,.0f}) "
-              f"over {len(rates)} runs of {len(batch)} reports")
+        print(
+            f"identity verify, {len(pems)} trusted cert(s): median {statistics.median(rates):,.0f} reports/s "
+            f"({1e6 / statistics.median(rates):.0f} us each; min {min(rates):,.0f}, max {max(rates):,.0f}) "
+            f"over {len(rates)} runs of {len(batch)} reports"
+        )
 
 
 if __name__ == "__main__":

@@ -33,7 +33,21 @@ def main() -> None:
     first, noop, repair, ready = [], [], [], []
     for _ in range(runs):
         with netns("wpperf") as ns:
-            sh("ip", "-n", ns, "link", "add", "eth0", "address", "0a:00:00:00:00:01", "type", "veth", "peer", "name", "p")
+            sh(
+                "ip",
+                "-n",
+                ns,
+                "link",
+                "add",
+                "eth0",
+                "address",
+                "0a:00:00:00:00:01",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "p",
+            )
             spec = NodeSpec("0a:00:00:00:00:01", "10.0.0.10", ("10.0.0.0/16",), HostNetSettings())
             net = NodeNetworking(spec, ns)
             first.append(ms(net.setup))
@@ -42,8 +56,12 @@ def main() -> None:
             sysctl_set(ns, "net.ipv4.ip_forward", "0")
             sh("nsenter", f"--net=/run/netns/{ns}", "nft", "flush", "chain", "ip", "warmpool", "postrouting")
             repair.append(ms(net.setup))
-    for name, xs in (("first set-up", first), ("no-change run (resync)", noop), ("repair after drift", repair),
-                     ("/readyz check", ready)):
+    for name, xs in (
+        ("first set-up", first),
+        ("no-change run (resync)", noop),
+        ("repair after drift", repair),
+        ("/readyz check", ready),
+    ):
         print(f"{name:24s} median {statistics.median(xs):6.1f} ms   max {max(xs):6.1f} ms   ({runs} runs)")
 
 

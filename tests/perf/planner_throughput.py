@@ -21,8 +21,10 @@ def main() -> None:
         plans = plan_all(cluster)
         dt = time.perf_counter() - t0
         rates.append(len(plans) / dt)
-    print(f"planner: median {statistics.median(rates):,.0f} reports/s "
-          f"(min {min(rates):,.0f}, max {max(rates):,.0f}) over {len(rates)} runs of {len(cluster)} reports")
+    print(
+        f"planner: median {statistics.median(rates):,.0f} reports/s "
+        f"(min {min(rates):,.0f}, max {max(rates):,.0f}) over {len(rates)} runs of {len(cluster)} reports"
+    )
 
 
 if __name__ == "__main__":

@@ -75,7 +75,12 @@ def moto_runs(n: int, runs: int, batch: int) -> list[float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--messages", type=int, default=20_000, help="messages per run, FastSqs")
-    p.add_argument("--moto-messages", type=int, default=200, help="messages per run, moto (its receive scans the queue: slower as it grows)")
+    p.add_argument(
+        "--moto-messages",
+        type=int,
+        default=200,
+        help="messages per run, moto (its receive scans the queue: slower as it grows)",
+    )
     p.add_argument("--runs", type=int, default=5)
     a = p.parse_args()
     res: dict[str, Any] = {}

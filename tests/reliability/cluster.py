@@ -70,8 +70,17 @@ class Node:
 
 
 class Cluster:
-    def __init__(self, nodes: int = 3, *, instance_type: str = "m5.large", pool: PoolConfig | None = None,
-                 seed: int = 0, gc_age_s: float = 300, reconcile_every_s: float = 60, **world: Any) -> None:
+    def __init__(
+        self,
+        nodes: int = 3,
+        *,
+        instance_type: str = "m5.large",
+        pool: PoolConfig | None = None,
+        seed: int = 0,
+        gc_age_s: float = 300,
+        reconcile_every_s: float = 60,
+        **world: Any,
+    ) -> None:
         self.w = World(gc_age_s=gc_age_s, **world)
         self.clock = self.w.clock
         self.rng = random.Random(seed)
@@ -99,14 +108,28 @@ class Cluster:
         self.nodes[name] = node
         return node
 
-    def _agent(self, name: str, iid: str, instance_type: str, pool: PoolConfig, cp: MemoryCheckpoint,
-               imds: EmuImds | None = None) -> Node:
+    def _agent(
+        self,
+        name: str,
+        iid: str,
+        instance_type: str,
+        pool: PoolConfig,
+        cp: MemoryCheckpoint,
+        imds: EmuImds | None = None,
+    ) -> Node:
         ds = Datastore(cooldown_s=TIMING.cooldown_s, pending_ttl_s=TIMING.pending_ttl_s, checkpoint=cp)
         ds.restore()
         imds = imds or EmuImds(self.w.emu, iid)
         ident = NodeIdentity(self.w.cluster, name, iid, instance_type, "us-east-1a")
-        ctl = PoolController(ident, known(instance_type), pool, ds, TIMING, metadata=imds,
-                             signed_identity=functools.partial(self.w.imds.identity, iid))
+        ctl = PoolController(
+            ident,
+            known(instance_type),
+            pool,
+            ds,
+            TIMING,
+            metadata=imds,
+            signed_identity=functools.partial(self.w.imds.identity, iid),
+        )
         ctl.start(self.clock.now())
         return Node(name, iid, ds, ctl, imds, cp, pool, resynced_at=self.clock.now())
 
@@ -232,8 +255,16 @@ class Cluster:
 
     def reconciler(self) -> Reconciler:
         w = self.w
-        return Reconciler(ec2=w.ec2_client, sqs=w.sqs.client(), buckets=w.buckets, ledger=w.ledger, leases=w.leases,
-                          clock=w.clock, settings=w.settings, tally=w.tally)
+        return Reconciler(
+            ec2=w.ec2_client,
+            sqs=w.sqs.client(),
+            buckets=w.buckets,
+            ledger=w.ledger,
+            leases=w.leases,
+            clock=w.clock,
+            settings=w.settings,
+            tally=w.tally,
+        )
 
     # --- the invariants -----------------------------------------------------------------
 
@@ -248,7 +279,8 @@ class Cluster:
         problems += inv.agent_problems(self.w.emu, {k: (n.instance_id, n.ds) for k, n in alive.items()})
         problems += inv.dlq_problems(self.w, dlq)
         problems += inv.served_problems(self.w, {k: n.last_sent for k, n in alive.items() if n.last_sent >= 0})
-        problems += inv.pod_problems({k: (self.ceiling(n), n.ds, n.wanted) for k, n in alive.items()},
-                                     short_ok=short_ok)
+        problems += inv.pod_problems(
+            {k: (self.ceiling(n), n.ds, n.wanted) for k, n in alive.items()}, short_ok=short_ok
+        )
         problems += inv.leak_problems(self.w, self.reconciler(), gc_age_s=self.gc_age_s)
         inv.assert_ok(problems)

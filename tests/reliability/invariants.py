@@ -70,9 +70,7 @@ def leak_problems(world: Any, reconciler: Reconciler, *, gc_age_s: float) -> lis
 
 def dlq_problems(world: Any, expected: Counter[str] | None = None) -> list[str]:
     """Invariant 3, DLQ side: only the expected reasons, in the expected numbers."""
-    got: Counter[str] = Counter(
-        m["MessageAttributes"]["reason"]["StringValue"] for m in world.queued(world.dlq_url)
-    )
+    got: Counter[str] = Counter(m["MessageAttributes"]["reason"]["StringValue"] for m in world.queued(world.dlq_url))
     want = expected or Counter()
     return [f"DLQ holds {dict(got)}, expected {dict(want)}"] if got != want else []
 

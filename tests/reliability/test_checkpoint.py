@@ -52,8 +52,15 @@ def snapshot(path: Path) -> bytes:
     ds.set_meta("last_seq", 42)
     # A released address and a deleted ENI IMDS may still list, and a claim waiting for IMDS.
     ds.mark_gone(4.0, 124.0, 41, released=["10.0.0.14", "10.0.0.48/28"], deleted=["eni-0000000000000000c"])
-    ds.set_parked([{"action": {"kind": "assigned", "eni_id": SECOND.eni_id, "ips": ["10.0.0.29"], "prefixes": []},
-                    "first": 4.0, "seq": 42}])
+    ds.set_parked(
+        [
+            {
+                "action": {"kind": "assigned", "eni_id": SECOND.eni_id, "ips": ["10.0.0.29"], "prefixes": []},
+                "first": 4.0,
+                "seq": 42,
+            }
+        ]
+    )
     _GOOD.append(path.read_bytes())
     return _GOOD[0]
 
@@ -107,17 +114,17 @@ def _mutate(obj: Any, path: list[Any], value: Any) -> Any:
         return {**obj, key: _mutate(obj[key], rest, value)}
     if isinstance(obj, list) and obj:
         i = head % len(obj)
-        return [*obj[:i], _mutate(obj[i], rest, value), *obj[i + 1:]]
+        return [*obj[:i], _mutate(obj[i], rest, value), *obj[i + 1 :]]
     return value
 
 
 json_leaf = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
-json_value = st.recursive(json_leaf, lambda k: st.lists(k, max_size=3) | st.dictionaries(st.text(max_size=8), k,
-                                                                                            max_size=3), max_leaves=8)
+json_value = st.recursive(
+    json_leaf, lambda k: st.lists(k, max_size=3) | st.dictionaries(st.text(max_size=8), k, max_size=3), max_leaves=8
+)
 
 
-@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(path=st.lists(st.integers(0, 50), min_size=1, max_size=6), value=json_value)
 def test_mutated_snapshots_restore_consistently_or_fail_clearly(tmp_path: Path, path: list[int], value: Any) -> None:
     good = json.loads(snapshot(tmp_path / "m.json"))
@@ -154,13 +161,23 @@ def test_agent_rebuilds_from_a_damaged_checkpoint_with_a_clear_error_and_hands_o
     iid = "i-0123456789abcdef0"
     ips = [f"10.0.0.{i}" for i in range(11, 16)]
     with mock_aws(), FakeImdsServer() as imds:
-        imds.instances[iid] = FakeInstance(iid, "m5.large", "us-east-1a", [
-            FakeEni(PRIMARY.eni_id, PRIMARY.mac, 0, PRIMARY.primary_ip, "subnet-a", "10.0.0.0/24", ips=ips)])
+        imds.instances[iid] = FakeInstance(
+            iid,
+            "m5.large",
+            "us-east-1a",
+            [FakeEni(PRIMARY.eni_id, PRIMARY.mac, 0, PRIMARY.primary_ip, "subnet-a", "10.0.0.0/24", ips=ips)],
+        )
         sqs = boto3.client("sqs", region_name="us-east-1")
-        env = {"CLUSTER_NAME": "demo", "WARMPOOL_REPORTS_QUEUE_URL": sqs.create_queue(QueueName="r")["QueueUrl"],
-               "WARMPOOL_STATE_DIR": str(state), "WARMPOOL_SOCKET": str(tmp_path / "a.sock"),
-               "WARMPOOL_METRICS_ADDR": "127.0.0.1:0", "WARMPOOL_MANAGE_HOST_NETWORK": "false",
-               "WARMPOOL_POD_NETWORK": "recorded", "WARMPOOL_ADD_WAIT_S": "0"}
+        env = {
+            "CLUSTER_NAME": "demo",
+            "WARMPOOL_REPORTS_QUEUE_URL": sqs.create_queue(QueueName="r")["QueueUrl"],
+            "WARMPOOL_STATE_DIR": str(state),
+            "WARMPOOL_SOCKET": str(tmp_path / "a.sock"),
+            "WARMPOOL_METRICS_ADDR": "127.0.0.1:0",
+            "WARMPOOL_MANAGE_HOST_NETWORK": "false",
+            "WARMPOOL_POD_NETWORK": "recorded",
+            "WARMPOOL_ADD_WAIT_S": "0",
+        }
         agent = Agent(load(env), sqs, ImdsClient(imds.url_for(iid)), poll_wait_s=1, serve_http=False, clock=RealClock())
         try:
             with caplog.at_level(logging.INFO, logger="warmpool.agent"):
@@ -172,8 +189,9 @@ def test_agent_rebuilds_from_a_damaged_checkpoint_with_a_clear_error_and_hands_o
             assert json.loads((state / "checkpoint.json").read_bytes())["version"] == 2, "a rebuilt checkpoint"
             # every attached address may belong to a pod the old checkpoint knew: none is handed out
             assert sorted(h.ip for h in agent.ds.recovered_holders()) == ips
-            reply = agent.cni.handle({"command": "ADD", "container_id": "new", "ifname": "eth0", "netns": "/x",
-                                      "config": {}})
+            reply = agent.cni.handle(
+                {"command": "ADD", "container_id": "new", "ifname": "eth0", "netns": "/x", "config": {}}
+            )
             assert reply["ok"] is False and reply["code"] == 11, reply
             assert agent.counters["checkpoint_rebuilds_damaged"] == 1
             assert agent.counters["recovered_holders"] == len(ips)

@@ -139,10 +139,18 @@ def _assert_pool_within_ec2(c: Cluster, node: str) -> None:
     may give the node the same addresses again on a new ENI; set up on the deleted one,
     a pod's traffic would leave through an interface that is gone."""
     n = c.nodes[node]
-    on_node = {(e.id, ip) for e in c.w.emu.enis.values()
-               if e.attachment is not None and e.attachment.instance_id == n.instance_id for ip in e.secondary}
-    extra = [(e.info.eni_id, ip) for e in n.ds.enis() for ip, a in e.addrs.items()
-             if (e.info.eni_id, ip) not in on_node and a.quarantined_at is None]
+    on_node = {
+        (e.id, ip)
+        for e in c.w.emu.enis.values()
+        if e.attachment is not None and e.attachment.instance_id == n.instance_id
+        for ip in e.secondary
+    }
+    extra = [
+        (e.info.eni_id, ip)
+        for e in n.ds.enis()
+        for ip, a in e.addrs.items()
+        if (e.info.eni_id, ip) not in on_node and a.quarantined_at is None
+    ]
     assert not extra, f"{node}'s pool holds addresses EC2 took from the node: {extra[:5]}"
 
 
@@ -164,6 +172,7 @@ def test_agent_restarted_while_imds_still_lists_what_ec2_took(pool: str, request
     n0.imds.frozen = n0.imds.live()  # IMDS lags from here on
     c.faults.inject("imds-slow")
     c.scale("n0", 2)
+
     def took() -> int:
         return n0.ctl.stats["addresses_released"] + n0.ctl.stats["enis_deleted"]
 

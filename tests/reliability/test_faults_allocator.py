@@ -271,8 +271,9 @@ class StaleInventory:
             self.done += 1
             eni = self.emu.enis[kw["NetworkInterfaceId"]]
             room = 10 - 1 - len(eni.secondary)  # m5.large: 10 addresses per ENI
-            self.emu.client().assign_private_ip_addresses(NetworkInterfaceId=eni.id,
-                                                          SecondaryPrivateIpAddressCount=room)
+            self.emu.client().assign_private_ip_addresses(
+                NetworkInterfaceId=eni.id, SecondaryPrivateIpAddressCount=room
+            )
         return self.inner.assign_private_ip_addresses(**kw)
 
 

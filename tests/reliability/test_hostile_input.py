@@ -49,15 +49,36 @@ def test_every_kind_of_hostile_report_is_rejected_counted_and_costs_no_ec2_call(
         "oversized": "x" * (MAX_MESSAGE_BYTES + 1),
         "unknown-schema": json.dumps({**r, "schema": "warmpool.report/v2"}),
         "foreign-cluster": json.dumps({**r, "cluster": "prod"}),
-        "instance-not-found": json.dumps({**r, "instance_id": "i-0badbadbadbadbad0", "node": "ghost",
-                                          "identity": w.signed("i-0badbadbadbadbad0", r["instance_type"])}),
-        "foreign-instance": json.dumps({**r, "instance_id": foreign, "node": "x",
-                                        "identity": w.signed(foreign, r["instance_type"])}),
+        "instance-not-found": json.dumps(
+            {
+                **r,
+                "instance_id": "i-0badbadbadbadbad0",
+                "node": "ghost",
+                "identity": w.signed("i-0badbadbadbadbad0", r["instance_type"]),
+            }
+        ),
+        "foreign-instance": json.dumps(
+            {**r, "instance_id": foreign, "node": "x", "identity": w.signed(foreign, r["instance_type"])}
+        ),
         "identity-instance-mismatch": json.dumps({**r, "instance_id": w.nodes["n2"], "node": "n2"}),
         "identity-missing": json.dumps({k: v for k, v in r.items() if k != "identity"}),
-        "foreign-eni": json.dumps({**r, "enis": [*r["enis"], {
-            "eni_id": other_eni.id, "device_index": 1, "subnet_id": other_eni.subnet_id,
-            "primary_ip": other_eni.primary_ip, "ips": [], "prefixes": [], "assigned": 0}]}),
+        "foreign-eni": json.dumps(
+            {
+                **r,
+                "enis": [
+                    *r["enis"],
+                    {
+                        "eni_id": other_eni.id,
+                        "device_index": 1,
+                        "subnet_id": other_eni.subnet_id,
+                        "primary_ip": other_eni.primary_ip,
+                        "ips": [],
+                        "prefixes": [],
+                        "assigned": 0,
+                    },
+                ],
+            }
+        ),
         "negative-target": json.dumps({**r, "targets": {**r["targets"], "warm_ip": -5}}),
         "absurd-target": json.dumps({**r, "targets": {**r["targets"], "warm_ip": 10**9}}),
         "negative-seq": json.dumps({**r, "seq": -1}),
@@ -72,9 +93,19 @@ def test_every_kind_of_hostile_report_is_rejected_counted_and_costs_no_ec2_call(
     assert _mutating(w) == 0
     reasons = _reasons(w)
     assert sum(reasons.values()) == len(hostile)
-    assert {"oversized", "unknown-schema", "foreign-cluster", "instance-not-found", "foreign-instance",
-            "foreign-eni", "invalid", "not-an-object", "not-json", "identity-instance-mismatch",
-            "identity-missing"} <= set(reasons), reasons
+    assert {
+        "oversized",
+        "unknown-schema",
+        "foreign-cluster",
+        "instance-not-found",
+        "foreign-instance",
+        "foreign-eni",
+        "invalid",
+        "not-an-object",
+        "not-json",
+        "identity-instance-mismatch",
+        "identity-missing",
+    } <= set(reasons), reasons
     assert w.tally.get("ReportsInvalid") + w.tally.get("ReportsRejected") == len(hostile)
 
 
@@ -99,12 +130,32 @@ def test_a_node_spoofing_another_node_in_sender_id_mode_is_rejected_without_a_ca
 EXAMPLES = {"allocator": 0}
 
 
-@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
-@given(field=st.sampled_from(["cluster", "node", "instance_id", "instance_type", "seq", "mode", "targets", "enis",
-                              "assigned_ips", "pending_demand", "release", "schema", "sent_at"]),
-       value=st.none() | st.integers() | st.floats() | st.text(max_size=30)
-       | st.lists(st.integers(), max_size=3) | st.dictionaries(st.text(max_size=5), st.integers(), max_size=3))
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(
+    field=st.sampled_from(
+        [
+            "cluster",
+            "node",
+            "instance_id",
+            "instance_type",
+            "seq",
+            "mode",
+            "targets",
+            "enis",
+            "assigned_ips",
+            "pending_demand",
+            "release",
+            "schema",
+            "sent_at",
+        ]
+    ),
+    value=st.none()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=30)
+    | st.lists(st.integers(), max_size=3)
+    | st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
+)
 def test_fuzzed_fields_through_the_allocator_never_crash_and_never_mutate_unless_valid(field: str, value: Any) -> None:
     EXAMPLES["allocator"] += 1
     w = World()
@@ -153,8 +204,9 @@ def test_introspection_defaults_to_loopback_and_binds_only_there() -> None:
     cfg = load({"CLUSTER_NAME": "demo", "WARMPOOL_REPORTS_QUEUE_URL": "http://q"})
     host, _ = cfg.metrics_host_port
     assert host == "127.0.0.1"
-    srv = web.HttpServer(host, 0, metrics=web.Metrics(), views={"/v1/pods": list},
-                         healthy=lambda: (True, ""), ready=lambda: (True, ""))
+    srv = web.HttpServer(
+        host, 0, metrics=web.Metrics(), views={"/v1/pods": list}, healthy=lambda: (True, ""), ready=lambda: (True, "")
+    )
     srv.serve_in_thread()
     try:
         h, port = srv.address
@@ -171,7 +223,14 @@ def test_introspection_defaults_to_loopback_and_binds_only_there() -> None:
 
 
 def test_config_view_shows_no_secrets() -> None:
-    cfg = load({"CLUSTER_NAME": "demo", "WARMPOOL_REPORTS_QUEUE_URL": "http://q",
-                "AWS_SECRET_ACCESS_KEY": "sekrit", "AWS_SESSION_TOKEN": "tok", "AWS_ACCESS_KEY_ID": "AKIAX"})
+    cfg = load(
+        {
+            "CLUSTER_NAME": "demo",
+            "WARMPOOL_REPORTS_QUEUE_URL": "http://q",
+            "AWS_SECRET_ACCESS_KEY": "sekrit",
+            "AWS_SESSION_TOKEN": "tok",
+            "AWS_ACCESS_KEY_ID": "AKIAX",
+        }
+    )
     text = json.dumps(cfg.public(), default=str)
-    assert "sekrit" not in text and "tok\"" not in text and "AKIAX" not in text
+    assert "sekrit" not in text and 'tok"' not in text and "AKIAX" not in text

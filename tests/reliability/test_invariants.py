@@ -39,8 +39,12 @@ def test_catches_a_leaked_eni() -> None:
     c = _settled()
     c.w.emu.client().create_network_interface(
         SubnetId=c.w.subnets[0],
-        TagSpecifications=[{"ResourceType": "network-interface",
-                            "Tags": [{"Key": "cluster.k8s.amazonaws.com/name", "Value": "elsewhere"}]}],
+        TagSpecifications=[
+            {
+                "ResourceType": "network-interface",
+                "Tags": [{"Key": "cluster.k8s.amazonaws.com/name", "Value": "elsewhere"}],
+            }
+        ],
     )
     c.check()  # not ours: the reconciler must leave it alone, and so does the checker
     eni = next(e for e in c.w.emu.enis.values() if e.attachment is None)
@@ -52,8 +56,11 @@ def test_catches_a_leaked_eni() -> None:
 
 def test_catches_an_unexpected_dlq_message_and_a_hungry_pod() -> None:
     c = _settled()
-    c.w.sqs.client().send_message(QueueUrl=c.w.dlq_url, MessageBody="x",
-                                  MessageAttributes={"reason": {"DataType": "String", "StringValue": "invalid"}})
+    c.w.sqs.client().send_message(
+        QueueUrl=c.w.dlq_url,
+        MessageBody="x",
+        MessageAttributes={"reason": {"DataType": "String", "StringValue": "invalid"}},
+    )
     c.nodes["n0"].wanted = 13
     with pytest.raises(AssertionError) as info:
         c.check()
@@ -62,6 +69,9 @@ def test_catches_an_unexpected_dlq_message_and_a_hungry_pod() -> None:
 
 def test_expected_dlq_reasons_pass() -> None:
     c = _settled()
-    c.w.sqs.client().send_message(QueueUrl=c.w.dlq_url, MessageBody="x",
-                                  MessageAttributes={"reason": {"DataType": "String", "StringValue": "invalid"}})
+    c.w.sqs.client().send_message(
+        QueueUrl=c.w.dlq_url,
+        MessageBody="x",
+        MessageAttributes={"reason": {"DataType": "String", "StringValue": "invalid"}},
+    )
     c.check(dlq=Counter(invalid=1))

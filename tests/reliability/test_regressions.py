@@ -113,8 +113,9 @@ class _Recorder:
         return []
 
 
-@pytest.mark.parametrize("config", [True, [1], "x", {"prevResult": 5}, {"prevResult": {"routes": [1]}},
-                                    {"prevResult": {"interfaces": 3}}])
+@pytest.mark.parametrize(
+    "config", [True, [1], "x", {"prevResult": 5}, {"prevResult": {"routes": [1]}}, {"prevResult": {"interfaces": 3}}]
+)
 def test_agent_rejects_a_bad_config_before_assigning_or_wiring(config: object) -> None:
     # Was: the address was assigned and the pod wired, then building the result
     # raised (AttributeError/TypeError): the plugin got "agent error" for a pod left half-made.
@@ -125,6 +126,7 @@ def test_agent_rejects_a_bad_config_before_assigning_or_wiring(config: object) -
     ds.add_addresses("eni-a", ["10.0.0.11"])
     pods = _Recorder()
     reply = CniService(ds, pods, clock=RealClock()).handle(  # type: ignore[arg-type]
-        {"command": "ADD", "container_id": "c", "ifname": "eth0", "netns": "/x", "config": config})
+        {"command": "ADD", "container_id": "c", "ifname": "eth0", "netns": "/x", "config": config}
+    )
     assert reply["ok"] is False and reply["code"] == 6
     assert ds.pods() == [] and pods.wired == []

@@ -35,12 +35,18 @@ def main() -> None:
             t2 = time.perf_counter()
             add.append(t1 - t0)
             rm.append(t2 - t1)
-        for name, xs in (("RunPodSandbox (sandbox + ADD)", add), ("Stop+RemovePodSandbox (DEL)", rm),
-                         ("warmpool-cni ADD as run", c.plugin_seconds("ADD")),
-                         ("warmpool-cni DEL as run", c.plugin_seconds("DEL"))):
+        for name, xs in (
+            ("RunPodSandbox (sandbox + ADD)", add),
+            ("Stop+RemovePodSandbox (DEL)", rm),
+            ("warmpool-cni ADD as run", c.plugin_seconds("ADD")),
+            ("warmpool-cni DEL as run", c.plugin_seconds("DEL")),
+        ):
             p50, p99 = percentile(xs, 50) or 0.0, percentile(xs, 99) or 0.0
-            print(f"{name:32s} n={len(xs)}  p50 {p50 * 1000:6.0f} ms  "
-                  f"p99 {p99 * 1000:6.0f} ms  max {max(xs) * 1000:6.0f} ms", file=out)
+            print(
+                f"{name:32s} n={len(xs)}  p50 {p50 * 1000:6.0f} ms  "
+                f"p99 {p99 * 1000:6.0f} ms  max {max(xs) * 1000:6.0f} ms",
+                file=out,
+            )
 
 
 if __name__ == "__main__":

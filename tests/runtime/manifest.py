@@ -76,15 +76,24 @@ def load(path: Path = DAEMONSET, container: str = "agent") -> Privileges:
     caps = sc.get("capabilities") or {}
     drop = [str(x).upper() for x in caps.get("drop") or []]
     if drop != ["ALL"]:
-        raise ValueError(f"{path}: the {container} container drops {drop}, not ALL: the launcher reproduces "
-                         "only drop: [ALL] (anything else would need the runtime's default set)")
+        raise ValueError(
+            f"{path}: the {container} container drops {drop}, not ALL: the launcher reproduces "
+            "only drop: [ALL] (anything else would need the runtime's default set)"
+        )
     volumes = {v["name"]: v for v in spec.get("volumes") or []}
     mounts = []
     for m in c.get("volumeMounts") or []:
         v = volumes[m["name"]]
         kind = next(k for k in ("hostPath", "emptyDir", "configMap") if k in v)
-        mounts.append(Mount(m["name"], m["mountPath"], bool(m.get("readOnly", False)), kind,
-                            str(v["hostPath"]["path"]) if kind == "hostPath" else ""))
+        mounts.append(
+            Mount(
+                m["name"],
+                m["mountPath"],
+                bool(m.get("readOnly", False)),
+                kind,
+                str(v["hostPath"]["path"]) if kind == "hostPath" else "",
+            )
+        )
     env = {str(e["name"]): str(e["value"]) for e in c.get("env") or [] if "value" in e}
     return Privileges(
         caps=sorted(str(x).lower().removeprefix("cap_") for x in caps.get("add") or []),
@@ -131,7 +140,8 @@ def host_view(priv: Privileges, container_path: str, base: Path) -> Path:
     best: Mount | None = None
     for m in priv.mounts:
         if (container_path == m.path or container_path.startswith(m.path.rstrip("/") + "/")) and (
-                best is None or len(m.path) > len(best.path)):
+            best is None or len(m.path) > len(best.path)
+        ):
             best = m
     if best is None:
         raise ValueError(f"{container_path} is on the agent's read-only root, in no volume")
@@ -154,8 +164,15 @@ def command(priv: Privileges, argv: list[str], base: Path) -> list[str]:
     if priv.read_only_root:
         steps.append("mount -o remount,bind,ro /")
     caps = ",".join(["-all", *(f"+{c}" for c in priv.caps)])
-    setpriv = ["setpriv", f"--reuid={priv.run_as_user}", f"--regid={priv.run_as_user}", "--clear-groups",
-               f"--bounding-set={caps}", "--inh-caps=-all", "--ambient-caps=-all"]
+    setpriv = [
+        "setpriv",
+        f"--reuid={priv.run_as_user}",
+        f"--regid={priv.run_as_user}",
+        "--clear-groups",
+        f"--bounding-set={caps}",
+        "--inh-caps=-all",
+        "--ambient-caps=-all",
+    ]
     if priv.no_new_privs:
         setpriv.append("--no-new-privs")
     steps.append("exec " + shlex.join([*setpriv, "--", *argv]))
@@ -164,13 +181,40 @@ def command(priv: Privileges, argv: list[str], base: Path) -> list[str]:
 
 def cap_mask(names: list[str]) -> int:
     """The kernel's bit mask for capability names (``/proc/PID/status`` CapEff)."""
-    bits = {"chown": 0, "dac_override": 1, "dac_read_search": 2, "fowner": 3, "fsetid": 4, "kill": 5,
-            "setgid": 6, "setuid": 7, "setpcap": 8, "linux_immutable": 9, "net_bind_service": 10,
-            "net_broadcast": 11, "net_admin": 12, "net_raw": 13, "ipc_lock": 14, "ipc_owner": 15,
-            "sys_module": 16, "sys_rawio": 17, "sys_chroot": 18, "sys_ptrace": 19, "sys_pacct": 20,
-            "sys_admin": 21, "sys_boot": 22, "sys_nice": 23, "sys_resource": 24, "sys_time": 25,
-            "sys_tty_config": 26, "mknod": 27, "lease": 28, "audit_write": 29, "audit_control": 30,
-            "setfcap": 31}
+    bits = {
+        "chown": 0,
+        "dac_override": 1,
+        "dac_read_search": 2,
+        "fowner": 3,
+        "fsetid": 4,
+        "kill": 5,
+        "setgid": 6,
+        "setuid": 7,
+        "setpcap": 8,
+        "linux_immutable": 9,
+        "net_bind_service": 10,
+        "net_broadcast": 11,
+        "net_admin": 12,
+        "net_raw": 13,
+        "ipc_lock": 14,
+        "ipc_owner": 15,
+        "sys_module": 16,
+        "sys_rawio": 17,
+        "sys_chroot": 18,
+        "sys_ptrace": 19,
+        "sys_pacct": 20,
+        "sys_admin": 21,
+        "sys_boot": 22,
+        "sys_nice": 23,
+        "sys_resource": 24,
+        "sys_time": 25,
+        "sys_tty_config": 26,
+        "mknod": 27,
+        "lease": 28,
+        "audit_write": 29,
+        "audit_control": 30,
+        "setfcap": 31,
+    }
     out = 0
     for n in names:
         out |= 1 << bits[n]

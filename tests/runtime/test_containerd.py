@@ -36,8 +36,9 @@ def _wait(pred: Any, timeout_s: float, what: str) -> None:
 
 def _in_pod(pod: PodSandbox, *args: str) -> str:
     """``ip ARGS`` inside the pod's network namespace (the netns CRI pinned)."""
-    r = subprocess.run(["nsenter", f"--net={pod.netns}", "ip", *args], capture_output=True, text=True,
-                       check=True, timeout=10)
+    r = subprocess.run(
+        ["nsenter", f"--net={pod.netns}", "ip", *args], capture_output=True, text=True, check=True, timeout=10
+    )
     return r.stdout
 
 
@@ -106,15 +107,32 @@ def test_agent_runs_with_exactly_the_manifests_privileges(cluster: Cluster) -> N
 def test_setns_needs_exactly_sys_admin_beyond_the_old_grant(cluster: Cluster) -> None:
     """Measured: with NET_ADMIN + NET_RAW only (the manifest before this tier), entering a pod's
     pinned namespace fails with EPERM; with the manifest's set it works."""
-    probe = ("import ctypes,os,sys;l=ctypes.CDLL(None,use_errno=True);fd=os.open(sys.argv[1],os.O_RDONLY);"
-             "r=l.setns(fd,0x40000000);print('ok' if r==0 else os.strerror(ctypes.get_errno()))")
+    probe = (
+        "import ctypes,os,sys;l=ctypes.CDLL(None,use_errno=True);fd=os.open(sys.argv[1],os.O_RDONLY);"
+        "r=l.setns(fd,0x40000000);print('ok' if r==0 else os.strerror(ctypes.get_errno()))"
+    )
     pin = "/var/run/netns/wprt-probe"
     subprocess.run(["ip", "netns", "add", "wprt-probe"], check=True)
     try:
+
         def under(caps: list[str]) -> str:
             bound = ",".join(["-all", *(f"+{c}" for c in caps)])
-            r = subprocess.run(["setpriv", f"--bounding-set={bound}", "--inh-caps=-all", "--no-new-privs",
-                                "python3", "-S", "-c", probe, pin], capture_output=True, text=True, timeout=30)
+            r = subprocess.run(
+                [
+                    "setpriv",
+                    f"--bounding-set={bound}",
+                    "--inh-caps=-all",
+                    "--no-new-privs",
+                    "python3",
+                    "-S",
+                    "-c",
+                    probe,
+                    pin,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             return (r.stdout + r.stderr).strip()
 
         assert under(["net_admin", "net_raw"]) == "Operation not permitted"
@@ -173,29 +191,43 @@ def test_chained_portmap_maps_the_port_and_removes_it_on_del(clean_pods: Cluster
     c = clean_pods
     _use_conf(c, portmap=True)
     pod = _run(c, "portmap-1", ports=(PortMapping(container_port=8080, host_port=18080),))
+
     # portmap learns the pod's address only from warmpool-cni's result (its prevResult).
     def nat() -> str:
-        return subprocess.run(["nsenter", f"--net=/var/run/netns/{c.node.ns}", "iptables", "-t", "nat", "-S"],
-                              capture_output=True, text=True, check=True).stdout
+        return subprocess.run(
+            ["nsenter", f"--net=/var/run/netns/{c.node.ns}", "iptables", "-t", "nat", "-S"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
 
     rules = [r for r in nat().splitlines() if f"--to-destination {pod.ip}:8080" in r]
     assert rules and "--dport 18080" in rules[0], nat()
     # And it carries traffic: the node's own address, port 18080, reaches a listener in the pod.
-    server = subprocess.Popen(["nsenter", f"--net={pod.netns}", "busybox", "nc", "-l", "-p", "8080"],
-                              stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        ["nsenter", f"--net={pod.netns}", "busybox", "nc", "-l", "-p", "8080"], stdout=subprocess.PIPE, text=True
+    )
     try:
         node_ip = json.loads(c.ip("-j", "-4", "addr", "show", "dev", "eth0"))[0]["addr_info"][0]["local"]
 
         def listening() -> bool:
-            tcp = subprocess.run(["nsenter", f"--net={pod.netns}", "cat", "/proc/net/tcp", "/proc/net/tcp6"],
-                                 capture_output=True, text=True, check=True).stdout.splitlines()
+            tcp = subprocess.run(
+                ["nsenter", f"--net={pod.netns}", "cat", "/proc/net/tcp", "/proc/net/tcp6"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.splitlines()
             tcp = [line for line in tcp if not line.lstrip().startswith("sl")]
             return any(f.split()[1].endswith(":1F90") and f.split()[3] == "0A" for f in tcp)
 
         _wait(listening, 10, "the pod's listener on 8080")
-        r = subprocess.run(["nsenter", f"--net=/var/run/netns/{c.node.ns}", "busybox", "nc", "-w", "2",
-                            node_ip, "18080"], input="hello through portmap\n", capture_output=True,
-                           text=True, timeout=10)
+        r = subprocess.run(
+            ["nsenter", f"--net=/var/run/netns/{c.node.ns}", "busybox", "nc", "-w", "2", node_ip, "18080"],
+            input="hello through portmap\n",
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         out, _ = server.communicate(timeout=10)
         assert out == "hello through portmap\n", (r.returncode, r.stderr)
     finally:
@@ -270,18 +302,43 @@ def test_kill_9_while_pods_run_keeps_their_addresses_and_check_passes(clean_pods
 
 def _plugin(c: Cluster, command: str, pod: PodSandbox, stdin: dict[str, Any]) -> tuple[int, str]:
     """The plugin as a runtime runs it (libcni: CNI_* environment, config on stdin, the node's netns)."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CNI_COMMAND": command, "CNI_CONTAINERID": pod.id,
-           "CNI_NETNS": pod.netns, "CNI_IFNAME": "eth0", "CNI_PATH": str(c.rt.containerd.cni_bin)}
-    r = subprocess.run(["nsenter", f"--net=/var/run/netns/{c.node.ns}", str(c.rt.containerd.cni_bin / "warmpool-cni")],
-                       input=json.dumps(stdin), env=env, capture_output=True, text=True, timeout=60)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "CNI_COMMAND": command,
+        "CNI_CONTAINERID": pod.id,
+        "CNI_NETNS": pod.netns,
+        "CNI_IFNAME": "eth0",
+        "CNI_PATH": str(c.rt.containerd.cni_bin),
+    }
+    r = subprocess.run(
+        ["nsenter", f"--net=/var/run/netns/{c.node.ns}", str(c.rt.containerd.cni_bin / "warmpool-cni")],
+        input=json.dumps(stdin),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return r.returncode, r.stdout + r.stderr
 
 
 # ----------------------------------------------------------------- ctr run --cni (not the kubelet's path)
 
-CTR_DEFAULT_CAPS = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
-                    "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
-                    "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE"]
+CTR_DEFAULT_CAPS = [
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FSETID",
+    "CAP_FOWNER",
+    "CAP_MKNOD",
+    "CAP_NET_RAW",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETFCAP",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_KILL",
+    "CAP_AUDIT_WRITE",
+]
 """containerd's default capability set for a container (what ``ctr run`` gives one)."""
 
 
@@ -292,8 +349,10 @@ def ctr_cni(clean_pods: Cluster) -> Any:
     c = clean_pods
     made: list[Path] = []
     conf_path = Path("/etc/cni/net.d/00-warmpool-runtime-test.conflist")
-    links = {Path("/opt/cni/bin/warmpool-cni"): c.rt.containerd.cni_bin / "warmpool-cni",
-             Path("/opt/cni/bin/loopback"): c.rt.containerd.cni_bin / "loopback"}
+    links = {
+        Path("/opt/cni/bin/warmpool-cni"): c.rt.containerd.cni_bin / "warmpool-cni",
+        Path("/opt/cni/bin/loopback"): c.rt.containerd.cni_bin / "loopback",
+    }
     if any(p.exists() or p.is_symlink() for p in [conf_path, *links]):
         pytest.skip("this machine already has a CNI set-up in /etc/cni/net.d or /opt/cni/bin")
     for d in (conf_path.parent, Path("/opt/cni/bin")):
@@ -325,12 +384,26 @@ def _ctr_run(c: Cluster, cid: str, drop: list[str]) -> subprocess.CompletedProce
     """``ctr run --rm --cni``; runc's state and the FIFOs under the test's directory. A failed run
     leaves its container behind (ctr does not clean up after a failed network set-up): removed here."""
     base = c.rt.containerd.base
-    args = ["run", "--rm", "--cni", "--env", "PATH=/bin", "--runc-root", str(base / "runc"),
-            "--fifo-dir", str(base / "fifo")]
+    args = [
+        "run",
+        "--rm",
+        "--cni",
+        "--env",
+        "PATH=/bin",
+        "--runc-root",
+        str(base / "runc"),
+        "--fifo-dir",
+        str(base / "fifo"),
+    ]
     for cap in drop:
         args += ["--cap-drop", cap]
-    args += [c.rt.containerd.image_ref, cid, "sh", "-c",
-             "ip -4 -o addr show dev eth0; ip -4 route show default; ip neigh show dev eth0"]
+    args += [
+        c.rt.containerd.image_ref,
+        cid,
+        "sh",
+        "-c",
+        "ip -4 -o addr show dev eth0; ip -4 route show default; ip neigh show dev eth0",
+    ]
     r = c.rt.containerd.ctr(*args, check=False, timeout=120)
     if r.returncode != 0:
         c.rt.containerd.ctr("task", "delete", "-f", cid, check=False)

@@ -73,8 +73,12 @@ def _no_damping(w: Any) -> None:
 def test_every_hostile_kind_is_drawn() -> None:
     kinds = {e.kind for s in range(300) for e in draw(s).events}
     assert set(HOSTILE_KINDS) <= kinds
-    hows = {(e.kind, e.args["identity"]) for s in range(300) for e in draw(s).events
-            if e.kind in ("forged-release", "seq-poison")}
+    hows = {
+        (e.kind, e.args["identity"])
+        for s in range(300)
+        for e in draw(s).events
+        if e.kind in ("forged-release", "seq-poison")
+    }
     assert {("forged-release", h) for h in ("own", "none", "bad-signature")} <= hows
 
 
@@ -159,6 +163,7 @@ def test_without_the_pod_ceiling_the_churner_starves_seed_94() -> None:
 
 def _never_resyncs(w: Any) -> None:
     """A broken agent: never reconciles with IMDS, so it learns addresses only from results."""
+
     def change(a: Any) -> None:
         if getattr(a, "ctl", None) is not None:
             a.ctl.resync = lambda now: []

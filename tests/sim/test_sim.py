@@ -49,8 +49,9 @@ def _keep_of(replay: str) -> list[int] | None:
     return [] if k == "none" else [int(x) for x in k.split(",")]
 
 
-def _first_failure(seeds: range, mutate: Callable[[Any], None], without: frozenset[str] = QUIET,
-                   want: str | None = None) -> tuple[int, SeedResult]:
+def _first_failure(
+    seeds: range, mutate: Callable[[Any], None], without: frozenset[str] = QUIET, want: str | None = None
+) -> tuple[int, SeedResult]:
     for s in seeds:
         r = run_seed(s, mutate=mutate, without=without, shrink=False)
         if r.violations and (want is None or r.violations[0]["invariant"] == want):
@@ -68,7 +69,8 @@ def test_ci_seeds_have_no_violation() -> None:
     results = runner.run_many(CI_SEEDS, jobs=2, shrink=False)
     bad = [v for r in results for v in r.violations]
     assert not bad, f"{len(bad)} seeds broke an invariant, e.g. " + "; ".join(
-        f"{v['invariant']}: {v['detail'][:120]} ({v['replay']})" for v in bad[:5])
+        f"{v['invariant']}: {v['detail'][:120]} ({v['replay']})" for v in bad[:5]
+    )
 
 
 def test_pods_alone_never_break_an_invariant() -> None:
@@ -152,8 +154,9 @@ class _UnassignsHeld:
         out = self.inner.assign_private_ip_addresses(**kw)
         eni = self.w.emu.enis.get(kw["NetworkInterfaceId"])
         if eni is not None and len(eni.secondary) > 1:
-            self.inner.unassign_private_ip_addresses(NetworkInterfaceId=eni.id,
-                                                     PrivateIpAddresses=[sorted(eni.secondary)[0]])
+            self.inner.unassign_private_ip_addresses(
+                NetworkInterfaceId=eni.id, PrivateIpAddresses=[sorted(eni.secondary)[0]]
+            )
         return out
 
 
@@ -245,12 +248,16 @@ def test_an_agent_that_stops_reporting_is_caught() -> None:
 
 
 def _hostile_host_seeds(n: int) -> list[int]:
-    return [s for s in range(0, 400)
-            if any(e.kind == "cni-hostile" and e.args["variant"] != "oversized" for e in draw(s).events)][:n]
+    return [
+        s
+        for s in range(0, 400)
+        if any(e.kind == "cni-hostile" and e.args["variant"] != "oversized" for e in draw(s).events)
+    ][:n]
 
 
 def _on_every_agent(w: Any, change: Callable[[Any], None]) -> None:
     """Apply ``change`` to every agent, after each of its (re)starts, and to nodes that join later."""
+
     def wrap(a: Any) -> None:
         boot = a.boot
 
@@ -275,6 +282,7 @@ def _on_every_agent(w: Any, change: Callable[[Any], None]) -> None:
 
 def _no_netns_check(w: Any) -> None:
     """A broken CNI service: the pod network's namespace check is never asked."""
+
     def change(a: Any) -> None:
         a.pods.check_netns = lambda netns: None
 
@@ -291,6 +299,7 @@ def test_a_cni_service_that_skips_the_netns_check_is_caught() -> None:
 
 def _gc_keeps_everything(w: Any) -> None:
     """A broken GC: nothing is ever old enough to be collected."""
+
     def change(a: Any) -> None:
         a.cni.gc_min_age_s = 1e9
 
@@ -298,8 +307,11 @@ def _gc_keeps_everything(w: Any) -> None:
 
 
 def test_a_gc_that_keeps_unlisted_attachments_is_caught() -> None:
-    seeds = [s for s in range(0, 400) if any(e.kind == "cni-gc" for e in draw(s).events)
-             and any(e.kind == "cni-interrupted" for e in draw(s).events)][:6]
+    seeds = [
+        s
+        for s in range(0, 400)
+        if any(e.kind == "cni-gc" for e in draw(s).events) and any(e.kind == "cni-interrupted" for e in draw(s).events)
+    ][:6]
     hits = [v["invariant"] for s in seeds for v in run_seed(s, mutate=_gc_keeps_everything, shrink=False).violations]
     assert "cni-gc-leak" in hits, hits
 
@@ -332,22 +344,25 @@ def test_the_sim_pods_refuse_host_namespaces_as_the_agent_does() -> None:
 
 def test_the_agent_refuses_a_host_namespace_before_taking_an_address() -> None:
     ds = Datastore(cooldown_s=30, pending_ttl_s=120, checkpoint=MemoryCheckpoint())
-    ds.reconcile([(EniInfo("eni-1", 0, "02:00:00:00:00:01", "10.0.0.4", "subnet-1", "10.0.0.0/23"),
-                   ["10.0.0.5"], [])], 0.0)
+    ds.reconcile(
+        [(EniInfo("eni-1", 0, "02:00:00:00:00:01", "10.0.0.4", "subnet-1", "10.0.0.0/23"), ["10.0.0.5"], [])], 0.0
+    )
     svc = CniService(ds, SimPods(Any, "n0"), clock=VirtualClock(0.0))  # type: ignore[arg-type]
     conf = {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool"}
     for netns, ifname in (("/proc/1/ns/net", "eth0"), ("/proc/self/ns/net", "ens5")):
         out = svc.handle({"command": "ADD", "container_id": "h", "ifname": ifname, "netns": netns, "config": conf})
         assert out["ok"] is False and out["code"] == 4 and "CNI_NETNS" in out["msg"], out
         assert ds.lookup("h", ifname) is None
-    out = svc.handle({"command": "ADD", "container_id": "p", "ifname": "eth0", "netns": "/var/run/netns/p",
-                      "config": conf})
+    out = svc.handle(
+        {"command": "ADD", "container_id": "p", "ifname": "eth0", "netns": "/var/run/netns/p", "config": conf}
+    )
     assert out["ok"], out
 
 
 def test_invocation_ids_come_from_the_seed() -> None:
     """The allocator's invocation ids (lease owners, named in ``lease`` violations) derive from
     the seed, not a random request id: two runs of a seed name the same invocations."""
+
     def ids_of(seed: int) -> list[str]:
         seen: list[str] = []
 
@@ -395,13 +410,20 @@ def test_a_seed_replays_exactly_in_another_process() -> None:
     import subprocess
     import sys
 
-    code = ("import logging; logging.disable(logging.WARNING)\n"
-            "from sim.dst.runner import run_seed\n"
-            "r = run_seed(10, shrink=False)\n"
-            "print(r.loop_events, sorted(r.faults.items()), [v['invariant'] for v in r.violations])\n")
+    code = (
+        "import logging; logging.disable(logging.WARNING)\n"
+        "from sim.dst.runner import run_seed\n"
+        "r = run_seed(10, shrink=False)\n"
+        "print(r.loop_events, sorted(r.faults.items()), [v['invariant'] for v in r.violations])\n"
+    )
     outs = {
-        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                       env={**os.environ, "PYTHONHASHSEED": h}).stdout
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": h},
+        ).stdout
         for h in ("1", "2")
     }
     assert len(outs) == 1, outs
@@ -458,10 +480,17 @@ def test_every_mutating_call_of_the_allocator_is_lease_checked() -> None:
     eni = next(iter(w.emu.enis.values()))
     assert eni.attachment is not None
     iid = eni.attachment.instance_id
-    for kw in ({"InstanceId": iid}, {"NetworkInterfaceId": eni.id}, {"Resources": [eni.id]},
-               {"AttachmentId": eni.attachment.id},
-               {"TagSpecifications": [{"ResourceType": "network-interface",
-                                       "Tags": [{"Key": names.TAG_INSTANCE_ID, "Value": iid}]}]}):
+    for kw in (
+        {"InstanceId": iid},
+        {"NetworkInterfaceId": eni.id},
+        {"Resources": [eni.id]},
+        {"AttachmentId": eni.attachment.id},
+        {
+            "TagSpecifications": [
+                {"ResourceType": "network-interface", "Tags": [{"Key": names.TAG_INSTANCE_ID, "Value": iid}]}
+            ]
+        },
+    ):
         assert w.iid_of_call(kw) == iid, kw
 
 

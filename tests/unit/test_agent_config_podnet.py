@@ -9,8 +9,11 @@ from node_agent.config import ConfigError, load
 
 
 def base_env(**kw: str) -> dict[str, str]:
-    env = {"CLUSTER_NAME": "demo", "WARMPOOL_REPORTS_QUEUE_URL": "http://q/reports",
-           "WARMPOOL_RESULT_QUEUE_PREFIX": "warmpool-demo-result-"}
+    env = {
+        "CLUSTER_NAME": "demo",
+        "WARMPOOL_REPORTS_QUEUE_URL": "http://q/reports",
+        "WARMPOOL_RESULT_QUEUE_PREFIX": "warmpool-demo-result-",
+    }
     env.update(kw)
     return env
 

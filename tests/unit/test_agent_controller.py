@@ -87,9 +87,16 @@ def test_attached_eni_is_set_up_on_the_host_and_retried_until_the_link_shows() -
     r = one(ctl.tick(0.0))
     imds.add(SECOND, ["10.0.0.21", "10.0.0.22"])
     host.missing.add(SECOND.mac)
-    att = {"kind": "attached", "eni_id": SECOND.eni_id, "device_index": 1, "mac": SECOND.mac,
-           "subnet_id": "subnet-a", "subnet_cidr": "10.0.0.0/24", "primary_ip": SECOND.primary_ip,
-           "ips": ["10.0.0.21", "10.0.0.22"]}
+    att = {
+        "kind": "attached",
+        "eni_id": SECOND.eni_id,
+        "device_index": 1,
+        "mac": SECOND.mac,
+        "subnet_id": "subnet-a",
+        "subnet_cidr": "10.0.0.0/24",
+        "primary_ip": SECOND.primary_ip,
+        "ips": ["10.0.0.21", "10.0.0.22"],
+    }
     ctl.apply_result(result(r.seq, att), 1.0)
     assert ds.counts(1.0).total == 2
     assert ds.assign("c1", "eth0", "ns", 1.0) is None  # link not there yet
@@ -154,8 +161,11 @@ def test_warm_eni_mode_offers_whole_idle_enis_never_the_primary() -> None:
     assert all(len(o.ips) == 9 for o in r.release)
     assert ds.counts(120.0).total == 9
     ctl.apply_result(
-        result(r.seq, {"kind": "released", "eni_id": third.eni_id, "ips": r.release[1].ips},
-               {"kind": "deleted", "eni_id": third.eni_id}),
+        result(
+            r.seq,
+            {"kind": "released", "eni_id": third.eni_id, "ips": r.release[1].ips},
+            {"kind": "deleted", "eni_id": third.eni_id},
+        ),
         121.0,
     )
     assert ds.eni(third.eni_id) is None
@@ -207,9 +217,17 @@ def test_two_parked_results_for_one_eni_are_both_applied() -> None:
     ds, ctl = make(PoolConfig(warm_ip=2), imds=imds)
     r1 = one(ctl.tick(0.0))
     first = ["10.0.0.21", "10.0.0.22", "10.0.0.23"]
-    attached = {"kind": "attached", "eni_id": SECOND.eni_id, "device_index": 1, "network_card": 0,
-                "mac": SECOND.mac, "subnet_id": "subnet-a", "subnet_cidr": "10.0.0.0/24",
-                "primary_ip": SECOND.primary_ip, "ips": first}
+    attached = {
+        "kind": "attached",
+        "eni_id": SECOND.eni_id,
+        "device_index": 1,
+        "network_card": 0,
+        "mac": SECOND.mac,
+        "subnet_id": "subnet-a",
+        "subnet_cidr": "10.0.0.0/24",
+        "primary_ip": SECOND.primary_ip,
+        "ips": first,
+    }
     ctl.apply_result(result(r1.seq, attached), 1.0)
     assert ds.counts(1.0).total == 0  # not visible yet: parked
     ctl.apply_result(result(r1.seq, {"kind": "assigned", "eni_id": SECOND.eni_id, "ips": ["10.0.0.24"]}), 2.5)

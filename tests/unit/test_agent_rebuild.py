@@ -180,8 +180,7 @@ def test_keep_aside_keeps_the_newest_few_and_leaves_the_file_in_place(tmp_path: 
     path.write_bytes(b"bad again")
     assert cp.keep_aside(1004.0, keep=3).endswith(".corrupt-1004-1")  # same second
     kept = sorted(p.name for p in tmp_path.iterdir() if ".corrupt-" in p.name)
-    assert kept == ["checkpoint.json.corrupt-1003", "checkpoint.json.corrupt-1004",
-                    "checkpoint.json.corrupt-1004-1"]
+    assert kept == ["checkpoint.json.corrupt-1003", "checkpoint.json.corrupt-1004", "checkpoint.json.corrupt-1004-1"]
 
 
 # --- the CNI service -------------------------------------------------------------------------
@@ -239,8 +238,11 @@ def test_cni_del_check_and_add_find_recovered_pods_by_veth_name() -> None:
 
 
 host_ops = st.lists(
-    st.tuples(st.sampled_from(["ADD", "DEL", "CHECK", "LOSE"]), st.sampled_from(["p0", "p1", "p2", "p3", "p4"]),
-              st.sampled_from(["eth0", "net1"])),
+    st.tuples(
+        st.sampled_from(["ADD", "DEL", "CHECK", "LOSE"]),
+        st.sampled_from(["p0", "p1", "p2", "p3", "p4"]),
+        st.sampled_from(["eth0", "net1"]),
+    ),
     max_size=40,
 )
 

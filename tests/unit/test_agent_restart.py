@@ -79,8 +79,11 @@ def test_restart_after_deleted_while_imds_lags_never_readds_the_eni() -> None:
     assert ds.eni(SECOND.eni_id) is not None
     r = one(ctl.tick(0.0))
     ctl.apply_result(
-        result(r.seq, {"kind": "released", "eni_id": SECOND.eni_id, "ips": ["10.0.0.21"]},
-               {"kind": "deleted", "eni_id": SECOND.eni_id}),
+        result(
+            r.seq,
+            {"kind": "released", "eni_id": SECOND.eni_id, "ips": ["10.0.0.21"]},
+            {"kind": "deleted", "eni_id": SECOND.eni_id},
+        ),
         1.0,
     )
     assert ds.eni(SECOND.eni_id) is None
@@ -126,16 +129,27 @@ def test_a_checkpoint_written_by_todays_agents_still_loads() -> None:
         "meta": {"last_seq": 1_700_000_000_000},
         "enis": [
             {
-                "info": {"eni_id": PRIMARY.eni_id, "device_index": 0, "mac": PRIMARY.mac,
-                         "primary_ip": PRIMARY.primary_ip, "subnet_id": "subnet-a",
-                         "subnet_cidr": "10.0.0.0/24", "network_card": 0},
+                "info": {
+                    "eni_id": PRIMARY.eni_id,
+                    "device_index": 0,
+                    "mac": PRIMARY.mac,
+                    "primary_ip": PRIMARY.primary_ip,
+                    "subnet_id": "subnet-a",
+                    "subnet_cidr": "10.0.0.0/24",
+                    "network_card": 0,
+                },
                 "added_at": 1.0,
                 "ready": True,
                 "ips": ["10.0.0.11", "10.0.0.12", "10.0.0.13"],
                 "prefixes": [],
                 "addrs": [
-                    {"ip": "10.0.0.11", "container_id": "c1", "ifname": "eth0", "netns": "/run/netns/c1",
-                     "assigned_at": 2.0},
+                    {
+                        "ip": "10.0.0.11",
+                        "container_id": "c1",
+                        "ifname": "eth0",
+                        "netns": "/run/netns/c1",
+                        "assigned_at": 2.0,
+                    },
                     {"ip": "10.0.0.13", "quarantined_at": 3.0},
                 ],
             }
@@ -266,14 +280,31 @@ def test_a_stale_attached_result_redelivered_after_deleted_never_readds_the_eni(
     ds, ctl = boot(cp, imds, 0.0)
     r1 = one(ctl.tick(1.0))
     imds.add(SECOND, ["10.0.0.21"])
-    stale = result(r1.seq, {"kind": "attached", "eni_id": SECOND.eni_id, "device_index": 1, "network_card": 0,
-                            "mac": SECOND.mac, "subnet_id": "subnet-a", "subnet_cidr": "10.0.0.0/24",
-                            "primary_ip": SECOND.primary_ip, "ips": ["10.0.0.21"]})
+    stale = result(
+        r1.seq,
+        {
+            "kind": "attached",
+            "eni_id": SECOND.eni_id,
+            "device_index": 1,
+            "network_card": 0,
+            "mac": SECOND.mac,
+            "subnet_id": "subnet-a",
+            "subnet_cidr": "10.0.0.0/24",
+            "primary_ip": SECOND.primary_ip,
+            "ips": ["10.0.0.21"],
+        },
+    )
     ctl.apply_result(stale, 2.0)
     assert ds.eni(SECOND.eni_id) is not None
     r2 = one(ctl.tick(3.0))
-    ctl.apply_result(result(r2.seq, {"kind": "released", "eni_id": SECOND.eni_id, "ips": ["10.0.0.21"]},
-                            {"kind": "deleted", "eni_id": SECOND.eni_id}), 4.0)
+    ctl.apply_result(
+        result(
+            r2.seq,
+            {"kind": "released", "eni_id": SECOND.eni_id, "ips": ["10.0.0.21"]},
+            {"kind": "deleted", "eni_id": SECOND.eni_id},
+        ),
+        4.0,
+    )
     ctl.apply_result(stale, 5.0)  # IMDS still shows the ENI
     assert ds.eni(SECOND.eni_id) is None
     assert ds.assign("pod-a", "eth0", "ns", 6.0) is None
@@ -317,10 +348,23 @@ def test_a_new_eni_in_the_slot_of_one_whose_deletion_was_lost_replaces_it() -> N
     del imds.enis[SECOND.eni_id]
     third = EniInfo("eni-00000003", 1, "0a:00:00:00:00:03", "10.0.0.30", "subnet-a", "10.0.0.0/24")
     imds.add(third, ["10.0.0.31"])
-    ctl.apply_result(result(r.seq, {"kind": "attached", "eni_id": third.eni_id, "device_index": 1,
-                                    "network_card": 0, "mac": third.mac, "subnet_id": "subnet-a",
-                                    "subnet_cidr": "10.0.0.0/24", "primary_ip": third.primary_ip,
-                                    "ips": ["10.0.0.31"]}), 1.0)
+    ctl.apply_result(
+        result(
+            r.seq,
+            {
+                "kind": "attached",
+                "eni_id": third.eni_id,
+                "device_index": 1,
+                "network_card": 0,
+                "mac": third.mac,
+                "subnet_id": "subnet-a",
+                "subnet_cidr": "10.0.0.0/24",
+                "primary_ip": third.primary_ip,
+                "ips": ["10.0.0.31"],
+            },
+        ),
+        1.0,
+    )
     assert ds.eni(SECOND.eni_id) is None and ds.eni(third.eni_id) is not None
     report = one(ctl.tick(70.0))  # valid: one ENI per device slot
     assert sorted(e.eni_id for e in report.enis) == [PRIMARY.eni_id, third.eni_id]

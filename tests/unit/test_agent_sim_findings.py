@@ -249,8 +249,14 @@ def test_take_back_waits_out_an_imds_lag_up_to_the_bound_with_the_default_timeou
     imds = FakeImds()
     listed(imds, "10.0.0.11", X)
     ds = Datastore(cooldown_s=TIMING.cooldown_s)
-    ctl = PoolController(ID, known("m5.large"), PoolConfig(warm_ip=1), ds,
-                         dataclasses.replace(TIMING, release_timeout_s=timeout), metadata=imds)
+    ctl = PoolController(
+        ID,
+        known("m5.large"),
+        PoolConfig(warm_ip=1),
+        ds,
+        dataclasses.replace(TIMING, release_timeout_s=timeout),
+        metadata=imds,
+    )
     ctl.start(0.0)
     ctl.tick(0.0)
     ctl.tick(1.0)

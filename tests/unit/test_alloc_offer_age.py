@@ -57,14 +57,18 @@ def test_an_undated_offer_is_never_acted_on_but_the_demand_is_served() -> None:
     w = World()
     eni = _warm(w)
     offered = list(eni.secondary)[-3:]
-    out = w.deliver([w.report("n1", warm_ip=1, pending=0, release=[{"eni_id": eni.id, "ips": offered, "quarantined_at": None}])])
+    out = w.deliver(
+        [w.report("n1", warm_ip=1, pending=0, release=[{"eni_id": eni.id, "ips": offered, "quarantined_at": None}])]
+    )
     assert [a.kind for a in out.nodes["n1"].actions] == []
     assert set(offered) <= set(w.enis("n1")[0].secondary)
     assert w.tally.as_dict().get("ReleaseOffersUndated") == 3
     # Its demand still is: pods waiting get addresses.
     w.pods["n1"] = 5
     before = w.addresses("n1")
-    out = w.deliver([w.report("n1", warm_ip=5, pending=4, release=[{"eni_id": eni.id, "ips": offered, "quarantined_at": None}])])
+    out = w.deliver(
+        [w.report("n1", warm_ip=5, pending=4, release=[{"eni_id": eni.id, "ips": offered, "quarantined_at": None}])]
+    )
     assert out.nodes["n1"].status == "served"
     assert w.addresses("n1") > before
     assert set(offered) <= set(w.enis("n1")[0].secondary)
@@ -111,7 +115,9 @@ def test_an_empty_eni_offered_too_late_is_not_deleted() -> None:
     w.pods["n1"] = 20
     q = w.clock.now()
     w.clock.advance(45)
-    report = w.report("n1", warm_ip=2, release=[{"eni_id": second.id, "ips": list(second.secondary), "quarantined_at": q}])
+    report = w.report(
+        "n1", warm_ip=2, release=[{"eni_id": second.id, "ips": list(second.secondary), "quarantined_at": q}]
+    )
     w.ec2_client = _SlowDescribe(w.ec2_client, w.clock, delay_s=20.0)
     out = w.deliver([report], alloc=w.allocator())
     assert [a.kind for a in out.nodes["n1"].actions] == []

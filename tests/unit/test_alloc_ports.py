@@ -102,7 +102,10 @@ class Records(logging.Handler):
 def test_actions_over_the_limit_are_counted_and_the_closing_deferred_kept() -> None:
     tally = Tally()
     d = Delivery(Untouchable(), _settings(), tally)  # type: ignore[arg-type]
-    actions: list[Action] = [*[_assigned(i) for i in range(MAX_ACTIONS + 6)], Deferred(retry_after_s=5, reason="tokens")]
+    actions: list[Action] = [
+        *[_assigned(i) for i in range(MAX_ACTIONS + 6)],
+        Deferred(retry_after_s=5, reason="tokens"),
+    ]
     seen = Records()
     logging.getLogger("functions.delivery").addHandler(seen)
     try:
@@ -112,17 +115,13 @@ def test_actions_over_the_limit_are_counted_and_the_closing_deferred_kept() -> N
     assert len(kept) == MAX_ACTIONS and kept[-1] == actions[-1] and kept[:-1] == actions[: MAX_ACTIONS - 1]
     assert tally.get(names.M_RESULT_ACTIONS_DROPPED) == 7
     assert any("some left out" in r.getMessage() for r in seen.records)
-    AllocationResult(
-        cluster="demo", node="n1", instance_id="i-0123456789abcdef0", in_reply_to=1, actions=kept
-    )
+    AllocationResult(cluster="demo", node="n1", instance_id="i-0123456789abcdef0", in_reply_to=1, actions=kept)
 
 
 def test_failed_and_deferred_text_is_cut_to_the_models_limits() -> None:
     f = Failed.clipped("x" * 300, "y" * 3000)
     assert (len(f.code), len(f.message)) == (FAILED_CODE_MAX, FAILED_MESSAGE_MAX)
-    assert (
-        Deferred.clipped(3, "z" * 999).reason == "z" * Deferred.model_fields["reason"].metadata[0].max_length
-    )
+    assert Deferred.clipped(3, "z" * 999).reason == "z" * Deferred.model_fields["reason"].metadata[0].max_length
 
 
 def test_the_emulated_lambda_context_dates_its_log_stream_by_its_clock() -> None:

@@ -100,8 +100,14 @@ def test_makespan_bound_from_the_attach_bucket() -> None:
     # (100-40)/4 = 15 s after every node joined at t=0.
     lb = lower_bound(scenario({"WARM_IP_TARGET": 1}, 100, 12))
     assert lb.makespan_s == pytest.approx(15.0)
-    bg = lower_bound(scenario({"WARM_IP_TARGET": 1}, 100, 12,
-                              account={"budget_fraction": 0.8, "background_load": {"AttachNetworkInterface": 2.0}}))
+    bg = lower_bound(
+        scenario(
+            {"WARM_IP_TARGET": 1},
+            100,
+            12,
+            account={"budget_fraction": 0.8, "background_load": {"AttachNetworkInterface": 2.0}},
+        )
+    )
     assert bg.makespan_s == pytest.approx(30.0)  # (100-40)/(4-2)
 
 
@@ -126,17 +132,29 @@ def test_settled_pool_is_neither_low_nor_high_by_the_core(env: Env, pods: int) -
     limits = known("m5.4xlarge")
     s = settled_pool(env, limits, pods)
     cfg = PoolConfig(
-        warm_ip=env.WARM_IP_TARGET, minimum_ip=env.MINIMUM_IP_TARGET, warm_eni=env.WARM_ENI_TARGET,
-        warm_prefix=env.WARM_PREFIX_TARGET, prefix_mode=env.ENABLE_PREFIX_DELEGATION,
+        warm_ip=env.WARM_IP_TARGET,
+        minimum_ip=env.MINIMUM_IP_TARGET,
+        warm_eni=env.WARM_ENI_TARGET,
+        warm_prefix=env.WARM_PREFIX_TARGET,
+        prefix_mode=env.ENABLE_PREFIX_DELEGATION,
     )
     assigned = min(pods, s.addresses)
-    delta = compute(cfg, PoolState(total=s.addresses, assigned=assigned, enis=s.enis, free_prefixes=
-                                   s.units - -(-assigned // 16) if env.ENABLE_PREFIX_DELEGATION else 0), limits)
+    delta = compute(
+        cfg,
+        PoolState(
+            total=s.addresses,
+            assigned=assigned,
+            enis=s.enis,
+            free_prefixes=s.units - -(-assigned // 16) if env.ENABLE_PREFIX_DELEGATION else 0,
+        ),
+        limits,
+    )
     assert not delta.low
     assert delta.over_units == 0 and delta.over_enis == 0
 
 
 # --- the online bound: demand known only when each pod arrives ----------------
+
 
 def test_online_bound_pays_the_join_time_warm_assign_then_tops_up() -> None:
     # m5.large (9 slots): the join-time pool is 1 address (WARM_IP_TARGET=1); 5 pods
@@ -153,8 +171,12 @@ def test_online_bound_pays_the_join_time_warm_assign_then_tops_up() -> None:
 def test_online_bound_releases_a_second_eni_only_when_the_pods_ask_for_it() -> None:
     # 12 pods over 100 s on an m5.large: the second ENI is asked for when the 9th pod
     # (9 + 1 warm > 9 slots) is there; 40 nodes' attaches then queue in the bucket.
-    sc = scenario({"WARM_IP_TARGET": 1}, 40, 0,
-                  workload=[{"at_s": 10, "node_group": "ng", "add_pods_per_node": 12, "spread_s": 100}])
+    sc = scenario(
+        {"WARM_IP_TARGET": 1},
+        40,
+        0,
+        workload=[{"at_s": 10, "node_group": "ng", "add_pods_per_node": 12, "spread_s": 100}],
+    )
     lb, olb = lower_bound(sc), online_lower_bound(sc)
     assert lb.mutating_calls == 40 * 4 and olb.mutating_calls == 40 * 5
     assert olb.makespan_s >= lb.makespan_s
@@ -176,7 +198,8 @@ def test_varying_bucket_matches_the_constant_one_and_counts_storms_and_exhaustio
     spec = BucketSpec(capacity=50, refill_per_s=5)
     times = [0.0] * 60 + [30.0] * 10
     assert bucket_finish_varying([(t, ()) for t in times], spec, 0.8, 1.0) == pytest.approx(
-        bucket_finish(times, spec, 0.8, 1.0))
+        bucket_finish(times, spec, 0.8, 1.0)
+    )
     # 60 calls at 0 through a full bucket of 50 refilled at 5/s: the last at 2 s;
     # a storm of 4 calls/s from 0 to 100 s leaves 1/s: the last at 10 s
     calls: list[tuple[float, tuple[tuple[float, float], ...]]] = [(0.0, ())] * 60
@@ -188,14 +211,17 @@ def test_varying_bucket_matches_the_constant_one_and_counts_storms_and_exhaustio
 
 def test_online_bound_counts_the_faults_no_allocator_avoids() -> None:
     base = scenario({"WARM_IP_TARGET": 1}, 20, 12)
-    storm = scenario({"WARM_IP_TARGET": 1}, 20, 12, faults=[
-        {"at_s": 0, "duration_s": 600, "kind": "subnet-exhausted", "subnet": "subnet-a", "rate": 1.0}])
+    storm = scenario(
+        {"WARM_IP_TARGET": 1},
+        20,
+        12,
+        faults=[{"at_s": 0, "duration_s": 600, "kind": "subnet-exhausted", "subnet": "subnet-a", "rate": 1.0}],
+    )
     assert online_lower_bound(base).makespan_s < 600 <= online_lower_bound(storm).makespan_s
 
 
 def test_online_bound_merges_the_join_time_assign_when_pods_come_first() -> None:
     # Pods created at the node's join: no join-time assign can come before them,
     # so one assign may hold both; the online calls equal the clairvoyant ones.
-    sc = scenario({"WARM_IP_TARGET": 1}, 1, 0,
-                  workload=[{"at_s": 0, "node_group": "ng", "add_pods_per_node": 5}])
+    sc = scenario({"WARM_IP_TARGET": 1}, 1, 0, workload=[{"at_s": 0, "node_group": "ng", "add_pods_per_node": 5}])
     assert online_lower_bound(sc).mutating_calls == lower_bound(sc).mutating_calls == 1

@@ -35,7 +35,11 @@ def test_every_shipped_scenario_is_valid() -> None:
 def test_design_example_with_every_fault_parses() -> None:
     s = load_scenario(ROOT / "scenarios" / "faults.yaml")
     assert {f.kind for f in s.faults} == {
-        "throttle-storm", "lambda-crash", "duplicate-delivery", "attach-failure", "subnet-exhausted"
+        "throttle-storm",
+        "lambda-crash",
+        "duplicate-delivery",
+        "attach-failure",
+        "subnet-exhausted",
     }
 
 
@@ -44,16 +48,20 @@ def test_design_example_with_every_fault_parses() -> None:
     [
         (lambda d: d["node_groups"][0].update(count=0), "x.yaml: node_groups[0].count: must be > 0"),
         (lambda d: d["node_groups"][0].update(colour="red"), "x.yaml: node_groups[0].colour: unknown field"),
-        (lambda d: d["node_groups"][0].update(instance_type="m9.huge"), "node_groups[0].instance_type: unknown instance type"),
+        (
+            lambda d: d["node_groups"][0].update(instance_type="m9.huge"),
+            "node_groups[0].instance_type: unknown instance type",
+        ),
         (lambda d: d["workload"][0].update(node_group="nope"), "workload[0].node_group: no node group 'nope'"),
         (lambda d: d["cluster"]["env"].update(WARM_IP_TARGETS=1), "cluster.env.WARM_IP_TARGETS: unknown field"),
         (lambda d: d.pop("duration_s"), "x.yaml: duration_s: required"),
         (lambda d: d["workload"][0].update(delete_pods_per_node=1), "exactly one of add_pods_per_node"),
         (lambda d: d.update(strategies=["warmpool", "flannel"]), "x.yaml: strategies[1]:"),
-        (lambda d: d.update(faults=[{"at_s": 0, "duration_s": 5, "kind": "subnet-exhausted", "rate": 1}]),
-         "subnet-exhausted needs a subnet"),
-        (lambda d: d.update(faults=[{"at_s": 0, "duration_s": 5, "kind": "lambda-crash", "rate": 2}]),
-         "must be <= 1"),
+        (
+            lambda d: d.update(faults=[{"at_s": 0, "duration_s": 5, "kind": "subnet-exhausted", "rate": 1}]),
+            "subnet-exhausted needs a subnet",
+        ),
+        (lambda d: d.update(faults=[{"at_s": 0, "duration_s": 5, "kind": "lambda-crash", "rate": 2}]), "must be <= 1"),
         (lambda d: d.update(account={"budget_fraction": 1.5}), "x.yaml: account.budget_fraction: must be <= 1"),
     ],
 )

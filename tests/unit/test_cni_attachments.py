@@ -215,8 +215,7 @@ def _storm(svc: CniService, seed: int) -> None:
             svc.handle({"command": "DEL", "container_id": cid, "ifname": ifname, "config": CONF})
         else:
             valid = [{"containerID": c, "ifname": i} for c, i in STORM_KEYS if rng.random() < 0.5]
-            svc.handle({"command": "GC", "config": {**CONF, "cniVersion": "1.1.0",
-                                                    "cni.dev/valid-attachments": valid}})
+            svc.handle({"command": "GC", "config": {**CONF, "cniVersion": "1.1.0", "cni.dev/valid-attachments": valid}})
 
 
 def test_concurrent_add_del_gc_storm_never_leaves_an_address_and_its_wiring_apart() -> None:

@@ -57,5 +57,5 @@ def test_singles_and_prefixes_never_overlap(ops: list[tuple[str, int]]) -> None:
     for i, net in enumerate(nets):
         assert int(net.network_address) % 16 == 0
         assert not any(a in net for a in taken)
-        assert not any(net.overlaps(o) for o in nets[i + 1:])
+        assert not any(net.overlaps(o) for o in nets[i + 1 :])
     assert pool.free == 128 - 5 - len(singles) - 16 * len(prefixes)

@@ -20,24 +20,44 @@ from node_agent.records import EniInfo
 from sim.clock import VirtualClock
 
 SPEC_CODES = {1, 2, 3, 4, 5, 6, 7, 11, 50, 100}
-CNI_VARS = ["CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH",
-            cni.SOCKET_ENV, cni.TIMEOUT_ENV]
+CNI_VARS = [
+    "CNI_COMMAND",
+    "CNI_CONTAINERID",
+    "CNI_NETNS",
+    "CNI_IFNAME",
+    "CNI_ARGS",
+    "CNI_PATH",
+    cni.SOCKET_ENV,
+    cni.TIMEOUT_ENV,
+]
 COMMANDS = st.sampled_from(["ADD", "DEL", "CHECK", "VERSION", "GC", "STATUS", "", "add", "ADD\x00", "BOGUS"])
 
 json_leaf = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
-json_value = st.recursive(json_leaf, lambda k: st.lists(k, max_size=4) | st.dictionaries(st.text(max_size=10), k,
-                                                                                            max_size=4), max_leaves=20)
-conf = st.fixed_dictionaries({}, optional={
-    "cniVersion": st.sampled_from(["1.1.0", "1.0.0", "0.4.0", "0.3.1", "0.2.0", "9.9.9", ""]) | json_leaf,
-    cni.VALID_ATTACHMENTS: json_value,
-    "name": json_leaf, "type": json_leaf, "socket": json_leaf | st.just("/nonexistent/agent.sock"),
-    "prevResult": json_value, "dns": json_value,
-})
-stdin = (conf.map(json.dumps) | json_value.map(json.dumps) | st.text(max_size=200)
-         | st.sampled_from(["", "{", "[" * 5000, "{}" * 3, "\x00", "null", '{"cniVersion": NaN}']))
+json_value = st.recursive(
+    json_leaf, lambda k: st.lists(k, max_size=4) | st.dictionaries(st.text(max_size=10), k, max_size=4), max_leaves=20
+)
+conf = st.fixed_dictionaries(
+    {},
+    optional={
+        "cniVersion": st.sampled_from(["1.1.0", "1.0.0", "0.4.0", "0.3.1", "0.2.0", "9.9.9", ""]) | json_leaf,
+        cni.VALID_ATTACHMENTS: json_value,
+        "name": json_leaf,
+        "type": json_leaf,
+        "socket": json_leaf | st.just("/nonexistent/agent.sock"),
+        "prevResult": json_value,
+        "dns": json_value,
+    },
+)
+stdin = (
+    conf.map(json.dumps)
+    | json_value.map(json.dumps)
+    | st.text(max_size=200)
+    | st.sampled_from(["", "{", "[" * 5000, "{}" * 3, "\x00", "null", '{"cniVersion": NaN}'])
+)
 env_text = st.text(max_size=40) | st.sampled_from(["", "nan", "-1", "1e999", "/run/netns/x", "eth0"])
-environ = st.fixed_dictionaries({"CNI_COMMAND": COMMANDS},
-                                optional={k: env_text for k in CNI_VARS if k != "CNI_COMMAND"})
+environ = st.fixed_dictionaries(
+    {"CNI_COMMAND": COMMANDS}, optional={k: env_text for k in CNI_VARS if k != "CNI_COMMAND"}
+)
 
 EXAMPLES = {"plugin": 0, "agent": 0}
 
@@ -68,11 +88,11 @@ def _well_formed(env: dict[str, str], raw: str) -> bool:
     return cmd in ("ADD", "DEL", "CHECK") and all(env.get(k) for k in need)
 
 
-@settings(deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(env=environ, raw=stdin)
-def test_plugin_never_crashes_and_never_forwards_a_malformed_request(env: dict[str, str], raw: str,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plugin_never_crashes_and_never_forwards_a_malformed_request(
+    env: dict[str, str], raw: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     EXAMPLES["plugin"] += 1
     spy = Spy()
     monkeypatch.setattr(cni, "call_agent", spy)
@@ -112,10 +132,15 @@ class NoPods:
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(req=st.dictionaries(st.sampled_from(["command", "container_id", "ifname", "netns", "args", "config"]),
-                           json_value, max_size=6) | st.fixed_dictionaries({"command": COMMANDS}, optional={
-                               "container_id": json_value, "ifname": json_value, "netns": json_value,
-                               "config": json_value}))
+@given(
+    req=st.dictionaries(
+        st.sampled_from(["command", "container_id", "ifname", "netns", "args", "config"]), json_value, max_size=6
+    )
+    | st.fixed_dictionaries(
+        {"command": COMMANDS},
+        optional={"container_id": json_value, "ifname": json_value, "netns": json_value, "config": json_value},
+    )
+)
 def test_agent_side_answers_any_request_and_never_hands_out_two_addresses_to_one_pod(req: dict[str, Any]) -> None:
     EXAMPLES["agent"] += 1
     ds = Datastore()

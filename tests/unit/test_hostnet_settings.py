@@ -23,7 +23,12 @@ from warmpool.pool import PoolConfig
 def test_defaults_are_the_vpc_cnis() -> None:
     s = load_hostnet({})
     assert (s.external_snat, s.randomize_snat, s.node_port_support, s.connmark, s.configure_rp_filter) == (
-        False, "prng", True, 0x80, True)
+        False,
+        "prng",
+        True,
+        0x80,
+        True,
+    )
     assert s.exclude_snat_cidrs == () and s.pod_mtu == 9001 == s.eni_mtu
 
 
@@ -33,10 +38,14 @@ def test_pod_mtu_defaults_to_the_eni_mtu_and_can_differ() -> None:
 
 
 def test_settings_parse_and_show_in_config() -> None:
-    env = {"CLUSTER_NAME": "c", "AWS_VPC_K8S_CNI_EXTERNALSNAT": "true",
-           "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS": "172.16.0.0/12, 192.168.1.7",
-           "AWS_VPC_K8S_CNI_RANDOMIZESNAT": "hashrandom", "AWS_VPC_K8S_CNI_CONNMARK": "0x100",
-           "AWS_VPC_CNI_NODE_PORT_SUPPORT": "false"}
+    env = {
+        "CLUSTER_NAME": "c",
+        "AWS_VPC_K8S_CNI_EXTERNALSNAT": "true",
+        "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS": "172.16.0.0/12, 192.168.1.7",
+        "AWS_VPC_K8S_CNI_RANDOMIZESNAT": "hashrandom",
+        "AWS_VPC_K8S_CNI_CONNMARK": "0x100",
+        "AWS_VPC_CNI_NODE_PORT_SUPPORT": "false",
+    }
     cfg = load(env)
     s = cfg.hostnet
     assert s.external_snat and s.randomize_snat == "hashrandom" and s.connmark == 0x100
@@ -45,13 +54,16 @@ def test_settings_parse_and_show_in_config() -> None:
     assert pub["AWS_VPC_K8S_CNI_EXTERNALSNAT"] is True and pub["AWS_VPC_K8S_CNI_CONNMARK"] == "0x100"
 
 
-@pytest.mark.parametrize(("name", "value"), [
-    ("AWS_VPC_K8S_CNI_EXTERNALSNAT", "maybe"),
-    ("AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS", "10.0.0.0/8,not-a-cidr"),
-    ("AWS_VPC_K8S_CNI_RANDOMIZESNAT", "always"),
-    ("AWS_VPC_K8S_CNI_CONNMARK", "0"),
-    ("POD_MTU", "100"),
-])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("AWS_VPC_K8S_CNI_EXTERNALSNAT", "maybe"),
+        ("AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS", "10.0.0.0/8,not-a-cidr"),
+        ("AWS_VPC_K8S_CNI_RANDOMIZESNAT", "always"),
+        ("AWS_VPC_K8S_CNI_CONNMARK", "0"),
+        ("POD_MTU", "100"),
+    ],
+)
 def test_bad_values_name_the_variable(name: str, value: str) -> None:
     with pytest.raises(ConfigError, match=name):
         load_hostnet({name: value})
@@ -59,8 +71,10 @@ def test_bad_values_name_the_variable(name: str, value: str) -> None:
 
 def test_veth_prefix_honours_the_vpc_cni_name() -> None:
     assert load({"CLUSTER_NAME": "c", "AWS_VPC_K8S_CNI_VETHPREFIX": "cali"}).veth_prefix == "cali"
-    assert load({"CLUSTER_NAME": "c", "AWS_VPC_K8S_CNI_VETHPREFIX": "cali",
-                 "WARMPOOL_VETH_PREFIX": "wp"}).veth_prefix == "wp"
+    assert (
+        load({"CLUSTER_NAME": "c", "AWS_VPC_K8S_CNI_VETHPREFIX": "cali", "WARMPOOL_VETH_PREFIX": "wp"}).veth_prefix
+        == "wp"
+    )
 
 
 # --- the rules -------------------------------------------------------------------------------
@@ -73,8 +87,10 @@ def spec(**kw: Any) -> NodeSpec:
 @pytest.mark.parametrize(("mode", "flag"), [("prng", " fully-random"), ("hashrandom", " random"), ("none", "")])
 def test_randomize_snat_chooses_the_port_flag(mode: str, flag: str) -> None:
     post = desired_rules(spec(randomize_snat=mode), "eth0")["postrouting"]
-    assert post == [f'oifname != "vlan*" ip daddr != {{ 10.0.0.0/16, 100.64.0.0/16 }} '
-                    f"fib daddr type != local snat to 10.0.0.10{flag}"]
+    assert post == [
+        f'oifname != "vlan*" ip daddr != {{ 10.0.0.0/16, 100.64.0.0/16 }} '
+        f"fib daddr type != local snat to 10.0.0.10{flag}"
+    ]
 
 
 def test_every_vpc_cidr_and_exclusion_is_exempt_and_marks_are_restored_for_pods() -> None:
@@ -135,19 +151,30 @@ class Ec2:
         assert kw["Filters"] == [{"Name": "attachment.instance-id", "Values": [ID.instance_id]}]
         ids = sorted(self.tags)
         i = int(kw.get("NextToken", "0"))
-        page: dict[str, Any] = {"NetworkInterfaces": [{"NetworkInterfaceId": ids[i],
-                                       "TagSet": [{"Key": k, "Value": v} for k, v in self.tags[ids[i]].items()]}]}
+        page: dict[str, Any] = {
+            "NetworkInterfaces": [
+                {"NetworkInterfaceId": ids[i], "TagSet": [{"Key": k, "Value": v} for k, v in self.tags[ids[i]].items()]}
+            ]
+        }
         if i + 1 < len(ids):
             page["NextToken"] = str(i + 1)
         return page
 
 
 def world(fail: int = 0) -> tuple[Imds, Ec2, SkipUnmanaged]:
-    imds = Imds(AttachedEni(PRIMARY, ["10.0.0.11"], []), AttachedEni(MANAGED, ["10.0.0.21"], []),
-                AttachedEni(TAGGED, ["10.0.0.31"], []))
-    ec2 = Ec2({PRIMARY.eni_id: {NO_MANAGE_TAG: "true"},  # ignored on the primary ENI (as ipamd does)
-               MANAGED.eni_id: {NO_MANAGE_TAG: "false", "Name": "x"},
-               TAGGED.eni_id: {NO_MANAGE_TAG: "true"}}, fail=fail)
+    imds = Imds(
+        AttachedEni(PRIMARY, ["10.0.0.11"], []),
+        AttachedEni(MANAGED, ["10.0.0.21"], []),
+        AttachedEni(TAGGED, ["10.0.0.31"], []),
+    )
+    ec2 = Ec2(
+        {
+            PRIMARY.eni_id: {NO_MANAGE_TAG: "true"},  # ignored on the primary ENI (as ipamd does)
+            MANAGED.eni_id: {NO_MANAGE_TAG: "false", "Name": "x"},
+            TAGGED.eni_id: {NO_MANAGE_TAG: "true"},
+        },
+        fail=fail,
+    )
     return imds, ec2, SkipUnmanaged(imds, ec2)
 
 
@@ -197,8 +224,9 @@ def test_an_eni_the_describe_does_not_list_is_managed_like_ipamds_tag_map() -> N
     assert {e.info.eni_id for e in md.interfaces()} == {PRIMARY.eni_id, MANAGED.eni_id, TAGGED.eni_id}
 
 
-def test_a_read_only_proc_sys_is_reported_not_fatal(monkeypatch: pytest.MonkeyPatch,
-                                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_a_read_only_proc_sys_is_reported_not_fatal(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     # In an unprivileged container /proc/sys is read-only (EROFS): the agent must
     # start anyway (the init container sets the values) and say what it could not set.
     import errno

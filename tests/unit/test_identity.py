@@ -100,9 +100,7 @@ def test_a_signature_wrapped_over_lines_as_imds_serves_it_verifies(
     assert isinstance(_verify(_report(unwrapped), trusted), VerifiedIdentity)
 
 
-def test_a_document_signed_by_another_key_is_refused(
-    other_signer: IdentitySigner, trusted: TrustedKeys
-) -> None:
+def test_a_document_signed_by_another_key_is_refused(other_signer: IdentitySigner, trusted: TrustedKeys) -> None:
     assert _reason(_verify(_report(_identity(other_signer)), trusted)) == ident.BAD_SIGNATURE
 
 
@@ -200,9 +198,7 @@ def test_the_signature_is_checked_before_the_document_is_read(
     )
 
 
-def test_any_of_several_trusted_certificates_verifies(
-    signer: IdentitySigner, other_signer: IdentitySigner
-) -> None:
+def test_any_of_several_trusted_certificates_verifies(signer: IdentitySigner, other_signer: IdentitySigner) -> None:
     both = TrustedKeys.from_pem("# rotation\n" + other_signer.certificate_pem + "\n" + signer.certificate_pem)
     assert len(both.keys) == 2
     assert isinstance(_verify(_report(_identity(signer)), both), VerifiedIdentity)
@@ -229,8 +225,13 @@ def test_a_dsa_certificate_is_refused_with_the_right_hint() -> None:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "dsa")])
     start = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
     cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(1).not_valid_before(start).not_valid_after(start + dt.timedelta(days=1))
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(start)
+        .not_valid_after(start + dt.timedelta(days=1))
         .sign(key, hashes.SHA256())
     )
     with pytest.raises(IdentityConfigError, match="not an RSA key"):

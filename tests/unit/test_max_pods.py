@@ -17,8 +17,13 @@ from warmpool.limits_data import DATA_FILE, TABLE
     ("itype", "expected"),
     [
         # the VPC CNI's misc/eni-max-pods.txt values: ENIs × (IPv4 per ENI − 1) + 2
-        ("t2.medium", 17), ("m4.4xlarge", 234), ("t3.medium", 17), ("m5.large", 29),
-        ("c5.18xlarge", 737), ("t3.nano", 4), ("m4.large", 20),
+        ("t2.medium", 17),
+        ("m4.4xlarge", 234),
+        ("t3.medium", 17),
+        ("m5.large", 29),
+        ("c5.18xlarge", 737),
+        ("t3.nano", 4),
+        ("m4.large", 20),
     ],
 )
 def test_secondary_ip_mode_is_the_eni_formula(itype: str, expected: int) -> None:
@@ -28,11 +33,11 @@ def test_secondary_ip_mode_is_the_eni_formula(itype: str, expected: int) -> None
 @pytest.mark.parametrize(
     ("itype", "expected"),
     [
-        ("m5.large", 110),      # 3 × 9 × 16 + 2 = 434, 2 vCPUs: ceiling 110
-        ("m5.8xlarge", 250),    # 8 × 29 × 16 + 2, 32 vCPUs (> 30): ceiling 250
-        ("m5.4xlarge", 110),    # 16 vCPUs
-        ("t3.nano", 34),        # 2 × 1 × 16 + 2 = 34: under the ceiling
-        ("m4.4xlarge", 234),    # Xen: no prefixes, the secondary-address formula (as the calculator does)
+        ("m5.large", 110),  # 3 × 9 × 16 + 2 = 434, 2 vCPUs: ceiling 110
+        ("m5.8xlarge", 250),  # 8 × 29 × 16 + 2, 32 vCPUs (> 30): ceiling 250
+        ("m5.4xlarge", 110),  # 16 vCPUs
+        ("t3.nano", 34),  # 2 × 1 × 16 + 2 = 34: under the ceiling
+        ("m4.4xlarge", 234),  # Xen: no prefixes, the secondary-address formula (as the calculator does)
         ("t2.medium", 17),
     ],
 )
@@ -78,11 +83,21 @@ def test_cli_rejects_unknown_types_and_bad_max_eni(capsys: pytest.CaptureFixture
 def test_from_describe_counts_the_default_cards_enis_like_the_table() -> None:
     from warmpool.limits import InstanceLimits
 
-    item = {"InstanceType": "c6in.32xlarge", "Hypervisor": "nitro", "VCpuInfo": {"DefaultVCpus": 128},
-            "NetworkInfo": {"MaximumNetworkInterfaces": 16, "Ipv4AddressesPerInterface": 50,
-                            "MaximumNetworkCards": 2, "DefaultNetworkCardIndex": 0,
-                            "NetworkCards": [{"NetworkCardIndex": 0, "MaximumNetworkInterfaces": 8},
-                                             {"NetworkCardIndex": 1, "MaximumNetworkInterfaces": 8}]}}
+    item = {
+        "InstanceType": "c6in.32xlarge",
+        "Hypervisor": "nitro",
+        "VCpuInfo": {"DefaultVCpus": 128},
+        "NetworkInfo": {
+            "MaximumNetworkInterfaces": 16,
+            "Ipv4AddressesPerInterface": 50,
+            "MaximumNetworkCards": 2,
+            "DefaultNetworkCardIndex": 0,
+            "NetworkCards": [
+                {"NetworkCardIndex": 0, "MaximumNetworkInterfaces": 8},
+                {"NetworkCardIndex": 1, "MaximumNetworkInterfaces": 8},
+            ],
+        },
+    }
     assert InstanceLimits.from_describe(item) == known("c6in.32xlarge")
 
 
@@ -91,7 +106,8 @@ def test_the_table_is_the_one_the_module_held_before_it_became_package_data() ->
     carried inline (1,022 types); regenerating it changes this digest on purpose."""
     assert len(TABLE.splitlines()) == 1022
     assert hashlib.sha256(TABLE.encode()).hexdigest() == (
-        "e7ba520ec542f3f904f016e1fedd62d59c200e2fa3094736bd72e9f80ef30b58")
+        "e7ba520ec542f3f904f016e1fedd62d59c200e2fa3094736bd72e9f80ef30b58"
+    )
 
 
 def test_the_table_ships_as_package_data() -> None:

@@ -43,16 +43,43 @@ def eni(i: int, n_ips: int, subnet: str = "subnet-a", prefixes: tuple[str, ...] 
     return Eni(f"eni-{i:08x}", i, 0, subnet, f"10.0.{i}.4", addrs(f"10.0.{i}.10", n_ips), prefixes)
 
 
-def rep(enis: list[Eni], *, assigned: dict[int, int] | None = None, pending=0, seq=5, itype="m5.large",
-        mode="secondary-ip", release=(), **targets) -> tuple[PoolReport, Inventory]:
+def rep(
+    enis: list[Eni],
+    *,
+    assigned: dict[int, int] | None = None,
+    pending=0,
+    seq=5,
+    itype="m5.large",
+    mode="secondary-ip",
+    release=(),
+    **targets,
+) -> tuple[PoolReport, Inventory]:
     assigned = assigned or {}
     r = PoolReport(
-        cluster="demo", node="n1", instance_id=IID, instance_type=itype, availability_zone=AZ,
-        seq=seq, sent_at=0, mode=mode, targets=Targets(**targets),
-        enis=[EniReport(eni_id=e.eni_id, device_index=e.device_index, subnet_id=e.subnet_id,
-                        primary_ip=e.primary_ip, ips=list(e.ips), prefixes=list(e.prefixes),
-                        assigned=assigned.get(e.device_index, 0)) for e in enis],
-        assigned_ips=sum(assigned.values()), pending_demand=pending, release=list(release),
+        cluster="demo",
+        node="n1",
+        instance_id=IID,
+        instance_type=itype,
+        availability_zone=AZ,
+        seq=seq,
+        sent_at=0,
+        mode=mode,
+        targets=Targets(**targets),
+        enis=[
+            EniReport(
+                eni_id=e.eni_id,
+                device_index=e.device_index,
+                subnet_id=e.subnet_id,
+                primary_ip=e.primary_ip,
+                ips=list(e.ips),
+                prefixes=list(e.prefixes),
+                assigned=assigned.get(e.device_index, 0),
+            )
+            for e in enis
+        ],
+        assigned_ips=sum(assigned.values()),
+        pending_demand=pending,
+        release=list(release),
     )
     return r, Inventory(IID, itype, AZ, tuple(enis))
 
@@ -98,8 +125,11 @@ def test_enis_full_creates_one_eni_with_addresses():
     assert isinstance(c, CreateEni)
     assert (c.ips, c.device_index, c.subnet_id) == (6, 1, "subnet-b")  # most free in the AZ
     assert c.client_token == client_token("demo", IID, 5, 0, 1)
-    assert p.tokens() == {"CreateNetworkInterface": 1, "AttachNetworkInterface": 1,
-                          "ModifyNetworkInterfaceAttribute": 1}
+    assert p.tokens() == {
+        "CreateNetworkInterface": 1,
+        "AttachNetworkInterface": 1,
+        "ModifyNetworkInterfaceAttribute": 1,
+    }
 
 
 def test_mixed_assign_and_create_in_one_plan():
@@ -167,8 +197,7 @@ def test_prefix_mode_on_non_nitro_uses_addresses():
 
 def test_release_unassigns_grouped_per_eni():
     e0 = eni(0, 9)
-    r, inv = rep([e0], assigned={0: 2}, warm_ip=2,
-                 release=[ReleaseOffer(eni_id=e0.eni_id, ips=list(e0.ips[4:]))])
+    r, inv = rep([e0], assigned={0: 2}, warm_ip=2, release=[ReleaseOffer(eni_id=e0.eni_id, ips=list(e0.ips[4:]))])
     p = plan(r, inv)
     assert p.kind == "release"
     assert p.calls == (UnassignAddresses(e0.eni_id, e0.ips[4:]),)
@@ -176,8 +205,7 @@ def test_release_unassigns_grouped_per_eni():
 
 def test_release_is_trimmed_to_what_targets_allow():
     e0 = eni(0, 9)
-    r, inv = rep([e0], assigned={0: 2}, warm_ip=5,
-                 release=[ReleaseOffer(eni_id=e0.eni_id, ips=list(e0.ips[2:]))])
+    r, inv = rep([e0], assigned={0: 2}, warm_ip=5, release=[ReleaseOffer(eni_id=e0.eni_id, ips=list(e0.ips[2:]))])
     p = plan(r, inv)
     # 7 free, warm 5 -> only 2 may go; the 5 the targets need are taken back
     # (no EC2 call), so the agent does not wait for its quarantine to expire.
@@ -187,8 +215,7 @@ def test_release_is_trimmed_to_what_targets_allow():
 
 def test_release_that_empties_an_eni_deletes_it():
     e0, e1 = eni(0, 9), eni(1, 3)
-    r, inv = rep([e0, e1], assigned={0: 2}, warm_ip=1,
-                 release=[ReleaseOffer(eni_id=e1.eni_id, ips=list(e1.ips))])
+    r, inv = rep([e0, e1], assigned={0: 2}, warm_ip=1, release=[ReleaseOffer(eni_id=e1.eni_id, ips=list(e1.ips))])
     assert plan(r, inv).calls == (DeleteEni(e1.eni_id),)
 
 
@@ -200,9 +227,14 @@ def test_release_ignores_addresses_ec2_does_not_show():
 
 def test_warm_eni_release_only_whole_enis():
     e0, e1, e2 = eni(0, 9), eni(1, 9), eni(2, 9)
-    r, inv = rep([e0, e1, e2], assigned={0: 1},
-                 release=[ReleaseOffer(eni_id=e2.eni_id, ips=list(e2.ips)),
-                          ReleaseOffer(eni_id=e0.eni_id, ips=list(e0.ips[5:]))])
+    r, inv = rep(
+        [e0, e1, e2],
+        assigned={0: 1},
+        release=[
+            ReleaseOffer(eni_id=e2.eni_id, ips=list(e2.ips)),
+            ReleaseOffer(eni_id=e0.eni_id, ips=list(e0.ips[5:])),
+        ],
+    )
     assert plan(r, inv).calls == (DeleteEni(e2.eni_id),)
 
 
@@ -221,9 +253,17 @@ def iid_of(node: str) -> str:
 
 
 def mk(node: str, seq: int, pending=0, warm_ip=1, instance_id: str | None = None) -> PoolReport:
-    return PoolReport(cluster="demo", node=node, instance_id=instance_id or iid_of(node), instance_type="m5.large",
-                      availability_zone=AZ, seq=seq, sent_at=0, targets=Targets(warm_ip=warm_ip),
-                      pending_demand=pending)
+    return PoolReport(
+        cluster="demo",
+        node=node,
+        instance_id=instance_id or iid_of(node),
+        instance_type="m5.large",
+        availability_zone=AZ,
+        seq=seq,
+        sent_at=0,
+        targets=Targets(warm_ip=warm_ip),
+        pending_demand=pending,
+    )
 
 
 def test_coalesce_newest_wins_and_stale_dropped():
@@ -248,6 +288,7 @@ def test_coalesce_keys_by_instance_not_by_the_node_label():
 
 def test_priority_starved_then_deficit_then_release():
     from warmpool.pool import PoolDelta
+
     low = PoolDelta(5, 5, False, 0, 0, 0)
     big = PoolDelta(9, 9, False, 0, 0, 0)
     keys = {
@@ -289,12 +330,20 @@ def scenario(draw):
     release = []
     if draw(st.booleans()):
         e = draw(st.sampled_from(enis))
-        release = [ReleaseOffer(eni_id=e.eni_id, ips=list(e.ips[per[e.device_index]:]), prefixes=[])]
-    r, inv = rep(enis, assigned=per, pending=draw(st.integers(0, 40)), itype=itype,
-                 mode="prefix" if prefix else "secondary-ip", release=release,
-                 warm_ip=draw(st.integers(0, 20)), minimum_ip=draw(st.integers(0, 40)),
-                 warm_eni=draw(st.integers(0, 2)), warm_prefix=draw(st.integers(0, 2)),
-                 max_eni=draw(st.integers(0, lim.max_enis)))
+        release = [ReleaseOffer(eni_id=e.eni_id, ips=list(e.ips[per[e.device_index] :]), prefixes=[])]
+    r, inv = rep(
+        enis,
+        assigned=per,
+        pending=draw(st.integers(0, 40)),
+        itype=itype,
+        mode="prefix" if prefix else "secondary-ip",
+        release=release,
+        warm_ip=draw(st.integers(0, 20)),
+        minimum_ip=draw(st.integers(0, 40)),
+        warm_eni=draw(st.integers(0, 2)),
+        warm_prefix=draw(st.integers(0, 2)),
+        max_eni=draw(st.integers(0, lim.max_enis)),
+    )
     return r, inv, itype
 
 
@@ -394,8 +443,14 @@ def test_a_node_asking_for_its_whole_prefix_capacity_gets_its_max_pods_only():
     capped = plan(r, inv, itype="c5.xlarge", subnets=BIG, max_pods=ceiling)
     assert _held_after(capped) == 7
     # already at the ceiling: nothing more, however much it says is waiting
-    r2, inv2 = rep([eni(0, 0, prefixes=tuple(f"10.0.{i}.0/28" for i in range(7)))], mode="prefix",
-                   itype="c5.xlarge", pending=896, assigned={0: 112}, warm_eni=0)
+    r2, inv2 = rep(
+        [eni(0, 0, prefixes=tuple(f"10.0.{i}.0/28" for i in range(7)))],
+        mode="prefix",
+        itype="c5.xlarge",
+        pending=896,
+        assigned={0: 112},
+        warm_eni=0,
+    )
     assert plan(r2, inv2, itype="c5.xlarge", subnets=BIG, max_pods=ceiling).calls == ()
 
 

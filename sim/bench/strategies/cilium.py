@@ -382,12 +382,14 @@ class Operator:
                     NetworkInterfaceId=eni_id,
                     **{key: min(units, free)},
                 )
-                node.unsynced.append((
-                    eni_id,
-                    [a["PrivateIpAddress"] for a in out.get("AssignedPrivateIpAddresses", [])],
-                    [p["Ipv4Prefix"] for p in out.get("AssignedIpv4Prefixes", [])],
-                    False,
-                ))
+                node.unsynced.append(
+                    (
+                        eni_id,
+                        [a["PrivateIpAddress"] for a in out.get("AssignedPrivateIpAddresses", [])],
+                        [p["Ipv4Prefix"] for p in out.get("AssignedIpv4Prefixes", [])],
+                        False,
+                    )
+                )
                 return True
         if len(node.enis) >= node.rt.limits.enis(node.rt.spec.env.MAX_ENI):
             return False
@@ -446,7 +448,9 @@ class Operator:
             node.pool.eni_of[a] = eni_id
         return fake
 
-    def _when_visible(self, node: _Node, eni_id: str, ips: list[str], prefixes: list[str], fake: list[str]) -> Proc[None]:
+    def _when_visible(
+        self, node: _Node, eni_id: str, ips: list[str], prefixes: list[str], fake: list[str]
+    ) -> Proc[None]:
         yield from wait_until(lambda: self.w.eni_visible(eni_id), POLL_S, 120.0)
         for a in fake:
             node.pool.eni_of.pop(a, None)
@@ -479,7 +483,10 @@ class Operator:
         pool.remove(best, ips=ips)
         try:
             yield from self.call(
-                "unassign_private_ip_addresses", "UnassignPrivateIpAddresses", NetworkInterfaceId=best, PrivateIpAddresses=ips
+                "unassign_private_ip_addresses",
+                "UnassignPrivateIpAddresses",
+                NetworkInterfaceId=best,
+                PrivateIpAddresses=ips,
             )
         except ClientError:
             pool.add(best, ips=ips)

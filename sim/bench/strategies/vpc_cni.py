@@ -114,9 +114,7 @@ class Ipamd:
 
     # --- EC2
     def call(self, method: str, action: str, **kwargs: Any) -> Proc[dict[str, Any]]:
-        return ec2_call(
-            self.w.ec2, method, kwargs, latency=self.w.latency(action), retry=self.retryer, rng=self.w.rng
-        )
+        return ec2_call(self.w.ec2, method, kwargs, latency=self.w.latency(action), retry=self.retryer, rng=self.w.rng)
 
     def main(self) -> Proc[None]:
         while True:
@@ -169,8 +167,10 @@ class Ipamd:
                 yield from self.release(delta.over_units)
 
     def _used_slots(self, eni_id: str) -> int:
-        return len(self.pool.eni_addrs.get(eni_id, [])) - 16 * len(self.pool.eni_prefixes.get(eni_id, [])) + len(
-            self.pool.eni_prefixes.get(eni_id, [])
+        return (
+            len(self.pool.eni_addrs.get(eni_id, []))
+            - 16 * len(self.pool.eni_prefixes.get(eni_id, []))
+            + len(self.pool.eni_prefixes.get(eni_id, []))
         )
 
     def increase(self, short_units: int, whole: bool) -> Proc[None]:
