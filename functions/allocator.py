@@ -3,29 +3,13 @@
 Plain logic behind ports (EC2, SQS, token buckets, ledger, leases, clock), so
 the Lambda handler, the integration tests and the bench run this same code.
 
-:meth:`Allocator.handle_batch` runs the batch's stages in order (DESIGN.md,
-issue 4); each node travels as one explicit object, an
-:class:`functions.intake.Incoming` (record and report) until it is planned,
-then a :class:`functions.execute.NodeJob` (plus facts, limits, plan, ceiling):
-
-1. parse and verify every record: invalid → DLQ at once with the reason,
-   counted, not retried; a report whose identity or sender does not check
-   out is rejected the same way;
-2. read the ledger's seqs; refuse a seq too far ahead;
-3. coalesce: newest report per node; at or below the ledger's seq → dropped;
-   offers too old to act on are dropped from the reports kept;
-4. one round of filtered Describe calls for the whole batch, paid for first
-   (instance exists, running, tagged for the cluster; reported ENIs its own),
-   then each node planned (core planner, the release rules of
-   :mod:`functions.releases`) and ordered (core priority);
-5. take every node's tokens before its first call, in one conditional store
-   write for the batch, within its fair share; a node that cannot be paid for
-   now is deferred — its report re-sent with a delay, its result says
-   ``deferred``;
-6. claim a lease per paid node, then re-check the ledger (a node served
-   meanwhile by another invocation is re-read before acting);
-7. execute the nodes concurrently (an injectable mapper);
-8. record the ledger, push results and deferrals, release the leases.
+:meth:`Allocator.handle_batch` runs the batch's stages in order, one method each
+(docs/allocator.md, "One batch"): parse and verify; read the ledger's seqs;
+coalesce; one Describe round for the batch, then plan each node; pay every node's
+tokens within its fair share, claim its lease and re-check; execute the nodes
+concurrently; record, push results and deferrals. A node travels as an
+:class:`functions.intake.Incoming` until planned, then a
+:class:`functions.execute.NodeJob`.
 """
 
 from __future__ import annotations
@@ -34,10 +18,9 @@ import itertools
 import logging
 import math
 import uuid
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 from functions.delivery import Deferral, Delivery
 from functions.ec2 import Ec2
@@ -56,6 +39,7 @@ from functions.intake import (
     trusted_keys,
 )
 from functions.inventory import describe_tokens, instance_problem, read_batch, tag_primaries
+from functions.mapping import Mapper, ThreadMapper, serial_map
 from functions.releases import count_flip, fresh_offers, hold_releases, load_flips, save_flips
 from functions.settings import LEASE_TTL_MARGIN_S, Settings
 from functions.telemetry import Tally
@@ -80,28 +64,8 @@ __all__ = ["SEQ_AHEAD_LIMIT", "Allocator", "BatchOutcome", "Mapper", "Record", "
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-R = TypeVar("R")
 
 DEADLINE_REASON = "invocation deadline"
-Mapper = Callable[[Callable[[T], R], Sequence[T]], list[R]]
-
-
-def serial_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-    """Run one after the other (the bench: deterministic)."""
-    return [fn(i) for i in items]
-
-
-class ThreadMapper:
-    """Run independent nodes concurrently on a small, reused thread pool."""
-
-    def __init__(self, workers: int) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="warmpool-node")
-
-    def __call__(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-        if len(items) <= 1:
-            return [fn(i) for i in items]
-        return list(self._pool.map(fn, items))
 
 
 class Allocator:
@@ -724,27 +688,7 @@ class Allocator:
 
     def _sum_up(self, records: int, out: BatchOutcome) -> None:
         """The batch's results and counts, tallied and logged."""
-        out.results = [n.result for n in out.nodes.values() if n.result is not None]
-        for res in out.nodes.values():
-            if res.status == "served":
-                out.served += 1
-            elif res.status == "deferred":
-                out.deferred += 1
-            else:
-                out.failed += 1
+        counts = out.sum_up()
         self.tally.add(names.M_NODES_SERVED, out.served)
         self.tally.add(names.M_NODES_DEFERRED, out.deferred)
-        log.info(
-            "batch done",
-            extra={
-                "records": records,
-                "invalid": out.invalid,
-                "rejected": out.rejected,
-                "stale": out.stale,
-                "superseded": out.superseded,
-                "served": out.served,
-                "deferred": out.deferred,
-                "failed": out.failed,
-                "noop": out.noop,
-            },
-        )
+        log.info("batch done", extra={"records": records, **counts})

@@ -72,6 +72,19 @@ class BatchOutcome:
     def batch_item_failures(self) -> dict[str, list[dict[str, str]]]:
         return {"batchItemFailures": [{"itemIdentifier": m} for m in self.failed_message_ids]}
 
+    def sum_up(self) -> dict[str, int]:
+        """Collect the nodes' results and count them by status; the batch's counts (for its log line)."""
+        self.results = [n.result for n in self.nodes.values() if n.result is not None]
+        for res in self.nodes.values():
+            if res.status == "served":
+                self.served += 1
+            elif res.status == "deferred":
+                self.deferred += 1
+            else:
+                self.failed += 1
+        keys = ("invalid", "rejected", "stale", "superseded", "served", "deferred", "failed", "noop")
+        return {k: getattr(self, k) for k in keys}
+
 
 def trusted_keys(settings: Settings) -> TrustedKeys | None:
     """The keys report identities are verified with, parsed once at cold start.

@@ -53,6 +53,8 @@ E_DECODE = 6
 E_INVALID_CONFIG = 7
 E_TRY_AGAIN_LATER = 11
 E_NOT_AVAILABLE = 50
+E_CHECK_FAILED = 100
+"""Ours (the spec leaves 100 and up to plugins): CHECK found the pod's wiring wrong."""
 
 
 class CniError(Exception):

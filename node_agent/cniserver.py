@@ -26,7 +26,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from node_agent.cni import MAX_REQUEST_BYTES, VALID_ATTACHMENTS, version_at_least
+from node_agent.cni import (  # the CNI error codes: one list, the plugin's (stdlib only)
+    E_CHECK_FAILED,
+    E_DECODE,
+    E_INCOMPATIBLE_VERSION,
+    E_INVALID_CONFIG,
+    E_INVALID_ENV,
+    E_IO,
+    E_NOT_AVAILABLE,
+    E_TRY_AGAIN_LATER,
+    E_UNKNOWN_CONTAINER,
+    MAX_REQUEST_BYTES,
+    VALID_ATTACHMENTS,
+    version_at_least,
+)
 from node_agent.datastore import Datastore
 from node_agent.hostnet import (
     GATEWAY,
@@ -47,15 +60,6 @@ from warmpool.clock import Clock
 
 log = logging.getLogger("warmpool.agent.cni")
 
-E_INCOMPATIBLE_VERSION = 1
-E_UNKNOWN_CONTAINER = 3
-E_INVALID_ENV = 4
-E_IO = 5
-E_DECODE = 6
-E_INVALID_CONFIG = 7
-E_TRY_AGAIN_LATER = 11
-E_NOT_AVAILABLE = 50
-E_CHECK_FAILED = 100
 
 READ_TIMEOUT_S = 10.0
 """The agent's limit for receiving a whole request once a client has connected (the plugin

@@ -39,9 +39,9 @@ import threading
 import time
 import urllib.request
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
@@ -49,6 +49,7 @@ from node_agent.imds import parse_interfaces
 from sim import dataplane, demo_cni, demo_containerd
 from sim import demo_host as host
 from sim import demo_netns as nx
+from sim.demo_options import DemoOptions, Interrupted
 from sim.demo_report import DemoReport, LiveView, PodRecord, Status, ec2_delta, ec2_table, totals
 from sim.figures import leaked_enis
 from warmpool import names
@@ -69,40 +70,6 @@ DEFAULT_AGENT_ENV: dict[str, str] = {
     "WARMPOOL_ADD_WAIT_S": "20",
     "AWS_VPC_ENI_MTU": "9001",
 }
-
-
-AgentWrap = Callable[["Node", list[str], dict[str, str]], tuple[list[str], dict[str, str]]]
-"""(node, argv, env) -> (argv, env) of the agent process; may change ``node.socket``."""
-
-
-class Interrupted(Exception):
-    """SIGINT/SIGTERM arrived: stop, tear down, exit 130."""
-
-
-@dataclass
-class DemoOptions:
-    nodes: int = 3
-    pods_per_node: int = 10
-    json_out: str | None = None
-    instance_type: str = "m5.large"
-    keep_per_node: int = 2
-    """Pods left on each node after the scale-down."""
-    attach_delay_s: float = 1.0
-    api_latency_s: float = 0.05
-    cni_parallel: int = 6
-    """CNI invocations in flight at once (each is a process start)."""
-    scale_out_timeout_s: float = 120.0
-    settle_timeout_s: float = 45.0
-    netns: bool | None = None
-    """None: use namespaces when possible; False: never."""
-    agent_env: dict[str, str] = field(default_factory=dict)
-    cluster: str = "demo"
-    live: bool = True
-    runtime: str = "auto"
-    """Who makes the pods in netns mode: ``containerd`` (CRI sandboxes), ``netns`` (bare
-    namespaces), or ``auto`` (containerd when it is installed and works here)."""
-    agent_wrap: AgentWrap | None = None
-    """Starts each agent differently (the runtime tests: under the DaemonSet's privileges)."""
 
 
 # ----------------------------------------------------------------- the demo

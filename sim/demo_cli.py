@@ -19,7 +19,8 @@ from sim import dataplane
 from sim import demo as demo_module
 from sim import demo_host as host
 from sim import demo_netns as nx
-from sim.demo import Demo, DemoOptions, Interrupted
+from sim.demo import Demo
+from sim.demo_options import DemoOptions, Interrupted
 from sim.demo_report import dump, render
 
 

@@ -19,8 +19,9 @@ import pytest
 
 from sim import demo_netns as nx
 from sim import runtime_containerd as rc
-from sim.demo import Demo, DemoOptions
+from sim.demo import Demo
 from sim.demo_host import RUN_MARK, single_run_lock
+from sim.demo_options import DemoOptions
 from sim.demo_report import DemoReport, PodRecord, duplicate_ips, ec2_delta, render
 from sim.procfs import processes
 

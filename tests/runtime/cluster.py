@@ -161,8 +161,9 @@ def runtime_cluster(agent_env: dict[str, str] | None = None) -> Iterator[Cluster
     """The tier's cluster (also for measurement scripts): stack, one node, its agent under the
     DaemonSet's privileges, containerd in the node's namespace; everything removed on exit."""
     from sim import demo_host
-    from sim.demo import Demo, DemoOptions
+    from sim.demo import Demo
     from sim.demo_host import single_run_lock
+    from sim.demo_options import DemoOptions
 
     priv = manifest.load()
     base = Path(tempfile.mkdtemp(prefix="wprt-", dir="/tmp"))  # short: unix socket paths stay < 108 bytes
