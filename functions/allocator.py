@@ -38,7 +38,7 @@ from functions.intake import (
     sender_matches,
     trusted_keys,
 )
-from functions.inventory import describe_tokens, instance_problem, read_batch, tag_primaries
+from functions.inventory import describe_tokens, instance_problem, note_pod_ceiling, read_batch, tag_primaries
 from functions.mapping import Mapper, ThreadMapper, serial_map
 from functions.releases import count_flip, fresh_offers, hold_releases, load_flips, save_flips
 from functions.settings import LEASE_TTL_MARGIN_S, Settings
@@ -364,7 +364,9 @@ class Allocator:
                 self._reject(n, "unknown-instance-type", out, str(lim))
                 continue
             ceiling = node_max_pods(r, lim, self.settings.max_pods)
-            plan = plan_node(r, f.inventory(self.cluster), lim, view.subnets, cluster=self.cluster, max_pods=ceiling)
+            inv = f.inventory(self.cluster)
+            plan = plan_node(r, inv, lim, view.subnets, cluster=self.cluster, max_pods=ceiling)
+            note_pod_ceiling(r, inv, ceiling, self.tally)
             count_flip(
                 self.fair,
                 r,
@@ -378,7 +380,7 @@ class Allocator:
             jobs.append(NodeJob(r, f, lim, plan, rec.message_id, rec.body, max_pods=ceiling))
             if plan.delta.low:
                 self.tally.add(names.M_NODES_IN_DEFICIT)
-        save_flips(self.fair, self.flips, self.cluster, self.tally)
+        save_flips(self.fair, self.flips, self.cluster, self.tally, self.clock.now())
         jobs.sort(key=lambda j: priority_key(j.report, j.plan.delta))
         return jobs
 

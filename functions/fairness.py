@@ -22,8 +22,11 @@ concurrency of N containers a node gets at most N shares, still a bound):
   about once per release delay (a minute by default). The flip histories are
   shared by every container through a :class:`warmpool.ports.FlipStore` (the
   allocator loads the batch's instances before planning and saves what
-  changed): reports of one node spread over containers, or a cold start,
-  neither hide a flip nor end a damping.
+  changed; a read merges, keeping the later damping, and a row that could not
+  be read is not written): reports of one node spread over containers, or a
+  cold start, neither hide its flips nor end a damping. Last writer wins, so
+  batches of one node running at the same moment may count its flips once per
+  pair (bounded by the mapping's concurrency).
 
 Pure bookkeeping over an injected clock's times: no I/O.
 """
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Container, Mapping, Set
+from collections.abc import Callable, Container, Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
 
 from warmpool.buckets import BucketSpec
@@ -49,6 +52,7 @@ class FairShare:
     _spent: dict[str, deque[tuple[float, dict[str, int]]]] = field(default_factory=dict)
     _flips: dict[str, FlipState] = field(default_factory=dict)
     _dirty: set[str] = field(default_factory=set)
+    _unshared: set[str] = field(default_factory=set)
 
     @property
     def enabled(self) -> bool:
@@ -119,20 +123,38 @@ class FairShare:
         return st is not None and st.damped_until > now
 
     def hydrate(self, states: Mapping[str, FlipState]) -> None:
-        """The shared histories of a batch's instances (they replace what this container had)."""
+        """Merge the shared histories of a batch's instances into this container's: the later
+        damping and every flip either side saw are kept, so neither a stale row nor a stale
+        container lowers a damping. The row's last kind wins (another container counted later)."""
         for iid, st in states.items():
-            if iid not in self._dirty:
+            self._unshared.discard(iid)
+            mine = self._flips.get(iid)
+            if mine is None:
                 self._flips[iid] = st
+                continue
+            flips = tuple(sorted({*mine.flips, *st.flips}))
+            self._flips[iid] = FlipState(st.last_kind or mine.last_kind, flips, max(mine.damped_until, st.damped_until))
+
+    def unshared(self, instance_ids: Iterable[str]) -> None:
+        """Their shared rows could not be read: this container's view of them is not written back
+        (it could lower a damping another container recorded) until a read succeeds."""
+        self._unshared.update(instance_ids)
 
     def take_dirty(self) -> dict[str, FlipState]:
-        """The histories changed since the last call (to save)."""
-        out = {i: self._flips[i] for i in self._dirty if i in self._flips}
-        self._dirty.clear()
+        """The histories changed since the last call that may be saved (read this batch); the
+        others stay marked for a later batch."""
+        out = {i: self._flips[i] for i in self._dirty if i in self._flips and i not in self._unshared}
+        self._dirty -= set(out)
         return out
 
-    def expires_at(self, state: FlipState) -> float:
-        """When a history no longer matters: damping over and its flips out of the window."""
-        return max(state.damped_until, max(state.flips, default=0.0) + self.flip_window_s)
+    def unsaved(self, instance_id: str) -> None:
+        """A save failed: keep it marked, for the next batch."""
+        self._dirty.add(instance_id)
+
+    def expires_at(self, state: FlipState, now: float) -> float:
+        """When a history no longer matters: damping over, and its flips (or, before the first
+        flip, the kind just recorded) out of the window."""
+        return max(state.damped_until, max(state.flips, default=now) + self.flip_window_s)
 
     def asked(self, instance_id: str, kind: str, now: float) -> bool:
         """Record a planned kind (``allocate``/``release``); True when this

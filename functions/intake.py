@@ -122,7 +122,7 @@ def secure_transport_policy(settings: Settings, queue_name: str) -> str | None:
     if not (len(account) == 12 and account.isdigit()):
         return None
     region = settings.region
-    partition = "aws-cn" if region.startswith("cn-") else "aws-us-gov" if region.startswith("us-gov-") else "aws"
+    partition = partition_of(region)
     return json.dumps(
         {
             "Version": "2012-10-17",
@@ -140,12 +140,32 @@ def secure_transport_policy(settings: Settings, queue_name: str) -> str | None:
     )
 
 
+PARTITIONS = (
+    ("cn-", "aws-cn"),
+    ("us-gov-", "aws-us-gov"),
+    ("us-isob-", "aws-iso-b"),
+    ("us-isof-", "aws-iso-f"),
+    ("eu-isoe-", "aws-iso-e"),
+    ("us-iso-", "aws-iso"),
+)
+"""Region prefix → partition, longest prefix first; every other region is in ``aws``."""
+
+
+def partition_of(region: str) -> str:
+    return next((p for prefix, p in PARTITIONS if region.startswith(prefix)), "aws")
+
+
 def create_result_queue(sqs: SqsApi, settings: Settings, instance_id: str, tally: Tally) -> None:
     """First report of a verified instance EC2 shows in the cluster: create
     its result queue (agents may not create queues, so their number is
     bounded by the cluster's instances; CreateQueue is idempotent)."""
     name = settings.result_queue_name(instance_id)
     policy = secure_transport_policy(settings, name)
+    if policy is None:
+        log.warning(
+            "result queue created without its TLS-only policy: no account in the reports queue URL",
+            extra={"instance_id": instance_id},
+        )
     try:
         sqs.create_queue(QueueName=name, Attributes={"Policy": policy} if policy else {})
     except ClientError as err:  # the push then counts the missing queue; the agent keeps looking

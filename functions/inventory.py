@@ -25,7 +25,7 @@ from warmpool.facts import NodeFacts
 from warmpool.limits import InstanceLimits
 from warmpool.messages import PoolReport
 from warmpool.names import M_PRIMARY_ENIS_TAGGED
-from warmpool.planner import Subnet, TagPrimaryEni
+from warmpool.planner import Inventory, Subnet, TagPrimaryEni
 from warmpool.ports import BucketStore, Ec2Port
 
 log = logging.getLogger(__name__)
@@ -140,3 +140,16 @@ def tag_primaries(
         )
         for j in granted
     ]
+
+
+def note_pod_ceiling(r: PoolReport, inv: Inventory, ceiling: int, tally: Tally) -> None:
+    """Pods wait on a node that already holds its max-pods ceiling: no address may serve them, so
+    the agent's and the allocator's ceilings disagree (the kubelet's ``--max-pods`` and
+    ``WARMPOOL_MAX_PODS`` on the agents and the stack must agree). Counted and logged."""
+    if ceiling and r.pending_demand and sum(e.addresses for e in inv.enis if e.usable) >= ceiling:
+        tally.add(names.M_NODES_AT_POD_CEILING)
+        log.warning(
+            "pods wait on a node at its max-pods ceiling: the kubelet's --max-pods and WARMPOOL_MAX_PODS "
+            "(agents and stack) must agree",
+            extra={"node": r.node, "instance_id": r.instance_id, "ceiling": ceiling},
+        )

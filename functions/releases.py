@@ -171,18 +171,21 @@ def load_flips(fair: FairShare, store: FlipStore | None, cluster: str, instance_
     try:
         fair.hydrate(store.load(cluster, instance_ids))
     except (AwsError, ClientError) as err:  # this container's view still damps what it saw
+        fair.unshared(instance_ids)  # and is not written over the rows it could not read
         tally.add(M_FLIPS_UNSHARED)
         log.warning("flip histories not read", extra={"error": str(err)[:200]})
 
 
-def save_flips(fair: FairShare, store: FlipStore | None, cluster: str, tally: Tally) -> None:
+def save_flips(fair: FairShare, store: FlipStore | None, cluster: str, tally: Tally, now: float) -> None:
     """The flip histories this batch changed, back to the shared store."""
-    changed = fair.take_dirty()
     if store is None:
+        fair.take_dirty()
         return
+    changed = fair.take_dirty()
     for iid, st in sorted(changed.items()):
         try:
-            store.save(cluster, iid, st, fair.expires_at(st))
+            store.save(cluster, iid, st, fair.expires_at(st, now))
         except (AwsError, ClientError) as err:
+            fair.unsaved(iid)
             tally.add(M_FLIPS_UNSHARED)
             log.warning("flip history not saved", extra={"instance_id": iid, "error": str(err)[:200]})

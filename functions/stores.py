@@ -364,10 +364,9 @@ class DynamoFlips:
         uniq = sorted(set(instance_ids))
         if not uniq:
             return {}
-        try:
-            items = _batch_get(self._db, self._table, [self._key(cluster, i) for i in uniq], None)
-        except UnreadKeys as err:  # best effort: what was read
-            items = err.items
+        # Rows left unread (UnprocessedKeys after the bounded retries) raise UnreadKeys: the
+        # caller then neither trusts nor overwrites any of them this batch.
+        items = _batch_get(self._db, self._table, [self._key(cluster, i) for i in uniq], None)
         prefix = f"node#{cluster}#"
         out: dict[str, FlipState] = {}
         for it in items:

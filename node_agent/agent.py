@@ -449,6 +449,8 @@ class Agent:
             "instance_type": self.limits.instance_type,
             "prefix": pool.prefix_mode,
             "max_eni": pool.max_eni or None,
+            # the pool's own ceiling: WARMPOOL_MAX_PODS when set, else the formula (the allocator's too)
+            "pool_ceiling": self.controller.pool.max_pods,
         }
 
     def view_enis(self) -> list[dict[str, Any]]:

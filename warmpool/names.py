@@ -123,6 +123,8 @@ M_DESCRIBE_THROTTLED = "DescribeThrottledBatches"  # dimension Action
 M_IDENTITY_UNVERIFIED = "ReportsIdentityUnverified"
 M_RESULT_QUEUES_CREATED = "ResultQueuesCreated"
 M_FLIPS_UNSHARED = "FlipHistoriesUnshared"
+M_NODES_AT_POD_CEILING = "NodesAtPodCeiling"
+"""Reports with pods waiting from a node already at its max-pods ceiling (agent and allocator disagree)."""
 """Flip histories the shared store could not read or write (that container damps on what it saw)."""
 M_FAIR_SHARE_DEFERRED = "FairShareDeferred"
 M_NODES_DAMPED = "NodesDamped"

@@ -213,11 +213,12 @@ class FlipState:
 class FlipStore(Protocol):
     """Flip histories shared by every allocator container (issue 12): an instance whose
     reports land on different containers is still seen flipping, and a cold start
-    forgets no damping."""
+    forgets no damping. Last writer wins: batches of one instance running at the same
+    time may count its flips once per pair (bounded by the mapping's concurrency)."""
 
     def load(self, cluster: str, instance_ids: Sequence[str]) -> dict[str, FlipState]:
-        """The stored states of those instances that have one (best effort: a row that
-        cannot be read is left out)."""
+        """The stored states of those instances that have one; raises when any row could not
+        be read (the caller must neither trust nor overwrite those rows then)."""
         ...
 
     def save(self, cluster: str, instance_id: str, state: FlipState, expires_at: float) -> None:

@@ -128,7 +128,7 @@ def test_max_pods_endpoint(world: dict[str, Any]) -> None:
     agent.start()
     status, body = get(agent, "/v1/max-pods")
     assert status == 200
-    assert body == {"max_pods": 110, "instance_type": "m5.large", "prefix": True, "max_eni": None}
+    assert body == {"max_pods": 110, "instance_type": "m5.large", "prefix": True, "max_eni": None, "pool_ceiling": 110}
 
 
 def test_pod_veths_get_pod_mtu_and_enis_keep_eni_mtu(world: dict[str, Any]) -> None:

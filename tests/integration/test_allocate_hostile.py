@@ -372,3 +372,18 @@ def test_a_damped_node_is_handed_back_only_what_ec2_still_shows() -> None:
     ]
     assert handed, "the damped node's offer is handed back"
     assert gone not in handed and set(handed) <= set(kept)
+
+
+def test_pods_waiting_on_a_node_at_its_ceiling_are_counted_and_get_nothing() -> None:
+    """Finding D's ceiling, seen from a disagreeing agent (the hostile review's finding 5): the
+    cluster's max pods is 6, the node's agent thinks otherwise and keeps asking. It is held at
+    the ceiling, and the disagreement is counted (NodesAtPodCeiling) instead of passing unseen."""
+    w = World(max_pods=6)
+    w.add_node("n1", "m5.large")
+    w.deliver([w.report("n1", warm_ip=2, pending=4)])
+    held = w.addresses("n1")
+    assert 6 <= held <= 9  # up to the ceiling (the primary ENI's one call may fill it)
+    assert w.tally.get("NodesAtPodCeiling") == 0
+    w.deliver([w.report("n1", warm_ip=2, pending=20, assigned=held)])
+    assert w.addresses("n1") == held
+    assert w.tally.get("NodesAtPodCeiling") == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -135,3 +136,25 @@ def test_tally_counts_per_dimension_and_drains() -> None:
     assert t.get("EC2Calls") == 3 and t.get("EC2Calls", Action="B") == 2
     d = t.drain()
     assert d.get("EC2Calls") == 3 and d.samples("Latency") == [5.0] and t.get("EC2Calls") == 0
+
+
+def test_the_tls_only_queue_policy_names_the_queue_in_every_partition() -> None:
+    """The hostile review's finding 7: in the isolated regions the policy named an ``aws``
+    ARN, so its deny matched nothing."""
+    from functions.intake import partition_of, secure_transport_policy
+    from functions.settings import Settings
+
+    for region, partition in (
+        ("us-east-1", "aws"),
+        ("cn-north-1", "aws-cn"),
+        ("us-gov-west-1", "aws-us-gov"),
+        ("us-iso-east-1", "aws-iso"),
+        ("us-isob-east-1", "aws-iso-b"),
+        ("eu-isoe-west-1", "aws-iso-e"),
+        ("us-isof-south-1", "aws-iso-f"),
+    ):
+        assert partition_of(region) == partition
+        s = Settings(cluster="c", region=region, reports_queue_url=f"https://sqs.{region}.x/123456789012/r")
+        doc = json.loads(secure_transport_policy(s, "q") or "{}")
+        assert doc["Statement"][0]["Resource"] == f"arn:{partition}:sqs:{region}:123456789012:q"
+    assert secure_transport_policy(Settings(cluster="c", reports_queue_url=""), "q") is None
