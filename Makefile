@@ -80,8 +80,17 @@ sim: sim-test
 sim-test: $(STAMP)
 	$(call run-tier,sim,tests/sim)
 
+# The shipped bench scenarios (pure CPU, untraced: marked slow) run in a second pytest
+# process beside the rest of the tier, so the two share the machine's cores; the tier
+# fails if either does.
+BENCH_TESTS := tests/integration/test_bench_scenarios.py
 integration: $(STAMP) system-deps
-	$(call run-tier,integration,tests/integration)
+	@mkdir -p $(COVERAGE_DIR) && echo "== tier integration (its bench scenarios in parallel)"
+	@$(BIN)/python -m pytest -q $(PYTEST_ARGS) $(BENCH_TESTS) > $(COVERAGE_DIR).bench.log 2>&1 & bench=$$!; \
+	COVERAGE_FILE=$(COVERAGE_DIR)/integration $(BIN)/python -m pytest -q $(PYTEST_ARGS) $(PRODUCT) --cov-report= \
+	  --cov-fail-under=$(FLOOR_integration) --ignore=$(BENCH_TESTS) tests/integration; rc=$$?; \
+	wait $$bench; brc=$$?; echo "== the tier's bench scenarios:"; cat $(COVERAGE_DIR).bench.log; \
+	if [ $$rc -ne 0 ]; then exit $$rc; fi; exit $$brc
 
 # containerd and runc drive warmpool-cni (part of `make test` too)
 runtime: runtime-test
@@ -101,4 +110,4 @@ bench-planner: $(STAMP)
 	$(BIN)/python tests/perf/planner_throughput.py
 
 clean:
-	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache $(COVERAGE_DIR) $(COVERAGE_DIR).all
+	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache $(COVERAGE_DIR) $(COVERAGE_DIR).all $(COVERAGE_DIR).bench.log
