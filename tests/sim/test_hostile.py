@@ -14,6 +14,7 @@ from functions.fairness import FairShare
 from sim.dst import runner
 from sim.dst.runner import run_seed
 from sim.dst.schedule import HOSTILE_KINDS, draw
+from tests.helpers.sim_mutations import on_every_agent
 
 pytestmark = pytest.mark.sim
 
@@ -168,26 +169,7 @@ def _never_resyncs(w: Any) -> None:
         if getattr(a, "ctl", None) is not None:
             a.ctl.resync = lambda now: []
 
-    def wrap(a: Any) -> None:
-        boot = a.boot
-
-        def booted() -> None:
-            boot()
-            change(a)
-
-        a.boot = booted
-        change(a)
-
-    for a in w.agents.values():
-        wrap(a)
-    join = w.join
-
-    def joined(name: str, itype: str) -> Any:
-        a = join(name, itype)
-        wrap(a)
-        return a
-
-    w.join = joined
+    on_every_agent(w, change)
 
 
 def test_stolen_results_change_nothing_but_the_agent_must_read_imds_for_them() -> None:

@@ -21,6 +21,7 @@ from sim.dst import base, runner, world
 from sim.dst.node import SimPods
 from sim.dst.runner import SeedResult, plan_for, run_seed
 from sim.dst.schedule import EVENT_KINDS, draw
+from tests.helpers.sim_mutations import on_every_agent
 from warmpool import names
 
 pytestmark = pytest.mark.sim
@@ -255,38 +256,13 @@ def _hostile_host_seeds(n: int) -> list[int]:
     ][:n]
 
 
-def _on_every_agent(w: Any, change: Callable[[Any], None]) -> None:
-    """Apply ``change`` to every agent, after each of its (re)starts, and to nodes that join later."""
-
-    def wrap(a: Any) -> None:
-        boot = a.boot
-
-        def booted() -> None:
-            boot()
-            change(a)
-
-        a.boot = booted
-        change(a)
-
-    for a in w.agents.values():
-        wrap(a)
-    join = w.join
-
-    def joined(name: str, itype: str) -> Any:
-        a = join(name, itype)
-        wrap(a)
-        return a
-
-    w.join = joined
-
-
 def _no_netns_check(w: Any) -> None:
     """A broken CNI service: the pod network's namespace check is never asked."""
 
     def change(a: Any) -> None:
         a.pods.check_netns = lambda netns: None
 
-    _on_every_agent(w, change)
+    on_every_agent(w, change)
 
 
 def test_a_cni_service_that_skips_the_netns_check_is_caught() -> None:
@@ -303,7 +279,7 @@ def _gc_keeps_everything(w: Any) -> None:
     def change(a: Any) -> None:
         a.cni.gc_min_age_s = 1e9
 
-    _on_every_agent(w, change)
+    on_every_agent(w, change)
 
 
 def test_a_gc_that_keeps_unlisted_attachments_is_caught() -> None:
@@ -531,7 +507,7 @@ def _identity_of_another(w: Any) -> None:
         if x is a:
             x.ctl.signed_identity = functools.partial(w.signer_imds.identity, other.iid)
 
-    _on_every_agent(w, change)
+    on_every_agent(w, change)
 
 
 def test_a_report_with_another_instances_identity_is_refused() -> None:
