@@ -14,29 +14,20 @@ from botocore.exceptions import ClientError
 
 from sim.bench.proc import StandardRetryer, ec2_call, spawn
 from sim.bench.runner import run_bench
-from sim.bench.scenario import Scenario, parse_scenario
+from sim.bench.scenario import Scenario
 from sim.bench.strategies.cilium import Cilium, backoff_s
 from sim.bench.strategies.vpc_cni import IMDS_WAIT_TRIES, VpcCni
 from sim.bench.strategies.warmpool import COLD_START_S, Warmpool
 from sim.bench.workload import expand
 from sim.bench.world import World
+from tests.helpers.bench import small
 
 
 def scenario(
     strategies: list[str], env: dict[str, Any] | None = None, nodes: int = 1, pods: int = 5, **extra: Any
 ) -> Scenario:
-    d: dict[str, Any] = {
-        "name": "model",
-        "seed": 5,
-        "duration_s": 900,
-        "strategies": strategies,
-        "cluster": {"name": "demo", "env": env or {"WARM_IP_TARGET": 1}},
-        "subnets": [{"id": "subnet-a", "az": "us-east-1a", "cidr": "10.0.0.0/16"}],
-        "node_groups": [{"name": "ng", "instance_type": "m5.4xlarge", "count": nodes}],
-        "workload": [{"at_s": 30, "node_group": "ng", "add_pods_per_node": pods}],
-    }
-    d.update(extra)
-    return parse_scenario(d)
+    """The helpers' small scenario under this module's own name and seed."""
+    return small(strategies, env, nodes, pods, **{"name": "model", "seed": 5, **extra})
 
 
 # --- aws-sdk-go-v2 standard retryer ------------------------------------------
