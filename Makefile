@@ -41,7 +41,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # The test tiers, fastest first. Each prints its coverage and fails below its
-# floor: of warmpool/, functions/, node_agent/ and sim/, or of infra/ for the
+# floor: of the product and its stand-ins (every top-level package but infra/), or of infra/ for the
 # infra tier (pytest-cov; [tool.coverage] in pyproject.toml). The floors are
 # measured on the CI machine (root, so the namespace and runtime tests run) and
 # set a few points below; elsewhere lower one, e.g. `make test FLOOR_runtime=0`.
@@ -58,7 +58,7 @@ FLOOR_integration := 66
 FLOOR_runtime     := 30
 PYTEST_ARGS ?=
 COVERAGE_DIR := .coverage-tiers
-PRODUCT := --cov=warmpool --cov=functions --cov=node_agent --cov=sim
+PRODUCT := --cov=warmpool --cov=warmpool_cli --cov=functions --cov=node_agent --cov=emulated --cov=bench --cov=simulation --cov=demo
 run-tier = @mkdir -p $(COVERAGE_DIR) && echo "== tier $(1)" && \
 	COVERAGE_FILE=$(COVERAGE_DIR)/$(1) $(BIN)/python -m pytest -q $(PYTEST_ARGS) \
 	  $(or $(3),$(PRODUCT)) --cov-report= --cov-fail-under=$(FLOOR_$(1)) $(2)

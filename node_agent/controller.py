@@ -108,7 +108,7 @@ class PoolController:
         self.identity = identity
         self.signed_identity = signed_identity
         """The instance's signed identity document (``node_agent/identity.py::CachedIdentity.get``;
-        in-process agents: ``sim.imds.Imds.identity``). Every report carries it: the
+        in-process agents: ``emulated.imds.Imds.identity``). Every report carries it: the
         allocator refuses reports without one."""
         self.limits = limits
         if pool.max_pods == 0:  # the allocator's ceiling too (warmpool.planner.node_max_pods)

@@ -127,7 +127,7 @@ class FakeInstance:
 
 class FakeImdsServer:
     """IMDSv2 for any number of instances at ``{base}/{instance_id}/latest/...``
-    (the same layout as ``sim.imds``). ``base`` is the value for
+    (the same layout as ``emulated.imds``). ``base`` is the value for
     ``AWS_EC2_METADATA_SERVICE_ENDPOINT`` of one instance: ``url_for(id)``."""
 
     def __init__(self) -> None:

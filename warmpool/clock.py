@@ -1,7 +1,7 @@
 """Time, injected. Every loop in warmpool is a ``tick(now)`` driven by a
 scheduler; logic never reads the wall clock or sleeps.
 
-:class:`RealClock` is the production port; ``sim/clock.py``'s
+:class:`RealClock` is the production port; ``emulated/clock.py``'s
 ``VirtualClock`` and ``EventLoop`` drive the bench and the tests in virtual time.
 """
 

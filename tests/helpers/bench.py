@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.bench.scenario import Scenario, parse_scenario
+from bench.scenario import Scenario, parse_scenario
 
 
 def small(

@@ -22,9 +22,9 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from sim.clock import VirtualClock
-from sim.ec2 import Ec2Config, Ec2Emulator
-from sim.ec2.http import serve
+from emulated.clock import VirtualClock
+from emulated.ec2 import Ec2Config, Ec2Emulator
+from emulated.ec2.http import serve
 
 EMULATED = ("fast", "boto3", "http")
 ALL = ("moto", *EMULATED)

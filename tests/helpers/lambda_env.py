@@ -15,7 +15,7 @@ from moto import mock_aws
 
 from functions import allocate, aws, reconcile
 from functions.stores import create_tables
-from sim.iid import IdentitySigner, document_for
+from emulated.iid import IdentitySigner, document_for
 from warmpool import names
 
 CLUSTER = "demo"

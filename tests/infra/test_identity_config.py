@@ -10,7 +10,7 @@ import pytest
 
 from functions.identity import TrustedKeys
 from infra.config import DEFAULT_IDENTITY_CERTIFICATE_FILE, ConfigError, config_from_context
-from sim.iid import IdentitySigner
+from emulated.iid import IdentitySigner
 from tests.infra.synth import OTHER_REGION_CERTIFICATE, Synthesized
 from warmpool import names
 

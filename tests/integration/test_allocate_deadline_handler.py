@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from functions import allocate
-from sim.clock import VirtualClock
+from emulated.clock import VirtualClock
 from tests.helpers.lambda_env import CLUSTER, Ctx, _event, _report
 from warmpool import names
 

@@ -262,7 +262,7 @@ def test_the_settings_margin_is_below_the_function_timeout() -> None:
 def test_the_in_memory_ledger_fails_unread_rows_like_dynamodb() -> None:
     # The fake's fault knob gives the same answer as DynamoDB's UnprocessedKeys
     # through DynamoLedger (test above): the unread nodes, and the rest read.
-    from sim.memstores import MemLedger
+    from emulated.memstores import MemLedger
     from warmpool.ports import LedgerUnread
 
     led = MemLedger()

@@ -7,10 +7,10 @@ import json
 from moto import mock_aws
 
 from functions.allocator import Record
-from sim.clock import VirtualClock
-from sim.ec2 import Ec2Config, Ec2Emulator
-from sim.iid import document_for
-from sim.sqs import FastSqs
+from emulated.clock import VirtualClock
+from emulated.ec2 import Ec2Config, Ec2Emulator
+from emulated.iid import document_for
+from emulated.sqs import FastSqs
 from tests.helpers.allocate_world import World, moto_dynamo
 from warmpool import names
 

@@ -16,7 +16,7 @@ from tests.helpers.bench import small, without_wall
 def _run(scenario: Path, out: Path, hash_seed: str) -> dict[str, Any]:
     env = {**os.environ, "PYTHONHASHSEED": hash_seed}
     subprocess.run(
-        [sys.executable, "-m", "sim.bench.cli", str(scenario), "--json", str(out), "--quiet"],
+        [sys.executable, "-m", "bench.cli", str(scenario), "--json", str(out), "--quiet"],
         check=True,
         env=env,
         capture_output=True,

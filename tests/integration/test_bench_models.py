@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from sim.bench.proc import StandardRetryer, ec2_call, spawn
-from sim.bench.runner import run_bench
-from sim.bench.scenario import Scenario
-from sim.bench.strategies.cilium import Cilium, backoff_s
-from sim.bench.strategies.vpc_cni import IMDS_WAIT_TRIES, VpcCni
-from sim.bench.strategies.warmpool import COLD_START_S, Warmpool
-from sim.bench.workload import expand
-from sim.bench.world import World
+from bench.proc import StandardRetryer, ec2_call, spawn
+from bench.runner import run_bench
+from bench.scenario import Scenario
+from bench.strategies.cilium import Cilium, backoff_s
+from bench.strategies.vpc_cni import IMDS_WAIT_TRIES, VpcCni
+from bench.strategies.warmpool import COLD_START_S, Warmpool
+from bench.workload import expand
+from bench.world import World
 from tests.helpers.bench import small
 
 

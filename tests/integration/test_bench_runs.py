@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from sim.bench.cli import bench_main
-from sim.bench.output import StrategyResult
-from sim.bench.runner import run_bench
+from bench.cli import bench_main
+from bench.output import StrategyResult
+from bench.runner import run_bench
 from tests.helpers.bench import small, without_wall
 
 DESIGN_KEYS = {

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.bench.runner import run_bench
-from sim.bench.scenario import load_scenario
+from bench.runner import run_bench
+from bench.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

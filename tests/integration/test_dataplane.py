@@ -2,7 +2,7 @@
 check included), an internet host beyond a gateway, pods on primary and secondary ENIs.
 
 Each node is set up as the agent does it (``hostnet.setup_eni`` / ``setup_pod`` and
-``nodenet.NodeNetworking``); the checks are ``sim.dataplane.run_checks``: ICMP and TCP echo pod
+``nodenet.NodeNetworking``); the checks are ``demo.dataplane.run_checks``: ICMP and TCP echo pod
 to pod across nodes, egress to the internet host (which reports the source it saw), and a
 NodePort-style DNAT to a pod on a secondary ENI answered through the ENI it came in on."""
 
@@ -21,8 +21,8 @@ from node_agent.hostnet import setup_eni, setup_pod
 from node_agent.netlink import Netlink, sysctl_set
 from node_agent.nodenet import NodeNetworking, NodeSpec
 from node_agent.records import EniInfo
-from sim import dataplane as dp
-from sim import demo_netns as nx
+from demo import dataplane as dp
+from demo import netns as nx
 from tests.fakenode import ip_json, netns_available, sh
 
 pytestmark = pytest.mark.netns

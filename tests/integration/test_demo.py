@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from sim import demo_netns as nx
-from sim import runtime_containerd as rc
-from sim.demo import Demo
-from sim.demo_host import RUN_MARK, single_run_lock
-from sim.demo_options import DemoOptions
-from sim.demo_report import DemoReport, PodRecord, duplicate_ips, ec2_delta, render
-from sim.procfs import processes
+from demo import netns as nx
+from demo import runtime_containerd as rc
+from demo.run import Demo
+from demo.host import RUN_MARK, single_run_lock
+from demo.options import DemoOptions
+from demo.report import DemoReport, PodRecord, duplicate_ips, ec2_delta, render
+from demo.procfs import processes
 
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN_KEYS = {"nodes", "pods_requested", "pods_ready", "time_to_ip_s", "ec2", "duplicate_ips", "leaked_enis"}
@@ -65,7 +65,7 @@ def test_report_has_every_design_key_and_renders() -> None:
     ).to_json()
     assert set(r) >= DESIGN_KEYS
     assert r["pods_ready"] == 2 and r["pods_ready"] <= r["pods_requested"]
-    assert r["time_to_ip_s"] == {"p50": 2.0, "p99": 2.98, "max": 3.0}  # sim.figures.percentile: interpolated
+    assert r["time_to_ip_s"] == {"p50": 2.0, "p99": 2.98, "max": 3.0}  # emulated.figures.percentile: interpolated
     assert r["duplicate_ips"] == 1
     assert r["kernel_verified"] == 1
     assert r["throttled_calls"] == 1 and r["mutating_calls"] == 2
@@ -149,7 +149,7 @@ def _assert_clean(tmp_path: Path, demo_pid: int, pins_before: set[str] | None = 
 
 
 def _demo(*args: str) -> list[str]:
-    return [sys.executable, "-m", "sim.cli", "demo", "--no-live", *args]
+    return [sys.executable, "-m", "warmpool_cli.main", "demo", "--no-live", *args]
 
 
 @pytest.mark.slow
@@ -237,7 +237,7 @@ def test_without_namespaces_it_says_so_and_still_serves_every_pod(tmp_path: Path
 
 @pytest.mark.slow
 def test_a_crashed_runs_leftovers_are_removed_before_the_next_run(tmp_path: Path) -> None:
-    from sim.demo_host import cleanup_leftovers
+    from demo.host import cleanup_leftovers
 
     p = subprocess.Popen(
         _demo("--nodes", "1", "--pods-per-node", "6"),
@@ -306,7 +306,7 @@ def test_runtime_containerd_when_it_cannot_run_is_a_clear_error(monkeypatch: pyt
 
 
 def test_runtime_option_is_parsed_and_checked() -> None:
-    from sim.demo_cli import options_from_args
+    from demo.cli import options_from_args
 
     assert options_from_args([]).runtime == "auto"
     assert options_from_args(["--runtime", "netns"]).runtime == "netns"
@@ -319,7 +319,7 @@ def test_auto_runtime_falls_back_when_containerd_fails_to_start(
 ) -> None:
     import io
 
-    from sim import demo_containerd
+    from demo import containerd as demo_containerd
 
     def broken(demo: Demo) -> None:
         raise rc.RuntimeError_("containerd exited with 1: failed to load plugin")

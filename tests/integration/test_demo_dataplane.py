@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sim import dataplane as dp
-from sim import demo_netns as nx
-from sim.demo_report import DemoReport, render
+from demo import dataplane as dp
+from demo import netns as nx
+from demo.report import DemoReport, render
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = {"pod_to_pod_ok", "pod_to_pod_checked", "egress_ok", "egress_checked", "egress_source"}
@@ -74,7 +74,7 @@ def test_short_demo_proves_the_data_plane_with_packets(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "sim.cli",
+            "warmpool_cli.main",
             "demo",
             "--no-live",
             "--nodes",

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from sim.clock import VirtualClock
-from sim.ec2 import Ec2Config, Ec2Emulator
-from sim.ec2.http import serve
+from emulated.clock import VirtualClock
+from emulated.ec2 import Ec2Config, Ec2Emulator
+from emulated.ec2.http import serve
 from tests.helpers.ec2_backends import EMULATED, Backend, error_of, open_backend, world
 
 

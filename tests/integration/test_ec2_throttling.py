@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from botocore.exceptions import ClientError
 
-from sim.ec2 import Ec2Config
+from emulated.ec2 import Ec2Config
 from tests.helpers.ec2_backends import EMULATED, Backend, error_of, open_backend, world
 from warmpool.buckets import BucketSpec
 

@@ -1,4 +1,4 @@
-"""The emulated SQS event-source mapping and schedules (sim.esm), in virtual time
+"""The emulated SQS event-source mapping and schedules (emulated.esm), in virtual time
 over the fast SQS, plus one real-time run and one run over moto's SQS."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 import boto3
 import pytest
 
-from sim.clock import VirtualClock
-from sim.esm import EsmConfig, EventSourceMapping, Schedule, ThreadedRunner
-from sim.sqs import FastSqs
+from emulated.clock import VirtualClock
+from emulated.esm import EsmConfig, EventSourceMapping, Schedule, ThreadedRunner
+from emulated.sqs import FastSqs
 from warmpool.clock import RealClock
 
 T0 = 1_700_000_000.0

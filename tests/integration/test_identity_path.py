@@ -21,11 +21,11 @@ from functions.identity import (
 from functions.settings import Settings
 from node_agent.identity import CachedIdentity, IdentityUnavailable, fetch_identity
 from node_agent.imds import ImdsClient, ImdsError
-from sim.clock import VirtualClock
-from sim.ec2 import Ec2Config, Ec2Emulator
-from sim.iid import IdentitySigner
-from sim.imds import make_app, serve
-from sim.local import LocalStack
+from emulated.clock import VirtualClock
+from emulated.ec2 import Ec2Config, Ec2Emulator
+from emulated.iid import IdentitySigner
+from emulated.imds import make_app, serve
+from emulated.local import LocalStack
 from warmpool import names
 from warmpool.messages import NodeIdentity, PoolReport
 

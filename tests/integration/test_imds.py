@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from sim.clock import VirtualClock
-from sim.ec2 import Ec2Config, Ec2Emulator
-from sim.imds import Imds, make_app, serve
+from emulated.clock import VirtualClock
+from emulated.ec2 import Ec2Config, Ec2Emulator
+from emulated.imds import Imds, make_app, serve
 
 
 @dataclass

@@ -20,7 +20,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from sim.local import LocalStack
+from emulated.local import LocalStack
 from warmpool import names
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -207,7 +207,7 @@ def test_the_aws_cli_works_against_the_endpoint(stack: tuple[LocalStack, Allocat
 def test_local_up_subprocess_prints_outputs_and_stops_on_sigterm(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     p = subprocess.Popen(
-        [sys.executable, "-m", "sim.local", "up", "--port", "0", "--cluster", "sub", "--no-functions"],
+        [sys.executable, "-m", "emulated.local", "up", "--port", "0", "--cluster", "sub", "--no-functions"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

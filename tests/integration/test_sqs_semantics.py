@@ -1,4 +1,4 @@
-"""One SQS semantic suite, two backends: moto's SQS and ``sim.sqs.FastSqs``.
+"""One SQS semantic suite, two backends: moto's SQS and ``emulated.sqs.FastSqs``.
 
 Every test taking the ``sqs`` fixture runs against both, so the fast queue the
 bench uses is shown to behave like the one everyone trusts. Time is virtual in
@@ -20,8 +20,8 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from sim.clock import VirtualClock
-from sim.sqs import MAX_MESSAGE_BYTES, FastSqs, md5_of_attributes
+from emulated.clock import VirtualClock
+from emulated.sqs import MAX_MESSAGE_BYTES, FastSqs, md5_of_attributes
 from warmpool.clock import RealClock
 
 T0 = 1_700_000_000.0

@@ -1,5 +1,5 @@
 """One semantic suite for the store ports, run against the in-memory stores
-(sim/memstores.py) and the DynamoDB stores (functions/stores.py) on moto."""
+(emulated/memstores.py) and the DynamoDB stores (functions/stores.py) on moto."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from moto import mock_aws
 
 from functions.stores import DynamoBuckets, DynamoLeases, DynamoLedger, create_tables
-from sim.memstores import MemBuckets, MemLeases, MemLedger
+from emulated.memstores import MemBuckets, MemLeases, MemLedger
 from warmpool.buckets import AIMD_DECREASE, BucketSpec, BucketState
 
 SPEC = BucketSpec(capacity=10, refill_per_s=2)

@@ -19,9 +19,9 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from sim.clock import VirtualClock
-from sim.ec2 import Ec2Config, Ec2Emulator
-from sim.ec2.http import serve
+from emulated.clock import VirtualClock
+from emulated.ec2 import Ec2Config, Ec2Emulator
+from emulated.ec2.http import serve
 
 CALLS_PER_CYCLE = 7
 

@@ -13,7 +13,7 @@ import statistics
 import time
 
 from functions.identity import TrustedKeys, VerifiedIdentity, verify_report_identity
-from sim.iid import IdentitySigner, document_for
+from emulated.iid import IdentitySigner, document_for
 from warmpool.messages import NodeIdentity, PoolReport
 
 

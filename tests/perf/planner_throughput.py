@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from sim.sample_plan import plan_all, sample_cluster
+from warmpool_cli.sample_plan import plan_all, sample_cluster
 
 
 def main() -> None:

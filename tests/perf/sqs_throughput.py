@@ -1,5 +1,5 @@
 """Messages per second through SQS (send + receive + delete, in batches of 10):
-the in-memory ``sim.sqs.FastSqs`` against moto's SQS (in-process, ``mock_aws``).
+the in-memory ``emulated.sqs.FastSqs`` against moto's SQS (in-process, ``mock_aws``).
 
     .venv/bin/python tests/perf/sqs_throughput.py [--messages N] [--moto-messages N] [--runs R]
 
@@ -17,8 +17,8 @@ from typing import Any
 
 import boto3
 
-from sim.clock import VirtualClock
-from sim.sqs import FastSqs
+from emulated.clock import VirtualClock
+from emulated.sqs import FastSqs
 
 
 def cycle(client: Any, url: str, n: int, batch: int) -> float:

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from functions.reconciler import Reconciler
-from sim.dst.checks import agent_problems as agent_problems  # shared with `warmpool sim`
-from sim.dst.checks import ec2_problems as ec2_problems
+from simulation.checks import agent_problems as agent_problems  # shared with `warmpool sim`
+from simulation.checks import ec2_problems as ec2_problems
 from warmpool import names
 
 FIGURES = Path(os.environ.get("WARMPOOL_FAULT_FIGURES", "/tmp/warmpool-fault-figures.jsonl"))

@@ -32,7 +32,7 @@ PACKAGES = ("containerd", "runc", "busybox-static", "containernetworking-plugins
 
 def _install_missing() -> str | None:
     """None when containerd can run pods here (installing what is missing); else why not."""
-    from sim import runtime_containerd as rc
+    from demo import runtime_containerd as rc
 
     why = rc.support()
     if why is None or not why.startswith("not installed"):
@@ -55,7 +55,7 @@ def _install_missing() -> str | None:
 @dataclass
 class Cluster:
     demo: Any
-    """:class:`sim.demo.Demo` after setup (stack, node, agent, containerd)."""
+    """:class:`demo.run.Demo` after setup (stack, node, agent, containerd)."""
     priv: manifest.Privileges
     base: Path
 
@@ -65,7 +65,7 @@ class Cluster:
 
     @property
     def rt(self) -> Any:
-        """:class:`sim.runtime_containerd.NodeRuntime` of the node."""
+        """:class:`demo.runtime_containerd.NodeRuntime` of the node."""
         return self.demo.node_rt[0]
 
     @property
@@ -93,7 +93,7 @@ class Cluster:
 
     def ip(self, *args: str) -> str:
         """``ip ARGS`` in the node's namespace."""
-        from sim import demo_netns as nx
+        from demo import netns as nx
 
         return nx.ip("-n", self.node.ns, *args)
 
@@ -160,10 +160,10 @@ exit $rc
 def runtime_cluster(agent_env: dict[str, str] | None = None) -> Iterator[Cluster]:
     """The tier's cluster (also for measurement scripts): stack, one node, its agent under the
     DaemonSet's privileges, containerd in the node's namespace; everything removed on exit."""
-    from sim import demo_host
-    from sim.demo import Demo
-    from sim.demo_host import single_run_lock
-    from sim.demo_options import DemoOptions
+    from demo import host as demo_host
+    from demo.run import Demo
+    from demo.host import single_run_lock
+    from demo.options import DemoOptions
 
     priv = manifest.load()
     base = Path(tempfile.mkdtemp(prefix="wprt-", dir="/tmp"))  # short: unix socket paths stay < 108 bytes
@@ -206,7 +206,7 @@ def runtime_cluster(agent_env: dict[str, str] | None = None) -> Iterator[Cluster
             d.teardown()
             sys.stdout = stdout
             manifest.remove_created()
-            from sim.runtime_containerd import remove_default_state, unmount_under
+            from demo.runtime_containerd import remove_default_state, unmount_under
 
             unmount_under(base)
             remove_default_state()
@@ -214,6 +214,6 @@ def runtime_cluster(agent_env: dict[str, str] | None = None) -> Iterator[Cluster
 
 
 def conf(cluster: Cluster, version: str = "1.0.0", portmap: bool = False) -> dict[str, Any]:
-    from sim.runtime_containerd import conflist
+    from demo.runtime_containerd import conflist
 
     return conflist("warmpool", cluster.node.socket, version, portmap)

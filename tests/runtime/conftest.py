@@ -14,7 +14,7 @@ from tests.runtime.cluster import Cluster, _install_missing, conf, runtime_clust
 def cluster() -> Iterator[Cluster]:
     why = _install_missing()
     if why is None:
-        from sim import demo_netns as nx
+        from demo import netns as nx
 
         why = nx.support()
     if why is not None:

@@ -13,7 +13,7 @@ import argparse
 import sys
 import time
 
-from sim.figures import percentile
+from emulated.figures import percentile
 from tests.runtime.cluster import runtime_cluster
 
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from node_agent.hostnet import GATEWAY, host_veth_name
-from sim.runtime_containerd import PodSandbox
-from sim.runtime_cri import CriError, PortMapping
+from demo.runtime_containerd import PodSandbox
+from demo.runtime_cri import CriError, PortMapping
 from tests.runtime import manifest
 from tests.runtime.cluster import Cluster, conf
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sim.dst.runner import run_seed
+from simulation.runner import run_seed
 
 pytestmark = pytest.mark.sim
 

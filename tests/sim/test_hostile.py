@@ -1,4 +1,4 @@
-"""Issue 12's hostile nodes in the whole-system simulation (sim/dst/hostile.py): each kind is
+"""Issue 12's hostile nodes in the whole-system simulation (simulation/hostile.py): each kind is
 drawn by the seeds, changes nothing while the allocator's defence holds, and is caught by the
 harness once that defence is taken out (a mutation of the real allocator)."""
 
@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from functions.fairness import FairShare
-from sim.dst import runner
-from sim.dst.runner import run_seed
-from sim.dst.schedule import HOSTILE_KINDS, draw
+from simulation import runner
+from simulation.runner import run_seed
+from simulation.schedule import HOSTILE_KINDS, draw
 from tests.helpers.sim_mutations import on_every_agent
 
 pytestmark = pytest.mark.sim
@@ -155,7 +155,7 @@ def _no_pod_ceiling(w: Any) -> None:
 def test_without_the_pod_ceiling_the_churner_starves_seed_94() -> None:
     """The mutation check of the figure above: the same seed with the ceiling lifted (a cluster
     max-pods far above any node's capacity) breaks an invariant again."""
-    from sim.dst.runner import fairness_plans, run_plan
+    from simulation.runner import fairness_plans, run_plan
 
     _, churned, _ = fairness_plans(94)
     violations, _ = run_plan(churned, mutate=_no_pod_ceiling)

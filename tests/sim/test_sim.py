@@ -16,11 +16,11 @@ from node_agent.cniserver import CniService
 from node_agent.datastore import Datastore
 from node_agent.hostnet import PodRefused, netns_problem
 from node_agent.records import EniInfo
-from sim.clock import VirtualClock
-from sim.dst import base, runner, world
-from sim.dst.node import SimPods
-from sim.dst.runner import SeedResult, plan_for, run_seed
-from sim.dst.schedule import EVENT_KINDS, draw
+from emulated.clock import VirtualClock
+from simulation import base, runner, world
+from simulation.node import SimPods
+from simulation.runner import SeedResult, plan_for, run_seed
+from simulation.schedule import EVENT_KINDS, draw
 from tests.helpers.sim_mutations import on_every_agent
 from warmpool import names
 
@@ -388,7 +388,7 @@ def test_a_seed_replays_exactly_in_another_process() -> None:
 
     code = (
         "import logging; logging.disable(logging.WARNING)\n"
-        "from sim.dst.runner import run_seed\n"
+        "from simulation.runner import run_seed\n"
         "r = run_seed(10, shrink=False)\n"
         "print(r.loop_events, sorted(r.faults.items()), [v['invariant'] for v in r.violations])\n"
     )

@@ -18,7 +18,7 @@ from functions.execute import NodeJob, PlanExecutor
 from functions.settings import Settings
 from functions.stores import DynamoFlips
 from functions.telemetry import Tally
-from sim.clock import VirtualClock
+from emulated.clock import VirtualClock
 from warmpool import names
 from warmpool.messages import (
     FAILED_CODE_MAX,
@@ -125,7 +125,7 @@ def test_failed_and_deferred_text_is_cut_to_the_models_limits() -> None:
 
 
 def test_the_emulated_lambda_context_dates_its_log_stream_by_its_clock() -> None:
-    from sim.lambda_runtime import make_context
+    from emulated.lambda_runtime import make_context
 
     ctx = make_context("allocate", VirtualClock(86_400.0 * 3), 30)
     assert ctx.log_stream_name.startswith("1970/01/04/[$LATEST]")

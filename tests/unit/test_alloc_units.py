@@ -23,7 +23,7 @@ from functions.identity import IdentityConfigError
 from functions.intake import sender_matches, trusted_keys
 from functions.settings import Settings
 from functions.telemetry import Tally
-from sim.iid import IdentitySigner
+from emulated.iid import IdentitySigner
 from warmpool import names
 from warmpool.buckets import BucketSpec, BucketState, allot
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sim.bench.lower_bound import (
+from bench.lower_bound import (
     bucket_finish,
     bucket_finish_varying,
     lower_bound,
@@ -14,8 +14,8 @@ from sim.bench.lower_bound import (
     pod_counts,
     settled_pool,
 )
-from sim.bench.scenario import Env, parse_scenario
-from sim.bench.workload import expand
+from bench.scenario import Env, parse_scenario
+from bench.workload import expand
 from warmpool.buckets import BucketSpec
 from warmpool.limits import known
 from warmpool.pool import PoolConfig, PoolState, compute

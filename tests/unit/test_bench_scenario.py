@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sim.bench.scenario import ScenarioError, load_scenario, parse_scenario
+from bench.scenario import ScenarioError, load_scenario, parse_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from sim.cli import main
+from warmpool_cli.main import main
 
 
 def test_help_lists_every_command(capsys):

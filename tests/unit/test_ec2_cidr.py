@@ -7,7 +7,7 @@ import ipaddress
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.ec2.cidr import SubnetPool
+from emulated.ec2.cidr import SubnetPool
 
 
 def test_reserved_addresses_are_never_handed_out() -> None:

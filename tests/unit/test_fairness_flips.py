@@ -10,7 +10,7 @@ from functions.errors import AwsError
 from functions.fairness import FairShare
 from functions.releases import load_flips, save_flips
 from functions.telemetry import Tally
-from sim.memstores import MemFlips
+from emulated.memstores import MemFlips
 from warmpool.buckets import BucketSpec
 from warmpool.ports import FlipState
 

@@ -17,7 +17,7 @@ from node_agent.cniserver import CniService
 from node_agent.datastore import Datastore
 from node_agent.hostnet import PodNet
 from node_agent.records import EniInfo
-from sim.clock import VirtualClock
+from emulated.clock import VirtualClock
 
 SPEC_CODES = {1, 2, 3, 4, 5, 6, 7, 11, 50, 100}
 CNI_VARS = [

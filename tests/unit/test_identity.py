@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import dsa
 
 from functions import identity as ident
 from functions.identity import IdentityConfigError, IdentityRejected, TrustedKeys, VerifiedIdentity
-from sim.iid import IdentitySigner, document_for
+from emulated.iid import IdentitySigner, document_for
 from warmpool.messages import NodeIdentity, PoolReport
 
 ACCOUNT = "123456789012"
@@ -95,7 +95,7 @@ def test_a_signature_wrapped_over_lines_as_imds_serves_it_verifies(
     signer: IdentitySigner, trusted: TrustedKeys
 ) -> None:
     good = _identity(signer)
-    assert "\n" in good.signature  # sim.iid wraps at 64 columns, as IMDS does
+    assert "\n" in good.signature  # emulated.iid wraps at 64 columns, as IMDS does
     unwrapped = NodeIdentity(document=good.document, signature=good.signature.replace("\n", ""))
     assert isinstance(_verify(_report(unwrapped), trusted), VerifiedIdentity)
 

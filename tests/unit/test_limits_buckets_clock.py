@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from sim.clock import EventLoop, VirtualClock
+from emulated.clock import EventLoop, VirtualClock
 from warmpool import buckets as tb
 from warmpool.limits import KNOWN_TYPES, InstanceLimits, known
 

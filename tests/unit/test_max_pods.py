@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sim import max_pods as cli
+from warmpool_cli import max_pods as cli
 from warmpool.limits import KNOWN_TYPES, known, max_pods, parse_table
 from warmpool.limits_data import DATA_FILE, TABLE
 

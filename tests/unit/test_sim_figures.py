@@ -1,4 +1,4 @@
-"""The figures the bench, the demo and the simulation share (sim/figures.py), defined once."""
+"""The figures the bench, the demo and the simulation share (emulated/figures.py), defined once."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import random
 import numpy as np
 import pytest
 
-from sim.clock import VirtualClock
-from sim.ec2 import Ec2Config, Ec2Emulator
-from sim.figures import leaked_enis, percentile
+from emulated.clock import VirtualClock
+from emulated.ec2 import Ec2Config, Ec2Emulator
+from emulated.figures import leaked_enis, percentile
 
 
 def test_percentile_interpolates_between_closest_ranks() -> None:

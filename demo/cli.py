@@ -1,0 +1,147 @@
+"""``warmpool demo`` on the command line: options, signals (SIGINT/SIGTERM stop the run
+and clean up, exit 130), the single-run lock, the report on stdout and the exit status
+(0 only when every pod got an address, none twice, no ENI leaked and the data plane passed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from demo import dataplane
+from demo import run as demo_module
+from demo import host
+from demo import netns as nx
+from demo.run import Demo
+from demo.options import DemoOptions, Interrupted
+from demo.report import dump, render
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = DemoOptions()
+    doc = demo_module.__doc__
+    p = argparse.ArgumentParser(prog="warmpool demo", description=doc.split("\n\n")[0] if doc else None)
+    p.add_argument("--nodes", type=int, default=d.nodes, help=f"nodes (default {d.nodes})")
+    p.add_argument(
+        "--pods-per-node",
+        type=int,
+        default=d.pods_per_node,
+        help=f"pods per node in the scale-out (default {d.pods_per_node})",
+    )
+    p.add_argument("--json", dest="json_out", metavar="OUT", help="write the report as JSON to OUT")
+    p.add_argument("--instance-type", default=d.instance_type)
+    p.add_argument("--keep-per-node", type=int, default=d.keep_per_node, help="pods kept after the scale-down")
+    p.add_argument("--attach-delay", type=float, default=d.attach_delay_s, help="emulated EC2 attach delay (s)")
+    p.add_argument("--api-latency", type=float, default=d.api_latency_s, help="emulated EC2 latency per call (s)")
+    p.add_argument("--parallel", type=int, default=d.cni_parallel, help="CNI invocations in flight at once")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="agent environment override, e.g. WARM_IP_TARGET=1 (repeatable)",
+    )
+    p.add_argument("--no-netns", action="store_true", help="run without network namespaces")
+    p.add_argument(
+        "--runtime",
+        choices=("auto", "containerd", "netns"),
+        default=d.runtime,
+        help="who makes the pods: containerd sandboxes through CRI, or bare namespaces "
+        "(default auto: containerd when installed)",
+    )
+    p.add_argument("--no-live", action="store_true", help="no live status line")
+    return p
+
+
+def options_from_args(argv: list[str]) -> DemoOptions:
+    a = build_parser().parse_args(argv)
+    if a.nodes < 1 or a.pods_per_node < 1:
+        raise SystemExit("warmpool demo: --nodes and --pods-per-node must be at least 1")
+    env: dict[str, str] = {}
+    for item in a.env:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise SystemExit(f"warmpool demo: --env {item!r}: expected KEY=VALUE")
+        env[k] = v
+    return DemoOptions(
+        nodes=a.nodes,
+        pods_per_node=a.pods_per_node,
+        json_out=a.json_out,
+        instance_type=a.instance_type,
+        keep_per_node=max(0, min(a.keep_per_node, a.pods_per_node)),
+        attach_delay_s=a.attach_delay,
+        api_latency_s=a.api_latency,
+        cni_parallel=a.parallel,
+        netns=False if a.no_netns else None,
+        agent_env=env,
+        live=not a.no_live,
+        runtime=a.runtime,
+    )
+
+
+@contextlib.contextmanager
+def signals_to(handler: Callable[[int], None]) -> Iterator[None]:
+    """SIGINT/SIGTERM call ``handler``; the previous handlers come back on exit."""
+    prev: Mapping[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        prev = {s: signal.signal(s, lambda signum, _f: handler(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in prev.items():
+            signal.signal(s, h)
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    opts = options_from_args(argv)
+    demo = Demo(opts)
+    status = 0
+    out = sys.stdout  # the functions' output is redirected while they run; the report comes here
+
+    def on_signal(signum: int) -> None:
+        if not demo.stop.is_set():
+            sys.stderr.write(f"\nwarmpool demo: {signal.Signals(signum).name}, stopping and cleaning up\n")
+        demo.stop.set()
+
+    try:
+        lock_wait = float(os.environ.get("WARMPOOL_DEMO_LOCK_WAIT_S", "0") or 0)
+        with host.single_run_lock(lock_wait), signals_to(on_signal):
+            try:
+                report = demo.run()
+            except Interrupted:
+                status = 130
+            except Exception as e:
+                demo.say(f"warmpool demo: failed: {type(e).__name__}: {e}")
+                status = 1
+            else:
+                print(render(report), file=out, flush=True)
+                if opts.json_out:
+                    dump(report, opts.json_out)
+                    print(f"  JSON written to {opts.json_out}", file=out, flush=True)
+                ok = (
+                    report["pods_ready"] == report["pods_requested"]
+                    and report["duplicate_ips"] == 0
+                    and report["leaked_enis"] == 0
+                    and dataplane.passed(report)
+                )
+                status = 0 if ok else 1
+            finally:
+                demo.teardown()
+                leftovers = nx.list_namespaces() if demo.mode == "netns" else []
+                sys.stderr.write(
+                    "warmpool demo: cleaned up"
+                    + (f" (still present: {', '.join(leftovers)})" if leftovers else "")
+                    + "\n"
+                )
+    except RuntimeError as e:
+        sys.stderr.write(f"warmpool demo: {e}\n")
+        return 1
+    return status

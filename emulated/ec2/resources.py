@@ -1,0 +1,233 @@
+"""Set-up and tag handlers: VPCs, subnets and instances made through the API,
+and tags on any of them or on an ENI.
+
+The same state the direct set-up methods of :class:`~emulated.ec2.emulator.Ec2Emulator`
+build (``add_vpc``, ``add_subnet``, ``run_instance``), reached as boto3 calls
+(RunInstances with ClientToken idempotency, TerminateInstances, CreateVpc,
+CreateSubnet, CreateTags).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import TYPE_CHECKING, Any
+
+from warmpool.limits import InstanceLimits, known
+
+from .cidr import SubnetPool
+from .describe import render_instance, reservation
+from .enis import delete_eni, new_eni
+from .errors import Ec2Error, not_found
+from .registry import Handler, fingerprint, id_list, insufficient_addresses, req, tags_for
+from .state import STATE_CODES, Attachment, Instance, Subnet
+
+if TYPE_CHECKING:
+    from .emulator import Ec2Emulator
+
+
+def new_subnet(emu: Ec2Emulator, vpc_id: str, cidr: str, az: str, subnet_id: str | None, tags: dict[str, str]) -> str:
+    vpc = emu.vpcs.get(vpc_id)
+    if vpc is None:
+        raise not_found("Vpc", vpc_id)
+    try:
+        net = ipaddress.IPv4Network(cidr, strict=True)
+    except ValueError as e:
+        raise Ec2Error("InvalidParameterValue", f"Value ({cidr}) for parameter cidrBlock is invalid. {e}") from None
+    if not net.subnet_of(ipaddress.IPv4Network(vpc.cidr)) or not 16 <= net.prefixlen <= 28:
+        raise Ec2Error("InvalidSubnet.Range", f"The CIDR '{cidr}' is invalid.")
+    for s in emu.subnets.values():
+        if s.vpc_id == vpc_id and net.overlaps(s.pool.network):
+            raise Ec2Error("InvalidSubnet.Conflict", f"The CIDR '{cidr}' conflicts with another subnet")
+    sid = subnet_id or emu._id("subnet")
+    if sid in emu.subnets:
+        raise Ec2Error("InvalidParameterValue", f"subnet {sid} already exists")
+    emu.subnets[sid] = Subnet(sid, vpc_id, az, cidr, SubnetPool(cidr), tags)
+    return sid
+
+
+def limits_of(emu: Ec2Emulator, instance_type: str) -> InstanceLimits:
+    lim = emu._types.get(instance_type)
+    if lim is None:
+        try:
+            lim = known(instance_type)
+        except KeyError:
+            raise Ec2Error("InvalidParameterValue", f"Invalid value '{instance_type}' for InstanceType.") from None
+    return lim
+
+
+def launch_instance(
+    emu: Ec2Emulator,
+    instance_type: str,
+    subnet_id: str,
+    tags: dict[str, str],
+    instance_id: str | None,
+    private_ip: str | None,
+    reservation_id: str,
+    image_id: str,
+) -> str:
+    lim = limits_of(emu, instance_type)
+    subnet = emu._subnet(subnet_id)
+    now = emu.clock.now()
+    iid = instance_id or emu._id("i")
+    eni = new_eni(emu, subnet, private_ip, 0, [], 0, [], f"Primary network interface of {iid}")
+    inst = Instance(
+        iid,
+        instance_type,
+        lim,
+        subnet.id,
+        subnet.vpc_id,
+        subnet.az,
+        now,
+        reservation_id,
+        image_id,
+        eni.id,
+        tags,
+    )
+    emu.instances[iid] = inst
+    att = Attachment(emu._id("eni-attach"), iid, 0, 0, now, now, True, "attached")
+    eni.attachment = att
+    emu._attachments[att.id] = eni.id
+    inst.slots[(0, 0)] = eni.id
+    return iid
+
+
+def terminate(emu: Ec2Emulator, instance_id: str) -> str:
+    inst = emu._instance(instance_id)
+    prev = inst.state
+    if prev == "terminated":
+        return prev
+    for eni_id in list(inst.slots.values()):
+        eni = emu.enis[eni_id]
+        att = eni.attachment
+        assert att is not None
+        emu._finish_detach(eni)
+        if att.delete_on_termination:
+            delete_eni(emu, eni)
+    inst.state = "terminated"
+    return prev
+
+
+def _taggable(emu: Ec2Emulator, rid: str) -> Any:
+    for prefix, table, kind in (
+        ("eni-", emu.enis, "NetworkInterface"),
+        ("i-", emu.instances, "Instance"),
+        ("subnet-", emu.subnets, "Subnet"),
+        ("vpc-", emu.vpcs, "Vpc"),
+    ):
+        if rid.startswith(prefix) and not (prefix == "eni-" and rid.startswith("eni-attach-")):
+            obj = table.get(rid)
+            if obj is None:
+                raise not_found(kind, rid)
+            return obj
+    if rid in emu.subnets:
+        return emu.subnets[rid]
+    raise Ec2Error("InvalidID", f"The ID '{rid}' is not valid")
+
+
+def create_tags(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+    objs = [_taggable(emu, r) for r in id_list(p, "Resources")]
+    if not objs:
+        raise Ec2Error("MissingParameter", "The request must contain the parameter resourceIdSet")
+    tags = [(str(t["Key"]), str(t.get("Value", ""))) for t in req(p, "Tags")]
+    for o in objs:
+        for k, v in tags:
+            o.tags[k] = v
+    return {}
+
+
+def run_instances(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+    token = p.get("ClientToken")
+    if token and token in emu._run_tokens:
+        fp, resp = emu._run_tokens[token]
+        if fp != fingerprint(p):
+            raise Ec2Error("IdempotentParameterMismatch", f"The client token '{token}' was used with other parameters.")
+        return dict(resp)
+    itype = str(p.get("InstanceType") or "m5.large")
+    limits_of(emu, itype)
+    n = int(req(p, "MinCount"))
+    m = int(req(p, "MaxCount"))
+    if not 1 <= n <= m:
+        raise Ec2Error("InvalidParameterValue", "MinCount must be between 1 and MaxCount")
+    sid = p.get("SubnetId")
+    if not sid:
+        nic: dict[str, Any] = next(iter(p.get("NetworkInterfaces") or []), {})
+        sid = nic.get("SubnetId")
+    if not sid:
+        if not emu.subnets:
+            raise Ec2Error("MissingInput", "No subnets found for the default VPC. Please specify a subnet.")
+        sid = next(iter(emu.subnets))
+    subnet = emu._subnet(str(sid))
+    k = min(m, subnet.pool.available)
+    if k < n:
+        raise insufficient_addresses()
+    rid = emu._id("r")
+    tags = tags_for(p, "instance")
+    made = [
+        launch_instance(
+            emu,
+            itype,
+            subnet.id,
+            dict(tags),
+            None,
+            p.get("PrivateIpAddress") if n == 1 else None,
+            rid,
+            str(p.get("ImageId") or "ami-00000000000000000"),
+        )
+        for _ in range(k)
+    ]
+    out = reservation(emu, rid, [render_instance(emu, emu.instances[i]) for i in made])
+    if token:
+        emu._run_tokens[token] = (fingerprint(p), out)
+    return out
+
+
+def terminate_instances(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+    ids = id_list(p, "InstanceIds")
+    if not ids:
+        raise Ec2Error("MissingParameter", "The request must contain the parameter InstanceId")
+    for i in ids:
+        emu._instance(i)
+    out = []
+    for i in ids:
+        prev = terminate(emu, i)
+        out.append(
+            {
+                "InstanceId": i,
+                "CurrentState": {"Code": 48, "Name": "terminated"},
+                "PreviousState": {"Code": STATE_CODES[prev], "Name": prev},
+            }
+        )
+    return {"TerminatingInstances": out}
+
+
+def create_vpc(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+    cidr = str(req(p, "CidrBlock"))
+    try:
+        net = ipaddress.IPv4Network(cidr, strict=True)
+    except ValueError:
+        raise Ec2Error("InvalidParameterValue", f"Value ({cidr}) for parameter cidrBlock is invalid.") from None
+    if not 16 <= net.prefixlen <= 28:
+        raise Ec2Error("InvalidVpc.Range", f"The CIDR '{cidr}' is invalid.")
+    vid = emu.add_vpc(cidr, tags=tags_for(p, "vpc"))
+    return {"Vpc": emu.vpcs[vid].render(emu.owner)}
+
+
+def create_subnet(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+    sid = new_subnet(
+        emu,
+        str(req(p, "VpcId")),
+        str(req(p, "CidrBlock")),
+        str(p.get("AvailabilityZone") or f"{emu.config.region}a"),
+        None,
+        tags_for(p, "subnet"),
+    )
+    return {"Subnet": emu.subnets[sid].render(emu.owner, emu.config.region)}
+
+
+HANDLERS: dict[str, Handler] = {
+    "CreateTags": create_tags,
+    "RunInstances": run_instances,
+    "TerminateInstances": terminate_instances,
+    "CreateVpc": create_vpc,
+    "CreateSubnet": create_subnet,
+}

@@ -1,0 +1,310 @@
+"""The invariants of the whole-system simulation, checked after every event
+of the loop (:func:`after_event`) and once the schedule has gone quiet
+(:func:`at_end`). Each broken one names itself (the ``invariant`` of a
+violation):
+
+* ``two-holders`` — an address held by two pods, on one node or across nodes
+  (what the container runtime believes each running pod holds);
+* ``ec2-double`` — an address or /28 prefix on two ENIs, or an address inside
+  another ENI's prefix (:func:`ec2_problems`);
+* ``pod-address-not-on-node`` — a running pod's address not assigned by EC2
+  to an ENI attached to the pod's own instance (addresses reach the agent
+  only from EC2, through IMDS, so the bound on the lag is zero: an address is
+  on the node before any pod can get it);
+* ``agent-double`` — one address in two datastores (:func:`agent_problems`);
+* ``eni-leaked`` — an ENI tagged for the cluster left detached past the GC
+  age plus two reconcile intervals (and the throttling slack);
+* ``ledger-row-lost`` — a running node's ledger row forgotten or moved back;
+* ``stale-report-served``, ``lease``, ``allocator-raised`` (see
+  :mod:`simulation.world`), ``cni-*`` (CNI edge cases: :mod:`simulation.node`, :mod:`simulation.events`);
+* at the end: ``report-unserved`` (each live node's reports served),
+  ``report-dead-lettered`` (a valid report in the DLQ without injected
+  crashes to explain it), ``not-settled`` (pods waiting or the pool short of
+  its targets though capacity allows), ``address-leaked`` (an address EC2
+  assigned to a node that its agent does not know), ``queue-orphaned`` (the
+  result queue of a terminated node left behind).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from warmpool import names
+from warmpool.pool import ceiling
+
+if TYPE_CHECKING:
+    from simulation.node import SimAgent
+    from simulation.world import World
+
+SEQ_AHEAD_LIMIT = 2**20
+"""How far ahead of now (ms) the allocator lets a seq be (functions/intake.py)."""
+DETACHED_BOUND_S = 420.0
+"""GC age (120 s) + two reconcile intervals + slack for throttled reconciles."""
+SERVE_BOUND_S = 150.0
+"""At the end, every report sent this long before must have been served."""
+
+
+def _in_prefix(ip: str, prefixes: Iterable[str]) -> bool:
+    a = ipaddress.IPv4Address(ip)
+    return any(a in ipaddress.IPv4Network(p) for p in prefixes)
+
+
+def ec2_problems(emu: Any) -> list[str]:
+    """No address or prefix on two ENIs; no address inside another ENI's prefix."""
+    problems = []
+    seen: Counter[str] = Counter()
+    prefixes: dict[str, str] = {}
+    for e in emu.enis.values():
+        seen.update(e.secondary)
+        seen.update([e.primary_ip])
+        seen.update(e.prefixes)
+        for p in e.prefixes:
+            prefixes[p] = e.id
+    problems += [f"address {a} on {n} ENIs" for a, n in seen.items() if n > 1]
+    if prefixes:
+        for e in emu.enis.values():
+            for ip in [e.primary_ip, *e.secondary]:
+                for p, owner in prefixes.items():
+                    if owner != e.id and _in_prefix(ip, [p]):
+                        problems.append(f"{ip} of {e.id} lies in prefix {p} of {owner}")
+    return problems
+
+
+def agent_problems(emu: Any, agents: dict[str, tuple[str, Any]]) -> list[str]:
+    """No address in two datastores; every pod's address attached, in EC2, to its own instance.
+    ``agents``: node -> (instance id, Datastore)."""
+    problems = []
+    holders: dict[str, str] = {}
+    for node, (iid, ds) in agents.items():
+        mine_ips: set[str] = set()
+        mine_pfx: list[str] = []
+        for e in emu.enis.values():
+            if e.attachment is not None and e.attachment.instance_id == iid:
+                mine_ips.update(e.secondary)
+                mine_pfx.extend(e.prefixes)
+        for pod in ds.pods():
+            key = f"{node}/{pod.container_id}"
+            if pod.ip in holders:
+                problems.append(f"{pod.ip} held by {holders[pod.ip]} and {key}")
+            holders[pod.ip] = key
+            if pod.ip not in mine_ips and not _in_prefix(pod.ip, mine_pfx):
+                problems.append(f"{key} holds {pod.ip}, which EC2 has not attached to {iid}")
+    return problems
+
+
+def _live(w: World) -> list[SimAgent]:
+    return [a for a in w.agents.values() if not a.gone]
+
+
+def pod_up(w: World, agent: SimAgent, cid: str, ip: str) -> None:
+    for a in _live(w):
+        for other, held in a.rt.up.items():
+            if held == ip and (a is not agent or other != cid):
+                w.violation("two-holders", f"{ip} given to {agent.name}/{cid} while {a.name}/{other} holds it")
+
+
+def _owners(w: World) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """address -> instance it is attached to (secondaries), and (prefix, instance)."""
+    ips: dict[str, str] = {}
+    pfx: list[tuple[str, str]] = []
+    for e in w.emu.enis.values():
+        if e.attachment is None:
+            continue
+        iid = e.attachment.instance_id
+        for ip in e.secondary:
+            ips[ip] = iid
+        for p in e.prefixes:
+            pfx.append((p, iid))
+    return ips, pfx
+
+
+def after_event(w: World) -> None:
+    live = _live(w)
+    w.emu.settle()
+    key = (w.version, len(w.emu.enis), tuple(a.imds.history[-1][1] if a.imds.history else () for a in live))
+    if key != w.checked:
+        w.checked = key
+        _state(w, live)
+    _books(w)
+
+
+def _state(w: World, live: list[SimAgent]) -> None:
+    holder: dict[str, str] = {}
+    for a in live:
+        for cid, ip in a.rt.up.items():
+            if ip in holder:
+                w.violation("two-holders", f"{ip} held by {holder[ip]} and {a.name}/{cid}")
+            holder[ip] = f"{a.name}/{cid}"
+    probs = ec2_problems(w.emu)
+    if probs:
+        w.violation("ec2-double", "; ".join(probs[:3]))
+    ips, pfx = _owners(w)
+    for a in live:
+        for cid, ip in a.rt.up.items():
+            owner = ips.get(ip)
+            if owner is None:
+                owner = next((i for p, i in pfx if _in_prefix(ip, [p])), None)
+            if owner != a.iid:
+                where = "unassigned in EC2" if owner is None else f"on instance {owner}"
+                w.violation("pod-address-not-on-node", f"{a.name}/{cid} holds {ip}, which is {where}")
+    probs = agent_problems(w.emu, {a.name: (a.iid, a.ds) for a in live})
+    dup = [p for p in probs if " held by " in p]
+    if dup:
+        w.violation("agent-double", "; ".join(dup[:3]))
+
+
+def _books(w: World) -> None:
+    now = w.now()
+    tag = names.TAG_CLUSTER_NAME
+    for e in w.emu.enis.values():
+        if e.attachment is None and e.tags.get(tag) == "dst":
+            since = w.detached_since.setdefault(e.id, now)
+            if now - since > DETACHED_BOUND_S:
+                w.violation("eni-leaked", f"{e.id} detached for {now - since:.0f}s (GC age {w.settings.gc_age_s:.0f}s)")
+        else:
+            w.detached_since.pop(e.id, None)
+    _rows(w, now)
+    if w.churners:
+        _churn(w)
+    for key, (iid, seq) in w.recorded.items():  # key: the ledger's key, the instance id
+        a = w.by_iid.get(key)
+        if a is None or a.gone or a.iid != iid:
+            continue
+        got = w.ledger_row(a)
+        if got is None or int(got["last_seq"]) < seq:
+            w.violation(
+                "ledger-row-lost",
+                f"{a.name} ({iid}, running): ledger row for report {seq} "
+                f"{'forgotten' if got is None else 'moved back to ' + str(got['last_seq'])}",
+            )
+
+
+def _rows(w: World, now: float) -> None:
+    """Ledger rows are keyed by instance id: one per instance of the cluster, never one per
+    name a node sends (``ledger-rows``); no row's seq is so far ahead that the instance's later
+    reports would all be stale (``seq-poisoned``)."""
+    rows = w.ledger._items
+    tag = names.cluster_tag_key("dst")
+    for (_, key), row in rows.items():
+        inst = w.emu.instances.get(key)
+        if inst is None or inst.tags.get(tag) not in ("owned", "shared"):
+            w.violation(
+                "ledger-rows",
+                f"{len(rows)} ledger rows for {len(w.by_iid)} instances: row {key!r} "
+                f"(node {row.get('node') or row.get('outcome', {}).get('node')}) is no instance of the cluster",
+            )
+        if int(row["last_seq"]) > int(now * 1000) + SEQ_AHEAD_LIMIT:
+            w.violation(
+                "seq-poisoned",
+                f"ledger row {key} at seq {row['last_seq']}, more than "
+                f"{SEQ_AHEAD_LIMIT} ahead of now ({int(now * 1000)})",
+            )
+
+
+def churn_episodes(w: World) -> int:
+    """Release episodes (Unassign/Detach after the allocator last filled it) a churning
+    instance may get: the allocator damps an instance once it flips ``flip_limit`` times within
+    ``flip_window_s`` (an honest agent flips about once per release delay), so a churner gets
+    at most the release half of the flips before that (churns here last less than ``damp_s``)."""
+    return (w.settings.flip_limit + 1) // 2
+
+
+def _churn(w: World) -> None:
+    """``churn-undamped``: a rogue instance flipping every few seconds keeps getting its
+    addresses taken away and given back (issue 12's churner: most of the account's buckets)."""
+    for c in w.churners:
+        episodes, last = 0, ""
+        for _, name in w.calls_by_iid.get(c.iid, ()):
+            # Delete is left out: it follows a Detach, or cleans up after a failed Attach
+            kind = "release" if name.startswith(("unassign_", "detach_")) else "fill"
+            if kind == "release" and last != "release":
+                episodes += 1
+            last = kind
+        if episodes > churn_episodes(w):
+            w.violation(
+                "churn-undamped",
+                f"churning instance {c.iid}: {episodes} release episodes "
+                f"({c.sent} flipping reports), more than {churn_episodes(w)}",
+            )
+
+
+def _dlq(w: World) -> list[dict[str, Any]]:
+    """Every message in the DLQ (all pages)."""
+    out: list[dict[str, Any]] = []
+    client = w.sqs.client()
+    while True:
+        got = client.receive_message(QueueUrl=w.dlq_url, MaxNumberOfMessages=10).get("Messages", [])
+        if not got:
+            return out
+        out += got
+
+
+def at_end(w: World) -> None:
+    now = w.now()
+    crashes = sum(n for k, n in w.faults.items() if k.startswith("lambda-crash:") or k == "slow-invocation")
+    # a terminated node's report is rightly refused; so is every crafted report
+    dlq = [
+        m for m in _dlq(w) if m["Body"] not in w.crafted_bodies and not any(iid in m["Body"] for iid in w.terminated)
+    ]
+    if dlq and not crashes:
+        w.violation("report-dead-lettered", f"{len(dlq)} valid reports in the DLQ, e.g. {dlq[0]['Body'][:160]}")
+    for a in _live(w):
+        if not a.alive:
+            continue
+        due = [seq for t, seq in a.sent if t <= now - SERVE_BOUND_S]
+        last = w.ledger_row(a)
+        if due and (last is None or int(last["last_seq"]) < max(due)):
+            w.violation(
+                "report-unserved",
+                f"{a.name}: report {max(due)} sent {now - a.sent[-1][0]:.0f}s+ ago, "
+                f"ledger at {last['last_seq'] if last else 'no row'}",
+            )
+        # every address EC2 put on the node is known to its agent (no leaked address or prefix)
+        known: set[str] = set()
+        for mine in a.ds.enis():
+            known.update(mine.ips)
+            known.update(mine.prefixes)
+        for e in w.emu.enis.values():
+            if e.attachment is None or e.attachment.instance_id != a.iid:
+                continue
+            lost = [x for x in [*e.secondary, *e.prefixes] if x not in known]
+            if lost:
+                w.violation("address-leaked", f"{a.name}: EC2 has {lost[:4]} on {e.id}; the agent does not know them")
+        # settled to the targets, where capacity and the subnet allow
+        lim = a.ctl.limits
+        cap = ceiling(a.ctl.pool, lim)  # capacity, capped by max pods (the allocator's cap too)
+        wanted = len(a.rt.up) + len(a.rt.adding)
+        if wanted + max(w.plan.warm_ip, w.plan.minimum_ip) + 16 >= cap or w.faults.get("fragmentation"):
+            continue
+        if a.rt.adding:
+            w.violation("not-settled", f"{a.name}: {len(a.rt.adding)} pods still wait for an address")
+        d = a.ctl.delta(now)
+        if d.low:
+            w.violation("not-settled", f"{a.name}: pool short of its targets after the quiet period ({d})")
+        if d.over_units > 0 and not w.plan.prefix_mode and not a.ds.quarantined():
+            w.violation(
+                "not-settled",
+                f"{a.name}: {d.over_units} idle addresses above the targets, none offered, after the quiet period",
+            )
+    # one ledger row per live instance: the rows of terminated instances are removed
+    for _, key in list(w.ledger._items):
+        when = w.terminated.get(key)
+        if when is not None and now - when >= w.settings.gc_age_s + 180:
+            w.violation(
+                "ledger-rows", f"ledger row of {key} still there {now - when:.0f}s after the instance terminated"
+            )
+    for iid, when in w.terminated.items():
+        a = w.by_iid[iid]
+        if w.agents.get(a.name) is not a or now - when < w.settings.gc_age_s + 180:
+            continue  # replaced under the same name: its old queue is not tracked by name
+        try:
+            w.sqs.client().get_queue_url(QueueName=names.result_queue("dst", iid))
+        except Exception:
+            continue
+        w.violation(
+            "queue-orphaned",
+            f"result queue of {a.name} ({iid}) still there {now - when:.0f}s after the instance terminated",
+        )

@@ -1,0 +1,382 @@
+"""One node of a seed's world: the real agent (:class:`~node_agent.datastore.Datastore`
+with its checkpoint, :class:`~node_agent.controller.PoolController`,
+:class:`~node_agent.cniserver.CniService`) over stand-ins for what the node's host
+gives it: IMDS with lag (:class:`LaggedImds`), a checkpoint that can be killed
+mid-save (:class:`KillCheckpoint`), the kernel's pod wiring (:class:`SimPods`) and
+the container runtime (:class:`Runtime`: ADD until it works, DEL until it works).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from node_agent.agent import RESTART_HOLD_S, RESULT_VISIBILITY_S
+from node_agent.checkpoint import CheckpointError, MemoryCheckpoint
+from node_agent.cniserver import CniService
+from node_agent.controller import AttachedEni, NodeIdentity, PoolController
+from node_agent.datastore import Datastore
+from node_agent.hostnet import CLONE_NEWNET, PodNet, PodRefused, host_veth_name, ifname_problem, netns_refusal
+from node_agent.netlink import NetlinkFailure, netns_path
+from node_agent.records import EniInfo
+from simulation.base import (
+    AGENT_CONFIG,
+    CLUSTER,
+    GC_MIN_AGE_S,
+    HOST_IFNAMES,
+    HOST_NETNS,
+    HOST_NS_ID,
+    POD_NETNS_DIR,
+    RESYNC_S,
+    TIMING,
+    AgentKilled,
+)
+from warmpool import names
+from warmpool.limits import known
+from warmpool.messages import MessageError, parse_result
+from warmpool.pool import PoolConfig
+
+if TYPE_CHECKING:
+    from simulation.world import World
+
+
+# --- IMDS with lag ---------------------------------------------------------------------
+
+
+def _interfaces(md: dict[str, Any]) -> list[AttachedEni]:
+    out = []
+    for mac, d in md["network"]["interfaces"]["macs"].items():
+        local = d["local-ipv4s"].split("\n")
+        pfx = d.get("ipv4-prefix", "")
+        info = EniInfo(
+            eni_id=d["interface-id"],
+            device_index=int(d["device-number"]),
+            mac=mac,
+            primary_ip=local[0],
+            subnet_id=d["subnet-id"],
+            subnet_cidr=d["subnet-ipv4-cidr-block"],
+            network_card=int(d["network-card"]),
+        )
+        out.append(AttachedEni(info, local[1:], pfx.split("\n") if pfx else []))
+    return sorted(out, key=lambda a: (a.info.network_card, a.info.device_index))
+
+
+class LaggedImds:
+    """IMDS of one instance: EC2's state as it was ``lag`` seconds ago (never going back in time)."""
+
+    def __init__(self, w: World, iid: str) -> None:
+        self.w, self.iid = w, iid
+        self.lag = 0.0
+        self.history: list[tuple[float, tuple[Any, ...], list[AttachedEni]]] = []
+        self._served = 0
+        self.observe()
+
+    def fingerprint(self) -> tuple[Any, ...]:
+        emu = self.w.emu
+        inst = emu.instances[self.iid]
+        out = []
+        for eid in inst.slots.values():
+            e = emu.enis[eid]
+            st = e.attachment.status if e.attachment else ""
+            out.append((eid, st, tuple(e.secondary), tuple(e.prefixes)))
+        return tuple(out)
+
+    def observe(self) -> None:
+        if self.w.emu.instances[self.iid].state != "running":
+            return
+        fp = self.fingerprint()
+        if self.history and self.history[-1][1] == fp:
+            return
+        self.history.append((self.w.now(), fp, _interfaces(self.w.emu.instance_metadata(self.iid))))
+
+    def interfaces(self) -> list[AttachedEni]:
+        self.observe()
+        cut = self.w.now() - self.lag
+        i = self._served
+        while i + 1 < len(self.history) and self.history[i + 1][0] <= cut:
+            i += 1
+        self._served = i
+        return list(self.history[i][2])
+
+
+# --- the agent's side ----------------------------------------------------------------
+
+
+class KillCheckpoint(MemoryCheckpoint):
+    """The agent's checkpoint file; ``armed`` kills the agent at the next save, before it is written."""
+
+    def __init__(self, w: World) -> None:
+        super().__init__()
+        self.w = w
+        self.armed = False
+
+    def save(self, data: dict[str, Any]) -> None:
+        if self.armed:
+            self.armed = False
+            raise AgentKilled("killed before the checkpoint was written")
+        super().save(data)
+        self.w.version += 1
+
+
+class SimPods:
+    """Recorded pod wiring (the host's kernel state; survives agent restarts).
+
+    Stands in for :class:`node_agent.cniserver.NetlinkPods` over
+    :func:`node_agent.hostnet.setup_pod`:
+
+    * ``check_netns`` is the real rule (:func:`node_agent.hostnet.netns_refusal`)
+      over a model of the node's namespaces: the host's, named by every path of
+      :data:`HOST_NETNS` (the agent runs with host networking, so its own and the
+      node's are the host's), and one per path under ``/var/run/netns/`` (a
+      pod's); any other path does not exist;
+    * ``setup`` refuses, as ``setup_pod`` does, an interface named ``ifname``
+      that already exists in the namespace and is not this pod's veth (the
+      host's ``eth0``/``ens5``/``lo``, a pod's ``lo``): left alone, never deleted.
+      A set-up that reaches the host's namespace at all is the violation
+      ``cni-host-touched``: the CNI service must have refused it before taking
+      an address (NetlinkPods would refuse it again; nothing else would).
+
+    ``fail`` makes the next set-up of a container fail (e.g. the netns vanished)."""
+
+    def __init__(self, w: World, node: str) -> None:
+        self.w, self.node = w, node
+        self.wired: dict[tuple[str, str], str] = {}
+        self.fail: set[str] = set()
+        self._pod_ns: dict[str, tuple[int, int]] = {}
+
+    # the node's namespaces
+    def ns_id(self, netns: str) -> tuple[int, int] | None:
+        """(device, inode) of the namespace a path names; None: no such file."""
+        path = netns_path(netns)
+        if path in HOST_NETNS:
+            return HOST_NS_ID
+        if path.startswith(POD_NETNS_DIR) and "/" not in path[len(POD_NETNS_DIR) :]:
+            got = self._pod_ns.get(path)
+            if got is None:
+                got = self._pod_ns[path] = (4, HOST_NS_ID[1] + 1 + len(self._pod_ns))
+            return got
+        return None
+
+    def links(self, ns: tuple[int, int]) -> dict[str, str]:
+        """Interface name -> kind in a namespace (what ``setup_pod`` would look up)."""
+        if ns == HOST_NS_ID:
+            return {n: ("loopback" if n == "lo" else "ena") for n in HOST_IFNAMES}
+        return {"lo": "loopback"}
+
+    def check_netns(self, netns: str) -> str | None:
+        """:meth:`NetlinkPods.check_netns` (``netns_problem``) over the model: the same rule."""
+        target = self.ns_id(netns)
+        if target is None:
+            return f"network namespace {netns}: No such file or directory"
+        return netns_refusal(netns, CLONE_NEWNET, target, AGENT_CONFIG.host_netns, self.ns_id)
+
+    def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet:
+        ns = self.ns_id(netns)
+        if ns is None:
+            raise NetlinkFailure(2, f"network namespace {netns}: No such file or directory")
+        if ns == HOST_NS_ID:
+            self.w.violation(
+                "cni-host-touched",
+                f"{self.node}: ADD {container_id} reached pod set-up of {ifname} in "
+                f"the host network namespace {netns} (the CNI service must refuse it first)",
+            )
+        if ifname_problem(ifname):  # the kernel would refuse the name
+            raise NetlinkFailure(22, f"interface name {ifname!r}: Invalid argument")
+        kind = self.links(ns).get(ifname)
+        if kind is not None:  # never this pod's veth: the model keeps pod veths apart
+            raise PodRefused(
+                f"interface {ifname} already exists in {netns} and is not this pod's veth ({kind}): left alone"
+            )
+        if container_id in self.fail:
+            self.fail.discard(container_id)
+            raise NetlinkFailure(2, f"netns of {container_id} vanished")
+        self.wired[(container_id, ifname)] = ip
+        return PodNet(host_veth_name(container_id, ifname), "ee:ee:ee:ee:ee:ee", "02:00:00:00:00:01", 0)
+
+    def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
+        self.wired.pop((container_id, ifname), None)
+
+    def check(self, netns: str, ifname: str, container_id: str, ip: str, table: int) -> list[str]:
+        return [] if self.wired.get((container_id, ifname)) == ip else ["not wired"]
+
+    def host_wiring(self) -> None:
+        return None
+
+
+@dataclass
+class Runtime:
+    """The container runtime of one node: what it believes each pod holds."""
+
+    up: dict[str, str] = field(default_factory=dict)  # container -> address
+    adding: dict[str, None] = field(default_factory=dict)
+    deleting: dict[str, None] = field(default_factory=dict)
+    started: int = 0
+    made: dict[str, float] = field(default_factory=dict)
+    asked: dict[str, float] = field(default_factory=dict)
+    """When each pod waiting for an address was started."""
+    waits: list[float] = field(default_factory=list)
+    """Each pod's wait for an address, from its start to its ADD answered (the fairness figure)."""
+    """When each attachment's first ADD was answered (a DEL that works forgets it): every ADD
+    the harness makes, including those whose answer the runtime then loses."""
+
+
+class SimAgent:
+    def __init__(self, w: World, name: str, iid: str, itype: str) -> None:
+        self.w, self.name, self.iid, self.itype = w, name, iid, itype
+        self.cp = KillCheckpoint(w)
+        self.pods = SimPods(w, name)
+        self.imds = LaggedImds(w, iid)
+        self.rt = Runtime()
+        self.sqs = w.sqs.client(sender_id=f"AROAEXAMPLE:{iid}")
+        self.result_url = self.sqs.create_queue(
+            QueueName=names.result_queue(CLUSTER, iid), Attributes={"VisibilityTimeout": str(RESULT_VISIBILITY_S)}
+        )["QueueUrl"]
+        self.alive = False
+        self.gone = False
+        self.kill_point: str | None = None
+        self.sent: list[tuple[float, int]] = []  # (time, seq) of every report sent
+        self.ds: Datastore
+        self.ctl: PoolController
+        self.cni: CniService
+        self.boot()
+
+    # life cycle
+    def boot(self) -> None:
+        w = self.w
+        now = w.now()
+        ds = Datastore(cooldown_s=TIMING.cooldown_s, pending_ttl_s=TIMING.pending_ttl_s, checkpoint=self.cp)
+        with self.guard():
+            try:
+                ds.restore()
+            except CheckpointError:
+                pass
+            pool = PoolConfig(
+                warm_ip=w.plan.warm_ip, minimum_ip=w.plan.minimum_ip, warm_prefix=1, prefix_mode=w.plan.prefix_mode
+            )
+            ident = NodeIdentity(
+                cluster=CLUSTER,
+                node=self.name,
+                instance_id=self.iid,
+                instance_type=self.itype,
+                availability_zone="us-east-1a",
+            )
+            self.ds = ds
+            # as node_agent/agent.py builds them (add_wait_s 0: an ADD waiting on a real-time
+            # condition would stall virtual time; the runtime's retry stands in for the wait)
+            self.ctl = PoolController(
+                ident,
+                known(self.itype),
+                pool,
+                ds,
+                TIMING,
+                metadata=self.imds,
+                restart_hold_s=RESTART_HOLD_S,
+                signed_identity=functools.partial(w.signer_imds.identity, self.iid),
+            )
+            self.cni = CniService(
+                ds, self.pods, clock=w.loop, gc_min_age_s=GC_MIN_AGE_S, veth_prefix=AGENT_CONFIG.veth_prefix
+            )
+            self.alive = True
+            self.resynced_at = now
+            self.ctl.start(now)
+
+    def die(self, why: str) -> None:
+        if not self.alive:
+            return
+        self.alive = False
+        self.kill_point = None
+        self.cp.armed = False
+        self.w.fault("agent-kill:" + why)
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        try:
+            yield
+        except AgentKilled as k:
+            self.die(str(k) or "killed")
+
+    # the loop
+    def periodic(self) -> None:
+        if self.gone or not self.alive:
+            return
+        w = self.w
+        now = w.now()
+        with self.guard():
+            try:
+                self.receive()
+                if not self.alive:
+                    return
+                if now - self.resynced_at >= RESYNC_S:
+                    self.resynced_at = now
+                    self.ctl.resync(now)
+                self.runtime_calls()
+                for report in self.ctl.tick(now):
+                    self.sent.append((now, report.seq))
+                    body = report.to_json()
+                    w.last_report[self.iid] = body
+                    w.send_report(self, body)
+            except Exception as exc:  # the agent's loop would die (or spin) on this
+                w.violation("agent-raised", f"{self.name}: {type(exc).__name__}: {str(exc)[:300]}")
+
+    def last_seq(self) -> int:
+        return self.sent[-1][1] if self.sent else -1
+
+    def receive(self) -> None:
+        w = self.w
+        while self.alive:
+            msgs = self.sqs.receive_message(
+                QueueUrl=self.result_url, MaxNumberOfMessages=10, VisibilityTimeout=RESULT_VISIBILITY_S
+            ).get("Messages", [])
+            if not msgs:
+                return
+            for m in msgs:
+                if self.kill_point == "after-receive":
+                    raise AgentKilled("after receiving a result, before applying it")
+                try:
+                    result = parse_result(m["Body"])
+                except MessageError:
+                    w.violation("bad-result", f"{self.name}: unparseable result {m['Body'][:200]}")
+                    continue
+                if self.kill_point in ("mid-apply", "mid-checkpoint"):
+                    self.cp.armed = True
+                self.ctl.apply_result(result, w.now())
+                self.cp.armed = False
+                if self.kill_point == "after-apply":
+                    raise AgentKilled("after applying a result, before deleting it")
+                self.sqs.delete_message(QueueUrl=self.result_url, ReceiptHandle=m["ReceiptHandle"])
+
+    def cni_call(self, command: str, cid: str, ifname: str = "eth0", netns: str | None = None) -> dict[str, Any]:
+        req = {
+            "command": command,
+            "container_id": cid,
+            "ifname": ifname,
+            "netns": netns if netns is not None else f"/var/run/netns/{cid}",
+            "config": {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool"},
+        }
+        out: dict[str, Any] = self.cni.handle(req)
+        if out.get("ok") and command == "ADD":
+            self.rt.made.setdefault(cid, self.w.now())
+        elif out.get("ok") and command == "DEL":
+            self.rt.made.pop(cid, None)
+        return out
+
+    def runtime_calls(self) -> None:
+        rt = self.rt
+        for cid in list(rt.deleting):
+            if self.cni_call("DEL", cid).get("ok"):
+                del rt.deleting[cid]
+        for cid in list(rt.adding):
+            got = self.cni_call("ADD", cid)
+            if got.get("ok"):
+                ip = got["result"]["ips"][0]["address"].split("/")[0]
+                del rt.adding[cid]
+                rt.up[cid] = ip
+                asked = rt.asked.pop(cid, None)
+                if asked is not None:
+                    rt.waits.append(self.w.now() - asked)
+                self.w.pod_up(self, cid, ip)
+            else:
+                break  # one unmet ADD is demand enough; the others retry next time

@@ -1,0 +1,514 @@
+"""One seed's world: the real allocator, reconciler and agents against the
+emulated AWS, in virtual time, with the faults of the seed's schedule.
+
+What is real: :class:`functions.allocator.Allocator` (driven by the emulated
+event-source mapping, :class:`emulated.esm.EventSourceMapping`),
+:class:`functions.reconciler.Reconciler`, and per node the agent's
+:class:`~node_agent.datastore.Datastore` (with its checkpoint),
+:class:`~node_agent.controller.PoolController` and
+:class:`~node_agent.cniserver.CniService` (ADD/DEL/CHECK; GC and hostile
+input go through the real plugin, :func:`node_agent.cni.run`, and the real
+socket server). What stands in: EC2 (:mod:`emulated.ec2`), SQS (:mod:`emulated.sqs`),
+the ledger, leases and buckets (:mod:`emulated.memstores`; the ledger's batched
+read goes through :class:`functions.stores.DynamoLedger` over a small
+DynamoDB stand-in so UnprocessedKeys can be injected), IMDS (a per-node
+lagging view of EC2), the pod wiring (recorded) and the container runtime.
+
+The parts: :mod:`simulation.base` (settings and the exceptions that stop a part),
+:mod:`simulation.node` (a node: its agent and the host's stand-ins),
+:mod:`simulation.clients` (the functions' clients, with the schedule's faults),
+:mod:`simulation.events` (the schedule's events applied), :mod:`simulation.checks`
+(the invariants) and :mod:`simulation.hostile` (issue 12's hostile nodes); this
+module holds the world's state, wires them, delivers messages and invocations,
+and runs the loop. The run stops at the first violation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import json
+import os
+import random
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from functions.allocator import Allocator, Record, serial_map
+from functions.reconciler import Reconciler
+from functions.settings import Settings
+from emulated.clock import EventLoop, VirtualClock
+from simulation import checks, events, hostile
+from simulation.base import (
+    AGENT_EVERY_S,
+    CLUSTER,
+    ESM_EVERY_S,
+    FUNCTION_TIMEOUT_S,
+    GC_AGE_S,
+    RECONCILE_EVERY_S,
+    REPORTS_VISIBILITY_S,
+    SUBNET_CIDR,
+    T0,
+    LambdaCrash,
+    Stop,
+)
+from simulation.clients import (
+    AllocEc2,
+    AllocSqs,
+    InvClock,
+    Invocation,
+    ReconcilerEc2,
+    ReconcilerSqs,
+    SimLedger,
+    TrackedLeases,
+)
+from simulation.node import SimAgent
+from simulation.schedule import QUIET_S, SPAN_S, Plan
+from emulated.ec2 import Ec2Config, Ec2Emulator
+from emulated.esm import EsmConfig, EventSourceMapping
+from emulated.iid import IdentitySigner
+from emulated.imds import Imds
+from emulated.memstores import MemBuckets, MemFlips
+from emulated.sqs import FastSqs
+from warmpool import names
+from warmpool.buckets import DEFAULT_SPECS, BucketSpec
+from warmpool.messages import MessageError, parse_result
+
+
+@functools.cache
+def _signer() -> IdentitySigner:
+    """One test key per process (making one costs a few milliseconds)."""
+    return IdentitySigner()
+
+
+@dataclass
+class Outcome:
+    seed: int
+    events: int
+    faults: Counter[str]
+    violations: list[tuple[str, str]]
+    virtual_s: float
+
+
+class World:
+    def __init__(self, plan: Plan, mutate: Callable[[World], None] | None = None) -> None:
+        self.plan = plan
+        self.loop = EventLoop(VirtualClock(T0))
+        self.faults: Counter[str] = Counter()
+        self.violations: list[tuple[str, str]] = []
+        self.active: dict[str, Any] = {}
+        self._rngs: dict[str, random.Random] = {}
+        fraction = plan.quota_fraction
+        real = (
+            {
+                a: BucketSpec(capacity=max(1.0, s.capacity * fraction), refill_per_s=s.refill_per_s * fraction)
+                for a, s in DEFAULT_SPECS.items()
+            }
+            if fraction < 1
+            else {}
+        )
+        if real:
+            self.faults["quota-below"] += 1
+        self.emu = Ec2Emulator(
+            self.loop.clock, Ec2Config(buckets=real, attach_delay_s=2.0, detach_delay_s=1.0), seed=plan.seed
+        )
+        vpc = self.emu.add_vpc("10.0.0.0/16")
+        self.subnet = self.emu.add_subnet(
+            az="us-east-1a", cidr=SUBNET_CIDR, vpc_id=vpc, tags={names.cluster_tag_key(CLUSTER): "shared"}
+        )
+        self.sqs = FastSqs(self.loop.clock)
+        self.signer_imds = Imds(self.emu, signer=_signer())
+        """Signs each instance's identity document; agents carry it in every report and the
+        allocator verifies it against this signer's certificate (``identity_verification`` is
+        left at its default, ``required``: fail-closed)."""
+        raw = self.sqs.client()
+        self.dlq_url = raw.create_queue(QueueName=names.reports_dlq(CLUSTER))["QueueUrl"]
+        dlq_arn = raw.get_queue_attributes(QueueUrl=self.dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        self.reports_url = raw.create_queue(
+            QueueName=names.reports_queue(CLUSTER),
+            Attributes={
+                "VisibilityTimeout": str(REPORTS_VISIBILITY_S),
+                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 5}),
+            },
+        )["QueueUrl"]
+        self.settings = Settings(
+            cluster=CLUSTER,
+            reports_queue_url=self.reports_url,
+            dlq_url=self.dlq_url,
+            result_queue_prefix=names.result_queue_prefix(CLUSTER),
+            ledger_table=names.ledger_table(CLUSTER),
+            account=self.emu.owner,
+            gc_age_s=GC_AGE_S,
+            allocate_timeout_s=FUNCTION_TIMEOUT_S,
+            identity_certificates=self.signer_imds.signer.certificate_pem,
+            region=self.emu.config.region,
+        )
+        # lease TTL and deadline margin derived from the function timeout, as in the stack
+        self.clock_inv = InvClock(self.loop.clock)
+        self.buckets = MemBuckets(self.settings.bucket_spec, self.settings.account, self.settings.region)
+        self.ledger = SimLedger(self)
+        self.leases = TrackedLeases()
+        self.recorded: dict[str, tuple[str, int]] = {}
+        self.invocations: list[Invocation] = []
+        self.alloc_ec2 = AllocEc2(self)
+        self.allocator = Allocator(
+            ec2=self.alloc_ec2,
+            sqs=AllocSqs(self),
+            buckets=self.buckets,
+            ledger=self.ledger,
+            leases=self.leases,
+            clock=self.clock_inv,
+            settings=self.settings,
+            mapper=serial_map,
+            flips=MemFlips(),
+        )
+        self._handle_kw = set(inspect.signature(self.allocator.handle_batch).parameters)
+        self.reconciler_ec2 = ReconcilerEc2(self)
+        self.reconciler = Reconciler(
+            ec2=self.reconciler_ec2,
+            sqs=ReconcilerSqs(self),
+            buckets=self.buckets,
+            ledger=self.ledger,
+            leases=self.leases,
+            clock=self.loop.clock,
+            settings=self.settings,
+        )
+        self.esm = EventSourceMapping(
+            raw,
+            self.reports_url,
+            self.handler,
+            EsmConfig(
+                function_name="warmpool-dst-allocate",
+                batch_size=10,
+                maximum_concurrency=2,
+                function_timeout_s=FUNCTION_TIMEOUT_S,
+            ),
+            self.clock_inv,
+            duration=lambda batch, out: 0.2,
+        )
+        self.agents: dict[str, SimAgent] = {}
+        self.by_url: dict[str, SimAgent] = {}
+        self.by_iid: dict[str, SimAgent] = {}
+        self.terminated: dict[str, float] = {}  # instance -> when
+        self.pushed: dict[str, int] = {}  # node -> highest in_reply_to of a result with EC2 effects
+        self.detached_since: dict[str, float] = {}
+        self.arm_terminate: set[str] = set()
+        self.overlap_done: set[str] = set()
+        self.events_run = 0
+        self.invocation_count = 0
+        self.version = 0
+        """Bumped by every change the checks look at (checkpoint saves, pods, EC2 calls)."""
+        self.checked: tuple[Any, ...] = ()
+        self.sockdir: str | None = None
+        # issue 12's hostile nodes (simulation.hostile)
+        self.last_report: dict[str, str] = {}  # instance -> the last report its agent sent
+        self.forged: set[tuple[str, int]] = set()  # (instance, seq) of every crafted report
+        self.crafted_bodies: set[str] = set()  # every hostile report (left out of the DLQ check)
+        self.churners: list[hostile.Churner] = []
+        self.calls_by_iid: dict[str, list[tuple[float, str]]] = {}  # the allocator's mutating EC2 calls
+        self.sprayed: set[str] = set()  # node names a node sprayed
+        self.outsider_sqs = self.sqs.client(sender_id="AROAEXAMPLE:outsider")
+        for name, itype in plan.nodes:
+            self.join(name, itype)
+        if mutate is not None:
+            mutate(self)
+
+    # --- helpers
+    def now(self) -> float:
+        return self.loop.now()
+
+    def rng(self, purpose: str) -> random.Random:
+        r = self._rngs.get(purpose)
+        if r is None:
+            r = self._rngs[purpose] = random.Random(f"{self.plan.seed}/{purpose}")
+        return r
+
+    def fault(self, kind: str, n: int = 1) -> None:
+        self.faults[kind] += n
+
+    def violation(self, invariant: str, detail: str) -> None:
+        self.violations.append((invariant, f"t={self.now() - T0:.1f}s: {detail}"))
+        if threading.current_thread() is not threading.main_thread():
+            return  # the CNI socket server's thread: the plugin call's caller stops the run
+        raise Stop()
+
+    def join(self, name: str, itype: str) -> SimAgent:
+        iid = self.emu.run_instance(
+            itype, subnet_id=self.subnet, tags={names.cluster_tag_key(CLUSTER): "owned", "Name": name}
+        )
+        a = SimAgent(self, name, iid, itype)
+        self.agents[name] = a
+        self.by_url[a.result_url] = a
+        self.by_iid[iid] = a
+        self.loop.every(AGENT_EVERY_S, a.periodic, start=self.now() + self.rng("jitter").uniform(0, AGENT_EVERY_S))
+        return a
+
+    def iid_of_call(self, kw: dict[str, Any]) -> str | None:
+        """The instance an EC2 call of the allocator acts for: the instance it names, the one
+        the ENI it names is attached to (or was created for: warmpool's instance-id tag), the
+        ENI of the attachment it names, the ENI it tags, or the instance a new ENI is tagged for."""
+        iid = kw.get("InstanceId")
+        if iid:
+            return str(iid)
+        eni_id = kw.get("NetworkInterfaceId")
+        if not eni_id and kw.get("Resources"):
+            eni_id = kw["Resources"][0]
+        e = self.emu.enis.get(eni_id) if eni_id else None
+        if e is None and kw.get("AttachmentId"):
+            e = next(
+                (
+                    x
+                    for x in self.emu.enis.values()
+                    if x.attachment is not None and x.attachment.id == kw["AttachmentId"]
+                ),
+                None,
+            )
+        if e is not None:
+            if e.attachment is not None:
+                return e.attachment.instance_id
+            return e.tags.get(names.TAG_INSTANCE_ID) or None
+        for spec in kw.get("TagSpecifications") or ():
+            for t in spec.get("Tags", ()):
+                if t.get("Key") == names.TAG_INSTANCE_ID:
+                    return str(t["Value"])
+        return None
+
+    def node_of_iid(self, iid: str | None) -> str | None:
+        a = self.by_iid.get(iid) if iid else None
+        return a.name if a is not None else None
+
+    def node_of_call(self, kw: dict[str, Any]) -> str | None:
+        return self.node_of_iid(self.iid_of_call(kw))
+
+    def ledger_row(self, a: SimAgent) -> dict[str, Any] | None:
+        """The agent's ledger row: keyed by its instance id (``node`` is only a label)."""
+        return self.ledger._items.get((CLUSTER, a.iid))
+
+    # --- messages
+    def deliver(self, client: Any, kw: dict[str, Any]) -> dict[str, Any]:
+        """Send with the schedule's SQS faults: a delay, duplicates (each with its own delay)."""
+        copies = 1
+        dup = self.active.get("sqs-duplicate")
+        if dup and self.rng("sqs").random() < dup[0]:
+            copies = dup[1]
+            self.fault(f"sqs-duplicate-x{copies}")
+        out: dict[str, Any] = {}
+        for _ in range(copies):
+            one = dict(kw)
+            max_delay = self.active.get("sqs-delay")
+            if max_delay:
+                d = int(self.rng("sqs").uniform(0, max_delay))
+                if d:
+                    self.fault("sqs-delay")
+                    one["DelaySeconds"] = min(900, int(one.get("DelaySeconds", 0)) + d)
+            out = client.send_message(**one)
+        return out
+
+    def send_report(self, agent: SimAgent, body: str) -> None:
+        self.deliver(agent.sqs, {"QueueUrl": self.reports_url, "MessageBody": body})
+
+    def on_message(self, url: str, body: str) -> None:
+        """Every message the allocator sends: results are checked (a stale report acted on)."""
+        agent = self.by_url.get(url)
+        if agent is None:
+            return
+        try:
+            res = parse_result(body)
+        except MessageError:
+            self.violation("bad-result", f"allocator sent an unparseable result: {body[:200]}")
+            return
+        if (res.instance_id, res.in_reply_to) in self.forged:
+            self.violation(
+                "forged-served",
+                f"{res.node} ({res.instance_id}): a result in reply to crafted report "
+                f"{res.in_reply_to}: {[a.kind for a in res.actions]}",
+            )
+        if any(a.kind in ("attached", "assigned", "released", "deleted") for a in res.actions):
+            last = self.pushed.get(res.instance_id, -1)
+            if res.in_reply_to < last:
+                self.violation(
+                    "stale-report-served",
+                    f"{res.node} ({res.instance_id}): report {res.in_reply_to} "
+                    f"acted on after report {last} had been (kinds {[a.kind for a in res.actions]})",
+                )
+            self.pushed[res.instance_id] = max(last, res.in_reply_to)
+
+    # --- the allocator
+    def handler(self, event: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        # the invocation's id (the allocator's lease owner) from the seed, not the
+        # context's random request id: violation messages replay word for word
+        self.invocation_count += 1
+        return self._invoke(event["Records"], f"inv-{self.plan.seed}-{self.invocation_count}", ctx)
+
+    def _invoke(self, recs: list[dict[str, Any]], owner: str, ctx: Any = None) -> dict[str, Any]:
+        crash: tuple[str, int] | None = None
+        rate = self.active.get("lambda-crash", 0.0)
+        r = self.rng("lambda")
+        if rate and r.random() < rate:
+            crash = r.choice(
+                (("ec2", 0), ("ec2", 1), ("ec2", 2), ("ledger-before", 0), ("ledger-after", 0), ("push", 0))
+            )
+        slow = 0.0
+        srate = self.active.get("slow-invocation", 0.0)
+        if srate and r.random() < srate:
+            slow = r.choice((45.0, 90.0, 150.0))
+            self.fault("slow-invocation")
+        nested = bool(self.invocations)
+        inv = Invocation(
+            owner, crash, slow, timeout_at=self.clock_inv.now() + FUNCTION_TIMEOUT_S, bodies=[x["body"] for x in recs]
+        )
+        records = [
+            Record(
+                message_id=x["messageId"],
+                body=x["body"],
+                sender_id=str((x.get("attributes") or {}).get("SenderId", "")),
+            )
+            for x in recs
+        ]
+        kw: dict[str, Any] = {"invocation_id": owner}
+        if "context" in self._handle_kw and ctx is not None:
+            kw["context"] = ctx
+        if "deadline" in self._handle_kw:
+            kw["deadline"] = inv.timeout_at
+        self.invocations.append(inv)
+        try:
+            out = self.allocator.handle_batch(records, **kw)
+        except LambdaCrash as c:
+            self.fault(f"lambda-crash:{c}")
+            raise RuntimeError(f"injected: {c}") from None
+        except Stop:
+            raise
+        except Exception as exc:
+            self.violation("allocator-raised", f"handle_batch raised {type(exc).__name__}: {exc}")
+            raise
+        finally:
+            self.invocations.pop()
+            if not nested:
+                self.clock_inv.elapsed = 0.0
+        if crash is not None:
+            # the crash point was never reached (no EC2 call, no write): the process dies at the end
+            self.fault("lambda-crash:after the batch")
+            raise RuntimeError("injected: died after the batch")
+        result: dict[str, Any] = out.batch_item_failures()
+        return result
+
+    def maybe_overlap(self, inv: Invocation) -> None:
+        """A slow invocation past its lease: a copy of one of its reports (SQS delivers at
+        least once) is handled by a second invocation while the first still runs."""
+        if len(self.invocations) > 1:
+            return
+        for node, (owner, until) in list(self.leases.held.items()):
+            if owner != inv.owner or self.clock_inv.now() < until:
+                continue
+            body = next((b for b in inv.bodies if f'"node":"{node}"' in b or f'"instance_id":"{node}"' in b), None)
+            if body is None:
+                continue
+            self.fault("lease-overrun")
+            with contextlib.suppress(RuntimeError):
+                self._invoke(
+                    [{"messageId": f"dup-{self.events_run}", "body": body, "attributes": {}}],
+                    owner=f"overlap-{self.events_run}",
+                )
+            return
+
+    def check_lease(self, inv: Invocation, node: str, call: str, iid: str) -> None:
+        """The allocator's leases are keyed by instance id (``node`` is the label, for the message)."""
+        held = self.leases.held.get(iid)
+        if held is None or held[0] != inv.owner:
+            self.violation(
+                "lease",
+                f"invocation {inv.owner} called {call} on {node} ({iid}) without holding its "
+                f"lease (held by {held[0] if held else 'nobody'})",
+            )
+        elif self.clock_inv.now() > held[1]:
+            self.violation(
+                "lease",
+                f"invocation {inv.owner} called {call} on {node} ({iid}) "
+                f"{self.clock_inv.now() - held[1]:.0f}s after its lease expired",
+            )
+
+    def check_release(self, node: str, kw: dict[str, Any]) -> None:
+        """EC2 is about to take addresses back from a node: no pod there may hold one, and
+        the (running) agent must still have each one quarantined, i.e. on offer."""
+        a = self.agents.get(node)
+        if a is None or a.gone:
+            return
+        ips = set(kw.get("PrivateIpAddresses") or [])
+        prefixes = list(kw.get("Ipv4Prefixes") or [])
+        for cid, ip in a.rt.up.items():
+            if ip in ips or (prefixes and checks._in_prefix(ip, prefixes)):
+                self.violation("released-in-use", f"the allocator unassigns {ip} from {node} while pod {cid} holds it")
+        if not a.alive:
+            return
+        for e in a.ds.enis():
+            for ip, addr in e.addrs.items():
+                hit = ip in ips or (addr.prefix is not None and addr.prefix in prefixes)
+                if hit and addr.quarantined_at is None:
+                    self.violation(
+                        "released-not-offered",
+                        f"the allocator unassigns {addr.prefix or ip} from "
+                        f"{node}, which its agent no longer offers (taken back into the pool)",
+                    )
+
+    def esm_tick(self) -> None:
+        self.esm.tick(self.clock_inv.now())
+
+    # --- pods and the runtime
+    def pod_up(self, agent: SimAgent, cid: str, ip: str) -> None:
+        self.version += 1
+        checks.pod_up(self, agent, cid, ip)
+
+    def maybe_terminate_now(self, node: str) -> None:
+        if node in self.arm_terminate:
+            self.arm_terminate.discard(node)
+            self.terminate(node)
+
+    def terminate(self, node: str) -> None:
+        a = self.agents.get(node)
+        if a is None or a.gone:
+            return
+        self.fault("terminate")
+        self.emu.terminate_instance(a.iid)
+        a.gone = True
+        a.alive = False
+        self.terminated[a.iid] = self.now()
+
+    # --- the run
+    def run(self) -> Outcome:
+        end = T0 + SPAN_S + QUIET_S
+        for ev in self.plan.events:
+            self.loop.call_at(T0 + ev.at, functools.partial(events.apply, self, ev))
+        self.loop.every(ESM_EVERY_S, self.esm_tick, start=T0 + 0.5)
+        self.loop.every(RECONCILE_EVERY_S, self.reconcile, start=T0 + RECONCILE_EVERY_S)
+        try:
+            self.loop.run_until(end, stop=self._after)
+            checks.at_end(self)
+        except Stop:
+            pass
+        finally:
+            if self.sockdir is not None:
+                with contextlib.suppress(OSError):
+                    for f in os.listdir(self.sockdir):
+                        os.unlink(os.path.join(self.sockdir, f))
+                    os.rmdir(self.sockdir)
+        return Outcome(self.plan.seed, len(self.plan.events), self.faults, self.violations, self.now() - T0)
+
+    def _after(self) -> bool:
+        """After every event of the loop: IMDS sees what changed, then every invariant."""
+        self.events_run += 1
+        for a in self.agents.values():
+            if not a.gone:
+                a.imds.observe()
+        checks.after_event(self)
+        return False
+
+    def reconcile(self) -> None:
+        try:
+            self.reconciler.run()
+        except Stop:
+            raise
+        except Exception as exc:  # a failed run is retried by the next schedule (as EventBridge does)
+            self.fault(f"reconcile-error:{type(exc).__name__}")
