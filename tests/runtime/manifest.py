@@ -23,6 +23,12 @@ reproduced here without a kubelet:
   directory. A ``mountPath`` missing on the host is created for the mount and
   removed afterwards (:func:`remove_created`).
 
+The agent's own files: in a cluster they are in its image, which no volume
+hides; here they are this checkout and its ``.venv``. When a volume is mounted
+over an ancestor of the checkout (the ``tmp`` volume over ``/tmp``, for a
+clone under ``/tmp``), the checkout is bound aside first and bound back over
+the volume, so the agent still finds its program (:func:`command`).
+
 Not reproduced: ``hostNetwork`` (the agent stays in the root network
 namespace, where the emulated AWS endpoint listens on 127.0.0.1, and enters
 the node's namespace through ``WARMPOOL_HOST_NETNS``, as in the demo) and the
@@ -34,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,9 +155,23 @@ def host_view(priv: Privileges, container_path: str, base: Path) -> Path:
     return host_source(priv, best, base) / os.path.relpath(container_path, best.path)
 
 
+CHECKOUT = Path(__file__).resolve().parents[2]
+"""The tree the agent runs from here (its image's files in a cluster)."""
+CHECKOUT_ASIDE = Path("/run/warmpool-runtime-checkout")
+
+
+def _hides(mount_path: str, path: Path) -> bool:
+    return str(path) == mount_path.rstrip("/") or str(path).startswith(mount_path.rstrip("/") + "/")
+
+
 def command(priv: Privileges, argv: list[str], base: Path) -> list[str]:
     """``argv`` wrapped to run with exactly ``priv``; volume sources made under ``base``."""
     steps = ["set -e"]
+    keep = [p for p in dict.fromkeys([CHECKOUT, Path(os.path.realpath(sys.prefix))]) if p.exists()]
+    hidden = [p for p in keep if any(m.kind != "configMap" and _hides(m.path, p) for m in priv.mounts)]
+    for i, p in enumerate(hidden):
+        _ensure_dir(CHECKOUT_ASIDE / str(i))
+        steps.append(f"mount --rbind {shlex.quote(str(p))} {shlex.quote(str(CHECKOUT_ASIDE / str(i)))}")
     # A volume over an ancestor of ``base`` (``/tmp``) goes last, or it would hide the other sources.
     for m in sorted(priv.mounts, key=lambda m: str(base).startswith(m.path.rstrip("/") + "/")):
         src = host_source(priv, m, base)
@@ -161,6 +182,10 @@ def command(priv: Privileges, argv: list[str], base: Path) -> list[str]:
         steps.append(f"mount --rbind {shlex.quote(str(src))} {shlex.quote(m.path)}")
         if m.read_only:
             steps.append(f"mount -o remount,bind,ro {shlex.quote(m.path)}")
+    for i, p in enumerate(hidden):  # the program back in sight, read-only as an image's files are
+        steps.append(f"mkdir -p {shlex.quote(str(p))}")
+        steps.append(f"mount --rbind {shlex.quote(str(CHECKOUT_ASIDE / str(i)))} {shlex.quote(str(p))}")
+        steps.append(f"mount -o remount,bind,ro {shlex.quote(str(p))}")
     if priv.read_only_root:
         steps.append("mount -o remount,bind,ro /")
     caps = ",".join(["-all", *(f"+{c}" for c in priv.caps)])
