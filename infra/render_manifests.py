@@ -4,7 +4,7 @@
     npx cdk deploy -c cluster=prod ... --outputs-file cdk-outputs.json
     .venv/bin/python -m infra.render_manifests --outputs cdk-outputs.json \\
         --image 123456789012.dkr.ecr.eu-west-1.amazonaws.com/warmpool-agent:0.1.0
-    kubectl apply -f infra/k8s/rendered/warmpool.yaml
+    kubectl apply -f k8s/rendered/warmpool.yaml
 
 ``--outputs`` takes any of: the ``cdk deploy --outputs-file`` JSON, the JSON of
 ``aws cloudformation describe-stacks --stack-name warmpool-<cluster>``, or the JSON
@@ -25,7 +25,7 @@ import yaml
 
 from infra.outputs import OUTPUTS
 
-K8S_DIR = Path(__file__).resolve().parent / "k8s"
+K8S_DIR = Path(__file__).resolve().parents[1] / "k8s"
 TEMPLATES = ("serviceaccount.yaml", "configmap.yaml", "daemonset.yaml")
 DEFAULT_OUT = K8S_DIR / "rendered"
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"

@@ -1,4 +1,4 @@
-"""The agent's privileges as ``infra/k8s/daemonset.yaml`` declares them, and a
+"""The agent's privileges as ``k8s/daemonset.yaml`` declares them, and a
 launcher that starts a process with exactly those: read from the manifest on
 every run, so the tests and the manifest cannot drift apart.
 
@@ -48,7 +48,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-DAEMONSET = ROOT / "infra" / "k8s" / "daemonset.yaml"
+DAEMONSET = ROOT / "k8s" / "daemonset.yaml"
 SHARED_HOST_PATHS = ("/var/run/netns", "/run/netns")
 """hostPath volumes used as the host's own (the runtime pins pod namespaces there)."""
 
