@@ -1,5 +1,6 @@
-"""The agent's records: what is attached (:class:`EniInfo`), the addresses on it and who
-holds them (:class:`Eni`, :class:`Addr`), and what the datastore hands out about them.
+"""The agent's records: who the node is (:class:`NodeIdentity`), what is attached
+(:class:`EniInfo`), the addresses on it and who holds them (:class:`Eni`,
+:class:`Addr`), and what the datastore hands out about them.
 
 Plain values, no behaviour beyond derived properties: the datastore
 (:mod:`node_agent.datastore`) keeps them; host set-up, IMDS and the
@@ -15,6 +16,18 @@ from typing import NamedTuple
 
 UNKNOWN_HOLDER = "?"
 """Holder of an address that may be in use by a pod nobody can name (rebuild with no host wiring to read)."""
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    """Who this node is, as every report names it (the report's signed proof is
+    :class:`warmpool.messages.SignedIdentity`)."""
+
+    cluster: str
+    node: str
+    instance_id: str
+    instance_type: str
+    availability_zone: str
 
 
 @dataclass(frozen=True)

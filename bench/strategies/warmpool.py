@@ -53,19 +53,20 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from functions.allocator import Allocator, Record, serial_map
-from functions.reconciler import Reconciler
-from functions.settings import Settings
-from node_agent.config import Timing
-from node_agent.controller import AttachedEni, NodeIdentity, PoolController
-from node_agent.datastore import Datastore
-from node_agent.imds import parse_interfaces
 from bench.world import NodeRt, World
 from emulated.esm import EsmConfig, EventSourceMapping
 from emulated.iid import IdentitySigner
 from emulated.imds import Imds
 from emulated.memstores import MemBuckets, MemLeases, MemLedger
 from emulated.sqs import FastSqs
+from functions.allocator import Allocator, Record, serial_map
+from functions.reconciler import Reconciler
+from functions.settings import Settings
+from node_agent.config import Timing
+from node_agent.controller import AttachedEni, PoolController
+from node_agent.datastore import Datastore
+from node_agent.imds import parse_interfaces
+from node_agent.records import NodeIdentity
 from warmpool import names
 from warmpool.buckets import BucketSpec, spec_for
 from warmpool.messages import MessageError, parse_result

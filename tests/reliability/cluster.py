@@ -20,9 +20,10 @@ from functions.allocator import Allocator, Record
 from functions.reconciler import Reconciler
 from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.config import Timing
-from node_agent.controller import AttachedEni, NodeIdentity, PoolController
+from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
 from node_agent.imds import parse_interfaces
+from node_agent.records import NodeIdentity
 from tests.helpers.allocate_world import World
 from tests.reliability import invariants as inv
 from warmpool import names
