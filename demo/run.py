@@ -45,15 +45,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from node_agent.imds import parse_interfaces
-from demo import dataplane
 from demo import cni as demo_cni
 from demo import containerd as demo_containerd
-from demo import host
+from demo import dataplane, host
 from demo import netns as nx
 from demo.options import DemoOptions, Interrupted
 from demo.report import DemoReport, LiveView, PodRecord, Status, ec2_delta, ec2_table, totals
 from emulated.figures import leaked_enis
+from node_agent.imds import parse_interfaces
 from warmpool import names
 
 log = logging.getLogger("warmpool.demo")
