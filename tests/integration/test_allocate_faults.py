@@ -161,7 +161,7 @@ def test_release_does_not_delete_an_eni_ec2_is_still_detaching() -> None:
     # (detach_delay_s=2) showed one failed Delete per released ENI (130 in the
     # faults scenario). The allocator checks first and leaves a detaching ENI to
     # the reconciler's GC, which deletes it once it is available.
-    from emulated.ec2.emulator import Ec2Config
+    from emulated.ec2.config import Ec2Config
 
     w = World(ec2_config=Ec2Config(detach_delay_s=2.0))
     w.add_node("n1")
