@@ -21,8 +21,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from simulation.schedule import EVENT_KINDS, FAULT_KINDS, SPAN_S, Event, Plan, draw
 from emulated.figures import percentile
+from simulation.schedule import EVENT_KINDS, FAULT_KINDS, SPAN_S, Event, Plan, draw
 
 Mutation = Callable[[Any], None]
 

@@ -37,10 +37,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from emulated.clock import EventLoop, VirtualClock
+from emulated.ec2 import Ec2Config, Ec2Emulator
+from emulated.esm import EsmConfig, EventSourceMapping
+from emulated.iid import IdentitySigner
+from emulated.imds import Imds
+from emulated.memstores import MemBuckets, MemFlips
+from emulated.sqs import FastSqs
 from functions.allocator import Allocator, Record, serial_map
 from functions.reconciler import Reconciler
 from functions.settings import Settings
-from emulated.clock import EventLoop, VirtualClock
 from simulation import checks, events, hostile
 from simulation.base import (
     AGENT_EVERY_S,
@@ -67,12 +73,6 @@ from simulation.clients import (
 )
 from simulation.node import SimAgent
 from simulation.schedule import QUIET_S, SPAN_S, Plan
-from emulated.ec2 import Ec2Config, Ec2Emulator
-from emulated.esm import EsmConfig, EventSourceMapping
-from emulated.iid import IdentitySigner
-from emulated.imds import Imds
-from emulated.memstores import MemBuckets, MemFlips
-from emulated.sqs import FastSqs
 from warmpool import names
 from warmpool.buckets import DEFAULT_SPECS, BucketSpec
 from warmpool.messages import MessageError, parse_result
