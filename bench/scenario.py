@@ -82,7 +82,7 @@ class Env(_Model):
         )
 
 
-class Cluster(_Model):
+class ClusterSpec(_Model):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
     env: Env = Env()
 
@@ -184,8 +184,8 @@ class Scenario(_Model):
     strategies: Annotated[list[Strategy], Field(min_length=1)] = list(STRATEGIES)
     account: Account = Account()
     ec2: Ec2Timing = Ec2Timing()
-    cluster: Cluster | None = None
-    clusters: list[Cluster] | None = None
+    cluster: ClusterSpec | None = None
+    clusters: list[ClusterSpec] | None = None
     subnets: Annotated[list[Subnet], Field(min_length=1)]
     node_groups: Annotated[list[NodeGroup], Field(min_length=1)]
     workload: list[WorkloadStep] = []
@@ -231,13 +231,13 @@ class Scenario(_Model):
         return self
 
     @property
-    def all_clusters(self) -> list[Cluster]:
+    def all_clusters(self) -> list[ClusterSpec]:
         if self.clusters is not None:
             return list(self.clusters)
         assert self.cluster is not None
         return [self.cluster]
 
-    def cluster_of(self, group: NodeGroup) -> Cluster:
+    def cluster_of(self, group: NodeGroup) -> ClusterSpec:
         clusters = self.all_clusters
         if group.cluster is None:
             return clusters[0]

@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Literal
 
-from bench.scenario import Cluster, Env, NodeGroup, Scenario
+from bench.scenario import ClusterSpec, Env, NodeGroup, Scenario
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class Expanded:
         return max((e.at for e in self.events), default=0.0)
 
 
-def node_name(cluster: Cluster, group: NodeGroup, i: int) -> str:
+def node_name(cluster: ClusterSpec, group: NodeGroup, i: int) -> str:
     return f"{cluster.name}-{group.name}-{i:04d}"
 
 

@@ -3,8 +3,8 @@
 the faults, and the books every figure is computed from.
 
 A strategy (``bench/strategies/``) only reacts: a node joined, a pod was
-added or deleted. It gives pods their addresses with :meth:`World.pod_ready`
-and makes every EC2 call through :attr:`World.ec2` (which records them).
+added or deleted. It gives pods their addresses with :meth:`BenchWorld.pod_ready`
+and makes every EC2 call through :attr:`BenchWorld.ec2` (which records them).
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ class NodePool:
         return sum(1 for a in self.eni_addrs.get(eni_id, []) if a in self.ip_pod or a in self.cooling_set)
 
 
-class World:
+class BenchWorld:
     """See the module docstring."""
 
     def __init__(self, scenario: Scenario, expanded: Expanded, strategy: str) -> None:

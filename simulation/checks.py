@@ -36,7 +36,7 @@ from emulated.memstores import MemLedger
 from functions.settings import Settings
 from simulation.hostile import Churner
 from simulation.node import SimAgent
-from simulation.view import SeedWorld
+from simulation.view import WorldView
 from warmpool import names
 from warmpool.pool import ceiling
 
@@ -48,8 +48,8 @@ SERVE_BOUND_S = 150.0
 """At the end, every report sent this long before must have been served."""
 
 
-class ChecksWorld(SeedWorld, Protocol):
-    """What the invariants read of the seed's world (:class:`simulation.world.World`
+class ChecksWorld(WorldView, Protocol):
+    """What the invariants read of the seed's world (:class:`simulation.world.SimWorld`
     satisfies it)."""
 
     @property

@@ -18,7 +18,7 @@ from emulated.clock import VirtualClock
 from emulated.memstores import MemLeases, MemLedger
 from functions.stores import DynamoLedger
 from simulation.base import CLUSTER, LambdaCrash
-from simulation.view import SeedWorld
+from simulation.view import WorldView
 from warmpool import names
 
 
@@ -44,9 +44,9 @@ class Invocation:
     stalled: bool = False
 
 
-class ClientsWorld(SeedWorld, Protocol):
+class ClientsWorld(WorldView, Protocol):
     """What the allocator's and the reconciler's clients reach of the seed's world
-    (:class:`simulation.world.World` satisfies it)."""
+    (:class:`simulation.world.SimWorld` satisfies it)."""
 
     @property
     def active(self) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from warmpool.buckets import MUTATING_ENI_ACTIONS, spec_for
 
 class EventsWorld(HostileWorld, Protocol):
     """What the schedule's events reach of the seed's world (and, through them, the
-    hostile actors; :class:`simulation.world.World` satisfies it)."""
+    hostile actors; :class:`simulation.world.SimWorld` satisfies it)."""
 
     @property
     def agents(self) -> dict[str, SimAgent]: ...

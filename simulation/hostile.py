@@ -46,7 +46,7 @@ from emulated.sqs import FastSqsClient
 from functions.settings import Settings
 from simulation.base import CLUSTER
 from simulation.node import SimAgent
-from simulation.view import SeedWorld
+from simulation.view import WorldView
 from warmpool import names
 from warmpool.limits import known
 from warmpool.messages import MAX_TARGET, EniReport, PoolReport, ReleaseOffer, Targets, parse_report
@@ -56,9 +56,9 @@ SEQ_AHEAD_LIMIT = 2**20
 TOP_SEQ = 2**62
 
 
-class HostileWorld(SeedWorld, Protocol):
+class HostileWorld(WorldView, Protocol):
     """What the hostile actors reach of the seed's world
-    (:class:`simulation.world.World` satisfies it)."""
+    (:class:`simulation.world.SimWorld` satisfies it)."""
 
     @property
     def outsider_sqs(self) -> FastSqsClient:

@@ -35,16 +35,16 @@ from simulation.base import (
     TIMING,
     AgentKilled,
 )
-from simulation.view import SeedWorld
+from simulation.view import WorldView
 from warmpool import names
 from warmpool.limits import known
 from warmpool.messages import MessageError, parse_result
 from warmpool.pool import PoolConfig
 
 
-class NodeWorld(SeedWorld, Protocol):
+class NodeWorld(WorldView, Protocol):
     """What a node (:class:`SimAgent` and its stand-ins) reaches of the seed's world
-    (:class:`simulation.world.World` satisfies it)."""
+    (:class:`simulation.world.SimWorld` satisfies it)."""
 
     @property
     def signer_imds(self) -> Imds: ...

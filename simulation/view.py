@@ -1,10 +1,10 @@
-"""What every helper of a seed's world sees of it: :class:`SeedWorld`, its
+"""What every helper of a seed's world sees of it: :class:`WorldView`, its
 emulated AWS, its plan, its time and its record of faults and violations.
 
 Each helper module (:mod:`simulation.node`, :mod:`simulation.clients`,
 :mod:`simulation.hostile`, :mod:`simulation.events`, :mod:`simulation.checks`)
 extends it with the few other attributes it reaches, in a protocol of its own;
-:class:`simulation.world.World` satisfies them all (mypy checks it where the
+:class:`simulation.world.SimWorld` satisfies them all (mypy checks it where the
 world hands itself over), and none of them imports :mod:`simulation.world`.
 """
 
@@ -16,12 +16,12 @@ from typing import Protocol
 from emulated.clock import EventLoop
 from emulated.ec2 import Ec2Emulator
 from emulated.sqs import FastSqs
-from simulation.schedule import Plan
+from simulation.schedule import SeedPlan
 
 
-class SeedWorld(Protocol):
+class WorldView(Protocol):
     @property
-    def plan(self) -> Plan: ...
+    def plan(self) -> SeedPlan: ...
 
     @property
     def loop(self) -> EventLoop: ...

@@ -72,7 +72,7 @@ from simulation.clients import (
     TrackedLeases,
 )
 from simulation.node import SimAgent
-from simulation.schedule import QUIET_S, SPAN_S, Plan
+from simulation.schedule import QUIET_S, SPAN_S, SeedPlan
 from warmpool import names
 from warmpool.buckets import DEFAULT_SPECS, BucketSpec
 from warmpool.messages import MessageError, parse_result
@@ -93,8 +93,8 @@ class Outcome:
     virtual_s: float
 
 
-class World:
-    def __init__(self, plan: Plan, mutate: Callable[[World], None] | None = None) -> None:
+class SimWorld:
+    def __init__(self, plan: SeedPlan, mutate: Callable[[SimWorld], None] | None = None) -> None:
         self.plan = plan
         self.loop = EventLoop(VirtualClock(T0))
         self.faults: Counter[str] = Counter()

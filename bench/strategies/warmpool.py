@@ -36,7 +36,7 @@ Wiring assumptions (the bench's, not the product's):
   up to ``MaximumConcurrency``; back to five once the queue is drained.
 * A CNI ADD that finds no address waits up to ``ADD_WAIT_S`` (the production
   agent's ``WARMPOOL_ADD_WAIT_S`` default) for one, then fails; the kubelet
-  syncs the pod again 10–15 s later (:meth:`World.kubelet_retry_s`).
+  syncs the pod again 10–15 s later (:meth:`BenchWorld.kubelet_retry_s`).
 * Faults: ``lambda-crash`` — an invocation dies (with probability ``rate``)
   after 0–3 of its mutating EC2 calls, failing its whole batch;
   ``duplicate-delivery`` — a sent message (report or result) is delivered
@@ -53,7 +53,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from bench.world import NodeRt, World
+from bench.world import BenchWorld, NodeRt
 from emulated.esm import EsmConfig, EventSourceMapping
 from emulated.iid import IdentitySigner
 from emulated.imds import Imds
@@ -141,7 +141,7 @@ class _DupSqs:
     def __init__(
         self,
         inner: Any,
-        world: World,
+        world: BenchWorld,
         on_result: Callable[[str, float], None] | None = None,
         offset: Callable[[], float] | None = None,
     ) -> None:
@@ -180,7 +180,7 @@ class _DupSqs:
 class _EmuMetadata:
     """IMDS as the emulated EC2 answers it (ENIs appear once their attach is visible)."""
 
-    def __init__(self, world: World, instance_id: str) -> None:
+    def __init__(self, world: BenchWorld, instance_id: str) -> None:
         self._w = world
         self._iid = instance_id
 
@@ -465,7 +465,7 @@ class Warmpool:
 
     name = "warmpool"
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: BenchWorld) -> None:
         self.w = world
         self.counts: Counter[str] = Counter()
         self.sqs = FastSqs(world.loop.clock)

@@ -26,7 +26,7 @@ from .filters import (
     tags_of,
 )
 from .registry import DescribeState, Handler, id_list
-from .state import STATE_CODES, Eni, Instance, tag_list, ts
+from .state import STATE_CODES, EmulatedEni, Instance, tag_list, ts
 
 T = TypeVar("T")
 
@@ -44,13 +44,13 @@ def describe_enis(emu: DescribeState, p: dict[str, Any]) -> dict[str, Any]:
     getters = {**ENI_FILTERS, "owner-id": lambda e: [emu.owner]}
     check_filters(filters, getters)
     ids = id_list(p, "NetworkInterfaceIds")
-    cands: Iterable[Eni]
+    cands: Iterable[EmulatedEni]
     if ids:
         cands = named(emu.enis, ids, "NetworkInterface")
     else:
         by_inst = next((v for n, v in filters if n == "attachment.instance-id"), None)
         if by_inst is not None:
-            found: list[Eni] = []
+            found: list[EmulatedEni] = []
             for iid in by_inst:
                 inst = emu.instances.get(iid)
                 if inst is not None:

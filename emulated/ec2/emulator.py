@@ -48,7 +48,7 @@ from .describe import instance_metadata
 from .errors import Ec2Error, metadata, not_found
 from .registry import MAX_IPV4_PER_ENI, Handler
 from .resources import launch_instance, new_subnet, terminate
-from .state import Eni, Instance, Subnet, Vpc
+from .state import EmulatedEni, Instance, Subnet, Vpc
 
 UNFILTERED_SUFFIX = ":unfiltered"
 """Bucket key suffix for unfiltered, unpaginated DescribeInstances/DescribeNetworkInterfaces
@@ -87,7 +87,7 @@ class Ec2Emulator:
         self.vpcs: dict[str, Vpc] = {}
         self.subnets: dict[str, Subnet] = {}
         self.instances: dict[str, Instance] = {}
-        self.enis: dict[str, Eni] = {}
+        self.enis: dict[str, EmulatedEni] = {}
         self._attachments: dict[str, str] = {}  # attachment id -> eni id
         self._ip_owner: dict[str, str] = {}  # address or prefix -> eni id
         self._tokens: dict[str, tuple[str, dict[str, Any]]] = {}  # ClientToken -> (fingerprint, response)
@@ -395,7 +395,7 @@ class Ec2Emulator:
             elif kind == "detach" and eni.attachment.status == "detaching":
                 self._finish_detach(eni)
 
-    def _fire_attach(self, eni: Eni) -> None:
+    def _fire_attach(self, eni: EmulatedEni) -> None:
         if not self._on_attach or eni.attachment is None:
             return
         iid = eni.attachment.instance_id
@@ -417,13 +417,13 @@ class Ec2Emulator:
             raise not_found("Instance", iid)
         return i
 
-    def _eni(self, eid: str) -> Eni:
+    def _eni(self, eid: str) -> EmulatedEni:
         e = self.enis.get(eid)
         if e is None:
             raise not_found("NetworkInterface", eid)
         return e
 
-    def _eni_limit(self, eni: Eni) -> tuple[int, InstanceLimits | None]:
+    def _eni_limit(self, eni: EmulatedEni) -> tuple[int, InstanceLimits | None]:
         if eni.attachment is None:
             return MAX_IPV4_PER_ENI, None
         lim = self.instances[eni.attachment.instance_id].limits
@@ -431,7 +431,7 @@ class Ec2Emulator:
 
     # ------------------------------------------------------------ attachments
 
-    def _finish_detach(self, eni: Eni) -> None:
+    def _finish_detach(self, eni: EmulatedEni) -> None:
         att = eni.attachment
         if att is None:
             return

@@ -26,7 +26,7 @@ from .registry import (
     req,
     tags_for,
 )
-from .state import Attachment, Eni, Subnet
+from .state import Attachment, EmulatedEni, Subnet
 
 
 def new_eni(
@@ -38,12 +38,12 @@ def new_eni(
     n_prefixes: int,
     prefixes: list[str],
     description: str,
-) -> Eni:
+) -> EmulatedEni:
     specific = ([primary] if primary else []) + secondary
     taken, taken_prefixes = carve(subnet, specific, (0 if primary else 1) + n_secondary, prefixes, n_prefixes)
     if primary is None:
         primary = taken[len(specific)]
-    eni = Eni(
+    eni = EmulatedEni(
         emu._id("eni"),
         subnet.id,
         subnet.vpc_id,
@@ -128,7 +128,7 @@ def take_specific_prefix(subnet: Subnet, prefix: str) -> None:
         )
 
 
-def delete_eni(emu: EniState, eni: Eni) -> None:
+def delete_eni(emu: EniState, eni: EmulatedEni) -> None:
     pool = emu.subnets[eni.subnet_id].pool
     for ip in [eni.primary_ip, *eni.secondary]:
         pool.release_ip(ip)
@@ -352,7 +352,7 @@ def attach(emu: EniState, p: dict[str, Any]) -> dict[str, Any]:
     return {"AttachmentId": att.id, "NetworkCardIndex": card}
 
 
-def _eni_by_attachment(emu: EniState, att_id: str) -> Eni:
+def _eni_by_attachment(emu: EniState, att_id: str) -> EmulatedEni:
     eid = emu._attachments.get(att_id)
     if eid is None:
         raise not_found("Attachment", att_id)

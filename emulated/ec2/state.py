@@ -110,7 +110,7 @@ class Attachment:
 
 
 @dataclass
-class Eni:
+class EmulatedEni:
     id: str
     subnet_id: str
     vpc_id: str

@@ -31,7 +31,7 @@ _SIGNER = IdentitySigner()
 MUTATING = (*MUTATING_ENI_ACTIONS, "CreateTags")
 
 
-class World:
+class AllocatorWorld:
     def __init__(
         self,
         cluster: str = "demo",
