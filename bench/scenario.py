@@ -96,7 +96,7 @@ class Ec2Timing(_Model):
     detach_delay_s: NonNeg = 2.0
 
 
-class Subnet(_Model):
+class SubnetSpec(_Model):
     id: Annotated[str, Field(pattern=r"^subnet-[0-9a-zA-Z]{1,17}$")]
     az: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")]
     cidr: str
@@ -186,7 +186,7 @@ class Scenario(_Model):
     ec2: Ec2Timing = Ec2Timing()
     cluster: ClusterSpec | None = None
     clusters: list[ClusterSpec] | None = None
-    subnets: Annotated[list[Subnet], Field(min_length=1)]
+    subnets: Annotated[list[SubnetSpec], Field(min_length=1)]
     node_groups: Annotated[list[NodeGroup], Field(min_length=1)]
     workload: list[WorkloadStep] = []
     faults: list[Fault] = []
@@ -246,7 +246,7 @@ class Scenario(_Model):
     def group(self, name: str) -> NodeGroup:
         return next(g for g in self.node_groups if g.name == name)
 
-    def subnet_of(self, group: NodeGroup) -> Subnet:
+    def subnet_of(self, group: NodeGroup) -> SubnetSpec:
         if group.subnet is None:
             return self.subnets[0]
         return next(s for s in self.subnets if s.id == group.subnet)

@@ -18,7 +18,7 @@ from bench.scenario import ClusterSpec, Env, NodeGroup, Scenario
 
 
 @dataclass(frozen=True)
-class NodeSpec:
+class WorkloadNode:
     name: str
     group: str
     cluster: str
@@ -41,7 +41,7 @@ class PodEvent:
 
 @dataclass(frozen=True)
 class Expanded:
-    nodes: list[NodeSpec]
+    nodes: list[WorkloadNode]
     events: list[PodEvent]
     """Sorted by time (ties: creation order)."""
 
@@ -70,14 +70,14 @@ def node_name(cluster: ClusterSpec, group: NodeGroup, i: int) -> str:
 
 def expand(scenario: Scenario) -> Expanded:
     rng = random.Random(scenario.seed)
-    nodes: list[NodeSpec] = []
-    members: dict[str, list[NodeSpec]] = {}
+    nodes: list[WorkloadNode] = []
+    members: dict[str, list[WorkloadNode]] = {}
     for g in scenario.node_groups:
         cluster = scenario.cluster_of(g)
         subnet = scenario.subnet_of(g)
         offsets = sorted(rng.uniform(0.0, g.join_spread_s) for _ in range(g.count))
         group_nodes = [
-            NodeSpec(
+            WorkloadNode(
                 name=node_name(cluster, g, i),
                 group=g.name,
                 cluster=cluster.name,

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from demo import netns as nx
 from demo.ports import ContainerdHost, PodNode
-from demo.report import PodRecord
+from demo.report import DemoPod
 from demo.runtime_containerd import NodeRuntime, cleanup_run, remove_default_state
 from demo.runtime_cri import CriError
 from demo.runtime_image import build_image
@@ -40,11 +40,11 @@ def start(demo: ContainerdHost) -> None:
     )
 
 
-def prepare(demo: ContainerdHost, pod: PodRecord) -> None:
+def prepare(demo: ContainerdHost, pod: DemoPod) -> None:
     """Nothing before the first RunPodSandbox: containerd makes the pod's namespace."""
 
 
-def try_add(demo: ContainerdHost, node: PodNode, pod: PodRecord) -> bool:
+def try_add(demo: ContainerdHost, node: PodNode, pod: DemoPod) -> bool:
     """One RunPodSandbox; on success the pod's IP from PodSandboxStatus and its eth0."""
     try:
         sb = demo.node_rt[node.k].run_pod(f"demo-{node.k}-{pod.index}", f"wp-demo-{node.k}-{pod.index}")
@@ -59,7 +59,7 @@ def try_add(demo: ContainerdHost, node: PodNode, pod: PodRecord) -> bool:
     return True
 
 
-def del_pod(demo: ContainerdHost, node: PodNode, pod: PodRecord) -> None:
+def del_pod(demo: ContainerdHost, node: PodNode, pod: DemoPod) -> None:
     """StopPodSandbox and RemovePodSandbox (the runtime calls DEL)."""
     try:
         demo.node_rt[node.k].remove_pod(pod.container_id)

@@ -15,9 +15,10 @@ from typing import Any, Protocol
 from botocore.exceptions import ClientError
 
 from emulated.clock import VirtualClock
+from emulated.lambda_runtime import LambdaCrash
 from emulated.memstores import MemLeases, MemLedger
 from functions.stores import DynamoLedger
-from simulation.base import CLUSTER, LambdaCrash
+from simulation.base import CLUSTER
 from simulation.view import WorldView
 from warmpool import names
 

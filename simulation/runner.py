@@ -64,9 +64,9 @@ def run_plan(plan: SeedPlan, mutate: Mutation | None = None) -> tuple[list[tuple
 
         tb = traceback.format_exc(limit=-3).replace("\n", " | ")
         w.violations.append(("harness-error", f"{type(exc).__name__}: {exc} ({tb[-600:]})"))
-        from simulation.world import Outcome
+        from simulation.world import SeedOutcome
 
-        out = Outcome(plan.seed, len(plan.events), w.faults, w.violations, w.now())
+        out = SeedOutcome(plan.seed, len(plan.events), w.faults, w.violations, w.now())
     return out.violations, (out, w)
 
 

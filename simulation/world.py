@@ -42,6 +42,7 @@ from emulated.ec2 import Ec2Config, Ec2Emulator
 from emulated.esm import EsmConfig, EventSourceMapping
 from emulated.iid import IdentitySigner
 from emulated.imds import Imds
+from emulated.lambda_runtime import LambdaCrash
 from emulated.memstores import MemBuckets, MemFlips
 from emulated.sqs import FastSqs
 from functions.allocator import Allocator, Record, serial_map
@@ -58,7 +59,6 @@ from simulation.base import (
     REPORTS_VISIBILITY_S,
     SUBNET_CIDR,
     T0,
-    LambdaCrash,
     Stop,
 )
 from simulation.clients import (
@@ -85,7 +85,7 @@ def _signer() -> IdentitySigner:
 
 
 @dataclass
-class Outcome:
+class SeedOutcome:
     seed: int
     events: int
     faults: Counter[str]
@@ -477,7 +477,7 @@ class SimWorld:
         self.terminated[a.iid] = self.now()
 
     # --- the run
-    def run(self) -> Outcome:
+    def run(self) -> SeedOutcome:
         end = T0 + SPAN_S + QUIET_S
         for ev in self.plan.events:
             self.loop.call_at(T0 + ev.at, functools.partial(events.apply, self, ev))
@@ -494,7 +494,7 @@ class SimWorld:
                     for f in os.listdir(self.sockdir):
                         os.unlink(os.path.join(self.sockdir, f))
                     os.rmdir(self.sockdir)
-        return Outcome(self.plan.seed, len(self.plan.events), self.faults, self.violations, self.now() - T0)
+        return SeedOutcome(self.plan.seed, len(self.plan.events), self.faults, self.violations, self.now() - T0)
 
     def _after(self) -> bool:
         """After every event of the loop: IMDS sees what changed, then every invariant."""

@@ -57,6 +57,7 @@ from bench.world import BenchWorld, NodeRt
 from emulated.esm import EsmConfig, EventSourceMapping
 from emulated.iid import IdentitySigner
 from emulated.imds import Imds
+from emulated.lambda_runtime import LambdaCrash
 from emulated.memstores import MemBuckets, MemLeases, MemLedger
 from emulated.sqs import FastSqs
 from functions.allocator import Allocator, Record, serial_map
@@ -90,10 +91,6 @@ BATCHING_WINDOW_S = 1.0
 MAX_CONCURRENCY = 10
 FUNCTION_TIMEOUT_S = 30.0
 VISIBILITY_TIMEOUT_S = 180
-
-
-class LambdaCrash(BaseException):
-    """The invocation dies (not an EC2 error: nothing in the allocator catches it)."""
 
 
 class _CrashingEc2:

@@ -48,7 +48,7 @@ from .describe import instance_metadata
 from .errors import Ec2Error, metadata, not_found
 from .registry import MAX_IPV4_PER_ENI, Handler
 from .resources import launch_instance, new_subnet, terminate
-from .state import EmulatedEni, Instance, Subnet, Vpc
+from .state import EmulatedEni, EmulatedSubnet, Instance, Vpc
 
 UNFILTERED_SUFFIX = ":unfiltered"
 """Bucket key suffix for unfiltered, unpaginated DescribeInstances/DescribeNetworkInterfaces
@@ -85,7 +85,7 @@ class Ec2Emulator:
         self._fault_rng = random.Random(seed + 1)
         self._lock = threading.RLock()
         self.vpcs: dict[str, Vpc] = {}
-        self.subnets: dict[str, Subnet] = {}
+        self.subnets: dict[str, EmulatedSubnet] = {}
         self.instances: dict[str, Instance] = {}
         self.enis: dict[str, EmulatedEni] = {}
         self._attachments: dict[str, str] = {}  # attachment id -> eni id
@@ -405,7 +405,7 @@ class Ec2Emulator:
 
     # ------------------------------------------------------------ lookups
 
-    def _subnet(self, sid: str) -> Subnet:
+    def _subnet(self, sid: str) -> EmulatedSubnet:
         s = self.subnets.get(sid)
         if s is None:
             raise not_found("Subnet", sid)

@@ -26,12 +26,12 @@ from .registry import (
     req,
     tags_for,
 )
-from .state import Attachment, EmulatedEni, Subnet
+from .state import Attachment, EmulatedEni, EmulatedSubnet
 
 
 def new_eni(
     emu: EniState,
-    subnet: Subnet,
+    subnet: EmulatedSubnet,
     primary: str | None,
     n_secondary: int,
     secondary: list[str],
@@ -64,7 +64,7 @@ def new_eni(
 
 
 def carve(
-    subnet: Subnet,
+    subnet: EmulatedSubnet,
     ips: list[str],
     n_ips: int,
     prefixes: list[str],
@@ -103,7 +103,7 @@ def carve(
     return taken, taken_prefixes
 
 
-def take_specific_ip(subnet: Subnet, ip: str) -> None:
+def take_specific_ip(subnet: EmulatedSubnet, ip: str) -> None:
     pool = subnet.pool
     if pool.offset(ip) is None:
         raise Ec2Error("InvalidParameterValue", f"Address {ip} does not fall within the subnet's address range")
@@ -113,7 +113,7 @@ def take_specific_ip(subnet: Subnet, ip: str) -> None:
         raise Ec2Error("InvalidIPAddress.InUse", f"The specified address {ip} is already in use.")
 
 
-def take_specific_prefix(subnet: Subnet, prefix: str) -> None:
+def take_specific_prefix(subnet: EmulatedSubnet, prefix: str) -> None:
     try:
         net = ipaddress.IPv4Network(prefix, strict=True)
     except ValueError:

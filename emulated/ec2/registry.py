@@ -26,7 +26,7 @@ from warmpool.limits import KNOWN_TYPES, InstanceLimits
 
 from .config import Ec2Config
 from .errors import Ec2Error
-from .state import EmulatedEni, Instance, Subnet, Vpc
+from .state import EmulatedEni, EmulatedSubnet, Instance, Vpc
 
 S = TypeVar("S")
 
@@ -64,7 +64,7 @@ class Ec2View(Protocol):
         ...
 
     @property
-    def subnets(self) -> dict[str, Subnet]: ...
+    def subnets(self) -> dict[str, EmulatedSubnet]: ...
 
     @property
     def enis(self) -> dict[str, EmulatedEni]: ...
@@ -108,7 +108,7 @@ class EniState(Ec2View, Protocol):
 
     def _mac(self) -> str: ...
 
-    def _subnet(self, sid: str) -> Subnet: ...
+    def _subnet(self, sid: str) -> EmulatedSubnet: ...
 
     def _instance(self, iid: str) -> Instance: ...
 

@@ -19,7 +19,7 @@ from .describe import render_instance, reservation
 from .enis import delete_eni, new_eni
 from .errors import Ec2Error, not_found
 from .registry import Handler, ResourceState, fingerprint, id_list, insufficient_addresses, req, tags_for
-from .state import STATE_CODES, Attachment, Instance, Subnet
+from .state import STATE_CODES, Attachment, EmulatedSubnet, Instance
 
 
 def new_subnet(emu: ResourceState, vpc_id: str, cidr: str, az: str, subnet_id: str | None, tags: dict[str, str]) -> str:
@@ -38,7 +38,7 @@ def new_subnet(emu: ResourceState, vpc_id: str, cidr: str, az: str, subnet_id: s
     sid = subnet_id or emu._id("subnet")
     if sid in emu.subnets:
         raise Ec2Error("InvalidParameterValue", f"subnet {sid} already exists")
-    emu.subnets[sid] = Subnet(sid, vpc_id, az, cidr, SubnetPool(cidr), tags)
+    emu.subnets[sid] = EmulatedSubnet(sid, vpc_id, az, cidr, SubnetPool(cidr), tags)
     return sid
 
 

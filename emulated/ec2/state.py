@@ -54,7 +54,7 @@ class Vpc:
 
 
 @dataclass
-class Subnet:
+class EmulatedSubnet:
     id: str
     vpc_id: str
     az: str

@@ -6,11 +6,11 @@ import json
 
 from moto import mock_aws
 
-from functions.allocator import Record
 from emulated.clock import VirtualClock
 from emulated.ec2 import Ec2Config, Ec2Emulator
 from emulated.iid import document_for
 from emulated.sqs import FastSqs
+from functions.allocator import Record
 from tests.helpers.allocate_world import AllocatorWorld, moto_dynamo
 from warmpool import names
 

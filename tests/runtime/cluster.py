@@ -161,9 +161,9 @@ def runtime_cluster(agent_env: dict[str, str] | None = None) -> Iterator[Runtime
     """The tier's cluster (also for measurement scripts): stack, one node, its agent under the
     DaemonSet's privileges, containerd in the node's namespace; everything removed on exit."""
     from demo import host as demo_host
-    from demo.run import Demo
     from demo.host import single_run_lock
     from demo.options import DemoOptions
+    from demo.run import Demo
 
     priv = manifest.load()
     base = Path(tempfile.mkdtemp(prefix="wprt-", dir="/tmp"))  # short: unix socket paths stay < 108 bytes

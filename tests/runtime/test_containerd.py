@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from node_agent.hostnet import GATEWAY, host_veth_name
 from demo.runtime_containerd import PodSandbox
 from demo.runtime_cri import CriError, PortMapping
+from node_agent.hostnet import GATEWAY, host_veth_name
 from tests.runtime import manifest
 from tests.runtime.cluster import RuntimeCluster, conf
 

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from emulated.clock import VirtualClock
 from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.cniserver import CniService
 from node_agent.datastore import Datastore
 from node_agent.hostnet import PodRefused, netns_problem
 from node_agent.records import EniInfo
-from emulated.clock import VirtualClock
 from simulation import base, runner, world
 from simulation.node import SimPods
 from simulation.runner import SeedResult, plan_for, run_seed
