@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from bench.output import LowerBound
 from bench.scenario import Env, Scenario
-from bench.workload import Expanded, NodeSpec, expand
+from bench.workload import Expanded, WorkloadNode, expand
 from warmpool.buckets import MUTATING_ENI_ACTIONS, BucketSpec, spec_for
 from warmpool.limits import PREFIX_SIZE, InstanceLimits, known
 
@@ -325,7 +325,7 @@ def online_lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> 
     # assign, made in join order as soon as ``budget_fraction`` of the bucket
     # allows, comes before their first pod; a node whose join-time assign could
     # not be made before its pods came may make it one call with theirs.
-    split: list[tuple[NodeSpec, float]] = []
+    split: list[tuple[WorkloadNode, float]] = []
     for node in sorted(ex.nodes, key=lambda n: n.join_at):
         limits = known(node.instance_type)
         peak, _ = pod_counts((e.at, e.kind) for e in per_node[node.name])
@@ -381,7 +381,7 @@ def online_lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> 
     )
 
 
-def idle_target(nodes: Iterable[NodeSpec], pods_at_end: dict[str, int]) -> int:
+def idle_target(nodes: Iterable[WorkloadNode], pods_at_end: dict[str, int]) -> int:
     """Idle addresses the targets ask for at the end, summed over nodes."""
     total = 0
     for node in nodes:

@@ -13,7 +13,7 @@ from bench.output import BenchResult, FinalNode, LowerBound, Percentiles, Ratios
 from bench.scenario import Scenario
 from bench.strategies.base import Strategy
 from bench.workload import Expanded, expand
-from bench.world import World
+from bench.world import BenchWorld
 from emulated.figures import leaked_enis, percentile
 
 
@@ -68,7 +68,7 @@ def run_strategy(
 ) -> tuple[StrategyResult, Series]:
     t0 = time.perf_counter()
     cls = strategy_class(name)
-    world = World(scenario, expanded, name)
+    world = BenchWorld(scenario, expanded, name)
     strategy = cls(world)
     strategy.start()
     world.run(progress=progress, busy=strategy.busy)
@@ -83,7 +83,7 @@ def run_strategy(
     return result, series
 
 
-def collect(world: World, strategy: Strategy, lb: LowerBound) -> StrategyResult:
+def collect(world: BenchWorld, strategy: Strategy, lb: LowerBound) -> StrategyResult:
     book = world.book
     end = world.settled_at if world.settled_at is not None else world.now()
     waits: list[float] = []

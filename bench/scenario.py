@@ -82,7 +82,7 @@ class Env(_Model):
         )
 
 
-class Cluster(_Model):
+class ClusterSpec(_Model):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
     env: Env = Env()
 
@@ -96,7 +96,7 @@ class Ec2Timing(_Model):
     detach_delay_s: NonNeg = 2.0
 
 
-class Subnet(_Model):
+class SubnetSpec(_Model):
     id: Annotated[str, Field(pattern=r"^subnet-[0-9a-zA-Z]{1,17}$")]
     az: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")]
     cidr: str
@@ -184,9 +184,9 @@ class Scenario(_Model):
     strategies: Annotated[list[Strategy], Field(min_length=1)] = list(STRATEGIES)
     account: Account = Account()
     ec2: Ec2Timing = Ec2Timing()
-    cluster: Cluster | None = None
-    clusters: list[Cluster] | None = None
-    subnets: Annotated[list[Subnet], Field(min_length=1)]
+    cluster: ClusterSpec | None = None
+    clusters: list[ClusterSpec] | None = None
+    subnets: Annotated[list[SubnetSpec], Field(min_length=1)]
     node_groups: Annotated[list[NodeGroup], Field(min_length=1)]
     workload: list[WorkloadStep] = []
     faults: list[Fault] = []
@@ -231,13 +231,13 @@ class Scenario(_Model):
         return self
 
     @property
-    def all_clusters(self) -> list[Cluster]:
+    def all_clusters(self) -> list[ClusterSpec]:
         if self.clusters is not None:
             return list(self.clusters)
         assert self.cluster is not None
         return [self.cluster]
 
-    def cluster_of(self, group: NodeGroup) -> Cluster:
+    def cluster_of(self, group: NodeGroup) -> ClusterSpec:
         clusters = self.all_clusters
         if group.cluster is None:
             return clusters[0]
@@ -246,7 +246,7 @@ class Scenario(_Model):
     def group(self, name: str) -> NodeGroup:
         return next(g for g in self.node_groups if g.name == name)
 
-    def subnet_of(self, group: NodeGroup) -> Subnet:
+    def subnet_of(self, group: NodeGroup) -> SubnetSpec:
         if group.subnet is None:
             return self.subnets[0]
         return next(s for s in self.subnets if s.id == group.subnet)

@@ -14,11 +14,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Literal
 
-from bench.scenario import Cluster, Env, NodeGroup, Scenario
+from bench.scenario import ClusterSpec, Env, NodeGroup, Scenario
 
 
 @dataclass(frozen=True)
-class NodeSpec:
+class WorkloadNode:
     name: str
     group: str
     cluster: str
@@ -41,7 +41,7 @@ class PodEvent:
 
 @dataclass(frozen=True)
 class Expanded:
-    nodes: list[NodeSpec]
+    nodes: list[WorkloadNode]
     events: list[PodEvent]
     """Sorted by time (ties: creation order)."""
 
@@ -64,20 +64,20 @@ class Expanded:
         return max((e.at for e in self.events), default=0.0)
 
 
-def node_name(cluster: Cluster, group: NodeGroup, i: int) -> str:
+def node_name(cluster: ClusterSpec, group: NodeGroup, i: int) -> str:
     return f"{cluster.name}-{group.name}-{i:04d}"
 
 
 def expand(scenario: Scenario) -> Expanded:
     rng = random.Random(scenario.seed)
-    nodes: list[NodeSpec] = []
-    members: dict[str, list[NodeSpec]] = {}
+    nodes: list[WorkloadNode] = []
+    members: dict[str, list[WorkloadNode]] = {}
     for g in scenario.node_groups:
         cluster = scenario.cluster_of(g)
         subnet = scenario.subnet_of(g)
         offsets = sorted(rng.uniform(0.0, g.join_spread_s) for _ in range(g.count))
         group_nodes = [
-            NodeSpec(
+            WorkloadNode(
                 name=node_name(cluster, g, i),
                 group=g.name,
                 cluster=cluster.name,

@@ -3,8 +3,8 @@
 the faults, and the books every figure is computed from.
 
 A strategy (``bench/strategies/``) only reacts: a node joined, a pod was
-added or deleted. It gives pods their addresses with :meth:`World.pod_ready`
-and makes every EC2 call through :attr:`World.ec2` (which records them).
+added or deleted. It gives pods their addresses with :meth:`BenchWorld.pod_ready`
+and makes every EC2 call through :attr:`BenchWorld.ec2` (which records them).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from botocore.exceptions import ClientError
 
 from bench.proc import error_code
 from bench.scenario import Scenario
-from bench.workload import Expanded, NodeSpec
+from bench.workload import Expanded, WorkloadNode
 from emulated.clock import EventLoop
 from emulated.ec2 import Ec2Config, Ec2Emulator
 from warmpool.buckets import MUTATING_ACTIONS, MUTATING_ENI_ACTIONS
@@ -117,7 +117,7 @@ class Recorder:
 class NodeRt:
     """A node as the world knows it."""
 
-    spec: NodeSpec
+    spec: WorkloadNode
     instance_id: str
     limits: InstanceLimits
     joined_at: float
@@ -286,7 +286,7 @@ class NodePool:
         return sum(1 for a in self.eni_addrs.get(eni_id, []) if a in self.ip_pod or a in self.cooling_set)
 
 
-class World:
+class BenchWorld:
     """See the module docstring."""
 
     def __init__(self, scenario: Scenario, expanded: Expanded, strategy: str) -> None:
@@ -369,7 +369,7 @@ class World:
             self.loop.call_at(f.at_s, functools.partial(self._fault, f.kind, f.rate, f.subnet, True))
             self.loop.call_at(f.end_s, functools.partial(self._fault, f.kind, f.rate, f.subnet, False))
 
-    def _join(self, spec: NodeSpec, on_join: Callable[[NodeRt], None]) -> None:
+    def _join(self, spec: WorkloadNode, on_join: Callable[[NodeRt], None]) -> None:
         iid = self.emu.run_instance(
             spec.instance_type, subnet_id=spec.subnet, tags={cluster_tag_key(spec.cluster): "owned", "Name": spec.name}
         )

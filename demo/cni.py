@@ -12,20 +12,18 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from demo import netns as nx
 from demo.host import RUN_MARK
+from demo.ports import CniHost, PodNode
+from demo.report import DemoPod
 from warmpool import names
-
-if TYPE_CHECKING:
-    from demo.run import Demo, Node
-    from demo.report import PodRecord
 
 CNI_CONF_NAME = "warmpool"
 
 
-def cni_env(demo: Demo, node: Node, pod: PodRecord, command: str) -> dict[str, str]:
+def cni_env(demo: CniHost, node: PodNode, pod: DemoPod, command: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL")}
     env.update(
         {
@@ -46,7 +44,9 @@ def cni_env(demo: Demo, node: Node, pod: PodRecord, command: str) -> dict[str, s
     return env
 
 
-def cni(demo: Demo, node: Node, pod: PodRecord, command: str, timeout_s: float = 90.0) -> tuple[int, dict[str, Any]]:
+def cni(
+    demo: CniHost, node: PodNode, pod: DemoPod, command: str, timeout_s: float = 90.0
+) -> tuple[int, dict[str, Any]]:
     """One plugin invocation as a runtime makes it; (exit code, parsed stdout)."""
     conf = {"cniVersion": "1.0.0", "name": CNI_CONF_NAME, "type": "warmpool-cni", "socket": node.socket}
     argv = [demo.cni_plugin]
@@ -75,13 +75,13 @@ def cni(demo: Demo, node: Node, pod: PodRecord, command: str, timeout_s: float =
     return p.returncode, body if isinstance(body, dict) else {}
 
 
-def prepare(demo: Demo, pod: PodRecord) -> None:
+def prepare(demo: CniHost, pod: DemoPod) -> None:
     """The pod's namespace, before its first ADD (the runtime's sandbox)."""
     if demo.mode == "netns":
         nx.add_namespace(pod.netns)
 
 
-def try_add(demo: Demo, node: Node, pod: PodRecord) -> bool:
+def try_add(demo: CniHost, node: PodNode, pod: DemoPod) -> bool:
     """One ADD; on success the pod's address as the plugin said and as its ``eth0`` has it."""
     code, body = cni(demo, node, pod, "ADD")
     if code == 0:
@@ -94,7 +94,7 @@ def try_add(demo: Demo, node: Node, pod: PodRecord) -> bool:
     return False
 
 
-def del_pod(demo: Demo, node: Node, pod: PodRecord) -> None:
+def del_pod(demo: CniHost, node: PodNode, pod: DemoPod) -> None:
     """DEL, then the pod's namespace goes."""
     code, body = cni(demo, node, pod, "DEL", timeout_s=30.0)
     if code != 0:

@@ -14,19 +14,16 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
 
 from demo import netns as nx
+from demo.ports import ContainerdHost, PodNode
+from demo.report import DemoPod
 from demo.runtime_containerd import NodeRuntime, cleanup_run, remove_default_state
 from demo.runtime_cri import CriError
 from demo.runtime_image import build_image
 
-if TYPE_CHECKING:
-    from demo.run import Demo, Node
-    from demo.report import PodRecord
 
-
-def start(demo: Demo) -> None:
+def start(demo: ContainerdHost) -> None:
     """One containerd per node, each with the local busybox image imported; in parallel."""
     image = build_image(demo.run_dir / "busybox-oci.tar")
     for node in demo.nodes:
@@ -43,11 +40,11 @@ def start(demo: Demo) -> None:
     )
 
 
-def prepare(demo: Demo, pod: PodRecord) -> None:
+def prepare(demo: ContainerdHost, pod: DemoPod) -> None:
     """Nothing before the first RunPodSandbox: containerd makes the pod's namespace."""
 
 
-def try_add(demo: Demo, node: Node, pod: PodRecord) -> bool:
+def try_add(demo: ContainerdHost, node: PodNode, pod: DemoPod) -> bool:
     """One RunPodSandbox; on success the pod's IP from PodSandboxStatus and its eth0."""
     try:
         sb = demo.node_rt[node.k].run_pod(f"demo-{node.k}-{pod.index}", f"wp-demo-{node.k}-{pod.index}")
@@ -62,7 +59,7 @@ def try_add(demo: Demo, node: Node, pod: PodRecord) -> bool:
     return True
 
 
-def del_pod(demo: Demo, node: Node, pod: PodRecord) -> None:
+def del_pod(demo: ContainerdHost, node: PodNode, pod: DemoPod) -> None:
     """StopPodSandbox and RemovePodSandbox (the runtime calls DEL)."""
     try:
         demo.node_rt[node.k].remove_pod(pod.container_id)
@@ -71,7 +68,7 @@ def del_pod(demo: Demo, node: Node, pod: PodRecord) -> None:
     pod.deleted = True
 
 
-def teardown(demo: Demo) -> None:
+def teardown(demo: ContainerdHost) -> None:
     """Every sandbox removed (DELs while the agents still run), then every containerd."""
     with ThreadPoolExecutor(max_workers=max(1, len(demo.node_rt))) as pool:
         for f in [pool.submit(rt.stop) for rt in demo.node_rt.values()]:

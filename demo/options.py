@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from demo.run import Node
+from demo.ports import AgentNode
 
-AgentWrap = Callable[["Node", list[str], dict[str, str]], tuple[list[str], dict[str, str]]]
+AgentWrap = Callable[[AgentNode, list[str], dict[str, str]], tuple[list[str], dict[str, str]]]
 """(node, argv, env) -> (argv, env) of the agent process; may change ``node.socket``."""
 
 

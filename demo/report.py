@@ -18,7 +18,7 @@ from warmpool.buckets import MUTATING_ACTIONS
 
 
 @dataclass
-class PodRecord:
+class DemoPod:
     """One pod of the demo, from its first CNI ADD to its DEL."""
 
     node: int
@@ -84,7 +84,7 @@ def totals(ec2: Mapping[str, Mapping[str, int]]) -> tuple[int, int, int]:
 class DemoReport:
     nodes: int
     pods_requested: int
-    pods: list[PodRecord]
+    pods: list[DemoPod]
     ec2: dict[str, dict[str, int]]
     leaked_enis: int
     mode: str
@@ -99,7 +99,7 @@ class DemoReport:
     dataplane: dict[str, Any] = field(default_factory=dict)
     """The data-plane checks (demo/dataplane.py): pod_to_pod_ok, egress_ok, egress_source, ..."""
 
-    def ready(self) -> list[PodRecord]:
+    def ready(self) -> list[DemoPod]:
         return [p for p in self.pods if p.ready_at is not None and p.ip]
 
     def to_json(self) -> dict[str, Any]:

@@ -45,15 +45,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from node_agent.imds import parse_interfaces
-from demo import dataplane
 from demo import cni as demo_cni
 from demo import containerd as demo_containerd
-from demo import host
+from demo import dataplane, host
 from demo import netns as nx
 from demo.options import DemoOptions, Interrupted
-from demo.report import DemoReport, LiveView, PodRecord, Status, ec2_delta, ec2_table, totals
+from demo.report import DemoPod, DemoReport, LiveView, Status, ec2_delta, ec2_table, totals
 from emulated.figures import leaked_enis
+from node_agent.imds import parse_interfaces
 from warmpool import names
 
 log = logging.getLogger("warmpool.demo")
@@ -94,11 +93,11 @@ class Node:
 class PodRuntime(Protocol):
     """Who makes a pod: :mod:`demo.containerd` (CRI sandboxes) or :mod:`demo.cni`."""
 
-    def prepare(self, demo: Demo, pod: PodRecord) -> None: ...
+    def prepare(self, demo: Demo, pod: DemoPod) -> None: ...
 
-    def try_add(self, demo: Demo, node: Node, pod: PodRecord) -> bool: ...
+    def try_add(self, demo: Demo, node: Node, pod: DemoPod) -> bool: ...
 
-    def del_pod(self, demo: Demo, node: Node, pod: PodRecord) -> None: ...
+    def del_pod(self, demo: Demo, node: Node, pod: DemoPod) -> None: ...
 
 
 class Demo:
@@ -117,7 +116,7 @@ class Demo:
         """Node index -> :class:`demo.runtime_containerd.NodeRuntime` when containerd makes the pods."""
         self.notes: list[str] = []
         self.nodes: list[Node] = []
-        self.pods: list[PodRecord] = []
+        self.pods: list[DemoPod] = []
         self.stack: Any = None
         self.hv: nx.Hypervisor = dataplane.RoutedVpc()
         self.run_dir = host.RUN_DIR
@@ -448,7 +447,7 @@ class Demo:
             return demo_containerd
         return demo_cni
 
-    def add_pod(self, node: Node, pod: PodRecord, deadline: float) -> None:
+    def add_pod(self, node: Node, pod: DemoPod, deadline: float) -> None:
         """ADD until it succeeds, retried like a kubelet (a failed sandbox is retried with backoff)."""
         rt = self._pod_runtime()
         rt.prepare(self, pod)
@@ -464,7 +463,7 @@ class Demo:
             self.stop.wait(backoff)
             backoff = min(backoff * 2, 2.0)
 
-    def del_pod(self, node: Node, pod: PodRecord) -> None:
+    def del_pod(self, node: Node, pod: DemoPod) -> None:
         self._pod_runtime().del_pod(self, node, pod)
 
     def scale_out(self) -> float:
@@ -473,7 +472,7 @@ class Demo:
         self.say(f"scale-out: {n} pods ({self.o.pods_per_node} per node), CNI ADD through warmpool-cni")
         for node in self.nodes:
             for j in range(self.o.pods_per_node):
-                self.pods.append(PodRecord(node.k, j, nx.pod_ns(node.k, j), f"wpdemo{node.k:03d}{j:04d}" + "0" * 52))
+                self.pods.append(DemoPod(node.k, j, nx.pod_ns(node.k, j), f"wpdemo{node.k:03d}{j:04d}" + "0" * 52))
         start = time.monotonic()
         deadline = start + self.o.scale_out_timeout_s
         # Pods arrive node-interleaved, as a Deployment's replicas would spread.

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
-from warmpool.messages import NodeIdentity
+from warmpool.messages import SignedIdentity
 
 DOCUMENT_VERSION = "2017-09-30"
 
@@ -57,9 +57,9 @@ class IdentitySigner:
         b64 = base64.b64encode(raw).decode("ascii")
         return "\n".join(b64[i : i + 64] for i in range(0, len(b64), 64))
 
-    def identity(self, document: str) -> NodeIdentity:
+    def identity(self, document: str) -> SignedIdentity:
         """``document`` with its signature, as a report carries them."""
-        return NodeIdentity(document=document, signature=self.sign(document))
+        return SignedIdentity(document=document, signature=self.sign(document))
 
 
 def document_for(fields: Mapping[str, Any]) -> str:

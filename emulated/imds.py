@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from emulated.iid import IdentitySigner, document_for
-from warmpool.messages import NodeIdentity
+from warmpool.messages import SignedIdentity
 
 if TYPE_CHECKING:
     from emulated.ec2 import Ec2Emulator
@@ -166,7 +166,7 @@ class Imds:
         with self._lock:
             return self._documents.setdefault(instance_id, document)
 
-    def identity(self, instance_id: str) -> NodeIdentity:
+    def identity(self, instance_id: str) -> SignedIdentity:
         """What an agent on ``instance_id`` reads from ``.../dynamic/instance-identity/``,
         without HTTP (in-process agents of the bench and the simulation)."""
         return self.signer.identity(self.identity_document(instance_id))

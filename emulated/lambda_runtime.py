@@ -16,6 +16,11 @@ from warmpool.clock import Clock
 DEFAULT_ACCOUNT = "123456789012"
 
 
+class LambdaCrash(BaseException):
+    """The invocation's process dies (a crash or a timeout injected by a stand-in): a
+    ``BaseException``, so nothing in the handler may catch it."""
+
+
 def function_arn(name: str, region: str, account_id: str = DEFAULT_ACCOUNT) -> str:
     return f"arn:aws:lambda:{region}:{account_id}:function:{name}"
 

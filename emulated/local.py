@@ -217,7 +217,8 @@ class LocalStack:
         self._thread: threading.Thread | None = None
         self._saved_env: dict[str, str | None] = {}
         self._started = False
-        from emulated.ec2.emulator import Ec2Config, Ec2Emulator
+        from emulated.ec2.config import Ec2Config
+        from emulated.ec2.emulator import Ec2Emulator
         from emulated.iid import IdentitySigner
 
         self.identity_signer = IdentitySigner()

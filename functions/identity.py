@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from warmpool import names
-from warmpool.messages import NodeIdentity, PoolReport
+from warmpool.messages import PoolReport, SignedIdentity
 
 # Rejection reasons: short, stable, used as the DLQ reason and a metric dimension.
 MISSING = "identity-missing"
@@ -155,7 +155,7 @@ def signature_valid(document: bytes, signature: bytes, trusted: TrustedKeys) -> 
 
 
 def verify_identity(
-    identity: NodeIdentity | None,
+    identity: SignedIdentity | None,
     trusted: TrustedKeys,
     *,
     account: str,

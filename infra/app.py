@@ -12,7 +12,7 @@ import sys
 from aws_cdk import App, Environment, Validations
 from cdk_nag import AwsSolutionsChecks
 
-from infra.config import CONTEXT_KEYS, ConfigError, StackConfig, config_from_context
+from infra.config import CONTEXT_KEYS, StackConfig, StackConfigError, config_from_context
 from infra.stack import WarmpoolStack
 
 
@@ -36,7 +36,7 @@ def main() -> None:
     app = App()
     try:
         config = config_from_context({key: app.node.try_get_context(key) for key in CONTEXT_KEYS})
-    except ConfigError as err:
+    except StackConfigError as err:
         print(err, file=sys.stderr)
         sys.exit(2)
     build(app, config)

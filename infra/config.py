@@ -94,7 +94,7 @@ CONTEXT_KEYS = (
 )
 
 
-class ConfigError(ValueError):
+class StackConfigError(ValueError):
     """Context values the stack cannot be built from; the message lists each problem."""
 
 
@@ -307,7 +307,7 @@ def _parse_bool(value: Any) -> Any:
 def config_from_context(get: Mapping[str, Any]) -> StackConfig:
     """Build the config from a mapping of context values (missing keys absent or None).
 
-    Raises ``ConfigError`` listing every problem at once, each as ``key: reason``.
+    Raises ``StackConfigError`` listing every problem at once, each as ``key: reason``.
     """
     raw: dict[str, Any] = {}
     for key in CONTEXT_KEYS:
@@ -327,4 +327,4 @@ def config_from_context(get: Mapping[str, Any]) -> StackConfig:
                 hint = f" ({field.description})" if field is not None and field.description else ""
                 message = f"required, pass -c {where}=...{hint}"
             lines.append(f"  {where}: {message}")
-        raise ConfigError("warmpool stack context is invalid:\n" + "\n".join(lines)) from None
+        raise StackConfigError("warmpool stack context is invalid:\n" + "\n".join(lines)) from None

@@ -30,11 +30,11 @@ from node_agent import http as web
 from node_agent.checkpoint import CheckpointError, FileCheckpoint
 from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods, PodNetwork, RecordedPods
 from node_agent.config import AgentConfig, ConfigError, load
-from node_agent.controller import AttachedEni, HostNetwork, NodeIdentity, PoolController
+from node_agent.controller import AttachedEni, HostNetwork, PoolController
 from node_agent.datastore import Datastore
 from node_agent.identity import CachedIdentity
 from node_agent.imds import Identity, ImdsClient
-from node_agent.records import UNKNOWN_HOLDER
+from node_agent.records import UNKNOWN_HOLDER, NodeIdentity
 from warmpool.clock import Clock, RealClock
 from warmpool.limits import InstanceLimits, known, max_pods
 from warmpool.messages import MessageError, parse_result

@@ -37,7 +37,7 @@ from pydantic import (
     field_validator,
 )
 
-from node_agent.records import Eni
+from node_agent.records import EniRecord
 
 CHECKPOINT_VERSION = 1
 RECOVERED_CHECKPOINT_VERSION = 2
@@ -167,7 +167,7 @@ class FileCheckpoint:
 
 def encode(
     meta: dict[str, Any],
-    enis: Iterable[Eni],
+    enis: Iterable[EniRecord],
     recovered: dict[str, tuple[str, float]],
     recent: dict[str, Any] | None,
     parked: list[dict[str, Any]],
@@ -189,7 +189,7 @@ def encode(
     return out
 
 
-def _encode_eni(e: Eni) -> dict[str, Any]:
+def _encode_eni(e: EniRecord) -> dict[str, Any]:
     return {
         "info": e.info.__dict__,
         "added_at": e.added_at,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import NamedTuple, Protocol
 
 from pydantic import ValidationError
@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from node_agent.claims import ParkedClaims
 from node_agent.config import Timing
 from node_agent.datastore import Datastore
-from node_agent.records import EniInfo
+from node_agent.records import EniInfo, NodeIdentity
 from node_agent.report import build_report
 from warmpool import messages
 from warmpool.limits import InstanceLimits, pod_ceiling
@@ -77,15 +77,6 @@ class HostNetwork(Protocol):
     def teardown_eni(self, eni: EniInfo) -> None: ...
 
 
-@dataclass(frozen=True)
-class NodeIdentity:
-    cluster: str
-    node: str
-    instance_id: str
-    instance_type: str
-    availability_zone: str
-
-
 class PoolController:
     """See the module docstring. Thread-safety: call from one thread (the agent's loop)."""
 
@@ -103,7 +94,7 @@ class PoolController:
         min_report_interval_s: float = 1.0,
         on_event: Callable[[str, str], None] | None = None,
         restart_hold_s: float = 0.0,
-        signed_identity: Callable[[], messages.NodeIdentity] | None = None,
+        signed_identity: Callable[[], messages.SignedIdentity] | None = None,
     ) -> None:
         self.identity = identity
         self.signed_identity = signed_identity
@@ -250,7 +241,7 @@ class PoolController:
         self._last_pending = pending
         if not due:
             return []
-        signed: messages.NodeIdentity | None = None
+        signed: messages.SignedIdentity | None = None
         if self.signed_identity is not None:
             try:
                 signed = self.signed_identity()
@@ -365,7 +356,7 @@ class PoolController:
         now: float,
         signature: tuple[object, ...],
         offers: dict[str, tuple[list[str], list[str]]],
-        signed: messages.NodeIdentity | None = None,
+        signed: messages.SignedIdentity | None = None,
     ) -> PoolReport:
         seq = max(self.last_seq + 1, int(now * 1000))
         self.last_seq = seq

@@ -14,7 +14,7 @@ Kept in their own modules: the records it holds (:mod:`node_agent.records`),
 the checkpoint's stores and format (:mod:`node_agent.checkpoint`), recovered
 holders after a checkpoint rebuild (:mod:`node_agent.recovery`), what to release
 and what is quarantined (:mod:`node_agent.offers`), and the memory of recent EC2
-results IMDS may not show yet (:mod:`node_agent.ledger`).
+results IMDS may not show yet (:mod:`node_agent.recent_results`).
 """
 
 from __future__ import annotations
@@ -35,20 +35,20 @@ from node_agent.checkpoint import (
     encode,
     parse,
 )
-from node_agent.ledger import ResultLedger
+from node_agent.recent_results import RecentResults
 from node_agent.records import (
     UNKNOWN_HOLDER,
     Addr,
     Assignment,
     Counts,
-    Eni,
     EniInfo,
+    EniRecord,
     PodRecord,
 )
 from node_agent.recovery import RecoveredHolders
 
 
-def _slot(e: Eni) -> tuple[int, int]:
+def _slot(e: EniRecord) -> tuple[int, int]:
     return (e.info.network_card, e.info.device_index)
 
 
@@ -66,12 +66,12 @@ class Datastore(RecoveredHolders):
         self._store = checkpoint
         self._loading = False
         self._lock = threading.RLock()
-        self._enis: dict[str, Eni] = {}
+        self._enis: dict[str, EniRecord] = {}
         self._owner: dict[tuple[str, str], str] = {}  # (container, ifname) -> ip
         self._ip_eni: dict[str, str] = {}
         self._pending: dict[tuple[str, str], float] = {}
         self._recovered: dict[str, tuple[str, float]] = {}  # ip -> (holder, since)
-        self._ledger = ResultLedger()
+        self._recent = RecentResults()
         """What EC2 results said that IMDS may not show yet (checkpointed)."""
         self._unlisted: set[str] = set()
         """Addresses a pod holds that IMDS stopped listing (the last resync): kept for the pod,
@@ -93,7 +93,7 @@ class Datastore(RecoveredHolders):
                     eni.info = info
                     self._save()
                 return False
-            self._enis[info.eni_id] = Eni(info=info, added_at=now, ready=ready)
+            self._enis[info.eni_id] = EniRecord(info=info, added_at=now, ready=ready)
             self._save()
             return True
 
@@ -196,7 +196,7 @@ class Datastore(RecoveredHolders):
                 self._save()
             return removed
 
-    def _drop(self, eni: Eni, a: Addr) -> None:
+    def _drop(self, eni: EniRecord, a: Addr) -> None:
         del eni.addrs[a.ip]
         self._ip_eni.pop(a.ip, None)
         if a.in_use:
@@ -233,8 +233,8 @@ class Datastore(RecoveredHolders):
             self.changed.set()
             return Assignment(a.ip, eni.info.eni_id)
 
-    def _pick(self, now: float) -> tuple[Eni, Addr] | None:
-        fallback: tuple[Eni, Addr] | None = None
+    def _pick(self, now: float) -> tuple[EniRecord, Addr] | None:
+        fallback: tuple[EniRecord, Addr] | None = None
         for eni in sorted(self._enis.values(), key=_slot):
             if not eni.ready:
                 continue
@@ -373,26 +373,26 @@ class Datastore(RecoveredHolders):
         if not released and not deleted:
             return
         with self._lock:
-            self._ledger.expire(now)
-            self._ledger.mark_gone(until, seq, released, deleted)
+            self._recent.expire(now)
+            self._recent.mark_gone(until, seq, released, deleted)
             self._save()
 
     def unmark_released(self, keys: Iterable[str]) -> None:
         """EC2 assigned these to us again (and IMDS shows them): no longer ignored."""
         with self._lock:
-            if self._ledger.unmark_released(keys):
+            if self._recent.unmark_released(keys):
                 self._save()
 
     def note_absent(self, listed: set[str]) -> None:
         """IMDS was read and lists exactly ``listed`` (addresses and prefixes): every
         released key it does not list has been seen gone since its release."""
         with self._lock:
-            self._ledger.note_absent(listed)
+            self._recent.note_absent(listed)
 
     def seen_absent(self, key: str) -> bool:
         """A released key IMDS has been seen not listing since the release."""
         with self._lock:
-            return key in self._ledger.absent
+            return key in self._recent.absent
 
     def mark_granted(self, now: float, until: float, seq: int, keys: Iterable[str]) -> None:
         """An ``assigned``/``attached`` result replying to report ``seq`` gave us these
@@ -402,24 +402,24 @@ class Datastore(RecoveredHolders):
         if not keys:
             return
         with self._lock:
-            self._ledger.expire(now)
-            self._ledger.mark_granted(until, seq, keys)
+            self._recent.expire(now)
+            self._recent.mark_granted(until, seq, keys)
             self._save()
 
     def recently_granted(self, now: float) -> dict[str, int]:
         """Addresses/prefixes recently granted, each with the ``in_reply_to`` of the granting result."""
         with self._lock:
-            if self._ledger.expire(now):
+            if self._recent.expire(now):
                 self._save()
-            return self._ledger.seqs(self._ledger.granted)
+            return self._recent.seqs(self._recent.granted)
 
     def recently_gone(self, now: float) -> tuple[dict[str, int], dict[str, int]]:
         """Addresses and prefixes, and ENI ids, a lagging IMDS may still list (ignore them),
         each with the ``in_reply_to`` of the result that took it (older claims are stale)."""
         with self._lock:
-            if self._ledger.expire(now):
+            if self._recent.expire(now):
                 self._save()
-            return self._ledger.seqs(self._ledger.released), self._ledger.seqs(self._ledger.deleted)
+            return self._recent.seqs(self._recent.released), self._recent.seqs(self._recent.deleted)
 
     def unlisted(self) -> list[str]:
         """Addresses pods hold that IMDS no longer lists (see :meth:`reconcile`)."""
@@ -453,7 +453,7 @@ class Datastore(RecoveredHolders):
         with self._lock:
             return Counts.of(self._enis.values(), now, self.cooldown_s, self.pending(now))
 
-    def enis(self) -> list[Eni]:
+    def enis(self) -> list[EniRecord]:
         """Copies of the ENIs, by network card and device index."""
         with self._lock:
             return [e.copy() for e in sorted(self._enis.values(), key=_slot)]
@@ -483,7 +483,7 @@ class Datastore(RecoveredHolders):
     def snapshot(self) -> dict[str, Any]:
         """The checkpoint's content now (:func:`node_agent.checkpoint.encode`)."""
         with self._lock:
-            return encode(self.meta, self._enis.values(), self._recovered, self._ledger.encode(), self._parked)
+            return encode(self.meta, self._enis.values(), self._recovered, self._recent.encode(), self._parked)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -530,7 +530,7 @@ class Datastore(RecoveredHolders):
         self._owner.clear()
         self._ip_eni.clear()
         self._recovered.clear()
-        self._ledger.clear()
+        self._recent.clear()
         self._unlisted.clear()
         self._parked = []
         self.meta = {}
@@ -538,11 +538,11 @@ class Datastore(RecoveredHolders):
     def _load(self, cp: CheckpointFile) -> None:
         self.meta = dict(cp.meta)
         self._recovered.update(cp.recovered)
-        self._ledger.load(cp.recent)
+        self._recent.load(cp.recent)
         self._parked = cp.parked
         for entry in cp.enis:
             info = EniInfo(**entry.info.model_dump())
-            eni = self._enis[info.eni_id] = Eni(info=info, added_at=entry.added_at, ready=False)
+            eni = self._enis[info.eni_id] = EniRecord(info=info, added_at=entry.added_at, ready=False)
             self.add_addresses(info.eni_id, entry.ips, entry.prefixes)
             eni.ready = entry.ready
             for st in entry.addrs:

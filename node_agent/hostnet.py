@@ -30,7 +30,7 @@ from node_agent.netlink import (
     RT_SCOPE_LINK,
     Link,
     Netlink,
-    NotFound,
+    NetlinkNotFound,
     Route,
     Rule,
     netns_path,
@@ -152,7 +152,7 @@ def setup_eni(nl: Netlink, eni: EniInfo, mtu: int) -> int:
     """Set up a secondary ENI; ``LookupError`` if its link is not visible yet. Returns changes made."""
     link = nl.link_by_mac(eni.mac)
     if link is None:
-        raise NotFound(2, f"no link with MAC {eni.mac} for {eni.eni_id}")
+        raise NetlinkNotFound(2, f"no link with MAC {eni.mac} for {eni.eni_id}")
     changes = 0
     if link.mtu != mtu or not link.up:
         nl.link_set(link.index, mtu=mtu, up=True)
@@ -231,7 +231,7 @@ def setup_pod(
             hl = host.link_by_name(name)
             pl = pod.link_by_name(ifname)
             if hl is None or pl is None:
-                raise NotFound(2, f"veth {name}/{ifname} vanished after creation")
+                raise NetlinkNotFound(2, f"veth {name}/{ifname} vanished after creation")
         if hl.mtu != mtu or not hl.up:
             host.link_set(hl.index, mtu=mtu, up=True)
         lo = pod.link_by_name("lo")
@@ -341,7 +341,7 @@ def check_pod(
                     problems.append(f"{ip}/32 not on {ifname}")
                 if not any(r.dst == "default" and r.gateway == GATEWAY for r in pod.routes(MAIN_TABLE)):
                     problems.append("default route via 169.254.1.1 missing")
-    except NotFound:
+    except NetlinkNotFound:
         problems.append(f"netns {pod_netns} missing")
     rules = host.rules()
     for r in pod_rules(ip, table):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from warmpool.messages import NodeIdentity
+from warmpool.messages import SignedIdentity
 
 DOCUMENT_PATH = "instance-identity/document"
 SIGNATURE_PATH = "instance-identity/signature"
@@ -28,7 +28,7 @@ class IdentityUnavailable(RuntimeError):
     """IMDS served no identity document or signature (raised, never sent as empty)."""
 
 
-def fetch_identity(imds: DynamicMetadata) -> NodeIdentity:
+def fetch_identity(imds: DynamicMetadata) -> SignedIdentity:
     """Read the document and its signature from IMDS and pair them for the report.
 
     Raises :class:`IdentityUnavailable` when either is missing (404) and lets
@@ -38,7 +38,7 @@ def fetch_identity(imds: DynamicMetadata) -> NodeIdentity:
     if not document or not signature:
         raise IdentityUnavailable("IMDS serves no instance identity document or signature")
     try:
-        return NodeIdentity(document=document, signature=signature)
+        return SignedIdentity(document=document, signature=signature)
     except ValueError as err:  # larger than a report may carry
         raise IdentityUnavailable(f"instance identity does not fit a report: {err}") from None
 
@@ -50,9 +50,9 @@ class CachedIdentity:
 
     def __init__(self, imds: DynamicMetadata) -> None:
         self._imds = imds
-        self._identity: NodeIdentity | None = None
+        self._identity: SignedIdentity | None = None
 
-    def get(self) -> NodeIdentity:
+    def get(self) -> SignedIdentity:
         if self._identity is None:
             self._identity = fetch_identity(self._imds)
         return self._identity

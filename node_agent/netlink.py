@@ -3,7 +3,7 @@ namespace.
 
 Each method does one netlink request and its docstring gives the ``ip``
 command it stands for. "Already exists" and "not found" are classified here,
-once (:class:`Exists`, :class:`NotFound`); the ``ensure_*``/``*_absent``
+once (:class:`Exists`, :class:`NetlinkNotFound`); the ``ensure_*``/``*_absent``
 methods swallow the one that means "already as wanted", so callers that
 reconcile desired state can run twice and change nothing the second time.
 """
@@ -40,7 +40,7 @@ class Exists(NetlinkFailure):
     """The object is already there (EEXIST)."""
 
 
-class NotFound(NetlinkFailure, LookupError):
+class NetlinkNotFound(NetlinkFailure, LookupError):
     """The object or the device it names is not there (ENOENT, ESRCH, ENODEV, EADDRNOTAVAIL)."""
 
 
@@ -54,7 +54,7 @@ def classify(exc: NetlinkError, what: str) -> NetlinkFailure:
     if code == errno.EEXIST:
         cls = Exists
     elif code in _NOT_FOUND:
-        cls = NotFound
+        cls = NetlinkNotFound
     else:
         cls = NetlinkFailure
     return cls(code, f"{what}: {os.strerror(code) if code else exc}")
@@ -81,7 +81,7 @@ def run_in_netns(path: str, fn: Callable[[], T]) -> T:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
-            out["err"] = NotFound(exc.errno or errno.ENOENT, f"netns {path}: {exc.strerror}")
+            out["err"] = NetlinkNotFound(exc.errno or errno.ENOENT, f"netns {path}: {exc.strerror}")
             return
         try:
             if _libc.setns(fd, CLONE_NEWNET) != 0:
@@ -123,7 +123,7 @@ def sysctl_get(netns: str, key: str) -> str:
     try:
         return read() if not netns else run_in_netns(netns_path(netns), read)
     except FileNotFoundError:
-        raise NotFound(errno.ENOENT, f"sysctl {key}: no such key") from None
+        raise NetlinkNotFound(errno.ENOENT, f"sysctl {key}: no such key") from None
 
 
 def sysctl_set(netns: str, key: str, value: str) -> bool:
@@ -282,7 +282,7 @@ class Netlink:
             return False
         try:
             self.link_del(link.index)
-        except NotFound:
+        except NetlinkNotFound:
             return False
         return True
 
@@ -314,7 +314,7 @@ class Netlink:
             try:
                 self.addr_del(index, cidr)
                 changes += 1
-            except NotFound:
+            except NetlinkNotFound:
                 pass
         for cidr in wanted:
             if cidr not in have:
@@ -357,7 +357,7 @@ class Netlink:
     def route_absent(self, r: Route) -> bool:
         try:
             self.route_del(r)
-        except NotFound:
+        except NetlinkNotFound:
             return False
         return True
 
@@ -434,7 +434,7 @@ class Netlink:
                 try:
                     self.rule_del(r)
                     n += 1
-                except NotFound:
+                except NetlinkNotFound:
                     pass
         return n
 

@@ -47,7 +47,7 @@ from node_agent.config import AgentConfig, HostNetSettings
 from node_agent.netlink import (
     MAIN_TABLE,
     Netlink,
-    NotFound,
+    NetlinkNotFound,
     Rule,
     netns_path,
     sysctl_get,
@@ -283,7 +283,7 @@ class NodeNetworking:
     def _primary(self, nl: Netlink) -> tuple[int, str, int]:
         link = nl.link_by_mac(self.spec.primary_mac)
         if link is None:
-            raise NotFound(2, f"no link with the primary ENI's MAC {self.spec.primary_mac}")
+            raise NetlinkNotFound(2, f"no link with the primary ENI's MAC {self.spec.primary_mac}")
         return link.index, link.name, link.mtu
 
     def desired(self, ifname: str) -> tuple[dict[str, list[str]], str, str]:
@@ -414,7 +414,7 @@ def spec_from_imds(imds: MetadataReader, primary_mac: str, cfg: AgentConfig) -> 
     blocks = imds.get(base + "vpc-ipv4-cidr-blocks", missing_ok=True) or imds.get(base + "vpc-ipv4-cidr-block") or ""
     cidrs = tuple(c.strip() for c in blocks.split() if c.strip())
     if not local or not cidrs:
-        raise NotFound(2, f"IMDS has no primary address or VPC CIDR for {primary_mac}")
+        raise NetlinkNotFound(2, f"IMDS has no primary address or VPC CIDR for {primary_mac}")
     return NodeSpec(
         primary_mac=primary_mac, primary_ip=local[0], vpc_cidrs=cidrs, settings=cfg.hostnet, veth_prefix=cfg.veth_prefix
     )

@@ -2,7 +2,7 @@
 first, quarantine (taken out of the pool while offered back), and the offers
 standing now.
 
-Pure functions over the datastore's ENI records (:class:`node_agent.records.Eni`);
+Pure functions over the datastore's ENI records (:class:`node_agent.records.EniRecord`);
 :class:`node_agent.datastore.Datastore` calls them under its lock and
 checkpoints what they change. ``free`` says whether an address may be given
 back now (free, not quarantined, past its cooldown, still listed by IMDS).
@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from node_agent.records import Addr, Eni
+from node_agent.records import Addr, EniRecord
 
 Free = Callable[[Addr], bool]
 
 
-def _used(eni: Eni) -> int:
+def _used(eni: EniRecord) -> int:
     return sum(1 for a in eni.addrs.values() if a.in_use)
 
 
-def releasable_ips(enis: Iterable[Eni], free: Free) -> list[tuple[str, str]]:
+def releasable_ips(enis: Iterable[EniRecord], free: Free) -> list[tuple[str, str]]:
     """Free single addresses, as ``(eni_id, ip)``, best to release first:
     ENIs with fewest pods, highest device index, newest address first."""
     out: list[tuple[tuple[int, int, int], str, str]] = []
@@ -34,7 +34,7 @@ def releasable_ips(enis: Iterable[Eni], free: Free) -> list[tuple[str, str]]:
     return [(e, ip) for _, e, ip in out]
 
 
-def releasable_prefixes(enis: Iterable[Eni], free: Free) -> list[tuple[str, str]]:
+def releasable_prefixes(enis: Iterable[EniRecord], free: Free) -> list[tuple[str, str]]:
     """Whole prefixes with every address free, as ``(eni_id, prefix)``: ENIs with fewest pods,
     highest device index first."""
     out: list[tuple[tuple[int, int], str, str]] = []
@@ -49,7 +49,7 @@ def releasable_prefixes(enis: Iterable[Eni], free: Free) -> list[tuple[str, str]
     return [(e, p) for _, e, p in out]
 
 
-def releasable_enis(enis: Iterable[Eni], now: float, min_age_s: float, free: Free) -> list[str]:
+def releasable_enis(enis: Iterable[EniRecord], now: float, min_age_s: float, free: Free) -> list[str]:
     """Whole ENIs that may go: not primary, every address free, old enough; highest index first."""
     out = []
     for eni in enis:
@@ -63,7 +63,7 @@ def releasable_enis(enis: Iterable[Eni], now: float, min_age_s: float, free: Fre
     return [e for _, e in out]
 
 
-def quarantine(eni: Eni, ips: Iterable[str], prefixes: Iterable[str], now: float) -> int:
+def quarantine(eni: EniRecord, ips: Iterable[str], prefixes: Iterable[str], now: float) -> int:
     """Take these free addresses (and those of these prefixes) out of the pool; returns how many."""
     targets = [eni.addrs[ip] for ip in ips if ip in eni.addrs]
     prefixes = list(prefixes)
@@ -79,7 +79,7 @@ def quarantine(eni: Eni, ips: Iterable[str], prefixes: Iterable[str], now: float
     return n
 
 
-def unquarantine(enis: Iterable[Eni], before: float) -> int:
+def unquarantine(enis: Iterable[EniRecord], before: float) -> int:
     """Every address quarantined before ``before`` back into the pool; returns how many."""
     n = 0
     for eni in enis:
@@ -90,7 +90,7 @@ def unquarantine(enis: Iterable[Eni], before: float) -> int:
     return n
 
 
-def reclaim(eni: Eni, ips: Iterable[str], prefixes: Iterable[str]) -> int:
+def reclaim(eni: EniRecord, ips: Iterable[str], prefixes: Iterable[str]) -> int:
     """These quarantined addresses (and those of these prefixes) back into the pool; returns how many."""
     want, pfx = set(ips), set(prefixes)
     back = 0
@@ -101,7 +101,7 @@ def reclaim(eni: Eni, ips: Iterable[str], prefixes: Iterable[str]) -> int:
     return back
 
 
-def quarantined_before(enis: Iterable[Eni], before: float) -> dict[str, list[tuple[str, str | None]]]:
+def quarantined_before(enis: Iterable[EniRecord], before: float) -> dict[str, list[tuple[str, str | None]]]:
     """Per ENI: the addresses quarantined before ``before``, as ``(ip, prefix or None)``."""
     out: dict[str, list[tuple[str, str | None]]] = {}
     for eni in enis:
@@ -113,7 +113,7 @@ def quarantined_before(enis: Iterable[Eni], before: float) -> dict[str, list[tup
     return out
 
 
-def quarantined(enis: Iterable[Eni]) -> dict[str, tuple[list[str], list[str]]]:
+def quarantined(enis: Iterable[EniRecord]) -> dict[str, tuple[list[str], list[str]]]:
     """Per ENI: quarantined single addresses and whole quarantined prefixes (the offers)."""
     out: dict[str, tuple[list[str], list[str]]] = {}
     for eni in enis:
@@ -127,7 +127,7 @@ def quarantined(enis: Iterable[Eni]) -> dict[str, tuple[list[str], list[str]]]:
     return out
 
 
-def quarantined_since(enis: Iterable[Eni]) -> dict[str, float]:
+def quarantined_since(enis: Iterable[EniRecord]) -> dict[str, float]:
     """Per ENI with an offer: the oldest quarantine time among the offered addresses.
 
     An offer's age is measured from it (the allocator must not act on an offer

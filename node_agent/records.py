@@ -1,5 +1,6 @@
-"""The agent's records: what is attached (:class:`EniInfo`), the addresses on it and who
-holds them (:class:`Eni`, :class:`Addr`), and what the datastore hands out about them.
+"""The agent's records: who the node is (:class:`NodeIdentity`), what is attached
+(:class:`EniInfo`), the addresses on it and who holds them (:class:`EniRecord`,
+:class:`Addr`), and what the datastore hands out about them.
 
 Plain values, no behaviour beyond derived properties: the datastore
 (:mod:`node_agent.datastore`) keeps them; host set-up, IMDS and the
@@ -15,6 +16,18 @@ from typing import NamedTuple
 
 UNKNOWN_HOLDER = "?"
 """Holder of an address that may be in use by a pod nobody can name (rebuild with no host wiring to read)."""
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    """Who this node is, as every report names it (the report's signed proof is
+    :class:`warmpool.messages.SignedIdentity`)."""
+
+    cluster: str
+    node: str
+    instance_id: str
+    instance_type: str
+    availability_zone: str
 
 
 @dataclass(frozen=True)
@@ -65,7 +78,7 @@ class Addr:
 
 
 @dataclass
-class Eni:
+class EniRecord:
     info: EniInfo
     added_at: float
     addrs: dict[str, Addr] = field(default_factory=dict)
@@ -74,9 +87,9 @@ class Eni:
     ready: bool = True
     """Host networking set up; a not-ready ENI's addresses are not handed out."""
 
-    def copy(self) -> Eni:
+    def copy(self) -> EniRecord:
         """A copy its holder may change (the addresses copied too)."""
-        return Eni(
+        return EniRecord(
             info=self.info,
             added_at=self.added_at,
             addrs={k: Addr(**v.__dict__) for k, v in self.addrs.items()},
@@ -110,7 +123,7 @@ class Counts:
     """Of ``assigned``: held by recovered holders (pods known only from the host after a rebuild)."""
 
     @classmethod
-    def of(cls, enis: Collection[Eni], now: float, cooldown_s: float, pending: int) -> Counts:
+    def of(cls, enis: Collection[EniRecord], now: float, cooldown_s: float, pending: int) -> Counts:
         total = assigned = cooldown = quarantined = free_prefixes = recovered = 0
         for eni in enis:
             busy: dict[str, bool] = {p: False for p in eni.prefixes}

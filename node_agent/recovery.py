@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import threading
 
-from node_agent.records import UNKNOWN_HOLDER, Addr, Assignment, Eni, RecoveredHolder
+from node_agent.records import UNKNOWN_HOLDER, Addr, Assignment, EniRecord, RecoveredHolder
 
 
 class RecoveredHolders:
     """Recovered holders of :class:`node_agent.datastore.Datastore` (see the module docstring)."""
 
     _lock: threading.RLock
-    _enis: dict[str, Eni]
+    _enis: dict[str, EniRecord]
     _ip_eni: dict[str, str]
     _owner: dict[tuple[str, str], str]
     _recovered: dict[str, tuple[str, float]]
@@ -116,7 +116,7 @@ class RecoveredHolders:
                 for ip, (h, since) in sorted(self._recovered.items())
             ]
 
-    def _take_recovered(self, holder: str) -> tuple[Eni, Addr] | None:
+    def _take_recovered(self, holder: str) -> tuple[EniRecord, Addr] | None:
         """The attached address recovered for ``holder``, now no longer recovered (the caller assigns it)."""
         for ip, (h, _) in sorted(self._recovered.items()):
             eni_id = self._ip_eni.get(ip)

@@ -8,15 +8,12 @@ and keeps what it must remember about the reports it sent.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from node_agent.datastore import Datastore
+from node_agent.records import NodeIdentity
 from warmpool import messages
 from warmpool.messages import EniReport, PoolReport, ReleaseOffer, Targets
 from warmpool.pool import PoolConfig
-
-if TYPE_CHECKING:
-    from node_agent.controller import NodeIdentity
 
 Offers = dict[str, tuple[list[str], list[str]]]
 """Per ENI: the quarantined addresses and prefixes offered back (:meth:`Datastore.quarantined`)."""
@@ -30,7 +27,7 @@ def build_report(
     *,
     seq: int,
     now: float,
-    signed: messages.NodeIdentity | None,
+    signed: messages.SignedIdentity | None,
     skipped: Callable[[str, tuple[int, int]], None],
 ) -> PoolReport:
     """The report (``ValidationError`` if the datastore cannot make a valid one).

@@ -1,6 +1,7 @@
 """What every part of a seed's world shares: its fixed settings (the production
 agent's and functions' defaults where they have one) and the exceptions that
-stop a part of it (an agent killed, an invocation crashed, the run stopped).
+stop a part of it (an agent killed, the run stopped; an invocation's crash is
+:class:`emulated.lambda_runtime.LambdaCrash`, shared with the bench).
 """
 
 from __future__ import annotations
@@ -36,10 +37,6 @@ DESCRIBE_ACTIONS = ("DescribeInstances", "DescribeNetworkInterfaces")
 
 class AgentKilled(BaseException):
     """kill -9 of the agent process (nothing in the agent may catch it)."""
-
-
-class LambdaCrash(BaseException):
-    """The invocation's process dies (nothing in the allocator may catch it)."""
 
 
 class Stop(BaseException):

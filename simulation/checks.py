@@ -29,15 +29,16 @@ from __future__ import annotations
 
 import ipaddress
 from collections import Counter
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
+from emulated.memstores import MemLedger
+from functions.settings import Settings
+from simulation.hostile import Churner
+from simulation.node import SimAgent
+from simulation.view import WorldView
 from warmpool import names
 from warmpool.pool import ceiling
-
-if TYPE_CHECKING:
-    from simulation.node import SimAgent
-    from simulation.world import World
 
 SEQ_AHEAD_LIMIT = 2**20
 """How far ahead of now (ms) the allocator lets a seq be (functions/intake.py)."""
@@ -45,6 +46,57 @@ DETACHED_BOUND_S = 420.0
 """GC age (120 s) + two reconcile intervals + slack for throttled reconciles."""
 SERVE_BOUND_S = 150.0
 """At the end, every report sent this long before must have been served."""
+
+
+class ChecksWorld(WorldView, Protocol):
+    """What the invariants read of the seed's world (:class:`simulation.world.SimWorld`
+    satisfies it)."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def ledger(self) -> MemLedger: ...
+
+    @property
+    def dlq_url(self) -> str: ...
+
+    @property
+    def agents(self) -> dict[str, SimAgent]: ...
+
+    @property
+    def by_iid(self) -> dict[str, SimAgent]: ...
+
+    @property
+    def faults(self) -> Counter[str]: ...
+
+    @property
+    def terminated(self) -> dict[str, float]:
+        """Instance -> when it was terminated."""
+        ...
+
+    @property
+    def detached_since(self) -> dict[str, float]: ...
+
+    @property
+    def recorded(self) -> dict[str, tuple[str, int]]: ...
+
+    @property
+    def calls_by_iid(self) -> dict[str, list[tuple[float, str]]]: ...
+
+    @property
+    def churners(self) -> Sequence[Churner]: ...
+
+    @property
+    def crafted_bodies(self) -> set[str]: ...
+
+    @property
+    def version(self) -> int: ...
+
+    checked: tuple[Any, ...]
+    """What the last full check saw (it is skipped while nothing changed)."""
+
+    def ledger_row(self, a: SimAgent) -> dict[str, Any] | None: ...
 
 
 def _in_prefix(ip: str, prefixes: Iterable[str]) -> bool:
@@ -95,18 +147,18 @@ def agent_problems(emu: Any, agents: dict[str, tuple[str, Any]]) -> list[str]:
     return problems
 
 
-def _live(w: World) -> list[SimAgent]:
+def _live(w: ChecksWorld) -> list[SimAgent]:
     return [a for a in w.agents.values() if not a.gone]
 
 
-def pod_up(w: World, agent: SimAgent, cid: str, ip: str) -> None:
+def pod_up(w: ChecksWorld, agent: SimAgent, cid: str, ip: str) -> None:
     for a in _live(w):
         for other, held in a.rt.up.items():
             if held == ip and (a is not agent or other != cid):
                 w.violation("two-holders", f"{ip} given to {agent.name}/{cid} while {a.name}/{other} holds it")
 
 
-def _owners(w: World) -> tuple[dict[str, str], list[tuple[str, str]]]:
+def _owners(w: ChecksWorld) -> tuple[dict[str, str], list[tuple[str, str]]]:
     """address -> instance it is attached to (secondaries), and (prefix, instance)."""
     ips: dict[str, str] = {}
     pfx: list[tuple[str, str]] = []
@@ -121,7 +173,7 @@ def _owners(w: World) -> tuple[dict[str, str], list[tuple[str, str]]]:
     return ips, pfx
 
 
-def after_event(w: World) -> None:
+def after_event(w: ChecksWorld) -> None:
     live = _live(w)
     w.emu.settle()
     key = (w.version, len(w.emu.enis), tuple(a.imds.history[-1][1] if a.imds.history else () for a in live))
@@ -131,7 +183,7 @@ def after_event(w: World) -> None:
     _books(w)
 
 
-def _state(w: World, live: list[SimAgent]) -> None:
+def _state(w: ChecksWorld, live: list[SimAgent]) -> None:
     holder: dict[str, str] = {}
     for a in live:
         for cid, ip in a.rt.up.items():
@@ -156,7 +208,7 @@ def _state(w: World, live: list[SimAgent]) -> None:
         w.violation("agent-double", "; ".join(dup[:3]))
 
 
-def _books(w: World) -> None:
+def _books(w: ChecksWorld) -> None:
     now = w.now()
     tag = names.TAG_CLUSTER_NAME
     for e in w.emu.enis.values():
@@ -182,7 +234,7 @@ def _books(w: World) -> None:
             )
 
 
-def _rows(w: World, now: float) -> None:
+def _rows(w: ChecksWorld, now: float) -> None:
     """Ledger rows are keyed by instance id: one per instance of the cluster, never one per
     name a node sends (``ledger-rows``); no row's seq is so far ahead that the instance's later
     reports would all be stale (``seq-poisoned``)."""
@@ -204,7 +256,7 @@ def _rows(w: World, now: float) -> None:
             )
 
 
-def churn_episodes(w: World) -> int:
+def churn_episodes(w: ChecksWorld) -> int:
     """Release episodes (Unassign/Detach after the allocator last filled it) a churning
     instance may get: the allocator damps an instance once it flips ``flip_limit`` times within
     ``flip_window_s`` (an honest agent flips about once per release delay), so a churner gets
@@ -212,7 +264,7 @@ def churn_episodes(w: World) -> int:
     return (w.settings.flip_limit + 1) // 2
 
 
-def _churn(w: World) -> None:
+def _churn(w: ChecksWorld) -> None:
     """``churn-undamped``: a rogue instance flipping every few seconds keeps getting its
     addresses taken away and given back (issue 12's churner: most of the account's buckets)."""
     for c in w.churners:
@@ -231,7 +283,7 @@ def _churn(w: World) -> None:
             )
 
 
-def _dlq(w: World) -> list[dict[str, Any]]:
+def _dlq(w: ChecksWorld) -> list[dict[str, Any]]:
     """Every message in the DLQ (all pages)."""
     out: list[dict[str, Any]] = []
     client = w.sqs.client()
@@ -242,7 +294,7 @@ def _dlq(w: World) -> list[dict[str, Any]]:
         out += got
 
 
-def at_end(w: World) -> None:
+def at_end(w: ChecksWorld) -> None:
     now = w.now()
     crashes = sum(n for k, n in w.faults.items() if k.startswith("lambda-crash:") or k == "slow-invocation")
     # a terminated node's report is rightly refused; so is every crafted report

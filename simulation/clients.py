@@ -10,18 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from functions.stores import DynamoLedger
 from emulated.clock import VirtualClock
-from simulation.base import CLUSTER, LambdaCrash
+from emulated.lambda_runtime import LambdaCrash
 from emulated.memstores import MemLeases, MemLedger
+from functions.stores import DynamoLedger
+from simulation.base import CLUSTER
+from simulation.view import WorldView
 from warmpool import names
-
-if TYPE_CHECKING:
-    from simulation.world import World
 
 
 class InvClock:
@@ -46,10 +45,55 @@ class Invocation:
     stalled: bool = False
 
 
+class ClientsWorld(WorldView, Protocol):
+    """What the allocator's and the reconciler's clients reach of the seed's world
+    (:class:`simulation.world.SimWorld` satisfies it)."""
+
+    @property
+    def active(self) -> dict[str, Any]:
+        """The schedule's fault windows now open: kind -> its value."""
+        ...
+
+    @property
+    def invocations(self) -> list[Invocation]:
+        """The allocator's invocations now running, innermost last."""
+        ...
+
+    @property
+    def clock_inv(self) -> InvClock: ...
+
+    @property
+    def calls_by_iid(self) -> dict[str, list[tuple[float, str]]]: ...
+
+    @property
+    def recorded(self) -> dict[str, tuple[str, int]]: ...
+
+    @property
+    def forged(self) -> set[tuple[str, int]]: ...
+
+    def iid_of_call(self, kw: dict[str, Any]) -> str | None: ...
+
+    def node_of_iid(self, iid: str | None) -> str | None: ...
+
+    def check_lease(self, inv: Invocation, node: str, call: str, iid: str) -> None: ...
+
+    def check_release(self, node: str, kw: dict[str, Any]) -> None: ...
+
+    def maybe_terminate_now(self, node: str) -> None: ...
+
+    def maybe_overlap(self, inv: Invocation) -> None: ...
+
+    def deliver(self, client: Any, kw: dict[str, Any]) -> dict[str, Any]: ...
+
+    def on_message(self, url: str, body: str) -> None: ...
+
+    def esm_tick(self) -> None: ...
+
+
 class AllocEc2:
     """The allocator's EC2 client: crashes, slow calls, termination mid-allocation, lease checks."""
 
-    def __init__(self, w: World) -> None:
+    def __init__(self, w: ClientsWorld) -> None:
         self.w = w
         self.inner = w.emu.client()
 
@@ -94,7 +138,7 @@ class FakeDynamo:
     """Just enough DynamoDB for :meth:`DynamoLedger.last_seqs`: BatchGetItem over a
     :class:`MemLedger`, with UnprocessedKeys on demand (every retry, as in a hot partition)."""
 
-    def __init__(self, w: World, ledger: MemLedger) -> None:
+    def __init__(self, w: ClientsWorld, ledger: MemLedger) -> None:
         self.w, self.ledger = w, ledger
 
     def batch_get_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:
@@ -121,7 +165,7 @@ class SimLedger(MemLedger):
     """The ledger: MemLedger, but batched reads through the real DynamoLedger code;
     crash points before and after a write; every write noted for the checks."""
 
-    def __init__(self, w: World) -> None:
+    def __init__(self, w: ClientsWorld) -> None:
         super().__init__()
         self.w = w
         self.dynamo = DynamoLedger(FakeDynamo(w, self), "ledger")  # type: ignore[arg-type]
@@ -167,7 +211,7 @@ class TrackedLeases(MemLeases):
 class AllocSqs:
     """The allocator's SQS client: results (checked, delayed, duplicated) and deferrals."""
 
-    def __init__(self, w: World) -> None:
+    def __init__(self, w: ClientsWorld) -> None:
         self.w = w
         self.inner = w.sqs.client()
 
@@ -193,7 +237,7 @@ class AllocSqs:
 class ReconcilerEc2:
     """The reconciler's EC2 client; under ``reconcile-race`` an invocation runs while it reads."""
 
-    def __init__(self, w: World) -> None:
+    def __init__(self, w: ClientsWorld) -> None:
         self.w = w
         self.inner = w.emu.client()
         self.once: Callable[[], None] | None = None
@@ -217,7 +261,7 @@ class ReconcilerEc2:
 
 
 class ReconcilerSqs:
-    def __init__(self, w: World) -> None:
+    def __init__(self, w: ClientsWorld) -> None:
         self.w = w
         self.inner = w.sqs.client()
 

@@ -13,24 +13,61 @@ import json
 import os
 import tempfile
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
+from emulated.ec2.errors import Ec2Error
 from node_agent import cni as cni_plugin
 from node_agent.cniserver import CniSocketServer
 from simulation import hostile
 from simulation.base import DESCRIBE_ACTIONS, GC_MIN_AGE_S, HOST_IFNAMES, HOST_NETNS, SUBNET_CIDR, Stop
+from simulation.clients import ReconcilerEc2
+from simulation.hostile import Churner, HostileWorld
+from simulation.node import SimAgent
 from simulation.schedule import HOSTILE_KINDS, Event
-from emulated.ec2.errors import Ec2Error
 from warmpool.buckets import MUTATING_ENI_ACTIONS, spec_for
 
-if TYPE_CHECKING:
-    from simulation.node import SimAgent
-    from simulation.world import World
+
+class EventsWorld(HostileWorld, Protocol):
+    """What the schedule's events reach of the seed's world (and, through them, the
+    hostile actors; :class:`simulation.world.SimWorld` satisfies it)."""
+
+    @property
+    def agents(self) -> dict[str, SimAgent]: ...
+
+    @property
+    def active(self) -> dict[str, Any]:
+        """The fault windows now open: kind -> its value."""
+        ...
+
+    @property
+    def arm_terminate(self) -> set[str]: ...
+
+    @property
+    def churners(self) -> list[Churner]: ...
+
+    @property
+    def reconciler_ec2(self) -> ReconcilerEc2: ...
+
+    @property
+    def violations(self) -> list[tuple[str, str]]: ...
+
+    sockdir: str | None
+    """Where the nodes' CNI sockets are, once one is made."""
+
+    version: int
+
+    def join(self, name: str, itype: str) -> SimAgent: ...
+
+    def terminate(self, node: str) -> None: ...
+
+    def reconcile(self) -> None: ...
+
+    def esm_tick(self) -> None: ...
 
 
-def apply(w: World, ev: Event) -> None:
+def apply(w: EventsWorld, ev: Event) -> None:
     k, x = ev.kind, ev.args
     a = w.agents.get(x.get("node", ""))
     if k in ("pods-add", "churn"):
@@ -122,7 +159,7 @@ def apply(w: World, ev: Event) -> None:
         raise ValueError(f"unknown event kind {k}")
 
 
-def _add_pods(w: World, a: SimAgent, n: int, tag: str) -> None:
+def _add_pods(w: EventsWorld, a: SimAgent, n: int, tag: str) -> None:
     for _ in range(n):
         a.rt.started += 1
         cid = f"{a.name}-{tag}{a.rt.started}"
@@ -130,7 +167,7 @@ def _add_pods(w: World, a: SimAgent, n: int, tag: str) -> None:
         a.rt.asked[cid] = w.now()
 
 
-def _hostile_node(w: World, k: str, x: dict[str, Any]) -> None:
+def _hostile_node(w: EventsWorld, k: str, x: dict[str, Any]) -> None:
     """Issue 12's hostile nodes (:mod:`simulation.hostile`); ``node`` "" is the outsider."""
     sender = w.agents.get(x.get("node", ""))
     if sender is not None and sender.gone:
@@ -170,7 +207,7 @@ def _hostile_node(w: World, k: str, x: dict[str, Any]) -> None:
         w.loop.call_later(7.0, lambda: _hostile_node(w, k, again))
 
 
-def _join_later(w: World, name: str, itype: str) -> None:
+def _join_later(w: EventsWorld, name: str, itype: str) -> None:
     """The replacement instance launches (its auto scaling group retries while the subnet is full)."""
     try:
         w.join(name, itype)
@@ -178,7 +215,7 @@ def _join_later(w: World, name: str, itype: str) -> None:
         w.loop.call_later(10.0, lambda: _join_later(w, name, itype))
 
 
-def _replace_racing(w: World, name: str, itype: str) -> None:
+def _replace_racing(w: EventsWorld, name: str, itype: str) -> None:
     """A scheduled reconcile reads the ledger just before the new instance that reuses
     the name has its first report served: the serve lands while the reconciler is
     between its read and its clean-up."""
@@ -198,7 +235,7 @@ def _replace_racing(w: World, name: str, itype: str) -> None:
     w.reconcile()
 
 
-def _window(w: World, kind: str, value: Any, dur: float) -> None:
+def _window(w: EventsWorld, kind: str, value: Any, dur: float) -> None:
     w.active[kind] = value
     w.fault(kind + ":window")
 
@@ -209,7 +246,7 @@ def _window(w: World, kind: str, value: Any, dur: float) -> None:
     w.loop.call_later(dur, end)
 
 
-def _delete(w: World, a: SimAgent, n: int, oldest: bool = True) -> None:
+def _delete(w: EventsWorld, a: SimAgent, n: int, oldest: bool = True) -> None:
     rt = a.rt
     for cid in (sorted(rt.up) if oldest else sorted(rt.up, reverse=True))[:n]:
         del rt.up[cid]
@@ -227,13 +264,13 @@ def _die_late(a: SimAgent) -> None:
         a.die("late")
 
 
-def _restart(w: World, a: SimAgent) -> None:
+def _restart(w: EventsWorld, a: SimAgent) -> None:
     if a.gone or a.alive:
         return
     a.boot()
 
 
-def _fragment(w: World, n: int) -> None:
+def _fragment(w: EventsWorld, n: int) -> None:
     """Foreign ENIs holding addresses scattered over the subnet: /28 prefixes get scarce."""
     net = ipaddress.IPv4Network(SUBNET_CIDR)
     r = w.rng("frag")
@@ -249,7 +286,7 @@ def _fragment(w: World, n: int) -> None:
         w.fault("fragmentation")
 
 
-def _overlap(w: World, a: SimAgent | None) -> None:
+def _overlap(w: EventsWorld, a: SimAgent | None) -> None:
     """A second ADD for a container whose first ADD already returned; its wiring fails."""
     if a is None or not a.alive or a.gone or not a.rt.up:
         return
@@ -261,7 +298,7 @@ def _overlap(w: World, a: SimAgent | None) -> None:
     a.pods.fail.discard(cid)
 
 
-def _plugin(w: World, a: SimAgent, environ: dict[str, str], stdin: str) -> tuple[int, str]:
+def _plugin(w: EventsWorld, a: SimAgent, environ: dict[str, str], stdin: str) -> tuple[int, str]:
     """The real CNI plugin over the real socket server of the agent."""
     if w.sockdir is None:
         w.sockdir = tempfile.mkdtemp(prefix="warmpool-dst-")
@@ -287,11 +324,11 @@ def _plugin(w: World, a: SimAgent, environ: dict[str, str], stdin: str) -> tuple
             raise Stop()
 
 
-def _conf(w: World, a: SimAgent, **extra: Any) -> dict[str, Any]:
+def _conf(w: EventsWorld, a: SimAgent, **extra: Any) -> dict[str, Any]:
     return {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool", **extra}
 
 
-def _gc(w: World, a: SimAgent | None, again: bool = False) -> None:
+def _gc(w: EventsWorld, a: SimAgent | None, again: bool = False) -> None:
     """CNI GC from the runtime, with the attachments it knows. The agent leaves alone
     attachments younger than ``gc_min_age_s`` (the runtime may have listed before an ADD
     was answered) and ones with an operation in flight (none here: the runtime waits for
@@ -332,7 +369,7 @@ def _gc(w: World, a: SimAgent | None, again: bool = False) -> None:
         w.loop.call_at(min(young) + GC_MIN_AGE_S + 1.0, lambda: _gc(w, a, again=True))
 
 
-def _hostile(w: World, a: SimAgent | None, variant: str, tries: int = 0) -> None:
+def _hostile(w: EventsWorld, a: SimAgent | None, variant: str, tries: int = 0) -> None:
     if a is None or not a.alive or a.gone:
         return
     if not tries:

@@ -38,21 +38,60 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from simulation.base import CLUSTER
 from emulated.iid import IdentitySigner
+from emulated.imds import Imds
+from emulated.sqs import FastSqsClient
+from functions.settings import Settings
+from simulation.base import CLUSTER
+from simulation.node import SimAgent
+from simulation.view import WorldView
 from warmpool import names
 from warmpool.limits import known
 from warmpool.messages import MAX_TARGET, EniReport, PoolReport, ReleaseOffer, Targets, parse_report
 
-if TYPE_CHECKING:
-    from simulation.node import SimAgent
-    from simulation.world import World
-
 SEQ_AHEAD_LIMIT = 2**20
 """The allocator's bound (functions/intake.py); kept here so a mutation test can lift it there."""
 TOP_SEQ = 2**62
+
+
+class HostileWorld(WorldView, Protocol):
+    """What the hostile actors reach of the seed's world
+    (:class:`simulation.world.SimWorld` satisfies it)."""
+
+    @property
+    def outsider_sqs(self) -> FastSqsClient:
+        """A sender with no instance behind it."""
+        ...
+
+    @property
+    def signer_imds(self) -> Imds: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def subnet(self) -> str: ...
+
+    @property
+    def reports_url(self) -> str: ...
+
+    @property
+    def last_report(self) -> dict[str, str]: ...
+
+    @property
+    def forged(self) -> set[tuple[str, int]]:
+        """(instance, seq) of every crafted report."""
+        ...
+
+    @property
+    def crafted_bodies(self) -> set[str]: ...
+
+    @property
+    def sprayed(self) -> set[str]: ...
+
+    def ledger_row(self, a: SimAgent) -> dict[str, Any] | None: ...
 
 
 @functools.cache
@@ -61,12 +100,12 @@ def _rogue_signer() -> IdentitySigner:
     return IdentitySigner()
 
 
-def _base(w: World, victim: SimAgent) -> PoolReport | None:
+def _base(w: HostileWorld, victim: SimAgent) -> PoolReport | None:
     body = w.last_report.get(victim.iid)
     return parse_report(body) if body is not None else None
 
 
-def _identity(w: World, sender: SimAgent | None, about: SimAgent, how: str) -> Any:
+def _identity(w: HostileWorld, sender: SimAgent | None, about: SimAgent, how: str) -> Any:
     if how == "own" and sender is not None:
         return w.signer_imds.identity(sender.iid)
     if how == "bad-signature":
@@ -74,7 +113,7 @@ def _identity(w: World, sender: SimAgent | None, about: SimAgent, how: str) -> A
     return None  # "none"
 
 
-def _send(w: World, sender: SimAgent | None, report: PoolReport, kind: str) -> None:
+def _send(w: HostileWorld, sender: SimAgent | None, report: PoolReport, kind: str) -> None:
     w.forged.add((report.instance_id, report.seq))
     body = report.to_json()
     client = sender.sqs if sender is not None else w.outsider_sqs
@@ -83,7 +122,7 @@ def _send(w: World, sender: SimAgent | None, report: PoolReport, kind: str) -> N
     w.fault(kind)
 
 
-def forged_release(w: World, sender: SimAgent | None, victim: SimAgent, how: str) -> None:
+def forged_release(w: HostileWorld, sender: SimAgent | None, victim: SimAgent, how: str) -> None:
     base = _base(w, victim)
     if base is None or victim.gone:
         return
@@ -110,7 +149,7 @@ def forged_release(w: World, sender: SimAgent | None, victim: SimAgent, how: str
     _send(w, sender, rep, f"forged-release:{how}")
 
 
-def seq_poison(w: World, sender: SimAgent | None, victim: SimAgent, how: str) -> None:
+def seq_poison(w: HostileWorld, sender: SimAgent | None, victim: SimAgent, how: str) -> None:
     base = _base(w, victim)
     if base is None or victim.gone:
         return
@@ -120,7 +159,7 @@ def seq_poison(w: World, sender: SimAgent | None, victim: SimAgent, how: str) ->
     _send(w, sender, rep, "seq-poison:" + ("own" if own else how))
 
 
-def name_spray(w: World, sender: SimAgent, n: int, tries: int = 0) -> None:
+def name_spray(w: HostileWorld, sender: SimAgent, n: int, tries: int = 0) -> None:
     """The sender's last report, already served (its seq is the ledger's), under ``n`` names
     (so that, keyed by instance, each copy is stale: the sender harms no one, itself included)."""
     base = _base(w, sender)
@@ -144,7 +183,7 @@ class Churner:
     offered back, dated past the allocator's release delay): issue 12's churning node. It reads
     its ENIs from EC2, as a compromised host reads IMDS."""
 
-    def __init__(self, w: World, itype: str, period: float, until: float) -> None:
+    def __init__(self, w: HostileWorld, itype: str, period: float, until: float) -> None:
         self.w, self.period, self.until = w, period, until
         self.iid = w.emu.run_instance(
             itype, subnet_id=w.subnet, tags={names.cluster_tag_key(CLUSTER): "owned", "Name": "churner"}
@@ -208,7 +247,7 @@ class Churner:
         w.loop.call_later(self.period, self.step)
 
 
-def result_theft(w: World, thief: SimAgent, victim: SimAgent, until: float, every: float = 0.5) -> None:
+def result_theft(w: HostileWorld, thief: SimAgent, victim: SimAgent, until: float, every: float = 0.5) -> None:
     """Receive and delete whatever the victim's result queue holds, every ``every`` s until
     ``until`` (the thief polls faster than the victim's agent, so most results go to it)."""
     if w.now() >= until or thief.gone or victim.gone:

@@ -12,16 +12,17 @@ import contextlib
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from emulated.imds import Imds
 from node_agent.agent import RESTART_HOLD_S, RESULT_VISIBILITY_S
 from node_agent.checkpoint import CheckpointError, MemoryCheckpoint
 from node_agent.cniserver import CniService
-from node_agent.controller import AttachedEni, NodeIdentity, PoolController
+from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
 from node_agent.hostnet import CLONE_NEWNET, PodNet, PodRefused, host_veth_name, ifname_problem, netns_refusal
 from node_agent.netlink import NetlinkFailure, netns_path
-from node_agent.records import EniInfo
+from node_agent.records import EniInfo, NodeIdentity
 from simulation.base import (
     AGENT_CONFIG,
     CLUSTER,
@@ -34,13 +35,31 @@ from simulation.base import (
     TIMING,
     AgentKilled,
 )
+from simulation.view import WorldView
 from warmpool import names
 from warmpool.limits import known
 from warmpool.messages import MessageError, parse_result
 from warmpool.pool import PoolConfig
 
-if TYPE_CHECKING:
-    from simulation.world import World
+
+class NodeWorld(WorldView, Protocol):
+    """What a node (:class:`SimAgent` and its stand-ins) reaches of the seed's world
+    (:class:`simulation.world.SimWorld` satisfies it)."""
+
+    @property
+    def signer_imds(self) -> Imds: ...
+
+    @property
+    def last_report(self) -> dict[str, str]:
+        """Instance -> the last report its agent sent."""
+        ...
+
+    version: int
+    """Bumped by every change the checks look at."""
+
+    def pod_up(self, agent: SimAgent, cid: str, ip: str) -> None: ...
+
+    def send_report(self, agent: SimAgent, body: str) -> None: ...
 
 
 # --- IMDS with lag ---------------------------------------------------------------------
@@ -67,7 +86,7 @@ def _interfaces(md: dict[str, Any]) -> list[AttachedEni]:
 class LaggedImds:
     """IMDS of one instance: EC2's state as it was ``lag`` seconds ago (never going back in time)."""
 
-    def __init__(self, w: World, iid: str) -> None:
+    def __init__(self, w: NodeWorld, iid: str) -> None:
         self.w, self.iid = w, iid
         self.lag = 0.0
         self.history: list[tuple[float, tuple[Any, ...], list[AttachedEni]]] = []
@@ -108,7 +127,7 @@ class LaggedImds:
 class KillCheckpoint(MemoryCheckpoint):
     """The agent's checkpoint file; ``armed`` kills the agent at the next save, before it is written."""
 
-    def __init__(self, w: World) -> None:
+    def __init__(self, w: NodeWorld) -> None:
         super().__init__()
         self.w = w
         self.armed = False
@@ -141,7 +160,7 @@ class SimPods:
 
     ``fail`` makes the next set-up of a container fail (e.g. the netns vanished)."""
 
-    def __init__(self, w: World, node: str) -> None:
+    def __init__(self, w: NodeWorld, node: str) -> None:
         self.w, self.node = w, node
         self.wired: dict[tuple[str, str], str] = {}
         self.fail: set[str] = set()
@@ -224,7 +243,7 @@ class Runtime:
 
 
 class SimAgent:
-    def __init__(self, w: World, name: str, iid: str, itype: str) -> None:
+    def __init__(self, w: NodeWorld, name: str, iid: str, itype: str) -> None:
         self.w, self.name, self.iid, self.itype = w, name, iid, itype
         self.cp = KillCheckpoint(w)
         self.pods = SimPods(w, name)

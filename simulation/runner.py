@@ -21,8 +21,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from simulation.schedule import EVENT_KINDS, FAULT_KINDS, SPAN_S, Event, Plan, draw
 from emulated.figures import percentile
+from simulation.schedule import EVENT_KINDS, FAULT_KINDS, SPAN_S, Event, SeedPlan, draw
 
 Mutation = Callable[[Any], None]
 
@@ -37,7 +37,7 @@ class SeedResult:
     wall_s: float = 0.0
 
 
-def plan_for(seed: int, keep: list[int] | None = None, without: frozenset[str] = frozenset()) -> Plan:
+def plan_for(seed: int, keep: list[int] | None = None, without: frozenset[str] = frozenset()) -> SeedPlan:
     plan = draw(seed)
     if without:
         plan = plan.kept([i for i, e in enumerate(plan.events) if e.kind not in without])
@@ -53,10 +53,10 @@ def replay_command(seed: int, keep: list[int] | None = None, without: frozenset[
     return cmd
 
 
-def run_plan(plan: Plan, mutate: Mutation | None = None) -> tuple[list[tuple[str, str]], Any]:
-    from simulation.world import World
+def run_plan(plan: SeedPlan, mutate: Mutation | None = None) -> tuple[list[tuple[str, str]], Any]:
+    from simulation.world import SimWorld
 
-    w = World(plan, mutate)
+    w = SimWorld(plan, mutate)
     try:
         out = w.run()
     except Exception as exc:  # a harness bug must not end a many-seed run: report it as one
@@ -64,9 +64,9 @@ def run_plan(plan: Plan, mutate: Mutation | None = None) -> tuple[list[tuple[str
 
         tb = traceback.format_exc(limit=-3).replace("\n", " | ")
         w.violations.append(("harness-error", f"{type(exc).__name__}: {exc} ({tb[-600:]})"))
-        from simulation.world import Outcome
+        from simulation.world import SeedOutcome
 
-        out = Outcome(plan.seed, len(plan.events), w.faults, w.violations, w.now())
+        out = SeedOutcome(plan.seed, len(plan.events), w.faults, w.violations, w.now())
     return out.violations, (out, w)
 
 
@@ -137,7 +137,7 @@ def shrink_events(
 CHURN_PERIOD_S = 2.0
 
 
-def fairness_plans(seed: int) -> tuple[Plan, Plan, str]:
+def fairness_plans(seed: int) -> tuple[SeedPlan, SeedPlan, str]:
     """The seed's pods alone (no faults), and the same with a rogue instance churning for the
     whole span (:class:`simulation.hostile.Churner`, flipping every :data:`CHURN_PERIOD_S`)."""
     base = plan_for(seed, without=frozenset(FAULT_KINDS))

@@ -68,7 +68,7 @@ class Event:
 
 
 @dataclass(frozen=True)
-class Plan:
+class SeedPlan:
     """What a seed draws: world settings and the event list."""
 
     seed: int
@@ -80,14 +80,16 @@ class Plan:
     """The account's real EC2 bucket sizes relative to what warmpool is told (< 1: below)."""
     events: tuple[Event, ...]
 
-    def kept(self, keep: list[int] | None) -> Plan:
+    def kept(self, keep: list[int] | None) -> SeedPlan:
         if keep is None:
             return self
         evs = tuple(self.events[i] for i in keep if 0 <= i < len(self.events))
-        return Plan(self.seed, self.nodes, self.prefix_mode, self.warm_ip, self.minimum_ip, self.quota_fraction, evs)
+        return SeedPlan(
+            self.seed, self.nodes, self.prefix_mode, self.warm_ip, self.minimum_ip, self.quota_fraction, evs
+        )
 
 
-def draw(seed: int) -> Plan:
+def draw(seed: int) -> SeedPlan:
     rng = random.Random(f"dst/{seed}")
     n_nodes = rng.choice((2, 3, 3, 4))
     nodes = tuple((f"n{i}", rng.choice(INSTANCE_TYPES)) for i in range(n_nodes))
@@ -203,7 +205,7 @@ def draw(seed: int) -> Plan:
         window("reconcile-race")
     ev += _hostile(seed, names)
     ev.sort(key=lambda e: (e.at, e.kind))
-    return Plan(seed, nodes, prefix_mode, warm_ip, minimum_ip, quota_fraction, tuple(ev))
+    return SeedPlan(seed, nodes, prefix_mode, warm_ip, minimum_ip, quota_fraction, tuple(ev))
 
 
 def _hostile(seed: int, names: list[str]) -> list[Event]:

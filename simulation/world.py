@@ -37,10 +37,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from emulated.clock import EventLoop, VirtualClock
+from emulated.ec2 import Ec2Config, Ec2Emulator
+from emulated.esm import EsmConfig, EventSourceMapping
+from emulated.iid import IdentitySigner
+from emulated.imds import Imds
+from emulated.lambda_runtime import LambdaCrash
+from emulated.memstores import MemBuckets, MemFlips
+from emulated.sqs import FastSqs
 from functions.allocator import Allocator, Record, serial_map
 from functions.reconciler import Reconciler
 from functions.settings import Settings
-from emulated.clock import EventLoop, VirtualClock
 from simulation import checks, events, hostile
 from simulation.base import (
     AGENT_EVERY_S,
@@ -52,7 +59,6 @@ from simulation.base import (
     REPORTS_VISIBILITY_S,
     SUBNET_CIDR,
     T0,
-    LambdaCrash,
     Stop,
 )
 from simulation.clients import (
@@ -66,13 +72,7 @@ from simulation.clients import (
     TrackedLeases,
 )
 from simulation.node import SimAgent
-from simulation.schedule import QUIET_S, SPAN_S, Plan
-from emulated.ec2 import Ec2Config, Ec2Emulator
-from emulated.esm import EsmConfig, EventSourceMapping
-from emulated.iid import IdentitySigner
-from emulated.imds import Imds
-from emulated.memstores import MemBuckets, MemFlips
-from emulated.sqs import FastSqs
+from simulation.schedule import QUIET_S, SPAN_S, SeedPlan
 from warmpool import names
 from warmpool.buckets import DEFAULT_SPECS, BucketSpec
 from warmpool.messages import MessageError, parse_result
@@ -85,7 +85,7 @@ def _signer() -> IdentitySigner:
 
 
 @dataclass
-class Outcome:
+class SeedOutcome:
     seed: int
     events: int
     faults: Counter[str]
@@ -93,8 +93,8 @@ class Outcome:
     virtual_s: float
 
 
-class World:
-    def __init__(self, plan: Plan, mutate: Callable[[World], None] | None = None) -> None:
+class SimWorld:
+    def __init__(self, plan: SeedPlan, mutate: Callable[[SimWorld], None] | None = None) -> None:
         self.plan = plan
         self.loop = EventLoop(VirtualClock(T0))
         self.faults: Counter[str] = Counter()
@@ -477,7 +477,7 @@ class World:
         self.terminated[a.iid] = self.now()
 
     # --- the run
-    def run(self) -> Outcome:
+    def run(self) -> SeedOutcome:
         end = T0 + SPAN_S + QUIET_S
         for ev in self.plan.events:
             self.loop.call_at(T0 + ev.at, functools.partial(events.apply, self, ev))
@@ -494,7 +494,7 @@ class World:
                     for f in os.listdir(self.sockdir):
                         os.unlink(os.path.join(self.sockdir, f))
                     os.rmdir(self.sockdir)
-        return Outcome(self.plan.seed, len(self.plan.events), self.faults, self.violations, self.now() - T0)
+        return SeedOutcome(self.plan.seed, len(self.plan.events), self.faults, self.violations, self.now() - T0)
 
     def _after(self) -> bool:
         """After every event of the loop: IMDS sees what changed, then every invariant."""

@@ -142,7 +142,7 @@ class ReleaseOffer(_Strict):
     quarantined_at: Annotated[float, Field(ge=0, le=1e11)] | None = None
 
 
-class NodeIdentity(_Strict):
+class SignedIdentity(_Strict):
     """The instance identity document and its signature exactly as IMDS serves
     them (``/latest/dynamic/instance-identity/document`` and ``.../signature``:
     base64 RSA over SHA-256 of the document's bytes). Not a nonce: it proves
@@ -169,7 +169,7 @@ class PoolReport(_Strict):
     assigned_ips: Count = 0
     pending_demand: Count = 0
     release: Annotated[list[ReleaseOffer], Field(max_length=MAX_ENIS)] = []
-    identity: NodeIdentity | None = None
+    identity: SignedIdentity | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from bench.world import World
+from bench.world import BenchWorld
 
 
 class Strategy(Protocol):
     name: str
 
-    def __init__(self, world: World) -> None: ...
+    def __init__(self, world: BenchWorld) -> None: ...
 
     def start(self) -> None:
         """Schedule the scenario's events on the world with this strategy's handlers."""

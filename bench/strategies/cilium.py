@@ -60,7 +60,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from bench.proc import Limiter, Proc, StandardRetryer, ec2_call, error_code, spawn, wait_until
-from bench.world import NodePool, NodeRt, World
+from bench.world import BenchWorld, NodePool, NodeRt
 from warmpool.limits import PREFIX_SIZE
 from warmpool.names import TAG_CLUSTER_NAME, TAG_INSTANCE_ID
 
@@ -139,7 +139,7 @@ class _Node:
 class Operator:
     """One cluster's operator (see the module docstring)."""
 
-    def __init__(self, world: World, cluster: str, counts: Counter[str]) -> None:
+    def __init__(self, world: BenchWorld, cluster: str, counts: Counter[str]) -> None:
         self.w = world
         self.cluster = cluster
         self.counts = counts
@@ -529,7 +529,7 @@ class Cilium:
 
     name = "cilium"
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: BenchWorld) -> None:
         self.w = world
         self.counts: Counter[str] = Counter()
         self.operators = {c.name: Operator(world, c.name, self.counts) for c in world.scenario.all_clusters}

@@ -34,7 +34,7 @@ each behaviour.
   fails ends the loop's action (logged), and the next loop tries again.
 * A freed address cools down ``IP_COOLDOWN_PERIOD`` before reuse.
 * A CNI ADD that finds no address fails at once; the kubelet syncs the pod
-  again 10–15 s later (:meth:`bench.world.World.kubelet_retry_s`), so a
+  again 10–15 s later (:meth:`bench.world.BenchWorld.kubelet_retry_s`), so a
   pod is not served the instant an address appears.
 * The subnet is the node's primary ENI's (no custom networking).
 """
@@ -48,7 +48,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from bench.proc import Proc, StandardRetryer, ec2_call, error_code, spawn, wait_until
-from bench.world import NodePool, NodeRt, World
+from bench.world import BenchWorld, NodePool, NodeRt
 from warmpool.names import TAG_CLUSTER_NAME, TAG_CREATED_AT, TAG_INSTANCE_ID
 from warmpool.pool import PoolState, compute
 
@@ -80,7 +80,7 @@ class _Eni:
 class Ipamd:
     """One node's ipamd (see the module docstring)."""
 
-    def __init__(self, world: World, node: NodeRt, owner: VpcCni) -> None:
+    def __init__(self, world: BenchWorld, node: NodeRt, owner: VpcCni) -> None:
         self.w = world
         self.node = node
         self.owner = owner
@@ -343,7 +343,7 @@ class VpcCni:
 
     name = "vpc-cni"
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: BenchWorld) -> None:
         from collections import Counter
 
         self.w = world

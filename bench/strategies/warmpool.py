@@ -36,7 +36,7 @@ Wiring assumptions (the bench's, not the product's):
   up to ``MaximumConcurrency``; back to five once the queue is drained.
 * A CNI ADD that finds no address waits up to ``ADD_WAIT_S`` (the production
   agent's ``WARMPOOL_ADD_WAIT_S`` default) for one, then fails; the kubelet
-  syncs the pod again 10–15 s later (:meth:`World.kubelet_retry_s`).
+  syncs the pod again 10–15 s later (:meth:`BenchWorld.kubelet_retry_s`).
 * Faults: ``lambda-crash`` — an invocation dies (with probability ``rate``)
   after 0–3 of its mutating EC2 calls, failing its whole batch;
   ``duplicate-delivery`` — a sent message (report or result) is delivered
@@ -53,19 +53,21 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from bench.world import BenchWorld, NodeRt
+from emulated.esm import EsmConfig, EventSourceMapping
+from emulated.iid import IdentitySigner
+from emulated.imds import Imds
+from emulated.lambda_runtime import LambdaCrash
+from emulated.memstores import MemBuckets, MemLeases, MemLedger
+from emulated.sqs import FastSqs
 from functions.allocator import Allocator, Record, serial_map
 from functions.reconciler import Reconciler
 from functions.settings import Settings
 from node_agent.config import Timing
-from node_agent.controller import AttachedEni, NodeIdentity, PoolController
+from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
 from node_agent.imds import parse_interfaces
-from bench.world import NodeRt, World
-from emulated.esm import EsmConfig, EventSourceMapping
-from emulated.iid import IdentitySigner
-from emulated.imds import Imds
-from emulated.memstores import MemBuckets, MemLeases, MemLedger
-from emulated.sqs import FastSqs
+from node_agent.records import NodeIdentity
 from warmpool import names
 from warmpool.buckets import BucketSpec, spec_for
 from warmpool.messages import MessageError, parse_result
@@ -89,10 +91,6 @@ BATCHING_WINDOW_S = 1.0
 MAX_CONCURRENCY = 10
 FUNCTION_TIMEOUT_S = 30.0
 VISIBILITY_TIMEOUT_S = 180
-
-
-class LambdaCrash(BaseException):
-    """The invocation dies (not an EC2 error: nothing in the allocator catches it)."""
 
 
 class _CrashingEc2:
@@ -140,7 +138,7 @@ class _DupSqs:
     def __init__(
         self,
         inner: Any,
-        world: World,
+        world: BenchWorld,
         on_result: Callable[[str, float], None] | None = None,
         offset: Callable[[], float] | None = None,
     ) -> None:
@@ -179,7 +177,7 @@ class _DupSqs:
 class _EmuMetadata:
     """IMDS as the emulated EC2 answers it (ENIs appear once their attach is visible)."""
 
-    def __init__(self, world: World, instance_id: str) -> None:
+    def __init__(self, world: BenchWorld, instance_id: str) -> None:
         self._w = world
         self._iid = instance_id
 
@@ -464,7 +462,7 @@ class Warmpool:
 
     name = "warmpool"
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: BenchWorld) -> None:
         self.w = world
         self.counts: Counter[str] = Counter()
         self.sqs = FastSqs(world.loop.clock)

@@ -7,7 +7,8 @@ served in-process through botocore event hooks) and :mod:`emulated.ec2.http`
 """
 
 from .client import FastEc2Client
-from .emulator import UNFILTERED_SUFFIX, Ec2Config, Ec2Emulator
+from .config import Ec2Config
+from .emulator import UNFILTERED_SUFFIX, Ec2Emulator
 from .errors import Ec2Error
 
 __all__ = ["UNFILTERED_SUFFIX", "Ec2Config", "Ec2Emulator", "Ec2Error", "FastEc2Client"]

@@ -10,12 +10,10 @@ botocore model here (the boto3 path does that).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import Ec2Error
-
-if TYPE_CHECKING:
-    from .emulator import Ec2Emulator
+from .registry import Dispatcher
 
 
 def snake_to_action(name: str) -> str:
@@ -25,7 +23,7 @@ def snake_to_action(name: str) -> str:
 class FastEc2Client:
     """boto3-shaped EC2 client served directly by an :class:`Ec2Emulator`."""
 
-    def __init__(self, emu: Ec2Emulator) -> None:
+    def __init__(self, emu: Dispatcher) -> None:
         self.emulator = emu
 
     def _call(self, action: str, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ is the IMDS tree of one instance (served by :mod:`emulated.imds`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from warmpool.limits import InstanceLimits
 
@@ -25,11 +25,8 @@ from .filters import (
     paginate,
     tags_of,
 )
-from .registry import Handler, id_list
-from .state import STATE_CODES, Eni, Instance, tag_list, ts
-
-if TYPE_CHECKING:
-    from .emulator import Ec2Emulator
+from .registry import DescribeState, Handler, id_list
+from .state import STATE_CODES, EmulatedEni, Instance, tag_list, ts
 
 T = TypeVar("T")
 
@@ -42,18 +39,18 @@ def named(store: Mapping[str, T], ids: list[str], kind: str) -> list[T]:
     return [store[i] for i in dict.fromkeys(ids)]
 
 
-def describe_enis(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+def describe_enis(emu: DescribeState, p: dict[str, Any]) -> dict[str, Any]:
     filters = filter_values(p.get("Filters"))
     getters = {**ENI_FILTERS, "owner-id": lambda e: [emu.owner]}
     check_filters(filters, getters)
     ids = id_list(p, "NetworkInterfaceIds")
-    cands: Iterable[Eni]
+    cands: Iterable[EmulatedEni]
     if ids:
         cands = named(emu.enis, ids, "NetworkInterface")
     else:
         by_inst = next((v for n, v in filters if n == "attachment.instance-id"), None)
         if by_inst is not None:
-            found: list[Eni] = []
+            found: list[EmulatedEni] = []
             for iid in by_inst:
                 inst = emu.instances.get(iid)
                 if inst is not None:
@@ -69,7 +66,7 @@ def describe_enis(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def render_instance(emu: Ec2Emulator, inst: Instance) -> dict[str, Any]:
+def render_instance(emu: DescribeState, inst: Instance) -> dict[str, Any]:
     primary = emu.enis.get(inst.primary_eni)
     nics = [emu.enis[e].render_for_instance(emu.owner) for _, e in sorted(inst.slots.items())]
     d: dict[str, Any] = {
@@ -96,11 +93,11 @@ def render_instance(emu: Ec2Emulator, inst: Instance) -> dict[str, Any]:
     return d
 
 
-def reservation(emu: Ec2Emulator, rid: str, insts: list[dict[str, Any]]) -> dict[str, Any]:
+def reservation(emu: DescribeState, rid: str, insts: list[dict[str, Any]]) -> dict[str, Any]:
     return {"ReservationId": rid, "OwnerId": emu.owner, "Groups": [], "Instances": insts}
 
 
-def describe_instances(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+def describe_instances(emu: DescribeState, p: dict[str, Any]) -> dict[str, Any]:
     filters = filter_values(p.get("Filters"))
     check_filters(filters, INSTANCE_FILTERS)
     ids = id_list(p, "InstanceIds")
@@ -123,7 +120,7 @@ def describe_instances(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
 
 
 def _describe_store(
-    emu: Ec2Emulator,
+    emu: DescribeState,
     p: dict[str, Any],
     store: dict[str, Any],
     spec: Any,
@@ -145,7 +142,7 @@ def _describe_store(
     return out
 
 
-def describe_subnets(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+def describe_subnets(emu: DescribeState, p: dict[str, Any]) -> dict[str, Any]:
     return _describe_store(
         emu,
         p,
@@ -158,7 +155,7 @@ def describe_subnets(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def describe_vpcs(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+def describe_vpcs(emu: DescribeState, p: dict[str, Any]) -> dict[str, Any]:
     return _describe_store(emu, p, emu.vpcs, VPC_FILTERS, "VpcIds", "Vpc", "Vpcs", lambda v: v.render(emu.owner))
 
 
@@ -183,7 +180,7 @@ def render_type(lim: InstanceLimits) -> dict[str, Any]:
     }
 
 
-def describe_instance_types(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+def describe_instance_types(emu: DescribeState, p: dict[str, Any]) -> dict[str, Any]:
     filters = filter_values(p.get("Filters"))
     getters: dict[str, Getter] = {
         "instance-type": lambda t: [t.instance_type],
@@ -203,7 +200,7 @@ def describe_instance_types(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, An
     return out
 
 
-def instance_metadata(emu: Ec2Emulator, inst: Instance) -> dict[str, Any]:
+def instance_metadata(emu: DescribeState, inst: Instance) -> dict[str, Any]:
     """The IMDS ``meta-data`` tree of ``inst`` now: dicts are directories,
     strings are leaves. ENIs appear only once their attach is visible."""
     primary = emu.enis.get(inst.primary_eni, None)
@@ -243,7 +240,7 @@ def instance_metadata(emu: Ec2Emulator, inst: Instance) -> dict[str, Any]:
     return md
 
 
-HANDLERS: dict[str, Handler] = {
+HANDLERS: dict[str, Handler[DescribeState]] = {
     "DescribeNetworkInterfaces": describe_enis,
     "DescribeInstances": describe_instances,
     "DescribeSubnets": describe_subnets,

@@ -27,8 +27,8 @@ import ipaddress
 import random
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from warmpool.buckets import (
     UNFILTERED_DESCRIBE,
@@ -42,14 +42,13 @@ from warmpool.clock import Clock
 from warmpool.limits import KNOWN_TYPES, InstanceLimits
 
 from . import describe, enis, resources
+from .client import FastEc2Client
+from .config import Ec2Config
 from .describe import instance_metadata
 from .errors import Ec2Error, metadata, not_found
 from .registry import MAX_IPV4_PER_ENI, Handler
 from .resources import launch_instance, new_subnet, terminate
-from .state import Eni, Instance, Subnet, Vpc
-
-if TYPE_CHECKING:
-    from .client import FastEc2Client
+from .state import EmulatedEni, EmulatedSubnet, Instance, Vpc
 
 UNFILTERED_SUFFIX = ":unfiltered"
 """Bucket key suffix for unfiltered, unpaginated DescribeInstances/DescribeNetworkInterfaces
@@ -57,27 +56,8 @@ UNFILTERED_SUFFIX = ":unfiltered"
 
 AttachCallback = Callable[[str, dict[str, Any]], None]
 
-_HANDLERS: dict[str, Handler] = {**describe.HANDLERS, **enis.HANDLERS, **resources.HANDLERS}
+_HANDLERS: dict[str, Handler[Ec2Emulator]] = {**describe.HANDLERS, **enis.HANDLERS, **resources.HANDLERS}
 """Every action served: the handler modules' tables (an action name is in exactly one)."""
-
-
-@dataclass
-class Ec2Config:
-    """How the emulated EC2 behaves. Every number is configurable, none hard-wired."""
-
-    buckets: Mapping[str, BucketSpec] = field(default_factory=dict)
-    """Per-action overrides of :data:`warmpool.buckets.DEFAULT_SPECS`."""
-    api_latency_s: float = 0.0
-    """What every call costs a caller in time (see :meth:`Ec2Emulator.latency_for`)."""
-    attach_delay_s: float = 0.0
-    """Seconds before an attach shows as ``attached`` in Describe and appears in IMDS."""
-    detach_delay_s: float = 0.0
-    """Seconds an ENI stays ``detaching`` (and cannot be deleted) after DetachNetworkInterface."""
-    throttling: bool = True
-    region: str = "us-east-1"
-    account_id: str = "123456789012"
-    instance_types: Mapping[str, InstanceLimits] = field(default_factory=dict)
-    """Extra instance types beyond :data:`warmpool.limits.KNOWN_TYPES`."""
 
 
 @dataclass
@@ -105,9 +85,9 @@ class Ec2Emulator:
         self._fault_rng = random.Random(seed + 1)
         self._lock = threading.RLock()
         self.vpcs: dict[str, Vpc] = {}
-        self.subnets: dict[str, Subnet] = {}
+        self.subnets: dict[str, EmulatedSubnet] = {}
         self.instances: dict[str, Instance] = {}
-        self.enis: dict[str, Eni] = {}
+        self.enis: dict[str, EmulatedEni] = {}
         self._attachments: dict[str, str] = {}  # attachment id -> eni id
         self._ip_owner: dict[str, str] = {}  # address or prefix -> eni id
         self._tokens: dict[str, tuple[str, dict[str, Any]]] = {}  # ClientToken -> (fingerprint, response)
@@ -281,8 +261,6 @@ class Ec2Emulator:
 
     def client(self) -> FastEc2Client:
         """A fast boto3-shaped client (satisfies :class:`warmpool.ports.Ec2Api`)."""
-        from .client import FastEc2Client
-
         return FastEc2Client(self)
 
     def boto3_client(self, **kwargs: Any) -> Any:
@@ -417,7 +395,7 @@ class Ec2Emulator:
             elif kind == "detach" and eni.attachment.status == "detaching":
                 self._finish_detach(eni)
 
-    def _fire_attach(self, eni: Eni) -> None:
+    def _fire_attach(self, eni: EmulatedEni) -> None:
         if not self._on_attach or eni.attachment is None:
             return
         iid = eni.attachment.instance_id
@@ -427,7 +405,7 @@ class Ec2Emulator:
 
     # ------------------------------------------------------------ lookups
 
-    def _subnet(self, sid: str) -> Subnet:
+    def _subnet(self, sid: str) -> EmulatedSubnet:
         s = self.subnets.get(sid)
         if s is None:
             raise not_found("Subnet", sid)
@@ -439,13 +417,13 @@ class Ec2Emulator:
             raise not_found("Instance", iid)
         return i
 
-    def _eni(self, eid: str) -> Eni:
+    def _eni(self, eid: str) -> EmulatedEni:
         e = self.enis.get(eid)
         if e is None:
             raise not_found("NetworkInterface", eid)
         return e
 
-    def _eni_limit(self, eni: Eni) -> tuple[int, InstanceLimits | None]:
+    def _eni_limit(self, eni: EmulatedEni) -> tuple[int, InstanceLimits | None]:
         if eni.attachment is None:
             return MAX_IPV4_PER_ENI, None
         lim = self.instances[eni.attachment.instance_id].limits
@@ -453,7 +431,7 @@ class Ec2Emulator:
 
     # ------------------------------------------------------------ attachments
 
-    def _finish_detach(self, eni: Eni) -> None:
+    def _finish_detach(self, eni: EmulatedEni) -> None:
         att = eni.attachment
         if att is None:
             return

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import Ec2Error, not_found
 from .registry import (
     MAX_IPV4_PER_ENI,
+    EniState,
     Handler,
     count,
     fingerprint,
@@ -25,27 +26,24 @@ from .registry import (
     req,
     tags_for,
 )
-from .state import Attachment, Eni, Subnet
-
-if TYPE_CHECKING:
-    from .emulator import Ec2Emulator
+from .state import Attachment, EmulatedEni, EmulatedSubnet
 
 
 def new_eni(
-    emu: Ec2Emulator,
-    subnet: Subnet,
+    emu: EniState,
+    subnet: EmulatedSubnet,
     primary: str | None,
     n_secondary: int,
     secondary: list[str],
     n_prefixes: int,
     prefixes: list[str],
     description: str,
-) -> Eni:
+) -> EmulatedEni:
     specific = ([primary] if primary else []) + secondary
     taken, taken_prefixes = carve(subnet, specific, (0 if primary else 1) + n_secondary, prefixes, n_prefixes)
     if primary is None:
         primary = taken[len(specific)]
-    eni = Eni(
+    eni = EmulatedEni(
         emu._id("eni"),
         subnet.id,
         subnet.vpc_id,
@@ -66,7 +64,7 @@ def new_eni(
 
 
 def carve(
-    subnet: Subnet,
+    subnet: EmulatedSubnet,
     ips: list[str],
     n_ips: int,
     prefixes: list[str],
@@ -105,7 +103,7 @@ def carve(
     return taken, taken_prefixes
 
 
-def take_specific_ip(subnet: Subnet, ip: str) -> None:
+def take_specific_ip(subnet: EmulatedSubnet, ip: str) -> None:
     pool = subnet.pool
     if pool.offset(ip) is None:
         raise Ec2Error("InvalidParameterValue", f"Address {ip} does not fall within the subnet's address range")
@@ -115,7 +113,7 @@ def take_specific_ip(subnet: Subnet, ip: str) -> None:
         raise Ec2Error("InvalidIPAddress.InUse", f"The specified address {ip} is already in use.")
 
 
-def take_specific_prefix(subnet: Subnet, prefix: str) -> None:
+def take_specific_prefix(subnet: EmulatedSubnet, prefix: str) -> None:
     try:
         net = ipaddress.IPv4Network(prefix, strict=True)
     except ValueError:
@@ -130,7 +128,7 @@ def take_specific_prefix(subnet: Subnet, prefix: str) -> None:
         )
 
 
-def delete_eni(emu: Ec2Emulator, eni: Eni) -> None:
+def delete_eni(emu: EniState, eni: EmulatedEni) -> None:
     pool = emu.subnets[eni.subnet_id].pool
     for ip in [eni.primary_ip, *eni.secondary]:
         pool.release_ip(ip)
@@ -141,7 +139,7 @@ def delete_eni(emu: Ec2Emulator, eni: Eni) -> None:
     del emu.enis[eni.id]
 
 
-def create_eni(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+def create_eni(emu: EniState, p: dict[str, Any]) -> dict[str, Any]:
     token = p.get("ClientToken")
     fp = ""
     if token:
@@ -208,7 +206,7 @@ def _copy_eni_view(view: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def assign(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+def assign(emu: EniState, p: dict[str, Any]) -> dict[str, Any]:
     eni = emu._eni(req(p, "NetworkInterfaceId"))
     ips = list(p.get("PrivateIpAddresses") or [])
     n_ips = count(p, "SecondaryPrivateIpAddressCount")
@@ -263,7 +261,7 @@ def assign(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def unassign(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+def unassign(emu: EniState, p: dict[str, Any]) -> dict[str, Any]:
     eni = emu._eni(req(p, "NetworkInterfaceId"))
     ips = list(dict.fromkeys(p.get("PrivateIpAddresses") or []))
     prefixes = list(dict.fromkeys(p.get("Ipv4Prefixes") or []))
@@ -294,7 +292,7 @@ def unassign(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def attach(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+def attach(emu: EniState, p: dict[str, Any]) -> dict[str, Any]:
     eni = emu._eni(req(p, "NetworkInterfaceId"))
     inst = emu._instance(req(p, "InstanceId"))
     if p.get("DeviceIndex") is None:
@@ -354,14 +352,14 @@ def attach(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     return {"AttachmentId": att.id, "NetworkCardIndex": card}
 
 
-def _eni_by_attachment(emu: Ec2Emulator, att_id: str) -> Eni:
+def _eni_by_attachment(emu: EniState, att_id: str) -> EmulatedEni:
     eid = emu._attachments.get(att_id)
     if eid is None:
         raise not_found("Attachment", att_id)
     return emu.enis[eid]
 
 
-def detach(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+def detach(emu: EniState, p: dict[str, Any]) -> dict[str, Any]:
     eni = _eni_by_attachment(emu, req(p, "AttachmentId"))
     att = eni.attachment
     assert att is not None
@@ -381,7 +379,7 @@ def detach(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def delete(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+def delete(emu: EniState, p: dict[str, Any]) -> dict[str, Any]:
     eni = emu._eni(req(p, "NetworkInterfaceId"))
     if eni.attachment is not None:
         raise Ec2Error("InvalidNetworkInterface.InUse", f"The network interface '{eni.id}' is currently in use.")
@@ -389,7 +387,7 @@ def delete(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def modify(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+def modify(emu: EniState, p: dict[str, Any]) -> dict[str, Any]:
     eni = emu._eni(req(p, "NetworkInterfaceId"))
     att = p.get("Attachment")
     if att:
@@ -407,7 +405,7 @@ def modify(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-HANDLERS: dict[str, Handler] = {
+HANDLERS: dict[str, Handler[EniState]] = {
     "CreateNetworkInterface": create_eni,
     "AssignPrivateIpAddresses": assign,
     "UnassignPrivateIpAddresses": unassign,

@@ -17,16 +17,14 @@ retries with real sleeps — which is what virtual time needs. The HTTP path
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import boto3
 from botocore.awsrequest import AWSResponse
 from botocore.config import Config
 
 from .errors import Ec2Error, metadata
-
-if TYPE_CHECKING:
-    from .emulator import Ec2Emulator
+from .registry import Dispatcher
 
 _PARAMS_KEY = "warmpool_emulated_params"
 
@@ -40,7 +38,7 @@ def _http(status: int, url: str) -> AWSResponse:
     return AWSResponse(url, status, {"content-type": "text/xml;charset=UTF-8"}, _EmptyRaw())
 
 
-def boto3_client(emu: Ec2Emulator, config: Config | None = None, **kwargs: Any) -> Any:
+def boto3_client(emu: Dispatcher, config: Config | None = None, **kwargs: Any) -> Any:
     """A boto3 ec2 client whose every call is served in-process by ``emu``."""
     session = boto3.session.Session(
         aws_access_key_id="testing",

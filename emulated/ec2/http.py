@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qsl
 
 from werkzeug.serving import WSGIRequestHandler, make_server
@@ -25,9 +25,7 @@ from emulated.clock import VirtualClock
 
 from .errors import Ec2Error, new_request_id
 from .protocol import parse_request, render_error, render_response
-
-if TYPE_CHECKING:
-    from .emulator import Ec2Emulator
+from .registry import Dispatcher
 
 Sleep = Callable[[float], None]
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
@@ -45,11 +43,11 @@ REASONS = {
 }
 
 
-def _default_sleep(emu: Ec2Emulator) -> Sleep | None:
+def _default_sleep(emu: Dispatcher) -> Sleep | None:
     return None if isinstance(emu.clock, VirtualClock) else time.sleep
 
 
-def handle(emu: Ec2Emulator, query: str, body: bytes, sleep: Sleep | None = None) -> tuple[int, bytes]:
+def handle(emu: Dispatcher, query: str, body: bytes, sleep: Sleep | None = None) -> tuple[int, bytes]:
     """Serve one EC2 Query request; returns (HTTP status, XML body)."""
     form = dict(parse_qsl(query, keep_blank_values=True))
     if body:
@@ -71,7 +69,7 @@ def handle(emu: Ec2Emulator, query: str, body: bytes, sleep: Sleep | None = None
         return e.status, render_error(e, rid)
 
 
-def make_app(emu: Ec2Emulator, sleep: Sleep | bool | None = True) -> WsgiApp:
+def make_app(emu: Dispatcher, sleep: Sleep | bool | None = True) -> WsgiApp:
     """A WSGI app speaking the EC2 Query protocol. ``sleep=True`` sleeps the
     configured latency when the emulator runs on a real clock; ``False`` never."""
     sleeper = _default_sleep(emu) if sleep is True else (sleep or None)
@@ -122,6 +120,6 @@ class Server:
         self.close()
 
 
-def serve(emu: Ec2Emulator, host: str = "127.0.0.1", port: int = 0, sleep: Sleep | bool | None = True) -> Server:
+def serve(emu: Dispatcher, host: str = "127.0.0.1", port: int = 0, sleep: Sleep | bool | None = True) -> Server:
     """Serve ``emu`` over HTTP in a background thread (port 0: pick a free one)."""
     return Server(make_app(emu, sleep), host, port)

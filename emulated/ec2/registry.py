@@ -3,7 +3,12 @@
 A handler is ``(emulator, params) -> response`` for one EC2 action; each
 handler module (:mod:`.describe`, :mod:`.enis`, :mod:`.resources`) ends with a
 ``HANDLERS`` table, and :mod:`.emulator` serves the union of those tables
-after counting, fault injection and throttling. The helpers here read boto3's
+after counting, fault injection and throttling. A handler module sees the
+emulator through the protocol here that lists what it reaches
+(:class:`DescribeState`, :class:`EniState`, :class:`ResourceState`), and the
+ways in (:mod:`.client`, :mod:`.hooks`, :mod:`.http`) through
+:class:`Dispatcher`; :class:`~.emulator.Ec2Emulator` satisfies them all, and
+none of these modules imports it. The helpers here read boto3's
 keyword arguments the way EC2 does (missing parameters, id lists, tag
 specifications, counts, ClientToken fingerprints) and build the errors more
 than one module raises.
@@ -14,17 +19,118 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
-from warmpool.limits import KNOWN_TYPES
+from warmpool.clock import Clock
+from warmpool.limits import KNOWN_TYPES, InstanceLimits
 
+from .config import Ec2Config
 from .errors import Ec2Error
+from .state import EmulatedEni, EmulatedSubnet, Instance, Vpc
 
-if TYPE_CHECKING:
-    from .emulator import Ec2Emulator
+S = TypeVar("S")
 
-Handler = Callable[["Ec2Emulator", dict[str, Any]], dict[str, Any]]
-"""Serves one action: boto3's keyword arguments in, boto3's answer out (raises :class:`Ec2Error`)."""
+Handler = Callable[[S, dict[str, Any]], dict[str, Any]]
+"""Serves one action over the emulator's state ``S``: boto3's keyword arguments in,
+boto3's answer out (raises :class:`Ec2Error`)."""
+
+
+class Dispatcher(Protocol):
+    """What the ways in (:mod:`.client`, :mod:`.hooks`, :mod:`.http`) reach of the emulator."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def config(self) -> Ec2Config: ...
+
+    def dispatch(self, action: str, params: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def latency_for(self, action: str) -> float: ...
+
+    @staticmethod
+    def actions() -> list[str]: ...
+
+
+class Ec2View(Protocol):
+    """What every handler module reads of the emulator."""
+
+    @property
+    def config(self) -> Ec2Config: ...
+
+    @property
+    def owner(self) -> str:
+        """The account id resources are rendered with."""
+        ...
+
+    @property
+    def subnets(self) -> dict[str, EmulatedSubnet]: ...
+
+    @property
+    def enis(self) -> dict[str, EmulatedEni]: ...
+
+
+class DescribeState(Ec2View, Protocol):
+    """What :mod:`.describe` reads of the emulator."""
+
+    @property
+    def vpcs(self) -> dict[str, Vpc]: ...
+
+    @property
+    def instances(self) -> dict[str, Instance]: ...
+
+    @property
+    def _types(self) -> dict[str, InstanceLimits]: ...
+
+
+class EniState(Ec2View, Protocol):
+    """What :mod:`.enis` reaches of the emulator."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def _attachments(self) -> dict[str, str]:
+        """Attachment id -> ENI id."""
+        ...
+
+    @property
+    def _ip_owner(self) -> dict[str, str]:
+        """Address or prefix -> ENI id."""
+        ...
+
+    @property
+    def _tokens(self) -> dict[str, tuple[str, dict[str, Any]]]:
+        """ClientToken -> (fingerprint, response)."""
+        ...
+
+    def _id(self, prefix: str) -> str: ...
+
+    def _mac(self) -> str: ...
+
+    def _subnet(self, sid: str) -> EmulatedSubnet: ...
+
+    def _instance(self, iid: str) -> Instance: ...
+
+    def _eni(self, eid: str) -> EmulatedEni: ...
+
+    def _eni_limit(self, eni: EmulatedEni) -> tuple[int, InstanceLimits | None]: ...
+
+    def _schedule(self, at: float, kind: str, eni_id: str, att_id: str) -> None: ...
+
+    def _fire_attach(self, eni: EmulatedEni) -> None: ...
+
+    def _finish_detach(self, eni: EmulatedEni) -> None: ...
+
+
+class ResourceState(DescribeState, EniState, Protocol):
+    """What :mod:`.resources` reaches of the emulator (it calls into :mod:`.describe` and :mod:`.enis`)."""
+
+    @property
+    def _run_tokens(self) -> dict[str, tuple[str, dict[str, Any]]]: ...
+
+    def add_vpc(self, cidr: str = ..., vpc_id: str | None = None, tags: Mapping[str, str] | None = None) -> str: ...
+
 
 MAX_IPV4_PER_ENI = max(t.ipv4_per_eni for t in KNOWN_TYPES.values())
 """Cap on addresses of an ENI that is not attached (no instance type to limit it yet)."""

@@ -10,7 +10,7 @@ CreateSubnet, CreateTags).
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from warmpool.limits import InstanceLimits, known
 
@@ -18,14 +18,11 @@ from .cidr import SubnetPool
 from .describe import render_instance, reservation
 from .enis import delete_eni, new_eni
 from .errors import Ec2Error, not_found
-from .registry import Handler, fingerprint, id_list, insufficient_addresses, req, tags_for
-from .state import STATE_CODES, Attachment, Instance, Subnet
-
-if TYPE_CHECKING:
-    from .emulator import Ec2Emulator
+from .registry import Handler, ResourceState, fingerprint, id_list, insufficient_addresses, req, tags_for
+from .state import STATE_CODES, Attachment, EmulatedSubnet, Instance
 
 
-def new_subnet(emu: Ec2Emulator, vpc_id: str, cidr: str, az: str, subnet_id: str | None, tags: dict[str, str]) -> str:
+def new_subnet(emu: ResourceState, vpc_id: str, cidr: str, az: str, subnet_id: str | None, tags: dict[str, str]) -> str:
     vpc = emu.vpcs.get(vpc_id)
     if vpc is None:
         raise not_found("Vpc", vpc_id)
@@ -41,11 +38,11 @@ def new_subnet(emu: Ec2Emulator, vpc_id: str, cidr: str, az: str, subnet_id: str
     sid = subnet_id or emu._id("subnet")
     if sid in emu.subnets:
         raise Ec2Error("InvalidParameterValue", f"subnet {sid} already exists")
-    emu.subnets[sid] = Subnet(sid, vpc_id, az, cidr, SubnetPool(cidr), tags)
+    emu.subnets[sid] = EmulatedSubnet(sid, vpc_id, az, cidr, SubnetPool(cidr), tags)
     return sid
 
 
-def limits_of(emu: Ec2Emulator, instance_type: str) -> InstanceLimits:
+def limits_of(emu: ResourceState, instance_type: str) -> InstanceLimits:
     lim = emu._types.get(instance_type)
     if lim is None:
         try:
@@ -56,7 +53,7 @@ def limits_of(emu: Ec2Emulator, instance_type: str) -> InstanceLimits:
 
 
 def launch_instance(
-    emu: Ec2Emulator,
+    emu: ResourceState,
     instance_type: str,
     subnet_id: str,
     tags: dict[str, str],
@@ -91,7 +88,7 @@ def launch_instance(
     return iid
 
 
-def terminate(emu: Ec2Emulator, instance_id: str) -> str:
+def terminate(emu: ResourceState, instance_id: str) -> str:
     inst = emu._instance(instance_id)
     prev = inst.state
     if prev == "terminated":
@@ -107,7 +104,7 @@ def terminate(emu: Ec2Emulator, instance_id: str) -> str:
     return prev
 
 
-def _taggable(emu: Ec2Emulator, rid: str) -> Any:
+def _taggable(emu: ResourceState, rid: str) -> Any:
     for prefix, table, kind in (
         ("eni-", emu.enis, "NetworkInterface"),
         ("i-", emu.instances, "Instance"),
@@ -124,7 +121,7 @@ def _taggable(emu: Ec2Emulator, rid: str) -> Any:
     raise Ec2Error("InvalidID", f"The ID '{rid}' is not valid")
 
 
-def create_tags(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+def create_tags(emu: ResourceState, p: dict[str, Any]) -> dict[str, Any]:
     objs = [_taggable(emu, r) for r in id_list(p, "Resources")]
     if not objs:
         raise Ec2Error("MissingParameter", "The request must contain the parameter resourceIdSet")
@@ -135,7 +132,7 @@ def create_tags(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def run_instances(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+def run_instances(emu: ResourceState, p: dict[str, Any]) -> dict[str, Any]:
     token = p.get("ClientToken")
     if token and token in emu._run_tokens:
         fp, resp = emu._run_tokens[token]
@@ -181,7 +178,7 @@ def run_instances(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def terminate_instances(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+def terminate_instances(emu: ResourceState, p: dict[str, Any]) -> dict[str, Any]:
     ids = id_list(p, "InstanceIds")
     if not ids:
         raise Ec2Error("MissingParameter", "The request must contain the parameter InstanceId")
@@ -200,7 +197,7 @@ def terminate_instances(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     return {"TerminatingInstances": out}
 
 
-def create_vpc(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+def create_vpc(emu: ResourceState, p: dict[str, Any]) -> dict[str, Any]:
     cidr = str(req(p, "CidrBlock"))
     try:
         net = ipaddress.IPv4Network(cidr, strict=True)
@@ -212,7 +209,7 @@ def create_vpc(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     return {"Vpc": emu.vpcs[vid].render(emu.owner)}
 
 
-def create_subnet(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
+def create_subnet(emu: ResourceState, p: dict[str, Any]) -> dict[str, Any]:
     sid = new_subnet(
         emu,
         str(req(p, "VpcId")),
@@ -224,7 +221,7 @@ def create_subnet(emu: Ec2Emulator, p: dict[str, Any]) -> dict[str, Any]:
     return {"Subnet": emu.subnets[sid].render(emu.owner, emu.config.region)}
 
 
-HANDLERS: dict[str, Handler] = {
+HANDLERS: dict[str, Handler[ResourceState]] = {
     "CreateTags": create_tags,
     "RunInstances": run_instances,
     "TerminateInstances": terminate_instances,

@@ -54,7 +54,7 @@ class Vpc:
 
 
 @dataclass
-class Subnet:
+class EmulatedSubnet:
     id: str
     vpc_id: str
     az: str
@@ -110,7 +110,7 @@ class Attachment:
 
 
 @dataclass
-class Eni:
+class EmulatedEni:
     id: str
     subnet_id: str
     vpc_id: str

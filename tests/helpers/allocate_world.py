@@ -11,16 +11,16 @@ from typing import Any
 
 import boto3
 
-from functions.allocator import Allocator, BatchOutcome, Record, serial_map
-from functions.settings import Settings
-from functions.stores import DynamoBuckets, DynamoFlips, DynamoLeases, DynamoLedger, create_tables
-from functions.telemetry import Tally
 from emulated.clock import VirtualClock
 from emulated.ec2 import Ec2Config, Ec2Emulator
 from emulated.iid import IdentitySigner, document_for
 from emulated.imds import Imds
 from emulated.memstores import MemBuckets, MemFlips, MemLeases, MemLedger
 from emulated.sqs import FastSqs
+from functions.allocator import Allocator, BatchOutcome, Record, serial_map
+from functions.settings import Settings
+from functions.stores import DynamoBuckets, DynamoFlips, DynamoLeases, DynamoLedger, create_tables
+from functions.telemetry import Tally
 from warmpool import names
 from warmpool.buckets import MUTATING_ENI_ACTIONS
 from warmpool.messages import AllocationResult, PoolReport, parse_result
@@ -31,7 +31,7 @@ _SIGNER = IdentitySigner()
 MUTATING = (*MUTATING_ENI_ACTIONS, "CreateTags")
 
 
-class World:
+class AllocatorWorld:
     def __init__(
         self,
         cluster: str = "demo",

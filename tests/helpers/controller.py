@@ -4,9 +4,9 @@ feed it (tests/unit/test_agent_*.py)."""
 from __future__ import annotations
 
 from node_agent.config import Timing
-from node_agent.controller import AttachedEni, NodeIdentity, PoolController
+from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
-from node_agent.records import EniInfo
+from node_agent.records import EniInfo, NodeIdentity
 from warmpool.limits import known
 from warmpool.messages import AllocationResult, PoolReport
 from warmpool.pool import PoolConfig

@@ -71,20 +71,20 @@ def open_backend(name: str, config: Ec2Config | None = None) -> Iterator[Backend
 
 
 @dataclass
-class World:
+class Ec2World:
     vpc: str
     subnet: str
     instance: str
 
 
-def world(ec2: Any, cidr: str = "10.0.0.0/24", instance_type: str = "m5.large") -> World:
+def world(ec2: Any, cidr: str = "10.0.0.0/24", instance_type: str = "m5.large") -> Ec2World:
     """A VPC, a subnet and one running instance, made through the API (same on every backend)."""
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone="us-east-1a")["Subnet"]["SubnetId"]
     inst = ec2.run_instances(
         ImageId="ami-12345678", InstanceType=instance_type, MinCount=1, MaxCount=1, SubnetId=subnet
     )["Instances"][0]["InstanceId"]
-    return World(vpc, subnet, inst)
+    return Ec2World(vpc, subnet, inst)
 
 
 def error_of(exc: pytest.ExceptionInfo[ClientError]) -> tuple[str, int]:

@@ -136,7 +136,7 @@ def matching_sids(
 
 
 @dataclass(frozen=True)
-class Eni:
+class IamEni:
     """An ENI as IAM sees it: its id, VPC/subnet ARNs and tags."""
 
     eni_id: str

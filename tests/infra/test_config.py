@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.config import ConfigError, config_from_context
+from infra.config import StackConfigError, config_from_context
 
 GOOD = {
     "cluster": "demo",
@@ -18,7 +18,7 @@ GOOD = {
 
 
 def problems(**overrides: object) -> str:
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(StackConfigError) as err:
         config_from_context({**GOOD, **overrides})
     return str(err.value)
 
@@ -56,7 +56,7 @@ def test_defaults() -> None:
 
 
 def test_missing_required_keys_are_named_with_how_to_pass_them() -> None:
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(StackConfigError) as err:
         config_from_context({})
     text = str(err.value)
     for key in ("cluster", "vpc_id", "create_buckets_table"):
@@ -66,7 +66,7 @@ def test_missing_required_keys_are_named_with_how_to_pass_them() -> None:
 def test_the_shared_table_choice_must_be_explicit() -> None:
     context = dict(GOOD)
     del context["create_buckets_table"]
-    with pytest.raises(ConfigError, match="create_buckets_table: required"):
+    with pytest.raises(StackConfigError, match="create_buckets_table: required"):
         config_from_context(context)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from infra import policies
 from infra.config import config_from_context
-from tests.infra.iam_eval import ContextValue, Eni, evaluate, matching_sids
+from tests.infra.iam_eval import ContextValue, IamEni, evaluate, matching_sids
 from tests.infra.synth import BASE_CONTEXT, Synthesized
 from warmpool import names
 
@@ -28,20 +28,20 @@ WARMPOOL_TAGS = {
 }
 ENIS = {
     # what warmpool must be able to change
-    "warmpool": Eni("eni-warmpool", VPC, SUBNET, WARMPOOL_TAGS),
-    "primary": Eni("eni-primary", VPC, SUBNET, {names.TAG_PRIMARY_ENI_OF: CLUSTER}),
+    "warmpool": IamEni("eni-warmpool", VPC, SUBNET, WARMPOOL_TAGS),
+    "primary": IamEni("eni-primary", VPC, SUBNET, {names.TAG_PRIMARY_ENI_OF: CLUSTER}),
     # what it must not
-    "primary-untagged": Eni("eni-primary-untagged", VPC, SUBNET, {}),
-    "no-manage": Eni("eni-nomanage", VPC, SUBNET, {names.TAG_NO_MANAGE: "true"}),
-    "no-manage-but-ours": Eni("eni-nomanage-ours", VPC, SUBNET, {**WARMPOOL_TAGS, names.TAG_NO_MANAGE: "true"}),
-    "no-manage-primary": Eni(
+    "primary-untagged": IamEni("eni-primary-untagged", VPC, SUBNET, {}),
+    "no-manage": IamEni("eni-nomanage", VPC, SUBNET, {names.TAG_NO_MANAGE: "true"}),
+    "no-manage-but-ours": IamEni("eni-nomanage-ours", VPC, SUBNET, {**WARMPOOL_TAGS, names.TAG_NO_MANAGE: "true"}),
+    "no-manage-primary": IamEni(
         "eni-nomanage-primary", VPC, SUBNET, {names.TAG_PRIMARY_ENI_OF: CLUSTER, names.TAG_NO_MANAGE: "True"}
     ),
-    "vpc-cni": Eni("eni-vpccni", VPC, SUBNET, {names.TAG_CLUSTER_NAME: CLUSTER}),
-    "other-cluster": Eni("eni-other", VPC, SUBNET, {**WARMPOOL_TAGS, names.TAG_CLUSTER_NAME: "other"}),
-    "other-cluster-primary": Eni("eni-other-primary", VPC, SUBNET, {names.TAG_PRIMARY_ENI_OF: "other"}),
-    "primary-other-vpc": Eni("eni-primary-vpc2", OTHER_VPC, SUBNET, {names.TAG_PRIMARY_ENI_OF: CLUSTER}),
-    "untagged-other-vpc": Eni("eni-untagged-vpc2", OTHER_VPC, SUBNET, {}),
+    "vpc-cni": IamEni("eni-vpccni", VPC, SUBNET, {names.TAG_CLUSTER_NAME: CLUSTER}),
+    "other-cluster": IamEni("eni-other", VPC, SUBNET, {**WARMPOOL_TAGS, names.TAG_CLUSTER_NAME: "other"}),
+    "other-cluster-primary": IamEni("eni-other-primary", VPC, SUBNET, {names.TAG_PRIMARY_ENI_OF: "other"}),
+    "primary-other-vpc": IamEni("eni-primary-vpc2", OTHER_VPC, SUBNET, {names.TAG_PRIMARY_ENI_OF: CLUSTER}),
+    "untagged-other-vpc": IamEni("eni-untagged-vpc2", OTHER_VPC, SUBNET, {}),
 }
 ASSIGN = ["ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"]
 LIFECYCLE = ["ec2:AttachNetworkInterface", "ec2:DetachNetworkInterface", "ec2:DeleteNetworkInterface"]
@@ -263,7 +263,7 @@ def test_functions_eni_scope_never_plans_a_call_iam_refuses(allocator: list[dict
     tag = primary_eni_tag(CLUSTER)
     if got.tag_as_primary:  # IAM allows more (any such ENI of the VPC); the code tags only device 0
         assert evaluate(allocator, "ec2:CreateTags", e.arn, e.tagging(tag)) == "Allow", eni
-        after = Eni(e.eni_id, e.vpc_arn, e.subnet_arn, {**e.tags, **tag})
+        after = IamEni(e.eni_id, e.vpc_arn, e.subnet_arn, {**e.tags, **tag})
         assert evaluate(allocator, "ec2:AssignPrivateIpAddresses", after.arn, after.context()) == "Allow"
     if evaluate(allocator, "ec2:CreateTags", e.arn, e.tagging(tag)) != "Allow":
         assert not got.tag_as_primary, eni

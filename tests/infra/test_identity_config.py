@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from functions.identity import TrustedKeys
-from infra.config import DEFAULT_IDENTITY_CERTIFICATE_FILE, ConfigError, config_from_context
 from emulated.iid import IdentitySigner
+from functions.identity import TrustedKeys
+from infra.config import DEFAULT_IDENTITY_CERTIFICATE_FILE, StackConfigError, config_from_context
 from tests.infra.synth import OTHER_REGION_CERTIFICATE, Synthesized
 from warmpool import names
 
@@ -54,7 +54,7 @@ def test_per_region_overrides_replace_the_default_only_in_their_region(tmp_path:
 
 
 def _problems(**overrides: Any) -> str:
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(StackConfigError) as err:
         config_from_context({**GOOD, **overrides})
     return str(err.value)
 

@@ -9,12 +9,12 @@ from collections import Counter
 import pytest
 
 from functions.allocator import ThreadMapper
-from tests.helpers.allocate_world import World
+from tests.helpers.allocate_world import AllocatorWorld
 from warmpool import names
 from warmpool.limits import known
 from warmpool.messages import Attached
 
-SLOTS = known("m5.4xlarge").slots_per_eni  # World.add_node's default type
+SLOTS = known("m5.4xlarge").slots_per_eni  # AllocatorWorld.add_node's default type
 
 
 def surged(demand: int) -> int:
@@ -24,7 +24,7 @@ def surged(demand: int) -> int:
     return max(demand, SLOTS)
 
 
-def _burst(w: World, nodes: int = 200) -> list:
+def _burst(w: AllocatorWorld, nodes: int = 200) -> list:
     """500 reports from ``nodes`` nodes: two or three per node, seq rising, the last asks most."""
     for i in range(nodes):
         w.add_node(f"n{i:03d}")
@@ -38,7 +38,7 @@ def _burst(w: World, nodes: int = 200) -> list:
 
 
 def test_500_reports_from_200_nodes_one_call_per_eni_no_throttle() -> None:
-    w = World()
+    w = AllocatorWorld()
     reports = _burst(w)
     assert len(reports) == 500
     first = w.deliver(reports)
@@ -68,7 +68,7 @@ def test_500_reports_from_200_nodes_one_call_per_eni_no_throttle() -> None:
 
 
 def test_redelivery_of_the_same_batch_makes_no_mutating_call() -> None:
-    w = World()
+    w = AllocatorWorld()
     for i in range(20):
         w.add_node(f"n{i}")
     batch = [w.report(f"n{i}", warm_ip=3, pending=4) for i in range(20)]
@@ -82,7 +82,7 @@ def test_redelivery_of_the_same_batch_makes_no_mutating_call() -> None:
 
 @pytest.mark.parametrize("overlap_same_seq", [True, False])
 def test_concurrent_invocations_on_overlapping_nodes_never_double_allocate(overlap_same_seq: bool) -> None:
-    w = World()
+    w = AllocatorWorld()
     for i in range(30):
         w.add_node(f"n{i:02d}")
     a_reports = [w.report(f"n{i:02d}", warm_ip=2, pending=8) for i in range(0, 20)]
@@ -110,7 +110,7 @@ def test_concurrent_invocations_on_overlapping_nodes_never_double_allocate(overl
 
 
 def test_results_reach_each_node_queue_with_what_was_done() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     w.deliver([w.report("n1", warm_ip=2, pending=40)])
     (res,) = w.results("n1")
@@ -122,7 +122,7 @@ def test_results_reach_each_node_queue_with_what_was_done() -> None:
 
 
 def test_the_allocator_creates_a_verified_nodes_result_queue_at_first_contact() -> None:
-    w = World()
+    w = AllocatorWorld()
     iid = w.add_node("n1", queue=False)
     out = w.deliver([w.report("n1", warm_ip=2, pending=3)])
     assert out.served == 1 and w.tally.get("ResultQueuesCreated") == 1
@@ -133,7 +133,7 @@ def test_the_allocator_creates_a_verified_nodes_result_queue_at_first_contact() 
 def test_a_result_queue_the_allocator_creates_refuses_plain_http() -> None:
     """Issue 12: the queues the allocator creates carry the same deny-without-TLS policy as the
     stack's own two (``enforce_ssl``), naming the queue's own ARN."""
-    w = World()
+    w = AllocatorWorld()
     iid = w.add_node("n1", queue=False)
     w.deliver([w.report("n1", warm_ip=2, pending=3)])
     c = w.sqs.client()
@@ -149,7 +149,7 @@ def test_a_result_queue_the_allocator_creates_refuses_plain_http() -> None:
 def test_a_result_queue_made_before_the_policy_still_counts_as_there() -> None:
     """A queue an earlier allocator made without the policy: CreateQueue now answers
     QueueAlreadyExists (other attributes); the reply is still delivered, nothing logged as lost."""
-    w = World()
+    w = AllocatorWorld()
     iid = w.add_node("n1", queue=False)
     w.sqs.client().create_queue(QueueName=names.result_queue("demo", iid))
     out = w.deliver([w.report("n1", warm_ip=2, pending=3)])
@@ -159,7 +159,7 @@ def test_a_result_queue_made_before_the_policy_still_counts_as_there() -> None:
 
 
 def test_missing_result_queue_does_not_fail_the_batch() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1", queue=False)
     w.deliver([w.report("n1", warm_ip=2, pending=3)])  # first contact creates the queue
     c = w.sqs.client()
@@ -171,7 +171,7 @@ def test_missing_result_queue_does_not_fail_the_batch() -> None:
 
 
 def test_through_a_real_boto3_client_on_the_emulator() -> None:
-    w = World(boto=True)
+    w = AllocatorWorld(boto=True)
     for i in range(5):
         w.add_node(f"n{i}")
     out = w.deliver([w.report(f"n{i}", warm_ip=2, pending=35) for i in range(5)])

@@ -21,14 +21,14 @@ from pydantic import ValidationError
 from functions.allocator import Allocator, serial_map
 from functions.settings import LEASE_TTL_MARGIN_S, Settings
 from functions.stores import DynamoLedger
-from tests.helpers.allocate_world import World, moto_dynamo
+from tests.helpers.allocate_world import AllocatorWorld, moto_dynamo
 
 # --- Describe throttles -----------------------------------------------------------
 
 
 @pytest.mark.parametrize("action", ["DescribeInstances", "DescribeNetworkInterfaces"])
 def test_a_throttled_describe_defers_the_batch_with_the_aimd_cut(action: str) -> None:
-    w = World()
+    w = AllocatorWorld()
     for i in range(3):
         w.add_node(f"n{i}", "m5.large")
     w.emu.fail_next(action, "RequestLimitExceeded")
@@ -47,7 +47,7 @@ def test_a_throttled_describe_defers_the_batch_with_the_aimd_cut(action: str) ->
 def test_a_throttled_describe_on_re_read_defers_the_moved_nodes() -> None:
     # After the claim, a node served meanwhile by another invocation is re-read;
     # a throttle there defers it too (and releases its lease).
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1", "m5.large")
     first = w.report("n1", warm_ip=2, pending=1)
     second = w.report("n1", warm_ip=4, pending=3)
@@ -84,7 +84,7 @@ def test_a_throttled_describe_on_re_read_defers_the_moved_nodes() -> None:
 
 
 def test_nothing_starts_inside_the_deadline_margin() -> None:
-    w = World()
+    w = AllocatorWorld()
     for i in range(2):
         w.add_node(f"n{i}", "m5.large")
     before = w.ec2_stats().get("DescribeInstances", {}).get("calls", 0)
@@ -118,7 +118,7 @@ class _SlowCalls:
 
 
 def test_work_stops_a_margin_before_the_deadline_and_the_rest_is_deferred() -> None:
-    w = World()
+    w = AllocatorWorld()
     for i in range(4):
         w.add_node(f"n{i}", "m5.large")
         w.tag_primary(f"n{i}")  # as the launch template would: no first-contact CreateTags in the timing
@@ -161,7 +161,7 @@ def test_the_lease_ttl_is_derived_from_the_function_timeout() -> None:
 
 
 def test_the_lease_outlives_the_invocation() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1", "m5.large")
     ttls: list[float] = []
 
@@ -220,7 +220,7 @@ def dynamo() -> Iterator[Any]:
 
 
 def test_unprocessed_ledger_rows_are_never_read_as_no_row(dynamo: Any) -> None:
-    w = World(dynamo=dynamo)
+    w = AllocatorWorld(dynamo=dynamo)
     led = DynamoLedger(_Unprocessed(dynamo, "#n1"), w.settings.ledger_table)
     w.ledger.record("demo", "n1", 5, {"instance_id": "i-1"}, 1.0)
     w.ledger.record("demo", "n2", 3, {"instance_id": "i-2"}, 1.0)
@@ -233,7 +233,7 @@ def test_unprocessed_ledger_rows_are_never_read_as_no_row(dynamo: Any) -> None:
 
 
 def test_a_report_whose_ledger_row_went_unread_is_deferred_not_served_as_fresh(dynamo: Any) -> None:
-    w = World(dynamo=dynamo)
+    w = AllocatorWorld(dynamo=dynamo)
     w.add_node("n1", "m5.large")
     w.add_node("n2", "m5.large")
     w.deliver([w.report("n1", warm_ip=2, seq=5)])
@@ -276,7 +276,7 @@ def test_the_in_memory_ledger_fails_unread_rows_like_dynamodb() -> None:
 
 
 def test_a_report_whose_ledger_row_went_unread_is_deferred_in_memory_too() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1", "m5.large")
     w.deliver([w.report("n1", warm_ip=2, seq=5)])
     served = w.addresses("n1")

@@ -6,12 +6,12 @@ import pytest
 
 from functions.ec2 import Ec2
 from functions.reconciler import Reconciler
-from tests.helpers.allocate_world import World
+from tests.helpers.allocate_world import AllocatorWorld
 from tests.helpers.crashing import Crash, CrashingEc2, CrashingLedger, CrashingSqs, DeadLeases
 from warmpool.messages import Deferred, Failed
 
 
-def reconciler(w: World) -> Reconciler:
+def reconciler(w: AllocatorWorld) -> Reconciler:
     return Reconciler(
         ec2=w.ec2_client,
         sqs=w.sqs.client(),
@@ -36,7 +36,7 @@ STEPS = {
 
 @pytest.mark.parametrize("step", list(STEPS))
 def test_crash_after_each_step_then_redelivery_and_reconcile_leaves_nothing_leaked_or_doubled(step: str) -> None:
-    w = World(gc_age_s=300)
+    w = AllocatorWorld(gc_age_s=300)
     w.add_node("n1")
     w.add_node("n2")
     batch = [w.report("n1", warm_ip=5, pending=40), w.report("n2", warm_ip=5, pending=40)]
@@ -70,7 +70,7 @@ def test_crash_after_each_step_then_redelivery_and_reconcile_leaves_nothing_leak
 
 
 def test_subnet_exhaustion_moves_to_the_next_subnet() -> None:
-    w = World(subnet_cidrs=("10.0.0.0/18", "10.0.64.0/20"))
+    w = AllocatorWorld(subnet_cidrs=("10.0.0.0/18", "10.0.64.0/20"))
     w.add_node("n1")
     w.emu.set_subnet_exhausted(w.subnets[0])
     out = w.deliver([w.report("n1", warm_ip=2, pending=40)])
@@ -82,7 +82,7 @@ def test_subnet_exhaustion_moves_to_the_next_subnet() -> None:
 
 
 def test_every_subnet_exhausted_fails_cleanly_and_leaks_nothing() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     w.emu.set_subnet_exhausted(w.subnets[0])
     out = w.deliver([w.report("n1", warm_ip=2, pending=40)])
@@ -93,7 +93,7 @@ def test_every_subnet_exhausted_fails_cleanly_and_leaks_nothing() -> None:
 
 
 def test_throttle_from_other_callers_cuts_the_rate_and_defers() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     w.emu.fail_next("AssignPrivateIpAddresses", "RequestLimitExceeded")
     out = w.deliver([w.report("n1", warm_ip=3)])
@@ -108,7 +108,7 @@ def test_throttle_from_other_callers_cuts_the_rate_and_defers() -> None:
 
 
 def test_prefix_mode_falls_back_to_addresses_on_insufficient_cidr_blocks() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     w.emu.fail_next("AssignPrivateIpAddresses", "InsufficientCidrBlocks")
     out = w.deliver([w.report("n1", mode="prefix", warm_ip=5)])
@@ -118,14 +118,14 @@ def test_prefix_mode_falls_back_to_addresses_on_insufficient_cidr_blocks() -> No
 
 
 def test_prefix_mode_allocates_prefixes() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     w.deliver([w.report("n1", mode="prefix", warm_ip=5, pending=20)])
     assert w.addresses("n1") >= 25 and all(not e.secondary for e in w.enis("n1"))
 
 
 def test_attach_failure_deletes_the_new_eni() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     w.emu.fail_next("AttachNetworkInterface", "InvalidParameterValue")
     w.deliver([w.report("n1", warm_ip=2, pending=40)])
@@ -135,7 +135,7 @@ def test_attach_failure_deletes_the_new_eni() -> None:
 
 
 def test_release_unassigns_per_eni_and_deletes_empty_enis() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     w.deliver([w.report("n1", warm_ip=2, pending=40)])
     assert w.addresses("n1") == 42
@@ -161,9 +161,9 @@ def test_release_does_not_delete_an_eni_ec2_is_still_detaching() -> None:
     # (detach_delay_s=2) showed one failed Delete per released ENI (130 in the
     # faults scenario). The allocator checks first and leaves a detaching ENI to
     # the reconciler's GC, which deletes it once it is available.
-    from emulated.ec2.emulator import Ec2Config
+    from emulated.ec2.config import Ec2Config
 
-    w = World(ec2_config=Ec2Config(detach_delay_s=2.0))
+    w = AllocatorWorld(ec2_config=Ec2Config(detach_delay_s=2.0))
     w.add_node("n1")
     w.deliver([w.report("n1", warm_ip=2, pending=40)])
     w.clock.advance(5.0)

@@ -16,19 +16,19 @@ import pytest
 from moto import mock_aws
 
 from functions.allocator import SEQ_AHEAD_LIMIT
-from tests.helpers.allocate_world import World
+from tests.helpers.allocate_world import AllocatorWorld
 from warmpool import names
 
 
-def _dlq(w: World) -> list[str]:
+def _dlq(w: AllocatorWorld) -> list[str]:
     return [m["MessageAttributes"]["reason"]["StringValue"] for m in w.queued(w.dlq_url)]
 
 
-def _secondaries(w: World, node: str) -> dict[str, set[str]]:
+def _secondaries(w: AllocatorWorld, node: str) -> dict[str, set[str]]:
     return {e.id: set(e.secondary) for e in w.enis(node)}
 
 
-def _victim_with_pods(w: World) -> tuple[str, str, list[str]]:
+def _victim_with_pods(w: AllocatorWorld) -> tuple[str, str, list[str]]:
     """n1 whose primary ENI's 9 secondary addresses are all held by pods; n2 the forger."""
     w.add_node("n1", "m5.large")
     w.add_node("n2", "m5.large")
@@ -44,7 +44,7 @@ def test_a_forged_release_for_another_node_is_refused_and_changes_nothing() -> N
     """Finding 1: n2 reports as n1 (its instance id and name) offering n1's
     addresses; n2 has only its own identity document, so the report is refused
     before anything is planned (on main the allocator unassigned them)."""
-    w = World()
+    w = AllocatorWorld()
     victim, eni, ips = _victim_with_pods(w)
     before = _secondaries(w, "n1")
     forged = json.loads(w.report("n1", warm_ip=0, assigned=0, release=[{"eni_id": eni, "ips": ips}]).to_json())
@@ -61,7 +61,7 @@ def test_a_forged_release_for_another_node_is_refused_and_changes_nothing() -> N
 
 def test_a_forged_release_through_a_tampered_document_is_refused() -> None:
     """The forger edits the victim's instance id into its own signed document."""
-    w = World()
+    w = AllocatorWorld()
     victim, eni, ips = _victim_with_pods(w)
     before = _secondaries(w, "n1")
     forged = json.loads(w.report("n1", warm_ip=0, assigned=0, release=[{"eni_id": eni, "ips": ips}]).to_json())
@@ -76,7 +76,7 @@ def test_a_seq_far_ahead_is_refused_and_later_reports_are_served() -> None:
     """Finding 2 (seq poisoning): a seq more than 2^20 ahead of max(last seq,
     now in ms) is refused; on main it was recorded and every later report of
     the instance was stale."""
-    w = World()
+    w = AllocatorWorld()
     iid = w.add_node("n1")
     now_ms = int(w.clock.now() * 1000)
     out = w.deliver([w.report("n1", seq=2**62, warm_ip=1)])
@@ -93,7 +93,7 @@ def test_another_nodes_name_with_a_huge_seq_does_not_make_its_reports_stale() ->
     """Finding 2: n2 (valid identity) reports under n1's name with a seq near
     the limit; n1's own later reports are still served (rows are keyed by
     instance, the name is a label)."""
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     w.add_node("n2")
     poison = json.loads(w.report("n2", seq=int(w.clock.now() * 1000) + SEQ_AHEAD_LIMIT, warm_ip=1).to_json())
@@ -107,7 +107,7 @@ def test_another_nodes_name_with_a_huge_seq_does_not_make_its_reports_stale() ->
 def test_one_instance_under_500_names_has_one_ledger_row_and_one_lease() -> None:
     """Finding 2 (name spraying): 500 invented names for one instance made 500
     rows on main; keyed by instance they are one."""
-    w = World()
+    w = AllocatorWorld()
     iid = w.add_node("n1")
     for batch in range(50):
         bodies = []
@@ -120,7 +120,7 @@ def test_one_instance_under_500_names_has_one_ledger_row_and_one_lease() -> None
     assert w.ledger.last_seq("demo", iid) == 500
 
 
-def _attach_foreign_eni(w: World, node: str, tags: dict[str, str]) -> str:
+def _attach_foreign_eni(w: AllocatorWorld, node: str, tags: dict[str, str]) -> str:
     c = w.emu.client()
     eni = c.create_network_interface(
         SubnetId=w.subnets[0],
@@ -136,7 +136,7 @@ def test_an_eni_tagged_no_manage_is_never_filled_or_drained() -> None:
     """Finding 4: the planner filled a no_manage ENI attached by another tool
     with 29 pod addresses on main; now it is skipped as the VPC CNI skips it,
     and ENIs that carry only the cluster's tag are not changed either."""
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1", "m5.4xlarge")
     no_manage = _attach_foreign_eni(w, "n1", {names.TAG_NO_MANAGE: "True"})
     other = w.emu.client().create_network_interface(
@@ -162,7 +162,7 @@ def test_an_eni_tagged_no_manage_is_never_filled_or_drained() -> None:
 
 
 def test_the_primary_eni_is_tagged_for_the_cluster_at_first_contact_paying_a_token() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1", "m5.large")
     primary = w.enis("n1")[0]
     assert names.TAG_PRIMARY_ENI_OF not in primary.tags
@@ -176,7 +176,7 @@ def test_the_primary_eni_is_tagged_for_the_cluster_at_first_contact_paying_a_tok
     assert w.tally.get("PrimaryEnisTagged") == 1  # only once
 
 
-def _churn(w: World, node: str, rounds: int, every_s: float = 1.0) -> None:
+def _churn(w: AllocatorWorld, node: str, rounds: int, every_s: float = 1.0) -> None:
     """Alternate 'fill everything' and 'release everything' (offers dated to look long quarantined)."""
     cap = 240
     for i in range(rounds):
@@ -197,7 +197,7 @@ def test_a_node_flipping_between_fill_and_release_is_damped_and_counted() -> Non
     each of Create/Attach/Modify/Detach/Delete in 300 s); now it is damped
     after a few flips (NodesDamped), its offers are taken back, and it can
     no longer make the allocator create and delete ENIs in a loop."""
-    w = World()
+    w = AllocatorWorld()
     w.add_node("churn", "m5.4xlarge")
     _churn(w, "churn", 120)
     stats = w.ec2_stats()
@@ -207,7 +207,7 @@ def test_a_node_flipping_between_fill_and_release_is_damped_and_counted() -> Non
     assert w.tally.get("ReleasesHeld") > 0
 
 
-def _churn_over_containers(w: World, rounds: int) -> None:
+def _churn_over_containers(w: AllocatorWorld, rounds: int) -> None:
     """The churn above, its fills landing on one allocator container and its releases on
     another (the event-source mapping runs several; nothing pins a node's reports to one)."""
     containers = [w.alloc, w.allocator()]
@@ -232,8 +232,12 @@ def test_a_churning_node_is_damped_though_its_reports_land_on_different_containe
     through the shared store. With a history per container (``flips=None``), which is what
     main had, the same churn is never damped and ENIs are created and deleted in a loop."""
 
-    def run(shared: bool) -> World:
-        w = World(dynamo=boto3.client("dynamodb", region_name="us-east-1")) if store == "dynamodb" else World()
+    def run(shared: bool) -> AllocatorWorld:
+        w = (
+            AllocatorWorld(dynamo=boto3.client("dynamodb", region_name="us-east-1"))
+            if store == "dynamodb"
+            else AllocatorWorld()
+        )
         if not shared:
             w.flips = None
             w.alloc = w.allocator()
@@ -256,7 +260,7 @@ def test_the_allocator_holds_releases_of_young_offers_and_young_enis() -> None:
     """The release delay and the minimum ENI age are the allocator's own rules:
     an agent dating its offer 'now' or offering a new ENI back gets nothing
     unassigned or deleted until they are old enough (on main both went at once)."""
-    w = World(flip_limit=0)
+    w = AllocatorWorld(flip_limit=0)
     w.add_node("n1", "m5.large")
     w.deliver([w.report("n1", warm_ip=2, pending=12)])
     primary, second = w.enis("n1")[:2]
@@ -286,7 +290,7 @@ def test_a_node_past_its_fair_share_waits_while_others_are_served() -> None:
     spent its share in the window is deferred and the others are paid."""
     from warmpool.buckets import BucketSpec
 
-    w = World(
+    w = AllocatorWorld(
         bucket_capacity={"CreateNetworkInterface": 10.0},
         bucket_refill={"CreateNetworkInterface": 0.5},
         flip_limit=0,
@@ -309,14 +313,14 @@ def test_a_node_past_its_fair_share_waits_while_others_are_served() -> None:
     assert w.tally.get("FairShareDeferred") >= 1
 
 
-def _create_tags_calls(w: World) -> int:
+def _create_tags_calls(w: AllocatorWorld) -> int:
     return int(w.ec2_stats().get("CreateTags", {}).get("calls", 0))
 
 
 def test_new_primary_enis_of_one_batch_are_tagged_in_one_call() -> None:
     # A burst of new nodes: one CreateTags for the batch, not one per node (each
     # node's own TagPrimaryEni is dropped once the batched call has tagged it).
-    w = World()
+    w = AllocatorWorld()
     for n in ("n1", "n2", "n3"):
         w.add_node(n, "m5.large")
     out = w.deliver([w.report(n, warm_ip=2, pending=2) for n in ("n1", "n2", "n3")])
@@ -330,7 +334,7 @@ def test_new_primary_enis_of_one_batch_are_tagged_in_one_call() -> None:
 
 
 def test_a_throttled_batched_tag_falls_back_to_each_node_tagging_its_own() -> None:
-    w = World()
+    w = AllocatorWorld()
     for n in ("n1", "n2"):
         w.add_node(n, "m5.large")
     real = w.alloc.ec2.create_tags
@@ -358,7 +362,7 @@ def test_a_damped_node_is_handed_back_only_what_ec2_still_shows() -> None:
     it again with the rest. The hand-back (``assigned``, no EC2 call) must not
     name the address EC2 no longer shows on the ENI, or the agent gives a pod an
     address EC2 may hand to another node."""
-    w = World()
+    w = AllocatorWorld()
     w.add_node("churn", "m5.4xlarge")
     _churn(w, "churn", 20)
     assert w.tally.get("NodesDamped") >= 1
@@ -378,7 +382,7 @@ def test_pods_waiting_on_a_node_at_its_ceiling_are_counted_and_get_nothing() -> 
     """Finding D's ceiling, seen from a disagreeing agent (the hostile review's finding 5): the
     cluster's max pods is 6, the node's agent thinks otherwise and keeps asking. It is held at
     the ceiling, and the disagreement is counted (NodesAtPodCeiling) instead of passing unseen."""
-    w = World(max_pods=6)
+    w = AllocatorWorld(max_pods=6)
     w.add_node("n1", "m5.large")
     w.deliver([w.report("n1", warm_ip=2, pending=4)])
     held = w.addresses("n1")

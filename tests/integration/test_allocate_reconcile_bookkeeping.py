@@ -10,11 +10,11 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from functions.reconciler import Reconciler
-from tests.helpers.allocate_world import World, moto_dynamo
+from tests.helpers.allocate_world import AllocatorWorld, moto_dynamo
 from warmpool import names
 
 
-def _rec(w: World, *, ledger: Any = None, sqs: Any = None) -> Reconciler:
+def _rec(w: AllocatorWorld, *, ledger: Any = None, sqs: Any = None) -> Reconciler:
     return Reconciler(
         ec2=w.ec2_client,
         sqs=sqs or w.sqs.client(),
@@ -45,7 +45,7 @@ class _NameReusedAfterRead:
         return getattr(self._inner, name)
 
 
-def _reused(w: World) -> None:
+def _reused(w: AllocatorWorld) -> None:
     w.add_node("n1")
     w.deliver([w.report("n1", warm_ip=1)])
     old = w.nodes["n1"]
@@ -65,14 +65,14 @@ def _reused(w: World) -> None:
 
 
 def test_a_node_name_reused_by_a_new_instance_keeps_its_entry() -> None:
-    _reused(World())
+    _reused(AllocatorWorld())
 
 
 def test_a_node_name_reused_by_a_new_instance_keeps_its_entry_dynamodb() -> None:
     from moto import mock_aws
 
     with mock_aws():
-        _reused(World(dynamo=moto_dynamo()))
+        _reused(AllocatorWorld(dynamo=moto_dynamo()))
 
 
 class _DeleteQueueFails:
@@ -91,7 +91,7 @@ class _DeleteQueueFails:
 
 
 def test_a_queue_that_could_not_be_deleted_keeps_the_entry_and_is_retried() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     w.add_node("n2")
     w.deliver([w.report("n1", warm_ip=1), w.report("n2", warm_ip=1)])

@@ -6,21 +6,21 @@ import json
 
 from moto import mock_aws
 
-from functions.allocator import Record
 from emulated.clock import VirtualClock
 from emulated.ec2 import Ec2Config, Ec2Emulator
 from emulated.iid import document_for
 from emulated.sqs import FastSqs
-from tests.helpers.allocate_world import World, moto_dynamo
+from functions.allocator import Record
+from tests.helpers.allocate_world import AllocatorWorld, moto_dynamo
 from warmpool import names
 
 
-def _dlq(w: World) -> list[tuple[str, str]]:
+def _dlq(w: AllocatorWorld) -> list[tuple[str, str]]:
     return [(m["MessageAttributes"]["reason"]["StringValue"], m["Body"]) for m in w.queued(w.dlq_url)]
 
 
 def test_invalid_records_go_to_the_dlq_at_once_and_the_rest_is_served() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     good = w.report("n1", warm_ip=2)
     bad_schema = json.dumps({**json.loads(good.to_json()), "schema": "warmpool.report/v9"})
@@ -31,7 +31,7 @@ def test_invalid_records_go_to_the_dlq_at_once_and_the_rest_is_served() -> None:
 
 
 def test_report_for_an_instance_outside_the_cluster_is_rejected_without_any_call() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("mine")
     w.add_node("stranger", cluster_tag=None)
     w.add_node("other", cluster_tag=None)
@@ -44,7 +44,7 @@ def test_report_for_an_instance_outside_the_cluster_is_rejected_without_any_call
 
 
 def test_report_naming_an_unknown_instance_or_another_cluster_is_rejected() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     r = json.loads(w.report("n1").to_json())
     ghost_doc = document_for(
@@ -71,7 +71,7 @@ def test_report_naming_an_unknown_instance_or_another_cluster_is_rejected() -> N
 
 
 def test_report_claiming_an_eni_of_another_instance_is_rejected() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     w.add_node("n2")
     r2 = w.report("n2")
@@ -86,7 +86,7 @@ def test_report_claiming_an_eni_of_another_instance_is_rejected() -> None:
 
 
 def test_sender_id_must_match_the_instance_in_sender_id_mode() -> None:
-    w = World(identity_mode="sender-id")
+    w = AllocatorWorld(identity_mode="sender-id")
     w.add_node("n1")
     w.add_node("n2")
     recs = w.records([w.report("n1", warm_ip=1)], sender=f"AROAEXAMPLE:{w.nodes['n2']}")
@@ -107,8 +107,8 @@ def test_token_buckets_are_shared_by_two_clusters_on_dynamodb() -> None:
         vpc = emu.add_vpc("10.0.0.0/16")
         emu.add_subnet(az="us-east-1a", cidr="10.0.0.0/17", vpc_id=vpc)
         sqs = FastSqs(clock)
-        blue = World("blue", emu=emu, sqs=sqs, clock=clock, dynamo=db)
-        green = World("green", emu=emu, sqs=sqs, clock=clock, dynamo=db)
+        blue = AllocatorWorld("blue", emu=emu, sqs=sqs, clock=clock, dynamo=db)
+        green = AllocatorWorld("green", emu=emu, sqs=sqs, clock=clock, dynamo=db)
         for i in range(50):
             blue.add_node(f"b{i}")
             green.add_node(f"g{i}")

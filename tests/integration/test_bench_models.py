@@ -19,7 +19,7 @@ from bench.strategies.cilium import Cilium, backoff_s
 from bench.strategies.vpc_cni import IMDS_WAIT_TRIES, VpcCni
 from bench.strategies.warmpool import COLD_START_S, Warmpool
 from bench.workload import expand
-from bench.world import World
+from bench.world import BenchWorld
 from tests.helpers.bench import small
 
 
@@ -151,7 +151,7 @@ def test_ipamd_eni_path_describes_subnets_and_instance() -> None:
 
 def test_ipamd_waits_for_imds_with_doubling_backoff() -> None:
     sc = scenario(["vpc-cni"], pods=0, workload=[])
-    w = World(sc, expand(sc), "vpc-cni")
+    w = BenchWorld(sc, expand(sc), "vpc-cni")
     strat = VpcCni(w)
     strat.start()
     w.loop.run_until(1.0)
@@ -195,9 +195,9 @@ def test_cilium_resyncs_the_instance_after_each_mutation_before_allocating_again
     assert mutations >= 3
 
 
-def _operator_with_one_node() -> tuple[World, Any, Any]:
+def _operator_with_one_node() -> tuple[BenchWorld, Any, Any]:
     sc = scenario(["cilium"], workload=[{"at_s": 800, "node_group": "ng", "add_pods_per_node": 1}])
-    w = World(sc, expand(sc), "cilium")
+    w = BenchWorld(sc, expand(sc), "cilium")
     strat = Cilium(w)
     strat.start()
     w.loop.run_until(25.0)  # joined, registered, warm address in place
@@ -260,7 +260,7 @@ def test_warmpool_results_wait_for_ec2_latency_and_the_cold_start() -> None:
 
 def test_warmpool_counts_cold_starts_and_pollers_scale_up() -> None:
     sc = scenario(["warmpool"], nodes=2, pods=3)
-    w = World(sc, expand(sc), "warmpool")
+    w = BenchWorld(sc, expand(sc), "warmpool")
     strat = Warmpool(w)
     cluster = next(iter(strat.clusters.values()))
     assert cluster.pollers(0.0) == 5
@@ -274,7 +274,7 @@ def test_warmpool_counts_cold_starts_and_pollers_scale_up() -> None:
 
 def test_warmpool_is_not_told_the_accounts_real_quotas() -> None:
     sc = scenario(["warmpool"], account={"buckets": {"AttachNetworkInterface": {"capacity": 10, "refill_per_s": 1}}})
-    w = World(sc, expand(sc), "warmpool")
+    w = BenchWorld(sc, expand(sc), "warmpool")
     strat = Warmpool(w)
     cluster = next(iter(strat.clusters.values()))
     assumed = cluster.settings.bucket_spec("AttachNetworkInterface")

@@ -19,11 +19,11 @@ import pytest
 
 from demo import netns as nx
 from demo import runtime_containerd as rc
-from demo.run import Demo
 from demo.host import RUN_MARK, single_run_lock
 from demo.options import DemoOptions
-from demo.report import DemoReport, PodRecord, duplicate_ips, ec2_delta, render
 from demo.procfs import processes
+from demo.report import DemoPod, DemoReport, duplicate_ips, ec2_delta, render
+from demo.run import Demo
 
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN_KEYS = {"nodes", "pods_requested", "pods_ready", "time_to_ip_s", "ec2", "duplicate_ips", "leaked_enis"}
@@ -49,9 +49,9 @@ def test_ec2_delta_keeps_only_actions_called_in_between() -> None:
 
 def test_report_has_every_design_key_and_renders() -> None:
     pods = [
-        PodRecord(0, 0, "p0", "c0", first_add_at=1.0, ready_at=2.0, ip="10.0.0.5", kernel_ip="10.0.0.5"),
-        PodRecord(0, 1, "p1", "c1", first_add_at=1.0, ready_at=4.0, ip="10.0.0.5"),
-        PodRecord(1, 0, "p2", "c2", first_add_at=1.0),
+        DemoPod(0, 0, "p0", "c0", first_add_at=1.0, ready_at=2.0, ip="10.0.0.5", kernel_ip="10.0.0.5"),
+        DemoPod(0, 1, "p1", "c1", first_add_at=1.0, ready_at=4.0, ip="10.0.0.5"),
+        DemoPod(1, 0, "p2", "c2", first_add_at=1.0),
     ]
     r = DemoReport(
         nodes=2,

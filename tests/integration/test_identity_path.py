@@ -11,6 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from emulated.clock import VirtualClock
+from emulated.ec2 import Ec2Config, Ec2Emulator
+from emulated.iid import IdentitySigner
+from emulated.imds import make_app, serve
+from emulated.local import LocalStack
 from functions.identity import (
     WRONG_INSTANCE,
     IdentityRejected,
@@ -21,16 +26,11 @@ from functions.identity import (
 from functions.settings import Settings
 from node_agent.identity import CachedIdentity, IdentityUnavailable, fetch_identity
 from node_agent.imds import ImdsClient, ImdsError
-from emulated.clock import VirtualClock
-from emulated.ec2 import Ec2Config, Ec2Emulator
-from emulated.iid import IdentitySigner
-from emulated.imds import make_app, serve
-from emulated.local import LocalStack
 from warmpool import names
-from warmpool.messages import NodeIdentity, PoolReport
+from warmpool.messages import PoolReport, SignedIdentity
 
 
-def _report(instance_id: str, instance_type: str, az: str, identity: NodeIdentity | None) -> PoolReport:
+def _report(instance_id: str, instance_type: str, az: str, identity: SignedIdentity | None) -> PoolReport:
     return PoolReport(
         cluster="demo",
         node="n",

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from node_agent.hostnet import host_veth_name, setup_eni, setup_pod, teardown_eni, teardown_pod
-from node_agent.netlink import Exists, Netlink, NotFound, Route, Rule
+from node_agent.netlink import Exists, Netlink, NetlinkNotFound, Route, Rule
 from node_agent.records import EniInfo
 from tests.fakenode import add_fake_eni, ip_json, netns, netns_available, sh
 
@@ -48,11 +48,11 @@ def test_errors_are_classified_once(node: str) -> None:
         with pytest.raises(Exists):
             nl.addr_add(eth1.index, "10.9.9.9/32")
         nl.addr_del(eth1.index, "10.9.9.9/32")
-        with pytest.raises(NotFound):
+        with pytest.raises(NetlinkNotFound):
             nl.addr_del(eth1.index, "10.9.9.9/32")
-        with pytest.raises(NotFound):
+        with pytest.raises(NetlinkNotFound):
             nl.rule_del(Rule(priority=777, table=77, src="10.9.9.9/32"))
-    with pytest.raises(NotFound):
+    with pytest.raises(NetlinkNotFound):
         Netlink.open("/run/netns/does-not-exist-wp")
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from functions.reconciler import Reconciler
-from tests.helpers.allocate_world import World
+from tests.helpers.allocate_world import AllocatorWorld
 from warmpool import names
 
 
-def _rec(w: World) -> Reconciler:
+def _rec(w: AllocatorWorld) -> Reconciler:
     return Reconciler(
         ec2=w.ec2_client,
         sqs=w.sqs.client(),
@@ -20,7 +20,7 @@ def _rec(w: World) -> Reconciler:
     )
 
 
-def _detached_eni(w: World, tags: dict[str, str]) -> str:
+def _detached_eni(w: AllocatorWorld, tags: dict[str, str]) -> str:
     c = w.emu.client()
     resp = c.create_network_interface(
         SubnetId=w.subnets[0],
@@ -32,7 +32,7 @@ def _detached_eni(w: World, tags: dict[str, str]) -> str:
 
 
 def test_gc_marks_then_deletes_only_our_detached_enis_after_the_age() -> None:
-    w = World(gc_age_s=300)
+    w = AllocatorWorld(gc_age_s=300)
     ours = _detached_eni(w, {names.TAG_CLUSTER_NAME: "demo", names.TAG_MANAGED: "true"})
     theirs = _detached_eni(w, {names.TAG_CLUSTER_NAME: "prod"})
     untagged = _detached_eni(w, {})
@@ -48,7 +48,7 @@ def test_gc_marks_then_deletes_only_our_detached_enis_after_the_age() -> None:
 
 
 def test_a_marked_eni_attached_again_is_unmarked() -> None:
-    w = World(gc_age_s=300)
+    w = AllocatorWorld(gc_age_s=300)
     w.add_node("n1")
     eni = _detached_eni(w, {names.TAG_CLUSTER_NAME: "demo"})
     rec = _rec(w)
@@ -61,7 +61,7 @@ def test_a_marked_eni_attached_again_is_unmarked() -> None:
 
 
 def test_terminated_nodes_lose_their_ledger_entry_and_result_queue() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     w.add_node("n2")
     w.deliver([w.report("n1", warm_ip=2, pending=40), w.report("n2", warm_ip=1)])
@@ -78,7 +78,7 @@ def test_result_queues_of_gone_instances_are_deleted_whatever_the_ledger_says() 
     """Issue 12: queues under the cluster's result prefix whose instance is gone,
     terminated or not the cluster's go even without a ledger entry; live
     cluster instances keep theirs."""
-    w = World()
+    w = AllocatorWorld()
     live = w.add_node("n1")
     dead = w.add_node("n2")  # a queue, never served: no ledger entry
     foreign = w.add_node("n3", cluster_tag=None)
@@ -100,7 +100,7 @@ def test_result_queues_of_gone_instances_are_deleted_whatever_the_ledger_says() 
 
 
 def test_rows_of_terminated_instances_are_removed() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     w.deliver([w.report("n1", warm_ip=1)])
     iid = w.nodes["n1"]
@@ -111,14 +111,14 @@ def test_rows_of_terminated_instances_are_removed() -> None:
 
 
 def test_expired_leases_are_swept() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.leases.claim("demo", "n1", "crashed", w.clock.now(), 60)
     w.clock.advance(61)
     assert _rec(w).run().leases_swept == 1
 
 
 def test_missing_delete_on_termination_is_fixed() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     eni = _detached_eni(w, {names.TAG_CLUSTER_NAME: "demo"})
     w.emu.client().attach_network_interface(InstanceId=w.nodes["n1"], NetworkInterfaceId=eni, DeviceIndex=1)

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from moto import mock_aws
 
-from tests.helpers.allocate_world import World, moto_dynamo
+from tests.helpers.allocate_world import AllocatorWorld, moto_dynamo
 
 
 class CountingDynamo:
@@ -46,7 +46,7 @@ class CountingDynamo:
         return call
 
 
-def burst(w: World, nodes: int, reports: int) -> list[Any]:
+def burst(w: AllocatorWorld, nodes: int, reports: int) -> list[Any]:
     for i in range(nodes):
         w.add_node(f"n{i:04d}")
     out: list[Any] = []
@@ -61,7 +61,7 @@ def burst(w: World, nodes: int, reports: int) -> list[Any]:
 
 
 def run(nodes: int, reports: int, dynamo: Any = None) -> dict[str, Any]:
-    w = World(dynamo=dynamo)
+    w = AllocatorWorld(dynamo=dynamo)
     batch = burst(w, nodes, reports)
     t0 = time.perf_counter()
     first = w.deliver(batch)

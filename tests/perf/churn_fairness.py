@@ -31,7 +31,7 @@ import time
 from collections import Counter, deque
 from typing import Any
 
-from tests.helpers.allocate_world import World
+from tests.helpers.allocate_world import AllocatorWorld
 from warmpool.limits import known
 
 OFF = {"fair_window_s": 0.0, "flip_limit": 0, "release_delay_s": 0.0, "min_eni_age_s": 0.0}
@@ -48,7 +48,7 @@ def run(
     **settings: Any,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
-    w = World(**({**settings} if defences else {**settings, **OFF}))
+    w = AllocatorWorld(**({**settings} if defences else {**settings, **OFF}))
     names = [f"n{i}" for i in range(nodes)]
     for n in names:
         w.add_node(n, "m5.large")

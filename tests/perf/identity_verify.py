@@ -12,9 +12,9 @@ from __future__ import annotations
 import statistics
 import time
 
-from functions.identity import TrustedKeys, VerifiedIdentity, verify_report_identity
 from emulated.iid import IdentitySigner, document_for
-from warmpool.messages import NodeIdentity, PoolReport
+from functions.identity import TrustedKeys, VerifiedIdentity, verify_report_identity
+from warmpool.messages import PoolReport, SignedIdentity
 
 
 def reports(signer: IdentitySigner, n: int) -> list[PoolReport]:
@@ -39,7 +39,7 @@ def reports(signer: IdentitySigner, n: int) -> list[PoolReport]:
                 availability_zone="us-east-1a",
                 seq=1,
                 sent_at=1.0,
-                identity=NodeIdentity(document=doc, signature=signer.sign(doc)),
+                identity=SignedIdentity(document=doc, signature=signer.sign(doc)),
             )
         )
     return out

@@ -1,5 +1,5 @@
 """A closed loop in virtual time for the fault suite: the real allocator
-(``World``: emulated EC2, fast SQS, in-memory stores) and, per node, the real
+(``AllocatorWorld``: emulated EC2, fast SQS, in-memory stores) and, per node, the real
 agent logic (``Datastore`` + ``PoolController``) reading an IMDS view of the
 emulator, with pods that ADD (retrying like a runtime) and DEL.
 
@@ -20,10 +20,11 @@ from functions.allocator import Allocator, Record
 from functions.reconciler import Reconciler
 from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.config import Timing
-from node_agent.controller import AttachedEni, NodeIdentity, PoolController
+from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
 from node_agent.imds import parse_interfaces
-from tests.helpers.allocate_world import World
+from node_agent.records import NodeIdentity
+from tests.helpers.allocate_world import AllocatorWorld
 from tests.reliability import invariants as inv
 from warmpool import names
 from warmpool.limits import known
@@ -69,7 +70,7 @@ class Node:
     resynced_at: float = 0.0
 
 
-class Cluster:
+class ReliabilityCluster:
     def __init__(
         self,
         nodes: int = 3,
@@ -81,7 +82,7 @@ class Cluster:
         reconcile_every_s: float = 60,
         **world: Any,
     ) -> None:
-        self.w = World(gc_age_s=gc_age_s, **world)
+        self.w = AllocatorWorld(gc_age_s=gc_age_s, **world)
         self.clock = self.w.clock
         self.rng = random.Random(seed)
         self.pool = pool or PoolConfig(warm_ip=2)

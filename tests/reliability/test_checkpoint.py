@@ -19,10 +19,10 @@ from moto import mock_aws
 from node_agent.agent import Agent
 from node_agent.checkpoint import CheckpointError, FileCheckpoint
 from node_agent.config import load
-from node_agent.controller import NodeIdentity, PoolController
+from node_agent.controller import PoolController
 from node_agent.datastore import Datastore
 from node_agent.imds import ImdsClient
-from node_agent.records import EniInfo
+from node_agent.records import EniInfo, NodeIdentity
 from tests.fakenode import FakeEni, FakeImdsServer, FakeInstance
 from warmpool.clock import RealClock
 from warmpool.limits import known

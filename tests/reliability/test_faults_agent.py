@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from node_agent.checkpoint import MemoryCheckpoint
-from tests.reliability.cluster import Cluster
+from tests.reliability.cluster import ReliabilityCluster
 
 
 def test_results_lost_or_delivered_twice(request: pytest.FixtureRequest) -> None:
-    c = Cluster(4, seed=3)
+    c = ReliabilityCluster(4, seed=3)
     c.lose_results = 0.3
     c.duplicate_results = 0.3
     for n in c.nodes:
@@ -32,7 +32,7 @@ def test_results_lost_or_delivered_twice(request: pytest.FixtureRequest) -> None
 
 
 def test_imds_failing_then_back(request: pytest.FixtureRequest) -> None:
-    c = Cluster(3)
+    c = ReliabilityCluster(3)
     for n in c.nodes.values():
         n.imds.failing = True
     c.faults.inject("imds-failing", len(c.nodes))
@@ -51,7 +51,7 @@ def test_imds_failing_then_back(request: pytest.FixtureRequest) -> None:
 
 
 def test_imds_lagging_behind_ec2(request: pytest.FixtureRequest) -> None:
-    c = Cluster(3)
+    c = ReliabilityCluster(3)
     for n in c.nodes.values():
         n.imds.frozen = n.imds.live()  # IMDS shows the boot-time state for 2 minutes
     c.faults.inject("imds-slow", len(c.nodes))
@@ -87,7 +87,7 @@ class DyingCheckpoint(MemoryCheckpoint):
             raise Killed
 
 
-def _kill_at(c: Cluster, node: str, n: int, after: bool) -> bool:
+def _kill_at(c: ReliabilityCluster, node: str, n: int, after: bool) -> bool:
     """Arm the node's checkpoint to die on its n-th save; run until it does; restart the agent."""
     nd = c.nodes[node]
     dying = DyingCheckpoint(nd.checkpoint, n, after)
@@ -112,7 +112,7 @@ def test_agent_killed_at_every_checkpoint_write_then_restarted(
 ) -> None:
     kills = 0
     for n in range(1, 13):
-        c = Cluster(2)
+        c = ReliabilityCluster(2)
         if phase == "add":
             c.scale("n0", 8)  # ADDs on an empty pool, then on the addresses that arrive
             c.scale("n1", 8)
@@ -133,7 +133,7 @@ def test_agent_killed_at_every_checkpoint_write_then_restarted(
     assert kills >= 6, kills
 
 
-def _assert_pool_within_ec2(c: Cluster, node: str) -> None:
+def _assert_pool_within_ec2(c: ReliabilityCluster, node: str) -> None:
     """Nothing in the agent's pool that EC2 took from the node (a pod could get it next;
     quarantined addresses are not handed out: their result may still come). By ENI: EC2
     may give the node the same addresses again on a new ENI; set up on the deleted one,
@@ -164,7 +164,7 @@ def test_agent_restarted_while_imds_still_lists_what_ec2_took(pool: str, request
     from warmpool.pool import PoolConfig
 
     cfg = PoolConfig(warm_ip=2) if pool == "warm-ip" else PoolConfig(warm_eni=1)
-    c = Cluster(2, pool=cfg)
+    c = ReliabilityCluster(2, pool=cfg)
     for name in c.nodes:
         c.scale(name, 20)
     c.settle()
@@ -200,7 +200,7 @@ IMDS_LAG_S = 115.0
 """IMDS shows a change at most this late (the fault model: 0-120 s)."""
 
 
-def _step_lagging(c: Cluster, node: str, frozen_at: float) -> None:
+def _step_lagging(c: ReliabilityCluster, node: str, frozen_at: float) -> None:
     if c.clock.now() - frozen_at >= IMDS_LAG_S:
         c.nodes[node].imds.frozen = None
     c.step()
@@ -219,7 +219,7 @@ def test_agent_killed_at_every_checkpoint_write_of_a_release_while_imds_lags(
 
     kills = 0
     for n in range(1, 41):  # the scale-down's quarantine and its results come at about the 25th-35th write
-        c = Cluster(2)
+        c = ReliabilityCluster(2)
         for x in c.nodes:
             c.scale(x, 25)
         c.settle()

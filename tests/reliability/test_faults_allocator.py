@@ -13,7 +13,7 @@ import pytest
 from functions.allocator import Record, ThreadMapper
 from functions.ec2 import Ec2
 from tests.helpers.crashing import CrashingEc2, CrashingLedger, CrashingSqs, DeadLeases
-from tests.reliability.cluster import Cluster
+from tests.reliability.cluster import ReliabilityCluster
 from warmpool.buckets import MUTATING_ENI_ACTIONS
 from warmpool.pool import PoolConfig
 
@@ -27,7 +27,7 @@ def _crash_type() -> type[BaseException]:
 Crash = _crash_type()
 
 
-def _survived(c: Cluster, request: pytest.FixtureRequest) -> None:
+def _survived(c: ReliabilityCluster, request: pytest.FixtureRequest) -> None:
     c.faults.survived(request.node.nodeid)
 
 
@@ -35,7 +35,7 @@ def _survived(c: Cluster, request: pytest.FixtureRequest) -> None:
 
 
 def test_throttle_storm_from_other_callers_for_minutes(request: pytest.FixtureRequest) -> None:
-    c = Cluster(6)
+    c = ReliabilityCluster(6)
     # Other callers in the account drain every ENI bucket faster than it refills, for 5 minutes.
     for action in MUTATING_ENI_ACTIONS:
         c.w.emu.set_background_load(action, 12.0)
@@ -79,7 +79,7 @@ DOWN_STEPS = {
 }
 
 
-def _crashing(c: Cluster, kind: str, method: str) -> Any:
+def _crashing(c: ReliabilityCluster, kind: str, method: str) -> Any:
     a = c.w.allocator()
     if kind == "ec2":
         assert isinstance(a.ec2, Ec2)
@@ -93,7 +93,7 @@ def _crashing(c: Cluster, kind: str, method: str) -> Any:
     return a
 
 
-def _crash_once(c: Cluster, kind: str, method: str, until: float = 120) -> list[Record]:
+def _crash_once(c: ReliabilityCluster, kind: str, method: str, until: float = 120) -> list[Record]:
     """Run until one batch crashes the allocator; returns that batch. SQS keeps
     its records in flight and redelivers them after the visibility timeout."""
     crashing = _crashing(c, kind, method)
@@ -115,7 +115,7 @@ def _crash_once(c: Cluster, kind: str, method: str, until: float = 120) -> list[
     return crashed
 
 
-def _redeliver(c: Cluster, batch: list[Record], times: int) -> None:
+def _redeliver(c: ReliabilityCluster, batch: list[Record], times: int) -> None:
     before = c.w.mutating_calls()
     for _ in range(times):
         c.w.alloc.handle_batch(batch)
@@ -128,7 +128,7 @@ def _redeliver(c: Cluster, batch: list[Record], times: int) -> None:
 def test_allocate_crashes_after_a_scale_up_step_then_batch_redelivered(
     step: str, times: int, request: pytest.FixtureRequest
 ) -> None:
-    c = Cluster(3)
+    c = ReliabilityCluster(3)
     for n in c.nodes:
         c.scale(n, 22)  # past the primary ENI: create, attach, modify and assign all happen
     batch = _crash_once(c, *UP_STEPS[step])
@@ -144,7 +144,7 @@ def test_allocate_crashes_after_a_scale_up_step_then_batch_redelivered(
 def test_allocate_crashes_after_a_release_step_then_batch_redelivered(
     step: str, times: int, request: pytest.FixtureRequest
 ) -> None:
-    c = Cluster(3)
+    c = ReliabilityCluster(3)
     for n in c.nodes:
         c.scale(n, 22)
     c.settle()
@@ -163,7 +163,7 @@ def test_allocate_crashes_after_a_release_step_then_batch_redelivered(
 
 
 def test_concurrent_invocations_racing_on_the_same_nodes(request: pytest.FixtureRequest) -> None:
-    c = Cluster(8)
+    c = ReliabilityCluster(8)
     racers = [c.w.allocator(ThreadMapper(4)) for _ in range(3)]
 
     def race(recs: list[Record]) -> None:
@@ -201,7 +201,7 @@ def test_concurrent_invocations_racing_on_the_same_nodes(request: pytest.Fixture
 
 
 def test_attach_failures(request: pytest.FixtureRequest) -> None:
-    c = Cluster(4)
+    c = ReliabilityCluster(4)
     c.w.emu.fail_rate("AttachNetworkInterface", "InternalError", 0.4)
     for n in c.nodes:
         c.scale(n, 25)
@@ -216,7 +216,7 @@ def test_attach_failures(request: pytest.FixtureRequest) -> None:
 
 
 def test_subnet_exhaustion_moves_on_then_fails_cleanly_then_recovers(request: pytest.FixtureRequest) -> None:
-    c = Cluster(3, subnet_cidrs=("10.0.0.0/24", "10.0.1.0/24"))
+    c = ReliabilityCluster(3, subnet_cidrs=("10.0.0.0/24", "10.0.1.0/24"))
     emu = c.w.emu
     emu.set_subnet_exhausted(c.w.subnets[0])
     c.faults.inject("subnet-exhausted")
@@ -240,7 +240,7 @@ def test_subnet_exhaustion_moves_on_then_fails_cleanly_then_recovers(request: py
 
 
 def test_prefix_fragmentation_falls_back_to_single_addresses(request: pytest.FixtureRequest) -> None:
-    c = Cluster(2, pool=PoolConfig(warm_prefix=1, prefix_mode=True), subnet_cidrs=("10.0.0.0/22",))
+    c = ReliabilityCluster(2, pool=PoolConfig(warm_prefix=1, prefix_mode=True), subnet_cidrs=("10.0.0.0/22",))
     pool = c.w.emu.subnets[c.w.subnets[0]].pool
     # One address taken in every /28: no aligned block is free, yet hundreds of addresses are.
     for block in range(pool.size // 16):
@@ -278,7 +278,7 @@ class StaleInventory:
 
 
 def test_private_ip_address_limit_exceeded_from_stale_inventory(request: pytest.FixtureRequest) -> None:
-    c = Cluster(2)
+    c = ReliabilityCluster(2)
     stale = StaleInventory(c.w.ec2_client, c.w.emu)
     assert isinstance(c.w.alloc.ec2, Ec2)
     c.w.alloc.ec2.api = stale
@@ -311,7 +311,7 @@ class TerminateMidway:
 
 
 def test_instance_terminated_in_the_middle_of_an_allocation(request: pytest.FixtureRequest) -> None:
-    c = Cluster(3)
+    c = ReliabilityCluster(3)
     victim = c.nodes["n1"].instance_id
     mid = TerminateMidway(c.w.ec2_client, c.w.emu, victim)
     assert isinstance(c.w.alloc.ec2, Ec2)

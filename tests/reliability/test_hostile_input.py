@@ -20,26 +20,26 @@ from node_agent import http as web
 from node_agent.cniserver import CniService, CniSocketServer
 from node_agent.config import load
 from node_agent.datastore import Datastore
-from tests.helpers.allocate_world import World
+from tests.helpers.allocate_world import AllocatorWorld
 from warmpool.clock import RealClock
 from warmpool.limits import known
 from warmpool.messages import MAX_MESSAGE_BYTES
 
 
-def _mutating(w: World) -> int:
+def _mutating(w: AllocatorWorld) -> int:
     return w.mutating_calls()
 
 
-def _reasons(w: World) -> Counter[str]:
+def _reasons(w: AllocatorWorld) -> Counter[str]:
     return Counter(m["MessageAttributes"]["reason"]["StringValue"] for m in w.queued(w.dlq_url))
 
 
-def _base(w: World) -> dict[str, Any]:
+def _base(w: AllocatorWorld) -> dict[str, Any]:
     return json.loads(w.report("n1", warm_ip=2).to_json())
 
 
 def test_every_kind_of_hostile_report_is_rejected_counted_and_costs_no_ec2_call() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     w.add_node("n2")
     foreign = w.add_node("x", cluster_tag=None)
@@ -110,7 +110,7 @@ def test_every_kind_of_hostile_report_is_rejected_counted_and_costs_no_ec2_call(
 
 
 def test_a_large_but_legal_target_is_capped_by_the_instance_limits() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1", "m5.large")
     w.deliver([w.report("n1", warm_ip=100_000, pending=100_000)])
     w.drain()
@@ -118,7 +118,7 @@ def test_a_large_but_legal_target_is_capped_by_the_instance_limits() -> None:
 
 
 def test_a_node_spoofing_another_node_in_sender_id_mode_is_rejected_without_a_call() -> None:
-    w = World(identity_mode="sender-id")
+    w = AllocatorWorld(identity_mode="sender-id")
     w.add_node("n1")
     victim = w.add_node("n2")
     spoof = w.report("n2", warm_ip=30)
@@ -158,7 +158,7 @@ EXAMPLES = {"allocator": 0}
 )
 def test_fuzzed_fields_through_the_allocator_never_crash_and_never_mutate_unless_valid(field: str, value: Any) -> None:
     EXAMPLES["allocator"] += 1
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     r = json.loads(w.report("n1").to_json())  # targets 0: a valid report needs no call at all
     r[field] = value

@@ -8,11 +8,11 @@ import pytest
 
 from node_agent.datastore import Datastore
 from tests.reliability import invariants as inv
-from tests.reliability.cluster import Cluster
+from tests.reliability.cluster import ReliabilityCluster
 
 
-def _settled() -> Cluster:
-    c = Cluster(2)
+def _settled() -> ReliabilityCluster:
+    c = ReliabilityCluster(2)
     for n in c.nodes:
         c.scale(n, 12)
     c.settle()

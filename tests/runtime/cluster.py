@@ -53,7 +53,7 @@ def _install_missing() -> str | None:
 
 
 @dataclass
-class Cluster:
+class RuntimeCluster:
     demo: Any
     """:class:`demo.run.Demo` after setup (stack, node, agent, containerd)."""
     priv: manifest.Privileges
@@ -157,13 +157,13 @@ exit $rc
 
 
 @contextlib.contextmanager
-def runtime_cluster(agent_env: dict[str, str] | None = None) -> Iterator[Cluster]:
+def runtime_cluster(agent_env: dict[str, str] | None = None) -> Iterator[RuntimeCluster]:
     """The tier's cluster (also for measurement scripts): stack, one node, its agent under the
     DaemonSet's privileges, containerd in the node's namespace; everything removed on exit."""
     from demo import host as demo_host
-    from demo.run import Demo
     from demo.host import single_run_lock
     from demo.options import DemoOptions
+    from demo.run import Demo
 
     priv = manifest.load()
     base = Path(tempfile.mkdtemp(prefix="wprt-", dir="/tmp"))  # short: unix socket paths stay < 108 bytes
@@ -198,7 +198,7 @@ def runtime_cluster(agent_env: dict[str, str] | None = None) -> Iterator[Cluster
         demo_host.console_script = lambda name: str(plugin) if name == "warmpool-cni" else orig_bin(name)
         try:
             d.setup()
-            c = Cluster(d, priv, base)
+            c = RuntimeCluster(d, priv, base)
             c.wait_pool(int(d.nodes[0].env["MINIMUM_IP_TARGET"]))
             yield c
         finally:
@@ -213,7 +213,7 @@ def runtime_cluster(agent_env: dict[str, str] | None = None) -> Iterator[Cluster
             shutil.rmtree(base, ignore_errors=True)
 
 
-def conf(cluster: Cluster, version: str = "1.0.0", portmap: bool = False) -> dict[str, Any]:
+def conf(cluster: RuntimeCluster, version: str = "1.0.0", portmap: bool = False) -> dict[str, Any]:
     from demo.runtime_containerd import conflist
 
     return conflist("warmpool", cluster.node.socket, version, portmap)

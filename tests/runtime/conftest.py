@@ -7,11 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.runtime.cluster import Cluster, _install_missing, conf, runtime_cluster
+from tests.runtime.cluster import RuntimeCluster, _install_missing, conf, runtime_cluster
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[Cluster]:
+def cluster() -> Iterator[RuntimeCluster]:
     why = _install_missing()
     if why is None:
         from demo import netns as nx
@@ -24,7 +24,7 @@ def cluster() -> Iterator[Cluster]:
 
 
 @pytest.fixture
-def clean_pods(cluster: Cluster) -> Iterator[Cluster]:
+def clean_pods(cluster: RuntimeCluster) -> Iterator[RuntimeCluster]:
     """Each test starts and ends with no sandboxes and a running agent."""
     yield cluster
     if cluster.node.proc is None or cluster.node.proc.poll() is not None:

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from node_agent.hostnet import GATEWAY, host_veth_name
 from demo.runtime_containerd import PodSandbox
 from demo.runtime_cri import CriError, PortMapping
+from node_agent.hostnet import GATEWAY, host_veth_name
 from tests.runtime import manifest
-from tests.runtime.cluster import Cluster, conf
+from tests.runtime.cluster import RuntimeCluster, conf
 
 pytestmark = [pytest.mark.runtime, pytest.mark.netns, pytest.mark.timeout(300)]
 
@@ -52,7 +52,7 @@ def _assert_wired(pod: PodSandbox) -> None:
     assert neigh and "PERMANENT" in neigh[0]["state"], neigh
 
 
-def _assert_gone(c: Cluster, pod: PodSandbox) -> None:
+def _assert_gone(c: RuntimeCluster, pod: PodSandbox) -> None:
     """Nothing of the pod left: no address held, no host veth, no route, no pinned namespace."""
     assert pod.id not in c.pods()
     assert pod.ip not in c.pods().values()
@@ -62,11 +62,11 @@ def _assert_gone(c: Cluster, pod: PodSandbox) -> None:
     assert pod.netns == "" or not os.path.exists(pod.netns)
 
 
-def _use_conf(c: Cluster, version: str = "1.0.0", portmap: bool = False) -> None:
+def _use_conf(c: RuntimeCluster, version: str = "1.0.0", portmap: bool = False) -> None:
     c.rt.containerd.write_conf(conf(c, version, portmap))
 
 
-def _run(c: Cluster, name: str, version: str = "1.0.0", ports: tuple[PortMapping, ...] = ()) -> PodSandbox:
+def _run(c: RuntimeCluster, name: str, version: str = "1.0.0", ports: tuple[PortMapping, ...] = ()) -> PodSandbox:
     """RunPodSandbox; if the runtime had not yet reloaded a configuration just written, the pod
     is removed and made again (the reload is asynchronous: an fsnotify watch)."""
     deadline = time.monotonic() + 10
@@ -85,7 +85,7 @@ def _run(c: Cluster, name: str, version: str = "1.0.0", ports: tuple[PortMapping
 # ----------------------------------------------------------------- the agent's privileges
 
 
-def test_agent_runs_with_exactly_the_manifests_privileges(cluster: Cluster) -> None:
+def test_agent_runs_with_exactly_the_manifests_privileges(cluster: RuntimeCluster) -> None:
     priv = cluster.priv
     assert "sys_admin" in priv.caps, "pod wiring enters pod namespaces (setns): docs/deploy.md"
     pid = cluster.node.proc.pid
@@ -104,7 +104,7 @@ def test_agent_runs_with_exactly_the_manifests_privileges(cluster: Cluster) -> N
             assert ("ro" in mounts[os.path.realpath(m.path)]) == m.read_only, m
 
 
-def test_setns_needs_exactly_sys_admin_beyond_the_old_grant(cluster: Cluster) -> None:
+def test_setns_needs_exactly_sys_admin_beyond_the_old_grant(cluster: RuntimeCluster) -> None:
     """Measured: with NET_ADMIN + NET_RAW only (the manifest before this tier), entering a pod's
     pinned namespace fails with EPERM; with the manifest's set it works."""
     probe = (
@@ -144,7 +144,7 @@ def test_setns_needs_exactly_sys_admin_beyond_the_old_grant(cluster: Cluster) ->
 # ----------------------------------------------------------------- pods
 
 
-def test_a_pod_gets_a_warm_pool_address_wired_inside_and_del_returns_it(clean_pods: Cluster) -> None:
+def test_a_pod_gets_a_warm_pool_address_wired_inside_and_del_returns_it(clean_pods: RuntimeCluster) -> None:
     c = clean_pods
     pool = c.pool()
     pod = _run(c, "warm-1")
@@ -170,7 +170,7 @@ def test_a_pod_gets_a_warm_pool_address_wired_inside_and_del_returns_it(clean_po
 
 
 @pytest.mark.parametrize("version", ["1.0.0", "0.4.0", "0.3.1"])
-def test_the_runtime_accepts_results_for_each_cni_version(clean_pods: Cluster, version: str) -> None:
+def test_the_runtime_accepts_results_for_each_cni_version(clean_pods: RuntimeCluster, version: str) -> None:
     c = clean_pods
     _use_conf(c, version)
     pod = _run(c, f"ver-{version.replace('.', '')}", version)
@@ -187,7 +187,7 @@ def test_the_runtime_accepts_results_for_each_cni_version(clean_pods: Cluster, v
     _assert_gone(c, pod)
 
 
-def test_chained_portmap_maps_the_port_and_removes_it_on_del(clean_pods: Cluster) -> None:
+def test_chained_portmap_maps_the_port_and_removes_it_on_del(clean_pods: RuntimeCluster) -> None:
     c = clean_pods
     _use_conf(c, portmap=True)
     pod = _run(c, "portmap-1", ports=(PortMapping(container_port=8080, host_port=18080),))
@@ -238,7 +238,7 @@ def test_chained_portmap_maps_the_port_and_removes_it_on_del(clean_pods: Cluster
     _assert_gone(c, pod)
 
 
-def test_a_burst_larger_than_the_warm_pool_all_get_distinct_addresses(clean_pods: Cluster) -> None:
+def test_a_burst_larger_than_the_warm_pool_all_get_distinct_addresses(clean_pods: RuntimeCluster) -> None:
     c = clean_pods
     warm = len(c.pool()) - len(c.pods())
     n = warm + 8
@@ -257,7 +257,7 @@ def test_a_burst_larger_than_the_warm_pool_all_get_distinct_addresses(clean_pods
         _assert_gone(c, p)
 
 
-def test_agent_down_names_the_agent_and_del_while_down_leaves_nothing(clean_pods: Cluster) -> None:
+def test_agent_down_names_the_agent_and_del_while_down_leaves_nothing(clean_pods: RuntimeCluster) -> None:
     c = clean_pods
     a = _run(c, "down-a")
     c.stop_agent()
@@ -281,7 +281,7 @@ def test_agent_down_names_the_agent_and_del_while_down_leaves_nothing(clean_pods
     assert c.rt.cri.list_pod_sandbox_ids() == []
 
 
-def test_kill_9_while_pods_run_keeps_their_addresses_and_check_passes(clean_pods: Cluster) -> None:
+def test_kill_9_while_pods_run_keeps_their_addresses_and_check_passes(clean_pods: RuntimeCluster) -> None:
     c = clean_pods
     pods = [_run(c, f"k9-{i}") for i in range(3)]
     c.stop_agent("KILL")
@@ -300,7 +300,7 @@ def test_kill_9_while_pods_run_keeps_their_addresses_and_check_passes(clean_pods
         _assert_gone(c, p)
 
 
-def _plugin(c: Cluster, command: str, pod: PodSandbox, stdin: dict[str, Any]) -> tuple[int, str]:
+def _plugin(c: RuntimeCluster, command: str, pod: PodSandbox, stdin: dict[str, Any]) -> tuple[int, str]:
     """The plugin as a runtime runs it (libcni: CNI_* environment, config on stdin, the node's netns)."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -343,7 +343,7 @@ CTR_DEFAULT_CAPS = [
 
 
 @pytest.fixture
-def ctr_cni(clean_pods: Cluster) -> Any:
+def ctr_cni(clean_pods: RuntimeCluster) -> Any:
     """``ctr`` 1.6 reads only ``/etc/cni/net.d`` and ``/opt/cni/bin``: our files there, and only ours
     removed afterwards (a machine that already has a ``warmpool-cni`` there is not touched)."""
     c = clean_pods
@@ -380,7 +380,7 @@ def ctr_cni(clean_pods: Cluster) -> Any:
                 p.unlink(missing_ok=True)
 
 
-def _ctr_run(c: Cluster, cid: str, drop: list[str]) -> subprocess.CompletedProcess[str]:
+def _ctr_run(c: RuntimeCluster, cid: str, drop: list[str]) -> subprocess.CompletedProcess[str]:
     """``ctr run --rm --cni``; runc's state and the FIFOs under the test's directory. A failed run
     leaves its container behind (ctr does not clean up after a failed network set-up): removed here."""
     base = c.rt.containerd.base
@@ -411,7 +411,7 @@ def _ctr_run(c: Cluster, cid: str, drop: list[str]) -> subprocess.CompletedProce
     return r
 
 
-def test_ctr_run_cni_container_gets_a_pool_address_and_gives_it_back(ctr_cni: Cluster) -> None:
+def test_ctr_run_cni_container_gets_a_pool_address_and_gives_it_back(ctr_cni: RuntimeCluster) -> None:
     """``ctr run --cni`` hands the plugin ``/proc/<pid>/ns/net``. The agent may open that only if the
     container holds no capability the agent lacks (the kernel's ptrace access check), so this
     container drops containerd's default set; see the next test for the default set."""
@@ -433,7 +433,7 @@ def test_ctr_run_cni_container_gets_a_pool_address_and_gives_it_back(ctr_cni: Cl
     assert ip in c.pool()
 
 
-def test_ctr_run_cni_with_default_capabilities_fails_clearly_and_holds_nothing(ctr_cni: Cluster) -> None:
+def test_ctr_run_cni_with_default_capabilities_fails_clearly_and_holds_nothing(ctr_cni: RuntimeCluster) -> None:
     """The agent (the manifest's NET_ADMIN, NET_RAW, SYS_ADMIN; no SYS_PTRACE) cannot open
     ``/proc/<pid>/ns/net`` of a container holding capabilities it lacks: the runtime shows why,
     and no address stays held. The kubelet's path pins namespaces under /var/run/netns instead."""

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from emulated.clock import VirtualClock
 from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.cniserver import CniService
 from node_agent.datastore import Datastore
 from node_agent.hostnet import PodRefused, netns_problem
 from node_agent.records import EniInfo
-from emulated.clock import VirtualClock
 from simulation import base, runner, world
 from simulation.node import SimPods
 from simulation.runner import SeedResult, plan_for, run_seed
@@ -452,7 +452,7 @@ def test_every_mutating_call_of_the_allocator_is_lease_checked() -> None:
     v = r.violations[0]
     # a node's first call is the first-contact CreateTags on its primary ENI (TagPrimaryEni)
     assert v["invariant"] == "lease" and " called create_tags on " in v["detail"], v
-    w = world.World(plan_for(0))
+    w = world.SimWorld(plan_for(0))
     eni = next(iter(w.emu.enis.values()))
     assert eni.attachment is not None
     iid = eni.attachment.instance_id
@@ -476,7 +476,7 @@ def test_the_sims_agents_sign_and_the_allocator_verifies() -> None:
     from functions.identity import verify_report_identity
     from warmpool.messages import parse_report
 
-    w = world.World(plan_for(0, keep=[]))
+    w = world.SimWorld(plan_for(0, keep=[]))
     assert w.settings.identity_verification == "required" and w.allocator.trusted is not None
     sent: list[str] = []
     real = w.send_report

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from tests.helpers.allocate_world import World
+from tests.helpers.allocate_world import AllocatorWorld
 
 
 def test_deferred_node_is_resent_with_a_delay_and_told_when() -> None:
-    w = World(budget_fraction=0.02)  # Assign: 2 tokens
+    w = AllocatorWorld(budget_fraction=0.02)  # Assign: 2 tokens
     for i in range(3):
         w.add_node(f"n{i}")
     out = w.deliver([w.report(f"n{i}", warm_ip=1) for i in range(3)])
@@ -20,7 +20,7 @@ def test_deferred_node_is_resent_with_a_delay_and_told_when() -> None:
 
 
 def test_a_node_leased_by_another_invocation_is_deferred() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     w.leases.claim("demo", w.nodes["n1"], "someone-else", w.clock.now(), 60)
     out = w.deliver([w.report("n1", warm_ip=1)])
@@ -28,7 +28,7 @@ def test_a_node_leased_by_another_invocation_is_deferred() -> None:
 
 
 def test_nodes_with_nothing_to_do_cost_no_lease_no_token_no_ec2_mutation() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     w.deliver([w.report("n1", warm_ip=2)])
     calls, lease_calls = w.mutating_calls(), w.leases.calls
@@ -38,7 +38,7 @@ def test_nodes_with_nothing_to_do_cost_no_lease_no_token_no_ec2_mutation() -> No
 
 
 def test_coalescing_keeps_the_newest_and_drops_stale() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1")
     r1, r2 = w.report("n1", warm_ip=1), w.report("n1", warm_ip=4)
     out = w.deliver([r2, r1])
@@ -49,7 +49,7 @@ def test_coalescing_keeps_the_newest_and_drops_stale() -> None:
 
 def test_serial_mapper_runs_are_deterministic() -> None:
     def run() -> list[str]:
-        w = World()
+        w = AllocatorWorld()
         for i in range(10):
             w.add_node(f"n{i}")
         w.deliver([w.report(f"n{i}", warm_ip=2, pending=i * 5) for i in range(10)])
@@ -59,7 +59,7 @@ def test_serial_mapper_runs_are_deterministic() -> None:
 
 
 def test_describe_calls_draw_from_the_shared_buckets_too() -> None:
-    w = World()
+    w = AllocatorWorld()
     for i in range(3):
         w.add_node(f"n{i}")
     # Other callers (an autoscaler, the console) emptied the Describe bucket.
@@ -80,7 +80,7 @@ def test_old_release_offers_are_ignored_never_unassigning_what_a_pod_may_hold_ag
     # The agent takes quarantined addresses back after its release timeout; a
     # report that reaches the allocator later (deferred, backlog) must not
     # have its offers acted on.
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1", "m5.large")
     w.deliver([w.report("n1", warm_ip=5)])
     eni = w.enis("n1")[0]
@@ -99,7 +99,7 @@ def test_old_release_offers_are_ignored_never_unassigning_what_a_pod_may_hold_ag
 
 
 def test_an_unexpected_error_leaves_the_record_for_redelivery() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1", "m5.large")
 
     def boom(job: object) -> None:
@@ -116,7 +116,7 @@ def test_a_plan_stopped_part_way_is_recorded_answered_and_not_resent() -> None:
     # (someone else spent the account's bucket): what was done is recorded in
     # the ledger (so a concurrent invocation holding an older view re-reads),
     # the agent gets it plus ``deferred``, and the now stale report is not re-sent.
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1", "m5.large")
     w.emu.fail_next("CreateNetworkInterface", "RequestLimitExceeded", status=503)
     rep = w.report("n1", warm_ip=1, pending=15)
@@ -138,7 +138,7 @@ def test_throttled_attach_after_a_create_resends_the_same_seq_so_the_token_finds
     # Assign on the primary, Create, then Attach is throttled: the ENI exists
     # unattached. The report must come back with the same seq (not be recorded),
     # so the re-plan's ClientToken returns that ENI instead of making another.
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1", "m5.large")
     w.emu.fail_next("AttachNetworkInterface", "RequestLimitExceeded", status=503)
     rep = w.report("n1", warm_ip=1, pending=15)

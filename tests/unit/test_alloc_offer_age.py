@@ -11,11 +11,11 @@ import pytest
 from pydantic import ValidationError
 
 from functions.settings import Settings
-from tests.helpers.allocate_world import World
+from tests.helpers.allocate_world import AllocatorWorld
 from warmpool.messages import OFFER_MAX_AGE_CEILING_S
 
 
-def _warm(w: World, node: str = "n1") -> Any:
+def _warm(w: AllocatorWorld, node: str = "n1") -> Any:
     w.add_node(node, "m5.large")
     w.deliver([w.report(node, warm_ip=5)])
     return w.enis(node)[0]
@@ -24,7 +24,7 @@ def _warm(w: World, node: str = "n1") -> Any:
 def test_an_offer_re_sent_in_a_later_report_is_aged_from_its_quarantine() -> None:
     # Quarantined at q, repeated in a report sent at q+75, served at q+125: the
     # report is 50 s old, the offer 125 s. The agent took it back at q+120.
-    w = World()
+    w = AllocatorWorld()
     eni = _warm(w)
     offered = list(eni.secondary)[-3:]
     q = w.clock.now()
@@ -39,7 +39,7 @@ def test_an_offer_re_sent_in_a_later_report_is_aged_from_its_quarantine() -> Non
 
 
 def test_only_the_old_offer_of_a_report_is_dropped() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1", "m5.4xlarge")
     w.deliver([w.report("n1", warm_ip=2, pending=40)])
     first, second = w.enis("n1")
@@ -54,7 +54,7 @@ def test_only_the_old_offer_of_a_report_is_dropped() -> None:
 
 
 def test_an_undated_offer_is_never_acted_on_but_the_demand_is_served() -> None:
-    w = World()
+    w = AllocatorWorld()
     eni = _warm(w)
     offered = list(eni.secondary)[-3:]
     out = w.deliver(
@@ -91,7 +91,7 @@ class _SlowDescribe:
 
 
 def test_an_offer_that_ages_out_during_the_invocation_is_not_unassigned() -> None:
-    w = World()
+    w = AllocatorWorld()
     eni = _warm(w)
     offered = list(eni.secondary)[-3:]
     q = w.clock.now()
@@ -108,7 +108,7 @@ def test_an_offer_that_ages_out_during_the_invocation_is_not_unassigned() -> Non
 
 
 def test_an_empty_eni_offered_too_late_is_not_deleted() -> None:
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1", "m5.4xlarge")
     w.deliver([w.report("n1", warm_ip=2, pending=40)])
     _first, second = w.enis("n1")

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from node_agent.config import ConfigError, HostNetSettings, load, load_hostnet
-from node_agent.controller import AttachedEni, NodeIdentity, PoolController
+from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
 from node_agent.nodenet import NodeSpec, desired_rules, render
-from node_agent.records import EniInfo
+from node_agent.records import EniInfo, NodeIdentity
 from node_agent.unmanaged import NO_MANAGE_TAG, SkipUnmanaged
 from tests.helpers.controller import TIMING, RecordingHost
 from warmpool.limits import known

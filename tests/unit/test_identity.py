@@ -12,10 +12,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import dsa
 
+from emulated.iid import IdentitySigner, document_for
 from functions import identity as ident
 from functions.identity import IdentityConfigError, IdentityRejected, TrustedKeys, VerifiedIdentity
-from emulated.iid import IdentitySigner, document_for
-from warmpool.messages import NodeIdentity, PoolReport
+from warmpool.messages import PoolReport, SignedIdentity
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
@@ -45,12 +45,12 @@ def trusted(signer: IdentitySigner) -> TrustedKeys:
     return TrustedKeys.from_pem(signer.certificate_pem)
 
 
-def _identity(signer: IdentitySigner, **fields: Any) -> NodeIdentity:
+def _identity(signer: IdentitySigner, **fields: Any) -> SignedIdentity:
     doc = document_for({**FIELDS, **fields})
-    return NodeIdentity(document=doc, signature=signer.sign(doc))
+    return SignedIdentity(document=doc, signature=signer.sign(doc))
 
 
-def _report(identity: NodeIdentity | None, **over: Any) -> PoolReport:
+def _report(identity: SignedIdentity | None, **over: Any) -> PoolReport:
     base: dict[str, Any] = {
         "cluster": "demo",
         "node": "node-a",
@@ -87,7 +87,7 @@ def test_a_signature_that_is_not_base64_is_refused(
     signer: IdentitySigner, trusted: TrustedKeys, signature: str
 ) -> None:
     good = _identity(signer)
-    bad = NodeIdentity(document=good.document, signature=signature)
+    bad = SignedIdentity(document=good.document, signature=signature)
     assert _reason(_verify(_report(bad), trusted)) == ident.BAD_BASE64
 
 
@@ -96,7 +96,7 @@ def test_a_signature_wrapped_over_lines_as_imds_serves_it_verifies(
 ) -> None:
     good = _identity(signer)
     assert "\n" in good.signature  # emulated.iid wraps at 64 columns, as IMDS does
-    unwrapped = NodeIdentity(document=good.document, signature=good.signature.replace("\n", ""))
+    unwrapped = SignedIdentity(document=good.document, signature=good.signature.replace("\n", ""))
     assert isinstance(_verify(_report(unwrapped), trusted), VerifiedIdentity)
 
 
@@ -116,21 +116,21 @@ def test_a_document_signed_by_another_key_is_refused(other_signer: IdentitySigne
 )
 def test_any_change_to_the_signed_bytes_is_refused(signer: IdentitySigner, trusted: TrustedKeys, tamper: Any) -> None:
     good = _identity(signer)
-    forged = NodeIdentity(document=tamper(good.document), signature=good.signature)
+    forged = SignedIdentity(document=tamper(good.document), signature=good.signature)
     assert forged.document != good.document
     assert _reason(_verify(_report(forged), trusted)) == ident.BAD_SIGNATURE
 
 
 def test_a_signature_of_another_document_is_refused(signer: IdentitySigner, trusted: TrustedKeys) -> None:
     mine, theirs = _identity(signer), _identity(signer, instanceId="i-0fedcba9876543210")
-    swapped = NodeIdentity(document=theirs.document, signature=mine.signature)
+    swapped = SignedIdentity(document=theirs.document, signature=mine.signature)
     assert _reason(_verify(_report(swapped, instance_id="i-0fedcba9876543210"), trusted)) == ident.BAD_SIGNATURE
 
 
 def test_a_truncated_signature_is_refused(signer: IdentitySigner, trusted: TrustedKeys) -> None:
     good = _identity(signer)
     raw = base64.b64decode("".join(good.signature.split()))
-    short = NodeIdentity(document=good.document, signature=base64.b64encode(raw[:-1]).decode())
+    short = SignedIdentity(document=good.document, signature=base64.b64encode(raw[:-1]).decode())
     assert _reason(_verify(_report(short), trusted)) == ident.BAD_SIGNATURE
 
 
@@ -173,7 +173,7 @@ def test_a_report_whose_az_or_type_differ_from_the_document_is_refused(
 def test_a_signed_document_that_is_not_a_json_object_is_refused(
     signer: IdentitySigner, trusted: TrustedKeys, document: str
 ) -> None:
-    signed = NodeIdentity(document=document, signature=signer.sign(document))
+    signed = SignedIdentity(document=document, signature=signer.sign(document))
     assert _reason(_verify(_report(signed), trusted)) == ident.NOT_JSON
 
 
@@ -184,7 +184,7 @@ def test_a_signed_document_missing_a_field_is_refused(
     doc = json.loads(document_for(FIELDS))
     del doc[missing]
     text = json.dumps(doc)
-    assert _reason(_verify(_report(NodeIdentity(document=text, signature=signer.sign(text))), trusted)) == (
+    assert _reason(_verify(_report(SignedIdentity(document=text, signature=signer.sign(text))), trusted)) == (
         ident.INCOMPLETE
     )
 

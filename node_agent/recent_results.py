@@ -28,7 +28,7 @@ def _keep_newest(into: dict[str, Expiry], keys: Iterable[str], until: float, seq
         into[key] = (max(t, until), max(n, seq))
 
 
-class ResultLedger:
+class RecentResults:
     """See the module docstring."""
 
     def __init__(self) -> None:

@@ -1,0 +1,29 @@
+"""How the emulated EC2 behaves (:class:`Ec2Config`), below the emulator and its
+handler modules, which all read it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from warmpool.buckets import BucketSpec
+from warmpool.limits import InstanceLimits
+
+
+@dataclass
+class Ec2Config:
+    """How the emulated EC2 behaves. Every number is configurable, none hard-wired."""
+
+    buckets: Mapping[str, BucketSpec] = field(default_factory=dict)
+    """Per-action overrides of :data:`warmpool.buckets.DEFAULT_SPECS`."""
+    api_latency_s: float = 0.0
+    """What every call costs a caller in time (see :meth:`Ec2Emulator.latency_for`)."""
+    attach_delay_s: float = 0.0
+    """Seconds before an attach shows as ``attached`` in Describe and appears in IMDS."""
+    detach_delay_s: float = 0.0
+    """Seconds an ENI stays ``detaching`` (and cannot be deleted) after DetachNetworkInterface."""
+    throttling: bool = True
+    region: str = "us-east-1"
+    account_id: str = "123456789012"
+    instance_types: Mapping[str, InstanceLimits] = field(default_factory=dict)
+    """Extra instance types beyond :data:`warmpool.limits.KNOWN_TYPES`."""
