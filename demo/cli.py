@@ -15,13 +15,12 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from demo import dataplane
-from demo import run as demo_module
-from demo import host
+from demo import dataplane, host
 from demo import netns as nx
-from demo.run import Demo
+from demo import run as demo_module
 from demo.options import DemoOptions, Interrupted
 from demo.report import dump, render
+from demo.run import Demo
 
 
 def build_parser() -> argparse.ArgumentParser:

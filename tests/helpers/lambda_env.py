@@ -13,9 +13,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from emulated.iid import IdentitySigner, document_for
 from functions import allocate, aws, reconcile
 from functions.stores import create_tables
-from emulated.iid import IdentitySigner, document_for
 from warmpool import names
 
 CLUSTER = "demo"

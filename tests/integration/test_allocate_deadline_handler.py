@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from functions import allocate
 from emulated.clock import VirtualClock
+from functions import allocate
 from tests.helpers.lambda_env import CLUSTER, Ctx, _event, _report
 from warmpool import names
 

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
+from emulated.clock import VirtualClock
 from node_agent import cni
 from node_agent.cniserver import CniService, CniSocketServer
 from node_agent.datastore import Datastore
 from node_agent.hostnet import PodNet, ifname_problem, netns_problem
 from node_agent.records import EniInfo
-from emulated.clock import VirtualClock
 
 ENI = EniInfo("eni-a", 0, "02:00:00:00:00:00", "10.0.0.10", "subnet-a", "10.0.0.0/24")
 CONF = {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool-cni"}

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
+from demo import dataplane as dp
+from demo import netns as nx
 from node_agent.config import HostNetSettings
 from node_agent.hostnet import setup_eni, setup_pod
 from node_agent.netlink import Netlink, sysctl_set
 from node_agent.nodenet import NodeNetworking, NodeSpec
 from node_agent.records import EniInfo
-from demo import dataplane as dp
-from demo import netns as nx
 from tests.fakenode import ip_json, netns_available, sh
 
 pytestmark = pytest.mark.netns

@@ -12,8 +12,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from functions.stores import DynamoBuckets, DynamoLeases, DynamoLedger, create_tables
 from emulated.memstores import MemBuckets, MemLeases, MemLedger
+from functions.stores import DynamoBuckets, DynamoLeases, DynamoLedger, create_tables
 from warmpool.buckets import AIMD_DECREASE, BucketSpec, BucketState
 
 SPEC = BucketSpec(capacity=10, refill_per_s=2)

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from emulated.clock import VirtualClock
 from node_agent.checkpoint import (
     CHECKPOINT_VERSION,
     RECOVERED_CHECKPOINT_VERSION,
@@ -24,7 +25,6 @@ from node_agent.cniserver import CniService
 from node_agent.datastore import Datastore
 from node_agent.hostnet import HostWiring, PodNet, host_veth_name
 from node_agent.records import UNKNOWN_HOLDER, EniInfo
-from emulated.clock import VirtualClock
 
 PRIMARY = EniInfo("eni-00000000", 0, "0a:00:00:00:00:00", "10.0.0.10", "subnet-a", "10.0.0.0/24")
 SECOND = EniInfo("eni-00000001", 1, "0a:00:00:00:00:01", "10.0.1.10", "subnet-a", "10.0.1.0/24")

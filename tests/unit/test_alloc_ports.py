@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from emulated.clock import VirtualClock
 from functions import allocate, aws
 from functions.delivery import Delivery
 from functions.ec2 import Ec2
@@ -18,7 +19,6 @@ from functions.execute import NodeJob, PlanExecutor
 from functions.settings import Settings
 from functions.stores import DynamoFlips
 from functions.telemetry import Tally
-from emulated.clock import VirtualClock
 from warmpool import names
 from warmpool.messages import (
     FAILED_CODE_MAX,

@@ -8,6 +8,7 @@ import math
 import pytest
 from botocore.exceptions import ClientError
 
+from emulated.iid import IdentitySigner
 from functions.errors import (
     AddressLimit,
     AwsError,
@@ -23,7 +24,6 @@ from functions.identity import IdentityConfigError
 from functions.intake import sender_matches, trusted_keys
 from functions.settings import Settings
 from functions.telemetry import Tally
-from emulated.iid import IdentitySigner
 from warmpool import names
 from warmpool.buckets import BucketSpec, BucketState, allot
 

@@ -8,12 +8,12 @@ import threading
 import time
 from typing import Any
 
+from emulated.clock import VirtualClock
 from node_agent.cniserver import CniService
 from node_agent.datastore import Datastore
 from node_agent.hostnet import PodNet
 from node_agent.netlink import NetlinkFailure
 from node_agent.records import EniInfo
-from emulated.clock import VirtualClock
 
 ENI = EniInfo("eni-a", 0, "02:00:00:00:00:00", "10.0.0.10", "subnet-a", "10.0.0.0/24")
 CONF = {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool-cni"}

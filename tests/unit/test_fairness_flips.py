@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from emulated.memstores import MemFlips
 from functions.errors import AwsError
 from functions.fairness import FairShare
 from functions.releases import load_flips, save_flips
 from functions.telemetry import Tally
-from emulated.memstores import MemFlips
 from warmpool.buckets import BucketSpec
 from warmpool.ports import FlipState
 

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from emulated.clock import VirtualClock
 from node_agent import cni
 from node_agent.cniserver import CniService
 from node_agent.datastore import Datastore
 from node_agent.hostnet import PodNet
 from node_agent.records import EniInfo
-from emulated.clock import VirtualClock
 
 SPEC_CODES = {1, 2, 3, 4, 5, 6, 7, 11, 50, 100}
 CNI_VARS = [

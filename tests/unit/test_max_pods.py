@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from warmpool_cli import max_pods as cli
 from warmpool.limits import KNOWN_TYPES, known, max_pods, parse_table
 from warmpool.limits_data import DATA_FILE, TABLE
+from warmpool_cli import max_pods as cli
 
 
 @pytest.mark.parametrize(
