@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import Ec2Error
 
 if TYPE_CHECKING:
+    from .authz import Principal
     from .emulator import Ec2Emulator
 
 
@@ -25,12 +26,14 @@ def snake_to_action(name: str) -> str:
 class FastEc2Client:
     """boto3-shaped EC2 client served directly by an :class:`Ec2Emulator`."""
 
-    def __init__(self, emu: Ec2Emulator) -> None:
+    def __init__(self, emu: Ec2Emulator, principal: Principal | None = None) -> None:
         self.emulator = emu
+        self.principal = principal
+        """Whose policies every call is authorized against (None: not checked)."""
 
     def _call(self, action: str, kwargs: dict[str, Any]) -> dict[str, Any]:
         try:
-            return self.emulator.dispatch(action, kwargs)
+            return self.emulator.dispatch(action, kwargs, self.principal)
         except Ec2Error as e:
             raise e.client_error(action) from None
 

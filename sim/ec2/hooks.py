@@ -26,6 +26,7 @@ from botocore.config import Config
 from .errors import Ec2Error, metadata
 
 if TYPE_CHECKING:
+    from .authz import Principal
     from .emulator import Ec2Emulator
 
 _PARAMS_KEY = "warmpool_emulated_params"
@@ -40,8 +41,11 @@ def _http(status: int, url: str) -> AWSResponse:
     return AWSResponse(url, status, {"content-type": "text/xml;charset=UTF-8"}, _EmptyRaw())
 
 
-def boto3_client(emu: Ec2Emulator, config: Config | None = None, **kwargs: Any) -> Any:
-    """A boto3 ec2 client whose every call is served in-process by ``emu``."""
+def boto3_client(
+    emu: Ec2Emulator, config: Config | None = None, principal: Principal | None = None, **kwargs: Any
+) -> Any:
+    """A boto3 ec2 client whose every call is served in-process by ``emu`` (and, with a
+    ``principal``, authorized against its policies first: :mod:`sim.ec2.authz`)."""
     session = boto3.session.Session(
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
@@ -57,7 +61,7 @@ def boto3_client(emu: Ec2Emulator, config: Config | None = None, **kwargs: Any) 
         params = context.pop(_PARAMS_KEY, {})
         action = model.name
         try:
-            out = emu.dispatch(action, params)
+            out = emu.dispatch(action, params, principal)
         except Ec2Error as e:
             return _http(e.status, url), e.response()
         return _http(200, url), out
