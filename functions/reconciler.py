@@ -1,11 +1,16 @@
 """The scheduled backstop of the event-driven path.
 
-* **Two-phase GC** of detached ENIs tagged for the cluster: a run marks them
-  (``warmpool.io/gc-marked-at``); a later run deletes those marked longer than
-  ``gc_age_s`` ago. ENIs without the cluster's tag are never touched: the
-  Describe filter only returns ours. A marked ENI found attached again is unmarked.
+* **Two-phase GC** of detached ENIs warmpool created for the cluster: a run
+  marks them (``warmpool.io/gc-marked-at``); a later run deletes those marked
+  longer than ``gc_age_s`` ago. A marked ENI found attached again is unmarked.
 * **DeleteOnTermination** set on our attached ENIs that lack it (a crash
   between attach and modify).
+
+Every one of these calls is made only on an ENI the allocator itself may
+attach, detach and delete (:func:`warmpool.eni_scope.lifecycle_permitted`:
+warmpool's own tags for this cluster, no ``no_manage``): the cluster tag alone
+is not enough, the VPC CNI puts it on its ENIs too. The Describe filter (the
+cluster tag) only narrows what is read.
 * **Terminated nodes**: their result queues, then their ledger entries go
   (the entry only if still the one read: same instance and seq). Entries are
   keyed by instance id.
@@ -33,6 +38,7 @@ from functions.settings import Settings
 from functions.telemetry import Tally
 from warmpool import names
 from warmpool.clock import Clock
+from warmpool.eni_scope import lifecycle_permitted
 from warmpool.facts import EniFacts
 from warmpool.ports import BucketStore, Ec2Api, Ec2Port, LeaseStore, Ledger, SqsApi
 
@@ -120,8 +126,8 @@ class Reconciler:
     def _gc(self, enis: list[EniFacts], now: float, out: ReconcileOutcome) -> None:
         wants: list[tuple[str, str]] = []
         for e in enis:
-            if e.tags.get(names.TAG_CLUSTER_NAME) != self.cluster:
-                continue  # defence in depth: the filter already said so
+            if not lifecycle_permitted(e.tags, self.cluster):
+                continue  # the VPC CNI's, another tool's (no_manage) or another cluster's: never touched
             mark = e.tags.get(names.TAG_GC_MARK, "")
             if e.instance_id:
                 if mark:

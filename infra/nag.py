@@ -45,6 +45,10 @@ REASON_INSTANCE = (
     "Nodes come and go; attach/detach is bound to instances tagged kubernetes.io/cluster/<name> "
     "(owned|shared) by an ec2:ResourceTag condition."
 )
+REASON_INSTANCE_REPAIR = (
+    "The DeleteOnTermination repair modifies attachments on instances tagged kubernetes.io/cluster/<name> "
+    "(owned|shared) only, by an ec2:ResourceTag condition; nodes come and go."
+)
 REASON_GROUP = (
     "No security_group_ids configured: pod ENIs take the node's primary ENI groups, bound to the "
     "cluster's VPC by an ec2:Vpc condition."
@@ -68,6 +72,7 @@ def acknowledgements(cluster: str, *, wildcard_groups: bool, tagged_subnets: boo
         Acknowledgement("AllocateRole", f"AwsSolutions-IAM5[{ENI}]", REASON_ENI),
         Acknowledgement("ReconcileRole", f"AwsSolutions-IAM5[{ENI}]", REASON_ENI),
         Acknowledgement("AllocateRole", f"AwsSolutions-IAM5[{INSTANCE}]", REASON_INSTANCE),
+        Acknowledgement("ReconcileRole", f"AwsSolutions-IAM5[{INSTANCE}]", REASON_INSTANCE_REPAIR),
         Acknowledgement("AllocateRole", f"AwsSolutions-IAM5[{result_queues(cluster)}]", REASON_RESULT),
         Acknowledgement("ReconcileRole", f"AwsSolutions-IAM5[{result_queues(cluster)}]", REASON_RESULT),
         Acknowledgement("AgentPolicy", f"AwsSolutions-IAM5[{result_queues(cluster)}]", REASON_RESULT),

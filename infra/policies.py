@@ -26,6 +26,9 @@ tag on that ENI):
   (``ec2:ResourceTag`` on the instance resource).
 - Tags only at creation (``ec2:CreateAction``), except the GC mark, whose key is
   the only one reconcile may add or remove (``aws:TagKeys``).
+- Reconcile's DeleteOnTermination repair: ModifyNetworkInterfaceAttribute with
+  the allocator's scope (ENIs warmpool created, instances of the cluster, the
+  attachment only, never a ``no_manage`` ENI).
 
 Every statement is a plain function of the config and the stack's ARN parts, so
 tests can read them without synthesizing.
@@ -113,6 +116,17 @@ def deny_unmanaged_enis(sid: str, actions: list[str], arns: Arns) -> iam.PolicyS
         actions=actions,
         resources=[arns.ec2("network-interface/*")],
         conditions=_not_managed_by_us(),
+    )
+
+
+def deny_attributes_never_set(sid: str, arns: Arns) -> iam.PolicyStatement:
+    """ModifyNetworkInterfaceAttribute may change the attachment (DeleteOnTermination) only."""
+    return iam.PolicyStatement(
+        sid=sid,
+        effect=iam.Effect.DENY,
+        actions=["ec2:ModifyNetworkInterfaceAttribute"],
+        resources=[arns.ec2("network-interface/*")],
+        conditions={"StringEqualsIgnoreCase": {"ec2:Attribute": ENI_ATTRIBUTES_NEVER_SET}},
     )
 
 
@@ -236,13 +250,7 @@ def allocator_ec2(cfg: StackConfig, arns: Arns) -> list[iam.PolicyStatement]:
             else []
         ),
         deny_unmanaged_enis("NeverTouchNoManageEnis", [*ENI_MUTATIONS, "ec2:CreateTags"], arns),
-        iam.PolicyStatement(
-            sid="DenyEniAttributesWarmpoolNeverSets",
-            effect=iam.Effect.DENY,
-            actions=["ec2:ModifyNetworkInterfaceAttribute"],
-            resources=[eni],
-            conditions={"StringEqualsIgnoreCase": {"ec2:Attribute": ENI_ATTRIBUTES_NEVER_SET}},
-        ),
+        deny_attributes_never_set("DenyEniAttributesWarmpoolNeverSets", arns),
         iam.PolicyStatement(
             sid="AttachOnlyToClusterInstances",
             actions=[
@@ -275,8 +283,26 @@ def reconciler_ec2(cfg: StackConfig, arns: Arns) -> list[iam.PolicyStatement]:
             resources=[eni],
             conditions=_warmpool_eni(cfg),
         ),
+        # The DeleteOnTermination repair (an allocator that died between attach and
+        # modify): the attachment of an ENI warmpool created, attached to an instance of
+        # the cluster, and no other attribute (the same scope as the allocator's).
+        iam.PolicyStatement(
+            sid="RepairDeleteOnTermination",
+            actions=["ec2:ModifyNetworkInterfaceAttribute"],
+            resources=[eni],
+            conditions=_warmpool_eni(cfg),
+        ),
+        iam.PolicyStatement(
+            sid="RepairOnlyOnClusterInstances",
+            actions=["ec2:ModifyNetworkInterfaceAttribute"],
+            resources=[arns.ec2("instance/*")],
+            conditions=_cluster_instance(cfg),
+        ),
+        deny_attributes_never_set("RepairSetsNoOtherEniAttribute", arns),
         deny_unmanaged_enis(
-            "GcNeverTouchesNoManageEnis", ["ec2:CreateTags", "ec2:DeleteTags", "ec2:DeleteNetworkInterface"], arns
+            "GcNeverTouchesNoManageEnis",
+            ["ec2:CreateTags", "ec2:DeleteTags", "ec2:DeleteNetworkInterface", "ec2:ModifyNetworkInterfaceAttribute"],
+            arns,
         ),
     ]
 

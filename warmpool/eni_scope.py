@@ -8,6 +8,9 @@ delete only on ENIs warmpool created; and nothing at all on an ENI tagged
 ``pkg/ipamd/ipamd.go::filterUnmanagedENIs``). The planner and executor ask this
 module first, so a plan never contains a call IAM would refuse
 (``tests/infra/test_iam_least_privilege.py`` checks the two agree, ENI by ENI).
+The reconciler asks the same question (:func:`lifecycle_permitted`) before it
+marks, unmarks, deletes or repairs an ENI: one rule for both functions, never
+the cluster tag alone (the VPC CNI tags its own ENIs with it too).
 Pure: tags in, decisions out.
 """
 
@@ -38,6 +41,15 @@ def created_by_warmpool(tags: Mapping[str, str], cluster: str) -> bool:
     return tags.get(names.TAG_CLUSTER_NAME) == cluster and tags.get(names.TAG_MANAGED) == "true"
 
 
+def lifecycle_permitted(tags: Mapping[str, str], cluster: str) -> bool:
+    """Warmpool may attach, detach, modify the attachment of, delete, and GC-mark this ENI:
+    it created it for ``cluster`` and nobody has since marked it ``no_manage``. The
+    allocator's plans and the reconciler's GC and DeleteOnTermination repair all decide
+    with this one predicate (IAM: ``MutateWarmpoolCreatedEni``, ``GcMarkClusterTaggedEni``,
+    ``GcDeleteClusterTaggedEni``, ``RepairDeleteOnTermination``, and the ``no_manage`` Deny)."""
+    return not unmanaged(tags) and created_by_warmpool(tags, cluster)
+
+
 def tagged_primary(tags: Mapping[str, str], cluster: str) -> bool:
     return tags.get(names.TAG_PRIMARY_ENI_OF) == cluster
 
@@ -47,7 +59,7 @@ def permissions(tags: Mapping[str, str], cluster: str, *, in_cluster_vpc: bool, 
     (-1 when detached), in the cluster's VPC or not."""
     if unmanaged(tags):
         return EniPermissions(assign=False, lifecycle=False, tag_as_primary=False)
-    ours = created_by_warmpool(tags, cluster)
+    ours = lifecycle_permitted(tags, cluster)
     primary = tagged_primary(tags, cluster) and in_cluster_vpc
     claimable = (
         device_index == 0

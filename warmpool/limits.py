@@ -31,6 +31,14 @@ class InstanceLimits(BaseModel):
     vcpus: int | None = Field(default=None, ge=1, description="default vCPUs (the max-pods ceiling needs it)")
 
     @property
+    def total_enis(self) -> int:
+        """ENIs the instance takes on all its network cards: ``max_enis`` (the default card's)
+        on each card. Every card of every multi-card type in the VPC CNI's generated table
+        takes as many as the default card (p5.48xlarge: 32 cards of 2), which is what this
+        counts; the reports' bound (:mod:`warmpool.messages`) follows it."""
+        return self.max_enis * self.network_cards
+
+    @property
     def slots_per_eni(self) -> int:
         """Secondary slots on one ENI: addresses, or /28 prefixes in prefix mode."""
         return self.ipv4_per_eni - 1

@@ -23,12 +23,18 @@ from pydantic import (
     model_validator,
 )
 
+from warmpool.limits import KNOWN_TYPES
+
 REPORT_SCHEMA = "warmpool.report/v1"
 RESULT_SCHEMA = "warmpool.result/v1"
 MAX_MESSAGE_BYTES = 256 * 1024
 """Largest message either side accepts (SQS allows 1 MiB; a report is ~10 KiB at most)."""
 
-MAX_ENIS = 32
+MAX_NETWORK_CARDS = max(t.network_cards for t in KNOWN_TYPES.values())
+"""The most network cards any instance type of the limits table has (32: p5.48xlarge)."""
+MAX_ENIS = max(t.total_enis for t in KNOWN_TYPES.values())
+"""The most ENIs any instance type of the limits table takes on all its cards (64). A report
+for a type the table knows is held to that type's own counts (:meth:`PoolReport._consistent`)."""
 MAX_IPS_PER_ENI = 64
 MAX_PREFIXES_PER_ENI = 64
 MAX_ACTIONS = 64
@@ -97,7 +103,7 @@ class EniReport(_Strict):
 
     eni_id: EniId
     device_index: Annotated[int, Field(ge=0, le=MAX_ENIS)]
-    network_card: Annotated[int, Field(ge=0, le=15)] = 0
+    network_card: Annotated[int, Field(ge=0, lt=MAX_NETWORK_CARDS)] = 0
     subnet_id: SubnetId
     primary_ip: IPv4
     ips: Annotated[list[IPv4], Field(max_length=MAX_IPS_PER_ENI)] = []
@@ -175,6 +181,17 @@ class PoolReport(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> PoolReport:
+        limits = KNOWN_TYPES.get(self.instance_type)
+        if limits is not None:
+            # The contract: network cards and ENIs up to what the instance type has.
+            if len(self.enis) > limits.total_enis:
+                raise ValueError(f"{len(self.enis)} ENIs > the {limits.total_enis} a {self.instance_type} takes")
+            for eni in self.enis:
+                if eni.network_card >= limits.network_cards:
+                    raise ValueError(
+                        f"ENI {eni.eni_id} on network card {eni.network_card}: "
+                        f"a {self.instance_type} has {limits.network_cards}"
+                    )
         seen: set[str] = set()
         devices: set[tuple[int, int]] = set()
         addrs: set[str] = set()
@@ -215,7 +232,7 @@ class Attached(_Strict):
     kind: Literal["attached"] = "attached"
     eni_id: EniId
     device_index: Annotated[int, Field(ge=0, le=MAX_ENIS)]
-    network_card: Annotated[int, Field(ge=0, le=15)] = 0
+    network_card: Annotated[int, Field(ge=0, lt=MAX_NETWORK_CARDS)] = 0
     mac: Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")]
     subnet_id: SubnetId
     subnet_cidr: Cidr

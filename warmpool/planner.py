@@ -7,6 +7,7 @@ Allocation, fewest calls first:
    (most free slots first, so fewer ENIs are touched);
 2. then new ENIs created *with* their addresses in the
    ``CreateNetworkInterface`` call, attached at the lowest free device index
+   of the default network card (each card counts against its own ENI limit)
    and marked DeleteOnTermination; the subnet is the allowed one in the node's
    AZ with most free addresses.
 
@@ -37,6 +38,10 @@ from typing import Literal
 from warmpool.limits import PREFIX_SIZE, InstanceLimits, pod_ceiling
 from warmpool.messages import Mode, PoolReport, ReleaseOffer
 from warmpool.pool import PoolConfig, PoolDelta, PoolState, ceiling, compute
+
+DEFAULT_CARD = 0
+"""The network card new ENIs are attached to (``DefaultNetworkCardIndex`` of every type in the
+limits table)."""
 
 
 @dataclass(frozen=True)
@@ -420,8 +425,12 @@ def _plan_allocation(
         need -= n
         room -= n
 
+    # New ENIs go on the default card, as the VPC CNI's pods' ENIs do (its max-pods formula,
+    # and so the node's ceiling, counts that card; the agent's host routing numbers tables
+    # by device index). Each card has its own ENI limit: interfaces other tools attached to
+    # the other cards (EFA on a p5.48xlarge: one on each of 32) take none of this card's.
     used = {(e.network_card, e.device_index) for e in inventory.enis}
-    n_enis = len(inventory.enis)
+    n_enis = sum(1 for e in inventory.enis if e.network_card == DEFAULT_CARD)
     max_enis = limits.enis(cfg.max_eni)
     while need > 0 and room > 0 and n_enis < max_enis:
         n = min(slots if delta.whole_enis else min(slots, need), room)
@@ -431,17 +440,17 @@ def _plan_allocation(
             notes.append("no allowed subnet in the AZ has room")
             break
         _, sid = max(fitting, key=lambda t: (t[0], t[1]))
-        idx = _free_device_index(used)
-        used.add((0, idx))
+        idx = _free_device_index(used, DEFAULT_CARD)
+        used.add((DEFAULT_CARD, idx))
         candidates[sid] -= n * unit + 1
         calls.append(
             CreateEni(
                 subnet_id=sid,
                 device_index=idx,
-                network_card=0,
+                network_card=DEFAULT_CARD,
                 ips=0 if prefix else n,
                 prefixes=n if prefix else 0,
-                client_token=client_token(cluster, inventory.instance_id, report.seq, 0, idx),
+                client_token=client_token(cluster, inventory.instance_id, report.seq, DEFAULT_CARD, idx),
             )
         )
         n_enis += 1

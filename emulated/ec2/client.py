@@ -10,10 +10,13 @@ botocore model here (the boto3 path does that).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import Ec2Error
-from .registry import Dispatcher
+from .ports import Dispatcher
+
+if TYPE_CHECKING:
+    from .authz import Principal
 
 
 def snake_to_action(name: str) -> str:
@@ -23,12 +26,14 @@ def snake_to_action(name: str) -> str:
 class FastEc2Client:
     """boto3-shaped EC2 client served directly by an :class:`Ec2Emulator`."""
 
-    def __init__(self, emu: Dispatcher) -> None:
+    def __init__(self, emu: Dispatcher, principal: Principal | None = None) -> None:
         self.emulator = emu
+        self.principal = principal
+        """Whose policies every call is authorized against (None: not checked)."""
 
     def _call(self, action: str, kwargs: dict[str, Any]) -> dict[str, Any]:
         try:
-            return self.emulator.dispatch(action, kwargs)
+            return self.emulator.dispatch(action, kwargs, self.principal)
         except Ec2Error as e:
             raise e.client_error(action) from None
 

@@ -160,13 +160,14 @@ def describe_vpcs(emu: DescribeState, p: dict[str, Any]) -> dict[str, Any]:
 
 
 def render_type(lim: InstanceLimits) -> dict[str, Any]:
-    per_card = lim.max_enis // lim.network_cards
+    """As DescribeInstanceTypes answers: ``max_enis`` on each card, their sum the instance's maximum."""
+    per_card = lim.max_enis
     return {
         "InstanceType": lim.instance_type,
         "CurrentGeneration": True,
         "Hypervisor": "nitro" if lim.prefix_capable else "xen",
         "NetworkInfo": {
-            "MaximumNetworkInterfaces": lim.max_enis,
+            "MaximumNetworkInterfaces": lim.total_enis,
             "MaximumNetworkCards": lim.network_cards,
             "DefaultNetworkCardIndex": 0,
             "NetworkCards": [

@@ -42,6 +42,7 @@ from warmpool.clock import Clock
 from warmpool.limits import KNOWN_TYPES, InstanceLimits
 
 from . import describe, enis, resources
+from .authz import Denial, Principal, authorize
 from .client import FastEc2Client
 from .config import Ec2Config
 from .describe import instance_metadata
@@ -103,6 +104,8 @@ class Ec2Emulator:
         self._on_attach: list[AttachCallback] = []
         self._on_detach: list[AttachCallback] = []
         self._types: dict[str, InstanceLimits] = {**KNOWN_TYPES, **self.config.instance_types}
+        self.denials: list[Denial] = []
+        """Every request a principal was refused (:mod:`.authz`), in order."""
 
     # ------------------------------------------------------------------ ids
 
@@ -259,15 +262,17 @@ class Ec2Emulator:
 
     # ------------------------------------------------------------ ways in
 
-    def client(self) -> FastEc2Client:
-        """A fast boto3-shaped client (satisfies :class:`warmpool.ports.Ec2Api`)."""
-        return FastEc2Client(self)
+    def client(self, principal: Principal | None = None) -> FastEc2Client:
+        """A fast boto3-shaped client (satisfies :class:`warmpool.ports.Ec2Api`); with a
+        ``principal``, each call is authorized against its policies first (:mod:`.authz`)."""
+        return FastEc2Client(self, principal)
 
-    def boto3_client(self, **kwargs: Any) -> Any:
-        """A real boto3 ``ec2`` client whose calls are served in-process by this emulator."""
+    def boto3_client(self, principal: Principal | None = None, **kwargs: Any) -> Any:
+        """A real boto3 ``ec2`` client whose calls are served in-process by this emulator
+        (authorized as :meth:`client`'s when a ``principal`` is given)."""
         from .hooks import boto3_client
 
-        return boto3_client(self, **kwargs)
+        return boto3_client(self, principal=principal, **kwargs)
 
     def call(self, action: str, params: Mapping[str, Any]) -> dict[str, Any]:
         """:meth:`dispatch`, raising ``botocore.exceptions.ClientError`` on errors."""
@@ -280,8 +285,9 @@ class Ec2Emulator:
     def actions() -> list[str]:
         return sorted(_HANDLERS)
 
-    def dispatch(self, action: str, params: Mapping[str, Any]) -> dict[str, Any]:
-        """Serve one request: count it, throttle it, inject faults, apply the rules.
+    def dispatch(self, action: str, params: Mapping[str, Any], principal: Principal | None = None) -> dict[str, Any]:
+        """Serve one request: count it, throttle it, inject faults, authorize it
+        (when a ``principal`` makes it), apply the rules.
 
         ``params`` are boto3's keyword arguments; the answer is the dict boto3
         would return (``ResponseMetadata`` included). Raises :class:`Ec2Error`.
@@ -300,6 +306,8 @@ class Ec2Emulator:
                 self._inject(action)
                 if self.config.throttling and not self._take(self._bucket_key(action, params)):
                     raise Ec2Error("RequestLimitExceeded", "Request limit exceeded.")
+                if principal is not None:
+                    authorize(self, principal, action, params)
                 if params.get("DryRun"):
                     raise Ec2Error("DryRunOperation", "Request would have succeeded, but DryRun flag is set.")
                 out = handler(self, dict(params))

@@ -315,10 +315,11 @@ def attach(emu: EniState, p: dict[str, Any]) -> dict[str, Any]:
         raise Ec2Error("InvalidParameterValue", f"Invalid value '{card}' for networkCardIndex.")
     if dev < 0:
         raise Ec2Error("InvalidParameterValue", f"Invalid value '{dev}' for deviceIndex.")
-    if len(inst.slots) >= lim.max_enis:
+    on_card = sum(1 for c, _ in inst.slots if c == card)
+    if on_card >= lim.max_enis:  # each network card takes max_enis (limits table: the default card's)
         raise Ec2Error(
             "AttachmentLimitExceeded",
-            f"Interface count {len(inst.slots) + 1} exceeds the limit for {inst.instance_type}",
+            f"Interface count {on_card + 1} exceeds the limit for {inst.instance_type} on network card {card}",
         )
     if (card, dev) in inst.slots:
         raise Ec2Error(

@@ -17,14 +17,17 @@ retries with real sleeps — which is what virtual time needs. The HTTP path
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.awsrequest import AWSResponse
 from botocore.config import Config
 
 from .errors import Ec2Error, metadata
-from .registry import Dispatcher
+from .ports import Dispatcher
+
+if TYPE_CHECKING:
+    from .authz import Principal
 
 _PARAMS_KEY = "warmpool_emulated_params"
 
@@ -38,8 +41,11 @@ def _http(status: int, url: str) -> AWSResponse:
     return AWSResponse(url, status, {"content-type": "text/xml;charset=UTF-8"}, _EmptyRaw())
 
 
-def boto3_client(emu: Dispatcher, config: Config | None = None, **kwargs: Any) -> Any:
-    """A boto3 ec2 client whose every call is served in-process by ``emu``."""
+def boto3_client(
+    emu: Dispatcher, config: Config | None = None, principal: Principal | None = None, **kwargs: Any
+) -> Any:
+    """A boto3 ec2 client whose every call is served in-process by ``emu`` (and, with a
+    ``principal``, authorized against its policies first: :mod:`emulated.ec2.authz`)."""
     session = boto3.session.Session(
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
@@ -55,7 +61,7 @@ def boto3_client(emu: Dispatcher, config: Config | None = None, **kwargs: Any) -
         params = context.pop(_PARAMS_KEY, {})
         action = model.name
         try:
-            out = emu.dispatch(action, params)
+            out = emu.dispatch(action, params, principal)
         except Ec2Error as e:
             return _http(e.status, url), e.response()
         return _http(200, url), out

@@ -24,8 +24,8 @@ from werkzeug.serving import WSGIRequestHandler, make_server
 from emulated.clock import VirtualClock
 
 from .errors import Ec2Error, new_request_id
+from .ports import Dispatcher
 from .protocol import parse_request, render_error, render_response
-from .registry import Dispatcher
 
 Sleep = Callable[[float], None]
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]

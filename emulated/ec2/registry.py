@@ -35,23 +35,6 @@ Handler = Callable[[S, dict[str, Any]], dict[str, Any]]
 boto3's answer out (raises :class:`Ec2Error`)."""
 
 
-class Dispatcher(Protocol):
-    """What the ways in (:mod:`.client`, :mod:`.hooks`, :mod:`.http`) reach of the emulator."""
-
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
-    def config(self) -> Ec2Config: ...
-
-    def dispatch(self, action: str, params: Mapping[str, Any]) -> dict[str, Any]: ...
-
-    def latency_for(self, action: str) -> float: ...
-
-    @staticmethod
-    def actions() -> list[str]: ...
-
-
 class Ec2View(Protocol):
     """What every handler module reads of the emulator."""
 

@@ -106,6 +106,15 @@ class Synthesized:
                     out.append((logical_id, st))
         return out
 
+    def role_statements(self, role_prefix: str) -> list[dict[str, Any]]:
+        """The statements of the inline policies attached to the role whose logical id
+        starts with ``role_prefix`` (``AllocateRole``, ``ReconcileRole``)."""
+        out: list[dict[str, Any]] = []
+        for res in self.resolved["Resources"].values():
+            if res["Type"] == "AWS::IAM::Policy" and res["Properties"]["Roles"][0].startswith("${" + role_prefix):
+                out += res["Properties"]["PolicyDocument"]["Statement"]
+        return out
+
     def statement(self, sid: str) -> dict[str, Any]:
         found = [st for _, st in self.statements() if st.get("Sid") == sid]
         assert len(found) == 1, f"{len(found)} statements with Sid {sid}"

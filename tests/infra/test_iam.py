@@ -17,20 +17,16 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-def _role_of_policy(s: Synthesized, policy_id: str) -> str:
-    return s.resolved["Resources"][policy_id]["Properties"]["Roles"][0]
-
-
 def _statements_of_role(s: Synthesized, role_prefix: str) -> list[dict[str, Any]]:
-    return [
-        st
-        for pid, st in s.statements()
-        if s.resolved["Resources"][pid]["Type"] == "AWS::IAM::Policy"
-        and _role_of_policy(s, pid).startswith("${" + role_prefix)
-    ]
+    return s.role_statements(role_prefix)
 
 
-DENY_SIDS = {"NeverTouchNoManageEnis", "DenyEniAttributesWarmpoolNeverSets", "GcNeverTouchesNoManageEnis"}
+DENY_SIDS = {
+    "NeverTouchNoManageEnis",
+    "DenyEniAttributesWarmpoolNeverSets",
+    "GcNeverTouchesNoManageEnis",
+    "RepairSetsNoOtherEniAttribute",
+}
 
 
 def test_no_service_wide_wildcards_anywhere(synthesized: dict[str, Synthesized]) -> None:
@@ -133,6 +129,23 @@ def test_reconcile_marks_and_deletes_only_cluster_enis(default: Synthesized) -> 
     reconcile = _statements_of_role(default, "ReconcileRole")
     assert not any("ec2:CreateNetworkInterface" in _list(st["Action"]) for st in reconcile)
     assert not any("ec2:AttachNetworkInterface" in _list(st["Action"]) for st in reconcile)
+
+
+def test_reconcile_repairs_delete_on_termination_with_the_allocators_scope(default: Synthesized) -> None:
+    """Issue 21, defect 7: the role lacked ModifyNetworkInterfaceAttribute."""
+    ours = {f"aws:ResourceTag/{names.TAG_CLUSTER_NAME}": "demo", f"aws:ResourceTag/{names.TAG_MANAGED}": "true"}
+    repair = default.statement("RepairDeleteOnTermination")
+    assert repair["Action"] == "ec2:ModifyNetworkInterfaceAttribute" and repair["Resource"] == ENI
+    assert repair["Condition"] == {"StringEquals": ours}
+    instance = default.statement("RepairOnlyOnClusterInstances")
+    assert instance["Resource"] == f"{P}:instance/*"
+    assert instance["Condition"] == {
+        "StringEquals": {"ec2:ResourceTag/kubernetes.io/cluster/demo": ["owned", "shared"]}
+    }
+    deny = default.statement("RepairSetsNoOtherEniAttribute")
+    assert deny["Effect"] == "Deny" and deny["Action"] == "ec2:ModifyNetworkInterfaceAttribute"
+    guard = default.statement("GcNeverTouchesNoManageEnis")
+    assert "ec2:ModifyNetworkInterfaceAttribute" in guard["Action"]
 
 
 def test_functions_reach_only_their_own_cluster_queues(default: Synthesized) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from infra import policies
 from infra.config import config_from_context
-from tests.infra.iam_eval import ContextValue, IamEni, evaluate, matching_sids
+from tests.infra.iam_eval import ContextValue, IamEni, concretize, evaluate, matching_sids
 from tests.infra.synth import BASE_CONTEXT, Synthesized
 from warmpool import names
 
@@ -49,13 +49,7 @@ MODIFY = "ec2:ModifyNetworkInterfaceAttribute"
 
 
 def _role_statements(s: Synthesized, role_prefix: str) -> list[dict[str, Any]]:
-    from tests.infra.iam_eval import concretize
-
-    out = []
-    for res in s.resolved["Resources"].values():
-        if res["Type"] == "AWS::IAM::Policy" and res["Properties"]["Roles"][0].startswith("${" + role_prefix):
-            out += res["Properties"]["PolicyDocument"]["Statement"]
-    statements: list[dict[str, Any]] = concretize(out, SUBS)
+    statements: list[dict[str, Any]] = concretize(s.role_statements(role_prefix), SUBS)
     return statements
 
 
@@ -71,8 +65,6 @@ def reconciler(default: Synthesized) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def agent(default: Synthesized) -> list[dict[str, Any]]:
-    from tests.infra.iam_eval import concretize
-
     policy = default.one("AWS::IAM::ManagedPolicy")["Properties"]["PolicyDocument"]["Statement"]
     reports = default.logical_id("AWS::SQS::Queue", lambda r: r["Properties"]["QueueName"] == "warmpool-demo-reports")
     statements: list[dict[str, Any]] = concretize(
@@ -125,6 +117,46 @@ def test_the_reconciler_may_mark_and_delete_enis_warmpool_created(reconciler: li
     assert evaluate(reconciler, "ec2:DeleteNetworkInterface", e.arn, e.context()) == "Allow"
     mark = e.tagging({names.TAG_GC_MARK: "1700000000"})
     assert evaluate(reconciler, "ec2:CreateTags", e.arn, mark) == "Allow"
+
+
+INSTANCE = f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/i-0123456789abcdef0"
+CLUSTER_INSTANCE = {"ec2:ResourceTag/kubernetes.io/cluster/demo": "owned", "ec2:Region": REGION}
+
+
+def test_the_reconciler_may_repair_delete_on_termination_on_enis_warmpool_created(
+    reconciler: list[dict[str, Any]],
+) -> None:
+    """Issue 21, defect 7: the repair's ModifyNetworkInterfaceAttribute was never granted, so
+    it failed on every run. Both resources of the call (the ENI and its instance) are allowed."""
+    e = ENIS["warmpool"]
+    assert evaluate(reconciler, MODIFY, e.arn, e.context(**{"ec2:Attribute": "Attachment"})) == "Allow"
+    assert evaluate(reconciler, MODIFY, INSTANCE, CLUSTER_INSTANCE) == "Allow"
+    assert evaluate(reconciler, MODIFY, INSTANCE, {"ec2:ResourceTag/kubernetes.io/cluster/other": "owned"}) != "Allow"
+
+
+@pytest.mark.parametrize("eni", ["vpc-cni", "primary", "no-manage", "no-manage-but-ours", "other-cluster"])
+def test_the_reconciler_modifies_only_enis_warmpool_created(reconciler: list[dict[str, Any]], eni: str) -> None:
+    assert _decide(reconciler, MODIFY, eni, **{"ec2:Attribute": "Attachment"}) != "Allow", eni
+
+
+@pytest.mark.parametrize("attribute", ["SourceDestCheck", "Groups", "groupSet", "Description"])
+def test_the_reconciler_changes_no_other_eni_attribute(reconciler: list[dict[str, Any]], attribute: str) -> None:
+    assert _decide(reconciler, MODIFY, "warmpool", **{"ec2:Attribute": attribute}) == "Deny"
+
+
+@pytest.mark.parametrize("eni", sorted(ENIS))
+def test_the_reconcilers_ownership_rule_is_the_one_iam_enforces(reconciler: list[dict[str, Any]], eni: str) -> None:
+    """``eni_scope.lifecycle_permitted`` (what the reconciler marks, deletes and repairs) is
+    exactly what its role may do, ENI by ENI."""
+    from warmpool.eni_scope import lifecycle_permitted
+
+    e = ENIS[eni]
+    allowed = [
+        evaluate(reconciler, "ec2:DeleteNetworkInterface", e.arn, e.context()),
+        evaluate(reconciler, "ec2:CreateTags", e.arn, e.tagging({names.TAG_GC_MARK: "1"})),
+        evaluate(reconciler, MODIFY, e.arn, e.context(**{"ec2:Attribute": "Attachment"})),
+    ]
+    assert lifecycle_permitted(e.tags, CLUSTER) == all(d == "Allow" for d in allowed), (eni, allowed)
 
 
 # --- what it must not ------------------------------------------------------------------

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from functions.reconciler import Reconciler
 from tests.helpers.allocate_world import AllocatorWorld
 from warmpool import names
+from warmpool.eni_scope import lifecycle_permitted, permissions
 
 
 def _rec(w: AllocatorWorld) -> Reconciler:
@@ -31,6 +34,86 @@ def _detached_eni(w: AllocatorWorld, tags: dict[str, str]) -> str:
     return str(resp["NetworkInterface"]["NetworkInterfaceId"])
 
 
+WARMPOOL = {names.TAG_CLUSTER_NAME: "demo", names.TAG_MANAGED: "true"}
+VPC_CNI = {
+    names.TAG_CLUSTER_NAME: "demo",
+    names.TAG_INSTANCE_ID: "i-0123456789abcdef0",
+    names.TAG_CREATED_AT: "2026-01-01T00:00:00Z",
+}
+ENI_KINDS: dict[str, tuple[dict[str, str], bool]] = {
+    # kind: (tags, whether the reconciler may mark, delete, unmark and repair it)
+    "warmpool-created": (WARMPOOL, True),
+    "vpc-cni-created": (VPC_CNI, False),
+    "no-manage": ({names.TAG_CLUSTER_NAME: "demo", names.TAG_NO_MANAGE: "true"}, False),
+    "no-manage-on-warmpool-created": ({**WARMPOOL, names.TAG_NO_MANAGE: "True"}, False),
+    "other-cluster": ({**WARMPOOL, names.TAG_CLUSTER_NAME: "prod"}, False),
+    "untagged": ({}, False),
+}
+ENI_MUTATIONS = ("CreateTags", "DeleteNetworkInterface", "ModifyNetworkInterfaceAttribute")
+
+
+def _mutations(w: AllocatorWorld) -> int:
+    return sum(v["calls"] for a, v in w.ec2_stats().items() if a in ENI_MUTATIONS)
+
+
+@pytest.mark.parametrize("kind", sorted(ENI_KINDS))
+def test_gc_follows_the_allocators_ownership_rule_for_detached_enis(kind: str) -> None:
+    """Issue 21, defect 6: the GC decided on the cluster tag alone, so it marked and
+    deleted the VPC CNI's and ``no_manage`` ENIs. Only an ENI the allocator itself may
+    delete (``eni_scope.lifecycle_permitted``) is marked, then deleted."""
+    tags, ours = ENI_KINDS[kind]
+    w = AllocatorWorld(gc_age_s=300)
+    eni = _detached_eni(w, tags)
+    assert lifecycle_permitted(tags, "demo") is ours
+    assert permissions(tags, "demo", in_cluster_vpc=True, device_index=-1).lifecycle is ours
+    rec = _rec(w)
+    w.emu.reset_stats()
+    first = rec.run()
+    w.clock.advance(301)
+    second = rec.run()
+    if ours:
+        assert (first.marked, second.deleted) == ([eni], [eni])
+        assert eni not in w.emu.enis
+    else:
+        assert first.marked == [] and second.deleted == [] and first.postponed == 0
+        assert eni in w.emu.enis and names.TAG_GC_MARK not in w.emu.enis[eni].tags
+        assert _mutations(w) == 0
+
+
+@pytest.mark.parametrize("kind", sorted(ENI_KINDS))
+def test_delete_on_termination_is_repaired_only_on_enis_warmpool_created(kind: str) -> None:
+    """Defect 6: the repair modified attached VPC CNI ENIs (IAM refuses it in the stack;
+    the local stack has no IAM, so there it really happened)."""
+    tags, ours = ENI_KINDS[kind]
+    w = AllocatorWorld()
+    w.add_node("n1")
+    eni = _detached_eni(w, tags)
+    w.emu.client().attach_network_interface(InstanceId=w.nodes["n1"], NetworkInterfaceId=eni, DeviceIndex=1)
+    w.emu.reset_stats()
+    out = _rec(w).run()
+    attachment = w.emu.enis[eni].attachment
+    assert attachment is not None
+    assert out.fixed_delete_on_termination == ([eni] if ours else [])
+    assert attachment.delete_on_termination is ours
+    if not ours:
+        assert _mutations(w) == 0
+
+
+@pytest.mark.parametrize("kind", sorted(ENI_KINDS))
+def test_a_mark_is_cleared_only_on_enis_warmpool_created(kind: str) -> None:
+    tags, ours = ENI_KINDS[kind]
+    w = AllocatorWorld()
+    w.add_node("n1")
+    eni = _detached_eni(w, {**tags, names.TAG_GC_MARK: "1"})
+    w.emu.client().attach_network_interface(InstanceId=w.nodes["n1"], NetworkInterfaceId=eni, DeviceIndex=1)
+    w.emu.reset_stats()
+    out = _rec(w).run()
+    assert out.unmarked == ([eni] if ours else [])
+    assert (w.emu.enis[eni].tags.get(names.TAG_GC_MARK) == "") is ours
+    if not ours:
+        assert _mutations(w) == 0
+
+
 def test_gc_marks_then_deletes_only_our_detached_enis_after_the_age() -> None:
     w = AllocatorWorld(gc_age_s=300)
     ours = _detached_eni(w, {names.TAG_CLUSTER_NAME: "demo", names.TAG_MANAGED: "true"})
@@ -50,7 +133,7 @@ def test_gc_marks_then_deletes_only_our_detached_enis_after_the_age() -> None:
 def test_a_marked_eni_attached_again_is_unmarked() -> None:
     w = AllocatorWorld(gc_age_s=300)
     w.add_node("n1")
-    eni = _detached_eni(w, {names.TAG_CLUSTER_NAME: "demo"})
+    eni = _detached_eni(w, WARMPOOL)
     rec = _rec(w)
     assert rec.run().marked == [eni]
     w.emu.client().attach_network_interface(InstanceId=w.nodes["n1"], NetworkInterfaceId=eni, DeviceIndex=1)
@@ -120,6 +203,6 @@ def test_expired_leases_are_swept() -> None:
 def test_missing_delete_on_termination_is_fixed() -> None:
     w = AllocatorWorld()
     w.add_node("n1")
-    eni = _detached_eni(w, {names.TAG_CLUSTER_NAME: "demo"})
+    eni = _detached_eni(w, WARMPOOL)
     w.emu.client().attach_network_interface(InstanceId=w.nodes["n1"], NetworkInterfaceId=eni, DeviceIndex=1)
     assert _rec(w).run().fixed_delete_on_termination == [eni]
