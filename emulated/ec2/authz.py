@@ -227,12 +227,15 @@ def requests(emu: ResourceState, action: str, p: Mapping[str, Any]) -> list[Requ
     return _on_eni(emu, action, eni, with_instance=False)
 
 
-def authorize(emu: ResourceState, principal: Principal, action: str, p: Mapping[str, Any]) -> None:
-    """Raise ``UnauthorizedOperation`` unless the principal is allowed every request of the call."""
+def authorize(
+    emu: ResourceState, principal: Principal, action: str, p: Mapping[str, Any], denials: list[Denial]
+) -> None:
+    """Raise ``UnauthorizedOperation`` unless the principal is allowed every request of the call
+    (each refusal also appended to ``denials``)."""
     for r in requests(emu, action, p):
         decision = principal.decide(r.action, r.resource, r.context)
         if decision != "Allow":
-            emu.denials.append(Denial(principal.name, r.action, r.resource, decision))
+            denials.append(Denial(principal.name, r.action, r.resource, decision))
             why = "an explicit deny" if decision == "Deny" else "no policy that allows it"
             raise Ec2Error(
                 "UnauthorizedOperation",

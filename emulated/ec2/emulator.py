@@ -307,7 +307,7 @@ class Ec2Emulator:
                 if self.config.throttling and not self._take(self._bucket_key(action, params)):
                     raise Ec2Error("RequestLimitExceeded", "Request limit exceeded.")
                 if principal is not None:
-                    authorize(self, principal, action, params)
+                    authorize(self, principal, action, params, self.denials)
                 if params.get("DryRun"):
                     raise Ec2Error("DryRunOperation", "Request would have succeeded, but DryRun flag is set.")
                 out = handler(self, dict(params))

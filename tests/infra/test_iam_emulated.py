@@ -13,7 +13,7 @@ import pytest
 from emulated.ec2 import Ec2Emulator
 from emulated.ec2.authz import requests
 from functions.reconciler import Reconciler
-from tests.helpers.allocate_world import World
+from tests.helpers.allocate_world import AllocatorWorld
 from tests.helpers.iam_policies import PolicyPrincipal, principals, stack_network
 from tests.infra.synth import Synthesized
 from warmpool import names
@@ -24,7 +24,7 @@ NO_MANAGE = {names.TAG_CLUSTER_NAME: "demo", names.TAG_NO_MANAGE: "true"}
 
 
 class Stack:
-    """A World whose allocator and reconciler call EC2 as their synthesized roles."""
+    """A AllocatorWorld whose allocator and reconciler call EC2 as their synthesized roles."""
 
     def __init__(self, synthesized: Synthesized, **settings: Any) -> None:
         from emulated.clock import VirtualClock
@@ -34,7 +34,7 @@ class Stack:
         emu = Ec2Emulator(clock)
         stack_network(emu)
         self.roles = principals(synthesized, emu)
-        self.w = World(emu=emu, clock=clock, **settings)
+        self.w = AllocatorWorld(emu=emu, clock=clock, **settings)
         self.w.ec2_client = emu.client(principal=self.roles["allocate"])
         self.w.alloc = self.w.allocator()
         self.reconciler = Reconciler(

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.allocate_world import World
+from tests.helpers.allocate_world import AllocatorWorld
 from warmpool.limits import KNOWN_TYPES, InstanceLimits
 
 MANY_CARDS = sorted(t for t, lim in KNOWN_TYPES.items() if lim.network_cards > 1)
 
 
-def _other_tools_interfaces(w: World, node: str, lim: InstanceLimits) -> list[str]:
+def _other_tools_interfaces(w: AllocatorWorld, node: str, lim: InstanceLimits) -> list[str]:
     c = w.emu.client()
     out = []
     for card in range(1, lim.network_cards):
@@ -33,7 +33,7 @@ def test_every_multi_card_type_is_in_the_table() -> None:
 @pytest.mark.parametrize("itype", MANY_CARDS)
 def test_a_node_with_an_interface_on_every_card_is_served(itype: str) -> None:
     lim = KNOWN_TYPES[itype]
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1", itype)
     theirs = _other_tools_interfaces(w, "n1", lim)
     report = w.report("n1", warm_ip=10_000, warm_eni=0, pending=5)
@@ -49,7 +49,7 @@ def test_a_node_with_an_interface_on_every_card_is_served(itype: str) -> None:
 def test_the_emulator_limits_enis_per_card_as_describe_instance_types_says() -> None:
     from botocore.exceptions import ClientError
 
-    w = World()
+    w = AllocatorWorld()
     w.add_node("n1", "p5.48xlarge")
     c = w.emu.client()
     item = c.describe_instance_types(InstanceTypes=["p5.48xlarge"])["InstanceTypes"][0]
