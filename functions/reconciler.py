@@ -25,10 +25,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from functions.ec2 import Ec2
-from functions.errors import AwsError, InUse, NotFound, QueueMissing, classify
+from functions.errors import AwsError, InUse, NotFound
+from functions.result_queues import ResultQueues
 from functions.settings import Settings
 from functions.telemetry import Tally
 from warmpool import names
@@ -77,6 +76,7 @@ class Reconciler:
         self.leases = leases
         self.tally = tally if tally is not None else Tally()
         self.ec2: Ec2Port = Ec2(ec2, settings, clock, self.tally)
+        self.queues = ResultQueues(sqs, settings, self.tally)
 
     @property
     def cluster(self) -> str:
@@ -193,13 +193,11 @@ class Reconciler:
         """Delete result queues whose instance is not a live instance of the
         cluster, whether or not the ledger knows them (a queue without an
         entry is otherwise never cleaned up)."""
-        prefix = self.settings.result_queue_name("")
         try:
-            urls = self._list_queues(prefix)
+            by_instance = self.queues.listed()
         except AwsError as err:
             log.warning("result queues not listed; next run retries", extra={"error": str(err)})
             return
-        by_instance = {u.rsplit("/", 1)[-1][len(prefix) :]: u for u in urls if u.rsplit("/", 1)[-1].startswith(prefix)}
         done = set(out.queues_deleted) | set(out.queue_delete_failed)
         candidates = {i: u for i, u in by_instance.items() if i and i not in done}
         if not candidates:
@@ -219,11 +217,9 @@ class Reconciler:
             ):
                 continue
             try:
-                self.sqs.delete_queue(QueueUrl=url)
-            except ClientError as exc:
-                problem = classify(exc)
-                if isinstance(problem, QueueMissing):
+                if not self.queues.delete(iid, url):
                     continue
+            except AwsError as problem:
                 out.queue_delete_failed.append(iid)
                 self.tally.add(names.M_QUEUE_DELETE_FAILED)
                 log.warning("orphaned result queue not deleted", extra={"instance_id": iid, "error": str(problem)})
@@ -234,22 +230,6 @@ class Reconciler:
             self.tally.add(names.M_ORPHAN_QUEUES_DELETED, len(out.orphan_queues_deleted))
             log.info("orphaned result queues deleted", extra={"instances": out.orphan_queues_deleted})
 
-    def _list_queues(self, prefix: str) -> list[str]:
-        urls: list[str] = []
-        token = ""
-        while True:
-            req: dict[str, Any] = {"QueueNamePrefix": prefix, "MaxResults": 1000}
-            if token:
-                req["NextToken"] = token
-            try:
-                resp = self.sqs.list_queues(**req)
-            except ClientError as exc:
-                raise classify(exc, "ListQueues") from None
-            urls.extend(resp.get("QueueUrls", []) or [])
-            token = resp.get("NextToken") or ""
-            if not token:
-                return urls
-
     def _retire(self, node: str, instance_id: str, last_seq: int, out: ReconcileOutcome) -> None:
         """A terminated node's result queue, then its ledger entry.
 
@@ -259,7 +239,7 @@ class Reconciler:
         (instance and seq): a node name reused meanwhile by a new instance, or
         a node served since, keeps its entry."""
         try:
-            if self._delete_queue(instance_id):
+            if self.queues.delete(instance_id):
                 out.queues_deleted.append(instance_id)
         except AwsError as err:
             out.queue_delete_failed.append(instance_id)
@@ -284,23 +264,6 @@ class Reconciler:
                 "ledger entry changed since read (name reused or served); kept",
                 extra={"node": node, "instance_id": instance_id, "last_seq": last_seq},
             )
-
-    def _delete_queue(self, instance_id: str) -> bool:
-        """Delete the instance's result queue; False if there was none.
-        Raises :class:`AwsError` on any other failure."""
-        prefix = self.settings.result_queue_url_prefix()
-        try:
-            if prefix:
-                url = f"{prefix}{instance_id}"
-            else:
-                url = self.sqs.get_queue_url(QueueName=self.settings.result_queue_name(instance_id))["QueueUrl"]
-            self.sqs.delete_queue(QueueUrl=url)
-            return True
-        except ClientError as exc:
-            err = classify(exc)
-            if isinstance(err, QueueMissing):
-                return False
-            raise err from None
 
 
 def _float(s: str, default: float) -> float:

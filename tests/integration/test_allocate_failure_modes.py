@@ -71,7 +71,7 @@ def test_a_throttled_describe_on_re_read_defers_the_moved_nodes() -> None:
     alloc = w.allocator()
     alloc.ledger = _ServedMeanwhile(w.ledger)  # type: ignore[assignment]
     out = w.deliver([second], alloc=alloc)
-    assert out.nodes["n1"].status == "deferred" and out.failed_message_ids == []
+    assert out.nodes[w.nodes["n1"]].status == "deferred" and out.failed_message_ids == []
     assert w.mutating_calls() == 0
     assert w.buckets.load("DescribeInstances", w.clock.now()).rate_factor < 1.0
     assert w.leases.claim("demo", w.nodes["n1"], "someone-else", w.clock.now(), 10)  # lease released
@@ -244,9 +244,9 @@ def test_a_report_whose_ledger_row_went_unread_is_deferred_not_served_as_fresh(d
     stale = w.report("n1", warm_ip=9, pending=9, seq=3)
     out = w.deliver([stale, w.report("n2", warm_ip=2, pending=2)], alloc=alloc)
     assert out.failed_message_ids == []
-    assert out.nodes["n1"].status == "deferred"
+    assert out.nodes[w.nodes["n1"]].status == "deferred"
     assert w.addresses("n1") == served  # nothing done on a stale view
-    assert out.nodes["n2"].status == "served" and w.addresses("n2") >= 2
+    assert out.nodes[w.nodes["n2"]].status == "served" and w.addresses("n2") >= 2
     msgs = w.queued(w.reports_url, wait_s=60)
     assert [m["Body"] for m in msgs] == [stale.to_json()]
     # Read properly, it is stale and dropped.
@@ -283,7 +283,7 @@ def test_a_report_whose_ledger_row_went_unread_is_deferred_in_memory_too() -> No
     w.ledger.unread = {w.nodes["n1"]}
     stale = w.report("n1", warm_ip=9, pending=9, seq=3)
     out = w.deliver([stale])
-    assert out.nodes["n1"].status == "deferred" and out.failed_message_ids == []
+    assert out.nodes[w.nodes["n1"]].status == "deferred" and out.failed_message_ids == []
     assert w.addresses("n1") == served
     w.ledger.unread = set()
     assert [m["Body"] for m in w.queued(w.reports_url, wait_s=60)] == [stale.to_json()]

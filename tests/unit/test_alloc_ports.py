@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from functions import allocate, aws
-from functions.delivery import Delivery
 from functions.ec2 import Ec2
 from functions.execute import NodeJob, PlanExecutor
+from functions.result_queues import ResultQueues
 from functions.settings import Settings
 from functions.stores import DynamoFlips
 from functions.telemetry import Tally
@@ -84,7 +84,7 @@ def _assigned(i: int) -> Assigned:
 
 def test_a_result_carries_every_action_that_fits() -> None:
     tally = Tally()
-    d = Delivery(Untouchable(), _settings(), tally)  # type: ignore[arg-type]
+    d = ResultQueues(Untouchable(), _settings(), tally)  # type: ignore[arg-type]
     actions = [_assigned(i) for i in range(MAX_ACTIONS)]
     assert d.fit(actions, "n1", 1) == actions
     assert tally.get(names.M_RESULT_ACTIONS_DROPPED) == 0
@@ -101,17 +101,17 @@ class Records(logging.Handler):
 
 def test_actions_over_the_limit_are_counted_and_the_closing_deferred_kept() -> None:
     tally = Tally()
-    d = Delivery(Untouchable(), _settings(), tally)  # type: ignore[arg-type]
+    d = ResultQueues(Untouchable(), _settings(), tally)  # type: ignore[arg-type]
     actions: list[Action] = [
         *[_assigned(i) for i in range(MAX_ACTIONS + 6)],
         Deferred(retry_after_s=5, reason="tokens"),
     ]
     seen = Records()
-    logging.getLogger("functions.delivery").addHandler(seen)
+    logging.getLogger("functions.result_queues").addHandler(seen)
     try:
         kept = d.fit(actions, "n1", 1)
     finally:
-        logging.getLogger("functions.delivery").removeHandler(seen)
+        logging.getLogger("functions.result_queues").removeHandler(seen)
     assert len(kept) == MAX_ACTIONS and kept[-1] == actions[-1] and kept[:-1] == actions[: MAX_ACTIONS - 1]
     assert tally.get(names.M_RESULT_ACTIONS_DROPPED) == 7
     assert any("some left out" in r.getMessage() for r in seen.records)
