@@ -54,7 +54,6 @@ from functions.settings import LEASE_TTL_MARGIN_S, Settings
 from functions.telemetry import Tally
 from warmpool import names
 from warmpool.buckets import refill, time_until
-from warmpool.clock import Clock
 from warmpool.facts import NodeFacts
 from warmpool.messages import AllocationResult, Deferred, Failed, MessageError, PoolReport, parse_report
 from warmpool.names import (
@@ -65,7 +64,7 @@ from warmpool.names import (
     M_TOKENS_FORFEITED,
 )
 from warmpool.planner import Plan, node_max_pods, plan_node
-from warmpool.ports import BucketStore, Ec2Api, Ec2Port, FlipStore, LeaseStore, Ledger, LedgerUnread, SqsApi
+from warmpool.ports import Ec2Port, LedgerUnread, Ports
 from warmpool.scheduling import coalesce, priority_key
 
 __all__ = ["SEQ_AHEAD_LIMIT", "Allocator", "BatchOutcome", "Mapper", "Record", "ThreadMapper", "serial_map"]
@@ -82,27 +81,24 @@ class Allocator:
 
     def __init__(
         self,
-        *,
-        ec2: Ec2Api,
-        sqs: SqsApi,
-        buckets: BucketStore,
-        ledger: Ledger,
-        leases: LeaseStore,
-        clock: Clock,
+        ports: Ports,
         settings: Settings,
+        *,
         mapper: Mapper[Any, Any] | None = None,
         tally: Tally | None = None,
-        flips: FlipStore | None = None,
     ) -> None:
+        """``ports``: the one wiring (``functions.aws.ports`` in production,
+        ``sim.harness`` elsewhere); ``mapper`` runs a batch's nodes (threads in
+        production); ``tally`` collects the metrics."""
         self.settings = settings
-        self.clock = clock
-        self.buckets = buckets
-        self.ledger = ledger
-        self.leases = leases
+        self.clock = clock = ports.clock
+        self.buckets = buckets = ports.buckets
+        self.ledger = ports.ledger
+        self.leases = ports.leases
         self.tally = tally if tally is not None else Tally()
-        self.ec2: Ec2Port = Ec2(ec2, settings, clock, self.tally)
-        self.delivery = Delivery(sqs, settings, self.tally)
-        self.queues = ResultQueues(sqs, settings, self.tally)
+        self.ec2: Ec2Port = Ec2(ports.ec2, settings, clock, self.tally)
+        self.delivery = Delivery(ports.sqs, settings, self.tally)
+        self.queues = ResultQueues(ports.sqs, settings, self.tally)
         self.executor = PlanExecutor(self.ec2, buckets, settings, self.tally, clock)
         self.map: Mapper[Any, Any] = mapper or serial_map
         self._invocations = itertools.count(1)
@@ -115,7 +111,7 @@ class Allocator:
             flip_window_s=settings.flip_window_s,
             damp_s=settings.damp_s,
         )
-        self.flips = flips
+        self.flips = ports.flips
         """Shared flip histories (``DynamoFlips`` in production); None: this container's only."""
 
     def _key(self, report: PoolReport) -> str:

@@ -31,9 +31,8 @@ from functions.result_queues import ResultQueues
 from functions.settings import Settings
 from functions.telemetry import Tally
 from warmpool import names
-from warmpool.clock import Clock
 from warmpool.facts import EniFacts
-from warmpool.ports import BucketStore, Ec2Api, Ec2Port, LeaseStore, Ledger, SqsApi
+from warmpool.ports import Ec2Port, Ports
 
 log = logging.getLogger(__name__)
 
@@ -56,27 +55,16 @@ class ReconcileOutcome:
 
 
 class Reconciler:
-    def __init__(
-        self,
-        *,
-        ec2: Ec2Api,
-        sqs: SqsApi,
-        buckets: BucketStore,
-        ledger: Ledger,
-        leases: LeaseStore,
-        clock: Clock,
-        settings: Settings,
-        tally: Tally | None = None,
-    ) -> None:
+    def __init__(self, ports: Ports, settings: Settings, *, tally: Tally | None = None) -> None:
         self.settings = settings
-        self.clock = clock
-        self.sqs = sqs
-        self.buckets = buckets
-        self.ledger = ledger
-        self.leases = leases
+        self.clock = ports.clock
+        self.sqs = ports.sqs
+        self.buckets = ports.buckets
+        self.ledger = ports.ledger
+        self.leases = ports.leases
         self.tally = tally if tally is not None else Tally()
-        self.ec2: Ec2Port = Ec2(ec2, settings, clock, self.tally)
-        self.queues = ResultQueues(sqs, settings, self.tally)
+        self.ec2: Ec2Port = Ec2(ports.ec2, settings, self.clock, self.tally)
+        self.queues = ResultQueues(ports.sqs, settings, self.tally)
 
     @property
     def cluster(self) -> str:

@@ -8,16 +8,7 @@ from warmpool import names
 
 
 def _rec(w: World) -> Reconciler:
-    return Reconciler(
-        ec2=w.ec2_client,
-        sqs=w.sqs.client(),
-        buckets=w.buckets,
-        ledger=w.ledger,
-        leases=w.leases,
-        clock=w.clock,
-        settings=w.settings,
-        tally=w.tally,
-    )
+    return w.reconciler()
 
 
 def _detached_eni(w: World, tags: dict[str, str]) -> str:

@@ -31,6 +31,7 @@ from warmpool.messages import (
     Failed,
 )
 from warmpool.planner import AssignAddresses
+from warmpool.ports import Ports
 
 
 class Untouchable:
@@ -55,13 +56,13 @@ def test_production_wiring_is_a_frozen_typed_record() -> None:
     aws.reset()
     try:
         p = aws.ports(s)
-        assert isinstance(p, aws.Ports) and p.settings is s
+        assert isinstance(p, Ports)
         assert p.ec2 is aws.client("ec2", s) and p.sqs is aws.client("sqs", s)
         with pytest.raises(dataclasses.FrozenInstanceError):
             p.clock = p.clock  # type: ignore[misc]
         alloc = allocate.build(s)
         assert isinstance(alloc.ec2, Ec2) and alloc.ec2.api is p.ec2
-        assert alloc.executor.clock is alloc.clock
+        assert alloc.executor.clock is alloc.clock and alloc.settings is s
         # issue 12: the deployed allocator shares its flip histories across containers
         assert isinstance(p.flips, DynamoFlips) and isinstance(alloc.flips, DynamoFlips)
     finally:
