@@ -27,7 +27,7 @@ import itertools
 import logging
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -46,7 +46,15 @@ from functions.intake import (
     sender_matches,
     trusted_keys,
 )
-from functions.inventory import describe_tokens, instance_problem, note_pod_ceiling, read_batch, tag_primaries
+from functions.inventory import (
+    READ_SHARE,
+    describe_tokens,
+    foreign_check_tokens,
+    instance_problem,
+    note_pod_ceiling,
+    read_batch,
+    tag_primaries,
+)
 from functions.mapping import Mapper, ThreadMapper, serial_map
 from functions.releases import count_flip, fresh_offers, hold_releases, load_flips, save_flips
 from functions.result_queues import ResultQueues
@@ -55,15 +63,17 @@ from functions.telemetry import Tally
 from warmpool import names
 from warmpool.buckets import refill, time_until
 from warmpool.facts import NodeFacts
+from warmpool.limits import KNOWN_TYPES
 from warmpool.messages import AllocationResult, Deferred, Failed, MessageError, PoolReport, parse_report
 from warmpool.names import (
     M_DESCRIBE_THROTTLED,
     M_FAIR_SHARE_DEFERRED,
     M_IDENTITY_UNVERIFIED,
     M_LEDGER_UNREAD,
+    M_REPORTS_QUIET,
     M_TOKENS_FORFEITED,
 )
-from warmpool.planner import Plan, node_max_pods, plan_node
+from warmpool.planner import Plan, node_max_pods, plan_node, quiet
 from warmpool.ports import Ec2Port, LedgerUnread, Ports
 from warmpool.scheduling import coalesce, priority_key
 
@@ -74,6 +84,7 @@ log = logging.getLogger(__name__)
 
 
 DEADLINE_REASON = "invocation deadline"
+DESCRIBE_WAIT_REASON = "waiting for EC2 Describe tokens"
 
 
 class Allocator:
@@ -111,6 +122,10 @@ class Allocator:
             flip_window_s=settings.flip_window_s,
             damp_s=settings.damp_s,
         )
+        self.read_fair = FairShare(settings.bucket_spec, window_s=settings.fair_window_s, flip_limit=0)
+        """Per-instance fair shares of the Describe buckets (reads; ``fair`` is the mutating calls')."""
+        self._read_waiters: dict[str, float] = {}
+        """Instances deferred for Describe tokens, and when (this container's view)."""
         self.flips = ports.flips
         """Shared flip histories (``DynamoFlips`` in production); None: this container's only."""
 
@@ -287,23 +302,102 @@ class Allocator:
 
     def _pay_to_read(self, kept: list[Incoming], b: Batch) -> list[Incoming]:
         """The nodes to read, once the batch's Describe round is paid for
-        (shared buckets); all deferred unread when too late or the buckets
-        cannot pay now."""
+        (shared buckets): not the quiet ones (recorded without a read), not
+        those over their fair share of the Describe buckets; all deferred
+        unread when too late or the buckets cannot pay now."""
         if not kept:
             return kept
         if b.late(self.clock.now()):
             self._defer_unread(kept, 1.0, b, DEADLINE_REASON)
             return []
+        kept = self._record_quiet(kept, b)
+        kept = self._read_fair_shares(kept, b)
+        if not kept:
+            return kept
         request = describe_tokens([n.report for n in kept])
-        wait = self.buckets.take_batch([request], self.clock.now())[0]
-        if wait == 0:
-            self.tally.add(names.M_TOKENS_TAKEN, sum(request.values()))
+        now = self.clock.now()
+        wait = self.buckets.take_batch([request], now)[0]
         if wait > 0:
             # Describe* share the account's buckets too (Karpenter, the cluster
             # autoscaler and the console call them): no tokens, no reading.
             self._defer_unread(kept, wait, b)
             return []
+        self.tally.add(names.M_TOKENS_TAKEN, sum(request.values()))
+        for n in kept:
+            self.read_fair.spend(self._key(n.report), READ_SHARE, now)
         return kept
+
+    def _record_quiet(self, kept: list[Incoming], b: Batch) -> list[Incoming]:
+        """Reports that cannot lead to an EC2 call (:func:`warmpool.planner.quiet`)
+        of instances the ledger knows (a row is written only once EC2 showed the
+        instance running in the cluster) are recorded without a Describe round:
+        their seq moves the ledger forward as any served report's, no reply is
+        owed. The others go on to be read."""
+        quiet_ones: list[Incoming] = []
+        rest: list[Incoming] = []
+        for n in kept:
+            r = n.report
+            lim = KNOWN_TYPES.get(r.instance_type)
+            if (
+                b.last_seq(self._key(r)) >= 0
+                and lim is not None
+                and quiet(r, lim, node_max_pods(r, lim, self.settings.max_pods))
+            ):
+                quiet_ones.append(n)
+            else:
+                rest.append(n)
+        if quiet_ones:
+            b.out.noop += len(quiet_ones)
+            self.tally.add(M_REPORTS_QUIET, len(quiet_ones))
+            for res in self.map(self._finish_quiet, quiet_ones):
+                b.settle(res)
+        return rest
+
+    def _finish_quiet(self, n: Incoming) -> NodeOutcome:
+        r = n.report
+        res = NodeOutcome(r.node, r.instance_id, r.seq, "served")
+        self._record(r, r.instance_id, res)
+        return res
+
+    def _read_fair_shares(self, kept: list[Incoming], b: Batch) -> list[Incoming]:
+        """Defer, unread, the reports of instances that spent their fair share of
+        the Describe buckets in the window (``READ_SHARE`` per round they were
+        read in, one more per foreign-ENI check), while the buckets cannot pay
+        this batch or other instances wait for Describe tokens: one node's stream
+        of reports cannot keep the buckets empty for every other node."""
+        if not self.read_fair.enabled:
+            return kept
+        now = self.clock.now()
+        window = self.settings.fair_window_s
+        self._read_waiters = {i: t for i, t in self._read_waiters.items() if now - t < window}
+        if not any(self.read_fair.spent_within(self._key(n.report), now) for n in kept):
+            return kept  # every instance's first reading in the window is allowed
+        batch = {self._key(n.report) for n in kept}
+        others = set(self._read_waiters) - batch
+        request = describe_tokens([n.report for n in kept])
+        contended = (
+            set(request)
+            if others
+            else {
+                a
+                for a, k in request.items()
+                if refill(self.buckets.load(a, now), self.settings.bucket_spec(a), now).tokens < k
+            }
+        )
+        if not contended:
+            return kept
+        keep: list[Incoming] = []
+        over: dict[float, list[Incoming]] = {}
+        for n in kept:
+            wait = self.read_fair.wait(self._key(n.report), READ_SHARE, now, contended, batch | others)
+            if wait > 0:
+                over.setdefault(wait, []).append(n)
+            else:
+                keep.append(n)
+        for wait, nodes in over.items():
+            self.tally.add(M_FAIR_SHARE_DEFERRED, len(nodes))
+            self._defer_unread(nodes, wait, b, "fair share of the EC2 Describe budget spent")
+        return keep
 
     def _throttle_wait(self, err: Throttled) -> float:
         """Record the AIMD cut for the throttled action; the wait until its bucket has a token."""
@@ -312,15 +406,16 @@ class Allocator:
         self.tally.add(M_DESCRIBE_THROTTLED, Action=err.action)
         return time_until(self.buckets.load(err.action, now), self.settings.bucket_spec(err.action), 1, now)
 
-    def _defer_unread(
-        self, nodes: list[Incoming], wait: float, b: Batch, reason: str = "waiting for EC2 Describe tokens"
-    ) -> None:
+    def _defer_unread(self, nodes: list[Incoming], wait: float, b: Batch, reason: str = DESCRIBE_WAIT_REASON) -> None:
         """Re-send these reports now, unread and unplanned (no result is pushed)."""
         if not nodes:
             return
         delay = min(float(self.settings.max_defer_s), max(1.0, wait if math.isfinite(wait) else 60.0))
-        if reason == "waiting for EC2 Describe tokens":
+        if reason == DESCRIBE_WAIT_REASON:
             self.tally.add(names.M_TOKENS_WAITED_S, delay)
+            now = self.clock.now()
+            for n in nodes:
+                self._read_waiters[self._key(n.report)] = now
         items = [Deferral(n.record.body, math.ceil(delay), self._key(n.report)) for n in nodes]
         failed = set(self.delivery.defer(items))
         for n in nodes:
@@ -338,13 +433,15 @@ class Allocator:
         if not nodes:
             return []
         keep = [n.report for n in nodes]
-        view = read_batch(self.ec2, self.cluster, keep)
+        check_wait: list[float] = []
+        view = read_batch(self.ec2, self.cluster, keep, lambda missing: self._pay_check(missing, check_wait))
         load_flips(
             self.fair, self.flips, self.cluster, [f.instance_id for f in view.servable(self.cluster, keep)], self.tally
         )
         # --- decisions ---
         owners: dict[str, str] = {}
         jobs: list[NodeJob] = []
+        unchecked: list[Incoming] = []
         for n in nodes:
             r, rec = n.report, n.record
             f = view.facts.get(r.instance_id)
@@ -358,6 +455,9 @@ class Allocator:
             owners[r.instance_id] = r.node
             if self.trusted is not None and b.last_seq(self._key(r)) < 0:
                 self.queues.create(r.instance_id)
+            if r.instance_id in view.unchecked:
+                unchecked.append(n)
+                continue
             foreign = view.foreign_enis.get(r.instance_id, [])
             if foreign:
                 self._reject(n, "foreign-eni", b, ",".join(foreign))
@@ -384,8 +484,25 @@ class Allocator:
             if plan.delta.low:
                 self.tally.add(names.M_NODES_IN_DEFICIT)
         save_flips(self.fair, self.flips, self.cluster, self.tally, self.clock.now())
+        self._defer_unread(unchecked, max(check_wait, default=1.0), b)
         jobs.sort(key=lambda j: priority_key(j.report, j.plan.delta))
         return jobs
+
+    def _pay_check(self, missing: Mapping[str, set[str]], waits: list[float]) -> bool:
+        """Pay the foreign-ENI check (a Describe like any other) from the Describe
+        bucket, counted against the fair share of each instance that asked for it
+        by naming ENIs EC2 does not show on it; False (the wait in ``waits``) when
+        the bucket cannot pay now."""
+        cost = foreign_check_tokens(missing)
+        now = self.clock.now()
+        wait = self.buckets.take_batch([cost], now)[0]
+        if wait > 0:
+            waits.append(wait)
+            return False
+        self.tally.add(names.M_TOKENS_TAKEN, sum(cost.values()))
+        for iid in missing:
+            self.read_fair.spend(iid, {"DescribeNetworkInterfaces": 1}, now)
+        return True
 
     def _release_rules(self, r: PoolReport, f: NodeFacts, plan: Plan) -> Plan:
         return hold_releases(
@@ -505,17 +622,18 @@ class Allocator:
         re-planned (or dropped as stale)."""
         if not claimed:
             return []
-        try:
-            now_seqs = self.ledger.last_seqs(self.cluster, [self._key(j.report) for j in claimed])
-        except LedgerUnread as err:
-            now_seqs = err.seqs
-            self.tally.add(M_LEDGER_UNREAD, len(err.unread))
-            for j in [j for j in claimed if self._key(j.report) in err.unread]:
-                self._give_up(j, float(self.settings.lease_retry_s), "ledger row not read", b)
-            claimed = [j for j in claimed if self._key(j.report) not in err.unread]
+        claimed, now_seqs = self._reread_seqs(claimed, b)
         moved = [now_seqs.get(self._key(j.report), -1) != b.last_seq(self._key(j.report)) for j in claimed]
         if not any(moved):
             return claimed
+        reread = describe_tokens([j.report for j, m in zip(claimed, moved, strict=True) if m])
+        wait = self.buckets.take_batch([reread], self.clock.now())[0]
+        if wait > 0:
+            for j, m in zip(claimed, moved, strict=True):
+                if m:
+                    self._give_up(j, wait, DESCRIBE_WAIT_REASON, b)
+            return [j for j, m in zip(claimed, moved, strict=True) if not m]
+        self.tally.add(names.M_TOKENS_TAKEN, sum(reread.values()))
         try:
             fresh_facts = self.ec2.describe_nodes(j.facts.instance_id for j, m in zip(claimed, moved, strict=True) if m)
             subnets = list(self.ec2.subnets().values())
@@ -556,6 +674,16 @@ class Allocator:
                 self.leases.release(self.cluster, self._key(j.report), b.owner)
                 b.settle(self._finish_noop(nj))
         return keep
+
+    def _reread_seqs(self, claimed: list[NodeJob], b: Batch) -> tuple[list[NodeJob], dict[str, int]]:
+        """The ledger's seqs of the claimed nodes now; a node whose row cannot be read gives up."""
+        try:
+            return claimed, self.ledger.last_seqs(self.cluster, [self._key(j.report) for j in claimed])
+        except LedgerUnread as err:
+            self.tally.add(M_LEDGER_UNREAD, len(err.unread))
+            for j in [j for j in claimed if self._key(j.report) in err.unread]:
+                self._give_up(j, float(self.settings.lease_retry_s), "ledger row not read", b)
+            return [j for j in claimed if self._key(j.report) not in err.unread], err.seqs
 
     def _give_up(self, job: NodeJob, wait: float, reason: str, b: Batch) -> None:
         """A paid, leased node that will not be served now: release its lease,
@@ -635,18 +763,21 @@ class Allocator:
     def _finish(self, job: NodeJob, res: NodeOutcome) -> None:
         """Record the node's outcome in the ledger; push its result when one is owed."""
         r = job.report
+        self._record(r, job.facts.instance_id, res)
+        # A reply is owed when something changed, the agent offered addresses
+        # back (it waits for the answer), or pods are waiting.
+        if res.actions or r.release or r.pending_demand:
+            self._push(job, res)
+
+    def _record(self, r: PoolReport, instance_id: str, res: NodeOutcome) -> None:
         outcome = {
-            "instance_id": job.facts.instance_id,
+            "instance_id": instance_id,
             "status": res.status,
             "actions": [a.model_dump(exclude_none=True) for a in res.actions],
         }
         outcome["node"] = r.node  # a label, for operators
         if not self.ledger.record(self.cluster, self._key(r), r.seq, outcome, self.clock.now()):
             log.info("ledger already past this seq", extra={"node": r.node, "seq": r.seq})
-        # A reply is owed when something changed, the agent offered addresses
-        # back (it waits for the answer), or pods are waiting.
-        if res.actions or r.release or r.pending_demand:
-            self._push(job, res)
 
     # --- 7. deliver ------------------------------------------------------------
 

@@ -103,13 +103,18 @@ class World:
         self.pods: dict[str, int] = {}
         self.seq: dict[str, int] = {}
 
+    def _ports(self, **ports: Any) -> dict[str, Any]:
+        """This world's ports as its attributes now hold them (a test may swap one), any replaced."""
+        mine = {"ec2": self.ec2_client, "buckets": self.buckets, "ledger": self.ledger, "leases": self.leases}
+        return {**mine, "flips": self.flips, **ports}
+
     def allocator(self, mapper: Any = None, **ports: Any) -> Allocator:
         """An allocator on this world's ports (any replaced: ``ec2=``...), counting into ``tally``."""
-        return self.harness.allocator(mapper=mapper, tally=self.tally, **ports)
+        return self.harness.allocator(mapper=mapper, tally=self.tally, **self._ports(**ports))
 
     def reconciler(self, **ports: Any) -> Reconciler:
         """The reconciler on this world's ports (any replaced: ``sqs=``, ``ledger=``...)."""
-        return self.harness.reconciler(tally=self.tally, **ports)
+        return self.harness.reconciler(tally=self.tally, **self._ports(**ports))
 
     # --- nodes ---------------------------------------------------------------
 

@@ -97,8 +97,7 @@ def test_an_offer_that_ages_out_during_the_invocation_is_not_unassigned() -> Non
     q = w.clock.now()
     w.clock.advance(40)  # 40 s old when the batch starts: fresh enough then
     report = w.report("n1", warm_ip=1, release=[{"eni_id": eni.id, "ips": offered, "quarantined_at": q}])
-    w.ec2_client = _SlowDescribe(w.ec2_client, w.clock, delay_s=30.0)
-    alloc = w.allocator()
+    alloc = w.allocator(ec2=_SlowDescribe(w.ec2_client, w.clock, delay_s=30.0))
     out = w.deliver([report], alloc=alloc)
     assert w.clock.now() - q > w.settings.release_offer_max_age_s
     assert [a.kind for a in out.nodes[w.nodes["n1"]].actions] == []
@@ -118,8 +117,7 @@ def test_an_empty_eni_offered_too_late_is_not_deleted() -> None:
     report = w.report(
         "n1", warm_ip=2, release=[{"eni_id": second.id, "ips": list(second.secondary), "quarantined_at": q}]
     )
-    w.ec2_client = _SlowDescribe(w.ec2_client, w.clock, delay_s=20.0)
-    out = w.deliver([report], alloc=w.allocator())
+    out = w.deliver([report], alloc=w.allocator(ec2=_SlowDescribe(w.ec2_client, w.clock, delay_s=20.0)))
     assert [a.kind for a in out.nodes[w.nodes["n1"]].actions] == []
     assert second.id in w.emu.enis and w.emu.enis[second.id].attachment is not None
     assert w.ec2_stats().get("DetachNetworkInterface", {}).get("calls", 0) == 0
