@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 from functions.allocator import Record
 from tests.helpers.allocate_world import World
@@ -14,7 +15,7 @@ from warmpool.buckets import refill
 from warmpool.messages import PoolReport
 
 DNI = "DescribeNetworkInterfaces"
-SMALL_DESCRIBE = {
+SMALL_DESCRIBE: dict[str, Any] = {
     "bucket_capacity": {"DescribeInstances": 2, DNI: 2},
     "bucket_refill": {"DescribeInstances": 1, DNI: 1},
 }
