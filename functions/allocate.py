@@ -27,18 +27,7 @@ _lock = threading.Lock()
 
 def build(settings: Settings) -> Allocator:
     """The production wiring, with threads for independent nodes."""
-    p = aws.ports(settings)
-    return Allocator(
-        ec2=p.ec2,
-        sqs=p.sqs,
-        buckets=p.buckets,
-        ledger=p.ledger,
-        leases=p.leases,
-        clock=p.clock,
-        settings=p.settings,
-        mapper=ThreadMapper(settings.max_workers),
-        flips=p.flips,
-    )
+    return Allocator(aws.ports(settings), settings, mapper=ThreadMapper(settings.max_workers))
 
 
 def allocator(context: Any) -> Allocator:

@@ -4,11 +4,20 @@ Plain logic behind ports (EC2, SQS, token buckets, ledger, leases, clock), so
 the Lambda handler, the integration tests and the bench run this same code.
 
 :meth:`Allocator.handle_batch` runs the batch's stages in order, one method each
-(docs/allocator.md, "One batch"): parse and verify; read the ledger's seqs;
-coalesce; one Describe round for the batch, then plan each node; pay every node's
-tokens within its fair share, claim its lease and re-check; execute the nodes
-concurrently; record, push results and deferrals. A node travels as an
-:class:`functions.intake.Incoming` until planned, then a
+(docs/allocator.md, "One batch"), over one :class:`functions.batch.Batch` that
+holds every piece of the invocation's state, keyed by instance id:
+
+1. ``_parse``: parse and verify identity;
+2. ``_seqs``: read the ledger's seqs;
+3. ``_coalesce``: the newest report per instance;
+4. ``_describe_and_plan``: one paid Describe round for the batch, then plan
+   each node (nodes with nothing to call are recorded and answered here);
+5. ``_pay_and_lease``: pay every node's tokens within its fair share, claim
+   its lease and re-check;
+6. ``_execute``: run the nodes' plans concurrently, record, push;
+7. ``_deliver``: re-send the deferred reports, push their results, sum up.
+
+A node travels as an :class:`functions.intake.Incoming` until planned, then a
 :class:`functions.execute.NodeJob`.
 """
 
@@ -18,10 +27,11 @@ import itertools
 import logging
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from functions.batch import Batch, BatchOutcome
 from functions.delivery import Deferral, Delivery
 from functions.ec2 import Ec2
 from functions.errors import AwsError, Throttled
@@ -31,32 +41,40 @@ from functions.identity import IdentityRejected, verify_report_identity
 from functions.intake import (
     SEQ_AHEAD_LIMIT,
     SEQ_TOO_FAR,
-    BatchOutcome,
     Incoming,
     Record,
-    create_result_queue,
     sender_matches,
     trusted_keys,
 )
-from functions.inventory import describe_tokens, instance_problem, note_pod_ceiling, read_batch, tag_primaries
+from functions.inventory import (
+    READ_SHARE,
+    describe_tokens,
+    foreign_check_tokens,
+    instance_problem,
+    note_pod_ceiling,
+    read_batch,
+    tag_primaries,
+)
 from functions.mapping import Mapper, ThreadMapper, serial_map
 from functions.releases import count_flip, fresh_offers, hold_releases, load_flips, save_flips
+from functions.result_queues import ResultQueues
 from functions.settings import LEASE_TTL_MARGIN_S, Settings
 from functions.telemetry import Tally
 from warmpool import names
 from warmpool.buckets import refill, time_until
-from warmpool.clock import Clock
 from warmpool.facts import NodeFacts
+from warmpool.limits import KNOWN_TYPES
 from warmpool.messages import AllocationResult, Deferred, Failed, MessageError, PoolReport, parse_report
 from warmpool.names import (
     M_DESCRIBE_THROTTLED,
     M_FAIR_SHARE_DEFERRED,
     M_IDENTITY_UNVERIFIED,
     M_LEDGER_UNREAD,
+    M_REPORTS_QUIET,
     M_TOKENS_FORFEITED,
 )
-from warmpool.planner import Plan, node_max_pods, plan_node
-from warmpool.ports import BucketStore, Ec2Api, Ec2Port, FlipStore, LeaseStore, Ledger, LedgerUnread, SqsApi
+from warmpool.planner import Plan, node_max_pods, plan_node, quiet
+from warmpool.ports import Ec2Port, LedgerUnread, Ports
 from warmpool.scheduling import coalesce, priority_key
 
 __all__ = ["SEQ_AHEAD_LIMIT", "Allocator", "BatchOutcome", "Mapper", "Record", "ThreadMapper", "serial_map"]
@@ -66,6 +84,7 @@ log = logging.getLogger(__name__)
 
 
 DEADLINE_REASON = "invocation deadline"
+DESCRIBE_WAIT_REASON = "waiting for EC2 Describe tokens"
 
 
 class Allocator:
@@ -73,26 +92,24 @@ class Allocator:
 
     def __init__(
         self,
-        *,
-        ec2: Ec2Api,
-        sqs: SqsApi,
-        buckets: BucketStore,
-        ledger: Ledger,
-        leases: LeaseStore,
-        clock: Clock,
+        ports: Ports,
         settings: Settings,
+        *,
         mapper: Mapper[Any, Any] | None = None,
         tally: Tally | None = None,
-        flips: FlipStore | None = None,
     ) -> None:
+        """``ports``: the one wiring (``functions.aws.ports`` in production,
+        ``emulated.harness`` elsewhere); ``mapper`` runs a batch's nodes (threads in
+        production); ``tally`` collects the metrics."""
         self.settings = settings
-        self.clock = clock
-        self.buckets = buckets
-        self.ledger = ledger
-        self.leases = leases
+        self.clock = clock = ports.clock
+        self.buckets = buckets = ports.buckets
+        self.ledger = ports.ledger
+        self.leases = ports.leases
         self.tally = tally if tally is not None else Tally()
-        self.ec2: Ec2Port = Ec2(ec2, settings, clock, self.tally)
-        self.delivery = Delivery(sqs, settings, self.tally)
+        self.ec2: Ec2Port = Ec2(ports.ec2, settings, clock, self.tally)
+        self.delivery = Delivery(ports.sqs, settings, self.tally)
+        self.queues = ResultQueues(ports.sqs, settings, self.tally)
         self.executor = PlanExecutor(self.ec2, buckets, settings, self.tally, clock)
         self.map: Mapper[Any, Any] = mapper or serial_map
         self._invocations = itertools.count(1)
@@ -105,7 +122,11 @@ class Allocator:
             flip_window_s=settings.flip_window_s,
             damp_s=settings.damp_s,
         )
-        self.flips = flips
+        self.read_fair = FairShare(settings.bucket_spec, window_s=settings.fair_window_s, flip_limit=0)
+        """Per-instance fair shares of the Describe buckets (reads; ``fair`` is the mutating calls')."""
+        self._read_waiters: dict[str, float] = {}
+        """Instances deferred for Describe tokens, and when (this container's view)."""
+        self.flips = ports.flips
         """Shared flip histories (``DynamoFlips`` in production); None: this container's only."""
 
     def _key(self, report: PoolReport) -> str:
@@ -122,35 +143,30 @@ class Allocator:
     def handle_batch(
         self, records: Sequence[Record], invocation_id: str | None = None, deadline: float | None = None
     ) -> BatchOutcome:
-        """Serve one batch, its stages in order. ``deadline`` (clock time; the
-        Lambda's remaining time) stops new work ``deadline_margin_s`` before
-        it; what did not start is deferred."""
-        owner = invocation_id or f"{self._instance}-{next(self._invocations)}"
-        stop_at = None if deadline is None else deadline - self.settings.deadline_margin_s
-        out = BatchOutcome()
+        """Serve one batch, its stages in order, all per-invocation state in one
+        :class:`Batch`. ``deadline`` (clock time; the Lambda's remaining time)
+        stops new work ``deadline_margin_s`` before it; what did not start is
+        deferred."""
+        b = Batch(
+            owner=invocation_id or f"{self._instance}-{next(self._invocations)}",
+            deadline=deadline,
+            stop_at=None if deadline is None else deadline - self.settings.deadline_margin_s,
+        )
         self.tally.add(names.M_REPORTS_RECEIVED, len(records))
-        incoming = self._parse(records, out)  # 1
+        incoming = self._parse(records, b)  # 1
         if not incoming:
-            return out
-        last, unread = self._read_seqs(incoming)  # 2
-        incoming = self._refuse_far_seqs(incoming, last, out)
-        kept = self._coalesce(incoming, last, out)  # 3
-        kept = self._wait_for_unread_rows(kept, unread, out)
-        kept = [replace(n, report=self._drop_old_offers(n.report)) for n in kept]
-        kept = self._pay_to_read(kept, stop_at, out)  # 4
-        jobs = self._describe_and_plan(kept, last, out)
-        active = self._settle_noops(jobs, out)
-        deferrals: list[Deferral] = []
-        granted = self._claim_and_pay(active, owner, last, out, deferrals, deadline, stop_at)  # 5-6
-        granted = tag_primaries(self.ec2, self.buckets, self.clock, self.tally, self.cluster, granted)
-        self._execute(granted, owner, stop_at, out, deferrals)  # 7
-        self._send_deferrals(deferrals, jobs, out)  # 8
-        self._sum_up(len(records), out)
-        return out
+            return b.out
+        incoming = self._seqs(incoming, b)  # 2
+        kept = self._coalesce(incoming, b)  # 3
+        active = self._describe_and_plan(kept, b)  # 4
+        granted = self._pay_and_lease(active, b)  # 5
+        self._execute(granted, b)  # 6
+        self._deliver(len(records), b)  # 7
+        return b.out
 
     # --- 1. parse, verify identity ---------------------------------------------
 
-    def _parse(self, records: Sequence[Record], out: BatchOutcome) -> list[Incoming]:
+    def _parse(self, records: Sequence[Record], b: Batch) -> list[Incoming]:
         """The records whose report parses, is for this cluster, and whose
         identity (and, in ``sender-id`` mode, SQS sender) checks out."""
         valid: list[Incoming] = []
@@ -158,39 +174,39 @@ class Allocator:
             try:
                 report = parse_report(rec.body)
             except MessageError as err:
-                out.invalid += 1
+                b.out.invalid += 1
                 self.tally.add(names.M_REPORTS_INVALID, reason=err.reason)
                 log.warning(
                     "invalid report", extra={"reason": err.reason, "detail": err.detail, "message_id": rec.message_id}
                 )
-                self._dead_letter(rec, err.reason, err.detail, out)
+                self._dead_letter(rec, err.reason, err.detail, b)
                 continue
             node = Incoming(rec, report)
             if report.cluster != self.cluster:
-                self._reject(node, "foreign-cluster", out)
+                self._reject(node, "foreign-cluster", b)
                 continue
             if self.trusted is not None:
                 verified = verify_report_identity(
                     report, self.trusted, account=self.settings.account, region=self.settings.region
                 )
                 if isinstance(verified, IdentityRejected):
-                    self._reject(node, verified.reason, out, detail=verified.detail)
+                    self._reject(node, verified.reason, b, detail=verified.detail)
                     continue
             else:
                 self.tally.add(M_IDENTITY_UNVERIFIED)
             if self.settings.identity_mode == "sender-id" and not sender_matches(rec.sender_id, report.instance_id):
-                self._reject(node, "sender-mismatch", out)
+                self._reject(node, "sender-mismatch", b)
                 continue
             valid.append(node)
         return valid
 
-    def _dead_letter(self, rec: Record, reason: str, detail: str, out: BatchOutcome) -> None:
+    def _dead_letter(self, rec: Record, reason: str, detail: str, b: Batch) -> None:
         if not self.delivery.dead_letter(rec.body, reason, detail):
-            out.failed_message_ids.append(rec.message_id)  # let SQS redrive it instead
+            b.redeliver(rec.message_id)  # let SQS redrive it instead
 
-    def _reject(self, node: Incoming, reason: str, out: BatchOutcome, detail: str = "") -> None:
+    def _reject(self, node: Incoming, reason: str, b: Batch, detail: str = "") -> None:
         report = node.report
-        out.rejected += 1
+        b.out.rejected += 1
         self.tally.add(names.M_REPORTS_REJECTED, reason=reason)
         log.warning(
             "report rejected",
@@ -203,62 +219,65 @@ class Allocator:
                 "instance_id": report.instance_id,
             },
         )
-        self._dead_letter(node.record, reason, detail, out)
+        self._dead_letter(node.record, reason, detail, b)
 
     # --- 2. seqs ---------------------------------------------------------------
 
-    def _read_seqs(self, incoming: list[Incoming]) -> tuple[dict[str, int], frozenset[str]]:
-        """The ledger's last seq per node of the batch, and the nodes whose row
-        could not be read."""
+    def _seqs(self, incoming: list[Incoming], b: Batch) -> list[Incoming]:
+        """Read the ledger's last seq of each instance of the batch into ``b``;
+        refuse a seq too far ahead."""
         try:
-            return self.ledger.last_seqs(self.cluster, sorted({self._key(n.report) for n in incoming})), frozenset()
+            b.last = self.ledger.last_seqs(self.cluster, sorted({self._key(n.report) for n in incoming}))
         except LedgerUnread as err:
             # A row not read is unknown, never "no row" (seq -1 would make a
             # stale report look fresh): those nodes' reports wait.
-            return err.seqs, err.unread
+            b.last, b.unread = err.seqs, err.unread
+        return self._refuse_far_seqs(incoming, b)
 
-    def _refuse_far_seqs(self, valid: list[Incoming], last: dict[str, int], out: BatchOutcome) -> list[Incoming]:
+    def _refuse_far_seqs(self, valid: list[Incoming], b: Batch) -> list[Incoming]:
         """Refuse a seq more than :data:`SEQ_AHEAD_LIMIT` ahead of both the
         instance's last seq and now (ms): it would make the instance's later
         reports stale."""
         now_ms = int(self.clock.now() * 1000)
         keep: list[Incoming] = []
         for n in valid:
-            bound = max(last.get(self._key(n.report), -1), now_ms) + SEQ_AHEAD_LIMIT
+            bound = max(b.last_seq(self._key(n.report)), now_ms) + SEQ_AHEAD_LIMIT
             if n.report.seq > bound:
-                self._reject(n, SEQ_TOO_FAR, out, detail=f"seq {n.report.seq} > {bound}")
+                self._reject(n, SEQ_TOO_FAR, b, detail=f"seq {n.report.seq} > {bound}")
                 continue
             keep.append(n)
         return keep
 
     # --- 3. coalesce -----------------------------------------------------------
 
-    def _coalesce(self, incoming: list[Incoming], last: dict[str, int], out: BatchOutcome) -> list[Incoming]:
-        """The newest report per node (the core's :func:`coalesce`); the stale
-        and the superseded are counted and dropped."""
-        co = coalesce([n.report for n in incoming], last)
-        out.stale, out.superseded = len(co.stale), len(co.superseded)
-        self.tally.add(names.M_REPORTS_STALE, out.stale)
-        self.tally.add(names.M_REPORTS_COALESCED, out.superseded)
+    def _coalesce(self, incoming: list[Incoming], b: Batch) -> list[Incoming]:
+        """The newest report per instance (the core's :func:`coalesce`); the
+        stale and the superseded are counted and dropped, the instances whose
+        ledger row was not read wait, and offers too old to act on are dropped."""
+        co = coalesce([n.report for n in incoming], b.last)
+        b.out.stale, b.out.superseded = len(co.stale), len(co.superseded)
+        self.tally.add(names.M_REPORTS_STALE, b.out.stale)
+        self.tally.add(names.M_REPORTS_COALESCED, b.out.superseded)
         # coalesce keeps, per instance, the first report with its newest seq.
         first: dict[tuple[str, int], Incoming] = {}
         for n in incoming:
             first.setdefault((n.report.instance_id, n.report.seq), n)
-        return [first[(r.instance_id, r.seq)] for r in co.keep]
+        kept = self._wait_for_unread_rows([first[(r.instance_id, r.seq)] for r in co.keep], b)
+        return [replace(n, report=self._drop_old_offers(n.report)) for n in kept]
 
-    def _wait_for_unread_rows(self, kept: list[Incoming], unread: frozenset[str], out: BatchOutcome) -> list[Incoming]:
+    def _wait_for_unread_rows(self, kept: list[Incoming], b: Batch) -> list[Incoming]:
         """Defer the nodes whose ledger row was not read; the others go on."""
-        if not unread:
+        if not b.unread:
             return kept
-        self.tally.add(M_LEDGER_UNREAD, len(unread))
-        log.warning("ledger rows not read; their reports wait", extra={"nodes": sorted(unread)})
+        self.tally.add(M_LEDGER_UNREAD, len(b.unread))
+        log.warning("ledger rows not read; their reports wait", extra={"nodes": sorted(b.unread)})
         self._defer_unread(
-            [n for n in kept if self._key(n.report) in unread],
+            [n for n in kept if self._key(n.report) in b.unread],
             float(self.settings.lease_retry_s),
-            out,
+            b,
             "ledger row not read",
         )
-        return [n for n in kept if self._key(n.report) not in unread]
+        return [n for n in kept if self._key(n.report) not in b.unread]
 
     def _drop_old_offers(self, report: PoolReport) -> PoolReport:
         """Only the release offers the agent cannot have taken back yet
@@ -267,39 +286,118 @@ class Allocator:
 
     # --- 4. describe, verify, plan ---------------------------------------------
 
-    def _pay_to_read(self, kept: list[Incoming], stop_at: float | None, out: BatchOutcome) -> list[Incoming]:
-        """The nodes to read, once the batch's Describe round is paid for
-        (shared buckets); all deferred unread when too late or the buckets
-        cannot pay now."""
-        if not kept:
-            return kept
-        if self._late(stop_at):
-            self._defer_unread(kept, 1.0, out, DEADLINE_REASON)
-            return []
-        request = describe_tokens([n.report for n in kept])
-        wait = self.buckets.take_batch([request], self.clock.now())[0]
-        if wait == 0:
-            self.tally.add(names.M_TOKENS_TAKEN, sum(request.values()))
-        if wait > 0:
-            # Describe* share the account's buckets too (Karpenter, the cluster
-            # autoscaler and the console call them): no tokens, no reading.
-            self._defer_unread(kept, wait, out)
-            return []
-        return kept
-
-    def _describe_and_plan(self, kept: list[Incoming], last: dict[str, int], out: BatchOutcome) -> list[NodeJob]:
-        """The batch's nodes verified and planned, in priority order."""
+    def _describe_and_plan(self, kept: list[Incoming], b: Batch) -> list[NodeJob]:
+        """The batch's Describe round paid and made, its nodes verified and
+        planned in priority order; the nodes with nothing to call are recorded
+        and answered here. Returns the nodes with calls to make."""
+        kept = self._pay_to_read(kept, b)
         try:
-            return self._verify_and_plan(kept, out, last)
+            jobs = self._verify_and_plan(kept, b)
         except Throttled as err:
             # The batch's reads were throttled: defer it unread (nothing was
             # decided yet), with the AIMD cut for that action.
-            self._defer_unread(kept, self._throttle_wait(err), out, f"{err.action} throttled")
+            self._defer_unread(kept, self._throttle_wait(err), b, f"{err.action} throttled")
             return []
+        return self._settle_noops(jobs, b)
 
-    def _late(self, stop_at: float | None) -> bool:
-        """Too close to the invocation's deadline to start new work."""
-        return stop_at is not None and self.clock.now() >= stop_at
+    def _pay_to_read(self, kept: list[Incoming], b: Batch) -> list[Incoming]:
+        """The nodes to read, once the batch's Describe round is paid for
+        (shared buckets): not the quiet ones (recorded without a read), not
+        those over their fair share of the Describe buckets; all deferred
+        unread when too late or the buckets cannot pay now."""
+        if not kept:
+            return kept
+        if b.late(self.clock.now()):
+            self._defer_unread(kept, 1.0, b, DEADLINE_REASON)
+            return []
+        kept = self._record_quiet(kept, b)
+        kept = self._read_fair_shares(kept, b)
+        if not kept:
+            return kept
+        request = describe_tokens([n.report for n in kept])
+        now = self.clock.now()
+        wait = self.buckets.take_batch([request], now)[0]
+        if wait > 0:
+            # Describe* share the account's buckets too (Karpenter, the cluster
+            # autoscaler and the console call them): no tokens, no reading.
+            self._defer_unread(kept, wait, b)
+            return []
+        self.tally.add(names.M_TOKENS_TAKEN, sum(request.values()))
+        for n in kept:
+            self.read_fair.spend(self._key(n.report), READ_SHARE, now)
+        return kept
+
+    def _record_quiet(self, kept: list[Incoming], b: Batch) -> list[Incoming]:
+        """Reports that cannot lead to an EC2 call (:func:`warmpool.planner.quiet`)
+        of instances the ledger knows (a row is written only once EC2 showed the
+        instance running in the cluster) are recorded without a Describe round:
+        their seq moves the ledger forward as any served report's, no reply is
+        owed. The others go on to be read."""
+        quiet_ones: list[Incoming] = []
+        rest: list[Incoming] = []
+        for n in kept:
+            r = n.report
+            lim = KNOWN_TYPES.get(r.instance_type)
+            if (
+                b.last_seq(self._key(r)) >= 0
+                and lim is not None
+                and quiet(r, lim, node_max_pods(r, lim, self.settings.max_pods))
+            ):
+                quiet_ones.append(n)
+            else:
+                rest.append(n)
+        if quiet_ones:
+            b.out.noop += len(quiet_ones)
+            self.tally.add(M_REPORTS_QUIET, len(quiet_ones))
+            for res in self.map(self._finish_quiet, quiet_ones):
+                b.settle(res)
+        return rest
+
+    def _finish_quiet(self, n: Incoming) -> NodeOutcome:
+        r = n.report
+        res = NodeOutcome(r.node, r.instance_id, r.seq, "served")
+        self._record(r, r.instance_id, res)
+        return res
+
+    def _read_fair_shares(self, kept: list[Incoming], b: Batch) -> list[Incoming]:
+        """Defer, unread, the reports of instances that spent their fair share of
+        the Describe buckets in the window (``READ_SHARE`` per round they were
+        read in, one more per foreign-ENI check), while the buckets cannot pay
+        this batch or other instances wait for Describe tokens: one node's stream
+        of reports cannot keep the buckets empty for every other node."""
+        if not self.read_fair.enabled:
+            return kept
+        now = self.clock.now()
+        window = self.settings.fair_window_s
+        self._read_waiters = {i: t for i, t in self._read_waiters.items() if now - t < window}
+        if not any(self.read_fair.spent_within(self._key(n.report), now) for n in kept):
+            return kept  # every instance's first reading in the window is allowed
+        batch = {self._key(n.report) for n in kept}
+        others = set(self._read_waiters) - batch
+        request = describe_tokens([n.report for n in kept])
+        contended = (
+            set(request)
+            if others
+            else {
+                a
+                for a, k in request.items()
+                if refill(self.buckets.load(a, now), self.settings.bucket_spec(a), now).tokens < k
+            }
+        )
+        if not contended:
+            return kept
+        keep: list[Incoming] = []
+        over: dict[float, list[Incoming]] = {}
+        for n in kept:
+            wait = self.read_fair.wait(self._key(n.report), READ_SHARE, now, contended, batch | others)
+            if wait > 0:
+                over.setdefault(wait, []).append(n)
+            else:
+                keep.append(n)
+        for wait, nodes in over.items():
+            self.tally.add(M_FAIR_SHARE_DEFERRED, len(nodes))
+            self._defer_unread(nodes, wait, b, "fair share of the EC2 Describe budget spent")
+        return keep
 
     def _throttle_wait(self, err: Throttled) -> float:
         """Record the AIMD cut for the throttled action; the wait until its bucket has a token."""
@@ -308,26 +406,26 @@ class Allocator:
         self.tally.add(M_DESCRIBE_THROTTLED, Action=err.action)
         return time_until(self.buckets.load(err.action, now), self.settings.bucket_spec(err.action), 1, now)
 
-    def _defer_unread(
-        self, nodes: list[Incoming], wait: float, out: BatchOutcome, reason: str = "waiting for EC2 Describe tokens"
-    ) -> None:
+    def _defer_unread(self, nodes: list[Incoming], wait: float, b: Batch, reason: str = DESCRIBE_WAIT_REASON) -> None:
+        """Re-send these reports now, unread and unplanned (no result is pushed)."""
         if not nodes:
             return
         delay = min(float(self.settings.max_defer_s), max(1.0, wait if math.isfinite(wait) else 60.0))
-        if reason == "waiting for EC2 Describe tokens":
+        if reason == DESCRIBE_WAIT_REASON:
             self.tally.add(names.M_TOKENS_WAITED_S, delay)
+            now = self.clock.now()
+            for n in nodes:
+                self._read_waiters[self._key(n.report)] = now
         items = [Deferral(n.record.body, math.ceil(delay), self._key(n.report)) for n in nodes]
         failed = set(self.delivery.defer(items))
         for n in nodes:
             r = n.report
             if self._key(r) in failed:
-                out.failed_message_ids.append(n.record.message_id)
+                b.redeliver(n.record.message_id)
                 continue
-            out.nodes[r.node] = NodeOutcome(
-                r.node, r.instance_id, r.seq, "deferred", retry_after_s=delay, reason=reason
-            )
+            b.settle(NodeOutcome(r.node, r.instance_id, r.seq, "deferred", retry_after_s=delay, reason=reason))
 
-    def _verify_and_plan(self, nodes: list[Incoming], out: BatchOutcome, last: dict[str, int]) -> list[NodeJob]:
+    def _verify_and_plan(self, nodes: list[Incoming], b: Batch) -> list[NodeJob]:
         """Every read first (Describe round, foreign-ENI check, subnets,
         instance types), then the decisions: a throttled read raises
         :class:`Throttled` before any report was rejected or planned, so the
@@ -335,13 +433,15 @@ class Allocator:
         if not nodes:
             return []
         keep = [n.report for n in nodes]
-        view = read_batch(self.ec2, self.cluster, keep)
+        check_wait: list[float] = []
+        view = read_batch(self.ec2, self.cluster, keep, lambda missing: self._pay_check(missing, check_wait))
         load_flips(
             self.fair, self.flips, self.cluster, [f.instance_id for f in view.servable(self.cluster, keep)], self.tally
         )
         # --- decisions ---
         owners: dict[str, str] = {}
         jobs: list[NodeJob] = []
+        unchecked: list[Incoming] = []
         for n in nodes:
             r, rec = n.report, n.record
             f = view.facts.get(r.instance_id)
@@ -349,19 +449,22 @@ class Allocator:
             if reason == "" and r.instance_id in owners:
                 reason = "instance-claimed-twice"
             if reason:
-                self._reject(n, reason, out)
+                self._reject(n, reason, b)
                 continue
             assert f is not None
             owners[r.instance_id] = r.node
-            if self.trusted is not None and last.get(self._key(r), -1) < 0:
-                create_result_queue(self.delivery.sqs, self.settings, r.instance_id, self.tally)
+            if self.trusted is not None and b.last_seq(self._key(r)) < 0:
+                self.queues.create(r.instance_id)
+            if r.instance_id in view.unchecked:
+                unchecked.append(n)
+                continue
             foreign = view.foreign_enis.get(r.instance_id, [])
             if foreign:
-                self._reject(n, "foreign-eni", out, ",".join(foreign))
+                self._reject(n, "foreign-eni", b, ",".join(foreign))
                 continue
             lim = view.limits[f.instance_type]
             if isinstance(lim, AwsError):
-                self._reject(n, "unknown-instance-type", out, str(lim))
+                self._reject(n, "unknown-instance-type", b, str(lim))
                 continue
             ceiling = node_max_pods(r, lim, self.settings.max_pods)
             inv = f.inventory(self.cluster)
@@ -381,8 +484,25 @@ class Allocator:
             if plan.delta.low:
                 self.tally.add(names.M_NODES_IN_DEFICIT)
         save_flips(self.fair, self.flips, self.cluster, self.tally, self.clock.now())
+        self._defer_unread(unchecked, max(check_wait, default=1.0), b)
         jobs.sort(key=lambda j: priority_key(j.report, j.plan.delta))
         return jobs
+
+    def _pay_check(self, missing: Mapping[str, set[str]], waits: list[float]) -> bool:
+        """Pay the foreign-ENI check (a Describe like any other) from the Describe
+        bucket, counted against the fair share of each instance that asked for it
+        by naming ENIs EC2 does not show on it; False (the wait in ``waits``) when
+        the bucket cannot pay now."""
+        cost = foreign_check_tokens(missing)
+        now = self.clock.now()
+        wait = self.buckets.take_batch([cost], now)[0]
+        if wait > 0:
+            waits.append(wait)
+            return False
+        self.tally.add(names.M_TOKENS_TAKEN, sum(cost.values()))
+        for iid in missing:
+            self.read_fair.spend(iid, {"DescribeNetworkInterfaces": 1}, now)
+        return True
 
     def _release_rules(self, r: PoolReport, f: NodeFacts, plan: Plan) -> Plan:
         return hold_releases(
@@ -396,92 +516,33 @@ class Allocator:
             tally=self.tally,
         )
 
-    def _settle_noops(self, jobs: list[NodeJob], out: BatchOutcome) -> list[NodeJob]:
+    def _settle_noops(self, jobs: list[NodeJob], b: Batch) -> list[NodeJob]:
         """Record and answer the nodes with nothing to call; the others go on."""
         active = [j for j in jobs if j.plan.calls]
-        for job in jobs:
-            if not job.plan.calls:
-                out.noop += 1
         noops = [j for j in jobs if not j.plan.calls]
-        for job, res in zip(noops, self.map(self._finish_noop, noops), strict=True):
-            out.nodes[job.report.node] = res
+        b.out.noop += len(noops)
+        for res in self.map(self._finish_noop, noops):
+            b.settle(res)
         return active
 
-    # --- 5-6. tokens, fair share, lease ----------------------------------------
+    # --- 5. tokens, fair share, lease ------------------------------------------
 
-    def _claim_and_pay(
-        self,
-        active: list[NodeJob],
-        owner: str,
-        last: dict[str, int],
-        out: BatchOutcome,
-        deferrals: list[Deferral],
-        deadline: float | None = None,
-        stop_at: float | None = None,
-    ) -> list[NodeJob]:
+    def _pay_and_lease(self, active: list[NodeJob], b: Batch) -> list[NodeJob]:
         """Pay first (one store round for the batch), then lease only the paid
         nodes: a deferred node costs no lease. Tokens of a node lost to a
-        concurrent invocation are forfeited (rare; counted)."""
+        concurrent invocation are forfeited (rare; counted). Then the batch's
+        new primary ENIs are tagged in one call."""
         if not active:
             return []
-        if self._late(stop_at):
+        if b.late(self.clock.now()):
             for job in active:
-                self._defer(job, 1.0, DEADLINE_REASON, out, deferrals)
+                self._defer(job, 1.0, DEADLINE_REASON, b)
             return []
-        active = self._fair_shares(active, out, deferrals)
-        if not active:
-            return []
-        waits = self.buckets.take_batch([j.plan.tokens() for j in active], self.clock.now())
-        paid: list[NodeJob] = []
-        for job, wait in zip(active, waits, strict=True):
-            if wait == 0:
-                self.tally.add(names.M_TOKENS_TAKEN, job.plan.mutating_calls)
-                self.fair.spend(self._key(job.report), job.plan.tokens(), self.clock.now())
-                paid.append(job)
-            elif math.isinf(wait):
-                res = NodeOutcome(
-                    job.report.node,
-                    job.facts.instance_id,
-                    job.report.seq,
-                    "failed",
-                    [Failed(code="plan-exceeds-budget", message="plan needs more tokens than a bucket holds")],
-                )
-                out.nodes[job.report.node] = res
-                self._finish(job, res)
-            else:
-                self.tally.add(names.M_TOKENS_WAITED_S, wait)
-                self._defer(job, wait, "waiting for EC2 tokens", out, deferrals)
-        if not paid:
-            return []
-        now = self.clock.now()
-        # The lease outlives the function (the TTL is derived from its timeout)
-        # and, when known, this invocation's own deadline.
-        ttl = self.settings.lease_ttl_s
-        if deadline is not None:
-            ttl = max(ttl, deadline - now + LEASE_TTL_MARGIN_S)
-        claims = self.map(lambda j: self.leases.claim(self.cluster, self._key(j.report), owner, now, ttl), paid)
-        claimed: list[NodeJob] = []
-        for job, got in zip(paid, claims, strict=True):
-            if got:
-                claimed.append(job)
-            else:
-                self.tally.add(M_TOKENS_FORFEITED, job.plan.mutating_calls)
-                self._defer(job, float(self.settings.lease_retry_s), "node busy in another invocation", out, deferrals)
-        if not claimed:
-            return []
-        # Served by another invocation between our read and our claim? Then our
-        # view of EC2 may predate its calls: drop if stale, else read again.
-        try:
-            now_seqs = self.ledger.last_seqs(self.cluster, [self._key(j.report) for j in claimed])
-        except LedgerUnread as err:
-            now_seqs = err.seqs
-            self.tally.add(M_LEDGER_UNREAD, len(err.unread))
-            for j in [j for j in claimed if self._key(j.report) in err.unread]:
-                self._give_up(j, owner, float(self.settings.lease_retry_s), "ledger row not read", out, deferrals)
-            claimed = [j for j in claimed if self._key(j.report) not in err.unread]
-        return self._recheck(claimed, last, now_seqs, owner, out, deferrals)
+        paid = self._pay(self._fair_shares(active, b), b)
+        granted = self._recheck(self._lease(paid, b), b)
+        return tag_primaries(self.ec2, self.buckets, self.clock, self.tally, self.cluster, granted)
 
-    def _fair_shares(self, active: list[NodeJob], out: BatchOutcome, deferrals: list[Deferral]) -> list[NodeJob]:
+    def _fair_shares(self, active: list[NodeJob], b: Batch) -> list[NodeJob]:
         """Defer the jobs of instances that spent their fair share of a bucket in the window."""
         if not self.fair.enabled:
             return active
@@ -502,25 +563,77 @@ class Allocator:
             wait = self.fair.wait(self._key(job.report), job.plan.tokens(), now, contended, waiting)
             if wait > 0:
                 self.tally.add(M_FAIR_SHARE_DEFERRED)
-                self._defer(job, wait, "fair share of the EC2 budget spent", out, deferrals)
+                self._defer(job, wait, "fair share of the EC2 budget spent", b)
             else:
                 keep.append(job)
         return keep
 
-    def _recheck(
-        self,
-        claimed: list[NodeJob],
-        last: dict[str, int],
-        now_seqs: dict[str, int],
-        owner: str,
-        out: BatchOutcome,
-        deferrals: list[Deferral],
-    ) -> list[NodeJob]:
-        """The claimed nodes to execute: a node whose ledger row moved since
-        the batch read it is read again and re-planned (or dropped as stale)."""
-        moved = [now_seqs.get(self._key(j.report), -1) != last.get(self._key(j.report), -1) for j in claimed]
+    def _pay(self, active: list[NodeJob], b: Batch) -> list[NodeJob]:
+        """Every node's tokens in one store round, in priority order: the paid
+        nodes; the others deferred (or failed: a plan larger than a bucket)."""
+        if not active:
+            return []
+        waits = self.buckets.take_batch([j.plan.tokens() for j in active], self.clock.now())
+        paid: list[NodeJob] = []
+        for job, wait in zip(active, waits, strict=True):
+            if wait == 0:
+                self.tally.add(names.M_TOKENS_TAKEN, job.plan.mutating_calls)
+                self.fair.spend(self._key(job.report), job.plan.tokens(), self.clock.now())
+                paid.append(job)
+            elif math.isinf(wait):
+                res = NodeOutcome(
+                    job.report.node,
+                    job.facts.instance_id,
+                    job.report.seq,
+                    "failed",
+                    [Failed(code="plan-exceeds-budget", message="plan needs more tokens than a bucket holds")],
+                )
+                b.settle(res)
+                self._finish(job, res)
+            else:
+                self.tally.add(names.M_TOKENS_WAITED_S, wait)
+                self._defer(job, wait, "waiting for EC2 tokens", b)
+        return paid
+
+    def _lease(self, paid: list[NodeJob], b: Batch) -> list[NodeJob]:
+        """Claim each paid node's lease; a node busy in another invocation is deferred."""
+        if not paid:
+            return []
+        now = self.clock.now()
+        # The lease outlives the function (the TTL is derived from its timeout)
+        # and, when known, this invocation's own deadline.
+        ttl = self.settings.lease_ttl_s
+        if b.deadline is not None:
+            ttl = max(ttl, b.deadline - now + LEASE_TTL_MARGIN_S)
+        claims = self.map(lambda j: self.leases.claim(self.cluster, self._key(j.report), b.owner, now, ttl), paid)
+        claimed: list[NodeJob] = []
+        for job, got in zip(paid, claims, strict=True):
+            if got:
+                claimed.append(job)
+            else:
+                self.tally.add(M_TOKENS_FORFEITED, job.plan.mutating_calls)
+                self._defer(job, float(self.settings.lease_retry_s), "node busy in another invocation", b)
+        return claimed
+
+    def _recheck(self, claimed: list[NodeJob], b: Batch) -> list[NodeJob]:
+        """The claimed nodes to execute. Served by another invocation between
+        our read and our claim? Then our view of EC2 may predate its calls: a
+        node whose ledger row moved since the batch read it is read again and
+        re-planned (or dropped as stale)."""
+        if not claimed:
+            return []
+        claimed, now_seqs = self._reread_seqs(claimed, b)
+        moved = [now_seqs.get(self._key(j.report), -1) != b.last_seq(self._key(j.report)) for j in claimed]
         if not any(moved):
             return claimed
+        reread = describe_tokens([j.report for j, m in zip(claimed, moved, strict=True) if m])
+        wait = self.buckets.take_batch([reread], self.clock.now())[0]
+        if wait > 0:
+            for j, m in zip(claimed, moved, strict=True):
+                if m:
+                    self._give_up(j, wait, DESCRIBE_WAIT_REASON, b)
+            return [j for j, m in zip(claimed, moved, strict=True) if not m]
+        self.tally.add(names.M_TOKENS_TAKEN, sum(reread.values()))
         try:
             fresh_facts = self.ec2.describe_nodes(j.facts.instance_id for j, m in zip(claimed, moved, strict=True) if m)
             subnets = list(self.ec2.subnets().values())
@@ -528,7 +641,7 @@ class Allocator:
             wait = self._throttle_wait(err)
             for j, m in zip(claimed, moved, strict=True):
                 if m:
-                    self._give_up(j, owner, wait, f"{err.action} throttled", out, deferrals)
+                    self._give_up(j, wait, f"{err.action} throttled", b)
             return [j for j, m in zip(claimed, moved, strict=True) if not m]
         keep: list[NodeJob] = []
         for j, m in zip(claimed, moved, strict=True):
@@ -537,9 +650,9 @@ class Allocator:
                 continue
             f = fresh_facts.get(j.facts.instance_id)
             if j.report.seq <= now_seqs.get(self._key(j.report), -1) or f is None:
-                out.stale += 1
+                b.out.stale += 1
                 self.tally.add(names.M_REPORTS_STALE)
-                self.leases.release(self.cluster, self._key(j.report), owner)
+                self.leases.release(self.cluster, self._key(j.report), b.owner)
                 continue
             plan = self._release_rules(
                 j.report,
@@ -553,66 +666,59 @@ class Allocator:
             extra = {a: n - paid.get(a, 0) for a, n in plan.tokens().items() if n > paid.get(a, 0)}
             wait = self.buckets.take_batch([extra], self.clock.now())[0] if extra else 0.0
             if plan.calls and wait > 0:
-                self.leases.release(self.cluster, self._key(j.report), owner)
-                self._defer(nj, wait, "waiting for EC2 tokens", out, deferrals)
+                self.leases.release(self.cluster, self._key(j.report), b.owner)
+                self._defer(nj, wait, "waiting for EC2 tokens", b)
             elif plan.calls:
                 keep.append(nj)
             else:
-                self.leases.release(self.cluster, self._key(j.report), owner)
-                out.nodes[j.report.node] = self._finish_noop(nj)
+                self.leases.release(self.cluster, self._key(j.report), b.owner)
+                b.settle(self._finish_noop(nj))
         return keep
 
-    def _give_up(
-        self, job: NodeJob, owner: str, wait: float, reason: str, out: BatchOutcome, deferrals: list[Deferral]
-    ) -> None:
+    def _reread_seqs(self, claimed: list[NodeJob], b: Batch) -> tuple[list[NodeJob], dict[str, int]]:
+        """The ledger's seqs of the claimed nodes now; a node whose row cannot be read gives up."""
+        try:
+            return claimed, self.ledger.last_seqs(self.cluster, [self._key(j.report) for j in claimed])
+        except LedgerUnread as err:
+            self.tally.add(M_LEDGER_UNREAD, len(err.unread))
+            for j in [j for j in claimed if self._key(j.report) in err.unread]:
+                self._give_up(j, float(self.settings.lease_retry_s), "ledger row not read", b)
+            return [j for j in claimed if self._key(j.report) not in err.unread], err.seqs
+
+    def _give_up(self, job: NodeJob, wait: float, reason: str, b: Batch) -> None:
         """A paid, leased node that will not be served now: release its lease,
         forfeit its tokens (counted), defer its report."""
-        self.leases.release(self.cluster, self._key(job.report), owner)
+        self.leases.release(self.cluster, self._key(job.report), b.owner)
         self.tally.add(M_TOKENS_FORFEITED, job.plan.mutating_calls)
-        self._defer(job, wait, reason, out, deferrals)
+        self._defer(job, wait, reason, b)
 
-    def _defer(self, job: NodeJob, wait: float, reason: str, out: BatchOutcome, deferrals: list[Deferral]) -> None:
+    def _defer(self, job: NodeJob, wait: float, reason: str, b: Batch) -> None:
         delay = min(float(self.settings.max_defer_s), max(1.0, wait))
-        res = NodeOutcome(
-            job.report.node, job.facts.instance_id, job.report.seq, "deferred", retry_after_s=delay, reason=reason
+        b.defer(
+            job,
+            NodeOutcome(
+                job.report.node, job.facts.instance_id, job.report.seq, "deferred", retry_after_s=delay, reason=reason
+            ),
         )
-        out.nodes[job.report.node] = res
-        deferrals.append(Deferral(job.body, math.ceil(delay), self._key(job.report)))
 
-    def _send_deferrals(self, deferrals: list[Deferral], jobs: list[NodeJob], out: BatchOutcome) -> None:
-        if not deferrals:
-            return
-        failed = set(self.delivery.defer(deferrals))
-        by_key = {self._key(j.report): j for j in jobs}
-        for key in failed:
-            # Could not re-send: let the ESM redeliver the original record instead.
-            out.failed_message_ids.append(by_key[key].record_id)
-        pushes = [
-            (by_key[d.node], out.nodes[by_key[d.node].report.node])
-            for d in deferrals
-            if d.node not in failed and by_key[d.node].report.node in out.nodes
-        ]
-        self.map(lambda p: self._push(p[0], p[1]), pushes)
+    # --- 6. execute ------------------------------------------------------------
 
-    # --- 7-8. execute, record, push --------------------------------------------
-
-    def _execute(
-        self, granted: list[NodeJob], owner: str, stop_at: float | None, out: BatchOutcome, deferrals: list[Deferral]
-    ) -> None:
+    def _execute(self, granted: list[NodeJob], b: Batch) -> None:
         """Run the granted nodes' plans; a node deferred before any action
         is re-sent, one that failed internally is left to the ESM."""
-        outcomes = self.map(lambda j: self._serve(j, owner, stop_at), granted)
+        outcomes = self.map(lambda j: self._serve(j, b), granted)
         for job, res in zip(granted, outcomes, strict=True):
-            out.nodes[job.report.node] = res
             if res.status == "deferred" and (not res.actions or res.resend):
-                deferrals.append(Deferral(job.body, math.ceil(res.retry_after_s), self._key(job.report)))
-            elif res.reason == "internal":
-                # Nothing recorded, nothing pushed: let the ESM redeliver the record.
-                out.failed_message_ids.append(job.record_id)
+                b.defer(job, res)
+            else:
+                b.settle(res)
+                if res.reason == "internal":
+                    # Nothing recorded, nothing pushed: let the ESM redeliver the record.
+                    b.redeliver(job.record_id)
 
-    def _serve(self, job: NodeJob, owner: str, stop_at: float | None = None) -> NodeOutcome:
+    def _serve(self, job: NodeJob, b: Batch) -> NodeOutcome:
         try:
-            if self._late(stop_at):
+            if b.late(self.clock.now()):
                 # Not started: the report is re-sent (no action, so not recorded).
                 self.tally.add(M_TOKENS_FORFEITED, job.plan.mutating_calls)
                 return NodeOutcome(
@@ -623,7 +729,7 @@ class Allocator:
                     retry_after_s=1.0,
                     reason=DEADLINE_REASON,
                 )
-            res = self.executor.run(job, stop_at)
+            res = self.executor.run(job, b.stop_at)
             if res.status != "deferred" or (res.actions and not res.resend):
                 # A plan stopped part-way (throttled after some calls) is recorded
                 # too: another invocation that read EC2 before these calls then
@@ -645,7 +751,7 @@ class Allocator:
                 reason="internal",
             )
         finally:
-            self.leases.release(self.cluster, self._key(job.report), owner)
+            self.leases.release(self.cluster, self._key(job.report), b.owner)
 
     def _finish_noop(self, job: NodeJob) -> NodeOutcome:
         res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "served")
@@ -655,19 +761,42 @@ class Allocator:
         return res
 
     def _finish(self, job: NodeJob, res: NodeOutcome) -> None:
+        """Record the node's outcome in the ledger; push its result when one is owed."""
         r = job.report
+        self._record(r, job.facts.instance_id, res)
+        # A reply is owed when something changed, the agent offered addresses
+        # back (it waits for the answer), or pods are waiting.
+        if res.actions or r.release or r.pending_demand:
+            self._push(job, res)
+
+    def _record(self, r: PoolReport, instance_id: str, res: NodeOutcome) -> None:
         outcome = {
-            "instance_id": job.facts.instance_id,
+            "instance_id": instance_id,
             "status": res.status,
             "actions": [a.model_dump(exclude_none=True) for a in res.actions],
         }
         outcome["node"] = r.node  # a label, for operators
         if not self.ledger.record(self.cluster, self._key(r), r.seq, outcome, self.clock.now()):
             log.info("ledger already past this seq", extra={"node": r.node, "seq": r.seq})
-        # A reply is owed when something changed, the agent offered addresses
-        # back (it waits for the answer), or pods are waiting.
-        if res.actions or r.release or r.pending_demand:
-            self._push(job, res)
+
+    # --- 7. deliver ------------------------------------------------------------
+
+    def _deliver(self, records: int, b: Batch) -> None:
+        """Re-send the deferred nodes' reports, push each its ``deferred``
+        result (a failed re-send leaves the record to the ESM instead); the
+        batch's counts, tallied and logged."""
+        if b.resend:
+            failed = set(self.delivery.defer([s.deferral for s in b.resend.values()]))
+            for iid, s in b.resend.items():
+                if iid in failed:
+                    # Could not re-send: let the ESM redeliver the original record instead.
+                    b.redeliver(s.job.record_id)
+            pushes = [(s.job, b.out.nodes[iid]) for iid, s in b.resend.items() if iid not in failed]
+            self.map(lambda p: self._push(p[0], p[1]), pushes)
+        counts = b.out.sum_up()
+        self.tally.add(names.M_NODES_SERVED, b.out.served)
+        self.tally.add(names.M_NODES_DEFERRED, b.out.deferred)
+        log.info("batch done", extra={"records": records, **counts})
 
     def _push(self, job: NodeJob, res: NodeOutcome) -> None:
         r = job.report
@@ -679,18 +808,11 @@ class Allocator:
             node=r.node,
             instance_id=job.facts.instance_id,
             in_reply_to=r.seq,
-            actions=self.delivery.fit(actions, r.node, r.seq),
+            actions=self.queues.fit(actions, r.node, r.seq),
         )
         try:
-            if self.delivery.push(result):
+            if self.queues.push(result):
                 self.tally.observe(names.M_ALLOCATION_LATENCY_MS, max(0.0, (self.clock.now() - r.sent_at) * 1000))
         except AwsError as err:
             log.error("result push failed", extra={"node": r.node, "seq": r.seq, "error": str(err)})
         res.result = result
-
-    def _sum_up(self, records: int, out: BatchOutcome) -> None:
-        """The batch's results and counts, tallied and logged."""
-        counts = out.sum_up()
-        self.tally.add(names.M_NODES_SERVED, out.served)
-        self.tally.add(names.M_NODES_DEFERRED, out.deferred)
-        log.info("batch done", extra={"records": records, **counts})

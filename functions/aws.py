@@ -9,7 +9,6 @@ the local stack's ``WARMPOOL_AWS_ENDPOINT_URL``.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 import boto3
@@ -17,8 +16,8 @@ from botocore.config import Config
 
 from functions.settings import Settings
 from functions.stores import DynamoBuckets, DynamoFlips, DynamoLeases, DynamoLedger
-from warmpool.clock import Clock, RealClock
-from warmpool.ports import BucketStore, Ec2Api, FlipStore, LeaseStore, Ledger, SqsApi
+from warmpool.clock import RealClock
+from warmpool.ports import Ports
 
 RETRIES = Config(retries={"max_attempts": 2, "mode": "standard"}, max_pool_connections=32)
 EC2_NO_RETRIES = Config(retries={"total_max_attempts": 1, "mode": "standard"}, max_pool_connections=32)
@@ -52,23 +51,8 @@ def reset() -> None:
         _clients.clear()
 
 
-@dataclass(frozen=True)
-class Ports:
-    """The production wiring both functions share: boto3 clients, the
-    DynamoDB stores, the wall clock, the settings."""
-
-    ec2: Ec2Api
-    sqs: SqsApi
-    buckets: BucketStore
-    ledger: Ledger
-    leases: LeaseStore
-    clock: Clock
-    settings: Settings
-    flips: FlipStore | None = None
-    """The allocator's shared flip histories (the reconciler has none)."""
-
-
 def ports(settings: Settings) -> Ports:
+    """The production wiring both functions share: boto3 clients, the DynamoDB stores, the wall clock."""
     db = client("dynamodb", settings)
     return Ports(
         ec2=client("ec2", settings),
@@ -78,7 +62,6 @@ def ports(settings: Settings) -> Ports:
         leases=DynamoLeases(db, settings.ledger_table),
         flips=DynamoFlips(db, settings.ledger_table),
         clock=RealClock(),
-        settings=settings,
     )
 
 

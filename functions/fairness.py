@@ -112,6 +112,11 @@ class FairShare:
                 wait = max(wait, self.window_s)
         return 0.0 if wait <= 0 else max(1.0, float(math.ceil(wait)))
 
+    def spent_within(self, instance_id: str, now: float) -> bool:
+        """The instance spent within the window (else its next spending is allowed whatever it asks)."""
+        mine = self._spent.get(instance_id)
+        return mine is not None and len(mine) > 0 and mine[-1][0] > now - self.window_s
+
     def spend(self, instance_id: str, tokens: Mapping[str, int], now: float) -> None:
         if self.enabled and tokens:
             self._spent.setdefault(instance_id, deque()).append((now, dict(tokens)))

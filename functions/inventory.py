@@ -1,6 +1,7 @@
 """The allocator's EC2 round trips made for a whole batch at once, not per node:
 one round of filtered Describe calls that shows every node of the batch
-(instances, reported ENIs, subnets, instance types), and one CreateTags for
+(instances, reported ENIs, subnets, instance types), paid from the Describe
+buckets, and one CreateTags for
 every new primary ENI.
 
 Each function takes the ports it calls; a throttled read raises
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from functions.ec2 import FILTER_CHUNK
@@ -41,6 +42,22 @@ def describe_tokens(reports: Sequence[PoolReport]) -> dict[str, int]:
     return {"DescribeInstances": rounds, "DescribeNetworkInterfaces": rounds}
 
 
+READ_SHARE = {"DescribeInstances": 1, "DescribeNetworkInterfaces": 1}
+"""What one instance's place in a Describe round counts against its fair share of the
+Describe buckets (a round reads up to 100 instances for these tokens: each is counted
+the whole round, so an instance alone in its batches spends as much as it costs)."""
+
+
+def foreign_check_tokens(missing: Mapping[str, set[str]]) -> dict[str, int]:
+    """Tokens for the foreign-ENI check: a filtered DescribeNetworkInterfaces per 100 ENIs."""
+    return {"DescribeNetworkInterfaces": math.ceil(len(set().union(*missing.values())) / FILTER_CHUNK)}
+
+
+PayCheck = Callable[[Mapping[str, set[str]]], bool]
+"""Pays the foreign-ENI check of these instances (their reported ENIs EC2 does not show
+on them) from the Describe bucket; False when the bucket cannot pay now."""
+
+
 def instance_problem(cluster: str, f: NodeFacts | None) -> str:
     """Why the instance EC2 shows (or not) cannot be served; "" when it can."""
     if f is None:
@@ -63,6 +80,9 @@ class BatchView:
     subnets: list[Subnet]
     limits: dict[str, InstanceLimits | AwsError]
     """By instance type of each instance that can be served; an error when the type is unknown."""
+    unchecked: frozenset[str] = frozenset()
+    """Instances whose reported ENIs EC2 does not show on them, left unchecked: the
+    Describe bucket could not pay the check (they wait, unplanned)."""
 
     def servable(self, cluster: str, reports: Sequence[PoolReport]) -> list[NodeFacts]:
         """The facts of the reported instances that exist, are the cluster's and run."""
@@ -71,8 +91,10 @@ class BatchView:
         ]
 
 
-def read_batch(ec2: Ec2Port, cluster: str, reports: Sequence[PoolReport]) -> BatchView:
-    """Every read of a batch (one report per instance), before any decision."""
+def read_batch(ec2: Ec2Port, cluster: str, reports: Sequence[PoolReport], pay_check: PayCheck) -> BatchView:
+    """Every read of a batch (one report per instance), before any decision.
+    The foreign-ENI check is a Describe of its own: made only once ``pay_check``
+    paid for it."""
     facts = ec2.describe_nodes(r.instance_id for r in reports)
     missing_enis: dict[str, set[str]] = {}
     for r in reports:
@@ -83,12 +105,15 @@ def read_batch(ec2: Ec2Port, cluster: str, reports: Sequence[PoolReport]) -> Bat
                 missing_enis[r.instance_id] = gone
     # Reported ENIs EC2 does not show on the instance: gone (released,
     # GC'd) is fine; attached to another instance is someone else's.
+    unchecked: frozenset[str] = frozenset()
+    if missing_enis and not pay_check(missing_enis):
+        unchecked, missing_enis = frozenset(missing_enis), {}
     seen = ec2.describe_enis(set().union(*missing_enis.values())) if missing_enis else {}
     foreign = {
         iid: [e for e in sorted(gone) if e in seen and seen[e].instance_id and seen[e].instance_id != iid]
         for iid, gone in missing_enis.items()
     }
-    view = BatchView(facts, foreign, [], {})
+    view = BatchView(facts, foreign, [], {}, unchecked)
     found = view.servable(cluster, reports)
     subnets = list(ec2.subnets(f.vpc_id for f in found).values()) if found else []
     limits: dict[str, InstanceLimits | AwsError] = {}

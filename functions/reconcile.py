@@ -20,10 +20,7 @@ _lock = threading.Lock()
 
 
 def build(settings: Settings) -> Reconciler:
-    p = aws.ports(settings)
-    return Reconciler(
-        ec2=p.ec2, sqs=p.sqs, buckets=p.buckets, ledger=p.ledger, leases=p.leases, clock=p.clock, settings=p.settings
-    )
+    return Reconciler(aws.ports(settings), settings)
 
 
 def cold_start() -> None:

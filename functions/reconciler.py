@@ -30,17 +30,15 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from functions.ec2 import Ec2
-from functions.errors import AwsError, InUse, NotFound, QueueMissing, classify
+from functions.errors import AwsError, InUse, NotFound
+from functions.result_queues import ResultQueues
 from functions.settings import Settings
 from functions.telemetry import Tally
 from warmpool import names
-from warmpool.clock import Clock
 from warmpool.eni_scope import lifecycle_permitted
 from warmpool.facts import EniFacts
-from warmpool.ports import BucketStore, Ec2Api, Ec2Port, LeaseStore, Ledger, SqsApi
+from warmpool.ports import Ec2Port, Ports
 
 log = logging.getLogger(__name__)
 
@@ -63,26 +61,16 @@ class ReconcileOutcome:
 
 
 class Reconciler:
-    def __init__(
-        self,
-        *,
-        ec2: Ec2Api,
-        sqs: SqsApi,
-        buckets: BucketStore,
-        ledger: Ledger,
-        leases: LeaseStore,
-        clock: Clock,
-        settings: Settings,
-        tally: Tally | None = None,
-    ) -> None:
+    def __init__(self, ports: Ports, settings: Settings, *, tally: Tally | None = None) -> None:
         self.settings = settings
-        self.clock = clock
-        self.sqs = sqs
-        self.buckets = buckets
-        self.ledger = ledger
-        self.leases = leases
+        self.clock = ports.clock
+        self.sqs = ports.sqs
+        self.buckets = ports.buckets
+        self.ledger = ports.ledger
+        self.leases = ports.leases
         self.tally = tally if tally is not None else Tally()
-        self.ec2: Ec2Port = Ec2(ec2, settings, clock, self.tally)
+        self.ec2: Ec2Port = Ec2(ports.ec2, settings, self.clock, self.tally)
+        self.queues = ResultQueues(ports.sqs, settings, self.tally)
 
     @property
     def cluster(self) -> str:
@@ -199,13 +187,11 @@ class Reconciler:
         """Delete result queues whose instance is not a live instance of the
         cluster, whether or not the ledger knows them (a queue without an
         entry is otherwise never cleaned up)."""
-        prefix = self.settings.result_queue_name("")
         try:
-            urls = self._list_queues(prefix)
+            by_instance = self.queues.listed()
         except AwsError as err:
             log.warning("result queues not listed; next run retries", extra={"error": str(err)})
             return
-        by_instance = {u.rsplit("/", 1)[-1][len(prefix) :]: u for u in urls if u.rsplit("/", 1)[-1].startswith(prefix)}
         done = set(out.queues_deleted) | set(out.queue_delete_failed)
         candidates = {i: u for i, u in by_instance.items() if i and i not in done}
         if not candidates:
@@ -225,11 +211,9 @@ class Reconciler:
             ):
                 continue
             try:
-                self.sqs.delete_queue(QueueUrl=url)
-            except ClientError as exc:
-                problem = classify(exc)
-                if isinstance(problem, QueueMissing):
+                if not self.queues.delete(iid, url):
                     continue
+            except AwsError as problem:
                 out.queue_delete_failed.append(iid)
                 self.tally.add(names.M_QUEUE_DELETE_FAILED)
                 log.warning("orphaned result queue not deleted", extra={"instance_id": iid, "error": str(problem)})
@@ -240,22 +224,6 @@ class Reconciler:
             self.tally.add(names.M_ORPHAN_QUEUES_DELETED, len(out.orphan_queues_deleted))
             log.info("orphaned result queues deleted", extra={"instances": out.orphan_queues_deleted})
 
-    def _list_queues(self, prefix: str) -> list[str]:
-        urls: list[str] = []
-        token = ""
-        while True:
-            req: dict[str, Any] = {"QueueNamePrefix": prefix, "MaxResults": 1000}
-            if token:
-                req["NextToken"] = token
-            try:
-                resp = self.sqs.list_queues(**req)
-            except ClientError as exc:
-                raise classify(exc, "ListQueues") from None
-            urls.extend(resp.get("QueueUrls", []) or [])
-            token = resp.get("NextToken") or ""
-            if not token:
-                return urls
-
     def _retire(self, node: str, instance_id: str, last_seq: int, out: ReconcileOutcome) -> None:
         """A terminated node's result queue, then its ledger entry.
 
@@ -265,7 +233,7 @@ class Reconciler:
         (instance and seq): a node name reused meanwhile by a new instance, or
         a node served since, keeps its entry."""
         try:
-            if self._delete_queue(instance_id):
+            if self.queues.delete(instance_id):
                 out.queues_deleted.append(instance_id)
         except AwsError as err:
             out.queue_delete_failed.append(instance_id)
@@ -290,23 +258,6 @@ class Reconciler:
                 "ledger entry changed since read (name reused or served); kept",
                 extra={"node": node, "instance_id": instance_id, "last_seq": last_seq},
             )
-
-    def _delete_queue(self, instance_id: str) -> bool:
-        """Delete the instance's result queue; False if there was none.
-        Raises :class:`AwsError` on any other failure."""
-        prefix = self.settings.result_queue_url_prefix()
-        try:
-            if prefix:
-                url = f"{prefix}{instance_id}"
-            else:
-                url = self.sqs.get_queue_url(QueueName=self.settings.result_queue_name(instance_id))["QueueUrl"]
-            self.sqs.delete_queue(QueueUrl=url)
-            return True
-        except ClientError as exc:
-            err = classify(exc)
-            if isinstance(err, QueueMissing):
-                return False
-            raise err from None
 
 
 def _float(s: str, default: float) -> float:

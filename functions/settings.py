@@ -38,7 +38,8 @@ class Settings(BaseSettings):
     reports_queue_url: str = Field(default="", alias=names.ENV_REPORTS_QUEUE_URL)
     dlq_url: str = Field(default="", alias=names.ENV_DLQ_URL)
     result_queue_prefix: str = Field(default="", alias=names.ENV_RESULT_QUEUE_PREFIX)
-    """A queue-name prefix (``warmpool-C-result-``) or a URL prefix (``http...``)."""
+    """A queue-name prefix (``warmpool-C-result-``) or a URL prefix (``http...``); empty: the
+    cluster's default (:mod:`functions.result_queues` names the queues)."""
     ledger_table: str = Field(default="", alias=names.ENV_LEDGER_TABLE)
     buckets_table: str = Field(default=names.BUCKETS_TABLE, alias=names.ENV_BUCKETS_TABLE)
     budget_fraction: float = Field(default=0.8, gt=0, le=1, alias=names.ENV_BUDGET_FRACTION)
@@ -171,17 +172,6 @@ class Settings(BaseSettings):
             refill_per_s=self.bucket_refill.get(action, base.refill_per_s),
         )
         return spec.scaled(self.budget_fraction)
-
-    def result_queue_url_prefix(self) -> str | None:
-        """The URL prefix of result queues, when configured as one."""
-        p = self.result_queue_prefix
-        return p if p.startswith(("http://", "https://")) else None
-
-    def result_queue_name(self, instance_id: str) -> str:
-        p = self.result_queue_prefix or names.result_queue_prefix(self.cluster)
-        if p.startswith(("http://", "https://")):
-            p = p.rsplit("/", 1)[-1]
-        return f"{p}{instance_id}"
 
 
 class _EnvSettings(Settings):

@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from warmpool import names
 
-# Longest instance id (i- + 17 hex) must still fit SQS's 80-character queue names:
-# "warmpool-" (9) + cluster + "-result-" (8) + 19 <= 80.
-MAX_CLUSTER_LEN = 44
+MAX_CLUSTER_LEN = 80 - len(names.result_queue("", "i-" + "0" * 17))
+"""The longest instance id (i- + 17 hex) must still fit SQS's 80-character queue
+names in the cluster's result queue name (``warmpool.names.result_queue``): 44."""
 
 AgentIdentity = Literal["pod-identity", "irsa", "node-role"]
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from aws_cdk import Acknowledgment, Validations
 from constructs import IConstruct
 
+from warmpool import names
+
 ENI = "Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:network-interface/*"
 INSTANCE = "Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*"
 GROUP = "Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:security-group/*"
@@ -19,7 +21,7 @@ SUBNET = "Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:subn
 
 
 def result_queues(cluster: str) -> str:
-    return f"Resource::arn:<AWS::Partition>:sqs:<AWS::Region>:<AWS::AccountId>:warmpool-{cluster}-result-*"
+    return f"Resource::arn:<AWS::Partition>:sqs:<AWS::Region>:<AWS::AccountId>:{names.result_queue(cluster, '*')}"
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from node_agent.records import UNKNOWN_HOLDER, NodeIdentity
 from warmpool.clock import Clock, RealClock
 from warmpool.limits import InstanceLimits, known, max_pods
 from warmpool.messages import MessageError, parse_result
+from warmpool.names import result_queue_name
 from warmpool.ports import SqsApi
 
 log = logging.getLogger("warmpool.agent")
@@ -66,11 +67,6 @@ class NodeNet(Protocol):
 
 
 NodeNetFactory = Callable[[Identity], NodeNet]
-
-
-def result_queue_name(prefix: str, instance_id: str) -> str:
-    """The prefix may be a queue-name prefix or a queue-URL prefix."""
-    return (prefix + instance_id).rsplit("/", 1)[-1]
 
 
 class Agent:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import json
 import os
 import random
 import threading
@@ -37,17 +36,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from emulated import harness
 from emulated.clock import EventLoop, VirtualClock
 from emulated.ec2 import Ec2Config, Ec2Emulator
 from emulated.esm import EsmConfig, EventSourceMapping
 from emulated.iid import IdentitySigner
 from emulated.imds import Imds
 from emulated.lambda_runtime import LambdaCrash
-from emulated.memstores import MemBuckets, MemFlips
+from emulated.memstores import MemFlips
 from emulated.sqs import FastSqs
-from functions.allocator import Allocator, Record, serial_map
-from functions.reconciler import Reconciler
-from functions.settings import Settings
+from functions.allocator import Record
 from simulation import checks, events, hostile
 from simulation.base import (
     AGENT_EVERY_S,
@@ -125,56 +123,36 @@ class SimWorld:
         allocator verifies it against this signer's certificate (``identity_verification`` is
         left at its default, ``required``: fail-closed)."""
         raw = self.sqs.client()
-        self.dlq_url = raw.create_queue(QueueName=names.reports_dlq(CLUSTER))["QueueUrl"]
-        dlq_arn = raw.get_queue_attributes(QueueUrl=self.dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        self.reports_url = raw.create_queue(
-            QueueName=names.reports_queue(CLUSTER),
-            Attributes={
-                "VisibilityTimeout": str(REPORTS_VISIBILITY_S),
-                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 5}),
-            },
-        )["QueueUrl"]
-        self.settings = Settings(
-            cluster=CLUSTER,
-            reports_queue_url=self.reports_url,
-            dlq_url=self.dlq_url,
-            result_queue_prefix=names.result_queue_prefix(CLUSTER),
-            ledger_table=names.ledger_table(CLUSTER),
-            account=self.emu.owner,
-            gc_age_s=GC_AGE_S,
-            allocate_timeout_s=FUNCTION_TIMEOUT_S,
-            identity_certificates=self.signer_imds.signer.certificate_pem,
-            region=self.emu.config.region,
-        )
-        # lease TTL and deadline margin derived from the function timeout, as in the stack
         self.clock_inv = InvClock(self.loop.clock)
-        self.buckets = MemBuckets(self.settings.bucket_spec, self.settings.account, self.settings.region)
         self.ledger = SimLedger(self)
         self.leases = TrackedLeases()
+        self.harness = harness.build(
+            CLUSTER,
+            emu=self.emu,
+            sqs=self.sqs,
+            clock=self.clock_inv,
+            certificates=self.signer_imds.signer.certificate_pem,
+            ledger=self.ledger,
+            leases=self.leases,
+            flips=MemFlips(),
+            visibility_s=REPORTS_VISIBILITY_S,
+            max_receive=5,
+            gc_age_s=GC_AGE_S,
+            allocate_timeout_s=FUNCTION_TIMEOUT_S,
+        )
+        # lease TTL and deadline margin derived from the function timeout, as in the stack
+        self.settings = self.harness.settings
+        self.reports_url = self.harness.reports_url
+        self.dlq_url = self.harness.dlq_url
+        self.buckets = self.harness.ports.buckets
         self.recorded: dict[str, tuple[str, int]] = {}
         self.invocations: list[Invocation] = []
         self.alloc_ec2 = AllocEc2(self)
-        self.allocator = Allocator(
-            ec2=self.alloc_ec2,
-            sqs=AllocSqs(self),
-            buckets=self.buckets,
-            ledger=self.ledger,
-            leases=self.leases,
-            clock=self.clock_inv,
-            settings=self.settings,
-            mapper=serial_map,
-            flips=MemFlips(),
-        )
+        self.allocator = self.harness.allocator(ec2=self.alloc_ec2, sqs=AllocSqs(self))
         self._handle_kw = set(inspect.signature(self.allocator.handle_batch).parameters)
         self.reconciler_ec2 = ReconcilerEc2(self)
-        self.reconciler = Reconciler(
-            ec2=self.reconciler_ec2,
-            sqs=ReconcilerSqs(self),
-            buckets=self.buckets,
-            ledger=self.ledger,
-            leases=self.leases,
-            clock=self.loop.clock,
-            settings=self.settings,
+        self.reconciler = self.harness.reconciler(
+            ec2=self.reconciler_ec2, sqs=ReconcilerSqs(self), clock=self.loop.clock
         )
         self.esm = EventSourceMapping(
             raw,

@@ -18,12 +18,24 @@ def reports_dlq(cluster: str) -> str:
 
 
 def result_queue_prefix(cluster: str) -> str:
-    """Each node's result queue is ``{prefix}{instance_id}``."""
+    """The default prefix of the cluster's result queues (what the stack sets
+    ``WARMPOOL_RESULT_QUEUE_PREFIX`` to)."""
     return f"warmpool-{cluster}-result-"
 
 
+def result_queue_name(prefix: str, instance_id: str) -> str:
+    """The one rule for an instance's result queue name: ``{prefix}{instance_id}``.
+
+    ``prefix`` is a queue-name prefix (``warmpool-C-result-``) or a queue-URL
+    prefix (``https://sqs.../123456789012/warmpool-C-result-``), whose last
+    path segment is the name prefix. The allocator, the reconciler, the agent
+    and the stack's IAM patterns (``instance_id="*"``) all name queues here."""
+    return (prefix + instance_id).rsplit("/", 1)[-1]
+
+
 def result_queue(cluster: str, instance_id: str) -> str:
-    return f"{result_queue_prefix(cluster)}{instance_id}"
+    """An instance's result queue under the cluster's default prefix."""
+    return result_queue_name(result_queue_prefix(cluster), instance_id)
 
 
 def ledger_table(cluster: str) -> str:
@@ -127,6 +139,9 @@ M_NODES_AT_POD_CEILING = "NodesAtPodCeiling"
 """Reports with pods waiting from a node already at its max-pods ceiling (agent and allocator disagree)."""
 """Flip histories the shared store could not read or write (that container damps on what it saw)."""
 M_FAIR_SHARE_DEFERRED = "FairShareDeferred"
+"""Reports deferred because their instance spent its fair share of a bucket (mutating or Describe)."""
+M_REPORTS_QUIET = "ReportsQuiet"
+"""Reports that cannot lead to an EC2 call, recorded without a Describe round."""
 M_NODES_DAMPED = "NodesDamped"
 M_RELEASES_HELD = "ReleasesHeld"
 """Unassign/Delete calls not made: offer younger than the release delay, ENI

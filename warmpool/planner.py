@@ -267,6 +267,23 @@ def node_max_pods(report: PoolReport, limits: InstanceLimits, override: int = 0)
     return pod_ceiling(limits, prefix=report.mode == "prefix", max_eni=report.targets.max_eni, override=override)
 
 
+def quiet(report: PoolReport, limits: InstanceLimits, max_pods: int = 0) -> bool:
+    """True when the report, taken at its word, cannot lead to an EC2 call: it offers
+    nothing back, no pod waits, and its own pool meets its targets (the planner's rules on
+    the agent's view instead of EC2's). The allocator records such a report without a
+    Describe round. A node whose view is behind EC2's (more than EC2 holds: an address
+    released under it) reports a deficit once its view catches up; a node that lies only
+    goes unserved itself."""
+    if report.release or report.pending_demand:
+        return False
+    cfg = PoolConfig.from_report(report)
+    if cfg.prefix_mode and not limits.prefix_capable:
+        cfg = replace(cfg, prefix_mode=False)
+    if max_pods > 0:
+        cfg = replace(cfg, max_pods=max_pods)
+    return not compute(cfg, PoolState.from_report(report), limits).low
+
+
 def _claim_primary(plan: Plan, inventory: Inventory) -> Plan:
     """Put the first-contact tag before the first call on an untagged primary ENI."""
     claim = {e.eni_id for e in inventory.enis if e.claim_primary}

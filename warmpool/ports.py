@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from warmpool.buckets import BucketState
+from warmpool.clock import Clock
 from warmpool.facts import EniFacts, NodeFacts
 from warmpool.limits import InstanceLimits
 from warmpool.messages import Assigned
@@ -224,3 +225,21 @@ class FlipStore(Protocol):
     def save(self, cluster: str, instance_id: str, state: FlipState, expires_at: float) -> None:
         """Store the state (last writer wins); it may be dropped after ``expires_at``."""
         ...
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Everything the allocator and the reconciler do I/O through: the one
+    wiring. Production builds it from boto3 clients and the DynamoDB stores
+    (``functions.aws.ports``); the bench, the simulation and the tests from the
+    emulators and the memory stores (``emulated.harness``). The configuration
+    travels beside it, as ``functions.settings.Settings``."""
+
+    ec2: Ec2Api
+    sqs: SqsApi
+    buckets: BucketStore
+    ledger: Ledger
+    leases: LeaseStore
+    clock: Clock
+    flips: FlipStore | None = None
+    """The allocator's shared flip histories (the reconciler uses none; None: per container)."""

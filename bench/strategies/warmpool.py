@@ -46,7 +46,6 @@ Wiring assumptions (the bench's, not the product's):
 from __future__ import annotations
 
 import functools
-import json
 import math
 import random
 from collections import Counter
@@ -54,15 +53,14 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.world import BenchWorld, NodeRt
+from emulated import harness
 from emulated.esm import EsmConfig, EventSourceMapping
 from emulated.iid import IdentitySigner
 from emulated.imds import Imds
 from emulated.lambda_runtime import LambdaCrash
-from emulated.memstores import MemBuckets, MemLeases, MemLedger
+from emulated.memstores import MemBuckets
 from emulated.sqs import FastSqs
-from functions.allocator import Allocator, Record, serial_map
-from functions.reconciler import Reconciler
-from functions.settings import Settings
+from functions.allocator import Record
 from node_agent.config import Timing
 from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
@@ -295,55 +293,35 @@ class _Cluster:
         self.s = strat
         self.name = name
         raw = strat.sqs.client()
-        dlq = raw.create_queue(QueueName=names.reports_dlq(name))["QueueUrl"]
-        dlq_arn = raw.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        self.reports_url = raw.create_queue(
-            QueueName=names.reports_queue(name),
-            Attributes={
-                "VisibilityTimeout": str(VISIBILITY_TIMEOUT_S),
-                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 5}),
-            },
-        )["QueueUrl"]
         acct = w.scenario.account
-        self.settings = Settings(
-            cluster=name,
-            reports_queue_url=self.reports_url,
-            dlq_url=dlq,
-            result_queue_prefix=names.result_queue_prefix(name),
+        self.ec2 = _CrashingEc2(w.ec2, w.emu.latency_for)
+        self.harness = harness.build(
+            name,
+            emu=w.emu,
+            sqs=strat.sqs,
+            clock=w.loop.clock,
+            certificates=strat.imds.signer.certificate_pem,
+            ec2=w.ec2,
+            buckets=buckets,
+            visibility_s=VISIBILITY_TIMEOUT_S,
+            max_receive=5,
             budget_fraction=acct.budget_fraction,
             allowed_subnets=tuple(s.id for s in w.scenario.subnets),
             # the account's real quotas (``account.buckets``) are not told: warmpool assumes REFERENCE.md's
-            identity_certificates=strat.imds.signer.certificate_pem,
-            account=w.emu.owner,
-            region=w.emu.config.region,
         )
-        self.ec2 = _CrashingEc2(w.ec2, w.emu.latency_for)
+        self.reports_url = self.harness.reports_url
+        self.settings = self.harness.settings
         self._envs: list[float] = []  # execution environments: busy until
         self._env = -1
         self._cold_s = 0.0
         self._lanes: list[float] = []
         self._active_since: float | None = None
-        self.ledger = MemLedger()
-        self.leases = MemLeases()
-        self.allocator = Allocator(
-            ec2=self.ec2,
-            sqs=_DupSqs(strat.sqs.client(), w, strat.result_sent, self._send_offset),
-            buckets=buckets,
-            ledger=self.ledger,
-            leases=self.leases,
-            clock=w.loop.clock,
-            settings=self.settings,
-            mapper=serial_map,
+        self.ledger = self.harness.ports.ledger
+        self.leases = self.harness.ports.leases
+        self.allocator = self.harness.allocator(
+            ec2=self.ec2, sqs=_DupSqs(strat.sqs.client(), w, strat.result_sent, self._send_offset)
         )
-        self.reconciler = Reconciler(
-            ec2=w.ec2,
-            sqs=strat.sqs.client(),
-            buckets=buckets,
-            ledger=self.ledger,
-            leases=self.leases,
-            clock=w.loop.clock,
-            settings=self.settings,
-        )
+        self.reconciler = self.harness.reconciler()
         self.esm = EventSourceMapping(
             raw,
             self.reports_url,

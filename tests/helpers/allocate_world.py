@@ -7,18 +7,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import boto3
 
+from emulated import harness
 from emulated.clock import VirtualClock
 from emulated.ec2 import Ec2Config, Ec2Emulator
 from emulated.iid import IdentitySigner, document_for
 from emulated.imds import Imds
-from emulated.memstores import MemBuckets, MemFlips, MemLeases, MemLedger
+from emulated.memstores import MemFlips
 from emulated.sqs import FastSqs
-from functions.allocator import Allocator, BatchOutcome, Record, serial_map
-from functions.settings import Settings
+from functions.allocator import Allocator, BatchOutcome, Record
+from functions.reconciler import Reconciler
 from functions.stores import DynamoBuckets, DynamoFlips, DynamoLeases, DynamoLedger, create_tables
 from functions.telemetry import Tally
 from warmpool import names
@@ -58,63 +60,61 @@ class AllocatorWorld:
         self.sqs = sqs or FastSqs(self.clock)
         self.imds = Imds(self.emu, signer=_SIGNER)
         """Signs each instance's identity document, as AWS does; the allocator trusts its certificate."""
-        c = self.sqs.client()
-        self.reports_url = c.create_queue(QueueName=names.reports_queue(cluster))["QueueUrl"]
-        self.dlq_url = c.create_queue(QueueName=names.reports_dlq(cluster))["QueueUrl"]
-        self.settings = Settings(
-            cluster=cluster,
-            reports_queue_url=self.reports_url,
-            dlq_url=self.dlq_url,
-            result_queue_prefix=names.result_queue_prefix(cluster),
-            ledger_table=names.ledger_table(cluster),
-            account=self.emu.owner,
-            region=self.emu.config.region,
-            identity_certificates=_SIGNER.certificate_pem,
+        stores: dict[str, Any] = {"flips": MemFlips()}
+        if dynamo is not None:
+            table = settings.get("ledger_table", names.ledger_table(cluster))
+            buckets_table = settings.get("buckets_table", names.BUCKETS_TABLE)
+            existing = set(dynamo.list_tables()["TableNames"])
+            create_tables(dynamo, table, buckets_table if buckets_table not in existing else f"unused-{cluster}")
+            stores = {
+                "ledger": DynamoLedger(dynamo, table),
+                "leases": DynamoLeases(dynamo, table),
+                "flips": DynamoFlips(dynamo, table),
+            }
+        self.harness = harness.build(
+            cluster,
+            emu=self.emu,
+            sqs=self.sqs,
+            clock=self.clock,
+            certificates=_SIGNER.certificate_pem,
+            ec2=self.emu.boto3_client(region_name="us-east-1") if boto else self.emu.client(),
+            shared_buckets=shared_buckets,
+            **stores,
             **settings,
         )
-        self.tally = Tally()
+        self.settings = self.harness.settings
+        self.reports_url = self.harness.reports_url
+        self.dlq_url = self.harness.dlq_url
         if dynamo is not None:
-            existing = set(dynamo.list_tables()["TableNames"])
-            if self.settings.buckets_table not in existing:
-                create_tables(dynamo, self.settings.ledger_table, self.settings.buckets_table)
-            else:
-                create_tables(dynamo, self.settings.ledger_table, f"unused-{cluster}")
-            self.buckets: Any = DynamoBuckets(
-                dynamo,
-                self.settings.buckets_table,
-                self.settings.bucket_spec,
-                self.settings.account,
-                self.settings.region,
+            s = self.settings
+            self.harness.ports = replace(
+                self.harness.ports,
+                buckets=DynamoBuckets(dynamo, s.buckets_table, s.bucket_spec, s.account, s.region),
             )
-            self.ledger: Any = DynamoLedger(dynamo, self.settings.ledger_table)
-            self.leases: Any = DynamoLeases(dynamo, self.settings.ledger_table)
-            self.flips: Any = DynamoFlips(dynamo, self.settings.ledger_table)
-        else:
-            self.buckets = MemBuckets(
-                self.settings.bucket_spec, self.settings.account, self.settings.region, shared=shared_buckets
-            )
-            self.ledger = MemLedger()
-            self.leases = MemLeases()
-            self.flips = MemFlips()
-        self.ec2_client = self.emu.boto3_client(region_name="us-east-1") if boto else self.emu.client()
+        p = self.harness.ports
+        self.buckets: Any = p.buckets
+        self.ledger: Any = p.ledger
+        self.leases: Any = p.leases
+        self.flips: Any = p.flips
+        self.ec2_client = p.ec2
+        self.tally = Tally()
         self.alloc = self.allocator(mapper=mapper)
         self.nodes: dict[str, str] = {}  # node -> instance id
         self.pods: dict[str, int] = {}
         self.seq: dict[str, int] = {}
 
-    def allocator(self, mapper: Any = None) -> Allocator:
-        return Allocator(
-            ec2=self.ec2_client,
-            sqs=self.sqs.client(),
-            buckets=self.buckets,
-            ledger=self.ledger,
-            leases=self.leases,
-            clock=self.clock,
-            settings=self.settings,
-            mapper=mapper or serial_map,
-            tally=self.tally,
-            flips=self.flips,
-        )
+    def _ports(self, **ports: Any) -> dict[str, Any]:
+        """This world's ports as its attributes now hold them (a test may swap one), any replaced."""
+        mine = {"ec2": self.ec2_client, "buckets": self.buckets, "ledger": self.ledger, "leases": self.leases}
+        return {**mine, "flips": self.flips, **ports}
+
+    def allocator(self, mapper: Any = None, **ports: Any) -> Allocator:
+        """An allocator on this world's ports (any replaced: ``ec2=``...), counting into ``tally``."""
+        return self.harness.allocator(mapper=mapper, tally=self.tally, **self._ports(**ports))
+
+    def reconciler(self, **ports: Any) -> Reconciler:
+        """The reconciler on this world's ports (any replaced: ``sqs=``, ``ledger=``...)."""
+        return self.harness.reconciler(tally=self.tally, **self._ports(**ports))
 
     # --- nodes ---------------------------------------------------------------
 

@@ -12,7 +12,6 @@ import pytest
 
 from emulated.ec2 import Ec2Emulator
 from emulated.ec2.authz import requests
-from functions.reconciler import Reconciler
 from tests.helpers.allocate_world import AllocatorWorld
 from tests.helpers.iam_policies import PolicyPrincipal, principals, stack_network
 from tests.infra.synth import Synthesized
@@ -24,7 +23,7 @@ NO_MANAGE = {names.TAG_CLUSTER_NAME: "demo", names.TAG_NO_MANAGE: "true"}
 
 
 class Stack:
-    """A AllocatorWorld whose allocator and reconciler call EC2 as their synthesized roles."""
+    """An AllocatorWorld whose allocator and reconciler call EC2 as their synthesized roles."""
 
     def __init__(self, synthesized: Synthesized, **settings: Any) -> None:
         from emulated.clock import VirtualClock
@@ -36,17 +35,8 @@ class Stack:
         self.roles = principals(synthesized, emu)
         self.w = AllocatorWorld(emu=emu, clock=clock, **settings)
         self.w.ec2_client = emu.client(principal=self.roles["allocate"])
-        self.w.alloc = self.w.allocator()
-        self.reconciler = Reconciler(
-            ec2=emu.client(principal=self.roles["reconcile"]),
-            sqs=self.w.sqs.client(),
-            buckets=self.w.buckets,
-            ledger=self.w.ledger,
-            leases=self.w.leases,
-            clock=self.w.clock,
-            settings=self.w.settings,
-            tally=self.w.tally,
-        )
+        self.w.alloc = self.w.allocator(ec2=self.w.ec2_client)
+        self.reconciler = self.w.reconciler(ec2=emu.client(principal=self.roles["reconcile"]))
 
     @property
     def emu(self) -> Ec2Emulator:

@@ -178,3 +178,24 @@ def test_through_a_real_boto3_client_on_the_emulator() -> None:
     assert out.served == 5 and out.failed_message_ids == []
     assert all(w.addresses(f"n{i}") == 37 for i in range(5))
     assert w.detached_enis() == [] and w.throttled() == 0
+
+
+def test_two_instances_under_one_node_name_each_get_their_own_outcome() -> None:
+    """The instance is the key (docs/allocator.md, "One batch" 2): two instances that
+    report the same ``node`` label in one batch, one deferred (its lease is held
+    elsewhere) and one served, are each sent their own outcome, never the other's."""
+    w = AllocatorWorld()
+    a = w.add_node("a")
+    b = w.add_node("b")
+    w.leases.claim(w.cluster, a, "another-invocation", w.clock.now(), 60.0)
+    ra = w.report("a", pending=3, extra={"node": "shared"})
+    rb = w.report("b", pending=3, extra={"node": "shared"})
+    out = w.deliver([ra, rb])
+    got_a, got_b = w.results("a"), w.results("b")
+    assert [(r.instance_id, r.in_reply_to) for r in got_a] == [(a, ra.seq)]
+    assert [x.kind for x in got_a[0].actions] == ["deferred"], "instance a was sent another instance's actions"
+    assert [(r.instance_id, r.in_reply_to) for r in got_b] == [(b, rb.seq)]
+    assert "assigned" in [x.kind for x in got_b[0].actions]
+    assert w.addresses("a") == 0 and w.addresses("b") >= 3
+    assert (out.served, out.deferred) == (1, 1)
+    assert out.nodes[a].status == "deferred" and out.nodes[b].status == "served"

@@ -18,7 +18,6 @@ import pytest
 from moto import mock_aws
 from pydantic import ValidationError
 
-from functions.allocator import Allocator, serial_map
 from functions.settings import LEASE_TTL_MARGIN_S, Settings
 from functions.stores import DynamoLedger
 from tests.helpers.allocate_world import AllocatorWorld, moto_dynamo
@@ -68,10 +67,9 @@ def test_a_throttled_describe_on_re_read_defers_the_moved_nodes() -> None:
         def __getattr__(self, name: str) -> Any:
             return getattr(self._inner, name)
 
-    alloc = w.allocator()
-    alloc.ledger = _ServedMeanwhile(w.ledger)  # type: ignore[assignment]
+    alloc = w.allocator(ledger=_ServedMeanwhile(w.ledger))
     out = w.deliver([second], alloc=alloc)
-    assert out.nodes["n1"].status == "deferred" and out.failed_message_ids == []
+    assert out.nodes[w.nodes["n1"]].status == "deferred" and out.failed_message_ids == []
     assert w.mutating_calls() == 0
     assert w.buckets.load("DescribeInstances", w.clock.now()).rate_factor < 1.0
     assert w.leases.claim("demo", w.nodes["n1"], "someone-else", w.clock.now(), 10)  # lease released
@@ -123,17 +121,7 @@ def test_work_stops_a_margin_before_the_deadline_and_the_rest_is_deferred() -> N
         w.add_node(f"n{i}", "m5.large")
         w.tag_primary(f"n{i}")  # as the launch template would: no first-contact CreateTags in the timing
     slow = _SlowCalls(w.ec2_client, w.clock, delay_s=4.0)
-    alloc = Allocator(
-        ec2=slow,
-        sqs=w.sqs.client(),
-        buckets=w.buckets,
-        ledger=w.ledger,
-        leases=w.leases,
-        clock=w.clock,
-        settings=w.settings,
-        mapper=serial_map,
-        tally=w.tally,
-    )
+    alloc = w.allocator(ec2=slow)
     start = w.clock.now()
     deadline = start + 20.0
     out = alloc.handle_batch(w.records([w.report(f"n{i}", warm_ip=8, pending=8) for i in range(4)]), deadline=deadline)
@@ -176,7 +164,7 @@ def test_the_lease_outlives_the_invocation() -> None:
         def __getattr__(self, name: str) -> Any:
             return getattr(self._inner, name)
 
-    w.alloc.leases = _Spy(w.leases)  # type: ignore[assignment]
+    w.alloc = w.allocator(leases=_Spy(w.leases))
     deadline = w.clock.now() + 3 * w.settings.lease_ttl_s  # a longer run than the configured TTL
     out = w.alloc.handle_batch(w.records([w.report("n1", warm_ip=2, pending=2)]), deadline=deadline)
     assert out.served == 1
@@ -239,14 +227,15 @@ def test_a_report_whose_ledger_row_went_unread_is_deferred_not_served_as_fresh(d
     w.deliver([w.report("n1", warm_ip=2, seq=5)])
     served = w.addresses("n1")
     # A stale report (seq 3 <= 5) of n1 arrives while its row cannot be read.
-    alloc = w.allocator()
-    alloc.ledger = DynamoLedger(_Unprocessed(dynamo, f"node#demo#{w.nodes['n1']}{chr(39)}"), w.settings.ledger_table)
+    alloc = w.allocator(
+        ledger=DynamoLedger(_Unprocessed(dynamo, f"node#demo#{w.nodes['n1']}{chr(39)}"), w.settings.ledger_table)
+    )
     stale = w.report("n1", warm_ip=9, pending=9, seq=3)
     out = w.deliver([stale, w.report("n2", warm_ip=2, pending=2)], alloc=alloc)
     assert out.failed_message_ids == []
-    assert out.nodes["n1"].status == "deferred"
+    assert out.nodes[w.nodes["n1"]].status == "deferred"
     assert w.addresses("n1") == served  # nothing done on a stale view
-    assert out.nodes["n2"].status == "served" and w.addresses("n2") >= 2
+    assert out.nodes[w.nodes["n2"]].status == "served" and w.addresses("n2") >= 2
     msgs = w.queued(w.reports_url, wait_s=60)
     assert [m["Body"] for m in msgs] == [stale.to_json()]
     # Read properly, it is stale and dropped.
@@ -283,7 +272,7 @@ def test_a_report_whose_ledger_row_went_unread_is_deferred_in_memory_too() -> No
     w.ledger.unread = {w.nodes["n1"]}
     stale = w.report("n1", warm_ip=9, pending=9, seq=3)
     out = w.deliver([stale])
-    assert out.nodes["n1"].status == "deferred" and out.failed_message_ids == []
+    assert out.nodes[w.nodes["n1"]].status == "deferred" and out.failed_message_ids == []
     assert w.addresses("n1") == served
     w.ledger.unread = set()
     assert [m["Body"] for m in w.queued(w.reports_url, wait_s=60)] == [stale.to_json()]

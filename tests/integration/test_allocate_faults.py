@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from functions.ec2 import Ec2
 from functions.reconciler import Reconciler
 from tests.helpers.allocate_world import AllocatorWorld
 from tests.helpers.crashing import Crash, CrashingEc2, CrashingLedger, CrashingSqs, DeadLeases
@@ -12,16 +13,7 @@ from warmpool.messages import Deferred, Failed
 
 
 def reconciler(w: AllocatorWorld) -> Reconciler:
-    return Reconciler(
-        ec2=w.ec2_client,
-        sqs=w.sqs.client(),
-        buckets=w.buckets,
-        ledger=w.ledger,
-        leases=w.leases,
-        clock=w.clock,
-        settings=w.settings,
-        tally=w.tally,
-    )
+    return w.reconciler()
 
 
 STEPS = {
@@ -41,16 +33,14 @@ def test_crash_after_each_step_then_redelivery_and_reconcile_leaves_nothing_leak
     w.add_node("n2")
     batch = [w.report("n1", warm_ip=5, pending=40), w.report("n2", warm_ip=5, pending=40)]
     kind, method = STEPS[step]
-    crashing = w.allocator()
+    swap: dict[str, Any] = {"leases": DeadLeases(w.leases)}
     if kind == "ec2":
-        assert isinstance(crashing.ec2, Ec2)
-        crashing.ec2.api = CrashingEc2(w.ec2_client, method)
-        crashing.executor.ec2 = crashing.ec2
+        swap["ec2"] = CrashingEc2(w.ec2_client, method)
     elif kind == "ledger":
-        crashing.ledger = CrashingLedger(w.ledger)  # type: ignore[assignment]
+        swap["ledger"] = CrashingLedger(w.ledger)
     else:
-        crashing.delivery.sqs = CrashingSqs(w.sqs.client())
-    crashing.leases = DeadLeases(w.leases)  # type: ignore[assignment]
+        swap["sqs"] = CrashingSqs(w.sqs.client())
+    crashing = w.allocator(**swap)
     with pytest.raises(Crash):
         crashing.handle_batch(w.records(batch))
     # SQS redelivers after the visibility timeout (longer than any lease).

@@ -307,7 +307,7 @@ def test_a_node_past_its_fair_share_waits_while_others_are_served() -> None:
         + [w.report(f"n{i}", warm_ip=12, warm_eni=0, pending=12) for i in range(4)]
     )
     # On main the largest deficit went first and took the bucket.
-    assert out.nodes["big"].status == "deferred" and out.nodes["big"].reason.startswith("fair share")
+    assert out.nodes[w.nodes["big"]].status == "deferred" and out.nodes[w.nodes["big"]].reason.startswith("fair share")
     assert len(w.enis("big")) == 4
     assert sum(len(w.enis(f"n{i}")) >= 2 for i in range(4)) >= 3
     assert w.tally.get("FairShareDeferred") >= 1

@@ -15,16 +15,7 @@ from warmpool import names
 
 
 def _rec(w: AllocatorWorld, *, ledger: Any = None, sqs: Any = None) -> Reconciler:
-    return Reconciler(
-        ec2=w.ec2_client,
-        sqs=sqs or w.sqs.client(),
-        buckets=w.buckets,
-        ledger=ledger or w.ledger,
-        leases=w.leases,
-        clock=w.clock,
-        settings=w.settings,
-        tally=w.tally,
-    )
+    return w.reconciler(ledger=ledger or w.ledger, sqs=sqs or w.sqs.client())
 
 
 class _NameReusedAfterRead:

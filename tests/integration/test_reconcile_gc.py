@@ -11,16 +11,7 @@ from warmpool.eni_scope import lifecycle_permitted, permissions
 
 
 def _rec(w: AllocatorWorld) -> Reconciler:
-    return Reconciler(
-        ec2=w.ec2_client,
-        sqs=w.sqs.client(),
-        buckets=w.buckets,
-        ledger=w.ledger,
-        leases=w.leases,
-        clock=w.clock,
-        settings=w.settings,
-        tally=w.tally,
-    )
+    return w.reconciler()
 
 
 def _detached_eni(w: AllocatorWorld, tags: dict[str, str]) -> str:

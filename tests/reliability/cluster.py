@@ -256,16 +256,7 @@ class ReliabilityCluster:
 
     def reconciler(self) -> Reconciler:
         w = self.w
-        return Reconciler(
-            ec2=w.ec2_client,
-            sqs=w.sqs.client(),
-            buckets=w.buckets,
-            ledger=w.ledger,
-            leases=w.leases,
-            clock=w.clock,
-            settings=w.settings,
-            tally=w.tally,
-        )
+        return w.reconciler()
 
     # --- the invariants -----------------------------------------------------------------
 

@@ -80,17 +80,14 @@ DOWN_STEPS = {
 
 
 def _crashing(c: ReliabilityCluster, kind: str, method: str) -> Any:
-    a = c.w.allocator()
+    swap: dict[str, Any] = {"leases": DeadLeases(c.w.leases)}  # a dead invocation never releases its leases
     if kind == "ec2":
-        assert isinstance(a.ec2, Ec2)
-        a.ec2.api = CrashingEc2(c.w.ec2_client, method)
-        a.executor.ec2 = a.ec2
+        swap["ec2"] = CrashingEc2(c.w.ec2_client, method)
     elif kind == "ledger":
-        a.ledger = CrashingLedger(c.w.ledger)
+        swap["ledger"] = CrashingLedger(c.w.ledger)
     else:
-        a.delivery.sqs = CrashingSqs(c.w.sqs.client())
-    a.leases = DeadLeases(c.w.leases)  # a dead invocation never releases its leases
-    return a
+        swap["sqs"] = CrashingSqs(c.w.sqs.client())
+    return c.w.allocator(**swap)
 
 
 def _crash_once(c: ReliabilityCluster, kind: str, method: str, until: float = 120) -> list[Record]:

@@ -52,7 +52,7 @@ def _identity_off(w: Any) -> None:
 
 def _far_seqs_allowed(w: Any) -> None:
     """The allocator without its refusal of seqs far ahead."""
-    w.allocator._refuse_far_seqs = lambda valid, last, out: valid
+    w.allocator._refuse_far_seqs = lambda valid, b: valid
 
 
 def _keyed_by_name(w: Any) -> None:

@@ -11,7 +11,7 @@ def test_deferred_node_is_resent_with_a_delay_and_told_when() -> None:
         w.add_node(f"n{i}")
     out = w.deliver([w.report(f"n{i}", warm_ip=1) for i in range(3)])
     assert out.served == 2 and out.deferred == 1
-    node = next(n for n, o in out.nodes.items() if o.status == "deferred")
+    node = next(o.node for o in out.nodes.values() if o.status == "deferred")
     (res,) = w.results(node)
     assert res.actions[-1].kind == "deferred" and res.actions[-1].retry_after_s >= 1
     assert w.queued(w.reports_url) == []  # delayed, not visible yet
@@ -88,14 +88,14 @@ def test_old_release_offers_are_ignored_never_unassigning_what_a_pod_may_hold_ag
     old = w.report("n1", warm_ip=1, release=[{"eni_id": eni.id, "ips": offered}])
     w.clock.advance(w.settings.release_offer_max_age_s + 1)
     out = w.deliver([old])
-    assert [a.kind for a in out.nodes["n1"].actions] == []
+    assert [a.kind for a in out.nodes[w.nodes["n1"]].actions] == []
     assert set(offered) <= set(w.enis("n1")[0].secondary)
     assert w.tally.as_dict().get("ReleaseOffersExpired") == 3
     # A fresh offer still goes.
     fresh = w.report("n1", warm_ip=1, release=[{"eni_id": eni.id, "ips": offered}])
     w.clock.advance(w.settings.release_delay_s)  # quarantined long enough for the allocator
     out = w.deliver([fresh])
-    assert [a.kind for a in out.nodes["n1"].actions] == ["released"]
+    assert [a.kind for a in out.nodes[w.nodes["n1"]].actions] == ["released"]
 
 
 def test_an_unexpected_error_leaves_the_record_for_redelivery() -> None:
@@ -121,7 +121,7 @@ def test_a_plan_stopped_part_way_is_recorded_answered_and_not_resent() -> None:
     w.emu.fail_next("CreateNetworkInterface", "RequestLimitExceeded", status=503)
     rep = w.report("n1", warm_ip=1, pending=15)
     out = w.deliver([rep])
-    node = out.nodes["n1"]
+    node = out.nodes[w.nodes["n1"]]
     assert node.status == "deferred"
     assert [a.kind for a in node.actions] == ["assigned"]
     assert w.ledger.last_seq("demo", w.nodes["n1"]) == rep.seq
@@ -130,7 +130,7 @@ def test_a_plan_stopped_part_way_is_recorded_answered_and_not_resent() -> None:
     assert w.queued(w.reports_url, wait_s=900) == []
     # The agent's next report gets the rest.
     out = w.deliver([w.report("n1", warm_ip=1, pending=15)])
-    assert out.nodes["n1"].status == "served"
+    assert out.nodes[w.nodes["n1"]].status == "served"
     assert w.addresses("n1") >= 16
 
 
@@ -143,10 +143,10 @@ def test_throttled_attach_after_a_create_resends_the_same_seq_so_the_token_finds
     w.emu.fail_next("AttachNetworkInterface", "RequestLimitExceeded", status=503)
     rep = w.report("n1", warm_ip=1, pending=15)
     out = w.deliver([rep])
-    assert out.nodes["n1"].status == "deferred" and out.nodes["n1"].resend
+    assert out.nodes[w.nodes["n1"]].status == "deferred" and out.nodes[w.nodes["n1"]].resend
     assert w.ledger.last_seq("demo", w.nodes["n1"]) == -1
     (again,) = w.queued(w.reports_url, wait_s=900)
     out = w.deliver([again["Body"]])
-    assert out.nodes["n1"].status == "served"
+    assert out.nodes[w.nodes["n1"]].status == "served"
     assert w.detached_enis() == [] and len(w.enis("n1")) == 2
     assert w.ec2_stats()["CreateNetworkInterface"]["calls"] == 2  # the second found the first ENI

@@ -32,7 +32,7 @@ def test_an_offer_re_sent_in_a_later_report_is_aged_from_its_quarantine() -> Non
     report = w.report("n1", warm_ip=1, release=[{"eni_id": eni.id, "ips": offered, "quarantined_at": q}])
     w.clock.advance(50)
     out = w.deliver([report])
-    assert [a.kind for a in out.nodes["n1"].actions] == []
+    assert [a.kind for a in out.nodes[w.nodes["n1"]].actions] == []
     assert set(offered) <= set(w.enis("n1")[0].secondary)
     assert w.ec2_stats().get("UnassignPrivateIpAddresses", {}).get("calls", 0) == 0
     assert w.tally.as_dict().get("ReleaseOffersExpired") == 3
@@ -48,7 +48,7 @@ def test_only_the_old_offer_of_a_report_is_dropped() -> None:
     old = {"eni_id": first.id, "ips": list(first.secondary)[-2:], "quarantined_at": now - 90}
     fresh = {"eni_id": second.id, "ips": list(second.secondary)[:2], "quarantined_at": now - 10}
     out = w.deliver([w.report("n1", warm_ip=2, release=[old, fresh])])
-    released = [a for a in out.nodes["n1"].actions if a.kind == "released"]
+    released = [a for a in out.nodes[w.nodes["n1"]].actions if a.kind == "released"]
     assert [(a.eni_id, sorted(a.ips)) for a in released] == [(second.id, sorted(fresh["ips"]))]
     assert set(old["ips"]) <= set(w.enis("n1")[0].secondary)
 
@@ -60,7 +60,7 @@ def test_an_undated_offer_is_never_acted_on_but_the_demand_is_served() -> None:
     out = w.deliver(
         [w.report("n1", warm_ip=1, pending=0, release=[{"eni_id": eni.id, "ips": offered, "quarantined_at": None}])]
     )
-    assert [a.kind for a in out.nodes["n1"].actions] == []
+    assert [a.kind for a in out.nodes[w.nodes["n1"]].actions] == []
     assert set(offered) <= set(w.enis("n1")[0].secondary)
     assert w.tally.as_dict().get("ReleaseOffersUndated") == 3
     # Its demand still is: pods waiting get addresses.
@@ -69,7 +69,7 @@ def test_an_undated_offer_is_never_acted_on_but_the_demand_is_served() -> None:
     out = w.deliver(
         [w.report("n1", warm_ip=5, pending=4, release=[{"eni_id": eni.id, "ips": offered, "quarantined_at": None}])]
     )
-    assert out.nodes["n1"].status == "served"
+    assert out.nodes[w.nodes["n1"]].status == "served"
     assert w.addresses("n1") > before
     assert set(offered) <= set(w.enis("n1")[0].secondary)
 
@@ -97,11 +97,10 @@ def test_an_offer_that_ages_out_during_the_invocation_is_not_unassigned() -> Non
     q = w.clock.now()
     w.clock.advance(40)  # 40 s old when the batch starts: fresh enough then
     report = w.report("n1", warm_ip=1, release=[{"eni_id": eni.id, "ips": offered, "quarantined_at": q}])
-    w.ec2_client = _SlowDescribe(w.ec2_client, w.clock, delay_s=30.0)
-    alloc = w.allocator()
+    alloc = w.allocator(ec2=_SlowDescribe(w.ec2_client, w.clock, delay_s=30.0))
     out = w.deliver([report], alloc=alloc)
     assert w.clock.now() - q > w.settings.release_offer_max_age_s
-    assert [a.kind for a in out.nodes["n1"].actions] == []
+    assert [a.kind for a in out.nodes[w.nodes["n1"]].actions] == []
     assert set(offered) <= set(w.enis("n1")[0].secondary)
     assert w.ec2_stats().get("UnassignPrivateIpAddresses", {}).get("calls", 0) == 0
     assert w.tally.as_dict().get("ReleaseOffersExpired") == 3
@@ -118,9 +117,8 @@ def test_an_empty_eni_offered_too_late_is_not_deleted() -> None:
     report = w.report(
         "n1", warm_ip=2, release=[{"eni_id": second.id, "ips": list(second.secondary), "quarantined_at": q}]
     )
-    w.ec2_client = _SlowDescribe(w.ec2_client, w.clock, delay_s=20.0)
-    out = w.deliver([report], alloc=w.allocator())
-    assert [a.kind for a in out.nodes["n1"].actions] == []
+    out = w.deliver([report], alloc=w.allocator(ec2=_SlowDescribe(w.ec2_client, w.clock, delay_s=20.0)))
+    assert [a.kind for a in out.nodes[w.nodes["n1"]].actions] == []
     assert second.id in w.emu.enis and w.emu.enis[second.id].attachment is not None
     assert w.ec2_stats().get("DetachNetworkInterface", {}).get("calls", 0) == 0
 

@@ -13,9 +13,9 @@ import pytest
 
 from emulated.clock import VirtualClock
 from functions import allocate, aws
-from functions.delivery import Delivery
 from functions.ec2 import Ec2
 from functions.execute import NodeJob, PlanExecutor
+from functions.result_queues import ResultQueues
 from functions.settings import Settings
 from functions.stores import DynamoFlips
 from functions.telemetry import Tally
@@ -31,6 +31,7 @@ from warmpool.messages import (
     Failed,
 )
 from warmpool.planner import AssignAddresses
+from warmpool.ports import Ports
 
 
 class Untouchable:
@@ -55,13 +56,13 @@ def test_production_wiring_is_a_frozen_typed_record() -> None:
     aws.reset()
     try:
         p = aws.ports(s)
-        assert isinstance(p, aws.Ports) and p.settings is s
+        assert isinstance(p, Ports)
         assert p.ec2 is aws.client("ec2", s) and p.sqs is aws.client("sqs", s)
         with pytest.raises(dataclasses.FrozenInstanceError):
             p.clock = p.clock  # type: ignore[misc]
         alloc = allocate.build(s)
         assert isinstance(alloc.ec2, Ec2) and alloc.ec2.api is p.ec2
-        assert alloc.executor.clock is alloc.clock
+        assert alloc.executor.clock is alloc.clock and alloc.settings is s
         # issue 12: the deployed allocator shares its flip histories across containers
         assert isinstance(p.flips, DynamoFlips) and isinstance(alloc.flips, DynamoFlips)
     finally:
@@ -84,7 +85,7 @@ def _assigned(i: int) -> Assigned:
 
 def test_a_result_carries_every_action_that_fits() -> None:
     tally = Tally()
-    d = Delivery(Untouchable(), _settings(), tally)  # type: ignore[arg-type]
+    d = ResultQueues(Untouchable(), _settings(), tally)  # type: ignore[arg-type]
     actions = [_assigned(i) for i in range(MAX_ACTIONS)]
     assert d.fit(actions, "n1", 1) == actions
     assert tally.get(names.M_RESULT_ACTIONS_DROPPED) == 0
@@ -101,17 +102,17 @@ class Records(logging.Handler):
 
 def test_actions_over_the_limit_are_counted_and_the_closing_deferred_kept() -> None:
     tally = Tally()
-    d = Delivery(Untouchable(), _settings(), tally)  # type: ignore[arg-type]
+    d = ResultQueues(Untouchable(), _settings(), tally)  # type: ignore[arg-type]
     actions: list[Action] = [
         *[_assigned(i) for i in range(MAX_ACTIONS + 6)],
         Deferred(retry_after_s=5, reason="tokens"),
     ]
     seen = Records()
-    logging.getLogger("functions.delivery").addHandler(seen)
+    logging.getLogger("functions.result_queues").addHandler(seen)
     try:
         kept = d.fit(actions, "n1", 1)
     finally:
-        logging.getLogger("functions.delivery").removeHandler(seen)
+        logging.getLogger("functions.result_queues").removeHandler(seen)
     assert len(kept) == MAX_ACTIONS and kept[-1] == actions[-1] and kept[:-1] == actions[: MAX_ACTIONS - 1]
     assert tally.get(names.M_RESULT_ACTIONS_DROPPED) == 7
     assert any("some left out" in r.getMessage() for r in seen.records)
