@@ -477,3 +477,48 @@ def imported_modules(mod: Module) -> Iterator[tuple[str, int]]:
             src = _absolute(package, node)
             for a in node.names:  # `from functions import identity` imports functions.identity
                 yield (f"{src}.{a.name}" if f"{src}.{a.name}" in modules(ALL_CODE) else src), node.lineno
+
+
+def _function(module: str, qualname: str) -> ast.AST:
+    node: ast.AST = modules(ALL_CODE)[module].tree
+    for part in qualname.split("."):
+        node = next(n for n in ast.iter_child_nodes(node) if getattr(n, "name", None) == part)
+    return node
+
+
+def _str_keys(d: ast.Dict) -> set[str]:
+    return {k.value for k in d.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+
+
+def dict_keys(module: str, qualname: str) -> set[str]:
+    """The string keys of every dict literal in a function (``Class.method`` or ``function``)."""
+    return {k for d in ast.walk(_function(module, qualname)) if isinstance(d, ast.Dict) for k in _str_keys(d)}
+
+
+def attribute_keys(module: str, cls: str, attr: str) -> set[str]:
+    """The keys a class's methods give its dict attribute ``self.<attr>``: ``self.attr = {...}``,
+    ``self.attr.update({...})``, ``self.attr["key"] = ...``."""
+
+    def is_attr(e: ast.expr) -> bool:
+        return isinstance(e, ast.Attribute) and e.attr == attr
+
+    out: set[str] = set()
+    for n in ast.walk(_function(module, cls)):
+        if isinstance(n, ast.Assign) and any(is_attr(t) for t in n.targets) and isinstance(n.value, ast.Dict):
+            out |= _str_keys(n.value)
+        elif isinstance(n, ast.Assign):
+            out |= {
+                t.slice.value
+                for t in n.targets
+                if isinstance(t, ast.Subscript) and is_attr(t.value) and isinstance(t.slice, ast.Constant)
+            }
+        elif (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "update"
+            and is_attr(n.func.value)
+            and n.args
+            and isinstance(n.args[0], ast.Dict)
+        ):
+            out |= _str_keys(n.args[0])
+    return out

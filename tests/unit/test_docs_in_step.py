@@ -236,6 +236,24 @@ def test_design_names_every_key_of_the_scenario_file_and_the_bench_output():
     assert sorted(output_keys - _words("Bench output")) == []
 
 
+def _doc_words(doc: str, section: str) -> set[str]:
+    return {
+        w for c in dn.parse(dn.ROOT / doc).code if c.section == section for w in re.findall(r"[A-Za-z_]\w*", c.text)
+    }
+
+
+def test_design_names_every_key_the_commands_and_the_agent_answer_with():
+    max_pods = dn.dict_keys("node_agent.agent", "Agent.view_max_pods")
+    assert "pool_ceiling" in max_pods
+    assert sorted(max_pods - _words("The agent's HTTP endpoints")) == []
+    assert sorted(max_pods - _doc_words("docs/agent.md", "Observability")) == []
+    outputs = dn.attribute_keys("emulated.local", "LocalStack", "outputs")
+    assert {"endpoint", "reports_queue_url", "imds_base"} <= outputs
+    assert sorted(outputs - _words("Command line")) == []
+    demo = dn.dict_keys("demo.report", "DemoReport.to_json") | dn.dict_keys("demo.dataplane", "Results.to_json")
+    assert sorted(demo - _words("Command line") - _doc_words("docs/demo.md", "The report (`--json`)")) == []
+
+
 def test_every_make_target_the_docs_name_exists():
     defined = dn.make_targets_defined()
     missing = [f"{c.doc}: `make {t}`" for c in _code() for t in dn.make_targets(c) if t not in defined]
