@@ -508,7 +508,7 @@ def attribute_keys(module: str, cls: str, attr: str) -> set[str]:
             out |= _str_keys(n.value)
         elif isinstance(n, ast.Assign):
             out |= {
-                t.slice.value
+                str(t.slice.value)
                 for t in n.targets
                 if isinstance(t, ast.Subscript) and is_attr(t.value) and isinstance(t.slice, ast.Constant)
             }
@@ -521,4 +521,53 @@ def attribute_keys(module: str, cls: str, attr: str) -> set[str]:
             and isinstance(n.args[0], ast.Dict)
         ):
             out |= _str_keys(n.args[0])
+    return out
+
+
+def _parser_flags(mod: Module) -> dict[str | None, set[str]]:
+    """The flags of the argparse parsers a module builds: ``None`` for the top parser, else per
+    subparser (``ic = sub.add_parser("install-cni")`` then ``ic.add_argument("--dest")``)."""
+    subs: dict[str, str] = {}
+    out: dict[str | None, set[str]] = {None: {"-h", "--help"}}
+    for n in mod.nodes:
+        call = n.value if isinstance(n, ast.Assign) else n
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)) or not call.args:
+            continue
+        first = call.args[0]
+        if call.func.attr == "add_parser" and isinstance(first, ast.Constant) and isinstance(first.value, str):
+            out.setdefault(first.value, {"-h", "--help"})
+            if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name):
+                subs[n.targets[0].id] = first.value
+    for n in mod.nodes:
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "add_argument":
+            owner = subs.get(getattr(n.func.value, "id", ""))
+            out.setdefault(owner, set()).update(
+                str(a.value) for a in n.args if isinstance(a, ast.Constant) and str(a.value).startswith("-")
+            )
+    return out
+
+
+@cache
+def cli_flags() -> dict[tuple[str, str], set[str]]:
+    """(program, subcommand) -> the flags its parser takes: ``warmpool``'s subcommands are the keys
+    of ``warmpool_cli/main.py``'s ``COMMANDS``, each run by ``_run(module, function)``, and their
+    parsers are built in that module; ``warmpool-agent``'s are subparsers of ``node_agent/agent.py``."""
+    mods = modules(ALL_CODE)
+    table = next(
+        n.value
+        for n in mods["warmpool_cli.main"].tree.body
+        if isinstance(n, ast.AnnAssign | ast.Assign) and isinstance(n.value, ast.Dict)
+        for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        if getattr(t, "id", "") == "COMMANDS"
+    )
+    assert isinstance(table, ast.Dict)
+    out: dict[tuple[str, str], set[str]] = {}
+    for key, value in zip(table.keys, table.values, strict=True):
+        run = next(c for c in ast.walk(value) if isinstance(c, ast.Call) and getattr(c.func, "id", "") == "_run")
+        module = run.args[0]
+        assert isinstance(key, ast.Constant) and isinstance(module, ast.Constant)
+        out["warmpool", str(key.value)] = _parser_flags(mods[str(module.value)])[None]
+    for sub, flags in _parser_flags(mods["node_agent.agent"]).items():
+        if sub is not None:
+            out["warmpool-agent", sub] = flags
     return out
