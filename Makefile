@@ -50,7 +50,8 @@ typecheck: $(STAMP)
 # (tests/conftest.py). PYTEST_ARGS adds pytest options, e.g.
 # `make unit PYTEST_ARGS=--durations=30`.
 TIERS := unit infra reliability sim integration runtime
-# measured 2026-11-30 (ci profile):  unit 40.6  infra 97.3  reliability 38.0  sim 48.1  integration 70.0  runtime 33.1
+# last measured by `make test` (ci profile; README, Figures):  unit 44.0  infra 97.3  reliability 39.4  sim 50.3
+#   integration 71.0  runtime 36.7
 FLOOR_unit        := 37
 FLOOR_infra       := 94
 FLOOR_reliability := 35

@@ -57,7 +57,7 @@ class Settled:
 
 
 def settled_pool(env: Env, limits: InstanceLimits, pods: int, *, with_warm: bool = True) -> Settled:
-    """The pool the targets ask for with ``pods`` pods on the node (REFERENCE.md).
+    """The pool the targets ask for with ``pods`` pods on the node (docs/design.md, "Outside facts").
 
     ``with_warm=False`` gives only what holds the pods themselves.
     """

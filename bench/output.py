@@ -1,4 +1,4 @@
-"""The bench's output (DESIGN.md, "Bench output"): every key, always present."""
+"""The bench's output (docs/design.md, "Bench output"): every key, always present."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Run a scenario: each strategy in its own world (fresh emulated EC2, same
-seed, same events), then the figures of DESIGN.md's "Bench output"."""
+seed, same events), then the figures of docs/design.md's "Bench output"."""
 
 from __future__ import annotations
 

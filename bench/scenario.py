@@ -1,8 +1,8 @@
-"""The scenario file (DESIGN.md, "Scenario file"): a pydantic model that
+"""The scenario file (docs/design.md, "Scenario file"): a pydantic model that
 rejects unknown fields, and a loader whose errors name the file and the field,
 e.g. ``scenarios/x.yaml: node_groups[0].count: must be > 0``.
 
-Two small extensions, both optional, keep the DESIGN.md format valid as is:
+Two optional extensions of the single-cluster, one-shot form:
 
 * ``clusters: [...]`` instead of ``cluster: {...}`` for several clusters in one
   account (each node group then names its ``cluster``);
@@ -43,7 +43,7 @@ class Account(_Model):
     background_load: dict[str, NonNeg] = {}
     """Other callers in the account, calls/s per EC2 action."""
     buckets: dict[str, BucketSpec] = {}
-    """Overrides of REFERENCE.md's bucket table (an account with other quotas)."""
+    """Overrides of the default bucket table (``warmpool.buckets.DEFAULT_SPECS``) (an account with other quotas)."""
 
     @field_validator("background_load", "buckets")
     @classmethod
@@ -55,7 +55,7 @@ class Account(_Model):
 
 
 class Env(_Model):
-    """The VPC CNI variables a node runs with (REFERENCE.md); 0/None = unset."""
+    """The VPC CNI variables a node runs with (docs/design.md, "Configuration"); 0/None = unset."""
 
     WARM_IP_TARGET: Annotated[int, Field(ge=0)] = 0
     MINIMUM_IP_TARGET: Annotated[int, Field(ge=0)] = 0
@@ -92,7 +92,7 @@ class Ec2Timing(_Model):
 
     api_latency_s: NonNeg = 0.1
     attach_delay_s: NonNeg = 3.0
-    """Until an attached ENI is visible to the node (REFERENCE.md: up to ~10 s)."""
+    """Until an attached ENI is visible to the node (EC2: up to about 10 s)."""
     detach_delay_s: NonNeg = 2.0
 
 
@@ -252,7 +252,7 @@ class Scenario(_Model):
         return next(s for s in self.subnets if s.id == group.subnet)
 
     def bucket_specs(self) -> dict[str, BucketSpec]:
-        """The account's buckets: REFERENCE.md's table with the scenario's overrides."""
+        """The account's buckets: the default table with the scenario's overrides."""
         return {**DEFAULT_SPECS, **self.account.buckets}
 
     @property

@@ -1,5 +1,5 @@
 """What ``warmpool demo`` measures and shows: per-pod records, the final
-report (DESIGN.md's ``--json`` format plus a few extras), its text rendering,
+report (docs/design.md's ``--json`` format plus a few extras), its text rendering,
 and the live status line on stderr.
 
 Pure except :class:`LiveView`, which owns one thread writing to a stream.
@@ -103,7 +103,7 @@ class DemoReport:
         return [p for p in self.pods if p.ready_at is not None and p.ip]
 
     def to_json(self) -> dict[str, Any]:
-        """DESIGN.md's demo format (every key), then extras."""
+        """docs/design.md's demo format (every key), then extras."""
         times = [t for p in self.ready() if (t := p.time_to_ip_s) is not None]
         holders = [(f"pod/{p.node}/{p.index}", p.ip) for p in self.ready() if p.ip]
         calls, mutating, throttled = totals(self.ec2)

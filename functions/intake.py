@@ -51,7 +51,8 @@ def trusted_keys(settings: Settings) -> TrustedKeys | None:
     Fail-closed: with verification required (the default) an empty or
     unusable certificate setting stops the allocator here
     (:class:`IdentityConfigError`). ``off`` is for explicit local tests and is
-    logged loudly at start (and counted per batch)."""
+    logged loudly at start (and each report taken unverified is counted,
+    ``ReportsIdentityUnverified``)."""
     if settings.identity_verification == "off":
         log.warning(
             "report identity verification is OFF (WARMPOOL_IDENTITY_VERIFICATION=off): any sender may report for "

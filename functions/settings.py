@@ -110,7 +110,8 @@ class Settings(BaseSettings):
     against ``identity_certificates`` and a report that fails goes to the DLQ;
     the allocator refuses to start without a usable certificate. ``off``: for
     explicit local tests only; the allocator then logs a warning at cold start
-    and counts ``IdentityVerificationOff`` on every batch, never silently."""
+    and counts ``ReportsIdentityUnverified`` for every report it takes unverified,
+    never silently."""
 
     @classmethod
     def settings_customise_sources(

@@ -1,6 +1,6 @@
 """The agent's settings, read once from the environment at start.
 
-The VPC CNI variables keep the VPC CNI's meaning (REFERENCE.md); warmpool's
+The VPC CNI variables keep the VPC CNI's meaning (docs/design.md, "Configuration"); warmpool's
 own settings are ``WARMPOOL_*``. An invalid value stops the agent with an
 error naming the variable, before anything is touched.
 """
@@ -263,7 +263,7 @@ DEFAULT_CONNMARK = 0x80
 
 @dataclass(frozen=True)
 class HostNetSettings:
-    """What the VPC CNI's ``aws-node`` does on the node besides ENIs and pods (REFERENCE.md)."""
+    """What the VPC CNI's ``aws-node`` does on the node besides ENIs and pods (docs/agent.md, "Node networking")."""
 
     external_snat: bool = False
     """``AWS_VPC_K8S_CNI_EXTERNALSNAT``: true = no SNAT on the node (a NAT gateway does it)."""

@@ -2,7 +2,7 @@
 netlink adapter: every function computes what should exist, removes what
 should not, adds what is missing. Running one twice changes nothing.
 
-Layout (the VPC CNI's, REFERENCE.md):
+Layout (the VPC CNI's, docs/agent.md "Host layout"):
 
 * secondary ENI with device index ``d``: link found by MAC, MTU, up, its
   primary address with the subnet's length (the kernel's connected route in

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class BucketSpec(BaseModel):
-    """Capacity and refill of one EC2 action's bucket (REFERENCE.md)."""
+    """Capacity and refill of one EC2 action's bucket (docs/design.md, "Outside facts")."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -62,7 +62,7 @@ DEFAULT_SPECS: dict[str, BucketSpec] = {
     "DescribeSubnets": BucketSpec(capacity=100, refill_per_s=20),
     "DescribeInstanceTypes": BucketSpec(capacity=100, refill_per_s=20),
 }
-"""REFERENCE.md defaults. Describe* here are the filtered/paginated kind."""
+"""The documented defaults (docs/design.md, "Outside facts"). Describe* here are the filtered/paginated kind."""
 
 UNFILTERED_DESCRIBE = BucketSpec(capacity=50, refill_per_s=10)
 """DescribeInstances/DescribeNetworkInterfaces with no filter and no pagination."""

@@ -3,7 +3,7 @@
 
 Strict by design: every field is bounded, IDs and addresses are checked,
 unknown fields and unknown schema versions are rejected with a reason. A
-message that fails here is never acted on (DESIGN.md, "Wire messages").
+message that fails here is never acted on (docs/design.md, "Wire messages").
 """
 
 from __future__ import annotations

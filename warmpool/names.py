@@ -1,7 +1,9 @@
-"""Names every part agrees on: resources, environment variables, tags, metrics.
+"""Names two or more parts share: resources, environment variables, tags, metrics.
 
 One place, so the CDK stack, ``warmpool local up``, the functions and the
-agent cannot drift apart.
+agent cannot drift apart. An environment variable only one part reads is
+defined where it is read (``node_agent/config.py``, ``functions/settings.py``);
+docs/design.md lists every one.
 """
 
 from __future__ import annotations

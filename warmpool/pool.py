@@ -1,6 +1,6 @@
 """Pool math: how many addresses a node is short of, or may give back.
 
-The VPC CNI's target semantics (REFERENCE.md) in both modes, exactly, with
+The VPC CNI's target semantics (docs/design.md, "Outside facts") in both modes, exactly, with
 two additions: CNI ADDs waiting for an address count as demand (surge), and
 the max-pods ceiling caps every target. The agent (when to report, what to
 quarantine) and the allocator (what to allocate, what release to accept) both

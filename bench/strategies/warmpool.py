@@ -307,7 +307,7 @@ class _Cluster:
             max_receive=5,
             budget_fraction=acct.budget_fraction,
             allowed_subnets=tuple(s.id for s in w.scenario.subnets),
-            # the account's real quotas (``account.buckets``) are not told: warmpool assumes REFERENCE.md's
+            # the account's real quotas (``account.buckets``) are not told: warmpool assumes the default
         )
         self.reports_url = self.harness.reports_url
         self.settings = self.harness.settings
@@ -447,7 +447,7 @@ class Warmpool:
         fraction = world.scenario.account.budget_fraction
 
         def spec_of(action: str) -> BucketSpec:
-            # what warmpool assumes (REFERENCE.md's table), whatever the account really has
+            # what warmpool assumes (the default table), whatever the account really has
             return spec_for(action).scaled(fraction)
 
         self.buckets = MemBuckets(spec_of)  # one account: every cluster shares these

@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python tests/perf/planner_throughput.py`` (or ``make bench-planner``).
 Plans a 2,000-node sample batch (coalesce + plan + order, as the allocator
-does) several times and prints the median; the DESIGN.md target is ≥ 20,000/s.
+does) several times and prints the median; the target (docs/design.md) is ≥ 20,000/s.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The scenario file: DESIGN.md's example parses; wrong fields are named with the file."""
+"""The scenario file: shipped scenarios parse (faults.yaml: the design's example); wrong fields are named."""
 
 from __future__ import annotations
 

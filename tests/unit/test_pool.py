@@ -1,4 +1,4 @@
-"""Pool math: the VPC CNI target semantics (REFERENCE.md), table-driven."""
+"""Pool math: the VPC CNI target semantics (docs/design.md, "Outside facts"), table-driven."""
 
 from __future__ import annotations
 
