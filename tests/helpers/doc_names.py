@@ -380,7 +380,7 @@ def python_constants() -> set[str]:
 def shell_and_template_names() -> set[str]:
     """``$NAME``/``${NAME}`` in the shell scripts, Dockerfiles and manifests, and the Makefile's variables."""
     out: set[str] = set()
-    for pattern in ("infra/**/*.sh", "scripts/**/*.sh", "infra/docker/*Dockerfile*", "infra/k8s/*.yaml"):
+    for pattern in ("infra/**/*.sh", "scripts/**/*.sh", "infra/docker/*Dockerfile*", "k8s/*.yaml"):
         for p in ROOT.glob(pattern):
             text = p.read_text()
             out |= set(re.findall(r"\$\{?([A-Z][A-Z0-9_]*)", text))

@@ -3,7 +3,7 @@
 An interface on card 16 or above, or more than 32 ENIs, made every report invalid, and the
 planner counted the interfaces of every card against the default card's ENI limit: a
 p5.48xlarge (32 cards of 2 ENIs, an EFA interface on each) was never served. The contract
-(``../shared/DESIGN.md``, "Contract additions"): ``enis[].network_card`` up to the type's card
+(docs/design.md, "Contract additions"): ``enis[].network_card`` up to the type's card
 count, ``enis`` up to the type's ENI count. Table-driven over ``warmpool/limits_table.txt``.
 """
 
