@@ -44,6 +44,7 @@ from warmpool.limits import KNOWN_TYPES, InstanceLimits
 from . import describe, enis, resources
 from .describe import instance_metadata
 from .errors import Ec2Error, metadata, not_found
+from .lag import LAGGED, DescribeLag
 from .registry import MAX_IPV4_PER_ENI, Handler
 from .resources import launch_instance, new_subnet, terminate
 from .state import Eni, Instance, Subnet, Vpc
@@ -78,6 +79,11 @@ class Ec2Config:
     account_id: str = "123456789012"
     instance_types: Mapping[str, InstanceLimits] = field(default_factory=dict)
     """Extra instance types beyond :data:`warmpool.limits.KNOWN_TYPES`."""
+    describe_lag_min_s: float = 0.0
+    describe_lag_max_s: float = 0.0
+    """Eventually consistent Describe (:mod:`.lag`): when the max is above 0, each
+    DescribeNetworkInterfaces and DescribeInstances answers from the state of a moment
+    a lag drawn in [min, max] ago. Off by default."""
 
 
 @dataclass
@@ -123,6 +129,12 @@ class Ec2Emulator:
         self._on_attach: list[AttachCallback] = []
         self._on_detach: list[AttachCallback] = []
         self._types: dict[str, InstanceLimits] = {**KNOWN_TYPES, **self.config.instance_types}
+        self.describe_lag: DescribeLag | None = None
+        """Set when ``describe_lag_max_s > 0`` (its ``lags`` lists every lag drawn)."""
+        if self.config.describe_lag_max_s > 0:
+            self.describe_lag = DescribeLag(
+                self.config.describe_lag_min_s, self.config.describe_lag_max_s, seed + 2
+            )
 
     # ------------------------------------------------------------------ ids
 
@@ -180,7 +192,7 @@ class Ec2Emulator:
         """Launch one running instance with its primary ENI at device 0 (no throttling)."""
         with self._lock:
             self._settle()
-            return launch_instance(
+            iid = launch_instance(
                 self,
                 instance_type,
                 subnet_id,
@@ -190,12 +202,15 @@ class Ec2Emulator:
                 self._id("r"),
                 "ami-00000000000000000",
             )
+            self._changed()
+            return iid
 
     def terminate_instance(self, instance_id: str) -> None:
         """Terminate: ENIs marked DeleteOnTermination go, the others are detached."""
         with self._lock:
             self._settle()
             terminate(self, instance_id)
+            self._changed()
 
     def set_subnet_exhausted(self, subnet_id: str, exhausted: bool = True) -> None:
         """Fault: make every allocation in the subnet fail as if it were full."""
@@ -324,7 +339,12 @@ class Ec2Emulator:
                     raise Ec2Error("RequestLimitExceeded", "Request limit exceeded.")
                 if params.get("DryRun"):
                     raise Ec2Error("DryRunOperation", "Request would have succeeded, but DryRun flag is set.")
-                out = handler(self, dict(params))
+                if self.describe_lag is not None and action in LAGGED:
+                    out = handler(self.describe_lag.view(self, self.clock.now()), dict(params))
+                else:
+                    out = handler(self, dict(params))
+                    if not action.startswith("Describe"):
+                        self._changed()
             except Ec2Error as e:
                 if e.code == "RequestLimitExceeded":
                     counter.throttled += 1
@@ -402,20 +422,29 @@ class Ec2Emulator:
         with self._lock:
             self._settle()
 
+    def _changed(self) -> None:
+        """The ENIs or instances may have changed: what a lagging Describe will show later."""
+        if self.describe_lag is not None:
+            self.describe_lag.record(self, self.clock.now())
+
     def _settle(self) -> None:
         if not self._pending:
             return
         now = self.clock.now()
+        applied = False
         while self._pending and self._pending[0][0] <= now:
             _, _, kind, eni_id, att_id = heapq.heappop(self._pending)
             eni = self.enis.get(eni_id)
             if eni is None or eni.attachment is None or eni.attachment.id != att_id:
                 continue
+            applied = True
             if kind == "attach" and eni.attachment.status == "attaching":
                 eni.attachment.status = "attached"
                 self._fire_attach(eni)
             elif kind == "detach" and eni.attachment.status == "detaching":
                 self._finish_detach(eni)
+        if applied:
+            self._changed()
 
     def _fire_attach(self, eni: Eni) -> None:
         if not self._on_attach or eni.attachment is None:

@@ -1,0 +1,76 @@
+"""Eventually consistent Describe: an opt-in view of the past for the emulator.
+
+AWS documents that the EC2 API is eventually consistent (a Describe may not yet show
+the effect of a call that succeeded, and may not yet show a resource just created)
+and gives no bound. With ``Ec2Config.describe_lag_max_s > 0``, each
+``DescribeNetworkInterfaces`` and ``DescribeInstances`` answers from the ENIs and
+instances as they were ``lag`` seconds before, ``lag`` drawn per call (seeded)
+between ``describe_lag_min_s`` and ``describe_lag_max_s``; min = max gives a fixed
+lag. Each call draws again, so two Describes in a row may even go back in time.
+Mutations, IMDS and every other action see the present. Off (0) by default.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import random
+from typing import TYPE_CHECKING, Any
+
+from .state import Eni, Instance
+
+if TYPE_CHECKING:
+    from .emulator import Ec2Emulator
+
+LAGGED = frozenset({"DescribeNetworkInterfaces", "DescribeInstances"})
+"""The actions answered from the past."""
+
+
+class _Past:
+    """The emulator as Describe reads it, with the ENIs and instances of a past moment."""
+
+    def __init__(self, emu: Ec2Emulator, enis: dict[str, Eni], instances: dict[str, Instance]) -> None:
+        self._emu = emu
+        self.enis = enis
+        self.instances = instances
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._emu, name)
+
+
+class DescribeLag:
+    """Snapshots of the ENIs and instances after each change, and the drawn view of the past."""
+
+    def __init__(self, lo: float, hi: float, seed: int) -> None:
+        if not 0.0 <= lo <= hi:
+            raise ValueError(f"describe lag bounds must satisfy 0 <= min <= max, got {lo}, {hi}")
+        self.lo, self.hi = lo, hi
+        self._rng = random.Random(seed)
+        self._times: list[float] = []
+        self._states: list[tuple[dict[str, Eni], dict[str, Instance]]] = []
+        self.lags: list[float] = []
+        """Every lag drawn, in order (for tests and figures)."""
+
+    def record(self, emu: Ec2Emulator, now: float) -> None:
+        """The state after a change at ``now``; snapshots no view can reach any more are dropped."""
+        state = (copy.deepcopy(emu.enis), copy.deepcopy(emu.instances))
+        if self._times and self._times[-1] == now:
+            self._states[-1] = state
+        else:
+            self._times.append(now)
+            self._states.append(state)
+        keep = max(0, bisect.bisect_right(self._times, now - self.hi) - 1)
+        if keep:
+            del self._times[:keep]
+            del self._states[:keep]
+
+    def view(self, emu: Ec2Emulator, now: float) -> Any:
+        """The emulator as one lagged Describe sees it: the newest snapshot at or before ``now - lag``
+        (before the first snapshot: nothing at all)."""
+        lag = self._rng.uniform(self.lo, self.hi)
+        self.lags.append(lag)
+        i = bisect.bisect_right(self._times, now - lag) - 1
+        if i < 0:
+            return _Past(emu, {}, {})
+        enis, instances = self._states[i]
+        return _Past(emu, enis, instances)
