@@ -38,6 +38,7 @@ def build(settings: Settings) -> Allocator:
         settings=p.settings,
         mapper=ThreadMapper(settings.max_workers),
         flips=p.flips,
+        release_books=p.release_books,
     )
 
 

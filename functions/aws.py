@@ -16,9 +16,9 @@ import boto3
 from botocore.config import Config
 
 from functions.settings import Settings
-from functions.stores import DynamoBuckets, DynamoFlips, DynamoLeases, DynamoLedger
+from functions.stores import DynamoBuckets, DynamoFlips, DynamoLeases, DynamoLedger, DynamoReleaseBooks
 from warmpool.clock import Clock, RealClock
-from warmpool.ports import BucketStore, Ec2Api, FlipStore, LeaseStore, Ledger, SqsApi
+from warmpool.ports import BucketStore, Ec2Api, FlipStore, LeaseStore, Ledger, ReleaseBookStore, SqsApi
 
 RETRIES = Config(retries={"max_attempts": 2, "mode": "standard"}, max_pool_connections=32)
 EC2_NO_RETRIES = Config(retries={"total_max_attempts": 1, "mode": "standard"}, max_pool_connections=32)
@@ -66,6 +66,8 @@ class Ports:
     settings: Settings
     flips: FlipStore | None = None
     """The allocator's shared flip histories (the reconciler has none)."""
+    release_books: ReleaseBookStore | None = None
+    """The allocator's release books (the reconciler has none)."""
 
 
 def ports(settings: Settings) -> Ports:
@@ -77,6 +79,7 @@ def ports(settings: Settings) -> Ports:
         ledger=DynamoLedger(db, settings.ledger_table, settings.ledger_ttl_s),
         leases=DynamoLeases(db, settings.ledger_table),
         flips=DynamoFlips(db, settings.ledger_table),
+        release_books=DynamoReleaseBooks(db, settings.ledger_table),
         clock=RealClock(),
         settings=settings,
     )

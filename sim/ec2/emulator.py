@@ -129,12 +129,12 @@ class Ec2Emulator:
         self._on_attach: list[AttachCallback] = []
         self._on_detach: list[AttachCallback] = []
         self._types: dict[str, InstanceLimits] = {**KNOWN_TYPES, **self.config.instance_types}
+        self._lag_seed = seed + 2
         self.describe_lag: DescribeLag | None = None
-        """Set when ``describe_lag_max_s > 0`` (its ``lags`` lists every lag drawn)."""
+        """Set while Describe lags (its ``lags`` lists every lag drawn)."""
         if self.config.describe_lag_max_s > 0:
-            self.describe_lag = DescribeLag(
-                self.config.describe_lag_min_s, self.config.describe_lag_max_s, seed + 2
-            )
+            self.describe_lag = DescribeLag(self.config.describe_lag_min_s, self.config.describe_lag_max_s, seed + 2)
+            self._changed()  # the empty start: a resource just made is missing from Describe at first
 
     # ------------------------------------------------------------------ ids
 
@@ -210,6 +210,17 @@ class Ec2Emulator:
         with self._lock:
             self._settle()
             terminate(self, instance_id)
+            self._changed()
+
+    def set_describe_lag(self, min_s: float, max_s: float) -> None:
+        """Fault: from now on, DescribeNetworkInterfaces and DescribeInstances answer from the
+        state a lag drawn in [min_s, max_s] ago (at the oldest, the state now); ``max_s`` 0 ends it."""
+        with self._lock:
+            self._settle()
+            if max_s <= 0:
+                self.describe_lag = None
+                return
+            self.describe_lag = DescribeLag(min_s, max_s, self._lag_seed)
             self._changed()
 
     def set_subnet_exhausted(self, subnet_id: str, exhausted: bool = True) -> None:

@@ -7,14 +7,16 @@ and gives no bound. With ``Ec2Config.describe_lag_max_s > 0``, each
 instances as they were ``lag`` seconds before, ``lag`` drawn per call (seeded)
 between ``describe_lag_min_s`` and ``describe_lag_max_s``; min = max gives a fixed
 lag. Each call draws again, so two Describes in a row may even go back in time.
-Mutations, IMDS and every other action see the present. Off (0) by default.
+Mutations, IMDS and every other action see the present. Off (0) by default;
+``Ec2Emulator.set_describe_lag`` turns it on or off mid-run (a fault window), and
+Describe never goes back past the moment it was turned on.
 """
 
 from __future__ import annotations
 
 import bisect
-import copy
 import random
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .state import Eni, Instance
@@ -24,6 +26,23 @@ if TYPE_CHECKING:
 
 LAGGED = frozenset({"DescribeNetworkInterfaces", "DescribeInstances"})
 """The actions answered from the past."""
+
+
+def _eni(e: Eni) -> Eni:
+    """A copy no later change reaches (every mutable member copied)."""
+    att = None if e.attachment is None else replace(e.attachment)
+    return replace(
+        e,
+        secondary=list(e.secondary),
+        prefixes=list(e.prefixes),
+        tags=dict(e.tags),
+        groups=list(e.groups),
+        attachment=att,
+    )
+
+
+def _inst(i: Instance) -> Instance:
+    return replace(i, tags=dict(i.tags), slots=dict(i.slots))
 
 
 class _Past:
@@ -53,12 +72,10 @@ class DescribeLag:
 
     def record(self, emu: Ec2Emulator, now: float) -> None:
         """The state after a change at ``now``; snapshots no view can reach any more are dropped."""
-        state = (copy.deepcopy(emu.enis), copy.deepcopy(emu.instances))
-        if self._times and self._times[-1] == now:
-            self._states[-1] = state
-        else:
-            self._times.append(now)
-            self._states.append(state)
+        self._times.append(now)
+        self._states.append(
+            ({k: _eni(e) for k, e in emu.enis.items()}, {k: _inst(i) for k, i in emu.instances.items()})
+        )
         keep = max(0, bisect.bisect_right(self._times, now - self.hi) - 1)
         if keep:
             del self._times[:keep]
@@ -66,11 +83,9 @@ class DescribeLag:
 
     def view(self, emu: Ec2Emulator, now: float) -> Any:
         """The emulator as one lagged Describe sees it: the newest snapshot at or before ``now - lag``
-        (before the first snapshot: nothing at all)."""
+        (at the oldest, the first: the state when the lag was turned on)."""
         lag = self._rng.uniform(self.lo, self.hi)
         self.lags.append(lag)
-        i = bisect.bisect_right(self._times, now - lag) - 1
-        if i < 0:
-            return _Past(emu, {}, {})
+        i = max(0, bisect.bisect_right(self._times, now - lag) - 1)
         enis, instances = self._states[i]
         return _Past(emu, enis, instances)

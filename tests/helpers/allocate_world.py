@@ -12,8 +12,16 @@ from typing import Any
 import boto3
 
 from functions.allocator import Allocator, BatchOutcome, Record, serial_map
+from functions.release_book import LocalReleaseBooks
 from functions.settings import Settings
-from functions.stores import DynamoBuckets, DynamoFlips, DynamoLeases, DynamoLedger, create_tables
+from functions.stores import (
+    DynamoBuckets,
+    DynamoFlips,
+    DynamoLeases,
+    DynamoLedger,
+    DynamoReleaseBooks,
+    create_tables,
+)
 from functions.telemetry import Tally
 from sim.clock import VirtualClock
 from sim.ec2 import Ec2Config, Ec2Emulator
@@ -89,6 +97,7 @@ class World:
             self.ledger: Any = DynamoLedger(dynamo, self.settings.ledger_table)
             self.leases: Any = DynamoLeases(dynamo, self.settings.ledger_table)
             self.flips: Any = DynamoFlips(dynamo, self.settings.ledger_table)
+            self.books: Any = DynamoReleaseBooks(dynamo, self.settings.ledger_table)
         else:
             self.buckets = MemBuckets(
                 self.settings.bucket_spec, self.settings.account, self.settings.region, shared=shared_buckets
@@ -96,6 +105,7 @@ class World:
             self.ledger = MemLedger()
             self.leases = MemLeases()
             self.flips = MemFlips()
+            self.books = LocalReleaseBooks()
         self.ec2_client = self.emu.boto3_client(region_name="us-east-1") if boto else self.emu.client()
         self.alloc = self.allocator(mapper=mapper)
         self.nodes: dict[str, str] = {}  # node -> instance id
@@ -114,6 +124,7 @@ class World:
             mapper=mapper or serial_map,
             tally=self.tally,
             flips=self.flips,
+            release_books=self.books,
         )
 
     # --- nodes ---------------------------------------------------------------
