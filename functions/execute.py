@@ -12,8 +12,9 @@ The tokens for the plan were taken before the first call. Recoveries re-plan
 
 The instance's release book (``warmpool/release_book.py``) is read again, after the
 lease, before the first call that releases, hands back or repeats a release; it is
-written before each Unassign and Detach (a crash after the call leaves it said), and
-EC2's assigning a booked address again takes it out.
+written before each Unassign and Detach (a crash after the call leaves it said; a call
+that failed stays booked too: the agent then drops an address it could have kept, never
+the other way round), and EC2's assigning a booked address again takes it out.
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ class NodeJob:
     """The instance's release book the plan was made with (None: not read); the executor
     replaces it with the stored one once it has read or written it."""
     book_checked: bool = False
+    """The stored book was read after the lease (once per run, before the first release,
+    hand-back or repeat)."""
 
 
 @dataclass
@@ -286,7 +289,7 @@ class PlanExecutor:
             if isinstance(call, UnassignAddresses):
                 if not self._write_ahead(job, call, call.ips + call.prefixes):
                     return []
-                return self._unassign(call, job)
+                return self._unassign(call)
             if isinstance(call, TagPrimaryEni):
                 self.ec2.create_tags([call.eni_id], primary_eni_tag(self.cluster))
                 self.tally.add(names.M_PRIMARY_ENIS_TAGGED)
@@ -359,16 +362,6 @@ class PlanExecutor:
         if not self._save_book(job, book.take(call.eni_id, keys, job.report.seq)):
             raise self._book_error(job, "not written")
         return True
-
-    def _undo(self, job: NodeJob, keys: tuple[str, ...], eni_id: str) -> None:
-        """The booked call was throttled, so it took nothing: unbook it (best effort; an
-        entry left only makes the agent drop an address it could have kept)."""
-        if self.books is None or job.book is None:
-            return
-        book = job.book
-        kept = tuple(t for t in book.taken if not (t.eni_id == eni_id and (t.key in keys if keys else not t.key)))
-        if len(kept) != len(book.taken) and not self._save_book(job, replace(book, taken=kept)):
-            self.tally.add(names.M_RELEASE_BOOK_UNREAD)
 
     def _regranted(self, job: NodeJob, actions: list[Action]) -> list[Action]:
         """EC2 assigned these to the instance in answer to this call: booked ones are its again."""
@@ -505,12 +498,8 @@ class PlanExecutor:
                 "could not delete ENI after a failed attach; GC will", extra={"eni_id": eni_id, "error": str(err)}
             )
 
-    def _unassign(self, call: UnassignAddresses, job: NodeJob) -> list[Action]:
-        try:
-            self.ec2.unassign(call)
-        except Throttled:
-            self._undo(job, call.ips + call.prefixes, call.eni_id)
-            raise
+    def _unassign(self, call: UnassignAddresses) -> list[Action]:
+        self.ec2.unassign(call)
         self.tally.add(names.M_ADDRESSES_RELEASED, len(call.ips) + PREFIX_SIZE * len(call.prefixes))
         return [Released(eni_id=call.eni_id, ips=list(call.ips), prefixes=list(call.prefixes))]
 
@@ -532,9 +521,6 @@ class PlanExecutor:
                 self.ec2.detach(eni.attachment_id)
             except NotFound:
                 pass
-            except Throttled:
-                self._undo(job, (), call.eni_id)
-                raise
             # EC2 detaches asynchronously (seconds): a Delete before that is over
             # fails with InvalidNetworkInterface.InUse. Ask (one Describe, no
             # mutating call) instead of issuing a Delete known to fail; a
