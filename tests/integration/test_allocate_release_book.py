@@ -144,3 +144,31 @@ def test_a_book_changed_since_the_plan_makes_the_node_wait() -> None:
     out = w.deliver([report])
     assert out.nodes["n1"].status == "deferred" and "release book" in out.nodes["n1"].reason
     assert w.ec2_stats().get("UnassignPrivateIpAddresses", {}).get("calls", 0) == 0
+
+
+def test_an_address_ec2_assigns_to_the_node_again_leaves_the_book() -> None:
+    w = World(subnet_cidrs=("10.0.0.0/27",), ec2_config=Ec2Config(describe_lag_min_s=LAG_S, describe_lag_max_s=LAG_S))
+    w.add_node("n1", "m5.large")
+    w.add_node("n2", "m5.4xlarge")
+    w.tag_primary("n1")
+    eni = w.enis("n1")[0].id
+    w.emu.client().assign_private_ip_addresses(NetworkInterfaceId=eni, SecondaryPrivateIpAddressCount=6)
+    w.clock.advance(LAG_S + 1)
+    x = list(w.enis("n1")[0].secondary)[-2:]
+    now = w.clock.now()
+    w.deliver([w.report("n1", warm_ip=1, assigned=3, release=_offer(eni, x, now - 20))])
+    assert _actions(w) == [Released(eni_id=eni, ips=sorted(x), prefixes=[])]
+    iid = w.nodes["n1"]
+    assert w.books.load("demo", [iid])[iid].keys == set(x)
+    # All but five free addresses of the subnet go elsewhere: the node's next fill (its
+    # ENI's five free slots) gets x back from EC2.
+    pool = w.emu.subnets[w.subnets[0]].pool
+    free = [pool.ip(i) for i in range(pool.size) if pool.is_free(pool.ip(i))]
+    others = [ip for ip in free if ip not in x][3:]
+    w.emu.client().assign_private_ip_addresses(NetworkInterfaceId=w.enis("n2")[0].id, PrivateIpAddresses=others)
+    w.clock.advance(1.0)
+    w.deliver([w.report("n1", warm_ip=1, assigned=4, pending=2, release=_offer(eni, x, now - 20))])
+    actions = _actions(w)
+    assert set(x) <= _claimed(actions), actions  # EC2's own answer to the Assign
+    assert isinstance(actions[0], Released) and set(actions[0].ips) == set(x)  # the repeat comes first
+    assert w.books.load("demo", [iid])[iid].taken == ()
