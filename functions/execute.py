@@ -12,9 +12,9 @@ The tokens for the plan were taken before the first call. Recoveries re-plan
 
 The instance's release book (``warmpool/release_book.py``) is read again, after the
 lease, before the first call that releases, hands back or repeats a release; it is
-written before each Unassign and Detach (a crash after the call leaves it said; a call
-that failed stays booked too: the agent then drops an address it could have kept, never
-the other way round), and EC2's assigning a booked address again takes it out.
+written before each Unassign and Detach (a crash after the call, or a server error, leaves
+it said: the agent then drops what EC2 may still have, never the other way round; a call
+EC2 refused is unbooked), and EC2's assigning a booked address again takes it out.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from functions.errors import (
     SubnetFull,
     Throttled,
     TokenMismatch,
+    rejected,
 )
 from functions.release_book import BOOK_ERRORS
 from functions.settings import Settings
@@ -68,7 +69,7 @@ from warmpool.planner import (
     plan_node,
 )
 from warmpool.ports import BucketStore, Ec2Port, ReleaseBookStore
-from warmpool.release_book import ReleaseBook
+from warmpool.release_book import ReleaseBook, Taken
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,8 @@ class NodeJob:
     """The instance's release book the plan was made with (None: not read); the executor
     replaces it with the stored one once it has read or written it."""
     book_checked: bool = False
+    booked: tuple[Taken, ...] = ()
+    """What the last write-ahead added to the book (unbooked if EC2 refuses the call)."""
     """The stored book was read after the lease (once per run, before the first release,
     hand-back or repeat)."""
 
@@ -289,7 +292,7 @@ class PlanExecutor:
             if isinstance(call, UnassignAddresses):
                 if not self._write_ahead(job, call, call.ips + call.prefixes):
                     return []
-                return self._unassign(call)
+                return self._unassign(call, job)
             if isinstance(call, TagPrimaryEni):
                 self.ec2.create_tags([call.eni_id], primary_eni_tag(self.cluster))
                 self.tally.add(names.M_PRIMARY_ENIS_TAGGED)
@@ -361,7 +364,19 @@ class PlanExecutor:
             return False
         if not self._save_book(job, book.take(call.eni_id, keys, job.report.seq)):
             raise self._book_error(job, "not written")
+        job.booked = tuple(t for t in job.book.taken if t not in book.taken) if job.book is not None else ()
         return True
+
+    def _refused(self, job: NodeJob, err: AwsError) -> None:
+        """The booked call failed. EC2 refused it (throttled, a client error): it took
+        nothing, so what it booked is unbooked (best effort). A server error or no answer
+        leaves it booked: the agent then drops what EC2 may still have, never the reverse."""
+        added, job.booked = job.booked, ()
+        if self.books is None or job.book is None or not added or not rejected(err):
+            return
+        kept = tuple(t for t in job.book.taken if t not in added)
+        if not self._save_book(job, replace(job.book, taken=kept)):
+            self.tally.add(names.M_RELEASE_BOOK_UNREAD)
 
     def _regranted(self, job: NodeJob, actions: list[Action]) -> list[Action]:
         """EC2 assigned these to the instance in answer to this call: booked ones are its again."""
@@ -498,8 +513,12 @@ class PlanExecutor:
                 "could not delete ENI after a failed attach; GC will", extra={"eni_id": eni_id, "error": str(err)}
             )
 
-    def _unassign(self, call: UnassignAddresses) -> list[Action]:
-        self.ec2.unassign(call)
+    def _unassign(self, call: UnassignAddresses, job: NodeJob) -> list[Action]:
+        try:
+            self.ec2.unassign(call)
+        except AwsError as err:
+            self._refused(job, err)
+            raise
         self.tally.add(names.M_ADDRESSES_RELEASED, len(call.ips) + PREFIX_SIZE * len(call.prefixes))
         return [Released(eni_id=call.eni_id, ips=list(call.ips), prefixes=list(call.prefixes))]
 
@@ -520,7 +539,10 @@ class PlanExecutor:
             try:
                 self.ec2.detach(eni.attachment_id)
             except NotFound:
-                pass
+                pass  # detached already (or gone): taken either way
+            except AwsError as err:
+                self._refused(job, err)
+                raise
             # EC2 detaches asynchronously (seconds): a Delete before that is over
             # fails with InvalidNetworkInterface.InUse. Ask (one Describe, no
             # mutating call) instead of issuing a Delete known to fail; a

@@ -113,12 +113,12 @@ class ReleaseBook:
 
     def settle(self, report: PoolReport, offered: Iterable[str] = (), shown: Iterable[str] = ()) -> ReleaseBook:
         """Without the entries a report newer than them shows the agent has dropped: an
-        address it names nowhere while it reports the address's ENI, or while EC2 no longer
-        shows that ENI (``shown``: the ENI ids EC2's facts list); an ENI it names nowhere that
-        EC2 no longer shows. (An ENI the agent leaves out of a report, e.g. one in a device
-        slot another took, says nothing about its addresses.) ``offered``: addresses and
-        prefixes of offers the allocator dropped from the report before planning (too old
-        to act on), still the agent's."""
+        ENI it names nowhere; an address it names nowhere while it reports the address's
+        ENI, or while EC2 no longer shows that ENI (``shown``: the ENI ids EC2's facts
+        list). (An ENI the agent leaves out of a report, e.g. one in a device slot another
+        took, says nothing about the addresses the agent holds on it.) ``offered``:
+        addresses and prefixes of offers the allocator dropped from the report before
+        planning (too old to act on), still the agent's."""
         if not self.taken:
             return self
         listed = _listed(report) | set(offered)
@@ -126,11 +126,11 @@ class ReleaseBook:
         seen = set(shown)
 
         def dropped(t: Taken) -> bool:
-            if t.seq >= report.seq or (t.key and t.key in listed):
+            if t.seq >= report.seq:
                 return False
-            if t.key:
-                return t.eni_id in named or t.eni_id not in seen
-            return t.eni_id not in named and t.eni_id not in seen
+            if not t.key:
+                return t.eni_id not in named
+            return t.key not in listed and (t.eni_id in named or t.eni_id not in seen)
 
         keep = tuple(t for t in self.taken if not dropped(t))
         return self if len(keep) == len(self.taken) else replace(self, taken=keep)

@@ -172,3 +172,15 @@ def test_an_address_ec2_assigns_to_the_node_again_leaves_the_book() -> None:
     assert set(x) <= _claimed(actions), actions  # EC2's own answer to the Assign
     assert isinstance(actions[0], Released) and set(actions[0].ips) == set(x)  # the repeat comes first
     assert w.books.load("demo", [iid])[iid].taken == ()
+
+
+@pytest.mark.parametrize(("code", "booked"), [("RequestLimitExceeded", False), ("InternalError", True)])
+def test_a_release_ec2_refused_is_unbooked_and_an_ambiguous_one_stays(code: str, booked: bool) -> None:
+    """Seed 210 of the simulation: a Detach throttled in a storm stayed booked, so every answer
+    told the node its ENI was deleted, while EC2 kept it attached: leaked for good."""
+    w, eni, ips = _world()
+    w.emu.fail_next("UnassignPrivateIpAddresses", code)
+    w.deliver([w.report("n1", warm_ip=1, assigned=3, release=_offer(eni, ips[-2:], w.clock.now() - 20))])
+    iid = w.nodes["n1"]
+    assert set(ips[-2:]) <= set(w.enis("n1")[0].secondary)  # EC2 did not unassign them
+    assert (w.books.load("demo", [iid])[iid].keys == set(ips[-2:])) is booked

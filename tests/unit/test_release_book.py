@@ -128,10 +128,10 @@ ALL = ((E1, P, 10), (E1, "10.0.0.7", 10), (E2, "", 11))
         (11, {E1: ["10.0.0.6"]}, None, (), {E1}, ((E2, "", 11),)),  # newer than 10, not than 11
         (12, {E1: ["10.0.0.6"], E2: []}, {E1: ["10.0.0.7"]}, (), {E1}, ((E1, "10.0.0.7", 10), (E2, "", 11))),
         (12, {E1: ["10.0.0.6"]}, None, (P,), {E1}, ((E1, P, 10),)),  # an offer dropped as too old is still named
-        # ENIs the report leaves out say nothing while EC2 (maybe a stale Describe) still shows them
-        (12, {}, None, (), {E1, E2}, ALL),
-        (12, {}, None, (), {E2}, ((E2, "", 11),)),
-        (12, {}, None, (), set(), ()),
+        # an ENI the report leaves out says nothing of the addresses on it while EC2 (maybe
+        # a stale Describe) still shows it; a deleted ENI the report names nowhere is dropped
+        (12, {}, None, (), {E1, E2}, ((E1, P, 10), (E1, "10.0.0.7", 10))),
+        (12, {}, None, (), {E2}, ()),
     ],
 )
 def test_an_entry_goes_once_a_newer_report_shows_the_agent_dropped_it(
