@@ -23,11 +23,12 @@ from emulated.sqs import FastSqs
 from functions.allocator import Allocator
 from functions.mapping import Mapper, serial_map
 from functions.reconciler import Reconciler
+from functions.release_book import LocalReleaseBooks
 from functions.settings import Settings
 from functions.telemetry import Tally
 from warmpool import names
 from warmpool.clock import Clock
-from warmpool.ports import BucketStore, Ec2Api, FlipStore, LeaseStore, Ledger, Ports, SqsApi
+from warmpool.ports import BucketStore, Ec2Api, FlipStore, LeaseStore, Ledger, Ports, ReleaseBookStore, SqsApi
 
 
 def reports_queues(
@@ -84,6 +85,7 @@ def build(
     ledger: Ledger | None = None,
     leases: LeaseStore | None = None,
     flips: FlipStore | None = None,
+    release_books: ReleaseBookStore | None = None,
     visibility_s: int | None = None,
     max_receive: int | None = None,
     **settings: Any,
@@ -93,7 +95,8 @@ def build(
     queues and prefix, the emulator's account and region, the signer's
     ``certificates``), its ports (``emu.client()``, a new SQS client, memory
     stores, ``clock``; buckets shared with other clusters of the account through
-    ``shared_buckets``; no shared flip store unless ``flips``)."""
+    ``shared_buckets``; no shared flip store unless ``flips``; one release book store for every allocator
+    built here, as production's DynamoDB table is one, unless ``release_books``)."""
     client = sqs.client()
     reports_url, dlq_url = reports_queues(client, cluster, visibility_s=visibility_s, max_receive=max_receive)
     s = Settings(
@@ -119,5 +122,6 @@ def build(
         leases=leases if leases is not None else MemLeases(),
         clock=clock,
         flips=flips,
+        release_books=release_books if release_books is not None else LocalReleaseBooks(),
     )
     return AllocatorWorld(cluster, emu, sqs, reports_url, dlq_url, s, ports)

@@ -56,6 +56,7 @@ from functions.inventory import (
     tag_primaries,
 )
 from functions.mapping import Mapper, ThreadMapper, serial_map
+from functions.release_book import LocalReleaseBooks, load_books, settle, with_repeats
 from functions.releases import count_flip, fresh_offers, hold_releases, load_flips, save_flips
 from functions.result_queues import ResultQueues
 from functions.settings import LEASE_TTL_MARGIN_S, Settings
@@ -74,7 +75,8 @@ from warmpool.names import (
     M_TOKENS_FORFEITED,
 )
 from warmpool.planner import Plan, node_max_pods, plan_node, quiet
-from warmpool.ports import Ec2Port, LedgerUnread, Ports
+from warmpool.ports import Ec2Port, LedgerUnread, Ports, ReleaseBookStore
+from warmpool.release_book import ReleaseBook
 from warmpool.scheduling import coalesce, priority_key
 
 __all__ = ["SEQ_AHEAD_LIMIT", "Allocator", "BatchOutcome", "Mapper", "Record", "ThreadMapper", "serial_map"]
@@ -110,7 +112,10 @@ class Allocator:
         self.ec2: Ec2Port = Ec2(ports.ec2, settings, clock, self.tally)
         self.delivery = Delivery(ports.sqs, settings, self.tally)
         self.queues = ResultQueues(ports.sqs, settings, self.tally)
-        self.executor = PlanExecutor(self.ec2, buckets, settings, self.tally, clock)
+        self.books: ReleaseBookStore = ports.release_books if ports.release_books is not None else LocalReleaseBooks()
+        """What the allocator took from each instance (``DynamoReleaseBooks`` in production; this
+        container's own otherwise), authoritative over Describe (docs/allocator.md)."""
+        self.executor = PlanExecutor(self.ec2, buckets, settings, self.tally, clock, books=self.books)
         self.map: Mapper[Any, Any] = mapper or serial_map
         self._invocations = itertools.count(1)
         self._instance = uuid.uuid4().hex[:12]  # lease owners must differ across containers
@@ -435,9 +440,9 @@ class Allocator:
         keep = [n.report for n in nodes]
         check_wait: list[float] = []
         view = read_batch(self.ec2, self.cluster, keep, lambda missing: self._pay_check(missing, check_wait))
-        load_flips(
-            self.fair, self.flips, self.cluster, [f.instance_id for f in view.servable(self.cluster, keep)], self.tally
-        )
+        servable = [f.instance_id for f in view.servable(self.cluster, keep)]
+        load_flips(self.fair, self.flips, self.cluster, servable, self.tally)
+        books = load_books(self.books, self.cluster, servable, self.tally)
         # --- decisions ---
         owners: dict[str, str] = {}
         jobs: list[NodeJob] = []
@@ -467,6 +472,8 @@ class Allocator:
                 self._reject(n, "unknown-instance-type", b, str(lim))
                 continue
             ceiling = node_max_pods(r, lim, self.settings.max_pods)
+            book = self._settled_book(n, f, books.get(r.instance_id))
+            f = book.correct(f) if book is not None else f
             inv = f.inventory(self.cluster)
             plan = plan_node(r, inv, lim, view.subnets, cluster=self.cluster, max_pods=ceiling)
             note_pod_ceiling(r, inv, ceiling, self.tally)
@@ -479,8 +486,8 @@ class Allocator:
                 damp_s=self.settings.damp_s,
                 tally=self.tally,
             )
-            plan = self._release_rules(r, f, plan)
-            jobs.append(NodeJob(r, f, lim, plan, rec.message_id, rec.body, max_pods=ceiling))
+            plan = self._release_rules(r, f, plan, book, rec.body)
+            jobs.append(NodeJob(r, f, lim, plan, rec.message_id, rec.body, max_pods=ceiling, book=book))
             if plan.delta.low:
                 self.tally.add(names.M_NODES_IN_DEFICIT)
         save_flips(self.fair, self.flips, self.cluster, self.tally, self.clock.now())
@@ -504,8 +511,8 @@ class Allocator:
             self.read_fair.spend(iid, {"DescribeNetworkInterfaces": 1}, now)
         return True
 
-    def _release_rules(self, r: PoolReport, f: NodeFacts, plan: Plan) -> Plan:
-        return hold_releases(
+    def _release_rules(self, r: PoolReport, f: NodeFacts, plan: Plan, book: ReleaseBook | None, body: str) -> Plan:
+        held = hold_releases(
             r,
             f,
             plan,
@@ -515,6 +522,16 @@ class Allocator:
             settings=self.settings,
             tally=self.tally,
         )
+        return with_repeats(held, book, r, body)
+
+    def _settled_book(self, n: Incoming, f: NodeFacts, book: ReleaseBook | None) -> ReleaseBook | None:
+        """The instance's release book without what this report shows the agent dropped (None: not read)."""
+        if book is None or not book.taken:
+            return book
+        shown = [e.eni.eni_id for e in f.enis]
+        expires = self.clock.now() + self.settings.ledger_ttl_s
+        r = n.report
+        return settle(self.books, self.cluster, r.instance_id, book, r, n.record.body, shown, expires, self.tally)
 
     def _settle_noops(self, jobs: list[NodeJob], b: Batch) -> list[NodeJob]:
         """Record and answer the nodes with nothing to call; the others go on."""
@@ -649,6 +666,8 @@ class Allocator:
                 keep.append(j)
                 continue
             f = fresh_facts.get(j.facts.instance_id)
+            if f is not None and j.book is not None:
+                f = j.book.correct(f)
             if j.report.seq <= now_seqs.get(self._key(j.report), -1) or f is None:
                 b.out.stale += 1
                 self.tally.add(names.M_REPORTS_STALE)
@@ -660,8 +679,10 @@ class Allocator:
                 plan_node(
                     j.report, f.inventory(self.cluster), j.limits, subnets, cluster=self.cluster, max_pods=j.max_pods
                 ),
+                j.book,
+                j.body,
             )
-            nj = NodeJob(j.report, f, j.limits, plan, j.record_id, j.body, max_pods=j.max_pods)
+            nj = NodeJob(j.report, f, j.limits, plan, j.record_id, j.body, max_pods=j.max_pods, book=j.book)
             paid = j.plan.tokens()
             extra = {a: n - paid.get(a, 0) for a, n in plan.tokens().items() if n > paid.get(a, 0)}
             wait = self.buckets.take_batch([extra], self.clock.now())[0] if extra else 0.0

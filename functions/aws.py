@@ -15,7 +15,7 @@ import boto3
 from botocore.config import Config
 
 from functions.settings import Settings
-from functions.stores import DynamoBuckets, DynamoFlips, DynamoLeases, DynamoLedger
+from functions.stores import DynamoBuckets, DynamoFlips, DynamoLeases, DynamoLedger, DynamoReleaseBooks
 from warmpool.clock import RealClock
 from warmpool.ports import Ports
 
@@ -61,6 +61,7 @@ def ports(settings: Settings) -> Ports:
         ledger=DynamoLedger(db, settings.ledger_table, settings.ledger_ttl_s),
         leases=DynamoLeases(db, settings.ledger_table),
         flips=DynamoFlips(db, settings.ledger_table),
+        release_books=DynamoReleaseBooks(db, settings.ledger_table),
         clock=RealClock(),
     )
 

@@ -92,5 +92,15 @@ def classify(exc: ClientError, action: str = "") -> AwsError:
     return _CODES.get(code, AwsError)(code, message, action or exc.operation_name)
 
 
+AMBIGUOUS_CODES = frozenset({"InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable", "Unknown"})
+"""Server-side failures: the call may or may not have taken effect (issue 21, ambiguous outcomes)."""
+
+
+def rejected(err: AwsError) -> bool:
+    """AWS answered that it refused the call (throttled, or a client error): it took no effect.
+    A server error (:data:`AMBIGUOUS_CODES`), or no answer at all, says nothing."""
+    return err.code not in AMBIGUOUS_CODES
+
+
 def is_mutating(action: str) -> bool:
     return not action.startswith(("Describe", "Get", "List"))

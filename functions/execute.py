@@ -9,6 +9,12 @@ The tokens for the plan were taken before the first call. Recoveries re-plan
 * ``RequestLimitExceeded`` → AIMD cut, stop, defer the node (its report is
   re-sent; the deterministic ClientToken makes a half-made ENI come back);
 * attach failure → delete the ENI just created.
+
+The instance's release book (``warmpool/release_book.py``) is read again, after the
+lease, before the first call that releases, hands back or repeats a release; it is
+written before each Unassign and Detach (a crash after the call, or a server error, leaves
+it said: the agent then drops what EC2 may still have, never the other way round; a call
+EC2 refused is unbooked), and EC2's assigning a booked address again takes it out.
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ from functions.errors import (
     SubnetFull,
     Throttled,
     TokenMismatch,
+    rejected,
 )
+from functions.release_book import BOOK_ERRORS
 from functions.settings import Settings
 from functions.telemetry import Tally
 from warmpool import names
@@ -55,11 +63,13 @@ from warmpool.planner import (
     DeleteEni,
     Plan,
     Reclaim,
+    RepeatRelease,
     TagPrimaryEni,
     UnassignAddresses,
     plan_node,
 )
-from warmpool.ports import BucketStore, Ec2Port
+from warmpool.ports import BucketStore, Ec2Port, ReleaseBookStore
+from warmpool.release_book import ReleaseBook, Taken
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +102,14 @@ class NodeJob:
     body: str = ""
     max_pods: int = 0
     """The node's ceiling (``warmpool.planner.node_max_pods``); re-plans keep it."""
+    book: ReleaseBook | None = None
+    """The instance's release book the plan was made with (None: not read); the executor
+    replaces it with the stored one once it has read or written it."""
+    book_checked: bool = False
+    booked: tuple[Taken, ...] = ()
+    """What the last write-ahead added to the book (unbooked if EC2 refuses the call)."""
+    """The stored book was read after the lease (once per run, before the first release,
+    hand-back or repeat)."""
 
 
 @dataclass
@@ -135,12 +153,22 @@ def _iso(ts: float) -> str:
 class PlanExecutor:
     """Executes plans through the EC2 adapter; one instance serves a whole batch (thread-safe)."""
 
-    def __init__(self, ec2: Ec2Port, buckets: BucketStore, settings: Settings, tally: Tally, clock: Clock) -> None:
+    def __init__(
+        self,
+        ec2: Ec2Port,
+        buckets: BucketStore,
+        settings: Settings,
+        tally: Tally,
+        clock: Clock,
+        books: ReleaseBookStore | None = None,
+    ) -> None:
         self.ec2 = ec2
         self.buckets = buckets
         self.settings = settings
         self.tally = tally
         self.clock = clock
+        self.books = books
+        """The release books (None: none kept; only unit tests of single calls run so)."""
 
     @property
     def cluster(self) -> str:
@@ -174,6 +202,8 @@ class PlanExecutor:
                 try:
                     if rp.refresh or out.actions:
                         facts = self._refresh(facts)
+                        if job.book is not None:
+                            facts = job.book.correct(facts)
                     subnets = list(self.ec2.subnets().values())
                 except Throttled as err:
                     d = self._throttled(err)
@@ -252,23 +282,137 @@ class PlanExecutor:
     def _do(self, call: Call, job: NodeJob, facts: NodeFacts) -> list[Action]:
         if isinstance(call, UnassignAddresses | DeleteEni) and not self.offer_fresh(job, call.eni_id):
             return self._too_old(job, call)
+        if isinstance(call, UnassignAddresses | DeleteEni | Reclaim | RepeatRelease):
+            self._check_book(job)
         try:
             if isinstance(call, AssignAddresses):
-                return self._assign(call, facts)
+                return self._regranted(job, self._assign(call, facts))
             if isinstance(call, CreateEni):
-                return self._create(call, job, facts)
+                return self._regranted(job, self._create(call, job, facts))
             if isinstance(call, UnassignAddresses):
-                return self._unassign(call)
+                if not self._write_ahead(job, call, call.ips + call.prefixes):
+                    return []
+                return self._unassign(call, job)
             if isinstance(call, TagPrimaryEni):
                 self.ec2.create_tags([call.eni_id], primary_eni_tag(self.cluster))
                 self.tally.add(names.M_PRIMARY_ENIS_TAGGED)
                 return []
             if isinstance(call, Reclaim):
-                # The offer is declined: the addresses never left the ENI (no EC2 call).
-                return [Assigned(eni_id=call.eni_id, ips=list(call.ips), prefixes=list(call.prefixes))]
-            return self._delete(call, facts)
+                return self._reclaim(call, job)
+            if isinstance(call, RepeatRelease):
+                self.tally.add(names.M_RELEASES_REPEATED)
+                if call.deleted:
+                    return [Deleted(eni_id=call.eni_id)]
+                return [Released(eni_id=call.eni_id, ips=list(call.ips), prefixes=list(call.prefixes))]
+            return self._delete(call, facts, job)
         except Throttled as err:
             raise self._throttled(err) from None
+
+    # --- the release book ------------------------------------------------------
+
+    def _book_error(self, job: NodeJob, what: str, err: Exception | None = None) -> _Defer:
+        self.tally.add(names.M_RELEASE_BOOK_UNREAD)
+        log.warning(
+            "release book %s: the node waits",
+            what,
+            extra={"node": job.report.node, "seq": job.report.seq, "error": str(err)[:200] if err else ""},
+        )
+        return _Defer(float(self.settings.lease_retry_s), f"release book {what}")
+
+    def _check_book(self, job: NodeJob) -> None:
+        """Once per run, before the first call that releases, hands back or repeats: the
+        stored book, read now that the lease is held, must be the one the plan was made
+        with (else another invocation changed it since, or it was not read then: the node
+        waits and is planned again)."""
+        if self.books is None or job.book_checked:
+            return
+        iid = job.facts.instance_id
+        try:
+            stored = self.books.load(self.cluster, [iid]).get(iid, ReleaseBook())
+        except BOOK_ERRORS as err:
+            raise self._book_error(job, "not read", err) from None
+        if job.book is None and stored.taken:
+            raise self._book_error(job, "not read when the plan was made")
+        if job.book is not None and stored.version != job.book.version:
+            raise self._book_error(job, "changed since the plan")
+        job.book, job.book_checked = stored, True
+
+    def _save_book(self, job: NodeJob, book: ReleaseBook) -> bool:
+        """Store the book (conditional on the version read); False, logged, if not stored."""
+        assert self.books is not None
+        try:
+            stored = self.books.save(
+                self.cluster, job.facts.instance_id, book, self.clock.now() + self.settings.ledger_ttl_s
+            )
+        except BOOK_ERRORS as err:
+            log.warning("release book not written", extra={"node": job.report.node, "error": str(err)[:200]})
+            stored = None
+        if stored is None:
+            return False
+        job.book = stored
+        return True
+
+    def _write_ahead(self, job: NodeJob, call: UnassignAddresses | DeleteEni, keys: tuple[str, ...]) -> bool:
+        """Book what the call takes before making it (a crash after the call leaves it
+        booked). False: not booked, so the call is not made (a full book holds it)."""
+        if self.books is None:
+            return True
+        book = job.book if job.book is not None else ReleaseBook()
+        if book.full_after(max(1, len(keys))):
+            self.tally.add(names.M_RELEASES_HELD)
+            log.warning("release book full: release held", extra={"node": job.report.node, "eni_id": call.eni_id})
+            return False
+        if not self._save_book(job, book.take(call.eni_id, keys, job.report.seq)):
+            raise self._book_error(job, "not written")
+        job.booked = tuple(t for t in job.book.taken if t not in book.taken) if job.book is not None else ()
+        return True
+
+    def _refused(self, job: NodeJob, err: AwsError) -> None:
+        """The booked call failed. EC2 refused it (throttled, a client error): it took
+        nothing, so what it booked is unbooked (best effort). A server error or no answer
+        leaves it booked: the agent then drops what EC2 may still have, never the reverse."""
+        added, job.booked = job.booked, ()
+        if self.books is None or job.book is None or not added or not rejected(err):
+            return
+        kept = tuple(t for t in job.book.taken if t not in added)
+        if not self._save_book(job, replace(job.book, taken=kept)):
+            self.tally.add(names.M_RELEASE_BOOK_UNREAD)
+
+    def _regranted(self, job: NodeJob, actions: list[Action]) -> list[Action]:
+        """EC2 assigned these to the instance in answer to this call: booked ones are its again."""
+        got = [k for a in actions if isinstance(a, Assigned | Attached) for k in (*a.ips, *a.prefixes)]
+        if self.books is None or not got:
+            return actions
+        if job.book is None:  # not read when planned: read it now
+            iid = job.facts.instance_id
+            try:
+                job.book = self.books.load(self.cluster, [iid]).get(iid, ReleaseBook())
+            except BOOK_ERRORS as err:
+                self.tally.add(names.M_RELEASE_BOOK_UNREAD)
+                log.warning("release book not read after an assign", extra={"error": str(err)[:200]})
+                return actions
+        after = job.book.regranted(got)
+        if after is not job.book and not self._save_book(job, after):
+            self.tally.add(names.M_RELEASE_BOOK_UNREAD)
+            log.warning("regranted addresses left in the release book", extra={"node": job.report.node})
+        return actions
+
+    def _reclaim(self, call: Reclaim, job: NodeJob) -> list[Action]:
+        """The offer is declined: the addresses never left the ENI (no EC2 call). Never one
+        the book says EC2 took, whatever Describe showed."""
+        ips, pfx = list(call.ips), list(call.prefixes)
+        if job.book is not None:
+            if call.eni_id in job.book.deleted:
+                ips, pfx = [], []
+            else:
+                ips = [k for k in ips if k not in job.book.keys]
+                pfx = [k for k in pfx if k not in job.book.keys]
+            refused = len(call.ips) + len(call.prefixes) - len(ips) - len(pfx)
+            if refused:
+                self.tally.add(names.M_HANDBACKS_REFUSED, refused)
+        if not (ips or pfx):
+            return []
+        return [Assigned(eni_id=call.eni_id, ips=ips, prefixes=pfx)]
 
     def _assign(self, call: AssignAddresses, facts: NodeFacts) -> list[Action]:
         try:
@@ -369,8 +513,12 @@ class PlanExecutor:
                 "could not delete ENI after a failed attach; GC will", extra={"eni_id": eni_id, "error": str(err)}
             )
 
-    def _unassign(self, call: UnassignAddresses) -> list[Action]:
-        self.ec2.unassign(call)
+    def _unassign(self, call: UnassignAddresses, job: NodeJob) -> list[Action]:
+        try:
+            self.ec2.unassign(call)
+        except AwsError as err:
+            self._refused(job, err)
+            raise
         self.tally.add(names.M_ADDRESSES_RELEASED, len(call.ips) + PREFIX_SIZE * len(call.prefixes))
         return [Released(eni_id=call.eni_id, ips=list(call.ips), prefixes=list(call.prefixes))]
 
@@ -378,18 +526,23 @@ class PlanExecutor:
         """Tagged for this cluster: the only ENIs warmpool deletes."""
         return eni.tags.get(names.TAG_CLUSTER_NAME) == self.cluster
 
-    def _delete(self, call: DeleteEni, facts: NodeFacts) -> list[Action]:
+    def _delete(self, call: DeleteEni, facts: NodeFacts, job: NodeJob) -> list[Action]:
         eni = next((e for e in facts.enis if e.eni.eni_id == call.eni_id), None)
         if eni is None:
             return []
         if not self.managed(eni) or eni.eni.device_index == 0:
             return [Failed(code="not-managed", message=f"{call.eni_id} is not warmpool's to delete")]
+        if not self._write_ahead(job, call, ()):
+            return []
         deletable = True
         if eni.attachment_id:
             try:
                 self.ec2.detach(eni.attachment_id)
             except NotFound:
-                pass
+                pass  # detached already (or gone): taken either way
+            except AwsError as err:
+                self._refused(job, err)
+                raise
             # EC2 detaches asynchronously (seconds): a Delete before that is over
             # fails with InvalidNetworkInterface.InUse. Ask (one Describe, no
             # mutating call) instead of issuing a Delete known to fail; a

@@ -11,7 +11,8 @@ buckets table (one per account and region, shared by every cluster):
 ledger table (one per cluster), one partition per node:
     ``pk = node#<cluster>#<node>``, ``sk = ledger``: ``last_seq, outcome
     (JSON), instance_id, updated_at, expires_at`` (TTL);
-    ``sk = lease``: ``owner, until, expires_at``.
+    ``sk = lease``: ``owner, until, expires_at``; ``sk = flips``: the flip history;
+    ``sk = releases``: the allocator's release book (``taken, version, expires_at``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any, Protocol
 
@@ -29,6 +31,7 @@ from warmpool import names
 from warmpool.buckets import BucketSpec, BucketState, allot, full, on_throttled, time_until
 from warmpool.buckets import try_take as take_tokens
 from warmpool.ports import FlipState, LedgerUnread
+from warmpool.release_book import ReleaseBook
 
 MAX_CONFLICT_RETRIES = 8
 
@@ -388,6 +391,57 @@ class DynamoFlips:
                 names.LEDGER_TTL: _n(math.ceil(expires_at)),
             },
         )
+
+
+class DynamoReleaseBooks:
+    """The allocator's release books (``warmpool/release_book.py``) in the ledger table, beside
+    each instance's ledger row (same partition key, sort key ``releases``; ``entries`` and
+    ``forget`` see only ``ledger`` rows), read with ``ConsistentRead``, written conditionally on
+    their ``version``, expiring through the table's TTL."""
+
+    SK = "releases"
+
+    def __init__(self, db: DynamoApi, table: str) -> None:
+        self._db = db
+        self._table = table
+
+    def _key(self, cluster: str, iid: str) -> dict[str, Any]:
+        return {names.LEDGER_PK: {"S": _node_pk(cluster, iid)}, names.LEDGER_SK: {"S": self.SK}}
+
+    def load(self, cluster: str, instance_ids: Sequence[str]) -> dict[str, ReleaseBook]:
+        uniq = sorted(set(instance_ids))
+        out = {i: ReleaseBook() for i in uniq}
+        if not uniq:
+            return out
+        # UnreadKeys (an AwsError) if rows stay unprocessed; ValueError if one cannot be parsed.
+        items = _batch_get(self._db, self._table, [self._key(cluster, i) for i in uniq], None)
+        prefix = f"node#{cluster}#"
+        for it in items:
+            iid = _s(it, names.LEDGER_PK)[len(prefix) :]
+            out[iid] = ReleaseBook.loads(_s(it, "taken", "[]"), int(_f(it, "version")))
+        return out
+
+    def save(self, cluster: str, instance_id: str, book: ReleaseBook, expires_at: float) -> ReleaseBook | None:
+        stored = replace(book, version=book.version + 1)
+        cond: dict[str, Any] = (
+            {"ConditionExpression": "attribute_not_exists(version)"}
+            if book.version == 0
+            else {"ConditionExpression": "version = :v", "ExpressionAttributeValues": {":v": _n(book.version)}}
+        )
+        ok = _conditional(
+            lambda: self._db.put_item(
+                TableName=self._table,
+                Item={
+                    **self._key(cluster, instance_id),
+                    "taken": {"S": stored.dumps()},
+                    "version": _n(stored.version),
+                    names.LEDGER_TTL: _n(math.ceil(expires_at)),
+                },
+                **cond,
+            ),
+            "PutItem",
+        )
+        return stored if ok else None
 
 
 # --- leases -------------------------------------------------------------------

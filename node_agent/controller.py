@@ -422,26 +422,7 @@ class PoolController:
             if isinstance(action, Attached | Assigned):
                 notes.extend(self._apply_addresses(action, view, now, result.in_reply_to))
             elif isinstance(action, Released):
-                # A release replying to a report older than the claim that gave an address
-                # back to us is stale for it (SQS delayed or redelivered it): EC2 unassigned
-                # it before assigning it again.
-                granted = self.ds.recently_granted(now)
-                rel_ips = [k for k in action.ips if granted.get(k, -1) <= result.in_reply_to]
-                rel_pfx = [k for k in action.prefixes if granted.get(k, -1) <= result.in_reply_to]
-                if len(rel_ips) + len(rel_pfx) < len(action.ips) + len(action.prefixes):
-                    self.stats["stale_releases"] += 1
-                    notes.append(
-                        f"{action.eni_id}: release from reply to {result.in_reply_to} is older than "
-                        "the claim that gave some addresses back: ignored for them"
-                    )
-                # Filter first (checkpointed), then remove: a restart between the two
-                # finds the addresses still quarantined and ignores IMDS for them.
-                self.ds.mark_gone(now, now + RECENT_S, result.in_reply_to, released=[*rel_ips, *rel_pfx])
-                if self._listed is not None:  # read after the release: what it lacks was seen gone
-                    self.ds.note_absent(self._listed)
-                removed = self.ds.remove_addresses(action.eni_id, rel_ips, rel_pfx)
-                self.stats["addresses_released"] += len(removed)
-                notes.append(f"{action.eni_id}: {len(removed)} addresses released")
+                notes.extend(self._apply_release(action, now, result.in_reply_to))
             elif isinstance(action, Deleted):
                 info = self.ds.eni(action.eni_id)
                 self.ds.mark_gone(now, now + RECENT_S, result.in_reply_to, deleted=[action.eni_id])
@@ -449,6 +430,12 @@ class PoolController:
                     self._teardown(info)
                     self.stats["enis_deleted"] += 1
                     notes.append(f"{action.eni_id}: deleted")
+                elif info is not None:
+                    # Never yanked from the pods (their network stays as it is), but EC2 has
+                    # deleted the ENI: its addresses may be another node's already.
+                    self.stats["deleted_in_use"] += 1
+                    log.error("EC2 deleted %s while pods hold its addresses (two holders possible)", action.eni_id)
+                    notes.append(f"{action.eni_id}: deleted by EC2 while pods hold its addresses")
             elif isinstance(action, Deferred):
                 self._not_before = max(self._not_before, now + action.retry_after_s)
                 notes.append(f"deferred {action.retry_after_s:.1f}s: {action.reason}")
@@ -472,6 +459,52 @@ class PoolController:
             self._event("result", n)
         return notes
 
+    def _apply_release(self, action: Released, now: float, seq: int) -> list[str]:
+        """EC2 unassigned these (in answer to report ``seq``). Dropped as stale only for an
+        address a later *grant* gave us again (an EC2 assignment replying to a later report:
+        it post-dates the unassignment); a hand-back of an offered address proves nothing,
+        since the allocator may have planned it from a Describe older than the unassignment.
+        Free and quarantined addresses leave the pool; one a pod holds stays with the pod
+        (never yanked), counted and logged: EC2 may already have given it to another node."""
+        notes: list[str] = []
+        granted = self.ds.recently_granted(now)
+        rel_ips = [k for k in action.ips if granted.get(k, -1) <= seq]
+        rel_pfx = [k for k in action.prefixes if granted.get(k, -1) <= seq]
+        if len(rel_ips) + len(rel_pfx) < len(action.ips) + len(action.prefixes):
+            self.stats["stale_releases"] += 1
+            notes.append(
+                f"{action.eni_id}: release from reply to {seq} is older than "
+                "the grant that gave some addresses back: ignored for them"
+            )
+        # Filter first (checkpointed), then remove: a restart between the two
+        # finds the addresses still quarantined and ignores IMDS for them.
+        self.ds.mark_gone(now, now + RECENT_S, seq, released=[*rel_ips, *rel_pfx])
+        if self._listed is not None:  # read after the release: what it lacks was seen gone
+            self.ds.note_absent(self._listed)
+        removed = self.ds.remove_addresses(action.eni_id, rel_ips, rel_pfx)
+        self.stats["addresses_released"] += len(removed)
+        notes.append(f"{action.eni_id}: {len(removed)} addresses released")
+        held = self._held_on(action.eni_id, rel_ips, rel_pfx)
+        if held:
+            self.stats["released_in_use"] += len(held)
+            log.error(
+                "EC2 unassigned %s from %s while pods hold them (two holders possible): kept for the pods",
+                held,
+                action.eni_id,
+            )
+            notes.append(f"{action.eni_id}: released by EC2 while pods hold {held}")
+        return notes
+
+    def _held_on(self, eni_id: str, ips: list[str], prefixes: list[str]) -> list[str]:
+        """Which of these addresses and prefixes pods still hold on ``eni_id``."""
+        eni = next((e for e in self.ds.enis() if e.info.eni_id == eni_id), None)
+        if eni is None:
+            return []
+        held = [ip for ip in ips if ip in eni.addrs and eni.addrs[ip].in_use]
+        members = eni.by_prefix() if prefixes else {}
+        held += [p for p in prefixes if any(a.in_use for a in members.get(p, ()))]
+        return held
+
     def _view(self) -> dict[str, AttachedEni] | None:
         self._listed = None
         if self.metadata is None:
@@ -490,6 +523,15 @@ class PoolController:
     ) -> list[str]:
         notes = []
         ips, prefixes = list(action.ips), list(action.prefixes)
+        # A claim replying to a report older than the newest that offered the address is
+        # outdated (that newer report's answer may unassign it): never taken, neither back
+        # into the pool nor, once released, added again.
+        late = {k for k in (*ips, *prefixes) if self._offered_upto.get(k, -1) > seq}
+        if late:
+            self.stats["handbacks_superseded"] += len(late)
+            notes.append(f"{action.eni_id}: a claim replying to seq {seq} is older than a later offer: not taken")
+            ips = [k for k in ips if k not in late]
+            prefixes = [k for k in prefixes if k not in late]
         # A claim from a result older than the one that took the address (or deleted the
         # ENI) is stale: SQS redelivered or reordered it, and IMDS may still lag.
         gone_ips, gone_enis = self.ds.recently_gone(now)
@@ -538,8 +580,11 @@ class PoolController:
         if self.ds.add_eni(info, now, ready=self.host is None or info.device_index == 0):
             self._setup(info)
             self.stats["enis_attached"] += 1
+        offered = {k for q_ips, q_pfx in self.ds.quarantined().values() for k in (*q_ips, *q_pfx)}
         n = self.ds.add_addresses(info.eni_id, ips, prefixes)
-        self.ds.mark_granted(now, now + RECENT_S, seq, [*ips, *prefixes])
+        # Only a grant of what we did not hold offered is EC2's new assignment (an older
+        # ``released`` is stale for it); a hand-back of an offer is no such evidence.
+        self.ds.mark_granted(now, now + RECENT_S, seq, [k for k in (*ips, *prefixes) if k not in offered])
         self.stats["addresses_added"] += n
         notes.append(f"{info.eni_id}: {n} addresses added")
         fresh_ips = [x for x in ips if seq >= self._offered_upto.get(x, self._seq_at_start)]

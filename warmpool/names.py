@@ -149,6 +149,14 @@ M_RELEASES_HELD = "ReleasesHeld"
 """Unassign/Delete calls not made: offer younger than the release delay, ENI
 younger than the minimum age, or the instance damped."""
 M_ENI_DELETE_DEFERRED = "EniDeleteLeftToGc"
+M_RELEASES_REPEATED = "ReleasesRepeated"
+"""``released``/``deleted`` actions said again from the release book (the report still listed them)."""
+M_HANDBACKS_REFUSED = "HandBacksRefused"
+"""Offered addresses not handed back (nor unassigned again) because the release book says
+EC2 already took them, whatever Describe showed."""
+M_RELEASE_BOOK_UNREAD = "ReleaseBooksUnread"
+"""Release books not read or written (DynamoDB error, conflict): those nodes' releases and
+hand-backs wait."""
 M_PRIMARY_ENIS_TAGGED = "PrimaryEnisTagged"
 M_RESULTS_SENT = "ResultsSent"
 M_RESULT_QUEUE_MISSING = "ResultQueueMissing"

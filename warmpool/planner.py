@@ -150,7 +150,19 @@ class Reclaim:
     prefixes: tuple[str, ...] = ()
 
 
-Call = AssignAddresses | CreateEni | UnassignAddresses | DeleteEni | Reclaim | TagPrimaryEni
+@dataclass(frozen=True)
+class RepeatRelease:
+    """Tell the node again what the allocator already took from it: these addresses
+    unassigned, or (``deleted``) the ENI deleted. No EC2 call. Planned from the
+    allocator's release book (``warmpool/release_book.py``), never from Describe."""
+
+    eni_id: str
+    ips: tuple[str, ...] = ()
+    prefixes: tuple[str, ...] = ()
+    deleted: bool = False
+
+
+Call = AssignAddresses | CreateEni | UnassignAddresses | DeleteEni | Reclaim | TagPrimaryEni | RepeatRelease
 
 CALL_COST: dict[type, dict[str, int]] = {
     AssignAddresses: {"AssignPrivateIpAddresses": 1},
@@ -163,6 +175,7 @@ CALL_COST: dict[type, dict[str, int]] = {
     DeleteEni: {"DetachNetworkInterface": 1, "DeleteNetworkInterface": 1},
     Reclaim: {},
     TagPrimaryEni: {"CreateTags": 1},
+    RepeatRelease: {},
 }
 """Mutating EC2 calls (and so tokens) each planned call costs."""
 

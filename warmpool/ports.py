@@ -26,6 +26,7 @@ from warmpool.facts import EniFacts, NodeFacts
 from warmpool.limits import InstanceLimits
 from warmpool.messages import Assigned
 from warmpool.planner import AssignAddresses, CreateEni, Subnet, UnassignAddresses
+from warmpool.release_book import ReleaseBook
 
 
 class Ec2Port(Protocol):
@@ -227,6 +228,22 @@ class FlipStore(Protocol):
         ...
 
 
+class ReleaseBookStore(Protocol):
+    """The allocator's release books (``warmpool/release_book.py``), one per instance, shared by
+    every container. Reads are strongly consistent; a save is conditional on the version the
+    caller read, so two invocations never both build on one version."""
+
+    def load(self, cluster: str, instance_ids: Sequence[str]) -> dict[str, ReleaseBook]:
+        """Every asked instance's book (version 0 and empty where none is stored); raises when
+        any could not be read or parsed (the caller must not then take it as empty)."""
+        ...
+
+    def save(self, cluster: str, instance_id: str, book: ReleaseBook, expires_at: float) -> ReleaseBook | None:
+        """Store ``book`` if the stored version is still ``book.version``; the book as stored
+        (its version one higher), or None if another writer came first."""
+        ...
+
+
 @dataclass(frozen=True)
 class Ports:
     """Everything the allocator and the reconciler do I/O through: the one
@@ -243,3 +260,5 @@ class Ports:
     clock: Clock
     flips: FlipStore | None = None
     """The allocator's shared flip histories (the reconciler uses none; None: per container)."""
+    release_books: ReleaseBookStore | None = None
+    """The allocator's release books (the reconciler uses none; None: this container's own)."""

@@ -27,3 +27,8 @@ class Ec2Config:
     account_id: str = "123456789012"
     instance_types: Mapping[str, InstanceLimits] = field(default_factory=dict)
     """Extra instance types beyond :data:`warmpool.limits.KNOWN_TYPES`."""
+    describe_lag_min_s: float = 0.0
+    describe_lag_max_s: float = 0.0
+    """Eventually consistent Describe (:mod:`.lag`): when the max is above 0, each
+    DescribeNetworkInterfaces and DescribeInstances answers from the state of a moment
+    a lag drawn in [min, max] ago. Off by default."""

@@ -47,6 +47,7 @@ from .client import FastEc2Client
 from .config import Ec2Config
 from .describe import instance_metadata
 from .errors import Ec2Error, metadata, not_found
+from .lag import LAGGED, DescribeLag
 from .registry import MAX_IPV4_PER_ENI, Handler
 from .resources import launch_instance, new_subnet, terminate
 from .state import EmulatedEni, EmulatedSubnet, Instance, Vpc
@@ -106,6 +107,12 @@ class Ec2Emulator:
         self._types: dict[str, InstanceLimits] = {**KNOWN_TYPES, **self.config.instance_types}
         self.denials: list[Denial] = []
         """Every request a principal was refused (:mod:`.authz`), in order."""
+        self._lag_seed = seed + 2
+        self.describe_lag: DescribeLag | None = None
+        """Set while Describe lags (its ``lags`` lists every lag drawn)."""
+        if self.config.describe_lag_max_s > 0:
+            self.describe_lag = DescribeLag(self.config.describe_lag_min_s, self.config.describe_lag_max_s, seed + 2)
+            self._changed()  # the empty start: a resource just made is missing from Describe at first
 
     # ------------------------------------------------------------------ ids
 
@@ -163,7 +170,7 @@ class Ec2Emulator:
         """Launch one running instance with its primary ENI at device 0 (no throttling)."""
         with self._lock:
             self._settle()
-            return launch_instance(
+            iid = launch_instance(
                 self,
                 instance_type,
                 subnet_id,
@@ -173,12 +180,26 @@ class Ec2Emulator:
                 self._id("r"),
                 "ami-00000000000000000",
             )
+            self._changed()
+            return iid
 
     def terminate_instance(self, instance_id: str) -> None:
         """Terminate: ENIs marked DeleteOnTermination go, the others are detached."""
         with self._lock:
             self._settle()
             terminate(self, instance_id)
+            self._changed()
+
+    def set_describe_lag(self, min_s: float, max_s: float) -> None:
+        """Fault: from now on, DescribeNetworkInterfaces and DescribeInstances answer from the
+        state a lag drawn in [min_s, max_s] ago (at the oldest, the state now); ``max_s`` 0 ends it."""
+        with self._lock:
+            self._settle()
+            if max_s <= 0:
+                self.describe_lag = None
+                return
+            self.describe_lag = DescribeLag(min_s, max_s, self._lag_seed)
+            self._changed()
 
     def set_subnet_exhausted(self, subnet_id: str, exhausted: bool = True) -> None:
         """Fault: make every allocation in the subnet fail as if it were full."""
@@ -310,7 +331,12 @@ class Ec2Emulator:
                     authorize(self, principal, action, params, self.denials)
                 if params.get("DryRun"):
                     raise Ec2Error("DryRunOperation", "Request would have succeeded, but DryRun flag is set.")
-                out = handler(self, dict(params))
+                if self.describe_lag is not None and action in LAGGED:
+                    out = handler(self.describe_lag.view(self, self.clock.now()), dict(params))
+                else:
+                    out = handler(self, dict(params))
+                    if not action.startswith("Describe"):
+                        self._changed()
             except Ec2Error as e:
                 if e.code == "RequestLimitExceeded":
                     counter.throttled += 1
@@ -388,20 +414,29 @@ class Ec2Emulator:
         with self._lock:
             self._settle()
 
+    def _changed(self) -> None:
+        """The ENIs or instances may have changed: what a lagging Describe will show later."""
+        if self.describe_lag is not None:
+            self.describe_lag.record(self, self.clock.now())
+
     def _settle(self) -> None:
         if not self._pending:
             return
         now = self.clock.now()
+        applied = False
         while self._pending and self._pending[0][0] <= now:
             _, _, kind, eni_id, att_id = heapq.heappop(self._pending)
             eni = self.enis.get(eni_id)
             if eni is None or eni.attachment is None or eni.attachment.id != att_id:
                 continue
+            applied = True
             if kind == "attach" and eni.attachment.status == "attaching":
                 eni.attachment.status = "attached"
                 self._fire_attach(eni)
             elif kind == "detach" and eni.attachment.status == "detaching":
                 self._finish_detach(eni)
+        if applied:
+            self._changed()
 
     def _fire_attach(self, eni: EmulatedEni) -> None:
         if not self._on_attach or eni.attachment is None:

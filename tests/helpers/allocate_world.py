@@ -21,7 +21,7 @@ from emulated.memstores import MemFlips
 from emulated.sqs import FastSqs
 from functions.allocator import Allocator, BatchOutcome, Record
 from functions.reconciler import Reconciler
-from functions.stores import DynamoBuckets, DynamoFlips, DynamoLeases, DynamoLedger, create_tables
+from functions.stores import DynamoBuckets, DynamoFlips, DynamoLeases, DynamoLedger, DynamoReleaseBooks, create_tables
 from functions.telemetry import Tally
 from warmpool import names
 from warmpool.buckets import MUTATING_ENI_ACTIONS
@@ -70,6 +70,7 @@ class AllocatorWorld:
                 "ledger": DynamoLedger(dynamo, table),
                 "leases": DynamoLeases(dynamo, table),
                 "flips": DynamoFlips(dynamo, table),
+                "release_books": DynamoReleaseBooks(dynamo, table),
             }
         self.harness = harness.build(
             cluster,
@@ -96,6 +97,7 @@ class AllocatorWorld:
         self.ledger: Any = p.ledger
         self.leases: Any = p.leases
         self.flips: Any = p.flips
+        self.books: Any = p.release_books
         self.ec2_client = p.ec2
         self.tally = Tally()
         self.alloc = self.allocator(mapper=mapper)
@@ -106,7 +108,7 @@ class AllocatorWorld:
     def _ports(self, **ports: Any) -> dict[str, Any]:
         """This world's ports as its attributes now hold them (a test may swap one), any replaced."""
         mine = {"ec2": self.ec2_client, "buckets": self.buckets, "ledger": self.ledger, "leases": self.leases}
-        return {**mine, "flips": self.flips, **ports}
+        return {**mine, "flips": self.flips, "release_books": self.books, **ports}
 
     def allocator(self, mapper: Any = None, **ports: Any) -> Allocator:
         """An allocator on this world's ports (any replaced: ``ec2=``...), counting into ``tally``."""

@@ -180,3 +180,48 @@ def test_attach_and_detach_hooks_fire_when_visible() -> None:
     assert seen == [("attach", w.instance, eni)]
     ec2.detach_network_interface(AttachmentId=att["AttachmentId"])
     assert seen[-1] == ("detach", w.instance, eni)
+
+
+@pytest.fixture(params=EMULATED)
+def lagging(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    yield from open_backend(request.param, Ec2Config(describe_lag_min_s=30.0, describe_lag_max_s=30.0))
+
+
+def _secondaries(b: Backend, eid: str) -> list[str]:
+    eni = b.ec2.describe_network_interfaces(NetworkInterfaceIds=[eid])["NetworkInterfaces"][0]
+    return [a["PrivateIpAddress"] for a in eni["PrivateIpAddresses"] if not a["Primary"]]
+
+
+def test_an_opted_in_describe_lag_answers_from_the_past(lagging: Backend) -> None:
+    """Issue 21: EC2's API is eventually consistent, with no documented bound."""
+    assert lagging.emu is not None and lagging.clock is not None
+    _, eid = _new(lagging)
+    with pytest.raises(ClientError) as e:  # just made: not described yet
+        lagging.ec2.describe_network_interfaces(NetworkInterfaceIds=[eid])
+    assert error_of(e)[0] == "InvalidNetworkInterfaceID.NotFound"
+    lagging.clock.advance(31.0)
+    got = lagging.ec2.assign_private_ip_addresses(NetworkInterfaceId=eid, SecondaryPrivateIpAddressCount=2)
+    ips = [a["PrivateIpAddress"] for a in got["AssignedPrivateIpAddresses"]]
+    assert _secondaries(lagging, eid) == []  # the call answered; Describe does not show it yet
+    lagging.ec2.unassign_private_ip_addresses(NetworkInterfaceId=eid, PrivateIpAddresses=ips[:1])  # mutations: now
+    lagging.clock.advance(29.0)
+    assert _secondaries(lagging, eid) == []
+    lagging.clock.advance(2.0)
+    assert _secondaries(lagging, eid) == ips[1:]
+    assert lagging.emu.describe_lag is not None and set(lagging.emu.describe_lag.lags) == {30.0}
+
+
+def test_describe_lag_is_off_unless_asked_and_a_window_starts_from_the_present(emulated: Backend) -> None:
+    assert emulated.emu is not None and emulated.clock is not None
+    assert emulated.emu.describe_lag is None
+    _, eid = _new(emulated)
+    assert _secondaries(emulated, eid) == []  # seen at once
+    emulated.emu.set_describe_lag(10.0, 10.0)
+    assert _secondaries(emulated, eid) == []  # never older than when the window opened
+    emulated.ec2.assign_private_ip_addresses(NetworkInterfaceId=eid, SecondaryPrivateIpAddressCount=1)
+    assert _secondaries(emulated, eid) == []
+    emulated.clock.advance(10.0)
+    assert len(_secondaries(emulated, eid)) == 1
+    emulated.ec2.assign_private_ip_addresses(NetworkInterfaceId=eid, SecondaryPrivateIpAddressCount=1)
+    emulated.emu.set_describe_lag(0.0, 0.0)
+    assert len(_secondaries(emulated, eid)) == 2

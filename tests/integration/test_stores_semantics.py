@@ -13,8 +13,10 @@ import pytest
 from moto import mock_aws
 
 from emulated.memstores import MemBuckets, MemLeases, MemLedger
-from functions.stores import DynamoBuckets, DynamoLeases, DynamoLedger, create_tables
+from functions.release_book import LocalReleaseBooks
+from functions.stores import DynamoBuckets, DynamoLeases, DynamoLedger, DynamoReleaseBooks, create_tables
 from warmpool.buckets import AIMD_DECREASE, BucketSpec, BucketState
+from warmpool.release_book import ReleaseBook, Taken
 
 SPEC = BucketSpec(capacity=10, refill_per_s=2)
 
@@ -28,6 +30,7 @@ class Stores:
     buckets: Callable[..., Any]  # (account="a", region="r") -> bucket store
     ledger: Any
     leases: Any
+    books: Any
 
 
 class AtomicRequests:
@@ -61,6 +64,7 @@ def stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
             buckets=lambda account="a", region="r": MemBuckets(spec_of, account, region, shared, lock),
             ledger=MemLedger(),
             leases=MemLeases(),
+            books=LocalReleaseBooks(),
         )
         return
     with mock_aws():
@@ -70,6 +74,7 @@ def stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
             buckets=lambda account="a", region="r": DynamoBuckets(db, "buckets", spec_of, account, region),
             ledger=DynamoLedger(db, "ledger"),
             leases=DynamoLeases(db, "ledger"),
+            books=DynamoReleaseBooks(db, "ledger"),
         )
 
 
@@ -215,3 +220,37 @@ def test_ledger_forget_is_conditional_on_the_entry_it_was_decided_on(stores: Sto
     assert led.forget("c", "n1", instance_id=new, last_seq=7) is True
     assert led.last_seq("c", "n1") == -1
     assert led.forget("c", "n1", instance_id=new, last_seq=7) is False  # already gone
+
+
+# --- release books ----------------------------------------------------------------
+
+
+def test_release_book_saves_are_conditional_on_the_version_read(stores: Stores) -> None:
+    books = stores.books
+    first = books.load("c", ["i-1", "i-2"])
+    assert first == {"i-1": ReleaseBook(), "i-2": ReleaseBook()}
+    taken = first["i-1"].take("eni-1", ["10.0.0.5", "10.0.0.16/28"], 7).take("eni-2", [], 7)
+    stored = books.save("c", "i-1", taken, 1e10)
+    assert stored is not None and stored.version == 1 and stored.taken == taken.taken
+    assert books.save("c", "i-1", taken, 1e10) is None  # another writer came first (same version read)
+    assert books.load("c", ["i-1"])["i-1"] == stored
+    assert stored.keys == {"10.0.0.5", "10.0.0.16/28"} and stored.deleted == {"eni-2"}
+    again = books.save("c", "i-1", stored.regranted(["10.0.0.5"]), 1e10)
+    assert (
+        again is not None
+        and again.version == 2
+        and again.taken
+        == (
+            Taken("eni-1", "10.0.0.16/28", 7),
+            Taken("eni-2", "", 7),
+        )
+    )
+    assert books.load("other", ["i-1"])["i-1"] == ReleaseBook()  # per cluster
+
+
+def test_release_books_are_beside_the_ledger_rows_never_among_them(stores: Stores) -> None:
+    stores.ledger.record("c", "i-1", 5, {"instance_id": "i-1"}, 1.0)
+    assert stores.books.save("c", "i-1", ReleaseBook().take("eni-1", ["10.0.0.5"], 5), 1e10) is not None
+    assert set(stores.ledger.entries("c")) == {"i-1"} and stores.ledger.last_seq("c", "i-1") == 5
+    assert stores.ledger.forget("c", "i-1", instance_id="i-1", last_seq=5)
+    assert stores.books.load("c", ["i-1"])["i-1"].keys == {"10.0.0.5"}  # kept until its TTL

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from functions.execute import PlanExecutor
@@ -18,6 +19,7 @@ class NoEc2:
 def test_reclaim_is_an_assigned_action_without_ec2() -> None:
     ex = PlanExecutor(NoEc2(), NoEc2(), NoEc2(), NoEc2(), NoEc2())  # type: ignore[arg-type]
     call = Reclaim("eni-00000001", ("10.0.0.7", "10.0.0.8"), ())
-    assert ex._do(call, None, None) == [  # type: ignore[arg-type]
+    job = SimpleNamespace(book=None, book_checked=False)  # planned without a release book
+    assert ex._do(call, job, None) == [  # type: ignore[arg-type]
         Assigned(eni_id="eni-00000001", ips=["10.0.0.7", "10.0.0.8"], prefixes=[])
     ]
