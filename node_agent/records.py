@@ -58,6 +58,9 @@ class Addr:
     quarantined_at: float | None = None
     recovered: str = ""
     """Recovered holder (host veth name, or :data:`UNKNOWN_HOLDER`) after a checkpoint rebuild."""
+    network: str = ""
+    """The CNI network (the configuration's ``name``) the pod's ADD named; '' if not known
+    (an ADD without one, or a checkpoint written before agents recorded it)."""
 
     @property
     def in_use(self) -> bool:
@@ -73,6 +76,11 @@ class Eni:
     prefixes: list[str] = field(default_factory=list)
     ready: bool = True
     """Host networking set up; a not-ready ENI's addresses are not handed out."""
+    held: bool = False
+    """Kept for the pods on it, nothing new handed out from it (nor quarantined or offered):
+    its ``no_manage`` tag could not be read, or it was tagged after the agent took it
+    (:meth:`node_agent.controller.PoolController.resync`). Not checkpointed: every resync
+    decides it again."""
 
     def copy(self) -> Eni:
         """A copy its holder may change (the addresses copied too)."""
@@ -83,6 +91,7 @@ class Eni:
             ips=list(self.ips),
             prefixes=list(self.prefixes),
             ready=self.ready,
+            held=self.held,
         )
 
     def by_prefix(self) -> dict[str, list[Addr]]:
@@ -97,7 +106,8 @@ class Eni:
 @dataclass(frozen=True)
 class Counts:
     total: int
-    """Addresses pods can use (quarantined ones excluded: they are on their way out)."""
+    """Addresses pods can use (quarantined ones excluded: they are on their way out; so are
+    the free addresses of a held ENI)."""
     assigned: int
     available: int
     """total − assigned (cooldown counts as available, as in the VPC CNI)."""
@@ -120,6 +130,8 @@ class Counts:
                     if a.prefix is not None:
                         busy[a.prefix] = True
                     continue
+                if eni.held and not a.in_use:
+                    continue  # not usable by pods: kept only for the pods on the ENI
                 total += 1
                 if a.in_use:
                     assigned += 1
@@ -128,7 +140,8 @@ class Counts:
                         busy[a.prefix] = True
                 elif a.freed_at is not None and now < a.freed_at + cooldown_s:
                     cooldown += 1
-            free_prefixes += sum(1 for b in busy.values() if not b)
+            if not eni.held:
+                free_prefixes += sum(1 for b in busy.values() if not b)
         return cls(
             total=total,
             assigned=assigned,
@@ -160,3 +173,4 @@ class PodRecord:
     ip: str
     eni_id: str
     assigned_at: float
+    network: str = ""
