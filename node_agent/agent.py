@@ -547,7 +547,11 @@ class Agent:
             ("warmpool_enis", "ENIs attached", c.enis),
             ("warmpool_addresses_recovered", "Addresses held by recovered holders (checkpoint rebuild)", c.recovered),
             ("warmpool_clock_ahead_seconds", "How far this node's clock may be ahead of AWS's", self.aws_clock.ahead()),
-            ("warmpool_checkpoint_dirty", "1 while memory holds changes the checkpoint could not take", int(self.ds.dirty)),
+            (
+                "warmpool_checkpoint_dirty",
+                "1 while memory holds changes the checkpoint could not take",
+                int(self.ds.dirty),
+            ),
         ):
             lines += web.gauge(name, help_, v)
         st = self.controller.stats

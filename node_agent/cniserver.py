@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from node_agent.checkpoint import CheckpointWriteError
 from node_agent.cni import (  # the CNI error codes: one list, the plugin's (stdlib only)
     E_CHECK_FAILED,
     E_DECODE,
@@ -40,7 +41,6 @@ from node_agent.cni import (  # the CNI error codes: one list, the plugin's (std
     VALID_ATTACHMENTS,
     version_at_least,
 )
-from node_agent.checkpoint import CheckpointWriteError
 from node_agent.datastore import Datastore
 from node_agent.hostnet import (
     GATEWAY,

@@ -306,7 +306,9 @@ class Datastore(RecoveredHolders):
                 for a in eni.addrs.values():
                     if a.container_id:
                         out.append(
-                            PodRecord(a.container_id, a.ifname, a.netns, a.ip, eni.info.eni_id, a.assigned_at, a.network)
+                            PodRecord(
+                                a.container_id, a.ifname, a.netns, a.ip, eni.info.eni_id, a.assigned_at, a.network
+                            )
                         )
             return out
 

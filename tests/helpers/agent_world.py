@@ -135,9 +135,7 @@ def agent_env(state: Path, **extra: str) -> dict[str, str]:
     }
 
 
-def make_agent(
-    state: Path, imds: FakeImds, sqs: MemorySqs, clock: VirtualClock, pods: WiredPods, **env: str
-) -> Agent:
+def make_agent(state: Path, imds: FakeImds, sqs: MemorySqs, clock: VirtualClock, pods: WiredPods, **env: str) -> Agent:
     """Built and started (threads: CNI socket, result poller; no HTTP). Stop it with ``stop()``."""
     agent = Agent(
         load(agent_env(state, **env)),

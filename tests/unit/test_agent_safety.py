@@ -346,9 +346,9 @@ def test_an_add_is_answered_only_once_its_address_is_on_disk() -> None:
     ds2 = on_disk(cp)
     svc2 = CniService(ds2, WiredPods(), clock=VirtualClock(200.0), gc_min_age_s=0.0)
     valid = [{"containerID": c, "ifname": "eth0"} for c in up]
-    assert svc2.handle({"command": "GC", "config": {**CONF, "cniVersion": "1.1.0", "cni.dev/valid-attachments": valid}})[
-        "ok"
-    ]
+    assert svc2.handle(
+        {"command": "GC", "config": {**CONF, "cniVersion": "1.1.0", "cni.dev/valid-attachments": valid}}
+    )["ok"]
     for c, ip in up.items():
         assert ds2.lookup(c, "eth0") == Assignment(ip, PRIMARY.eni_id)
     reply = add(svc2, "c3")
@@ -379,7 +379,7 @@ def test_no_report_leaves_while_the_quarantine_it_offers_is_not_on_disk() -> Non
     imds = FakeImds()
     imds.add(PRIMARY, ["10.0.0.11", "10.0.0.12", "10.0.0.13"])
     cp = FlakyCheckpoint()
-    ds, ctl = boot(cp, imds, 0.0)
+    _, ctl = boot(cp, imds, 0.0)
     one(ctl.tick(0.0))
     ctl.tick(1.0)
     cp.failing = True

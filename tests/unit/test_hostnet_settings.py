@@ -3,6 +3,7 @@ rules they lead to, and ENIs tagged node.k8s.amazonaws.com/no_manage=true left a
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -242,7 +243,7 @@ def test_failed_lookups_back_off_exponentially_with_jitter_up_to_a_cap() -> None
         if len(ec2.calls) > n:
             at.append(clock.now())
         clock.advance(0.25)
-    waits = [b - a for a, b in zip(at, at[1:], strict=False)]
+    waits = [b - a for a, b in itertools.pairwise(at)]
     assert BACKOFF_S / 2 <= waits[0] <= BACKOFF_S + 0.25
     assert waits[4] >= BACKOFF_S * 2**4 / 2
     assert max(waits) <= BACKOFF_MAX_S + 0.25 and waits[-1] >= BACKOFF_MAX_S / 2
