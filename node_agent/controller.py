@@ -310,6 +310,7 @@ class PoolController:
             pending=c.pending,
             enis=max(c.enis, 1),
             free_prefixes=c.free_prefixes,
+            free_singles=c.free_singles,
         )
         return compute(self.pool, state, self.limits)
 
@@ -520,6 +521,10 @@ class PoolController:
         elif self.pool.prefix_mode:
             for eni_id, p in self.ds.releasable_prefixes(now)[: delta.over_units]:
                 n += self.ds.quarantine(eni_id, [], [p], now)
+            # and single addresses (the fallback when no /28 was free): releasable_ips lists
+            # only those (a prefix's addresses are not in an ENI's ``ips``)
+            for eni_id, ip in self.ds.releasable_ips(now)[: delta.over_singles]:
+                n += self.ds.quarantine(eni_id, [ip], [], now)
         else:
             for eni_id, ip in self.ds.releasable_ips(now)[: delta.over_units]:
                 n += self.ds.quarantine(eni_id, [ip], [], now)

@@ -118,10 +118,12 @@ class Counts:
     free_prefixes: int
     recovered: int = 0
     """Of ``assigned``: held by recovered holders (pods known only from the host after a rebuild)."""
+    free_singles: int = 0
+    """Free single addresses (not in a prefix; prefix mode's fallback), cooldown included."""
 
     @classmethod
     def of(cls, enis: Collection[Eni], now: float, cooldown_s: float, pending: int) -> Counts:
-        total = assigned = cooldown = quarantined = free_prefixes = recovered = 0
+        total = assigned = cooldown = quarantined = free_prefixes = recovered = free_singles = 0
         for eni in enis:
             busy: dict[str, bool] = {p: False for p in eni.prefixes}
             for a in eni.addrs.values():
@@ -133,6 +135,7 @@ class Counts:
                 if eni.held and not a.in_use:
                     continue  # not usable by pods: kept only for the pods on the ENI
                 total += 1
+                free_singles += a.prefix is None and not a.in_use
                 if a.in_use:
                     assigned += 1
                     recovered += bool(a.recovered)
@@ -152,6 +155,7 @@ class Counts:
             enis=len(enis),
             free_prefixes=free_prefixes,
             recovered=recovered,
+            free_singles=free_singles,
         )
 
 

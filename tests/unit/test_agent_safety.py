@@ -10,7 +10,7 @@ no child process: the controller and datastore directly, or the whole
 5. a checkpoint write that fails keeps the datastore dirty: no ADD answered, report sent
    or result acknowledged until it is written;
 and the further checks: a node clock ahead of AWS's, CNI GC of another network, an ENI
-tagged ``no_manage`` later."""
+tagged ``no_manage`` later, prefix mode's single addresses never released."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ from sim.clock import VirtualClock
 from tests.helpers.agent_world import MemorySqs, WiredPods, give, make_agent
 from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, RecordingHost, one, result
 from warmpool.limits import known
+from warmpool.planner import Eni as PlannedEni
+from warmpool.planner import Inventory, UnassignAddresses, plan_node
 from warmpool.pool import PoolConfig
 
 POOL = PoolConfig(warm_ip=1)
@@ -467,3 +469,43 @@ def test_cni_gc_of_one_network_leaves_another_networks_attachments_alone() -> No
         ("pod", "eth0", "pods-a"),
         ("pod", "net1", "pods-b"),
     }
+
+
+def test_prefix_mode_fallback_addresses_are_offered_and_released_when_surplus() -> None:
+    # In prefix mode the allocator falls back to single addresses when no /28 is free
+    # (InsufficientCidrBlocks). Before, only whole free /28s counted as surplus: single
+    # addresses stayed on the node for ever, whatever the targets said.
+    imds = FakeImds()
+    singles = ["10.0.0.11", "10.0.0.12", "10.0.0.13"]
+    imds.add(PRIMARY, singles, ["10.0.0.32/28"])
+    ds = Datastore(cooldown_s=0.0, checkpoint=MemoryCheckpoint())
+    pool = PoolConfig(warm_prefix=1, prefix_mode=True, warm_eni=0)
+    ctl = PoolController(ID, known("m5.large"), pool, ds, TIMING, metadata=imds)
+    ctl.start(1000.0)
+    one(ctl.tick(1000.0))
+    assert ctl.delta(1000.0).over_singles == 3  # one free /28 meets WARM_PREFIX_TARGET=1 alone
+    ctl.tick(1001.0)
+    r = one(ctl.tick(1000.0 + TIMING.release_delay_s + 2))
+    assert [(o.eni_id, sorted(o.ips), o.prefixes) for o in r.release] == [(PRIMARY.eni_id, singles, [])]
+    # the allocator's planner (the same pool math) unassigns them
+    inv = Inventory(
+        ID.instance_id,
+        ID.instance_type,
+        ID.availability_zone,
+        (PlannedEni(PRIMARY.eni_id, 0, 0, "subnet-a", PRIMARY.primary_ip, tuple(singles), ("10.0.0.32/28",)),),
+    )
+    p = plan_node(r, inv, known("m5.large"), [], cluster=ID.cluster)
+    assert p.kind == "release" and p.calls == (UnassignAddresses(PRIMARY.eni_id, tuple(r.release[0].ips)),)
+    # never below the target: with 11 pods in the /28 the free singles are all the room left
+    ds2 = Datastore(cooldown_s=0.0)
+    ctl2 = PoolController(ID, known("m5.large"), pool, ds2, TIMING, metadata=imds)
+    ctl2.start(0.0)
+    got = [ds2.assign(f"p{i}", "eth0", "ns", 0.0) for i in range(14)]
+    for a, i in zip(got, range(14), strict=True):
+        assert a is not None
+        if a.ip in singles:
+            ds2.release(f"p{i}", "eth0", 0.0)
+    c = ds2.counts(0.0)
+    assert (c.free_singles, c.total - c.assigned) == (3, 8)
+    delta = ctl2.delta(0.0)
+    assert delta.over_singles == 0 and delta.low
