@@ -239,7 +239,7 @@ class PoolController:
         interfaces = self.metadata.interfaces()
         self._observe(interfaces)
         # A deleted ENI is never taken again from IMDS, however long it lists it (ledger.py).
-        usable, held = self._usable([a for a in interfaces if a.info.eni_id not in deleted])
+        usable, kept_held = self._usable([a for a in interfaces if a.info.eni_id not in deleted])
         attached = [
             (a.info, [ip for ip in a.ips if ip not in released], [p for p in a.prefixes if p not in released])
             for a in usable
@@ -250,7 +250,7 @@ class PoolController:
             attached,
             now,
             ready_new=lambda i: self.host is None or (i.device_index == 0 and i.network_card == 0),
-            held=held,
+            held=kept_held,
         )
         kept = {a.info.eni_id for a in usable}
         for a in interfaces:  # tagged no_manage after we took it, and no pod is left on it: let go

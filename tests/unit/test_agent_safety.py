@@ -468,8 +468,8 @@ def test_cni_gc_of_one_network_leaves_another_networks_attachments_alone() -> No
     eth0 = address(add(svc, "pod", "eth0", name="pods-a"))
     net1 = address(add(svc, "pod", "net1", name="pods-b"))
     gone = address(add(svc, "old", "eth0", name="pods-a"))
-    gc = {**CONF, "name": "pods-a", "cniVersion": "1.1.0", "cni.dev/valid-attachments": []}
-    gc["cni.dev/valid-attachments"] = [{"containerID": "pod", "ifname": "eth0"}]
+    valid = [{"containerID": "pod", "ifname": "eth0"}]
+    gc = {**CONF, "name": "pods-a", "cniVersion": "1.1.0", "cni.dev/valid-attachments": valid}
     assert svc.handle({"command": "GC", "config": gc})["ok"]
     assert ds.lookup("pod", "net1") == Assignment(net1, PRIMARY.eni_id)
     assert ds.lookup("pod", "eth0") == Assignment(eth0, PRIMARY.eni_id)
