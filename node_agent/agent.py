@@ -13,6 +13,7 @@ self-contained plugin into ``/opt/cni/bin``.
 from __future__ import annotations
 
 import argparse
+import email.utils
 import logging
 import os
 import queue
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from node_agent import http as web
-from node_agent.checkpoint import CheckpointError, FileCheckpoint
+from node_agent.checkpoint import CheckpointError, CheckpointWriteError, FileCheckpoint
 from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods, PodNetwork, RecordedPods
 from node_agent.config import AgentConfig, ConfigError, load
 from node_agent.controller import AttachedEni, HostNetwork, PoolController
@@ -50,6 +51,43 @@ Short, so a result a killed agent received but never applied comes back soon aft
 restart (applying a result twice is harmless)."""
 RESTART_HOLD_S = RESULT_VISIBILITY_S + 5.0
 """After a start, quarantined addresses are not taken back until such a result could come back."""
+
+
+class AwsClockCheck:
+    """How far this node's clock may be ahead of AWS's, from the ``Date`` header of SQS's
+    answers (RFC 9110: the time the answer was generated, in whole seconds).
+
+    ``local - Date``, read once the answer is in, is at least how far the node's clock is
+    ahead: the date is rounded down and was stamped before the answer travelled. The
+    newest sample is used (a clock stepped by NTP is followed at the next answer). The
+    controller dates offers that much earlier (:attr:`PoolController.clock_ahead`), so a
+    node clock ahead never makes an offer look younger to the allocator than it is. Until
+    a first answer with a date (the result-queue look-up at start gives one), 0."""
+
+    WARN_S = 30.0
+
+    def __init__(self) -> None:
+        self._ahead: float | None = None
+        self._lock = threading.Lock()
+        self._warned = False
+
+    def observe(self, response: Any, local_after: float) -> None:
+        """An AWS answer (boto3's dict, with ``ResponseMetadata.HTTPHeaders.date``) read at ``local_after``."""
+        try:
+            raw = response["ResponseMetadata"]["HTTPHeaders"]["date"]
+            server = email.utils.parsedate_to_datetime(str(raw)).timestamp()
+        except (KeyError, TypeError, ValueError, IndexError):
+            return
+        ahead = local_after - server
+        with self._lock:
+            self._ahead = ahead
+            warn, self._warned = (ahead > self.WARN_S and not self._warned), self._warned or ahead > self.WARN_S
+        if warn:
+            log.warning("this node's clock is %.0fs ahead of AWS's: release offers are dated that much earlier", ahead)
+
+    def ahead(self) -> float:
+        with self._lock:
+            return max(0.0, self._ahead or 0.0)
 
 
 class Metadata(Protocol):
@@ -109,6 +147,7 @@ class Agent:
             "checkpoint_rebuilds_damaged": 0,
             "checkpoint_rebuilds_missing": 0,
             "recovered_holders": 0,
+            "checkpoint_write_errors": 0,
         }
         self._threads: list[threading.Thread] = []
         self.ds: Datastore
@@ -118,6 +157,7 @@ class Agent:
         self.http: web.HttpServer | None = None
         self.result_queue_url = ""
         self.result_queue_name = ""
+        self.aws_clock = AwsClockCheck()
 
     # --- start-up ---------------------------------------------------------------------------
 
@@ -165,7 +205,10 @@ class Agent:
             mtu=cfg.mtu,
             restart_hold_s=RESTART_HOLD_S,
             signed_identity=CachedIdentity(self.metadata).get,
+            clock_ahead=self.aws_clock.ahead,
         )
+        self.result_queue_name = result_queue_name(cfg.result_queue_prefix, ident.instance_id)
+        self.result_queue_url = self._find_result_queue()  # before the first report: AWS's clock
         now = self.clock.now()
         if restored:
             notes, how = self.controller.start(now), "restored"
@@ -180,8 +223,6 @@ class Agent:
             len(notes),
         )
         self._last_resync = now
-        self.result_queue_name = result_queue_name(cfg.result_queue_prefix, ident.instance_id)
-        self.result_queue_url = self._find_result_queue()
         self.cni = CniService(
             self.ds,
             self.pods,
@@ -225,7 +266,9 @@ class Agent:
         assert pods is not None
         wiring = pods.host_wiring()
         if damaged is None and (wiring is None or not wiring.pods):
-            return self.controller.start(now), "empty"
+            # A first start, or a lost state directory with no pod wired: either way nothing
+            # says what an earlier process offered back (free addresses are held as offered).
+            return self.controller.start(now, checkpoint_lost=True), "empty"
         how = "damaged: rebuilt" if damaged is not None else "missing: rebuilt"
         source = (
             "the host's pod wiring"
@@ -253,7 +296,7 @@ class Agent:
             self.counters["checkpoint_rebuilds_missing"] += 1
         with self.ds.batch():
             notes = self.ds.recover(wiring.pods, now) if wiring is not None else []
-            notes += self.controller.start(now)
+            notes += self.controller.start(now, checkpoint_lost=True)
             if wiring is None:
                 n = self.ds.hold_all(now)
                 notes.append(
@@ -261,7 +304,6 @@ class Agent:
                     f"(grace {self.cfg.recovery_grace_s or 'none'})"
                 )
                 self.ds.set_meta("held_all_at", now)
-            self.ds.set_meta("rebuilt_at", now)
         for ip in wiring.stale if wiring is not None else []:
             notes.append(f"{ip}: pod rule but no route to a pod (its veth is gone): not held")
         held = self.ds.recovered_holders()
@@ -299,6 +341,11 @@ class Agent:
     def run_once(self) -> None:
         """One pass of the main loop: results in, tick, reports out, periodic resync."""
         self.loop_at = time.monotonic()
+        try:
+            self.ds.flush()  # a checkpoint write that failed earlier: memory must reach the disk
+        except CheckpointWriteError as exc:
+            self.counters["checkpoint_write_errors"] += 1
+            log.error("%s; retried every pass (no ADD answered, report sent or result acknowledged meanwhile)", exc)
         applied = False
         while True:
             try:
@@ -324,7 +371,8 @@ class Agent:
                     log.warning("node network reconcile failed: %s", exc)
         for report in self.controller.tick(now):
             try:
-                self.sqs.send_message(QueueUrl=self.cfg.reports_queue_url, MessageBody=report.to_json())
+                resp = self.sqs.send_message(QueueUrl=self.cfg.reports_queue_url, MessageBody=report.to_json())
+                self.aws_clock.observe(resp, self.clock.now())
             except Exception as exc:
                 self.counters["reports_send_errors"] += 1
                 self.controller.retry_soon()
@@ -340,9 +388,16 @@ class Agent:
             self.counters["results_invalid"] += 1
             log.warning("invalid result dropped (%s)", exc)
         else:
-            for note in self.controller.apply_result(result, self.clock.now()):
+            try:
+                notes = self.controller.apply_result(result, self.clock.now())
+            except CheckpointWriteError as exc:
+                # Not on disk: not acknowledged. SQS delivers it again after its visibility timeout.
+                self.counters["checkpoint_write_errors"] += 1
+                log.error("result %d not acknowledged: %s", result.in_reply_to, exc)
+                return
+            for note in notes:
                 log.info("result %d: %s", result.in_reply_to, note)
-        # Acknowledged only once applied (or judged unusable).
+        # Acknowledged only once applied and checkpointed (or judged unusable).
         try:
             self.sqs.delete_message(QueueUrl=self.result_queue_url, ReceiptHandle=receipt)
         except Exception as exc:
@@ -356,7 +411,9 @@ class Agent:
         a fallback for stacks and local runs that still allow it."""
         name = self.result_queue_name
         try:
-            return str(self.sqs.get_queue_url(QueueName=name)["QueueUrl"])
+            resp = self.sqs.get_queue_url(QueueName=name)
+            self.aws_clock.observe(resp, self.clock.now())
+            return str(resp["QueueUrl"])
         except Exception as exc:
             log.info("result queue %s not found (%s); trying to create it", name, exc)
         try:
@@ -384,6 +441,7 @@ class Agent:
                 log.warning("result queue poll failed: %s", exc)
                 self.stopping.wait(2.0)
                 continue
+            self.aws_clock.observe(resp, self.clock.now())
             msgs = resp.get("Messages", [])
             for m in msgs:
                 self.results.put(m)
@@ -484,6 +542,12 @@ class Agent:
             ("warmpool_pending_demand", "CNI ADDs waiting for an address", c.pending),
             ("warmpool_enis", "ENIs attached", c.enis),
             ("warmpool_addresses_recovered", "Addresses held by recovered holders (checkpoint rebuild)", c.recovered),
+            ("warmpool_clock_ahead_seconds", "How far this node's clock may be ahead of AWS's", self.aws_clock.ahead()),
+            (
+                "warmpool_checkpoint_dirty",
+                "1 while memory holds changes the checkpoint could not take",
+                int(self.ds.dirty),
+            ),
         ):
             lines += web.gauge(name, help_, v)
         st = self.controller.stats
@@ -502,6 +566,11 @@ class Agent:
             "warmpool_recovered_holders_total",
             "Holders found by checkpoint rebuilds",
             {(): self.counters["recovered_holders"]},
+        )
+        lines += web.counter(
+            "warmpool_checkpoint_write_errors_total",
+            "Checkpoint writes that failed (retried; nothing depending on them leaves the agent meanwhile)",
+            {(): self.ds.save_errors},
         )
         lines += web.counter("warmpool_results_applied_total", "Results applied", {(): st["results_applied"]})
         lines += web.counter(
@@ -587,7 +656,7 @@ def _run_agent(env: dict[str, str]) -> int:
         from node_agent.unmanaged import SkipUnmanaged
 
         ec2 = boto3.client("ec2", region_name=cfg.region, endpoint_url=cfg.endpoint_url or None)
-        metadata = SkipUnmanaged(imds, ec2)
+        metadata = SkipUnmanaged(imds, ec2, clock=RealClock())
     agent = Agent(cfg, sqs, metadata, host=host, node_net=node_net, clock=RealClock())
     try:
         agent.start()

@@ -52,6 +52,13 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be read (wrong version, corrupt)."""
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint that could not be written (``ENOSPC``, ``EIO``, ...). The datastore's
+    memory is then ahead of its disk: it stays *dirty* and is written again by the next
+    change or :meth:`node_agent.datastore.Datastore.flush`; until then nothing that depends
+    on it may leave the agent (an ADD's answer, a report, a result's acknowledgement)."""
+
+
 class CheckpointStore(Protocol):
     """Where the datastore keeps its checkpoint."""
 
@@ -300,6 +307,8 @@ class AddrEntry(_Model):
     assigned_at: Time = 0.0
     freed_at: Time | None = None
     quarantined_at: Time | None = None
+    network: Text = ""
+    """The pod's CNI network name (optional: older agents neither write nor read it)."""
 
 
 class EniEntry(_Model):

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from node_agent.checkpoint import CheckpointWriteError
 from node_agent.cni import (  # the CNI error codes: one list, the plugin's (stdlib only)
     E_CHECK_FAILED,
     E_DECODE,
@@ -275,6 +276,12 @@ class CniService:
             self.stats.failures[f"{command}:netlink"] += 1
             log.warning("%s %s: %s", command, req.get("container_id"), exc)
             return {"ok": False, "code": E_IO, "msg": "host network set-up failed", "details": str(exc)}
+        except CheckpointWriteError as exc:
+            # The address is not on disk: a restart would not know the pod holds it. The
+            # runtime retries; the answer is success only once the checkpoint is written.
+            self.stats.failures[f"{command}:checkpoint"] += 1
+            log.error("%s %s: %s", command, req.get("container_id"), exc)
+            return {"ok": False, "code": E_IO, "msg": "the agent could not record the address", "details": str(exc)}
 
     @staticmethod
     def _ids(req: dict[str, Any]) -> tuple[str, str, str]:
@@ -307,7 +314,8 @@ class CniService:
         earlier, _ = self._held(cid, ifname)  # returned by an earlier ADD (or found by a rebuild)
         started = self.clock.now()
         holder = host_veth_name(cid, ifname, self.veth_prefix)  # a rebuild may have found this pod's address
-        a = self.ds.assign(cid, ifname, netns, started, holder)
+        network = _network_name(conf)
+        a = self.ds.assign(cid, ifname, netns, started, holder, network)
         if a is None:
             if self.on_unmet is not None:
                 self.on_unmet()
@@ -315,7 +323,7 @@ class CniService:
             while a is None and time.monotonic() < deadline:
                 with self._cond:
                     self._cond.wait(timeout=min(0.5, max(0.0, deadline - time.monotonic())))
-                a = self.ds.assign(cid, ifname, netns, self.clock.now(), holder)
+                a = self.ds.assign(cid, ifname, netns, self.clock.now(), holder, network)
         waited = self.clock.now() - started
         if len(self.stats.wait_seconds) < 100_000:
             self.stats.wait_seconds.append(waited)
@@ -342,6 +350,10 @@ class CniService:
             finally:
                 self.ds.release(cid, ifname, self.clock.now())
             raise
+        # Answered only once the address is on disk (a write that failed earlier, for this
+        # ADD or another change, is retried here): CheckpointWriteError fails the ADD, the
+        # address stays the pod's in memory, and the runtime's retry or DEL decides.
+        self.ds.flush()
         return self._result(conf, ifname, netns, a.ip, net)
 
     def _result(self, conf: dict[str, Any], ifname: str, netns: str, ip: str, net: PodNet) -> dict[str, Any]:
@@ -382,9 +394,15 @@ class CniService:
         held, holder = self._held(cid, ifname)
         self.pods.teardown(cid, ifname, held.ip if held else None)
         now = self.clock.now()
-        self.ds.release(cid, ifname, now)  # also forgets a waiting ADD
-        for freed in self.ds.release_recovered(holder, now):
-            log.info("DEL %s %s: recovered address %s released", cid[:12], ifname, freed.ip)
+        try:
+            self.ds.release(cid, ifname, now)  # also forgets a waiting ADD
+            for freed in self.ds.release_recovered(holder, now):
+                log.info("DEL %s %s: recovered address %s released", cid[:12], ifname, freed.ip)
+        except CheckpointWriteError as exc:
+            # Released in memory, not yet on disk (retried by the agent's loop). Safe to answer
+            # DEL: until the write works the disk only says the address is still held, and no
+            # ADD is answered meanwhile (the next one to take the address must write first).
+            log.warning("DEL %s %s: released; the checkpoint write will be retried: %s", cid[:12], ifname, exc)
 
     def check(self, req: dict[str, Any]) -> None:
         cid, ifname, netns = self._ids(req)
@@ -404,16 +422,25 @@ class CniService:
             raise Failure(E_CHECK_FAILED, "pod network is not as set up", "; ".join(problems), reason="check")
 
     def gc(self, req: dict[str, Any]) -> None:
-        """CNI GC (spec 1.1): every attachment held here that ``cni.dev/valid-attachments`` does
-        not list is torn down and its address released into cooldown; a listed one never is.
-        Left alone as well: attachments with an operation in flight, and ones younger than
-        ``gc_min_age_s``. Recovered holders (known by host veth only) wait for their DEL."""
+        """CNI GC (spec 1.1): every attachment of this network held here that
+        ``cni.dev/valid-attachments`` does not list is torn down and its address released into
+        cooldown; a listed one never is. The list names the attachments of the GC's own network
+        (its configuration's ``name``): an attachment another network's ADD made (two warmpool
+        networks under Multus), or one whose network is not known (recorded before agents kept
+        it), is left alone. Left alone as well: attachments with an operation in flight, and
+        ones younger than ``gc_min_age_s``. Recovered holders (known by host veth only) wait
+        for their DEL."""
         conf = req.get("config")
         valid = _valid_attachments(conf)
+        network = _network_name(conf)
+        if not network:
+            raise Failure(E_INVALID_CONFIG, "GC needs the network's name", reason="bad-config")
         now = self.clock.now()
         errors: list[str] = []
         released = 0
         for rec in self.ds.pods():
+            if rec.network != network:
+                continue  # another network's attachment: its own GC decides
             if (rec.container_id, rec.ifname) in valid or now - rec.assigned_at < self.gc_min_age_s:
                 continue
             with self._attachment(rec.container_id, rec.ifname, 0.0) as got:
@@ -449,6 +476,12 @@ class CniService:
         if not any(e.ready for e in self.ds.enis()):
             return "no ENI is ready on this node yet"
         return None
+
+
+def _network_name(conf: Any) -> str:
+    """The network configuration's ``name`` (required by the CNI spec), '' if it has none."""
+    name = conf.get("name") if isinstance(conf, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 def _valid_attachments(conf: Any) -> set[tuple[str, str]]:

@@ -21,6 +21,7 @@ from typing import NamedTuple, Protocol
 
 from pydantic import ValidationError
 
+from node_agent.checkpoint import CheckpointWriteError
 from node_agent.claims import ParkedClaims
 from node_agent.config import Timing
 from node_agent.datastore import Datastore
@@ -43,6 +44,10 @@ from warmpool.pool import PoolConfig, PoolDelta, PoolState, compute
 log = logging.getLogger("warmpool.agent.controller")
 
 SEQ_META = "last_seq"
+REBUILT_AT_META = "rebuilt_at"
+"""When the agent last started without a usable checkpoint (it forgot what it had offered)."""
+REBUILT_SEQ_META = "rebuilt_seq"
+"""The first seq after that start: every report before it was sent by a process whose offers are forgotten."""
 MAX_OFFER_MEMORY = 1024
 """Offers remembered per address before entries no longer quarantined are pruned."""
 VERIFY_TIMEOUT_S = 60.0
@@ -58,6 +63,11 @@ class AttachedEni(NamedTuple):
     ips: list[str]
     """Secondary addresses (the primary excluded)."""
     prefixes: list[str]
+    managed: bool | None = True
+    """Whether the agent may use it: False when tagged ``no_manage``, None while its tags
+    could not be read (:class:`node_agent.unmanaged.SkipUnmanaged`). Either way the
+    controller keeps an ENI it already holds for its pods and hands nothing new out from
+    it; one it does not hold it leaves alone."""
 
 
 class MetadataView(Protocol):
@@ -95,6 +105,7 @@ class PoolController:
         on_event: Callable[[str, str], None] | None = None,
         restart_hold_s: float = 0.0,
         signed_identity: Callable[[], messages.SignedIdentity] | None = None,
+        clock_ahead: Callable[[], float] | None = None,
     ) -> None:
         self.identity = identity
         self.signed_identity = signed_identity
@@ -142,17 +153,72 @@ class PoolController:
         from SQS only after its visibility timeout."""
         self._hold_until = 0.0
         self._force = False
+        self.clock_ahead = clock_ahead
+        """An upper bound of how far this node's clock is ahead of AWS's (seconds; the agent
+        measures it from SQS's answers, :class:`node_agent.agent.AwsClockCheck`). Offers are
+        dated that much earlier, so a clock ahead never makes an offer look younger to the
+        allocator than it is. None: the node's clock is trusted as it is."""
+        rebuilt_at = self.ds.meta.get(REBUILT_AT_META)
+        self._rebuilt_at: float | None = float(rebuilt_at) if isinstance(rebuilt_at, int | float) else None
+        rebuilt_seq = self.ds.meta.get(REBUILT_SEQ_META)
+        self._rebuilt_seq: int = int(rebuilt_seq) if isinstance(rebuilt_seq, int) else -1
 
     # --- life cycle -----------------------------------------------------------------
 
-    def start(self, now: float) -> list[str]:
-        """After the checkpoint is restored: reconcile with IMDS, set up every ENI's host side."""
+    def start(self, now: float, checkpoint_lost: bool = False) -> list[str]:
+        """After the checkpoint is restored: reconcile with IMDS, set up every ENI's host side.
+
+        ``checkpoint_lost``: there was no usable checkpoint (damaged, or missing), so what
+        the previous process offered back is forgotten: :meth:`_forget_offers`."""
         self._hold_until = now + self.restart_hold_s
+        if checkpoint_lost:
+            self._forget_offers(now)
         notes = self.resync(now) if self.metadata is not None else []
         for eni in self.ds.enis():
             self._setup(eni.info)
         self._force = True
         return notes
+
+    def _forget_offers(self, now: float) -> None:
+        """The checkpoint is lost: any free address may sit in a report the previous process
+        sent (still queued, being planned, or re-sent by the allocator) whose offer is young
+        enough to be acted on. The rule (docs/agent.md, "Checkpoint lost or damaged"): every
+        address that becomes known within ``release_timeout_s`` of this start, from IMDS or
+        from a result replying to a report sent before it, is quarantined as offered at this
+        start, so no pod gets it until the allocator's answer to a report of *this* process
+        hands it back, a ``released`` result takes it, or the take-back after the release
+        timeout finds IMDS still listing it (by then no report of the previous process can
+        be acted on: their offers were dated before this start). Results replying to the
+        previous process's reports are accepted (they may carry ``released``/``deleted``)."""
+        first = max(self.last_seq, int(now * 1000))
+        self.last_seq = self._seq_at_start = self._rebuilt_seq = first
+        self._rebuilt_at = now
+        self._offered_upto.clear()
+        self.ds.set_meta(SEQ_META, first)
+        self.ds.set_meta(REBUILT_SEQ_META, first)
+        self.ds.set_meta(REBUILT_AT_META, now)
+
+    def _in_rebuild_window(self, now: float) -> bool:
+        return self._rebuilt_at is not None and now < self._rebuilt_at + self.timing.release_timeout_s
+
+    def _known_keys(self) -> set[str]:
+        return {k for e in self.ds.enis() for k in (*e.ips, *e.prefixes)}
+
+    def _hold_unknown(self, before: set[str]) -> None:
+        """Inside the window after a checkpoint loss: quarantine (as offered at the start) every
+        free address or prefix not in ``before`` (:meth:`_forget_offers`)."""
+        assert self._rebuilt_at is not None
+        n = 0
+        for e in self.ds.enis():
+            if e.held:
+                continue
+            ips = [ip for ip in e.ips if ip not in before]
+            pfx = [p for p in e.prefixes if p not in before]
+            if ips or pfx:
+                n += self.ds.quarantine(e.info.eni_id, ips, pfx, self._rebuilt_at)
+        if n:
+            self.stats["quarantined_after_rebuild"] += n
+            self._event("quarantine", f"{n} addresses held as offered: the checkpoint that knew the offers is lost")
 
     def resync(self, now: float) -> list[str]:
         """Periodic full reconcile with IMDS (what is attached wins)."""
@@ -161,26 +227,33 @@ class PoolController:
         # EC2's answer (a result) wins over an IMDS that lags behind it; these
         # filters are checkpointed, so they hold across a restart too.
         released, deleted = self.ds.recently_gone(now)
-        attached = []
         interfaces = self.metadata.interfaces()
         self._observe(interfaces)
-        for a in interfaces:
-            if a.info.eni_id in deleted:
-                continue
-            attached.append(
-                (
-                    a.info,
-                    [ip for ip in a.ips if ip not in released],
-                    [p for p in a.prefixes if p not in released],
-                )
-            )
-        before = {e.info.eni_id for e in self.ds.enis()}
+        # A deleted ENI is never taken again from IMDS, however long it lists it (ledger.py).
+        usable, kept_held = self._usable([a for a in interfaces if a.info.eni_id not in deleted])
+        attached = [
+            (a.info, [ip for ip in a.ips if ip not in released], [p for p in a.prefixes if p not in released])
+            for a in usable
+        ]
+        have = {e.info.eni_id: e.info for e in self.ds.enis()}
+        keys = self._known_keys() if self._in_rebuild_window(now) else None
         notes = self.ds.reconcile(
-            attached, now, ready_new=lambda i: self.host is None or (i.device_index == 0 and i.network_card == 0)
+            attached,
+            now,
+            ready_new=lambda i: self.host is None or (i.device_index == 0 and i.network_card == 0),
+            held=kept_held,
         )
+        kept = {a.info.eni_id for a in usable}
+        for a in interfaces:  # tagged no_manage after we took it, and no pod is left on it: let go
+            if a.managed is False and a.info.eni_id in have and a.info.eni_id not in kept:
+                self._teardown(have[a.info.eni_id])
+                self.stats["enis_unmanaged"] += 1
+                self._event("resync", f"{a.info.eni_id}: tagged no_manage and no pod left on it: left alone now")
         for info, _, _ in attached:
-            if info.eni_id not in before:
+            if info.eni_id not in have:
                 self._setup(info)
+        if keys is not None:
+            self._hold_unknown(keys)
         held = self.ds.unlisted()
         if held:
             self.stats["held_not_in_imds"] += len(held)
@@ -190,9 +263,33 @@ class PoolController:
         return notes
 
     def _observe(self, interfaces: list[AttachedEni]) -> None:
-        """Every IMDS read: released addresses it no longer lists have been seen gone."""
+        """Every IMDS read: released addresses and deleted ENIs it no longer lists have been seen gone."""
         self._listed = {k for a in interfaces for k in (*a.ips, *a.prefixes)}
         self.ds.note_absent(self._listed)
+        self.ds.note_enis_absent({a.info.eni_id for a in interfaces})
+
+    def _usable(self, interfaces: list[AttachedEni]) -> tuple[list[AttachedEni], set[str]]:
+        """The ENIs the agent holds or may take, and which of those it must hand nothing new
+        out from (held).
+
+        A managed ENI is usable. One tagged ``no_manage`` (``managed`` False) or whose tags
+        could not be read (None) is left alone unless the datastore already has it: then it
+        is kept, held, for the pods on it; a failed tag look-up is never read as "gone"
+        (dropping the ENI dropped its pods, and the next resync brought it back with every
+        address free). A ``no_manage`` one is let go once no pod holds an address on it."""
+        have = {e.info.eni_id: e for e in self.ds.enis()}
+        usable: list[AttachedEni] = []
+        held: set[str] = set()
+        for a in interfaces:
+            if a.managed is True:
+                usable.append(a)
+                continue
+            e = have.get(a.info.eni_id)
+            if e is None or (a.managed is False and not any(x.in_use for x in e.addrs.values())):
+                continue
+            usable.append(a)
+            held.add(a.info.eni_id)
+        return usable, held
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -204,13 +301,26 @@ class PoolController:
             pending=c.pending,
             enis=max(c.enis, 1),
             free_prefixes=c.free_prefixes,
+            free_singles=c.free_singles,
         )
         return compute(self.pool, state, self.limits)
 
     def tick(self, now: float) -> list[PoolReport]:
         """One pass: expire quarantine, retry pending host set-up and verification,
         quarantine surplus that outlasted the release delay, and return the report
-        to send now, if any (zero or one)."""
+        to send now, if any (zero or one). No report while the checkpoint cannot be
+        written: one offering an address whose quarantine is not on disk would, after a
+        restart, find the address free."""
+        try:
+            self.ds.flush()
+            return self._tick(now)
+        except CheckpointWriteError as exc:
+            self.stats["checkpoint_write_errors"] += 1
+            self._force = True
+            self._event("checkpoint", f"no report while the checkpoint cannot be written: {exc}"[:300])
+            return []
+
+    def _tick(self, now: float) -> list[PoolReport]:
         self.ds.recently_gone(now)  # expires old entries
         back = self._take_back(now) if now >= self._hold_until else 0
         if back:
@@ -361,8 +471,17 @@ class PoolController:
         seq = max(self.last_seq + 1, int(now * 1000))
         self.last_seq = seq
         self.ds.set_meta(SEQ_META, seq)
+        shift = max(0.0, self.clock_ahead()) if self.clock_ahead is not None else 0.0
         report = build_report(
-            self.identity, self.pool, self.ds, offers, seq=seq, now=now, signed=signed, skipped=self._skipped
+            self.identity,
+            self.pool,
+            self.ds,
+            offers,
+            seq=seq,
+            now=now,
+            signed=signed,
+            skipped=self._skipped,
+            offer_shift=shift,
         )
         for o in report.release:
             for x in (*o.ips, *o.prefixes):
@@ -393,6 +512,10 @@ class PoolController:
         elif self.pool.prefix_mode:
             for eni_id, p in self.ds.releasable_prefixes(now)[: delta.over_units]:
                 n += self.ds.quarantine(eni_id, [], [p], now)
+            # and single addresses (the fallback when no /28 was free): releasable_ips lists
+            # only those (a prefix's addresses are not in an ENI's ``ips``)
+            for eni_id, ip in self.ds.releasable_ips(now)[: delta.over_singles]:
+                n += self.ds.quarantine(eni_id, [ip], [], now)
         else:
             for eni_id, ip in self.ds.releasable_ips(now)[: delta.over_units]:
                 n += self.ds.quarantine(eni_id, [ip], [], now)
@@ -408,7 +531,10 @@ class PoolController:
     # --- results -----------------------------------------------------------------------
 
     def apply_result(self, result: AllocationResult, now: float) -> list[str]:
-        """Apply one result (already parsed). Returns notes; never raises on a bad action."""
+        """Apply one result (already parsed). Returns notes; never raises on a bad action.
+        Returns only once its effect is checkpointed: :class:`CheckpointWriteError` otherwise,
+        and then the result must not be acknowledged (SQS brings it back; applying a result
+        twice is harmless)."""
         ident = self.identity
         if result.instance_id != ident.instance_id or result.node != ident.node or result.cluster != ident.cluster:
             self.stats["results_rejected"] += 1
@@ -454,6 +580,7 @@ class PoolController:
             except Exception as exc:  # IMDS down: the periodic resync tries again
                 self._event("imds", f"cannot resync after an empty result: {exc}")
         self._retries = 0
+        self.ds.flush()
         self.stats["results_applied"] += 1
         for n in notes:
             self._event("result", n)
@@ -516,7 +643,8 @@ class PoolController:
             self._listed = None
             return {}
         self._observe(interfaces)
-        return {a.info.eni_id: a for a in interfaces}
+        usable, _ = self._usable(interfaces)
+        return {a.info.eni_id: a for a in usable}
 
     def _apply_addresses(
         self, action: Attached | Assigned, view: dict[str, AttachedEni] | None, now: float, seq: int
@@ -550,6 +678,13 @@ class PoolController:
             if seen is None:
                 self._park(action, now, seq)
                 return [f"{action.eni_id}: not in IMDS yet; will re-check"]
+            if action.eni_id in gone_enis:
+                # Deleted before, claimed by a newer result: ours again only once IMDS has been
+                # seen without it (the old attachment gone) and lists it now (a new one).
+                if not self.ds.eni_seen_absent(action.eni_id):
+                    self._park(action, now, seq)
+                    return [f"{action.eni_id}: deleted earlier and not yet seen detached in IMDS; will re-check"]
+                self.ds.unmark_deleted(action.eni_id)
             # An address released earlier is listed by a lagging IMDS from before the
             # release too: only a listing after IMDS was seen without it is evidence.
             seen_ips, seen_pfx = set(seen.ips), set(seen.prefixes)
@@ -564,6 +699,7 @@ class PoolController:
             info = seen.info
             notes.extend(self._drop_replaced(info, view))
         elif isinstance(action, Attached):
+            self.ds.unmark_deleted(action.eni_id)  # no IMDS to ask: the newer result is trusted
             info = EniInfo(
                 eni_id=action.eni_id,
                 device_index=action.device_index,
@@ -577,11 +713,14 @@ class PoolController:
             info = self.ds.eni(action.eni_id)  # type: ignore[assignment]
             if info is None:
                 return [f"{action.eni_id}: assigned to an unknown ENI: ignored"]
+        keys = self._known_keys() if seq < self._rebuilt_seq and self._in_rebuild_window(now) else None
         if self.ds.add_eni(info, now, ready=self.host is None or info.device_index == 0):
             self._setup(info)
             self.stats["enis_attached"] += 1
         offered = {k for q_ips, q_pfx in self.ds.quarantined().values() for k in (*q_ips, *q_pfx)}
         n = self.ds.add_addresses(info.eni_id, ips, prefixes)
+        if keys is not None:  # a claim replying to a report of the process whose offers are forgotten
+            self._hold_unknown(keys)
         # Only a grant of what we did not hold offered is EC2's new assignment (an older
         # ``released`` is stale for it); a hand-back of an offer is no such evidence.
         self.ds.mark_granted(now, now + RECENT_S, seq, [k for k in (*ips, *prefixes) if k not in offered])

@@ -8,7 +8,14 @@ bench). Thread-safe: the CNI server and the controller share one instance.
 
 Every change that matters (an address handed out or given back, ENIs and
 addresses added or removed, quarantine) is checkpointed *before* the method
-returns, so an address is recorded before anyone is told about it.
+returns, so an address is recorded before anyone is told about it. A write
+that fails (``ENOSPC``, ``EIO``) raises :class:`CheckpointWriteError` with the
+change made in memory: the datastore is then *dirty* until a later write
+succeeds (the next change, or :meth:`Datastore.flush`, which the agent's loop
+calls). While it is dirty nothing may leave the agent that depends on it: the
+CNI service answers no ADD, the controller sends no report and acknowledges no
+result (each calls :meth:`Datastore.flush` first). Memory and disk never differ
+silently.
 
 Kept in their own modules: the records it holds (:mod:`node_agent.records`),
 the checkpoint's stores and format (:mod:`node_agent.checkpoint`), recovered
@@ -31,6 +38,7 @@ from node_agent.checkpoint import (
     CheckpointError,
     CheckpointFile,
     CheckpointStore,
+    CheckpointWriteError,
     check_version,
     encode,
     parse,
@@ -79,6 +87,10 @@ class Datastore(RecoveredHolders):
         self._parked: list[dict[str, Any]] = []
         """Claims (``assigned``/``attached`` results) waiting for IMDS to show them, as the controller wrote them."""
         self.meta: dict[str, Any] = {}
+        self._dirty = False
+        """Memory is ahead of the checkpoint: a write failed (or a batch is open)."""
+        self.save_errors = 0
+        """Checkpoint writes that failed."""
         self.changed = threading.Event()
         """Set on every change; the agent's loop may wait on it."""
 
@@ -204,18 +216,25 @@ class Datastore(RecoveredHolders):
 
     # --- pods ------------------------------------------------------------------
 
-    def assign(self, container_id: str, ifname: str, netns: str, now: float, holder: str = "") -> Assignment | None:
+    def assign(
+        self, container_id: str, ifname: str, netns: str, now: float, holder: str = "", network: str = ""
+    ) -> Assignment | None:
         """Give the pod an address, or return the one it already holds (ADD is retried).
 
         ``holder`` is the pod's recovered-holder key (its host veth name): an
         address a rebuild found wired to it is the pod's own, given back to it.
+        ``network`` is the CNI network name the ADD named (CNI GC is per network).
         None when nothing is free now; the ADD is then counted as waiting demand
         (:meth:`pending`) until it succeeds, is deleted or goes stale.
+        :class:`CheckpointWriteError` when the assignment (new, or an earlier one
+        never written) cannot be checkpointed: the ADD must fail.
         """
         key = (container_id, ifname)
         with self._lock:
             held = self._owner.get(key)
             if held is not None:
+                if self._dirty:  # a retried ADD whose first try could not be written: not yet
+                    self._save()
                 return Assignment(held, self._ip_eni[held])
             chosen = self._take_recovered(holder) if holder and holder != UNKNOWN_HOLDER else None
             if chosen is None:
@@ -225,7 +244,7 @@ class Datastore(RecoveredHolders):
                 self.changed.set()
                 return None
             eni, a = chosen
-            a.container_id, a.ifname, a.netns = container_id, ifname, netns
+            a.container_id, a.ifname, a.netns, a.network = container_id, ifname, netns, network
             a.assigned_at, a.freed_at, a.recovered = now, None, ""
             self._owner[key] = a.ip
             self._pending.pop(key, None)
@@ -236,7 +255,7 @@ class Datastore(RecoveredHolders):
     def _pick(self, now: float) -> tuple[EniRecord, Addr] | None:
         fallback: tuple[EniRecord, Addr] | None = None
         for eni in sorted(self._enis.values(), key=_slot):
-            if not eni.ready:
+            if not eni.ready or eni.held:
                 continue
             used_prefixes = {a.prefix for a in eni.addrs.values() if a.in_use and a.prefix}
             for a in eni.addrs.values():
@@ -261,7 +280,7 @@ class Datastore(RecoveredHolders):
                 return None
             eni_id = self._ip_eni[ip]
             a = self._enis[eni_id].addrs[ip]
-            a.container_id = a.ifname = a.netns = ""
+            a.container_id = a.ifname = a.netns = a.network = ""
             a.freed_at = now
             self._save()
             self.changed.set()
@@ -286,7 +305,11 @@ class Datastore(RecoveredHolders):
             for eni in self._enis.values():
                 for a in eni.addrs.values():
                     if a.container_id:
-                        out.append(PodRecord(a.container_id, a.ifname, a.netns, a.ip, eni.info.eni_id, a.assigned_at))
+                        out.append(
+                            PodRecord(
+                                a.container_id, a.ifname, a.netns, a.ip, eni.info.eni_id, a.assigned_at, a.network
+                            )
+                        )
             return out
 
     # --- release and quarantine (node_agent/offers.py) ------------------------------
@@ -300,20 +323,24 @@ class Datastore(RecoveredHolders):
             and (a.freed_at is None or now >= a.freed_at + self.cooldown_s)
         )
 
+    def _offerable(self) -> list[EniRecord]:
+        """ENIs whose free addresses may be offered back (a held ENI's are not the agent's to give)."""
+        return [e for e in self._enis.values() if not e.held]
+
     def releasable_ips(self, now: float) -> list[tuple[str, str]]:
         """See :func:`node_agent.offers.releasable_ips`."""
         with self._lock:
-            return offers.releasable_ips(self._enis.values(), self._free(now))
+            return offers.releasable_ips(self._offerable(), self._free(now))
 
     def releasable_prefixes(self, now: float) -> list[tuple[str, str]]:
         """See :func:`node_agent.offers.releasable_prefixes`."""
         with self._lock:
-            return offers.releasable_prefixes(self._enis.values(), self._free(now))
+            return offers.releasable_prefixes(self._offerable(), self._free(now))
 
     def releasable_enis(self, now: float, min_age_s: float) -> list[str]:
         """See :func:`node_agent.offers.releasable_enis`."""
         with self._lock:
-            return offers.releasable_enis(self._enis.values(), now, min_age_s, self._free(now))
+            return offers.releasable_enis(self._offerable(), now, min_age_s, self._free(now))
 
     def quarantine(self, eni_id: str, ips: Iterable[str], prefixes: Iterable[str], now: float) -> int:
         """Take free addresses out of the pool to offer them back; returns addresses quarantined."""
@@ -393,6 +420,24 @@ class Datastore(RecoveredHolders):
         """A released key IMDS has been seen not listing since the release."""
         with self._lock:
             return key in self._recent.absent
+
+    def note_enis_absent(self, listed: set[str]) -> None:
+        """IMDS was read and lists exactly the ENIs ``listed``: every deleted ENI it does not
+        list has been seen gone (:mod:`node_agent.ledger`)."""
+        with self._lock:
+            if self._recent.note_enis_absent(listed):
+                self._save()
+
+    def eni_seen_absent(self, eni_id: str) -> bool:
+        """A deleted ENI IMDS has been seen not listing since the deletion."""
+        with self._lock:
+            return eni_id in self._recent.deleted_absent
+
+    def unmark_deleted(self, eni_id: str) -> None:
+        """The deleted ENI was attached to us again (a newer result says so, IMDS shows it)."""
+        with self._lock:
+            if self._recent.unmark_deleted(eni_id):
+                self._save()
 
     def mark_granted(self, now: float, until: float, seq: int, keys: Iterable[str]) -> None:
         """An ``assigned``/``attached`` result replying to report ``seq`` gave us these
@@ -499,8 +544,30 @@ class Datastore(RecoveredHolders):
             self._save()
 
     def _save(self) -> None:
-        if self._store is not None and not self._loading:
+        if self._store is None:
+            return
+        self._dirty = True
+        if self._loading:
+            return
+        try:
             self._store.save(self.snapshot())
+        except Exception as exc:  # memory stays ahead (dirty); the next write or flush() retries
+            self.save_errors += 1
+            raise CheckpointWriteError(f"checkpoint not written: {exc}") from exc
+        self._dirty = False
+
+    @property
+    def dirty(self) -> bool:
+        """Memory holds changes the checkpoint does not (a write failed)."""
+        with self._lock:
+            return self._dirty
+
+    def flush(self) -> None:
+        """Write the checkpoint if a write failed since the last one that worked;
+        :class:`CheckpointWriteError` if it still cannot be written."""
+        with self._lock:
+            if self._dirty and not self._loading:
+                self._save()
 
     def restore(self) -> bool:
         """Load the checkpoint, if any; True if one was loaded. :class:`CheckpointError` if it
@@ -523,6 +590,7 @@ class Datastore(RecoveredHolders):
                 raise CheckpointError(f"corrupt checkpoint: {exc}") from None
             finally:
                 self._loading = False
+            self._dirty = False  # memory is what the disk says
             return True
 
     def _clear(self) -> None:
@@ -551,6 +619,7 @@ class Datastore(RecoveredHolders):
                     continue
                 a.container_id, a.ifname, a.netns = st.container_id, st.ifname, st.netns
                 a.assigned_at, a.freed_at, a.quarantined_at = st.assigned_at, st.freed_at, st.quarantined_at
+                a.network = st.network if a.container_id else ""
                 if a.container_id:
                     a.recovered = ""  # a named pod wins over a recovered holder
                     self._recovered.pop(a.ip, None)
@@ -561,11 +630,14 @@ class Datastore(RecoveredHolders):
         attached: Iterable[tuple[EniInfo, list[str], list[str]]],
         now: float,
         ready_new: Callable[[EniInfo], bool] | None = None,
+        held: Iterable[str] = (),
     ) -> list[str]:
         """Make the ENIs and addresses match what is attached (IMDS wins for that);
         pod assignments on addresses still attached are kept (the checkpoint wins for that).
         An ENI seen for the first time is ready (its addresses handed out) only
         if ``ready_new(info)`` says so: a secondary ENI waits for its host set-up.
+        The ENIs named in ``held`` are kept for their pods with nothing new handed out
+        from them (:attr:`node_agent.records.Eni.held`); every other ENI is not held.
 
         Returns human-readable notes on what changed (pods dropped because their
         address is no longer attached are named).
@@ -607,6 +679,9 @@ class Datastore(RecoveredHolders):
                 self.remove_eni(eni_id, force=True)
                 notes.append(f"ENI {eni_id} removed: not attached")
             self._unlisted = unlisted
+            keep = set(held)
+            for eni in self._enis.values():
+                eni.held = eni.info.eni_id in keep
             self._save()
             self.changed.set()
         return notes

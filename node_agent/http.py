@@ -3,15 +3,31 @@
 ``/metrics``, ``/v1/enis``, ``/v1/pods``, ``/v1/config``, ``/healthz``
 (the loop is alive), ``/readyz`` (started: identity known, checkpoint
 restored and reconciled, CNI socket listening).
+
+Any host-network pod can connect, so a client gets bounded resources: one request
+per connection (HTTP/1.0), the whole request within :data:`REQUEST_TIMEOUT_S`, each
+write of the answer within it too, and at most :data:`MAX_CONNECTIONS` connections
+served at once (more are closed at once, without a thread). Idle or slow clients
+therefore never pin threads without bound (the process's threads are shared with
+the CNI socket server, which must always be able to start one).
 """
 
 from __future__ import annotations
 
+import io
 import json
+import socket
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+REQUEST_TIMEOUT_S = 5.0
+"""A client's whole request (request line and headers) must arrive within this, and each
+write of the answer must be taken within it."""
+MAX_CONNECTIONS = 16
+"""Connections served at once; one past it is closed as soon as it is accepted."""
 
 WAIT_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0)
 
@@ -59,6 +75,51 @@ def _labels(labels: dict[str, str] | None) -> str:
     return "{" + inner + "}"
 
 
+class _DeadlineReader(io.RawIOBase):
+    """A socket's reading side where every read must finish by one deadline (so a client
+    sending a byte now and then cannot keep a request open)."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self.sock, self.deadline = sock, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request not received in time")
+        self.sock.settimeout(left)
+        return self.sock.recv_into(b)
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, addr: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_connections: int) -> None:
+        self.slots = threading.BoundedSemaphore(max_connections)
+        self.refused = 0
+        super().__init__(addr, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.refused += 1
+            self.shutdown_request(request)  # no thread for it
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
 class HttpServer:
     def __init__(
         self,
@@ -69,11 +130,23 @@ class HttpServer:
         views: dict[str, Callable[[], Any]],
         healthy: Callable[[], tuple[bool, str]],
         ready: Callable[[], tuple[bool, str]],
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         outer = self
         self.metrics, self.views, self.healthy, self.ready = metrics, views, healthy, ready
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = request_timeout_s  # the socket's timeout, for writes (reads: the deadline below)
+
+            def setup(self) -> None:
+                super().setup()
+                plain, self.rfile = (
+                    self.rfile,
+                    io.BufferedReader(_DeadlineReader(self.connection, time.monotonic() + request_timeout_s)),
+                )
+                plain.close()
+
             def log_message(self, *a: object) -> None:
                 pass
 
@@ -86,6 +159,7 @@ class HttpServer:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:
+                self.connection.settimeout(request_timeout_s)  # the answer's writes
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
                     self._send(200, outer.metrics.render(), "text/plain; version=0.0.4")
@@ -97,8 +171,7 @@ class HttpServer:
                 else:
                     self._send(404, "not found\n", "text/plain")
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _BoundedServer((host, port), Handler, max_connections)
 
     @property
     def address(self) -> tuple[str, int]:

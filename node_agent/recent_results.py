@@ -3,9 +3,18 @@
 IMDS lags behind EC2. After a ``released`` result an IMDS read may still list
 the addresses, after a ``deleted`` one the ENI; and a ``released`` result
 delivered late must not take back what a newer ``assigned``/``attached`` result
-gave. Each entry is kept until an expiry, with the ``in_reply_to`` of the
-result that made it (older claims are stale for it). Checkpointed by the
-datastore (the ``recent`` part of the checkpoint), so a restart keeps it.
+gave. Each entry is kept with the ``in_reply_to`` of the result that made it
+(older claims are stale for it). Checkpointed by the datastore (the ``recent``
+part of the checkpoint), so a restart keeps it.
+
+Released and granted entries expire (2 min). A deleted ENI does not: EC2 answers
+``deleted`` while the ENI may still be detaching, IMDS keeps listing it for as
+long as that takes (minutes) plus its own lag, and no time bound is promised for
+either. So a deleted ENI id is remembered, whatever its ``until`` says, until
+IMDS has been seen *not* listing it; EC2 never reuses an ENI id, so only the same
+ENI attached again could bring it back, and that comes with an ``attached``
+result newer than the deletion. Ids seen absent are forgotten oldest first beyond
+:data:`MAX_DELETED_ABSENT`; ids IMDS still lists are never forgotten.
 
 Plain state, no lock and no I/O: :class:`node_agent.datastore.Datastore`
 holds one under its lock and checkpoints it.
@@ -20,6 +29,9 @@ from node_agent.checkpoint import RecentEntry
 
 Expiry = tuple[float, int]
 """(until when, the ``in_reply_to`` of the result)."""
+
+MAX_DELETED_ABSENT = 256
+"""Deleted ENI ids remembered after IMDS was seen without them (oldest forgotten first)."""
 
 
 def _keep_newest(into: dict[str, Expiry], keys: Iterable[str], until: float, seq: int) -> None:
@@ -43,6 +55,8 @@ class RecentResults:
         """Released keys IMDS has been seen *not* listing since the release: only after that is
         IMDS listing them again evidence of a new assignment. Not checkpointed (a restart
         just waits longer for the evidence)."""
+        self.deleted_absent: set[str] = set()
+        """Deleted ENIs IMDS has been seen *not* listing since the deletion (not checkpointed)."""
 
     def mark_gone(self, until: float, seq: int, released: Iterable[str], deleted: Iterable[str]) -> None:
         _keep_newest(self.released, released, until, seq)
@@ -57,14 +71,32 @@ class RecentResults:
         self.absent.difference_update(hit)
         return bool(hit)
 
+    def unmark_deleted(self, eni_id: str) -> bool:
+        """The deleted ENI is ours again (attached anew, and IMDS shows it); True if it was marked."""
+        self.deleted_absent.discard(eni_id)
+        return self.deleted.pop(eni_id, None) is not None
+
     def note_absent(self, listed: set[str]) -> None:
         """IMDS lists exactly ``listed``: every released key it does not list was seen gone."""
         self.absent.update(k for k in self.released if k not in listed)
 
+    def note_enis_absent(self, listed: set[str]) -> bool:
+        """IMDS lists exactly the ENIs ``listed``: every deleted ENI it does not list was seen
+        gone. Forgets the oldest ids seen gone beyond :data:`MAX_DELETED_ABSENT`; True if any."""
+        self.deleted_absent.update(k for k in self.deleted if k not in listed)
+        over = len(self.deleted_absent) - MAX_DELETED_ABSENT
+        if over <= 0:
+            return False
+        for k in sorted(self.deleted_absent, key=lambda k: (self.deleted[k], k))[:over]:
+            del self.deleted[k]
+            self.deleted_absent.discard(k)
+        return True
+
     def expire(self, now: float) -> bool:
-        """Forget entries whose time is up; True if any was."""
+        """Forget released and granted entries whose time is up (deleted ENIs never expire by
+        time: the module docstring); True if any was."""
         changed = False
-        for d in (self.released, self.deleted, self.granted):
+        for d in (self.released, self.granted):
             old = [k for k, (t, _) in d.items() if t <= now]
             for k in old:
                 del d[k]
@@ -81,6 +113,7 @@ class RecentResults:
         for d in (self.released, self.deleted, self.granted):
             d.clear()
         self.absent.clear()
+        self.deleted_absent.clear()
 
     def load(self, recent: RecentEntry) -> None:
         self.clear()

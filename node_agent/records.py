@@ -71,6 +71,9 @@ class Addr:
     quarantined_at: float | None = None
     recovered: str = ""
     """Recovered holder (host veth name, or :data:`UNKNOWN_HOLDER`) after a checkpoint rebuild."""
+    network: str = ""
+    """The CNI network (the configuration's ``name``) the pod's ADD named; '' if not known
+    (an ADD without one, or a checkpoint written before agents recorded it)."""
 
     @property
     def in_use(self) -> bool:
@@ -86,6 +89,11 @@ class EniRecord:
     prefixes: list[str] = field(default_factory=list)
     ready: bool = True
     """Host networking set up; a not-ready ENI's addresses are not handed out."""
+    held: bool = False
+    """Kept for the pods on it, nothing new handed out from it (nor quarantined or offered):
+    its ``no_manage`` tag could not be read, or it was tagged after the agent took it
+    (:meth:`node_agent.controller.PoolController.resync`). Not checkpointed: every resync
+    decides it again."""
 
     def copy(self) -> EniRecord:
         """A copy its holder may change (the addresses copied too)."""
@@ -96,6 +104,7 @@ class EniRecord:
             ips=list(self.ips),
             prefixes=list(self.prefixes),
             ready=self.ready,
+            held=self.held,
         )
 
     def by_prefix(self) -> dict[str, list[Addr]]:
@@ -110,7 +119,8 @@ class EniRecord:
 @dataclass(frozen=True)
 class Counts:
     total: int
-    """Addresses pods can use (quarantined ones excluded: they are on their way out)."""
+    """Addresses pods can use (quarantined ones excluded: they are on their way out; so are
+    the free addresses of a held ENI)."""
     assigned: int
     available: int
     """total − assigned (cooldown counts as available, as in the VPC CNI)."""
@@ -121,10 +131,12 @@ class Counts:
     free_prefixes: int
     recovered: int = 0
     """Of ``assigned``: held by recovered holders (pods known only from the host after a rebuild)."""
+    free_singles: int = 0
+    """Free single addresses (not in a prefix; prefix mode's fallback), cooldown included."""
 
     @classmethod
     def of(cls, enis: Collection[EniRecord], now: float, cooldown_s: float, pending: int) -> Counts:
-        total = assigned = cooldown = quarantined = free_prefixes = recovered = 0
+        total = assigned = cooldown = quarantined = free_prefixes = recovered = free_singles = 0
         for eni in enis:
             busy: dict[str, bool] = {p: False for p in eni.prefixes}
             for a in eni.addrs.values():
@@ -133,7 +145,10 @@ class Counts:
                     if a.prefix is not None:
                         busy[a.prefix] = True
                     continue
+                if eni.held and not a.in_use:
+                    continue  # not usable by pods: kept only for the pods on the ENI
                 total += 1
+                free_singles += a.prefix is None and not a.in_use
                 if a.in_use:
                     assigned += 1
                     recovered += bool(a.recovered)
@@ -141,7 +156,8 @@ class Counts:
                         busy[a.prefix] = True
                 elif a.freed_at is not None and now < a.freed_at + cooldown_s:
                     cooldown += 1
-            free_prefixes += sum(1 for b in busy.values() if not b)
+            if not eni.held:
+                free_prefixes += sum(1 for b in busy.values() if not b)
         return cls(
             total=total,
             assigned=assigned,
@@ -152,6 +168,7 @@ class Counts:
             enis=len(enis),
             free_prefixes=free_prefixes,
             recovered=recovered,
+            free_singles=free_singles,
         )
 
 
@@ -173,3 +190,4 @@ class PodRecord:
     ip: str
     eni_id: str
     assigned_at: float
+    network: str = ""

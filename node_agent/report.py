@@ -29,6 +29,7 @@ def build_report(
     now: float,
     signed: messages.SignedIdentity | None,
     skipped: Callable[[str, tuple[int, int]], None],
+    offer_shift: float = 0.0,
 ) -> PoolReport:
     """The report (``ValidationError`` if the datastore cannot make a valid one).
 
@@ -37,6 +38,8 @@ def build_report(
     was missed) is left out, and so is its offer (taken out of ``offers``);
     ``skipped(eni_id, slot)`` is told.
     Quarantined addresses and prefixes are reported only as offers, never as the pool's.
+    Each offer is dated ``offer_shift`` seconds before its quarantine time (how far this
+    node's clock may be ahead of the allocator's: never an offer younger than it is).
     """
     c = ds.counts(now)
     since = ds.quarantined_since()
@@ -83,8 +86,14 @@ def build_report(
         pending_demand=c.pending,
         release=[
             # Dated no later than the report (the contract's rule; a clock stepped
-            # back after a restart only makes the offer look older, never younger).
-            ReleaseOffer(eni_id=k, ips=v[0], prefixes=v[1], quarantined_at=min(since.get(k, now), now))
+            # back after a restart only makes the offer look older, never younger),
+            # and earlier by as much as this node's clock may be ahead.
+            ReleaseOffer(
+                eni_id=k,
+                ips=v[0],
+                prefixes=v[1],
+                quarantined_at=max(0.0, min(since.get(k, now), now) - offer_shift),
+            )
             for k, v in sorted(offers.items())
         ],
         identity=signed,

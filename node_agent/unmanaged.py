@@ -10,27 +10,45 @@ managed; ``TestIPAMContext_filterUnmanagedENIs`` "Primary ENI unmanaged"), and
 only the value ``true`` counts.
 
 warmpool does the same through :class:`SkipUnmanaged`, a wrapper around the
-agent's metadata port: the controller never sees an unmanaged ENI, so it is
-never set up on the host, never used for pods and never put in a report. To
-keep EC2 reads rare (they share the account's rate limits with everything
-else), each ENI id is looked up once: one filtered ``DescribeNetworkInterfaces``
-for all ids not yet classified, at start and when an ENI the agent has not seen
-appears. An ENI the describe does not list has no tags: managed (as in ipamd's
-tag map). When the describe itself fails, the ENIs it was for are held back (not
-used) until a later look-up succeeds, as ipamd does not start without it.
+agent's metadata port that marks each ENI it returns (``AttachedEni.managed``):
+True, False (tagged), or None while its tags could not be read. The controller
+never sets up, uses or reports an ENI it does not already hold unless it is
+managed; one it holds whose tags cannot be read, or that was tagged after it
+took it, is kept for the pods on it with nothing new handed out from it
+(:meth:`node_agent.controller.PoolController.resync`). A failed look-up is never
+read as "no ENIs": that dropped the pods of every secondary ENI at a start
+where Describe was throttled, and the next resync brought the ENI back with
+every address free.
+
+To keep EC2 reads rare (they share the account's rate limits with everything
+else): one filtered ``DescribeNetworkInterfaces`` classifies every ENI of the
+instance, made when an ENI the agent has not classified appears and every
+:data:`TAG_REFRESH_S` (so a tag added later is seen); an ENI the describe does
+not list has no tags: managed (as in ipamd's tag map). A failed look-up keeps
+what earlier ones found and is retried with exponential backoff and jitter
+(:data:`BACKOFF_S` doubling up to :data:`BACKOFF_MAX_S`), never on every IMDS
+read: many agents restarting at once (a DaemonSet rollout) are exactly when
+Describe throttles.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from typing import Any, Protocol
 
 from node_agent.controller import AttachedEni
+from warmpool.clock import Clock, RealClock
 
 log = logging.getLogger("warmpool.agent.unmanaged")
 
 NO_MANAGE_TAG = "node.k8s.amazonaws.com/no_manage"
+TAG_REFRESH_S = 600.0
+"""How often every ENI's tags are read again (a ``no_manage`` tag added later is seen within it)."""
+BACKOFF_S = 2.0
+"""Wait after the first failed look-up; doubled after each further failure (with jitter)."""
+BACKOFF_MAX_S = 120.0
 
 
 class Ec2Reader(Protocol):
@@ -43,14 +61,29 @@ class MetadataPort(Protocol):
 
 
 class SkipUnmanaged:
-    """A metadata port that hides unmanaged ENIs (see the module docstring)."""
+    """A metadata port that marks unmanaged ENIs (see the module docstring)."""
 
-    def __init__(self, inner: MetadataPort, ec2: Ec2Reader, instance_id: str = "") -> None:
+    def __init__(
+        self,
+        inner: MetadataPort,
+        ec2: Ec2Reader,
+        instance_id: str = "",
+        *,
+        clock: Clock | None = None,
+        refresh_s: float = TAG_REFRESH_S,
+        rng: random.Random | None = None,
+    ) -> None:
         self.inner = inner
         self.ec2 = ec2
         self.instance_id = instance_id
-        self._unmanaged: set[str] = set()
-        self._managed: set[str] = set()
+        self.clock = clock or RealClock()
+        self.refresh_s = refresh_s
+        self._rng = rng or random.Random()
+        self._tagged: dict[str, bool] = {}
+        """ENI id -> tagged no_manage, as the last successful look-up found it."""
+        self._checked_at: float | None = None
+        self._retry_at = float("-inf")
+        self._failures = 0
         self._lock = threading.Lock()
         self.describe_calls = 0
         self.describe_errors = 0
@@ -65,9 +98,10 @@ class SkipUnmanaged:
     @property
     def unmanaged(self) -> list[str]:
         with self._lock:
-            return sorted(self._unmanaged)
+            return sorted(k for k, v in self._tagged.items() if v)
 
-    def _classify(self, eni_ids: list[str]) -> None:
+    def _describe(self) -> dict[str, bool]:
+        """Every ENI attached to the instance -> tagged no_manage (one paginated call)."""
         if not self.instance_id:
             self.instance_id = str(self.inner.identity().instance_id)
         self.describe_calls += 1
@@ -80,32 +114,53 @@ class SkipUnmanaged:
                 found[str(ni["NetworkInterfaceId"])] = str(tags.get(NO_MANAGE_TAG, "")).lower() == "true"
             token = resp.get("NextToken")
             if not token:
-                break
+                return found
             kwargs["NextToken"] = token
+
+    def _lookup(self, eni_ids: list[str], now: float) -> None:
+        try:
+            found = self._describe()
+        except Exception as exc:  # keep what is known; retried after the backoff
+            self.describe_errors += 1
+            with self._lock:
+                self._failures += 1
+                wait = min(BACKOFF_MAX_S, BACKOFF_S * 2 ** (self._failures - 1)) * (0.5 + 0.5 * self._rng.random())
+                self._retry_at = now + wait
+            log.warning(
+                "could not read the tags of %s (%s): ENIs not yet classified are not used, those in use are "
+                "kept for their pods; retrying in %.0fs",
+                ", ".join(eni_ids),
+                exc,
+                wait,
+            )
+            return
         with self._lock:
-            for eni_id in eni_ids:
-                # An ENI the describe did not list has no tags to read: managed (ipamd's tag map
-                # has no entry for it either).
-                (self._unmanaged if found.get(eni_id, False) else self._managed).add(eni_id)
-        for eni_id in sorted(i for i in eni_ids if found.get(i)):
-            log.info("%s is tagged %s=true: left alone (not set up, not used, not reported)", eni_id, NO_MANAGE_TAG)
+            before = dict(self._tagged)
+            # An ENI the describe did not list has no tags to read: managed (ipamd's tag map
+            # has no entry for it either). ENIs no longer attached are forgotten.
+            self._tagged = {i: found.get(i, False) for i in eni_ids}
+            self._checked_at, self._failures, self._retry_at = now, 0, float("-inf")
+        for eni_id in sorted(eni_ids):
+            if self._tagged[eni_id] and not before.get(eni_id, False):
+                log.info("%s is tagged %s=true: left alone (not set up, not used, not reported)", eni_id, NO_MANAGE_TAG)
 
     def interfaces(self) -> list[AttachedEni]:
         enis = self.inner.interfaces()
+        now = self.clock.now()
+        ids = [e.info.eni_id for e in enis if not _primary(e)]
         with self._lock:
-            unknown = [
-                e.info.eni_id for e in enis if not _primary(e) and e.info.eni_id not in self._managed | self._unmanaged
-            ]
-        if unknown:
-            try:
-                self._classify(unknown)
-            except Exception as exc:  # held back, retried on the next call
-                self.describe_errors += 1
-                log.warning(
-                    "could not read the tags of %s (%s): not used until they can be read", ", ".join(unknown), exc
-                )
+            unknown = [i for i in ids if i not in self._tagged]
+            due = self._checked_at is not None and now - self._checked_at >= self.refresh_s
+            allowed = now >= self._retry_at
+        if ids and (unknown or due) and allowed:
+            self._lookup(ids, now)
         with self._lock:
-            return [e for e in enis if _primary(e) or e.info.eni_id in self._managed]
+            tagged = dict(self._tagged)
+        return [e._replace(managed=True if _primary(e) else _managed(tagged.get(e.info.eni_id))) for e in enis]
+
+
+def _managed(tagged: bool | None) -> bool | None:
+    return None if tagged is None else not tagged
 
 
 def _primary(e: AttachedEni) -> bool:

@@ -225,17 +225,19 @@ def inventory_state(report: PoolReport, inventory: Inventory) -> PoolState:
     enis = tuple(e for e in inventory.enis if e.usable)
     total = sum(e.addresses for e in enis)
     by_id = {e.eni_id: e for e in report.enis}
-    free_prefixes = 0
+    free_prefixes = free_singles = 0
     for e in enis:
         rep = by_id.get(e.eni_id)
         used = rep.assigned if rep is not None else 0
         free_prefixes += max(0, len(e.prefixes) - math.ceil(max(0, used - len(e.ips)) / PREFIX_SIZE))
+        free_singles += max(0, len(e.ips) - used)
     return PoolState(
         total=total,
         assigned=report.assigned_ips,
         pending=report.pending_demand,
         enis=len(enis),
         free_prefixes=free_prefixes,
+        free_singles=free_singles,
     )
 
 

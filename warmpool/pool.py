@@ -62,6 +62,8 @@ class PoolState:
     pending: int = 0
     enis: int = 1
     free_prefixes: int = 0
+    free_singles: int = 0
+    """Prefix mode: free single addresses (not in a /28), the fallback on ``InsufficientCidrBlocks``."""
 
     @property
     def available(self) -> int:
@@ -80,6 +82,7 @@ class PoolState:
             pending=report.pending_demand,
             enis=len(report.enis),
             free_prefixes=free_prefixes,
+            free_singles=sum(max(0, len(e.ips) - e.assigned) for e in report.enis),
         )
 
 
@@ -93,6 +96,8 @@ class PoolDelta:
     over: int
     over_units: int
     over_enis: int
+    over_singles: int = 0
+    """Prefix mode: free single addresses that may go besides ``over_units`` /28s (in ``over``)."""
 
     @property
     def low(self) -> bool:
@@ -100,7 +105,7 @@ class PoolDelta:
 
     @property
     def high(self) -> bool:
-        return self.over_units > 0 or self.over_enis > 0
+        return self.over_units > 0 or self.over_enis > 0 or self.over_singles > 0
 
 
 def ceiling(cfg: PoolConfig, limits: InstanceLimits) -> int:
@@ -118,17 +123,24 @@ def compute(cfg: PoolConfig, state: PoolState, limits: InstanceLimits) -> PoolDe
     over = 0
     over_units = 0
     over_enis = 0
+    over_singles = 0
 
+    # Prefix mode: single addresses (the fallback when no /28 was free) go back too, as far as
+    # the pool still meets its target without them (else the next report would ask again).
     if cfg.ip_targets:
         short = max(cfg.warm_ip - available, 0)
         short = max(short, cfg.minimum_ip - state.total)
         over = max(available - cfg.warm_ip, 0)
         over = max(min(over, state.total - cfg.minimum_ip), 0)
         over_units = over if not cfg.prefix_mode else min(state.free_prefixes, over // PREFIX_SIZE)
+        if cfg.prefix_mode:
+            over_singles = max(0, min(state.free_singles, over - PREFIX_SIZE * over_units))
     elif cfg.prefix_mode and cfg.warm_prefix > 0:
         short = max(PREFIX_SIZE * cfg.warm_prefix - available, 0)
         over_units = max(state.free_prefixes - cfg.warm_prefix, 0)
-        over = over_units * PREFIX_SIZE
+        spare = available - PREFIX_SIZE * (cfg.warm_prefix + over_units)
+        over_singles = max(0, min(state.free_singles, spare))
+        over = over_units * PREFIX_SIZE + over_singles
     else:
         whole_enis = True
         target = per_eni * cfg.warm_eni
@@ -141,7 +153,7 @@ def compute(cfg: PoolConfig, state: PoolState, limits: InstanceLimits) -> PoolDe
             over_units = 0
 
     if state.pending > 0:
-        over = over_units = over_enis = 0
+        over = over_units = over_enis = over_singles = 0
     short = max(0, min(short, ceiling(cfg, limits) - state.total))
     short_units = math.ceil(short / unit)
     return PoolDelta(
@@ -151,4 +163,5 @@ def compute(cfg: PoolConfig, state: PoolState, limits: InstanceLimits) -> PoolDe
         over=over,
         over_units=over_units,
         over_enis=over_enis,
+        over_singles=over_singles,
     )

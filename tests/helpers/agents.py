@@ -9,8 +9,10 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from node_agent.hostnet import PodNet
+from warmpool.messages import AllocationResult, PoolReport, parse_report
 
 
 class RecordingPods:
@@ -57,3 +59,69 @@ def wait_ready(metrics: str, timeout: float = 30.0) -> None:
             pass
         time.sleep(0.05)
     raise AssertionError("agent not ready")
+
+
+def newest_offer(sqs: Any, reports_url: str, timeout: float = 30.0) -> PoolReport:
+    """The newest report on the reports queue that offers addresses back (the queue is drained)."""
+    deadline = time.monotonic() + timeout
+    offering: list[PoolReport] = []
+    while time.monotonic() < deadline:
+        msgs = sqs.receive_message(QueueUrl=reports_url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
+        for m in msgs:
+            r = parse_report(m["Body"])
+            if r.release:
+                offering.append(r)
+            sqs.delete_message(QueueUrl=reports_url, ReceiptHandle=m["ReceiptHandle"])
+        if offering and not msgs:
+            break
+    assert offering, "no report offered anything back"
+    return max(offering, key=lambda r: r.seq)
+
+
+def hand_back(sqs: Any, reports_url: str, cluster: str, timeout: float = 30.0) -> PoolReport:
+    """What the allocator answers when a node needs the addresses it offers: ``assigned`` for
+    each offer, replying to the newest report that offered them (a started agent with no
+    checkpoint holds its free addresses as offered until such an answer: docs/agent.md)."""
+    offer = newest_offer(sqs, reports_url, timeout)
+    handback = AllocationResult.model_validate(
+        {
+            "cluster": cluster,
+            "node": offer.node,
+            "instance_id": offer.instance_id,
+            "in_reply_to": offer.seq,
+            "actions": [
+                {"kind": "assigned", "eni_id": o.eni_id, "ips": o.ips, "prefixes": o.prefixes} for o in offer.release
+            ],
+        }
+    )
+    prefix = f"warmpool-{cluster}-result-"
+    url = sqs.get_queue_url(QueueName=prefix + offer.instance_id)["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody=handback.to_json())
+    return offer
+
+
+def wait_metric(metrics: str, line: str, timeout: float = 30.0) -> None:
+    """Until ``/metrics`` shows ``line``."""
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5).read().decode()
+        if line in text.splitlines():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{line!r} not in /metrics:\n{text[-2000:]}")
+
+
+def hand_back_all(sqs: Any, reports_url: str, cluster: str, metrics: str, timeout: float = 60.0) -> PoolReport:
+    """:func:`hand_back` until the agent holds nothing quarantined: a hand-back replying to a
+    report older than the newest one offering the same addresses is rightly not taken
+    (docs/agent.md, hand-backs), and the agent repeats its offer every few seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        offer = hand_back(sqs, reports_url, cluster, timeout=max(1.0, deadline - time.monotonic()))
+        try:
+            wait_metric(metrics, "warmpool_addresses_quarantined 0", timeout=3.0)
+            return offer
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise

@@ -27,6 +27,10 @@ class FakeImds:
     def __init__(self) -> None:
         self.enis: dict[str, AttachedEni] = {PRIMARY.eni_id: AttachedEni(PRIMARY, [], [])}
 
+    def identity(self) -> NodeIdentity:
+        """The instance (only its ``instance_id`` is read, by ``SkipUnmanaged``)."""
+        return ID
+
     def interfaces(self) -> list[AttachedEni]:
         return list(self.enis.values())
 

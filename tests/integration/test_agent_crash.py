@@ -21,7 +21,7 @@ import pytest
 
 from node_agent.agent import install_cni
 from tests.fakenode import FakeEni, FakeImdsServer, FakeInstance, add_fake_eni, netns, netns_available
-from tests.helpers.agents import free_port, start_agent, wait_ready
+from tests.helpers.agents import free_port, hand_back_all, start_agent, wait_ready
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -113,6 +113,8 @@ def test_kill_9_mid_add_loses_and_doubles_nothing(tmp_path: Path, moto_endpoint:
             # the secondary ENI was set up on the host at start-up
             rules = subprocess.run(["ip", "-n", node, "-4", "rule"], capture_output=True, text=True).stdout
             assert "from 10.0.1.10 lookup 2" in rules, rules
+            # a first start holds the addresses as offered until the allocator answers
+            hand_back_all(sqs, reports, "demo", metrics)
             first: dict[str, dict[str, Any]] = {}
             with ThreadPoolExecutor(PODS) as pool:
                 futs = {f"c{i}": pool.submit(add, plugin, sock, f"c{i}", pods[i]) for i in range(PODS)}

@@ -2,8 +2,10 @@
 agent process and plugin, the agent stopped, its checkpoint truncated or
 overwritten with garbage, the agent restarted. It starts, says so, keeps the
 damaged file aside, holds every wired pod's address (found from the host's
-routes), gives new pods other addresses, and a DEL/CHECK/ADD of an old pod
-finds it again by its host veth name."""
+routes), holds every free address as offered until the allocator answers a
+report of the new process (issue 21 defect 2), then gives new pods other
+addresses, and a DEL/CHECK/ADD of an old pod finds it again by its host veth
+name."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from tests.fakenode import (
     netns,
     netns_available,
 )
-from tests.helpers.agents import free_port, start_agent, wait_ready
+from tests.helpers.agents import free_port, hand_back_all, start_agent, wait_ready
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -137,6 +139,8 @@ def test_damaged_checkpoint_is_rebuilt_from_imds_and_the_host(tmp_path: Path, mo
         agent = start_agent(env, log)
         try:
             wait_ready(metrics)
+            # a first start holds the addresses as offered until the allocator answers
+            hand_back_all(sqs, reports, "demo", metrics)
             old: dict[str, str] = {}
             for i in range(OLD):
                 rc, res = cni(plugin, sock, "ADD", f"old{i}", pods[i])
@@ -166,7 +170,14 @@ def test_damaged_checkpoint_is_rebuilt_from_imds_and_the_host(tmp_path: Path, mo
             assert f"warmpool_addresses_recovered {OLD}" in m
             assert f"warmpool_addresses_assigned {OLD}" in m
 
-            # a new pod gets another address; the only free ones are the two not wired
+            # a new pod gets nothing yet: the two free addresses may sit in a report the
+            # previous process sent (its checkpoint knew which), so they are held as offered
+            rc, res = cni(plugin, sock, "ADD", "new0", pods[OLD])
+            assert rc == 1 and res.get("code") == 11, res
+            # until the allocator answers a report of this process: here it hands them back
+            offer = hand_back_all(sqs, reports, "demo", metrics)
+            every = {*eni0.ips, *eni1.ips}
+            assert {ip for o in offer.release for ip in o.ips} == every - set(old.values())
             rc, res = cni(plugin, sock, "ADD", "new0", pods[OLD])
             assert rc == 0, (res, log.read_text()[-2000:])
             new_ip = res["ips"][0]["address"].removesuffix("/32")

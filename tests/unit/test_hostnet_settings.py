@@ -3,16 +3,18 @@ rules they lead to, and ENIs tagged node.k8s.amazonaws.com/no_manage=true left a
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
 
+from emulated.clock import VirtualClock
 from node_agent.config import ConfigError, HostNetSettings, load, load_hostnet
 from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
 from node_agent.nodenet import NodeSpec, desired_rules, render
 from node_agent.records import EniInfo, NodeIdentity
-from node_agent.unmanaged import NO_MANAGE_TAG, SkipUnmanaged
+from node_agent.unmanaged import BACKOFF_MAX_S, BACKOFF_S, NO_MANAGE_TAG, SkipUnmanaged
 from tests.helpers.controller import TIMING, RecordingHost
 from warmpool.limits import known
 from warmpool.pool import PoolConfig
@@ -161,7 +163,7 @@ class Ec2:
         return page
 
 
-def world(fail: int = 0) -> tuple[Imds, Ec2, SkipUnmanaged]:
+def world(fail: int = 0, clock: VirtualClock | None = None) -> tuple[Imds, Ec2, SkipUnmanaged]:
     imds = Imds(
         AttachedEni(PRIMARY, ["10.0.0.11"], []),
         AttachedEni(MANAGED, ["10.0.0.21"], []),
@@ -175,7 +177,11 @@ def world(fail: int = 0) -> tuple[Imds, Ec2, SkipUnmanaged]:
         },
         fail=fail,
     )
-    return imds, ec2, SkipUnmanaged(imds, ec2)
+    return imds, ec2, SkipUnmanaged(imds, ec2, clock=clock or VirtualClock())
+
+
+def managed(md: SkipUnmanaged) -> dict[str, bool | None]:
+    return {e.info.eni_id: e.managed for e in md.interfaces()}
 
 
 def test_tagged_eni_is_never_set_up_used_or_reported() -> None:
@@ -211,17 +217,59 @@ def test_untagged_new_eni_is_described_once_when_it_appears() -> None:
 
 
 def test_eni_whose_tags_cannot_be_read_is_held_back_until_they_can() -> None:
-    _, _ec2, md = world(fail=1)
-    assert {e.info.eni_id for e in md.interfaces()} == {PRIMARY.eni_id}  # primary always; others wait
+    clock = VirtualClock()
+    _, ec2, md = world(fail=1, clock=clock)
+    # primary always managed; the others unknown (None), which the controller does not take up
+    assert managed(md) == {PRIMARY.eni_id: True, MANAGED.eni_id: None, TAGGED.eni_id: None}
     assert md.describe_errors == 1
-    assert {e.info.eni_id for e in md.interfaces()} == {PRIMARY.eni_id, MANAGED.eni_id}
+    calls = len(ec2.calls)
+    assert managed(md)[MANAGED.eni_id] is None and len(ec2.calls) == calls  # backing off: no call
+    clock.advance(BACKOFF_S)
+    assert managed(md) == {PRIMARY.eni_id: True, MANAGED.eni_id: True, TAGGED.eni_id: False}
+    ds = Datastore(cooldown_s=0)
+    _, _, md2 = world(fail=1)
+    ctl = PoolController(ID, known("m5.large"), PoolConfig(warm_ip=1), ds, TIMING, metadata=md2)
+    ctl.start(0.0)
+    assert {e.info.eni_id for e in ds.enis()} == {PRIMARY.eni_id}  # unknown ENIs not taken up
+
+
+def test_failed_lookups_back_off_exponentially_with_jitter_up_to_a_cap() -> None:
+    clock = VirtualClock()
+    _, ec2, md = world(fail=100, clock=clock)
+    at: list[float] = []
+    while len(at) < 12:  # the controller reads IMDS every tick (here every 0.25 s)
+        n = len(ec2.calls)
+        md.interfaces()
+        if len(ec2.calls) > n:
+            at.append(clock.now())
+        clock.advance(0.25)
+    waits = [b - a for a, b in itertools.pairwise(at)]
+    assert BACKOFF_S / 2 <= waits[0] <= BACKOFF_S + 0.25
+    assert waits[4] >= BACKOFF_S * 2**4 / 2
+    assert max(waits) <= BACKOFF_MAX_S + 0.25 and waits[-1] >= BACKOFF_MAX_S / 2
+
+
+def test_a_no_manage_tag_added_later_is_seen_at_the_next_refresh() -> None:
+    clock = VirtualClock()
+    _, ec2, md = world(clock=clock)
+    assert managed(md)[MANAGED.eni_id] is True
+    ec2.tags[MANAGED.eni_id] = {NO_MANAGE_TAG: "true"}
+    clock.advance(md.refresh_s - 1)
+    assert managed(md)[MANAGED.eni_id] is True  # not read again before the refresh
+    clock.advance(1)
+    assert managed(md)[MANAGED.eni_id] is False
+    # a failed refresh keeps what the last look-up found (never "unknown", never "gone")
+    ec2.fail = 1
+    clock.advance(md.refresh_s)
+    assert managed(md) == {PRIMARY.eni_id: True, MANAGED.eni_id: False, TAGGED.eni_id: False}
+    assert md.describe_errors == 1
 
 
 def test_an_eni_the_describe_does_not_list_is_managed_like_ipamds_tag_map() -> None:
     _, ec2, md = world()
     del ec2.tags[MANAGED.eni_id]
     ec2.tags.pop(TAGGED.eni_id)
-    assert {e.info.eni_id for e in md.interfaces()} == {PRIMARY.eni_id, MANAGED.eni_id, TAGGED.eni_id}
+    assert managed(md) == {PRIMARY.eni_id: True, MANAGED.eni_id: True, TAGGED.eni_id: True}
 
 
 def test_a_read_only_proc_sys_is_reported_not_fatal(

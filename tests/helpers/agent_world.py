@@ -1,0 +1,161 @@
+"""An :class:`node_agent.agent.Agent` in-process on stand-ins for what it talks to:
+SQS (:class:`MemorySqs`, answers dated by an AWS clock of the test's choosing),
+IMDS (:class:`MetadataStub`, a fixed identity document), the host's pod wiring
+(:class:`WiredPods`), all in virtual time. No child process, no network namespace:
+the unit tier may use it (tests/unit/test_agent_safety.py)."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from email.utils import formatdate
+from pathlib import Path
+from typing import Any
+
+from emulated.clock import VirtualClock
+from node_agent.agent import Agent
+from node_agent.config import load
+from node_agent.controller import AttachedEni
+from node_agent.hostnet import HostWiring, PodNet
+from node_agent.imds import Identity
+from tests.helpers.controller import ID, PRIMARY, FakeImds
+from warmpool.messages import AllocationResult, PoolReport, parse_report
+
+REPORTS_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/warmpool-demo-reports"
+
+
+class MemorySqs:
+    """The SQS calls the agent makes. ``aws_clock`` dates every answer (its ``Date`` header)."""
+
+    def __init__(self, aws_clock: VirtualClock | None = None) -> None:
+        self.aws_clock = aws_clock
+        self.sent: list[str] = []
+        self.deleted: list[str] = []
+
+    def _meta(self) -> dict[str, Any]:
+        if self.aws_clock is None:
+            return {}
+        return {"ResponseMetadata": {"HTTPHeaders": {"date": formatdate(self.aws_clock.now(), usegmt=True)}}}
+
+    def reports(self) -> list[PoolReport]:
+        return [parse_report(b) for b in self.sent]
+
+    # --- the SqsApi port ---
+    def create_queue(self, **kw: Any) -> dict[str, Any]:
+        return {"QueueUrl": f"https://sqs.us-east-1.amazonaws.com/123456789012/{kw['QueueName']}", **self._meta()}
+
+    def get_queue_url(self, **kw: Any) -> dict[str, Any]:
+        return self.create_queue(**kw)
+
+    def delete_queue(self, **kw: Any) -> dict[str, Any]:
+        return self._meta()
+
+    def send_message(self, **kw: Any) -> dict[str, Any]:
+        self.sent.append(str(kw["MessageBody"]))
+        return {"MessageId": str(len(self.sent)), **self._meta()}
+
+    def send_message_batch(self, **kw: Any) -> dict[str, Any]:
+        for e in kw["Entries"]:
+            self.sent.append(str(e["MessageBody"]))
+        return {"Successful": [{"Id": e["Id"]} for e in kw["Entries"]], **self._meta()}
+
+    def receive_message(self, **kw: Any) -> dict[str, Any]:
+        """Nothing: tests hand results to the agent with :func:`give` (deterministic)."""
+        threading.Event().wait(0.02)  # a long poll, kept short
+        return {"Messages": [], **self._meta()}
+
+    def delete_message(self, **kw: Any) -> dict[str, Any]:
+        self.deleted.append(str(kw["ReceiptHandle"]))
+        return self._meta()
+
+    def delete_message_batch(self, **kw: Any) -> dict[str, Any]:
+        self.deleted.extend(str(e["ReceiptHandle"]) for e in kw["Entries"])
+        return self._meta()
+
+    def change_message_visibility(self, **kw: Any) -> dict[str, Any]:
+        return self._meta()
+
+    def get_queue_attributes(self, **kw: Any) -> dict[str, Any]:
+        return {"Attributes": {}, **self._meta()}
+
+    def list_queues(self, **kw: Any) -> dict[str, Any]:
+        return {"QueueUrls": [], **self._meta()}
+
+
+class MetadataStub:
+    """IMDS for :class:`Agent`: the ENIs of a :class:`FakeImds`, an identity, a signed document."""
+
+    def __init__(self, imds: FakeImds) -> None:
+        self.imds = imds
+
+    def identity(self) -> Identity:
+        return Identity(ID.instance_id, ID.instance_type, ID.availability_zone, PRIMARY.mac)
+
+    def interfaces(self) -> list[AttachedEni]:
+        return self.imds.interfaces()
+
+    def get(self, path: str, missing_ok: bool = False, tree: str = "meta-data") -> str | None:
+        return {"instance-identity/document": "{}", "instance-identity/signature": "c2ln"}.get(path)
+
+
+class WiredPods:
+    """The host's pod wiring, recorded (survives agent restarts); what a rebuild reads."""
+
+    def __init__(self) -> None:
+        self.wired: dict[tuple[str, str], str] = {}
+
+    def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet:
+        self.wired[(container_id, ifname)] = ip
+        return PodNet("eni0", "02:00:00:00:00:01", "02:00:00:00:00:02", 2)
+
+    def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
+        self.wired.pop((container_id, ifname), None)
+
+    def check(self, netns: str, ifname: str, container_id: str, ip: str, table: int) -> list[str]:
+        return []
+
+    def host_wiring(self) -> HostWiring:
+        from node_agent.hostnet import host_veth_name
+
+        return HostWiring({ip: host_veth_name(c, i) for (c, i), ip in self.wired.items()}, [])
+
+
+def agent_env(state: Path, **extra: str) -> dict[str, str]:
+    sock = Path(tempfile.mkdtemp(prefix="wp-")) / "agent.sock"  # short: a unix socket path has 108 bytes
+    return {
+        "CLUSTER_NAME": ID.cluster,
+        "MY_NODE_NAME": ID.node,
+        "WARM_IP_TARGET": "1",
+        "IP_COOLDOWN_PERIOD": "0",
+        "WARMPOOL_REPORTS_QUEUE_URL": REPORTS_URL,
+        "WARMPOOL_STATE_DIR": str(state),
+        "WARMPOOL_SOCKET": str(sock),
+        "WARMPOOL_ADD_WAIT_S": "0",
+        **extra,
+    }
+
+
+def make_agent(state: Path, imds: FakeImds, sqs: MemorySqs, clock: VirtualClock, pods: WiredPods, **env: str) -> Agent:
+    """Built and started (threads: CNI socket, result poller; no HTTP). Stop it with ``stop()``."""
+    agent = Agent(
+        load(agent_env(state, **env)),
+        sqs,
+        MetadataStub(imds),
+        pods=pods,
+        clock=clock,
+        poll_wait_s=0,
+        serve_http=False,
+    )
+    agent.start()
+    return agent
+
+
+_receipts = iter(range(1, 1 << 62))
+
+
+def give(agent: Agent, result: AllocationResult) -> str:
+    """A result received from the node's queue (as the poller hands it over); returns its
+    receipt handle (in ``MemorySqs.deleted`` once the agent acknowledged it)."""
+    receipt = f"r{next(_receipts)}"
+    agent.results.put({"Body": result.to_json(), "ReceiptHandle": receipt, "MessageId": receipt})
+    return receipt
