@@ -7,6 +7,7 @@ hostile input), each with the check of what it must leave behind.
 
 from __future__ import annotations
 
+import errno
 import functools
 import ipaddress
 import json
@@ -25,7 +26,7 @@ from simulation.base import DESCRIBE_ACTIONS, GC_MIN_AGE_S, HOST_IFNAMES, HOST_N
 from simulation.clients import ReconcilerEc2
 from simulation.hostile import Churner, HostileWorld
 from simulation.node import SimAgent
-from simulation.schedule import HOSTILE_KINDS, Event
+from simulation.schedule import AGENT_KINDS, HOSTILE_KINDS, Event
 from warmpool.buckets import MUTATING_ENI_ACTIONS, spec_for
 
 
@@ -147,6 +148,8 @@ def apply(w: EventsWorld, ev: Event) -> None:
                     w.fault("cni-interrupted")
     elif k in HOSTILE_KINDS:
         _hostile_node(w, k, x)
+    elif k in AGENT_KINDS:
+        _agent_fault(w, k, x)
     elif k == "cni-gc":
         _gc(w, a)
     elif k == "cni-hostile":
@@ -205,6 +208,57 @@ def _hostile_node(w: EventsWorld, k: str, x: dict[str, Any]) -> None:
     if x.get("repeat", 0) > 0:
         again = {**x, "repeat": x["repeat"] - 1}
         w.loop.call_later(7.0, lambda: _hostile_node(w, k, again))
+
+
+def _agent_fault(w: EventsWorld, k: str, x: dict[str, Any]) -> None:
+    """Issue 21's faults of a node's agent and host (:func:`simulation.schedule._agent_faults`)."""
+    if k == "tag-lookup-failure":
+        for i, node in enumerate(x["nodes"].split(",")):
+            w.loop.call_later(i * x["gap"], functools.partial(_rollout_restart, w, node, x["dur"]))
+        w.fault(k)
+        return
+    a = w.agents.get(x["node"])
+    if a is None or a.gone:
+        return
+    if k == "clock-skew":
+        a.skew = x["skew"]
+        w.fault(f"clock-skew:{'ahead' if x['skew'] > 0 else 'behind'}")
+        return
+    if k == "checkpoint-write-error":
+        a.cp.write_errno = getattr(errno, x["errno"])
+        w.fault(f"{k}:{x['errno']}")
+
+        def healed() -> None:
+            a.cp.write_errno = None
+            if a.cp.refused:
+                w.fault("checkpoint-write-error:writes-refused", a.cp.refused)
+            if not a.gone:  # then a restart (a node reboot, a rollout): the disk's file is read back
+                a.die("restart after write errors")
+                a.boot()
+
+        w.loop.call_later(x["dur"], healed)
+        return
+    # the file damaged while the agent is down (a crash, a node reboot), then its start
+    a.die(k)
+    if k == "checkpoint-lost":
+        a.cp.lose()
+    elif k == "checkpoint-truncated":
+        a.cp.truncate(x["keep"])
+    else:
+        a.cp.zero_fill(x["start"], x["n"])
+    w.fault(k)
+    w.loop.call_later(x["down"], functools.partial(_restart, w, a))
+
+
+def _rollout_restart(w: EventsWorld, node: str, dur: float) -> None:
+    """One agent of a DaemonSet rollout: stopped and started again, its tag look-up throttled."""
+    a = w.agents.get(node)
+    if a is None or a.gone:
+        return
+    a.lookup_fails_until = w.now() + dur
+    a.die("rollout")
+    a.boot()
+    w.fault("tag-lookup-failure:restart")
 
 
 def _join_later(w: EventsWorld, name: str, itype: str) -> None:

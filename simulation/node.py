@@ -2,27 +2,50 @@
 with its checkpoint, :class:`~node_agent.controller.PoolController`,
 :class:`~node_agent.cniserver.CniService`) over stand-ins for what the node's host
 gives it: IMDS with lag (:class:`LaggedImds`), a checkpoint that can be killed
-mid-save (:class:`KillCheckpoint`), the kernel's pod wiring (:class:`SimPods`) and
+mid-save or damaged (:class:`SimDisk`), the kernel's pod wiring (:class:`SimPods`) and
 the container runtime (:class:`Runtime`: ADD until it works, DEL until it works).
+
+Issue 21's agent faults act here: the checkpoint file lost, truncated, zero-filled or
+unwritable (:class:`SimDisk`), the restart then running the production start-up
+(:meth:`node_agent.agent.Agent._rebuild` from the host's pod wiring, :meth:`SimPods.host_wiring`),
+the agent's unmanaged-ENI tag look-up (:class:`node_agent.unmanaged.SkipUnmanaged`) over
+its own calls to the emulated EC2 (:class:`AgentEc2`, failing while ``lookup_fails_until``),
+and the node's clock off from the allocator's (``skew``: the agent's injected clock).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
+import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
+from botocore.exceptions import ClientError
+
+from emulated.ec2.errors import Ec2Error
 from emulated.imds import Imds
-from node_agent.agent import RESTART_HOLD_S, RESULT_VISIBILITY_S
-from node_agent.checkpoint import CheckpointError, MemoryCheckpoint
+from node_agent.agent import RESTART_HOLD_S, RESULT_VISIBILITY_S, Agent, Metadata
+from node_agent.checkpoint import CheckpointError, FileCheckpoint
+from node_agent.cni import E_IO
 from node_agent.cniserver import CniService
 from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
-from node_agent.hostnet import CLONE_NEWNET, PodNet, PodRefused, host_veth_name, ifname_problem, netns_refusal
+from node_agent.hostnet import (
+    CLONE_NEWNET,
+    HostWiring,
+    PodNet,
+    PodRefused,
+    host_veth_name,
+    ifname_problem,
+    netns_refusal,
+)
 from node_agent.netlink import NetlinkFailure, netns_path
 from node_agent.records import EniInfo, NodeIdentity
+from node_agent.unmanaged import SkipUnmanaged
 from simulation.base import (
     AGENT_CONFIG,
     CLUSTER,
@@ -124,20 +147,108 @@ class LaggedImds:
 # --- the agent's side ----------------------------------------------------------------
 
 
-class KillCheckpoint(MemoryCheckpoint):
-    """The agent's checkpoint file; ``armed`` kills the agent at the next save, before it is written."""
+class DiskError(OSError):
+    """A checkpoint write refused by the node's disk (ENOSPC, EIO): what ``write``/``fsync``
+    raise; the production agent does not catch it (its loop ends, kubelet restarts it)."""
 
-    def __init__(self, w: NodeWorld) -> None:
-        super().__init__()
+
+class SimDisk(FileCheckpoint):
+    """The agent's checkpoint file on the node's disk (:class:`~node_agent.checkpoint.FileCheckpoint`:
+    same path, same reading of a damaged file, same ``keep_aside``), kept in memory.
+
+    What Linux allows to happen to it, none of it promised away: ``armed`` kills the agent
+    at the next save, before it is written; :meth:`lose` (the state directory gone),
+    :meth:`truncate` (a torn write, a partial copy), :meth:`zero_fill` (blocks lost in a
+    crash read back as zeros); ``write_errno`` makes every save fail with that error
+    (ENOSPC, EIO) until cleared, the file keeping what it last held."""
+
+    def __init__(self, w: NodeWorld, node: str) -> None:
+        super().__init__(f"/var/lib/warmpool/{node}/checkpoint.json")
         self.w = w
         self.armed = False
+        self.data: dict[str, Any] | None = None
+        self.raw: str | None = None
+        """The file's bytes once damaged (otherwise ``data`` as written)."""
+        self.write_errno: int | None = None
+        self.aside: list[str] = []
+        self.saves = 0
+        self.refused = 0
+
+    def load(self) -> dict[str, Any] | None:
+        if self.raw is None:
+            return copy.deepcopy(self.data)
+        try:
+            data = json.loads(self.raw)
+        except ValueError as exc:  # as FileCheckpoint.load words it
+            raise CheckpointError(f"{self.path}: {exc}") from None
+        if not isinstance(data, dict):
+            raise CheckpointError(f"{self.path}: not an object")
+        return data
 
     def save(self, data: dict[str, Any]) -> None:
         if self.armed:
             self.armed = False
             raise AgentKilled("killed before the checkpoint was written")
-        super().save(data)
+        if self.write_errno is not None:
+            self.refused += 1
+            raise DiskError(self.write_errno, os.strerror(self.write_errno), self.path)
+        self.data, self.raw = data, None
+        self.saves += 1
         self.w.version += 1
+
+    def keep_aside(self, now: float, keep: int = 3) -> str:
+        name = f"{self.path}.corrupt-{int(now)}"
+        self.aside.append(name)
+        return name
+
+    def _text(self) -> str:
+        return self.raw if self.raw is not None else json.dumps(self.data, separators=(",", ":"))
+
+    def lose(self) -> None:
+        self.data, self.raw = None, None
+
+    def truncate(self, fraction: float) -> None:
+        if self.data is None and self.raw is None:
+            return
+        text = self._text()
+        self.raw = text[: int(len(text) * fraction)]
+
+    def zero_fill(self, start: float, length: int) -> None:
+        if self.data is None and self.raw is None:
+            return
+        text = self._text()
+        i = int(len(text) * start)
+        self.raw = text[:i] + "\0" * length + text[i + length :]
+
+
+class AgentEc2:
+    """The agent's own EC2 client (its unmanaged-ENI tag look-up): the emulated EC2, with its
+    throttling, and the ``tag-lookup-failure`` fault: while ``agent.lookup_fails_until``,
+    every call is answered ``RequestLimitExceeded`` (a rollout restarting many agents at once)."""
+
+    def __init__(self, w: NodeWorld, agent: SimAgent) -> None:
+        self.w, self.agent = w, agent
+        self.inner = w.emu.client()
+
+    def describe_network_interfaces(self, **kw: Any) -> dict[str, Any]:
+        if self.w.now() < self.agent.lookup_fails_until:
+            self.w.fault("tag-lookup-failure:refused")
+            raise Ec2Error("RequestLimitExceeded", "Request limit exceeded.").client_error("DescribeNetworkInterfaces")
+        try:
+            return self.inner.describe_network_interfaces(**kw)
+        except ClientError:
+            self.w.fault("tag-lookup:error")
+            raise
+
+
+class SkewedClock:
+    """The node's clock: the world's time plus the node's ``skew`` (seconds; either sign)."""
+
+    def __init__(self, w: NodeWorld, agent: SimAgent) -> None:
+        self.w, self.agent = w, agent
+
+    def now(self) -> float:
+        return self.w.now() + self.agent.skew
 
 
 class SimPods:
@@ -213,7 +324,9 @@ class SimPods:
             self.fail.discard(container_id)
             raise NetlinkFailure(2, f"netns of {container_id} vanished")
         self.wired[(container_id, ifname)] = ip
-        return PodNet(host_veth_name(container_id, ifname), "ee:ee:ee:ee:ee:ee", "02:00:00:00:00:01", 0)
+        return PodNet(
+            host_veth_name(container_id, ifname, AGENT_CONFIG.veth_prefix), "ee:ee:ee:ee:ee:ee", "02:00:00:00:00:01", 0
+        )
 
     def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
         self.wired.pop((container_id, ifname), None)
@@ -221,8 +334,15 @@ class SimPods:
     def check(self, netns: str, ifname: str, container_id: str, ip: str, table: int) -> list[str]:
         return [] if self.wired.get((container_id, ifname)) == ip else ["not wired"]
 
-    def host_wiring(self) -> None:
-        return None
+    def host_wiring(self) -> HostWiring:
+        """What :func:`node_agent.hostnet.wired_pods` reads from the kernel: each wired pod's
+        address and host veth (its ``/32`` route); no pod rule outlives its veth here."""
+        return HostWiring(
+            pods={
+                ip: host_veth_name(cid, ifname, AGENT_CONFIG.veth_prefix) for (cid, ifname), ip in self.wired.items()
+            },
+            stale=[],
+        )
 
 
 @dataclass
@@ -242,10 +362,14 @@ class Runtime:
     the harness makes, including those whose answer the runtime then loses."""
 
 
+RESTART_BACKOFF_S = 10.0
+"""kubelet's first crash-loop back-off: an agent whose process ended is started again this much later."""
+
+
 class SimAgent:
     def __init__(self, w: NodeWorld, name: str, iid: str, itype: str) -> None:
         self.w, self.name, self.iid, self.itype = w, name, iid, itype
-        self.cp = KillCheckpoint(w)
+        self.cp = SimDisk(w, name)
         self.pods = SimPods(w, name)
         self.imds = LaggedImds(w, iid)
         self.rt = Runtime()
@@ -257,21 +381,37 @@ class SimAgent:
         self.gone = False
         self.kill_point: str | None = None
         self.sent: list[tuple[float, int]] = []  # (time, seq) of every report sent
+        self.skew = 0.0
+        """This node's clock minus the allocator's (``clock-skew``)."""
+        self.clock = SkewedClock(w, self)
+        self.ec2 = AgentEc2(w, self)
+        self.lookup_fails_until = 0.0
+        self.starts: list[str] = []
+        """How each start found the checkpoint (the production start's words: restored, empty, rebuilt)."""
         self.ds: Datastore
         self.ctl: PoolController
         self.cni: CniService
+        self.metadata: Any
         self.boot()
+
+    def now(self) -> float:
+        """The node's clock (skewed); the world's is ``w.now()``."""
+        return self.clock.now()
 
     # life cycle
     def boot(self) -> None:
+        """The production start (:meth:`node_agent.agent.Agent.start` without its threads and
+        sockets): the checkpoint restored, or, missing or damaged, rebuilt from IMDS and the
+        host's pod wiring by the production :meth:`~node_agent.agent.Agent._rebuild`."""
         w = self.w
-        now = w.now()
+        now = self.now()
         ds = Datastore(cooldown_s=TIMING.cooldown_s, pending_ttl_s=TIMING.pending_ttl_s, checkpoint=self.cp)
         with self.guard():
+            damaged: CheckpointError | None = None
             try:
-                ds.restore()
-            except CheckpointError:
-                pass
+                restored = ds.restore()
+            except CheckpointError as exc:
+                damaged, restored = exc, False
             pool = PoolConfig(
                 warm_ip=w.plan.warm_ip, minimum_ip=w.plan.minimum_ip, warm_prefix=1, prefix_mode=w.plan.prefix_mode
             )
@@ -283,6 +423,11 @@ class SimAgent:
                 availability_zone="us-east-1a",
             )
             self.ds = ds
+            # as node_agent/agent.py wires it: the unmanaged-ENI look-up wraps IMDS (a new one per
+            # process: what it classified dies with it)
+            self.metadata = (
+                SkipUnmanaged(self.imds, self.ec2, self.iid) if AGENT_CONFIG.hostnet.skip_unmanaged_enis else self.imds
+            )
             # as node_agent/agent.py builds them (add_wait_s 0: an ADD waiting on a real-time
             # condition would stall virtual time; the runtime's retry stands in for the wait)
             self.ctl = PoolController(
@@ -291,16 +436,50 @@ class SimAgent:
                 pool,
                 ds,
                 TIMING,
-                metadata=self.imds,
+                metadata=self.metadata,
                 restart_hold_s=RESTART_HOLD_S,
                 signed_identity=functools.partial(w.signer_imds.identity, self.iid),
             )
             self.cni = CniService(
-                ds, self.pods, clock=w.loop, gc_min_age_s=GC_MIN_AGE_S, veth_prefix=AGENT_CONFIG.veth_prefix
+                ds, self.pods, clock=self.clock, gc_min_age_s=GC_MIN_AGE_S, veth_prefix=AGENT_CONFIG.veth_prefix
             )
+            try:
+                if restored:
+                    self.ctl.start(now)
+                    self.starts.append("restored")
+                else:
+                    agent = Agent(
+                        AGENT_CONFIG,
+                        self.sqs,
+                        cast(Metadata, self.metadata),
+                        pods=self.pods,
+                        clock=self.clock,
+                        serve_http=False,
+                    )
+                    agent.ds, agent.controller = ds, self.ctl
+                    _, how = agent._rebuild(self.cp, damaged, now)
+                    self.starts.append(how)
+                    if how != "empty":
+                        w.fault("checkpoint-rebuilt:" + how.split(":")[0])
+            except DiskError as exc:
+                self.crashed(f"start: {exc.strerror}")
+                return
             self.alive = True
             self.resynced_at = now
-            self.ctl.start(now)
+            self.kill_point = None
+
+    def crashed(self, why: str) -> None:
+        """The agent's process ended on an error it does not catch (a checkpoint write refused):
+        kubelet starts it again after its back-off."""
+        self.alive = False
+        self.kill_point = None
+        self.cp.armed = False
+        self.w.fault("agent-crash:" + why)
+        self.w.loop.call_later(RESTART_BACKOFF_S, self.restart)
+
+    def restart(self) -> None:
+        if not self.gone and not self.alive:
+            self.boot()
 
     def die(self, why: str) -> None:
         if not self.alive:
@@ -322,7 +501,7 @@ class SimAgent:
         if self.gone or not self.alive:
             return
         w = self.w
-        now = w.now()
+        now = self.now()
         with self.guard():
             try:
                 self.receive()
@@ -337,6 +516,8 @@ class SimAgent:
                     body = report.to_json()
                     w.last_report[self.iid] = body
                     w.send_report(self, body)
+            except DiskError as exc:  # uncaught by the agent's loop: the process ends
+                self.crashed(exc.strerror or "checkpoint write failed")
             except Exception as exc:  # the agent's loop would die (or spin) on this
                 w.violation("agent-raised", f"{self.name}: {type(exc).__name__}: {str(exc)[:300]}")
 
@@ -361,7 +542,7 @@ class SimAgent:
                     continue
                 if self.kill_point in ("mid-apply", "mid-checkpoint"):
                     self.cp.armed = True
-                self.ctl.apply_result(result, w.now())
+                self.ctl.apply_result(result, self.now())
                 self.cp.armed = False
                 if self.kill_point == "after-apply":
                     raise AgentKilled("after applying a result, before deleting it")
@@ -375,7 +556,10 @@ class SimAgent:
             "netns": netns if netns is not None else f"/var/run/netns/{cid}",
             "config": {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool"},
         }
-        out: dict[str, Any] = self.cni.handle(req)
+        try:
+            out: dict[str, Any] = self.cni.handle(req)
+        except DiskError as exc:  # the socket server answers what the service raised (cniserver.py)
+            return {"ok": False, "code": E_IO, "msg": "agent error", "details": str(exc)[:500]}
         if out.get("ok") and command == "ADD":
             self.rt.made.setdefault(cid, self.w.now())
         elif out.get("ok") and command == "DEL":

@@ -45,12 +45,29 @@ FAULT_KINDS = (
     "name-spray",
     "churner",
     "result-theft",
+    # issue 21: the agent's disk, its tag look-up, its clock (:func:`_agent_faults`)
+    "checkpoint-lost",
+    "checkpoint-truncated",
+    "checkpoint-corrupt",
+    "checkpoint-write-error",
+    "tag-lookup-failure",
+    "clock-skew",
 )
 """Every kind of fault the schedule can hold."""
 EVENT_KINDS = ("pods-add", "pods-del", "churn", *FAULT_KINDS)
 HOSTILE_KINDS = ("forged-release", "seq-poison", "name-spray", "churner", "result-theft")
 """Issue 12's hostile nodes (:mod:`simulation.hostile`): drawn from their own generator, so a
 seed's other events are those it drew before they existed."""
+AGENT_KINDS = (
+    "checkpoint-lost",
+    "checkpoint-truncated",
+    "checkpoint-corrupt",
+    "checkpoint-write-error",
+    "tag-lookup-failure",
+    "clock-skew",
+)
+"""Issue 21's faults of a node's agent and host (:func:`_agent_faults`), each drawn from a
+generator of its own: a seed's other events are those it drew before they existed."""
 IDENTITIES = ("own", "none", "bad-signature")
 """How a crafted report for another instance is signed: the sender's own valid identity, none,
 or the victim's document under a key the allocator does not trust."""
@@ -204,6 +221,7 @@ def draw(seed: int) -> SeedPlan:
     if rng.random() < 0.15:
         window("reconcile-race")
     ev += _hostile(seed, names)
+    ev += _agent_faults(seed, names)
     ev.sort(key=lambda e: (e.at, e.kind))
     return SeedPlan(seed, nodes, prefix_mode, warm_ip, minimum_ip, quota_fraction, tuple(ev))
 
@@ -279,6 +297,98 @@ def _hostile(seed: int, names: list[str]) -> list[Event]:
                     "victim": theft.choice([n for n in names if n != thief]),
                     "dur": round(theft.uniform(30, 240), 1),
                 },
+            )
+        )
+    return ev
+
+
+def _agent_faults(seed: int, names: list[str]) -> list[Event]:
+    """Issue 21: what Linux and AWS do not promise a node's agent. Each kind from a generator
+    of its own (``dst/<seed>/<kind>``), so adding one changes no other event of a seed.
+
+    * ``checkpoint-lost`` / ``-truncated`` / ``-corrupt``: the agent dies, its checkpoint
+      file is gone (the state directory lost), cut short (``keep``: the fraction left) or
+      has a run of zeroed bytes (``start``, ``n``: blocks a crash lost), and it starts
+      again ``down`` seconds later: the production rebuild from the host's pod wiring runs;
+    * ``checkpoint-write-error``: for ``dur`` seconds every checkpoint write fails
+      (``errno`` ENOSPC or EIO); the agent restarts when it ends;
+    * ``tag-lookup-failure``: a DaemonSet rollout restarts ``nodes`` one after the other
+      (``gap`` seconds apart), and each restarted agent's tag look-up (its own EC2
+      Describe) is throttled for ``dur`` seconds after its start;
+    * ``clock-skew``: the node's clock steps ``skew`` seconds off the allocator's (either
+      sign) and stays so.
+    """
+    ev: list[Event] = []
+
+    def gen(kind: str) -> random.Random:
+        return random.Random(f"dst/{seed}/{kind}")
+
+    r = gen("checkpoint-lost")
+    if r.random() < 0.15:
+        ev.append(
+            Event(
+                round(r.uniform(30, SPAN_S), 1),
+                "checkpoint-lost",
+                {"node": r.choice(names), "down": round(r.uniform(1, 30), 1)},
+            )
+        )
+    r = gen("checkpoint-truncated")
+    if r.random() < 0.15:
+        ev.append(
+            Event(
+                round(r.uniform(30, SPAN_S), 1),
+                "checkpoint-truncated",
+                {"node": r.choice(names), "down": round(r.uniform(1, 30), 1), "keep": round(r.uniform(0, 0.99), 2)},
+            )
+        )
+    r = gen("checkpoint-corrupt")
+    if r.random() < 0.15:
+        ev.append(
+            Event(
+                round(r.uniform(30, SPAN_S), 1),
+                "checkpoint-corrupt",
+                {
+                    "node": r.choice(names),
+                    "down": round(r.uniform(1, 30), 1),
+                    "start": round(r.uniform(0, 0.95), 2),
+                    "n": r.choice((1, 16, 512, 4096)),
+                },
+            )
+        )
+    r = gen("checkpoint-write-error")
+    if r.random() < 0.15:
+        ev.append(
+            Event(
+                round(r.uniform(10, SPAN_S), 1),
+                "checkpoint-write-error",
+                {
+                    "node": r.choice(names),
+                    "dur": round(r.uniform(5, 120), 1),
+                    "errno": r.choice(("ENOSPC", "EIO")),
+                },
+            )
+        )
+    r = gen("tag-lookup-failure")
+    if r.random() < 0.15:
+        rollout = r.sample(names, r.randint(1, len(names)))
+        ev.append(
+            Event(
+                round(r.uniform(30, SPAN_S), 1),
+                "tag-lookup-failure",
+                {
+                    "nodes": ",".join(rollout),
+                    "gap": round(r.uniform(0, 20), 1),
+                    "dur": round(r.uniform(5, 180), 1),
+                },
+            )
+        )
+    r = gen("clock-skew")
+    if r.random() < 0.2:
+        ev.append(
+            Event(
+                round(r.uniform(0, SPAN_S / 2), 1),
+                "clock-skew",
+                {"node": r.choice(names), "skew": round(r.choice((-1, 1)) * r.uniform(10, 300), 1)},
             )
         )
     return ev
