@@ -43,6 +43,7 @@ from node_agent.hostnet import (
     ifname_problem,
     netns_refusal,
 )
+from node_agent.imds import Identity
 from node_agent.netlink import NetlinkFailure, netns_path
 from node_agent.records import EniInfo, NodeIdentity
 from node_agent.unmanaged import SkipUnmanaged
@@ -115,6 +116,11 @@ class LaggedImds:
         self.history: list[tuple[float, tuple[Any, ...], list[AttachedEni]]] = []
         self._served = 0
         self.observe()
+
+    def identity(self) -> Identity:
+        """The instance's identity leaves (they never change, so no lag applies)."""
+        inst = self.w.emu.instances[self.iid]
+        return Identity(self.iid, inst.instance_type, "us-east-1a", "")
 
     def fingerprint(self) -> tuple[Any, ...]:
         emu = self.w.emu
