@@ -29,7 +29,7 @@ from botocore.exceptions import ClientError
 from emulated.ec2.errors import Ec2Error
 from emulated.imds import Imds
 from node_agent.agent import RESTART_HOLD_S, RESULT_VISIBILITY_S, Agent, Metadata
-from node_agent.checkpoint import CheckpointError, FileCheckpoint
+from node_agent.checkpoint import CheckpointError, CheckpointWriteError, FileCheckpoint
 from node_agent.cni import E_IO
 from node_agent.cniserver import CniService
 from node_agent.controller import AttachedEni, PoolController
@@ -510,12 +510,19 @@ class SimAgent:
         now = self.now()
         with self.guard():
             try:
+                try:  # as Agent.run_once: a write that failed earlier is retried every pass
+                    self.ds.flush()
+                except CheckpointWriteError:
+                    w.fault("checkpoint-write-error:retried")
                 self.receive()
                 if not self.alive:
                     return
                 if now - self.resynced_at >= RESYNC_S:
                     self.resynced_at = now
-                    self.ctl.resync(now)
+                    try:
+                        self.ctl.resync(now)
+                    except CheckpointWriteError:  # Agent.run_once logs a failed resync and goes on
+                        w.fault("checkpoint-write-error:resync")
                 self.runtime_calls()
                 for report in self.ctl.tick(now):
                     self.sent.append((now, report.seq))
@@ -548,7 +555,12 @@ class SimAgent:
                     continue
                 if self.kill_point in ("mid-apply", "mid-checkpoint"):
                     self.cp.armed = True
-                self.ctl.apply_result(result, self.now())
+                try:
+                    self.ctl.apply_result(result, self.now())
+                except CheckpointWriteError:  # as Agent._apply: not on disk, not acknowledged
+                    self.cp.armed = False
+                    w.fault("checkpoint-write-error:result-unacknowledged")
+                    return
                 self.cp.armed = False
                 if self.kill_point == "after-apply":
                     raise AgentKilled("after applying a result, before deleting it")
@@ -564,7 +576,7 @@ class SimAgent:
         }
         try:
             out: dict[str, Any] = self.cni.handle(req)
-        except DiskError as exc:  # the socket server answers what the service raised (cniserver.py)
+        except (DiskError, CheckpointWriteError) as exc:  # the socket server answers it (cniserver.py)
             return {"ok": False, "code": E_IO, "msg": "agent error", "details": str(exc)[:500]}
         if out.get("ok") and command == "ADD":
             self.rt.made.setdefault(cid, self.w.now())
