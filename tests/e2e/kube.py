@@ -38,14 +38,23 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES_VERSION = os.environ.get("WARMPOOL_E2E_KUBERNETES", "v1.35.4")
-HOST_ADDR = "169.254.123.1"
-NODE_ADDR = "169.254.123.2"
+# The node's link to this host: a /30 on a veth pair this harness makes, inside the emulated
+# VPC's CIDR (10.0.0.0/16) and outside its subnets, as the EKS endpoint's and the VPC
+# endpoints' addresses are: the agent SNATs what leaves the node for outside the VPC (as the
+# VPC CNI does), which would rewrite the node's own traffic to the control plane. The kubelet
+# refuses a link-local node address. The host routes the VPC's CIDR to the node, so nothing
+# this cluster sends for the VPC leaves this machine.
+VPC_CIDR = "10.0.0.0/16"
+HOST_ADDR = "10.0.255.253"
+NODE_ADDR = "10.0.255.254"
 HOST_LINK, NODE_LINK = "wpe2e-h0", "wpe2e-n0"
 NODE_NAME = "e2e-node-0"
+CLUSTER = "e2e"
 INSTANCE_TYPE = "m5.large"
 TOKEN = "warmpool-e2e-admin-token"
 HOST_PATHS = ("/opt/cni/bin", "/etc/cni/net.d", "/opt/warmpool", "/var/lib/warmpool", "/run/warmpool")
 AGENT_IMAGE_TAG = "e2e"
+INSTALLED_FILES = ("/etc/cni/net.d/05-warmpool.conflist", "/opt/cni/bin/warmpool-cni")
 PACKAGES = ("buildah", "debootstrap", "containerd", "runc", "busybox-static", "containernetworking-plugins", "iproute2")
 
 
@@ -53,7 +62,9 @@ class E2eError(RuntimeError):
     """The cluster could not be set up; the message says which step and shows its log."""
 
 
-def _run(cmd: Sequence[str], *, timeout: float = 120, check: bool = True, **kw: Any) -> subprocess.CompletedProcess[str]:
+def _run(
+    cmd: Sequence[str], *, timeout: float = 120, check: bool = True, **kw: Any
+) -> subprocess.CompletedProcess[str]:
     r = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, check=False, **kw)
     if check and r.returncode != 0:
         raise E2eError(f"{' '.join(cmd)}: {(r.stderr or r.stdout).strip()[-3000:]}")
@@ -63,7 +74,14 @@ def _run(cmd: Sequence[str], *, timeout: float = 120, check: bool = True, **kw: 
 def install_missing() -> None:
     missing = [p for p, b in (("buildah", "buildah"), ("debootstrap", "debootstrap")) if shutil.which(b) is None]
     if missing:
-        _run(["sh", "-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq " + " ".join(PACKAGES)], timeout=900)
+        _run(
+            [
+                "sh",
+                "-c",
+                "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq " + " ".join(PACKAGES),
+            ],
+            timeout=900,
+        )
 
 
 def kubernetes_binaries() -> Path:
@@ -139,7 +157,9 @@ def _wait(what: str, ok: Any, timeout_s: float, procs: Sequence[Proc] = (), inte
         if got:
             return got
         if time.monotonic() > deadline:
-            raise E2eError(f"{what}: not after {timeout_s:.0f}s" + "".join(f"\n--- {p.name}:\n{p.tail(15)}" for p in procs))
+            raise E2eError(
+                f"{what}: not after {timeout_s:.0f}s" + "".join(f"\n--- {p.name}:\n{p.tail(15)}" for p in procs)
+            )
         time.sleep(interval)  # the harness polling daemons, not warmpool logic
 
 
@@ -219,7 +239,9 @@ class KubeCluster:
         from sim.local import LocalOptions, LocalStack
         from warmpool import names
 
-        d = Demo(DemoOptions(nodes=1, pods_per_node=0, live=False, runtime="containerd", instance_type=INSTANCE_TYPE))
+        d = Demo(DemoOptions(
+                nodes=1, pods_per_node=0, live=False, runtime="containerd", instance_type=INSTANCE_TYPE, cluster=CLUSTER
+            ))
         d.run_dir = self.base / "run"
         d.run_dir.mkdir(parents=True, exist_ok=True)
         self.demo = d
@@ -231,7 +253,8 @@ class KubeCluster:
         self.stack = LocalStack(
             LocalOptions(
                 host=HOST_ADDR,
-                cluster="e2e",
+                cluster=CLUSTER,
+                vpc_cidr=VPC_CIDR,
                 attach_delay_s=1.0,
                 api_latency_s=0.02,
                 reconcile_every_s=30.0,
@@ -250,26 +273,76 @@ class KubeCluster:
         _run(["ip", "-n", node.ns, "addr", "add", f"{NODE_ADDR}/30", "dev", NODE_LINK])
         _run(["ip", "-n", node.ns, "link", "set", NODE_LINK, "up"])
         _run(["ip", "-n", node.ns, "link", "set", "lo", "up"])
+        _run(["ip", "route", "replace", VPC_CIDR, "via", NODE_ADDR, "dev", HOST_LINK])
         import threading
 
         d._sync_thread = threading.Thread(target=d._sync_loop, name="e2e-hypervisor", daemon=True)
         d._sync_thread.start()
-        assert names.cluster_tag_key("e2e") and nx.node_ns(0) == node.ns
+        assert names.cluster_tag_key(CLUSTER) and nx.node_ns(0) == node.ns
 
     def _certs(self) -> dict[str, Path]:
         pki = self.base / "pki"
         pki.mkdir(parents=True, exist_ok=True)
         ca_key, ca_crt = pki / "ca.key", pki / "ca.crt"
-        _run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out", str(ca_crt),
-              "-days", "2", "-subj", "/CN=warmpool-e2e-ca"])
+        _run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                str(ca_key),
+                "-out",
+                str(ca_crt),
+                "-days",
+                "2",
+                "-subj",
+                "/CN=warmpool-e2e-ca",
+            ]
+        )
         key, csr, crt = pki / "apiserver.key", pki / "apiserver.csr", pki / "apiserver.crt"
         ext = pki / "ext.cnf"
-        ext.write_text(f"subjectAltName=IP:{HOST_ADDR},IP:127.0.0.1,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,"
-                       "DNS:kubernetes.default.svc,DNS:localhost\n")
-        _run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
-              "-subj", "/CN=kube-apiserver"])
-        _run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca_crt), "-CAkey", str(ca_key), "-CAcreateserial",
-              "-out", str(crt), "-days", "2", "-extfile", str(ext)])
+        ext.write_text(
+            f"subjectAltName=IP:{HOST_ADDR},IP:127.0.0.1,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,"
+            "DNS:kubernetes.default.svc,DNS:localhost\n"
+        )
+        _run(
+            [
+                "openssl",
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                str(key),
+                "-out",
+                str(csr),
+                "-subj",
+                "/CN=kube-apiserver",
+            ]
+        )
+        _run(
+            [
+                "openssl",
+                "x509",
+                "-req",
+                "-in",
+                str(csr),
+                "-CA",
+                str(ca_crt),
+                "-CAkey",
+                str(ca_key),
+                "-CAcreateserial",
+                "-out",
+                str(crt),
+                "-days",
+                "2",
+                "-extfile",
+                str(ext),
+            ]
+        )
         sa_key, sa_pub = pki / "sa.key", pki / "sa.pub"
         _run(["openssl", "genrsa", "-out", str(sa_key), "2048"])
         _run(["openssl", "rsa", "-in", str(sa_key), "-pubout", "-out", str(sa_pub)])
@@ -297,52 +370,129 @@ class KubeCluster:
         certs = self._certs()
         etcd_port, etcd_peer, api_port = _free_port(), _free_port(), _free_port()
         etcd_url = f"http://127.0.0.1:{etcd_port}"
-        self.procs["etcd"] = Proc("etcd", [
-            str(b / "etcd"), "--data-dir", str(self.base / "etcd"), "--listen-client-urls", etcd_url,
-            "--advertise-client-urls", etcd_url, "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
-            "--initial-cluster", f"default=http://127.0.0.1:{etcd_peer}", "--quota-backend-bytes", str(512 << 20),
-        ], logs / "etcd.log").start()
+        self.procs["etcd"] = Proc(
+            "etcd",
+            [
+                str(b / "etcd"),
+                "--data-dir",
+                str(self.base / "etcd"),
+                "--listen-client-urls",
+                etcd_url,
+                "--advertise-client-urls",
+                etcd_url,
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{etcd_peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{etcd_peer}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{etcd_peer}",
+                "--quota-backend-bytes",
+                str(512 << 20),
+            ],
+            logs / "etcd.log",
+        ).start()
         server = f"https://{HOST_ADDR}:{api_port}"
-        self.procs["kube-apiserver"] = Proc("kube-apiserver", [
-            str(b / "kube-apiserver"), "--etcd-servers", etcd_url, "--bind-address", HOST_ADDR,
-            "--advertise-address", HOST_ADDR, "--secure-port", str(api_port),
-            "--tls-cert-file", str(certs["crt"]), "--tls-private-key-file", str(certs["key"]),
-            "--client-ca-file", str(certs["ca"]), "--token-auth-file", str(certs["tokens"]),
-            "--authorization-mode", "RBAC", "--allow-privileged=true",
-            "--service-cluster-ip-range", "10.96.0.0/16", "--service-account-issuer", "https://kubernetes.default.svc",
-            "--service-account-key-file", str(certs["sa_pub"]),
-            "--service-account-signing-key-file", str(certs["sa_key"]),
-            "--api-audiences", "https://kubernetes.default.svc", "--enable-priority-and-fairness=false",
-        ], logs / "kube-apiserver.log").start()
+        self.procs["kube-apiserver"] = Proc(
+            "kube-apiserver",
+            [
+                str(b / "kube-apiserver"),
+                "--etcd-servers",
+                etcd_url,
+                "--bind-address",
+                HOST_ADDR,
+                "--advertise-address",
+                HOST_ADDR,
+                "--secure-port",
+                str(api_port),
+                "--tls-cert-file",
+                str(certs["crt"]),
+                "--tls-private-key-file",
+                str(certs["key"]),
+                "--client-ca-file",
+                str(certs["ca"]),
+                "--token-auth-file",
+                str(certs["tokens"]),
+                "--authorization-mode",
+                "RBAC",
+                "--allow-privileged=true",
+                "--service-cluster-ip-range",
+                "10.96.0.0/16",
+                "--service-account-issuer",
+                "https://kubernetes.default.svc",
+                "--service-account-key-file",
+                str(certs["sa_pub"]),
+                "--service-account-signing-key-file",
+                str(certs["sa_key"]),
+                "--api-audiences",
+                "https://kubernetes.default.svc",
+                "--enable-priority-and-fairness=false",
+                "--kubelet-preferred-address-types",
+                "InternalIP",
+            ],
+            logs / "kube-apiserver.log",
+        ).start()
         self._write_kubeconfig(self.kubeconfig, server, certs["ca"])
-        _wait("the API server", lambda: self.kubectl("get", "--raw", "/readyz", check=False, timeout=10) == "ok",
-              180, [self.procs["etcd"], self.procs["kube-apiserver"]], interval=1.0)
-        self.procs["kube-controller-manager"] = Proc("kube-controller-manager", [
-            str(b / "kube-controller-manager"), "--kubeconfig", str(self.kubeconfig), "--leader-elect=false",
-            "--service-account-private-key-file", str(certs["sa_key"]), "--root-ca-file", str(certs["ca"]),
-            "--bind-address", "127.0.0.1", "--secure-port", str(_free_port()), "--controllers", "*,-nodeipam",
-            "--node-monitor-grace-period", "20s",
-        ], logs / "kube-controller-manager.log").start()
-        self.procs["kube-scheduler"] = Proc("kube-scheduler", [
-            str(b / "kube-scheduler"), "--kubeconfig", str(self.kubeconfig), "--leader-elect=false",
-            "--bind-address", "127.0.0.1", "--secure-port", str(_free_port()),
-        ], logs / "kube-scheduler.log").start()
+        _wait(
+            "the API server",
+            lambda: self.kubectl("get", "--raw", "/readyz", check=False, timeout=10) == "ok",
+            180,
+            [self.procs["etcd"], self.procs["kube-apiserver"]],
+            interval=1.0,
+        )
+        self.procs["kube-controller-manager"] = Proc(
+            "kube-controller-manager",
+            [
+                str(b / "kube-controller-manager"),
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--leader-elect=false",
+                "--service-account-private-key-file",
+                str(certs["sa_key"]),
+                "--root-ca-file",
+                str(certs["ca"]),
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(_free_port()),
+                "--controllers",
+                "*,-nodeipam",
+                "--node-monitor-grace-period",
+                "20s",
+            ],
+            logs / "kube-controller-manager.log",
+        ).start()
+        self.procs["kube-scheduler"] = Proc(
+            "kube-scheduler",
+            [
+                str(b / "kube-scheduler"),
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--leader-elect=false",
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(_free_port()),
+            ],
+            logs / "kube-scheduler.log",
+        ).start()
 
     def _containerd(self) -> None:
-        from sim.runtime_containerd import Containerd
         from sim.runtime_image import build_image
 
         for p in HOST_PATHS:
-            if not os.path.exists(p):
+            top = Path(p)
+            while not top.parent.exists():
+                top = top.parent
+            if not top.exists():
                 os.makedirs(p)
-                self.made_paths.append(p)
+                self.made_paths.append(str(top))
         # What a node's AMI has in the CNI directory: the reference loopback plugin.
         from sim.runtime_containerd import cni_plugin
 
         lo = cni_plugin("loopback")
         if lo is not None and not os.path.exists("/opt/cni/bin/loopback"):
             shutil.copy(lo, "/opt/cni/bin/loopback")
+            self.made_paths.append("/opt/cni/bin/loopback")
         c = NodeContainerd(self.base / "containerd", self.node_ns)
         c.start()
         self.containerd = c
@@ -382,17 +532,34 @@ class KubeCluster:
             "resolvConf": "/etc/resolv.conf",
             "serializeImagePulls": False,
             "localStorageCapacityIsolation": False,
+            "podLogsDir": str(kdir / "pod-logs"),
         }
         (kdir / "config.yaml").write_text(yaml.safe_dump(config))
         self.kubelet_config = config
         node_kubeconfig = kdir / "kubeconfig"
         server = yaml.safe_load(self.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
         self._write_kubeconfig(node_kubeconfig, server, self.base / "pki/ca.crt")
-        self.procs["kubelet"] = Proc("kubelet", self.in_node(
-            str(self.bin_dir / "kubelet"), "--config", str(kdir / "config.yaml"), "--kubeconfig", str(node_kubeconfig),
-            "--root-dir", str(kdir / "root"), "--hostname-override", NODE_NAME, "--node-ip", NODE_ADDR,
-            "--node-labels", "warmpool.io/enabled=true", "--v", "2",
-        ), self.base / "logs/kubelet.log").start()
+        self.procs["kubelet"] = Proc(
+            "kubelet",
+            self.in_node(
+                str(self.bin_dir / "kubelet"),
+                "--config",
+                str(kdir / "config.yaml"),
+                "--kubeconfig",
+                str(node_kubeconfig),
+                "--root-dir",
+                str(kdir / "root"),
+                "--hostname-override",
+                NODE_NAME,
+                "--node-ip",
+                NODE_ADDR,
+                "--node-labels",
+                "warmpool.io/enabled=true",
+                "--v",
+                "2",
+            ),
+            self.base / "logs/kubelet.log",
+        ).start()
         _wait("the node to register", lambda: self.get("node", NODE_NAME), 120, [self.procs["kubelet"]], interval=1.0)
 
     # ---- warmpool
@@ -431,8 +598,16 @@ class KubeCluster:
     def stop(self) -> None:
         with contextlib.suppress(Exception):
             if self.procs.get("kube-apiserver") and self.procs["kube-apiserver"].alive():
-                self.kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=5", "--wait=false",
-                             check=False, timeout=30)
+                self.kubectl(
+                    "delete",
+                    "pods",
+                    "--all",
+                    "--all-namespaces",
+                    "--grace-period=5",
+                    "--wait=false",
+                    check=False,
+                    timeout=30,
+                )
         for name in ("kubelet",):
             if name in self.procs:
                 self.procs[name].stop()
@@ -454,7 +629,14 @@ class KubeCluster:
             self.demo.teardown()
         _run(["ip", "link", "del", HOST_LINK], check=False)
         for p in reversed(self.made_paths):
-            shutil.rmtree(p, ignore_errors=True)
+            if os.path.isdir(p):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(p)
+        for f in INSTALLED_FILES:  # what the init container wrote where the directories were already here
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f)
         from sim.runtime_containerd import remove_default_state, unmount_under
 
         unmount_under(self.base)

@@ -11,6 +11,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from tests.e2e.kube import AGENT_IMAGE_TAG, INSTANCE_TYPE, NODE_NAME, E2eError, 
 AGENT_IMAGE = f"docker.io/warmpool/agent:{AGENT_IMAGE_TAG}"
 WORKLOAD_IMAGE = "docker.io/warmpool/busybox:local"
 NAMESPACE = "kube-system"
+pytestmark = pytest.mark.timeout(1800)  # the first run builds Kubernetes and the images in the fixture
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +71,7 @@ def test_the_daemonset_installs_the_plugin_and_the_node_turns_ready(cluster: Kub
     c.timings["agent_ready_s"] = time.monotonic() - t0
     _wait("the node Ready", c.node_ready, 60, [c.procs["kubelet"]])
     assert os.path.exists("/opt/cni/bin/warmpool-cni")
-    conf = json.loads(open("/etc/cni/net.d/05-warmpool.conflist").read())
+    conf = json.loads(Path("/etc/cni/net.d/05-warmpool.conflist").read_text())
     assert conf["plugins"][0]["type"] == "warmpool-cni"
     node = c.get("node", NODE_NAME)
     assert node["status"]["capacity"]["pods"] == str(c.kubelet_config["maxPods"])
