@@ -211,6 +211,12 @@ class KubeCluster:
         node = self.get("node", NODE_NAME)
         return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
 
+    def agent_json(self, path: str) -> Any:
+        """GET the agent's local API (127.0.0.1:61680 in the node's network, as the kubelet's probes)."""
+        script = "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())"
+        r = _run(self.in_node(sys.executable, "-c", script, f"http://127.0.0.1:61680{path}"), timeout=30)
+        return json.loads(r.stdout)
+
     def eni_addresses(self) -> set[str]:
         """Secondary addresses on the node's ENIs, as the emulated EC2 holds them."""
         return {
@@ -239,9 +245,11 @@ class KubeCluster:
         from sim.local import LocalOptions, LocalStack
         from warmpool import names
 
-        d = Demo(DemoOptions(
+        d = Demo(
+            DemoOptions(
                 nodes=1, pods_per_node=0, live=False, runtime="containerd", instance_type=INSTANCE_TYPE, cluster=CLUSTER
-            ))
+            )
+        )
         d.run_dir = self.base / "run"
         d.run_dir.mkdir(parents=True, exist_ok=True)
         self.demo = d
@@ -255,6 +263,9 @@ class KubeCluster:
                 host=HOST_ADDR,
                 cluster=CLUSTER,
                 vpc_cidr=VPC_CIDR,
+                # the functions from their deployed artifact, through the Lambda runtime interface
+                lambda_runtime=True,
+                max_concurrency=2,
                 attach_delay_s=1.0,
                 api_latency_s=0.02,
                 reconcile_every_s=30.0,

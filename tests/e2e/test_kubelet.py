@@ -112,3 +112,64 @@ def test_a_pod_gets_its_address_from_the_warm_pool(cluster: KubeCluster) -> None
     assert ip in c.eni_addresses(), (ip, c.eni_addresses())
     shown = c.kubectl("exec", "web-0", "--", "ip", "-4", "-o", "addr", "show", "eth0")
     assert f" {ip}/" in shown, shown
+
+
+def _deployment(replicas: int) -> dict[str, Any]:
+    labels = {"app": "burst"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "burst", "namespace": "default"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": WORKLOAD_IMAGE,
+                            "imagePullPolicy": "Never",
+                            "command": ["/bin/sleep", "3600"],
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def test_a_deployment_scaled_past_the_warm_pool_and_back_to_zero(cluster: KubeCluster) -> None:
+    """0 → 8 → 0 on one node whose warm pool holds fewer (MINIMUM_IP_TARGET 4, WARM_IP_TARGET
+    2): pods wait in ContainerCreating (the agent holds their ADDs) until the allocator's
+    addresses arrive, then every one runs with a distinct address of the node's ENIs; on scale-down the agent holds no
+    pod any more and its addresses stay on the node (the warm pool takes them back)."""
+    c = cluster
+    _wait("the node Ready", c.node_ready, 240, [c.procs["kubelet"]])
+    c.kubectl("delete", "pod", "web-0", "--ignore-not-found", "--wait=true", timeout=120)
+    replicas = 8
+    warm_before = c.eni_addresses()
+    assert len(warm_before) < replicas, warm_before  # more pods than the warm pool holds at once
+    t0 = time.monotonic()
+    c.apply([_deployment(replicas)])
+
+    def running() -> list[dict[str, Any]] | None:
+        pods: list[dict[str, Any]] = c.get("pods", "-l", "app=burst")["items"]
+        ok = [p for p in pods if p["status"].get("phase") == "Running" and p["status"].get("podIP")]
+        return ok if len(ok) == replicas else None
+
+    pods = _wait("every replica Running", running, 240, [c.procs["kubelet"]], interval=1.0)
+    c.timings["burst_8_pods_running_s"] = time.monotonic() - t0
+    ips = [p["status"]["podIP"] for p in pods]
+    assert len(set(ips)) == replicas, ips
+    assert set(ips) <= c.eni_addresses(), (ips, c.eni_addresses())
+    assert {p["ip"] for p in c.agent_json("/v1/pods")} == set(ips)
+    assert set(ips) - warm_before  # some pods waited for addresses the allocator added
+    c.kubectl("scale", "deployment", "burst", "--replicas=0")
+    _wait("no replica left", lambda: not c.get("pods", "-l", "app=burst")["items"], 120, [c.procs["kubelet"]])
+    _wait("the agent holding no pod", lambda: c.agent_json("/v1/pods") == [], 60, [c.procs["kubelet"]])
+    pool = {ip for e in c.agent_json("/v1/enis") for ip in e["ips"]}
+    assert pool & set(ips), (pool, ips)  # back in the pool, not lost
