@@ -213,7 +213,10 @@ class KubeCluster:
 
     def agent_json(self, path: str) -> Any:
         """GET the agent's local API (127.0.0.1:61680 in the node's network, as the kubelet's probes)."""
-        script = "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())"
+        script = (
+            "import sys, urllib.request; "
+            "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())"
+        )
         r = _run(self.in_node(sys.executable, "-c", script, f"http://127.0.0.1:61680{path}"), timeout=30)
         return json.loads(r.stdout)
 
