@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
-.PHONY: test demo lint typecheck unit infra infra-test reliability sim sim-test integration runtime runtime-test \
+.PHONY: test demo lint typecheck unit infra infra-test reliability sim sim-test integration runtime runtime-test e2e \
         coverage-total bench-planner system-deps clean
 
 $(STAMP): pyproject.toml
@@ -52,12 +52,14 @@ typecheck: $(STAMP)
 TIERS := unit infra reliability sim integration runtime
 # last measured by `make test` (ci profile; README, Figures):  unit 44.0  infra 97.3  reliability 39.4  sim 50.3
 #   integration 71.0  runtime 36.7
+# e2e (not in TIERS) measured 2026-12-01: 24.5 (its code runs mostly in subprocesses)
 FLOOR_unit        := 37
 FLOOR_infra       := 94
 FLOOR_reliability := 35
 FLOOR_sim         := 45
 FLOOR_integration := 66
 FLOOR_runtime     := 30
+FLOOR_e2e         := 20
 PYTEST_ARGS ?=
 COVERAGE_DIR := .coverage-tiers
 PRODUCT := --cov=warmpool --cov=warmpool_cli --cov=functions --cov=node_agent --cov=emulated --cov=bench --cov=simulation --cov=demo
@@ -98,6 +100,16 @@ integration: $(STAMP) system-deps
 runtime: runtime-test
 runtime-test: $(STAMP) system-deps
 	$(call run-tier,runtime,tests/runtime)
+
+# The e2e tier (tests/e2e, not in `make test`): the functions from their deployed
+# artifact through the Lambda runtime interface (awslambdaric, and the runtime interface
+# emulator built from source with Go), and a control plane and kubelet built from source
+# (e2e/build-kubernetes.sh, cached under ~/.cache/warmpool-e2e by version) running the
+# DaemonSet from the agent image built from infra/docker/agent.Dockerfile
+# (e2e/build-images.sh, Buildah). Root, Go and the package registries are needed; the
+# first run builds everything (see README for the measured times).
+e2e: $(STAMP) system-deps
+	$(call run-tier,e2e,tests/e2e -s)
 
 # Every tier's coverage together (after `make test`, or the tiers you ran).
 coverage-total: $(STAMP)

@@ -87,6 +87,9 @@ class LocalOptions:
     allocate_handler: Callable[..., Any] | None = None
     """Run this instead of importing ``functions.allocate.handler`` (tests, experiments)."""
     reconcile_handler: Callable[..., Any] | None = None
+    lambda_runtime: bool = False
+    """Run the functions from their deployed artifact through the Lambda runtime interface
+    (:mod:`emulated.lambda_rie`), each in execution environments of its own, not in this process."""
 
     @property
     def visibility_timeout_s(self) -> int:
@@ -213,6 +216,7 @@ class LocalStack:
         self.allocate: Any = None  # EventSourceMapping, when the handler loaded
         self.reconcile: Any = None  # Schedule, when the handler loaded
         self._runner: Any = None
+        self._rie_functions: list[Any] = []
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._saved_env: dict[str, str | None] = {}
@@ -263,6 +267,9 @@ class LocalStack:
         if self._runner is not None:
             self._runner.stop()
             self._runner = None
+        for fn in self._rie_functions:
+            fn.stop()
+        self._rie_functions.clear()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -389,8 +396,11 @@ class LocalStack:
                 self._saved_env.setdefault(k, os.environ.get(k))
                 os.environ[k] = v
         clock = RealClock()
-        allocate = o.allocate_handler or _import_handler(names.ALLOCATE_HANDLER)
-        reconcile = o.reconcile_handler or _import_handler(names.RECONCILE_HANDLER)
+        if o.lambda_runtime:
+            allocate, reconcile = self._rie_handlers()
+        else:
+            allocate = o.allocate_handler or _import_handler(names.ALLOCATE_HANDLER)
+            reconcile = o.reconcile_handler or _import_handler(names.RECONCILE_HANDLER)
         if allocate is not None:
             self.allocate = EventSourceMapping(
                 self.client("sqs"),
@@ -427,6 +437,37 @@ class LocalStack:
             poll_wait_s=1,
         )
         self._runner.start()
+
+    def _rie_handlers(self) -> tuple[Any, Any]:
+        """allocate and reconcile from the artifact, through the runtime interface emulator."""
+        from emulated.lambda_rie import RieFunction, build_artifact, ensure_rie
+
+        o = self.options
+        artifact, rie = build_artifact(), ensure_rie()
+        env = self.function_env()
+        functions = {}
+        for key, handler, concurrency, timeout_s, memory_mb in (
+            ("allocate", names.ALLOCATE_HANDLER, o.max_concurrency, o.allocate_timeout_s, o.allocate_memory_mb),
+            ("reconcile", names.RECONCILE_HANDLER, 1, o.reconcile_timeout_s, 256),
+        ):
+            fn = RieFunction(
+                f"warmpool-{o.cluster}-{key}",
+                handler,
+                artifact,
+                env,
+                concurrency=concurrency,
+                timeout_s=timeout_s,
+                memory_mb=memory_mb,
+                rie=rie,
+            )
+            self._rie_functions.append(fn)
+            functions[key] = fn
+        self.outputs["lambda_runtime"] = {
+            "artifact": artifact.describe(),
+            "rie": str(rie),
+            "logs": str(functions["allocate"].log_dir),
+        }
+        return functions["allocate"], functions["reconcile"]
 
     # -- control API -------------------------------------------------------------
 
@@ -547,6 +588,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reconcile-every", type=float, default=d.reconcile_every_s, help="seconds between reconciles")
     p.add_argument("--gc-age", type=int, default=d.gc_age_s)
     p.add_argument("--no-functions", action="store_true", help="serve AWS only; do not run the handlers")
+    p.add_argument(
+        "--lambda-runtime",
+        action="store_true",
+        help="run the functions from their deployed artifact through the Lambda runtime interface emulator",
+    )
     return p
 
 
@@ -570,6 +616,7 @@ def options_from_args(argv: Sequence[str]) -> LocalOptions:
         reconcile_every_s=a.reconcile_every,
         gc_age_s=a.gc_age,
         run_functions=not a.no_functions,
+        lambda_runtime=a.lambda_runtime,
     )
 
 

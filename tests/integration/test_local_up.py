@@ -21,6 +21,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from emulated.local import LocalStack
+from tests.helpers.local_stack import report_for
 from warmpool import names
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -237,38 +238,6 @@ def test_local_up_subprocess_prints_outputs_and_stops_on_sigterm(tmp_path: Path)
             p.wait()
 
 
-def _report_for(stack: LocalStack, instance_id: str, seq: int, identity: Any, **extra: Any) -> str:
-    ec2 = stack.client("ec2")
-    inst = stack.ec2.instances[instance_id]
-    enis = ec2.describe_network_interfaces(Filters=[{"Name": "attachment.instance-id", "Values": [instance_id]}])[
-        "NetworkInterfaces"
-    ]
-    body = {
-        "schema": "warmpool.report/v1",
-        "cluster": stack.options.cluster,
-        "node": "victim",
-        "instance_id": instance_id,
-        "instance_type": inst.instance_type,
-        "availability_zone": inst.az,
-        "seq": seq,
-        "sent_at": time.time(),
-        "targets": {"warm_ip": 0, "warm_eni": 0},
-        "enis": [
-            {
-                "eni_id": e["NetworkInterfaceId"],
-                "device_index": e["Attachment"]["DeviceIndex"],
-                "subnet_id": e["SubnetId"],
-                "primary_ip": e["PrivateIpAddress"],
-                "ips": [a["PrivateIpAddress"] for a in e["PrivateIpAddresses"] if not a["Primary"]],
-            }
-            for e in enis
-        ],
-        "identity": identity.model_dump(),
-    }
-    body.update(extra)
-    return json.dumps(body)
-
-
 def _secondaries(stack: LocalStack, instance_id: str) -> dict[str, set[str]]:
     return {
         e.id: set(e.secondary)
@@ -299,7 +268,7 @@ def test_a_forged_report_through_local_up_is_refused_to_the_dlq_and_changes_noth
             # The victim's genuine report: served, and its result queue created by the allocator.
             sqs.send_message(
                 QueueUrl=out["reports_queue_url"],
-                MessageBody=_report_for(s, victim, 1, mine, targets={"warm_ip": 5}, pending_demand=5),
+                MessageBody=report_for(s, victim, 1, mine, targets={"warm_ip": 5}, pending_demand=5),
             )
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and sum(len(v) for v in _secondaries(s, victim).values()) < 5:
@@ -315,7 +284,7 @@ def test_a_forged_report_through_local_up_is_refused_to_the_dlq_and_changes_noth
             offered = [{"eni_id": k, "ips": sorted(v), "quarantined_at": time.time()} for k, v in held.items() if v]
             assert offered, held
             # The forger: the victim's instance id, the victim's addresses offered, its own identity.
-            forged = _report_for(s, victim, 2, theirs, release=offered, assigned_ips=0)
+            forged = report_for(s, victim, 2, theirs, release=offered, assigned_ips=0)
             sqs.send_message(QueueUrl=out["reports_queue_url"], MessageBody=forged)
             reasons: list[str] = []
             deadline = time.monotonic() + 20

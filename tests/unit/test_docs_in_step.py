@@ -403,7 +403,7 @@ MAY_IMPORT = {
     "functions": {"warmpool"},
     "node_agent": {"warmpool"},
     "infra": {"warmpool", "functions.identity"},
-    "emulated": {"warmpool", "functions", "node_agent"},
+    "emulated": {"warmpool", "functions", "node_agent", "infra"},
     "bench": {"warmpool", "functions", "node_agent", "emulated"},
     "simulation": {"warmpool", "functions", "node_agent", "emulated"},
     "demo": {"warmpool", "functions", "node_agent", "emulated"},

@@ -1,0 +1,718 @@
+"""The e2e tier's Kubernetes: a control plane and one kubelet, built from source.
+
+One node, as on EC2: the node is a network namespace (the instance) whose ENIs
+the demo's hypervisor plugs as the local stack's emulated EC2 attaches them;
+containerd (Debian's) and the kubelet run inside it, so the DaemonSet's
+``hostNetwork`` pods (the agent and its init container) live in the node's
+network, as on a real node. The control plane (etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler) and the local stack run on this host,
+reached from the node over a veth link of link-local addresses (the node's
+stand-in for the VPC path to the EKS endpoint and to the AWS APIs).
+
+Host paths the DaemonSet mounts (``/opt/cni/bin``, ``/etc/cni/net.d``,
+``/opt/warmpool``, ``/var/lib/warmpool``, ``/run/warmpool``) are this machine's:
+one node per machine, and they are removed on teardown when this run made them.
+
+The binaries come from ``e2e/build-kubernetes.sh`` (cached by version), the agent
+image from ``e2e/build-images.sh`` (the repository's Dockerfile, via Buildah), the
+pause and workload image is the runtime tier's local busybox image.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+KUBERNETES_VERSION = os.environ.get("WARMPOOL_E2E_KUBERNETES", "v1.35.4")
+# The node's link to this host: a /30 on a veth pair this harness makes, inside the emulated
+# VPC's CIDR (10.0.0.0/16) and outside its subnets, as the EKS endpoint's and the VPC
+# endpoints' addresses are: the agent SNATs what leaves the node for outside the VPC (as the
+# VPC CNI does), which would rewrite the node's own traffic to the control plane. The kubelet
+# refuses a link-local node address. The host routes the VPC's CIDR to the node, so nothing
+# this cluster sends for the VPC leaves this machine.
+VPC_CIDR = "10.0.0.0/16"
+HOST_ADDR = "10.0.255.253"
+NODE_ADDR = "10.0.255.254"
+HOST_LINK, NODE_LINK = "wpe2e-h0", "wpe2e-n0"
+NODE_NAME = "e2e-node-0"
+CLUSTER = "e2e"
+INSTANCE_TYPE = "m5.large"
+TOKEN = "warmpool-e2e-admin-token"
+HOST_PATHS = ("/opt/cni/bin", "/etc/cni/net.d", "/opt/warmpool", "/var/lib/warmpool", "/run/warmpool")
+AGENT_IMAGE_TAG = "e2e"
+INSTALLED_FILES = ("/etc/cni/net.d/05-warmpool.conflist", "/opt/cni/bin/warmpool-cni")
+PACKAGES = ("buildah", "debootstrap", "containerd", "runc", "busybox-static", "containernetworking-plugins", "iproute2")
+
+
+class E2eError(RuntimeError):
+    """The cluster could not be set up; the message says which step and shows its log."""
+
+
+def _run(
+    cmd: Sequence[str], *, timeout: float = 120, check: bool = True, **kw: Any
+) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, check=False, **kw)
+    if check and r.returncode != 0:
+        raise E2eError(f"{' '.join(cmd)}: {(r.stderr or r.stdout).strip()[-3000:]}")
+    return r
+
+
+def install_missing() -> None:
+    missing = [p for p, b in (("buildah", "buildah"), ("debootstrap", "debootstrap")) if shutil.which(b) is None]
+    if missing:
+        _run(
+            [
+                "sh",
+                "-c",
+                "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq " + " ".join(PACKAGES),
+            ],
+            timeout=900,
+        )
+
+
+def kubernetes_binaries() -> Path:
+    """The control plane's and the kubelet's binaries (built from source on first use, then cached)."""
+    r = _run(["bash", str(ROOT / "e2e/build-kubernetes.sh"), KUBERNETES_VERSION], timeout=4 * 3600)
+    return Path(r.stdout.strip().splitlines()[-1])
+
+
+def agent_image(out_dir: Path, tag: str = AGENT_IMAGE_TAG) -> Path:
+    """The agent image from infra/docker/agent.Dockerfile, as an OCI archive."""
+    r = _run(["bash", str(ROOT / "e2e/build-images.sh"), str(out_dir), tag], timeout=3600)
+    return Path(r.stdout.strip().splitlines()[-1])
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    log: Path
+    env: Mapping[str, str] | None = None
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Proc:
+        with open(self.log, "ab") as f:
+            self.popen = subprocess.Popen(
+                self.argv,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(self.env) if self.env is not None else None,
+                start_new_session=True,
+            )
+        return self
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 15) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, 15)
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, 9)
+            self.popen.wait(timeout=5)
+
+
+def _free_port() -> int:
+    from demo.host import free_port
+
+    return free_port()
+
+
+def _wait(what: str, ok: Any, timeout_s: float, procs: Sequence[Proc] = (), interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for p in procs:
+            if not p.alive():
+                raise E2eError(f"{p.name} exited while waiting for {what}:\n{p.tail()}")
+        try:
+            got = ok()
+        except Exception:
+            got = None
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise E2eError(
+                f"{what}: not after {timeout_s:.0f}s" + "".join(f"\n--- {p.name}:\n{p.tail(15)}" for p in procs)
+            )
+        time.sleep(interval)  # the harness polling daemons, not warmpool logic
+
+
+@dataclass
+class KubeCluster:
+    base: Path
+    bin_dir: Path
+    agent_archive: Path
+    procs: dict[str, Proc] = field(default_factory=dict)
+    demo: Any = None
+    stack: Any = None
+    containerd: Any = None
+    made_paths: list[str] = field(default_factory=list)
+    kubeconfig: Path = field(init=False)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.kubeconfig = self.base / "admin.kubeconfig"
+
+    # ---- kubectl
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60) -> str:
+        cmd = [kubectl_binary(), f"--kubeconfig={self.kubeconfig}", *args]
+        r = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout, check=False)
+        if check and r.returncode != 0:
+            raise E2eError(f"kubectl {' '.join(args)}: {(r.stderr or r.stdout).strip()[-2000:]}")
+        return r.stdout
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", "-o", "json", *args))
+
+    def apply(self, documents: Sequence[Mapping[str, Any]]) -> str:
+        return self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(list(documents)))
+
+    # ---- the node
+
+    @property
+    def node_ns(self) -> str:
+        return str(self.demo.nodes[0].ns)
+
+    @property
+    def instance_id(self) -> str:
+        return str(self.demo.nodes[0].instance_id)
+
+    def in_node(self, *argv: str) -> list[str]:
+        return ["nsenter", f"--net=/var/run/netns/{self.node_ns}", *argv]
+
+    def node_ready(self) -> bool:
+        node = self.get("node", NODE_NAME)
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
+
+    def agent_json(self, path: str) -> Any:
+        """GET the agent's local API (127.0.0.1:61680 in the node's network, as the kubelet's probes)."""
+        script = (
+            "import sys, urllib.request; "
+            "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())"
+        )
+        r = _run(self.in_node(sys.executable, "-c", script, f"http://127.0.0.1:61680{path}"), timeout=30)
+        return json.loads(r.stdout)
+
+    def eni_addresses(self) -> set[str]:
+        """Secondary addresses on the node's ENIs, as the emulated EC2 holds them."""
+        return {
+            a
+            for e in self.stack.ec2.enis.values()
+            if e.attachment and e.attachment.instance_id == self.instance_id
+            for a in e.secondary
+        }
+
+    # ---- set-up
+
+    def start(self) -> None:
+        t0 = time.monotonic()
+        self._network_and_stack()
+        self._control_plane()
+        self.timings["control_plane_s"] = time.monotonic() - t0
+        t1 = time.monotonic()
+        self._containerd()
+        self._kubelet()
+        self.timings["node_s"] = time.monotonic() - t1
+
+    def _network_and_stack(self) -> None:
+        from demo import netns as nx
+        from demo.options import DemoOptions
+        from demo.run import Demo
+        from emulated.local import LocalOptions, LocalStack
+        from warmpool import names
+
+        d = Demo(
+            DemoOptions(
+                nodes=1, pods_per_node=0, live=False, runtime="containerd", instance_type=INSTANCE_TYPE, cluster=CLUSTER
+            )
+        )
+        d.run_dir = self.base / "run"
+        d.run_dir.mkdir(parents=True, exist_ok=True)
+        self.demo = d
+        # The host's end of the node's link to the control plane and the AWS endpoint.
+        _run(["ip", "link", "del", HOST_LINK], check=False)
+        _run(["ip", "link", "add", HOST_LINK, "type", "veth", "peer", "name", NODE_LINK])
+        _run(["ip", "addr", "add", f"{HOST_ADDR}/30", "dev", HOST_LINK])
+        _run(["ip", "link", "set", HOST_LINK, "up"])
+        self.stack = LocalStack(
+            LocalOptions(
+                host=HOST_ADDR,
+                cluster=CLUSTER,
+                vpc_cidr=VPC_CIDR,
+                # the functions from their deployed artifact, through the Lambda runtime interface
+                lambda_runtime=True,
+                max_concurrency=2,
+                attach_delay_s=1.0,
+                api_latency_s=0.02,
+                reconcile_every_s=30.0,
+                gc_age_s=60,
+                extra_env=(("WARMPOOL_MIN_ENI_AGE_S", "10"),),
+            )
+        )
+        self.stack.start()
+        d.stack = self.stack
+        d.hv.start()
+        self.stack.ec2.on_attach(d._on_attach)
+        self.stack.ec2.on_detach(d._on_detach)
+        d._add_node(0)
+        node = d.nodes[0]
+        _run(["ip", "link", "set", NODE_LINK, "netns", node.ns])
+        _run(["ip", "-n", node.ns, "addr", "add", f"{NODE_ADDR}/30", "dev", NODE_LINK])
+        _run(["ip", "-n", node.ns, "link", "set", NODE_LINK, "up"])
+        _run(["ip", "-n", node.ns, "link", "set", "lo", "up"])
+        _run(["ip", "route", "replace", VPC_CIDR, "via", NODE_ADDR, "dev", HOST_LINK])
+        import threading
+
+        d._sync_thread = threading.Thread(target=d._sync_loop, name="e2e-hypervisor", daemon=True)
+        d._sync_thread.start()
+        assert names.cluster_tag_key(CLUSTER) and nx.node_ns(0) == node.ns
+
+    def _certs(self) -> dict[str, Path]:
+        pki = self.base / "pki"
+        pki.mkdir(parents=True, exist_ok=True)
+        ca_key, ca_crt = pki / "ca.key", pki / "ca.crt"
+        _run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                str(ca_key),
+                "-out",
+                str(ca_crt),
+                "-days",
+                "2",
+                "-subj",
+                "/CN=warmpool-e2e-ca",
+            ]
+        )
+        key, csr, crt = pki / "apiserver.key", pki / "apiserver.csr", pki / "apiserver.crt"
+        ext = pki / "ext.cnf"
+        ext.write_text(
+            f"subjectAltName=IP:{HOST_ADDR},IP:127.0.0.1,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,"
+            "DNS:kubernetes.default.svc,DNS:localhost\n"
+        )
+        _run(
+            [
+                "openssl",
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                str(key),
+                "-out",
+                str(csr),
+                "-subj",
+                "/CN=kube-apiserver",
+            ]
+        )
+        _run(
+            [
+                "openssl",
+                "x509",
+                "-req",
+                "-in",
+                str(csr),
+                "-CA",
+                str(ca_crt),
+                "-CAkey",
+                str(ca_key),
+                "-CAcreateserial",
+                "-out",
+                str(crt),
+                "-days",
+                "2",
+                "-extfile",
+                str(ext),
+            ]
+        )
+        sa_key, sa_pub = pki / "sa.key", pki / "sa.pub"
+        _run(["openssl", "genrsa", "-out", str(sa_key), "2048"])
+        _run(["openssl", "rsa", "-in", str(sa_key), "-pubout", "-out", str(sa_pub)])
+        tokens = pki / "tokens.csv"
+        tokens.write_text(f'{TOKEN},admin,admin,"system:masters"\n')
+        return {"ca": ca_crt, "key": key, "crt": crt, "sa_key": sa_key, "sa_pub": sa_pub, "tokens": tokens}
+
+    def _write_kubeconfig(self, path: Path, server: str, ca: Path) -> None:
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+                    "users": [{"name": "admin", "user": {"token": TOKEN}}],
+                    "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "admin"}}],
+                    "current-context": "e2e",
+                }
+            )
+        )
+
+    def _control_plane(self) -> None:
+        b, logs = self.bin_dir, self.base / "logs"
+        logs.mkdir(exist_ok=True)
+        certs = self._certs()
+        etcd_port, etcd_peer, api_port = _free_port(), _free_port(), _free_port()
+        etcd_url = f"http://127.0.0.1:{etcd_port}"
+        self.procs["etcd"] = Proc(
+            "etcd",
+            [
+                str(b / "etcd"),
+                "--data-dir",
+                str(self.base / "etcd"),
+                "--listen-client-urls",
+                etcd_url,
+                "--advertise-client-urls",
+                etcd_url,
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{etcd_peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{etcd_peer}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{etcd_peer}",
+                "--quota-backend-bytes",
+                str(512 << 20),
+            ],
+            logs / "etcd.log",
+        ).start()
+        server = f"https://{HOST_ADDR}:{api_port}"
+        self.procs["kube-apiserver"] = Proc(
+            "kube-apiserver",
+            [
+                str(b / "kube-apiserver"),
+                "--etcd-servers",
+                etcd_url,
+                "--bind-address",
+                HOST_ADDR,
+                "--advertise-address",
+                HOST_ADDR,
+                "--secure-port",
+                str(api_port),
+                "--tls-cert-file",
+                str(certs["crt"]),
+                "--tls-private-key-file",
+                str(certs["key"]),
+                "--client-ca-file",
+                str(certs["ca"]),
+                "--token-auth-file",
+                str(certs["tokens"]),
+                "--authorization-mode",
+                "RBAC",
+                "--allow-privileged=true",
+                "--service-cluster-ip-range",
+                "10.96.0.0/16",
+                "--service-account-issuer",
+                "https://kubernetes.default.svc",
+                "--service-account-key-file",
+                str(certs["sa_pub"]),
+                "--service-account-signing-key-file",
+                str(certs["sa_key"]),
+                "--api-audiences",
+                "https://kubernetes.default.svc",
+                "--enable-priority-and-fairness=false",
+                "--kubelet-preferred-address-types",
+                "InternalIP",
+            ],
+            logs / "kube-apiserver.log",
+        ).start()
+        self._write_kubeconfig(self.kubeconfig, server, certs["ca"])
+        _wait(
+            "the API server",
+            lambda: self.kubectl("get", "--raw", "/readyz", check=False, timeout=10) == "ok",
+            180,
+            [self.procs["etcd"], self.procs["kube-apiserver"]],
+            interval=1.0,
+        )
+        self.procs["kube-controller-manager"] = Proc(
+            "kube-controller-manager",
+            [
+                str(b / "kube-controller-manager"),
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--leader-elect=false",
+                "--service-account-private-key-file",
+                str(certs["sa_key"]),
+                "--root-ca-file",
+                str(certs["ca"]),
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(_free_port()),
+                "--controllers",
+                "*,-nodeipam",
+                "--node-monitor-grace-period",
+                "20s",
+            ],
+            logs / "kube-controller-manager.log",
+        ).start()
+        self.procs["kube-scheduler"] = Proc(
+            "kube-scheduler",
+            [
+                str(b / "kube-scheduler"),
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--leader-elect=false",
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(_free_port()),
+            ],
+            logs / "kube-scheduler.log",
+        ).start()
+
+    def _containerd(self) -> None:
+        from demo.runtime_image import build_image
+
+        for p in HOST_PATHS:
+            top = Path(p)
+            while not top.parent.exists():
+                top = top.parent
+            if not top.exists():
+                os.makedirs(p)
+                self.made_paths.append(str(top))
+        # What a node's AMI has in the CNI directory: the reference loopback plugin.
+        from demo.runtime_containerd import cni_plugin
+
+        lo = cni_plugin("loopback")
+        if lo is not None and not os.path.exists("/opt/cni/bin/loopback"):
+            shutil.copy(lo, "/opt/cni/bin/loopback")
+            self.made_paths.append("/opt/cni/bin/loopback")
+        c = NodeContainerd(self.base / "containerd", self.node_ns)
+        c.start()
+        self.containerd = c
+        busybox = build_image(self.base / "busybox-oci.tar")
+        c.import_image(busybox)
+        c.import_image(self.agent_archive)
+
+    def _kubelet(self) -> None:
+        from demo.host import console_script
+
+        max_pods = _run([console_script("warmpool"), "max-pods", "--instance-type", INSTANCE_TYPE]).stdout.strip()
+        kdir = self.base / "kubelet"
+        kdir.mkdir(exist_ok=True)
+        config = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "address": NODE_ADDR,
+            "port": _free_port(),
+            "readOnlyPort": 0,
+            "healthzPort": 0,
+            "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "cgroupDriver": "cgroupfs",
+            "cgroupsPerQOS": False,
+            "enforceNodeAllocatable": [],
+            "failCgroupV1": False,
+            "failSwapOn": False,
+            "containerRuntimeEndpoint": f"unix://{self.containerd.socket}",
+            "maxPods": int(max_pods),
+            "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "syncFrequency": "5s",
+            "fileCheckFrequency": "5s",
+            "nodeStatusUpdateFrequency": "5s",
+            "registerNode": True,
+            "resolvConf": "/etc/resolv.conf",
+            "serializeImagePulls": False,
+            "localStorageCapacityIsolation": False,
+            "podLogsDir": str(kdir / "pod-logs"),
+        }
+        (kdir / "config.yaml").write_text(yaml.safe_dump(config))
+        self.kubelet_config = config
+        node_kubeconfig = kdir / "kubeconfig"
+        server = yaml.safe_load(self.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+        self._write_kubeconfig(node_kubeconfig, server, self.base / "pki/ca.crt")
+        self.procs["kubelet"] = Proc(
+            "kubelet",
+            self.in_node(
+                str(self.bin_dir / "kubelet"),
+                "--config",
+                str(kdir / "config.yaml"),
+                "--kubeconfig",
+                str(node_kubeconfig),
+                "--root-dir",
+                str(kdir / "root"),
+                "--hostname-override",
+                NODE_NAME,
+                "--node-ip",
+                NODE_ADDR,
+                "--node-labels",
+                "warmpool.io/enabled=true",
+                "--v",
+                "2",
+            ),
+            self.base / "logs/kubelet.log",
+        ).start()
+        _wait("the node to register", lambda: self.get("node", NODE_NAME), 120, [self.procs["kubelet"]], interval=1.0)
+
+    # ---- warmpool
+
+    def manifests(self, image: str, agent_env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+        """The project's manifests, rendered from the local stack's outputs as a user renders
+        them from `cdk deploy`'s, plus what a real node gets from EC2 and Pod Identity
+        (its IMDS, credentials) and what the local stack needs (its endpoint), in the config map."""
+        from demo.run import DEFAULT_AGENT_ENV
+        from infra.render_manifests import render
+        from warmpool import names
+
+        out = self.stack.outputs
+        docs = render({k: str(v) for k, v in out.items() if isinstance(v, (str, int))}, image=image)
+        for d in docs:
+            if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "warmpool-config":
+                d["data"].update({k: v for k, v in DEFAULT_AGENT_ENV.items()})
+                d["data"].update(
+                    {
+                        "AWS_EC2_METADATA_SERVICE_ENDPOINT": f"{out['imds_base']}/{self.instance_id}",
+                        "AWS_ACCESS_KEY_ID": "testing",
+                        "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": out["region"],
+                        names.ENV_ENDPOINT_URL: out["endpoint"],
+                        "WARMPOOL_LOG_LEVEL": "INFO",
+                        **(agent_env or {}),
+                    }
+                )
+            if d["kind"] == "DaemonSet":
+                for c in d["spec"]["template"]["spec"]["initContainers"] + d["spec"]["template"]["spec"]["containers"]:
+                    c["imagePullPolicy"] = "Never"
+        return docs
+
+    # ---- teardown
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            if self.procs.get("kube-apiserver") and self.procs["kube-apiserver"].alive():
+                self.kubectl(
+                    "delete",
+                    "pods",
+                    "--all",
+                    "--all-namespaces",
+                    "--grace-period=5",
+                    "--wait=false",
+                    check=False,
+                    timeout=30,
+                )
+        for name in ("kubelet",):
+            if name in self.procs:
+                self.procs[name].stop()
+        if self.containerd is not None:
+            from demo.runtime_cri import CriClient
+
+            with contextlib.suppress(Exception):
+                cri = CriClient(self.containerd.socket, timeout_s=30)
+                for sb in cri.list_pod_sandbox_ids():  # DELs while the agent's socket may still answer
+                    with contextlib.suppress(Exception):
+                        cri.stop_pod_sandbox(sb)
+                        cri.remove_pod_sandbox(sb)
+                cri.close()
+            self.containerd.stop()
+        for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+            if name in self.procs:
+                self.procs[name].stop()
+        if self.demo is not None:
+            self.demo.teardown()
+        _run(["ip", "link", "del", HOST_LINK], check=False)
+        for p in reversed(self.made_paths):
+            if os.path.isdir(p):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(p)
+        for f in INSTALLED_FILES:  # what the init container wrote where the directories were already here
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f)
+        from demo.runtime_containerd import remove_default_state, unmount_under
+
+        unmount_under(self.base)
+        remove_default_state()
+
+
+class NodeContainerd:
+    """The node's containerd: Debian's, with its CRI plugin reading the node's own CNI
+    directories (where the DaemonSet's init container installs the plugin and its conflist)."""
+
+    def __new__(cls, base: Path, netns: str) -> Any:
+        from demo.runtime_containerd import Containerd
+
+        class _C(Containerd):
+            @property
+            def cni_bin(self) -> Path:
+                return Path("/opt/cni/bin")
+
+            @property
+            def cni_conf(self) -> Path:
+                return Path("/etc/cni/net.d")
+
+        return _C(base, netns)
+
+
+def kubectl_binary() -> str:
+    found = shutil.which("kubectl")
+    if found is None:
+        raise E2eError("kubectl is not installed")
+    return found
+
+
+@contextlib.contextmanager
+def kube_cluster() -> Iterator[KubeCluster]:
+    """Build (or take from the cache) everything, start the cluster, tear it all down after."""
+    from demo.host import single_run_lock
+
+    install_missing()
+    t0 = time.monotonic()
+    bin_dir = kubernetes_binaries()
+    t_bins = time.monotonic() - t0
+    base = Path(tempfile.mkdtemp(prefix="wpe2e-", dir="/tmp"))
+    t1 = time.monotonic()
+    archive = agent_image(base)
+    t_image = time.monotonic() - t1
+    with single_run_lock(wait_s=600):
+        c = KubeCluster(base, bin_dir, archive)
+        c.timings.update({"binaries_s": t_bins, "agent_image_s": t_image})
+        try:
+            c.start()
+            yield c
+        finally:
+            c.stop()
+            if os.environ.get("WARMPOOL_E2E_KEEP") != "1":
+                shutil.rmtree(base, ignore_errors=True)
+            else:
+                print(f"e2e: kept {base}", file=sys.stderr)
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return int(r.status) == 200
+    except OSError:
+        return False
