@@ -20,7 +20,7 @@ from node_agent.records import EniInfo
 from simulation import base, runner, world
 from simulation.node import SimPods
 from simulation.runner import SeedResult, plan_for, run_seed
-from simulation.schedule import EVENT_KINDS, draw
+from simulation.schedule import AGENT_KINDS, EVENT_KINDS, draw
 from tests.helpers.sim_mutations import on_every_agent
 from warmpool import names
 
@@ -67,11 +67,41 @@ def _first_failure(
 @pytest.mark.timeout(3600)
 @pytest.mark.xfail(not FIXES_MERGED, strict=True, reason="issue 11's defects are fixed on other branches")
 def test_ci_seeds_have_no_violation() -> None:
-    results = runner.run_many(CI_SEEDS, jobs=2, shrink=False)
+    """The world as it was drawn before issue 21's agent faults (each drawn from a generator of
+    its own, so leaving them out gives every seed exactly its earlier schedule)."""
+    seeds = [s for s in CI_SEEDS if s not in MERGE_FINDINGS]
+    results = runner.run_many(seeds, jobs=2, shrink=False, without=frozenset(AGENT_KINDS))
     bad = [v for r in results for v in r.violations]
     assert not bad, f"{len(bad)} seeds broke an invariant, e.g. " + "; ".join(
         f"{v['invariant']}: {v['detail'][:120]} ({v['replay']})" for v in bad[:5]
     )
+
+
+MERGE_FINDINGS = (70,)
+"""Seeds of the earlier world that broke once the issue 21 agent fixes and the release book met
+(each branch alone kept seeds 0-299 clean): seed 70 ends with two addresses EC2 has on an ENI
+the agent does not know (address-leaked, a leak, not a second holder). Shrunk:
+``warmpool sim --seed 70 --without <AGENT_KINDS> --keep 0,2,5,6,7`` (pods, IMDS lag 59 s, a
+Describe throttle storm). Open; pinned by the strict xfail below so its fix shows."""
+
+
+@pytest.mark.xfail(strict=True, reason="open finding of the merge: MERGE_FINDINGS")
+def test_the_merge_findings_keep_every_invariant() -> None:
+    results = runner.run_many(MERGE_FINDINGS, jobs=1, shrink=False, without=frozenset(AGENT_KINDS))
+    assert not [v for r in results for v in r.violations]
+
+
+AGENT_FAULT_FINDINGS = (9, 20, 70)
+"""Open findings of issue 21's agent faults (checkpoint damage and write errors, the tag
+look-up failing in a rollout, clock skew) on the fixed agent: seeds 9 and 70 end with
+addresses EC2 has on an ENI the agent does not know (address-leaked), seed 20 with idle
+addresses never offered (not-settled). Leaks and progress, not a second holder; traced next."""
+
+
+@pytest.mark.xfail(strict=True, reason="open findings of the agent fault kinds: AGENT_FAULT_FINDINGS")
+def test_the_agent_fault_kinds_keep_every_invariant() -> None:
+    results = runner.run_many(AGENT_FAULT_FINDINGS, jobs=1, shrink=False)
+    assert not [v for r in results for v in r.violations]
 
 
 def test_pods_alone_never_break_an_invariant() -> None:
