@@ -610,32 +610,33 @@ class KubeCluster:
     # ---- teardown
 
     def stop(self) -> None:
-        with contextlib.suppress(Exception):
-            if self.procs.get("kube-apiserver") and self.procs["kube-apiserver"].alive():
-                self.kubectl(
-                    "delete",
-                    "pods",
-                    "--all",
-                    "--all-namespaces",
-                    "--grace-period=5",
-                    "--wait=false",
-                    check=False,
-                    timeout=30,
-                )
-        for name in ("kubelet",):
-            if name in self.procs:
-                self.procs[name].stop()
+        """The kubelet first (it would restart what goes away), then every sandbox through CRI
+        while the agent's container still answers the plugin's DELs (workload pods before the
+        agent's), then containerd, the control plane, the node and what this run made."""
+        if "kubelet" in self.procs:
+            self.procs["kubelet"].stop()
+        pins: list[str] = []
         if self.containerd is not None:
+            from demo.runtime_containerd import remove_pin
             from demo.runtime_cri import CriClient
 
             with contextlib.suppress(Exception):
                 cri = CriClient(self.containerd.socket, timeout_s=30)
-                for sb in cri.list_pod_sandbox_ids():  # DELs while the agent's socket may still answer
+                ids = cri.list_pod_sandbox_ids()
+                status = {}
+                for sb in ids:
+                    with contextlib.suppress(Exception):
+                        status[sb] = cri.pod_sandbox_status(sb)
+                pins = [st.netns for st in status.values() if st.netns]
+                # pods with a namespace of their own (CNI DEL through the agent) before the agent's
+                for sb in sorted(ids, key=lambda i: not (status.get(i) and status[i].netns)):
                     with contextlib.suppress(Exception):
                         cri.stop_pod_sandbox(sb)
                         cri.remove_pod_sandbox(sb)
                 cri.close()
             self.containerd.stop()
+            for pin in pins:  # what a sandbox removal could not take with it
+                remove_pin(pin)
         for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             if name in self.procs:
                 self.procs[name].stop()

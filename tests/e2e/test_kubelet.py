@@ -21,6 +21,8 @@ from tests.e2e.kube import AGENT_IMAGE_TAG, INSTANCE_TYPE, NODE_NAME, E2eError, 
 AGENT_IMAGE = f"docker.io/warmpool/agent:{AGENT_IMAGE_TAG}"
 WORKLOAD_IMAGE = "docker.io/warmpool/busybox:local"
 NAMESPACE = "kube-system"
+# The image has no kill(1): its own Python sends SIGTERM to the agent (the container's pid 1).
+STOP_PID_1 = ("/opt/warmpool/venv/bin/python", "-c", "import os, signal; os.kill(1, signal.SIGTERM)")
 pytestmark = pytest.mark.timeout(1800)  # the first run builds Kubernetes and the images in the fixture
 
 
@@ -173,3 +175,40 @@ def test_a_deployment_scaled_past_the_warm_pool_and_back_to_zero(cluster: KubeCl
     _wait("the agent holding no pod", lambda: c.agent_json("/v1/pods") == [], 60, [c.procs["kubelet"]])
     pool = {ip for e in c.agent_json("/v1/enis") for ip in e["ips"]}
     assert pool & set(ips), (pool, ips)  # back in the pool, not lost
+
+
+def test_the_agent_restarted_by_the_kubelet_keeps_running_pods_addresses(cluster: KubeCluster) -> None:
+    """The agent's process ends while pods run; the kubelet restarts its container (same
+    pod). Every running pod keeps its address in the agent's view, and a new pod started
+    after the restart gets an address distinct from theirs."""
+    c = cluster
+    _wait("the node Ready", c.node_ready, 240, [c.procs["kubelet"]])
+    c.apply([_deployment(3)])
+
+    def running(n: int) -> dict[str, str] | None:
+        pods = c.get("pods", "-l", "app=burst")["items"]
+        ok = {
+            p["metadata"]["name"]: p["status"]["podIP"]
+            for p in pods
+            if p["status"].get("phase") == "Running" and p["status"].get("podIP")
+        }
+        return ok if len(ok) == n else None
+
+    before = _wait("3 replicas Running", lambda: running(3), 180, [c.procs["kubelet"]], interval=1.0)
+    (agent,) = _agent_pods(c)
+    restarts = agent["status"]["containerStatuses"][0]["restartCount"]
+    c.kubectl("exec", "-n", NAMESPACE, agent["metadata"]["name"], "-c", "agent", "--", *STOP_PID_1)
+
+    def restarted() -> bool:
+        (p,) = _agent_pods(c)
+        return bool(p["status"]["containerStatuses"][0]["restartCount"] > restarts and _ready(p))
+
+    _wait("the agent restarted by the kubelet and Ready", restarted, 180, [c.procs["kubelet"]], interval=1.0)
+    assert _agent_pods(c)[0]["metadata"]["uid"] == agent["metadata"]["uid"]  # the same pod, a new container
+    held = {p["ip"] for p in c.agent_json("/v1/pods")}
+    assert set(before.values()) <= held, (before, held)
+    assert running(3) == before
+    c.kubectl("scale", "deployment", "burst", "--replicas=4")
+    after = _wait("the 4th replica Running", lambda: running(4), 180, [c.procs["kubelet"]], interval=1.0)
+    assert len(set(after.values())) == 4 and set(before.values()) < set(after.values())
+    c.kubectl("delete", "deployment", "burst", "--wait=true", timeout=120)
