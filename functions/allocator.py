@@ -338,7 +338,7 @@ class Allocator:
         instance running in the cluster) are recorded without a Describe round:
         their seq moves the ledger forward as any served report's, no reply is
         owed. The others go on to be read."""
-        quiet_ones: list[Incoming] = []
+        candidates: list[Incoming] = []
         rest: list[Incoming] = []
         for n in kept:
             r = n.report
@@ -348,9 +348,16 @@ class Allocator:
                 and lim is not None
                 and quiet(r, lim, node_max_pods(r, lim, self.settings.max_pods))
             ):
-                quiet_ones.append(n)
+                candidates.append(n)
             else:
                 rest.append(n)
+        # A report of an instance whose release book holds entries settles them (or repeats
+        # them): never quiet. A book that could not be read is unknown: not quiet either.
+        books = load_books(self.books, self.cluster, [n.report.instance_id for n in candidates], self.tally)
+        quiet_ones: list[Incoming] = []
+        for n in candidates:
+            book = books.get(n.report.instance_id)
+            (quiet_ones if book is not None and not book.taken else rest).append(n)
         if quiet_ones:
             b.out.noop += len(quiet_ones)
             self.tally.add(M_REPORTS_QUIET, len(quiet_ones))

@@ -226,7 +226,11 @@ def test_a_result_killed_before_its_checkpoint_is_not_acknowledged_and_comes_bac
             return a["ApproximateNumberOfMessages"] == a["ApproximateNumberOfMessagesNotVisible"] == "0"
 
         until(again, lambda: again.controller.stats["results_applied"] == 1 and drained(), timeout=5)
-        assert again.ds.counts(time.time()).total == 1
+        # Applied and known; held, not handed out: a claim replying to the previous process's
+        # report waits for one hand-back of this process (issue 21: that process's offers are
+        # not known to this one; docs/agent.md).
+        c = again.ds.counts(time.time())
+        assert (c.total, c.quarantined) == (0, 1)
     finally:
         again.stop()
 

@@ -113,7 +113,7 @@ def test_a_release_that_cannot_be_booked_is_not_made() -> None:
     w.books = books
     w.alloc = w.allocator()
     out = w.deliver([w.report("n1", warm_ip=1, assigned=3, release=_offer(eni, ips[-2:], w.clock.now() - 20))])
-    assert out.nodes["n1"].status == "deferred" and "release book" in out.nodes["n1"].reason
+    assert out.nodes[w.nodes["n1"]].status == "deferred" and "release book" in out.nodes[w.nodes["n1"]].reason
     assert books.saves == 1 and w.tally.get("ReleaseBooksUnread") == 1
     assert w.ec2_stats().get("UnassignPrivateIpAddresses", {}).get("calls", 0) == 0
 
@@ -142,7 +142,7 @@ def test_a_book_changed_since_the_plan_makes_the_node_wait() -> None:
     w.books = _Racing(w.books)
     w.alloc = w.allocator()
     out = w.deliver([report])
-    assert out.nodes["n1"].status == "deferred" and "release book" in out.nodes["n1"].reason
+    assert out.nodes[w.nodes["n1"]].status == "deferred" and "release book" in out.nodes[w.nodes["n1"]].reason
     assert w.ec2_stats().get("UnassignPrivateIpAddresses", {}).get("calls", 0) == 0
 
 
