@@ -16,8 +16,9 @@ from emulated.clock import VirtualClock
 from node_agent.agent import Agent
 from node_agent.config import load
 from node_agent.controller import AttachedEni
-from node_agent.hostnet import HostWiring, PodNet
+from node_agent.hostnet import HostWiring
 from node_agent.imds import Identity
+from tests.helpers.agents import RecordingPods
 from tests.helpers.controller import ID, PRIMARY, FakeImds
 from warmpool.messages import AllocationResult, PoolReport, parse_report
 
@@ -98,21 +99,8 @@ class MetadataStub:
         return {"instance-identity/document": "{}", "instance-identity/signature": "c2ln"}.get(path)
 
 
-class WiredPods:
+class WiredPods(RecordingPods):
     """The host's pod wiring, recorded (survives agent restarts); what a rebuild reads."""
-
-    def __init__(self) -> None:
-        self.wired: dict[tuple[str, str], str] = {}
-
-    def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet:
-        self.wired[(container_id, ifname)] = ip
-        return PodNet("eni0", "02:00:00:00:00:01", "02:00:00:00:00:02", 2)
-
-    def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
-        self.wired.pop((container_id, ifname), None)
-
-    def check(self, netns: str, ifname: str, container_id: str, ip: str, table: int) -> list[str]:
-        return []
 
     def host_wiring(self) -> HostWiring:
         from node_agent.hostnet import host_veth_name

@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from node_agent.hostnet import PodNet
+from node_agent.hostnet import HostWiring, PodNet
 from warmpool.messages import AllocationResult, PoolReport, parse_report
 
 
@@ -29,8 +29,8 @@ class RecordingPods:
     def check(self, netns: str, ifname: str, container_id: str, ip: str, table: int) -> list[str]:
         return []
 
-    def host_wiring(self) -> None:
-        return None
+    def host_wiring(self) -> HostWiring | None:
+        return None  # nothing recorded for a rebuild (WiredPods in agent_world.py reads it back)
 
 
 def free_port() -> int:
