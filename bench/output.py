@@ -48,6 +48,9 @@ class StrategyResult(_Out):
     time_to_ip_s: Percentiles
     makespan_s: float | None
     """Virtual time the last pod got its address (None if some never did)."""
+    finished: bool = True
+    """Every pod still alive at the end got its address. False: the run did not finish, and
+    no ratio against a bound is given (fewer calls for fewer pods is no saving)."""
     ec2_calls: dict[str, int]
     """Every request per action, throttled and failed ones included."""
     mutating_calls: int

@@ -106,7 +106,7 @@ class StandardRetryer:
         self.quota -= self.retry_cost
         return True
 
-    def on_success(self, retried: bool) -> None:
+    def on_success(self, *, retried: bool) -> None:
         """An attempt succeeded: give back the retry's cost, or the no-retry increment."""
         self.quota = min(self.quota_size, self.quota + (self.retry_cost if retried else self.no_retry_increment))
 
@@ -168,7 +168,7 @@ def ec2_call(
                 continue
             raise
         yield latency()
-        retry.on_success(attempt > 1)
+        retry.on_success(retried=attempt > 1)
         return out
 
 

@@ -19,6 +19,9 @@ def _vs(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x"
 
 
+DID_NOT_FINISH = "did not finish"
+"""The makespan cell of a run that ended with pods still waiting (no ratio is shown for it)."""
+
 COLUMNS = (
     "strategy",
     "ready",
@@ -46,9 +49,9 @@ def rows(result: BenchResult) -> list[list[str]]:
                 name,
                 f"{r.pods_ready}/{r.pods_requested}",
                 str(r.mutating_calls),
-                _vs(r.mutating_calls, lb.mutating_calls),
+                _vs(r.mutating_calls, lb.mutating_calls) if r.finished else "-",
                 str(r.throttled_calls),
-                _f(r.makespan_s),
+                _f(r.makespan_s) if r.finished else DID_NOT_FINISH,
                 _vs(r.makespan_s, lb.makespan_s),
                 _f(r.time_to_ip_s.p50, 2),
                 _f(r.time_to_ip_s.p99, 2),
@@ -111,6 +114,12 @@ def table(result: BenchResult) -> str:
     lines.append("  ".join("-" * w for w in widths))
     for r in body:
         lines.append("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths, strict=True))))
+    for name, res in result.strategies.items():
+        if not res.finished:
+            lines.append(
+                f"{name}: did not finish: pods still waiting for an address when the run stopped at "
+                f"{res.settled_at_s:g} s ({res.pods_ready}/{res.pods_requested} got one; no ratio against the bounds)"
+            )
     warm = result.strategies.get("warmpool")
     if warm is not None and warm.ratios.mutating_calls_vs_online_bound is not None:
         mk = warm.ratios.makespan_vs_online_bound
@@ -118,10 +127,10 @@ def table(result: BenchResult) -> str:
             f"warmpool vs online bound: mutating calls {warm.ratios.mutating_calls_vs_online_bound:.2f}x, "
             f"makespan {'-' if mk is None else f'{mk:.2f}x'}"
         )
-    if warm is not None:
+    if warm is not None and warm.finished:
         for other in ("vpc-cni", "cilium"):
             b = result.strategies.get(other)
-            if b is not None:
+            if b is not None and b.finished:
                 lines.append(f"warmpool vs {other}: " + versus(warm, b))
     return "\n".join(lines)
 

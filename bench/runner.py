@@ -47,6 +47,8 @@ class Series:
     end_s: float = 0.0
     call_log: list[tuple[float, str, str]] = field(default_factory=list)
     """Every EC2 request: (time, action, "ok" | "throttled" | error code)."""
+    created_times: list[float] = field(default_factory=list)
+    """When each pod was created (the arrival curve), sorted."""
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
@@ -79,6 +81,7 @@ def run_strategy(
         per_second=world.ec2.per_second,
         end_s=world.settled_at or world.now(),
         call_log=world.ec2.log,
+        created_times=sorted(world.book.created.values()),
     )
     return result, series
 
@@ -97,6 +100,7 @@ def collect(world: BenchWorld, strategy: Strategy, lb: LowerBound) -> StrategyRe
     waits.sort()
     ready = len(book.ready_at)
     makespan = max(book.ready_at.values()) if ready and unready_alive == 0 else None
+    finished = unready_alive == 0
 
     emu = world.emu
     emu.settle()
@@ -152,6 +156,7 @@ def collect(world: BenchWorld, strategy: Strategy, lb: LowerBound) -> StrategyRe
             max=_r(waits[-1] if waits else None),
         ),
         makespan_s=_r(makespan),
+        finished=finished,
         ec2_calls=calls,
         mutating_calls=mutating,
         throttled_calls=sum(world.ec2.throttled.values()),
@@ -163,7 +168,7 @@ def collect(world: BenchWorld, strategy: Strategy, lb: LowerBound) -> StrategyRe
         leaked_enis=leaked_enis(emu),
         lower_bound=lb,
         ratios=Ratios(
-            mutating_calls_vs_lower_bound=_ratio(mutating, lb.mutating_calls),
+            mutating_calls_vs_lower_bound=_ratio(mutating, lb.mutating_calls) if finished else None,
             makespan_vs_lower_bound=_ratio(makespan, lb.makespan_s),
         ),
         ec2_throttled=dict(sorted(world.ec2.throttled.items())),
@@ -198,7 +203,9 @@ def run_bench(
                 raise
             on_unavailable(name, str(exc))
             continue
-        res.ratios.mutating_calls_vs_online_bound = _ratio(res.mutating_calls, olb.mutating_calls)
+        res.ratios.mutating_calls_vs_online_bound = (
+            _ratio(res.mutating_calls, olb.mutating_calls) if res.finished else None
+        )
         res.ratios.makespan_vs_online_bound = _ratio(res.makespan_s, olb.makespan_s)
         results[name] = res
         series[name] = ser

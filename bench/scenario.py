@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from warmpool.buckets import DEFAULT_SPECS, BucketSpec
-from warmpool.limits import KNOWN_TYPES
+from warmpool.limits import KNOWN_TYPES, known
 from warmpool.pool import PoolConfig
 
 Strategy = Literal["warmpool", "vpc-cni", "cilium"]
@@ -124,8 +124,10 @@ class NodeGroup(_Model):
     @field_validator("instance_type")
     @classmethod
     def _known_type(cls, v: str) -> str:
-        if v not in KNOWN_TYPES:
-            raise ValueError(f"unknown instance type {v!r} (known: {', '.join(sorted(KNOWN_TYPES))})")
+        try:
+            known(v)
+        except KeyError as exc:  # names the closest few, not all the known types
+            raise ValueError(str(exc.args[0])) from None
         return v
 
 

@@ -366,8 +366,8 @@ class BenchWorld:
             else:
                 self.loop.call_at(ev.at, functools.partial(self._delete, ev.node, ev.pod, on_delete))
         for f in self.scenario.faults:
-            self.loop.call_at(f.at_s, functools.partial(self._fault, f.kind, f.rate, f.subnet, True))
-            self.loop.call_at(f.end_s, functools.partial(self._fault, f.kind, f.rate, f.subnet, False))
+            self.loop.call_at(f.at_s, functools.partial(self._fault, f.kind, f.rate, f.subnet, on=True))
+            self.loop.call_at(f.end_s, functools.partial(self._fault, f.kind, f.rate, f.subnet, on=False))
 
     def _join(self, spec: WorkloadNode, on_join: Callable[[NodeRt], None]) -> None:
         iid = self.emu.run_instance(
@@ -390,7 +390,7 @@ class BenchWorld:
         self.book.delete(pod)
         on_delete(node, pod)
 
-    def _fault(self, kind: str, rate: float, subnet: str | None, on: bool) -> None:
+    def _fault(self, kind: str, rate: float, subnet: str | None, *, on: bool) -> None:
         if on:
             self.active_faults[kind] = rate
         else:
@@ -402,7 +402,7 @@ class BenchWorld:
             self.emu.fail_rate("AttachNetworkInterface", ATTACH_FAILURE_CODE, rate if on else 0.0)
         elif kind == "subnet-exhausted":
             assert subnet is not None
-            self.emu.set_subnet_exhausted(subnet, on)
+            self.emu.set_subnet_exhausted(subnet, exhausted=on)
 
     def settled(self) -> bool:
         now = self.now()

@@ -21,25 +21,45 @@ from demo import run as demo_module
 from demo.options import DemoOptions, Interrupted
 from demo.report import dump, render
 from demo.run import Demo
+from warmpool.argtypes import float_at_least, int_at_least, output_path
+from warmpool.limits import known, pod_ceiling
+
+
+def _instance_type(text: str) -> str:
+    """A type of the built-in table, checked before anything starts."""
+    try:
+        return known(text.strip()).instance_type
+    except KeyError as exc:
+        raise argparse.ArgumentTypeError(str(exc.args[0])) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
     d = DemoOptions()
     doc = demo_module.__doc__
     p = argparse.ArgumentParser(prog="warmpool demo", description=doc.split("\n\n")[0] if doc else None)
-    p.add_argument("--nodes", type=int, default=d.nodes, help=f"nodes (default {d.nodes})")
+    p.add_argument("--nodes", type=int_at_least(1), default=d.nodes, help=f"nodes (default {d.nodes})")
     p.add_argument(
         "--pods-per-node",
-        type=int,
+        type=int_at_least(1),
         default=d.pods_per_node,
         help=f"pods per node in the scale-out (default {d.pods_per_node})",
     )
-    p.add_argument("--json", dest="json_out", metavar="OUT", help="write the report as JSON to OUT")
-    p.add_argument("--instance-type", default=d.instance_type)
-    p.add_argument("--keep-per-node", type=int, default=d.keep_per_node, help="pods kept after the scale-down")
-    p.add_argument("--attach-delay", type=float, default=d.attach_delay_s, help="emulated EC2 attach delay (s)")
-    p.add_argument("--api-latency", type=float, default=d.api_latency_s, help="emulated EC2 latency per call (s)")
-    p.add_argument("--parallel", type=int, default=d.cni_parallel, help="CNI invocations in flight at once")
+    p.add_argument("--json", dest="json_out", metavar="OUT", type=output_path, help="write the report as JSON to OUT")
+    p.add_argument("--instance-type", type=_instance_type, default=d.instance_type, help=f"default {d.instance_type}")
+    p.add_argument(
+        "--keep-per-node",
+        type=int_at_least(0),
+        default=None,
+        help=f"pods kept after the scale-down, at most --pods-per-node (default {d.keep_per_node}, "
+        "or --pods-per-node when fewer)",
+    )
+    p.add_argument(
+        "--attach-delay", type=float_at_least(0), default=d.attach_delay_s, help="emulated EC2 attach delay (s)"
+    )
+    p.add_argument(
+        "--api-latency", type=float_at_least(0), default=d.api_latency_s, help="emulated EC2 latency per call (s)"
+    )
+    p.add_argument("--parallel", type=int_at_least(1), default=d.cni_parallel, help="CNI invocations in flight at once")
     p.add_argument(
         "--env",
         action="append",
@@ -60,21 +80,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def options_from_args(argv: list[str]) -> DemoOptions:
-    a = build_parser().parse_args(argv)
-    if a.nodes < 1 or a.pods_per_node < 1:
-        raise SystemExit("warmpool demo: --nodes and --pods-per-node must be at least 1")
+    p = build_parser()
+    a = p.parse_args(argv)
+    if a.keep_per_node is None:
+        a.keep_per_node = min(DemoOptions().keep_per_node, a.pods_per_node)
+    elif a.keep_per_node > a.pods_per_node:
+        p.error(f"--keep-per-node {a.keep_per_node} is more than --pods-per-node {a.pods_per_node}")
     env: dict[str, str] = {}
     for item in a.env:
         k, sep, v = item.partition("=")
         if not sep or not k:
-            raise SystemExit(f"warmpool demo: --env {item!r}: expected KEY=VALUE")
+            p.error(f"--env {item!r}: expected KEY=VALUE")
         env[k] = v
+    prefix = env.get("ENABLE_PREFIX_DELEGATION", "").strip().lower() == "true"
+    ceiling = pod_ceiling(known(a.instance_type), prefix=prefix)
+    if ceiling and a.pods_per_node > ceiling:
+        p.error(
+            f"--pods-per-node {a.pods_per_node}: a {a.instance_type} node runs at most {ceiling} pods "
+            "(warmpool max-pods); pick fewer pods or a larger type"
+        )
     return DemoOptions(
         nodes=a.nodes,
         pods_per_node=a.pods_per_node,
         json_out=a.json_out,
         instance_type=a.instance_type,
-        keep_per_node=max(0, min(a.keep_per_node, a.pods_per_node)),
+        keep_per_node=a.keep_per_node,
         attach_delay_s=a.attach_delay,
         api_latency_s=a.api_latency,
         cni_parallel=a.parallel,
@@ -122,16 +152,22 @@ def main(argv: list[str]) -> int:
                 status = 1
             else:
                 print(render(report), file=out, flush=True)
+                written = True
                 if opts.json_out:
-                    dump(report, opts.json_out)
-                    print(f"  JSON written to {opts.json_out}", file=out, flush=True)
+                    try:
+                        dump(report, opts.json_out)
+                    except OSError as e:  # checked at start; the folder went away meanwhile, a full disk
+                        demo.say(f"warmpool demo: cannot write {opts.json_out}: {e.strerror or e}")
+                        written = False
+                    else:
+                        print(f"  JSON written to {opts.json_out}", file=out, flush=True)
                 ok = (
                     report["pods_ready"] == report["pods_requested"]
                     and report["duplicate_ips"] == 0
                     and report["leaked_enis"] == 0
                     and dataplane.passed(report)
                 )
-                status = 0 if ok else 1
+                status = (0 if ok else 1) if written else 2
             finally:
                 demo.teardown()
                 leftovers = nx.list_namespaces() if demo.mode == "netns" else []

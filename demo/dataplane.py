@@ -290,7 +290,13 @@ def ping(ns: str, dst: str, timeout_s: int = 2) -> bool:
 
 
 def nodeport_dnat(
-    node_ns: str, primary_if: str, pod_ip: str, port: int = NODEPORT, target_port: int = ECHO_PORT, remove: bool = False
+    node_ns: str,
+    primary_if: str,
+    pod_ip: str,
+    port: int = NODEPORT,
+    target_port: int = ECHO_PORT,
+    *,
+    remove: bool = False,
 ) -> None:
     """What kube-proxy does for a NodePort (``externalTrafficPolicy: Local``, no masquerade): DNAT
     ``<node>:port`` arriving on the primary ENI to the pod, in a table of its own."""

@@ -128,7 +128,7 @@ def support() -> str | None:
     return None
 
 
-def cleanup(kill_pids: bool = True) -> list[str]:
+def cleanup(*, kill_pids: bool = True) -> list[str]:
     """Remove every ``wp-demo-*`` namespace (and so every link in them),
     first ending processes still inside them. Returns the names removed."""
     names = list_namespaces()
@@ -218,7 +218,7 @@ class Hypervisor:
         )
         self._gateways.add(cidr)
 
-    def plug(self, ns: str, eni: EniLink, configure_primary: bool = False) -> bool:
+    def plug(self, ns: str, eni: EniLink, *, configure_primary: bool = False) -> bool:
         """``ip link add vN netns <VPC> type veth peer name eth<d> address <mac> netns <node>``,
         the VPC end wired by :meth:`_wire_vpc_side`. ``configure_primary`` gives the link its
         primary address and a default route (what the instance's own DHCP does for device 0).

@@ -267,7 +267,7 @@ class Demo:
         self.say(
             f"local stack up at {out['endpoint']} (functions: "
             + ", ".join(f"{k}={'yes' if v else 'NO'}" for k, v in fns.items())
-            + ")"
+            + f"); its dashboard while the demo runs: {out['dashboard_url']}"
         )
         if not fns.get("allocate"):
             raise RuntimeError("the allocate function did not load; see the message above")

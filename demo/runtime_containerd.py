@@ -81,7 +81,7 @@ class RuntimeError_(RuntimeError):
 
 
 def conflist(
-    name: str, socket: str, cni_version: str = "1.0.0", portmap: bool = False, extra: Mapping[str, Any] | None = None
+    name: str, socket: str, cni_version: str = "1.0.0", *, portmap: bool = False, extra: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The network configuration a runtime hands warmpool-cni (and, chained, ``portmap``)."""
     plugins: list[dict[str, Any]] = [{"type": "warmpool-cni", "socket": socket, **(extra or {})}]
@@ -342,6 +342,7 @@ class NodeRuntime:
         image: Path,
         run_dir: Path,
         cni_version: str = "1.0.0",
+        *,
         portmap: bool = False,
     ) -> None:
         self.containerd = Containerd(base, netns)
@@ -356,7 +357,7 @@ class NodeRuntime:
 
     def start(self) -> None:
         c = self.containerd
-        c.install_cni(self.plugin, conflist("warmpool", self.agent_socket, self.cni_version, self.portmap))
+        c.install_cni(self.plugin, conflist("warmpool", self.agent_socket, self.cni_version, portmap=self.portmap))
         c.start()
         c.import_image(self.image)
         self.cri = CriClient(c.socket)
@@ -399,7 +400,7 @@ class NodeRuntime:
                 left.append(sid)
         return left
 
-    def stop(self, remove_pods: bool = True) -> None:
+    def stop(self, *, remove_pods: bool = True) -> None:
         """Remove what is left (DEL through the agent, if it still runs), then containerd."""
         if self.cri is not None and remove_pods:
             self.remove_all()

@@ -17,9 +17,19 @@ class VirtualClock:
 
     def __init__(self, start: float = 0.0) -> None:
         self._now = start
+        self._stepped = 0.0
 
     def now(self) -> float:
         return self._now
+
+    def monotonic(self) -> float:
+        """The time less every :meth:`step`: what ``CLOCK_MONOTONIC`` would measure."""
+        return self._now - self._stepped
+
+    def step(self, seconds: float) -> None:
+        """The wall clock jumps by ``seconds`` (either way); the monotonic reading does not."""
+        self._now += seconds
+        self._stepped += seconds
 
     def advance(self, seconds: float) -> None:
         if seconds < 0:

@@ -428,6 +428,7 @@ class ThreadedRunner:
         self._pools: list[ThreadPoolExecutor] = []
 
     def start(self) -> None:
+        self._stop.clear()  # a runner stopped may start again
         for i, m in enumerate(self.mappings):
             pool = ThreadPoolExecutor(
                 m.config.maximum_concurrency, thread_name_prefix=f"lambda-{m.config.function_name}"

@@ -31,7 +31,10 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import threading
+import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -39,6 +42,7 @@ from urllib.parse import parse_qsl
 
 from functions.stores import create_tables
 from warmpool import names
+from warmpool.argtypes import cluster_name, float_at_least, int_at_least, ipv4_network, output_path, port
 from warmpool.clock import RealClock
 
 log = logging.getLogger(__name__)
@@ -90,6 +94,12 @@ class LocalOptions:
     lambda_runtime: bool = False
     """Run the functions from their deployed artifact through the Lambda runtime interface
     (:mod:`emulated.lambda_rie`), each in execution environments of its own, not in this process."""
+    instances: tuple[str, ...] = ()
+    """Instance types to launch at start, tagged for the cluster (their ids: ``outputs["instances"]``)."""
+    agent_env_dir: str | None = None
+    """Write ``{dir}/{instance_id}.env`` (the agent's environment) for each launched instance."""
+    log_file: str | None = None
+    """``local up``: where the functions' logs and metrics go (``outputs["log_file"]``)."""
 
     @property
     def visibility_timeout_s(self) -> int:
@@ -107,7 +117,7 @@ class _ServiceStats:
     by_action: dict[str, _Counter] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def count(self, action: str, error: bool) -> None:
+    def count(self, action: str, *, error: bool) -> None:
         with self.lock:
             c = self.by_action.setdefault(action or "?", _Counter())
             c.calls += 1
@@ -174,7 +184,7 @@ class Router:
         stats = self.stats[service or ""]
 
         def counting_start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-            stats.count(action, int(status.split()[0]) >= 400)
+            stats.count(action, error=int(status.split()[0]) >= 400)
             return start_response(status, headers, exc_info) if exc_info else start_response(status, headers)
 
         return app(environ, counting_start_response)
@@ -217,6 +227,16 @@ class LocalStack:
         self.reconcile: Any = None  # Schedule, when the handler loaded
         self._runner: Any = None
         self._rie_functions: list[Any] = []
+        from emulated.dashboard import MetricStore
+
+        self.metrics = MetricStore()
+        """What CloudWatch would hold: the functions' EMF metrics, Lambda's and SQS's (the dashboard's data)."""
+        self._definition: Any = None  # emulated.dashboard.Definition, made at the first page request
+        self._stdout: Any = None  # sys.stdout before the functions' EMF tee
+        self._sampling = threading.Event()
+        self._sampler: threading.Thread | None = None
+        self.started_at = time.time()
+        self._agents_root: str | None = None
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._saved_env: dict[str, str | None] = {}
@@ -254,6 +274,8 @@ class LocalStack:
         self._thread = threading.Thread(target=self._server.serve_forever, name="local-stack", daemon=True)
         self._thread.start()
         self._started = True
+        self.started_at = time.time()
+        self._agents_root = None  # a new stack, new agent folders
         try:
             self._provision(endpoint)
             if o.run_functions:
@@ -267,6 +289,13 @@ class LocalStack:
         if self._runner is not None:
             self._runner.stop()
             self._runner = None
+        self._sampling.set()
+        if self._sampler is not None:
+            self._sampler.join(timeout=5)
+            self._sampler = None
+        if self._stdout is not None:
+            sys.stdout = self._stdout
+            self._stdout = None
         for fn in self._rie_functions:
             fn.stop()
         self._rie_functions.clear()
@@ -284,6 +313,16 @@ class LocalStack:
                 os.environ[k] = v
         self._saved_env.clear()
         self._started = False
+
+    def pause_functions(self) -> None:
+        """Stop invoking the functions (the event-source mapping and the schedule): reports
+        wait in the queue, as when the allocator is away. ``resume_functions`` starts them again."""
+        if self._runner is not None:
+            self._runner.stop()
+
+    def resume_functions(self) -> None:
+        if self._runner is not None:
+            self._runner.start()
 
     def __enter__(self) -> LocalStack:
         self.start()
@@ -352,10 +391,62 @@ class LocalStack:
                 "subnet_ids": list(self.subnet_ids),
                 "stats_url": endpoint + CONTROL_PREFIX + "/stats",
                 "faults_url": endpoint + CONTROL_PREFIX + "/faults",
+                "dashboard_url": endpoint + CONTROL_PREFIX + "/dashboard/",
                 "functions": {"allocate": False, "reconcile": False},
                 "pid": os.getpid(),
             }
         )
+        launched = []
+        for k, instance_type in enumerate(o.instances):
+            subnet = self.subnet_ids[k % len(self.subnet_ids)]
+            tags = {names.cluster_tag_key(o.cluster): "owned", "Name": f"warmpool-{o.cluster}-node-{k}"}
+            launched.append(self.ec2.run_instance(instance_type, subnet, tags=tags))
+        self.outputs["instances"] = launched
+        if o.log_file:
+            self.outputs["log_file"] = o.log_file
+        if o.agent_env_dir:
+            files = {}
+            for k, iid in enumerate(launched):
+                path = os.path.join(o.agent_env_dir, f"{iid}.env")
+                with open(path, "w", encoding="utf-8") as fh:
+                    port = int(names.DEFAULT_METRICS_ADDR.rpartition(":")[2]) + k
+                    fh.write(_env_file(self.agent_env(iid, node_name=f"node-{k}", metrics_port=port)))
+                files[iid] = path
+            self.outputs["agent_env_files"] = files
+
+    def _agents_dir(self) -> str:
+        if self._agents_root is None:
+            self._agents_root = tempfile.mkdtemp(prefix=f"warmpool-local-{self.options.cluster}-agents-")
+        return self._agents_root
+
+    def agent_env(
+        self, instance_id: str, *, node_name: str = "", work_dir: str = "", metrics_port: int = 0
+    ) -> dict[str, str]:
+        """What ``warmpool-agent`` needs to run as ``instance_id`` against this stack, outside a
+        network namespace (pods recorded, not wired): endpoint, queues, IMDS, dummy keys, and a
+        socket and state folder under ``work_dir`` (default: a folder of this stack's own under the
+        temp folder, so no agent restores a checkpoint of an earlier stack's instance of that id),
+        and its metrics and views on 127.0.0.1:``metrics_port`` (default the agent's own, 61680)."""
+        out = self.outputs
+        work = work_dir or os.path.join(self._agents_dir(), instance_id)
+        os.makedirs(work, exist_ok=True)  # the agent makes its state folder, not the socket's
+        return {
+            "CLUSTER_NAME": self.options.cluster,
+            "MY_NODE_NAME": node_name or instance_id,
+            "AWS_EC2_METADATA_SERVICE_ENDPOINT": f"{out['imds_base']}/{instance_id}",
+            "AWS_REGION": out["region"],
+            "AWS_DEFAULT_REGION": out["region"],
+            "AWS_ACCESS_KEY_ID": DUMMY_KEY,
+            "AWS_SECRET_ACCESS_KEY": DUMMY_KEY,
+            names.ENV_ENDPOINT_URL: out["endpoint"],
+            names.AGENT_ENV_REPORTS_QUEUE_URL: out["reports_queue_url"],
+            names.AGENT_ENV_RESULT_QUEUE_PREFIX: out["result_queue_prefix"],
+            names.AGENT_ENV_SOCKET: os.path.join(work, "agent.sock"),
+            names.AGENT_ENV_STATE_DIR: os.path.join(work, "state"),
+            names.AGENT_ENV_METRICS_ADDR: (f"127.0.0.1:{metrics_port}" if metrics_port else names.DEFAULT_METRICS_ADDR),
+            "WARMPOOL_MANAGE_HOST_NETWORK": "false",
+            "WARMPOOL_POD_NETWORK": "recorded",
+        }
 
     def function_env(self) -> dict[str, str]:
         """The functions' environment: the CDK stack's, plus the local endpoint and dummy credentials."""
@@ -372,6 +463,8 @@ class LocalStack:
             names.ENV_SECURITY_GROUPS: "",
             names.ENV_IDENTITY_MODE: o.identity_mode,
             names.ENV_GC_AGE_S: str(o.gc_age_s),
+            # The lease TTL is derived from it: the functions must know the timeout they run with.
+            names.ENV_ALLOCATE_TIMEOUT_S: str(o.allocate_timeout_s),
             names.ENV_ENDPOINT_URL: out["endpoint"],
             names.ENV_IDENTITY_CERTIFICATES: self.identity_signer.certificate_pem,
             "AWS_ENDPOINT_URL": out["endpoint"],
@@ -399,8 +492,18 @@ class LocalStack:
         if o.lambda_runtime:
             allocate, reconcile = self._rie_handlers()
         else:
+            # The handlers print their logs and EMF metrics to stdout, as in Lambda: the
+            # metrics go to the dashboard's store too (Powertools' Logger keeps this stream).
+            self._stdout = sys.stdout
+            sys.stdout = LineTee(sys.stdout, self.metrics.ingest_emf)
             allocate = o.allocate_handler or _import_handler(names.ALLOCATE_HANDLER)
             reconcile = o.reconcile_handler or _import_handler(names.RECONCILE_HANDLER)
+        from emulated.dashboard import Invocations
+
+        if allocate is not None:
+            allocate = Invocations(self.metrics, f"warmpool-{o.cluster}-allocate").wrap(allocate)
+        if reconcile is not None:
+            reconcile = Invocations(self.metrics, f"warmpool-{o.cluster}-reconcile").wrap(reconcile)
         if allocate is not None:
             self.allocate = EventSourceMapping(
                 self.client("sqs"),
@@ -437,6 +540,90 @@ class LocalStack:
             poll_wait_s=1,
         )
         self._runner.start()
+        self._sampler = threading.Thread(target=self._sample_queues, name="local-stack-sqs-metrics", daemon=True)
+        self._sampler.start()
+
+    QUEUE_SAMPLE_S = 5.0
+
+    def _sample_queues(self) -> None:
+        """SQS's queue metrics for the dashboard, every few seconds (CloudWatch: every minute)."""
+        from emulated.dashboard import sample_queues
+
+        o = self.options
+        queues = [(n, self._queue_reader(n)) for n in (names.reports_queue(o.cluster), names.reports_dlq(o.cluster))]
+        while not self._sampling.is_set():
+            try:
+                sample_queues(self.metrics, queues)
+            except Exception as e:  # a queue gone during stop; never stop the stack for a graph
+                log.debug("queue metrics not sampled: %s", e)
+            self._sampling.wait(self.QUEUE_SAMPLE_S)
+
+    def _queue_reader(self, name: str) -> Callable[[], tuple[int, int, float]]:
+        """(visible, in flight, age of the oldest message in s) of one of moto's queues, read from
+        its model (moto.sqs.models.Queue: ``messages``, ``_messages``, ``sent_timestamp``), since
+        moto's GetQueueAttributes has no ApproximateAgeOfOldestMessage (a CloudWatch metric)."""
+        from moto.sqs.models import sqs_backends
+
+        def read() -> tuple[int, int, float]:
+            queue = sqs_backends[ACCOUNT][self.options.region].queues[name]
+            held = list(queue._messages)
+            visible = len(queue.messages)
+            sent = [float(t) for t in (getattr(m, "sent_timestamp", None) for m in held) if t]
+            oldest = (time.time() * 1000 - min(sent)) / 1000 if sent else 0.0
+            return visible, len(held) - visible, max(0.0, oldest)
+
+        return read
+
+    def dashboard_body(self, timeout: float = 180.0) -> dict[str, Any] | None:
+        """The CDK app's dashboard definition for this stack (synthesized once, in the background)."""
+        from emulated.dashboard import Definition, synthesize_body
+
+        if self._definition is None:
+            o = self.options
+            self._definition = Definition(
+                lambda: synthesize_body(
+                    cluster=o.cluster,
+                    region=o.region,
+                    account=ACCOUNT,
+                    reports_queue=names.reports_queue(o.cluster),
+                    dlq=names.reports_dlq(o.cluster),
+                    allocate=f"warmpool-{o.cluster}-allocate",
+                    reconcile=f"warmpool-{o.cluster}-reconcile",
+                )
+            )
+        body: dict[str, Any] | None = self._definition.get(timeout)
+        return body
+
+    def _dashboard(self, environ: dict[str, Any], start_response: StartResponse, sub: str) -> list[bytes]:
+        from emulated.dashboard import PAGE, render_data
+
+        if sub == "":  # the page fetches "data" relative to itself
+            start_response(
+                "301 Moved Permanently", [("Location", CONTROL_PREFIX + "/dashboard/"), ("Content-Length", "0")]
+            )
+            return [b""]
+        if sub == "/":
+            page = PAGE.encode()
+            start_response("200 OK", [("Content-Type", "text/html; charset=utf-8"), ("Content-Length", str(len(page)))])
+            return [page]
+        if sub == "/data":
+            form = dict(parse_qsl(environ.get("QUERY_STRING", "")))
+            try:
+                minutes = float(form.get("minutes", "60"))
+            except ValueError:
+                return _json(start_response, 400, {"error": "minutes: a number"})
+            body = self.dashboard_body()
+            if body is None:
+                why = self._definition.error if self._definition is not None else None
+                return _json(
+                    start_response, 503, {"error": f"the dashboard definition is not ready ({why or 'synth'})"}
+                )
+            end = time.time()
+            start = max(end - 60 * minutes, self.started_at - 30)  # the stack's life, at most `minutes`
+            return _json(start_response, 200, render_data(body, self.metrics, start=start, end=end))
+        if sub == "/body":
+            return _json(start_response, 200, self.dashboard_body() or {})
+        return _json(start_response, 404, {"error": f"no {CONTROL_PREFIX}/dashboard{sub}"})
 
     def _rie_handlers(self) -> tuple[Any, Any]:
         """allocate and reconcile from the artifact, through the runtime interface emulator."""
@@ -500,7 +687,7 @@ class LocalStack:
             return "latency"
         if "subnet_exhausted" in spec:
             for subnet, flag in dict(spec["subnet_exhausted"]).items():
-                self.ec2.set_subnet_exhausted(str(subnet), bool(flag))
+                self.ec2.set_subnet_exhausted(str(subnet), exhausted=bool(flag))
             return "subnet_exhausted"
         if "imds" in spec:
             i = dict(spec["imds"])
@@ -531,6 +718,15 @@ class LocalStack:
             return _json(start_response, 200, self.outputs)
         if path == "/health" and method == "GET":
             return _json(start_response, 200, {"ok": True})
+        if (path == "/dashboard" or path.startswith("/dashboard/")) and method == "GET":
+            return self._dashboard(environ, start_response, environ.get("PATH_INFO", "")[len(CONTROL_PREFIX) + 10 :])
+        if path.startswith("/agent-env/") and method == "GET":
+            iid = path[len("/agent-env/") :]
+            if not re.fullmatch(r"i-[0-9a-f]{8,17}", iid):
+                return _json(start_response, 400, {"error": f"{iid!r} is not an instance id"})
+            body = _env_file(self.agent_env(iid)).encode()
+            start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+            return [body]
         if path == "/faults" and method in ("POST", "PUT"):
             length = int(environ.get("CONTENT_LENGTH") or 0)
             try:
@@ -545,6 +741,11 @@ class LocalStack:
         if path == "/faults" and method == "DELETE":
             return _json(start_response, 200, {"ok": True, "applied": [self.apply_fault({"clear": True})]})
         return _json(start_response, 404, {"error": f"no {method} {CONTROL_PREFIX}{path}"})
+
+
+def _env_file(env: dict[str, str]) -> str:
+    """``KEY=VALUE`` lines (``set -a; . FILE`` or ``env $(cat FILE)`` read them)."""
+    return "".join(f"{k}={v}\n" for k, v in env.items())
 
 
 def _reset_moto() -> None:
@@ -563,48 +764,136 @@ def _reset_moto() -> None:
 
 def _parse_subnet(text: str) -> tuple[str, str]:
     az, sep, cidr = text.partition("=")
-    if not sep or "/" not in cidr:
-        raise argparse.ArgumentTypeError("AZ=CIDR, e.g. us-east-1a=10.0.0.0/20")
-    return az, cidr
+    if not sep or not az:
+        raise argparse.ArgumentTypeError(f"{text!r}: AZ=CIDR, e.g. us-east-1a=10.0.0.0/20")
+    return az, ipv4_network(cidr)
+
+
+LOCAL_UP_EPILOG = f"""\
+Launching an instance the allocator serves: an agent's reports are accepted only from an
+instance tagged {names.cluster_tag_key("CLUSTER")}=owned (or =shared) for --cluster CLUSTER,
+and launched into one of the stack's subnets (subnet_ids). An untagged instance's reports
+are refused (foreign-instance): the stack says so on stderr, and the reconciler later
+deletes that instance's result queue as an orphan. Through the endpoint:
+
+  aws ec2 run-instances --instance-type m5.large --subnet-id SUBNET --image-id ami-00000000000000000 \\
+    --tag-specifications 'ResourceType=instance,Tags=[{{Key={names.cluster_tag_key("demo")},Value=owned}}]'
+
+or let the stack launch them: --instance m5.large (repeatable; their ids are in the outputs
+line). The environment an agent needs for an instance: GET ENDPOINT{CONTROL_PREFIX}/agent-env/INSTANCE_ID
+(KEY=VALUE lines), or --agent-env-dir DIR writes DIR/INSTANCE_ID.env for each --instance.
+
+The aws CLI against the stack needs: AWS_ENDPOINT_URL=ENDPOINT AWS_REGION=us-east-1
+AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing (any non-empty keys).
+
+stdout carries only the outputs line (JSON). The functions' logs and EMF metrics go to the
+log file named in it (log_file; --log-file to choose), refusals and errors also to stderr.
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="warmpool local up", description="Run the local stack until SIGINT/SIGTERM.")
+    p = argparse.ArgumentParser(
+        prog="warmpool local up",
+        description="Run the local stack until SIGINT/SIGTERM.",
+        epilog=LOCAL_UP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     d = LocalOptions()
     p.add_argument("--host", default=d.host, help="bind address (127.0.0.1 only is sensible)")
-    p.add_argument("--port", type=int, default=d.port, help="port (0: pick a free one)")
-    p.add_argument("--cluster", default=d.cluster)
-    p.add_argument("--region", default=d.region)
-    p.add_argument("--vpc-cidr", default=d.vpc_cidr)
+    p.add_argument("--port", type=port, default=d.port, help="port, 0 to 65535 (0: pick a free one)")
+    p.add_argument("--cluster", type=cluster_name, default=d.cluster, help=f"cluster name (default {d.cluster})")
+    p.add_argument("--region", type=_region, default=d.region)
+    p.add_argument("--vpc-cidr", type=ipv4_network, default=d.vpc_cidr, help=f"default {d.vpc_cidr}")
     p.add_argument("--subnet", action="append", type=_parse_subnet, metavar="AZ=CIDR", help="a pod subnet (repeatable)")
-    p.add_argument("--attach-delay", type=float, default=d.attach_delay_s, help="seconds before an attach is visible")
-    p.add_argument("--api-latency", type=float, default=d.api_latency_s, help="seconds every EC2 call takes")
+    p.add_argument(
+        "--attach-delay", type=float_at_least(0), default=d.attach_delay_s, help="seconds before an attach is visible"
+    )
+    p.add_argument(
+        "--api-latency", type=float_at_least(0), default=d.api_latency_s, help="seconds every EC2 call takes"
+    )
     p.add_argument("--no-throttling", action="store_true", help="turn EC2 token buckets off")
-    p.add_argument("--budget-fraction", type=float, default=d.budget_fraction)
-    p.add_argument("--batch-size", type=int, default=d.batch_size)
-    p.add_argument("--batching-window", type=float, default=d.batching_window_s)
-    p.add_argument("--max-concurrency", type=int, default=d.max_concurrency)
-    p.add_argument("--allocate-timeout", type=int, default=d.allocate_timeout_s)
-    p.add_argument("--reconcile-every", type=float, default=d.reconcile_every_s, help="seconds between reconciles")
-    p.add_argument("--gc-age", type=int, default=d.gc_age_s)
+    p.add_argument(
+        "--budget-fraction", type=float_at_least(0.01, high=1.0), default=d.budget_fraction, help="0.01 to 1"
+    )
+    p.add_argument(
+        "--batch-size", type=int_at_least(1, high=10_000), default=d.batch_size, help="1 to 10000 (SQS mapping)"
+    )
+    p.add_argument("--batching-window", type=float_at_least(0, high=300), default=d.batching_window_s, help="0-300 s")
+    p.add_argument(
+        "--max-concurrency", type=int_at_least(2, high=1000), default=d.max_concurrency, help="2 to 1000 (SQS mapping)"
+    )
+    p.add_argument("--allocate-timeout", type=int_at_least(1, high=900), default=d.allocate_timeout_s, help="1-900 s")
+    p.add_argument(
+        "--reconcile-every",
+        type=float_at_least(0.1),
+        default=d.reconcile_every_s,
+        help="seconds between reconciles (at least 0.1)",
+    )
+    p.add_argument("--gc-age", type=int_at_least(0), default=d.gc_age_s)
     p.add_argument("--no-functions", action="store_true", help="serve AWS only; do not run the handlers")
     p.add_argument(
         "--lambda-runtime",
         action="store_true",
         help="run the functions from their deployed artifact through the Lambda runtime interface emulator",
     )
+    p.add_argument(
+        "--instance",
+        action="append",
+        type=_instance_type,
+        default=[],
+        metavar="TYPE",
+        help="launch an instance of TYPE tagged for the cluster (repeatable); ids in the outputs line",
+    )
+    p.add_argument(
+        "--agent-env-dir", type=_writable_dir, metavar="DIR", help="write DIR/INSTANCE_ID.env for each --instance"
+    )
+    p.add_argument(
+        "--log-file",
+        type=output_path,
+        metavar="PATH",
+        help="the functions' logs and metrics (default: a new file under the temp folder, named in the outputs)",
+    )
     return p
 
 
+def _region(text: str) -> str:
+    if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an AWS region name such as us-east-1")
+    return text
+
+
+def _instance_type(text: str) -> str:
+    from warmpool.limits import known
+
+    try:
+        return known(text.strip()).instance_type
+    except KeyError as exc:
+        raise argparse.ArgumentTypeError(str(exc.args[0])) from None
+
+
+def _writable_dir(text: str) -> str:
+    if not os.path.isdir(text) or not os.access(text, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a folder this process can write")
+    return text
+
+
 def options_from_args(argv: Sequence[str]) -> LocalOptions:
-    a = build_parser().parse_args(list(argv))
+    p = build_parser()
+    a = p.parse_args(list(argv))
+    subnets = tuple(a.subnet) if a.subnet else LocalOptions().subnets
+    try:
+        _check_subnets(a.vpc_cidr, subnets)
+    except ValueError as exc:
+        p.error(str(exc))
+    if a.agent_env_dir and not a.instance:
+        p.error("--agent-env-dir needs --instance TYPE")
     return LocalOptions(
         host=a.host,
         port=a.port,
         cluster=a.cluster,
         region=a.region,
         vpc_cidr=a.vpc_cidr,
-        subnets=tuple(a.subnet) if a.subnet else LocalOptions().subnets,
+        subnets=subnets,
         attach_delay_s=a.attach_delay,
         api_latency_s=a.api_latency,
         throttling=not a.no_throttling,
@@ -617,27 +906,130 @@ def options_from_args(argv: Sequence[str]) -> LocalOptions:
         gc_age_s=a.gc_age,
         run_functions=not a.no_functions,
         lambda_runtime=a.lambda_runtime,
+        instances=tuple(a.instance),
+        agent_env_dir=a.agent_env_dir,
+        log_file=a.log_file,
     )
+
+
+def _check_subnets(vpc_cidr: str, subnets: Sequence[tuple[str, str]]) -> None:
+    """Every subnet inside the VPC, none overlapping another (as EC2's CreateSubnet requires)."""
+    import ipaddress
+
+    vpc = ipaddress.IPv4Network(vpc_cidr)
+    nets = [(az, ipaddress.IPv4Network(c)) for az, c in subnets]
+    for az, net in nets:
+        if not net.subnet_of(vpc):
+            raise ValueError(f"--subnet {az}={net} is not inside --vpc-cidr {vpc}")
+    for i, (az, net) in enumerate(nets):
+        for az2, other in nets[i + 1 :]:
+            if net.overlaps(other):
+                raise ValueError(f"--subnet {az}={net} overlaps {az2}={other}")
+
+
+class LineTee(io.TextIOBase):
+    """A text stream that writes through to ``target`` and hands each complete line to
+    ``on_line``. Lines are assembled per thread: handlers run concurrently and ``print``
+    writes a line's text and its newline in two calls."""
+
+    def __init__(self, target: Any, on_line: Callable[[str], object]) -> None:
+        self.target = target
+        self._on_line = on_line
+        self._partial = threading.local()
+        self._lock = threading.Lock()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            self.target.write(text)
+        lines = (getattr(self._partial, "text", "") + text).split("\n")
+        self._partial.text = lines.pop()
+        for line in lines:
+            self._on_line(line)
+        return len(text)
+
+    def flush(self) -> None:
+        self.target.flush()
+
+
+class FunctionsLog(LineTee):
+    """The functions' stdout (CloudWatch Logs' stand-in) while ``local up`` serves: every line
+    goes to the log file; the lines an operator must see also to ``console``, in one line each:
+    a report refused (``foreign-instance``: the instance lacks the cluster tag) and result
+    queues deleted as orphaned."""
+
+    def __init__(self, path: str, console: Any) -> None:
+        self.path = path
+        self._console = console
+        super().__init__(open(path, "a", encoding="utf-8", buffering=1), self._note)  # noqa: SIM115 (close())
+
+    def _note(self, line: str) -> None:
+        note = console_note(line)
+        if note:
+            print(f"warmpool local: {note}", file=self._console, flush=True)
+
+    def close(self) -> None:
+        super().close()  # flushes the file first
+        self.target.close()
+
+
+def console_note(line: str) -> str | None:
+    """The console's one-line account of a functions' log line worth an operator's eye, else None."""
+    if not line.startswith("{") or ("report rejected" not in line and "orphaned result queues" not in line):
+        return None
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(rec, dict):
+        return None
+    if rec.get("message") == "report rejected":
+        reason = rec.get("reason", "?")
+        hint = (
+            f": tag the instance {names.cluster_tag_key(str(rec.get('cluster', 'CLUSTER')))}=owned"
+            " (warmpool local up --help)"
+            if reason == "foreign-instance"
+            else ""
+        )
+        return f"report of {rec.get('instance_id', '?')} ({rec.get('node', '?')}) refused: {reason}{hint}"
+    if rec.get("message") == "orphaned result queues deleted":
+        return f"result queues of instances gone or not in the cluster deleted: {rec.get('instances')}"
+    return None
 
 
 def local_up(argv: Sequence[str]) -> int:
     """``warmpool local up [options]``: start, print one JSON line of outputs, serve
-    until SIGINT/SIGTERM, stop cleanly. Returns the exit status."""
+    until SIGINT/SIGTERM, stop cleanly. Returns the exit status. stdout carries the outputs
+    line alone; the functions' logs and metrics go to the log file it names."""
     opts = options_from_args(argv)
+    log_path = opts.log_file or tempfile.mkstemp(prefix=f"warmpool-local-{opts.cluster}-", suffix=".log")[1]
+    opts = replace(opts, log_file=log_path)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    out, functions_log = sys.stdout, FunctionsLog(log_path, sys.stderr)
+    # Powertools warns (UserWarning) when an invocation has no metric to flush: routine here
+    warnings.filterwarnings("ignore", category=UserWarning, module="aws_lambda_powertools.*")
+    sys.stdout = functions_log  # the functions print their logs and EMF metrics, as in Lambda
     stack = LocalStack(opts)
     try:
-        outputs = stack.start()
-        print(json.dumps(outputs, sort_keys=True), flush=True)
+        try:
+            outputs = stack.start()
+        except OSError as exc:  # e.g. the port is taken
+            print(f"warmpool local: cannot serve on {opts.host}:{opts.port}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(outputs, sort_keys=True), file=out, flush=True)
         while not stop.wait(3600):
             pass
     finally:
         stack.stop()
+        sys.stdout = out
+        functions_log.close()
         for s, h in previous.items():
             signal.signal(s, h)
     print("warmpool local: stopped", file=sys.stderr, flush=True)
@@ -648,7 +1040,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry for ``warmpool local ...`` (``argv`` after ``local``) and ``python -m emulated.local``."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
-        print("usage: warmpool local up [--port N] [--cluster NAME] ...  (warmpool local up --help)")
+        print(
+            "usage: warmpool local up [--port N] [--cluster NAME] ...  (warmpool local up --help)",
+            file=sys.stdout if args else sys.stderr,
+        )
         return 0 if args else 2
     if args[0] != "up":
         print(f"warmpool local: unknown subcommand {args[0]!r} (only 'up')", file=sys.stderr)

@@ -56,6 +56,7 @@ from functions.inventory import (
     tag_primaries,
 )
 from functions.mapping import Mapper, ThreadMapper, serial_map
+from functions.reasons import NodeStatus, Rejection, Why
 from functions.release_book import LocalReleaseBooks, load_books, settle, with_repeats
 from functions.releases import count_flip, fresh_offers, hold_releases, load_flips, save_flips
 from functions.result_queues import ResultQueues
@@ -85,8 +86,15 @@ __all__ = ["SEQ_AHEAD_LIMIT", "Allocator", "BatchOutcome", "Mapper", "Record", "
 log = logging.getLogger(__name__)
 
 
-DEADLINE_REASON = "invocation deadline"
-DESCRIBE_WAIT_REASON = "waiting for EC2 Describe tokens"
+DEADLINE_REASON = Why.DEADLINE
+DESCRIBE_WAIT_REASON = Why.DESCRIBE_WAIT
+UNLISTED_REASON = Why.UNLISTED
+UNLISTED_GRACE_S = 600.0
+"""How long after it was sent a report of an instance DescribeInstances does not show waits
+rather than being refused (``Allocator._may_be_unlisted``): a new instance's absence from an
+eventually consistent Describe. A terminated instance's reports end in the DLQ after it."""
+UNLISTED_RETRY_S = 20.0
+"""The wait between two tries of such a report."""
 
 
 class Allocator:
@@ -188,7 +196,7 @@ class Allocator:
                 continue
             node = Incoming(rec, report)
             if report.cluster != self.cluster:
-                self._reject(node, "foreign-cluster", b)
+                self._reject(node, Rejection.FOREIGN_CLUSTER, b)
                 continue
             if self.trusted is not None:
                 verified = verify_report_identity(
@@ -200,7 +208,7 @@ class Allocator:
             else:
                 self.tally.add(M_IDENTITY_UNVERIFIED)
             if self.settings.identity_mode == "sender-id" and not sender_matches(rec.sender_id, report.instance_id):
-                self._reject(node, "sender-mismatch", b)
+                self._reject(node, Rejection.SENDER_MISMATCH, b)
                 continue
             valid.append(node)
         return valid
@@ -357,7 +365,7 @@ class Allocator:
         quiet_ones: list[Incoming] = []
         for n in candidates:
             book = books.get(n.report.instance_id)
-            (quiet_ones if book is not None and not book.taken else rest).append(n)
+            (quiet_ones if book is not None and not book.taken and not book.given else rest).append(n)
         if quiet_ones:
             b.out.noop += len(quiet_ones)
             self.tally.add(M_REPORTS_QUIET, len(quiet_ones))
@@ -367,7 +375,7 @@ class Allocator:
 
     def _finish_quiet(self, n: Incoming) -> NodeOutcome:
         r = n.report
-        res = NodeOutcome(r.node, r.instance_id, r.seq, "served")
+        res = NodeOutcome(r.node, r.instance_id, r.seq, NodeStatus.SERVED)
         self._record(r, r.instance_id, res)
         return res
 
@@ -418,6 +426,14 @@ class Allocator:
         self.tally.add(M_DESCRIBE_THROTTLED, Action=err.action)
         return time_until(self.buckets.load(err.action, now), self.settings.bucket_spec(err.action), 1, now)
 
+    def _may_be_unlisted(self, r: PoolReport) -> bool:
+        """A report of an instance DescribeInstances does not show, sent less than
+        :data:`UNLISTED_GRACE_S` ago (by its ``sent_at``): DescribeInstances is eventually
+        consistent with no documented bound, and a new instance may be missing from it for a
+        while. Its report waits (re-sent) instead of going to the DLQ; after the grace it is
+        refused as ``instance-not-found``."""
+        return abs(self.clock.now() - r.sent_at) < UNLISTED_GRACE_S
+
     def _defer_unread(self, nodes: list[Incoming], wait: float, b: Batch, reason: str = DESCRIBE_WAIT_REASON) -> None:
         """Re-send these reports now, unread and unplanned (no result is pushed)."""
         if not nodes:
@@ -435,7 +451,7 @@ class Allocator:
             if self._key(r) in failed:
                 b.redeliver(n.record.message_id)
                 continue
-            b.settle(NodeOutcome(r.node, r.instance_id, r.seq, "deferred", retry_after_s=delay, reason=reason))
+            b.settle(NodeOutcome(r.node, r.instance_id, r.seq, NodeStatus.DEFERRED, retry_after_s=delay, reason=reason))
 
     def _verify_and_plan(self, nodes: list[Incoming], b: Batch) -> list[NodeJob]:
         """Every read first (Describe round, foreign-ENI check, subnets,
@@ -454,12 +470,16 @@ class Allocator:
         owners: dict[str, str] = {}
         jobs: list[NodeJob] = []
         unchecked: list[Incoming] = []
+        unlisted: list[Incoming] = []
         for n in nodes:
             r, rec = n.report, n.record
             f = view.facts.get(r.instance_id)
             reason = instance_problem(self.cluster, f)
-            if reason == "" and r.instance_id in owners:
-                reason = "instance-claimed-twice"
+            if reason is None and r.instance_id in owners:
+                reason = Rejection.INSTANCE_CLAIMED_TWICE
+            if reason == Rejection.INSTANCE_NOT_FOUND and self._may_be_unlisted(r):
+                unlisted.append(n)
+                continue
             if reason:
                 self._reject(n, reason, b)
                 continue
@@ -472,14 +492,15 @@ class Allocator:
                 continue
             foreign = view.foreign_enis.get(r.instance_id, [])
             if foreign:
-                self._reject(n, "foreign-eni", b, ",".join(foreign))
+                self._reject(n, Rejection.FOREIGN_ENI, b, ",".join(foreign))
                 continue
             lim = view.limits[f.instance_type]
             if isinstance(lim, AwsError):
-                self._reject(n, "unknown-instance-type", b, str(lim))
+                self._reject(n, Rejection.UNKNOWN_INSTANCE_TYPE, b, str(lim))
                 continue
             ceiling = node_max_pods(r, lim, self.settings.max_pods)
             book = self._settled_book(n, f, books.get(r.instance_id))
+            shown = f.keys_by_eni()  # before the book's correction
             f = book.correct(f) if book is not None else f
             inv = f.inventory(self.cluster)
             plan = plan_node(r, inv, lim, view.subnets, cluster=self.cluster, max_pods=ceiling)
@@ -493,12 +514,13 @@ class Allocator:
                 damp_s=self.settings.damp_s,
                 tally=self.tally,
             )
-            plan = self._release_rules(r, f, plan, book, rec.body)
+            plan = self._release_rules(r, f, plan, book, rec.body, shown)
             jobs.append(NodeJob(r, f, lim, plan, rec.message_id, rec.body, max_pods=ceiling, book=book))
             if plan.delta.low:
                 self.tally.add(names.M_NODES_IN_DEFICIT)
         save_flips(self.fair, self.flips, self.cluster, self.tally, self.clock.now())
         self._defer_unread(unchecked, max(check_wait, default=1.0), b)
+        self._defer_unread(unlisted, UNLISTED_RETRY_S, b, UNLISTED_REASON)
         jobs.sort(key=lambda j: priority_key(j.report, j.plan.delta))
         return jobs
 
@@ -518,7 +540,15 @@ class Allocator:
             self.read_fair.spend(iid, {"DescribeNetworkInterfaces": 1}, now)
         return True
 
-    def _release_rules(self, r: PoolReport, f: NodeFacts, plan: Plan, book: ReleaseBook | None, body: str) -> Plan:
+    def _release_rules(
+        self,
+        r: PoolReport,
+        f: NodeFacts,
+        plan: Plan,
+        book: ReleaseBook | None,
+        body: str,
+        shown: Mapping[str, tuple[str, ...]],
+    ) -> Plan:
         held = hold_releases(
             r,
             f,
@@ -529,11 +559,13 @@ class Allocator:
             settings=self.settings,
             tally=self.tally,
         )
-        return with_repeats(held, book, r, body)
+        # attached and not already detaching: a deleted one may be detached again
+        attached = [e.eni.eni_id for e in f.enis if e.status == "in-use" and e.attachment_status != "detaching"]
+        return with_repeats(held, book, r, body, attached, shown)
 
     def _settled_book(self, n: Incoming, f: NodeFacts, book: ReleaseBook | None) -> ReleaseBook | None:
         """The instance's release book without what this report shows the agent dropped (None: not read)."""
-        if book is None or not book.taken:
+        if book is None or not (book.taken or book.given):
             return book
         shown = [e.eni.eni_id for e in f.enis]
         expires = self.clock.now() + self.settings.ledger_ttl_s
@@ -609,7 +641,7 @@ class Allocator:
                     job.report.node,
                     job.facts.instance_id,
                     job.report.seq,
-                    "failed",
+                    NodeStatus.FAILED,
                     [Failed(code="plan-exceeds-budget", message="plan needs more tokens than a bucket holds")],
                 )
                 b.settle(res)
@@ -673,6 +705,7 @@ class Allocator:
                 keep.append(j)
                 continue
             f = fresh_facts.get(j.facts.instance_id)
+            shown = f.keys_by_eni() if f is not None else {}
             if f is not None and j.book is not None:
                 f = j.book.correct(f)
             if j.report.seq <= now_seqs.get(self._key(j.report), -1) or f is None:
@@ -688,6 +721,7 @@ class Allocator:
                 ),
                 j.book,
                 j.body,
+                shown,
             )
             nj = NodeJob(j.report, f, j.limits, plan, j.record_id, j.body, max_pods=j.max_pods, book=j.book)
             paid = j.plan.tokens()
@@ -725,7 +759,12 @@ class Allocator:
         b.defer(
             job,
             NodeOutcome(
-                job.report.node, job.facts.instance_id, job.report.seq, "deferred", retry_after_s=delay, reason=reason
+                job.report.node,
+                job.facts.instance_id,
+                job.report.seq,
+                NodeStatus.DEFERRED,
+                retry_after_s=delay,
+                reason=reason,
             ),
         )
 
@@ -736,11 +775,11 @@ class Allocator:
         is re-sent, one that failed internally is left to the ESM."""
         outcomes = self.map(lambda j: self._serve(j, b), granted)
         for job, res in zip(granted, outcomes, strict=True):
-            if res.status == "deferred" and (not res.actions or res.resend):
+            if res.status == NodeStatus.DEFERRED and (not res.actions or res.resend):
                 b.defer(job, res)
             else:
                 b.settle(res)
-                if res.reason == "internal":
+                if res.reason == Why.INTERNAL:
                     # Nothing recorded, nothing pushed: let the ESM redeliver the record.
                     b.redeliver(job.record_id)
 
@@ -753,12 +792,12 @@ class Allocator:
                     job.report.node,
                     job.facts.instance_id,
                     job.report.seq,
-                    "deferred",
+                    NodeStatus.DEFERRED,
                     retry_after_s=1.0,
                     reason=DEADLINE_REASON,
                 )
             res = self.executor.run(job, b.stop_at)
-            if res.status != "deferred" or (res.actions and not res.resend):
+            if res.status != NodeStatus.DEFERRED or (res.actions and not res.resend):
                 # A plan stopped part-way (throttled after some calls) is recorded
                 # too: another invocation that read EC2 before these calls then
                 # sees the ledger move and re-reads instead of acting on a stale
@@ -774,15 +813,15 @@ class Allocator:
                 job.report.node,
                 job.facts.instance_id,
                 job.report.seq,
-                "failed",
+                NodeStatus.FAILED,
                 [Failed.clipped("internal", str(exc))],
-                reason="internal",
+                reason=Why.INTERNAL,
             )
         finally:
             self.leases.release(self.cluster, self._key(job.report), b.owner)
 
     def _finish_noop(self, job: NodeJob) -> NodeOutcome:
-        res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, "served")
+        res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, NodeStatus.SERVED)
         if job.plan.unmet:
             res.actions.append(unmet(job.plan))
         self._finish(job, res)
@@ -829,7 +868,7 @@ class Allocator:
     def _push(self, job: NodeJob, res: NodeOutcome) -> None:
         r = job.report
         actions = list(res.actions)
-        if res.status == "deferred":
+        if res.status == NodeStatus.DEFERRED:
             actions.append(Deferred.clipped(res.retry_after_s, res.reason))
         result = AllocationResult(
             cluster=self.cluster,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from functions.delivery import Deferral
 from functions.execute import NodeJob, NodeOutcome
+from functions.reasons import NodeStatus
 from warmpool.messages import AllocationResult
 
 
@@ -44,9 +45,9 @@ class BatchOutcome:
         """Collect the nodes' results and count them by status; the batch's counts (for its log line)."""
         self.results = [n.result for n in self.nodes.values() if n.result is not None]
         for res in self.nodes.values():
-            if res.status == "served":
+            if res.status == NodeStatus.SERVED:
                 self.served += 1
-            elif res.status == "deferred":
+            elif res.status == NodeStatus.DEFERRED:
                 self.deferred += 1
             else:
                 self.failed += 1

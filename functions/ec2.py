@@ -18,11 +18,12 @@ from functions.errors import AwsError, Throttled, classify
 from functions.settings import Settings
 from functions.telemetry import Tally
 from warmpool import names
+from warmpool.calls import AssignAddresses, CreateEni, UnassignAddresses
 from warmpool.clock import Clock
 from warmpool.facts import EniFacts, NodeFacts
 from warmpool.limits import KNOWN_TYPES, InstanceLimits
 from warmpool.messages import Assigned
-from warmpool.planner import AssignAddresses, CreateEni, Eni, Subnet, UnassignAddresses
+from warmpool.planner import Eni, Subnet
 from warmpool.ports import Ec2Api
 
 FILTER_CHUNK = 100
@@ -60,6 +61,7 @@ def eni_facts(item: dict[str, Any]) -> EniFacts:
         tags=tags_of(item),
         groups=tuple(g["GroupId"] for g in item.get("Groups", []) or []),
         vpc_id=item.get("VpcId", ""),
+        attachment_status=att.get("Status", ""),
     )
 
 

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any
 
 from functions.errors import (
     AddressLimit,
@@ -36,11 +37,23 @@ from functions.errors import (
     TokenMismatch,
     rejected,
 )
+from functions.reasons import NodeStatus, Why
 from functions.release_book import BOOK_ERRORS
 from functions.settings import Settings
 from functions.telemetry import Tally
 from warmpool import names
 from warmpool.buckets import time_until
+from warmpool.calls import (
+    AssignAddresses,
+    Call,
+    CreateEni,
+    DeleteEni,
+    Reclaim,
+    RepeatGrant,
+    RepeatRelease,
+    TagPrimaryEni,
+    UnassignAddresses,
+)
 from warmpool.clock import Clock
 from warmpool.eni_scope import primary_eni_tag
 from warmpool.facts import EniFacts, NodeFacts
@@ -56,18 +69,7 @@ from warmpool.messages import (
     PoolReport,
     Released,
 )
-from warmpool.planner import (
-    AssignAddresses,
-    Call,
-    CreateEni,
-    DeleteEni,
-    Plan,
-    Reclaim,
-    RepeatRelease,
-    TagPrimaryEni,
-    UnassignAddresses,
-    plan_node,
-)
+from warmpool.planner import Plan, plan_node
 from warmpool.ports import BucketStore, Ec2Port, ReleaseBookStore
 from warmpool.release_book import ReleaseBook, Taken
 
@@ -87,7 +89,7 @@ def offer_expired(quarantined_at: float, now: float, max_age_s: float) -> bool:
     return now - quarantined_at > max_age_s
 
 
-Status = Literal["served", "deferred", "failed"]
+Status = NodeStatus
 
 
 @dataclass
@@ -139,7 +141,7 @@ class _Replan(Exception):
 
 
 class _Defer(Exception):
-    def __init__(self, retry_after_s: float, reason: str, resend: bool = False) -> None:
+    def __init__(self, retry_after_s: float, reason: str, *, resend: bool = False) -> None:
         super().__init__(reason)
         self.retry_after_s = retry_after_s
         self.reason = reason
@@ -179,7 +181,7 @@ class PlanExecutor:
         invocation's deadline less its margin): the node is deferred there,
         with what was done so far."""
         rep = job.report
-        out = NodeOutcome(rep.node, job.facts.instance_id, rep.seq, "served")
+        out = NodeOutcome(rep.node, job.facts.instance_id, rep.seq, NodeStatus.SERVED)
         facts = job.facts
         queue: list[Call] = list(job.plan.calls)
         exclude: set[str] = set()
@@ -187,10 +189,10 @@ class PlanExecutor:
         replans = 0
         while queue:
             if stop_at is not None and self.clock.now() >= stop_at:
-                return self._deferred(out, 1.0, "invocation deadline")
+                return self._deferred(out, 1.0, Why.DEADLINE)
             call = queue.pop(0)
             try:
-                out.actions.extend(self._do(call, job, facts))
+                _extend_merged(out.actions, self._do(call, job, facts))
                 out.calls += 1
             except _Replan as rp:
                 if replans >= MAX_REPLANS:
@@ -237,11 +239,11 @@ class PlanExecutor:
             if job.plan.unmet and not replans:
                 out.actions.append(unmet(job.plan))
         if out.actions and all(isinstance(a, Failed) for a in out.actions):
-            out.status = "failed"
+            out.status = NodeStatus.FAILED
         return out
 
     def _deferred(self, out: NodeOutcome, wait: float, reason: str) -> NodeOutcome:
-        out.status = "deferred"
+        out.status = NodeStatus.DEFERRED
         out.retry_after_s = min(float(self.settings.max_defer_s), max(1.0, wait if math.isfinite(wait) else 900.0))
         out.reason = reason
         return out
@@ -277,36 +279,104 @@ class PlanExecutor:
             "release offer aged out before its call; not released",
             extra={"node": job.report.node, "seq": job.report.seq, "eni_id": call.eni_id},
         )
-        return []
+        return self._said_again(job, call.eni_id)
+
+    def _said_again(self, job: NodeJob, eni_id: str) -> list[Action]:
+        """A booked ENI's delete not made now (no fresh offer, or EC2 no longer shows it): the
+        answer says ``deleted`` again, as :class:`RepeatRelease` would (``ReleaseBook.repeats``)."""
+        if job.book is None or eni_id not in job.book.deleted:
+            return []
+        self.tally.add(names.M_RELEASES_REPEATED)
+        return [Deleted(eni_id=eni_id)]
 
     def _do(self, call: Call, job: NodeJob, facts: NodeFacts) -> list[Action]:
-        if isinstance(call, UnassignAddresses | DeleteEni) and not self.offer_fresh(job, call.eni_id):
-            return self._too_old(job, call)
-        if isinstance(call, UnassignAddresses | DeleteEni | Reclaim | RepeatRelease):
-            self._check_book(job)
         try:
-            if isinstance(call, AssignAddresses):
-                return self._regranted(job, self._assign(call, facts))
-            if isinstance(call, CreateEni):
-                return self._regranted(job, self._create(call, job, facts))
-            if isinstance(call, UnassignAddresses):
-                if not self._write_ahead(job, call, call.ips + call.prefixes):
-                    return []
-                return self._unassign(call, job)
-            if isinstance(call, TagPrimaryEni):
-                self.ec2.create_tags([call.eni_id], primary_eni_tag(self.cluster))
-                self.tally.add(names.M_PRIMARY_ENIS_TAGGED)
-                return []
-            if isinstance(call, Reclaim):
-                return self._reclaim(call, job)
-            if isinstance(call, RepeatRelease):
-                self.tally.add(names.M_RELEASES_REPEATED)
-                if call.deleted:
-                    return [Deleted(eni_id=call.eni_id)]
-                return [Released(eni_id=call.eni_id, ips=list(call.ips), prefixes=list(call.prefixes))]
-            return self._delete(call, facts, job)
+            return EXECUTORS[type(call)](self, call, job, facts)
         except Throttled as err:
             raise self._throttled(err) from None
+
+    # --- one method per call (``EXECUTORS``) -------------------------------------
+
+    def _run_assign(self, call: AssignAddresses, job: NodeJob, facts: NodeFacts) -> list[Action]:
+        return self._regranted(job, self._assign(call, facts))
+
+    def _run_create(self, call: CreateEni, job: NodeJob, facts: NodeFacts) -> list[Action]:
+        return self._regranted(job, self._create(call, job, facts))
+
+    def _run_unassign(self, call: UnassignAddresses, job: NodeJob, facts: NodeFacts) -> list[Action]:
+        keys = call.ips + call.prefixes
+        # Booked before this run: planned again because EC2 still showed it (``ReleaseBook.
+        # repeats``; the booking invocation may have died before its call). Whatever stops
+        # or fails this second call, the answer says released, as a plain repeat would.
+        again = job.book is not None and all(k in job.book.keys for k in keys)
+        if not self.offer_fresh(job, call.eni_id):
+            return self._released_again(call) if again else self._too_old(job, call)
+        self._check_book(job)
+        if not self._write_ahead(job, call, keys):
+            return self._released_again(call) if again else []
+        try:
+            return self._unassign(call, job)
+        except Throttled:
+            raise
+        except AwsError:
+            # Mostly "not assigned to interface": the first call was made and Describe lags.
+            if not again:
+                raise
+        return self._released_again(call)
+
+    def _released_again(self, call: UnassignAddresses) -> list[Action]:
+        self.tally.add(names.M_RELEASES_REPEATED)
+        return [Released(eni_id=call.eni_id, ips=list(call.ips), prefixes=list(call.prefixes))]
+
+    def _run_delete(self, call: DeleteEni, job: NodeJob, facts: NodeFacts) -> list[Action]:
+        # A booked ENI the report names nowhere: the agent was told ``deleted`` and dropped it
+        # (never to take it again), yet EC2 still shows it attached (a detach answered and not
+        # done): detached again, no offer needed (``ReleaseBook.repeats``).
+        dropped = (
+            job.book is not None
+            and call.eni_id in job.book.deleted
+            and all(e.eni_id != call.eni_id for e in job.report.enis)
+            and all(o.eni_id != call.eni_id for o in job.report.release)
+        )
+        if not dropped and not self.offer_fresh(job, call.eni_id):
+            return self._too_old(job, call)
+        self._check_book(job)
+        return self._delete(call, facts, job)
+
+    def _run_tag_primary(self, call: TagPrimaryEni, job: NodeJob, facts: NodeFacts) -> list[Action]:
+        self.ec2.create_tags([call.eni_id], primary_eni_tag(self.cluster))
+        self.tally.add(names.M_PRIMARY_ENIS_TAGGED)
+        return []
+
+    def _run_reclaim(self, call: Reclaim, job: NodeJob, facts: NodeFacts) -> list[Action]:
+        self._check_book(job)
+        return self._reclaim(call, job)
+
+    def _run_repeat(self, call: RepeatRelease, job: NodeJob, facts: NodeFacts) -> list[Action]:
+        self._check_book(job)
+        self.tally.add(names.M_RELEASES_REPEATED)
+        if call.deleted:
+            return [Deleted(eni_id=call.eni_id)]
+        return [Released(eni_id=call.eni_id, ips=list(call.ips), prefixes=list(call.prefixes))]
+
+    def _run_repeat_grant(self, call: RepeatGrant, job: NodeJob, facts: NodeFacts) -> list[Action]:
+        """Say a grant again, only for what the book still holds as given (a call of this run,
+        a delete of the ENI, may have taken it), and only after writing the book back
+        unchanged, conditional on the version read (its version bumped), as a hand-back does
+        (:meth:`_reclaim`): a second invocation acting for the instance at once either wrote
+        first, and this write fails, or writes after, and its write-ahead fails (its Unassign
+        is not made). Either way no grant is said while another invocation unassigns it."""
+        self._check_book(job)
+        book = job.book or ReleaseBook()
+        given = {g.key for g in book.given if g.eni_id == call.eni_id}
+        ips = [k for k in call.ips if k in given]
+        pfx = [k for k in call.prefixes if k in given]
+        if not (ips or pfx):
+            return []
+        if self.books is not None and not self._save_book(job, book):
+            raise self._book_error(job, "changed before a repeated grant")
+        self.tally.add(names.M_GRANTS_REPEATED)
+        return [Assigned(eni_id=call.eni_id, ips=ips, prefixes=pfx)]
 
     # --- the release book ------------------------------------------------------
 
@@ -379,8 +449,9 @@ class PlanExecutor:
             self.tally.add(names.M_RELEASE_BOOK_UNREAD)
 
     def _regranted(self, job: NodeJob, actions: list[Action]) -> list[Action]:
-        """EC2 assigned these to the instance in answer to this call: booked ones are its again."""
-        got = [k for a in actions if isinstance(a, Assigned | Attached) for k in (*a.ips, *a.prefixes)]
+        """EC2 assigned these to the instance in answer to this call: booked ones are its again,
+        and each is said again until a report names it (``ReleaseBook.regranted``)."""
+        got = [(a.eni_id, k) for a in actions if isinstance(a, Assigned | Attached) for k in (*a.ips, *a.prefixes)]
         if self.books is None or not got:
             return actions
         if job.book is None:  # not read when planned: read it now
@@ -391,15 +462,22 @@ class PlanExecutor:
                 self.tally.add(names.M_RELEASE_BOOK_UNREAD)
                 log.warning("release book not read after an assign", extra={"error": str(err)[:200]})
                 return actions
-        after = job.book.regranted(got)
+        after = job.book.regranted(got, job.report.seq)
         if after is not job.book and not self._save_book(job, after):
             self.tally.add(names.M_RELEASE_BOOK_UNREAD)
-            log.warning("regranted addresses left in the release book", extra={"node": job.report.node})
+            log.warning("grants not written to the release book", extra={"node": job.report.node})
         return actions
 
     def _reclaim(self, call: Reclaim, job: NodeJob) -> list[Action]:
         """The offer is declined: the addresses never left the ENI (no EC2 call). Never one
-        the book says EC2 took, whatever Describe showed."""
+        the book says EC2 took, whatever Describe showed.
+
+        Before the hand-back, the book is written back unchanged (its version bumped, on the
+        condition that it is still the version read): a second invocation acting for the
+        instance at once (clocks apart by more than the lease margin, or a lease outlived)
+        either wrote first, and this write fails (the node waits and is planned again), or
+        writes after, and its write-ahead fails (its Unassign is not made). Either way no
+        address is handed back while another invocation unassigns it."""
         ips, pfx = list(call.ips), list(call.prefixes)
         if job.book is not None:
             if call.eni_id in job.book.deleted:
@@ -412,6 +490,8 @@ class PlanExecutor:
                 self.tally.add(names.M_HANDBACKS_REFUSED, refused)
         if not (ips or pfx):
             return []
+        if self.books is not None and not self._save_book(job, job.book or ReleaseBook()):
+            raise self._book_error(job, "changed before a hand-back")
         return [Assigned(eni_id=call.eni_id, ips=ips, prefixes=pfx)]
 
     def _assign(self, call: AssignAddresses, facts: NodeFacts) -> list[Action]:
@@ -529,7 +609,7 @@ class PlanExecutor:
     def _delete(self, call: DeleteEni, facts: NodeFacts, job: NodeJob) -> list[Action]:
         eni = next((e for e in facts.enis if e.eni.eni_id == call.eni_id), None)
         if eni is None:
-            return []
+            return self._said_again(job, call.eni_id)
         if not self.managed(eni) or eni.eni.device_index == 0:
             return [Failed(code="not-managed", message=f"{call.eni_id} is not warmpool's to delete")]
         if not self._write_ahead(job, call, ()):
@@ -563,3 +643,34 @@ class PlanExecutor:
         released = len(eni.eni.ips) + PREFIX_SIZE * len(eni.eni.prefixes)
         self.tally.add(names.M_ADDRESSES_RELEASED, released)
         return [Deleted(eni_id=call.eni_id)]
+
+
+EXECUTORS: dict[type[Call], Callable[[PlanExecutor, Any, NodeJob, NodeFacts], list[Action]]] = {
+    AssignAddresses: PlanExecutor._run_assign,
+    CreateEni: PlanExecutor._run_create,
+    UnassignAddresses: PlanExecutor._run_unassign,
+    DeleteEni: PlanExecutor._run_delete,
+    TagPrimaryEni: PlanExecutor._run_tag_primary,
+    Reclaim: PlanExecutor._run_reclaim,
+    RepeatRelease: PlanExecutor._run_repeat,
+    RepeatGrant: PlanExecutor._run_repeat_grant,
+}
+"""How each call of :data:`warmpool.calls.CALLS` is carried out (a release, a hand-back or a
+repeat first reads the release book once per run; an unassign or delete first checks its
+offer is still young enough)."""
+
+
+def _extend_merged(actions: list[Action], new: list[Action]) -> None:
+    """Append ``new``, a ``released`` right after one of the same ENI merged into it (the
+    release book's repeats unassign again one key per call, ``ReleaseBook.repeats``; the
+    agent reads them the same either way)."""
+    for a in new:
+        last = actions[-1] if actions else None
+        if isinstance(a, Released) and isinstance(last, Released) and last.eni_id == a.eni_id:
+            actions[-1] = Released(
+                eni_id=a.eni_id,
+                ips=[*last.ips, *(k for k in a.ips if k not in last.ips)],
+                prefixes=[*last.prefixes, *(k for k in a.prefixes if k not in last.prefixes)],
+            )
+        else:
+            actions.append(a)

@@ -33,6 +33,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from functions.reasons import Rejection
 from warmpool import names
 from warmpool.messages import PoolReport, SignedIdentity
 
@@ -49,9 +50,9 @@ WRONG_AZ = "identity-az-mismatch"
 WRONG_TYPE = "identity-instance-type-mismatch"
 
 # Cluster membership, from EC2's DescribeInstances view of the instance.
-INSTANCE_NOT_FOUND = "instance-not-found"
-INSTANCE_NOT_RUNNING = "instance-not-running"
-INSTANCE_NOT_IN_CLUSTER = "foreign-instance"
+INSTANCE_NOT_FOUND = Rejection.INSTANCE_NOT_FOUND
+INSTANCE_NOT_RUNNING = Rejection.INSTANCE_NOT_RUNNING
+INSTANCE_NOT_IN_CLUSTER = Rejection.FOREIGN_INSTANCE
 
 _DOCUMENT_FIELDS = {
     "instance_id": "instanceId",

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from functions.identity import IdentityConfigError, TrustedKeys
+from functions.reasons import Rejection
 from functions.settings import Settings
 from warmpool.messages import PoolReport
 
@@ -21,7 +22,7 @@ SEQ_AHEAD_LIMIT = 2**20
 """A report's seq may be at most this far ahead of ``max(last seq seen, now in
 ms)`` (the agent's seq is ``max(last + 1, now_ms)``): a node cannot poison
 its own ledger row with a huge seq that makes every later report stale."""
-SEQ_TOO_FAR = "seq-too-far-ahead"
+SEQ_TOO_FAR = Rejection.SEQ_TOO_FAR
 
 
 @dataclass(frozen=True)

@@ -18,15 +18,17 @@ from dataclasses import dataclass, replace
 from functions.ec2 import FILTER_CHUNK
 from functions.errors import AwsError, Throttled
 from functions.execute import NodeJob
+from functions.reasons import Rejection
 from functions.telemetry import Tally
 from warmpool import names
+from warmpool.calls import TagPrimaryEni
 from warmpool.clock import Clock
 from warmpool.eni_scope import primary_eni_tag
 from warmpool.facts import NodeFacts
 from warmpool.limits import InstanceLimits
 from warmpool.messages import PoolReport
 from warmpool.names import M_PRIMARY_ENIS_TAGGED
-from warmpool.planner import Inventory, Subnet, TagPrimaryEni
+from warmpool.planner import Inventory, Subnet
 from warmpool.ports import BucketStore, Ec2Port
 
 log = logging.getLogger(__name__)
@@ -58,15 +60,15 @@ PayCheck = Callable[[Mapping[str, set[str]]], bool]
 on them) from the Describe bucket; False when the bucket cannot pay now."""
 
 
-def instance_problem(cluster: str, f: NodeFacts | None) -> str:
-    """Why the instance EC2 shows (or not) cannot be served; "" when it can."""
+def instance_problem(cluster: str, f: NodeFacts | None) -> Rejection | None:
+    """Why the instance EC2 shows (or not) cannot be served; None when it can."""
     if f is None:
-        return "instance-not-found"
+        return Rejection.INSTANCE_NOT_FOUND
     if f.tags.get(names.cluster_tag_key(cluster)) not in ("owned", "shared"):
-        return "foreign-instance"
+        return Rejection.FOREIGN_INSTANCE
     if f.state != "running":
-        return "instance-not-running"
-    return ""
+        return Rejection.INSTANCE_NOT_RUNNING
+    return None
 
 
 @dataclass(frozen=True)

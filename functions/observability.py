@@ -41,8 +41,13 @@ def route_logic_logs(logger: Logger) -> None:
 
 
 def flush(tally: Tally, metrics: Metrics, cluster: str) -> None:
-    """Undimensioned counters go into the invocation's EMF blob; dimensioned
-    ones (per EC2 action, per reason) each get their own."""
+    """Undimensioned counters go into the invocation's EMF blob, dimensions exactly
+    ``cluster`` and ``service`` (the function); dimensioned ones (per EC2 action, per
+    reason) each get their own, dimensions exactly ``cluster`` and theirs. A CloudWatch
+    metric is its full dimension set, so the dashboard and alarms name these sets
+    (``infra/observability.py``); ``POWERTOOLS_SERVICE_NAME`` must not add ``service``
+    to the second kind (Powertools' ``SingleMetric`` reads it)."""
+    metrics.add_dimension(name="cluster", value=cluster)
     for name, dims, value, unit in tally.items():
         if value == 0 and not dims:
             continue
@@ -53,8 +58,8 @@ def flush(tally: Tally, metrics: Metrics, cluster: str) -> None:
                 value=value,
                 namespace=names.METRICS_NAMESPACE,
                 default_dimensions={"cluster": cluster, **dict(dims)},
-            ):
-                pass
+            ) as one:
+                one.service = ""  # serialised on leaving the block: no service dimension
         else:
             metrics.add_metric(name=name, unit=unit, value=value)
     for name, values, unit in tally.sample_items():

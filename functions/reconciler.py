@@ -17,6 +17,18 @@ cluster tag) only narrows what is read.
 * **Orphaned result queues**: every queue under the cluster's result prefix
   (``ListQueues`` by prefix) whose instance EC2 does not show in the cluster
   (gone, terminated, or never ours) is deleted, whatever the ledger says.
+
+An instance *missing* from DescribeInstances is not proof that it is gone: the
+EC2 API is eventually consistent and a new instance may be missing at first
+("Eventual consistency in the Amazon EC2 API"), while a terminated one is still
+listed, as ``terminated``, for a while after ("recently terminated instances might
+appear in the returned results", DescribeInstances). So a node is retired at once
+only when EC2 lists it ``shutting-down``/``terminated`` or without the cluster's
+tag; a missing one only once it has been seen alive (its row served, or its queue
+made) at least :data:`ABSENT_GRACE_S` before: an instance alive at ``t`` and gone
+later is listed as terminated until about an hour after its end, so a read missing
+it sooner is the lag, not the end. Keeping a queue of a truly gone instance a
+while longer costs a queue; deleting a live one's costs its results.
 * **Drift** between the ledger and EC2, as metrics.
 * **Expired leases** (a crashed invocation's) are deleted.
 
@@ -30,6 +42,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from functions.ec2 import Ec2
 from functions.errors import AwsError, InUse, NotFound
 from functions.result_queues import ResultQueues
@@ -42,6 +56,12 @@ from warmpool.ports import Ec2Port, Ports
 
 log = logging.getLogger(__name__)
 
+ABSENT_GRACE_S = 3600.0
+"""How long after an instance was last seen alive (its ledger row served, its result queue
+created) a DescribeInstances missing it may retire it: DescribeInstances lists recently
+terminated instances, as ``terminated``, for up to about an hour (see the module doc)."""
+GONE_STATES = ("terminated", "shutting-down")
+
 
 @dataclass
 class ReconcileOutcome:
@@ -53,6 +73,9 @@ class ReconcileOutcome:
     queues_deleted: list[str] = field(default_factory=list)
     orphan_queues_deleted: list[str] = field(default_factory=list)
     """Instances whose result queue went although the ledger had no entry for them."""
+    absent_kept: list[str] = field(default_factory=list)
+    """Instances missing from DescribeInstances yet seen alive within :data:`ABSENT_GRACE_S`:
+    their result queue and ledger entry kept (the missing may be Describe's lag)."""
     queue_delete_failed: list[str] = field(default_factory=list)
     """Instances whose result queue could not be deleted: their entry stays, the next run retries."""
     leases_swept: int = 0
@@ -162,12 +185,12 @@ class Reconciler:
         iids = {k: str(e.get("instance_id") or k) for k, e in entries.items()}
         facts = self.ec2.describe_nodes({i for i in iids.values() if i.startswith("i-")}) if iids else {}
         tag = names.cluster_tag_key(self.cluster)
-        alive = {
-            i
-            for i, f in facts.items()
-            if f.state not in ("terminated", "shutting-down") and f.tags.get(tag) in ("owned", "shared")
-        }
+        alive = {i for i, f in facts.items() if f.state not in GONE_STATES and f.tags.get(tag) in ("owned", "shared")}
         gone = [n for n, i in iids.items() if i not in alive]
+        now = self.clock.now()
+        for n in gone:
+            if iids[n] not in facts and now - _float(str(entries[n].get("updated_at", "")), 0.0) < ABSENT_GRACE_S:
+                out.absent_kept.append(iids[n])  # missing once, served lately: Describe's lag, not its end
         # Drift: the ledger names nodes EC2 no longer runs; EC2 shows our ENIs on
         # instances the ledger does not know; our ENIs tagged for another instance.
         known = set(iids.values())
@@ -180,8 +203,10 @@ class Reconciler:
             "instance-without-ledger": len(attached_unknown),
             "eni-instance-tag-mismatch": len(mislabelled),
         }
+        kept = set(out.absent_kept)
         for node in gone:
-            self._retire(node, iids[node], int(entries[node].get("last_seq", -1)), out)
+            if iids[node] not in kept:
+                self._retire(node, iids[node], int(entries[node].get("last_seq", -1)), out)
 
     def _orphan_queues(self, out: ReconcileOutcome) -> None:
         """Delete result queues whose instance is not a live instance of the
@@ -192,7 +217,7 @@ class Reconciler:
         except AwsError as err:
             log.warning("result queues not listed; next run retries", extra={"error": str(err)})
             return
-        done = set(out.queues_deleted) | set(out.queue_delete_failed)
+        done = set(out.queues_deleted) | set(out.queue_delete_failed) | set(out.absent_kept)
         candidates = {i: u for i, u in by_instance.items() if i and i not in done}
         if not candidates:
             return
@@ -204,11 +229,10 @@ class Reconciler:
         tag = names.cluster_tag_key(self.cluster)
         for iid, url in sorted(candidates.items()):
             f = facts.get(iid)
-            if (
-                f is not None
-                and f.state not in ("terminated", "shutting-down")
-                and f.tags.get(tag) in ("owned", "shared")
-            ):
+            if f is not None and f.state not in GONE_STATES and f.tags.get(tag) in ("owned", "shared"):
+                continue
+            if f is None and self._made_lately(iid, url):
+                out.absent_kept.append(iid)
                 continue
             try:
                 if not self.queues.delete(iid, url):
@@ -223,6 +247,18 @@ class Reconciler:
         if out.orphan_queues_deleted:
             self.tally.add(names.M_ORPHAN_QUEUES_DELETED, len(out.orphan_queues_deleted))
             log.info("orphaned result queues deleted", extra={"instances": out.orphan_queues_deleted})
+
+    def _made_lately(self, instance_id: str, url: str) -> bool:
+        """Whether the instance's result queue was created less than :data:`ABSENT_GRACE_S` ago
+        (the allocator makes it at the instance's first report: it was alive then); unknown
+        (the attribute unread) counts as lately: the next run looks again."""
+        try:
+            attrs = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["CreatedTimestamp"])
+        except ClientError as err:  # keep the queue: the next run reads again
+            log.warning("result queue age not read; kept", extra={"instance_id": instance_id, "error": str(err)})
+            return True
+        created = _float(str(attrs.get("Attributes", {}).get("CreatedTimestamp", "")), -1.0)
+        return created < 0 or self.clock.now() - created < ABSENT_GRACE_S
 
     def _retire(self, node: str, instance_id: str, last_seq: int, out: ReconcileOutcome) -> None:
         """A terminated node's result queue, then its ledger entry.

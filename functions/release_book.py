@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from botocore.exceptions import ClientError
 
 from functions.errors import AwsError
 from functions.telemetry import Tally
+from warmpool.calls import RepeatGrant
 from warmpool.messages import PoolReport
 from warmpool.names import M_RELEASE_BOOK_UNREAD
 from warmpool.planner import Plan
@@ -105,9 +106,27 @@ def settle(
     return stored
 
 
-def with_repeats(plan: Plan, book: ReleaseBook | None, report: PoolReport, body: str) -> Plan:
-    """The plan with the book's entries the report (``body``: as received) still names said again, first."""
-    if book is None or not book.taken:
+def with_repeats(
+    plan: Plan,
+    book: ReleaseBook | None,
+    report: PoolReport,
+    body: str,
+    attached: Iterable[str] = (),
+    shown: Mapping[str, Iterable[str]] | None = None,
+) -> Plan:
+    """The plan with the book's entries the report (``body``: as received) still names said
+    again, first (``attached``: the ENIs EC2's facts show on the instance; a deleted one the
+    report offers whole again is deleted again; ``shown``: the addresses EC2's facts show per
+    ENI, before the book's correction; a booked one the report offers again that EC2 still
+    shows is unassigned again: :meth:`ReleaseBook.repeats`); repeated grants after the
+    plan's own calls."""
+    if book is None or not (book.taken or book.given):
         return plan
-    again = book.repeats(report, offered_in(body))
-    return replace(plan, calls=again + plan.calls) if again else plan
+    again = book.repeats(report, offered_in(body), attached, shown)
+    if not again:
+        return plan
+    # Repeated grants last: a call of the plan may take what they would say (a delete of the
+    # ENI drops its given entries), and the executor then says nothing of it.
+    grants = tuple(c for c in again if isinstance(c, RepeatGrant))
+    first = tuple(c for c in again if not isinstance(c, RepeatGrant))
+    return replace(plan, calls=first + plan.calls + grants)

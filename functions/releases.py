@@ -22,6 +22,7 @@ from functions.fairness import FairShare
 from functions.settings import Settings
 from functions.telemetry import Tally
 from warmpool import names
+from warmpool.calls import DeleteEni, Reclaim, UnassignAddresses
 from warmpool.clock import Clock
 from warmpool.facts import NodeFacts
 from warmpool.messages import PoolReport, ReleaseOffer
@@ -32,7 +33,7 @@ from warmpool.names import (
     M_OFFERS_UNDATED,
     M_RELEASES_HELD,
 )
-from warmpool.planner import DeleteEni, Plan, Reclaim, UnassignAddresses
+from warmpool.planner import Plan
 from warmpool.ports import FlipStore
 
 log = logging.getLogger(__name__)

@@ -53,7 +53,7 @@ class Settings(BaseSettings):
     # Not in names.py (defaults are right for production; tests/bench pass them).
     account: str = Field(default="000000000000", alias="WARMPOOL_ACCOUNT")
     region: str = Field(default="us-east-1", alias="AWS_REGION")
-    allocate_timeout_s: float = Field(default=30.0, gt=0, le=900, alias="WARMPOOL_ALLOCATE_TIMEOUT_S")
+    allocate_timeout_s: float = Field(default=30.0, gt=0, le=900, alias=names.ENV_ALLOCATE_TIMEOUT_S)
     """The allocate function's timeout (the stack passes its ``allocate_timeout_s``)."""
     lease_ttl_s: float = Field(default=0.0, ge=0, alias="WARMPOOL_LEASE_TTL_S")
     """How long a node's lease lasts. 0 (the default) derives it:

@@ -56,3 +56,20 @@ def stage_lambda_code(repo_root: Path = REPO_ROOT) -> Path:
                 stacklevel=2,
             )
     return staging
+
+
+AGENT_DOCKERFILE = "infra/docker/agent.Dockerfile"
+AGENT_IMAGE_FILES = ("pyproject.toml", "README.md")
+AGENT_IMAGE_DIRS = ("warmpool", "node_agent", "infra/docker")
+
+
+def stage_agent_image_context(repo_root: Path = REPO_ROOT) -> Path:
+    """A fresh build context holding exactly what ``infra/docker/agent.Dockerfile`` copies
+    (the CDK image asset's directory: nothing else of the checkout is hashed or uploaded)."""
+    staging = Path(tempfile.mkdtemp(prefix="warmpool-agent-image-"))
+    atexit.register(shutil.rmtree, staging, True)
+    for name in AGENT_IMAGE_FILES:
+        shutil.copyfile(repo_root / name, staging / name)
+    for name in AGENT_IMAGE_DIRS:
+        shutil.copytree(repo_root / name, staging / name, ignore=_IGNORE)
+    return staging

@@ -91,6 +91,10 @@ CONTEXT_KEYS = (
     "identity_certificates_by_region",
     "primary_eni_tagging",
     "max_pods",
+    "eks_cluster",
+    "kubectl_role_arn",
+    "agent_image_platform",
+    "agent_settings",
 )
 
 
@@ -166,6 +170,56 @@ class StackConfig(BaseModel):
         default_factory=dict,
         description="JSON object region -> PEM or PEM file, for regions with their own AWS certificate",
     )
+    eks_cluster: str | None = Field(
+        default=None,
+        description="an existing EKS cluster to install the node half into (image, Pod Identity, manifests); "
+        "unset: the serverless half only",
+    )
+    kubectl_role_arn: str | None = Field(
+        default=None,
+        description="with eks_cluster: an IAM role CloudFormation's kubectl handler assumes, allowed to apply "
+        "objects in the cluster (an access entry or aws-auth mapping)",
+    )
+    agent_image_platform: Literal["linux/amd64", "linux/arm64"] = Field(
+        default="linux/amd64", description="with eks_cluster: the agent image asset's platform (the nodes')"
+    )
+    agent_settings: dict[str, str] = Field(
+        default_factory=dict,
+        description="with eks_cluster: JSON object of the agents' VPC CNI-named settings (WARM_IP_TARGET, ...)",
+    )
+
+    @field_validator("agent_settings", mode="before")
+    @classmethod
+    def _settings_json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return json.loads(value) if value.strip() else {}
+        if isinstance(value, dict):
+            return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in value.items()}
+        return value
+
+    @field_validator("agent_settings", mode="after")
+    @classmethod
+    def _settings(cls, value: dict[str, str]) -> dict[str, str]:
+        from infra.manifests import POOL_SETTING_NAMES
+
+        unknown = sorted(set(value) - set(POOL_SETTING_NAMES))
+        if unknown:
+            raise ValueError(f"unknown settings {', '.join(unknown)} (known: {', '.join(POOL_SETTING_NAMES)})")
+        return value
+
+    @field_validator("eks_cluster")
+    @classmethod
+    def _eks_cluster(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[0-9A-Za-z][A-Za-z0-9\-_]{0,99}", value):
+            raise ValueError("an EKS cluster name (letters, digits, '-' and '_', at most 100)")
+        return value
+
+    @field_validator("kubectl_role_arn")
+    @classmethod
+    def _kubectl_role(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:role/.+", value):
+            raise ValueError("an IAM role ARN, arn:aws:iam::<account>:role/<name>")
+        return value
 
     @field_validator("identity_certificate", mode="after")
     @classmethod
@@ -263,6 +317,13 @@ class StackConfig(BaseModel):
             raise ValueError("agent_identity=irsa needs oidc_provider_arn (the cluster's IAM OIDC provider)")
         if self.agent_identity == "node-role" and self.node_role_name is None:
             raise ValueError("agent_identity=node-role needs node_role_name (the nodes' instance role)")
+        if self.eks_cluster is not None and self.kubectl_role_arn is None:
+            raise ValueError(
+                "eks_cluster needs kubectl_role_arn (a role allowed to apply objects in the cluster: "
+                "aws eks create-access-entry ... --principal-arn <role> and the AmazonEKSClusterAdminPolicy)"
+            )
+        if self.eks_cluster is None and (self.kubectl_role_arn is not None or self.agent_settings):
+            raise ValueError("kubectl_role_arn and agent_settings apply only with eks_cluster")
         return self
 
     # --- derived values ---------------------------------------------------------
@@ -292,6 +353,11 @@ class StackConfig(BaseModel):
             return None
         key, value = self.subnet_tag.split("=", 1)
         return key, value
+
+    @property
+    def pod_identity_cluster(self) -> str:
+        """The EKS cluster the Pod Identity association is made in."""
+        return self.eks_cluster or self.cluster
 
     @property
     def resolved_stack_name(self) -> str:

@@ -94,6 +94,25 @@ def acknowledgements(cluster: str, *, wildcard_groups: bool, tagged_subnets: boo
     return acks
 
 
+REASON_KUBECTL = (
+    "aws-cdk-lib's own kubectl handler for the imported EKS cluster (eks_cluster): CDK builds its nested stack, "
+    "roles and runtime; it runs only at deploy time, assuming kubectl_role_arn to apply the agent's objects."
+)
+KUBECTL_FINDINGS = (
+    "AwsSolutions-L1",
+    "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+    "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly]",
+    'AwsSolutions-IAM4[Policy::{"Fn::If":["HandlerHasEcrPublic195AF58A",{"Fn::Join":["",["arn:",{"Ref":'
+    '"AWS::Partition"},":iam::aws:policy/AmazonElasticContainerRegistryPublicReadOnly"]]},{"Ref":"AWS::NoValue"}]}]',
+    "AwsSolutions-IAM5[Resource::<Handler886CB40B.Arn>:*]",
+)
+
+
+def kubectl_provider_acknowledgements(construct_path: str) -> list[Acknowledgement]:
+    """The findings on CDK's kubectl provider (a nested stack at ``construct_path``)."""
+    return [Acknowledgement(construct_path, rule, REASON_KUBECTL) for rule in KUBECTL_FINDINGS]
+
+
 def acknowledge(stack: IConstruct, acks: list[Acknowledgement]) -> None:
     for ack in acks:
         target = stack.node.find_child(ack.construct_path)

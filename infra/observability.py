@@ -1,10 +1,14 @@
 """The CloudWatch dashboard and the alarms, built on the metric names in ``warmpool.names``.
 
-The functions emit EMF metrics into namespace ``warmpool`` with Powertools: the
-per-action ones (EC2 calls, throttles, errors, tokens) with dimensions
-``cluster`` and ``Action``, the others with Powertools' ``service`` dimension
-(``allocate`` or ``reconcile``). Graphs use SEARCH so every series shows up
-without listing it; alarms cannot use SEARCH, so they name each action.
+The functions emit EMF metrics into namespace ``warmpool`` with Powertools
+(``functions/observability.py``: ``flush``), every one with the ``cluster``
+dimension, so two clusters in one account each see their own: the per-action ones
+(EC2 calls, throttles, errors) with dimensions exactly ``cluster`` and ``Action``, the
+per-reason ones (reports rejected, invalid, dead-lettered) ``cluster`` and
+``reason``, ledger drift ``cluster`` and ``kind``, the others ``cluster`` and
+Powertools' ``service`` (``allocate`` or ``reconcile``). Graphs use SEARCH on
+that dimension set and this cluster, so every series shows up without listing it;
+alarms cannot use SEARCH, so they name each action.
 """
 
 from __future__ import annotations
@@ -74,7 +78,14 @@ class Observability(Construct):
             self._graph("EC2 errors per action", self._per_action(names.M_EC2_ERRORS, "Sum")),
         )
         self.dashboard.add_widgets(
-            self._graph("Tokens available per action (min)", self._per_action(names.M_TOKENS_AVAILABLE, "Minimum")),
+            self._graph(
+                "Reports refused per reason",
+                [
+                    self._by(names.M_REPORTS_REJECTED, "reason", "Sum"),
+                    self._by(names.M_REPORTS_INVALID, "reason", "Sum"),
+                    self._by(names.M_DLQ_SENT, "reason", "Sum"),
+                ],
+            ),
             self._graph(
                 "Tokens taken and waited for",
                 [self._metric(names.M_TOKENS_TAKEN, "Sum")],
@@ -103,8 +114,7 @@ class Observability(Construct):
                     self._metric(names.M_REPORTS_RECEIVED, "Sum"),
                     self._metric(names.M_REPORTS_COALESCED, "Sum"),
                     self._metric(names.M_REPORTS_STALE, "Sum"),
-                    self._metric(names.M_REPORTS_INVALID, "Sum"),
-                    self._metric(names.M_REPORTS_REJECTED, "Sum"),
+                    self._metric(names.M_REPORTS_QUIET, "Sum"),
                 ],
             ),
             self._graph(
@@ -115,7 +125,7 @@ class Observability(Construct):
                     self._metric(names.M_ENIS_CREATED, "Sum"),
                     self._metric(names.M_ENIS_DELETED, "Sum"),
                     self._metric(names.M_GC_DELETIONS, "Sum"),
-                    self._metric(names.M_LEDGER_DRIFT, "Maximum"),
+                    self._by(names.M_LEDGER_DRIFT, "kind", "Maximum"),
                 ],
             ),
         )
@@ -202,8 +212,15 @@ class Observability(Construct):
     # --- helpers ------------------------------------------------------------------
 
     def _metric(self, name: str, statistic: str, *, label: str | None = None) -> cw.IMetric:
-        """Every series of one metric, whatever its dimensions (``service`` = the function)."""
-        search = f"SEARCH('Namespace=\"{names.METRICS_NAMESPACE}\" MetricName=\"{name}\"', '{statistic}', 60)"
+        """This cluster's series of one metric, one per function (dimension ``service``)."""
+        return self._by(name, "service", statistic, label=label)
+
+    def _by(self, name: str, dimension: str, statistic: str, *, label: str | None = None) -> cw.IMetric:
+        """This cluster's series of one metric with dimensions ``cluster`` and ``dimension``."""
+        search = (
+            f'SEARCH(\'{{{names.METRICS_NAMESPACE},cluster,{dimension}}} MetricName="{name}" '
+            f"cluster=\"{self.cluster}\"', '{statistic}', 60)"
+        )
         return cw.MathExpression(expression=search, label=label or "", period=PERIOD)
 
     def _action_metric(self, name: str, action: str, statistic: str, period: Duration) -> cw.Metric:

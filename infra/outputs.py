@@ -18,3 +18,10 @@ OUTPUTS: dict[str, str] = {
     "dashboard_name": "DashboardName",
     "alarm_topic_arn": "AlarmTopicArn",
 }
+
+# With -c eks_cluster=NAME only (the node half installed by the stack): what went where.
+INSTALL_OUTPUTS: dict[str, str] = {
+    "eks_cluster": "EksCluster",
+    "agent_image_uri": "AgentImageUri",
+    "installed_objects": "InstalledObjects",
+}

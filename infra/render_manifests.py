@@ -16,19 +16,18 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import string
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from infra import manifests
+from infra.manifests import IRSA_ANNOTATION, K8S_DIR, TEMPLATES
 from infra.outputs import OUTPUTS
 
-K8S_DIR = Path(__file__).resolve().parents[1] / "k8s"
-TEMPLATES = ("serviceaccount.yaml", "configmap.yaml", "daemonset.yaml")
+__all__ = ["IRSA_ANNOTATION", "K8S_DIR", "TEMPLATES", "load_outputs", "render", "values_from_outputs"]
 DEFAULT_OUT = K8S_DIR / "rendered"
-IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
 REQUIRED = ("cluster", "region", "reports_queue_url", "result_queue_prefix")
 
 
@@ -51,6 +50,8 @@ def load_outputs(data: Any, stack: str | None = None) -> dict[str, str]:
     if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):  # per stack
         if stack is None:
             candidates = [name for name, outs in data.items() if "ReportsQueueUrl" in outs]
+            if not candidates and len(data) == 1:  # one stack: its missing keys are the error, not the pick
+                candidates = list(data)
             if len(candidates) != 1:
                 raise RenderError(f"pick a stack with --stack (found: {', '.join(sorted(data)) or 'none'})")
             stack = candidates[0]
@@ -64,33 +65,35 @@ def load_outputs(data: Any, stack: str | None = None) -> dict[str, str]:
     raise RenderError("outputs: expected a JSON object")
 
 
-def render(outputs: dict[str, str], *, image: str) -> list[dict[str, Any]]:
+def values_from_outputs(outputs: dict[str, str], *, image: str) -> dict[str, Any]:
+    """The Helm chart's values (``charts/warmpool/values.yaml``) for these stack outputs."""
     missing = [k for k in REQUIRED if not outputs.get(k)]
     if missing:
         raise RenderError(f"outputs lack {', '.join(missing)}")
-    if not re.fullmatch(r"[^\s]+(:[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})", image):
+    match = re.fullmatch(r"([^\s@]+?)(?::([\w][\w.-]{0,127})|@(sha256:[0-9a-f]{64}))", image)
+    if not match or "/" in (match.group(2) or ""):
         raise RenderError(f"--image {image!r}: give a pullable reference with a tag or digest")
     identity = outputs.get("agent_identity", "pod-identity")
-    mapping = {
-        "CLUSTER": outputs["cluster"],
-        "REGION": outputs["region"],
-        "REPORTS_QUEUE_URL": outputs["reports_queue_url"],
-        "RESULT_QUEUE_PREFIX": outputs["result_queue_prefix"],
-        "NAMESPACE": outputs.get("agent_namespace", "kube-system"),
-        "SERVICE_ACCOUNT": outputs.get("agent_service_account", "warmpool-agent"),
-        "IMAGE": image,
+    if identity == "irsa" and not outputs.get("agent_role_arn"):
+        raise RenderError("agent_identity is irsa but the outputs lack agent_role_arn")
+    return {
+        "cluster": outputs["cluster"],
+        "region": outputs["region"],
+        "reportsQueueUrl": outputs["reports_queue_url"],
+        "resultQueuePrefix": outputs["result_queue_prefix"],
+        "agentNamespace": outputs.get("agent_namespace", "kube-system"),
+        "agentServiceAccount": outputs.get("agent_service_account", "warmpool-agent"),
+        "agentIdentity": identity,
+        "agentRoleArn": outputs.get("agent_role_arn", ""),
+        "image": {"repository": match.group(1), "tag": match.group(2) or "", "digest": match.group(3) or ""},
     }
-    documents: list[dict[str, Any]] = []
-    for name in TEMPLATES:
-        text = string.Template((K8S_DIR / name).read_text()).substitute(mapping)
-        documents.extend(doc for doc in yaml.safe_load_all(text) if doc)
-    if identity == "irsa":
-        if not outputs.get("agent_role_arn"):
-            raise RenderError("agent_identity is irsa but the outputs lack agent_role_arn")
-        for doc in documents:
-            if doc["kind"] == "ServiceAccount":
-                doc["metadata"].setdefault("annotations", {})[IRSA_ANNOTATION] = outputs["agent_role_arn"]
-    return documents
+
+
+def render(outputs: dict[str, str], *, image: str) -> list[dict[str, Any]]:
+    try:
+        return manifests.render(values_from_outputs(outputs, image=image))
+    except manifests.ManifestError as err:
+        raise RenderError(str(err)) from None
 
 
 def write(documents: list[dict[str, Any]], out_dir: Path) -> Path:

@@ -24,6 +24,7 @@ from constructs import Construct
 from infra import nag, policies
 from infra.asset import stage_lambda_code
 from infra.config import StackConfig
+from infra.install import NodeInstall
 from infra.observability import Observability
 from infra.outputs import OUTPUTS
 from warmpool import names
@@ -134,7 +135,7 @@ class WarmpoolStack(Stack):
             "WARMPOOL_ACCOUNT": Aws.ACCOUNT_ID,
             "POWERTOOLS_METRICS_NAMESPACE": names.METRICS_NAMESPACE,
             # The allocator derives its lease TTL from this (a lease must outlive the invocation).
-            "WARMPOOL_ALLOCATE_TIMEOUT_S": str(cfg.allocate_timeout_s),
+            names.ENV_ALLOCATE_TIMEOUT_S: str(cfg.allocate_timeout_s),
         }
         self.allocate = self._function(
             "Allocate",
@@ -219,7 +220,7 @@ class WarmpoolStack(Stack):
                 eks.CfnPodIdentityAssociation(
                     self,
                     "AgentPodIdentity",
-                    cluster_name=cfg.cluster,
+                    cluster_name=cfg.pod_identity_cluster,
                     namespace=cfg.agent_namespace,
                     service_account=cfg.agent_service_account,
                     role_arn=role.role_arn,
@@ -283,6 +284,18 @@ class WarmpoolStack(Stack):
         assert values.keys() == OUTPUTS.keys()
         for key, output_id in OUTPUTS.items():
             CfnOutput(self, output_id, value=values[key], description=key)
+
+        # --- the node half, into an existing EKS cluster (-c eks_cluster=NAME) --------------
+        self.install: NodeInstall | None = None
+        if cfg.eks_cluster is not None:
+            self.install = NodeInstall(
+                self,
+                "NodeInstall",
+                config=cfg,
+                reports_queue_url=self.reports.queue_url,
+                result_queue_prefix=names.result_queue_prefix(cfg.cluster),
+                agent_role=self.agent_role,
+            )
 
         self._acknowledge_nag_findings()
 
@@ -368,6 +381,9 @@ class WarmpoolStack(Stack):
             wildcard_groups=not cfg.security_group_ids,
             tagged_subnets=not cfg.subnet_ids,
         )
+        for child in self.node.children:
+            if child.node.id.endswith("-KubectlProvider"):  # with eks_cluster: CDK's handler, in a nested stack
+                self.nag_acknowledgements += nag.kubectl_provider_acknowledgements(child.node.id)
         nag.acknowledge(self, self.nag_acknowledgements)
 
 

@@ -36,7 +36,7 @@ from node_agent.datastore import Datastore
 from node_agent.identity import CachedIdentity
 from node_agent.imds import Identity, ImdsClient
 from node_agent.records import UNKNOWN_HOLDER, NodeIdentity
-from warmpool.clock import Clock, RealClock
+from warmpool.clock import Clock, RealClock, SteadyClock
 from warmpool.limits import InstanceLimits, known, max_pods
 from warmpool.messages import MessageError, parse_result
 from warmpool.names import result_queue_name
@@ -58,16 +58,23 @@ class AwsClockCheck:
     answers (RFC 9110: the time the answer was generated, in whole seconds).
 
     ``local - Date``, read once the answer is in, is at least how far the node's clock is
-    ahead: the date is rounded down and was stamped before the answer travelled. The
-    newest sample is used (a clock stepped by NTP is followed at the next answer). The
-    controller dates offers that much earlier (:attr:`PoolController.clock_ahead`), so a
-    node clock ahead never makes an offer look younger to the allocator than it is. Until
-    a first answer with a date (the result-queue look-up at start gives one), 0."""
+    ahead, whichever way it is off: the date is rounded down and was stamped before the
+    answer travelled. So when it is negative the node's clock is *at least* that far
+    behind. The newest sample is used, moved by any step of the node's clock since it was
+    taken (``monotonic``: a clock that never steps, ``time.monotonic`` in production; its
+    difference from ``clock`` changes only when the node's clock is stepped). The
+    controller dates offers by :meth:`offset` (:attr:`PoolController.clock_ahead`), so a
+    node clock off either way never makes an offer look younger to the allocator than it
+    is, and one behind does not make every offer look too old to act on. Until a first
+    answer with a date (the result-queue look-up at start gives one), 0."""
 
     WARN_S = 30.0
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None, monotonic: Callable[[], float] | None = None) -> None:
         self._ahead: float | None = None
+        self._base: float | None = None
+        """``clock - monotonic`` when the sample was taken (None: no step correction)."""
+        self._clock, self._monotonic = clock, monotonic
         self._lock = threading.Lock()
         self._warned = False
 
@@ -79,21 +86,31 @@ class AwsClockCheck:
         except (KeyError, TypeError, ValueError, IndexError):
             return
         ahead = local_after - server
+        base = local_after - self._monotonic() if self._monotonic is not None and self._clock is not None else None
         with self._lock:
-            self._ahead = ahead
+            self._ahead, self._base = ahead, base
             warn, self._warned = (ahead > self.WARN_S and not self._warned), self._warned or ahead > self.WARN_S
         if warn:
             log.warning("this node's clock is %.0fs ahead of AWS's: release offers are dated that much earlier", ahead)
 
-    def ahead(self) -> float:
+    def offset(self) -> float:
+        """At least how far this node's clock is ahead of AWS's now (negative: behind)."""
         with self._lock:
-            return max(0.0, self._ahead or 0.0)
+            ahead, base = self._ahead, self._base
+        if ahead is None:
+            return 0.0
+        if base is not None and self._clock is not None and self._monotonic is not None:
+            ahead += (self._clock.now() - self._monotonic()) - base  # stepped since the sample
+        return ahead
+
+    def ahead(self) -> float:
+        return max(0.0, self.offset())
 
 
 class Metadata(Protocol):
     def identity(self) -> Identity: ...
     def interfaces(self) -> list[AttachedEni]: ...
-    def get(self, path: str, missing_ok: bool = False, tree: str = "meta-data") -> str | None: ...
+    def get(self, path: str, *, missing_ok: bool = False, tree: str = "meta-data") -> str | None: ...
 
 
 class NodeNet(Protocol):
@@ -123,6 +140,7 @@ class Agent:
         poll_wait_s: int = POLL_WAIT_S,
         serve_http: bool = True,
         node_net: NodeNetFactory | None = None,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         self.cfg = cfg
         self.sqs = sqs
@@ -157,7 +175,8 @@ class Agent:
         self.http: web.HttpServer | None = None
         self.result_queue_url = ""
         self.result_queue_name = ""
-        self.aws_clock = AwsClockCheck()
+        self.aws_clock = AwsClockCheck(clock, monotonic)
+        self._grace_from = 0.0
 
     # --- start-up ---------------------------------------------------------------------------
 
@@ -205,11 +224,13 @@ class Agent:
             mtu=cfg.mtu,
             restart_hold_s=RESTART_HOLD_S,
             signed_identity=CachedIdentity(self.metadata).get,
-            clock_ahead=self.aws_clock.ahead,
+            clock_ahead=self.aws_clock.offset,
+            monotonic=self._monotonic,
         )
         self.result_queue_name = result_queue_name(cfg.result_queue_prefix, ident.instance_id)
         self.result_queue_url = self._find_result_queue()  # before the first report: AWS's clock
         now = self.clock.now()
+        self._grace_from = self._steady()
         if restored:
             notes, how = self.controller.start(now), "restored"
         else:
@@ -313,11 +334,21 @@ class Agent:
         log.warning("checkpoint rebuilt: %d addresses held by recovered holders", len(held))
         return notes, how
 
+    @property
+    def _monotonic(self) -> Callable[[], float] | None:
+        return self.clock.monotonic if isinstance(self.clock, SteadyClock) else None
+
+    def _steady(self) -> float:
+        mono = self._monotonic
+        return mono() if mono is not None else self.clock.now()
+
     def _release_unknown_holders(self, now: float) -> None:
-        """``WARMPOOL_RECOVERY_GRACE_S`` after a rebuild that held every address, let them go (loudly)."""
+        """``WARMPOOL_RECOVERY_GRACE_S`` after a rebuild that held every address, let them go
+        (loudly). Measured on the steady clock from this process's start (a restart in the
+        grace starts it again; a wall clock stepped forward never shortens it)."""
         grace = self.cfg.recovery_grace_s
         since = self.ds.meta.get("held_all_at")
-        if grace <= 0 or not isinstance(since, (int, float)) or now < since + grace:
+        if grace <= 0 or not isinstance(since, (int, float)) or self._steady() < self._grace_from + grace:
             return
         freed = self.ds.release_recovered(UNKNOWN_HOLDER, now)
         self.ds.set_meta("held_all_at", None)
@@ -551,7 +582,7 @@ class Agent:
         ):
             lines += web.gauge(name, help_, v)
         st = self.controller.stats
-        lines += web.counter("warmpool_reports_sent_total", "Reports sent", {(): st["reports_sent"]})
+        lines += web.counter("warmpool_reports_sent_total", "Reports sent", {(): st.reports_sent})
         lines += web.counter(
             "warmpool_report_send_errors_total",
             "Reports that could not be sent",
@@ -572,16 +603,16 @@ class Agent:
             "Checkpoint writes that failed (retried; nothing depending on them leaves the agent meanwhile)",
             {(): self.ds.save_errors},
         )
-        lines += web.counter("warmpool_results_applied_total", "Results applied", {(): st["results_applied"]})
+        lines += web.counter("warmpool_results_applied_total", "Results applied", {(): st.results_applied})
         lines += web.counter(
             "warmpool_results_invalid_total",
             "Results rejected as invalid",
-            {(): self.counters["results_invalid"] + st["results_rejected"]},
+            {(): self.counters["results_invalid"] + st.results_rejected},
         )
         lines += web.counter(
             "warmpool_result_actions_total",
             "Result actions by kind",
-            {(("kind", k.removeprefix("action_")),): v for k, v in st.items() if k.startswith("action_")},
+            {(("kind", k),): v for k, v in st.actions.items()},
         )
         lines += web.counter(
             "warmpool_cni_requests_total",
@@ -591,10 +622,7 @@ class Agent:
         lines += web.counter(
             "warmpool_cni_failures_total",
             "CNI failures by command and reason",
-            {
-                (("command", k.split(":")[0]), ("reason", k.split(":", 1)[1])): v
-                for k, v in self.cni.stats.failures.items()
-            },
+            {(("command", cmd), ("reason", why)): v for (cmd, why), v in self.cni.stats.failures.items()},
         )
         lines += web.counter(
             "warmpool_cni_gc_released_total",
@@ -657,7 +685,7 @@ def _run_agent(env: dict[str, str]) -> int:
 
         ec2 = boto3.client("ec2", region_name=cfg.region, endpoint_url=cfg.endpoint_url or None)
         metadata = SkipUnmanaged(imds, ec2, clock=RealClock())
-    agent = Agent(cfg, sqs, metadata, host=host, node_net=node_net, clock=RealClock())
+    agent = Agent(cfg, sqs, metadata, host=host, node_net=node_net, clock=RealClock(), monotonic=time.monotonic)
     try:
         agent.start()
     except (CheckpointError, KeyError, OSError, RuntimeError) as exc:

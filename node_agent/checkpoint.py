@@ -339,6 +339,10 @@ class RecentEntry(_Model):
     released: dict[Annotated[str, AfterValidator(_network)], Expiry] = Field(default_factory=dict)
     deleted: dict[Annotated[str, AfterValidator(_eni_id)], Expiry] = Field(default_factory=dict)
     granted: dict[Annotated[str, AfterValidator(_network)], Expiry] = Field(default_factory=dict)
+    released_absent: list[Annotated[str, AfterValidator(_network)]] = Field(default_factory=list)
+    """Released keys IMDS has been seen without since their release (absent before agents kept it)."""
+    deleted_absent: list[Annotated[str, AfterValidator(_eni_id)]] = Field(default_factory=list)
+    """Deleted ENIs IMDS has been seen without since their deletion (likewise)."""
 
 
 def _holder(v: tuple[str, float]) -> tuple[str, float]:

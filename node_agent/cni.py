@@ -66,7 +66,7 @@ class CniError(Exception):
         return {"cniVersion": version, "code": self.code, "msg": self.msg, "details": self.details}
 
 
-def _env(environ: dict[str, str], name: str, required: bool = True) -> str:
+def _env(environ: dict[str, str], name: str, *, required: bool = True) -> str:
     value = environ.get(name, "")
     if required and not value:
         raise CniError(E_INVALID_ENV, f"{name} is not set")

@@ -158,7 +158,8 @@ class Failure(Exception):
 @dataclass
 class CniStats:
     requests: Counter[str] = field(default_factory=Counter)
-    failures: Counter[str] = field(default_factory=Counter)
+    failures: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Failed requests by (command, reason)."""
     wait_seconds: list[float] = field(default_factory=list)
     """Time ADDs waited for an address (bounded; the metrics layer folds it into a histogram)."""
     gc_released: int = 0
@@ -266,20 +267,20 @@ class CniService:
                 return {"ok": True}
             raise Failure(E_INVALID_ENV, f"unsupported command {command!r}", reason="bad-command")
         except Failure as f:
-            self.stats.failures[f"{command}:{f.reason}"] += 1
+            self.stats.failures[command, f.reason] += 1
             return {"ok": False, "code": f.code, "msg": f.msg, "details": f.details}
         except PodRefused as exc:
-            self.stats.failures[f"{command}:refused"] += 1
+            self.stats.failures[command, "refused"] += 1
             log.warning("%s %s refused: %s", command, req.get("container_id"), exc)
             return {"ok": False, "code": E_INVALID_ENV, "msg": "pod network set-up refused", "details": str(exc)}
         except NetlinkFailure as exc:
-            self.stats.failures[f"{command}:netlink"] += 1
+            self.stats.failures[command, "netlink"] += 1
             log.warning("%s %s: %s", command, req.get("container_id"), exc)
             return {"ok": False, "code": E_IO, "msg": "host network set-up failed", "details": str(exc)}
         except CheckpointWriteError as exc:
             # The address is not on disk: a restart would not know the pod holds it. The
             # runtime retries; the answer is success only once the checkpoint is written.
-            self.stats.failures[f"{command}:checkpoint"] += 1
+            self.stats.failures[command, "checkpoint"] += 1
             log.error("%s %s: %s", command, req.get("container_id"), exc)
             return {"ok": False, "code": E_IO, "msg": "the agent could not record the address", "details": str(exc)}
 

@@ -67,7 +67,7 @@ def _float(env: Mapping[str, str], name: str, default: float, lo: float = 0.0, h
     return value
 
 
-def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+def _bool(env: Mapping[str, str], name: str, *, default: bool) -> bool:
     raw = env.get(name, "").strip().lower()
     if raw == "":
         return default
@@ -102,6 +102,20 @@ def _release_timeout(env: Mapping[str, str]) -> float:
             f"+ margin {RELEASE_TIMEOUT_MARGIN_S:g} s + IMDS lag bound {IMDS_LAG_BOUND_S:g} s), "
             f"or an offered address could be given "
             f"to a pod while EC2 unassigns it"
+        )
+    return value
+
+
+def _recovery_grace(env: Mapping[str, str], release_timeout_s: float) -> float:
+    """After a rebuild that held every address, they return to the pool after this long
+    (0: never). Shorter than the release timeout, an address a report of the previous
+    process offered could return while that offer may still be acted on: refused."""
+    value = _float(env, ENV_RECOVERY_GRACE_S, 0.0, hi=30 * 86_400.0)
+    if 0 < value < release_timeout_s:
+        raise ConfigError(
+            f"{ENV_RECOVERY_GRACE_S}={value:g}: must be 0 (never) or at least the release timeout "
+            f"{release_timeout_s:g} s ({ENV_RELEASE_TIMEOUT_S}), or an address an earlier report offered "
+            f"could be given to a pod while EC2 unassigns it"
         )
     return value
 
@@ -205,7 +219,7 @@ def load(env: Mapping[str, str]) -> AgentConfig:
         warm_eni=_int(env, "WARM_ENI_TARGET", 1, hi=64),
         warm_prefix=_int(env, "WARM_PREFIX_TARGET", 0),
         max_eni=_int(env, "MAX_ENI", 0, hi=32),
-        prefix_mode=_bool(env, "ENABLE_PREFIX_DELEGATION", False),
+        prefix_mode=_bool(env, "ENABLE_PREFIX_DELEGATION", default=False),
         max_pods=_int(env, names.ENV_MAX_PODS, 0, hi=names.MAX_PODS_OVERRIDE),
     )
     heartbeat = _float(env, names.AGENT_ENV_HEARTBEAT_S, 60.0, lo=1.0)
@@ -235,11 +249,11 @@ def load(env: Mapping[str, str]) -> AgentConfig:
         metrics_addr=metrics_addr,
         resync_s=_float(env, ENV_RESYNC_S, 60.0, lo=1.0),
         add_wait_s=_float(env, ENV_ADD_WAIT_S, 10.0, hi=600.0),
-        manage_host_network=_bool(env, ENV_MANAGE_HOST, True),
+        manage_host_network=_bool(env, ENV_MANAGE_HOST, default=True),
         host_netns=env.get(ENV_HOST_NETNS, "").strip(),
         veth_prefix=env.get(ENV_VETH_PREFIX, "").strip() or env.get(ENV_CNI_VETH_PREFIX, "").strip() or "eni",
         pod_network=_choice(env, ENV_POD_NETWORK, ("netlink", "recorded"), "netlink"),
-        recovery_grace_s=_float(env, ENV_RECOVERY_GRACE_S, 0.0, hi=30 * 86_400.0),
+        recovery_grace_s=_recovery_grace(env, timing.release_timeout_s),
         region=(env.get(ENV_AWS_REGION) or env.get("AWS_DEFAULT_REGION") or "us-east-1").strip(),
         endpoint_url=env.get(ENV_ENDPOINT, "").strip(),
         hostnet=load_hostnet(env),
@@ -328,15 +342,15 @@ def _mark(env: Mapping[str, str], name: str, default: int) -> int:
 def load_hostnet(env: Mapping[str, str]) -> HostNetSettings:
     """The node-level networking settings; :class:`ConfigError` names the first bad variable."""
     eni_mtu = _int(env, "AWS_VPC_ENI_MTU", 9001, lo=576, hi=9001)
-    external = _bool(env, ENV_EXTERNAL_SNAT, False)
+    external = _bool(env, ENV_EXTERNAL_SNAT, default=False)
     return HostNetSettings(
         external_snat=external,
         exclude_snat_cidrs=_cidrs(env, ENV_EXCLUDE_SNAT_CIDRS),
         randomize_snat=_choice(env, ENV_RANDOMIZE_SNAT, RANDOMIZE_SNAT, "prng"),
-        node_port_support=_bool(env, ENV_NODE_PORT_SUPPORT, True),
+        node_port_support=_bool(env, ENV_NODE_PORT_SUPPORT, default=True),
         connmark=_mark(env, ENV_CONNMARK, DEFAULT_CONNMARK),
-        configure_rp_filter=_bool(env, ENV_CONFIGURE_RPFILTER, True),
+        configure_rp_filter=_bool(env, ENV_CONFIGURE_RPFILTER, default=True),
         pod_mtu=_int(env, ENV_POD_MTU, eni_mtu, lo=576, hi=9001),
         eni_mtu=eni_mtu,
-        skip_unmanaged_enis=_bool(env, ENV_SKIP_UNMANAGED, True),
+        skip_unmanaged_enis=_bool(env, ENV_SKIP_UNMANAGED, default=True),
     )

@@ -14,7 +14,6 @@ Pool arithmetic is the core's (:func:`warmpool.pool.compute`), never redone here
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from typing import NamedTuple, Protocol
@@ -24,6 +23,7 @@ from pydantic import ValidationError
 from node_agent.checkpoint import CheckpointWriteError
 from node_agent.claims import ParkedClaims
 from node_agent.config import Timing
+from node_agent.controller_stats import ControllerStats
 from node_agent.datastore import Datastore
 from node_agent.records import EniInfo, NodeIdentity
 from node_agent.report import build_report
@@ -106,6 +106,7 @@ class PoolController:
         restart_hold_s: float = 0.0,
         signed_identity: Callable[[], messages.SignedIdentity] | None = None,
         clock_ahead: Callable[[], float] | None = None,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         self.identity = identity
         self.signed_identity = signed_identity
@@ -123,7 +124,7 @@ class PoolController:
         self.mtu = mtu
         self.min_report_interval_s = min_report_interval_s
         self._on_event = on_event
-        self.stats: Counter[str] = Counter()
+        self.stats = ControllerStats()
         self.last_seq: int = int(datastore.meta.get(SEQ_META, -1))
         self._offered_upto: dict[str, int] = {}
         """Address or prefix -> the newest report seq that offered it back. A hand-back
@@ -132,7 +133,13 @@ class PoolController:
         review, finding 1). Reports sent before this start may have offered anything:
         ``last_seq`` at start stands in for what is not recorded."""
         self._seq_at_start: int = self.last_seq
+        self._offer_floor: int = self.last_seq
+        self._regranted: dict[str, int] = {}
+        """Key -> the seq of a result that released it and then claimed it again (:meth:`_note_regranted`)."""
+        """Reports up to this seq may have offered any address ``_offered_upto`` does not name
+        (sent before this start, or pruned from it)."""
         self._last_sent_at: float | None = None
+        self._last_sent_steady = 0.0
         self._last_signature: tuple[object, ...] | None = None
         self._last_pending = 0
         self._retries = 0
@@ -144,6 +151,10 @@ class PoolController:
         Checkpointed (the result carrying them is acknowledged once applied): a restart re-checks them."""
         self._rechecking = False
         self._listed: set[str] | None = None
+        self._read_complete = False
+        """Whether the last IMDS read listed every ENI the datastore holds: only such a read is
+        evidence that a released address is gone (a torn, lagging or regressed read that leaves
+        out an ENI says nothing of that ENI's addresses)."""
         """What the last IMDS read listed (addresses and prefixes); None if it failed."""
         for why in self._unverified.load(self.ds.parked()):
             self._event("verify", f"unreadable parked claim in the checkpoint dropped: {why}")
@@ -151,13 +162,26 @@ class PoolController:
         """After a start, quarantined addresses are not taken back for this long: a result the
         previous process received but never applied (a ``released`` one, maybe) comes back
         from SQS only after its visibility timeout."""
+        self.monotonic = monotonic
+        """A monotonic reading (``CLOCK_MONOTONIC`` in production): every duration that guards
+        an offered address (the release timeout of the take-back, the hold after a start, the
+        window after a checkpoint loss) is measured on it, so a wall clock stepped forward
+        never shortens one. None: the ``now`` passed in is taken as steady (virtual time)."""
         self._hold_until = 0.0
+        self._quarantined_seen: dict[tuple[str, str], float] = {}
+        """(ENI, address) quarantined -> the monotonic reading when this process first saw it
+        quarantined. In memory only: after a restart every offer's release timeout starts
+        again at the start (the previous process's readings are not comparable)."""
+        self._window_until: float | None = None
+        """Monotonic end of the window after a checkpoint loss (:meth:`_forget_offers`)."""
         self._force = False
         self.clock_ahead = clock_ahead
-        """An upper bound of how far this node's clock is ahead of AWS's (seconds; the agent
-        measures it from SQS's answers, :class:`node_agent.agent.AwsClockCheck`). Offers are
-        dated that much earlier, so a clock ahead never makes an offer look younger to the
-        allocator than it is. None: the node's clock is trusted as it is."""
+        """An upper bound of how far this node's clock is ahead of AWS's (seconds; negative: at
+        least that far behind; the agent measures it from SQS's answers,
+        :class:`node_agent.agent.AwsClockCheck`). Offers are dated that much earlier (later,
+        when behind), so a clock ahead never makes an offer look younger to the allocator than
+        it is, and a clock behind does not make it look too old to act on. None: the node's
+        clock is trusted as it is."""
         rebuilt_at = self.ds.meta.get(REBUILT_AT_META)
         self._rebuilt_at: float | None = float(rebuilt_at) if isinstance(rebuilt_at, int | float) else None
         rebuilt_seq = self.ds.meta.get(REBUILT_SEQ_META)
@@ -165,17 +189,22 @@ class PoolController:
 
     # --- life cycle -----------------------------------------------------------------
 
-    def start(self, now: float, checkpoint_lost: bool = False) -> list[str]:
+    def start(self, now: float, *, checkpoint_lost: bool = False) -> list[str]:
         """After the checkpoint is restored: reconcile with IMDS, set up every ENI's host side.
 
         ``checkpoint_lost``: there was no usable checkpoint (damaged, or missing), so what
         the previous process offered back is forgotten: :meth:`_forget_offers`."""
-        self._hold_until = now + self.restart_hold_s
+        steady = self._steady(now)
+        self._hold_until = steady + self.restart_hold_s
         if checkpoint_lost:
             self._forget_offers(now)
+        if self._rebuilt_at is not None:  # what is left of the window, from now on the steady clock
+            left = self._rebuilt_at + self.timing.release_timeout_s - now
+            self._window_until = steady + min(self.timing.release_timeout_s, max(0.0, left))
         notes = self.resync(now) if self.metadata is not None else []
         for eni in self.ds.enis():
             self._setup(eni.info)
+        self._note_quarantined(now)  # restored offers: their timeout starts again now
         self._force = True
         return notes
 
@@ -191,20 +220,27 @@ class PoolController:
         be acted on: their offers were dated before this start). Results replying to the
         previous process's reports are accepted (they may carry ``released``/``deleted``)."""
         first = max(self.last_seq, int(now * 1000))
-        self.last_seq = self._seq_at_start = self._rebuilt_seq = first
+        self.last_seq = self._seq_at_start = self._rebuilt_seq = self._offer_floor = first
         self._rebuilt_at = now
         self._offered_upto.clear()
         self.ds.set_meta(SEQ_META, first)
         self.ds.set_meta(REBUILT_SEQ_META, first)
         self.ds.set_meta(REBUILT_AT_META, now)
 
+    def _steady(self, now: float) -> float:
+        return self.monotonic() if self.monotonic is not None else now
+
     def _in_rebuild_window(self, now: float) -> bool:
-        return self._rebuilt_at is not None and now < self._rebuilt_at + self.timing.release_timeout_s
+        if self._rebuilt_at is None:
+            return False
+        if self._window_until is not None:
+            return self._steady(now) < self._window_until
+        return now < self._rebuilt_at + self.timing.release_timeout_s
 
     def _known_keys(self) -> set[str]:
         return {k for e in self.ds.enis() for k in (*e.ips, *e.prefixes)}
 
-    def _hold_unknown(self, before: set[str]) -> None:
+    def _hold_unknown(self, before: set[str], now: float) -> None:
         """Inside the window after a checkpoint loss: quarantine (as offered at the start) every
         free address or prefix not in ``before`` (:meth:`_forget_offers`)."""
         assert self._rebuilt_at is not None
@@ -217,7 +253,8 @@ class PoolController:
             if ips or pfx:
                 n += self.ds.quarantine(e.info.eni_id, ips, pfx, self._rebuilt_at)
         if n:
-            self.stats["quarantined_after_rebuild"] += n
+            self._note_quarantined(now)
+            self.stats.quarantined_after_rebuild += n
             self._event("quarantine", f"{n} addresses held as offered: the checkpoint that knew the offers is lost")
 
     def resync(self, now: float) -> list[str]:
@@ -247,16 +284,16 @@ class PoolController:
         for a in interfaces:  # tagged no_manage after we took it, and no pod is left on it: let go
             if a.managed is False and a.info.eni_id in have and a.info.eni_id not in kept:
                 self._teardown(have[a.info.eni_id])
-                self.stats["enis_unmanaged"] += 1
+                self.stats.enis_unmanaged += 1
                 self._event("resync", f"{a.info.eni_id}: tagged no_manage and no pod left on it: left alone now")
         for info, _, _ in attached:
             if info.eni_id not in have:
                 self._setup(info)
         if keys is not None:
-            self._hold_unknown(keys)
+            self._hold_unknown(keys, now)
         held = self.ds.unlisted()
         if held:
-            self.stats["held_not_in_imds"] += len(held)
+            self.stats.held_not_in_imds += len(held)
             log.warning("pods hold addresses IMDS no longer lists (kept for them, never handed out): %s", held)
         for n in notes:
             self._event("resync", n)
@@ -264,9 +301,16 @@ class PoolController:
 
     def _observe(self, interfaces: list[AttachedEni]) -> None:
         """Every IMDS read: released addresses and deleted ENIs it no longer lists have been seen gone."""
+        read = {a.info.eni_id for a in interfaces}
         self._listed = {k for a in interfaces for k in (*a.ips, *a.prefixes)}
-        self.ds.note_absent(self._listed)
-        self.ds.note_enis_absent({a.info.eni_id for a in interfaces})
+        self._read_complete = all(e.info.eni_id in read for e in self.ds.enis())
+        self._note_absent_from_read()
+        self.ds.note_enis_absent(read)
+
+    def _note_absent_from_read(self) -> None:
+        """Released keys the last read lacks were seen gone, if that read listed every held ENI."""
+        if self._listed is not None and self._read_complete:
+            self.ds.note_absent(self._listed)
 
     def _usable(self, interfaces: list[AttachedEni]) -> tuple[list[AttachedEni], set[str]]:
         """The ENIs the agent holds or may take, and which of those it must hand nothing new
@@ -315,16 +359,17 @@ class PoolController:
             self.ds.flush()
             return self._tick(now)
         except CheckpointWriteError as exc:
-            self.stats["checkpoint_write_errors"] += 1
+            self.stats.checkpoint_write_errors += 1
             self._force = True
             self._event("checkpoint", f"no report while the checkpoint cannot be written: {exc}"[:300])
             return []
 
     def _tick(self, now: float) -> list[PoolReport]:
         self.ds.recently_gone(now)  # expires old entries
-        back = self._take_back(now) if now >= self._hold_until else 0
+        self._note_quarantined(now, from_now=False)
+        back = self._take_back(now) if self._steady(now) >= self._hold_until else 0
         if back:
-            self.stats["unquarantined"] += back
+            self.stats.unquarantined += back
             self._event("quarantine", f"{back} addresses back in the pool: no release confirmed in time")
             self._force = True
         for info in self.ds.not_ready():
@@ -338,6 +383,7 @@ class PoolController:
                 self._surplus_since = now
             elif now - self._surplus_since >= self.timing.release_delay_s:
                 if self._quarantine(delta, now):
+                    self._note_quarantined(now)
                     self._force = True
                     delta = self.delta(now)
                 self._surplus_since = None
@@ -357,7 +403,7 @@ class PoolController:
                 signed = self.signed_identity()
             except (RuntimeError, OSError, LookupError) as exc:  # IdentityUnavailable, ImdsError, ...
                 # IMDS down or no document: no report now (it would be refused), the next tick retries.
-                self.stats["identity_unavailable"] += 1
+                self.stats.identity_unavailable += 1
                 self._event("identity", f"no signed identity from IMDS, report postponed: {exc}"[:300])
                 return []
         self._repair(now)
@@ -365,7 +411,7 @@ class PoolController:
             return [self._report(now, signature, offers, signed)]
         except ValidationError as exc:
             # Never silently: counted, logged, and retried (after a resync) on the next tick.
-            self.stats["reports_invalid"] += 1
+            self.stats.reports_invalid += 1
             log.error("cannot build a valid report from the datastore: %s", exc)
             self._event("report", f"invalid report not sent: {exc}")
             self._force = True
@@ -383,7 +429,7 @@ class PoolController:
         conflicts = self.ds.slot_conflicts()
         if not conflicts:
             return
-        self.stats["datastore_repairs"] += 1
+        self.stats.datastore_repairs += 1
         log.warning("datastore inconsistent: ENIs sharing a device slot %s; resyncing with IMDS", conflicts)
         self._event("repair", f"ENIs sharing a device slot: {conflicts}; resyncing with IMDS")
         if self.metadata is not None:
@@ -392,17 +438,46 @@ class PoolController:
             except Exception as exc:  # IMDS down: the report leaves the extra ENIs out meanwhile
                 self._event("imds", f"cannot resync to repair the datastore: {exc}")
 
+    def _note_quarantined(self, now: float, *, from_now: bool = True) -> None:
+        """Stamp every quarantined address this process has not stamped yet with the steady
+        clock's reading, and forget those no longer quarantined. ``from_now``: stamped now
+        (the controller quarantined them just now, or they come from the checkpoint of an
+        earlier process: its readings and its wall clock are not to be trusted, so their
+        timeout starts again). Otherwise (quarantined outside the controller: only tests
+        do) aged from their wall-clock date at first sight."""
+        steady = self._steady(now)
+        current = {(e, ip): since for e, addrs in self.ds.quarantined_at().items() for ip, since in addrs.items()}
+        seen = self._quarantined_seen
+        for k in [k for k in seen if k not in current]:
+            del seen[k]
+        for k, since in current.items():
+            if k not in seen:
+                seen[k] = steady if from_now else steady - max(0.0, now - since)
+
+    def _due(self, now: float) -> dict[str, list[tuple[str, str | None]]]:
+        """Quarantined addresses whose release timeout has passed on the steady clock, counted
+        from when this process first saw them quarantined (never from the wall-clock
+        ``quarantined_at``, which a forward step ages: a re-pooled address the allocator could
+        still unassign)."""
+        steady, timeout = self._steady(now), self.timing.release_timeout_s
+        due: dict[str, list[tuple[str, str | None]]] = {}
+        for eni_id, addrs in self.ds.quarantined_before(float("inf")).items():
+            ok = [(ip, p) for ip, p in addrs if steady - self._quarantined_seen.get((eni_id, ip), steady) >= timeout]
+            if ok:
+                due[eni_id] = ok
+        return due
+
     def _take_back(self, now: float) -> int:
         """Quarantined addresses with no ``released`` result within the release timeout return
         to the pool, but only those IMDS still lists: by then the allocator can no longer
         unassign them (docs/agent.md, "Taking quarantined addresses back"), so one IMDS no
-        longer lists was released and its result is late or lost."""
-        before = now - self.timing.release_timeout_s
-        if self.metadata is None:
-            return self.ds.unquarantine(before=before)
-        due = self.ds.quarantined_before(before)
+        longer lists was released and its result is late or lost. The timeout runs on the
+        steady clock (:meth:`_due`)."""
+        due = self._due(now)
         if not due:
             return 0
+        if self.metadata is None:
+            return sum(self.ds.reclaim(eni_id, [ip for ip, _ in addrs]) for eni_id, addrs in due.items())
         try:
             interfaces = self.metadata.interfaces()
         except Exception as exc:  # IMDS down: keep them quarantined, retry next tick
@@ -411,21 +486,36 @@ class PoolController:
         self._observe(interfaces)
         # Signs that this IMDS is behind EC2: it still lists what a result released, or
         # a result's claim waits for it. Then its listing the addresses proves nothing:
-        # they stay quarantined (bounded: both signs expire, 2 min and 60 s).
+        # they stay quarantined (until IMDS is seen without what was released; a claim
+        # waits at most 60 s).
         gone = self.ds.recently_gone(now)[0]
         lagging = bool(self._unverified) or any(
             k in (self._listed or set()) and not self.ds.seen_absent(k) for k in gone
         )
         view = {a.info.eni_id: a for a in interfaces}
+        whole = self._whole_eni_offers()
         back = 0
         for eni_id, addrs in due.items():
             seen = view.get(eni_id)
             listed = set() if seen is None else {*seen.ips, *seen.prefixes}
             keep = [ip for ip, p in addrs if (p or ip) in listed]
+            if keep and eni_id in whole:
+                # Every address of a secondary ENI is offered: the allocator may have deleted
+                # it, and a detach takes as long as it takes (minutes; IMDS lists the ENI and
+                # its addresses meanwhile), so IMDS listing them proves nothing. Offered again,
+                # dated now: the allocator's answer decides (a hand-back when pods need
+                # them, its ``deleted`` said again from its release book, or a release).
+                n = self.ds.requarantine(eni_id, now)
+                for ip, _ in addrs:
+                    self._quarantined_seen[(eni_id, ip)] = self._steady(now)
+                self.stats.whole_eni_offers_renewed += n
+                self._force = True
+                self._event("quarantine", f"{eni_id}: every address offered, no answer: offered again, not taken back")
+                keep = []
             gone_ips = [ip for ip, p in addrs if p is None and ip not in listed]
             gone_pfx = sorted({p for _, p in addrs if p is not None and p not in listed})
             if lagging and keep:
-                self.stats["take_back_postponed"] += 1
+                self.stats.take_back_postponed += 1
                 keep = []
             back += self.ds.reclaim(eni_id, keep)
             if gone_ips or gone_pfx:
@@ -433,21 +523,41 @@ class PoolController:
                 # come. Its in_reply_to is unknown: -1, so any later claim is checked against
                 # IMDS (seen gone now, so a listing again is a new assignment).
                 self.ds.mark_gone(now, now + RECENT_S, -1, released=[*gone_ips, *gone_pfx])
-                self.ds.note_absent(listed)
+                self._note_absent_from_read()
                 removed = self.ds.remove_addresses(eni_id, gone_ips, gone_pfx)
-                self.stats["released_without_result"] += len(removed)
+                self.stats.released_without_result += len(removed)
                 self._event(
                     "quarantine",
                     f"{eni_id}: {len(removed)} quarantined addresses no longer in IMDS: released (result late or lost)",
                 )
         return back
 
+    def _whole_eni_offers(self) -> set[str]:
+        """Secondary ENIs every address of which is quarantined (offered for deletion)."""
+        return {
+            e.info.eni_id
+            for e in self.ds.enis()
+            if not (e.info.device_index == 0 and e.info.network_card == 0)
+            and e.addrs
+            and all(a.quarantined_at is not None for a in e.addrs.values())
+        }
+
     def _report_due(self, now: float, delta: PoolDelta, pending: int, signature: tuple[object, ...]) -> bool:
-        if self._last_sent_at is None or self._force:
+        if self._last_sent_at is None:
             return True
         since = now - self._last_sent_at
         if pending > self._last_pending:
             return True  # a CNI ADD found nothing: report at once
+        steady_since = self._steady(now) - self._last_sent_steady
+        if 0 <= steady_since < self.min_report_interval_s:
+            # No other path sends more than one report an interval, a forced one included (it
+            # stays forced and goes at the next pass): a loop that forces report after report
+            # (a send failing at once, offers changing on every pass) cannot flood the
+            # allocator's queue. Measured on the monotonic clock (a wall clock stepped back
+            # would hold reports, one stepped on each pass would not be held).
+            return False
+        if self._force:
+            return True
         if since >= self.timing.heartbeat_s:
             return True
         if now < self._not_before:
@@ -471,7 +581,7 @@ class PoolController:
         seq = max(self.last_seq + 1, int(now * 1000))
         self.last_seq = seq
         self.ds.set_meta(SEQ_META, seq)
-        shift = max(0.0, self.clock_ahead()) if self.clock_ahead is not None else 0.0
+        shift = self.clock_ahead() if self.clock_ahead is not None else 0.0
         report = build_report(
             self.identity,
             self.pool,
@@ -489,18 +599,20 @@ class PoolController:
         if len(self._offered_upto) > 4 * MAX_OFFER_MEMORY:
             quarantined = {x for ips, pfx in self.ds.quarantined().values() for x in (*ips, *pfx)}
             self._offered_upto = {k: v for k, v in self._offered_upto.items() if k in quarantined}
+            self._offer_floor = seq
         if signature != self._last_signature:
             self._retries = 0
         self._last_signature = signature
         self._last_sent_at = now
+        self._last_sent_steady = self._steady(now)
         self._force = False
-        self.stats["reports_sent"] += 1
+        self.stats.reports_sent += 1
         return report
 
     def _skipped(self, eni_id: str, slot: tuple[int, int]) -> None:
         # Newest first within a slot: an older ENI in a slot another has taken is one whose
         # removal was missed (what :meth:`_repair` could not fix stays out of the report).
-        self.stats["report_enis_skipped"] += 1
+        self.stats.report_enis_skipped += 1
         log.warning("%s left out of the report: device slot %s taken by another ENI", eni_id, slot)
 
     def _quarantine(self, delta: PoolDelta, now: float) -> int:
@@ -520,7 +632,7 @@ class PoolController:
             for eni_id, ip in self.ds.releasable_ips(now)[: delta.over_units]:
                 n += self.ds.quarantine(eni_id, [ip], [], now)
         if n:
-            self.stats["quarantined"] += n
+            self.stats.quarantined += n
             self._event("quarantine", f"{n} surplus addresses quarantined and offered back")
         return n
 
@@ -537,51 +649,54 @@ class PoolController:
         twice is harmless)."""
         ident = self.identity
         if result.instance_id != ident.instance_id or result.node != ident.node or result.cluster != ident.cluster:
-            self.stats["results_rejected"] += 1
+            self.stats.results_rejected += 1
             return [f"result for {result.cluster}/{result.node}/{result.instance_id} is not ours: ignored"]
         if result.in_reply_to > self.last_seq:
-            self.stats["results_rejected"] += 1
+            self.stats.results_rejected += 1
             return [f"result replies to seq {result.in_reply_to} never sent (last {self.last_seq}): ignored"]
         notes: list[str] = []
         view = self._view()
+        released_here: set[str] = set()
         for action in result.actions:
             if isinstance(action, Attached | Assigned):
+                self._note_regranted(action, released_here, result.in_reply_to)
                 notes.extend(self._apply_addresses(action, view, now, result.in_reply_to))
             elif isinstance(action, Released):
+                released_here.update((*action.ips, *action.prefixes))
                 notes.extend(self._apply_release(action, now, result.in_reply_to))
             elif isinstance(action, Deleted):
                 info = self.ds.eni(action.eni_id)
                 self.ds.mark_gone(now, now + RECENT_S, result.in_reply_to, deleted=[action.eni_id])
                 if info is not None and self.ds.remove_eni(action.eni_id):
                     self._teardown(info)
-                    self.stats["enis_deleted"] += 1
+                    self.stats.enis_deleted += 1
                     notes.append(f"{action.eni_id}: deleted")
                 elif info is not None:
                     # Never yanked from the pods (their network stays as it is), but EC2 has
                     # deleted the ENI: its addresses may be another node's already.
-                    self.stats["deleted_in_use"] += 1
+                    self.stats.deleted_in_use += 1
                     log.error("EC2 deleted %s while pods hold its addresses (two holders possible)", action.eni_id)
                     notes.append(f"{action.eni_id}: deleted by EC2 while pods hold its addresses")
             elif isinstance(action, Deferred):
                 self._not_before = max(self._not_before, now + action.retry_after_s)
                 notes.append(f"deferred {action.retry_after_s:.1f}s: {action.reason}")
             elif isinstance(action, Failed):
-                self.stats["results_failed"] += 1
+                self.stats.results_failed += 1
                 self._not_before = max(self._not_before, now + self.timing.retry_s)
                 notes.append(f"allocator failed: {action.code}: {action.message}")
-            self.stats[f"action_{action.kind}"] += 1
+            self.stats.actions[action.kind] += 1
         if not result.actions and self.ds.pending(now) > 0 and self.metadata is not None:
             # Pods wait, yet the allocator found nothing to do: EC2 already holds
             # what we need, so a result was lost (e.g. the invocation died after
             # its EC2 calls). Read IMDS now instead of at the next periodic resync.
-            self.stats["resync_on_empty_result"] += 1
+            self.stats.resync_on_empty_result += 1
             try:
                 notes.extend(self.resync(now))
             except Exception as exc:  # IMDS down: the periodic resync tries again
                 self._event("imds", f"cannot resync after an empty result: {exc}")
         self._retries = 0
         self.ds.flush()
-        self.stats["results_applied"] += 1
+        self.stats.results_applied += 1
         for n in notes:
             self._event("result", n)
         return notes
@@ -598,7 +713,7 @@ class PoolController:
         rel_ips = [k for k in action.ips if granted.get(k, -1) <= seq]
         rel_pfx = [k for k in action.prefixes if granted.get(k, -1) <= seq]
         if len(rel_ips) + len(rel_pfx) < len(action.ips) + len(action.prefixes):
-            self.stats["stale_releases"] += 1
+            self.stats.stale_releases += 1
             notes.append(
                 f"{action.eni_id}: release from reply to {seq} is older than "
                 "the grant that gave some addresses back: ignored for them"
@@ -606,14 +721,13 @@ class PoolController:
         # Filter first (checkpointed), then remove: a restart between the two
         # finds the addresses still quarantined and ignores IMDS for them.
         self.ds.mark_gone(now, now + RECENT_S, seq, released=[*rel_ips, *rel_pfx])
-        if self._listed is not None:  # read after the release: what it lacks was seen gone
-            self.ds.note_absent(self._listed)
+        self._note_absent_from_read()  # read after the release: what it lacks was seen gone
         removed = self.ds.remove_addresses(action.eni_id, rel_ips, rel_pfx)
-        self.stats["addresses_released"] += len(removed)
+        self.stats.addresses_released += len(removed)
         notes.append(f"{action.eni_id}: {len(removed)} addresses released")
         held = self._held_on(action.eni_id, rel_ips, rel_pfx)
         if held:
-            self.stats["released_in_use"] += len(held)
+            self.stats.released_in_use += len(held)
             log.error(
                 "EC2 unassigned %s from %s while pods hold them (two holders possible): kept for the pods",
                 held,
@@ -646,8 +760,64 @@ class PoolController:
         usable, _ = self._usable(interfaces)
         return {a.info.eni_id: a for a in usable}
 
+    def _note_regranted(self, action: Attached | Assigned, released_here: set[str], seq: int) -> None:
+        """Keys this claim names that an earlier action of the same result released: EC2 gave
+        them back within one invocation (its Unassign, then an Assign that got them again).
+        Never a hand-back: a released key is in the allocator's release book by then, and
+        ``functions/execute.py::PlanExecutor._reclaim`` refuses booked keys. In memory only
+        (a restart forgets it: the claim then waits for IMDS's evidence)."""
+        for k in (*action.ips, *action.prefixes):
+            if k in released_here:
+                self._regranted[k] = seq
+        if len(self._regranted) > 4 * MAX_OFFER_MEMORY:
+            self._regranted = dict(list(self._regranted.items())[-MAX_OFFER_MEMORY:])
+
+    def _granted_by_ec2(self, key: str, seq: int) -> bool:
+        """An ``assigned``/``attached`` naming ``key`` in reply to report ``seq`` is EC2's own
+        assignment, never a hand-back: the allocator hands back only what the report it
+        answers offered (``warmpool/planner.py``: ``Reclaim`` is made from ``report.release``),
+        and no report from ``seq`` on offered ``key``; or the same result released it first
+        (:meth:`_note_regranted`)."""
+        return seq > self._offered_upto.get(key, self._offer_floor) or self._regranted.get(key) == seq
+
+    def _evident(
+        self,
+        ips: list[str],
+        prefixes: list[str],
+        seen: AttachedEni,
+        gone: dict[str, int],
+        seq: int,
+        *,
+        waited: bool,
+        seen_claim: Attached | Assigned | None = None,
+    ) -> tuple[list[str], list[str]]:
+        """The claimed addresses and prefixes IMDS shows as this claim's.
+
+        An address released earlier is listed by a lagging IMDS from before the release
+        too: only a listing after IMDS was seen without it is evidence. A claim that waited
+        its full time without IMDS showing that gap (IMDS may never sample it: released and
+        assigned again within its lag) is taken on EC2's word, if it is EC2's own assignment
+        (:meth:`_granted_by_ec2`): before, the address was then never used again while the
+        allocator counted it as the node's."""
+
+        grants = self._unverified.grants_of(ParkedClaims.key(seen_claim)) if seen_claim is not None else frozenset()
+
+        def evident(k: str) -> bool:
+            return k not in gone or self.ds.seen_absent(k) or (waited and (k in grants or self._granted_by_ec2(k, seq)))
+
+        listed_ips, listed_pfx = set(seen.ips), set(seen.prefixes)
+        return [ip for ip in ips if ip in listed_ips and evident(ip)], [
+            p for p in prefixes if p in listed_pfx and evident(p)
+        ]
+
     def _apply_addresses(
-        self, action: Attached | Assigned, view: dict[str, AttachedEni] | None, now: float, seq: int
+        self,
+        action: Attached | Assigned,
+        view: dict[str, AttachedEni] | None,
+        now: float,
+        seq: int,
+        *,
+        waited: bool = False,
     ) -> list[str]:
         notes = []
         ips, prefixes = list(action.ips), list(action.prefixes)
@@ -656,7 +826,7 @@ class PoolController:
         # into the pool nor, once released, added again.
         late = {k for k in (*ips, *prefixes) if self._offered_upto.get(k, -1) > seq}
         if late:
-            self.stats["handbacks_superseded"] += len(late)
+            self.stats.handbacks_superseded += len(late)
             notes.append(f"{action.eni_id}: a claim replying to seq {seq} is older than a later offer: not taken")
             ips = [k for k in ips if k not in late]
             prefixes = [k for k in prefixes if k not in late]
@@ -664,12 +834,12 @@ class PoolController:
         # ENI) is stale: SQS redelivered or reordered it, and IMDS may still lag.
         gone_ips, gone_enis = self.ds.recently_gone(now)
         if gone_enis.get(action.eni_id, -1) > seq:
-            self.stats["stale_claims"] += 1
+            self.stats.stale_claims += 1
             return [f"{action.eni_id}: claim from reply to {seq} is older than the ENI's deletion: ignored"]
         stale = [k for k in [*ips, *prefixes] if gone_ips.get(k, -1) > seq]
         if stale:
             dropped = set(stale)
-            self.stats["stale_claims"] += 1
+            self.stats.stale_claims += 1
             notes.append(f"{action.eni_id}: {len(stale)} claimed addresses were released since: ignored")
             ips = [ip for ip in ips if ip not in dropped]
             prefixes = [p for p in prefixes if p not in dropped]
@@ -685,11 +855,7 @@ class PoolController:
                     self._park(action, now, seq)
                     return [f"{action.eni_id}: deleted earlier and not yet seen detached in IMDS; will re-check"]
                 self.ds.unmark_deleted(action.eni_id)
-            # An address released earlier is listed by a lagging IMDS from before the
-            # release too: only a listing after IMDS was seen without it is evidence.
-            seen_ips, seen_pfx = set(seen.ips), set(seen.prefixes)
-            ok_ips = [ip for ip in ips if ip in seen_ips and (ip not in gone_ips or self.ds.seen_absent(ip))]
-            ok_pfx = [p for p in prefixes if p in seen_pfx and (p not in gone_ips or self.ds.seen_absent(p))]
+            ok_ips, ok_pfx = self._evident(ips, prefixes, seen, gone_ips, seq, waited=waited, seen_claim=action)
             # Ours again: the "just released" filter of resync must not drop it.
             self.ds.unmark_released([*ok_ips, *ok_pfx])
             if len(ok_ips) < len(ips) or len(ok_pfx) < len(prefixes):
@@ -716,15 +882,15 @@ class PoolController:
         keys = self._known_keys() if seq < self._rebuilt_seq and self._in_rebuild_window(now) else None
         if self.ds.add_eni(info, now, ready=self.host is None or info.device_index == 0):
             self._setup(info)
-            self.stats["enis_attached"] += 1
+            self.stats.enis_attached += 1
         offered = {k for q_ips, q_pfx in self.ds.quarantined().values() for k in (*q_ips, *q_pfx)}
         n = self.ds.add_addresses(info.eni_id, ips, prefixes)
         if keys is not None:  # a claim replying to a report of the process whose offers are forgotten
-            self._hold_unknown(keys)
+            self._hold_unknown(keys, now)
         # Only a grant of what we did not hold offered is EC2's new assignment (an older
         # ``released`` is stale for it); a hand-back of an offer is no such evidence.
         self.ds.mark_granted(now, now + RECENT_S, seq, [k for k in (*ips, *prefixes) if k not in offered])
-        self.stats["addresses_added"] += n
+        self.stats.addresses_added += n
         notes.append(f"{info.eni_id}: {n} addresses added")
         fresh_ips = [x for x in ips if seq >= self._offered_upto.get(x, self._seq_at_start)]
         fresh_pfx = [x for x in prefixes if seq >= self._offered_upto.get(x, self._seq_at_start)]
@@ -733,13 +899,13 @@ class PoolController:
         if superseded:
             # Still quarantined (and offered): the answer to the newer report decides,
             # or the take-back after the release timeout (checked against IMDS).
-            self.stats["handbacks_superseded"] += superseded
+            self.stats.handbacks_superseded += superseded
             notes.append(
                 f"{info.eni_id}: a hand-back replying to seq {seq} is older than a later offer: kept quarantined"
             )
         if back:
             # Our release offer was declined: pods need these again.
-            self.stats["addresses_reclaimed"] += back
+            self.stats.addresses_reclaimed += back
             self._surplus_since = None
             notes.append(f"{info.eni_id}: {back} offered addresses taken back")
         return notes
@@ -758,12 +924,13 @@ class PoolController:
                         notes.append(f"pod {a.container_id or a.recovered}/{a.ifname} lost {a.ip}: ENI detached")
                 self.ds.remove_eni(e.info.eni_id, force=True)
                 self._teardown(e.info)
-                self.stats["enis_replaced"] += 1
+                self.stats.enis_replaced += 1
                 notes.append(f"{e.info.eni_id}: detached (IMDS shows {info.eni_id} in its slot): removed")
         return notes
 
     def _park(self, action: Attached | Assigned, now: float, seq: int) -> None:
-        self._unverified.park(action, now, seq)
+        grants = frozenset(k for k in (*action.ips, *action.prefixes) if self._granted_by_ec2(k, seq))
+        self._unverified.park(action, now, seq, grants)
         if not self._rechecking:
             self._save_parked()
 
@@ -777,8 +944,12 @@ class PoolController:
         try:
             for key, (action, first, seq) in parked.items():
                 if now - first > VERIFY_TIMEOUT_S:
-                    self.stats["verify_dropped"] += 1
-                    self._event("verify", f"{action.eni_id}: result never confirmed by IMDS: dropped")
+                    # Last look: what IMDS lists is taken (EC2's own assignment on its word),
+                    # the rest dropped.
+                    self._apply_addresses(action, view, now, seq, waited=True)
+                    if self._unverified.discard(key):
+                        self.stats.verify_dropped += 1
+                        self._event("verify", f"{action.eni_id}: result never confirmed by IMDS: dropped")
                     continue
                 self._apply_addresses(action, view, now, seq)
                 self._unverified.keep_first(key, first, seq)
@@ -792,20 +963,20 @@ class PoolController:
         if self.host is None:
             return
         if info.device_index == 0 and info.network_card == 0:
-            self.ds.set_ready(info.eni_id, True)
+            self.ds.set_ready(info.eni_id, ready=True)
             return
         try:
             self.host.setup_eni(info, self.mtu)
         except LookupError as exc:
-            self.ds.set_ready(info.eni_id, False)
+            self.ds.set_ready(info.eni_id, ready=False)
             self._event("host", f"{info.eni_id}: not ready: {exc}")
             return
         except OSError as exc:
-            self.ds.set_ready(info.eni_id, False)
-            self.stats["host_errors"] += 1
+            self.ds.set_ready(info.eni_id, ready=False)
+            self.stats.host_errors += 1
             self._event("host", f"{info.eni_id}: set-up failed: {exc}")
             return
-        self.ds.set_ready(info.eni_id, True)
+        self.ds.set_ready(info.eni_id, ready=True)
 
     def _teardown(self, info: EniInfo) -> None:
         if self.host is None or info.device_index == 0:
@@ -813,7 +984,7 @@ class PoolController:
         try:
             self.host.teardown_eni(info)
         except OSError as exc:
-            self.stats["host_errors"] += 1
+            self.stats.host_errors += 1
             self._event("host", f"{info.eni_id}: teardown failed: {exc}")
 
     # --- misc ---------------------------------------------------------------------------

@@ -84,6 +84,8 @@ class Datastore(RecoveredHolders):
         self._unlisted: set[str] = set()
         """Addresses a pod holds that IMDS stopped listing (the last resync): kept for the pod,
         never handed out again, dropped by the first resync after the pod is gone."""
+        self._unseen: set[str] = set()
+        """ENIs the last resync's IMDS read did not list, kept (held) for the pods on them."""
         self._parked: list[dict[str, Any]] = []
         """Claims (``assigned``/``attached`` results) waiting for IMDS to show them, as the controller wrote them."""
         self.meta: dict[str, Any] = {}
@@ -96,7 +98,7 @@ class Datastore(RecoveredHolders):
 
     # --- ENIs and addresses --------------------------------------------------
 
-    def add_eni(self, info: EniInfo, now: float, ready: bool = True) -> bool:
+    def add_eni(self, info: EniInfo, now: float, *, ready: bool = True) -> bool:
         """Record an attached ENI (idempotent); True if it was new."""
         with self._lock:
             eni = self._enis.get(info.eni_id)
@@ -109,14 +111,14 @@ class Datastore(RecoveredHolders):
             self._save()
             return True
 
-    def set_ready(self, eni_id: str, ready: bool) -> None:
+    def set_ready(self, eni_id: str, *, ready: bool) -> None:
         with self._lock:
             eni = self._enis.get(eni_id)
             if eni is not None and eni.ready != ready:
                 eni.ready = ready
                 self._save()
 
-    def remove_eni(self, eni_id: str, force: bool = False) -> bool:
+    def remove_eni(self, eni_id: str, *, force: bool = False) -> bool:
         """Forget an ENI; refused (False) while pods hold its addresses unless ``force``."""
         with self._lock:
             eni = self._enis.get(eni_id)
@@ -172,7 +174,7 @@ class Datastore(RecoveredHolders):
         return a
 
     def remove_addresses(
-        self, eni_id: str, ips: Iterable[str] = (), prefixes: Iterable[str] = (), force: bool = False
+        self, eni_id: str, ips: Iterable[str] = (), prefixes: Iterable[str] = (), *, force: bool = False
     ) -> list[str]:
         """Remove addresses/prefixes no pod holds (all of them if ``force``); returns addresses removed."""
         with self._lock:
@@ -360,6 +362,15 @@ class Datastore(RecoveredHolders):
                 self.changed.set()
             return n
 
+    def requarantine(self, eni_id: str, now: float) -> int:
+        """Every quarantined address of the ENI offered again, dated ``now``; returns how many."""
+        with self._lock:
+            eni = self._enis.get(eni_id)
+            n = 0 if eni is None else offers.requarantine(eni, now)
+            if n:
+                self._save()
+            return n
+
     def reclaim(self, eni_id: str, ips: Iterable[str] = (), prefixes: Iterable[str] = ()) -> int:
         """The allocator declined our release offer for these addresses (pods
         need them again): back into the pool at once. Returns how many."""
@@ -375,6 +386,11 @@ class Datastore(RecoveredHolders):
         """See :func:`node_agent.offers.quarantined_before`."""
         with self._lock:
             return offers.quarantined_before(self._enis.values(), before)
+
+    def quarantined_at(self) -> dict[str, dict[str, float]]:
+        """See :func:`node_agent.offers.quarantined_at`."""
+        with self._lock:
+            return offers.quarantined_at(self._enis.values())
 
     def quarantined(self) -> dict[str, tuple[list[str], list[str]]]:
         """See :func:`node_agent.offers.quarantined`."""
@@ -414,7 +430,8 @@ class Datastore(RecoveredHolders):
         """IMDS was read and lists exactly ``listed`` (addresses and prefixes): every
         released key it does not list has been seen gone since its release."""
         with self._lock:
-            self._recent.note_absent(listed)
+            if self._recent.note_absent(listed):
+                self._save_quietly()
 
     def seen_absent(self, key: str) -> bool:
         """A released key IMDS has been seen not listing since the release."""
@@ -426,7 +443,14 @@ class Datastore(RecoveredHolders):
         list has been seen gone (:mod:`node_agent.ledger`)."""
         with self._lock:
             if self._recent.note_enis_absent(listed):
-                self._save()
+                self._save_quietly()
+
+    def _save_quietly(self) -> None:
+        """Checkpoint a change that is safe to lose (an absence seen: a restart without it
+        only waits for the next read): a failed write leaves the datastore dirty, retried
+        by the next write or :meth:`flush`, and is not raised to the IMDS reader."""
+        with contextlib.suppress(CheckpointWriteError):
+            self._save()
 
     def eni_seen_absent(self, eni_id: str) -> bool:
         """A deleted ENI IMDS has been seen not listing since the deletion."""
@@ -465,6 +489,11 @@ class Datastore(RecoveredHolders):
             if self._recent.expire(now):
                 self._save()
             return self._recent.seqs(self._recent.released), self._recent.seqs(self._recent.deleted)
+
+    def unseen(self) -> list[str]:
+        """ENIs kept for their pods though the last resync's IMDS read did not list them."""
+        with self._lock:
+            return sorted(self._unseen)
 
     def unlisted(self) -> list[str]:
         """Addresses pods hold that IMDS no longer lists (see :meth:`reconcile`)."""
@@ -600,6 +629,7 @@ class Datastore(RecoveredHolders):
         self._recovered.clear()
         self._recent.clear()
         self._unlisted.clear()
+        self._unseen.clear()
         self._parked = []
         self.meta = {}
 
@@ -672,14 +702,27 @@ class Datastore(RecoveredHolders):
                 n = self.add_addresses(info.eni_id, ips, prefixes)
                 if n:
                     notes.append(f"ENI {info.eni_id}: {n} addresses added")
+            # An ENI missing from one read is not proof it is gone (IMDS documents no
+            # consistency; a torn or lagging read omits it, and the next one lists it again
+            # with every address looking free). One pods hold addresses on is kept, held
+            # (nothing new handed out from it, nothing offered), until IMDS lists it again,
+            # its pods are gone, or another ENI is seen in its device slot (EC2 never has two).
+            slots = {_slot(self._enis[e]) for e in seen}
+            unseen_held: set[str] = set()
             for eni_id in [e for e in self._enis if e not in seen]:
-                for a in self._enis[eni_id].addrs.values():
-                    if a.in_use:
-                        notes.append(f"pod {a.container_id}/{a.ifname} lost {a.ip}: ENI detached")
+                eni = self._enis[eni_id]
+                in_use = [a for a in eni.addrs.values() if a.in_use]
+                if in_use and _slot(eni) not in slots:
+                    unseen_held.add(eni_id)
+                    notes.append(f"ENI {eni_id} not in IMDS but pods hold {len(in_use)} of its addresses: kept, held")
+                    continue
+                for a in in_use:
+                    notes.append(f"pod {a.container_id}/{a.ifname} lost {a.ip}: ENI detached")
                 self.remove_eni(eni_id, force=True)
                 notes.append(f"ENI {eni_id} removed: not attached")
             self._unlisted = unlisted
-            keep = set(held)
+            self._unseen = unseen_held
+            keep = set(held) | unseen_held
             for eni in self._enis.values():
                 eni.held = eni.info.eni_id in keep
             self._save()

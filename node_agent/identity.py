@@ -21,7 +21,7 @@ SIGNATURE_PATH = "instance-identity/signature"
 class DynamicMetadata(Protocol):
     """What this module needs of :class:`node_agent.imds.ImdsClient`."""
 
-    def get(self, path: str, missing_ok: bool = False, tree: str = "meta-data") -> str | None: ...
+    def get(self, path: str, *, missing_ok: bool = False, tree: str = "meta-data") -> str | None: ...
 
 
 class IdentityUnavailable(RuntimeError):

@@ -50,7 +50,7 @@ class ImdsClient:
     def from_env(cls, env: Mapping[str, str]) -> ImdsClient:
         return cls(env.get(ENV_ENDPOINT, "").strip() or DEFAULT_ENDPOINT)
 
-    def _token_now(self, refresh: bool = False) -> str:
+    def _token_now(self, *, refresh: bool = False) -> str:
         with self._lock:
             if refresh or not self._token or time.monotonic() >= self._token_expires:
                 req = urllib.request.Request(
@@ -63,7 +63,7 @@ class ImdsClient:
                 self._token_expires = time.monotonic() + TOKEN_TTL_S - 60
             return self._token
 
-    def get(self, path: str, missing_ok: bool = False, tree: str = "meta-data") -> str | None:
+    def get(self, path: str, *, missing_ok: bool = False, tree: str = "meta-data") -> str | None:
         """``GET /latest/<tree>/<path>`` (``tree`` ``meta-data`` or ``dynamic``), the body
         exactly as served; None if 404 and ``missing_ok``."""
         url = f"{self.base}/latest/{tree}/{path.lstrip('/')}"

@@ -403,7 +403,7 @@ class NodeNetworking:
 
 
 class MetadataReader(Protocol):
-    def get(self, path: str, missing_ok: bool = False) -> str | None: ...
+    def get(self, path: str, *, missing_ok: bool = False) -> str | None: ...
 
 
 def spec_from_imds(imds: MetadataReader, primary_mac: str, cfg: AgentConfig) -> NodeSpec:

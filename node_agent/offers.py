@@ -90,6 +90,16 @@ def unquarantine(enis: Iterable[EniRecord], before: float) -> int:
     return n
 
 
+def requarantine(eni: EniRecord, now: float) -> int:
+    """Every quarantined address of the ENI dated ``now`` (offered again); returns how many."""
+    n = 0
+    for a in eni.addrs.values():
+        if a.quarantined_at is not None:
+            a.quarantined_at = now
+            n += 1
+    return n
+
+
 def reclaim(eni: EniRecord, ips: Iterable[str], prefixes: Iterable[str]) -> int:
     """These quarantined addresses (and those of these prefixes) back into the pool; returns how many."""
     want, pfx = set(ips), set(prefixes)
@@ -110,6 +120,16 @@ def quarantined_before(enis: Iterable[EniRecord], before: float) -> dict[str, li
         ]
         if due:
             out[eni.info.eni_id] = due
+    return out
+
+
+def quarantined_at(enis: Iterable[EniRecord]) -> dict[str, dict[str, float]]:
+    """Per ENI: every quarantined address with its quarantine time."""
+    out: dict[str, dict[str, float]] = {}
+    for eni in enis:
+        q = {a.ip: a.quarantined_at for a in eni.addrs.values() if a.quarantined_at is not None}
+        if q:
+            out[eni.info.eni_id] = q
     return out
 
 

@@ -7,14 +7,22 @@ gave. Each entry is kept with the ``in_reply_to`` of the result that made it
 (older claims are stale for it). Checkpointed by the datastore (the ``recent``
 part of the checkpoint), so a restart keeps it.
 
-Released and granted entries expire (2 min). A deleted ENI does not: EC2 answers
-``deleted`` while the ENI may still be detaching, IMDS keeps listing it for as
-long as that takes (minutes) plus its own lag, and no time bound is promised for
-either. So a deleted ENI id is remembered, whatever its ``until`` says, until
-IMDS has been seen *not* listing it; EC2 never reuses an ENI id, so only the same
-ENI attached again could bring it back, and that comes with an ``attached``
-result newer than the deletion. Ids seen absent are forgotten oldest first beyond
-:data:`MAX_DELETED_ABSENT`; ids IMDS still lists are never forgotten.
+Granted entries expire (2 min). Released and deleted ones do not expire while IMDS
+may still list them: IMDS promises no freshness, and EC2 answers ``deleted`` while
+the ENI may still be detaching, for minutes. So a released address is ignored,
+whatever its ``until`` says, until IMDS has been seen *not* listing it, and only
+then expires (at ``until``); before, it expired after a fixed 2 min and a resync
+with IMDS still lagging took it back as free while EC2 gave it to another node. A
+deleted ENI id is remembered until IMDS has been seen not listing it; EC2 never
+reuses an ENI id, so only the same ENI attached again could bring it back, and
+that comes with an ``attached`` result newer than the deletion. Ids seen absent are
+forgotten oldest first beyond :data:`MAX_DELETED_ABSENT`; ids IMDS still lists are
+never forgotten.
+
+Which released keys and deleted ENIs have been seen absent is checkpointed too
+(``released_absent``, ``deleted_absent``): a checkpoint without them (an older
+agent's) restores them as not yet seen absent, which only waits for the next IMDS
+read without them.
 
 Plain state, no lock and no I/O: :class:`node_agent.datastore.Datastore`
 holds one under its lock and checkpoints it.
@@ -53,14 +61,18 @@ class RecentResults:
         result replying to an older report is stale for them."""
         self.absent: set[str] = set()
         """Released keys IMDS has been seen *not* listing since the release: only after that is
-        IMDS listing them again evidence of a new assignment. Not checkpointed (a restart
-        just waits longer for the evidence)."""
+        IMDS listing them again evidence of a new assignment, and only then may the entry
+        expire. Checkpointed."""
         self.deleted_absent: set[str] = set()
-        """Deleted ENIs IMDS has been seen *not* listing since the deletion (not checkpointed)."""
+        """Deleted ENIs IMDS has been seen *not* listing since the deletion (checkpointed)."""
 
     def mark_gone(self, until: float, seq: int, released: Iterable[str], deleted: Iterable[str]) -> None:
+        released, deleted = list(released), list(deleted)
         _keep_newest(self.released, released, until, seq)
         _keep_newest(self.deleted, deleted, until, seq)
+        # Taken (again) now: an absence seen before this release proves nothing about IMDS after it.
+        self.absent.difference_update(released)
+        self.deleted_absent.difference_update(deleted)
 
     def mark_granted(self, until: float, seq: int, keys: Iterable[str]) -> None:
         _keep_newest(self.granted, keys, until, seq)
@@ -76,34 +88,39 @@ class RecentResults:
         self.deleted_absent.discard(eni_id)
         return self.deleted.pop(eni_id, None) is not None
 
-    def note_absent(self, listed: set[str]) -> None:
-        """IMDS lists exactly ``listed``: every released key it does not list was seen gone."""
-        self.absent.update(k for k in self.released if k not in listed)
+    def note_absent(self, listed: set[str]) -> bool:
+        """IMDS lists exactly ``listed``: every released key it does not list was seen gone;
+        True if any was not seen gone before."""
+        new = {k for k in self.released if k not in listed and k not in self.absent}
+        self.absent |= new
+        return bool(new)
 
     def note_enis_absent(self, listed: set[str]) -> bool:
         """IMDS lists exactly the ENIs ``listed``: every deleted ENI it does not list was seen
-        gone. Forgets the oldest ids seen gone beyond :data:`MAX_DELETED_ABSENT`; True if any."""
-        self.deleted_absent.update(k for k in self.deleted if k not in listed)
+        gone. Forgets the oldest ids seen gone beyond :data:`MAX_DELETED_ABSENT`; True if
+        anything changed."""
+        new = {k for k in self.deleted if k not in listed and k not in self.deleted_absent}
+        self.deleted_absent |= new
         over = len(self.deleted_absent) - MAX_DELETED_ABSENT
         if over <= 0:
-            return False
+            return bool(new)
         for k in sorted(self.deleted_absent, key=lambda k: (self.deleted[k], k))[:over]:
             del self.deleted[k]
             self.deleted_absent.discard(k)
         return True
 
     def expire(self, now: float) -> bool:
-        """Forget released and granted entries whose time is up (deleted ENIs never expire by
-        time: the module docstring); True if any was."""
-        changed = False
-        for d in (self.released, self.granted):
-            old = [k for k, (t, _) in d.items() if t <= now]
-            for k in old:
-                del d[k]
-                if d is self.released:
-                    self.absent.discard(k)
-            changed = changed or bool(old)
-        return changed
+        """Forget granted entries whose time is up, and released ones whose time is up *and*
+        that IMDS has been seen without (deleted ENIs never expire by time: the module
+        docstring); True if any was."""
+        old_granted = [k for k, (t, _) in self.granted.items() if t <= now]
+        for k in old_granted:
+            del self.granted[k]
+        old_released = [k for k, (t, _) in self.released.items() if t <= now and k in self.absent]
+        for k in old_released:
+            del self.released[k]
+            self.absent.discard(k)
+        return bool(old_granted or old_released)
 
     @staticmethod
     def seqs(d: dict[str, Expiry]) -> dict[str, int]:
@@ -120,6 +137,8 @@ class RecentResults:
         self.released.update(recent.released)
         self.deleted.update(recent.deleted)
         self.granted.update(recent.granted)
+        self.absent.update(k for k in recent.released_absent if k in self.released)
+        self.deleted_absent.update(k for k in recent.deleted_absent if k in self.deleted)
 
     def encode(self) -> dict[str, Any] | None:
         """The checkpoint's ``recent`` part; None when there is nothing to remember."""
@@ -133,4 +152,9 @@ class RecentResults:
         }
         if self.granted:
             out["granted"] = {k: [t, n] for k, (t, n) in sorted(self.granted.items())}
+        # Only when set (older agents ignore them: they wait for the next read without them).
+        if self.absent:
+            out["released_absent"] = sorted(self.absent)
+        if self.deleted_absent:
+            out["deleted_absent"] = sorted(self.deleted_absent)
         return out

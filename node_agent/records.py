@@ -92,8 +92,9 @@ class EniRecord:
     held: bool = False
     """Kept for the pods on it, nothing new handed out from it (nor quarantined or offered):
     its ``no_manage`` tag could not be read, or it was tagged after the agent took it
-    (:meth:`node_agent.controller.PoolController.resync`). Not checkpointed: every resync
-    decides it again."""
+    (:meth:`node_agent.controller.PoolController.resync`), or the last IMDS read did not
+    list it while pods hold its addresses (:meth:`node_agent.datastore.Datastore.reconcile`).
+    Not checkpointed: every resync decides it again."""
 
     def copy(self) -> EniRecord:
         """A copy its holder may change (the addresses copied too)."""

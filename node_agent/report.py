@@ -39,7 +39,9 @@ def build_report(
     ``skipped(eni_id, slot)`` is told.
     Quarantined addresses and prefixes are reported only as offers, never as the pool's.
     Each offer is dated ``offer_shift`` seconds before its quarantine time (how far this
-    node's clock may be ahead of the allocator's: never an offer younger than it is).
+    node's clock may be ahead of the allocator's: never an offer younger than it is). A
+    negative shift (the clock at least that far behind) dates offers and the report that
+    much later, in the allocator's time and never past it.
     """
     c = ds.counts(now)
     since = ds.quarantined_since()
@@ -72,7 +74,7 @@ def build_report(
         instance_type=identity.instance_type,
         availability_zone=identity.availability_zone,
         seq=seq,
-        sent_at=now,
+        sent_at=now - min(0.0, offer_shift),
         mode="prefix" if pool.prefix_mode else "secondary-ip",
         targets=Targets(
             warm_ip=pool.warm_ip,
@@ -87,7 +89,8 @@ def build_report(
         release=[
             # Dated no later than the report (the contract's rule; a clock stepped
             # back after a restart only makes the offer look older, never younger),
-            # and earlier by as much as this node's clock may be ahead.
+            # and earlier by as much as this node's clock may be ahead (later by as much
+            # as it is at least behind: the report's sent_at moves with it).
             ReleaseOffer(
                 eni_id=k,
                 ips=v[0],

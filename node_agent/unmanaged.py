@@ -23,8 +23,11 @@ every address free.
 To keep EC2 reads rare (they share the account's rate limits with everything
 else): one filtered ``DescribeNetworkInterfaces`` classifies every ENI of the
 instance, made when an ENI the agent has not classified appears and every
-:data:`TAG_REFRESH_S` (so a tag added later is seen); an ENI the describe does
-not list has no tags: managed (as in ipamd's tag map). A failed look-up keeps
+:data:`TAG_REFRESH_S` (so a tag added later is seen). An ENI the describe does
+not list is *unknown*, not managed (ipamd reads a missing entry as untagged,
+but Describe is eventually consistent and may not list an ENI attached a moment
+ago): it is not used until a later look-up lists it, retried with the backoff
+below; one classified before keeps its class. A failed look-up keeps
 what earlier ones found and is retried with exponential backoff and jitter
 (:data:`BACKOFF_S` doubling up to :data:`BACKOFF_MAX_S`), never on every IMDS
 read: many agents restarting at once (a DaemonSet rollout) are exactly when
@@ -87,6 +90,8 @@ class SkipUnmanaged:
         self._lock = threading.Lock()
         self.describe_calls = 0
         self.describe_errors = 0
+        self.describe_unlisted = 0
+        """Look-ups that did not list an attached ENI (it stays unknown, retried)."""
 
     def identity(self) -> Any:
         return self.inner.identity()
@@ -136,11 +141,29 @@ class SkipUnmanaged:
             return
         with self._lock:
             before = dict(self._tagged)
-            # An ENI the describe did not list has no tags to read: managed (ipamd's tag map
-            # has no entry for it either). ENIs no longer attached are forgotten.
-            self._tagged = {i: found.get(i, False) for i in eni_ids}
-            self._checked_at, self._failures, self._retry_at = now, 0, float("-inf")
-        for eni_id in sorted(eni_ids):
+            # An ENI the describe did not list is unknown, not managed: Describe is eventually
+            # consistent and may not show an ENI attached a moment ago (or its tags). One
+            # classified before keeps its class; one never classified stays unknown (not
+            # used) and is looked up again after the backoff. ENIs no longer attached are
+            # forgotten.
+            self._tagged = {i: found[i] if i in found else before[i] for i in eni_ids if i in found or i in before}
+            missing = sorted(i for i in eni_ids if i not in self._tagged)
+            self._checked_at = now
+            if missing:
+                self._failures += 1
+                wait = min(BACKOFF_MAX_S, BACKOFF_S * 2 ** (self._failures - 1)) * (0.5 + 0.5 * self._rng.random())
+                self._retry_at = now + wait
+            else:
+                self._failures, self._retry_at = 0, float("-inf")
+        if missing:
+            self.describe_unlisted += 1
+            log.warning(
+                "%s attached but not in DescribeNetworkInterfaces yet: not used until its tags are read; "
+                "retrying in %.0fs",
+                ", ".join(missing),
+                wait,
+            )
+        for eni_id in sorted(self._tagged):
             if self._tagged[eni_id] and not before.get(eni_id, False):
                 log.info("%s is tagged %s=true: left alone (not set up, not used, not reported)", eni_id, NO_MANAGE_TAG)
 

@@ -23,6 +23,13 @@ RECONCILE_EVERY_S = 60.0
 AGENT_EVERY_S = 2.0
 RESYNC_S = AGENT_CONFIG.resync_s
 ESM_EVERY_S = 1.0
+ESM_BATCH_SIZE = 10
+ESM_CONCURRENCY = 2
+INTAKE_PASS = ESM_BATCH_SIZE * ESM_CONCURRENCY
+"""Messages the event source mapping takes in one pass (ESM_EVERY_S)."""
+OVERRUN_LIMIT_S = 1800.0
+"""How long past the schedule's quiet period a run goes on for a backlog to drain
+(:meth:`simulation.world.SimWorld.run`)."""
 FUNCTION_TIMEOUT_S = 300
 REPORTS_VISIBILITY_S = 300
 HOST_NETNS = ("/proc/1/ns/net", "/proc/self/ns/net")

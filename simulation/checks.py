@@ -17,7 +17,8 @@ violation):
 * ``ledger-row-lost`` — a running node's ledger row forgotten or moved back;
 * ``stale-report-served``, ``lease``, ``allocator-raised`` (see
   :mod:`simulation.world`), ``cni-*`` (CNI edge cases: :mod:`simulation.node`, :mod:`simulation.events`);
-* at the end: ``report-unserved`` (each live node's reports served),
+* at the end: ``report-unserved`` (each live node's reports served, once its instance
+  has been in DescribeInstances for the same bound),
   ``report-dead-lettered`` (a valid report in the DLQ without injected
   crashes to explain it), ``not-settled`` (pods waiting or the pool short of
   its targets though capacity allows), ``address-leaked`` (an address EC2
@@ -306,7 +307,11 @@ def at_end(w: ChecksWorld) -> None:
     for a in _live(w):
         if not a.alive:
             continue
-        due = [seq for t, seq in a.sent if t <= now - SERVE_BOUND_S]
+        # A report is due once it and the instance's listing in DescribeInstances are both
+        # older than the bound: an instance EC2 does not show yet cannot be served (its
+        # reports wait: ``instance-unlisted``), and it may stay unlisted past the run's end.
+        listed_at = w.emu.unlisted.get(a.iid, float("-inf"))
+        due = [seq for t, seq in a.sent if max(t, listed_at) <= now - SERVE_BOUND_S]
         last = w.ledger_row(a)
         if due and (last is None or int(last["last_seq"]) < max(due)):
             w.violation(
@@ -322,10 +327,15 @@ def at_end(w: ChecksWorld) -> None:
         for e in w.emu.enis.values():
             if e.attachment is None or e.attachment.instance_id != a.iid:
                 continue
+            if e.attachment.status == "detaching":
+                continue  # its addresses leave the node with it (``eni-leaked`` watches the rest)
             lost = [x for x in [*e.secondary, *e.prefixes] if x not in known]
             if lost:
                 w.violation("address-leaked", f"{a.name}: EC2 has {lost[:4]} on {e.id}; the agent does not know them")
-        # settled to the targets, where capacity and the subnet allow
+        # settled to the targets, where capacity and the subnet allow (and EC2 has listed
+        # the instance long enough for the allocator to serve it)
+        if listed_at > now - SERVE_BOUND_S:
+            continue
         lim = a.ctl.limits
         cap = ceiling(a.ctl.pool, lim)  # capacity, capped by max pods (the allocator's cap too)
         wanted = len(a.rt.up) + len(a.rt.adding)

@@ -71,6 +71,8 @@ class ClientsWorld(WorldView, Protocol):
     @property
     def forged(self) -> set[tuple[str, int]]: ...
 
+    def crafted_only(self, iid: str, seq: int) -> bool: ...
+
     def iid_of_call(self, kw: dict[str, Any]) -> str | None: ...
 
     def node_of_iid(self, iid: str | None) -> str | None: ...
@@ -180,7 +182,7 @@ class SimLedger(MemLedger):
         ok = super().record(cluster, node, seq, outcome, now)
         if ok:
             self.w.recorded[node] = (str(outcome.get("instance_id", "")), seq)
-            if (node, seq) in self.w.forged:
+            if self.w.crafted_only(node, seq):
                 self.w.violation(
                     "forged-served",
                     f"the ledger of {node} moved to {seq}, the seq of a crafted "

@@ -14,20 +14,25 @@ import json
 import os
 import tempfile
 import threading
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
+from emulated.ec2.config import AmbiguousOutcome
 from emulated.ec2.errors import Ec2Error
 from node_agent import cni as cni_plugin
 from node_agent.cniserver import CniSocketServer
 from simulation import hostile
+from simulation import kinds as k
 from simulation.base import DESCRIBE_ACTIONS, GC_MIN_AGE_S, HOST_IFNAMES, HOST_NETNS, SUBNET_CIDR, Stop
 from simulation.clients import ReconcilerEc2
 from simulation.hostile import Churner, HostileWorld
+from simulation.kinds import Event
 from simulation.node import SimAgent
-from simulation.schedule import AGENT_KINDS, HOSTILE_KINDS, Event
 from warmpool.buckets import MUTATING_ENI_ACTIONS, spec_for
+from warmpool.limits import KNOWN_TYPES
 
 
 class EventsWorld(HostileWorld, Protocol):
@@ -69,97 +74,148 @@ class EventsWorld(HostileWorld, Protocol):
 
 
 def apply(w: EventsWorld, ev: Event) -> None:
-    k, x = ev.kind, ev.args
-    a = w.agents.get(x.get("node", ""))
-    if k in ("pods-add", "churn"):
-        if a is None or a.gone:
-            return
-        _add_pods(w, a, x["n"], "p")
-        if k == "churn":
-            _delete(w, a, max(1, x["n"] - 1), oldest=False)
-    elif k == "pods-del":
-        if a is not None and not a.gone:
-            _delete(w, a, x["n"])
-    elif k == "sqs-delay":
-        _window(w, k, x["max_s"], x["dur"])
-    elif k == "sqs-duplicate":
-        _window(w, k, (x["rate"], x["copies"]), x["dur"])
-    elif k == "imds-lag":
-        if a is not None:
-            a.imds.lag = x["lag"]
-            w.fault("imds-lag")
-            w.loop.call_later(x["dur"], functools.partial(setattr, a.imds, "lag", 0.0))
-    elif k == "agent-kill":
-        if a is None or a.gone or not a.alive:
-            return
-        if x["point"] == "idle":
-            a.die("idle")
-        else:
-            a.kill_point = x["point"]
-            if x["point"] == "mid-checkpoint":
-                a.cp.armed = True
-            w.loop.call_later(30, functools.partial(_die_late, a))
-        w.loop.call_later(x["down"] + (0 if x["point"] == "idle" else 30), functools.partial(_restart, w, a))
-    elif k in ("lambda-crash", "slow-invocation"):
-        _window(w, k, x["rate"], x["dur"])
-    elif k == "throttle-storm":
-        actions = [*MUTATING_ENI_ACTIONS, *(DESCRIBE_ACTIONS if x["describe"] else ())]
-        for act in actions:
-            load = spec_for(act, {}).refill_per_s * (1 + x["rate"] / 5)
-            w.emu.set_background_load(act, load)
-            w.loop.call_later(x["dur"], functools.partial(w.emu.set_background_load, act, 0.0))
-        w.fault("throttle-storm")
-    elif k == "foreign-load":
-        act = x["action"]
-        w.emu.set_background_load(act, spec_for(act, {}).refill_per_s * x["rate"] / 2)
-        w.loop.call_later(x["dur"], lambda: w.emu.set_background_load(act, 0.0))
-        w.fault("foreign-load")
-    elif k == "subnet-exhausted":
-        w.emu.set_subnet_exhausted(w.subnet, True)
-        w.loop.call_later(x["dur"], lambda: w.emu.set_subnet_exhausted(w.subnet, False))
-        w.fault(k)
-    elif k == "fragmentation":
-        _fragment(w, x["n"])
-    elif k == "attach-failure":
-        w.emu.fail_rate("AttachNetworkInterface", "InternalError", x["rate"])
-        w.loop.call_later(x["dur"], lambda: w.emu.fail_rate("AttachNetworkInterface", "InternalError", 0))
-        w.fault(k)
-    elif k == "terminate":
-        if a is not None and not a.gone:
-            w.arm_terminate.add(a.name)
-            w.loop.call_later(10, functools.partial(w.terminate, a.name))
-    elif k == "replace-node":
-        if a is not None and not a.gone:
-            itype = a.itype
-            w.terminate(a.name)
-            w.fault("replace-node")
-            if x.get("race"):
-                _replace_racing(w, a.name, itype)
-            else:
-                w.loop.call_later(x["gap"], functools.partial(_join_later, w, a.name, itype))
-    elif k == "cni-overlap":
-        _overlap(w, a)
-    elif k == "cni-interrupted":
-        if a is not None and a.alive and not a.gone:
-            a.rt.started += 1
-            cid = f"{a.name}-lost{a.rt.started}"
-            with a.guard():
-                if a.cni_call("ADD", cid).get("ok"):
-                    w.fault("cni-interrupted")
-    elif k in HOSTILE_KINDS:
-        _hostile_node(w, k, x)
-    elif k in AGENT_KINDS:
-        _agent_fault(w, k, x)
-    elif k == "cni-gc":
-        _gc(w, a)
-    elif k == "cni-hostile":
-        _hostile(w, a, x["variant"])
-    elif k in ("ddb-unprocessed",):
-        _window(w, k, x["rate"], x["dur"])
-    elif k in ("queue-delete-failure", "reconcile-race"):
-        _window(w, k, True, x["dur"])
+    """Apply one event: its kind's handler from :data:`HANDLERS`."""
+    handler = HANDLERS.get(type(ev))
+    if handler is None:
+        raise ValueError(f"unknown event kind {ev.kind}")
+    handler(w, ev)
+
+
+def _live(w: EventsWorld, node: str) -> SimAgent | None:
+    """The node's agent, unless it is not there or its instance is gone."""
+    a = w.agents.get(node)
+    return None if a is None or a.gone else a
+
+
+def _on_pods_add(w: EventsWorld, ev: k.PodsAdd) -> None:
+    if (a := _live(w, ev.node)) is not None:
+        _add_pods(w, a, ev.n, "p")
+
+
+def _on_churn(w: EventsWorld, ev: k.Churn) -> None:
+    if (a := _live(w, ev.node)) is not None:
+        _add_pods(w, a, ev.n, "p")
+        _delete(w, a, max(1, ev.n - 1), oldest=False)
+
+
+def _on_pods_del(w: EventsWorld, ev: k.PodsDel) -> None:
+    if (a := _live(w, ev.node)) is not None:
+        _delete(w, a, ev.n)
+
+
+def _on_sqs_delay(w: EventsWorld, ev: k.SqsDelay) -> None:
+    _window(w, ev.kind, ev.max_s, ev.dur)
+
+
+def _on_sqs_duplicate(w: EventsWorld, ev: k.SqsDuplicate) -> None:
+    _window(w, ev.kind, (ev.rate, ev.copies), ev.dur)
+
+
+def _on_rate_window(w: EventsWorld, ev: k.LambdaCrash | k.SlowInvocation | k.DdbUnprocessed) -> None:
+    _window(w, ev.kind, ev.rate, ev.dur)
+
+
+def _on_flag_window(w: EventsWorld, ev: k.QueueDeleteFailure | k.ReconcileRace) -> None:
+    _window(w, ev.kind, True, ev.dur)
+
+
+def _imds_window(w: EventsWorld, node: str, attr: str, value: float, dur: float, kind: str) -> None:
+    """Set one of a node's IMDS fault knobs for ``dur`` seconds, then back to 0."""
+    a = w.agents.get(node)
+    if a is not None:
+        setattr(a.imds, attr, value)
+        w.fault(kind)
+        w.loop.call_later(dur, functools.partial(setattr, a.imds, attr, 0.0))
+
+
+def _on_imds_lag(w: EventsWorld, ev: k.ImdsLag) -> None:
+    _imds_window(w, ev.node, "lag", ev.lag, ev.dur, ev.kind)
+
+
+def _on_agent_kill(w: EventsWorld, ev: k.AgentKill) -> None:
+    a = _live(w, ev.node)
+    if a is None or not a.alive:
+        return
+    if ev.point == "idle":
+        a.die("idle")
     else:
-        raise ValueError(f"unknown event kind {k}")
+        a.kill_point = ev.point
+        if ev.point == "mid-checkpoint":
+            a.cp.armed = True
+        w.loop.call_later(30, functools.partial(_die_late, a))
+    w.loop.call_later(ev.down + (0 if ev.point == "idle" else 30), functools.partial(_restart, w, a))
+
+
+def _on_throttle_storm(w: EventsWorld, ev: k.ThrottleStorm) -> None:
+    actions = [*MUTATING_ENI_ACTIONS, *(DESCRIBE_ACTIONS if ev.describe else ())]
+    for act in actions:
+        load = spec_for(act, {}).refill_per_s * (1 + ev.rate / 5)
+        w.emu.set_background_load(act, load)
+        w.loop.call_later(ev.dur, functools.partial(w.emu.set_background_load, act, 0.0))
+    w.fault("throttle-storm")
+
+
+def _on_foreign_load(w: EventsWorld, ev: k.ForeignLoad) -> None:
+    act = ev.action
+    w.emu.set_background_load(act, spec_for(act, {}).refill_per_s * ev.rate / 2)
+    w.loop.call_later(ev.dur, lambda: w.emu.set_background_load(act, 0.0))
+    w.fault("foreign-load")
+
+
+def _on_subnet_exhausted(w: EventsWorld, ev: k.SubnetExhausted) -> None:
+    w.emu.set_subnet_exhausted(w.subnet, exhausted=True)
+    w.loop.call_later(ev.dur, lambda: w.emu.set_subnet_exhausted(w.subnet, exhausted=False))
+    w.fault(ev.kind)
+
+
+def _on_fragmentation(w: EventsWorld, ev: k.Fragmentation) -> None:
+    _fragment(w, ev.n)
+
+
+def _on_attach_failure(w: EventsWorld, ev: k.AttachFailure) -> None:
+    w.emu.fail_rate("AttachNetworkInterface", "InternalError", ev.rate)
+    w.loop.call_later(ev.dur, lambda: w.emu.fail_rate("AttachNetworkInterface", "InternalError", 0))
+    w.fault(ev.kind)
+
+
+def _on_terminate(w: EventsWorld, ev: k.Terminate) -> None:
+    if (a := _live(w, ev.node)) is not None:
+        w.arm_terminate.add(a.name)
+        w.loop.call_later(10, functools.partial(w.terminate, a.name))
+
+
+def _on_replace_node(w: EventsWorld, ev: k.ReplaceNode) -> None:
+    if (a := _live(w, ev.node)) is None:
+        return
+    itype = a.itype
+    w.terminate(a.name)
+    w.fault("replace-node")
+    if ev.race:
+        _replace_racing(w, a.name, itype)
+    else:
+        w.loop.call_later(ev.gap, functools.partial(_join_later, w, a.name, itype))
+
+
+def _on_cni_overlap(w: EventsWorld, ev: k.CniOverlap) -> None:
+    _overlap(w, w.agents.get(ev.node))
+
+
+def _on_cni_interrupted(w: EventsWorld, ev: k.CniInterrupted) -> None:
+    a = _live(w, ev.node)
+    if a is not None and a.alive:
+        a.rt.started += 1
+        cid = f"{a.name}-lost{a.rt.started}"
+        with a.guard():
+            if a.cni_call("ADD", cid).get("ok"):
+                w.fault("cni-interrupted")
+
+
+def _on_cni_gc(w: EventsWorld, ev: k.CniGc) -> None:
+    _gc(w, w.agents.get(ev.node))
+
+
+def _on_cni_hostile(w: EventsWorld, ev: k.CniHostile) -> None:
+    _hostile(w, w.agents.get(ev.node), ev.variant)
 
 
 def _add_pods(w: EventsWorld, a: SimAgent, n: int, tag: str) -> None:
@@ -170,84 +226,223 @@ def _add_pods(w: EventsWorld, a: SimAgent, n: int, tag: str) -> None:
         a.rt.asked[cid] = w.now()
 
 
-def _hostile_node(w: EventsWorld, k: str, x: dict[str, Any]) -> None:
-    """Issue 12's hostile nodes (:mod:`simulation.hostile`); ``node`` "" is the outsider."""
-    sender = w.agents.get(x.get("node", ""))
+def _on_churner(w: EventsWorld, ev: k.ChurnerLaunch) -> None:
+    """Issue 12's rogue instance (:class:`simulation.hostile.Churner`)."""
+    try:
+        c = hostile.Churner(w, ev.itype, ev.period, w.now() + ev.dur)
+    except Ec2Error:  # the subnet is full: the rogue instance launches later
+        w.fault("churner:no-room")
+        left = replace(ev, dur=ev.dur - 10.0)
+        if left.dur > 0:
+            w.loop.call_later(10.0, lambda: _on_churner(w, left))
+        return
+    w.churners.append(c)
+    w.fault("churner")
+    c.step()
+
+
+def _on_name_spray(w: EventsWorld, ev: k.NameSpray) -> None:
+    if (sender := _live(w, ev.node)) is not None:
+        hostile.name_spray(w, sender, ev.n)
+
+
+def _on_result_theft(w: EventsWorld, ev: k.ResultTheft) -> None:
+    thief, victim = w.agents.get(ev.node), w.agents.get(ev.victim)
+    if thief is not None and thief.gone:
+        return
+    if thief is not None and victim is not None:
+        w.fault("result-theft")
+        hostile.result_theft(w, thief, victim, w.now() + ev.dur)
+
+
+def _on_crafted_report(w: EventsWorld, ev: k.ForgedRelease | k.SeqPoison) -> None:
+    """Issue 12's crafted reports (:mod:`simulation.hostile`); ``node`` "" is the outsider."""
+    sender = w.agents.get(ev.node)
     if sender is not None and sender.gone:
         return
-    if k == "churner":
-        try:
-            c = hostile.Churner(w, x["itype"], x["period"], w.now() + x["dur"])
-        except Ec2Error:  # the subnet is full: the rogue instance launches later
-            w.fault("churner:no-room")
-            left = {**x, "dur": x["dur"] - 10.0}
-            if left["dur"] > 0:
-                w.loop.call_later(10.0, lambda: _hostile_node(w, k, left))
-            return
-        w.churners.append(c)
-        w.fault("churner")
-        c.step()
-        return
-    if k == "name-spray":
-        if sender is not None:
-            hostile.name_spray(w, sender, x["n"])
-        return
-    if k == "result-theft":
-        thief, victim = sender, w.agents.get(x["victim"])
-        if thief is not None and victim is not None:
-            w.fault("result-theft")
-            hostile.result_theft(w, thief, victim, w.now() + x["dur"])
-        return
-    victim = w.agents.get(x["victim"])
+    victim = w.agents.get(ev.victim)
     if victim is None:
         return
-    if k == "forged-release":
-        hostile.forged_release(w, sender, victim, x["identity"])
+    if isinstance(ev, k.ForgedRelease):
+        hostile.forged_release(w, sender, victim, ev.identity)
     else:
-        hostile.seq_poison(w, sender, victim, x["identity"])
-    if x.get("repeat", 0) > 0:
-        again = {**x, "repeat": x["repeat"] - 1}
-        w.loop.call_later(7.0, lambda: _hostile_node(w, k, again))
+        hostile.seq_poison(w, sender, victim, ev.identity)
+    if ev.repeat > 0:
+        again = replace(ev, repeat=ev.repeat - 1)
+        w.loop.call_later(7.0, lambda: _on_crafted_report(w, again))
 
 
-def _agent_fault(w: EventsWorld, k: str, x: dict[str, Any]) -> None:
-    """Issue 21's faults of a node's agent and host (:func:`simulation.schedule._agent_faults`)."""
-    if k == "tag-lookup-failure":
-        for i, node in enumerate(x["nodes"].split(",")):
-            w.loop.call_later(i * x["gap"], functools.partial(_rollout_restart, w, node, x["dur"]))
-        w.fault(k)
-        return
-    a = w.agents.get(x["node"])
-    if a is None or a.gone:
-        return
-    if k == "clock-skew":
-        a.skew = x["skew"]
-        w.fault(f"clock-skew:{'ahead' if x['skew'] > 0 else 'behind'}")
-        return
-    if k == "checkpoint-write-error":
-        a.cp.write_errno = getattr(errno, x["errno"])
-        w.fault(f"{k}:{x['errno']}")
+def _on_tag_lookup_failure(w: EventsWorld, ev: k.TagLookupFailure) -> None:
+    """Issue 21: a DaemonSet rollout whose restarted agents' tag look-ups are throttled."""
+    for i, node in enumerate(ev.nodes.split(",")):
+        w.loop.call_later(i * ev.gap, functools.partial(_rollout_restart, w, node, ev.dur))
+    w.fault(ev.kind)
 
-        def healed() -> None:
-            a.cp.write_errno = None
-            if a.cp.refused:
-                w.fault("checkpoint-write-error:writes-refused", a.cp.refused)
-            if not a.gone:  # then a restart (a node reboot, a rollout): the disk's file is read back
-                a.die("restart after write errors")
-                a.boot()
 
-        w.loop.call_later(x["dur"], healed)
+def _on_clock_skew(w: EventsWorld, ev: k.ClockSkew) -> None:
+    if (a := _live(w, ev.node)) is not None:
+        a.skew = ev.skew
+        w.fault(f"clock-skew:{'ahead' if ev.skew > 0 else 'behind'}")
+
+
+def _on_checkpoint_write_error(w: EventsWorld, ev: k.CheckpointWriteError) -> None:
+    if (a := _live(w, ev.node)) is None:
         return
-    # the file damaged while the agent is down (a crash, a node reboot), then its start
-    a.die(k)
-    if k == "checkpoint-lost":
+    a.cp.write_errno = getattr(errno, ev.errno)
+    w.fault(f"{ev.kind}:{ev.errno}")
+
+    def healed() -> None:
+        a.cp.write_errno = None
+        if a.cp.refused:
+            w.fault("checkpoint-write-error:writes-refused", a.cp.refused)
+        if not a.gone:  # then a restart (a node reboot, a rollout): the disk's file is read back
+            a.die("restart after write errors")
+            a.boot()
+
+    w.loop.call_later(ev.dur, healed)
+
+
+def _on_checkpoint_damaged(w: EventsWorld, ev: k.CheckpointLost | k.CheckpointTruncated | k.CheckpointCorrupt) -> None:
+    """The file damaged while the agent is down (a crash, a node reboot), then its start."""
+    if (a := _live(w, ev.node)) is None:
+        return
+    a.die(ev.kind)
+    if isinstance(ev, k.CheckpointLost):
         a.cp.lose()
-    elif k == "checkpoint-truncated":
-        a.cp.truncate(x["keep"])
+    elif isinstance(ev, k.CheckpointTruncated):
+        a.cp.truncate(ev.keep)
     else:
-        a.cp.zero_fill(x["start"], x["n"])
-    w.fault(k)
-    w.loop.call_later(x["down"], functools.partial(_restart, w, a))
+        a.cp.zero_fill(ev.start, ev.n)
+    w.fault(ev.kind)
+    w.loop.call_later(ev.down, functools.partial(_restart, w, a))
+
+
+# --- issue 21's harsh world ------------------------------------------------------------
+
+
+def _on_describe_stale(w: EventsWorld, ev: k.DescribeStale) -> None:
+    w.emu.set_describe_lag(0.0, ev.lag_s)
+    w.fault(ev.kind)
+    w.loop.call_later(ev.dur, lambda: w.emu.set_describe_lag(0.0, 0.0))
+
+
+def _on_instance_unlisted(w: EventsWorld, ev: k.InstanceUnlisted) -> None:
+    if (a := _live(w, ev.node)) is None:
+        return
+    if ev.replace:
+        itype = a.itype
+        w.terminate(a.name)
+        try:
+            a = w.join(a.name, itype)
+        except Ec2Error:
+            w.fault("instance-unlisted:no-room")
+            w.loop.call_later(10.0, functools.partial(_join_later, w, ev.node, itype))
+            return
+    w.emu.unlist_instance(a.iid, w.now() + ev.dur)
+    w.fault(f"{ev.kind}:{'new' if ev.replace else 'first'}")
+
+
+def _on_slow_ops(w: EventsWorld, ev: k.SlowDetach | k.SlowAttach) -> None:
+    field = "detach_delay_s" if isinstance(ev, k.SlowDetach) else "attach_delay_s"
+    before = getattr(w.emu.config, field)
+    setattr(w.emu.config, field, ev.delay_s)
+    w.fault(ev.kind)
+    w.loop.call_later(ev.dur, functools.partial(setattr, w.emu.config, field, before))
+
+
+def _on_stuck_detach(w: EventsWorld, ev: k.StuckDetach) -> None:
+    w.emu.set_stuck_detach(ev.rate)
+    w.fault(ev.kind)
+    w.loop.call_later(ev.dur, functools.partial(w.emu.set_stuck_detach, 0.0))
+
+
+def _on_imds_torn(w: EventsWorld, ev: k.ImdsTorn) -> None:
+    _imds_window(w, ev.node, "torn_span", ev.span, ev.dur, ev.kind)
+
+
+def _on_ec2_ambiguous(w: EventsWorld, ev: k.Ec2Ambiguous) -> None:
+    how = AmbiguousOutcome(ev.how)
+    for act in MUTATING_ENI_ACTIONS:
+        w.emu.set_ambiguous(act, how, ev.rate)
+        w.loop.call_later(ev.dur, functools.partial(w.emu.set_ambiguous, act, how, 0.0))
+    w.fault(f"{ev.kind}:{ev.how}")
+
+
+def _on_instance_type(w: EventsWorld, ev: k.InstanceType) -> None:
+    if (a := _live(w, ev.node)) is None:
+        return
+    w.terminate(a.name)
+    w.fault(f"{ev.kind}:{'multi-card' if KNOWN_TYPES[ev.itype].network_cards > 1 else 'one-card'}")
+    w.loop.call_later(ev.gap, functools.partial(_join_later, w, a.name, ev.itype))
+
+
+def _on_report_flood(w: EventsWorld, ev: k.ReportFlood, until: float | None = None) -> None:
+    end = w.now() + ev.dur if until is None else until
+    a = _live(w, ev.node)
+    if a is None or w.now() >= end:
+        return
+    if a.alive:
+        if ev.hostile:
+            body = w.last_report.get(a.iid)
+            if body is not None:
+                for _ in range(ev.n):
+                    a.sqs.send_message(QueueUrl=w.reports_url, MessageBody=body)
+                w.fault("report-flood:copies", ev.n)
+        else:
+            for _ in range(ev.n):
+                a.ctl.retry_soon()
+                a.periodic()
+            w.fault("report-flood:fresh", ev.n)
+    w.loop.call_later(ev.period, lambda: _on_report_flood(w, ev, end))
+
+
+HANDLERS: dict[type[Event], Callable[[EventsWorld, Any], None]] = {
+    k.PodsAdd: _on_pods_add,
+    k.PodsDel: _on_pods_del,
+    k.Churn: _on_churn,
+    k.SqsDelay: _on_sqs_delay,
+    k.SqsDuplicate: _on_sqs_duplicate,
+    k.ImdsLag: _on_imds_lag,
+    k.AgentKill: _on_agent_kill,
+    k.LambdaCrash: _on_rate_window,
+    k.SlowInvocation: _on_rate_window,
+    k.ThrottleStorm: _on_throttle_storm,
+    k.ForeignLoad: _on_foreign_load,
+    k.SubnetExhausted: _on_subnet_exhausted,
+    k.Fragmentation: _on_fragmentation,
+    k.AttachFailure: _on_attach_failure,
+    k.Terminate: _on_terminate,
+    k.ReplaceNode: _on_replace_node,
+    k.CniOverlap: _on_cni_overlap,
+    k.CniInterrupted: _on_cni_interrupted,
+    k.CniGc: _on_cni_gc,
+    k.CniHostile: _on_cni_hostile,
+    k.DdbUnprocessed: _on_rate_window,
+    k.QueueDeleteFailure: _on_flag_window,
+    k.ReconcileRace: _on_flag_window,
+    k.ForgedRelease: _on_crafted_report,
+    k.SeqPoison: _on_crafted_report,
+    k.NameSpray: _on_name_spray,
+    k.ChurnerLaunch: _on_churner,
+    k.ResultTheft: _on_result_theft,
+    k.CheckpointLost: _on_checkpoint_damaged,
+    k.CheckpointTruncated: _on_checkpoint_damaged,
+    k.CheckpointCorrupt: _on_checkpoint_damaged,
+    k.CheckpointWriteError: _on_checkpoint_write_error,
+    k.TagLookupFailure: _on_tag_lookup_failure,
+    k.ClockSkew: _on_clock_skew,
+    k.DescribeStale: _on_describe_stale,
+    k.InstanceUnlisted: _on_instance_unlisted,
+    k.SlowDetach: _on_slow_ops,
+    k.StuckDetach: _on_stuck_detach,
+    k.SlowAttach: _on_slow_ops,
+    k.ImdsLagLong: _on_imds_lag,
+    k.ImdsTorn: _on_imds_torn,
+    k.Ec2Ambiguous: _on_ec2_ambiguous,
+    k.InstanceType: _on_instance_type,
+    k.ReportFlood: _on_report_flood,
+}
+"""Each event type -> what applying it does (every type of :data:`simulation.kinds.EVENT_TYPES`)."""
 
 
 def _rollout_restart(w: EventsWorld, node: str, dur: float) -> None:
@@ -300,7 +495,7 @@ def _window(w: EventsWorld, kind: str, value: Any, dur: float) -> None:
     w.loop.call_later(dur, end)
 
 
-def _delete(w: EventsWorld, a: SimAgent, n: int, oldest: bool = True) -> None:
+def _delete(w: EventsWorld, a: SimAgent, n: int, *, oldest: bool = True) -> None:
     rt = a.rt
     for cid in (sorted(rt.up) if oldest else sorted(rt.up, reverse=True))[:n]:
         del rt.up[cid]
@@ -382,7 +577,7 @@ def _conf(w: EventsWorld, a: SimAgent, **extra: Any) -> dict[str, Any]:
     return {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool", **extra}
 
 
-def _gc(w: EventsWorld, a: SimAgent | None, again: bool = False) -> None:
+def _gc(w: EventsWorld, a: SimAgent | None, *, again: bool = False) -> None:
     """CNI GC from the runtime, with the attachments it knows. The agent leaves alone
     attachments younger than ``gc_min_age_s`` (the runtime may have listed before an ADD
     was answered) and ones with an operation in flight (none here: the runtime waits for

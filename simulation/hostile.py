@@ -221,7 +221,7 @@ class Churner:
                 offers.append(
                     ReleaseOffer(eni_id=e.id, ips=list(e.secondary), prefixes=list(e.prefixes), quarantined_at=now - 30)
                 )
-        cap = known(self.itype).capacity(w.plan.prefix_mode, None)
+        cap = known(self.itype).capacity(prefix_mode=w.plan.prefix_mode, max_eni=None)
         rep = PoolReport(
             cluster=w.settings.cluster,
             node="churner",

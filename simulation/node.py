@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import email.utils
 import functools
 import json
 import os
@@ -28,7 +29,7 @@ from botocore.exceptions import ClientError
 
 from emulated.ec2.errors import Ec2Error
 from emulated.imds import Imds
-from node_agent.agent import RESTART_HOLD_S, RESULT_VISIBILITY_S, Agent, Metadata
+from node_agent.agent import RESTART_HOLD_S, RESULT_VISIBILITY_S, Agent, AwsClockCheck, Metadata
 from node_agent.checkpoint import CheckpointError, CheckpointWriteError, FileCheckpoint
 from node_agent.cni import E_IO
 from node_agent.cniserver import CniService
@@ -113,6 +114,11 @@ class LaggedImds:
     def __init__(self, w: NodeWorld, iid: str) -> None:
         self.w, self.iid = w, iid
         self.lag = 0.0
+        self.torn_span = 0.0
+        """While above 0 (``imds-torn``): each ENI's address leaves are read at a moment up to
+        this many seconds apart from the ENI list's (each leaf is its own HTTP request)."""
+        self._torn_rng: Any = None
+        """Drawn from the world at the first torn read (worlds that never tear need no ``rng``)."""
         self.history: list[tuple[float, tuple[Any, ...], list[AttachedEni]]] = []
         self._served = 0
         self.observe()
@@ -147,7 +153,23 @@ class LaggedImds:
         while i + 1 < len(self.history) and self.history[i + 1][0] <= cut:
             i += 1
         self._served = i
-        return list(self.history[i][2])
+        if self.torn_span <= 0:
+            return list(self.history[i][2])
+        return self._torn(i)
+
+    def _torn(self, i: int) -> list[AttachedEni]:
+        """The ENI list of moment ``i``, each ENI's addresses of a moment drawn within
+        ``torn_span`` of it (earlier or later, up to now): one tree mixing moments."""
+        t0 = self.history[i][0]
+        near = [h for h in self.history if abs(h[0] - t0) <= self.torn_span]
+        out = []
+        for att in self.history[i][2]:
+            if self._torn_rng is None:
+                self._torn_rng = self.w.rng(f"imds-torn/{self.iid}")
+            _, _, enis = near[self._torn_rng.randrange(len(near))]
+            other = next((e for e in enis if e.info.eni_id == att.info.eni_id), None)
+            out.append(att if other is None else att._replace(ips=other.ips, prefixes=other.prefixes))
+        return out
 
 
 # --- the agent's side ----------------------------------------------------------------
@@ -245,6 +267,12 @@ class AgentEc2:
         except ClientError:
             self.w.fault("tag-lookup:error")
             raise
+
+
+def aws_dated(t: float) -> dict[str, Any]:
+    """The part of an SQS answer :class:`node_agent.agent.AwsClockCheck` reads: its ``Date``
+    header (RFC 9110, whole seconds) at the world's (AWS's) time ``t``."""
+    return {"ResponseMetadata": {"HTTPHeaders": {"date": email.utils.formatdate(t, usegmt=True)}}}
 
 
 class SkewedClock:
@@ -429,10 +457,17 @@ class SimAgent:
                 availability_zone="us-east-1a",
             )
             self.ds = ds
+            # as node_agent/agent.py measures it: the node's clock against the Date of AWS's
+            # answers (a new process measures again; its first sample is at start)
+            self.aws_clock = AwsClockCheck(self.clock, w.now)
+            self.aws_clock.observe(aws_dated(w.now()), self.now())
             # as node_agent/agent.py wires it: the unmanaged-ENI look-up wraps IMDS (a new one per
-            # process: what it classified dies with it)
+            # process: what it classified dies with it), on the node's clock with its back-off
+            # jitter drawn from the seed (on the wall clock a seed's outcome was the machine's)
             self.metadata = (
-                SkipUnmanaged(self.imds, self.ec2, self.iid) if AGENT_CONFIG.hostnet.skip_unmanaged_enis else self.imds
+                SkipUnmanaged(self.imds, self.ec2, self.iid, clock=self.clock, rng=w.rng(f"tag-lookup/{self.name}"))
+                if AGENT_CONFIG.hostnet.skip_unmanaged_enis
+                else self.imds
             )
             # as node_agent/agent.py builds them (add_wait_s 0: an ADD waiting on a real-time
             # condition would stall virtual time; the runtime's retry stands in for the wait)
@@ -445,6 +480,7 @@ class SimAgent:
                 metadata=self.metadata,
                 restart_hold_s=RESTART_HOLD_S,
                 signed_identity=functools.partial(w.signer_imds.identity, self.iid),
+                clock_ahead=self.aws_clock.offset,
             )
             self.cni = CniService(
                 ds, self.pods, clock=self.clock, gc_min_age_s=GC_MIN_AGE_S, veth_prefix=AGENT_CONFIG.veth_prefix
@@ -467,8 +503,10 @@ class SimAgent:
                     self.starts.append(how)
                     if how != "empty":
                         w.fault("checkpoint-rebuilt:" + how.split(":")[0])
-            except DiskError as exc:
-                self.crashed(f"start: {exc.strerror}")
+            except (DiskError, CheckpointWriteError) as exc:
+                # as node_agent/agent.py::main: a start that cannot write its checkpoint exits
+                # (the datastore's saves raise CheckpointWriteError), and kubelet restarts it
+                self.crashed(f"start: {exc.strerror if isinstance(exc, DiskError) else 'checkpoint not written'}")
                 return
             self.alive = True
             self.resynced_at = now
@@ -543,6 +581,7 @@ class SimAgent:
             msgs = self.sqs.receive_message(
                 QueueUrl=self.result_url, MaxNumberOfMessages=10, VisibilityTimeout=RESULT_VISIBILITY_S
             ).get("Messages", [])
+            self.aws_clock.observe(aws_dated(w.now()), self.now())
             if not msgs:
                 return
             for m in msgs:

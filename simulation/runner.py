@@ -22,7 +22,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from emulated.figures import percentile
-from simulation.schedule import EVENT_KINDS, FAULT_KINDS, SPAN_S, Event, SeedPlan, draw
+from simulation.kinds import ChurnerLaunch
+from simulation.schedule import EVENT_KINDS, FAULT_KINDS, SPAN_S, SeedPlan, draw
+from warmpool.argtypes import int_at_least, output_path
 
 Mutation = Callable[[Any], None]
 
@@ -74,6 +76,7 @@ def run_seed(
     seed: int,
     keep: list[int] | None = None,
     mutate: Mutation | None = None,
+    *,
     shrink: bool = True,
     shrink_budget: int = 60,
     without: frozenset[str] = frozenset(),
@@ -141,7 +144,7 @@ def fairness_plans(seed: int) -> tuple[SeedPlan, SeedPlan, str]:
     """The seed's pods alone (no faults), and the same with a rogue instance churning for the
     whole span (:class:`simulation.hostile.Churner`, flipping every :data:`CHURN_PERIOD_S`)."""
     base = plan_for(seed, without=frozenset(FAULT_KINDS))
-    ev = (*base.events, Event(1.0, "churner", {"itype": "c5.xlarge", "dur": SPAN_S, "period": CHURN_PERIOD_S}))
+    ev = (*base.events, ChurnerLaunch(at=1.0, itype="c5.xlarge", dur=SPAN_S, period=CHURN_PERIOD_S))
     return base, replace(base, events=tuple(sorted(ev, key=lambda e: (e.at, e.kind)))), "churner"
 
 
@@ -213,10 +216,38 @@ def fairness(seeds: Iterable[int], jobs: int = 1) -> dict[str, Any]:
 
 
 def _parse_seeds(s: str) -> list[int]:
-    if "-" in s:
-        a, b = s.split("-", 1)
-        return list(range(int(a), int(b) + 1))
-    return [int(x) for x in s.split(",")]
+    """``A-B`` (inclusive, ``A <= B``) or a comma list of seeds, each a whole number >= 0;
+    anything else is refused (argparse type: exit 2 with the reason)."""
+
+    def seed(text: str) -> int:
+        t = text.strip()
+        if not t.isdigit():
+            raise argparse.ArgumentTypeError(f"{text!r} is not a seed (a whole number >= 0)")
+        return int(t)
+
+    text = s.strip()
+    if text.startswith("-"):
+        raise argparse.ArgumentTypeError(f"{s!r}: seeds are whole numbers >= 0")
+    if "-" in text:
+        a, _, b = text.partition("-")
+        lo, hi = seed(a), seed(b)
+        if lo > hi:
+            raise argparse.ArgumentTypeError(f"{s!r}: the range is empty (A-B needs A <= B)")
+        return list(range(lo, hi + 1))
+    seeds = [seed(x) for x in text.split(",")]
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"{s!r}: a seed repeated")
+    return seeds
+
+
+def _parse_keep(s: str) -> list[int]:
+    """``none`` or a comma list of event indices (whole numbers >= 0)."""
+    if s.strip() == "none":
+        return []
+    parts = [x.strip() for x in s.split(",")]
+    if not all(x.isdigit() for x in parts):
+        raise argparse.ArgumentTypeError(f"{s!r}: give 'none' or event indices such as 0,3,7")
+    return [int(x) for x in parts]
 
 
 def _one(args: tuple[int, bool, frozenset[str]]) -> SeedResult:
@@ -227,6 +258,7 @@ def _one(args: tuple[int, bool, frozenset[str]]) -> SeedResult:
 def run_many(
     seeds: Iterable[int],
     jobs: int = 1,
+    *,
     shrink: bool = True,
     progress: Callable[[int, int, int], None] | None = None,
     without: frozenset[str] = frozenset(),
@@ -303,12 +335,14 @@ def _table(s: dict[str, Any], wall: float) -> str:
 def main(argv: list[str]) -> int:
     logging.disable(logging.WARNING)  # the components log every injected fault; the summary tells
     p = argparse.ArgumentParser(prog="warmpool sim", description="the whole system under deterministic simulation")
-    p.add_argument("--seeds", help="A-B (inclusive) or a comma list")
-    p.add_argument("--seed", type=int, help="replay one seed exactly (prints its schedule and outcome)")
-    p.add_argument("--keep", help="with --seed: only these event indices (comma list; 'none' for no events)")
+    p.add_argument("--seeds", type=_parse_seeds, help="A-B (inclusive) or a comma list")
+    p.add_argument("--seed", type=int_at_least(0), help="replay one seed exactly (prints its schedule and outcome)")
+    p.add_argument(
+        "--keep", type=_parse_keep, help="with --seed: only these event indices (comma list; 'none' for no events)"
+    )
     p.add_argument("--replay", action="store_true", help="with --seed: the same as --seed alone (kept for clarity)")
-    p.add_argument("--json", help="write the summary as JSON here")
-    p.add_argument("--jobs", type=int, default=1, help="processes (this machine: 2)")
+    p.add_argument("--json", type=output_path, help="write the summary as JSON here")
+    p.add_argument("--jobs", type=int_at_least(1), default=1, help="processes (this machine: 2)")
     p.add_argument("--without", default="", help="leave these event kinds out of every schedule (comma list)")
     p.add_argument("--no-shrink", action="store_true", help="do not shrink failing seeds")
     p.add_argument(
@@ -322,8 +356,14 @@ def main(argv: list[str]) -> int:
     unknown = without - set(EVENT_KINDS)
     if unknown:
         p.error(f"unknown event kinds {sorted(unknown)}; choose from {', '.join(EVENT_KINDS)}")
+    if a.seeds is not None and a.seed is not None:
+        p.error("give --seeds A-B or --seed N, not both")
+    if a.keep is not None and a.seed is None:
+        p.error("--keep needs --seed N")
+    if a.fairness and a.seeds is None:
+        p.error("--fairness needs --seeds A-B")
     if a.seed is not None:
-        keep = None if a.keep is None else ([] if a.keep == "none" else [int(x) for x in a.keep.split(",")])
+        keep = a.keep
         plan = plan_for(a.seed, None, without)
         print(
             f"seed {a.seed}: nodes {list(plan.nodes)}, prefix_mode={plan.prefix_mode}, warm_ip={plan.warm_ip}, "
@@ -331,7 +371,7 @@ def main(argv: list[str]) -> int:
         )
         for i, ev in enumerate(plan.events):
             if keep is None or i in keep:
-                print(f"  [{i}] {ev.describe()}")
+                print(f"  [{i}] {ev.summary()}")
         r = run_seed(a.seed, keep=keep, shrink=not a.no_shrink, without=without)
         print(f"faults: {r.faults}")
         if not r.violations:
@@ -342,7 +382,7 @@ def main(argv: list[str]) -> int:
         return 1
     if not a.seeds:
         p.error("give --seeds A-B or --seed N")
-    seeds = _parse_seeds(a.seeds)
+    seeds = a.seeds
     if a.fairness:
         t0 = time.monotonic()
         fig = fairness(seeds, jobs=a.jobs)
@@ -361,9 +401,8 @@ def main(argv: list[str]) -> int:
         )
         for v in fig["violations"][:20]:
             print(f"  {v}")
-        if a.json:
-            with open(a.json, "w") as fh:
-                json.dump(fig, fh, indent=1)
+        if a.json and not _write_json(a.json, fig):
+            return 2
         return 1 if fig["violations"] or (fig["ratio"] or 0) > 1.10 else 0
     t0 = time.monotonic()
     results = run_many(
@@ -372,17 +411,25 @@ def main(argv: list[str]) -> int:
     wall = time.monotonic() - t0
     s = summary(results)
     print(_table(s, wall))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(
-                {
-                    "seeds": s["seeds"],
-                    "events": s["events"],
-                    "faults": s["faults"],
-                    "violations": s["violations"],
-                    "wall_s": round(wall, 1),
-                },
-                f,
-                indent=1,
-            )
+    doc = {
+        "seeds": s["seeds"],
+        "events": s["events"],
+        "faults": s["faults"],
+        "violations": s["violations"],
+        "wall_s": round(wall, 1),
+    }
+    if a.json and not _write_json(a.json, doc):
+        return 2
     return 1 if s["violations"] else 0
+
+
+def _write_json(path: str, doc: Any) -> bool:
+    """Write ``doc``; on failure (the path was checked at start: a folder removed since, a
+    full disk) say so on stderr and return False."""
+    try:
+        with open(path, "w") as fh:
+            json.dump(doc, fh, indent=1)
+    except OSError as exc:
+        print(f"warmpool sim: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return False
+    return True

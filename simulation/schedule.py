@@ -10,8 +10,12 @@ what the shrinker relies on.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from simulation import kinds as k
+from simulation.kinds import Event
+from warmpool.limits import KNOWN_TYPES
 
 INSTANCE_TYPES = ("m5.large", "t3.medium", "c5.xlarge", "m5.xlarge")
 SPAN_S = 420.0
@@ -52,9 +56,21 @@ FAULT_KINDS = (
     "checkpoint-write-error",
     "tag-lookup-failure",
     "clock-skew",
+    # issue 21: the world as AWS documents it, no kinder (:func:`_world_faults`)
+    "describe-stale",
+    "instance-unlisted",
+    "slow-detach",
+    "stuck-detach",
+    "slow-attach",
+    "imds-lag-long",
+    "imds-torn",
+    "ec2-ambiguous",
+    "instance-type",
+    "report-flood",
 )
 """Every kind of fault the schedule can hold."""
 EVENT_KINDS = ("pods-add", "pods-del", "churn", *FAULT_KINDS)
+assert set(EVENT_KINDS) == set(k.EVENT_TYPES), "every kind has its event type (simulation.kinds)"
 HOSTILE_KINDS = ("forged-release", "seq-poison", "name-spray", "churner", "result-theft")
 """Issue 12's hostile nodes (:mod:`simulation.hostile`): drawn from their own generator, so a
 seed's other events are those it drew before they existed."""
@@ -68,20 +84,25 @@ AGENT_KINDS = (
 )
 """Issue 21's faults of a node's agent and host (:func:`_agent_faults`), each drawn from a
 generator of its own: a seed's other events are those it drew before they existed."""
+WORLD_KINDS = (
+    "describe-stale",
+    "instance-unlisted",
+    "slow-detach",
+    "stuck-detach",
+    "slow-attach",
+    "imds-lag-long",
+    "imds-torn",
+    "ec2-ambiguous",
+    "instance-type",
+    "report-flood",
+)
+"""Issue 21's harsh world (:func:`_world_faults`): EC2 and IMDS as AWS documents them, past
+every bound the code assumes; each kind from a generator of its own, drawn after every other."""
+ALL_TYPES = tuple(sorted(KNOWN_TYPES))
+MULTI_CARD_TYPES = tuple(t for t in ALL_TYPES if KNOWN_TYPES[t].network_cards > 1)
 IDENTITIES = ("own", "none", "bad-signature")
 """How a crafted report for another instance is signed: the sender's own valid identity, none,
 or the victim's document under a key the allocator does not trust."""
-
-
-@dataclass(frozen=True)
-class Event:
-    at: float
-    kind: str
-    args: dict[str, Any] = field(default_factory=dict)
-
-    def describe(self) -> str:
-        inner = ", ".join(f"{k}={v}" for k, v in sorted(self.args.items()))
-        return f"t={self.at:.1f} {self.kind}({inner})"
 
 
 @dataclass(frozen=True)
@@ -124,55 +145,44 @@ def draw(seed: int) -> SeedPlan:
     for _ in range(rng.randint(2, 5)):
         t = at()
         node = rng.choice(names)
-        ev.append(Event(t, "pods-add", {"node": node, "n": rng.randint(1, 12)}))
+        ev.append(k.PodsAdd(at=t, node=node, n=rng.randint(1, 12)))
         if rng.random() < 0.7:
-            ev.append(
-                Event(
-                    round(min(SPAN_S, t + rng.uniform(5, 200)), 1), "pods-del", {"node": node, "n": rng.randint(1, 10)}
-                )
-            )
+            ev.append(k.PodsDel(at=round(min(SPAN_S, t + rng.uniform(5, 200)), 1), node=node, n=rng.randint(1, 10)))
     for _ in range(rng.randint(0, 6)):
-        ev.append(Event(at(), "churn", {"node": rng.choice(names), "n": rng.randint(1, 4)}))
+        ev.append(k.Churn(at=at(), node=rng.choice(names), n=rng.randint(1, 4)))
 
-    def window(kind: str, **args: Any) -> None:
+    def window(kind: type[k.Window], **args: Any) -> None:
         t = at()
-        ev.append(Event(t, kind, {"dur": round(rng.uniform(20, 180), 1), **args}))
+        ev.append(kind(at=t, dur=round(rng.uniform(20, 180), 1), **args))
 
     # faults: each kind with some probability, a few of them more than once
     if rng.random() < 0.5:
-        window("sqs-delay", max_s=rng.choice((5, 20, 60, 120)))
+        window(k.SqsDelay, max_s=rng.choice((5, 20, 60, 120)))
     if rng.random() < 0.5:
-        window("sqs-duplicate", rate=rng.choice((0.2, 0.5, 1.0)), copies=rng.choice((2, 3)))
+        window(k.SqsDuplicate, rate=rng.choice((0.2, 0.5, 1.0)), copies=rng.choice((2, 3)))
     for node in names:
         if rng.random() < 0.6:
             ev.append(
-                Event(
-                    at(),
-                    "imds-lag",
-                    {"node": node, "lag": round(rng.uniform(0, 120), 1), "dur": round(rng.uniform(30, 240), 1)},
-                )
+                k.ImdsLag(at=at(), node=node, lag=round(rng.uniform(0, 120), 1), dur=round(rng.uniform(30, 240), 1))
             )
     for _ in range(rng.choice((0, 0, 1, 2, 3))):
         ev.append(
-            Event(
-                at(),
-                "agent-kill",
-                {
-                    "node": rng.choice(names),
-                    "point": rng.choice(("idle", "after-receive", "mid-apply", "after-apply", "mid-checkpoint")),
-                    "down": round(rng.uniform(0.5, 30), 1),
-                },
+            k.AgentKill(
+                at=at(),
+                node=rng.choice(names),
+                point=rng.choice(("idle", "after-receive", "mid-apply", "after-apply", "mid-checkpoint")),
+                down=round(rng.uniform(0.5, 30), 1),
             )
         )
     if rng.random() < 0.4:
-        window("lambda-crash", rate=rng.choice((0.1, 0.3, 0.6)))
+        window(k.LambdaCrash, rate=rng.choice((0.1, 0.3, 0.6)))
     if rng.random() < 0.2:
-        window("slow-invocation", rate=rng.choice((0.3, 1.0)))
+        window(k.SlowInvocation, rate=rng.choice((0.3, 1.0)))
     if rng.random() < 0.3:
-        window("throttle-storm", rate=rng.choice((2.0, 5.0, 10.0)), describe=rng.random() < 0.6)
+        window(k.ThrottleStorm, rate=rng.choice((2.0, 5.0, 10.0)), describe=rng.random() < 0.6)
     if rng.random() < 0.25:
         window(
-            "foreign-load",
+            k.ForeignLoad,
             action=rng.choice(
                 (
                     "AssignPrivateIpAddresses",
@@ -184,44 +194,39 @@ def draw(seed: int) -> SeedPlan:
             rate=rng.choice((1.0, 3.0)),
         )
     if rng.random() < 0.15:
-        window("subnet-exhausted")
+        window(k.SubnetExhausted)
     if rng.random() < 0.15:
-        ev.append(Event(at(), "fragmentation", {"n": rng.randint(5, 40)}))
+        ev.append(k.Fragmentation(at=at(), n=rng.randint(5, 40)))
     if rng.random() < 0.25:
-        window("attach-failure", rate=rng.choice((0.3, 1.0)))
+        window(k.AttachFailure, rate=rng.choice((0.3, 1.0)))
     if rng.random() < 0.12:
-        ev.append(Event(at(), "terminate", {"node": rng.choice(names)}))
+        ev.append(k.Terminate(at=at(), node=rng.choice(names)))
     if rng.random() < 0.12:
         ev.append(
-            Event(
-                at(),
-                "replace-node",
-                {"node": rng.choice(names), "gap": round(rng.uniform(0, 60), 1), "race": rng.random() < 0.5},
-            )
+            k.ReplaceNode(at=at(), node=rng.choice(names), gap=round(rng.uniform(0, 60), 1), race=rng.random() < 0.5)
         )
     for _ in range(rng.choice((0, 0, 1, 2))):
-        ev.append(Event(at(), "cni-overlap", {"node": rng.choice(names)}))
+        ev.append(k.CniOverlap(at=at(), node=rng.choice(names)))
     if rng.random() < 0.1:
         node = rng.choice(names)
         t = at()
-        ev.append(Event(t, "cni-interrupted", {"node": node}))
-        ev.append(Event(round(min(SPAN_S, t + rng.uniform(5, 60)), 1), "cni-gc", {"node": node}))
+        ev.append(k.CniInterrupted(at=t, node=node))
+        ev.append(k.CniGc(at=round(min(SPAN_S, t + rng.uniform(5, 60)), 1), node=node))
     if rng.random() < 0.06:
         ev.append(
-            Event(
-                at(),
-                "cni-hostile",
-                {"node": rng.choice(names), "variant": rng.choice(("oversized", "host-netns", "host-ifname"))},
+            k.CniHostile(
+                at=at(), node=rng.choice(names), variant=rng.choice(("oversized", "host-netns", "host-ifname"))
             )
         )
     if rng.random() < 0.15:
-        window("ddb-unprocessed", rate=rng.choice((0.5, 1.0)))
+        window(k.DdbUnprocessed, rate=rng.choice((0.5, 1.0)))
     if rng.random() < 0.15:
-        window("queue-delete-failure")
+        window(k.QueueDeleteFailure)
     if rng.random() < 0.15:
-        window("reconcile-race")
+        window(k.ReconcileRace)
     ev += _hostile(seed, names)
     ev += _agent_faults(seed, names)
+    ev += _world_faults(seed, names)
     ev.sort(key=lambda e: (e.at, e.kind))
     return SeedPlan(seed, nodes, prefix_mode, warm_ip, minimum_ip, quota_fraction, tuple(ev))
 
@@ -243,15 +248,8 @@ def _hostile(seed: int, names: list[str]) -> list[Event]:
         sender, victim = pair()
         how = rng.choice(IDENTITIES)
         ev.append(
-            Event(
-                at(),
-                "forged-release",
-                {
-                    "node": "" if how != "own" else sender,
-                    "victim": victim,
-                    "identity": how,
-                    "repeat": rng.randint(0, 3),
-                },
+            k.ForgedRelease(
+                at=at(), node="" if how != "own" else sender, victim=victim, identity=how, repeat=rng.randint(0, 3)
             )
         )
     if rng.random() < 0.2:
@@ -259,29 +257,23 @@ def _hostile(seed: int, names: list[str]) -> list[Event]:
         own = rng.random() < 0.5
         how = "own" if own else rng.choice(IDENTITIES)
         ev.append(
-            Event(
-                at(),
-                "seq-poison",
-                {
-                    "node": sender if how == "own" else "",
-                    "victim": sender if own else victim,
-                    "identity": how,
-                    "repeat": rng.randint(0, 2),
-                },
+            k.SeqPoison(
+                at=at(),
+                node=sender if how == "own" else "",
+                victim=sender if own else victim,
+                identity=how,
+                repeat=rng.randint(0, 2),
             )
         )
     if rng.random() < 0.15:
-        ev.append(Event(at(), "name-spray", {"node": rng.choice(names), "n": rng.randint(10, 60)}))
+        ev.append(k.NameSpray(at=at(), node=rng.choice(names), n=rng.randint(10, 60)))
     if rng.random() < 0.1:
         ev.append(
-            Event(
-                round(rng.uniform(0, SPAN_S / 2), 1),
-                "churner",
-                {
-                    "itype": rng.choice(INSTANCE_TYPES),
-                    "dur": round(rng.uniform(60, 300), 1),
-                    "period": rng.choice((2.0, 5.0, 10.0)),
-                },
+            k.ChurnerLaunch(
+                at=round(rng.uniform(0, SPAN_S / 2), 1),
+                itype=rng.choice(INSTANCE_TYPES),
+                dur=round(rng.uniform(60, 300), 1),
+                period=rng.choice((2.0, 5.0, 10.0)),
             )
         )
     # Drawn last (and from its own generator), so the kinds above are what they were before it.
@@ -289,14 +281,11 @@ def _hostile(seed: int, names: list[str]) -> list[Event]:
     if theft.random() < 0.15:
         thief = theft.choice(names)
         ev.append(
-            Event(
-                round(theft.uniform(20, SPAN_S / 2), 1),
-                "result-theft",
-                {
-                    "node": thief,
-                    "victim": theft.choice([n for n in names if n != thief]),
-                    "dur": round(theft.uniform(30, 240), 1),
-                },
+            k.ResultTheft(
+                at=round(theft.uniform(20, SPAN_S / 2), 1),
+                node=thief,
+                victim=theft.choice([n for n in names if n != thief]),
+                dur=round(theft.uniform(30, 240), 1),
             )
         )
     return ev
@@ -326,69 +315,178 @@ def _agent_faults(seed: int, names: list[str]) -> list[Event]:
     r = gen("checkpoint-lost")
     if r.random() < 0.15:
         ev.append(
-            Event(
-                round(r.uniform(30, SPAN_S), 1),
-                "checkpoint-lost",
-                {"node": r.choice(names), "down": round(r.uniform(1, 30), 1)},
-            )
+            k.CheckpointLost(at=round(r.uniform(30, SPAN_S), 1), node=r.choice(names), down=round(r.uniform(1, 30), 1))
         )
     r = gen("checkpoint-truncated")
     if r.random() < 0.15:
         ev.append(
-            Event(
-                round(r.uniform(30, SPAN_S), 1),
-                "checkpoint-truncated",
-                {"node": r.choice(names), "down": round(r.uniform(1, 30), 1), "keep": round(r.uniform(0, 0.99), 2)},
+            k.CheckpointTruncated(
+                at=round(r.uniform(30, SPAN_S), 1),
+                node=r.choice(names),
+                down=round(r.uniform(1, 30), 1),
+                keep=round(r.uniform(0, 0.99), 2),
             )
         )
     r = gen("checkpoint-corrupt")
     if r.random() < 0.15:
         ev.append(
-            Event(
-                round(r.uniform(30, SPAN_S), 1),
-                "checkpoint-corrupt",
-                {
-                    "node": r.choice(names),
-                    "down": round(r.uniform(1, 30), 1),
-                    "start": round(r.uniform(0, 0.95), 2),
-                    "n": r.choice((1, 16, 512, 4096)),
-                },
+            k.CheckpointCorrupt(
+                at=round(r.uniform(30, SPAN_S), 1),
+                node=r.choice(names),
+                down=round(r.uniform(1, 30), 1),
+                start=round(r.uniform(0, 0.95), 2),
+                n=r.choice((1, 16, 512, 4096)),
             )
         )
     r = gen("checkpoint-write-error")
     if r.random() < 0.15:
         ev.append(
-            Event(
-                round(r.uniform(10, SPAN_S), 1),
-                "checkpoint-write-error",
-                {
-                    "node": r.choice(names),
-                    "dur": round(r.uniform(5, 120), 1),
-                    "errno": r.choice(("ENOSPC", "EIO")),
-                },
+            k.CheckpointWriteError(
+                at=round(r.uniform(10, SPAN_S), 1),
+                node=r.choice(names),
+                dur=round(r.uniform(5, 120), 1),
+                errno=r.choice(("ENOSPC", "EIO")),
             )
         )
     r = gen("tag-lookup-failure")
     if r.random() < 0.15:
         rollout = r.sample(names, r.randint(1, len(names)))
         ev.append(
-            Event(
-                round(r.uniform(30, SPAN_S), 1),
-                "tag-lookup-failure",
-                {
-                    "nodes": ",".join(rollout),
-                    "gap": round(r.uniform(0, 20), 1),
-                    "dur": round(r.uniform(5, 180), 1),
-                },
+            k.TagLookupFailure(
+                at=round(r.uniform(30, SPAN_S), 1),
+                nodes=",".join(rollout),
+                gap=round(r.uniform(0, 20), 1),
+                dur=round(r.uniform(5, 180), 1),
             )
         )
     r = gen("clock-skew")
     if r.random() < 0.2:
         ev.append(
-            Event(
-                round(r.uniform(0, SPAN_S / 2), 1),
-                "clock-skew",
-                {"node": r.choice(names), "skew": round(r.choice((-1, 1)) * r.uniform(10, 300), 1)},
+            k.ClockSkew(
+                at=round(r.uniform(0, SPAN_S / 2), 1),
+                node=r.choice(names),
+                skew=round(r.choice((-1, 1)) * r.uniform(10, 300), 1),
+            )
+        )
+    return ev
+
+
+def _world_faults(seed: int, names: list[str]) -> list[Event]:
+    """Issue 21's harsh world, each kind from a generator of its own (``dst/<seed>/<kind>``),
+    drawn after every other kind, so a seed's other events are those it drew before:
+
+    * ``describe-stale``: for ``dur`` s, each DescribeNetworkInterfaces and DescribeInstances
+      answers from a moment drawn up to ``lag_s`` (seconds to minutes) ago;
+    * ``instance-unlisted``: the node's instance (a new one replacing it, if ``replace``) is
+      missing from DescribeInstances for ``dur`` s;
+    * ``slow-detach`` / ``slow-attach``: each detach takes ``delay_s`` (minutes), each attach
+      ``delay_s`` (tens of seconds); ``stuck-detach``: a detach answered success leaves the ENI
+      attached (``rate``) until its next detach;
+    * ``imds-lag-long``: IMDS lag up to 10 min; ``imds-torn``: each ENI's address leaves read
+      at a moment up to ``span`` s apart from the ENI list;
+    * ``ec2-ambiguous``: mutating ENI calls take effect and lose their answer (``rate``);
+    * ``instance-type``: the node replaced by an instance of any type of the limits table
+      (multi-card ones, such as p5.48xlarge's 32 cards, one draw in three);
+    * ``report-flood``: a node sending ``n`` valid reports every ``period`` s.
+    """
+    ev: list[Event] = []
+
+    def gen(kind: str) -> random.Random:
+        return random.Random(f"dst/{seed}/{kind}")
+
+    r = gen("describe-stale")
+    if r.random() < 0.25:
+        ev.append(
+            k.DescribeStale(
+                at=round(r.uniform(0, SPAN_S), 1),
+                dur=round(r.uniform(20, 300), 1),
+                lag_s=r.choice((5.0, 30.0, 120.0, 300.0)),
+            )
+        )
+    r = gen("instance-unlisted")
+    if r.random() < 0.2:
+        replace = r.random() < 0.5
+        ev.append(
+            k.InstanceUnlisted(
+                at=round(r.uniform(20, SPAN_S), 1) if replace else 0.0,
+                node=r.choice(names),
+                dur=round(r.uniform(10, 600), 1),
+                replace=replace,
+            )
+        )
+    r = gen("slow-detach")
+    if r.random() < 0.2:
+        ev.append(
+            k.SlowDetach(
+                at=round(r.uniform(0, SPAN_S), 1),
+                dur=round(r.uniform(30, 240), 1),
+                delay_s=round(r.uniform(60, 600), 1),
+            )
+        )
+    r = gen("stuck-detach")
+    if r.random() < 0.2:
+        ev.append(
+            k.StuckDetach(
+                at=round(r.uniform(0, SPAN_S), 1), dur=round(r.uniform(30, 240), 1), rate=r.choice((0.3, 1.0))
+            )
+        )
+    r = gen("slow-attach")
+    if r.random() < 0.2:
+        ev.append(
+            k.SlowAttach(
+                at=round(r.uniform(0, SPAN_S), 1), dur=round(r.uniform(30, 240), 1), delay_s=round(r.uniform(10, 60), 1)
+            )
+        )
+    r = gen("imds-lag-long")
+    if r.random() < 0.25:
+        ev.append(
+            k.ImdsLagLong(
+                at=round(r.uniform(0, SPAN_S), 1),
+                node=r.choice(names),
+                lag=round(r.uniform(120, 600), 1),
+                dur=round(r.uniform(120, 600), 1),
+            )
+        )
+    r = gen("imds-torn")
+    if r.random() < 0.2:
+        ev.append(
+            k.ImdsTorn(
+                at=round(r.uniform(0, SPAN_S), 1),
+                node=r.choice(names),
+                dur=round(r.uniform(30, 300), 1),
+                span=r.choice((2.0, 10.0, 60.0)),
+            )
+        )
+    r = gen("ec2-ambiguous")
+    if r.random() < 0.25:
+        ev.append(
+            k.Ec2Ambiguous(
+                at=round(r.uniform(0, SPAN_S), 1),
+                dur=round(r.uniform(20, 180), 1),
+                rate=r.choice((0.2, 0.5, 1.0)),
+                how=r.choice(("InternalError", "sdk-retry")),
+            )
+        )
+    r = gen("instance-type")
+    if r.random() < 0.2:
+        ev.append(
+            k.InstanceType(
+                at=round(r.uniform(0, SPAN_S / 2), 1),
+                node=r.choice(names),
+                itype=r.choice(MULTI_CARD_TYPES if r.random() < 1 / 3 else ALL_TYPES),
+                gap=round(r.uniform(0, 30), 1),
+            )
+        )
+    r = gen("report-flood")
+    if r.random() < 0.15:
+        ev.append(
+            k.ReportFlood(
+                at=round(r.uniform(0, SPAN_S), 1),
+                node=r.choice(names),
+                n=r.randint(5, 50),
+                period=r.choice((1.0, 5.0)),
+                dur=round(r.uniform(30, 240), 1),
+                hostile=r.random() < 0.5,
             )
         )
     return ev

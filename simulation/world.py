@@ -50,9 +50,13 @@ from simulation import checks, events, hostile
 from simulation.base import (
     AGENT_EVERY_S,
     CLUSTER,
+    ESM_BATCH_SIZE,
+    ESM_CONCURRENCY,
     ESM_EVERY_S,
     FUNCTION_TIMEOUT_S,
     GC_AGE_S,
+    INTAKE_PASS,
+    OVERRUN_LIMIT_S,
     RECONCILE_EVERY_S,
     REPORTS_VISIBILITY_S,
     SUBNET_CIDR,
@@ -160,8 +164,8 @@ class SimWorld:
             self.handler,
             EsmConfig(
                 function_name="warmpool-dst-allocate",
-                batch_size=10,
-                maximum_concurrency=2,
+                batch_size=ESM_BATCH_SIZE,
+                maximum_concurrency=ESM_CONCURRENCY,
                 function_timeout_s=FUNCTION_TIMEOUT_S,
             ),
             self.clock_inv,
@@ -171,6 +175,9 @@ class SimWorld:
         self.by_url: dict[str, SimAgent] = {}
         self.by_iid: dict[str, SimAgent] = {}
         self.terminated: dict[str, float] = {}  # instance -> when
+        self._saturated: list[tuple[float, float]] = []  # spans the intake ran at capacity
+        self._saturated_since: float | None = None
+        self._deleted_seen = 0
         self.pushed: dict[str, int] = {}  # node -> highest in_reply_to of a result with EC2 effects
         self.detached_since: dict[str, float] = {}
         self.arm_terminate: set[str] = set()
@@ -285,6 +292,16 @@ class SimWorld:
             out = client.send_message(**one)
         return out
 
+    def crafted_only(self, iid: str, seq: int) -> bool:
+        """Only a crafted report carries this seq: the instance's own agent never sent it. A
+        crafted seq is a millisecond clock reading, as the agent's is, so the two can be one
+        (10,000-seed run, seed 1621: an agent and a forged report both at seq ...291300, the
+        agent's report served and taken for the forged one's)."""
+        if (iid, seq) not in self.forged:
+            return False
+        a = self.by_iid.get(iid)
+        return a is None or all(s != seq for _, s in a.sent)
+
     def send_report(self, agent: SimAgent, body: str) -> None:
         self.deliver(agent.sqs, {"QueueUrl": self.reports_url, "MessageBody": body})
 
@@ -298,7 +315,7 @@ class SimWorld:
         except MessageError:
             self.violation("bad-result", f"allocator sent an unparseable result: {body[:200]}")
             return
-        if (res.instance_id, res.in_reply_to) in self.forged:
+        if self.crafted_only(res.instance_id, res.in_reply_to):
             self.violation(
                 "forged-served",
                 f"{res.node} ({res.instance_id}): a result in reply to crafted report "
@@ -433,6 +450,26 @@ class SimWorld:
 
     def esm_tick(self) -> None:
         self.esm.tick(self.clock_inv.now())
+        self._note_intake()
+
+    def _note_intake(self) -> None:
+        """A pass of the intake at capacity: every slot busy, a full pass still visible in the
+        queue after it, and a pass's worth deleted since the last one (an allocator failing
+        its batches deletes nothing: that is an outage, not a backlog)."""
+        now = self.now()
+        deleted, self._deleted_seen = self.esm.stats.deleted - self._deleted_seen, self.esm.stats.deleted
+        over = (
+            self.sqs.depth(self.reports_url) > INTAKE_PASS
+            and self.esm.in_flight >= ESM_CONCURRENCY
+            and deleted >= INTAKE_PASS // 2
+            and self.sqs.visible(self.reports_url) >= INTAKE_PASS
+        )
+        if over and self._saturated_since is None:
+            self._saturated_since = now
+            self.fault("intake-saturated")
+        elif not over and self._saturated_since is not None:
+            self._saturated.append((self._saturated_since, now))
+            self._saturated_since = None
 
     # --- pods and the runtime
     def pod_up(self, agent: SimAgent, cid: str, ip: str) -> None:
@@ -463,6 +500,7 @@ class SimWorld:
         self.loop.every(RECONCILE_EVERY_S, self.reconcile, start=T0 + RECONCILE_EVERY_S)
         try:
             self.loop.run_until(end, stop=self._after)
+            self._overrun(end + OVERRUN_LIMIT_S)
             checks.at_end(self)
         except Stop:
             pass
@@ -473,6 +511,25 @@ class SimWorld:
                         os.unlink(os.path.join(self.sockdir, f))
                     os.rmdir(self.sockdir)
         return SeedOutcome(self.plan.seed, len(self.plan.events), self.faults, self.violations, self.now() - T0)
+
+    def _overrun(self, limit: float) -> None:
+        """A report flood above the intake's capacity leaves a backlog past the schedule: run on
+        until the intake has kept up for a whole quiet period, so the checks at the end ask
+        everything of a world that has caught up, their bounds unchanged (no consumer of one
+        shared queue serves faster than its capacity: docs/safety.md, row 25). Bounded: a
+        backlog still there at ``limit`` fails them."""
+        while self.now() < limit:
+            if self._saturated_since is not None:
+                busy_end = self.now()
+            elif self._saturated:
+                busy_end = self._saturated[-1][1]
+            else:
+                return
+            target = min(limit, busy_end + QUIET_S)
+            if target <= self.now():
+                return
+            self.fault("intake-overrun")
+            self.loop.run_until(target, stop=self._after)
 
     def _after(self) -> bool:
         """After every event of the loop: IMDS sees what changed, then every invariant."""

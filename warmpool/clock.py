@@ -8,7 +8,7 @@ scheduler; logic never reads the wall clock or sleeps.
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class Clock(Protocol):
@@ -17,8 +17,22 @@ class Clock(Protocol):
     def now(self) -> float: ...
 
 
+@runtime_checkable
+class SteadyClock(Protocol):
+    """A clock with a monotonic reading too: durations measured on it survive the wall
+    clock being stepped (NTP, an operator). Its zero is arbitrary and does not survive a
+    reboot, so it is never stored or compared across processes."""
+
+    def now(self) -> float: ...
+
+    def monotonic(self) -> float: ...
+
+
 class RealClock:
-    """The wall clock (production)."""
+    """The wall clock (production), with ``CLOCK_MONOTONIC`` for durations."""
 
     def now(self) -> float:
         return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()

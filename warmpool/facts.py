@@ -25,6 +25,8 @@ class EniFacts:
     tags: dict[str, str] = field(default_factory=dict)
     groups: tuple[str, ...] = ()
     vpc_id: str = ""
+    attachment_status: str = ""
+    """``attaching``, ``attached``, ``detaching`` or ``detached`` (empty when not attached)."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,10 @@ class NodeFacts:
 
     def with_enis(self, enis: tuple[EniFacts, ...]) -> NodeFacts:
         return replace(self, enis=enis)
+
+    def keys_by_eni(self) -> dict[str, tuple[str, ...]]:
+        """The secondary addresses and prefixes these facts show, per ENI id."""
+        return {e.eni.eni_id: (*e.eni.ips, *e.eni.prefixes) for e in self.enis}
 
     def inventory(self, cluster: str) -> Inventory:
         """The planner's view, each ENI marked with what warmpool may do to it

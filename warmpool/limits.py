@@ -7,11 +7,13 @@ every current instance type, so the core never needs a network call to plan.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from warmpool.argtypes import closest
 from warmpool.limits_data import TABLE
 
 PREFIX_SIZE = 16
@@ -53,7 +55,7 @@ class InstanceLimits(BaseModel):
             return self.max_enis
         return min(self.max_enis, max_eni)
 
-    def capacity(self, prefix_mode: bool, max_eni: int | None = None) -> int:
+    def capacity(self, *, prefix_mode: bool, max_eni: int | None = None) -> int:
         """Addresses the instance can hold for pods (primary addresses excluded)."""
         per_slot = PREFIX_SIZE if prefix_mode else 1
         return self.enis(max_eni) * self.slots_per_eni * per_slot
@@ -108,9 +110,10 @@ def known(instance_type: str) -> InstanceLimits:
         return KNOWN_TYPES[instance_type]
     except KeyError:
         family = instance_type.split(".", 1)[0]
-        near = sorted(t for t in KNOWN_TYPES if t.split(".", 1)[0] == family)
-        hint = f"; {family} sizes known: {', '.join(near)}" if near else f" ({len(KNOWN_TYPES)} types known)"
-        raise KeyError(f"unknown instance type {instance_type!r}{hint}") from None
+        sizes = sorted(t for t in KNOWN_TYPES if t.split(".", 1)[0] == family)
+        near = closest(instance_type, sizes or KNOWN_TYPES, n=5)
+        hint = f"; closest known: {', '.join(near)}" if near else ""
+        raise KeyError(f"unknown instance type {instance_type!r}{hint} ({len(KNOWN_TYPES)} types known)") from None
 
 
 LOW_CPU_POD_CEILING = 110
@@ -119,22 +122,43 @@ CEILING_CPU_THRESHOLD = 30
 """More vCPUs than this get the high ceiling (``max-pods-calculator.sh``: ``CPU_COUNT -gt 30``)."""
 
 
-def max_pods(limits: InstanceLimits, prefix: bool = False, max_eni: int | None = None) -> int:
+class MaxPodsSource(enum.Enum):
+    """Whose figure :func:`max_pods` gives for secondary-address (non-prefix) nodes."""
+
+    TABLE = "table"
+    """The VPC CNI's published table (amazon-vpc-cni-k8s ``misc/eni-max-pods.txt``):
+    ``ENIs × (IPv4 per ENI − 1) + 2`` with no ceiling (m5.4xlarge: 234). The default."""
+    CALCULATOR = "calculator"
+    """The EKS AMI's ``max-pods-calculator.sh`` (awslabs/amazon-eks-ami) as EKS runs it
+    (without ``--show-max-allowed``): the same formula, then at most 110 pods, or 250 with
+    more than 30 vCPUs, in every mode (m5.4xlarge: 110)."""
+
+
+def max_pods(
+    limits: InstanceLimits,
+    *,
+    prefix: bool = False,
+    max_eni: int | None = None,
+    source: MaxPodsSource = MaxPodsSource.TABLE,
+) -> int:
     """The kubelet's ``--max-pods`` for a node, by the VPC CNI's formulas.
 
-    Secondary addresses: ``ENIs × (IPv4 per ENI − 1) + 2`` (the VPC CNI's
-    ``misc/eni-max-pods.txt``, no ceiling). Prefix delegation, Nitro only:
+    Secondary addresses: ``ENIs × (IPv4 per ENI − 1) + 2``: the VPC CNI's
+    ``misc/eni-max-pods.txt`` (no ceiling) by default, capped as below with
+    ``source=CALCULATOR``. Prefix delegation, Nitro only (the published table has
+    no prefix column, so both sources follow the calculator):
     ``ENIs × ((IPv4 per ENI − 1) × 16) + 2``, then at most 110 pods, or 250 with
     more than 30 vCPUs (awslabs/amazon-eks-ami ``max-pods-calculator.sh``). A
     non-Nitro type in prefix mode uses the first formula, as the calculator does.
     ``max_eni`` caps the ENIs (``MAX_ENI``; the calculator's ``--cni-max-eni``).
     """
     enis = limits.enis(max_eni)
-    if not (prefix and limits.prefix_capable):
+    prefixed = prefix and limits.prefix_capable
+    if not prefixed and source is MaxPodsSource.TABLE:
         return enis * limits.slots_per_eni + 2
-    value = enis * limits.slots_per_eni * PREFIX_SIZE + 2
+    value = enis * limits.slots_per_eni * (PREFIX_SIZE if prefixed else 1) + 2
     if limits.vcpus is None:
-        raise ValueError(f"{limits.instance_type}: vCPU count unknown, needed for the prefix-mode ceiling")
+        raise ValueError(f"{limits.instance_type}: vCPU count unknown, needed for the calculator's ceiling")
     ceiling = HIGH_CPU_POD_CEILING if limits.vcpus > CEILING_CPU_THRESHOLD else LOW_CPU_POD_CEILING
     return min(value, ceiling)
 

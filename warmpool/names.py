@@ -70,6 +70,8 @@ ENV_IDENTITY_MODE = "WARMPOOL_IDENTITY_MODE"  # "none" | "sender-id"
 ENV_MAX_PODS = "WARMPOOL_MAX_PODS"  # the kubelet's --max-pods on every node; 0/unset = the VPC CNI formula per type
 MAX_PODS_OVERRIDE = 1000
 ENV_GC_AGE_S = "WARMPOOL_GC_AGE_S"
+ENV_ALLOCATE_TIMEOUT_S = "WARMPOOL_ALLOCATE_TIMEOUT_S"
+"""The allocate function's timeout; the allocator derives its lease TTL from it."""
 ENV_ENDPOINT_URL = "WARMPOOL_AWS_ENDPOINT_URL"  # local stack only
 ENV_IDENTITY_CERTIFICATES = "WARMPOOL_IDENTITY_CERTIFICATES"  # PEM: who signs instance identity documents
 
@@ -120,7 +122,6 @@ M_EC2_THROTTLES = "EC2Throttles"  # dimension Action
 M_EC2_ERRORS = "EC2Errors"  # dimension Action
 M_TOKENS_TAKEN = "TokensTaken"
 M_TOKENS_WAITED_S = "TokensWaitedSeconds"
-M_TOKENS_AVAILABLE = "TokensAvailable"  # dimension Action
 M_ADDRESSES_ALLOCATED = "AddressesAllocated"
 M_ADDRESSES_RELEASED = "AddressesReleased"
 M_ENIS_CREATED = "EnisCreated"
@@ -151,6 +152,9 @@ younger than the minimum age, or the instance damped."""
 M_ENI_DELETE_DEFERRED = "EniDeleteLeftToGc"
 M_RELEASES_REPEATED = "ReleasesRepeated"
 """``released``/``deleted`` actions said again from the release book (the report still listed them)."""
+M_GRANTS_REPEATED = "GrantsRepeated"
+"""``assigned`` actions said again from the release book's ``given`` entries (EC2 gave the
+instance addresses in answer to the allocator's calls; the report does not name them yet)."""
 M_HANDBACKS_REFUSED = "HandBacksRefused"
 """Offered addresses not handed back (nor unassigned again) because the release book says
 EC2 already took them, whatever Describe showed."""

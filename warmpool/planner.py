@@ -1,5 +1,6 @@
 """The planner: from a node's report, its verified inventory and its limits,
-the fewest EC2 calls that meet the need. Output is data, not calls.
+the fewest EC2 calls that meet the need. Output is data, not calls: the calls of
+:mod:`warmpool.calls`.
 
 Allocation, fewest calls first:
 
@@ -35,6 +36,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from warmpool.calls import (
+    CALLS,
+    AssignAddresses,
+    Call,
+    CreateEni,
+    DeleteEni,
+    Reclaim,
+    TagPrimaryEni,
+    UnassignAddresses,
+)
 from warmpool.limits import PREFIX_SIZE, InstanceLimits, pod_ceiling
 from warmpool.messages import Mode, PoolReport, ReleaseOffer
 from warmpool.pool import PoolConfig, PoolDelta, PoolState, ceiling, compute
@@ -97,90 +108,6 @@ class Inventory:
 
 
 @dataclass(frozen=True)
-class AssignAddresses:
-    eni_id: str
-    ips: int = 0
-    prefixes: int = 0
-
-
-@dataclass(frozen=True)
-class CreateEni:
-    """Create with addresses, attach at ``device_index``, DeleteOnTermination."""
-
-    subnet_id: str
-    device_index: int
-    network_card: int
-    ips: int
-    prefixes: int
-    client_token: str
-
-
-@dataclass(frozen=True)
-class UnassignAddresses:
-    eni_id: str
-    ips: tuple[str, ...] = ()
-    prefixes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class TagPrimaryEni:
-    """CreateTags ``warmpool.io/primary-eni-of = <cluster>`` on the node's primary
-    ENI (first contact), so the allocator's IAM lets it (un)assign there."""
-
-    eni_id: str
-
-
-@dataclass(frozen=True)
-class DeleteEni:
-    """Detach (when attached), then delete."""
-
-    eni_id: str
-
-
-@dataclass(frozen=True)
-class Reclaim:
-    """Decline a release offer: the node needs those addresses again.
-
-    No EC2 call: the addresses never left the ENI. The result tells the agent
-    (an ``assigned`` action) to put them back in its pool.
-    """
-
-    eni_id: str
-    ips: tuple[str, ...] = ()
-    prefixes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class RepeatRelease:
-    """Tell the node again what the allocator already took from it: these addresses
-    unassigned, or (``deleted``) the ENI deleted. No EC2 call. Planned from the
-    allocator's release book (``warmpool/release_book.py``), never from Describe."""
-
-    eni_id: str
-    ips: tuple[str, ...] = ()
-    prefixes: tuple[str, ...] = ()
-    deleted: bool = False
-
-
-Call = AssignAddresses | CreateEni | UnassignAddresses | DeleteEni | Reclaim | TagPrimaryEni | RepeatRelease
-
-CALL_COST: dict[type, dict[str, int]] = {
-    AssignAddresses: {"AssignPrivateIpAddresses": 1},
-    CreateEni: {
-        "CreateNetworkInterface": 1,
-        "AttachNetworkInterface": 1,
-        "ModifyNetworkInterfaceAttribute": 1,
-    },
-    UnassignAddresses: {"UnassignPrivateIpAddresses": 1},
-    DeleteEni: {"DetachNetworkInterface": 1, "DeleteNetworkInterface": 1},
-    Reclaim: {},
-    TagPrimaryEni: {"CreateTags": 1},
-    RepeatRelease: {},
-}
-"""Mutating EC2 calls (and so tokens) each planned call costs."""
-
-
-@dataclass(frozen=True)
 class Plan:
     node: str
     instance_id: str
@@ -196,7 +123,7 @@ class Plan:
     def tokens(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for call in self.calls:
-            for action, n in CALL_COST[type(call)].items():
+            for action, n in CALLS[type(call)].cost.items():
                 out[action] = out.get(action, 0) + n
         return out
 

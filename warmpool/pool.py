@@ -110,7 +110,7 @@ class PoolDelta:
 
 def ceiling(cfg: PoolConfig, limits: InstanceLimits) -> int:
     """Most addresses the node may hold for pods: its slots, capped by max pods."""
-    cap = limits.capacity(cfg.prefix_mode, cfg.max_eni)
+    cap = limits.capacity(prefix_mode=cfg.prefix_mode, max_eni=cfg.max_eni)
     return min(cap, cfg.max_pods) if cfg.max_pods > 0 else cap
 
 

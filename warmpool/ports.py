@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from warmpool.buckets import BucketState
+from warmpool.calls import AssignAddresses, CreateEni, UnassignAddresses
 from warmpool.clock import Clock
 from warmpool.facts import EniFacts, NodeFacts
 from warmpool.limits import InstanceLimits
 from warmpool.messages import Assigned
-from warmpool.planner import AssignAddresses, CreateEni, Subnet, UnassignAddresses
+from warmpool.planner import Subnet
 from warmpool.release_book import ReleaseBook
 
 

@@ -17,6 +17,17 @@ written *before* each such call, and reads it with every report of the instance:
   (:meth:`ReleaseBook.settle`), or when EC2 assigns the address to the instance again
   in answer to one of the allocator's own calls (:meth:`ReleaseBook.regranted`).
 
+Every address EC2 assigns to the instance in answer to the allocator's own calls leaves a
+``given`` entry: the agent may refuse the ``assigned`` that says so (it answers a report
+older than one that offered the address, whose answer might have unassigned it), or never
+get it (the answer lost, the invocation dead before it pushed it), and then nothing else
+would ever tell it (resync takes nothing IMDS lists that was released until IMDS was seen
+without it): EC2 keeps the address on the instance and the agent never uses it. Every
+answer to a report newer than the grant that does not name the address says ``assigned``
+again (:class:`warmpool.calls.RepeatGrant`), until a report names it in the agent's pool
+(the agent has it), the allocator takes it again, or EC2 no longer
+shows its ENI.
+
 docs/allocator.md, "Offers, releases and stale Describe", argues why this is enough.
 Pure: data in, data out; the stores (``warmpool.ports.ReleaseBookStore``) keep it.
 """
@@ -24,13 +35,19 @@ Pure: data in, data out; the stores (``warmpool.ports.ReleaseBookStore``) keep i
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from warmpool import names
+from warmpool.calls import DeleteEni, RepeatGrant, RepeatRelease, UnassignAddresses
 from warmpool.facts import EniFacts, NodeFacts
 from warmpool.messages import PoolReport
-from warmpool.planner import RepeatRelease
+
+GIVEN_TTL_MS = 1_800_000
+"""A ``given`` entry is said again to reports up to 30 min newer than the grant (in the
+agent's own seqs, milliseconds), then dropped: the older the grant, the likelier someone
+else changed the ENI since (docs/safety.md, row 24); dropping one can leave a leak, never a
+second holder."""
 
 MAX_ENTRIES = 1024
 """Entries one instance's book may hold; a release that would pass it is not made (held)."""
@@ -53,6 +70,9 @@ class ReleaseBook:
 
     version: int = 0
     taken: tuple[Taken, ...] = ()
+    given: tuple[Taken, ...] = ()
+    """Addresses EC2 assigned to the instance in answer to the allocator's own call while
+    serving report ``seq``, until a report names them (the module docstring)."""
 
     @property
     def keys(self) -> frozenset[str]:
@@ -89,22 +109,73 @@ class ReleaseBook:
                 enis.append(e)
         return facts.with_enis(tuple(enis))
 
-    def repeats(self, report: PoolReport, offered: Iterable[str] = ()) -> tuple[RepeatRelease, ...]:
+    def repeats(
+        self,
+        report: PoolReport,
+        offered: Iterable[str] = (),
+        attached: Iterable[str] = (),
+        shown: Mapping[str, Iterable[str]] | None = None,
+    ) -> tuple[RepeatRelease | DeleteEni | UnassignAddresses | RepeatGrant, ...]:
         """What the answer to ``report`` must say again: each entry the report still lists
-        (``offered``: as in :meth:`settle`)."""
-        if not self.taken:
+        (``offered``: as in :meth:`settle`).
+
+        A deleted ENI EC2 still shows attached (``attached``: the ENI ids its facts list on
+        the instance) whose detach may never have been made (the invocation died between
+        booking it and calling EC2) is deleted again rather than only said deleted, when
+        the report offers it whole again (nothing of it in the pool, no address in use):
+        the same ground as the first :class:`DeleteEni` (the executor checks the offer is
+        still young enough right before the call). Said deleted alone, the agent would drop
+        the ENI, never take it again, and EC2 would keep its addresses on the instance for
+        good (a leak no one resolves). So is one the report names nowhere while EC2 still
+        shows it attached and not detaching: the agent dropped it on the ``deleted``, and EC2
+        answered a detach it did not do (the executor then needs no offer: the agent never
+        takes the ENI again).
+
+        Booked addresses likewise (``shown``: the addresses and prefixes EC2's facts, before
+        :meth:`correct`, list per ENI): one the report offers again while EC2 still shows
+        it on its ENI may never have been unassigned (the same death between the booking
+        and the call), so it is unassigned again (:class:`UnassignAddresses`, on the same
+        ground as the first: the agent offers it, quarantined), not only said released.
+        One call per key, each naming the ENI, so it can take nothing from anywhere else;
+        when Describe merely lags behind the first unassign, EC2 refuses it, and whatever
+        refuses or stops it the executor says ``released`` (``functions/execute.py``)."""
+        if not self.taken and not self.given:
             return ()
         listed = _listed(report) | set(offered)
         enis = {e.eni_id for e in report.enis} | {o.eni_id for o in report.release}
-        out: list[RepeatRelease] = []
+        on_node = set(attached)
+        fresh = {k for o in report.release for k in (*o.ips, *o.prefixes)}
+        out: list[RepeatRelease | DeleteEni | UnassignAddresses | RepeatGrant] = []
+        for eni_id in sorted({g.eni_id for g in self.given}):
+            # Said assigned again to a report newer than the grant that has the ENI and not
+            # the address (never to an older one: the agent would rightly drop it).
+            if eni_id not in enis:
+                continue
+            mine_given = [g for g in self.given if g.eni_id == eni_id and g.seq < report.seq]
+            keys = sorted(g.key for g in mine_given if g.key not in listed)
+            if keys:
+                out.append(
+                    RepeatGrant(eni_id, tuple(k for k in keys if "/" not in k), tuple(k for k in keys if "/" in k))
+                )
         for eni_id in sorted({t.eni_id for t in self.taken}):
             if eni_id in self.deleted:
-                if eni_id in enis:
+                if eni_id in on_node and (_offered_whole(report, eni_id) or eni_id not in enis):
+                    out.append(DeleteEni(eni_id))
+                elif eni_id in enis:
                     out.append(RepeatRelease(eni_id, deleted=True))
                 continue
             mine = sorted(t.key for t in self.taken if t.eni_id == eni_id and t.key in listed)
-            ips = tuple(k for k in mine if "/" not in k)
-            pfx = tuple(k for k in mine if "/" in k)
+            still = set(shown.get(eni_id, ())) if shown is not None else set()
+            again = [k for k in mine if k in fresh and k in still]
+            said = [k for k in mine if k not in again]
+            # One call per key: EC2 refuses a whole Unassign when one of its keys is not on the
+            # ENI, and the executor must know which of them EC2 still had.
+            for k in again:
+                out.append(
+                    UnassignAddresses(eni_id, prefixes=(k,)) if "/" in k else UnassignAddresses(eni_id, ips=(k,))
+                )
+            ips = tuple(k for k in said if "/" not in k)
+            pfx = tuple(k for k in said if "/" in k)
             if ips or pfx:
                 out.append(RepeatRelease(eni_id, ips, pfx))
         return tuple(out)
@@ -118,8 +189,12 @@ class ReleaseBook:
         list). (An ENI the agent leaves out of a report, e.g. one in a device slot another
         took, says nothing about the addresses the agent holds on it.) ``offered``:
         addresses and prefixes of offers the allocator dropped from the report before
-        planning (too old to act on), still the agent's."""
-        if not self.taken:
+        planning (too old to act on), still the agent's.
+
+        And without the ``given`` entries a report newer than them shows the agent has
+        taken (it names the address in its pool), or whose ENI EC2 no longer shows, or that
+        are older than :data:`GIVEN_TTL_MS`."""
+        if not self.taken and not self.given:
             return self
         listed = _listed(report) | set(offered)
         named = {e.eni_id for e in report.enis} | {o.eni_id for o in report.release}
@@ -128,24 +203,48 @@ class ReleaseBook:
         def dropped(t: Taken) -> bool:
             if t.seq >= report.seq:
                 return False
-            if not t.key:
-                return t.eni_id not in named
+            if not t.key:  # kept while EC2 still shows it on the instance (a detach not done)
+                return t.eni_id not in named and t.eni_id not in seen
             return t.key not in listed and (t.eni_id in named or t.eni_id not in seen)
 
+        pooled = {k for e in report.enis for k in (*e.ips, *e.prefixes)}
+
+        def had(g: Taken) -> bool:
+            # In the pool, not only offered: a late ``released`` of an older unassign can
+            # still drop an offered address the agent took again from IMDS (seed 149).
+            too_old = report.seq - g.seq > GIVEN_TTL_MS
+            return g.eni_id not in seen or too_old or (g.seq < report.seq and g.key in pooled)
+
         keep = tuple(t for t in self.taken if not dropped(t))
-        return self if len(keep) == len(self.taken) else replace(self, taken=keep)
+        given = tuple(g for g in self.given if not had(g))
+        if len(keep) == len(self.taken) and len(given) == len(self.given):
+            return self
+        return replace(self, taken=keep, given=given)
 
     def take(self, eni_id: str, keys: Iterable[str], seq: int) -> ReleaseBook:
-        """With these addresses/prefixes of ``eni_id`` (none: the ENI itself) taken for report ``seq``."""
+        """With these addresses/prefixes of ``eni_id`` (none: the ENI itself) taken for report
+        ``seq``; a ``given`` entry of what is taken goes (the allocator takes it again)."""
+        keys = list(keys)
         have = {(t.eni_id, t.key) for t in self.taken}
-        new = [Taken(eni_id, k, seq) for k in (list(keys) or [""]) if (eni_id, k) not in have]
-        return replace(self, taken=self.taken + tuple(new)) if new else self
-
-    def regranted(self, keys: Iterable[str]) -> ReleaseBook:
-        """Without these addresses/prefixes: EC2 has just assigned them to the instance again."""
+        new = [Taken(eni_id, k, seq) for k in (keys or [""]) if (eni_id, k) not in have]
         drop = set(keys)
+        given = tuple(g for g in self.given if not (g.eni_id == eni_id and (not keys or g.key in drop)))
+        if not new and len(given) == len(self.given):
+            return self
+        return replace(self, taken=self.taken + tuple(new), given=given)
+
+    def regranted(self, grants: Iterable[tuple[str, str]], seq: int) -> ReleaseBook:
+        """EC2 has just assigned these (``grants``: (ENI id, key)) to the instance, serving
+        report ``seq``: booked ones are no longer taken, and each is a ``given`` entry, said
+        again until the agent shows it has it (the module docstring). Beyond
+        :data:`MAX_ENTRIES` given entries the oldest go (only a repeat is lost)."""
+        grants = list(grants)
+        if not grants:
+            return self
+        drop = {k for _, k in grants}
         keep = tuple(t for t in self.taken if t.key not in drop)
-        return self if len(keep) == len(self.taken) else replace(self, taken=keep)
+        given = tuple(g for g in self.given if g.key not in drop) + tuple(Taken(e, k, seq) for e, k in grants)
+        return replace(self, taken=keep, given=given[-MAX_ENTRIES:])
 
     def full_after(self, more: int) -> bool:
         """``more`` entries would take the book past :data:`MAX_ENTRIES`."""
@@ -154,24 +253,46 @@ class ReleaseBook:
     # --- the stored form ------------------------------------------------------------
 
     def dumps(self) -> str:
-        return json.dumps([[t.eni_id, t.key, t.seq] for t in self.taken], separators=(",", ":"))
+        """A list of ``[eni_id, key, seq]`` rows; with ``given`` entries, an object of both
+        lists (an older reader then fails to parse it, and its nodes wait: never unsafe)."""
+        taken = [[t.eni_id, t.key, t.seq] for t in self.taken]
+        if not self.given:
+            return json.dumps(taken, separators=(",", ":"))
+        given = [[g.eni_id, g.key, g.seq] for g in self.given]
+        return json.dumps({"taken": taken, "given": given}, separators=(",", ":"))
 
     @classmethod
     def loads(cls, raw: str, version: int) -> ReleaseBook:
         """The stored form back; raises ``ValueError`` on anything else (the caller must not
         then treat the book as empty)."""
-        rows = json.loads(raw)
-        if not isinstance(rows, list):
-            raise ValueError("release book is not a list")
-        taken = []
-        for row in rows:
-            if not (isinstance(row, list) and len(row) == 3):
-                raise ValueError(f"bad release book entry {row!r}")
-            eni_id, key, seq = row
-            if not (isinstance(eni_id, str) and isinstance(key, str) and isinstance(seq, int)):
-                raise ValueError(f"bad release book entry {row!r}")
-            taken.append(Taken(eni_id, key, seq))
-        return cls(version=version, taken=tuple(taken))
+        doc = json.loads(raw)
+        if isinstance(doc, dict):
+            if set(doc) != {"taken", "given"}:
+                raise ValueError(f"bad release book keys {sorted(doc)!r}")
+            return cls(version=version, taken=_rows(doc["taken"]), given=_rows(doc["given"]))
+        return cls(version=version, taken=_rows(doc))
+
+
+def _rows(rows: object) -> tuple[Taken, ...]:
+    if not isinstance(rows, list):
+        raise ValueError("release book is not a list")
+    out = []
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 3):
+            raise ValueError(f"bad release book entry {row!r}")
+        eni_id, key, seq = row
+        if not (isinstance(eni_id, str) and isinstance(key, str) and isinstance(seq, int)):
+            raise ValueError(f"bad release book entry {row!r}")
+        out.append(Taken(eni_id, key, seq))
+    return tuple(out)
+
+
+def _offered_whole(report: PoolReport, eni_id: str) -> bool:
+    """The report offers ``eni_id`` and keeps nothing of it: no address or prefix in the pool,
+    none in use."""
+    offer = [o for o in report.release if o.eni_id == eni_id and (o.ips or o.prefixes)]
+    mine = [e for e in report.enis if e.eni_id == eni_id]
+    return bool(offer) and all(not e.ips and not e.prefixes and e.assigned == 0 for e in mine)
 
 
 def _listed(report: PoolReport) -> set[str]:

@@ -26,31 +26,70 @@ These commands run it on one machine against emulated AWS:
              faults in virtual time, with invariants checked after every event
   plan       the core planner on a sample cluster's reports (no AWS at all)
   max-pods   the kubelet's --max-pods for an instance type (VPC CNI formulas)
+  cost       the monthly AWS bill of the serverless part for a cluster size
 """
 
 
-def _run(module: str, func: str) -> Callable[[list[str]], int]:
+class MissingPart(Exception):
+    """A command's module, or a package it needs, is not installed."""
+
+
+OPTIONAL_PACKAGES = frozenset(
+    {
+        "boto3",
+        "botocore",
+        "moto",
+        "yaml",
+        "matplotlib",
+        "cryptography",
+        "grpc",
+        "pyroute2",
+        "aws_lambda_powertools",
+        "pydantic_settings",
+        "aws_cdk",
+        "constructs",
+        "cdk_nag",
+    }
+)
+"""What the extras of pyproject.toml install (the core needs only pydantic)."""
+
+
+def _run(module: str, func: str, extra: str | None = None) -> Callable[[list[str]], int]:
     def call(argv: list[str]) -> int:
-        mod = importlib.import_module(module)
-        result: int = getattr(mod, func)(argv)
+        how = f"pip install 'warmpool[{extra}]'" if extra else "pip install warmpool"
+        try:
+            mod = importlib.import_module(module)
+            result: int = getattr(mod, func)(argv)
+        except ModuleNotFoundError as exc:
+            # The command's own module is absent, or a package only an extra installs (a
+            # wheel holds every module; the stand-ins import theirs lazily, on first use).
+            top = (exc.name or "").split(".")[0]
+            if exc.name is None or not (module.startswith(top) or top in OPTIONAL_PACKAGES):
+                raise
+            raise MissingPart(
+                f"needs {exc.name}, which is not installed ({how}; in a checkout, `make` installs all)"
+            ) from exc
         return result
 
     return call
 
 
 COMMANDS: dict[str, tuple[str, Callable[[list[str]], int]]] = {
-    "local": ("run the local stack: `warmpool local up [--port N] [--cluster NAME]`", _run("emulated.local", "main")),
+    "local": (
+        "run the local stack: `warmpool local up [--port N] [--cluster NAME]`",
+        _run("emulated.local", "main", "sim"),
+    ),
     "bench": (
         "run a scenario: `warmpool bench SCENARIO.yaml [--json OUT] [--plot OUT.png]`",
-        _run("bench.cli", "bench_main"),
+        _run("bench.cli", "bench_main", "sim"),
     ),
     "demo": (
         "end-to-end demo: `warmpool demo [--nodes N] [--pods-per-node N] [--json OUT]`",
-        _run("demo.cli", "main"),
+        _run("demo.cli", "main", "sim"),
     ),
     "sim": (
         "the whole system under deterministic simulation: `warmpool sim --seeds A-B [--json OUT] [--jobs 2]`",
-        _run("simulation.runner", "main"),
+        _run("simulation.runner", "main", "sim"),
     ),
     "plan": (
         "plan a sample cluster with the core: `warmpool plan [--nodes N] [--json]`",
@@ -59,6 +98,10 @@ COMMANDS: dict[str, tuple[str, Callable[[list[str]], int]]] = {
     "max-pods": (
         "the kubelet's --max-pods: `warmpool max-pods --instance-type T [--prefix] [--max-eni N]`",
         _run("warmpool_cli.max_pods", "main"),
+    ),
+    "cost": (
+        "the monthly AWS bill: `warmpool cost --nodes N [--churn F] [--report-every S] [--json OUT]`",
+        _run("warmpool_cli.cost", "main"),
     ),
 }
 
@@ -72,8 +115,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, (help_text, _) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
     if not args or args[0] in ("-h", "--help"):
-        parser.print_help()
-        return 0 if args else 2
+        if args:
+            parser.print_help()
+            return 0
+        parser.print_usage(sys.stderr)
+        print("warmpool: give a command (warmpool --help lists them)", file=sys.stderr)
+        return 2
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
         parser.print_usage(sys.stderr)
@@ -81,6 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return COMMANDS[name][1](rest)
+    except MissingPart as exc:
+        print(f"warmpool {name}: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("\nwarmpool: interrupted", file=sys.stderr)
         return 130

@@ -3,7 +3,9 @@
 Prints the number alone on stdout (for ``--max-pods=$(warmpool max-pods ...)``);
 errors go to stderr with exit status 2. The formulas are the VPC CNI's
 (:func:`warmpool.limits.max_pods`), the limits those of the built-in table
-(:mod:`warmpool.limits_data`).
+(:mod:`warmpool.limits_data`). ``--source`` picks whose figure a secondary-address
+node gets: the VPC CNI's published table (default) or the EKS AMI's calculator, which
+caps it at 110 (250 above 30 vCPUs).
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from warmpool.limits import known, max_pods
+from warmpool.argtypes import int_at_least
+from warmpool.limits import MaxPodsSource, known, max_pods
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,18 +29,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="prefix delegation (ENABLE_PREFIX_DELEGATION=true): /28 per slot, capped at 110 "
         "(250 above 30 vCPUs); a non-Nitro type falls back to secondary addresses",
     )
-    p.add_argument("--max-eni", type=int, default=None, metavar="N", help="MAX_ENI: use at most N ENIs")
+    p.add_argument("--max-eni", type=int_at_least(1), default=None, metavar="N", help="MAX_ENI: use at most N ENIs")
+    p.add_argument(
+        "--source",
+        choices=[s.value for s in MaxPodsSource],
+        default=MaxPodsSource.TABLE.value,
+        help="secondary-address figures from the VPC CNI's published table misc/eni-max-pods.txt "
+        "(table, the default: m5.4xlarge 234) or from the EKS AMI's max-pods-calculator.sh, which caps "
+        "every mode at 110, or 250 above 30 vCPUs (calculator: m5.4xlarge 110)",
+    )
     return p
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    if args.max_eni is not None and args.max_eni < 1:
-        print("warmpool max-pods: --max-eni must be at least 1", file=sys.stderr)
-        return 2
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse has printed the error (status 2) or the help (0)
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         limits = known(args.instance_type.strip())
-        value = max_pods(limits, prefix=args.prefix, max_eni=args.max_eni)
+        value = max_pods(limits, prefix=args.prefix, max_eni=args.max_eni, source=MaxPodsSource(args.source))
     except (KeyError, ValueError) as exc:
         print(f"warmpool max-pods: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ import random
 import time
 from collections import Counter
 
+from warmpool.argtypes import int_at_least
 from warmpool.limits import known
 from warmpool.messages import EniReport, PoolReport, Targets
 from warmpool.planner import Eni, Inventory, Plan, Subnet, plan_node
@@ -87,13 +88,11 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(
         prog="warmpool plan", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--nodes", type=int, default=300, help="nodes in the sample cluster (default 300)")
+    ap.add_argument("--nodes", type=int_at_least(1), default=300, help="nodes in the sample cluster (default 300)")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--warm-ip", type=int, default=1, help="WARM_IP_TARGET of every node (default 1)")
+    ap.add_argument("--warm-ip", type=int_at_least(0), default=1, help="WARM_IP_TARGET of every node (default 1)")
     ap.add_argument("--json", action="store_true", help="print the plans as JSON lines")
     a = ap.parse_args(argv)
-    if a.nodes <= 0:
-        ap.error("--nodes must be > 0")
     cluster = sample_cluster(a.nodes, a.seed, a.warm_ip)
     t0 = time.perf_counter()
     plans = plan_all(cluster)

@@ -269,7 +269,7 @@ class Operator:
         spawn(
             self.w.loop,
             self.maintain(node),
-            on_done=lambda mutated: self.finished(node, bool(mutated)),
+            on_done=lambda mutated: self.finished(node, mutated=bool(mutated)),
             on_error=lambda exc: self.failed(node, exc),
         )
 
@@ -282,7 +282,7 @@ class Operator:
                 self.dirty.add(node.name)
         self.dispatch()
 
-    def finished(self, node: _Node, mutated: bool) -> None:
+    def finished(self, node: _Node, *, mutated: bool) -> None:
         """``MaintainIPPool`` succeeded: a resync is required before the next
         allocation; a mutation triggers the node's instance sync."""
         node.waiting = False

@@ -158,7 +158,7 @@ class Ipamd:
         delta = compute(self.cfg, self.state(), self.node.limits)
         now = self.w.now()
         if delta.low:
-            yield from self.increase(delta.short_units, delta.whole_enis)
+            yield from self.increase(delta.short_units, whole=delta.whole_enis)
         elif delta.high and now - self.last_decrease >= DECREASE_INTERVAL_S:
             self.last_decrease = now
             if delta.over_enis > 0:
@@ -173,7 +173,7 @@ class Ipamd:
             + len(self.pool.eni_prefixes.get(eni_id, []))
         )
 
-    def increase(self, short_units: int, whole: bool) -> Proc[None]:
+    def increase(self, short_units: int, *, whole: bool) -> Proc[None]:
         slots = self.node.limits.slots_per_eni
         count_key = "Ipv4PrefixCount" if self.cfg.prefix_mode else "SecondaryPrivateIpAddressCount"
         for e in sorted(self.enis.values(), key=lambda e: e.device_index):

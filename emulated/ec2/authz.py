@@ -12,7 +12,7 @@ an administrator.
 
 The principal only decides; it holds the policies. The tests give it the
 statements the CDK app synthesizes and the project's evaluator
-(``tests/infra/iam_eval.py``, via ``tests/helpers/iam_policies.py``).
+(``tests/helpers/iam_eval.py``, via ``tests/helpers/iam_policies.py``).
 
 The request context carries the keys the Service Authorization Reference lists
 for these actions and warmpool's policies use: ``aws:ResourceTag/*`` and
@@ -185,7 +185,7 @@ def _create_eni(emu: ResourceState, p: Mapping[str, Any]) -> list[Request]:
 
 
 def _on_eni(
-    emu: ResourceState, action: str, eni: EmulatedEni, with_instance: bool, **extra: ContextValue
+    emu: ResourceState, action: str, eni: EmulatedEni, *, with_instance: bool, **extra: ContextValue
 ) -> list[Request]:
     r = _eni(emu, eni, **extra)
     out = [Request(f"ec2:{action}", r.resource, r.context)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 
 from warmpool.buckets import BucketSpec
 from warmpool.limits import InstanceLimits
@@ -32,3 +33,12 @@ class Ec2Config:
     """Eventually consistent Describe (:mod:`.lag`): when the max is above 0, each
     DescribeNetworkInterfaces and DescribeInstances answers from the state of a moment
     a lag drawn in [min, max] ago. Off by default."""
+
+
+class AmbiguousOutcome(Enum):
+    """How a mutating call that took effect may answer (:meth:`Ec2Emulator.set_ambiguous`)."""
+
+    INTERNAL_ERROR = "InternalError"
+    """An HTTP 500 ``InternalError``: the caller does not know the call took effect."""
+    SDK_RETRY = "sdk-retry"
+    """The connection dropped before the answer: the SDK sends the same request again."""

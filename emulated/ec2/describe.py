@@ -101,12 +101,14 @@ def describe_instances(emu: DescribeState, p: dict[str, Any]) -> dict[str, Any]:
     filters = filter_values(p.get("Filters"))
     check_filters(filters, INSTANCE_FILTERS)
     ids = id_list(p, "InstanceIds")
+    now = emu.clock.now()
+    listed = {k: i for k, i in emu.instances.items() if emu.unlisted.get(k, now) <= now}
     cands: Iterable[Instance]
     if ids:
-        cands = named(emu.instances, ids, "Instance")
+        cands = named(listed, ids, "Instance")
     else:
         by_id = next((v for n, v in filters if n == "instance-id"), None)
-        cands = [emu.instances[i] for i in by_id if i in emu.instances] if by_id else emu.instances.values()
+        cands = [listed[i] for i in by_id if i in listed] if by_id else listed.values()
     items = [i for i in cands if not filters or matches(i, filters, INSTANCE_FILTERS, tags_of)]
     page, nxt = paginate(items, p, ids_key="InstanceIds")
     # One reservation per instance launch group, in order of first appearance.

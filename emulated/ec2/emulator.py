@@ -44,7 +44,7 @@ from warmpool.limits import KNOWN_TYPES, InstanceLimits
 from . import describe, enis, resources
 from .authz import Denial, Principal, authorize
 from .client import FastEc2Client
-from .config import Ec2Config
+from .config import AmbiguousOutcome, Ec2Config
 from .describe import instance_metadata
 from .errors import Ec2Error, metadata, not_found
 from .lag import LAGGED, DescribeLag
@@ -108,6 +108,16 @@ class Ec2Emulator:
         self.denials: list[Denial] = []
         """Every request a principal was refused (:mod:`.authz`), in order."""
         self._lag_seed = seed + 2
+        self.unlisted: dict[str, float] = {}
+        """Instances DescribeInstances does not show yet: id -> when it starts to (:meth:`unlist_instance`)."""
+        self.stuck_detach_rate = 0.0
+        """Probability that a DetachNetworkInterface (not forced) answers success and leaves the ENI attached."""
+        self.stuck: set[str] = set()
+        """Attachments a detach call left in place: the next detach (a retry, or a forced one) detaches."""
+        self._stuck_rng = random.Random(seed + 3)
+        self._ambiguous: dict[str, tuple[AmbiguousOutcome, float]] = {}
+        self._ambiguous_rng = random.Random(seed + 4)
+        self._in_sdk_retry = False
         self.describe_lag: DescribeLag | None = None
         """Set while Describe lags (its ``lags`` lists every lag drawn)."""
         if self.config.describe_lag_max_s > 0:
@@ -201,7 +211,30 @@ class Ec2Emulator:
             self.describe_lag = DescribeLag(min_s, max_s, self._lag_seed)
             self._changed()
 
-    def set_subnet_exhausted(self, subnet_id: str, exhausted: bool = True) -> None:
+    def unlist_instance(self, instance_id: str, until: float) -> None:
+        """Fault: DescribeInstances leaves the instance out until ``until`` (an instance just
+        launched, not yet in the eventually consistent view); named by id, it is NotFound."""
+        with self._lock:
+            self.unlisted[instance_id] = until
+
+    def set_stuck_detach(self, rate: float) -> None:
+        """Fault: each DetachNetworkInterface without ``Force`` answers success yet leaves the ENI
+        ``in-use`` with probability ``rate`` (seeded); its next detach call detaches. 0 ends it."""
+        with self._lock:
+            self.stuck_detach_rate = rate
+
+    def set_ambiguous(self, action: str, outcome: AmbiguousOutcome, rate: float) -> None:
+        """Fault: each call of ``action`` takes effect and then, with probability ``rate``
+        (seeded), its answer is lost: ``INTERNAL_ERROR`` answers ``InternalError`` (HTTP 500);
+        ``SDK_RETRY`` drops the connection, and the caller's SDK sends the same request again,
+        whose answer the caller gets (what botocore's retry of a connection error does). 0 ends it."""
+        with self._lock:
+            if rate > 0:
+                self._ambiguous[action] = (outcome, rate)
+            else:
+                self._ambiguous.pop(action, None)
+
+    def set_subnet_exhausted(self, subnet_id: str, *, exhausted: bool = True) -> None:
         """Fault: make every allocation in the subnet fail as if it were full."""
         with self._lock:
             self._subnet(subnet_id).pool.exhausted = exhausted
@@ -276,7 +309,7 @@ class Ec2Emulator:
         with self._lock:
             self._counters.clear()
 
-    def tokens(self, action: str, unfiltered: bool = False) -> float:
+    def tokens(self, action: str, *, unfiltered: bool = False) -> float:
         """Tokens in ``action``'s bucket now (for tests and figures)."""
         with self._lock:
             return self._bucket(action + UNFILTERED_SUFFIX if unfiltered else action).tokens
@@ -337,6 +370,17 @@ class Ec2Emulator:
                     out = handler(self, dict(params))
                     if not action.startswith("Describe"):
                         self._changed()
+                        lost = self._answer_lost(action)
+                        if lost is AmbiguousOutcome.INTERNAL_ERROR:
+                            raise Ec2Error(
+                                "InternalError", "An internal error has occurred (the request took effect).", 500
+                            )
+                        if lost is AmbiguousOutcome.SDK_RETRY:
+                            self._in_sdk_retry = True
+                            try:
+                                return self.dispatch(action, params, principal)
+                            finally:
+                                self._in_sdk_retry = False
             except Ec2Error as e:
                 if e.code == "RequestLimitExceeded":
                     counter.throttled += 1
@@ -345,6 +389,15 @@ class Ec2Emulator:
                 raise
             out["ResponseMetadata"] = metadata()
             return out
+
+    def stuck_draw(self) -> float:
+        return self._stuck_rng.random()
+
+    def _answer_lost(self, action: str) -> AmbiguousOutcome | None:
+        amb = self._ambiguous.get(action)
+        if amb is None or self._in_sdk_retry or self._ambiguous_rng.random() >= amb[1]:
+            return None
+        return amb[0]
 
     def _inject(self, action: str) -> None:
         queue = self._faults.get(action)

@@ -371,6 +371,11 @@ def detach(emu: EniState, p: dict[str, Any]) -> dict[str, Any]:
         )
     if att.status == "detaching":
         return {}
+    if att.id in emu.stuck or p.get("Force"):
+        emu.stuck.discard(att.id)
+    elif emu.stuck_detach_rate > 0 and emu.stuck_draw() < emu.stuck_detach_rate:
+        emu.stuck.add(att.id)  # answered, yet the ENI stays in-use and attached
+        return {}
     delay = emu.config.detach_delay_s
     if delay > 0:
         att.status = "detaching"

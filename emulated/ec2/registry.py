@@ -65,6 +65,14 @@ class DescribeState(Ec2View, Protocol):
     @property
     def _types(self) -> dict[str, InstanceLimits]: ...
 
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def unlisted(self) -> dict[str, float]:
+        """Instances DescribeInstances leaves out: id -> when it starts to show them."""
+        ...
+
 
 class EniState(Ec2View, Protocol):
     """What :mod:`.enis` reaches of the emulator."""
@@ -85,6 +93,16 @@ class EniState(Ec2View, Protocol):
     @property
     def _tokens(self) -> dict[str, tuple[str, dict[str, Any]]]:
         """ClientToken -> (fingerprint, response)."""
+        ...
+
+    @property
+    def stuck_detach_rate(self) -> float: ...
+
+    @property
+    def stuck(self) -> set[str]: ...
+
+    def stuck_draw(self) -> float:
+        """A draw of the stuck-detach fault's own generator."""
         ...
 
     def _id(self, prefix: str) -> str: ...

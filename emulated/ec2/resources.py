@@ -4,7 +4,7 @@ and tags on any of them or on an ENI.
 The same state the direct set-up methods of :class:`~emulated.ec2.emulator.Ec2Emulator`
 build (``add_vpc``, ``add_subnet``, ``run_instance``), reached as boto3 calls
 (RunInstances with ClientToken idempotency, TerminateInstances, CreateVpc,
-CreateSubnet, CreateTags).
+CreateSubnet, CreateTags, DeleteTags).
 """
 
 from __future__ import annotations
@@ -132,6 +132,24 @@ def create_tags(emu: ResourceState, p: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def delete_tags(emu: ResourceState, p: dict[str, Any]) -> dict[str, Any]:
+    """EC2's DeleteTags: a tag given without a value goes whatever its value; with one
+    (even empty), only when the value matches. Keys the resource lacks are ignored."""
+    objs = [_taggable(emu, r) for r in id_list(p, "Resources")]
+    if not objs:
+        raise Ec2Error("MissingParameter", "The request must contain the parameter resourceIdSet")
+    given = p.get("Tags")
+    for o in objs:
+        if not given:  # no tags named: every tag of the resource
+            o.tags.clear()
+            continue
+        for t in given:
+            key = str(t["Key"])
+            if key in o.tags and ("Value" not in t or o.tags[key] == str(t["Value"])):
+                del o.tags[key]
+    return {}
+
+
 def run_instances(emu: ResourceState, p: dict[str, Any]) -> dict[str, Any]:
     token = p.get("ClientToken")
     if token and token in emu._run_tokens:
@@ -223,6 +241,7 @@ def create_subnet(emu: ResourceState, p: dict[str, Any]) -> dict[str, Any]:
 
 HANDLERS: dict[str, Handler[ResourceState]] = {
     "CreateTags": create_tags,
+    "DeleteTags": delete_tags,
     "RunInstances": run_instances,
     "TerminateInstances": terminate_instances,
     "CreateVpc": create_vpc,

@@ -94,7 +94,7 @@ class Attachment:
     delete_on_termination: bool = False
     status: str = "attaching"  # attaching | attached | detaching
 
-    def render(self, owner: str, with_instance: bool = True) -> dict[str, Any]:
+    def render(self, owner: str, *, with_instance: bool = True) -> dict[str, Any]:
         d: dict[str, Any] = {
             "AttachTime": ts(self.attach_time),
             "AttachmentId": self.id,

@@ -97,6 +97,14 @@ class FastSqs:
             except SqsError as e:
                 raise self.exceptions.of(e, "Depth") from None
 
+    def visible(self, queue_url: str) -> int:
+        """Messages a receive could get now (not in flight, not delayed)."""
+        with self._lock:
+            try:
+                return self._queue(queue_url).counts(self.clock.now())[0]
+            except SqsError as e:
+                raise self.exceptions.of(e, "Visible") from None
+
     def next_visible_at(self, queue_url: str) -> float | None:
         """When the next delayed or in-flight message becomes visible (None if none);
         lets a virtual-time driver skip idle time."""

@@ -55,6 +55,11 @@ TOKEN = "warmpool-e2e-admin-token"
 HOST_PATHS = ("/opt/cni/bin", "/etc/cni/net.d", "/opt/warmpool", "/var/lib/warmpool", "/run/warmpool")
 AGENT_IMAGE_TAG = "e2e"
 INSTALLED_FILES = ("/etc/cni/net.d/05-warmpool.conflist", "/opt/cni/bin/warmpool-cni")
+# The cold-start test's names: the node resolves the local stack's endpoint by name through
+# its resolver (the stand-in for the VPC's), as an agent on EC2 resolves the AWS endpoints;
+# the kubelet points ClusterFirst pods at the cluster DNS address, as EKS nodes do.
+ENDPOINT_NAME = "aws.e2e.internal"
+CLUSTER_DNS_IP = "10.96.0.10"
 PACKAGES = ("buildah", "debootstrap", "containerd", "runc", "busybox-static", "containernetworking-plugins", "iproute2")
 
 
@@ -94,6 +99,35 @@ def agent_image(out_dir: Path, tag: str = AGENT_IMAGE_TAG) -> Path:
     """The agent image from infra/docker/agent.Dockerfile, as an OCI archive."""
     r = _run(["bash", str(ROOT / "e2e/build-images.sh"), str(out_dir), tag], timeout=3600)
     return Path(r.stdout.strip().splitlines()[-1])
+
+
+def agent_variant(out_dir: Path, tag: str, revision: str) -> str:
+    """The agent image with label ``warmpool.io/e2e-revision`` and env ``WARMPOOL_E2E_REVISION``
+    set to ``revision``, tagged ``tag``: another image (its own ID) of the same code, for a
+    rolling update. Written as an OCI archive ``agent-<tag>.oci.tar`` in ``out_dir``."""
+    base, ref = f"docker.io/warmpool/agent:{AGENT_IMAGE_TAG}", f"docker.io/warmpool/agent:{tag}"
+    env = {**os.environ, "BUILDAH_ISOLATION": "chroot"}
+    ctr = _run(["buildah", "from", base], env=env).stdout.strip()
+    try:
+        _run(
+            [
+                "buildah",
+                "config",
+                "--label",
+                f"warmpool.io/e2e-revision={revision}",
+                "--env",
+                f"WARMPOOL_E2E_REVISION={revision}",
+                ctr,
+            ],
+            env=env,
+        )
+        _run(["buildah", "commit", "--quiet", ctr, ref], env=env)
+    finally:
+        _run(["buildah", "rm", ctr], check=False, env=env)
+    archive = out_dir / f"agent-{tag}.oci.tar"
+    archive.unlink(missing_ok=True)
+    _run(["buildah", "push", "--quiet", ref, f"oci-archive:{archive}:{ref}"], env=env, timeout=600)
+    return ref
 
 
 @dataclass
@@ -175,6 +209,10 @@ class KubeCluster:
     made_paths: list[str] = field(default_factory=list)
     kubeconfig: Path = field(init=False)
     timings: dict[str, float] = field(default_factory=dict)
+    # The cold-start set-up: the kubelet's clusterDNS set, the node's resolver answering
+    # ENDPOINT_NAME, the agent's endpoint given by that name.
+    cluster_dns: bool = False
+    resolver: Any = None
 
     def __post_init__(self) -> None:
         self.kubeconfig = self.base / "admin.kubeconfig"
@@ -261,6 +299,10 @@ class KubeCluster:
         _run(["ip", "link", "add", HOST_LINK, "type", "veth", "peer", "name", NODE_LINK])
         _run(["ip", "addr", "add", f"{HOST_ADDR}/30", "dev", HOST_LINK])
         _run(["ip", "link", "set", HOST_LINK, "up"])
+        if self.cluster_dns:
+            from tests.e2e.dnsstub import DnsStub
+
+            self.resolver = DnsStub(HOST_ADDR, 53, {ENDPOINT_NAME: HOST_ADDR}).start()
         self.stack = LocalStack(
             LocalOptions(
                 host=HOST_ADDR,
@@ -543,11 +585,13 @@ class KubeCluster:
             "fileCheckFrequency": "5s",
             "nodeStatusUpdateFrequency": "5s",
             "registerNode": True,
-            "resolvConf": "/etc/resolv.conf",
+            "resolvConf": self._resolv_conf(kdir),
             "serializeImagePulls": False,
             "localStorageCapacityIsolation": False,
             "podLogsDir": str(kdir / "pod-logs"),
         }
+        if self.cluster_dns:
+            config.update({"clusterDNS": [CLUSTER_DNS_IP], "clusterDomain": "cluster.local"})
         (kdir / "config.yaml").write_text(yaml.safe_dump(config))
         self.kubelet_config = config
         node_kubeconfig = kdir / "kubeconfig"
@@ -576,6 +620,14 @@ class KubeCluster:
         ).start()
         _wait("the node to register", lambda: self.get("node", NODE_NAME), 120, [self.procs["kubelet"]], interval=1.0)
 
+    def _resolv_conf(self, kdir: Path) -> str:
+        """The node's resolver: this machine's, or (cold start) the stub standing in for the VPC's."""
+        if not self.cluster_dns:
+            return "/etc/resolv.conf"
+        path = kdir / "node-resolv.conf"
+        path.write_text(f"nameserver {HOST_ADDR}\n")
+        return str(path)
+
     # ---- warmpool
 
     def manifests(self, image: str, agent_env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
@@ -597,7 +649,7 @@ class KubeCluster:
                         "AWS_ACCESS_KEY_ID": "testing",
                         "AWS_SECRET_ACCESS_KEY": "testing",
                         "AWS_DEFAULT_REGION": out["region"],
-                        names.ENV_ENDPOINT_URL: out["endpoint"],
+                        names.ENV_ENDPOINT_URL: self.endpoint_url(),
                         "WARMPOOL_LOG_LEVEL": "INFO",
                         **(agent_env or {}),
                     }
@@ -606,6 +658,24 @@ class KubeCluster:
                 for c in d["spec"]["template"]["spec"]["initContainers"] + d["spec"]["template"]["spec"]["containers"]:
                     c["imagePullPolicy"] = "Never"
         return docs
+
+    def endpoint_url(self) -> str:
+        """The local stack's endpoint as the agent is given it (by name in the cold-start set-up)."""
+        url = str(self.stack.outputs["endpoint"])
+        return url.replace(f"//{HOST_ADDR}:", f"//{ENDPOINT_NAME}:") if self.cluster_dns else url
+
+    def agent_pods(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.get(
+            "pods", "-n", "kube-system", "-l", "app.kubernetes.io/name=warmpool-agent"
+        )["items"]
+        return items
+
+    def import_agent_variant(self, tag: str, revision: str) -> str:
+        """A second agent image: the built one with a label and an env var changed
+        (Buildah), imported into the node's containerd; returns its reference."""
+        ref = agent_variant(self.base, tag, revision)
+        self.containerd.import_image(self.base / f"agent-{tag}.oci.tar")
+        return ref
 
     # ---- teardown
 
@@ -642,6 +712,8 @@ class KubeCluster:
                 self.procs[name].stop()
         if self.demo is not None:
             self.demo.teardown()
+        if self.resolver is not None:
+            self.resolver.close()
         _run(["ip", "link", "del", HOST_LINK], check=False)
         for p in reversed(self.made_paths):
             if os.path.isdir(p):
@@ -652,10 +724,23 @@ class KubeCluster:
         for f in INSTALLED_FILES:  # what the init container wrote where the directories were already here
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f)
+        _clear_node_state()
         from demo.runtime_containerd import remove_default_state, unmount_under
 
         unmount_under(self.base)
         remove_default_state()
+
+
+def _clear_node_state() -> None:
+    """This node's checkpoint and socket: not the next run's (one node per machine)."""
+    for d in ("/var/lib/warmpool", "/run/warmpool"):
+        if not os.path.isdir(d):
+            continue
+        for entry in Path(d).iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
 
 
 class NodeContainerd:
@@ -677,6 +762,20 @@ class NodeContainerd:
         return _C(base, netns)
 
 
+def deployment(name: str, namespace: str, labels: dict[str, str], replicas: int, pod: dict[str, Any]) -> dict[str, Any]:
+    """A Deployment of ``replicas`` pods of spec ``pod``, selected by ``labels``."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }
+
+
 def kubectl_binary() -> str:
     found = shutil.which("kubectl")
     if found is None:
@@ -685,7 +784,7 @@ def kubectl_binary() -> str:
 
 
 @contextlib.contextmanager
-def kube_cluster() -> Iterator[KubeCluster]:
+def kube_cluster(*, cluster_dns: bool = False) -> Iterator[KubeCluster]:
     """Build (or take from the cache) everything, start the cluster, tear it all down after."""
     from demo.host import single_run_lock
 
@@ -698,7 +797,7 @@ def kube_cluster() -> Iterator[KubeCluster]:
     archive = agent_image(base)
     t_image = time.monotonic() - t1
     with single_run_lock(wait_s=600):
-        c = KubeCluster(base, bin_dir, archive)
+        c = KubeCluster(base, bin_dir, archive, cluster_dns=cluster_dns)
         c.timings.update({"binaries_s": t_bins, "agent_image_s": t_image})
         try:
             c.start()

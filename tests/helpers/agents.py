@@ -39,6 +39,38 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def moto_client(service: str, endpoint: str) -> Any:
+    """A boto3 client of ``service`` for moto's server at ``endpoint`` (test credentials)."""
+    import boto3
+
+    return boto3.client(
+        service,
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+def ec2_node(endpoint: str) -> tuple[str, str, str]:
+    """An m5.large in the EC2 at ``endpoint`` (moto's server) with a second ENI attached at
+    device index 1: (instance id, primary ENI id, second ENI id). The agent's tag look-up
+    (``node_agent/unmanaged.py``) asks EC2 for the instance's ENIs; an ENI EC2 does not list
+    stays unknown (held), so a fake IMDS must serve these ids."""
+    ec2 = moto_client("ec2", endpoint)
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnets = [
+        ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone="us-east-1a")["Subnet"]["SubnetId"]
+        for cidr in ("10.0.0.0/24", "10.0.1.0/24")
+    ]
+    inst = ec2.run_instances(
+        ImageId="ami-12c6146b", MinCount=1, MaxCount=1, InstanceType="m5.large", SubnetId=subnets[0]
+    )["Instances"][0]
+    second = ec2.create_network_interface(SubnetId=subnets[1])["NetworkInterface"]["NetworkInterfaceId"]
+    ec2.attach_network_interface(NetworkInterfaceId=second, InstanceId=inst["InstanceId"], DeviceIndex=1)
+    return inst["InstanceId"], inst["NetworkInterfaces"][0]["NetworkInterfaceId"], second
+
+
 def start_agent(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     out = open(log, "ab")  # noqa: SIM115 - handed to the child
     return subprocess.Popen(

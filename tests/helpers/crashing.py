@@ -11,20 +11,26 @@ class Crash(BaseException):
 
 
 class CrashingEc2:
-    """Passes calls through; dies right after the n-th successful ``action``."""
+    """Passes calls through; dies right after the n-th successful ``action`` (``before``: right
+    before the n-th, which then never reaches EC2)."""
 
-    def __init__(self, inner: Any, action: str, after: int = 1) -> None:
-        self.inner, self.action, self.left = inner, action, after
+    def __init__(self, inner: Any, action: str, after: int = 1, *, before: bool = False) -> None:
+        self.inner, self.action, self.left, self.before = inner, action, after, before
 
     def __getattr__(self, name: str) -> Any:
         fn = getattr(self.inner, name)
 
+        def count() -> None:
+            self.left -= 1
+            if self.left == 0:
+                raise Crash(name)
+
         def call(**kw: Any) -> Any:
+            if name == self.action and self.before:
+                count()
             out = fn(**kw)
-            if name == self.action:
-                self.left -= 1
-                if self.left == 0:
-                    raise Crash(name)
+            if name == self.action and not self.before:
+                count()
             return out
 
         return call

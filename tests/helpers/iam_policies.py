@@ -1,7 +1,7 @@
 """The IAM policies the CDK app synthesizes, as principals of emulated EC2 (:mod:`emulated.ec2.authz`).
 
 A :class:`PolicyPrincipal` decides each authorization request with the project's evaluator
-(``tests/infra/iam_eval.py``) over one role's synthesized statements, concretized for the
+(``tests/helpers/iam_eval.py``) over one role's synthesized statements, concretized for the
 emulator's region and account; ``Ec2Emulator.client(principal=...)`` then refuses what the
 role may not do with ``UnauthorizedOperation``, as EC2 does.
 """
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emulated.ec2 import Ec2Emulator
-from tests.infra.iam_eval import ContextValue, concretize, evaluate
-from tests.infra.synth import BASE_CONTEXT, Synthesized
+from tests.helpers.cdk_synth import BASE_CONTEXT, Synthesized
+from tests.helpers.iam_eval import ContextValue, concretize, evaluate
 
 ROLES = {"allocate": "AllocateRole", "reconcile": "ReconcileRole"}
 """The functions' roles, by the prefix of their logical id in the template."""

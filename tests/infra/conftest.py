@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.infra.synth import VARIANTS, Synthesized, _synth
+from tests.helpers.cdk_synth import VARIANTS, Synthesized, _synth
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.infra.synth import Synthesized
+from tests.helpers.cdk_synth import Synthesized
 from warmpool import names
+from warmpool.calls import CALLS
 
 P = "arn:${AWS::Partition}:ec2:${AWS::Region}:${AWS::AccountId}"
 VPC = f"{P}:vpc/vpc-0123456789abcdef0"
@@ -246,3 +247,12 @@ def test_node_role_option_attaches_the_agent_policy_to_the_nodes_role(
         s.resolved["Outputs"]["AgentRoleArn"]["Value"]
         == "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/eks-node-role"
     )
+
+
+def test_the_allocate_role_allows_every_action_of_every_planned_call(default: Synthesized) -> None:
+    """The IAM half of warmpool/calls.py (tests/unit/test_calls_registry.py holds the rest)."""
+    allowed = {
+        a for st in default.role_statements("AllocateRole") if st["Effect"] == "Allow" for a in _list(st["Action"])
+    }
+    for kind, spec in CALLS.items():
+        assert set(spec.iam) <= allowed, (kind.__name__, set(spec.iam) - allowed)

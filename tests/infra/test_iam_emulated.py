@@ -13,8 +13,8 @@ import pytest
 from emulated.ec2 import Ec2Emulator
 from emulated.ec2.authz import requests
 from tests.helpers.allocate_world import AllocatorWorld
+from tests.helpers.cdk_synth import Synthesized
 from tests.helpers.iam_policies import PolicyPrincipal, principals, stack_network
-from tests.infra.synth import Synthesized
 from warmpool import names
 
 WARMPOOL = {names.TAG_CLUSTER_NAME: "demo", names.TAG_MANAGED: "true"}

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.infra.iam_eval import UnsupportedOperator, condition_holds, evaluate
+from tests.helpers.iam_eval import UnsupportedOperator, condition_holds, evaluate
 
 
 def st(

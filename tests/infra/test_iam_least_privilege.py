@@ -1,5 +1,5 @@
 """Least privilege that holds (issue 12): the synthesized policies, EVALUATED against the
-ENIs and queues warmpool must touch and those it must not (tests/infra/iam_eval.py)."""
+ENIs and queues warmpool must touch and those it must not (tests/helpers/iam_eval.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from infra import policies
 from infra.config import config_from_context
-from tests.infra.iam_eval import ContextValue, IamEni, concretize, evaluate, matching_sids
-from tests.infra.synth import BASE_CONTEXT, Synthesized
+from tests.helpers.cdk_synth import BASE_CONTEXT, Synthesized
+from tests.helpers.iam_eval import ContextValue, IamEni, concretize, evaluate, matching_sids
 from warmpool import names
 
 REGION, ACCOUNT = "us-east-1", "123456789012"

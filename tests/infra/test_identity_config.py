@@ -11,7 +11,7 @@ import pytest
 from emulated.iid import IdentitySigner
 from functions.identity import TrustedKeys
 from infra.config import DEFAULT_IDENTITY_CERTIFICATE_FILE, StackConfigError, config_from_context
-from tests.infra.synth import OTHER_REGION_CERTIFICATE, Synthesized
+from tests.helpers.cdk_synth import OTHER_REGION_CERTIFICATE, Synthesized
 from warmpool import names
 
 GOOD = {

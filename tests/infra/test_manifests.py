@@ -11,6 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from infra import manifests
 from infra import render_manifests as rm
 from warmpool import names
 
@@ -72,7 +73,7 @@ def test_pod_identity_needs_no_annotation(docs: list[dict[str, Any]]) -> None:
 
 def test_daemonset_host_network_capabilities_and_mounts(docs: list[dict[str, Any]]) -> None:
     pod = _by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
-    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "Default"
     assert pod["serviceAccountName"] == "warmpool-agent"
     assert pod["priorityClassName"] == "system-node-critical"
     assert pod["nodeSelector"]["warmpool.io/enabled"] == "true"
@@ -205,18 +206,13 @@ def test_command_line_writes_one_applyable_file(tmp_path: Path) -> None:
 
 
 def test_templates_use_only_placeholders_the_renderer_fills() -> None:
-    known = {
-        "CLUSTER",
-        "REGION",
-        "REPORTS_QUEUE_URL",
-        "RESULT_QUEUE_PREFIX",
-        "NAMESPACE",
-        "SERVICE_ACCOUNT",
-        "IMAGE",
-    }
+    known = set(manifests.PLACEHOLDERS)  # the renderer fills exactly these (infra/manifests.py)
+    assert {"CLUSTER", "REGION", "REPORTS_QUEUE_URL", "RESULT_QUEUE_PREFIX", "IMAGE", "DNS_POLICY"} <= known
     for name in rm.TEMPLATES:
-        used = set(re.findall(r"\$\{([A-Z_]+)\}", (rm.K8S_DIR / name).read_text()))
+        used = set(re.findall(r"\$\{([A-Z0-9_]+)\}", (rm.K8S_DIR / name).read_text()))
         assert used <= known, name
+    docs = rm.render(rm.load_outputs(CFN_OUTPUTS), image=IMAGE)
+    assert "${" not in json.dumps(docs)  # nothing left unfilled
 
 
 def test_strict_validation_would_catch_a_misspelt_field(docs: list[dict[str, Any]]) -> None:

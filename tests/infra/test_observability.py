@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from infra.observability import EC2_ACTIONS
-from tests.infra.synth import Synthesized
+from tests.helpers.cdk_synth import Synthesized
+from tests.helpers.metric_dimensions import dimension_set, emitted_dimensions
 from warmpool import names
 
 
@@ -28,7 +30,6 @@ def test_dashboard_graphs_every_signal_the_issue_lists(default: Synthesized) -> 
     for metric in (
         names.M_EC2_CALLS,
         names.M_EC2_THROTTLES,
-        names.M_TOKENS_AVAILABLE,
         names.M_TOKENS_WAITED_S,
         names.M_NODES_IN_DEFICIT,
         names.M_NODES_DEFERRED,
@@ -55,7 +56,9 @@ def test_latency_graph_shows_p50_and_p99(default: Synthesized) -> None:
     latency = _widget(_body(default), "Allocation latency (ms)")
     searches = [m[0]["expression"] for m in latency["metrics"]]
     assert [s.rsplit(",", 2)[1].strip(" '") for s in searches] == ["p50", "p99"]
-    assert all('MetricName="AllocationLatencyMs"' in s and 'Namespace="warmpool"' in s for s in searches)
+    # this cluster's series under the functions' dimension set (was: any series in the namespace)
+    assert all('MetricName="AllocationLatencyMs"' in s and "{warmpool,cluster,service}" in s for s in searches)
+    assert all('cluster="demo"' in s for s in searches)
 
 
 def _alarms(s: Synthesized) -> dict[str, dict[str, Any]]:
@@ -113,3 +116,42 @@ def test_alarm_topic_is_encrypted_with_a_rotating_key_cloudwatch_may_use(default
     assert any(
         st["Effect"] == "Deny" and st["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for st in policy
     )
+
+
+_SEARCH = re.compile(
+    r"SEARCH\('\{(?P<schema>[^}]*)\} MetricName=\"(?P<metric>[^\"]+)\" cluster=\"(?P<cluster>[^\"]+)\"'"
+)
+
+
+def test_every_graph_searches_its_metrics_emitted_dimension_set_for_this_cluster(default: Synthesized) -> None:
+    """Two clusters in one account: each dashboard reads its own cluster's series, under the
+    exact dimension set the functions emit (tests/unit/test_metric_dimensions.py pins it)."""
+    emitted = emitted_dimensions()
+    text = json.dumps(_body(default))
+    searches = re.findall(r"SEARCH\([^)]*\)", text.replace('\\"', '"'))
+    assert searches
+    graphed = set()
+    for search in searches:
+        m = _SEARCH.match(search)
+        assert m, f"a search without the cluster's filter: {search}"
+        namespace, *dims = m["schema"].split(",")
+        assert namespace == names.METRICS_NAMESPACE and m["cluster"] == "demo", search
+        assert frozenset(dims) == dimension_set(m["metric"], emitted), search
+        graphed.add(m["metric"])
+    assert graphed <= set(emitted), graphed - set(emitted)  # nothing graphed that no code emits
+
+
+def test_every_alarm_on_a_warmpool_metric_names_its_emitted_dimension_set(default: Synthesized) -> None:
+    emitted = emitted_dimensions()
+    seen = 0
+    for alarm in _alarms(default).values():
+        for query in alarm.get("Metrics", []):
+            stat = query.get("MetricStat")
+            if not stat or stat["Metric"].get("Namespace") != names.METRICS_NAMESPACE:
+                continue
+            metric = stat["Metric"]
+            dims = {d["Name"]: d["Value"] for d in metric["Dimensions"]}
+            assert frozenset(dims) == dimension_set(metric["MetricName"], emitted)
+            assert dims["cluster"] == "demo"
+            seen += 1
+    assert seen == len(EC2_ACTIONS)

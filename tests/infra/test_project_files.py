@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from infra.asset import stage_lambda_code
-from tests.infra.synth import Synthesized
+from tests.helpers.cdk_synth import Synthesized
 from warmpool import names
 
 ROOT = Path(__file__).resolve().parents[2]

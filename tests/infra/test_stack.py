@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from infra.outputs import OUTPUTS
-from tests.infra.synth import Synthesized
+from tests.helpers.cdk_synth import Synthesized
 from warmpool import names
 
 

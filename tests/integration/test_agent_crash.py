@@ -16,12 +16,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 from node_agent.agent import install_cni
-from tests.fakenode import FakeEni, FakeImdsServer, FakeInstance, add_fake_eni, netns, netns_available
-from tests.helpers.agents import free_port, hand_back_all, start_agent, wait_ready
+from tests.helpers.agents import ec2_node, free_port, hand_back_all, moto_client, start_agent, wait_ready
+from tests.helpers.fakenode import FakeEni, FakeImdsServer, FakeInstance, add_fake_eni, netns, netns_available
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -29,7 +28,6 @@ _why = netns_available()
 if _why:
     pytest.skip(f"network namespaces unavailable: {_why}", allow_module_level=True)
 
-INSTANCE = "i-0fedcba987654321a"
 PODS = 8
 
 
@@ -58,8 +56,10 @@ def test_kill_9_mid_add_loses_and_doubles_nothing(tmp_path: Path, moto_endpoint:
         node = stack.enter_context(netns("wpnode"))
         pods = [stack.enter_context(netns("wppod")) for _ in range(PODS)]
         imds = stack.enter_context(FakeImdsServer())
+        # the node in EC2 too: the agent's tag look-up asks it for the instance's ENIs
+        instance, *eni_ids = ec2_node(moto_endpoint)
         eni0 = FakeEni(
-            "eni-00000000000000b0",
+            eni_ids[0],
             "0a:00:00:00:00:b0",
             0,
             "10.0.0.10",
@@ -68,7 +68,7 @@ def test_kill_9_mid_add_loses_and_doubles_nothing(tmp_path: Path, moto_endpoint:
             ips=[f"10.0.0.{i}" for i in range(11, 11 + PODS)],
         )
         eni1 = FakeEni(
-            "eni-00000000000000b1",
+            eni_ids[1],
             "0a:00:00:00:00:b1",
             1,
             "10.0.1.10",
@@ -78,15 +78,9 @@ def test_kill_9_mid_add_loses_and_doubles_nothing(tmp_path: Path, moto_endpoint:
         )
         add_fake_eni(node, "eth0", eni0.mac)  # the primary ENI: the agent sets the node up on it
         add_fake_eni(node, "eth1", eni1.mac)
-        imds.instances[INSTANCE] = FakeInstance(INSTANCE, "m5.large", "us-east-1a", [eni0, eni1])
+        imds.instances[instance] = FakeInstance(instance, "m5.large", "us-east-1a", [eni0, eni1])
         creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
-        sqs = boto3.client(
-            "sqs",
-            region_name="us-east-1",
-            endpoint_url=moto_endpoint,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
+        sqs = moto_client("sqs", moto_endpoint)
         reports = sqs.create_queue(QueueName="warmpool-demo-reports")["QueueUrl"]
         sock = str(tmp_path / "agent.sock")
         metrics = f"127.0.0.1:{free_port()}"
@@ -96,7 +90,7 @@ def test_kill_9_mid_add_loses_and_doubles_nothing(tmp_path: Path, moto_endpoint:
             "PYTHONPATH": str(Path(__file__).parents[2]),
             "CLUSTER_NAME": "demo",
             "WARM_IP_TARGET": "1",
-            "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url_for(INSTANCE),
+            "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url_for(instance),
             "WARMPOOL_AWS_ENDPOINT_URL": moto_endpoint,
             "WARMPOOL_REPORTS_QUEUE_URL": reports,
             "WARMPOOL_STATE_DIR": str(tmp_path / "state"),

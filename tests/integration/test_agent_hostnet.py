@@ -21,8 +21,8 @@ from node_agent.config import load
 from node_agent.imds import Identity, ImdsClient
 from node_agent.netlink import sysctl_get, sysctl_set
 from node_agent.nodenet import NodeNetworking, spec_from_imds
-from tests.fakenode import FakeEni, FakeImdsServer, FakeInstance, netns, netns_available, sh
 from tests.helpers.agents import RecordingPods
+from tests.helpers.fakenode import FakeEni, FakeImdsServer, FakeInstance, netns, netns_available, sh
 from warmpool.clock import RealClock
 
 pytestmark = pytest.mark.netns

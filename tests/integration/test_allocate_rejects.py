@@ -10,6 +10,7 @@ from emulated.clock import VirtualClock
 from emulated.ec2 import Ec2Config, Ec2Emulator
 from emulated.iid import document_for
 from emulated.sqs import FastSqs
+from functions import allocator
 from functions.allocator import Record
 from tests.helpers.allocate_world import AllocatorWorld, moto_dynamo
 from warmpool import names
@@ -66,8 +67,13 @@ def test_report_naming_an_unknown_instance_or_another_cluster_is_rejected() -> N
     )
     other = json.dumps({**r, "cluster": "prod"})
     out = w.deliver([ghost, other])
-    assert out.rejected == 2
-    assert sorted(x for x, _ in _dlq(w)) == ["foreign-cluster", "instance-not-found"]
+    # An instance DescribeInstances does not show may be new (Describe is eventually
+    # consistent): its report waits, re-sent, for UNLISTED_GRACE_S after it was sent.
+    assert out.rejected == 1 and out.deferred == 1
+    assert sorted(x for x, _ in _dlq(w)) == ["foreign-cluster"]
+    w.clock.advance(allocator.UNLISTED_GRACE_S + 1)
+    assert w.deliver([ghost]).rejected == 1
+    assert [x for x, _ in _dlq(w)] == ["instance-not-found"]
 
 
 def test_report_claiming_an_eni_of_another_instance_is_rejected() -> None:

@@ -332,7 +332,7 @@ def test_status_is_ready_with_a_ready_eni_and_50_otherwise(agent: Agent, tmp_pat
     conf = json.dumps(CONF11).encode()
     p = plugin({"CNI_COMMAND": "STATUS", "WARMPOOL_SOCKET": agent.path}, conf)
     assert p.returncode == 0 and p.stdout.strip() == b"", p.stdout + p.stderr
-    agent.svc.ds.set_ready(ENI.eni_id, False)
+    agent.svc.ds.set_ready(ENI.eni_id, ready=False)
     err = _cni_error(plugin({"CNI_COMMAND": "STATUS", "WARMPOOL_SOCKET": agent.path}, conf))
     assert err["code"] == 50 and "ENI" in err["details"]
     err = _cni_error(plugin({"CNI_COMMAND": "STATUS", "WARMPOOL_SOCKET": str(tmp_path / "nobody.sock")}, conf))

@@ -23,7 +23,7 @@ from node_agent.datastore import Datastore
 from node_agent.hostnet import host_veth_name, setup_eni
 from node_agent.netlink import Netlink
 from node_agent.records import EniInfo
-from tests.fakenode import add_fake_eni, ip_json, netns, netns_available, sh
+from tests.helpers.fakenode import add_fake_eni, ip_json, netns, netns_available, sh
 from warmpool.clock import RealClock
 
 pytestmark = pytest.mark.netns
@@ -155,7 +155,7 @@ def test_no_free_address_is_a_clear_try_again_error_and_counts_as_demand(node: N
     assert rc == 1
     assert err["code"] == 11 and err["cniVersion"] == "1.0.0" and "no free pod IP" in err["msg"]
     assert node.ds.counts(0.0).pending == 1
-    assert node.service.stats.failures["ADD:no-address"] == 1
+    assert node.service.stats.failures["ADD", "no-address"] == 1
 
 
 def test_agent_down_is_a_try_again_error(node: Node, pod: str, tmp_path: Path) -> None:

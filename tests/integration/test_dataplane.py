@@ -23,7 +23,7 @@ from node_agent.hostnet import setup_eni, setup_pod
 from node_agent.netlink import Netlink, sysctl_set
 from node_agent.nodenet import NodeNetworking, NodeSpec
 from node_agent.records import EniInfo
-from tests.fakenode import ip_json, netns_available, sh
+from tests.helpers.fakenode import ip_json, netns_available, sh
 
 pytestmark = pytest.mark.netns
 

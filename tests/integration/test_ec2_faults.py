@@ -77,7 +77,7 @@ def test_subnet_exhausted_fault(emulated: Backend) -> None:
     with pytest.raises(ClientError) as e:
         emulated.ec2.assign_private_ip_addresses(NetworkInterfaceId=eid, SecondaryPrivateIpAddressCount=1)
     assert error_of(e) == ("InsufficientFreeAddressesInSubnet", 400)
-    emulated.emu.set_subnet_exhausted(w.subnet, False)
+    emulated.emu.set_subnet_exhausted(w.subnet, exhausted=False)
     emulated.ec2.assign_private_ip_addresses(NetworkInterfaceId=eid, SecondaryPrivateIpAddressCount=1)
 
 
@@ -225,3 +225,80 @@ def test_describe_lag_is_off_unless_asked_and_a_window_starts_from_the_present(e
     emulated.ec2.assign_private_ip_addresses(NetworkInterfaceId=eid, SecondaryPrivateIpAddressCount=1)
     emulated.emu.set_describe_lag(0.0, 0.0)
     assert len(_secondaries(emulated, eid)) == 2
+
+
+# --- issue 21's harsh world (docs/emulated-ec2.md) --------------------------------------
+
+
+def _attached(b: Backend) -> tuple[Any, str, str]:
+    w, eid = _new(b)
+    att = b.ec2.attach_network_interface(NetworkInterfaceId=eid, InstanceId=w.instance, DeviceIndex=1)
+    assert b.clock is not None
+    b.clock.advance(10)
+    return w, eid, att["AttachmentId"]
+
+
+def _status(b: Backend, eid: str) -> str:
+    e = b.ec2.describe_network_interfaces(NetworkInterfaceIds=[eid])["NetworkInterfaces"][0]
+    return str(e["Status"])
+
+
+def test_a_stuck_detach_answers_success_and_stays_in_use_until_its_retry(emulated: Backend) -> None:
+    assert emulated.emu is not None and emulated.clock is not None
+    _, eid, att = _attached(emulated)
+    emulated.emu.set_stuck_detach(1.0)
+    emulated.ec2.detach_network_interface(AttachmentId=att)
+    emulated.clock.advance(60)
+    assert _status(emulated, eid) == "in-use"
+    emulated.ec2.detach_network_interface(AttachmentId=att)  # the retry detaches
+    emulated.clock.advance(60)
+    assert _status(emulated, eid) == "available"
+
+
+def test_a_call_that_took_effect_may_answer_internal_error(emulated: Backend) -> None:
+    from emulated.ec2.config import AmbiguousOutcome
+
+    assert emulated.emu is not None
+    _, eid = _new(emulated)
+    emulated.emu.set_ambiguous("AssignPrivateIpAddresses", AmbiguousOutcome.INTERNAL_ERROR, 1.0)
+    with pytest.raises(ClientError) as e:
+        emulated.ec2.assign_private_ip_addresses(NetworkInterfaceId=eid, SecondaryPrivateIpAddressCount=2)
+    assert error_of(e) == ("InternalError", 500)
+    ips = emulated.ec2.describe_network_interfaces(NetworkInterfaceIds=[eid])["NetworkInterfaces"][0]
+    assert len(ips["PrivateIpAddresses"]) == 3  # it took effect
+
+
+def test_a_dropped_answer_is_sent_again_by_the_sdk_and_a_client_token_makes_it_one_eni(emulated: Backend) -> None:
+    from emulated.ec2.config import AmbiguousOutcome
+
+    assert emulated.emu is not None
+    w = world(emulated.ec2)
+
+    def in_subnet() -> set[str]:
+        got = emulated.ec2.describe_network_interfaces(Filters=[{"Name": "subnet-id", "Values": [w.subnet]}])
+        return {e["NetworkInterfaceId"] for e in got["NetworkInterfaces"]}
+
+    before = in_subnet()
+    emulated.emu.set_ambiguous("CreateNetworkInterface", AmbiguousOutcome.SDK_RETRY, 1.0)
+    made = emulated.ec2.create_network_interface(SubnetId=w.subnet, ClientToken="t-1")["NetworkInterface"]
+    assert in_subnet() - before == {made["NetworkInterfaceId"]}  # the resent Create found the same ENI
+    assert emulated.emu.stats()["ec2"]["CreateNetworkInterface"]["calls"] == 2
+    emulated.emu.set_ambiguous("AssignPrivateIpAddresses", AmbiguousOutcome.SDK_RETRY, 1.0)
+    emulated.ec2.assign_private_ip_addresses(
+        NetworkInterfaceId=made["NetworkInterfaceId"], SecondaryPrivateIpAddressCount=1
+    )
+    again = emulated.ec2.describe_network_interfaces(NetworkInterfaceIds=[made["NetworkInterfaceId"]])
+    assert len(again["NetworkInterfaces"][0]["PrivateIpAddresses"]) == 3  # no token: assigned twice
+
+
+def test_an_unlisted_instance_is_missing_from_describe_instances_until_its_time(emulated: Backend) -> None:
+    assert emulated.emu is not None and emulated.clock is not None
+    w = world(emulated.ec2)
+    emulated.emu.unlist_instance(w.instance, emulated.clock.now() + 30)
+    listed = emulated.ec2.describe_instances(Filters=[{"Name": "instance-id", "Values": [w.instance]}])
+    assert listed["Reservations"] == []
+    with pytest.raises(ClientError) as e:
+        emulated.ec2.describe_instances(InstanceIds=[w.instance])
+    assert error_of(e)[0] == "InvalidInstanceID.NotFound"
+    emulated.clock.advance(31)
+    assert emulated.ec2.describe_instances(InstanceIds=[w.instance])["Reservations"]

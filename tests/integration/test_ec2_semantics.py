@@ -89,6 +89,18 @@ def test_tags_are_filterable(any_backend: Backend) -> None:
     assert {n["NetworkInterfaceId"] for n in by_status["NetworkInterfaces"]} == {a, b}
 
 
+def test_delete_tags_by_key_or_by_key_and_value(any_backend: Backend) -> None:
+    ec2 = any_backend.ec2
+    w = world(ec2)
+    eid = ec2.create_network_interface(SubnetId=w.subnet)["NetworkInterface"]["NetworkInterfaceId"]
+    tags = [{"Key": "warmpool.io/primary-eni-of", "Value": "demo"}, {"Key": "keep", "Value": "x"}]
+    ec2.create_tags(Resources=[eid], Tags=[*tags, {"Key": "other", "Value": "y"}])
+    ec2.delete_tags(Resources=[eid], Tags=[{"Key": "keep", "Value": "not-x"}])  # value differs: kept
+    ec2.delete_tags(Resources=[eid], Tags=[{"Key": "warmpool.io/primary-eni-of"}, {"Key": "absent"}])
+    ec2.delete_tags(Resources=[eid], Tags=[{"Key": "other", "Value": "y"}])
+    assert {t["Key"]: t["Value"] for t in _eni(ec2, eid).get("TagSet", [])} == {"keep": "x"}
+
+
 def test_assign_then_unassign_addresses(any_backend: Backend) -> None:
     ec2 = any_backend.ec2
     w = world(ec2)

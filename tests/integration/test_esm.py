@@ -332,6 +332,26 @@ def test_real_time_runner_drains_the_queue_with_threads() -> None:
     assert m.stats.max_in_flight <= 3
 
 
+def test_a_stopped_runner_started_again_invokes_again() -> None:
+    """The local stack's pause_functions/resume_functions: nothing is invoked while stopped,
+    and what was sent meanwhile is served once started again."""
+    sqs = FastSqs(RealClock())
+    c = sqs.client()
+    url = c.create_queue(QueueName="q", Attributes={"VisibilityTimeout": "30"})["QueueUrl"]
+    got = threading.Event()
+    m = EventSourceMapping(c, url, lambda e, ctx: got.set(), EsmConfig(function_name="f"), sqs.clock)
+    runner = ThreadedRunner([m], poll_wait_s=1)
+    runner.start()
+    runner.stop()
+    c.send_message(QueueUrl=url, MessageBody="while stopped")
+    assert not got.wait(1.5)
+    runner.start()
+    try:
+        assert got.wait(10)
+    finally:
+        runner.stop()
+
+
 @pytest.fixture
 def moto_sqs(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, VirtualClock]]:
     from moto import mock_aws

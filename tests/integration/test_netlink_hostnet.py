@@ -11,7 +11,7 @@ import pytest
 from node_agent.hostnet import host_veth_name, setup_eni, setup_pod, teardown_eni, teardown_pod
 from node_agent.netlink import Exists, Netlink, NetlinkNotFound, Route, Rule
 from node_agent.records import EniInfo
-from tests.fakenode import add_fake_eni, ip_json, netns, netns_available, sh
+from tests.helpers.fakenode import add_fake_eni, ip_json, netns, netns_available, sh
 
 pytestmark = pytest.mark.netns
 

@@ -235,7 +235,7 @@ def test_release_book_saves_are_conditional_on_the_version_read(stores: Stores) 
     assert books.save("c", "i-1", taken, 1e10) is None  # another writer came first (same version read)
     assert books.load("c", ["i-1"])["i-1"] == stored
     assert stored.keys == {"10.0.0.5", "10.0.0.16/28"} and stored.deleted == {"eni-2"}
-    again = books.save("c", "i-1", stored.regranted(["10.0.0.5"]), 1e10)
+    again = books.save("c", "i-1", stored.regranted([("eni-1", "10.0.0.5")], 8), 1e10)
     assert (
         again is not None
         and again.version == 2
@@ -254,3 +254,75 @@ def test_release_books_are_beside_the_ledger_rows_never_among_them(stores: Store
     assert set(stores.ledger.entries("c")) == {"i-1"} and stores.ledger.last_seq("c", "i-1") == 5
     assert stores.ledger.forget("c", "i-1", instance_id="i-1", last_seq=5)
     assert stores.books.load("c", ["i-1"])["i-1"].keys == {"10.0.0.5"}  # kept until its TTL
+
+
+# --- two invocations for one instance at once ---------------------------------------------
+
+
+class UnassignOnly:
+    """EC2 as far as an Unassign goes: records it."""
+
+    def __init__(self) -> None:
+        self.unassigned: list[str] = []
+
+    def unassign(self, call: Any) -> None:
+        self.unassigned.extend(call.ips)
+
+
+def _executor(books: Any, ec2: UnassignOnly, clock: Any) -> Any:
+    from functions.execute import PlanExecutor
+    from functions.settings import Settings
+    from functions.telemetry import Tally
+
+    settings = Settings(cluster="c", reports_queue_url="http://q", dlq_url="http://d", result_queue_prefix="r-")
+    return PlanExecutor(ec2, None, settings, Tally(), clock, books)  # type: ignore[arg-type]
+
+
+def _job(books: Any, seq: int, call: Any, now: float) -> Any:
+    from types import SimpleNamespace
+
+    from functions.execute import NodeJob
+    from warmpool.messages import ReleaseOffer
+
+    offer = ReleaseOffer(eni_id="eni-00000001", ips=["10.0.0.7"], prefixes=[], quarantined_at=now - 5)
+    report = SimpleNamespace(node="n1", seq=seq, release=[offer])
+    plan = SimpleNamespace(calls=(call,), unmet=0)
+    book = books.load("c", ["i-1"])["i-1"]  # as each invocation read it when planning
+    return NodeJob(report, SimpleNamespace(instance_id="i-1"), None, plan, book=book)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("first", ["unassign", "hand-back"])
+def test_two_invocations_never_unassign_and_hand_back_one_address(stores: Stores, first: str) -> None:
+    # Two invocations for one instance at once (past the lease: clocks more than its margin
+    # apart). A's plan unassigns the offered .7; B's plan, from a Describe that still shows
+    # it, hands it back (pods wait). Both read the book before either wrote. Before, the
+    # hand-back wrote nothing: both went through, and the agent took back an address EC2
+    # had unassigned. Now exactly one of them acts.
+    from emulated.clock import VirtualClock
+    from functions.execute import _Defer
+    from warmpool.calls import Reclaim, UnassignAddresses
+    from warmpool.messages import Assigned, Released
+
+    clock = VirtualClock(1000.0)
+    ec2 = UnassignOnly()
+    a, b = _executor(stores.books, ec2, clock), _executor(stores.books, ec2, clock)
+    job_a = _job(stores.books, 7, UnassignAddresses("eni-00000001", ("10.0.0.7",)), clock.now())
+    job_b = _job(stores.books, 8, Reclaim("eni-00000001", ("10.0.0.7",), ()), clock.now())
+    a._check_book(job_a)  # both checked the book after their lease: same version
+    b._check_book(job_b)
+    outcomes: dict[str, Any] = {}
+    order = [("unassign", a, job_a), ("hand-back", b, job_b)]
+    if first == "hand-back":
+        order.reverse()
+    for name, ex, job in order:
+        try:
+            outcomes[name] = ex._do(job.plan.calls[0], job, job.facts)
+        except _Defer as d:
+            outcomes[name] = d.reason
+    released = isinstance(outcomes["unassign"], list) and any(isinstance(x, Released) for x in outcomes["unassign"])
+    handed = isinstance(outcomes["hand-back"], list) and any(isinstance(x, Assigned) for x in outcomes["hand-back"])
+    assert not (released and handed), outcomes
+    if first == "unassign":
+        assert ec2.unassigned == ["10.0.0.7"] and outcomes["hand-back"] == "release book changed before a hand-back"
+    else:
+        assert handed and ec2.unassigned == [] and outcomes["unassign"] == "release book not written"

@@ -26,10 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-import boto3  # noqa: E402
 
 from node_agent.agent import install_cni  # noqa: E402
-from tests.fakenode import FakeEni, FakeImdsServer, FakeInstance, netns  # noqa: E402
+from tests.helpers.agents import moto_client  # noqa: E402
+from tests.helpers.fakenode import FakeEni, FakeImdsServer, FakeInstance, netns  # noqa: E402
 
 INSTANCE = "i-0123456789abcdef9"
 
@@ -107,13 +107,7 @@ def main() -> None:
             )
             need -= n
             d += 1
-        sqs = boto3.client(
-            "sqs",
-            region_name="us-east-1",
-            endpoint_url=endpoint,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
+        sqs = moto_client("sqs", endpoint)
         reports = sqs.create_queue(QueueName="warmpool-demo-reports")["QueueUrl"]
         metrics = f"127.0.0.1:{free_port()}"
         sock = str(tmp / "agent.sock")

@@ -52,14 +52,14 @@ def run(
     names = [f"n{i}" for i in range(nodes)]
     for n in names:
         w.add_node(n, "m5.large")
-    cap = known("m5.large").capacity(False)
+    cap = known("m5.large").capacity(prefix_mode=False)
     arrivals: dict[str, deque[float]] = {n: deque() for n in names}
     next_pod = {n: rng.expovariate(1 / pod_gap_s) for n in names}
     waits: list[float] = []
     start = w.clock.now()
     if churner:
         w.add_node("churn", "m5.24xlarge")
-        churn_cap = known("m5.24xlarge").capacity(False)
+        churn_cap = known("m5.24xlarge").capacity(prefix_mode=False)
     c = w.sqs.client()
     for tick in range(duration_s):
         now = w.clock.now()

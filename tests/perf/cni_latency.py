@@ -28,7 +28,7 @@ from node_agent.datastore import Datastore
 from node_agent.hostnet import setup_eni
 from node_agent.netlink import Netlink
 from node_agent.records import EniInfo
-from tests.fakenode import add_fake_eni, netns, sh
+from tests.helpers.fakenode import add_fake_eni, netns, sh
 from warmpool.clock import RealClock
 
 ENI1 = EniInfo("eni-0000000000000001", 1, "0a:11:22:33:44:01", "10.1.0.20", "subnet-a", "10.1.0.0/16")

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from node_agent.config import HostNetSettings
 from node_agent.netlink import sysctl_set
 from node_agent.nodenet import NodeNetworking, NodeSpec
-from tests.fakenode import netns, sh
+from tests.helpers.fakenode import netns, sh
 
 
 def ms(f: object) -> float:

@@ -23,7 +23,7 @@ from node_agent.controller import PoolController
 from node_agent.datastore import Datastore
 from node_agent.imds import ImdsClient
 from node_agent.records import EniInfo, NodeIdentity
-from tests.fakenode import FakeEni, FakeImdsServer, FakeInstance
+from tests.helpers.fakenode import FakeEni, FakeImdsServer, FakeInstance
 from warmpool.clock import RealClock
 from warmpool.limits import known
 from warmpool.pool import PoolConfig

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from node_agent.checkpoint import MemoryCheckpoint
-from tests.reliability.cluster import ReliabilityCluster
+from tests.helpers.reliability_cluster import ReliabilityCluster
 
 
 def test_results_lost_or_delivered_twice(request: pytest.FixtureRequest) -> None:
@@ -160,7 +160,7 @@ def test_agent_restarted_while_imds_still_lists_what_ec2_took(pool: str, request
     surplus (``released``; whole ENIs ``deleted`` in warm-ENI mode) while its IMDS
     still shows the old state; the agent is killed and restarted in that window and
     new pods arrive. No pod may get an address EC2 took from the node."""
-    from tests.reliability import invariants as inv
+    from tests.helpers import invariants as inv
     from warmpool.pool import PoolConfig
 
     cfg = PoolConfig(warm_ip=2) if pool == "warm-ip" else PoolConfig(warm_eni=1)
@@ -174,7 +174,7 @@ def test_agent_restarted_while_imds_still_lists_what_ec2_took(pool: str, request
     c.scale("n0", 2)
 
     def took() -> int:
-        return n0.ctl.stats["addresses_released"] + n0.ctl.stats["enis_deleted"]
+        return n0.ctl.stats.addresses_released + n0.ctl.stats.enis_deleted
 
     for _ in range(400):
         c.step()
@@ -215,7 +215,7 @@ def test_agent_killed_at_every_checkpoint_write_of_a_release_while_imds_lags(
     ``deleted``) while IMDS still shows the pre-release state (for up to 115 s), restart,
     new pods: no pod ever holds an address EC2 has not attached to its node, and
     nothing EC2 took is back in the pool."""
-    from tests.reliability import invariants as inv
+    from tests.helpers import invariants as inv
 
     kills = 0
     for n in range(1, 41):  # the scale-down's quarantine and its results come at about the 25th-35th write

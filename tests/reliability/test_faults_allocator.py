@@ -13,7 +13,7 @@ import pytest
 from functions.allocator import Record, ThreadMapper
 from functions.ec2 import Ec2
 from tests.helpers.crashing import CrashingEc2, CrashingLedger, CrashingSqs, DeadLeases
-from tests.reliability.cluster import ReliabilityCluster
+from tests.helpers.reliability_cluster import ReliabilityCluster
 from warmpool.buckets import MUTATING_ENI_ACTIONS
 from warmpool.pool import PoolConfig
 
@@ -229,8 +229,8 @@ def test_subnet_exhaustion_moves_on_then_fails_cleanly_then_recovers(request: py
     c.run(120)
     c.check(short_ok=tuple(c.nodes))  # nothing to be had: failed cleanly, nothing leaked or doubled
     assert all(len(n.ds.pods()) == 18 for n in c.nodes.values())
-    emu.set_subnet_exhausted(c.w.subnets[0], False)
-    emu.set_subnet_exhausted(c.w.subnets[1], False)
+    emu.set_subnet_exhausted(c.w.subnets[0], exhausted=False)
+    emu.set_subnet_exhausted(c.w.subnets[1], exhausted=False)
     c.settle()
     c.check()
     _survived(c, request)

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from functions import allocator
 from node_agent import http as web
 from node_agent.cniserver import CniService, CniSocketServer
 from node_agent.config import load
@@ -55,6 +56,9 @@ def test_every_kind_of_hostile_report_is_rejected_counted_and_costs_no_ec2_call(
                 "instance_id": "i-0badbadbadbadbad0",
                 "node": "ghost",
                 "identity": w.signed("i-0badbadbadbadbad0", r["instance_type"]),
+                # sent longer ago than an unlisted instance's grace: refused, not waited for
+                # (a young one waits: tests/integration/test_allocate_rejects.py)
+                "sent_at": r["sent_at"] - allocator.UNLISTED_GRACE_S - 1,
             }
         ),
         "foreign-instance": json.dumps(
@@ -114,7 +118,7 @@ def test_a_large_but_legal_target_is_capped_by_the_instance_limits() -> None:
     w.add_node("n1", "m5.large")
     w.deliver([w.report("n1", warm_ip=100_000, pending=100_000)])
     w.drain()
-    assert w.addresses("n1") == known("m5.large").capacity(False)
+    assert w.addresses("n1") == known("m5.large").capacity(prefix_mode=False)
 
 
 def test_a_node_spoofing_another_node_in_sender_id_mode_is_rejected_without_a_call() -> None:

@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 
 from node_agent.datastore import Datastore
-from tests.reliability import invariants as inv
-from tests.reliability.cluster import ReliabilityCluster
+from tests.helpers import invariants as inv
+from tests.helpers.reliability_cluster import ReliabilityCluster
 
 
 def _settled() -> ReliabilityCluster:

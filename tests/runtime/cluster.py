@@ -213,7 +213,7 @@ def runtime_cluster(agent_env: dict[str, str] | None = None) -> Iterator[Runtime
             shutil.rmtree(base, ignore_errors=True)
 
 
-def conf(cluster: RuntimeCluster, version: str = "1.0.0", portmap: bool = False) -> dict[str, Any]:
+def conf(cluster: RuntimeCluster, version: str = "1.0.0", *, portmap: bool = False) -> dict[str, Any]:
     from demo.runtime_containerd import conflist
 
-    return conflist("warmpool", cluster.node.socket, version, portmap)
+    return conflist("warmpool", cluster.node.socket, version, portmap=portmap)

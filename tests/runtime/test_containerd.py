@@ -62,8 +62,8 @@ def _assert_gone(c: RuntimeCluster, pod: PodSandbox) -> None:
     assert pod.netns == "" or not os.path.exists(pod.netns)
 
 
-def _use_conf(c: RuntimeCluster, version: str = "1.0.0", portmap: bool = False) -> None:
-    c.rt.containerd.write_conf(conf(c, version, portmap))
+def _use_conf(c: RuntimeCluster, version: str = "1.0.0", *, portmap: bool = False) -> None:
+    c.rt.containerd.write_conf(conf(c, version, portmap=portmap))
 
 
 def _run(c: RuntimeCluster, name: str, version: str = "1.0.0", ports: tuple[PortMapping, ...] = ()) -> PodSandbox:

@@ -68,7 +68,7 @@ def test_claims_never_seen_in_imds_are_dropped() -> None:
     r = one(ctl.tick(0.0))
     ctl.apply_result(result(r.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.99"]}), 1.0)
     ctl.tick(100.0)
-    assert ds.counts(100.0).total == 0 and ctl.stats["verify_dropped"] == 1
+    assert ds.counts(100.0).total == 0 and ctl.stats.verify_dropped == 1
 
 
 def test_foreign_or_future_results_are_ignored() -> None:
@@ -203,7 +203,7 @@ def test_declined_offer_puts_quarantined_addresses_back_at_once() -> None:
     ctl.apply_result(result(r2.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": offered}), 92.0)
     c = ds.counts(92.0)
     assert c.quarantined == 0 and c.total == 5
-    assert ctl.stats["addresses_reclaimed"] == 3
+    assert ctl.stats.addresses_reclaimed == 3
     assert ds.assign("c2", "eth0", "ns", 92.0) is not None
     assert ds.assign("c3", "eth0", "ns", 92.0) is not None
 
@@ -247,7 +247,7 @@ def test_parked_claims_expire_from_their_first_arrival() -> None:
     ctl.tick(62.0)
     imds.add(PRIMARY, ["10.0.0.99"])
     ctl.tick(63.0)
-    assert ds.counts(63.0).total == 0 and ctl.stats["verify_dropped"] == 1
+    assert ds.counts(63.0).total == 0 and ctl.stats.verify_dropped == 1
 
 
 def test_empty_reply_while_pods_wait_reads_imds_at_once() -> None:
@@ -262,7 +262,7 @@ def test_empty_reply_while_pods_wait_reads_imds_at_once() -> None:
     imds.add(PRIMARY, ["10.0.0.11", "10.0.0.12", "10.0.0.13"])
     ctl.apply_result(result(r.seq), 2.0)
     assert ds.counts(2.0).total == 3
-    assert ctl.stats["resync_on_empty_result"] == 1
+    assert ctl.stats.resync_on_empty_result == 1
     assert ds.assign("c1", "eth0", "ns", 2.0) is not None
 
 
@@ -273,7 +273,7 @@ def test_empty_reply_with_nothing_waiting_does_not_resync() -> None:
     r = one(ctl.tick(1.0))
     imds.add(PRIMARY, ["10.0.0.11"])
     ctl.apply_result(result(r.seq), 2.0)
-    assert ds.counts(2.0).total == 0 and ctl.stats["resync_on_empty_result"] == 0
+    assert ds.counts(2.0).total == 0 and ctl.stats.resync_on_empty_result == 0
 
 
 def test_empty_reply_with_imds_down_is_not_an_error() -> None:
@@ -292,7 +292,7 @@ def test_empty_reply_with_imds_down_is_not_an_error() -> None:
     r = one(ctl.tick(1.0))
     imds.down = True
     ctl.apply_result(result(r.seq), 2.0)  # does not raise
-    assert ctl.stats["results_applied"] == 1
+    assert ctl.stats.results_applied == 1
 
 
 def test_an_address_released_then_assigned_again_survives_resync() -> None:
@@ -332,3 +332,44 @@ def test_resync_never_hands_out_a_new_eni_before_its_host_set_up() -> None:
     ctl.resync(2.0)
     assert got == [None]
     assert [e.ready for e in ds.enis() if e.info.eni_id == SECOND.eni_id] == [False]
+
+
+def test_forced_reports_never_come_faster_than_one_an_interval() -> None:
+    # A loop that forces report after report (the sim's honest report-flood: fresh seed
+    # 1000250 sent 27 a second and starved the other nodes) gets one report an interval;
+    # the forced one is not lost, it goes at the first pass after the interval.
+    _, ctl = make(PoolConfig(warm_ip=2), ["10.0.0.11", "10.0.0.12"])
+    first = one(ctl.tick(0.0))
+    sent = []
+    for i in range(1, 50):
+        ctl.retry_soon()
+        sent += ctl.tick(i * 0.02)  # 49 forced passes within 0.98 s
+    assert sent == []
+    assert one(ctl.tick(1.0)).seq > first.seq
+    assert ctl.tick(1.5) == []  # nothing forced, nothing changed: quiet again
+
+
+def test_demand_still_reports_at_once_and_a_clock_stepped_back_does_not_hold_reports() -> None:
+    ds, ctl = make(PoolConfig(warm_ip=1), ["10.0.0.11"])
+    ctl.tick(10.0)
+    assert ds.assign("c1", "eth0", "ns", 10.1) is not None
+    assert ds.assign("c2", "eth0", "ns", 10.2) is None
+    assert one(ctl.tick(10.2)).pending_demand == 1  # 0.2 s after the last: demand is not held
+    ctl.retry_soon()
+    assert one(ctl.tick(5.0))  # the wall clock stepped back 5 s: the forced report goes
+
+
+def test_the_report_interval_runs_on_the_monotonic_clock() -> None:
+    # A wall clock stepped on every pass does not let forced reports through faster; one
+    # stepped back an hour does not hold them (hostile review of the interval, finding 5).
+    steady = [100.0]
+    ds, _ = make(PoolConfig(warm_ip=2), ["10.0.0.11", "10.0.0.12"])
+    ctl = PoolController(ID, known("m5.large"), PoolConfig(warm_ip=2), ds, TIMING, monotonic=lambda: steady[0])
+    one(ctl.tick(100_000.0))
+    for i in range(1, 10):
+        ctl.retry_soon()
+        steady[0] += 0.05
+        assert ctl.tick(100_000.0 + i * 30.0) == []  # the wall clock jumps 30 s a pass, 0.05 s pass
+    steady[0] += 1.0
+    ctl.retry_soon()
+    assert one(ctl.tick(100_000.0 - 3600.0))  # the wall clock an hour back: the report goes

@@ -60,7 +60,7 @@ def test_not_ready_eni_addresses_are_not_handed_out() -> None:
     ds.add_eni(SECOND, 0.0, ready=False)
     ds.add_addresses(SECOND.eni_id, ["10.0.0.21"])
     assert ds.assign("c1", "eth0", "ns", 0.0) is None
-    ds.set_ready(SECOND.eni_id, True)
+    ds.set_ready(SECOND.eni_id, ready=True)
     assert ds.assign("c1", "eth0", "ns", 0.0) == ("10.0.0.21", SECOND.eni_id)
 
 

@@ -46,10 +46,10 @@ def test_a_release_older_than_a_hand_back_still_takes_the_free_address() -> None
     # back; r2's answer came first (IMDS lags: it still lists X).
     ds, ctl, r1, r2 = _offered_twice(FakeImds())
     ctl.apply_result(_assigned(r2.seq, X), 63.0)
-    assert ctl.stats["addresses_reclaimed"] == 1  # the newest offer's answer: taken
+    assert ctl.stats.addresses_reclaimed == 1  # the newest offer's answer: taken
     ctl.apply_result(_released(r1.seq, X), 64.0)
     assert ds.eni_of(X) is None, "a hand-back made r1's release look stale"
-    assert ctl.stats["stale_releases"] == 0 and ctl.stats["released_in_use"] == 0
+    assert ctl.stats.stale_releases == 0 and ctl.stats.released_in_use == 0
 
 
 def test_a_release_naming_an_address_a_pod_holds_is_counted_and_the_pod_keeps_it() -> None:
@@ -59,7 +59,7 @@ def test_a_release_naming_an_address_a_pod_holds_is_counted_and_the_pod_keeps_it
     assert ds.assign("p2", "eth0", "ns", 63.5) is not None
     notes = ctl.apply_result(_released(r1.seq, X), 64.0)
     assert {p.ip for p in ds.pods()} == {"10.0.0.11", X}  # never yanked from a running pod
-    assert ctl.stats["released_in_use"] == 1
+    assert ctl.stats.released_in_use == 1
     assert any("while pods hold" in n for n in notes), notes
 
 
@@ -74,7 +74,7 @@ def test_ec2s_own_reassignment_replying_to_a_later_report_makes_an_older_release
     )
     ctl.apply_result(regrant, 63.0)
     ctl.apply_result(_released(r1.seq, X), 64.0)
-    assert ds.eni_of(X) is not None and ctl.stats["stale_releases"] == 1
+    assert ds.eni_of(X) is not None and ctl.stats.stale_releases == 1
     assert ds.assign("p1", "eth0", "ns", 65.0) is not None
     assert ds.assign("p2", "eth0", "ns", 65.0) is not None
 
@@ -88,7 +88,7 @@ def test_a_claim_older_than_the_newest_offer_never_adds_a_released_address_again
     assert ds.eni_of(X) is None
     ctl.apply_result(_assigned(r1.seq, X), 400.0)
     assert ds.eni_of(X) is None, "an outdated hand-back put a released address back in the pool"
-    assert ctl.stats["handbacks_superseded"] == 1
+    assert ctl.stats.handbacks_superseded == 1
 
 
 def test_deleted_while_pods_hold_its_addresses_is_counted_and_the_pods_keep_them() -> None:
@@ -99,5 +99,5 @@ def test_deleted_while_pods_hold_its_addresses_is_counted_and_the_pods_keep_them
     ctl.last_seq = 5
     notes = ctl.apply_result(result(5, {"kind": "deleted", "eni_id": SECOND.eni_id}), 2.0)
     assert ds.lookup("p1", "eth0") == ("10.0.0.21", SECOND.eni_id)
-    assert ctl.stats["deleted_in_use"] == 1 and ctl.stats["enis_deleted"] == 0
+    assert ctl.stats.deleted_in_use == 1 and ctl.stats.enis_deleted == 0
     assert any("while pods hold" in n for n in notes), notes

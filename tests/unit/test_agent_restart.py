@@ -92,11 +92,17 @@ def test_restart_after_deleted_while_imds_lags_never_readds_the_eni() -> None:
     assert ds.assign("pod-a", "eth0", "ns", 11.0) is None
 
 
-def test_the_filters_expire_across_a_restart_and_imds_wins_again() -> None:
+def test_the_filters_expire_across_a_restart_once_imds_was_seen_without_the_address() -> None:
     cp = MemoryCheckpoint()
     imds, offered, t = released_with_imds_lagging(cp)
-    # IMDS lists the address long after the filter expired: EC2 gave it back to us.
+    # IMDS still lists the address after the filter's time: no evidence that EC2 gave it back
+    # (IMDS's lag has no bound), so it stays ignored (before: re-added as free at once).
     ds, _ = boot(cp, imds, t + RECENT_S + 1)
+    assert offered[0] not in {ip for e in ds.enis() for ip in e.ips}
+    imds.enis[PRIMARY.eni_id] = AttachedEni(PRIMARY, ["10.0.0.11"], [])  # IMDS caught up
+    boot(cp, imds, t + RECENT_S + 2)  # ... and the checkpoint keeps that it was seen
+    imds.add(PRIMARY, offered)  # listed again: EC2 gave it back to us; IMDS wins again
+    ds, _ = boot(cp, imds, t + RECENT_S + 3)
     assert offered[0] in {ip for e in ds.enis() for ip in e.ips}
 
 
@@ -198,7 +204,7 @@ def test_a_parked_claim_restored_still_expires_from_its_first_arrival() -> None:
     ctl.tick(63.0)  # 61 s after it first arrived: dropped
     imds.add(PRIMARY, ["10.0.0.99"])
     ctl.tick(64.0)
-    assert ds.counts(64.0).total == 0 and ctl.stats["verify_dropped"] == 1
+    assert ds.counts(64.0).total == 0 and ctl.stats.verify_dropped == 1
 
 
 def test_quarantine_is_held_after_a_restart_until_a_lost_result_can_come_back() -> None:
@@ -215,8 +221,14 @@ def test_quarantine_is_held_after_a_restart_until_a_lost_result_can_come_back() 
     ds, ctl = boot(cp, imds, 178.0, restart_hold_s=15.0)
     ctl.tick(182.0)
     assert ds.counts(182.0).quarantined == 1
+    # The release timeout runs again from the restart: the previous process's steady clock
+    # is gone and its wall clock may have been stepped (before: taken back at 178 + 15 s).
     ctl.tick(193.1)
-    assert ds.counts(193.1).quarantined == 0
+    assert ds.counts(193.1).quarantined == 1
+    ctl.tick(178.0 + TIMING.release_timeout_s - 1)
+    assert ds.counts(178.0 + TIMING.release_timeout_s - 1).quarantined == 1
+    ctl.tick(178.0 + TIMING.release_timeout_s + 0.1)
+    assert ds.counts(178.0 + TIMING.release_timeout_s + 0.1).quarantined == 0
     # A fresh start (nothing to redeliver to a dead process) holds nothing extra.
     ds, ctl = boot(MemoryCheckpoint(), imds, 0.0, restart_hold_s=15.0)
     ds.quarantine(PRIMARY.eni_id, ["10.0.0.11"], [], 0.0)

@@ -15,13 +15,14 @@ tagged ``no_manage`` later, prefix mode's single addresses never released."""
 from __future__ import annotations
 
 import errno
+from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from emulated.clock import VirtualClock
-from node_agent.agent import Agent
+from node_agent.agent import Agent, AwsClockCheck
 from node_agent.checkpoint import CheckpointWriteError, FileCheckpoint, MemoryCheckpoint
 from node_agent.cniserver import CniService
 from node_agent.controller import PoolController
@@ -31,9 +32,11 @@ from node_agent.records import Assignment
 from node_agent.unmanaged import NO_MANAGE_TAG, TAG_REFRESH_S, SkipUnmanaged
 from tests.helpers.agent_world import MemorySqs, WiredPods, give, make_agent
 from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, RecordingHost, one, result
+from warmpool.calls import UnassignAddresses
 from warmpool.limits import known
+from warmpool.messages import OFFER_MAX_AGE_CEILING_S
 from warmpool.planner import Eni as PlannedEni
-from warmpool.planner import Inventory, UnassignAddresses, plan_node
+from warmpool.planner import Inventory, plan_node
 from warmpool.pool import PoolConfig
 
 POOL = PoolConfig(warm_ip=1)
@@ -395,7 +398,7 @@ def test_no_report_leaves_while_the_quarantine_it_offers_is_not_on_disk() -> Non
     cp.failing = True
     assert ctl.tick(61.0) == [], "the surplus is quarantined in memory only: no report offers it"
     assert ctl.tick(70.0) == []
-    assert ctl.stats["checkpoint_write_errors"] >= 2
+    assert ctl.stats.checkpoint_write_errors >= 2
     cp.failing = False
     r = one(ctl.tick(71.0))
     assert r.release and set(r.release[0].ips) <= set(on_disk(cp).quarantined()[PRIMARY.eni_id][0])
@@ -436,6 +439,19 @@ def test_a_result_is_not_acknowledged_until_its_effect_is_on_disk(tmp_path: Path
 # --- and the further checks ----------------------------------------------------------------------
 
 
+def _surplus_offered(agent: Agent, w: dict[str, Any]) -> int:
+    """Run the agent until its surplus (WARM_IP_TARGET=1) is quarantined and offered, at the
+    node's ``w["clock"].now()``; the seq of its first report."""
+    sqs: MemorySqs = w["sqs"]
+    run(agent, w, 1.0)
+    first = sqs.reports()[-1]
+    if first.release:  # held as offered from the start: handed back
+        give(agent, result(first.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": PRIMARY_IPS}))
+    run(agent, w, 1.0)
+    run(agent, w, 61.0)
+    return first.seq
+
+
 def test_a_node_clock_ahead_of_aws_never_makes_an_offer_look_younger(tmp_path: Path) -> None:
     # The allocator ages an offer from its ``quarantined_at`` by its own clock; a node clock
     # 300 s ahead made every offer look 300 s younger, past the agent's take-back.
@@ -443,19 +459,63 @@ def test_a_node_clock_ahead_of_aws_never_makes_an_offer_look_younger(tmp_path: P
     sqs: MemorySqs = w["sqs"]
     agent = started(w)
     try:
-        run(agent, w, 1.0)
-        first = sqs.reports()[-1]
-        if first.release:  # held as offered from the start: handed back
-            give(agent, result(first.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": PRIMARY_IPS}))
-        run(agent, w, 1.0)
-        run(agent, w, 61.0)  # surplus (WARM_IP_TARGET=1) quarantined and offered
+        first_seq = _surplus_offered(agent, w)
         run(agent, w, 1.0)
         offering = [r for r in sqs.reports() if r.release]
-        assert offering and any(r.seq > first.seq for r in offering)
+        assert offering and any(r.seq > first_seq for r in offering)
         for r in offering:  # quarantined no later than sent, which was 300 s earlier in AWS's time
             assert all(o.quarantined_at is not None and o.quarantined_at <= r.sent_at - 300.0 for o in r.release)
     finally:
         agent.stop()
+
+
+def test_a_node_clock_behind_aws_gets_its_offers_dated_in_aws_time(tmp_path: Path) -> None:
+    # Seed 20 (``--keep 4,12``: a node clock 172 s behind, pods): offers were dated by the node's
+    # clock alone, so the allocator saw every one at least 172 s old, past its 60 s ceiling, and
+    # never released the surplus (not-settled: 12 idle addresses never released). The measured
+    # offset is used both ways: dated no earlier than AWS's time of the quarantine minus the
+    # Date header's rounding, never later than it (never younger than it is).
+    w = agent_world(tmp_path, aws_behind_s=-300.0)
+    sqs: MemorySqs = w["sqs"]
+    agent = started(w)
+    try:
+        first_seq = _surplus_offered(agent, w)
+        quarantined_at = w["clock"].now()  # the node's clock
+        run(agent, w, 1.0)
+        offering = [r for r in sqs.reports() if r.release and r.seq > first_seq]
+        assert offering
+        assert sqs.aws_clock is not None
+        aws_now = sqs.aws_clock.now()
+        for r in offering:
+            assert r.sent_at <= aws_now
+            for o in r.release:
+                assert o.quarantined_at is not None and o.quarantined_at <= r.sent_at
+                assert quarantined_at + 300.0 - 2.0 <= o.quarantined_at <= quarantined_at + 300.0
+                assert aws_now - o.quarantined_at < OFFER_MAX_AGE_CEILING_S  # the allocator acts on it
+    finally:
+        agent.stop()
+
+
+def test_a_clock_step_after_the_sample_moves_the_offset_with_it() -> None:
+    # The node's clock 300 s behind, measured; then stepped to the right time (NTP) before the
+    # next AWS answer. With the old sample alone, offers quarantined after the step would be
+    # dated 300 s later than they were: younger than they are, past the agent's take-back.
+    class Wall:  # a clock that can be stepped either way
+        t = 9_700.0
+
+        def now(self) -> float:
+            return self.t
+
+    aws, node, mono = VirtualClock(10_000.0), Wall(), VirtualClock(50.0)
+    check = AwsClockCheck(node, mono.now)
+    check.observe({"ResponseMetadata": {"HTTPHeaders": {"date": formatdate(aws.now(), usegmt=True)}}}, node.now())
+    assert check.offset() == -300.0 and check.ahead() == 0.0
+    aws.advance(5.0)
+    mono.advance(5.0)
+    node.t += 5.0 + 300.0  # stepped: now right
+    assert check.offset() == 0.0
+    node.t -= 600.0  # stepped back 600 s: that far behind
+    assert check.offset() == -600.0
 
 
 def test_cni_gc_of_one_network_leaves_another_networks_attachments_alone() -> None:

@@ -84,7 +84,7 @@ def test_resync_never_takes_an_address_from_a_running_pod_nor_hands_it_out_again
     listed(imds, "10.0.0.11")
     notes = ctl.resync(2.0)
     assert ds.lookup("p2", "eth0") == (X, PRIMARY.eni_id), notes
-    assert ctl.stats["held_not_in_imds"] == 1
+    assert ctl.stats.held_not_in_imds == 1
     listed(imds, "10.0.0.11", X)
     ctl.resync(3.0)
     assert ds.assign("p3", "eth0", "ns", 100.0) is None
@@ -130,7 +130,7 @@ def test_a_late_released_result_older_than_the_reassignment_is_ignored() -> None
     ctl.resync(207.0)
     ctl.tick(400.0)
     assert ds.lookup("p2", "eth0") == (X, PRIMARY.eni_id)
-    assert ctl.stats["stale_releases"] == 1
+    assert ctl.stats.stale_releases == 1
     assert X not in ds.recently_gone(400.0)[0]
     assert ds.quarantined() == {}
 
@@ -149,7 +149,7 @@ def test_a_release_newer_than_the_last_claim_still_applies() -> None:
     ctl.retry_soon()
     r3 = one(ctl.tick(67.0))
     ctl.apply_result(result(r3.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": [X]}), 68.0)
-    assert ds.eni_of(X) is None and ctl.stats["stale_releases"] == 0
+    assert ds.eni_of(X) is None and ctl.stats.stale_releases == 0
 
 
 def test_quarantined_addresses_imds_no_longer_lists_are_not_taken_back_on_timeout() -> None:
@@ -166,7 +166,7 @@ def test_quarantined_addresses_imds_no_longer_lists_are_not_taken_back_on_timeou
     listed(imds, "10.0.0.11")
     ctl.tick(200.0)  # past the release timeout
     assert ds.eni_of(X) is None and ds.quarantined() == {}
-    assert ctl.stats["released_without_result"] == 1
+    assert ctl.stats.released_without_result == 1
     ds.assign("p1", "eth0", "ns", 201.0)
     assert ds.assign("p2", "eth0", "ns", 201.0) is None
     # Still listed (never unassigned: the allocator declined): taken back as before.
@@ -200,7 +200,7 @@ def test_two_enis_in_one_slot_are_repaired_from_imds_and_reports_go_on() -> None
     r = one(ctl.tick(10.0))
     assert [e.eni_id for e in r.enis] == [PRIMARY.eni_id, THIRD.eni_id]
     assert ds.slot_conflicts() == [] and ds.eni(SECOND.eni_id) is None
-    assert ctl.stats["datastore_repairs"] == 1
+    assert ctl.stats.datastore_repairs == 1
     assert ctl.tick(100.0)  # still reporting
 
 
@@ -209,7 +209,7 @@ def test_two_enis_in_one_slot_without_imds_still_report_leaving_the_older_out() 
     for t in (10.0, 100.0, 200.0):
         r = one(ctl.tick(t))
         assert [e.eni_id for e in r.enis] == [PRIMARY.eni_id, THIRD.eni_id]
-    assert ctl.stats["report_enis_skipped"] == 3 and ctl.stats["datastore_repairs"] == 3
+    assert ctl.stats.report_enis_skipped == 3 and ctl.stats.datastore_repairs == 3
     assert ds.eni(SECOND.eni_id) is not None  # without IMDS truth nothing is dropped, only left out
 
 
@@ -228,7 +228,7 @@ def test_take_back_waits_while_imds_shows_it_lags_behind_ec2() -> None:
     ctl.apply_result(result(r.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.13"]}), 152.0)
     ctl.tick(230.0)  # .12 past the release timeout, IMDS still lists .13
     assert ds.quarantined() == {PRIMARY.eni_id: ([X], [])}
-    assert ctl.stats["take_back_postponed"] >= 1
+    assert ctl.stats.take_back_postponed >= 1
     listed(imds, "10.0.0.11", X)  # IMDS caught up: .12 still there, so never unassigned
     ctl.tick(231.0)
     assert ds.quarantined() == {} and ds.assign("p2", "eth0", "ns", 232.0) == (X, PRIMARY.eni_id)
@@ -292,7 +292,7 @@ def test_a_hand_back_older_than_a_later_offer_keeps_the_address_quarantined() ->
     r15 = one(ctl.tick(66.0))
     assert r15.seq > r1.seq and r15.release[0].ips == [X]
     ctl.apply_result(result(r1.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]}), 70.0)
-    assert ctl.stats["handbacks_superseded"] == 1
+    assert ctl.stats.handbacks_superseded == 1
     assert ds.assign("p1", "eth0", "ns", 70.5) is not None  # .11
     assert ds.assign("p2", "eth0", "ns", 70.5) is None, "an outdated hand-back put X back in the pool"
     ctl.apply_result(result(r15.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": [X]}), 72.0)
@@ -310,6 +310,6 @@ def test_a_hand_back_replying_to_the_newest_offer_is_taken_at_once() -> None:
     ctl.tick(1.0)
     r1 = one(ctl.tick(61.0))
     ctl.apply_result(result(r1.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]}), 62.0)
-    assert ctl.stats["handbacks_superseded"] == 0 and ctl.stats["addresses_reclaimed"] == 1
+    assert ctl.stats.handbacks_superseded == 0 and ctl.stats.addresses_reclaimed == 1
     assert ds.assign("p1", "eth0", "ns", 63.0) is not None
     assert ds.assign("p2", "eth0", "ns", 63.0) is not None  # X, handed back

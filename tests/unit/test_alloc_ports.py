@@ -20,6 +20,7 @@ from functions.settings import Settings
 from functions.stores import DynamoFlips
 from functions.telemetry import Tally
 from warmpool import names
+from warmpool.calls import AssignAddresses
 from warmpool.messages import (
     FAILED_CODE_MAX,
     FAILED_MESSAGE_MAX,
@@ -30,7 +31,6 @@ from warmpool.messages import (
     Deferred,
     Failed,
 )
-from warmpool.planner import AssignAddresses
 from warmpool.ports import Ports
 
 

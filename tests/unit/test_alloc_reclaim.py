@@ -7,8 +7,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from functions.execute import PlanExecutor
+from warmpool.calls import Reclaim
 from warmpool.messages import Assigned
-from warmpool.planner import Reclaim
 
 
 class NoEc2:

@@ -29,6 +29,8 @@ NAMED_NOT_READ = {
     "POWERTOOLS_METRICS_NAMESPACE": "Powertools reads it (the stack sets it)",
     "POWERTOOLS_SERVICE_NAME": "Powertools reads it (the local stack sets it)",
     "AWS_PROFILE": "the AWS CLI's and the CDK's",
+    "AWS_ACCESS_KEY_ID": "the AWS CLI's and boto3's (any non-empty value against the local stack)",
+    "AWS_SECRET_ACCESS_KEY": "the AWS CLI's and boto3's (any non-empty value against the local stack)",
     "CNI_PATH": "the CNI spec's: runtimes set it; the plugin calls no other plugin",
     "CPU_COUNT": "a variable of amazon-eks-ami's max-pods-calculator.sh, quoted",
     "WARMPOOL_DEMO_RUN": "the demo's mark in each agent's environment (demo/host.py RUN_MARK), found through /proc",
@@ -72,9 +74,7 @@ LINUX_CAPABILITIES = {
 }
 """capabilities(7): named as the manifest does (``NET_ADMIN``) or as the kernel does (``CAP_NET_ADMIN``)."""
 
-DECLARED_NOT_EMITTED = {
-    "TokensAvailable": "declared in warmpool/names.py, graphed on the dashboard (infra/observability.py), not emitted",
-}
+DECLARED_NOT_EMITTED: dict[str, str] = {}
 """Metric names warmpool/names.py declares that no code emits (a doc naming one must say so)."""
 
 
@@ -113,7 +113,15 @@ def _command_problems(code: list[dn.Code]) -> list[str]:
 
 def test_the_parsers_are_found():
     """The check below is only as good as this: every subcommand's parser, with its flags."""
-    assert {sub for prog, sub in cli() if prog == "warmpool"} == {"local", "bench", "demo", "sim", "plan", "max-pods"}
+    assert {sub for prog, sub in cli() if prog == "warmpool"} == {
+        "local",
+        "bench",
+        "demo",
+        "sim",
+        "plan",
+        "max-pods",
+        "cost",
+    }
     assert "--instance-type" in cli()["warmpool", "max-pods"]
     assert "--seeds" in cli()["warmpool", "sim"]
     assert "--no-functions" in cli()["warmpool", "local"]

@@ -13,10 +13,11 @@ import hashlib
 import re
 from typing import Any
 
+from warmpool.calls import CreateEni
 from warmpool.limits import InstanceLimits, parse_table
 from warmpool.limits_data import read_table
 from warmpool.messages import MessageError, PoolReport, parse_report
-from warmpool.planner import CreateEni, Eni, Inventory, Subnet, node_max_pods, plan_node
+from warmpool.planner import Eni, Inventory, Subnet, node_max_pods, plan_node
 
 TABLE = parse_table(read_table())
 TYPES = sorted(TABLE)

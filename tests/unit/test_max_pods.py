@@ -114,3 +114,20 @@ def test_the_table_ships_as_package_data() -> None:
     """A wheel (the agent image installs one) carries the file only if pyproject says so."""
     cfg = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     assert DATA_FILE in cfg["tool"]["setuptools"]["package-data"]["warmpool"]
+
+
+@pytest.mark.parametrize(
+    ("itype", "table", "calculator"),
+    [("m5.4xlarge", 234, 110), ("m5.large", 29, 29), ("c5.9xlarge", 234, 234), ("m5.24xlarge", 737, 250)],
+)
+def test_both_sources_the_published_table_by_default(
+    itype: str, table: int, calculator: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from warmpool.limits import MaxPodsSource, known, max_pods
+
+    assert max_pods(known(itype)) == table
+    assert max_pods(known(itype), source=MaxPodsSource.CALCULATOR) == calculator
+    assert cli.main(["--instance-type", itype]) == 0
+    assert cli.main(["--instance-type", itype, "--source", "table"]) == 0
+    assert cli.main(["--instance-type", itype, "--source", "calculator"]) == 0
+    assert capsys.readouterr().out.split() == [str(table), str(table), str(calculator)]

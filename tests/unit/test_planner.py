@@ -8,21 +8,10 @@ import ipaddress
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from warmpool.calls import AssignAddresses, CreateEni, DeleteEni, Reclaim, UnassignAddresses
 from warmpool.limits import known, max_pods
 from warmpool.messages import EniReport, PoolReport, ReleaseOffer, Targets
-from warmpool.planner import (
-    AssignAddresses,
-    CreateEni,
-    DeleteEni,
-    Eni,
-    Inventory,
-    Reclaim,
-    Subnet,
-    UnassignAddresses,
-    client_token,
-    node_max_pods,
-    plan_node,
-)
+from warmpool.planner import Eni, Inventory, Subnet, client_token, node_max_pods, plan_node
 from warmpool.scheduling import coalesce, priority_key
 
 IID = "i-0123456789abcdef0"
@@ -435,7 +424,7 @@ def test_a_node_asking_for_its_whole_prefix_capacity_gets_its_max_pods_only():
     formula, so 7 /28s (112 addresses), not its 56 slots' 896 addresses."""
     r, inv = rep([eni(0, 0)], mode="prefix", itype="c5.xlarge", pending=896, warm_eni=0)
     lim = known("c5.xlarge")
-    assert lim.capacity(True, None) == 896
+    assert lim.capacity(prefix_mode=True, max_eni=None) == 896
     uncapped = plan(r, inv, itype="c5.xlarge", subnets=BIG)
     assert _held_after(uncapped) == 56
     ceiling = node_max_pods(r, lim)

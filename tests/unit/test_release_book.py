@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from warmpool import names
+from warmpool.calls import DeleteEni, RepeatGrant, RepeatRelease, UnassignAddresses
 from warmpool.facts import EniFacts, NodeFacts
 from warmpool.messages import PoolReport
-from warmpool.planner import Eni, RepeatRelease
-from warmpool.release_book import MAX_ENTRIES, ReleaseBook, Taken
+from warmpool.planner import Eni
+from warmpool.release_book import GIVEN_TTL_MS, MAX_ENTRIES, ReleaseBook, Taken
 
 E1, E2 = "eni-00000001", "eni-00000002"
 P = "10.0.1.16/28"
@@ -129,9 +130,12 @@ ALL = ((E1, P, 10), (E1, "10.0.0.7", 10), (E2, "", 11))
         (12, {E1: ["10.0.0.6"], E2: []}, {E1: ["10.0.0.7"]}, (), {E1}, ((E1, "10.0.0.7", 10), (E2, "", 11))),
         (12, {E1: ["10.0.0.6"]}, None, (P,), {E1}, ((E1, P, 10),)),  # an offer dropped as too old is still named
         # an ENI the report leaves out says nothing of the addresses on it while EC2 (maybe
-        # a stale Describe) still shows it; a deleted ENI the report names nowhere is dropped
-        (12, {}, None, (), {E1, E2}, ((E1, P, 10), (E1, "10.0.0.7", 10))),
-        (12, {}, None, (), {E2}, ()),
+        # a stale Describe) still shows it; a deleted ENI the report names nowhere is kept
+        # while EC2 still shows it on the instance (its detach may not be done: it is
+        # detached again, ``repeats``), dropped once EC2 no longer does
+        (12, {}, None, (), {E1, E2}, ((E1, P, 10), (E1, "10.0.0.7", 10), (E2, "", 11))),
+        (12, {}, None, (), {E2}, ((E2, "", 11),)),
+        (12, {}, None, (), set(), ()),
     ],
 )
 def test_an_entry_goes_once_a_newer_report_shows_the_agent_dropped_it(
@@ -150,9 +154,14 @@ def test_an_entry_goes_once_a_newer_report_shows_the_agent_dropped_it(
 def test_take_regrant_and_the_stored_form() -> None:
     book = ReleaseBook().take(E1, ["10.0.0.7"], 4).take(E1, ["10.0.0.7", "10.0.0.8"], 5).take(E2, [], 5)
     assert book.taken == (Taken(E1, "10.0.0.7", 4), Taken(E1, "10.0.0.8", 5), Taken(E2, "", 5))
-    assert book.regranted(["10.0.0.7", "10.0.0.99"]).keys == {"10.0.0.8"}
-    assert book.regranted(["10.0.0.99"]) is book
+    again = book.regranted([(E1, "10.0.0.7"), (E1, "10.0.0.99")], 6)
+    assert again.keys == {"10.0.0.8"}
+    # booked or not, what EC2 gave is said again until a report names it in the pool
+    assert again.given == (Taken(E1, "10.0.0.7", 6), Taken(E1, "10.0.0.99", 6))
+    assert book.regranted([], 6) is book
+    assert again.regranted([(E1, "10.0.0.7")], 9).given == (Taken(E1, "10.0.0.99", 6), Taken(E1, "10.0.0.7", 9))
     assert ReleaseBook.loads(book.dumps(), 9) == ReleaseBook(9, book.taken)
+    assert ReleaseBook.loads(again.dumps(), 9) == ReleaseBook(9, again.taken, again.given)
     assert ReleaseBook().full_after(MAX_ENTRIES + 1) and not ReleaseBook().full_after(MAX_ENTRIES)
 
 
@@ -160,3 +169,86 @@ def test_take_regrant_and_the_stored_form() -> None:
 def test_a_book_that_does_not_parse_is_an_error_never_an_empty_book(raw: str) -> None:
     with pytest.raises(ValueError):
         ReleaseBook.loads(raw, 1)
+
+
+@pytest.mark.parametrize(
+    ("enis", "offers", "attached", "want"),
+    [
+        # still attached, offered whole again: deleted again (its detach may never have been made)
+        ({E1: ["10.0.0.6"], E2: []}, {E2: ["10.0.0.9"]}, {E1, E2}, DeleteEni(E2)),
+        # EC2 no longer shows it on the instance: said deleted only
+        ({E1: ["10.0.0.6"], E2: []}, {E2: ["10.0.0.9"]}, {E1}, RepeatRelease(E2, deleted=True)),
+        # the agent holds an address of it in its pool: never deleted on that report
+        ({E1: ["10.0.0.6"], E2: ["10.0.0.8"]}, {E2: ["10.0.0.9"]}, {E1, E2}, RepeatRelease(E2, deleted=True)),
+        # still attached, and the report names it nowhere (the agent dropped it on the
+        # ``deleted``; a detach answered and not done): detached again
+        ({E1: ["10.0.0.6"]}, None, {E1, E2}, DeleteEni(E2)),
+        # named, not offered: said deleted only
+        ({E1: ["10.0.0.6"], E2: []}, None, {E1, E2}, RepeatRelease(E2, deleted=True)),
+    ],
+)
+def test_a_deleted_eni_still_attached_and_offered_whole_is_deleted_again(
+    enis: dict[str, list[str]], offers: dict[str, list[str]] | None, attached: set[str], want: object
+) -> None:
+    book = ReleaseBook(1, (Taken(E2, "", 11),))
+    assert book.repeats(report(12, enis, offers), attached=attached) == (want,)
+
+
+def test_a_booked_address_ec2_still_shows_and_the_report_offers_again_is_unassigned_again() -> None:
+    """Seeds 112 and 189 (``warmpool sim``, the earlier world): an invocation died between
+    booking an Unassign and making it; every answer after said ``released`` from the book,
+    the agent dropped the addresses, and EC2 kept them on the node for good. Now a booked
+    address the report offers again while EC2 (before the book's correction) still shows it
+    is unassigned again; one EC2 no longer shows is only said released."""
+    book = ReleaseBook(
+        1, (Taken(E1, "10.0.0.7", 4), Taken(E1, "10.0.0.8", 4), Taken(E1, "10.0.0.9", 4), Taken(E1, P, 4))
+    )
+    r = report(9, {E1: []}, {E1: ["10.0.0.7", "10.0.0.8", "10.0.0.9", P]})
+    calls = book.repeats(r, shown={E1: ("10.0.0.7", "10.0.0.9", P)})
+    # one call per key: EC2 refuses a whole call when one key is gone (hostile review)
+    assert UnassignAddresses(E1, ips=("10.0.0.7",)) in calls
+    assert UnassignAddresses(E1, ips=("10.0.0.9",)) in calls
+    assert UnassignAddresses(E1, prefixes=(P,)) in calls
+    assert RepeatRelease(E1, ("10.0.0.8",), ()) in calls
+    # without EC2's view (or not offered, only listed in the pool): said released, no call
+    assert book.repeats(r) == (RepeatRelease(E1, ("10.0.0.7", "10.0.0.8", "10.0.0.9"), (P,)),)
+    pooled = report(9, {E1: ["10.0.0.7"]})
+    assert book.repeats(pooled, shown={E1: ("10.0.0.7",)}) == (RepeatRelease(E1, ("10.0.0.7",), ()),)
+
+
+def test_a_booked_address_ec2_gave_back_is_said_assigned_again_until_a_report_names_it() -> None:
+    """Seeds 149 and 189: EC2 gave a booked address back to the node in answer to the
+    allocator's Assign; the agent refused that ``assigned`` (older than a later offer) and no
+    one told it again. The ``given`` entry repeats it to newer reports until one names it
+    in its pool."""
+    book = ReleaseBook(1, (Taken(E1, "10.0.0.7", 4),)).regranted([(E1, "10.0.0.7")], 6)
+    assert not book.taken and book.given == (Taken(E1, "10.0.0.7", 6),)
+    assert book.repeats(report(6, {E1: []})) == ()  # the grant's own report: its answer says it
+    assert book.repeats(report(7, {E1: []})) == (RepeatGrant(E1, ("10.0.0.7",), ()),)
+    assert book.repeats(report(7, {E2: []})) == ()  # the agent does not have the ENI
+    assert book.settle(report(7, {E1: []}), (), {E1}) is book  # not named yet: kept
+    assert not book.settle(report(7, {E1: ["10.0.0.7"]}), (), {E1}).given  # the agent has it
+    # only offered: kept (a late release of an older unassign may still drop it: seed 149)
+    assert book.settle(report(7, {E1: []}, {E1: ["10.0.0.7"]}), (), {E1}) is book
+    assert book.repeats(report(7, {E1: []}, {E1: ["10.0.0.7"]})) == ()  # named: not said again
+    assert not book.settle(report(7, {E1: []}), (), set()).given  # EC2 no longer shows the ENI
+    assert not book.settle(report(6 + GIVEN_TTL_MS + 1, {E1: []}), (), {E1}).given  # too old to say again
+    assert not book.take(E1, ["10.0.0.7"], 8).given  # the allocator takes it again
+    assert not book.take(E1, [], 8).given  # or deletes its ENI
+
+
+def test_repeated_grants_come_after_the_plans_own_calls() -> None:
+    """Hostile review: a repeated ``assigned`` ahead of a delete of the same ENI in one answer
+    could hand a pod an address EC2 frees with the ENI. Grants go last (the executor then
+    finds the delete dropped their given entries and says nothing of them)."""
+    from functions.release_book import with_repeats
+    from warmpool.planner import Plan
+    from warmpool.pool import PoolDelta
+
+    book = ReleaseBook(1, (Taken(E1, "10.0.0.7", 4),)).regranted([(E2, "10.0.0.9")], 4)
+    delta = PoolDelta(short=0, short_units=0, whole_enis=False, over=1, over_units=1, over_enis=1)
+    plan = Plan("n1", "i-1", 5, "release", (DeleteEni(E2),), 0, delta)
+    r = report(5, {E1: ["10.0.0.7"], E2: []}, {E2: ["10.0.0.8"]})
+    calls = with_repeats(plan, book, r, r.to_json()).calls
+    assert calls == (RepeatRelease(E1, ("10.0.0.7",), ()), DeleteEni(E2), RepeatGrant(E2, ("10.0.0.9",), ()))
+    assert not book.take(E2, [], 5).given  # the delete's write-ahead drops the ENI's given entries

@@ -24,8 +24,8 @@ from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
 from node_agent.imds import parse_interfaces
 from node_agent.records import NodeIdentity
+from tests.helpers import invariants as inv
 from tests.helpers.allocate_world import AllocatorWorld
-from tests.reliability import invariants as inv
 from warmpool import names
 from warmpool.limits import known
 from warmpool.pool import PoolConfig
@@ -159,7 +159,7 @@ class ReliabilityCluster:
 
     def ceiling(self, n: Node) -> int:
         lim = known(self.w.emu.instances[n.instance_id].instance_type)
-        return lim.capacity(n.pool.prefix_mode, n.pool.max_eni or None)
+        return lim.capacity(prefix_mode=n.pool.prefix_mode, max_eni=n.pool.max_eni or None)
 
     # --- the loop -----------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from typing import Any
 from emulated.iid import IdentitySigner
 
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "1")
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "14,16,18,20,22")  # Node's major versions
 os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
 
 CDK_JSON = Path(__file__).resolve().parents[2] / "cdk.json"
@@ -21,6 +21,7 @@ CDK_JSON = Path(__file__).resolve().parents[2] / "cdk.json"
 # Stands in for a region's own AWS certificate (any RSA certificate will do here).
 OTHER_REGION_CERTIFICATE = IdentitySigner(common_name="ap-east-1 stand-in").certificate_pem
 
+KUBECTL_ROLE_ARN = "arn:aws:iam::123456789012:role/warmpool-kubectl"
 BASE_CONTEXT: dict[str, Any] = {
     "cluster": "demo",
     "vpc_id": "vpc-0123456789abcdef0",
@@ -47,6 +48,22 @@ VARIANTS: dict[str, dict[str, Any]] = {
         # a region with its own AWS certificate (chosen at deploy time by AWS::Region)
         "identity_certificates_by_region": {"ap-east-1": OTHER_REGION_CERTIFICATE},
     },
+    # both halves: the node half installed into an existing EKS cluster (Pod Identity)
+    "eks": {
+        "eks_cluster": "demo",
+        "kubectl_role_arn": KUBECTL_ROLE_ARN,
+        "agent_settings": '{"WARM_IP_TARGET": "5", "ENABLE_PREFIX_DELEGATION": "false"}',
+    },
+    # both halves, IRSA for the agent (clusters without the Pod Identity agent), arm64 nodes
+    "eks_irsa": {
+        "cluster": "fourth",
+        "create_buckets_table": "false",
+        "eks_cluster": "prod-eks",
+        "kubectl_role_arn": KUBECTL_ROLE_ARN,
+        "agent_identity": "irsa",
+        "oidc_provider_arn": "arn:aws:iam::123456789012:oidc-provider/oidc.eks.eu-west-1.amazonaws.com/id/ABC123",
+        "agent_image_platform": "linux/arm64",
+    },
     # SenderId binding through the nodes' instance role
     "node_role": {
         "cluster": "third",
@@ -58,7 +75,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def resolve(value: Any) -> Any:
-    """Flatten intrinsic functions to readable strings: ``${AWS::Partition}``, ``${Logical.Attr}``."""
+    """Flatten intrinsic functions to readable strings: ``${AWS::Partition}``, ``${Logical.Attr}``
+    (a ``Fn::Sub`` of a plain string is its string)."""
     if isinstance(value, list):
         return [resolve(v) for v in value]
     if isinstance(value, dict):
@@ -67,6 +85,8 @@ def resolve(value: Any) -> Any:
             return sep.join(str(resolve(p)) for p in parts)
         if set(value) == {"Ref"}:
             return "${" + value["Ref"] + "}"
+        if set(value) == {"Fn::Sub"} and isinstance(value["Fn::Sub"], str):  # its ${...} read as they are
+            return value["Fn::Sub"]
         if set(value) == {"Fn::GetAtt"}:
             return "${" + ".".join(value["Fn::GetAtt"]) + "}"
         return {k: resolve(v) for k, v in value.items()}

@@ -1,0 +1,54 @@
+"""The pool controller's counters, typed: one field each (a misspelt counter is a type
+error, not a new key). The agent's ``/metrics`` reads them (``node_agent/agent.py``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ControllerStats:
+    # reports
+    reports_sent: int = 0
+    reports_invalid: int = 0
+    """Reports not sent: they failed the wire model's own checks."""
+    report_enis_skipped: int = 0
+    """ENIs left out of a report (the datastore held them inconsistent; repaired)."""
+    identity_unavailable: int = 0
+    """Reports not sent: no signed identity document to carry."""
+    # results
+    results_applied: int = 0
+    results_rejected: int = 0
+    results_failed: int = 0
+    """``failed`` actions received."""
+    actions: Counter[str] = field(default_factory=Counter)
+    """Result actions applied, by kind (``attached``, ``assigned``, ...)."""
+    resync_on_empty_result: int = 0
+    # ENIs
+    enis_attached: int = 0
+    enis_replaced: int = 0
+    enis_deleted: int = 0
+    deleted_in_use: int = 0
+    """``deleted`` for an ENI whose addresses pods still held."""
+    enis_unmanaged: int = 0
+    # addresses
+    addresses_added: int = 0
+    addresses_released: int = 0
+    addresses_reclaimed: int = 0
+    released_in_use: int = 0
+    released_without_result: int = 0
+    stale_releases: int = 0
+    stale_claims: int = 0
+    handbacks_superseded: int = 0
+    quarantined: int = 0
+    unquarantined: int = 0
+    quarantined_after_rebuild: int = 0
+    held_not_in_imds: int = 0
+    take_back_postponed: int = 0
+    whole_eni_offers_renewed: int = 0
+    verify_dropped: int = 0
+    # the node and the checkpoint
+    datastore_repairs: int = 0
+    checkpoint_write_errors: int = 0
+    host_errors: int = 0

@@ -1,0 +1,419 @@
+"""The schedule's events, one frozen dataclass per kind (:mod:`simulation.schedule` draws
+them, :mod:`simulation.events` applies each through its dispatch table).
+
+Every event has its time ``at`` and its ``kind`` (the name the command line and the
+replay use); its other fields are the kind's arguments, ``args`` lists them by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Event:
+    at: float
+    kind: ClassVar[str] = ""
+
+    @property
+    def args(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "at"}
+
+    def summary(self) -> str:
+        inner = ", ".join(f"{k}={v}" for k, v in sorted(self.args.items()))
+        return f"t={self.at:.1f} {self.kind}({inner})"
+
+
+@dataclass(frozen=True)
+class NodeEvent(Event):
+    """An event of one of the seed's nodes (``node``: its name)."""
+
+    node: str
+
+
+@dataclass(frozen=True)
+class Window(Event):
+    """A fault open for ``dur`` seconds."""
+
+    dur: float
+
+
+# --- pods -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodsAdd(NodeEvent):
+    kind: ClassVar[str] = "pods-add"
+    n: int
+
+
+@dataclass(frozen=True)
+class PodsDel(NodeEvent):
+    kind: ClassVar[str] = "pods-del"
+    n: int
+
+
+@dataclass(frozen=True)
+class Churn(NodeEvent):
+    kind: ClassVar[str] = "churn"
+    n: int
+
+
+# --- the world's faults ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SqsDelay(Window):
+    kind: ClassVar[str] = "sqs-delay"
+    max_s: float
+
+
+@dataclass(frozen=True)
+class SqsDuplicate(Window):
+    kind: ClassVar[str] = "sqs-duplicate"
+    rate: float
+    copies: int
+
+
+@dataclass(frozen=True)
+class ImdsLag(NodeEvent):
+    kind: ClassVar[str] = "imds-lag"
+    lag: float
+    dur: float
+
+
+@dataclass(frozen=True)
+class AgentKill(NodeEvent):
+    kind: ClassVar[str] = "agent-kill"
+    point: str
+    down: float
+
+
+@dataclass(frozen=True)
+class LambdaCrash(Window):
+    kind: ClassVar[str] = "lambda-crash"
+    rate: float
+
+
+@dataclass(frozen=True)
+class SlowInvocation(Window):
+    kind: ClassVar[str] = "slow-invocation"
+    rate: float
+
+
+@dataclass(frozen=True)
+class ThrottleStorm(Window):
+    kind: ClassVar[str] = "throttle-storm"
+    rate: float
+    describe: bool
+    """Describe calls are throttled too."""
+
+
+@dataclass(frozen=True)
+class ForeignLoad(Window):
+    kind: ClassVar[str] = "foreign-load"
+    action: str
+    rate: float
+
+
+@dataclass(frozen=True)
+class SubnetExhausted(Window):
+    kind: ClassVar[str] = "subnet-exhausted"
+
+
+@dataclass(frozen=True)
+class Fragmentation(Event):
+    kind: ClassVar[str] = "fragmentation"
+    n: int
+
+
+@dataclass(frozen=True)
+class AttachFailure(Window):
+    kind: ClassVar[str] = "attach-failure"
+    rate: float
+
+
+@dataclass(frozen=True)
+class Terminate(NodeEvent):
+    kind: ClassVar[str] = "terminate"
+
+
+@dataclass(frozen=True)
+class ReplaceNode(NodeEvent):
+    kind: ClassVar[str] = "replace-node"
+    gap: float
+    race: bool
+
+
+@dataclass(frozen=True)
+class CniOverlap(NodeEvent):
+    kind: ClassVar[str] = "cni-overlap"
+
+
+@dataclass(frozen=True)
+class CniInterrupted(NodeEvent):
+    kind: ClassVar[str] = "cni-interrupted"
+
+
+@dataclass(frozen=True)
+class CniGc(NodeEvent):
+    kind: ClassVar[str] = "cni-gc"
+
+
+@dataclass(frozen=True)
+class CniHostile(NodeEvent):
+    kind: ClassVar[str] = "cni-hostile"
+    variant: str
+
+
+@dataclass(frozen=True)
+class DdbUnprocessed(Window):
+    kind: ClassVar[str] = "ddb-unprocessed"
+    rate: float
+
+
+@dataclass(frozen=True)
+class QueueDeleteFailure(Window):
+    kind: ClassVar[str] = "queue-delete-failure"
+
+
+@dataclass(frozen=True)
+class ReconcileRace(Window):
+    kind: ClassVar[str] = "reconcile-race"
+
+
+# --- issue 12's hostile nodes (``node`` "": the outsider) ------------------------------
+
+
+@dataclass(frozen=True)
+class ForgedRelease(NodeEvent):
+    kind: ClassVar[str] = "forged-release"
+    victim: str
+    identity: str
+    repeat: int
+
+
+@dataclass(frozen=True)
+class SeqPoison(NodeEvent):
+    kind: ClassVar[str] = "seq-poison"
+    victim: str
+    identity: str
+    repeat: int
+
+
+@dataclass(frozen=True)
+class NameSpray(NodeEvent):
+    kind: ClassVar[str] = "name-spray"
+    n: int
+
+
+@dataclass(frozen=True)
+class ChurnerLaunch(Event):
+    """A rogue instance launching and terminating ENIs every ``period`` s for ``dur`` s."""
+
+    kind: ClassVar[str] = "churner"
+    itype: str
+    dur: float
+    period: float
+
+
+@dataclass(frozen=True)
+class ResultTheft(NodeEvent):
+    kind: ClassVar[str] = "result-theft"
+    victim: str
+    dur: float
+
+
+# --- issue 21's faults of a node's agent and host -------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckpointLost(NodeEvent):
+    kind: ClassVar[str] = "checkpoint-lost"
+    down: float
+
+
+@dataclass(frozen=True)
+class CheckpointTruncated(NodeEvent):
+    kind: ClassVar[str] = "checkpoint-truncated"
+    down: float
+    keep: float
+
+
+@dataclass(frozen=True)
+class CheckpointCorrupt(NodeEvent):
+    kind: ClassVar[str] = "checkpoint-corrupt"
+    down: float
+    start: float
+    n: int
+
+
+@dataclass(frozen=True)
+class CheckpointWriteError(NodeEvent):
+    kind: ClassVar[str] = "checkpoint-write-error"
+    dur: float
+    errno: str
+
+
+@dataclass(frozen=True)
+class TagLookupFailure(Event):
+    kind: ClassVar[str] = "tag-lookup-failure"
+    nodes: str
+    gap: float
+    dur: float
+
+
+@dataclass(frozen=True)
+class ClockSkew(NodeEvent):
+    kind: ClassVar[str] = "clock-skew"
+    skew: float
+
+
+# --- issue 21's harsh world: what AWS does not promise (docs/emulated-ec2.md) ------------
+
+
+@dataclass(frozen=True)
+class DescribeStale(Window):
+    """DescribeNetworkInterfaces and DescribeInstances answer from a moment up to ``lag_s`` ago."""
+
+    kind: ClassVar[str] = "describe-stale"
+    lag_s: float
+
+
+@dataclass(frozen=True)
+class InstanceUnlisted(NodeEvent):
+    """The node's instance (a new one if ``replace``) is missing from DescribeInstances for ``dur`` s."""
+
+    kind: ClassVar[str] = "instance-unlisted"
+    dur: float
+    replace: bool
+
+
+@dataclass(frozen=True)
+class SlowDetach(Window):
+    """Every detach takes ``delay_s`` (the ENI ``detaching`` in Describe and IMDS meanwhile)."""
+
+    kind: ClassVar[str] = "slow-detach"
+    delay_s: float
+
+
+@dataclass(frozen=True)
+class StuckDetach(Window):
+    """A detach answered success leaves the ENI attached (``rate``) until a retry or a force."""
+
+    kind: ClassVar[str] = "stuck-detach"
+    rate: float
+
+
+@dataclass(frozen=True)
+class SlowAttach(Window):
+    """Every attach takes ``delay_s`` before the ENI shows attached and appears in IMDS."""
+
+    kind: ClassVar[str] = "slow-attach"
+    delay_s: float
+
+
+@dataclass(frozen=True)
+class ImdsLagLong(ImdsLag):
+    """IMDS lag with no bound the code may assume (up to minutes past 120 s)."""
+
+    kind: ClassVar[str] = "imds-lag-long"
+
+
+@dataclass(frozen=True)
+class ImdsTorn(NodeEvent):
+    """Each IMDS leaf read on its own: an ENI's addresses from a moment up to ``span`` s apart
+    from the ENI list's."""
+
+    kind: ClassVar[str] = "imds-torn"
+    dur: float
+    span: float
+
+
+@dataclass(frozen=True)
+class Ec2Ambiguous(Window):
+    """Mutating ENI calls take effect and lose their answer (``rate``): ``how`` ``InternalError``
+    or ``sdk-retry`` (a dropped connection the SDK retries)."""
+
+    kind: ClassVar[str] = "ec2-ambiguous"
+    rate: float
+    how: str
+
+
+@dataclass(frozen=True)
+class InstanceType(NodeEvent):
+    """The node's instance replaced by one of ``itype`` (any the limits table knows)."""
+
+    kind: ClassVar[str] = "instance-type"
+    itype: str
+    gap: float
+
+
+@dataclass(frozen=True)
+class ReportFlood(NodeEvent):
+    """The node sends ``n`` valid reports every ``period`` s for ``dur`` s: fresh ones from its
+    agent (honest) or copies of its last signed one (``hostile``)."""
+
+    kind: ClassVar[str] = "report-flood"
+    n: int
+    period: float
+    dur: float
+    hostile: bool
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    c.kind: c
+    for c in (
+        PodsAdd,
+        PodsDel,
+        Churn,
+        SqsDelay,
+        SqsDuplicate,
+        ImdsLag,
+        AgentKill,
+        LambdaCrash,
+        SlowInvocation,
+        ThrottleStorm,
+        ForeignLoad,
+        SubnetExhausted,
+        Fragmentation,
+        AttachFailure,
+        Terminate,
+        ReplaceNode,
+        CniOverlap,
+        CniInterrupted,
+        CniGc,
+        CniHostile,
+        DdbUnprocessed,
+        QueueDeleteFailure,
+        ReconcileRace,
+        ForgedRelease,
+        SeqPoison,
+        NameSpray,
+        ChurnerLaunch,
+        ResultTheft,
+        CheckpointLost,
+        CheckpointTruncated,
+        CheckpointCorrupt,
+        CheckpointWriteError,
+        TagLookupFailure,
+        ClockSkew,
+        DescribeStale,
+        InstanceUnlisted,
+        SlowDetach,
+        StuckDetach,
+        SlowAttach,
+        ImdsLagLong,
+        ImdsTorn,
+        Ec2Ambiguous,
+        InstanceType,
+        ReportFlood,
+    )
+}
+"""Each kind's name -> its event type."""
+
+
+def make_event(at: float, kind: str, args: dict[str, Any]) -> Event:
+    """The event of ``kind`` at ``at`` with ``args`` (its fields by name)."""
+    return EVENT_TYPES[kind](at=at, **args)

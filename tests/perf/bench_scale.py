@@ -1,0 +1,119 @@
+"""The bench's own cost against the work: a burst of N nodes (30 pods a node,
+mixed types, two AZs) run for warmpool, wall time and peak RSS per size.
+
+    .venv/bin/python tests/perf/bench_scale.py [--nodes 1000 3000 10000] [--strategy warmpool]
+    .venv/bin/python tests/perf/bench_scale.py --nodes 300 --profile out.prof   # cProfile, one size
+
+Each size runs in its own process (``warmpool bench`` on a generated file), so
+the peak RSS is that run's alone (``ru_maxrss`` of the child). The scenario:
+nodes in four groups (m5.4xlarge, c5.2xlarge, r5.xlarge, m5.2xlarge; 30 pods
+each fit every type), joining over ``max(120, N / 25)`` s, pods over 60 s from
+180 s, ``WARM_IP_TARGET=1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+TYPES = ("m5.4xlarge", "c5.2xlarge", "r5.xlarge", "m5.2xlarge")
+
+
+def scenario(nodes: int) -> dict[str, Any]:
+    per = [nodes // len(TYPES) + (1 if i < nodes % len(TYPES) else 0) for i in range(len(TYPES))]
+    spread = max(120.0, nodes / 25)
+    return {
+        "name": f"scale-{nodes}",
+        "seed": 41,
+        "duration_s": 3600,
+        "strategies": ["warmpool", "vpc-cni", "cilium"],
+        "account": {"budget_fraction": 0.8},
+        "cluster": {"name": "scale", "env": {"WARM_IP_TARGET": 1}},
+        "subnets": [
+            {"id": "subnet-a", "az": "us-east-1a", "cidr": "10.0.0.0/16"},
+            {"id": "subnet-b", "az": "us-east-1b", "cidr": "10.1.0.0/16"},
+            {"id": "subnet-c", "az": "us-east-1c", "cidr": "10.2.0.0/16"},
+            {"id": "subnet-d", "az": "us-east-1d", "cidr": "10.3.0.0/16"},
+        ],
+        "node_groups": [
+            {
+                "name": f"g{i}",
+                "instance_type": t,
+                "count": n,
+                "join_at_s": 0,
+                "join_spread_s": spread,
+                "subnet": f"subnet-{'abcd'[i]}",
+            }
+            for i, (t, n) in enumerate(zip(TYPES, per, strict=True))
+            if n
+        ],
+        "workload": [
+            {"at_s": spread + 60, "node_group": f"g{i}", "add_pods_per_node": 30, "spread_s": 60}
+            for i, n in enumerate(per)
+            if n
+        ],
+    }
+
+
+def run(nodes: int, strategy: str, profile: str | None) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"scale-{nodes}.yaml"
+        path.write_text(yaml.safe_dump(scenario(nodes), sort_keys=False))
+        out = Path(tmp) / "out.json"
+        cmd = [sys.executable]
+        if profile:
+            cmd += ["-m", "cProfile", "-o", profile]
+        cmd += ["-m", "bench.cli", str(path), "--strategy", strategy, "--json", str(out), "--quiet"]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        subprocess.run(
+            cmd, check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL
+        )
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        res = json.loads(out.read_text())["strategies"][strategy]
+    return {
+        "nodes": nodes,
+        "pods": res["pods_requested"],
+        "ready": res["pods_ready"],
+        "wall_s": round(wall, 1),
+        "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
+        "peak_rss_mb": round(after.ru_maxrss / 1024, 1),
+        "makespan_s": res["makespan_s"],
+        "mutating_vs_bound": res["ratios"]["mutating_calls_vs_lower_bound"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, nargs="+", default=[1000, 3000, 10000])
+    ap.add_argument("--strategy", default="warmpool")
+    ap.add_argument("--profile", metavar="OUT.prof", help="cProfile the (single) run into this file")
+    a = ap.parse_args()
+    if a.profile and len(a.nodes) != 1:
+        ap.error("--profile: give one size")
+    head = ("nodes", "pods", "ready", "wall s", "cpu s", "peak RSS MB", "makespan s", "calls/LB")
+    widths = (6, 7, 7, 8, 8, 12, 11, 9)
+    print(" ".join(h.rjust(w) for h, w in zip(head, widths, strict=True)))
+    for n in a.nodes:
+        r = run(n, a.strategy, a.profile)
+        print(
+            f"{r['nodes']:>6} {r['pods']:>7} {r['ready']:>7} {r['wall_s']:>8} {r['cpu_s']:>8} "
+            f"{r['peak_rss_mb']:>12} {r['makespan_s']!s:>11} {r['mutating_vs_bound']!s:>9}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

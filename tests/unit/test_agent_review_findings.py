@@ -1,0 +1,420 @@
+"""Two-holder paths a hostile review of the merged agent found (issue 21, the review after
+the fixes), each as the short sequence of world events that gave an address two holders:
+the real :class:`PoolController`, :class:`Datastore` and :class:`SkipUnmanaged` in virtual
+time, IMDS and Describe as fakes that lag as long as a seed says.
+
+1. a released address is ignored in IMDS until IMDS was seen without it, however long it
+   lags (before: a fixed 2 min), and across a restart (the checkpoint keeps it);
+2. the take-back of quarantined addresses measures the release timeout on a monotonic
+   clock (before: the wall clock, so a forward step re-pooled an address still offered);
+3. an IMDS read that omits an ENI does not forget its pods (before: dropped, and the next
+   read brought it back with every address free);
+4. an ENI a lagging Describe does not list is unknown, not managed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from emulated.clock import VirtualClock
+from node_agent.checkpoint import MemoryCheckpoint
+from node_agent.controller import AttachedEni, PoolController
+from node_agent.datastore import Datastore
+from node_agent.unmanaged import NO_MANAGE_TAG, SkipUnmanaged
+from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, one, result
+from warmpool.limits import known
+from warmpool.pool import PoolConfig
+
+POOL = PoolConfig(warm_ip=1)
+
+
+def boot(cp: MemoryCheckpoint, metadata: Any, now: float, **kw: Any) -> tuple[Datastore, PoolController]:
+    """The agent process starts: checkpoint, then IMDS."""
+    ds = Datastore(cooldown_s=0.0, pending_ttl_s=TIMING.pending_ttl_s, checkpoint=cp)
+    ds.restore()
+    ctl = PoolController(ID, known("m5.large"), POOL, ds, TIMING, metadata=metadata, **kw)
+    ctl.start(now)
+    return ds, ctl
+
+
+def second_with(*ips: str) -> tuple[VirtualClock, FakeImds]:
+    """A clock at 1000 s and an IMDS listing the primary ENI and SECOND with ``ips``."""
+    imds = FakeImds()
+    imds.add(SECOND, list(ips))
+    return VirtualClock(1000.0), imds
+
+
+def holders(ds: Datastore) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for p in ds.pods():
+        out.setdefault(p.ip, []).append(p.container_id)
+    return out
+
+
+# --- 4. an ENI a lagging Describe does not list ---------------------------------------------
+
+
+class LaggingDescribe:
+    """DescribeNetworkInterfaces by instance, showing only the ENIs in ``listed``."""
+
+    def __init__(self, tags: dict[str, dict[str, str]]) -> None:
+        self.tags = tags
+        self.listed: set[str] = set()
+        self.calls = 0
+
+    def describe_network_interfaces(self, **kw: Any) -> dict[str, Any]:
+        self.calls += 1
+        return {
+            "NetworkInterfaces": [
+                {"NetworkInterfaceId": k, "TagSet": [{"Key": a, "Value": b} for a, b in v.items()]}
+                for k, v in self.tags.items()
+                if k in self.listed
+            ]
+        }
+
+
+def test_an_eni_describe_does_not_list_yet_is_not_used_until_its_tags_are_read() -> None:
+    # Before: ``SkipUnmanaged._lookup`` read an ENI missing from Describe as managed, so a
+    # no_manage ENI (another controller's addresses) attached a moment ago was used for pods.
+    clock, imds = second_with("10.0.0.21", "10.0.0.22")
+    ec2 = LaggingDescribe({SECOND.eni_id: {NO_MANAGE_TAG: "true"}})
+    ds, ctl = boot(MemoryCheckpoint(), SkipUnmanaged(imds, ec2, ID.instance_id, clock=clock), clock.now())
+    assert ds.eni(SECOND.eni_id) is None, "an ENI whose tags are unknown is not taken"
+    assert ds.assign("p1", "eth0", "ns", clock.now()) is None
+    for _ in range(6):  # retried with a backoff, never read as managed meanwhile
+        clock.advance(60)
+        ctl.resync(clock.now())
+        assert ds.eni(SECOND.eni_id) is None
+    assert ec2.calls >= 3
+    ec2.listed.add(SECOND.eni_id)  # Describe catches up: tagged no_manage
+    clock.advance(130)
+    ctl.resync(clock.now())
+    assert ds.eni(SECOND.eni_id) is None
+    assert ds.assign("p1", "eth0", "ns", clock.now()) is None
+
+
+def test_an_eni_describe_lists_later_untagged_is_used_then() -> None:
+    clock, imds = second_with("10.0.0.21")
+    ec2 = LaggingDescribe({SECOND.eni_id: {}})
+    ds, ctl = boot(MemoryCheckpoint(), SkipUnmanaged(imds, ec2, ID.instance_id, clock=clock), clock.now())
+    assert ds.eni(SECOND.eni_id) is None
+    ec2.listed.add(SECOND.eni_id)
+    clock.advance(130)
+    ctl.resync(clock.now())
+    assert ds.eni(SECOND.eni_id) is not None
+    assert ds.assign("p1", "eth0", "ns", clock.now()) is not None
+
+
+# --- 1. a released address IMDS lists for minutes ---------------------------------------------
+
+
+X = "10.0.0.12"
+
+
+def listed(imds: FakeImds, *ips: str) -> None:
+    imds.enis[PRIMARY.eni_id] = AttachedEni(PRIMARY, list(ips), [])
+
+
+def released_x(cp: MemoryCheckpoint, imds: FakeImds, t0: float) -> tuple[Datastore, PoolController]:
+    """.11 and .12 attached; .12 surplus, quarantined, offered and released by EC2, while a
+    lagging IMDS goes on listing it."""
+    listed(imds, "10.0.0.11", X)
+    ds, ctl = boot(cp, imds, t0)
+    ctl.tick(t0)
+    ctl.tick(t0 + 1)
+    r = one(ctl.tick(t0 + 61))
+    assert r.release[0].ips == [X]
+    ctl.apply_result(result(r.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": [X]}), t0 + 62)
+    assert ds.eni_of(X) is None
+    return ds, ctl
+
+
+def test_a_released_address_imds_lists_for_minutes_is_never_taken_back() -> None:
+    # Before: ``RecentResults.expire`` dropped the released entry after 2 min, and the next
+    # resync, IMDS still lagging (no bound is documented), added .12 again as free: a pod
+    # got an address EC2 had given to another node.
+    imds = FakeImds()
+    cp = MemoryCheckpoint()
+    t0 = 1000.0
+    ds, ctl = released_x(cp, imds, t0)
+    for dt in range(120, 1200, 60):  # IMDS lags for 20 minutes; a restart in the middle
+        t = t0 + dt
+        if dt == 600:
+            ds, ctl = boot(cp, imds, t)
+        ctl.resync(t)
+        ctl.tick(t)
+        assert ds.eni_of(X) is None, dt
+        for i in range(2):
+            ds.assign(f"pod-{dt}-{i}", "eth0", "ns", t)
+        assert X not in holders(ds), dt
+        for p in ds.pods():
+            ds.release(p.container_id, p.ifname, t)
+    # IMDS catches up (seen without it), then EC2 assigns it to us again: IMDS evidence now
+    listed(imds, "10.0.0.11")
+    t = t0 + 1300
+    ctl.resync(t)
+    listed(imds, "10.0.0.11", X)
+    ctl.resync(t + 200)  # the entry expires only once seen absent and its time is up
+    assert ds.eni_of(X) is not None
+
+
+def test_seen_absent_survives_a_restart_and_an_old_checkpoint_restores_as_not_seen() -> None:
+    imds = FakeImds()
+    cp = MemoryCheckpoint()
+    t0 = 1000.0
+    ds, ctl = released_x(cp, imds, t0)
+    listed(imds, "10.0.0.11")
+    ctl.resync(t0 + 70)
+    assert ds.seen_absent(X)
+    assert cp.data is not None and cp.data["recent"]["released_absent"] == [X]
+    ds2, _ = boot(MemoryCheckpoint(cp.data), imds, t0 + 80)
+    assert ds2.seen_absent(X), "the checkpoint keeps what IMDS was seen without"
+    # an older agent's checkpoint (no ``released_absent``): restored as not yet seen absent,
+    # so the address stays ignored until the next read without it
+    old = {**cp.data, "recent": {k: v for k, v in cp.data["recent"].items() if k != "released_absent"}}
+    listed(imds, "10.0.0.11", X)  # still lagging at this restart
+    ds3, ctl3 = boot(MemoryCheckpoint(old), imds, t0 + 400)
+    assert not ds3.seen_absent(X) and ds3.eni_of(X) is None
+    ctl3.resync(t0 + 1000)
+    assert ds3.eni_of(X) is None, "never seen absent since: still ignored"
+
+
+# --- 2. the take-back on a stepped wall clock -------------------------------------------------
+
+
+def test_a_wall_clock_stepped_forward_does_not_shorten_the_release_timeout() -> None:
+    # Before: the take-back compared the wall clock with the wall-clock quarantine time, so a
+    # +200 s step (NTP, an operator) re-pooled an address the allocator could still unassign.
+    clock = VirtualClock(1000.0)
+    imds = FakeImds()
+    listed(imds, "10.0.0.11", X)
+    ds, ctl = boot(MemoryCheckpoint(), imds, clock.now(), monotonic=clock.monotonic)
+    ctl.tick(clock.now())
+    clock.advance(1)
+    ctl.tick(clock.now())
+    clock.advance(60)
+    r = one(ctl.tick(clock.now()))
+    assert r.release[0].ips == [X]
+    clock.advance(5)
+    clock.step(+200)  # wall clock only: 205 s "later"
+    ctl.tick(clock.now())
+    ds.assign("p1", "eth0", "ns", clock.now())
+    got = ds.assign("p2", "eth0", "ns", clock.now())
+    assert got is None, "the offered address went back to a pod 5 s after its offer"
+    assert X in {ip for ips, _ in ds.quarantined().values() for ip in ips}
+    clock.advance(TIMING.release_timeout_s)  # the real timeout, measured on the steady clock
+    ctl.tick(clock.now())
+    assert ds.assign("p2", "eth0", "ns", clock.now()) is not None
+
+
+def test_after_a_restart_the_release_timeout_runs_again_from_the_start() -> None:
+    # The steady clock does not survive a restart (a reboot resets it); the checkpoint's
+    # quarantine time is the wall clock's. So a new process counts the whole timeout again
+    # from its own start: later, never sooner.
+    clock = VirtualClock(1000.0)
+    imds = FakeImds()
+    listed(imds, "10.0.0.11", X)
+    cp = MemoryCheckpoint()
+    ds, ctl = boot(cp, imds, clock.now(), monotonic=clock.monotonic)
+    ctl.tick(clock.now())
+    clock.advance(1)
+    ctl.tick(clock.now())
+    clock.advance(60)
+    one(ctl.tick(clock.now()))
+    clock.advance(10)
+    clock.step(+300)  # the node reboots with its clock far ahead
+    ds, ctl = boot(cp, imds, clock.now(), monotonic=clock.monotonic)
+    ctl.tick(clock.now())
+    ds.assign("p1", "eth0", "ns", clock.now())
+    assert ds.assign("p2", "eth0", "ns", clock.now()) is None
+    clock.advance(TIMING.release_timeout_s - 1)
+    ctl.tick(clock.now())
+    assert ds.assign("p2", "eth0", "ns", clock.now()) is None
+    clock.advance(2)
+    ctl.tick(clock.now())
+    assert ds.assign("p2", "eth0", "ns", clock.now()) is not None
+
+
+# --- 3. one IMDS read that omits an ENI ----------------------------------------------------------
+
+
+def test_an_imds_read_that_omits_an_eni_keeps_its_pods_and_hands_nothing_out_from_it() -> None:
+    # Before: ``Datastore.reconcile`` forgot an ENI missing from one read together with its
+    # pods (``remove_eni(force=True)``); the next read brought it back with every address
+    # free, and a new pod got an address a running pod held.
+    imds = FakeImds()
+    imds.add(SECOND, ["10.0.0.21", "10.0.0.22"])
+    cp = MemoryCheckpoint()
+    ds, ctl = boot(cp, imds, 0.0)
+    a = ds.assign("pod-a", "eth0", "ns", 1.0)
+    assert a is not None and a.eni_id == SECOND.eni_id
+    whole = imds.enis.pop(SECOND.eni_id)  # one read omits it (torn, or lagging)
+    ctl.resync(60.0)
+    assert ds.lookup("pod-a", "eth0") == a, "the pod keeps its address"
+    assert ds.unseen() == [SECOND.eni_id]
+    assert ds.assign("pod-b", "eth0", "ns", 61.0) is None, "nothing new from an ENI not seen"
+    for r in ctl.tick(62.0):
+        assert all(o.eni_id != SECOND.eni_id for o in r.release)
+    ds2, _ = boot(MemoryCheckpoint(cp.data), imds, 63.0)  # a restart meanwhile: the same
+    assert ds2.lookup("pod-a", "eth0") == a and ds2.assign("pod-b", "eth0", "ns", 64.0) is None
+    imds.enis[SECOND.eni_id] = whole  # the next read lists it again
+    ctl.resync(120.0)
+    assert ds.unseen() == []
+    b = ds.assign("pod-b", "eth0", "ns", 121.0)
+    assert b is not None and b.ip != a.ip
+    assert all(len(h) == 1 for h in holders(ds).values())
+
+
+def test_an_unseen_eni_goes_once_its_pods_are_gone_or_another_takes_its_slot() -> None:
+    imds = FakeImds()
+    imds.add(SECOND, ["10.0.0.21"])
+    ds, ctl = boot(MemoryCheckpoint(), imds, 0.0)
+    assert ds.assign("pod-a", "eth0", "ns", 1.0) is not None
+    del imds.enis[SECOND.eni_id]
+    ctl.resync(60.0)
+    assert ds.eni(SECOND.eni_id) is not None
+    ds.release("pod-a", "eth0", 61.0)
+    ctl.resync(120.0)
+    assert ds.eni(SECOND.eni_id) is None, "no pod left: forgotten"
+    # pods on it, and IMDS shows another ENI in its slot: EC2 never has two, so it is gone
+    imds.add(SECOND, ["10.0.0.21"])
+    ctl.resync(180.0)
+    assert ds.assign("pod-c", "eth0", "ns", 181.0) is not None
+    del imds.enis[SECOND.eni_id]
+    other = replace(SECOND, eni_id="eni-00000009", mac="0a:00:00:00:00:09", primary_ip="10.0.0.29")
+    imds.add(other, ["10.0.0.31"])
+    ctl.resync(240.0)
+    assert ds.eni(SECOND.eni_id) is None and ds.eni(other.eni_id) is not None
+
+
+# --- 6. a whole ENI offered, its result lost, its detach slow -----------------------------------
+
+
+def test_a_whole_eni_offer_with_no_answer_is_offered_again_never_taken_back() -> None:
+    # The allocator deletes the offered ENI (Detach, then Delete once detached) and its
+    # ``deleted`` result is lost; the detach takes minutes, and IMDS lists the ENI and its
+    # addresses all along. Before: the take-back after the release timeout found them listed
+    # and put them back in the pool; a pod got one, then EC2 deleted the ENI and gave the
+    # address to another node.
+    clock, imds = second_with("10.0.0.21", "10.0.0.22")
+    ds, ctl = boot(MemoryCheckpoint(), imds, clock.now(), monotonic=clock.monotonic)
+    ds.quarantine(SECOND.eni_id, ["10.0.0.21", "10.0.0.22"], [], clock.now())
+    ctl.retry_soon()
+    first = one(ctl.tick(clock.now()))
+    assert [o.eni_id for o in first.release] == [SECOND.eni_id]
+    reports = []
+    for _ in range(3 * int(TIMING.release_timeout_s) // 10):  # 3 release timeouts, no answer
+        clock.advance(10)
+        reports += ctl.tick(clock.now())
+        assert ds.assign("p", "eth0", "ns", clock.now()) is None, "an address of an ENI maybe deleted"
+    assert ctl.stats.whole_eni_offers_renewed >= 2
+    renewed = [o for r in reports for o in r.release if o.eni_id == SECOND.eni_id]
+    assert renewed and max(o.quarantined_at or 0 for o in renewed) > (first.release[0].quarantined_at or 0)
+    # the answer to a renewed offer: the allocator's book says the ENI is deleted
+    last = reports[-1]
+    ctl.apply_result(result(last.seq, {"kind": "deleted", "eni_id": SECOND.eni_id}), clock.now())
+    assert ds.eni(SECOND.eni_id) is None
+    assert ds.assign("p", "eth0", "ns", clock.now()) is None
+
+
+def test_a_whole_eni_offer_is_handed_back_on_the_allocators_word() -> None:
+    clock, imds = second_with("10.0.0.21")
+    ds, ctl = boot(MemoryCheckpoint(), imds, clock.now(), monotonic=clock.monotonic)
+    ds.quarantine(SECOND.eni_id, ["10.0.0.21"], [], clock.now())
+    ctl.retry_soon()
+    one(ctl.tick(clock.now()))
+    clock.advance(TIMING.release_timeout_s + 1)
+    ctl.tick(clock.now())
+    assert ds.assign("p", "eth0", "ns", clock.now()) is None
+    ctl.retry_soon()
+    r = one(ctl.tick(clock.now()))  # pods wait: the allocator hands the renewed offer back
+    ctl.apply_result(result(r.seq, {"kind": "assigned", "eni_id": SECOND.eni_id, "ips": ["10.0.0.21"]}), clock.now())
+    assert ds.assign("p", "eth0", "ns", clock.now()) is not None
+
+
+# --- 1 (its cost): released, assigned again, IMDS never showing the gap ----------------------
+
+
+def test_ec2s_own_reassignment_is_taken_after_its_wait_even_if_imds_never_showed_the_gap() -> None:
+    # With no time limit on the released filter, an address EC2 gave back to the node while
+    # IMDS lagged (never seen without it) was never used again, while the allocator counted
+    # it as the node's (tests/reliability: pods stuck). A grant is EC2's word: taken once it
+    # waited its full time for the gap, IMDS listing it.
+    imds = FakeImds()
+    ds, ctl = released_x(MemoryCheckpoint(), imds, 0.0)  # IMDS goes on listing .12 throughout
+    assert ds.assign("p1", "eth0", "ns", 63.0) is not None  # .11
+    r2 = one(ctl.tick(64.0))  # short: pods wait; r2 offers nothing
+    ctl.apply_result(result(r2.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]}), 65.0)
+    for t in (70.0, 100.0, 125.0):
+        ctl.tick(t)
+        assert ds.assign("p2", "eth0", "ns", t) is None, "waits for IMDS to show the gap"
+    ctl.tick(126.0)  # the claim's 60 s are over: taken on EC2's word
+    assert ds.assign("p2", "eth0", "ns", 127.0) == (X, PRIMARY.eni_id)
+
+
+def x_offered() -> tuple[Datastore, PoolController, Any]:
+    """.11 and .12 attached and listed by IMDS throughout; .12 surplus, offered in the report returned."""
+    imds = FakeImds()
+    listed(imds, "10.0.0.11", X)
+    ds, ctl = boot(MemoryCheckpoint(), imds, 0.0)
+    ctl.tick(0.0)
+    ctl.tick(1.0)
+    return ds, ctl, one(ctl.tick(61.0))
+
+
+def test_a_hand_back_of_a_released_address_is_never_taken_on_its_word() -> None:
+    # The same, but the `assigned` replies to a report that still offered .12 (its release
+    # applied after that report was sent): the allocator may have planned it from a Describe
+    # older than the unassignment. It stays out.
+    ds, ctl, r1 = x_offered()
+    ctl.retry_soon()
+    r2 = one(ctl.tick(62.0))
+    assert r2.release[0].ips == [X]
+    ctl.apply_result(result(r1.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": [X]}), 63.0)
+    ctl.apply_result(result(r2.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]}), 64.0)
+    assert ds.assign("p1", "eth0", "ns", 64.0) is not None  # .11
+    for t in range(70, 400, 10):
+        ctl.tick(float(t))
+        assert ds.assign("p2", "eth0", "ns", float(t)) is None, t
+
+
+def test_an_address_released_and_assigned_again_in_one_result_is_taken_after_its_wait() -> None:
+    # One invocation unassigns the offered .12, then an Assign gets it back (EC2 hands out the
+    # lowest free address): ``released`` then ``assigned`` in one result, replying to the
+    # report that offered it. IMDS never shows the gap. EC2's word, not a hand-back (the
+    # release book refuses to hand back what it booked): taken after the claim's wait.
+    ds, ctl, r1 = x_offered()
+    assert ds.assign("p1", "eth0", "ns", 61.5) is not None  # .11
+    both = result(
+        r1.seq,
+        {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": [X]},
+        {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]},
+    )
+    ctl.apply_result(both, 62.0)
+    assert ds.assign("p2", "eth0", "ns", 63.0) is None
+    ctl.tick(100.0)
+    assert ds.assign("p2", "eth0", "ns", 100.0) is None
+    ctl.tick(123.0)
+    assert ds.assign("p2", "eth0", "ns", 123.0) == (X, PRIMARY.eni_id)
+
+
+def test_a_parked_grant_keeps_its_word_across_a_restart_and_an_old_entry_waits() -> None:
+    # The claim's grant status is known only when it comes (which reports offered what is in
+    # memory): it is checkpointed with the parked claim (``grants``; sim seed 40 lost it at a
+    # restart and the address was never used again). An entry without it, an older agent's,
+    # waits for IMDS's evidence.
+    imds = FakeImds()
+    cp = MemoryCheckpoint()
+    ds, ctl = released_x(cp, imds, 0.0)
+    assert ds.assign("p1", "eth0", "ns", 63.0) is not None
+    r2 = one(ctl.tick(64.0))
+    ctl.apply_result(result(r2.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]}), 65.0)
+    assert cp.data is not None and cp.data["parked"][0]["grants"] == [X]
+    old = {**cp.data, "parked": [{k: v for k, v in e.items() if k != "grants"} for e in cp.data["parked"]]}
+    ds, ctl = boot(cp, imds, 100.0)  # restarted while the claim waits
+    ctl.tick(126.0)
+    assert ds.lookup("p1", "eth0") is not None and ds.assign("p2", "eth0", "ns", 127.0) == (X, PRIMARY.eni_id)
+    ds, ctl = boot(MemoryCheckpoint(old), imds, 100.0)
+    ctl.tick(126.0)
+    assert ds.assign("p2", "eth0", "ns", 127.0) is None
