@@ -77,8 +77,11 @@ def test_report_has_every_design_key_and_renders() -> None:
 
 @pytest.fixture
 def demo_lock() -> Iterator[None]:
-    """The demo's own lock: these tests create and remove ``wp-demo-*`` names."""
+    """The demo's own lock: these tests create and remove ``wp-demo-*`` names. Holding it,
+    the names a crashed or killed run left are removed first, as a demo's start removes them
+    (``demo.host.remove_leftovers``): a test starts from the state a demo starts from."""
     with single_run_lock(wait_s=240):
+        nx.cleanup()
         yield
         nx.cleanup()
 
