@@ -210,3 +210,17 @@ def render(values: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def placeholders_used() -> set[str]:
     return {m for name in TEMPLATES for m in PLACEHOLDER_RE.findall((K8S_DIR / name).read_text())}
+
+
+NODE_UNINSTALL_POD = "node-uninstall-pod.yaml"
+"""The node's own uninstall as a one-off pod (docs/deploy.md section 7, step 4), apart from
+the install's objects: ``scripts/move-node.sh`` fills it with ``sed``, the e2e tier with
+:func:`node_uninstall_pod`."""
+
+
+def node_uninstall_pod(*, image: str, node: str, namespace: str = "kube-system") -> dict[str, Any]:
+    """``k8s/node-uninstall-pod.yaml`` for one node, its three placeholders filled."""
+    fill = {"IMAGE": image, "NODE_NAME": node, "NAMESPACE": namespace}
+    text = PLACEHOLDER_RE.sub(lambda m: fill[m.group(1)], (K8S_DIR / NODE_UNINSTALL_POD).read_text())
+    doc: dict[str, Any] = yaml.safe_load(text)
+    return doc

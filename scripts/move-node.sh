@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Move one node between aws-node (the AWS VPC CNI) and warmpool, in the order
-# docs/deploy.md section 4 gives: cordon, drain, switch the label, wait for the new
+# docs/deploy.md section 4 gives: cordon, drain, switch the label (back to aws-node: after
+# warmpool's last pass for the instance and the node's own uninstall pod), wait for the new
 # CNI's pod on the node to be Ready, uncordon. Pods are evicted, never moved live:
 # the drain is what keeps two CNIs from holding one pod's address.
 #
@@ -64,7 +65,26 @@ else
     [ "$attempt" -lt 5 ] || { echo "move-node: the last pass for $instance_id did not finish; $node left cordoned" >&2; exit 1; }
     sleep 10   # reports still in flight: the allocator answers them within seconds
   done
-  # Step 3: no label: aws-node starts on the node.
+  # Step 3: the node's own files and rules (docs/deploy.md section 7, step 4): a one-off pod of
+  # the agent's image removes the nftables table, the fwmark rule, 05-warmpool.conflist and the
+  # plugin. Left behind, the conflist would still sort before aws-node's 10-aws.conflist, and
+  # every new pod's ADD would go to a plugin with no agent to answer it.
+  image=$("$KUBECTL" -n "$NAMESPACE" get daemonset warmpool-agent -o jsonpath='{.spec.template.spec.containers[0].image}')
+  [ -n "$image" ] || { echo "move-node: no warmpool-agent DaemonSet image in $NAMESPACE; $node left cordoned" >&2; exit 1; }
+  "$KUBECTL" -n "$NAMESPACE" delete pod warmpool-uninstall --ignore-not-found --wait=true >/dev/null
+  sed -e "s|\${NODE_NAME}|$node|g" -e "s|\${IMAGE}|$image|g" -e "s|\${NAMESPACE}|$NAMESPACE|g" \
+    "$(dirname "$0")/../k8s/node-uninstall-pod.yaml" | "$KUBECTL" apply -f - >/dev/null
+  phase=
+  deadline=$(( $(date +%s) + ${READY_TIMEOUT%s} ))
+  until phase=$("$KUBECTL" -n "$NAMESPACE" get pod warmpool-uninstall -o jsonpath='{.status.phase}') \
+      && { [ "$phase" = Succeeded ] || [ "$phase" = Failed ]; }; do
+    [ "$(date +%s)" -lt "$deadline" ] || break
+    sleep 2
+  done
+  "$KUBECTL" -n "$NAMESPACE" logs warmpool-uninstall >&2 || true
+  [ "$phase" = Succeeded ] || { echo "move-node: the node's uninstall pod ended ${phase:-unfinished}; $node left cordoned" >&2; exit 1; }
+  "$KUBECTL" -n "$NAMESPACE" delete pod warmpool-uninstall --wait=true >/dev/null
+  # Step 4: no label: aws-node starts on the node.
   "$KUBECTL" label node "$node" "$LABEL-"
 fi
 

@@ -613,6 +613,9 @@ class KubeCluster:
                 NODE_ADDR,
                 "--node-labels",
                 "warmpool.io/enabled=true",
+                # What an EKS node's spec.providerID is (scripts/move-node.sh reads the instance from it)
+                "--provider-id",
+                f"aws:///{self.stack.ec2.instances[self.instance_id].az}/{self.instance_id}",
                 "--v",
                 "2",
             ),

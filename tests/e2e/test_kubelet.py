@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ import pytest
 
 from tests.e2e.kube import (
     AGENT_IMAGE_TAG,
+    CLUSTER,
     INSTANCE_TYPE,
     NODE_NAME,
     E2eError,
@@ -408,42 +411,13 @@ def test_the_agent_probes_ready_when_it_serves_adds_never_restarted_while_the_al
 
 
 def _uninstall_pod(image: str) -> dict[str, Any]:
-    """docs/deploy.md "Uninstall" step 2, as a one-off privileged host-network pod: `warmpool-agent
-    uninstall`, then the conflist, the plugin and the agent's directories' contents removed."""
-    host = {
-        "cni-net": "/etc/cni/net.d",
-        "cni-bin": "/opt/cni/bin",
-        "runtime": "/opt/warmpool",
-        "state": "/var/lib/warmpool",
-    }
-    script = (
-        "/opt/warmpool/venv/bin/warmpool-agent uninstall && "
-        "rm -f /host/etc/cni/net.d/05-warmpool.conflist /host/opt/cni/bin/warmpool-cni && "
-        "rm -rf /host/opt/warmpool/* /host/var/lib/warmpool/*"
-    )
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "warmpool-uninstall", "namespace": NAMESPACE},
-        "spec": {
-            "nodeName": NODE_NAME,
-            "hostNetwork": True,
-            "restartPolicy": "Never",
-            "automountServiceAccountToken": False,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [
-                {
-                    "name": "uninstall",
-                    "image": image,
-                    "imagePullPolicy": "Never",
-                    "command": ["/bin/sh", "-c", script],
-                    "securityContext": {"privileged": True, "runAsUser": 0},
-                    "volumeMounts": [{"name": k, "mountPath": "/host" + v} for k, v in host.items()],
-                }
-            ],
-            "volumes": [{"name": k, "hostPath": {"path": v}} for k, v in host.items()],
-        },
-    }
+    """docs/deploy.md "Uninstall" step 4: ``k8s/node-uninstall-pod.yaml`` for the node, the pod
+    ``scripts/move-node.sh`` runs too (one source)."""
+    from infra.manifests import node_uninstall_pod
+
+    pod = node_uninstall_pod(image=image, node=NODE_NAME, namespace=NAMESPACE)
+    pod["spec"]["containers"][0]["imagePullPolicy"] = "Never"
+    return pod
 
 
 def _node_leftovers(c: KubeCluster) -> dict[str, Any]:
@@ -478,6 +452,212 @@ NOTHING_LEFT = {
     "pod rules": [],
     "pod routes": [],
 }
+
+
+# ---- moving the node between aws-node and warmpool (docs/deploy.md section 4)
+
+MOVE_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "move-node.sh"
+STANDIN_CONFLIST = "/etc/cni/net.d/10-aws.conflist"
+STANDIN_RANGE = "10.88.7."  # the stand-in's pod addresses: 10.88.7.0/24, never an ENI's
+
+
+def _standin_aws_node() -> dict[str, Any]:
+    """A stand-in for the VPC CNI's DaemonSet as EKS ships it: `k8s-app: aws-node` in
+    kube-system, host network, the one node-affinity term EKS gives it (linux, no more), and
+    what matters to a move: it installs `10-aws.conflist` and leaves it when it goes. Its
+    pods get addresses from the reference bridge and host-local plugins (Debian's
+    containernetworking-plugins), in a range no ENI has, so a pod's address says which
+    CNI wired it."""
+    from demo.runtime_containerd import cni_plugin
+
+    bridge = cni_plugin("bridge")
+    assert bridge is not None and cni_plugin("host-local") is not None, "containernetworking-plugins"
+    conflist = {
+        "cniVersion": "1.0.0",
+        "name": "aws-cni-standin",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "cni-standin",
+                "isGateway": True,
+                "ipam": {"type": "host-local", "ranges": [[{"subnet": STANDIN_RANGE + "0/24"}]]},
+            }
+        ],
+    }
+    script = (
+        "cp /plugins/bridge /plugins/host-local /host/bin/ && "
+        f"printf '%s' '{json.dumps(conflist)}' > /host/net.d/10-aws.conflist && exec sleep 86400"
+    )
+    mounts = {"plugins": os.path.dirname(bridge), "net": "/etc/cni/net.d", "bin": "/opt/cni/bin"}
+    term = {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    ready = {"exec": {"command": ["test", "-s", "/host/net.d/10-aws.conflist"]}, "periodSeconds": 2}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "aws-node", "namespace": NAMESPACE, "labels": {"k8s-app": "aws-node"}},
+        "spec": {
+            "selector": {"matchLabels": {"k8s-app": "aws-node"}},
+            "template": {
+                "metadata": {"labels": {"k8s-app": "aws-node"}},
+                "spec": {
+                    "hostNetwork": True,
+                    "automountServiceAccountToken": False,
+                    "terminationGracePeriodSeconds": 1,
+                    "tolerations": [{"operator": "Exists"}],
+                    "affinity": affinity,
+                    "containers": [
+                        {
+                            "name": "aws-node",
+                            "image": WORKLOAD_IMAGE,
+                            "imagePullPolicy": "Never",
+                            "command": ["/bin/sh", "-c", script],
+                            "readinessProbe": ready,
+                            "volumeMounts": [
+                                {"name": "plugins", "mountPath": "/plugins", "readOnly": True},
+                                {"name": "net", "mountPath": "/host/net.d"},
+                                {"name": "bin", "mountPath": "/host/bin"},
+                            ],
+                        }
+                    ],
+                    "volumes": [{"name": k, "hostPath": {"path": v}} for k, v in mounts.items()],
+                },
+            },
+        },
+    }
+
+
+def _mover(replicas: int) -> dict[str, Any]:
+    pod = {
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 1,
+        "dnsPolicy": "Default",
+        "containers": [
+            {"name": "app", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never", "command": ["/bin/sleep", "3600"]}
+        ],
+    }
+    return deployment("mover", "default", {"app": "mover"}, replicas, pod)
+
+
+def _move(c: KubeCluster, direction: str) -> str:
+    """``scripts/move-node.sh DIRECTION NODE`` as a user runs it, with kubectl on the cluster's
+    kubeconfig and the last pass pointed at the local stack; returns what it printed."""
+    from tests.e2e.kube import kubectl_binary
+
+    env = dict(os.environ)
+    env.update(
+        {
+            "KUBECONFIG": str(c.kubeconfig),
+            "KUBECTL": kubectl_binary(),
+            "CLUSTER": CLUSTER,
+            "UNINSTALL": f"{sys.executable} -m infra.uninstall --endpoint-url {c.stack.outputs['endpoint']}"
+            f" --region {c.stack.outputs['region']}",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "DRAIN_TIMEOUT": "180s",
+            "READY_TIMEOUT": "180s",
+        }
+    )
+    r = subprocess.run(
+        ["bash", str(MOVE_SCRIPT), direction, NODE_NAME], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    return r.stderr
+
+
+def _mover_running(c: KubeCluster, selector: str, n: int, namespace: str = "default") -> list[dict[str, Any]]:
+    def ok() -> list[dict[str, Any]] | None:
+        pods: list[dict[str, Any]] = c.get("pods", "-n", namespace, "-l", selector)["items"]
+        up = [p for p in pods if p["status"].get("phase") == "Running" and p["status"].get("podIP") and _ready(p)]
+        return up if len(up) == n and len(pods) == n else None
+
+    result: list[dict[str, Any]] = _wait(f"{n} pods {selector} Running", ok, 300, [c.procs["kubelet"]], interval=1.0)
+    return result
+
+
+def _on_node(c: KubeCluster, selector: str) -> list[dict[str, Any]]:
+    pods: list[dict[str, Any]] = c.get(
+        "pods", "-n", NAMESPACE, "-l", selector, "--field-selector", f"spec.nodeName={NODE_NAME}"
+    )["items"]
+    return pods
+
+
+def test_the_node_moves_to_aws_node_and_back_and_each_side_leaves_what_docs_say(cluster: KubeCluster) -> None:
+    """docs/deploy.md section 4 on the real kubelet, with `scripts/move-node.sh` as a user runs
+    it and a stand-in `aws-node` that installs its own CNI: the node goes warmpool → aws-node
+    → warmpool while a Deployment runs on it. The first move keeps `aws-node` off the node
+    (its affinity term gains `warmpool.io/enabled DoesNotExist`, keeping its own
+    expression). Going to aws-node, warmpool leaves nothing in EC2 (only the primary ENI,
+    with only its primary address), no result queue, and nothing on the node (no conflist,
+    plugin, nftables table, mark rule, pod rule or route), so the pods rescheduled on it are
+    wired by aws-node's CNI. Coming back, they get the node's ENI addresses again, each
+    once, while `10-aws.conflist` stays and is not used."""
+    c = cluster
+    _wait("the node Ready", c.node_ready, 240, [c.procs["kubelet"]])
+    c.kubectl("delete", "deployment", "burst", "--ignore-not-found", "--wait=true", timeout=120)
+    _wait("no burst pod left", lambda: not c.get("pods", "-l", "app=burst")["items"], 120, [c.procs["kubelet"]])
+    made = [p for p in ("/opt/cni/bin/bridge", "/opt/cni/bin/host-local", STANDIN_CONFLIST) if not os.path.exists(p)]
+    sqs = c.stack.client("sqs")
+    from warmpool import names
+
+    try:
+        c.apply([_standin_aws_node()])
+        _wait("the stand-in aws-node Ready", lambda: any(_ready(p) for p in _on_node(c, "k8s-app=aws-node")), 120)
+        c.apply([_mover(3)])
+        before = _mover_running(c, "app=mover", 3)
+        assert {p["status"]["podIP"] for p in before} <= c.eni_addresses()  # 05-warmpool sorts before 10-aws
+
+        # warmpool -> warmpool: the first move keeps aws-node off nodes labelled for warmpool
+        _move(c, "to-warmpool")
+        ds = c.get("daemonset", "-n", NAMESPACE, "aws-node")
+        (term,) = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+        assert [(e["key"], e["operator"]) for e in term["matchExpressions"]] == [
+            ("kubernetes.io/os", "In"),
+            ("warmpool.io/enabled", "DoesNotExist"),
+        ]
+        _wait("the stand-in gone from the node", lambda: not _on_node(c, "k8s-app=aws-node"), 120)
+        assert not c.get("node", NODE_NAME)["spec"].get("unschedulable")
+        on_warmpool = _mover_running(c, "app=mover", 3)
+        assert {p["status"]["podIP"] for p in on_warmpool} <= c.eni_addresses()
+
+        # warmpool -> aws-node
+        out = _move(c, "to-aws-node")
+        assert "objects removed" in out, out
+        assert not c.agent_pods()
+        assert any(_ready(p) for p in _on_node(c, "k8s-app=aws-node"))
+        enis = [e for e in c.stack.ec2.enis.values() if e.attachment and e.attachment.instance_id == c.instance_id]
+        assert [(e.attachment.device_index, sorted(e.secondary)) for e in enis] == [(0, [])], enis
+        queues = sqs.list_queues(QueueNamePrefix=names.result_queue(CLUSTER, c.instance_id)).get("QueueUrls", [])
+        assert queues == [], queues
+        assert _node_leftovers(c) == NOTHING_LEFT
+        on_aws = _mover_running(c, "app=mover", 3)
+        ips = [p["status"]["podIP"] for p in on_aws]
+        assert all(ip.startswith(STANDIN_RANGE) for ip in ips) and len(set(ips)) == 3, ips
+
+        # aws-node -> warmpool
+        _move(c, "to-warmpool")
+        _wait("the stand-in gone from the node", lambda: not _on_node(c, "k8s-app=aws-node"), 120)
+        (agent,) = c.agent_pods()
+        assert _ready(agent)
+        back = _mover_running(c, "app=mover", 3)
+        ips = [p["status"]["podIP"] for p in back]
+        assert len(set(ips)) == 3 and set(ips) <= c.eni_addresses(), (ips, c.eni_addresses())
+        assert {p["ip"] for p in c.agent_json("/v1/pods")} == set(ips)
+        assert os.path.exists(STANDIN_CONFLIST)  # left by aws-node, sorted after 05-warmpool, unused
+    finally:
+        c.kubectl("delete", "deployment", "mover", "--ignore-not-found", "--wait=true", timeout=120)
+        c.kubectl("delete", "daemonset", "-n", NAMESPACE, "aws-node", "--ignore-not-found", "--wait=true", timeout=120)
+        _wait("no mover pod left", lambda: not c.get("pods", "-l", "app=mover")["items"], 120, [c.procs["kubelet"]])
+        for p in made:
+            if os.path.exists(p):
+                os.remove(p)
+        from tests.e2e.kube import _run
+
+        _run(c.in_node("ip", "link", "del", "cni-standin"), check=False)
+        c.kubectl("label", "node", NODE_NAME, "warmpool.io/enabled=true", "--overwrite")
+        c.kubectl("uncordon", NODE_NAME, check=False)
 
 
 def test_kubectl_delete_then_the_uninstall_path_leaves_nothing_of_warmpool_on_the_node(cluster: KubeCluster) -> None:

@@ -220,3 +220,19 @@ def test_strict_validation_would_catch_a_misspelt_field(docs: list[dict[str, Any
     broken["spec"]["template"]["spec"]["hostNetwrok"] = True
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, _latest_schema_version(), strict=True)
+
+
+def test_the_node_uninstall_pod_is_filled_the_same_by_the_move_script_and_by_python() -> None:
+    # scripts/move-node.sh fills k8s/node-uninstall-pod.yaml with sed, the e2e tier with
+    # manifests.node_uninstall_pod: both fill every placeholder the file has, and no other.
+    text = (manifests.K8S_DIR / manifests.NODE_UNINSTALL_POD).read_text()
+    assert set(manifests.PLACEHOLDER_RE.findall(text)) == {"IMAGE", "NODE_NAME", "NAMESPACE"}
+    script = (Path(__file__).resolve().parents[2] / "scripts" / "move-node.sh").read_text()
+    assert set(re.findall(r"s\|\\\$\{([A-Z_]+)\}\|", script)) == {"IMAGE", "NODE_NAME", "NAMESPACE"}
+    pod = manifests.node_uninstall_pod(image="repo/agent@sha256:" + "0" * 64, node="ip-10-0-0-9", namespace="ns1")
+    assert "${" not in json.dumps(pod)
+    assert (pod["metadata"]["namespace"], pod["spec"]["nodeName"]) == ("ns1", "ip-10-0-0-9")
+    (c,) = pod["spec"]["containers"]
+    assert c["image"] == "repo/agent@sha256:" + "0" * 64
+    assert "warmpool-agent uninstall" in c["command"][-1] and "05-warmpool.conflist" in c["command"][-1]
+    kubernetes_validate.validate(pod, "1.30", strict=True)
