@@ -545,22 +545,22 @@ class PoolController:
     def _report_due(self, now: float, delta: PoolDelta, pending: int, signature: tuple[object, ...]) -> bool:
         if self._last_sent_at is None:
             return True
-        since = now - self._last_sent_at
         if pending > self._last_pending:
             return True  # a CNI ADD found nothing: report at once
-        steady_since = self._steady(now) - self._last_sent_steady
-        if 0 <= steady_since < self.min_report_interval_s:
+        # Every interval here is on the monotonic clock: a wall clock stepped back would hold
+        # the heartbeat and the retries until it caught up again.
+        since = self._steady(now) - self._last_sent_steady
+        if 0 <= since < self.min_report_interval_s:
             # No other path sends more than one report an interval, a forced one included (it
             # stays forced and goes at the next pass): a loop that forces report after report
             # (a send failing at once, offers changing on every pass) cannot flood the
-            # allocator's queue. Measured on the monotonic clock (a wall clock stepped back
-            # would hold reports, one stepped on each pass would not be held).
+            # allocator's queue (a wall clock stepped on each pass would not be held).
             return False
         if self._force:
             return True
         if since >= self.timing.heartbeat_s:
             return True
-        if now < self._not_before:
+        if self._steady(now) < self._not_before:
             return False
         if signature != self._last_signature and since >= self.min_report_interval_s:
             return True
@@ -582,6 +582,10 @@ class PoolController:
         self.last_seq = seq
         self.ds.set_meta(SEQ_META, seq)
         shift = self.clock_ahead() if self.clock_ahead is not None else 0.0
+        steady = self._steady(now)
+        steady_since: dict[str, float] = {}
+        for (eni_id, _ip), seen in self._quarantined_seen.items():
+            steady_since[eni_id] = min(steady_since.get(eni_id, now), now - max(0.0, steady - seen))
         report = build_report(
             self.identity,
             self.pool,
@@ -592,6 +596,7 @@ class PoolController:
             signed=signed,
             skipped=self._skipped,
             offer_shift=shift,
+            steady_since=steady_since,
         )
         for o in report.release:
             for x in (*o.ips, *o.prefixes):
@@ -678,11 +683,11 @@ class PoolController:
                     log.error("EC2 deleted %s while pods hold its addresses (two holders possible)", action.eni_id)
                     notes.append(f"{action.eni_id}: deleted by EC2 while pods hold its addresses")
             elif isinstance(action, Deferred):
-                self._not_before = max(self._not_before, now + action.retry_after_s)
+                self._not_before = max(self._not_before, self._steady(now) + action.retry_after_s)
                 notes.append(f"deferred {action.retry_after_s:.1f}s: {action.reason}")
             elif isinstance(action, Failed):
                 self.stats.results_failed += 1
-                self._not_before = max(self._not_before, now + self.timing.retry_s)
+                self._not_before = max(self._not_before, self._steady(now) + self.timing.retry_s)
                 notes.append(f"allocator failed: {action.code}: {action.message}")
             self.stats.actions[action.kind] += 1
         if not result.actions and self.ds.pending(now) > 0 and self.metadata is not None:

@@ -7,7 +7,7 @@ and keeps what it must remember about the reports it sent.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from node_agent.datastore import Datastore
 from node_agent.records import NodeIdentity
@@ -30,6 +30,7 @@ def build_report(
     signed: messages.SignedIdentity | None,
     skipped: Callable[[str, tuple[int, int]], None],
     offer_shift: float = 0.0,
+    steady_since: Mapping[str, float] | None = None,
 ) -> PoolReport:
     """The report (``ValidationError`` if the datastore cannot make a valid one).
 
@@ -42,6 +43,11 @@ def build_report(
     node's clock may be ahead of the allocator's: never an offer younger than it is). A
     negative shift (the clock at least that far behind) dates offers and the report that
     much later, in the allocator's time and never past it.
+    ``steady_since`` (per ENI: ``now`` less how long the controller's steady clock has seen
+    its oldest quarantined address quarantined) caps the date too: a wall clock stepped
+    back makes ``now`` earlier than the datastore's quarantine time, and without the cap
+    every report would date the offer ``now``, 0 s old in the allocator's eyes, while the
+    agent's release timeout runs on the steady clock and ends regardless.
     """
     c = ds.counts(now)
     since = ds.quarantined_since()
@@ -95,7 +101,7 @@ def build_report(
                 eni_id=k,
                 ips=v[0],
                 prefixes=v[1],
-                quarantined_at=max(0.0, min(since.get(k, now), now) - offer_shift),
+                quarantined_at=max(0.0, min(since.get(k, now), (steady_since or {}).get(k, now), now) - offer_shift),
             )
             for k, v in sorted(offers.items())
         ],

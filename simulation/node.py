@@ -276,13 +276,18 @@ def aws_dated(t: float) -> dict[str, Any]:
 
 
 class SkewedClock:
-    """The node's clock: the world's time plus the node's ``skew`` (seconds; either sign)."""
+    """The node's clock: the world's time plus the node's ``skew`` (seconds; either sign),
+    and its monotonic reading (:class:`warmpool.clock.SteadyClock`): the world's time, which
+    a ``clock-skew`` step does not move, as no step moves ``CLOCK_MONOTONIC``."""
 
     def __init__(self, w: NodeWorld, agent: SimAgent) -> None:
         self.w, self.agent = w, agent
 
     def now(self) -> float:
         return self.w.now() + self.agent.skew
+
+    def monotonic(self) -> float:
+        return self.w.now()
 
 
 class SimPods:
@@ -481,6 +486,9 @@ class SimAgent:
                 restart_hold_s=RESTART_HOLD_S,
                 signed_identity=functools.partial(w.signer_imds.identity, self.iid),
                 clock_ahead=self.aws_clock.offset,
+                # as node_agent/agent.py gives it time.monotonic: every duration that guards an
+                # offer is timed on it (without it the stepped clock timed them: seed 478)
+                monotonic=self.clock.monotonic,
             )
             self.cni = CniService(
                 ds, self.pods, clock=self.clock, gc_min_age_s=GC_MIN_AGE_S, veth_prefix=AGENT_CONFIG.veth_prefix

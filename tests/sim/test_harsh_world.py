@@ -175,21 +175,57 @@ def test_an_ambiguous_assign_of_a_just_released_address_is_not_lost() -> None:
     assert not [v for r in results for v in r.violations]
 
 
-TEN_THOUSAND_SAFETY = (478, 5649, 6952)
-"""Open (``warmpool sim --seeds 0-9999 --jobs 2 --no-shrink``, 2026-12-02, every kind): the
-allocator unassigns an address its agent has taken back into the pool (478,
-``released-not-offered``), and a pod holds an address EC2 shows unassigned (5649, 6952,
-``pod-address-not-on-node``). Each is one step from a second holder: EC2 may give the
-address to another node while the pod uses it. Not yet traced. Shrunk: ``warmpool sim --seed
-5649 --keep 0,7,8,11,12,14,18`` (an SDK-retried Assign, ``ec2-ambiguous``, while n1's IMDS
-lags 481 s, four times the 120 s the release timeout allows for); ``--seed 478 --keep
-1,3,6,7,8,9,10,12``; ``--seed 6952 --keep 0,1,3,9,10,13,14,15,16,22,23``."""
+TEN_THOUSAND_SAFETY = (5649, 6952)
+"""Open (``warmpool sim --seeds 0-9999 --jobs 2 --no-shrink``, 2026-12-02, every kind): a pod
+holds an address EC2 shows unassigned (5649, 6952, ``pod-address-not-on-node``). Each is one
+step from a second holder: EC2 may give the address to another node while the pod uses it.
+Not yet traced. Shrunk: ``warmpool sim --seed 5649 --keep 0,7,8,11,12,14,18`` (an
+SDK-retried Assign, ``ec2-ambiguous``, while n1's IMDS lags 481 s, four times the 120 s the
+release timeout allows for); ``--seed 6952 --keep 0,1,3,9,10,13,14,15,16,22,23``."""
 
 
 @pytest.mark.xfail(strict=True, reason="open: the 10,000-seed run's safety findings (TEN_THOUSAND_SAFETY)")
 def test_the_ten_thousand_seed_safety_findings_keep_every_invariant() -> None:
     results = runner.run_many(TEN_THOUSAND_SAFETY, jobs=1, shrink=False)
     assert not [v for r in results for v in r.violations]
+
+
+CLOCK_STEP_KEEP = [1, 3, 6, 7, 8, 9, 10, 12]
+"""The same run's ``released-not-offered`` seed, 478 (shrunk: ``warmpool sim --seed 478 --keep
+1,3,6,7,8,9,10,12``), a false finding of the simulation: n2's agent starts from a damaged
+checkpoint at 157 s and holds its three free addresses as offered; its clock steps 236 s
+ahead at 170.2 s (``clock-skew``); at 171 s it took them back into the pool, 14 s after
+the offer, and at 186.5 s the allocator unassigned them in answer to a report of 165 s that
+SQS delayed (its offer dated 156.99 s, 29.5 s old: young enough). The sim's agent had no
+monotonic clock (``PoolController(monotonic=None)``), so it timed the release timeout on
+the stepped wall clock; the production agent times it on ``time.monotonic``, which no step
+moves (``tests/unit/test_agent_review_findings.py``). Now the node's clock has a monotonic
+reading, the world's time (``simulation.node.SkewedClock.monotonic``)."""
+
+
+def test_a_step_of_the_nodes_clock_moves_its_wall_clock_not_its_agents_monotonic_reading() -> None:
+    from simulation.runner import plan_for, run_plan
+    from simulation.world import SimWorld
+
+    w = SimWorld(plan_for(478, []))
+    a = w.agents["n2"]
+    a.skew = 236.3  # what ``clock-skew`` does to a running agent
+    assert a.now() == pytest.approx(w.now() + 236.3)
+    assert a.ctl.monotonic is not None
+    assert a.ctl.monotonic() == w.now()
+    violations, _ = run_plan(plan_for(478, CLOCK_STEP_KEEP), None)
+    assert violations == []
+    assert not run_seed(478, shrink=False).violations
+
+
+def test_the_simulation_finds_the_early_take_back_with_the_fix_reverted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node's monotonic reading stepped with its wall clock: the simulation before the fix."""
+    from simulation.node import SkewedClock
+
+    monkeypatch.setattr(SkewedClock, "monotonic", SkewedClock.now)
+    r = run_seed(478, keep=CLOCK_STEP_KEEP, shrink=False)
+    assert [v["invariant"] for v in r.violations] == ["released-not-offered"]
+    assert "10.0.0.14 from n2" in r.violations[0]["detail"]
 
 
 TEN_THOUSAND_FORGED = (1621, 3818, 6181, 8194, 9932)

@@ -15,9 +15,11 @@ time, IMDS and Describe as fakes that lag as long as a seed says.
 from __future__ import annotations
 
 from dataclasses import replace
+from email.utils import formatdate
 from typing import Any
 
 from emulated.clock import VirtualClock
+from node_agent.agent import AwsClockCheck
 from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
@@ -234,6 +236,103 @@ def test_after_a_restart_the_release_timeout_runs_again_from_the_start() -> None
     clock.advance(2)
     ctl.tick(clock.now())
     assert ds.assign("p2", "eth0", "ns", clock.now()) is not None
+
+
+def test_addresses_held_after_a_checkpoint_loss_outlast_a_clock_step_soon_after() -> None:
+    # Seed 478 of ``warmpool sim``: the agent starts from a damaged checkpoint and holds its
+    # free addresses as offered; 13 s later its clock steps 236 s ahead, while a report of
+    # before the step, its offer young enough, waits in SQS. The simulation's agent had no
+    # monotonic clock and took them back 14 s after the start; on the monotonic clock the
+    # release timeout runs in full, and the reports after the step date the offer earlier.
+    clock = VirtualClock(1000.0)
+    imds = FakeImds()
+    listed(imds, "10.0.0.11", X)
+    check = AwsClockCheck(clock, clock.monotonic)
+    check.observe({"ResponseMetadata": {"HTTPHeaders": {"date": formatdate(clock.now(), usegmt=True)}}}, clock.now())
+    ds = Datastore(cooldown_s=0.0, pending_ttl_s=TIMING.pending_ttl_s, checkpoint=MemoryCheckpoint())
+    ctl = PoolController(
+        ID, known("m5.large"), POOL, ds, TIMING, metadata=imds, monotonic=clock.monotonic, clock_ahead=check.offset
+    )
+    ctl.start(clock.now(), checkpoint_lost=True)
+    r = one(ctl.tick(clock.now()))
+    assert sorted(r.release[0].ips) == ["10.0.0.11", X]
+    offered_at = r.release[0].quarantined_at
+    assert offered_at is not None
+    clock.advance(13)
+    clock.step(+236.3)
+    clock.advance(1)
+    ctl.retry_soon()
+    r = one(ctl.tick(clock.now()))
+    dates = [o.quarantined_at for o in r.release]
+    assert dates and all(d is not None and d <= offered_at for d in dates), "an offer dated younger than it is"
+    assert ds.assign("p1", "eth0", "ns", clock.now()) is None, "an offered address back 14 s after the offer"
+    clock.advance(TIMING.release_timeout_s - 16)  # 1 s before the timeout, on the monotonic clock
+    ctl.tick(clock.now())
+    assert ds.assign("p1", "eth0", "ns", clock.now()) is None
+    clock.advance(2)
+    ctl.tick(clock.now())
+    assert ds.assign("p1", "eth0", "ns", clock.now()) is not None
+
+
+def test_after_the_clock_steps_back_no_report_dates_an_offer_younger_than_it_is() -> None:
+    # Found reading seed 478 (its clock-skew kind steps a running agent's clock): an offer is
+    # dated min(quarantined, now) less the clock's offset, so after a step back of more than
+    # the offer's age each report dated it ``now``, 0 s old to the allocator, until the agent's
+    # release timeout (on the monotonic clock) took it back while the last report's offer was
+    # still actionable for 60 s. The date is capped by the monotonic age too.
+    aws = VirtualClock(1000.0)
+    node = VirtualClock(1000.0)
+    imds = FakeImds()
+    listed(imds, "10.0.0.11", X)
+    check = AwsClockCheck(node, node.monotonic)
+
+    def observe() -> None:
+        check.observe({"ResponseMetadata": {"HTTPHeaders": {"date": formatdate(aws.now(), usegmt=True)}}}, node.now())
+
+    observe()
+    ds = Datastore(cooldown_s=0.0, pending_ttl_s=TIMING.pending_ttl_s, checkpoint=MemoryCheckpoint())
+    ctl = PoolController(
+        ID, known("m5.large"), POOL, ds, TIMING, metadata=imds, monotonic=node.monotonic, clock_ahead=check.offset
+    )
+    ctl.start(node.now(), checkpoint_lost=True)
+    r = one(ctl.tick(node.now()))
+    quarantined_aws = aws.now()  # the offer is this old, in AWS's time, from here on
+    assert r.release and r.release[0].quarantined_at is not None
+    node.step(-250.0)
+    youngest = float("inf")
+    for _ in range(int(TIMING.release_timeout_s // 10) + 2):
+        aws.advance(10)
+        node.advance(10)
+        observe()  # the agent's AWS calls keep its view of the offset fresh
+        ctl.retry_soon()
+        for rep in ctl.tick(node.now()):
+            for o in rep.release:
+                assert o.quarantined_at is not None
+                youngest = min(youngest, aws.now() - o.quarantined_at)
+                real = aws.now() - quarantined_aws
+                assert aws.now() - o.quarantined_at >= real - 1.0, (real, aws.now() - o.quarantined_at)
+    assert youngest < float("inf")  # reports with the offer went out after the step
+    assert ds.assign("p1", "eth0", "ns", node.now()) is not None  # taken back on the monotonic clock
+
+
+def test_after_the_clock_steps_back_the_heartbeat_and_retries_keep_their_pace() -> None:
+    # The report's heartbeat, back-off and the allocator's retry-after are timed on the
+    # monotonic clock: before, a step back of 250 s held every report but forced ones for
+    # 250 s plus the heartbeat.
+    clock = VirtualClock(1000.0)
+    imds = FakeImds()
+    listed(imds, "10.0.0.11", X)
+    ds = Datastore(cooldown_s=0.0, pending_ttl_s=TIMING.pending_ttl_s, checkpoint=MemoryCheckpoint())
+    ctl = PoolController(ID, known("m5.large"), POOL, ds, TIMING, metadata=imds, monotonic=clock.monotonic)
+    ctl.start(clock.now())
+    assert ctl.tick(clock.now())
+    clock.step(-250.0)
+    sent_at: list[float] = []
+    for _ in range(int(2 * TIMING.heartbeat_s) + 1):
+        clock.advance(1)
+        if ctl.tick(clock.now()):
+            sent_at.append(clock.monotonic())
+    assert sent_at and sent_at[0] - 1000.0 <= TIMING.heartbeat_s + 1, sent_at
 
 
 # --- 3. one IMDS read that omits an ENI ----------------------------------------------------------
