@@ -15,7 +15,9 @@ written *before* each such call, and reads it with every report of the instance:
   late answer is not needed;
 * an entry goes when a report newer than it shows the agent has dropped it
   (:meth:`ReleaseBook.settle`), or when EC2 assigns the address to the instance again
-  in answer to one of the allocator's own calls (:meth:`ReleaseBook.regranted`).
+  in answer to one of the allocator's own calls (:meth:`ReleaseBook.regranted`). A
+  deleted ENI is kept even then (a Describe that does not show it may answer from
+  before it was attached), the oldest forgotten beyond :data:`MAX_DELETED_UNSEEN`.
 
 Every address EC2 assigns to the instance in answer to the allocator's own calls leaves a
 ``given`` entry: the agent may refuse the ``assigned`` that says so (it answers a report
@@ -51,6 +53,12 @@ second holder."""
 
 MAX_ENTRIES = 1024
 """Entries one instance's book may hold; a release that would pass it is not made (held)."""
+
+MAX_DELETED_UNSEEN = 256
+"""Deleted ENIs a book keeps once a report names them nowhere and EC2's facts do not show them
+(oldest forgotten first): a Describe that lags may answer from before the ENI was attached, so
+its not showing one proves no detach done (simulation seed 6952). EC2 never reuses an ENI id
+(docs/safety.md, row 3): the entry of one truly gone never matches anything."""
 
 
 @dataclass(frozen=True)
@@ -191,6 +199,10 @@ class ReleaseBook:
         addresses and prefixes of offers the allocator dropped from the report before
         planning (too old to act on), still the agent's.
 
+        A deleted ENI the report names nowhere and EC2 does not show is kept all the same
+        (a lagging Describe may not show it yet; it may still be detaching), the oldest
+        forgotten beyond :data:`MAX_DELETED_UNSEEN`.
+
         And without the ``given`` entries a report newer than them shows the agent has
         taken (it names the address in its pool), or whose ENI EC2 no longer shows, or that
         are older than :data:`GIVEN_TTL_MS`."""
@@ -200,11 +212,17 @@ class ReleaseBook:
         named = {e.eni_id for e in report.enis} | {o.eni_id for o in report.release}
         seen = set(shown)
 
+        # Deleted ENIs the report names nowhere and EC2's facts do not show: kept, for a
+        # lagging Describe may not show one still detaching; the oldest go past the bound.
+        unseen = [t for t in self.taken if not t.key and t.eni_id not in named and t.eni_id not in seen]
+        unseen = sorted((t for t in unseen if t.seq < report.seq), key=lambda t: t.seq)
+        forget = set(unseen[: max(0, len(unseen) - MAX_DELETED_UNSEEN)])
+
         def dropped(t: Taken) -> bool:
             if t.seq >= report.seq:
                 return False
-            if not t.key:  # kept while EC2 still shows it on the instance (a detach not done)
-                return t.eni_id not in named and t.eni_id not in seen
+            if not t.key:  # kept while EC2 still shows it on the instance (a detach not done), and after
+                return t in forget
             return t.key not in listed and (t.eni_id in named or t.eni_id not in seen)
 
         pooled = {k for e in report.enis for k in (*e.ips, *e.prefixes)}

@@ -3,16 +3,18 @@ instance, over Describe; what each answer repeats; when an entry goes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from warmpool import names
-from warmpool.calls import DeleteEni, RepeatGrant, RepeatRelease, UnassignAddresses
+from warmpool.calls import DeleteEni, Reclaim, RepeatGrant, RepeatRelease, UnassignAddresses
 from warmpool.facts import EniFacts, NodeFacts
+from warmpool.limits import known
 from warmpool.messages import PoolReport
-from warmpool.planner import Eni
-from warmpool.release_book import GIVEN_TTL_MS, MAX_ENTRIES, ReleaseBook, Taken
+from warmpool.planner import Eni, Subnet, plan_node
+from warmpool.release_book import GIVEN_TTL_MS, MAX_DELETED_UNSEEN, MAX_ENTRIES, ReleaseBook, Taken
 
 E1, E2 = "eni-00000001", "eni-00000002"
 P = "10.0.1.16/28"
@@ -124,18 +126,20 @@ ALL = ((E1, P, 10), (E1, "10.0.0.7", 10), (E2, "", 11))
 @pytest.mark.parametrize(
     ("seq", "enis", "offers", "dropped_offers", "shown", "left"),
     [
-        (12, {E1: ["10.0.0.6"]}, None, (), {E1}, ()),  # newer, names none of it: all settled
+        # newer, names none of it: settled (the deleted ENI kept: a lagging Describe may not show it)
+        (12, {E1: ["10.0.0.6"]}, None, (), {E1}, ((E2, "", 11),)),
         (10, {E1: ["10.0.0.6"]}, None, (), {E1}, ALL),  # not newer
         (11, {E1: ["10.0.0.6"]}, None, (), {E1}, ((E2, "", 11),)),  # newer than 10, not than 11
         (12, {E1: ["10.0.0.6"], E2: []}, {E1: ["10.0.0.7"]}, (), {E1}, ((E1, "10.0.0.7", 10), (E2, "", 11))),
-        (12, {E1: ["10.0.0.6"]}, None, (P,), {E1}, ((E1, P, 10),)),  # an offer dropped as too old is still named
+        # an offer dropped as too old is still named
+        (12, {E1: ["10.0.0.6"]}, None, (P,), {E1}, ((E1, P, 10), (E2, "", 11))),
         # an ENI the report leaves out says nothing of the addresses on it while EC2 (maybe
         # a stale Describe) still shows it; a deleted ENI the report names nowhere is kept
         # while EC2 still shows it on the instance (its detach may not be done: it is
-        # detached again, ``repeats``), dropped once EC2 no longer does
+        # detached again, ``repeats``), and after (a lagging Describe may not show it yet)
         (12, {}, None, (), {E1, E2}, ((E1, P, 10), (E1, "10.0.0.7", 10), (E2, "", 11))),
         (12, {}, None, (), {E2}, ((E2, "", 11),)),
-        (12, {}, None, (), set(), ()),
+        (12, {}, None, (), set(), ((E2, "", 11),)),
     ],
 )
 def test_an_entry_goes_once_a_newer_report_shows_the_agent_dropped_it(
@@ -149,6 +153,38 @@ def test_an_entry_goes_once_a_newer_report_shows_the_agent_dropped_it(
     after = BOOK.settle(report(seq, enis, offers), dropped_offers, shown)
     assert sorted((t.eni_id, t.key, t.seq) for t in after.taken) == sorted(left)
     assert after.version == BOOK.version  # the store moves the version, not the book
+
+
+def test_a_deleted_eni_a_lagging_describe_does_not_show_stays_booked_and_is_never_handed_back() -> None:
+    """Seed 6952 (``warmpool sim``): E2 offered whole, its detach answered (slow: it stays
+    ``detaching`` for minutes) and booked; the agent dropped it on the ``deleted``. The next
+    report named it nowhere while Describe answered from before E2 was attached, and the
+    entry was settled. The agent then lost its checkpoint, took E2 again from IMDS (which
+    lists it while it detaches) and offered it whole with a pod waiting; Describe, caught up,
+    showed E2 detaching with its addresses, the book no longer had it, and they were handed
+    back: a pod got an address that left the node with the ENI, and EC2 gave it to another
+    node once the GC deleted the ENI. Now the entry stays: E2 counts for nothing and the
+    answer says ``deleted`` again."""
+    x = ["10.0.0.17", "10.0.0.18"]
+    book = ReleaseBook(1, (Taken(E2, "", 11),))
+    settled = book.settle(report(12, {E1: []}), (), {E1})  # Describe from before E2 was attached
+    assert settled.deleted == {E2}
+    again = report(13, {E1: [], E2: []}, {E2: x}).model_copy(update={"pending_demand": 1})
+    f = facts({E1: [], E2: x})
+    f = f.with_enis((f.enis[0], replace(f.enis[1], attachment_status="detaching")))
+    subnets = (Subnet("subnet-a", "us-east-1a", "10.0.0.0/24", 200),)
+    plan = plan_node(again, settled.correct(f).inventory("demo"), known("m5.large"), subnets, cluster="demo")
+    assert not [c for c in plan.calls if isinstance(c, Reclaim)], f"handed back a detaching ENI's addresses: {plan}"
+    assert settled.repeats(again) == (RepeatRelease(E2, deleted=True),)
+
+
+def test_deleted_enis_no_report_names_nor_describe_shows_are_forgotten_oldest_first_past_the_bound() -> None:
+    gone = tuple(Taken(f"eni-d{i:07x}", "", 10 + i) for i in range(MAX_DELETED_UNSEEN + 2))
+    book = ReleaseBook(1, gone)
+    after = book.settle(report(10_000, {E1: ["10.0.0.7"]}), (), {E1, gone[0].eni_id})
+    # the one EC2 shows stays, and so do the newest MAX_DELETED_UNSEEN of the others
+    assert after.taken == (gone[0], *gone[2:])
+    assert after.settle(report(10_001, {E1: ["10.0.0.7"]}), (), {E1, gone[0].eni_id}) is after
 
 
 def test_take_regrant_and_the_stored_form() -> None:
