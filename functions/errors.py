@@ -48,6 +48,13 @@ class InUse(AwsError):
     """The ENI is still attached/detaching; it cannot be deleted yet."""
 
 
+class NotAssigned(AwsError):
+    """InvalidParameterValue answering UnassignPrivateIpAddresses: an address it names is not
+    on the ENI ("not assigned to interface"). This request took nothing, yet the address is
+    not the ENI's: an earlier request took it (one whose answer was lost, sent again), or
+    someone else did. Never a sign the address is still the node's."""
+
+
 class TokenMismatch(AwsError):
     """IdempotentParameterMismatch: the ClientToken was used with other parameters."""
 
@@ -84,12 +91,20 @@ _CODES: dict[str, type[AwsError]] = {
 }
 
 
+_ACTION_CODES: dict[tuple[str, str], type[AwsError]] = {
+    ("UnassignPrivateIpAddresses", "InvalidParameterValue"): NotAssigned,
+}
+"""Codes whose meaning depends on the action (InvalidParameterValue is generic elsewhere)."""
+
+
 def classify(exc: ClientError, action: str = "") -> AwsError:
-    """The domain error for an AWS ``ClientError`` (by code)."""
+    """The domain error for an AWS ``ClientError`` (by code, and for some codes the action)."""
     err = exc.response.get("Error", {})
     code = str(err.get("Code", "Unknown"))
     message = str(err.get("Message", ""))[:300]
-    return _CODES.get(code, AwsError)(code, message, action or exc.operation_name)
+    action = action or exc.operation_name
+    cls = _ACTION_CODES.get((action, code)) or _CODES.get(code, AwsError)
+    return cls(code, message, action)
 
 
 AMBIGUOUS_CODES = frozenset({"InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable", "Unknown"})

@@ -14,7 +14,8 @@ The instance's release book (``warmpool/release_book.py``) is read again, after 
 lease, before the first call that releases, hands back or repeats a release; it is
 written before each Unassign and Detach (a crash after the call, or a server error, leaves
 it said: the agent then drops what EC2 may still have, never the other way round; a call
-EC2 refused is unbooked), and EC2's assigning a booked address again takes it out.
+EC2 refused is unbooked, but not an Unassign refused as "not assigned to interface": it is
+said released), and EC2's assigning a booked address again takes it out.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from functions.errors import (
     AwsError,
     InUse,
     NoCidrBlocks,
+    NotAssigned,
     NotFound,
     SubnetFull,
     Throttled,
@@ -318,8 +320,11 @@ class PlanExecutor:
             return self._unassign(call, job)
         except Throttled:
             raise
+        except NotAssigned:
+            # Not on the ENI: taken by an earlier request (booked before, Describe lagging; or
+            # this one, made, its answer lost and sent again). Booked, it is said released.
+            pass
         except AwsError:
-            # Mostly "not assigned to interface": the first call was made and Describe lags.
             if not again:
                 raise
         return self._released_again(call)
@@ -596,6 +601,8 @@ class PlanExecutor:
     def _unassign(self, call: UnassignAddresses, job: NodeJob) -> list[Action]:
         try:
             self.ec2.unassign(call)
+        except NotAssigned:
+            raise  # stays booked: EC2 does not have it on the ENI (never unbooked to be handed back)
         except AwsError as err:
             self._refused(job, err)
             raise

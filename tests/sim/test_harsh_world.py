@@ -176,20 +176,31 @@ def test_an_ambiguous_assign_of_a_just_released_address_is_not_lost() -> None:
     assert not [v for r in results for v in r.violations]
 
 
-TEN_THOUSAND_SAFETY = (5649,)
-"""Open (``warmpool sim --seeds 0-9999 --jobs 2 --no-shrink``, 2026-12-02, every kind): a pod
-holds an address EC2 shows unassigned (5649, ``pod-address-not-on-node``), one step from a
-second holder: EC2 may give the address to another node while the pod uses it. Shrunk:
-``warmpool sim --seed 5649 --keep 0,7,8,11,12,14,18`` (an SDK-retried Assign,
-``ec2-ambiguous``, while n1's IMDS lags 481 s, four times the 120 s the release timeout
-allows for). The run's two others: 478 (``CLOCK_STEP_KEEP``, the simulation's own clock) and
-6952 (``DETACHING_HANDBACK``, fixed in the release book)."""
+UNASSIGN_SENT_AGAIN = (5649,)
+"""Fixed (the 10,000-seed run below): an Unassign took effect, its connection dropped and the
+SDK sent it again (``ec2-ambiguous``, ``sdk-retry``); the second answer, InvalidParameterValue
+("not assigned to interface"), was taken for EC2 refusing the call, so the allocator unbooked
+the address and answered ``failed``. No answer ever said ``released``; n1's IMDS, 481 s behind
+(four times the 120 s the release timeout allows for), still listed the address at the release
+timeout, the agent took it back and a pod got it while EC2 had it free for any node
+(``pod-address-not-on-node``). "Not assigned" now keeps the address booked and is answered
+``released`` (``functions/errors.py::NotAssigned``). Shrunk on the unfixed code: ``warmpool sim
+--seed 5649 --keep 0,7,8,11,12,14,18``."""
 
 
-@pytest.mark.xfail(strict=True, reason="open: the 10,000-seed run's safety findings (TEN_THOUSAND_SAFETY)")
-def test_the_ten_thousand_seed_safety_findings_keep_every_invariant() -> None:
-    results = runner.run_many(TEN_THOUSAND_SAFETY, jobs=1, shrink=False)
+def test_an_unassign_made_and_sent_again_is_answered_released() -> None:
+    results = runner.run_many(UNASSIGN_SENT_AGAIN, jobs=1, shrink=False)
     assert not [v for r in results for v in r.violations]
+    assert all(r.faults.get("ec2-ambiguous:sdk-retry") for r in results)
+
+
+def test_the_simulation_finds_the_unbooked_unassign_with_the_fix_reverted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """"Not assigned" classified as any refusal (unbooked, answered ``failed``): the code before the fix."""
+    from functions import errors
+
+    monkeypatch.setattr(errors, "_ACTION_CODES", {})
+    r = run_seed(5649, [0, 7, 8, 11, 12, 14, 18], shrink=False)
+    assert [v["invariant"] for v in r.violations] == ["pod-address-not-on-node"]
 
 
 CLOCK_STEP_KEEP = [1, 3, 6, 7, 8, 9, 10, 12]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from emulated.ec2.config import AmbiguousOutcome
 from tests.helpers.allocate_world import AllocatorWorld
 
 
@@ -150,3 +151,42 @@ def test_throttled_attach_after_a_create_resends_the_same_seq_so_the_token_finds
     assert out.nodes[w.nodes["n1"]].status == "served"
     assert w.detached_enis() == [] and len(w.enis("n1")) == 2
     assert w.ec2_stats()["CreateNetworkInterface"]["calls"] == 2  # the second found the first ENI
+
+
+def test_an_unassign_made_and_sent_again_says_released_and_stays_booked() -> None:
+    # Seed 5649 (``warmpool sim --seed 5649 --keep 0,7,8,11,12,14,18``): the Unassign took
+    # effect, its connection dropped and the SDK sent it again, whose answer ("not assigned to
+    # interface") was taken for EC2 refusing the call: the address was unbooked and the agent
+    # told ``failed``. Nothing said ``released`` again; the agent, its IMDS 481 s behind,
+    # took the address back into its pool at the release timeout and a pod got it, while EC2
+    # had it free for any node.
+    w = AllocatorWorld()
+    w.add_node("n1", "m5.large")
+    w.deliver([w.report("n1", warm_ip=5)])
+    eni = w.enis("n1")[0]
+    offered = list(eni.secondary)[-2:]
+    w.emu.set_ambiguous("UnassignPrivateIpAddresses", AmbiguousOutcome.SDK_RETRY, 1.0)
+    q = w.clock.now() - w.settings.release_delay_s
+    out = w.deliver([w.report("n1", warm_ip=3, release=[{"eni_id": eni.id, "ips": offered, "quarantined_at": q}])])
+    assert not set(offered) & set(w.enis("n1")[0].secondary)  # EC2 took them (the first request)
+    actions = out.nodes[w.nodes["n1"]].actions
+    assert [(a.kind, sorted(getattr(a, "ips", ()))) for a in actions] == [("released", sorted(offered))]
+    iid = w.nodes["n1"]
+    assert w.books.load("demo", [iid])[iid].keys == set(offered)  # said again to later reports
+
+
+def test_an_unassign_ec2_refused_outright_still_fails_and_is_unbooked() -> None:
+    # The other side of the rule: a refusal that is not "not assigned" took nothing and
+    # leaves the addresses on the ENI; they are not booked, so no answer drops them.
+    w = AllocatorWorld()
+    w.add_node("n1", "m5.large")
+    w.deliver([w.report("n1", warm_ip=5)])
+    eni = w.enis("n1")[0]
+    offered = list(eni.secondary)[-2:]
+    w.emu.fail_next("UnassignPrivateIpAddresses", "UnauthorizedOperation")
+    q = w.clock.now() - w.settings.release_delay_s
+    out = w.deliver([w.report("n1", warm_ip=3, release=[{"eni_id": eni.id, "ips": offered, "quarantined_at": q}])])
+    assert set(offered) <= set(w.enis("n1")[0].secondary)
+    assert [a.kind for a in out.nodes[w.nodes["n1"]].actions] == ["failed"]
+    iid = w.nodes["n1"]
+    assert w.books.load("demo", [iid])[iid].keys == frozenset()
