@@ -459,7 +459,10 @@ class LocalStack:
             names.ENV_LEDGER_TABLE: out["ledger_table"],
             names.ENV_BUCKETS_TABLE: out["buckets_table"],
             names.ENV_BUDGET_FRACTION: str(o.budget_fraction),
-            names.ENV_ALLOWED_SUBNETS: ",".join(self.subnet_ids),
+            # As the CDK stack with subnet_discovery=true: no list, the subnets found by their tags,
+            # so a subnet made later in the VPC and tagged is used without a restart.
+            names.ENV_ALLOWED_SUBNETS: "",
+            names.ENV_SUBNET_DISCOVERY: "true",
             names.ENV_SECURITY_GROUPS: "",
             names.ENV_IDENTITY_MODE: o.identity_mode,
             names.ENV_GC_AGE_S: str(o.gc_age_s),

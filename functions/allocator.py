@@ -33,7 +33,7 @@ from typing import Any
 
 from functions.batch import Batch, BatchOutcome
 from functions.delivery import Deferral, Delivery
-from functions.ec2 import Ec2
+from functions.ec2 import Ec2, SubnetsUnpaid
 from functions.errors import AwsError, Throttled
 from functions.execute import NodeJob, NodeOutcome, PlanExecutor, unmet
 from functions.fairness import FairShare
@@ -117,7 +117,7 @@ class Allocator:
         self.ledger = ports.ledger
         self.leases = ports.leases
         self.tally = tally if tally is not None else Tally()
-        self.ec2: Ec2Port = Ec2(ports.ec2, settings, clock, self.tally)
+        self.ec2: Ec2Port = Ec2(ports.ec2, settings, clock, self.tally, pay=self._pay_read)
         self.delivery = Delivery(ports.sqs, settings, self.tally)
         self.queues = ResultQueues(ports.sqs, settings, self.tally)
         self.books: ReleaseBookStore = ports.release_books if ports.release_books is not None else LocalReleaseBooks()
@@ -311,6 +311,10 @@ class Allocator:
             # decided yet), with the AIMD cut for that action.
             self._defer_unread(kept, self._throttle_wait(err), b, f"{err.action} throttled")
             return []
+        except SubnetsUnpaid as err:
+            # No subnets read yet in this container and no DescribeSubnets token now.
+            self._defer_unread(kept, err.wait, b)
+            return []
         return self._settle_noops(jobs, b)
 
     def _pay_to_read(self, kept: list[Incoming], b: Batch) -> list[Incoming]:
@@ -503,7 +507,9 @@ class Allocator:
             shown = f.keys_by_eni()  # before the book's correction
             f = book.correct(f) if book is not None else f
             inv = f.inventory(self.cluster)
-            plan = plan_node(r, inv, lim, view.subnets, cluster=self.cluster, max_pods=ceiling)
+            plan = plan_node(
+                r, inv, lim, view.subnets, cluster=self.cluster, max_pods=ceiling, subnet_rule=self.settings.subnet_rule
+            )
             note_pod_ceiling(r, inv, ceiling, self.tally)
             count_flip(
                 self.fair,
@@ -523,6 +529,14 @@ class Allocator:
         self._defer_unread(unlisted, UNLISTED_RETRY_S, b, UNLISTED_REASON)
         jobs.sort(key=lambda j: priority_key(j.report, j.plan.delta))
         return jobs
+
+    def _pay_read(self, cost: Mapping[str, int]) -> float:
+        """Pay a read the EC2 adapter makes on its own (DescribeSubnets) from the account's
+        buckets; the wait until the tokens exist when it cannot be paid now (0: paid)."""
+        wait = self.buckets.take_batch([cost], self.clock.now())[0]
+        if wait <= 0:
+            self.tally.add(names.M_TOKENS_TAKEN, sum(cost.values()))
+        return wait
 
     def _pay_check(self, missing: Mapping[str, set[str]], waits: list[float]) -> bool:
         """Pay the foreign-ENI check (a Describe like any other) from the Describe
@@ -717,7 +731,13 @@ class Allocator:
                 j.report,
                 f,
                 plan_node(
-                    j.report, f.inventory(self.cluster), j.limits, subnets, cluster=self.cluster, max_pods=j.max_pods
+                    j.report,
+                    f.inventory(self.cluster),
+                    j.limits,
+                    subnets,
+                    cluster=self.cluster,
+                    max_pods=j.max_pods,
+                    subnet_rule=self.settings.subnet_rule,
                 ),
                 j.book,
                 j.body,

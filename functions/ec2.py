@@ -10,6 +10,7 @@ per batch for all its nodes, never once per report.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -23,11 +24,35 @@ from warmpool.clock import Clock
 from warmpool.facts import EniFacts, NodeFacts
 from warmpool.limits import KNOWN_TYPES, InstanceLimits
 from warmpool.messages import Assigned
-from warmpool.planner import Eni, Subnet
+from warmpool.planner import Eni
 from warmpool.ports import Ec2Api
+from warmpool.subnets import Subnet
 
 FILTER_CHUNK = 100
 """Values per filter (EC2 allows up to 200)."""
+
+Pay = Callable[[Mapping[str, int]], float]
+"""Draws these tokens from the account's buckets; the wait until they exist (0: paid)."""
+
+
+class SubnetsUnpaid(Exception):
+    """No subnets were read yet and the DescribeSubnets bucket cannot pay now."""
+
+    def __init__(self, wait: float) -> None:
+        super().__init__(f"DescribeSubnets unpaid: tokens in {wait:.1f} s")
+        self.wait = wait
+
+
+def subnet_of(item: Mapping[str, Any]) -> Subnet:
+    """A DescribeSubnets item as the core reads it, tags included."""
+    return Subnet(
+        subnet_id=item["SubnetId"],
+        availability_zone=item.get("AvailabilityZone", ""),
+        cidr=item.get("CidrBlock", ""),
+        free=int(item.get("AvailableIpAddressCount", 0)),
+        vpc_id=item.get("VpcId", ""),
+        tags=tags_of(dict(item)),
+    )
 
 
 def tags_of(obj: dict[str, Any]) -> dict[str, str]:
@@ -69,13 +94,17 @@ class Ec2:
     """The :class:`warmpool.ports.Ec2Port` over a boto3-shaped client: every
     call counted per action, its errors classified once."""
 
-    def __init__(self, api: Ec2Api, settings: Settings, clock: Clock, tally: Tally) -> None:
+    def __init__(self, api: Ec2Api, settings: Settings, clock: Clock, tally: Tally, *, pay: Pay | None = None) -> None:
+        """``pay`` draws tokens from the account's buckets and answers the wait (0: paid);
+        None pays nothing (tests, tools)."""
         self.api = api
         self.settings = settings
         self.clock = clock
         self.tally = tally
+        self.pay = pay
         self._subnets: dict[str, Subnet] = {}
         self._subnets_at = -1e18
+        self._subnets_read = False
         self._subnet_vpcs: frozenset[str] = frozenset()
         self._limits: dict[str, InstanceLimits] = dict(KNOWN_TYPES)
 
@@ -177,10 +206,16 @@ class Ec2:
         ]
 
     def subnets(self, vpc_ids: Iterable[str] = ()) -> dict[str, Subnet]:
-        """The subnets warmpool may use, cached per container for ``subnet_cache_ttl_s``.
+        """The subnets warmpool may use, with their tags, cached per container for
+        ``subnet_cache_ttl_s`` (and read again for a VPC not read yet); the planner picks
+        each node's among them (``Settings.subnet_rule``, :mod:`warmpool.subnets`).
 
-        Allowed: ``settings.allowed_subnets`` if set; else those tagged for the
-        cluster; else every subnet of the nodes' VPCs.
+        Read: ``settings.allowed_subnets`` if set; else, with discovery, every subnet of
+        the nodes' VPCs (one filtered, paginated DescribeSubnets); else, as before
+        discovery, those tagged for the cluster, else every subnet of the nodes' VPCs.
+        Each DescribeSubnets is paid from the account's bucket first (``pay``): when it
+        cannot be paid now, the subnets read before are kept until the next try; with
+        none read yet, :class:`SubnetsUnpaid` says how long to wait.
         """
         asked = frozenset(v for v in vpc_ids if v)
         now = self.clock.now()
@@ -188,54 +223,56 @@ class Ec2:
         if fresh and asked <= self._subnet_vpcs:
             return self._subnets
         vpcs = asked | self._subnet_vpcs
-        s = self.settings
-        if s.allowed_subnets:
-            items = list(
-                self._pages(
-                    "DescribeSubnets",
-                    self.api.describe_subnets,
-                    "Subnets",
-                    Filters=[{"Name": "subnet-id", "Values": list(s.allowed_subnets)}],
-                )
-            )
-        else:
-            items = list(
-                self._pages(
-                    "DescribeSubnets",
-                    self.api.describe_subnets,
-                    "Subnets",
-                    Filters=[{"Name": "tag-key", "Values": [names.cluster_tag_key(s.cluster)]}],
-                )
-            )
-            if not items and vpcs:
-                items = list(
-                    self._pages(
-                        "DescribeSubnets",
-                        self.api.describe_subnets,
-                        "Subnets",
-                        Filters=[{"Name": "vpc-id", "Values": sorted(vpcs)}],
-                    )
-                )
-        self._subnets = {
-            i["SubnetId"]: Subnet(
-                subnet_id=i["SubnetId"],
-                availability_zone=i.get("AvailabilityZone", ""),
-                cidr=i.get("CidrBlock", ""),
-                free=int(i.get("AvailableIpAddressCount", 0)),
-            )
-            for i in items
-        }
+        try:
+            items = self._read_subnets(vpcs)
+        except SubnetsUnpaid:
+            if not self._subnets_read:
+                raise
+            self.tally.add(names.M_SUBNET_READS_DEFERRED)
+            return self._subnets
+        self._subnets = {i["SubnetId"]: subnet_of(i) for i in items}
         self._subnets_at = now
+        self._subnets_read = True
         self._subnet_vpcs = vpcs
         return self._subnets
+
+    def _read_subnets(self, vpcs: frozenset[str]) -> list[dict[str, Any]]:
+        s = self.settings
+        if s.allowed_subnets:
+            return self._describe_subnets([{"Name": "subnet-id", "Values": list(s.allowed_subnets)}])
+        by_vpc = [{"Name": "vpc-id", "Values": sorted(vpcs)}]
+        if s.subnet_discovery:
+            return self._describe_subnets(by_vpc) if vpcs else []
+        items = self._describe_subnets([{"Name": "tag-key", "Values": [names.cluster_tag_key(s.cluster)]}])
+        if not items and vpcs:
+            items = self._describe_subnets(by_vpc)
+        return items
+
+    def _describe_subnets(self, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Every page of one filtered DescribeSubnets, each page paid for before it is asked."""
+        out: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            self._pay({"DescribeSubnets": 1})
+            req: dict[str, Any] = {"Filters": filters, "MaxResults": 1000}
+            if token:
+                req["NextToken"] = token
+            resp = self._call("DescribeSubnets", self.api.describe_subnets, **req)
+            out += resp.get("Subnets", [])
+            token = resp.get("NextToken")
+            if not token:
+                return out
+
+    def _pay(self, cost: Mapping[str, int]) -> None:
+        wait = self.pay(cost) if self.pay is not None else 0.0
+        if wait > 0:
+            raise SubnetsUnpaid(wait)
 
     def spend_subnet(self, subnet_id: str, addresses: int) -> None:
         """Keep the cached free count roughly right between refreshes."""
         sub = self._subnets.get(subnet_id)
         if sub is not None:
-            self._subnets[subnet_id] = Subnet(
-                sub.subnet_id, sub.availability_zone, sub.cidr, max(0, sub.free - addresses)
-            )
+            self._subnets[subnet_id] = replace(sub, free=max(0, sub.free - addresses))
 
     def forget_subnets(self) -> None:
         self._subnets_at = -1e18

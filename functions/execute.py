@@ -221,6 +221,7 @@ class PlanExecutor:
                     exclude_subnets=frozenset(exclude),
                     force_mode=force,
                     max_pods=job.max_pods,
+                    subnet_rule=self.settings.subnet_rule,
                 )
                 log.info(
                     "re-planned", extra={"node": rep.node, "seq": rep.seq, "why": rp.why, "calls": len(plan.calls)}

@@ -28,8 +28,9 @@ from warmpool.facts import NodeFacts
 from warmpool.limits import InstanceLimits
 from warmpool.messages import PoolReport
 from warmpool.names import M_PRIMARY_ENIS_TAGGED
-from warmpool.planner import Inventory, Subnet
+from warmpool.planner import Inventory
 from warmpool.ports import BucketStore, Ec2Port
+from warmpool.subnets import Subnet
 
 log = logging.getLogger(__name__)
 

@@ -14,6 +14,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 from warmpool import names
 from warmpool.buckets import BucketSpec, spec_for
 from warmpool.messages import OFFER_MAX_AGE_CEILING_S
+from warmpool.subnets import SubnetRule
 
 IdentityMode = Literal["none", "sender-id"]
 IdentityVerification = Literal["required", "off"]
@@ -44,6 +45,11 @@ class Settings(BaseSettings):
     buckets_table: str = Field(default=names.BUCKETS_TABLE, alias=names.ENV_BUCKETS_TABLE)
     budget_fraction: float = Field(default=0.8, gt=0, le=1, alias=names.ENV_BUDGET_FRACTION)
     allowed_subnets: Annotated[tuple[str, ...], NoDecode] = Field(default=(), alias=names.ENV_ALLOWED_SUBNETS)
+    """Subnet ids new ENIs may be created in: an explicit list wins over discovery (tags unread)."""
+    subnet_discovery: bool = Field(default=True, alias=names.ENV_SUBNET_DISCOVERY)
+    """Without an explicit list: ``True`` finds the pod subnets by the VPC CNI's tags
+    (``warmpool/subnets.py``); ``False`` uses those tagged for the cluster, else every subnet of
+    the nodes' VPC, as before discovery."""
     security_groups: Annotated[tuple[str, ...], NoDecode] = Field(default=(), alias=names.ENV_SECURITY_GROUPS)
     identity_mode: IdentityMode = Field(default="none", alias=names.ENV_IDENTITY_MODE)
     endpoint_url: str = Field(default="", alias=names.ENV_ENDPOINT_URL)
@@ -65,7 +71,9 @@ class Settings(BaseSettings):
     writes, result pushes and re-sends still fit before the function times out.
     0 (the default) derives it: ``min(5 s, allocate_timeout_s / 5)``."""
     ledger_ttl_s: float = Field(default=7 * 86400.0, gt=0, alias="WARMPOOL_LEDGER_TTL_S")
-    subnet_cache_ttl_s: float = Field(default=30.0, ge=0, alias="WARMPOOL_SUBNET_CACHE_TTL_S")
+    subnet_cache_ttl_s: float = Field(default=30.0, ge=0, le=3600, alias="WARMPOOL_SUBNET_CACHE_TTL_S")
+    """How long the subnets read from EC2 (their tags and free counts) are used before they are
+    read again, paid from the DescribeSubnets bucket: a subnet tagged later is used within it."""
     max_workers: int = Field(default=8, ge=1, le=64, alias="WARMPOOL_MAX_WORKERS")
     max_defer_s: int = Field(default=900, ge=1, le=900, alias="WARMPOOL_MAX_DEFER_S")
     release_offer_max_age_s: float = Field(
@@ -134,6 +142,23 @@ class Settings(BaseSettings):
     @classmethod
     def _split(cls, v: object) -> object:
         return _csv(v)
+
+    @field_validator("allowed_subnets")
+    @classmethod
+    def _subnet_ids(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [s for s in v if not s.startswith("subnet-") or len(s) == len("subnet-")]
+        if bad:
+            raise ValueError(f"{names.ENV_ALLOWED_SUBNETS} lists {', '.join(bad)}: not subnet ids (subnet-...)")
+        if len(set(v)) != len(v):
+            raise ValueError(f"{names.ENV_ALLOWED_SUBNETS} lists a subnet twice")
+        return v
+
+    @property
+    def subnet_rule(self) -> SubnetRule:
+        """How the planner picks a node's subnets among those :meth:`functions.ec2.Ec2.subnets` read."""
+        if self.subnet_discovery and not self.allowed_subnets:
+            return SubnetRule.DISCOVER
+        return SubnetRule.LISTED
 
     @model_validator(mode="after")
     def _lease_outlives_the_function(self) -> Settings:

@@ -65,6 +65,7 @@ CONTEXT_KEYS = (
     "vpc_id",
     "subnet_ids",
     "subnet_tag",
+    "subnet_discovery",
     "security_group_ids",
     "create_buckets_table",
     "budget_fraction",
@@ -121,6 +122,10 @@ class StackConfig(BaseModel):
     subnet_ids: tuple[str, ...] = Field(default=(), description="subnets pod ENIs may be created in")
     subnet_tag: str | None = Field(
         default=None, description="KEY=VALUE tag that marks subnets pod ENIs may be created in"
+    )
+    subnet_discovery: bool = Field(
+        default=False,
+        description="without subnet_ids or subnet_tag: pod subnets found by the VPC CNI's kubernetes.io/role/cni tags",
     )
     security_group_ids: tuple[str, ...] = Field(
         default=(), description="security groups for pod ENIs; empty = those of the node's primary ENI"
@@ -307,8 +312,12 @@ class StackConfig(BaseModel):
 
     @model_validator(mode="after")
     def _combinations(self) -> StackConfig:
-        if not self.subnet_ids and self.subnet_tag is None:
-            raise ValueError("set subnet_ids or subnet_tag: pod ENIs are created only in allowed subnets")
+        if not self.subnet_ids and self.subnet_tag is None and not self.subnet_discovery:
+            raise ValueError(
+                "set subnet_ids or subnet_tag (or subnet_discovery=true): pod ENIs are created only in allowed subnets"
+            )
+        if self.subnet_discovery and (self.subnet_ids or self.subnet_tag is not None):
+            raise ValueError("subnet_discovery=true takes neither subnet_ids nor subnet_tag: they name the subnets")
         if self.batch_size > 10 and self.batching_window_s < 1:
             raise ValueError("batch_size above 10 needs batching_window_s >= 1 (an SQS event source rule)")
         if self.visibility_timeout_s > 43_200:

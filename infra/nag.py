@@ -55,7 +55,10 @@ REASON_GROUP = (
     "No security_group_ids configured: pod ENIs take the node's primary ENI groups, bound to the "
     "cluster's VPC by an ec2:Vpc condition."
 )
-REASON_SUBNET = "Subnets are chosen by tag (subnet_tag): bound by aws:ResourceTag and ec2:Vpc conditions."
+REASON_SUBNET = (
+    "Subnets are chosen by tag (subnet_tag, or subnet_discovery's kubernetes.io/role/cni): bound by "
+    "aws:ResourceTag and ec2:Vpc conditions."
+)
 REASON_RESULT = (
     "One result queue per node, named warmpool-<cluster>-result-<instance-id>: the wildcard is "
     "the cluster's own prefix, never another cluster's."

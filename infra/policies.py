@@ -164,6 +164,18 @@ def allocator_ec2(cfg: StackConfig, arns: Arns) -> list[iam.PolicyStatement]:
             actions=["ec2:CreateNetworkInterface"],
             resources=[arns.ec2(f"subnet/{s}") for s in cfg.subnet_ids],
         )
+    elif cfg.subnet_discovery:
+        # What IAM can say of the discovery rule (warmpool/subnets.py): a subnet of the VPC not
+        # tagged kubernetes.io/role/cni=0 (a key the subnet lacks passes StringNotEquals).
+        subnet_statement = iam.PolicyStatement(
+            sid="CreateEniInDiscoveredSubnets",
+            actions=["ec2:CreateNetworkInterface"],
+            resources=[arns.ec2("subnet/*")],
+            conditions={
+                "StringEquals": {"ec2:Vpc": vpc_arn},
+                "StringNotEquals": {f"aws:ResourceTag/{names.TAG_SUBNET_ROLE}": "0"},
+            },
+        )
     else:
         tag = cfg.subnet_tag_pair
         assert tag is not None

@@ -57,6 +57,7 @@ class NodeFacts:
                 self._scoped(e, cluster)
                 for e in sorted(self.enis, key=lambda e: (e.eni.network_card, e.eni.device_index))
             ),
+            vpc_id=self.vpc_id,
         )
 
     def _scoped(self, e: EniFacts, cluster: str) -> Eni:

@@ -64,7 +64,10 @@ ENV_RESULT_QUEUE_PREFIX = "WARMPOOL_RESULT_QUEUE_PREFIX"
 ENV_LEDGER_TABLE = "WARMPOOL_LEDGER_TABLE"
 ENV_BUCKETS_TABLE = "WARMPOOL_BUCKETS_TABLE"
 ENV_BUDGET_FRACTION = "WARMPOOL_BUDGET_FRACTION"
-ENV_ALLOWED_SUBNETS = "WARMPOOL_ALLOWED_SUBNETS"  # comma-separated subnet ids; empty = all tagged
+ENV_ALLOWED_SUBNETS = "WARMPOOL_ALLOWED_SUBNETS"  # comma-separated subnet ids; empty = discovered (warmpool/subnets.py)
+ENV_SUBNET_DISCOVERY = "WARMPOOL_ENABLE_SUBNET_DISCOVERY"
+"""``true`` (the default): pod subnets found by the VPC CNI's tags (``warmpool/subnets.py``);
+``false``: as before discovery, those tagged for the cluster, else every subnet of the nodes' VPC."""
 ENV_SECURITY_GROUPS = "WARMPOOL_SECURITY_GROUPS"  # comma-separated; empty = the node's primary ENI's
 ENV_IDENTITY_MODE = "WARMPOOL_IDENTITY_MODE"  # "none" | "sender-id"
 ENV_MAX_PODS = "WARMPOOL_MAX_PODS"  # the kubelet's --max-pods on every node; 0/unset = the VPC CNI formula per type
@@ -94,6 +97,19 @@ def cluster_tag_key(cluster: str) -> str:
     return f"kubernetes.io/cluster/{cluster}"
 
 
+TAG_SUBNET_ROLE = "kubernetes.io/role/cni"
+"""On a subnet, as the VPC CNI reads it (subnet discovery): ``1`` (any value but ``0``) a pod
+subnet, ``0`` never one (the node's own subnet included)."""
+TAG_SUBNET_CLUSTER_PREFIX = "cni.networking.k8s.aws/cluster/"
+"""On a subnet, ``cni.networking.k8s.aws/cluster/C`` (any value): the subnet is for cluster ``C``
+(and the others it names) only; a subnet without such a key is for every cluster."""
+
+
+def subnet_cluster_tag_key(cluster: str) -> str:
+    """The key that scopes a subnet to cluster ``C`` (the VPC CNI's, not ``kubernetes.io/cluster/C``)."""
+    return f"{TAG_SUBNET_CLUSTER_PREFIX}{cluster}"
+
+
 TAG_CLUSTER_NAME = "cluster.k8s.amazonaws.com/name"
 TAG_INSTANCE_ID = "node.k8s.amazonaws.com/instance_id"
 TAG_CREATED_AT = "node.k8s.amazonaws.com/createdAt"
@@ -121,6 +137,7 @@ M_EC2_CALLS = "EC2Calls"  # dimension Action
 M_EC2_THROTTLES = "EC2Throttles"  # dimension Action
 M_EC2_ERRORS = "EC2Errors"  # dimension Action
 M_TOKENS_TAKEN = "TokensTaken"
+M_SUBNET_READS_DEFERRED = "SubnetReadsDeferred"
 M_TOKENS_WAITED_S = "TokensWaitedSeconds"
 M_ADDRESSES_ALLOCATED = "AddressesAllocated"
 M_ADDRESSES_RELEASED = "AddressesReleased"

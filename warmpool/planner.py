@@ -9,8 +9,9 @@ Allocation, fewest calls first:
 2. then new ENIs created *with* their addresses in the
    ``CreateNetworkInterface`` call, attached at the lowest free device index
    of the default network card (each card counts against its own ENI limit)
-   and marked DeleteOnTermination; the subnet is the allowed one in the node's
-   AZ with most free addresses.
+   and marked DeleteOnTermination; the subnet is, of the node's candidates
+   (:func:`warmpool.subnets.pod_subnets`: its zone, and with discovery the VPC
+   CNI's subnet tags), the one with most free addresses.
 
 Release: addresses the agent offers back, checked against EC2's inventory and
 capped by what the targets allow, unassigned in one call per ENI; an ENI left
@@ -49,19 +50,11 @@ from warmpool.calls import (
 from warmpool.limits import PREFIX_SIZE, InstanceLimits, pod_ceiling
 from warmpool.messages import Mode, PoolReport, ReleaseOffer
 from warmpool.pool import PoolConfig, PoolDelta, PoolState, ceiling, compute
+from warmpool.subnets import Site, Subnet, SubnetRule, pod_subnets
 
 DEFAULT_CARD = 0
 """The network card new ENIs are attached to (``DefaultNetworkCardIndex`` of every type in the
 limits table)."""
-
-
-@dataclass(frozen=True)
-class Subnet:
-    subnet_id: str
-    availability_zone: str
-    cidr: str
-    free: int
-    """Free addresses in the subnet."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +98,13 @@ class Inventory:
     instance_type: str
     availability_zone: str
     enis: tuple[Eni, ...]
+    vpc_id: str = ""
+    """The instance's VPC (empty when not known: subnets are then not checked against it)."""
+
+    @property
+    def own_subnet(self) -> str:
+        """The subnet of the node's primary ENI (empty when EC2 showed none)."""
+        return next((e.subnet_id for e in self.enis if e.device_index == 0 and e.network_card == DEFAULT_CARD), "")
 
 
 @dataclass(frozen=True)
@@ -178,8 +178,11 @@ def plan_node(
     exclude_subnets: frozenset[str] = frozenset(),
     force_mode: Mode | None = None,
     max_pods: int = 0,
+    subnet_rule: SubnetRule = SubnetRule.LISTED,
 ) -> Plan:
-    """Plan one node. ``subnets`` are the allowed ones (any AZ; filtered here).
+    """Plan one node. ``subnets`` are those warmpool may use (any AZ); the node's
+    candidates among them are chosen here by ``subnet_rule``
+    (:func:`warmpool.subnets.pod_subnets`).
 
     ``force_mode="secondary-ip"`` re-plans a prefix-mode node with single
     addresses (the fallback on ``InsufficientCidrBlocks``). ``max_pods`` (0 =
@@ -197,6 +200,7 @@ def plan_node(
             exclude_subnets=exclude_subnets,
             force_mode=force_mode,
             max_pods=max_pods,
+            subnet_rule=subnet_rule,
         ),
         inventory,
     )
@@ -246,6 +250,7 @@ def _plan_node(
     exclude_subnets: frozenset[str] = frozenset(),
     force_mode: Mode | None = None,
     max_pods: int = 0,
+    subnet_rule: SubnetRule = SubnetRule.LISTED,
 ) -> Plan:
     cfg = PoolConfig.from_report(report)
     if cfg.prefix_mode and not limits.prefix_capable:
@@ -281,7 +286,7 @@ def _plan_node(
             )
         alloc_mode: Mode = force_mode or mode
         plan = _plan_allocation(
-            report, inventory, limits, subnets, cfg, state, delta, cluster, exclude_subnets, alloc_mode
+            report, inventory, limits, subnets, cfg, state, delta, cluster, exclude_subnets, alloc_mode, subnet_rule
         )
         if reclaim:
             plan = replace(plan, kind="allocate", calls=reclaim + plan.calls)
@@ -345,6 +350,7 @@ def _plan_allocation(
     cluster: str,
     exclude_subnets: frozenset[str],
     alloc_mode: Mode,
+    subnet_rule: SubnetRule,
 ) -> Plan:
     prefix = alloc_mode == "prefix"
     unit = PREFIX_SIZE if prefix else 1
@@ -356,10 +362,9 @@ def _plan_allocation(
     calls: list[Call] = []
     notes: list[str] = []
 
+    site = Site(cluster, inventory.availability_zone, inventory.vpc_id, inventory.own_subnet)
     candidates = {
-        s.subnet_id: s.free
-        for s in subnets
-        if s.availability_zone == inventory.availability_zone and s.subnet_id not in exclude_subnets
+        s.subnet_id: s.free for s in pod_subnets(subnets, site, subnet_rule) if s.subnet_id not in exclude_subnets
     }
     # Surge: pods are waiting because demand outran the pool. An assign costs
     # one call whatever its count, so fill the ENI it touches: the next pods

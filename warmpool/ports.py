@@ -26,8 +26,8 @@ from warmpool.clock import Clock
 from warmpool.facts import EniFacts, NodeFacts
 from warmpool.limits import InstanceLimits
 from warmpool.messages import Assigned
-from warmpool.planner import Subnet
 from warmpool.release_book import ReleaseBook
+from warmpool.subnets import Subnet
 
 
 class Ec2Port(Protocol):

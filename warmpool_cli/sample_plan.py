@@ -18,9 +18,10 @@ from collections import Counter
 from warmpool.argtypes import int_at_least
 from warmpool.limits import known
 from warmpool.messages import EniReport, PoolReport, Targets
-from warmpool.planner import Eni, Inventory, Plan, Subnet, plan_node
+from warmpool.planner import Eni, Inventory, Plan, plan_node
 from warmpool.pool import PoolConfig, PoolState, compute
 from warmpool.scheduling import coalesce, priority_key
+from warmpool.subnets import Subnet
 
 AZS = ("us-east-1a", "us-east-1b")
 TYPES = ("m5.large", "m5.xlarge", "m5.4xlarge")

@@ -48,6 +48,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         # a region with its own AWS certificate (chosen at deploy time by AWS::Region)
         "identity_certificates_by_region": {"ap-east-1": OTHER_REGION_CERTIFICATE},
     },
+    # pod subnets discovered by the VPC CNI's tags (issue 24): no list, no tag of its own
+    "discovery": {"cluster": "disc", "subnet_ids": None, "subnet_discovery": "true", "create_buckets_table": "false"},
     # both halves: the node half installed into an existing EKS cluster (Pod Identity)
     "eks": {
         "eks_cluster": "demo",

@@ -79,6 +79,8 @@ def test_the_shared_table_choice_must_be_explicit() -> None:
         ({"subnet_ids": "subnet-12"}, "not subnet ids: subnet-12"),
         ({"subnet_ids": "subnet-0123456789abcdef0,subnet-0123456789abcdef0"}, "lists a subnet twice"),
         ({"subnet_ids": None}, "set subnet_ids or subnet_tag"),
+        ({"subnet_discovery": "true"}, "subnet_discovery=true takes neither subnet_ids nor subnet_tag"),
+        ({"subnet_ids": None, "subnet_discovery": "maybe"}, "subnet_discovery"),
         ({"subnet_ids": None, "subnet_tag": "novalue"}, "subnet_tag: KEY=VALUE"),
         ({"security_group_ids": "sg-1"}, "not security group ids"),
         ({"budget_fraction": "0"}, "budget_fraction"),

@@ -72,6 +72,32 @@ def test_subnets_by_tag_and_fixed_security_groups(synthesized: dict[str, Synthes
     assert s.statement("CreateEniWithClusterVpcGroups")["Resource"] == f"{P}:security-group/sg-0123456789abcdef0"
 
 
+def test_discovered_subnets_are_any_of_the_vpc_but_those_tagged_never(synthesized: dict[str, Synthesized]) -> None:
+    """Issue 24: with subnet_discovery the allocator may create ENIs in any subnet of the VPC
+    its rule picks (the node's own one untagged included), never in one tagged
+    kubernetes.io/role/cni=0; the functions are told to discover."""
+    s = synthesized["discovery"]
+    st = s.statement("CreateEniInDiscoveredSubnets")
+    assert st["Action"] == "ec2:CreateNetworkInterface" and st["Resource"] == f"{P}:subnet/*"
+    assert st["Condition"] == {
+        "StringEquals": {"ec2:Vpc": VPC},
+        "StringNotEquals": {f"aws:ResourceTag/{names.TAG_SUBNET_ROLE}": "0"},
+    }
+    assert "ArnEquals" not in s.statement("CreateClusterTaggedEni")["Condition"]
+    env = next(
+        r["Properties"]["Environment"]["Variables"]
+        for r in s.resources("AWS::Lambda::Function").values()
+        if r["Properties"].get("Handler") == names.ALLOCATE_HANDLER
+    )
+    assert env[names.ENV_SUBNET_DISCOVERY] == "true" and env[names.ENV_ALLOWED_SUBNETS] == ""
+    default = next(
+        r["Properties"]["Environment"]["Variables"]
+        for r in synthesized["default"].resources("AWS::Lambda::Function").values()
+        if r["Properties"].get("Handler") == names.ALLOCATE_HANDLER
+    )
+    assert default[names.ENV_SUBNET_DISCOVERY] == "false"  # a list is given: it wins anyway
+
+
 def test_tags_only_at_creation(default: Synthesized) -> None:
     st = default.statement("TagOnlyWhileCreatingEni")
     assert st["Action"] == "ec2:CreateTags" and st["Resource"] == ENI

@@ -101,6 +101,72 @@ def test_delete_tags_by_key_or_by_key_and_value(any_backend: Backend) -> None:
     assert {t["Key"]: t["Value"] for t in _eni(ec2, eid).get("TagSet", [])} == {"keep": "x"}
 
 
+def _subnet_ids(ec2: Any, filters: list[dict[str, Any]]) -> set[str]:
+    return {x["SubnetId"] for x in ec2.describe_subnets(Filters=filters)["Subnets"]}
+
+
+def test_subnets_are_filtered_by_vpc_zone_and_tags_as_discovery_reads_them(any_backend: Backend) -> None:
+    """What subnet discovery asks of DescribeSubnets (issue 24): tags made at creation and
+    later are returned and filterable; filters are ANDed, a filter's values ORed; a tag
+    filter matches values exactly (``1`` is not ``0``, nor the empty string)."""
+    ec2 = any_backend.ec2
+    w = world(ec2)
+    other_vpc = ec2.create_vpc(CidrBlock="10.1.0.0/16")["Vpc"]["VpcId"]
+    role = "kubernetes.io/role/cni"
+
+    def made(vpc: str, cidr: str, az: str, tags: dict[str, str] | None = None) -> str:
+        spec = [{"ResourceType": "subnet", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}] if tags else []
+        kw: dict[str, Any] = {"VpcId": vpc, "CidrBlock": cidr, "AvailabilityZone": az}
+        if spec:
+            kw["TagSpecifications"] = spec
+        return str(ec2.create_subnet(**kw)["Subnet"]["SubnetId"])
+
+    pods = made(w.vpc, "10.0.16.0/20", "us-east-1a", {role: "1"})
+    never = made(w.vpc, "10.0.32.0/20", "us-east-1a", {role: "0"})
+    empty = made(w.vpc, "10.0.48.0/20", "us-east-1a", {role: ""})
+    zone_b = made(w.vpc, "10.0.64.0/20", "us-east-1b", {role: "1"})
+    far = made(other_vpc, "10.1.0.0/20", "us-east-1a", {role: "1"})
+    ec2.create_tags(Resources=[w.subnet], Tags=[{"Key": "cni.networking.k8s.aws/cluster/demo", "Value": ""}])
+
+    in_vpc = _subnet_ids(ec2, [{"Name": "vpc-id", "Values": [w.vpc]}])
+    assert in_vpc == {w.subnet, pods, never, empty, zone_b}
+    got = {x["SubnetId"]: x for x in ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [w.vpc]}])["Subnets"]}
+    assert {t["Key"]: t["Value"] for t in got[pods]["Tags"]} == {role: "1"}
+    assert {t["Key"]: t["Value"] for t in got[w.subnet]["Tags"]} == {"cni.networking.k8s.aws/cluster/demo": ""}
+    assert got[pods]["VpcId"] == w.vpc and got[pods]["AvailabilityZone"] == "us-east-1a"
+    here = [{"Name": "vpc-id", "Values": [w.vpc]}, {"Name": "availability-zone", "Values": ["us-east-1a"]}]
+    assert _subnet_ids(ec2, here) == {w.subnet, pods, never, empty}
+    assert _subnet_ids(ec2, [*here, {"Name": f"tag:{role}", "Values": ["1"]}]) == {pods}
+    assert _subnet_ids(ec2, [*here, {"Name": f"tag:{role}", "Values": ["1", "0"]}]) == {pods, never}
+    assert _subnet_ids(ec2, [*here, {"Name": "tag-key", "Values": [role]}]) == {pods, never, empty}
+    assert _subnet_ids(ec2, [{"Name": f"tag:{role}", "Values": ["1"]}]) == {pods, zone_b, far}
+    # a tag changed later is what the next Describe filters on
+    ec2.create_tags(Resources=[never], Tags=[{"Key": role, "Value": "1"}])
+    ec2.delete_tags(Resources=[pods], Tags=[{"Key": role}])
+    assert _subnet_ids(ec2, [*here, {"Name": f"tag:{role}", "Values": ["1"]}]) == {never}
+
+
+def test_subnet_pages_return_every_subnet_once(any_backend: Backend) -> None:
+    ec2 = any_backend.ec2
+    w = world(ec2)
+    made = {
+        ec2.create_subnet(VpcId=w.vpc, CidrBlock=f"10.0.{i}.0/24", AvailabilityZone="us-east-1a")["Subnet"]["SubnetId"]
+        for i in range(1, 8)
+    }
+    seen: list[str] = []
+    token = None
+    while True:
+        kw: dict[str, Any] = {"Filters": [{"Name": "vpc-id", "Values": [w.vpc]}], "MaxResults": 5}
+        if token:
+            kw["NextToken"] = token
+        page = ec2.describe_subnets(**kw)
+        seen += [x["SubnetId"] for x in page["Subnets"]]
+        token = page.get("NextToken")
+        if not token:
+            break
+    assert sorted(seen) == sorted(made | {w.subnet})
+
+
 def test_assign_then_unassign_addresses(any_backend: Backend) -> None:
     ec2 = any_backend.ec2
     w = world(ec2)

@@ -318,3 +318,73 @@ def test_a_second_stack_in_one_process_cold_starts_its_functions() -> None:
         assert fresh.ec2.api.meta.endpoint_url == s2.outputs["endpoint"]  # type: ignore[attr-defined]
         assert s2.outputs["cluster"] == "cs2"
     allocate.cold_start()
+
+
+def _enis_of(stack: LocalStack, instance_id: str) -> dict[str, str]:
+    """The instance's ENIs other than the primary, by id: their subnets."""
+    return {
+        e.id: e.subnet_id
+        for e in stack.ec2.enis.values()
+        if e.attachment and e.attachment.instance_id == instance_id and e.attachment.device_index > 0
+    }
+
+
+def _wait_for(cond: Any, seconds: float = 20.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.1)
+    return bool(cond())
+
+
+def test_a_subnet_made_later_and_tagged_for_pods_is_used_without_a_restart() -> None:
+    """Issue 24: the local stack discovers pod subnets by the VPC CNI's tags, as the CDK stack
+    with subnet discovery. A subnet created in its VPC after `local up`, tagged
+    kubernetes.io/role/cni=1, takes the next new ENI once the subnet cache expires; the node's
+    own subnet tagged 0 takes none. Same stack, same warm allocator: no restart."""
+    from functions import allocate
+    from node_agent.identity import fetch_identity
+    from node_agent.imds import ImdsClient
+
+    allocate._allocator = None
+    try:
+        with LocalStack(
+            cluster="disc",
+            batch_size=10,
+            batching_window_s=0,
+            reconcile_every_s=3600,
+            extra_env=(("WARMPOOL_SUBNET_CACHE_TTL_S", "1"),),
+        ) as s:
+            out = s.outputs
+            own = out["subnet_ids"][0]
+            iid = s.ec2.run_instance("m5.large", subnet_id=own, tags={names.cluster_tag_key("disc"): "owned"})
+            ident = fetch_identity(ImdsClient(f"{out['imds_base']}/{iid}"))
+            sqs, ec2 = s.client("sqs"), s.client("ec2")
+
+            def ask(seq: int, warm_ip: int) -> None:
+                body = report_for(s, iid, seq, ident, targets={"warm_ip": warm_ip, "warm_eni": 0})
+                sqs.send_message(QueueUrl=out["reports_queue_url"], MessageBody=body)
+
+            # Before: nothing tagged for pods, so the subnets tagged for the cluster (the node's own).
+            ask(1, 12)  # an m5.large's primary ENI holds 9: a new ENI for the rest
+            assert _wait_for(lambda: len(_enis_of(s, iid)) == 1), _enis_of(s, iid)
+            assert set(_enis_of(s, iid).values()) == {own}
+            # A subnet made later in the stack's VPC and zone, tagged for pods, through the API;
+            # the node's own subnet tagged never to be one.
+            zone = s.ec2.subnets[own].az
+            made = ec2.create_subnet(
+                VpcId=out["vpc_id"],
+                CidrBlock="10.0.192.0/20",
+                AvailabilityZone=zone,
+                TagSpecifications=[{"ResourceType": "subnet", "Tags": [{"Key": names.TAG_SUBNET_ROLE, "Value": "1"}]}],
+            )["Subnet"]["SubnetId"]
+            ec2.create_tags(Resources=[own], Tags=[{"Key": names.TAG_SUBNET_ROLE, "Value": "0"}])
+            time.sleep(1.2)  # the subnet cache (1 s here) expires: the next read sees the tags
+            ask(2, 22)  # the first new ENI's free slots, then another ENI
+            assert _wait_for(lambda: len(_enis_of(s, iid)) == 2), _enis_of(s, iid)
+            new = [sid for sid in _enis_of(s, iid).values() if sid != own]
+            assert new == [made]
+            assert allocate._allocator is not None  # the same warm container served both
+    finally:
+        allocate._allocator = None

@@ -17,7 +17,8 @@ from warmpool.calls import CreateEni
 from warmpool.limits import InstanceLimits, parse_table
 from warmpool.limits_data import read_table
 from warmpool.messages import MessageError, PoolReport, parse_report
-from warmpool.planner import Eni, Inventory, Subnet, node_max_pods, plan_node
+from warmpool.planner import Eni, Inventory, node_max_pods, plan_node
+from warmpool.subnets import Subnet
 
 TABLE = parse_table(read_table())
 TYPES = sorted(TABLE)

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from warmpool.calls import AssignAddresses, CreateEni, DeleteEni, Reclaim, UnassignAddresses
 from warmpool.limits import known, max_pods
 from warmpool.messages import EniReport, PoolReport, ReleaseOffer, Targets
-from warmpool.planner import Eni, Inventory, Subnet, client_token, node_max_pods, plan_node
+from warmpool.planner import Eni, Inventory, client_token, node_max_pods, plan_node
 from warmpool.scheduling import coalesce, priority_key
+from warmpool.subnets import Subnet
 
 IID = "i-0123456789abcdef0"
 AZ = "us-east-1a"
