@@ -123,9 +123,10 @@ class StackConfig(BaseModel):
     subnet_tag: str | None = Field(
         default=None, description="KEY=VALUE tag that marks subnets pod ENIs may be created in"
     )
-    subnet_discovery: bool = Field(
-        default=False,
-        description="without subnet_ids or subnet_tag: pod subnets found by the VPC CNI's kubernetes.io/role/cni tags",
+    subnet_discovery: bool | None = Field(
+        default=None,
+        description="pod subnets found by the VPC CNI's kubernetes.io/role/cni tags; on unless subnet_ids or "
+        "subnet_tag name them (false with neither is refused)",
     )
     security_group_ids: tuple[str, ...] = Field(
         default=(), description="security groups for pod ENIs; empty = those of the node's primary ENI"
@@ -312,9 +313,9 @@ class StackConfig(BaseModel):
 
     @model_validator(mode="after")
     def _combinations(self) -> StackConfig:
-        if not self.subnet_ids and self.subnet_tag is None and not self.subnet_discovery:
+        if not self.subnet_ids and self.subnet_tag is None and self.subnet_discovery is False:
             raise ValueError(
-                "set subnet_ids or subnet_tag (or subnet_discovery=true): pod ENIs are created only in allowed subnets"
+                "subnet_discovery=false: set subnet_ids or subnet_tag, pod ENIs are created only in allowed subnets"
             )
         if self.subnet_discovery and (self.subnet_ids or self.subnet_tag is not None):
             raise ValueError("subnet_discovery=true takes neither subnet_ids nor subnet_tag: they name the subnets")
@@ -355,6 +356,13 @@ class StackConfig(BaseModel):
     def oidc_issuer(self) -> str:
         assert self.oidc_provider_arn is not None
         return self.oidc_provider_arn.split(":oidc-provider/", 1)[1]
+
+    @property
+    def discovers_subnets(self) -> bool:
+        """Pod subnets by the VPC CNI's tags: the default, unless ``subnet_ids`` or ``subnet_tag`` name them."""
+        return bool(self.subnet_discovery) or (
+            self.subnet_discovery is None and not self.subnet_ids and self.subnet_tag is None
+        )
 
     @property
     def subnet_tag_pair(self) -> tuple[str, str] | None:

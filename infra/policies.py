@@ -164,7 +164,7 @@ def allocator_ec2(cfg: StackConfig, arns: Arns) -> list[iam.PolicyStatement]:
             actions=["ec2:CreateNetworkInterface"],
             resources=[arns.ec2(f"subnet/{s}") for s in cfg.subnet_ids],
         )
-    elif cfg.subnet_discovery:
+    elif cfg.discovers_subnets:
         # What IAM can say of the discovery rule (warmpool/subnets.py): a subnet of the VPC not
         # tagged kubernetes.io/role/cni=0 (a key the subnet lacks passes StringNotEquals).
         subnet_statement = iam.PolicyStatement(

@@ -78,7 +78,7 @@ def test_the_shared_table_choice_must_be_explicit() -> None:
         ({"vpc_id": "vpc-xyz"}, "vpc_id: a VPC id"),
         ({"subnet_ids": "subnet-12"}, "not subnet ids: subnet-12"),
         ({"subnet_ids": "subnet-0123456789abcdef0,subnet-0123456789abcdef0"}, "lists a subnet twice"),
-        ({"subnet_ids": None}, "set subnet_ids or subnet_tag"),
+        ({"subnet_ids": None, "subnet_discovery": "false"}, "subnet_discovery=false: set subnet_ids or subnet_tag"),
         ({"subnet_discovery": "true"}, "subnet_discovery=true takes neither subnet_ids nor subnet_tag"),
         ({"subnet_ids": None, "subnet_discovery": "maybe"}, "subnet_discovery"),
         ({"subnet_ids": None, "subnet_tag": "novalue"}, "subnet_tag: KEY=VALUE"),
@@ -137,3 +137,12 @@ def test_app_exits_with_the_message_on_bad_context(
         app_module.main()
     assert exit_info.value.code == 2
     assert "cluster: letters, digits" in capsys.readouterr().err
+
+
+def test_pod_subnets_are_discovered_by_tag_unless_the_context_names_them() -> None:
+    # Issue 24: discovery by the VPC CNI's tags is the default; a list or a tag names the subnets.
+    base = {k: v for k, v in GOOD.items() if k not in ("subnet_ids", "subnet_tag")}
+    assert config_from_context(base).discovers_subnets
+    assert config_from_context({**base, "subnet_discovery": "true"}).discovers_subnets
+    assert not config_from_context({**base, "subnet_ids": "subnet-0123456789abcdef0"}).discovers_subnets
+    assert not config_from_context({**base, "subnet_tag": "warmpool.io/pods=true"}).discovers_subnets

@@ -195,7 +195,7 @@ def test_an_unassign_made_and_sent_again_is_answered_released() -> None:
 
 
 def test_the_simulation_finds_the_unbooked_unassign_with_the_fix_reverted(monkeypatch: pytest.MonkeyPatch) -> None:
-    """"Not assigned" classified as any refusal (unbooked, answered ``failed``): the code before the fix."""
+    """ "Not assigned" classified as any refusal (unbooked, answered ``failed``): the code before the fix."""
     from functions import errors
 
     monkeypatch.setattr(errors, "_ACTION_CODES", {})
