@@ -13,8 +13,9 @@ from warmpool.calls import DeleteEni, Reclaim, RepeatGrant, RepeatRelease, Unass
 from warmpool.facts import EniFacts, NodeFacts
 from warmpool.limits import known
 from warmpool.messages import PoolReport
-from warmpool.planner import Eni, Subnet, plan_node
+from warmpool.planner import Eni, plan_node
 from warmpool.release_book import GIVEN_TTL_MS, MAX_DELETED_UNSEEN, MAX_ENTRIES, ReleaseBook, Taken
+from warmpool.subnets import Subnet
 
 E1, E2 = "eni-00000001", "eni-00000002"
 P = "10.0.1.16/28"
