@@ -210,7 +210,8 @@ class Ec2:
         ``subnet_cache_ttl_s`` (and read again for a VPC not read yet); the planner picks
         each node's among them (``Settings.subnet_rule``, :mod:`warmpool.subnets`).
 
-        Read: ``settings.allowed_subnets`` if set; else, with discovery, every subnet of
+        Read: ``settings.allowed_subnets`` if set; else those ``settings.subnet_tag`` marks
+        if set (the stack's ``subnet_tag``: IAM allows no other); else, with discovery, every subnet of
         the nodes' VPCs (one filtered, paginated DescribeSubnets); else, as before
         discovery, those tagged for the cluster, else every subnet of the nodes' VPCs.
         Each DescribeSubnets is paid from the account's bucket first (``pay``): when it
@@ -240,6 +241,9 @@ class Ec2:
         s = self.settings
         if s.allowed_subnets:
             return self._describe_subnets([{"Name": "subnet-id", "Values": list(s.allowed_subnets)}])
+        if s.subnet_tag:
+            key, _, value = s.subnet_tag.partition("=")
+            return self._describe_subnets([{"Name": f"tag:{key}", "Values": [value]}])
         by_vpc = [{"Name": "vpc-id", "Values": sorted(vpcs)}]
         if s.subnet_discovery:
             return self._describe_subnets(by_vpc) if vpcs else []

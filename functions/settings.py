@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     """Without an explicit list: ``True`` finds the pod subnets by the VPC CNI's tags
     (``warmpool/subnets.py``); ``False`` uses those tagged for the cluster, else every subnet of
     the nodes' VPC, as before discovery."""
+    subnet_tag: str = Field(default="", alias=names.ENV_SUBNET_TAG)
+    """``KEY=VALUE``: without an explicit list, the subnets so tagged (the stack's
+    ``subnet_tag``, which its IAM statement allows); tags of discovery unread. Empty: unset."""
     security_groups: Annotated[tuple[str, ...], NoDecode] = Field(default=(), alias=names.ENV_SECURITY_GROUPS)
     identity_mode: IdentityMode = Field(default="none", alias=names.ENV_IDENTITY_MODE)
     endpoint_url: str = Field(default="", alias=names.ENV_ENDPOINT_URL)
@@ -153,10 +156,18 @@ class Settings(BaseSettings):
             raise ValueError(f"{names.ENV_ALLOWED_SUBNETS} lists a subnet twice")
         return v
 
+    @field_validator("subnet_tag")
+    @classmethod
+    def _subnet_tag(cls, v: str) -> str:
+        key, eq, _value = v.partition("=")
+        if v and (not eq or not key.strip()):
+            raise ValueError(f"{names.ENV_SUBNET_TAG}={v!r}: expected KEY=VALUE")
+        return v
+
     @property
     def subnet_rule(self) -> SubnetRule:
         """How the planner picks a node's subnets among those :meth:`functions.ec2.Ec2.subnets` read."""
-        if self.subnet_discovery and not self.allowed_subnets:
+        if self.subnet_discovery and not self.allowed_subnets and not self.subnet_tag:
             return SubnetRule.DISCOVER
         return SubnetRule.LISTED
 

@@ -128,6 +128,7 @@ class WarmpoolStack(Stack):
             names.ENV_BUDGET_FRACTION: str(cfg.budget_fraction),
             names.ENV_ALLOWED_SUBNETS: ",".join(cfg.subnet_ids),
             names.ENV_SUBNET_DISCOVERY: "true" if cfg.discovers_subnets else "false",
+            names.ENV_SUBNET_TAG: cfg.subnet_tag or "",
             names.ENV_SECURITY_GROUPS: ",".join(cfg.security_group_ids),
             names.ENV_IDENTITY_MODE: cfg.identity_mode,
             names.ENV_GC_AGE_S: str(cfg.gc_age_s),

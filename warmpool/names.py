@@ -66,6 +66,7 @@ ENV_BUCKETS_TABLE = "WARMPOOL_BUCKETS_TABLE"
 ENV_BUDGET_FRACTION = "WARMPOOL_BUDGET_FRACTION"
 ENV_ALLOWED_SUBNETS = "WARMPOOL_ALLOWED_SUBNETS"  # comma-separated subnet ids; empty = discovered (warmpool/subnets.py)
 ENV_SUBNET_DISCOVERY = "WARMPOOL_ENABLE_SUBNET_DISCOVERY"
+ENV_SUBNET_TAG = "WARMPOOL_SUBNET_TAG"  # KEY=VALUE: the subnets so tagged (the stack's subnet_tag)
 """``true`` (the default): pod subnets found by the VPC CNI's tags (``warmpool/subnets.py``);
 ``false``: as before discovery, those tagged for the cluster, else every subnet of the nodes' VPC."""
 ENV_SECURITY_GROUPS = "WARMPOOL_SECURITY_GROUPS"  # comma-separated; empty = the node's primary ENI's

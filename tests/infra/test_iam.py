@@ -96,6 +96,22 @@ def test_discovered_subnets_are_any_of_the_vpc_but_those_tagged_never(synthesize
         if r["Properties"].get("Handler") == names.ALLOCATE_HANDLER
     )
     assert default[names.ENV_SUBNET_DISCOVERY] == "false"  # a list is given: it wins anyway
+    assert env[names.ENV_SUBNET_TAG] == "" and default[names.ENV_SUBNET_TAG] == ""
+
+
+def test_the_subnet_tag_iam_allows_is_the_one_the_functions_read(synthesized: dict[str, Synthesized]) -> None:
+    # subnet_tag bounds CreateNetworkInterface by the tag in IAM, and the functions are told
+    # the same tag (before, they were not, and placed ENIs where IAM refused them).
+    s = synthesized["irsa"]
+    env = next(
+        r["Properties"]["Environment"]["Variables"]
+        for r in s.resources("AWS::Lambda::Function").values()
+        if r["Properties"].get("Handler") == names.ALLOCATE_HANDLER
+    )
+    assert env[names.ENV_SUBNET_TAG] == "warmpool.io/pods=true"
+    assert env[names.ENV_SUBNET_DISCOVERY] == "false" and env[names.ENV_ALLOWED_SUBNETS] == ""
+    st = s.statement("CreateEniInTaggedSubnets")
+    assert st["Condition"]["StringEquals"]["aws:ResourceTag/warmpool.io/pods"] == "true"
 
 
 def test_tags_only_at_creation(default: Synthesized) -> None:

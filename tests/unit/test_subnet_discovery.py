@@ -191,6 +191,8 @@ def test_the_environment_turns_discovery_off(monkeypatch: pytest.MonkeyPatch) ->
         (names.ENV_SUBNET_DISCOVERY, "maybe", names.ENV_SUBNET_DISCOVERY),
         (names.ENV_ALLOWED_SUBNETS, "subnet-a,sg-0123", "sg-0123"),
         (names.ENV_ALLOWED_SUBNETS, "subnet-a,subnet-a", "twice"),
+        (names.ENV_SUBNET_TAG, "novalue", names.ENV_SUBNET_TAG),
+        (names.ENV_SUBNET_TAG, "=x", names.ENV_SUBNET_TAG),
         ("WARMPOOL_SUBNET_CACHE_TTL_S", "-1", "WARMPOOL_SUBNET_CACHE_TTL_S"),
         ("WARMPOOL_SUBNET_CACHE_TTL_S", "86400", "WARMPOOL_SUBNET_CACHE_TTL_S"),
     ],
@@ -229,6 +231,8 @@ class SubnetApi:
                     keep &= i["SubnetId"] in values
                 elif name == "tag-key":
                     keep &= any(tg["Key"] in values for tg in i.get("Tags", []))
+                elif name.startswith("tag:"):
+                    keep &= any(tg["Key"] == name[4:] and tg["Value"] in values for tg in i.get("Tags", []))
                 else:
                     raise AssertionError(name)
             if keep:
@@ -325,6 +329,23 @@ def test_an_explicit_list_is_read_by_id_and_wins() -> None:
     ec2, _, _, _ = adapter(api, allowed_subnets="subnet-a")
     assert set(ec2.subnets([VPC])) == {"subnet-a"}
     assert api.requests[0]["Filters"] == [{"Name": "subnet-id", "Values": ["subnet-a"]}]
+
+
+def test_the_stacks_subnet_tag_reads_the_subnets_so_tagged_alone() -> None:
+    # The stack's subnet_tag, which its IAM statement allows: before, it never reached the
+    # functions, which placed ENIs by the cluster tag or in any subnet of the VPC.
+    api = SubnetApi(
+        [
+            item("subnet-p", **{"warmpool.io/pods": "true"}),
+            item("subnet-t", role="1"),
+            item("subnet-k", kcluster="owned"),
+        ]
+    )
+    ec2, _, pay, _ = adapter(api, subnet_tag="warmpool.io/pods=true")
+    assert set(ec2.subnets([VPC])) == {"subnet-p"}
+    assert api.requests[0]["Filters"] == [{"Name": "tag:warmpool.io/pods", "Values": ["true"]}]
+    assert pay.paid == [{"DescribeSubnets": 1}]
+    assert Settings(cluster=C, subnet_tag="warmpool.io/pods=true").subnet_rule is SubnetRule.LISTED  # type: ignore[call-arg]
 
 
 def test_discovery_off_reads_as_before_the_clusters_tagged_else_the_vpc() -> None:
