@@ -324,11 +324,44 @@ class PlanExecutor:
         except NotAssigned:
             # Not on the ENI: taken by an earlier request (booked before, Describe lagging; or
             # this one, made, its answer lost and sent again). Booked, it is said released.
-            pass
+            # EC2 refuses the whole request for one key not on the ENI: with several, the others
+            # may still be on it; saying them released would leave them EC2's and the node's
+            # pool short for good (a hostile review's finding). Asked key by key instead.
+            if len(keys) > 1:
+                return self._unassign_each(call)
         except AwsError:
             if not again:
                 raise
         return self._released_again(call)
+
+    def _unassign_each(self, call: UnassignAddresses) -> list[Action]:
+        """One Unassign per key of ``call`` (each paid from the bucket first): released are those
+        EC2 took now or had not (``NotAssigned``); a key whose call fails otherwise stays booked
+        and unsaid, for the next report's repeat. Unpaid: every key said released, as before
+        (what EC2 still has leaks; nothing is given to a second holder)."""
+        keys = (*call.ips, *call.prefixes)
+        if self.buckets.take_batch([{"UnassignPrivateIpAddresses": len(keys)}], self.clock.now())[0] > 0:
+            self.tally.add(names.M_UNASSIGN_SPLIT_UNPAID)
+            return self._released_again(call)
+        gone: list[str] = []
+        for k in keys:
+            one = (
+                UnassignAddresses(call.eni_id, prefixes=(k,)) if "/" in k else UnassignAddresses(call.eni_id, ips=(k,))
+            )
+            try:
+                self.ec2.unassign(one)
+            except NotAssigned:
+                pass
+            except Throttled:
+                raise
+            except AwsError:
+                continue  # booked, not said: the next report's repeat unassigns it again
+            gone.append(k)
+        if not gone:
+            return []
+        return [
+            Released(eni_id=call.eni_id, ips=[k for k in gone if "/" not in k], prefixes=[k for k in gone if "/" in k])
+        ]
 
     def _released_again(self, call: UnassignAddresses) -> list[Action]:
         self.tally.add(names.M_RELEASES_REPEATED)

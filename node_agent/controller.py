@@ -198,9 +198,12 @@ class PoolController:
         self._hold_until = steady + self.restart_hold_s
         if checkpoint_lost:
             self._forget_offers(now)
-        if self._rebuilt_at is not None:  # what is left of the window, from now on the steady clock
-            left = self._rebuilt_at + self.timing.release_timeout_s - now
-            self._window_until = steady + min(self.timing.release_timeout_s, max(0.0, left))
+        if self._rebuilt_at is not None:
+            # A window no process saw end: open again in full, on the steady clock. What is left
+            # of it cannot be read off the wall clock (a step ahead before this start would end
+            # it at once: a hostile review's finding); later is never unsafe. Its end is
+            # checkpointed (:meth:`_close_rebuild_window`).
+            self._window_until = steady + self.timing.release_timeout_s
         notes = self.resync(now) if self.metadata is not None else []
         for eni in self.ds.enis():
             self._setup(eni.info)
@@ -229,6 +232,14 @@ class PoolController:
 
     def _steady(self, now: float) -> float:
         return self.monotonic() if self.monotonic is not None else now
+
+    def _close_rebuild_window(self, now: float) -> None:
+        """The window after a checkpoint loss has ended on this process's steady clock: said in
+        the checkpoint, so a restart does not open it again (may raise CheckpointWriteError:
+        tried again at the next pass)."""
+        if self._rebuilt_at is not None and self._window_until is not None and not self._in_rebuild_window(now):
+            self.ds.set_meta(REBUILT_AT_META, None)
+            self._rebuilt_at = None
 
     def _in_rebuild_window(self, now: float) -> bool:
         if self._rebuilt_at is None:
@@ -366,6 +377,7 @@ class PoolController:
 
     def _tick(self, now: float) -> list[PoolReport]:
         self.ds.recently_gone(now)  # expires old entries
+        self._close_rebuild_window(now)
         self._note_quarantined(now, from_now=False)
         back = self._take_back(now) if self._steady(now) >= self._hold_until else 0
         if back:

@@ -55,9 +55,10 @@ MAX_ENTRIES = 1024
 """Entries one instance's book may hold; a release that would pass it is not made (held)."""
 
 MAX_DELETED_UNSEEN = 256
-"""Deleted ENIs a book keeps once a report names them nowhere and EC2's facts do not show them
-(oldest forgotten first): a Describe that lags may answer from before the ENI was attached, so
-its not showing one proves no detach done (simulation seed 6952). EC2 never reuses an ENI id
+"""Entries a book keeps of ENIs a report names nowhere and EC2's facts do not show (deleted
+ENIs and addresses taken from them; oldest forgotten first): a Describe that lags may answer
+from before the ENI was attached, so its not showing one proves no detach done (simulation
+seed 6952). EC2 never reuses an ENI id
 (docs/safety.md, row 3): the entry of one truly gone never matches anything."""
 
 
@@ -212,18 +213,22 @@ class ReleaseBook:
         named = {e.eni_id for e in report.enis} | {o.eni_id for o in report.release}
         seen = set(shown)
 
-        # Deleted ENIs the report names nowhere and EC2's facts do not show: kept, for a
-        # lagging Describe may not show one still detaching; the oldest go past the bound.
-        unseen = [t for t in self.taken if not t.key and t.eni_id not in named and t.eni_id not in seen]
+        # Entries of ENIs the report names nowhere and EC2's facts do not show (deleted ENIs,
+        # and addresses taken from them): kept, for a lagging Describe may not show an ENI
+        # still detaching, or one it answers for from before its attach (seed 6952; for the
+        # addresses, a hostile review of that fix); the oldest go past the bound.
+        unseen = [t for t in self.taken if t.eni_id not in named and t.eni_id not in seen]
         unseen = sorted((t for t in unseen if t.seq < report.seq), key=lambda t: t.seq)
         forget = set(unseen[: max(0, len(unseen) - MAX_DELETED_UNSEEN)])
 
         def dropped(t: Taken) -> bool:
             if t.seq >= report.seq:
                 return False
-            if not t.key:  # kept while EC2 still shows it on the instance (a detach not done), and after
+            if t.eni_id not in named and t.eni_id not in seen:
                 return t in forget
-            return t.key not in listed and (t.eni_id in named or t.eni_id not in seen)
+            if not t.key:  # kept while EC2 still shows it on the instance (a detach not done)
+                return False
+            return t.key not in listed and t.eni_id in named
 
         pooled = {k for e in report.enis for k in (*e.ips, *e.prefixes)}
 

@@ -107,7 +107,10 @@ def pod_subnets(subnets: Sequence[Subnet], site: Site, rule: SubnetRule = Subnet
         return tuple(s for s, v in judged if v in (Verdict.TAGGED, Verdict.OWN))
     usable = [s for s, v in judged if v is not Verdict.EXCLUDED]
     owned = [s for s in usable if names.cluster_tag_key(site.cluster) in s.tags]
-    return tuple(owned or usable)
+    # Nothing tagged for pods in the zone: the cluster's subnets, else the node's own alone, as
+    # the VPC CNI then does (never any untagged subnet of the zone: another cluster's, a public
+    # or a database subnet; a hostile review's finding)
+    return tuple(owned or [s for s in usable if s.subnet_id == site.own_subnet])
 
 
 __all__ = ["Site", "Subnet", "SubnetRule", "Verdict", "pod_subnets", "scoped_elsewhere", "verdict"]

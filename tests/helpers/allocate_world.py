@@ -54,7 +54,14 @@ class AllocatorWorld:
         self.emu = emu or Ec2Emulator(self.clock, ec2_config or Ec2Config())
         if emu is None:
             self.vpc = self.emu.add_vpc("10.0.0.0/16")
-            self.subnets = [self.emu.add_subnet(az="us-east-1a", cidr=c, vpc_id=self.vpc) for c in subnet_cidrs]
+            # the cluster's pod subnets, tagged for it as the local stack's are (the node's own
+            # subnet alone is used when nothing in the zone is tagged: warmpool/subnets.py)
+            self.subnets = [
+                self.emu.add_subnet(
+                    az="us-east-1a", cidr=c, vpc_id=self.vpc, tags={names.cluster_tag_key(cluster): "shared"}
+                )
+                for c in subnet_cidrs
+            ]
         else:
             self.subnets = sorted(self.emu.subnets)
         self.sqs = sqs or FastSqs(self.clock)

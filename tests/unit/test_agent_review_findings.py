@@ -517,3 +517,33 @@ def test_a_parked_grant_keeps_its_word_across_a_restart_and_an_old_entry_waits()
     ds, ctl = boot(MemoryCheckpoint(old), imds, 100.0)
     ctl.tick(126.0)
     assert ds.assign("p2", "eth0", "ns", 127.0) is None
+
+
+def test_a_restart_inside_the_rebuild_window_after_a_forward_step_keeps_the_window() -> None:
+    # A hostile review's finding: the window after a checkpoint loss was resumed at a restart
+    # from the wall-clock ``rebuilt_at`` in the checkpoint, so a step ahead before the restart
+    # ended it at once, and an address IMDS showed late came in free while a report of the
+    # process before the loss could still offer it. A window no process saw end opens in full.
+    clock = VirtualClock(1000.0)
+    imds = FakeImds()
+    imds.enis[PRIMARY.eni_id] = AttachedEni(PRIMARY, ["10.0.0.11"], [])  # IMDS lags: X not yet
+    cp = MemoryCheckpoint()
+    ds = Datastore(cooldown_s=0.0, pending_ttl_s=TIMING.pending_ttl_s, checkpoint=cp)
+    ctl = PoolController(ID, known("m5.large"), POOL, ds, TIMING, metadata=imds, monotonic=clock.monotonic)
+    ctl.start(clock.now(), checkpoint_lost=True)  # the checkpoint was lost: the window opens
+    ctl.tick(clock.now())
+    clock.advance(10)
+    clock.step(+TIMING.release_timeout_s)  # the wall clock steps ahead (NTP), 10 s into the window
+    # the agent is restarted (killed, OOM): its checkpoint is whole this time
+    ds = Datastore(cooldown_s=0.0, pending_ttl_s=TIMING.pending_ttl_s, checkpoint=cp)
+    ds.restore()
+    ctl = PoolController(ID, known("m5.large"), POOL, ds, TIMING, metadata=imds, monotonic=clock.monotonic)
+    ctl.start(clock.now())
+    ctl.tick(clock.now())
+    assert ds.quarantined()[PRIMARY.eni_id][0] == ["10.0.0.11"]
+    imds.enis[PRIMARY.eni_id] = AttachedEni(PRIMARY, ["10.0.0.11", X], [])  # IMDS catches up
+    clock.advance(1)
+    ctl.resync(clock.now())
+    got = ds.assign("p1", "eth0", "ns", clock.now())  # 10.0.0.11 is held as offered
+    # 11 s after the loss on the monotonic clock: X may sit in an offer of the lost process
+    assert got is None, f"{got} handed to a pod 11 s into the window after a checkpoint loss"

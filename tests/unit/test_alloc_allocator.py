@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from emulated.ec2.config import AmbiguousOutcome
 from tests.helpers.allocate_world import AllocatorWorld
+from warmpool.messages import Released
 
 
 def test_deferred_node_is_resent_with_a_delay_and_told_when() -> None:
@@ -190,3 +191,39 @@ def test_an_unassign_ec2_refused_outright_still_fails_and_is_unbooked() -> None:
     assert [a.kind for a in out.nodes[w.nodes["n1"]].actions] == ["failed"]
     iid = w.nodes["n1"]
     assert w.books.load("demo", [iid])[iid].keys == frozenset()
+
+
+def test_a_partly_not_assigned_unassign_says_released_only_what_ec2_no_longer_has() -> None:
+    # A hostile review's finding on the fix of seed 5649: EC2 refuses an Unassign whole when one
+    # of its keys is not on the ENI, and "not assigned" was said released for every key,
+    # those EC2 still had included (the agent drops them, EC2 keeps them: a leak, and a pool
+    # short for good). Now each key is asked alone.
+    w = AllocatorWorld()
+    w.add_node("n1", "m5.large")
+    w.deliver([w.report("n1", warm_ip=5)])
+    iid = w.nodes["n1"]
+    eni = w.enis("n1")[0]
+    a, b = list(eni.secondary)[-2:]
+    # Describe lags from here on (docs/safety.md: no bound).
+    w.emu.set_describe_lag(600, 600)
+    w.clock.advance(1)
+    q = lambda: w.clock.now() - w.settings.release_delay_s  # noqa: E731
+    # 1. The agent offers a; the allocator unassigns it and says released.
+    out = w.deliver([w.report("n1", warm_ip=4, release=[{"eni_id": eni.id, "ips": [a], "quarantined_at": q()}])])
+    assert [x.kind for x in out.nodes[iid].actions] == ["released"]
+    assert a not in w.enis("n1")[0].secondary
+    # 2. The agent dropped a: its next report names it nowhere, and the book settles it.
+    w.clock.advance(5)
+    w.deliver([w.report("n1", warm_ip=4)])
+    assert a not in w.books.load("demo", [iid])[iid].keys
+    # 3. The agent lost its checkpoint; its IMDS lags (no bound) and still lists a, so the
+    #    rebuild holds a and b as offered and a later report offers both. Describe still
+    #    shows a on the ENI; the book no longer has it: one Unassign [a, b].
+    w.clock.advance(5)
+    out = w.deliver([w.report("n1", warm_ip=1, release=[{"eni_id": eni.id, "ips": [a, b], "quarantined_at": q()}])])
+    said = {k for x in out.nodes[iid].actions if isinstance(x, Released) for k in x.ips}
+    still = set(w.enis("n1")[0].secondary)
+    # Whatever is said released must be off the ENI in EC2: else the agent drops an address
+    # EC2 keeps on the instance, for good.
+    assert not (said & still), f"said released while EC2 still has them on {eni.id}: {sorted(said & still)}"
+    assert said == {a, b} - still and b in said  # b taken now, a gone before: both released

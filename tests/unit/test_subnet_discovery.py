@@ -85,9 +85,10 @@ CASES = [
     # (subnets, expected ids, why)
     ([s(OWN), s("subnet-t", role="1"), s("subnet-u")], ["subnet-own", "subnet-t"], "tagged and own; not untagged"),
     ([s(OWN, role="0"), s("subnet-t", role="1")], ["subnet-t"], "own tagged 0: pods elsewhere only"),
-    ([s(OWN), s("subnet-u"), s("subnet-v")], ["subnet-own", "subnet-u", "subnet-v"], "nothing tagged: all"),
+    ([s(OWN), s("subnet-u"), s("subnet-v")], ["subnet-own"], "nothing tagged: the node's own alone"),
     ([s(OWN), s("subnet-k", kcluster="shared")], ["subnet-k"], "nothing tagged: the cluster's, as before"),
-    ([s(OWN, role="0"), s("subnet-u")], ["subnet-u"], "fallback keeps the exclusions"),
+    ([s(OWN, role="0"), s("subnet-u")], [], "fallback keeps the exclusions, takes no untagged one"),
+    ([s(OWN, role="0"), s("subnet-k", kcluster="owned")], ["subnet-k"], "fallback: the cluster's, own excluded"),
     ([s(OWN), s("subnet-o", role="0")], ["subnet-own"], "a 0 tag is no candidate: fall back"),
     ([s(OWN), s("subnet-t", role="1", scope_other="")], ["subnet-own"], "the other cluster's: not tagged here"),
     ([s(OWN), s("subnet-u", scope_other="")], ["subnet-own"], "untagged but the other cluster's"),
