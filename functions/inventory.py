@@ -172,12 +172,18 @@ def tag_primaries(
 
 def note_pod_ceiling(r: PoolReport, inv: Inventory, ceiling: int, tally: Tally) -> None:
     """Pods wait on a node that already holds its max-pods ceiling: no address may serve them, so
-    the agent's and the allocator's ceilings disagree (the kubelet's ``--max-pods`` and
-    ``WARMPOOL_MAX_PODS`` on the agents and the stack must agree). Counted and logged."""
+        the agent's and the allocator's ceilings disagree (the kubelet's ``--max-pods`` and
+        ``WARMPOOL_MAX_PODS`` on the agents and the stack must agree; the report's ``kubelet_max_pods``,
+    when it carries one, lowers both alike). Counted and logged."""
     if ceiling and r.pending_demand and sum(e.addresses for e in inv.enis if e.usable) >= ceiling:
         tally.add(names.M_NODES_AT_POD_CEILING)
         log.warning(
             "pods wait on a node at its max-pods ceiling: the kubelet's --max-pods and WARMPOOL_MAX_PODS "
             "(agents and stack) must agree",
-            extra={"node": r.node, "instance_id": r.instance_id, "ceiling": ceiling},
+            extra={
+                "node": r.node,
+                "instance_id": r.instance_id,
+                "ceiling": ceiling,
+                "kubelet_max_pods": r.kubelet_max_pods,
+            },
         )

@@ -23,11 +23,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from node_agent import http as web
+from node_agent import kubelet_config
 from node_agent.checkpoint import CheckpointError, CheckpointWriteError, FileCheckpoint
 from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods, PodNetwork, RecordedPods
 from node_agent.config import AgentConfig, ConfigError, load
@@ -170,6 +171,7 @@ class Agent:
         self._threads: list[threading.Thread] = []
         self.ds: Datastore
         self.controller: PoolController
+        self.kubelet = kubelet_config.Found(None, "not read yet")
         self.cni: CniService
         self.socket_server: CniSocketServer | None = None
         self.http: web.HttpServer | None = None
@@ -213,10 +215,15 @@ class Agent:
         except CheckpointError as exc:
             damaged, restored = exc, False
         self.pods = self.pods or self._pod_network()
+        self.kubelet = kubelet_config.read(cfg.kubelet_config, cfg.kubelet_flags)
+        if self.kubelet.max_pods is not None:
+            log.info("the kubelet's max pods: %d (%s); reported, and the pool stays under it", *self._kubelet_note())
+        else:
+            log.info("the kubelet's max pods: %s", self.kubelet.source)
         self.controller = PoolController(
             self.identity,
             limits,
-            cfg.pool,
+            replace(cfg.pool, kubelet_max_pods=self.kubelet.max_pods or 0),
             self.ds,
             cfg.timing,
             host=self.host,
@@ -525,6 +532,9 @@ class Agent:
         does not manage the node's network)."""
         return {**self.cfg.public(), "kernel": self.node_net.public() if self.node_net is not None else None}
 
+    def _kubelet_note(self) -> tuple[int, str]:
+        return (self.kubelet.max_pods or 0, self.kubelet.source)
+
     def view_max_pods(self) -> dict[str, Any]:
         """What the kubelet's ``--max-pods`` should be on this node (``warmpool max-pods``)."""
         pool = self.cfg.pool
@@ -534,7 +544,11 @@ class Agent:
             "instance_type": self.limits.instance_type,
             "prefix": pool.prefix_mode,
             "max_eni": pool.max_eni or None,
-            # the pool's own ceiling: WARMPOOL_MAX_PODS when set, else the formula (the allocator's too)
+            # the kubelet's own maxPods as read from the node (None: not known, not reported) and where from
+            "kubelet_max_pods": self.kubelet.max_pods,
+            "kubelet_source": self.kubelet.source,
+            # the pool's own ceiling: WARMPOOL_MAX_PODS when set, else the formula, lowered to the
+            # kubelet's (the allocator's too)
             "pool_ceiling": self.controller.pool.max_pods,
         }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from node_agent.kubelet_config import DEFAULT_CONFIG_FILES, DEFAULT_FLAG_FILES
 from warmpool import names
 from warmpool.messages import (
     IMDS_LAG_BOUND_S,
@@ -35,6 +36,8 @@ ENV_POD_NETWORK = "WARMPOOL_POD_NETWORK"
 ENV_RECOVERY_GRACE_S = "WARMPOOL_RECOVERY_GRACE_S"
 ENV_AWS_REGION = "AWS_REGION"
 ENV_ENDPOINT = "WARMPOOL_AWS_ENDPOINT_URL"
+ENV_KUBELET_CONFIG = "WARMPOOL_KUBELET_CONFIG"
+ENV_KUBELET_FLAGS = "WARMPOOL_KUBELET_FLAGS"
 
 
 class ConfigError(ValueError):
@@ -85,6 +88,20 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default
     if raw not in choices:
         raise ConfigError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
     return raw
+
+
+def _paths(env: Mapping[str, str], name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """Comma-separated absolute paths; unset or empty: ``default``; ``none``: no path at all."""
+    raw = env.get(name, "").strip()
+    if raw == "":
+        return default
+    if raw.lower() == "none":
+        return ()
+    out = tuple(p.strip() for p in raw.split(",") if p.strip())
+    for p in out:
+        if not p.startswith("/"):
+            raise ConfigError(f"{name}: {p!r} is not an absolute path (or set {name}=none)")
+    return out
 
 
 def _release_timeout(env: Mapping[str, str]) -> float:
@@ -169,6 +186,11 @@ class AgentConfig:
     extra: dict[str, str] = field(default_factory=dict)
     hostnet: HostNetSettings = field(default_factory=lambda: HostNetSettings())
     """Node-level networking (SNAT, NodePort return path, kernel settings, pod MTU)."""
+    kubelet_config: tuple[str, ...] = DEFAULT_CONFIG_FILES
+    """``WARMPOOL_KUBELET_CONFIG``: the kubelet's config file, the first of these that exists
+    (its ``.d`` drop-ins with it); () = not read (:mod:`node_agent.kubelet_config`)."""
+    kubelet_flags: tuple[str, ...] = DEFAULT_FLAG_FILES
+    """``WARMPOOL_KUBELET_FLAGS``: files, or directories of ``*.conf``, holding the kubelet's flags."""
 
     @property
     def checkpoint_path(self) -> str:
@@ -204,6 +226,8 @@ class AgentConfig:
             "manage_host_network": self.manage_host_network,
             "pod_network": self.pod_network,
             "recovery_grace_s": self.recovery_grace_s,
+            ENV_KUBELET_CONFIG: list(self.kubelet_config),
+            ENV_KUBELET_FLAGS: list(self.kubelet_flags),
             **self.hostnet.public(),
         }
 
@@ -257,6 +281,8 @@ def load(env: Mapping[str, str]) -> AgentConfig:
         region=(env.get(ENV_AWS_REGION) or env.get("AWS_DEFAULT_REGION") or "us-east-1").strip(),
         endpoint_url=env.get(ENV_ENDPOINT, "").strip(),
         hostnet=load_hostnet(env),
+        kubelet_config=_paths(env, ENV_KUBELET_CONFIG, DEFAULT_CONFIG_FILES),
+        kubelet_flags=_paths(env, ENV_KUBELET_FLAGS, DEFAULT_FLAG_FILES),
     )
 
 

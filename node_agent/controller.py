@@ -114,8 +114,18 @@ class PoolController:
         in-process agents: ``emulated.imds.Imds.identity``). Every report carries it: the
         allocator refuses reports without one."""
         self.limits = limits
-        if pool.max_pods == 0:  # the allocator's ceiling too (warmpool.planner.node_max_pods)
-            pool = replace(pool, max_pods=pod_ceiling(limits, prefix=pool.prefix_mode, max_eni=pool.max_eni))
+        # The allocator's ceiling too (warmpool.planner.node_max_pods): WARMPOOL_MAX_PODS or the
+        # formula, lowered to the kubelet's own max pods when the agent read one.
+        pool = replace(
+            pool,
+            max_pods=pod_ceiling(
+                limits,
+                prefix=pool.prefix_mode,
+                max_eni=pool.max_eni,
+                override=pool.max_pods,
+                kubelet=pool.kubelet_max_pods,
+            ),
+        )
         self.pool = pool
         self.ds = datastore
         self.timing = timing or Timing(cooldown_s=datastore.cooldown_s, pending_ttl_s=datastore.pending_ttl_s)

@@ -106,4 +106,5 @@ def build_report(
             for k, v in sorted(offers.items())
         ],
         identity=signed,
+        kubelet_max_pods=pool.kubelet_max_pods or None,
     )

@@ -163,14 +163,34 @@ def max_pods(
     return min(value, ceiling)
 
 
-def pod_ceiling(limits: InstanceLimits, *, prefix: bool, max_eni: int | None = None, override: int = 0) -> int:
+def pod_ceiling(
+    limits: InstanceLimits,
+    *,
+    prefix: bool,
+    max_eni: int | None = None,
+    override: int = 0,
+    kubelet: int | None = None,
+) -> int:
     """The most addresses a node's pods can use: ``override`` (the cluster's kubelet ``--max-pods``)
     when set, else :func:`max_pods` for its type and mode. The agent's pool and the allocator's plans
     both stop there (issue 12, finding D: a node cannot take a subnet's /28s beyond what its kubelet
-    could run). 0 (no cap) only when the formula needs a vCPU count the table lacks."""
+    could run). 0 (no cap) only when the formula needs a vCPU count the table lacks.
+
+    ``kubelet`` (the node's own kubelet's configured ``maxPods``, as its agent read it and reported
+    it; ``None`` or 0: not known) can only lower that ceiling, never raise it (:func:`lowered`)."""
     if override > 0:
-        return override
-    try:
-        return max_pods(limits, prefix=prefix, max_eni=max_eni or None)
-    except ValueError:
-        return 0
+        ceiling = override
+    else:
+        try:
+            ceiling = max_pods(limits, prefix=prefix, max_eni=max_eni or None)
+        except ValueError:
+            ceiling = 0
+    return lowered(ceiling, kubelet)
+
+
+def lowered(ceiling: int, kubelet: int | None) -> int:
+    """``ceiling`` (0 = no cap) lowered to the kubelet's own max pods when that is known and lower;
+    a kubelet value above the ceiling changes nothing (a report can only lower its node's ceiling)."""
+    if kubelet is None or kubelet <= 0:
+        return ceiling
+    return kubelet if ceiling <= 0 else min(ceiling, kubelet)

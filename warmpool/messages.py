@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from warmpool import names
 from warmpool.limits import KNOWN_TYPES
 
 REPORT_SCHEMA = "warmpool.report/v1"
@@ -43,6 +44,10 @@ MAX_TARGET = 100_000
 FAILED_CODE_MAX = 100
 FAILED_MESSAGE_MAX = 500
 DEFERRED_REASON_MAX = 200
+MAX_KUBELET_MAX_PODS = names.MAX_PODS_OVERRIDE
+"""The largest ``kubelet_max_pods`` a report may carry (1000, the bound of ``WARMPOOL_MAX_PODS`` too).
+Above every instance type's formula, so a value past it could never lower a ceiling; the agent
+does not send one, the parser refuses it."""
 
 
 class MessageError(ValueError):
@@ -182,6 +187,10 @@ class PoolReport(_Strict):
     pending_demand: Count = 0
     release: Annotated[list[ReleaseOffer], Field(max_length=MAX_ENIS)] = []
     identity: SignedIdentity | None = None
+    kubelet_max_pods: Annotated[int, Field(strict=True, ge=1, le=MAX_KUBELET_MAX_PODS)] | None = None
+    """The node's kubelet's configured ``maxPods`` as the agent read it from the node (absent: not
+    known, or an agent from before the field). The allocator holds the node to the lower of its own
+    ceiling and this (:func:`warmpool.limits.pod_ceiling`): it can only lower that node's ceiling."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -221,7 +230,10 @@ class PoolReport(_Strict):
         return self
 
     def to_json(self) -> str:
-        return self.model_dump_json(by_alias=True)
+        # Without the field when not known: an allocator from before it (which refuses unknown
+        # fields) still takes the reports of a newer agent that has no value to send.
+        exclude = {"kubelet_max_pods"} if self.kubelet_max_pods is None else None
+        return self.model_dump_json(by_alias=True, exclude=exclude)
 
 
 # --- results ---------------------------------------------------------------

@@ -208,9 +208,15 @@ def plan_node(
 
 def node_max_pods(report: PoolReport, limits: InstanceLimits, override: int = 0) -> int:
     """The ceiling the allocator holds a node to (:func:`warmpool.limits.pod_ceiling`), from what
-    EC2 and the cluster say, never from the report's own numbers (its mode and ``MAX_ENI`` only
-    lower it)."""
-    return pod_ceiling(limits, prefix=report.mode == "prefix", max_eni=report.targets.max_eni, override=override)
+    EC2 and the cluster say, never from the report's own numbers (its mode, ``MAX_ENI`` and its
+    kubelet's ``kubelet_max_pods`` only lower it)."""
+    return pod_ceiling(
+        limits,
+        prefix=report.mode == "prefix",
+        max_eni=report.targets.max_eni,
+        override=override,
+        kubelet=report.kubelet_max_pods,
+    )
 
 
 def quiet(report: PoolReport, limits: InstanceLimits, max_pods: int = 0) -> bool:

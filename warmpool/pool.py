@@ -29,9 +29,12 @@ class PoolConfig:
     prefix_mode: bool = False
     max_pods: int = 0
     """0 = the formula's ceiling (every slot of every usable ENI)."""
+    kubelet_max_pods: int = 0
+    """The node's kubelet's configured ``maxPods`` as the agent read it (0 = not known). The agent
+    reports it and lowers ``max_pods`` to it (:func:`warmpool.limits.pod_ceiling`), as the allocator does."""
 
     def __post_init__(self) -> None:
-        for name in ("warm_ip", "minimum_ip", "warm_eni", "warm_prefix", "max_eni", "max_pods"):
+        for name in ("warm_ip", "minimum_ip", "warm_eni", "warm_prefix", "max_eni", "max_pods", "kubelet_max_pods"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 

@@ -10,7 +10,8 @@ reached from the node over a veth link of link-local addresses (the node's
 stand-in for the VPC path to the EKS endpoint and to the AWS APIs).
 
 Host paths the DaemonSet mounts (``/opt/cni/bin``, ``/etc/cni/net.d``,
-``/opt/warmpool``, ``/var/lib/warmpool``, ``/run/warmpool``) are this machine's:
+``/opt/warmpool``, ``/var/lib/warmpool``, ``/run/warmpool``, and read-only the
+kubelet's config directories) are this machine's:
 one node per machine, and they are removed on teardown when this run made them.
 
 The binaries come from ``e2e/build-kubernetes.sh`` (cached by version), the agent
@@ -52,7 +53,16 @@ NODE_NAME = "e2e-node-0"
 CLUSTER = "e2e"
 INSTANCE_TYPE = "m5.large"
 TOKEN = "warmpool-e2e-admin-token"
-HOST_PATHS = ("/opt/cni/bin", "/etc/cni/net.d", "/opt/warmpool", "/var/lib/warmpool", "/run/warmpool")
+HOST_PATHS = (
+    "/opt/cni/bin",
+    "/etc/cni/net.d",
+    "/opt/warmpool",
+    "/var/lib/warmpool",
+    "/run/warmpool",
+    # read-only in the agent (the kubelet's maxPods); made here so the run removes what it made
+    "/etc/kubernetes/kubelet",
+    "/etc/systemd/system/kubelet.service.d",
+)
 AGENT_IMAGE_TAG = "e2e"
 INSTALLED_FILES = ("/etc/cni/net.d/05-warmpool.conflist", "/opt/cni/bin/warmpool-cni")
 # The cold-start test's names: the node resolves the local stack's endpoint by name through

@@ -97,6 +97,23 @@ def test_daemonset_host_network_capabilities_and_mounts(docs: list[dict[str, Any
     assert agent["resources"]["requests"] and agent["resources"]["limits"]["memory"]
 
 
+def test_the_agent_reads_the_kubelets_config_directories_read_only(docs: list[dict[str, Any]]) -> None:
+    """Issue 24: the kubelet's own maxPods. Only the directories the agent's defaults name, at the
+    same paths, read-only, and no other part of the host's /etc."""
+    from node_agent.kubelet_config import DEFAULT_CONFIG_FILES, DEFAULT_FLAG_FILES
+
+    pod = _by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+    (agent,) = pod["containers"]
+    volumes = {v["name"]: v["hostPath"] for v in pod["volumes"] if "hostPath" in v}
+    etc = {m["mountPath"]: m for m in agent["volumeMounts"] if m["mountPath"].startswith("/etc/")}
+    wanted = {str(Path(p).parent) for p in DEFAULT_CONFIG_FILES} | set(DEFAULT_FLAG_FILES)
+    assert wanted == {"/etc/kubernetes/kubelet", "/etc/systemd/system/kubelet.service.d"}
+    assert set(etc) == wanted | {"/etc/cni/net.d"}
+    for path in wanted | {"/etc/cni/net.d"}:
+        assert etc[path]["readOnly"] is True, path
+        assert volumes[etc[path]["name"]] == {"path": path, "type": "DirectoryOrCreate"}
+
+
 def test_agent_environment_matches_the_shared_names(docs: list[dict[str, Any]]) -> None:
     pod = _by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
     (agent,) = pod["containers"]

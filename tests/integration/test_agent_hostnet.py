@@ -62,6 +62,9 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
             "WARMPOOL_RESYNC_S": "1",
             "ENABLE_PREFIX_DELEGATION": "true",
             "POD_MTU": "1400",
+            # the kubelet's files in this test's directory, never the host's (empty until a test writes them)
+            "WARMPOOL_KUBELET_CONFIG": str(tmp_path / "kubelet" / "config.json"),
+            "WARMPOOL_KUBELET_FLAGS": str(tmp_path / "kubelet.service.d"),
         }
         cfg = load(env)
         client = ImdsClient(imds.url_for(INSTANCE))
@@ -74,7 +77,7 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
 
         agent = Agent(cfg, sqs, client, pods=RecordingPods(), poll_wait_s=1, node_net=node_net, clock=RealClock())
         try:
-            yield {"agent": agent, "ns": ns, "eni0": eni0}
+            yield {"agent": agent, "ns": ns, "eni0": eni0, "sqs": sqs, "reports": reports, "dir": tmp_path}
         finally:
             agent.stop()
 
@@ -128,7 +131,40 @@ def test_max_pods_endpoint(world: dict[str, Any]) -> None:
     agent.start()
     status, body = get(agent, "/v1/max-pods")
     assert status == 200
-    assert body == {"max_pods": 110, "instance_type": "m5.large", "prefix": True, "max_eni": None, "pool_ceiling": 110}
+    assert body == {
+        "max_pods": 110,
+        "instance_type": "m5.large",
+        "prefix": True,
+        "max_eni": None,
+        "kubelet_max_pods": None,
+        "kubelet_source": f"not sent: none of {world['dir'] / 'kubelet/config.json'} exists, and no --max-pods flag",
+        "pool_ceiling": 110,
+    }
+    agent.run_once()
+    sent = _reports(world)
+    assert sent and all("kubelet_max_pods" not in r for r in sent)  # an older allocator takes these
+
+
+def _reports(world: dict[str, Any]) -> list[dict[str, Any]]:
+    got = world["sqs"].receive_message(QueueUrl=world["reports"], MaxNumberOfMessages=10, WaitTimeSeconds=1)
+    return [json.loads(m["Body"]) for m in got.get("Messages", [])]
+
+
+def test_the_kubelets_max_pods_is_read_reported_and_caps_the_pool(world: dict[str, Any]) -> None:
+    """Issue 24: a node group's own maxPods (nodeadm's drop-in over its config.json) lowers the
+    agent's ceiling and rides in the report; without it the report has no such field (above)."""
+    agent, d = world["agent"], world["dir"]
+    (d / "kubelet" / "config.json.d").mkdir(parents=True)
+    (d / "kubelet" / "config.json").write_text(json.dumps({"kind": "KubeletConfiguration", "maxPods": 110}))
+    (d / "kubelet" / "config.json.d" / "00-nodeadm.conf").write_text(json.dumps({"maxPods": 58}))
+    agent.start()
+    agent.run_once()
+    status, body = get(agent, "/v1/max-pods")
+    assert status == 200 and body["max_pods"] == 110  # the formula, for comparison
+    assert body["kubelet_max_pods"] == 58 and body["pool_ceiling"] == 58
+    assert body["kubelet_source"] == str(d / "kubelet" / "config.json.d" / "00-nodeadm.conf")
+    sent = _reports(world)
+    assert sent and {r["kubelet_max_pods"] for r in sent} == {58}
 
 
 def test_pod_veths_get_pod_mtu_and_enis_keep_eni_mtu(world: dict[str, Any]) -> None:

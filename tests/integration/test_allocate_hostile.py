@@ -391,3 +391,18 @@ def test_pods_waiting_on_a_node_at_its_ceiling_are_counted_and_get_nothing() -> 
     w.deliver([w.report("n1", warm_ip=2, pending=20, assigned=held)])
     assert w.addresses("n1") == held
     assert w.tally.get("NodesAtPodCeiling") == 1
+
+
+def test_a_reports_kubelet_max_pods_lowers_its_nodes_ceiling_and_never_raises_it() -> None:
+    """Issue 24: node groups with their own kubelet maxPods. The cluster's ceiling is 12; a node whose
+    kubelet says 4 is held at 4, one whose report says 500 (a hostile agent) is still held at 12, and
+    one without the field (an older agent) at 12, however many pods each says are waiting."""
+    w = AllocatorWorld(max_pods=12)
+    for name in ("low", "high", "old"):
+        w.add_node(name, "m5.large")
+    kubelet = {"low": {"kubelet_max_pods": 4}, "high": {"kubelet_max_pods": 500}, "old": None}
+    for _ in range(3):
+        w.deliver([w.report(n, warm_ip=2, pending=30, assigned=w.addresses(n), extra=kubelet[n]) for n in kubelet])
+    assert w.addresses("low") == 4
+    assert w.addresses("high") == w.addresses("old") == 12
+    assert w.tally.get("NodesAtPodCeiling") >= 3
