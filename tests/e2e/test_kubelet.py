@@ -647,17 +647,21 @@ def test_the_node_moves_to_aws_node_and_back_and_each_side_leaves_what_docs_say(
         assert {p["ip"] for p in c.agent_json("/v1/pods")} == set(ips)
         assert os.path.exists(STANDIN_CONFLIST)  # left by aws-node, sorted after 05-warmpool, unused
     finally:
-        c.kubectl("delete", "deployment", "mover", "--ignore-not-found", "--wait=true", timeout=120)
-        c.kubectl("delete", "daemonset", "-n", NAMESPACE, "aws-node", "--ignore-not-found", "--wait=true", timeout=120)
-        _wait("no mover pod left", lambda: not c.get("pods", "-l", "app=mover")["items"], 120, [c.procs["kubelet"]])
-        for p in made:
-            if os.path.exists(p):
-                os.remove(p)
-        from tests.e2e.kube import _run
+        # Back to warmpool whatever failed, the stand-in's files removed even if a wait below
+        # times out (a failed run must not leave 10-aws.conflist for the next one).
+        try:
+            c.kubectl("label", "node", NODE_NAME, "warmpool.io/enabled=true", "--overwrite")
+            c.kubectl("uncordon", NODE_NAME, check=False)
+            c.kubectl("delete", "deployment", "mover", "--ignore-not-found", "--wait=true", timeout=120)
+            c.kubectl("delete", "ds", "-n", NAMESPACE, "aws-node", "--ignore-not-found", "--wait=true", timeout=120)
+            _wait("no mover pod left", lambda: not c.get("pods", "-l", "app=mover")["items"], 120, [c.procs["kubelet"]])
+        finally:
+            for p in made:
+                if os.path.exists(p):
+                    os.remove(p)
+            from tests.e2e.kube import _run
 
-        _run(c.in_node("ip", "link", "del", "cni-standin"), check=False)
-        c.kubectl("label", "node", NODE_NAME, "warmpool.io/enabled=true", "--overwrite")
-        c.kubectl("uncordon", NODE_NAME, check=False)
+            _run(c.in_node("ip", "link", "del", "cni-standin"), check=False)
 
 
 def test_kubectl_delete_then_the_uninstall_path_leaves_nothing_of_warmpool_on_the_node(cluster: KubeCluster) -> None:
