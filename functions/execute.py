@@ -112,6 +112,8 @@ class NodeJob:
     book_checked: bool = False
     booked: tuple[Taken, ...] = ()
     """What the last write-ahead added to the book (unbooked if EC2 refuses the call)."""
+    stop_at: float | None = None
+    """The run's deadline (:meth:`PlanExecutor.run`), for the calls one planned call may become."""
     """The stored book was read after the lease (once per run, before the first release,
     hand-back or repeat)."""
 
@@ -183,6 +185,7 @@ class PlanExecutor:
         invocation's deadline less its margin): the node is deferred there,
         with what was done so far."""
         rep = job.report
+        job.stop_at = stop_at
         out = NodeOutcome(rep.node, job.facts.instance_id, rep.seq, NodeStatus.SERVED)
         facts = job.facts
         queue: list[Call] = list(job.plan.calls)
@@ -328,23 +331,27 @@ class PlanExecutor:
             # may still be on it; saying them released would leave them EC2's and the node's
             # pool short for good (a hostile review's finding). Asked key by key instead.
             if len(keys) > 1:
-                return self._unassign_each(call)
+                return self._unassign_each(call, job)
         except AwsError:
             if not again:
                 raise
         return self._released_again(call)
 
-    def _unassign_each(self, call: UnassignAddresses) -> list[Action]:
+    def _unassign_each(self, call: UnassignAddresses, job: NodeJob) -> list[Action]:
         """One Unassign per key of ``call`` (each paid from the bucket first): released are those
-        EC2 took now or had not (``NotAssigned``); a key whose call fails otherwise stays booked
-        and unsaid, for the next report's repeat. Unpaid: every key said released, as before
-        (what EC2 still has leaks; nothing is given to a second holder)."""
+        EC2 took now or had not (``NotAssigned``). Each call is made only while the offer is
+        young enough and before the run's deadline, as any Unassign (a second hostile review:
+        the split had neither check); a key not asked, or whose call fails otherwise, stays
+        booked and unsaid, for the next report's repeat. Unpaid: none asked, all booked and
+        unsaid (``repeats`` splits them on the next report, paid from its plan)."""
         keys = (*call.ips, *call.prefixes)
         if self.buckets.take_batch([{"UnassignPrivateIpAddresses": len(keys)}], self.clock.now())[0] > 0:
             self.tally.add(names.M_UNASSIGN_SPLIT_UNPAID)
-            return self._released_again(call)
+            return []
         gone: list[str] = []
         for k in keys:
+            if (job.stop_at is not None and self.clock.now() >= job.stop_at) or not self.offer_fresh(job, call.eni_id):
+                break
             one = (
                 UnassignAddresses(call.eni_id, prefixes=(k,)) if "/" in k else UnassignAddresses(call.eni_id, ips=(k,))
             )

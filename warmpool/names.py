@@ -172,7 +172,7 @@ M_RELEASES_REPEATED = "ReleasesRepeated"
 """``released``/``deleted`` actions said again from the release book (the report still listed them)."""
 M_UNASSIGN_SPLIT_UNPAID = "UnassignSplitsUnpaid"
 """Unassigns refused as "not assigned" for one of several keys, whose key-by-key calls the
-bucket could not pay: every key said released (what EC2 still has leaks)."""
+bucket could not pay: all kept booked and unsaid, for the next report."""
 M_GRANTS_REPEATED = "GrantsRepeated"
 """``assigned`` actions said again from the release book's ``given`` entries (EC2 gave the
 instance addresses in answer to the allocator's calls; the report does not name them yet)."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from emulated.ec2.config import AmbiguousOutcome
+from emulated.ec2.errors import Ec2Error
 from tests.helpers.allocate_world import AllocatorWorld
 from warmpool.messages import Released
 
@@ -227,3 +230,67 @@ def test_a_partly_not_assigned_unassign_says_released_only_what_ec2_no_longer_ha
     # EC2 keeps on the instance, for good.
     assert not (said & still), f"said released while EC2 still has them on {eni.id}: {sorted(said & still)}"
     assert said == {a, b} - still and b in said  # b taken now, a gone before: both released
+
+
+class _Unassigns:
+    """An EC2 client wrapping the emulator's: records every Unassign (its keys and the virtual
+    time it was made), may throttle the n-th one, may make each take ``delay_s``."""
+
+    def __init__(self, inner: Any, clock: Any, *, throttle_at: int = 0, delay_s: float = 0.0) -> None:
+        self._inner = inner
+        self._clock = clock
+        self.throttle_at = throttle_at
+        self.delay_s = delay_s
+        self.calls: list[tuple[float, tuple[str, ...], str]] = []
+
+    def unassign_private_ip_addresses(self, **kw: Any) -> Any:
+        self._clock.advance(self.delay_s)
+        keys = tuple(kw.get("PrivateIpAddresses", ())) + tuple(kw.get("Ipv4Prefixes", ()))
+        n = len(self.calls) + 1
+        if n == self.throttle_at:
+            self.calls.append((self._clock.now(), keys, "throttled"))
+            raise Ec2Error("RequestLimitExceeded", "Request limit exceeded.").client_error("UnassignPrivateIpAddresses")
+        try:
+            out = self._inner.unassign_private_ip_addresses(**kw)
+        except Exception as exc:
+            self.calls.append((self._clock.now(), keys, type(exc).__name__))
+            raise
+        self.calls.append((self._clock.now(), keys, "ok"))
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _gone_and_offered(w: AllocatorWorld, n: int) -> tuple[Any, str, list[str], float]:
+    """The seed-5649 set-up of test_a_partly_not_assigned_unassign_...: ``a`` unassigned and
+    settled, Describe lagging (still shows ``a``), and ``n`` more addresses of the ENI free."""
+    w.add_node("n1", "m5.large")
+    w.deliver([w.report("n1", warm_ip=n + 4)])
+    eni = w.enis("n1")[0]
+    keys = list(eni.secondary)
+    a, rest = keys[-1], keys[-1 - n : -1]
+    w.emu.set_describe_lag(600, 600)
+    w.clock.advance(1)
+    q = w.clock.now() - w.settings.release_delay_s
+    w.deliver([w.report("n1", warm_ip=n + 3, release=[{"eni_id": eni.id, "ips": [a], "quarantined_at": q}])])
+    w.clock.advance(5)
+    w.deliver([w.report("n1", warm_ip=n + 3)])
+    w.clock.advance(5)
+    return eni, a, rest, w.clock.now() - w.settings.release_delay_s
+
+
+def test_the_key_by_key_unassigns_each_check_the_offer_age_first() -> None:
+    # A second hostile review: docs/safety.md step 3, "each offer's age is checked again right
+    # before its Unassign". The key-by-key calls after a several-key "not assigned" were made
+    # after the one check before the several-key call (and past the run's deadline): with
+    # slow EC2 answers (no documented bound) the last landed long after the allocator's 60 s,
+    # past the agent's take-back at worst, when it may have handed the address to a pod.
+    w = AllocatorWorld()
+    eni, a, rest, q = _gone_and_offered(w, 5)
+    ec2 = _Unassigns(w.ec2_client, w.clock, delay_s=15.0)
+    offer = [{"eni_id": eni.id, "ips": [a, *rest], "quarantined_at": q}]
+    w.deliver([w.report("n1", warm_ip=1, release=offer)], alloc=w.allocator(ec2=ec2))
+    max_age = w.settings.release_offer_max_age_s
+    late = [(round(t - ec2.delay_s - q), k) for t, k, how in ec2.calls if how == "ok" and t - ec2.delay_s - q > max_age]
+    assert not late, f"Unassigns made with the offer older than {max_age:g} s: {late}"
