@@ -349,7 +349,7 @@ class SimWorld:
         if not skews:
             return 0.0
         off: float = skews[self.rng("lambda-clock-skew").randrange(len(skews))]
-        self.fault(f"lambda-clock-skew:{'ahead' if off > 0 else 'behind'}")
+        self.fault(f"lambda-clock-skew:{'ahead' if off > 0 else 'behind' if off < 0 else 'in-step'}")
         return off
 
     def _invoke(
