@@ -24,13 +24,19 @@ from warmpool import names
 
 
 class InvClock:
-    """The allocator's clock: virtual time plus the time the running invocation has taken."""
+    """The allocator's clock: virtual time plus the time the running invocation has taken,
+    plus the ``offset`` of the container it runs in (``lambda-clock-skew``; 0 otherwise)."""
 
     def __init__(self, base: VirtualClock) -> None:
         self.base = base
         self.elapsed = 0.0
+        self.offset = 0.0
 
     def now(self) -> float:
+        return self.base.now() + self.elapsed + self.offset
+
+    def true_now(self) -> float:
+        """The world's time at the running invocation's point (no container's offset)."""
         return self.base.now() + self.elapsed
 
 
@@ -43,6 +49,8 @@ class Invocation:
     timeout_at: float = 0.0
     bodies: list[str] = field(default_factory=list)
     stalled: bool = False
+    offset: float = 0.0
+    """Its container's clock minus the world's (``lambda-clock-skew``)."""
 
 
 class ClientsWorld(WorldView, Protocol):

@@ -360,6 +360,15 @@ def _on_imds_torn(w: EventsWorld, ev: k.ImdsTorn) -> None:
     _imds_window(w, ev.node, "torn_span", ev.span, ev.dur, ev.kind)
 
 
+def _on_imds_regress(w: EventsWorld, ev: k.ImdsRegress) -> None:
+    _imds_window(w, ev.node, "regress_s", ev.back_s, ev.dur, ev.kind)
+
+
+def _on_lambda_clock_skew(w: EventsWorld, ev: k.LambdaClockSkew) -> None:
+    """The containers' offsets, open for ``dur`` s (``SimWorld._invoke`` puts each invocation in one)."""
+    _window(w, ev.kind, ev.offsets(), ev.dur)
+
+
 def _on_ec2_ambiguous(w: EventsWorld, ev: k.Ec2Ambiguous) -> None:
     how = AmbiguousOutcome(ev.how)
     for act in MUTATING_ENI_ACTIONS:
@@ -441,6 +450,8 @@ HANDLERS: dict[type[Event], Callable[[EventsWorld, Any], None]] = {
     k.Ec2Ambiguous: _on_ec2_ambiguous,
     k.InstanceType: _on_instance_type,
     k.ReportFlood: _on_report_flood,
+    k.ImdsRegress: _on_imds_regress,
+    k.LambdaClockSkew: _on_lambda_clock_skew,
 }
 """Each event type -> what applying it does (every type of :data:`simulation.kinds.EVENT_TYPES`)."""
 

@@ -362,6 +362,29 @@ class ReportFlood(NodeEvent):
     hostile: bool
 
 
+@dataclass(frozen=True)
+class ImdsRegress(NodeEvent):
+    """For ``dur`` s each IMDS read of the node answers from a moment drawn up to ``back_s``
+    before the newest it would show: older than one already served (replicas at different lags)."""
+
+    kind: ClassVar[str] = "imds-regress"
+    dur: float
+    back_s: float
+
+
+@dataclass(frozen=True)
+class LambdaClockSkew(Window):
+    """For ``dur`` s each allocator invocation runs in one of the containers whose clocks are
+    off the world's by ``skews`` (comma list of seconds, either sign): leases, offer ages, the
+    release delay, every reading of its clock."""
+
+    kind: ClassVar[str] = "lambda-clock-skew"
+    skews: str
+
+    def offsets(self) -> list[float]:
+        return [float(x) for x in self.skews.split(",")]
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     c.kind: c
     for c in (
@@ -409,6 +432,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Ec2Ambiguous,
         InstanceType,
         ReportFlood,
+        ImdsRegress,
+        LambdaClockSkew,
     )
 }
 """Each kind's name -> its event type."""

@@ -109,7 +109,8 @@ def _interfaces(md: dict[str, Any]) -> list[AttachedEni]:
 
 
 class LaggedImds:
-    """IMDS of one instance: EC2's state as it was ``lag`` seconds ago (never going back in time)."""
+    """IMDS of one instance: EC2's state as it was ``lag`` seconds ago, never going back in
+    time, except while ``regress_s`` (``imds-regress``) is above 0."""
 
     def __init__(self, w: NodeWorld, iid: str) -> None:
         self.w, self.iid = w, iid
@@ -119,6 +120,13 @@ class LaggedImds:
         this many seconds apart from the ENI list's (each leaf is its own HTTP request)."""
         self._torn_rng: Any = None
         """Drawn from the world at the first torn read (worlds that never tear need no ``rng``)."""
+        self.regress_s = 0.0
+        """While above 0 (``imds-regress``): each read answers from a moment drawn up to this many
+        seconds before the newest it would show, whatever it served before (a load-balanced
+        metadata service whose replicas lag differently)."""
+        self._regress_rng: Any = None
+        self.served_at: list[float] = []
+        """The moment (world time) of the EC2 state each read answered from, in read order."""
         self.history: list[tuple[float, tuple[Any, ...], list[AttachedEni]]] = []
         self._served = 0
         self.observe()
@@ -153,9 +161,26 @@ class LaggedImds:
         while i + 1 < len(self.history) and self.history[i + 1][0] <= cut:
             i += 1
         self._served = i
+        if self.regress_s > 0:
+            i = self._regressed(i, cut)
+        self.served_at.append(self.history[i][0])
         if self.torn_span <= 0:
             return list(self.history[i][2])
         return self._torn(i)
+
+    def _regressed(self, i: int, cut: float) -> int:
+        """One of the states in effect at some moment of ``[cut - regress_s, cut]``, each as
+        likely (``i``: the newest, in effect at ``cut``); a draw older than a state already
+        served is counted ``imds-regress:older``."""
+        lo = i
+        while lo > 0 and self.history[lo][0] > cut - self.regress_s:
+            lo -= 1
+        if self._regress_rng is None:
+            self._regress_rng = self.w.rng(f"imds-regress/{self.iid}")
+        j: int = self._regress_rng.randint(lo, i)
+        if self.served_at and self.history[j][0] < max(self.served_at):
+            self.w.fault("imds-regress:older")
+        return j
 
     def _torn(self, i: int) -> list[AttachedEni]:
         """The ENI list of moment ``i``, each ENI's addresses of a moment drawn within

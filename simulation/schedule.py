@@ -67,6 +67,8 @@ FAULT_KINDS = (
     "ec2-ambiguous",
     "instance-type",
     "report-flood",
+    "imds-regress",
+    "lambda-clock-skew",
 )
 """Every kind of fault the schedule can hold."""
 EVENT_KINDS = ("pods-add", "pods-del", "churn", *FAULT_KINDS)
@@ -95,6 +97,8 @@ WORLD_KINDS = (
     "ec2-ambiguous",
     "instance-type",
     "report-flood",
+    "imds-regress",
+    "lambda-clock-skew",
 )
 """Issue 21's harsh world (:func:`_world_faults`): EC2 and IMDS as AWS documents them, past
 every bound the code assumes; each kind from a generator of its own, drawn after every other."""
@@ -387,7 +391,13 @@ def _world_faults(seed: int, names: list[str]) -> list[Event]:
     * ``ec2-ambiguous``: mutating ENI calls take effect and lose their answer (``rate``);
     * ``instance-type``: the node replaced by an instance of any type of the limits table
       (multi-card ones, such as p5.48xlarge's 32 cards, one draw in three);
-    * ``report-flood``: a node sending ``n`` valid reports every ``period`` s.
+    * ``report-flood``: a node sending ``n`` valid reports every ``period`` s;
+    * ``imds-regress``: for ``dur`` s each IMDS read of one node answers from a moment drawn
+      up to ``back_s`` (30 s, 2 or 5 min) before the newest it would show, so a read may show
+      an older state than one already served (safety.md row 6);
+    * ``lambda-clock-skew``: for ``dur`` s each allocator invocation runs in one of 2-4
+      containers whose clocks are off the world's by ``skews`` (each 5-90 s, either sign:
+      pairs of them past the lease's 30 s margin; safety.md row 11).
     """
     ev: list[Event] = []
 
@@ -487,6 +497,26 @@ def _world_faults(seed: int, names: list[str]) -> list[Event]:
                 period=r.choice((1.0, 5.0)),
                 dur=round(r.uniform(30, 240), 1),
                 hostile=r.random() < 0.5,
+            )
+        )
+    r = gen("imds-regress")
+    if r.random() < 0.08:
+        ev.append(
+            k.ImdsRegress(
+                at=round(r.uniform(0, SPAN_S), 1),
+                node=r.choice(names),
+                dur=round(r.uniform(60, 300), 1),
+                back_s=r.choice((30.0, 120.0, 300.0)),
+            )
+        )
+    r = gen("lambda-clock-skew")
+    if r.random() < 0.08:
+        skews = [round(r.choice((-1, 1)) * r.uniform(5, 90), 1) for _ in range(r.randint(2, 4))]
+        ev.append(
+            k.LambdaClockSkew(
+                at=round(r.uniform(0, SPAN_S), 1),
+                dur=round(r.uniform(60, 300), 1),
+                skews=",".join(map(str, skews)),
             )
         )
     return ev

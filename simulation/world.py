@@ -151,6 +151,8 @@ class SimWorld:
         self.buckets = self.harness.ports.buckets
         self.recorded: dict[str, tuple[str, int]] = {}
         self.invocations: list[Invocation] = []
+        self.skew_taken: set[str] = set()
+        """Invocations whose lease another container took on a clock ahead (``lambda-clock-skew``)."""
         self.alloc_ec2 = AllocEc2(self)
         self.allocator = self.harness.allocator(ec2=self.alloc_ec2, sqs=AllocSqs(self))
         self._handle_kw = set(inspect.signature(self.allocator.handle_batch).parameters)
@@ -338,7 +340,29 @@ class SimWorld:
         self.invocation_count += 1
         return self._invoke(event["Records"], f"inv-{self.plan.seed}-{self.invocation_count}", ctx)
 
-    def _invoke(self, recs: list[dict[str, Any]], owner: str, ctx: Any = None) -> dict[str, Any]:
+    def _container_offset(self, forced: float | None) -> float:
+        """The clock offset of the container an invocation runs in: under ``lambda-clock-skew``
+        one of the window's containers (drawn from its own generator), else 0."""
+        if forced is not None:
+            return forced
+        skews = self.active.get("lambda-clock-skew")
+        if not skews:
+            return 0.0
+        off: float = skews[self.rng("lambda-clock-skew").randrange(len(skews))]
+        self.fault(f"lambda-clock-skew:{'ahead' if off > 0 else 'behind' if off < 0 else 'in-step'}")
+        return off
+
+    def _invoke(
+        self, recs: list[dict[str, Any]], owner: str, ctx: Any = None, offset: float | None = None
+    ) -> dict[str, Any]:
+        outer_offset = self.clock_inv.offset
+        self.clock_inv.offset = self._container_offset(offset)
+        try:
+            return self._invoke_in(recs, owner, ctx)
+        finally:
+            self.clock_inv.offset = outer_offset
+
+    def _invoke_in(self, recs: list[dict[str, Any]], owner: str, ctx: Any) -> dict[str, Any]:
         crash: tuple[str, int] | None = None
         rate = self.active.get("lambda-crash", 0.0)
         r = self.rng("lambda")
@@ -353,7 +377,12 @@ class SimWorld:
             self.fault("slow-invocation")
         nested = bool(self.invocations)
         inv = Invocation(
-            owner, crash, slow, timeout_at=self.clock_inv.now() + FUNCTION_TIMEOUT_S, bodies=[x["body"] for x in recs]
+            owner,
+            crash,
+            slow,
+            timeout_at=self.clock_inv.now() + FUNCTION_TIMEOUT_S,
+            bodies=[x["body"] for x in recs],
+            offset=self.clock_inv.offset,
         )
         records = [
             Record(
@@ -392,26 +421,45 @@ class SimWorld:
 
     def maybe_overlap(self, inv: Invocation) -> None:
         """A slow invocation past its lease: a copy of one of its reports (SQS delivers at
-        least once) is handled by a second invocation while the first still runs."""
+        least once) is handled by a second invocation while the first still runs. Past it on
+        the first's clock, or (``lambda-clock-skew``) on the clock of another container, which
+        then claims the lease while the first still acts on it (safety.md row 11)."""
         if len(self.invocations) > 1:
             return
+        skews = self.active.get("lambda-clock-skew") or []
+        true_now = self.clock_inv.true_now()
         for node, (owner, until) in list(self.leases.held.items()):
-            if owner != inv.owner or self.clock_inv.now() < until:
+            if owner != inv.owner:
                 continue
+            if self.clock_inv.now() >= until:
+                offset, why = None, "lease-overrun"
+            else:
+                later = [o for o in skews if true_now + o >= until]
+                if not later:
+                    continue
+                offset, why = max(later), "lambda-clock-skew:lease-taken"
             body = next((b for b in inv.bodies if f'"node":"{node}"' in b or f'"instance_id":"{node}"' in b), None)
             if body is None:
                 continue
-            self.fault("lease-overrun")
+            self.fault(why)
+            if offset is not None:
+                self.skew_taken.add(inv.owner)
             with contextlib.suppress(RuntimeError):
                 self._invoke(
                     [{"messageId": f"dup-{self.events_run}", "body": body, "attributes": {}}],
                     owner=f"overlap-{self.events_run}",
+                    offset=offset,
                 )
             return
 
     def check_lease(self, inv: Invocation, node: str, call: str, iid: str) -> None:
         """The allocator's leases are keyed by instance id (``node`` is the label, for the message)."""
         held = self.leases.held.get(iid)
+        if inv.owner in self.skew_taken and (held is None or held[0] != inv.owner):
+            # another container's clock, ahead, saw the lease expired and took it: the lease
+            # promises nothing then (docs/safety.md row 11); the address checks judge the overlap
+            self.fault("lambda-clock-skew:acted-after-lease-taken")
+            return
         if held is None or held[0] != inv.owner:
             self.violation(
                 "lease",

@@ -21,6 +21,9 @@ from warmpool.calls import DeleteEni
 
 pytestmark = pytest.mark.sim
 
+ROWS_6_11 = frozenset({"imds-regress", "lambda-clock-skew"})
+"""The kinds breaking docs/safety.md rows 6 and 11, drawn after the seeds below were found."""
+
 
 @pytest.fixture(autouse=True)
 def _quiet_logs() -> Iterator[None]:
@@ -185,7 +188,8 @@ the address and answered ``failed``. No answer ever said ``released``; n1's IMDS
 timeout, the agent took it back and a pod got it while EC2 had it free for any node
 (``pod-address-not-on-node``). "Not assigned" now keeps the address booked and is answered
 ``released`` (``functions/errors.py::NotAssigned``). Shrunk on the unfixed code: ``warmpool sim
---seed 5649 --keep 0,7,8,11,12,14,18``."""
+--seed 5649 --keep 0,7,8,12,13,15,19`` (0,7,8,11,12,14,18 before ``imds-regress``, drawn
+at index 11)."""
 
 
 def test_an_unassign_made_and_sent_again_is_answered_released() -> None:
@@ -199,7 +203,7 @@ def test_the_simulation_finds_the_unbooked_unassign_with_the_fix_reverted(monkey
     from functions import errors
 
     monkeypatch.setattr(errors, "_ACTION_CODES", {})
-    r = run_seed(5649, [0, 7, 8, 11, 12, 14, 18], shrink=False)
+    r = run_seed(5649, [0, 7, 8, 12, 13, 15, 19], shrink=False)
     assert [v["invariant"] for v in r.violations] == ["pod-address-not-on-node"]
 
 
@@ -276,10 +280,12 @@ report served is still found when identity checks are off (``test_hostile.py``).
 def test_a_crafted_report_sharing_the_agents_own_seq_is_not_taken_for_a_forgery() -> None:
     from simulation.runner import plan_for, run_plan
 
-    violations, (_, w) = run_plan(plan_for(1621, [4, 10], frozenset()), None)
+    # [5, 11]: [4, 10] before lambda-clock-skew was drawn at index 1
+    violations, (_, w) = run_plan(plan_for(1621, [5, 11], frozenset()), None)
     assert violations == []
     n1 = w.agents["n1"]
     crafted = {seq for iid, seq in w.forged if iid == n1.iid}
     assert crafted & {seq for _, seq in n1.sent}  # the collision the old check took for a forgery
-    results = runner.run_many(TEN_THOUSAND_FORGED, jobs=1, shrink=False)
+    # the world they were found in (1621 also draws lambda-clock-skew: test_undocumented_rows.py)
+    results = runner.run_many(TEN_THOUSAND_FORGED, jobs=1, shrink=False, without=ROWS_6_11)
     assert not [v for r in results for v in r.violations]

@@ -158,7 +158,7 @@ def test_throttled_attach_after_a_create_resends_the_same_seq_so_the_token_finds
 
 
 def test_an_unassign_made_and_sent_again_says_released_and_stays_booked() -> None:
-    # Seed 5649 (``warmpool sim --seed 5649 --keep 0,7,8,11,12,14,18``): the Unassign took
+    # Seed 5649 (``warmpool sim --seed 5649 --keep 0,7,8,12,13,15,19``): the Unassign took
     # effect, its connection dropped and the SDK sent it again, whose answer ("not assigned to
     # interface") was taken for EC2 refusing the call: the address was unbooked and the agent
     # told ``failed``. Nothing said ``released`` again; the agent, its IMDS 481 s behind,

@@ -1,0 +1,176 @@
+"""docs/safety.md rows 6 and 11, which AWS does not document, each broken by a kind of the
+harsh world (``simulation.schedule.WORLD_KINDS``): ``imds-regress`` (a node's IMDS showing
+an older state after a newer one) and ``lambda-clock-skew`` (the allocator's containers
+off each other's time). Each is drawn, does what it says, and reaches the production code."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from node_agent.controller import PoolController
+from node_agent.unmanaged import SkipUnmanaged
+from simulation import events
+from simulation.base import ESM_EVERY_S, T0
+from simulation.kinds import LambdaClockSkew
+from simulation.node import LaggedImds
+from simulation.runner import plan_for, run_seed
+from simulation.schedule import FAULT_KINDS, WORLD_KINDS, draw
+from simulation.world import SimWorld
+
+pytestmark = pytest.mark.sim
+
+NEW_KINDS = ("imds-regress", "lambda-clock-skew")
+
+
+@pytest.fixture(autouse=True)
+def _quiet_logs() -> Iterator[None]:
+    logging.disable(logging.WARNING)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+def _world(seed: int = 0) -> SimWorld:
+    """A seed's world with its pods alone (no fault), run as ``SimWorld.run`` runs it."""
+    w = SimWorld(plan_for(seed, without=frozenset(FAULT_KINDS)))
+    for ev in w.plan.events:
+        w.loop.call_at(T0 + ev.at, functools.partial(events.apply, w, ev))
+    w.loop.every(ESM_EVERY_S, w.esm_tick, start=T0 + 0.5)
+    return w
+
+
+def _run(w: SimWorld, until: float) -> None:
+    w.loop.run_until(T0 + until, stop=w._after)
+
+
+def test_each_kind_is_drawn_in_a_few_percent_of_seeds_from_a_generator_of_its_own() -> None:
+    assert set(NEW_KINDS) <= set(WORLD_KINDS)  # left out with the harsh world: the CI seeds' schedules
+    plans = [draw(s) for s in range(300)]
+    for kind in NEW_KINDS:
+        drawn = sum(any(e.kind == kind for e in p.events) for p in plans)
+        assert 6 <= drawn <= 45, (kind, drawn)  # a few percent of the seeds
+    # the other events of a seed are those it drew without them (each from dst/<seed>/<kind>)
+    for p in plans[:50]:
+        without = plan_for(p.seed, without=frozenset(NEW_KINDS))
+        assert [e for e in p.events if e.kind not in NEW_KINDS] == list(without.events)
+    skews = [x for p in plans for e in p.events if isinstance(e, LambdaClockSkew) for x in e.offsets()]
+    assert min(skews) < -30 and max(skews) > 30  # both signs, past the lease's 30 s margin
+
+
+def _world_with_history(seed: int = 0) -> tuple[SimWorld, Any]:
+    """A seed's world with no events, run until its warm pools filled: IMDS has changed."""
+    w = _world(seed)
+    _run(w, 240)
+    a = max(w.agents.values(), key=lambda a: len(a.imds.history))
+    assert len(a.imds.history) >= 3, "the warm pool fill changed IMDS a few times"
+    return w, a
+
+
+def test_an_imds_read_under_imds_regress_answers_from_before_a_previous_read() -> None:
+    w, a = _world_with_history()
+    imds = a.imds
+    newest = imds.interfaces()
+    assert imds.served_at[-1] == imds.history[-1][0]  # no lag: the newest state
+    # without the fault, reads never go back in time
+    assert imds.served_at == sorted(imds.served_at)
+    imds.regress_s = 300.0
+    before = len(imds.served_at)
+    reads = [imds.interfaces() for _ in range(40)]
+    moments = imds.served_at[before:]
+    assert min(moments) < max(imds.served_at[:before])  # older than one already served
+    older = [r for r, t in zip(reads, moments, strict=True) if t < imds.history[-1][0]]
+    assert older and all(r != newest for r in older)  # and it shows that older state
+    old_states = {repr(h[2]) for h in imds.history[:-1]}
+    assert all(repr(r) in old_states for r in older)
+    assert w.faults["imds-regress:older"] >= len(older)
+    imds.regress_s = 0.0
+    assert imds.interfaces() == newest  # the window over, the newest again
+
+
+def test_the_agent_reading_a_regressing_imds_is_the_production_controller() -> None:
+    w, a = _world_with_history()
+    imds: LaggedImds = a.imds
+    assert type(a.ctl) is PoolController
+    md = a.ctl.metadata
+    assert md is imds or (isinstance(md, SkipUnmanaged) and md.inner is imds)
+    imds.regress_s = 300.0
+    before = len(imds.served_at)
+    _run(w, 400)  # the agent's resyncs read it
+    assert len(imds.served_at) > before
+    assert not w.violations
+
+
+def _spy_allocator_clock(w: SimWorld) -> list[tuple[float, float]]:
+    """At every lease the allocator claims: the clock it claimed on, and the ``until`` it
+    set, each minus the world's time and the TTL (the container's offset, if it moves both)."""
+    seen: list[tuple[float, float]] = []
+    inner = w.leases.claim
+
+    def claim(cluster: str, node: str, owner: str, now: float, ttl_s: float) -> bool:
+        ok = inner(cluster, node, owner, now, ttl_s)
+        if ok:
+            true = w.clock_inv.true_now()
+            seen.append((round(now - true, 6), round(w.leases.held[node][1] - ttl_s - true, 6)))
+        return ok
+
+    w.leases.claim = claim  # type: ignore[method-assign]
+    return seen
+
+
+def test_an_invocation_under_lambda_clock_skew_runs_on_its_containers_clock() -> None:
+    w = _world()
+    # every reading the allocator makes (offer ages, the release delay, the ledger) is this clock's
+    assert w.allocator.clock is w.clock_inv
+    seen = _spy_allocator_clock(w)
+    w.active["lambda-clock-skew"] = [-75.0, 40.0]
+    _run(w, 200)
+    # each claim on one of the containers' clocks, its lease's until set on that clock
+    assert {off for off, _ in seen} == {-75.0, 40.0}, seen
+    assert all(until == off for off, until in seen)
+    assert w.faults["lambda-clock-skew:behind"] and w.faults["lambda-clock-skew:ahead"]
+    del w.active["lambda-clock-skew"]
+    n = len(seen)
+    _run(w, 400)
+    assert len(seen) > n and all(s == (0.0, 0.0) for s in seen[n:])  # the window over: the world's time
+    assert w.clock_inv.offset == 0.0
+    assert not w.violations
+
+
+def test_a_container_ahead_takes_a_stalled_invocations_lease() -> None:
+    """Clocks 300 s apart: while an invocation stalls 150 s in an EC2 call, a container whose
+    clock already passes its lease's ``until`` handles a copy of its report and claims the lease."""
+    w = _world()
+    w.active["lambda-clock-skew"] = [0.0, 0.0, 0.0, 300.0]
+    w.active["slow-invocation"] = 1.0
+    _run(w, 300)
+    assert w.faults["lambda-clock-skew:lease-taken"] >= 1
+    assert w.skew_taken
+    assert not [v for v in w.violations if v[0] == "lease"]  # the lease promises nothing then
+
+
+SKEW_DAMPED = (1621, [0, 1, 5, 7, 9, 10])
+"""Open (seeds 0-299 and 1621 of the pinned sets with the new kinds): n1, an honest node whose
+agent forces reports (``report-flood``) while its pods churn, is damped for flipping between
+allocate and release, which it is not without ``lambda-clock-skew`` (containers 12.9 s ahead,
+43.8 and 71 s behind): each container counts the shared flips on its own clock
+(``functions/fairness.py::Fairness.asked``), so a container behind counts flips an ahead one
+recorded as younger than they are (the 120 s window widens by the clocks' spread; n1's stored
+flips end 307.4, 315.4, 232.5), and the damping's ``until`` is set on the damping container's
+clock. The damping outlasts the run by 4.4 s and its 5 surplus addresses are never offered
+(``not-settled``): a cost, never a second holder. Shrunk: ``warmpool sim --seed 1621 --keep
+0,1,5,7,9,10``."""
+
+
+def test_the_skew_damped_seed_is_clean_without_the_skew() -> None:
+    seed, keep = SKEW_DAMPED
+    assert not run_seed(seed, keep=[i for i in keep if i != 1], shrink=False).violations
+
+
+@pytest.mark.xfail(strict=True, reason="open: flips counted on skewed clocks damp an honest node (SKEW_DAMPED)")
+def test_containers_clocks_apart_do_not_damp_an_honest_node() -> None:
+    seed, keep = SKEW_DAMPED
+    assert not run_seed(seed, keep=keep, shrink=False).violations
