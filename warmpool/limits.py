@@ -140,6 +140,7 @@ def max_pods(
     prefix: bool = False,
     max_eni: int | None = None,
     source: MaxPodsSource = MaxPodsSource.TABLE,
+    custom_networking: bool = False,
 ) -> int:
     """The kubelet's ``--max-pods`` for a node, by the VPC CNI's formulas.
 
@@ -151,8 +152,12 @@ def max_pods(
     more than 30 vCPUs (awslabs/amazon-eks-ami ``max-pods-calculator.sh``). A
     non-Nitro type in prefix mode uses the first formula, as the calculator does.
     ``max_eni`` caps the ENIs (``MAX_ENI``; the calculator's ``--cni-max-eni``).
+    ``custom_networking`` (pods in other subnets than the node's, the primary ENI left out of
+    pod use): one ENI fewer, after that cap, as the calculator's
+    ``--cni-custom-networking-enabled`` counts it (the published table has no such column, so
+    both sources take the calculator's ENI count; only ``CALCULATOR`` caps).
     """
-    enis = limits.enis(max_eni)
+    enis = max(0, limits.enis(max_eni) - (1 if custom_networking else 0))
     prefixed = prefix and limits.prefix_capable
     if not prefixed and source is MaxPodsSource.TABLE:
         return enis * limits.slots_per_eni + 2

@@ -31,6 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-eni", type=int_at_least(1), default=None, metavar="N", help="MAX_ENI: use at most N ENIs")
     p.add_argument(
+        "--custom-networking",
+        action="store_true",
+        help="pods in other subnets than the node's (AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG): the primary ENI "
+        "serves no pod, one ENI fewer (the EKS AMI calculator's --cni-custom-networking-enabled)",
+    )
+    p.add_argument(
         "--source",
         choices=[s.value for s in MaxPodsSource],
         default=MaxPodsSource.TABLE.value,
@@ -48,7 +54,13 @@ def main(argv: list[str]) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     try:
         limits = known(args.instance_type.strip())
-        value = max_pods(limits, prefix=args.prefix, max_eni=args.max_eni, source=MaxPodsSource(args.source))
+        value = max_pods(
+            limits,
+            prefix=args.prefix,
+            max_eni=args.max_eni,
+            source=MaxPodsSource(args.source),
+            custom_networking=args.custom_networking,
+        )
     except (KeyError, ValueError) as exc:
         print(f"warmpool max-pods: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2

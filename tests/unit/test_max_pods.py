@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from warmpool.limits import KNOWN_TYPES, known, max_pods, parse_table
+from warmpool.limits import KNOWN_TYPES, MaxPodsSource, known, max_pods, parse_table
 from warmpool.limits_data import DATA_FILE, TABLE
 from warmpool_cli import max_pods as cli
 
@@ -131,3 +131,29 @@ def test_both_sources_the_published_table_by_default(
     assert cli.main(["--instance-type", itype, "--source", "table"]) == 0
     assert cli.main(["--instance-type", itype, "--source", "calculator"]) == 0
     assert capsys.readouterr().out.split() == [str(table), str(table), str(calculator)]
+
+
+@pytest.mark.parametrize(
+    ("itype", "kw", "expected"),
+    [
+        # issue 24: pods in other subnets than the node's leave the primary ENI out, one ENI
+        # fewer (awslabs/amazon-eks-ami max-pods-calculator.sh --cni-custom-networking-enabled)
+        ("m5.large", {}, 2 * 9 + 2),
+        ("m4.4xlarge", {}, 7 * 29 + 2),  # the table's formula, no ceiling
+        ("m4.4xlarge", {"source": MaxPodsSource.CALCULATOR}, 110),
+        ("m5.large", {"prefix": True}, 110),  # 2 × 9 × 16 + 2 = 290, 2 vCPUs: ceiling 110
+        ("t3.nano", {"prefix": True}, 1 * 1 * 16 + 2),
+        ("m5.large", {"max_eni": 2}, 1 * 9 + 2),  # the cap first, then the primary left out
+        ("m5.large", {"max_eni": 1}, 2),  # no ENI for pods: host-network pods only, as the calculator says
+    ],
+)
+def test_custom_networking_leaves_the_primary_eni_out(itype: str, kw: dict[str, object], expected: int) -> None:
+    assert max_pods(known(itype), custom_networking=True, **kw) == expected  # type: ignore[arg-type]
+    assert max_pods(known(itype), **kw) >= expected  # type: ignore[arg-type]
+
+
+def test_cli_knows_custom_networking(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--instance-type", "m5.large", "--custom-networking"]) == 0
+    assert capsys.readouterr().out == "20\n"
+    assert cli.main(["--instance-type", "m5.large"]) == 0
+    assert capsys.readouterr().out == "29\n"
