@@ -125,6 +125,20 @@ class NodeNet(Protocol):
 NodeNetFactory = Callable[[Identity], NodeNet]
 
 
+BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id(path: str = BOOT_ID_FILE) -> str | None:
+    """This boot's id (a new one at every boot; the same for every process of one), None when
+    unreadable: then a window after a checkpoint loss is never resumed, only opened in full."""
+    try:
+        with open(path, encoding="ascii") as f:
+            value = f.read(64).strip()
+    except OSError:
+        return None
+    return value or None
+
+
 class Agent:
     """One node's agent. ``start()`` then ``run(stop_event)`` (or ``run_once()`` in tests)."""
 
@@ -142,8 +156,10 @@ class Agent:
         serve_http: bool = True,
         node_net: NodeNetFactory | None = None,
         monotonic: Callable[[], float] | None = None,
+        boot_id: str | None = None,
     ) -> None:
         self.cfg = cfg
+        self._boot_id = boot_id
         self.sqs = sqs
         self.metadata = metadata
         self.host = host
@@ -233,6 +249,7 @@ class Agent:
             signed_identity=CachedIdentity(self.metadata).get,
             clock_ahead=self.aws_clock.offset,
             monotonic=self._monotonic,
+            boot_id=self._boot_id,
         )
         self.result_queue_name = result_queue_name(cfg.result_queue_prefix, ident.instance_id)
         self.result_queue_url = self._find_result_queue()  # before the first report: AWS's clock
@@ -699,7 +716,9 @@ def _run_agent(env: dict[str, str]) -> int:
 
         ec2 = boto3.client("ec2", region_name=cfg.region, endpoint_url=cfg.endpoint_url or None)
         metadata = SkipUnmanaged(imds, ec2, clock=RealClock())
-    agent = Agent(cfg, sqs, metadata, host=host, node_net=node_net, clock=RealClock(), monotonic=time.monotonic)
+    agent = Agent(
+        cfg, sqs, metadata, host=host, node_net=node_net, clock=RealClock(), monotonic=time.monotonic, boot_id=boot_id()
+    )
     try:
         agent.start()
     except (CheckpointError, KeyError, OSError, RuntimeError) as exc:

@@ -45,6 +45,10 @@ log = logging.getLogger("warmpool.agent.controller")
 
 SEQ_META = "last_seq"
 REBUILT_AT_META = "rebuilt_at"
+REBUILT_BOOT_META = "rebuilt_boot"
+"""The boot (``/proc/sys/kernel/random/boot_id``) whose monotonic clock ``REBUILT_UNTIL_META`` is read on."""
+REBUILT_UNTIL_META = "rebuilt_until_mono"
+"""When the window after a checkpoint loss ends, on the monotonic clock of that boot."""
 """When the agent last started without a usable checkpoint (it forgot what it had offered)."""
 REBUILT_SEQ_META = "rebuilt_seq"
 """The first seq after that start: every report before it was sent by a process whose offers are forgotten."""
@@ -107,8 +111,13 @@ class PoolController:
         signed_identity: Callable[[], messages.SignedIdentity] | None = None,
         clock_ahead: Callable[[], float] | None = None,
         monotonic: Callable[[], float] | None = None,
+        boot_id: str | None = None,
     ) -> None:
         self.identity = identity
+        self.boot_id = boot_id
+        """This boot's id (``/proc/sys/kernel/random/boot_id``; None: unknown): ``CLOCK_MONOTONIC``
+        is one clock for every process of a boot, so a window the checkpoint says ends at a
+        reading of the same boot can be resumed at a restart (:meth:`start`)."""
         self.signed_identity = signed_identity
         """The instance's signed identity document (``node_agent/identity.py::CachedIdentity.get``;
         in-process agents: ``emulated.imds.Imds.identity``). Every report carries it: the
@@ -209,11 +218,7 @@ class PoolController:
         if checkpoint_lost:
             self._forget_offers(now)
         if self._rebuilt_at is not None:
-            # A window no process saw end: open again in full, on the steady clock. What is left
-            # of it cannot be read off the wall clock (a step ahead before this start would end
-            # it at once: a hostile review's finding); later is never unsafe. Its end is
-            # checkpointed (:meth:`_close_rebuild_window`).
-            self._window_until = steady + self.timing.release_timeout_s
+            self._window_until = steady + self._window_left(now, steady)
         notes = self.resync(now) if self.metadata is not None else []
         for eni in self.ds.enis():
             self._setup(eni.info)
@@ -239,9 +244,30 @@ class PoolController:
         self.ds.set_meta(SEQ_META, first)
         self.ds.set_meta(REBUILT_SEQ_META, first)
         self.ds.set_meta(REBUILT_AT_META, now)
+        self.ds.set_meta(REBUILT_BOOT_META, self.boot_id)
+        self.ds.set_meta(REBUILT_UNTIL_META, self._steady(now) + self.timing.release_timeout_s)
 
     def _steady(self, now: float) -> float:
         return self.monotonic() if self.monotonic is not None else now
+
+    def _window_left(self, now: float, steady: float) -> float:
+        """What is left, at this start, of a window no process saw end (:meth:`start`).
+
+        The wall clock alone cannot say (a step ahead before this start would end it at once: a
+        hostile review's finding). Within the boot that opened it, the monotonic clock can, and
+        the window lasts until both clocks say it is over (one clock wrong, a step of the wall
+        clock or a monotonic reading offset in a time namespace, never ends it early). Another
+        boot, or none known: open again in full (later is never unsafe; a restart loop of one
+        boot no longer holds it open for ever, a second hostile review's finding, and seed 109's
+        not-settled)."""
+        timeout = self.timing.release_timeout_s
+        assert self._rebuilt_at is not None
+        until = self.ds.meta.get(REBUILT_UNTIL_META)
+        same_boot = self.boot_id is not None and self.ds.meta.get(REBUILT_BOOT_META) == self.boot_id
+        if not same_boot or self.monotonic is None or not isinstance(until, int | float):
+            return timeout
+        wall_left = self._rebuilt_at + timeout - now
+        return min(timeout, max(0.0, float(until) - steady, wall_left))
 
     def _close_rebuild_window(self, now: float) -> None:
         """The window after a checkpoint loss has ended on this process's steady clock: said in

@@ -514,6 +514,8 @@ class SimAgent:
                 # as node_agent/agent.py gives it time.monotonic: every duration that guards an
                 # offer is timed on it (without it the stepped clock timed them: seed 478)
                 monotonic=self.clock.monotonic,
+                # one boot per instance: the world's time is its monotonic clock across restarts
+                boot_id=self.iid,
             )
             self.cni = CniService(
                 ds, self.pods, clock=self.clock, gc_min_age_s=GC_MIN_AGE_S, veth_prefix=AGENT_CONFIG.veth_prefix
