@@ -45,11 +45,12 @@ log = logging.getLogger("warmpool.agent.controller")
 
 SEQ_META = "last_seq"
 REBUILT_AT_META = "rebuilt_at"
+"""When the agent last started without a usable checkpoint (it forgot what it had offered);
+None once a process saw the window after it end."""
 REBUILT_BOOT_META = "rebuilt_boot"
 """The boot (``/proc/sys/kernel/random/boot_id``) whose monotonic clock ``REBUILT_UNTIL_META`` is read on."""
 REBUILT_UNTIL_META = "rebuilt_until_mono"
 """When the window after a checkpoint loss ends, on the monotonic clock of that boot."""
-"""When the agent last started without a usable checkpoint (it forgot what it had offered)."""
 REBUILT_SEQ_META = "rebuilt_seq"
 """The first seq after that start: every report before it was sent by a process whose offers are forgotten."""
 MAX_OFFER_MEMORY = 1024
@@ -190,7 +191,8 @@ class PoolController:
         self._quarantined_seen: dict[tuple[str, str], float] = {}
         """(ENI, address) quarantined -> the monotonic reading when this process first saw it
         quarantined. In memory only: after a restart every offer's release timeout starts
-        again at the start (the previous process's readings are not comparable)."""
+        again at the start (the one reading stored, the window's end, is compared only within
+        the boot that took it: :meth:`_window_left`)."""
         self._window_until: float | None = None
         """Monotonic end of the window after a checkpoint loss (:meth:`_forget_offers`)."""
         self._force = False
@@ -241,11 +243,14 @@ class PoolController:
         self.last_seq = self._seq_at_start = self._rebuilt_seq = self._offer_floor = first
         self._rebuilt_at = now
         self._offered_upto.clear()
-        self.ds.set_meta(SEQ_META, first)
-        self.ds.set_meta(REBUILT_SEQ_META, first)
-        self.ds.set_meta(REBUILT_AT_META, now)
-        self.ds.set_meta(REBUILT_BOOT_META, self.boot_id)
-        self.ds.set_meta(REBUILT_UNTIL_META, self._steady(now) + self.timing.release_timeout_s)
+        # one write: a checkpoint on disk with last_seq but no rebuilt_at is a usable one
+        # that opens no window at the next start
+        with self.ds.batch():
+            self.ds.set_meta(SEQ_META, first)
+            self.ds.set_meta(REBUILT_SEQ_META, first)
+            self.ds.set_meta(REBUILT_AT_META, now)
+            self.ds.set_meta(REBUILT_BOOT_META, self.boot_id)
+            self.ds.set_meta(REBUILT_UNTIL_META, self._steady(now) + self.timing.release_timeout_s)
 
     def _steady(self, now: float) -> float:
         return self.monotonic() if self.monotonic is not None else now

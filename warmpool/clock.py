@@ -21,7 +21,8 @@ class Clock(Protocol):
 class SteadyClock(Protocol):
     """A clock with a monotonic reading too: durations measured on it survive the wall
     clock being stepped (NTP, an operator). Its zero is arbitrary and does not survive a
-    reboot, so it is never stored or compared across processes."""
+    reboot, so a reading is compared across processes only within one boot (the agent's
+    window after a checkpoint loss, with the boot's id), never across boots."""
 
     def now(self) -> float: ...
 
