@@ -145,12 +145,16 @@ def _deployment(replicas: int) -> dict[str, Any]:
 
 def _running(c: KubeCluster, n: int | None = None, app: str = "burst") -> dict[str, str] | None:
     """name -> address of the app's Running pods; None until there are exactly ``n`` (any number
-    when ``n`` is None)."""
+    when ``n`` is None). A terminating pod (``deletionTimestamp`` set; its phase stays Running
+    until it is gone) is no replica: a pod of an earlier test's Deployment of the same name,
+    still being torn down, was once counted (CI, 2026-12-02)."""
     pods = c.get("pods", "-l", f"app={app}")["items"]
     ok = {
         p["metadata"]["name"]: p["status"]["podIP"]
         for p in pods
-        if p["status"].get("phase") == "Running" and p["status"].get("podIP")
+        if p["status"].get("phase") == "Running"
+        and p["status"].get("podIP")
+        and not p["metadata"].get("deletionTimestamp")
     }
     return ok if n is None or len(ok) == n else None
 
@@ -278,6 +282,7 @@ def test_the_agent_restarted_by_the_kubelet_keeps_running_pods_addresses(cluster
     after = _wait("the 4th replica Running", lambda: _running(c, 4), 180, [c.procs["kubelet"]], interval=1.0)
     assert len(set(after.values())) == 4 and set(before.values()) < set(after.values())
     c.kubectl("delete", "deployment", "burst", "--wait=true", timeout=120)
+    _wait("no burst pod left", lambda: not c.get("pods", "-l", "app=burst")["items"], 120, [c.procs["kubelet"]])
 
 
 def _addresses_on_eth0(c: KubeCluster, pods: dict[str, str]) -> dict[str, bool]:
@@ -328,6 +333,7 @@ def test_a_rolling_update_to_a_new_agent_image_keeps_every_running_pods_address(
     after = _wait("the 4th replica Running", lambda: _running(c, 4), 180, [c.procs["kubelet"]], interval=1.0)
     assert len(set(after.values())) == 4 and set(before.values()) < set(after.values())
     c.kubectl("delete", "deployment", "burst", "--wait=true", timeout=120)
+    _wait("no burst pod left", lambda: not c.get("pods", "-l", "app=burst")["items"], 120, [c.procs["kubelet"]])
 
 
 # The manifest's liveness probe: initialDelaySeconds 10 + periodSeconds 10 x failureThreshold 6.
