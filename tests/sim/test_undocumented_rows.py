@@ -183,7 +183,8 @@ of n1 holds 10.0.0.23 while EC2 has it on another instance (``pod-address-not-on
 step from a second holder: both nodes' pods may use it). n1's IMDS answered for 164 s from up
 to 300 s back (docs/safety.md row 6: nothing promises IMDS never shows an older state); the
 agent's evidence that an address is its own leans on IMDS listing it. Not traced yet: the most
-urgent open finding. Replay: ``warmpool sim --seed 5877``."""
+urgent open finding. Shrunk: ``warmpool sim --seed 5877 --keep 0,1,8,13`` (n1's pods added
+and deleted, then its IMDS regressed, then pods added: nothing else)."""
 
 
 @pytest.mark.xfail(strict=True, reason="open: an address adopted from a regressed IMDS read (IMDS_REGRESSED_ADOPTION)")
