@@ -128,7 +128,8 @@ def test_a_pod_gets_its_address_from_the_warm_pool(cluster: KubeCluster) -> None
     assert f" {ip}/" in shown, shown
 
 
-def _deployment(replicas: int) -> dict[str, Any]:
+def _deployment(replicas: int, app: str = "burst") -> dict[str, Any]:
+    """``replicas`` sleeping busybox pods of Deployment ``app`` (label ``app=<app>``)."""
     pod = {
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": 1,
@@ -140,7 +141,7 @@ def _deployment(replicas: int) -> dict[str, Any]:
             {"name": "app", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never", "command": ["/bin/sleep", "3600"]}
         ],
     }
-    return deployment("burst", "default", {"app": "burst"}, replicas, pod)
+    return deployment(app, "default", {"app": app}, replicas, pod)
 
 
 def _running(c: KubeCluster, n: int | None = None, app: str = "burst") -> dict[str, str] | None:
@@ -533,18 +534,6 @@ def _standin_aws_node() -> dict[str, Any]:
     }
 
 
-def _mover(replicas: int) -> dict[str, Any]:
-    pod = {
-        "automountServiceAccountToken": False,
-        "terminationGracePeriodSeconds": 1,
-        "dnsPolicy": "Default",
-        "containers": [
-            {"name": "app", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never", "command": ["/bin/sleep", "3600"]}
-        ],
-    }
-    return deployment("mover", "default", {"app": "mover"}, replicas, pod)
-
-
 def _move(c: KubeCluster, direction: str) -> str:
     """``scripts/move-node.sh DIRECTION NODE`` as a user runs it, with kubectl on the cluster's
     kubeconfig and the last pass pointed at the local stack; returns what it printed."""
@@ -609,7 +598,7 @@ def test_the_node_moves_to_aws_node_and_back_and_each_side_leaves_what_docs_say(
     try:
         c.apply([_standin_aws_node()])
         _wait("the stand-in aws-node Ready", lambda: any(_ready(p) for p in _on_node(c, "k8s-app=aws-node")), 120)
-        c.apply([_mover(3)])
+        c.apply([_deployment(3, app="mover")])
         before = _mover_running(c, "app=mover", 3)
         assert {p["status"]["podIP"] for p in before} <= c.eni_addresses()  # 05-warmpool sorts before 10-aws
 
