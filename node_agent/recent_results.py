@@ -7,17 +7,24 @@ gave. Each entry is kept with the ``in_reply_to`` of the result that made it
 (older claims are stale for it). Checkpointed by the datastore (the ``recent``
 part of the checkpoint), so a restart keeps it.
 
-Granted entries expire (2 min). Released and deleted ones do not expire while IMDS
-may still list them: IMDS promises no freshness, and EC2 answers ``deleted`` while
-the ENI may still be detaching, for minutes. So a released address is ignored,
-whatever its ``until`` says, until IMDS has been seen *not* listing it, and only
-then expires (at ``until``); before, it expired after a fixed 2 min and a resync
-with IMDS still lagging took it back as free while EC2 gave it to another node. A
-deleted ENI id is remembered until IMDS has been seen not listing it; EC2 never
-reuses an ENI id, so only the same ENI attached again could bring it back, and
-that comes with an ``attached`` result newer than the deletion. Ids seen absent are
-forgotten oldest first beyond :data:`MAX_DELETED_ABSENT`; ids IMDS still lists are
-never forgotten.
+Granted entries expire (2 min). Released and deleted ones never expire by time:
+IMDS promises no freshness, EC2 answers ``deleted`` while the ENI may still be
+detaching, for minutes, and nothing promises that IMDS never answers from an older
+state than one it served (docs/safety.md, rows 4 and 6). So a released address is
+ignored by resync however IMDS lists it, until a result grants it to us again
+(:meth:`RecentResults.unmark_released`, from the claim path); IMDS listing it, even
+after it was seen *not* listing it, is no evidence that EC2 gave it back. Before,
+an entry expired 2 min after IMDS was seen without the address, and a read answering
+from before the release brought it back free while EC2 had given it to another node
+(seed 5877). The allocator says each grant of its own again to every newer report
+until the agent names the address (docs/allocator.md, the release book), so a lost
+grant is not lost for good. Released entries are forgotten oldest first beyond
+:data:`MAX_RELEASED` (those seen absent first): memory is bounded, and only an IMDS
+answering from before that many releases could bring one back. A deleted ENI id is
+remembered until IMDS has been seen not listing it; EC2 never reuses an ENI id, so
+only the same ENI attached again could bring it back, and that comes with an
+``attached`` result newer than the deletion. Ids seen absent are forgotten oldest
+first beyond :data:`MAX_DELETED_ABSENT`; ids IMDS still lists are never forgotten.
 
 Which released keys and deleted ENIs have been seen absent is checkpointed too
 (``released_absent``, ``deleted_absent``): a checkpoint without them (an older
@@ -41,6 +48,11 @@ Expiry = tuple[float, int]
 MAX_DELETED_ABSENT = 256
 """Deleted ENI ids remembered after IMDS was seen without them (oldest forgotten first)."""
 
+MAX_RELEASED = 1024
+"""Released addresses and prefixes remembered (oldest forgotten first, those IMDS was seen
+without before the others): a node's pool is at most a few hundred addresses, so this holds
+several turnovers of it."""
+
 
 def _keep_newest(into: dict[str, Expiry], keys: Iterable[str], until: float, seq: int) -> None:
     for key in keys:
@@ -60,9 +72,10 @@ class RecentResults:
         """Addresses and prefixes an ``assigned``/``attached`` result gave us: a ``released``
         result replying to an older report is stale for them."""
         self.absent: set[str] = set()
-        """Released keys IMDS has been seen *not* listing since the release: only after that is
-        IMDS listing them again evidence of a new assignment, and only then may the entry
-        expire. Checkpointed."""
+        """Released keys IMDS has been seen *not* listing since the release: a claim (a result
+        granting the key again) listed by IMDS after that is taken (the claim is EC2's word,
+        IMDS's gap shows the old assignment passed); IMDS listing the key alone never is.
+        Forgotten first beyond :data:`MAX_RELEASED`. Checkpointed."""
         self.deleted_absent: set[str] = set()
         """Deleted ENIs IMDS has been seen *not* listing since the deletion (checkpointed)."""
 
@@ -73,6 +86,17 @@ class RecentResults:
         # Taken (again) now: an absence seen before this release proves nothing about IMDS after it.
         self.absent.difference_update(released)
         self.deleted_absent.difference_update(deleted)
+        self._bound_released()
+
+    def _bound_released(self) -> None:
+        """Forget released keys beyond :data:`MAX_RELEASED`: those seen absent first, oldest first."""
+        over = len(self.released) - MAX_RELEASED
+        if over <= 0:
+            return
+        order = sorted(self.released, key=lambda k: (k not in self.absent, self.released[k], k))
+        for k in order[:over]:
+            del self.released[k]
+            self.absent.discard(k)
 
     def mark_granted(self, until: float, seq: int, keys: Iterable[str]) -> None:
         _keep_newest(self.granted, keys, until, seq)
@@ -110,17 +134,12 @@ class RecentResults:
         return True
 
     def expire(self, now: float) -> bool:
-        """Forget granted entries whose time is up, and released ones whose time is up *and*
-        that IMDS has been seen without (deleted ENIs never expire by time: the module
-        docstring); True if any was."""
+        """Forget granted entries whose time is up (released keys and deleted ENIs never
+        expire by time: the module docstring); True if any was."""
         old_granted = [k for k, (t, _) in self.granted.items() if t <= now]
         for k in old_granted:
             del self.granted[k]
-        old_released = [k for k, (t, _) in self.released.items() if t <= now and k in self.absent]
-        for k in old_released:
-            del self.released[k]
-            self.absent.discard(k)
-        return bool(old_granted or old_released)
+        return bool(old_granted)
 
     @staticmethod
     def seqs(d: dict[str, Expiry]) -> dict[str, int]:
@@ -139,6 +158,7 @@ class RecentResults:
         self.granted.update(recent.granted)
         self.absent.update(k for k in recent.released_absent if k in self.released)
         self.deleted_absent.update(k for k in recent.deleted_absent if k in self.deleted)
+        self._bound_released()
 
     def encode(self) -> dict[str, Any] | None:
         """The checkpoint's ``recent`` part; None when there is nothing to remember."""

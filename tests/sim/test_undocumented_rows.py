@@ -177,22 +177,44 @@ def test_containers_clocks_apart_do_not_damp_an_honest_node() -> None:
 
 
 IMDS_REGRESSED_ADOPTION = (5877, 8163)
-"""Open, found by ``imds-regress`` in the 10,000-seed run after the kind was added
+"""Fixed. Found by ``imds-regress`` in the 10,000-seed run after the kind was added
 (``warmpool sim --seeds 0-9999 --jobs 2 --no-shrink``, 2026-12-02, in chunks of 1,000): a pod
-of n1 holds 10.0.0.23 while EC2 has it on another instance (``pod-address-not-on-node``, one
-step from a second holder: both nodes' pods may use it). n1's IMDS answered for 164 s from up
-to 300 s back (docs/safety.md row 6: nothing promises IMDS never shows an older state); the
-agent's evidence that an address is its own leans on IMDS listing it. Not traced yet: the most
-urgent open finding. Shrunk: ``warmpool sim --seed 5877 --keep 0,1,8,13`` (n1's pods added
-and deleted, then its IMDS regressed, then pods added: nothing else). 8163, the same run: n0's
-IMDS regressed 300 s for 288 s, and a pod of n0 holds 10.0.0.31, which EC2 shows unassigned."""
+of n1 held 10.0.0.24 while EC2 had it unassigned (``pod-address-not-on-node``, one step from a
+second holder: the next node to ask gets it). Traced on ``--seed 5877 --keep 0,1,8,13``: n1
+offered three surplus addresses and EC2 released them; IMDS was then seen without them, and
+2 min later the release filter expired (``RecentResults.expire``: "seen absent and its time
+is up"). n1's IMDS then answered for 164 s from up to 300 s back (docs/safety.md row 6:
+nothing promises it never shows an older state); a resync read a state from before the
+release, took the three back free ("6 addresses added") and a new pod got one. A released
+address is now ignored by resync until a grant names it again, however IMDS lists it
+(``node_agent/recent_results.py``). 8163, the same run: n0's IMDS regressed 300 s for 288 s,
+and a pod of n0 held 10.0.0.31, which EC2 showed unassigned: the same path."""
+
+SEED_5877_KEEP = [0, 1, 8, 13]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="open: an address taken from a regressed IMDS read (IMDS_REGRESSED_ADOPTION)",
-)
+def _expire_as_before(self: Any, now: float) -> bool:
+    """``RecentResults.expire`` before the fix: a released entry also expired once its time was
+    up and IMDS had been seen without it."""
+    old_granted = [k for k, (t, _) in self.granted.items() if t <= now]
+    for k in old_granted:
+        del self.granted[k]
+    old_released = [k for k, (t, _) in self.released.items() if t <= now and k in self.absent]
+    for k in old_released:
+        del self.released[k]
+        self.absent.discard(k)
+    return bool(old_granted or old_released)
+
+
 def test_an_imds_read_from_an_older_state_gives_no_pod_an_address_the_node_lost() -> None:
     results = runner.run_many(IMDS_REGRESSED_ADOPTION, jobs=1, shrink=False)
     assert not [v for r in results for v in r.violations]
+    assert all(r.faults.get("imds-regress:older") for r in results)
+
+
+def test_the_simulation_finds_the_regressed_adoption_with_the_fix_reverted(monkeypatch: pytest.MonkeyPatch) -> None:
+    from node_agent.recent_results import RecentResults
+
+    monkeypatch.setattr(RecentResults, "expire", _expire_as_before)
+    r = run_seed(5877, SEED_5877_KEEP, shrink=False)
+    assert [v["invariant"] for v in r.violations] == ["pod-address-not-on-node"]

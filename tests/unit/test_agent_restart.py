@@ -92,7 +92,7 @@ def test_restart_after_deleted_while_imds_lags_never_readds_the_eni() -> None:
     assert ds.assign("pod-a", "eth0", "ns", 11.0) is None
 
 
-def test_the_filters_expire_across_a_restart_once_imds_was_seen_without_the_address() -> None:
+def test_a_released_address_listed_again_comes_back_only_with_a_grant_across_a_restart() -> None:
     cp = MemoryCheckpoint()
     imds, offered, t = released_with_imds_lagging(cp)
     # IMDS still lists the address after the filter's time: no evidence that EC2 gave it back
@@ -101,8 +101,21 @@ def test_the_filters_expire_across_a_restart_once_imds_was_seen_without_the_addr
     assert offered[0] not in {ip for e in ds.enis() for ip in e.ips}
     imds.enis[PRIMARY.eni_id] = AttachedEni(PRIMARY, ["10.0.0.11"], [])  # IMDS caught up
     boot(cp, imds, t + RECENT_S + 2)  # ... and the checkpoint keeps that it was seen
-    imds.add(PRIMARY, offered)  # listed again: EC2 gave it back to us; IMDS wins again
-    ds, _ = boot(cp, imds, t + RECENT_S + 3)
+    # Listed again with no grant: an IMDS answering from before the release looks just like
+    # this (docs/safety.md row 6), so it stays ignored, however long after (before: taken
+    # back free once it had been seen absent and 2 min had passed; seed 5877).
+    imds.add(PRIMARY, offered)
+    ds, ctl = boot(cp, imds, t + RECENT_S + 3)
+    assert offered[0] not in {ip for e in ds.enis() for ip in e.ips}
+    ctl.resync(t + 3600)
+    assert offered[0] not in {ip for e in ds.enis() for ip in e.ips}
+    # EC2's word that it is ours again (a grant answering a newer report), with IMDS having
+    # been seen without it since the release (kept across the restart): taken at once.
+    assert ds.assign("pod-a", "eth0", "ns", t + 3601) is not None
+    r = one(ctl.tick(t + 3602))
+    ctl.apply_result(result(r.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": offered}), t + 3603)
+    assert offered[0] in {ip for e in ds.enis() for ip in e.ips}
+    ctl.resync(t + 3604)  # and resync keeps it now
     assert offered[0] in {ip for e in ds.enis() for ip in e.ips}
 
 

@@ -155,12 +155,20 @@ def test_a_released_address_imds_lists_for_minutes_is_never_taken_back() -> None
         assert X not in holders(ds), dt
         for p in ds.pods():
             ds.release(p.container_id, p.ifname, t)
-    # IMDS catches up (seen without it), then EC2 assigns it to us again: IMDS evidence now
+    # IMDS catches up (seen without it), then lists it again: without a grant that is no
+    # evidence (IMDS may answer from before the release, docs/safety.md row 6; before, the
+    # entry expired once seen absent and its time was up, and resync took .12 back free).
     listed(imds, "10.0.0.11")
     t = t0 + 1300
     ctl.resync(t)
     listed(imds, "10.0.0.11", X)
-    ctl.resync(t + 200)  # the entry expires only once seen absent and its time is up
+    ctl.resync(t + 200)
+    assert ds.eni_of(X) is None
+    # EC2 assigns it to us again (a grant answering a newer report): taken, and kept.
+    assert ds.assign("pod-late", "eth0", "ns", t + 201) is not None
+    r = one(ctl.tick(t + 202))
+    ctl.apply_result(result(r.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]}), t + 203)
+    ctl.resync(t + 204)
     assert ds.eni_of(X) is not None
 
 
