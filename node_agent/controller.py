@@ -58,7 +58,9 @@ MAX_OFFER_MEMORY = 1024
 VERIFY_TIMEOUT_S = 60.0
 """How long a result's claim may wait to show up in IMDS before it is dropped."""
 RECENT_S = 120.0
-"""How long released addresses and deleted ENIs are ignored if IMDS still lists them."""
+"""How long a grant makes an older ``released`` stale (``recent.granted``); also written as
+the expiry field of released and deleted entries, which an older agent reads (this one never
+expires those by time: ``node_agent/recent_results.py``)."""
 
 
 class AttachedEni(NamedTuple):
@@ -573,9 +575,12 @@ class PoolController:
             back += self.ds.reclaim(eni_id, keep)
             if gone_ips or gone_pfx:
                 # EC2 took them (the ``released`` result is late or lost): gone, as if it had
-                # come. Its in_reply_to is unknown: -1, so any later claim is checked against
-                # IMDS (seen gone now, so a listing again is a new assignment).
-                self.ds.mark_gone(now, now + RECENT_S, -1, released=[*gone_ips, *gone_pfx])
+                # come. Its in_reply_to is unknown, so it is taken as the newest report sent:
+                # every claim replying to a report up to now is stale for them (a hand-back of
+                # an older offer arriving late; before, -1 and a restart, which forgets
+                # ``_offered_upto``, let one in on a read from before the unassign, row 6).
+                # Only a grant replying to a later report takes them again.
+                self.ds.mark_gone(now, now + RECENT_S, self.last_seq, released=[*gone_ips, *gone_pfx])
                 self._note_absent_from_read()
                 removed = self.ds.remove_addresses(eni_id, gone_ips, gone_pfx)
                 self.stats.released_without_result += len(removed)

@@ -409,7 +409,9 @@ class Datastore(RecoveredHolders):
     ) -> None:
         """EC2 unassigned these addresses/prefixes or deleted these ENIs (a result replying
         to report ``seq`` says so): a lagging IMDS that still lists them, and claims from
-        results replying to reports up to ``seq``, are ignored until ``until``.
+        results replying to reports up to ``seq``, are ignored (released keys until a grant
+        names them again, deleted ENIs until IMDS was seen without them:
+        ``node_agent/recent_results.py``; ``until`` is the expiry an older agent reads).
         Checkpointed at once, before the caller removes them (a restart in between must
         not re-add them from IMDS)."""
         released, deleted = list(released), list(deleted)

@@ -19,8 +19,9 @@ from before the release brought it back free while EC2 had given it to another n
 (seed 5877). The allocator says each grant of its own again to every newer report
 until the agent names the address (docs/allocator.md, the release book), so a lost
 grant is not lost for good. Released entries are forgotten oldest first beyond
-:data:`MAX_RELEASED` (those seen absent first): memory is bounded, and only an IMDS
-answering from before that many releases could bring one back. A deleted ENI id is
+:data:`MAX_RELEASED`, and only those IMDS was seen without (one it may still list
+is never forgotten): memory is bounded by what IMDS lists, and only an IMDS answering
+from before that many releases could bring a forgotten one back. A deleted ENI id is
 remembered until IMDS has been seen not listing it; EC2 never reuses an ENI id, so
 only the same ENI attached again could bring it back, and that comes with an
 ``attached`` result newer than the deletion. Ids seen absent are forgotten oldest
@@ -49,9 +50,9 @@ MAX_DELETED_ABSENT = 256
 """Deleted ENI ids remembered after IMDS was seen without them (oldest forgotten first)."""
 
 MAX_RELEASED = 1024
-"""Released addresses and prefixes remembered (oldest forgotten first, those IMDS was seen
-without before the others): a node's pool is at most a few hundred addresses, so this holds
-several turnovers of it."""
+"""Released addresses and prefixes IMDS was seen without that are remembered beyond those it
+may still list (oldest forgotten first): a node's pool is at most a few hundred addresses,
+so this holds several turnovers of it."""
 
 
 def _keep_newest(into: dict[str, Expiry], keys: Iterable[str], until: float, seq: int) -> None:
@@ -89,11 +90,13 @@ class RecentResults:
         self._bound_released()
 
     def _bound_released(self) -> None:
-        """Forget released keys beyond :data:`MAX_RELEASED`: those seen absent first, oldest first."""
+        """Forget released keys beyond :data:`MAX_RELEASED`, oldest first, and only keys IMDS
+        has been seen without: one IMDS may still list is never forgotten (resync would take
+        it back free at once), as deleted ENI ids are not."""
         over = len(self.released) - MAX_RELEASED
         if over <= 0:
             return
-        order = sorted(self.released, key=lambda k: (k not in self.absent, self.released[k], k))
+        order = sorted(self.absent, key=lambda k: (self.released[k], k))
         for k in order[:over]:
             del self.released[k]
             self.absent.discard(k)

@@ -23,8 +23,8 @@ Every address EC2 assigns to the instance in answer to the allocator's own calls
 ``given`` entry: the agent may refuse the ``assigned`` that says so (it answers a report
 older than one that offered the address, whose answer might have unassigned it), or never
 get it (the answer lost, the invocation dead before it pushed it), and then nothing else
-would ever tell it (resync takes nothing IMDS lists that was released until IMDS was seen
-without it): EC2 keeps the address on the instance and the agent never uses it. Every
+would ever tell it (resync takes nothing IMDS lists that was released without a grant
+naming it again): EC2 keeps the address on the instance and the agent never uses it. Every
 answer to a report newer than the grant that does not name the address says ``assigned``
 again (:class:`warmpool.calls.RepeatGrant`), until a report names it in the agent's pool
 (the agent has it), the allocator takes it again, or EC2 no longer
