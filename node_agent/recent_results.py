@@ -18,7 +18,9 @@ an entry expired 2 min after IMDS was seen without the address, and a read answe
 from before the release brought it back free while EC2 had given it to another node
 (seed 5877). The allocator says each grant of its own again to every newer report
 until the agent names the address (docs/allocator.md, the release book), so a lost
-grant is not lost for good. Released entries are forgotten oldest first beyond
+grant it recorded is not lost for good (one it did not record, its invocation dead
+after the call, is: ``REGRANT_UNSEEN_LEAK`` in tests/sim/test_undocumented_rows.py).
+Released entries are forgotten oldest first beyond
 :data:`MAX_RELEASED`, and only those IMDS was seen without (one it may still list
 is never forgotten): memory is bounded by what IMDS lists, and only an IMDS answering
 from before that many releases could bring a forgotten one back. A deleted ENI id is
