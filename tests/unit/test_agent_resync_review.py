@@ -18,8 +18,8 @@ from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.controller import RECENT_S, PoolController
 from node_agent.datastore import Datastore
 from node_agent.recent_results import MAX_RELEASED
-from tests.helpers.controller import PRIMARY, SECOND, FakeImds, one, result
-from tests.unit.test_agent_review_findings import X, boot, holders, listed
+from tests.helpers.controller import PRIMARY, SECOND, FakeImds, result
+from tests.unit.test_agent_review_findings import X, boot, holders, listed, offered_x, released_x
 from warmpool.messages import AllocationResult
 
 
@@ -30,12 +30,7 @@ def offered_handed_back_then_taken_off(
     (pods were waiting), delayed in SQS; the agent goes on offering X and the answer to a
     later report unassigns it, lost; IMDS catches up; at the release timeout X, no longer
     listed, is taken off as released (as of the newest report) and seen absent. Returns H."""
-    listed(imds, "10.0.0.11", X)
-    ds, ctl = boot(cp, imds, t0)
-    ctl.tick(t0)
-    ctl.tick(t0 + 1)
-    s1 = one(ctl.tick(t0 + 61))
-    assert s1.release[0].ips == [X]
+    ds, ctl, s1 = offered_x(cp, imds, t0)
     handback = result(s1.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]})
     later = [r for t in range(62, 120) for r in ctl.tick(t0 + t)]
     assert later and all(X in r.release[0].ips for r in later)
@@ -67,28 +62,17 @@ def test_without_the_restart_the_late_handback_is_refused_too() -> None:
     assert ds.eni_of(X) is None
 
 
-# --- 2. MAX_RELEASED forgets a key IMDS still lists ------------------------------------------
-
-
 def test_the_bound_never_forgets_a_released_address_imds_still_lists() -> None:
     cp, imds, t0 = MemoryCheckpoint(), FakeImds(), 1000.0
-    listed(imds, "10.0.0.11", X)
-    ds, ctl = boot(cp, imds, t0)
-    ctl.tick(t0)
-    ctl.tick(t0 + 1)
-    r = one(ctl.tick(t0 + 61))
-    ctl.apply_result(result(r.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": [X]}), t0 + 62)
-    assert ds.eni_of(X) is None
+    ds, ctl = released_x(cp, imds, t0)
+    seq = ctl.last_seq
     # IMDS stuck (row 4: no bound; listed "until stop/start"). The node goes on releasing:
     # MAX_RELEASED more released keys, none ever seen absent (the stuck IMDS lists them too,
     # here on a second ENI; or reads are incomplete while an ENI is held unseen).
     fillers = [f"10.0.{4 + i // 250}.{i % 250 + 1}" for i in range(MAX_RELEASED)]
     imds.add(SECOND, fillers)
     for n, i in enumerate(range(0, MAX_RELEASED, 64)):
-        ds.mark_gone(t0 + 100 + n, t0 + 100 + n + RECENT_S, r.seq + 1 + n, released=fillers[i : i + 64])
+        ds.mark_gone(t0 + 100 + n, t0 + 100 + n + RECENT_S, seq + 1 + n, released=fillers[i : i + 64])
         ctl.resync(t0 + 100 + n)
     ctl.resync(t0 + 500)
     assert ds.eni_of(X) is None, "the stuck IMDS listing brought a released address back free"
-
-
-# --- 3. a late `released` (redelivered) after the 2-min granted window: a leak nothing repairs ---

@@ -29,6 +29,7 @@ from node_agent.datastore import Datastore
 from node_agent.unmanaged import NO_MANAGE_TAG, SkipUnmanaged
 from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, one, result
 from warmpool.limits import known
+from warmpool.messages import PoolReport
 from warmpool.pool import PoolConfig
 
 POOL = PoolConfig(warm_ip=1)
@@ -121,15 +122,20 @@ def listed(imds: FakeImds, *ips: str) -> None:
     imds.enis[PRIMARY.eni_id] = AttachedEni(PRIMARY, list(ips), [])
 
 
-def released_x(cp: MemoryCheckpoint, imds: FakeImds, t0: float) -> tuple[Datastore, PoolController]:
-    """.11 and .12 attached; .12 surplus, quarantined, offered and released by EC2, while a
-    lagging IMDS goes on listing it."""
+def offered_x(cp: MemoryCheckpoint, imds: FakeImds, t0: float) -> tuple[Datastore, PoolController, PoolReport]:
+    """.11 and .12 attached; .12 surplus, quarantined and offered in the report returned."""
     listed(imds, "10.0.0.11", X)
     ds, ctl = boot(cp, imds, t0)
     ctl.tick(t0)
     ctl.tick(t0 + 1)
     r = one(ctl.tick(t0 + 61))
     assert r.release[0].ips == [X]
+    return ds, ctl, r
+
+
+def released_x(cp: MemoryCheckpoint, imds: FakeImds, t0: float) -> tuple[Datastore, PoolController]:
+    """:func:`offered_x`, then .12 released by EC2, while a lagging IMDS goes on listing it."""
+    ds, ctl, r = offered_x(cp, imds, t0)
     ctl.apply_result(result(r.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": [X]}), t0 + 62)
     assert ds.eni_of(X) is None
     return ds, ctl
