@@ -345,7 +345,8 @@ class PoolController:
                 self._setup(info)
         if keys is not None:
             self._hold_unknown(keys, now)
-        held = self.ds.unlisted()
+        offered = {k for q_ips, q_pfx in self.ds.quarantined().values() for k in (*q_ips, *q_pfx)}
+        held = [ip for ip in self.ds.unlisted() if ip not in offered]  # offered ones: kept quarantined
         if held:
             self.stats.held_not_in_imds += len(held)
             log.warning("pods hold addresses IMDS no longer lists (kept for them, never handed out): %s", held)
@@ -523,11 +524,19 @@ class PoolController:
         return due
 
     def _take_back(self, now: float) -> int:
-        """Quarantined addresses with no ``released`` result within the release timeout return
-        to the pool, but only those IMDS still lists: by then the allocator can no longer
-        unassign them (docs/agent.md, "Taking quarantined addresses back"), so one IMDS no
-        longer lists was released and its result is late or lost. The timeout runs on the
-        steady clock (:meth:`_due`)."""
+        """Quarantined addresses with no answer within the release timeout (measured on the
+        steady clock, :meth:`_due`). One IMDS no longer lists was released and its result is
+        late or lost: dropped, as if it had come. One IMDS still lists is never taken back on
+        that word: it is offered again, dated now, and the allocator's answer decides (a
+        hand-back when pods need it, a release, or its ``released`` said again from its
+        release book). IMDS promises no bound on its lag and may answer from an older state
+        than one it served (docs/safety.md, rows 4 and 6): a read from before the allocator's
+        unassign lists the address, and with the answers to the node's later reports lost,
+        taking it back gave a pod an address EC2 had unassigned (``STEP6_REGRESSED_TAKE_BACK``
+        in tests/sim/test_undocumented_rows.py; before, it was taken back here when listed,
+        on the 120 s lag bound the timeout assumed). So an offer the allocator never answers
+        stays quarantined: when pods need addresses, the answer to the node's report (a
+        deficit) hands it back. Returns how many came back (only without IMDS: tests)."""
         due = self._due(now)
         if not due:
             return 0
@@ -539,40 +548,35 @@ class PoolController:
             self._event("imds", f"cannot confirm quarantined addresses before taking them back: {exc}")
             return 0
         self._observe(interfaces)
-        # Signs that this IMDS is behind EC2: it still lists what a result released, or
-        # a result's claim waits for it. Then its listing the addresses proves nothing:
-        # they stay quarantined (until IMDS is seen without what was released; a claim
-        # waits at most 60 s).
-        gone = self.ds.recently_gone(now)[0]
-        lagging = bool(self._unverified) or any(
-            k in (self._listed or set()) and not self.ds.seen_absent(k) for k in gone
-        )
         view = {a.info.eni_id: a for a in interfaces}
         whole = self._whole_eni_offers()
+        offerable = self.ds.quarantined()
         back = 0
         for eni_id, addrs in due.items():
             seen = view.get(eni_id)
             listed = set() if seen is None else {*seen.ips, *seen.prefixes}
-            keep = [ip for ip, p in addrs if (p or ip) in listed]
-            if keep and eni_id in whole:
-                # Every address of a secondary ENI is offered: the allocator may have deleted
-                # it, and a detach takes as long as it takes (minutes; IMDS lists the ENI and
-                # its addresses meanwhile), so IMDS listing them proves nothing. Offered again,
-                # dated now: the allocator's answer decides (a hand-back when pods need
-                # them, its ``deleted`` said again from its release book, or a release).
-                n = self.ds.requarantine(eni_id, now)
-                for ip, _ in addrs:
-                    self._quarantined_seen[(eni_id, ip)] = self._steady(now)
-                self.stats.whole_eni_offers_renewed += n
-                self._force = True
-                self._event("quarantine", f"{eni_id}: every address offered, no answer: offered again, not taken back")
-                keep = []
+            offered_pfx = set(offerable.get(eni_id, ((), ()))[1])
+            # Members of a prefix not wholly quarantined (held after a checkpoint loss while
+            # a pod holds another member) are in no offer: no allocator can answer them, nor
+            # can it have unassigned the prefix since a pod took that member, so these alone
+            # go back on IMDS's listing, as before (unless IMDS shows it lags).
+            loose = [ip for ip, p in addrs if p is not None and p not in offered_pfx and p in listed]
+            keep = [ip for ip, p in addrs if (p or ip) in listed and ip not in loose]
+            if keep:
+                back += self._listed_at_timeout(eni_id, keep, eni_id in whole, now)
+            if loose and not self._imds_lagging(now):
+                back += self.ds.reclaim(eni_id, loose)
+            elif loose:
+                self.stats.take_back_postponed += 1
             gone_ips = [ip for ip, p in addrs if p is None and ip not in listed]
             gone_pfx = sorted({p for _, p in addrs if p is not None and p not in listed})
-            if lagging and keep:
+            if (gone_ips or gone_pfx) and self._read_predates_pods(eni_id, listed, in_read=seen is not None):
+                # The read also lacks addresses pods of this ENI hold: it answers from before
+                # they were assigned, so its lacking these is no sign the allocator took them.
+                # Kept quarantined; a later read decides (dropped, they would be lost to the
+                # node for good if EC2 still had them: the read never was evidence).
                 self.stats.take_back_postponed += 1
-                keep = []
-            back += self.ds.reclaim(eni_id, keep)
+                gone_ips, gone_pfx = [], []
             if gone_ips or gone_pfx:
                 # EC2 took them (the ``released`` result is late or lost): gone, as if it had
                 # come. Its in_reply_to is unknown, so it is taken as the newest report sent:
@@ -589,6 +593,40 @@ class PoolController:
                     f"{eni_id}: {len(removed)} quarantined addresses no longer in IMDS: released (result late or lost)",
                 )
         return back
+
+    def _read_predates_pods(self, eni_id: str, listed: set[str], *, in_read: bool) -> bool:
+        """Whether a read listing ``listed`` for ``eni_id`` lacks an address a pod holds on it,
+        or lacks the primary ENI."""
+        eni = next((e for e in self.ds.enis() if e.info.eni_id == eni_id), None)
+        if eni is None:
+            return False
+        if not in_read and eni.info.device_index == 0 and eni.info.network_card == 0:
+            return True  # a read without the primary ENI (never detached) is torn or from before boot
+        return any(a.in_use and a.ip not in listed and (a.prefix or "") not in listed for a in eni.addrs.values())
+
+    def _imds_lagging(self, now: float) -> bool:
+        """Signs the last read is behind EC2: it lists what a result released and it has not
+        been seen without, or a result's claim waits for it."""
+        gone = self.ds.recently_gone(now)[0]
+        listed = self._listed or set()
+        return bool(self._unverified) or any(k in listed and not self.ds.seen_absent(k) for k in gone)
+
+    def _listed_at_timeout(self, eni_id: str, keep: list[str], whole: bool, now: float) -> int:
+        """Due quarantined addresses of ``eni_id`` IMDS still lists (:meth:`_take_back`): offered
+        again, every quarantined address of the ENI dated now (an offer carries one date per
+        ENI, its oldest), so the allocator's answer decides. Returns how many came back: none."""
+        n = self.ds.requarantine(eni_id, now)
+        steady = self._steady(now)
+        for e, ip in list(self._quarantined_seen):
+            if e == eni_id:
+                self._quarantined_seen[(e, ip)] = steady
+        if whole:
+            self.stats.whole_eni_offers_renewed += n
+        else:
+            self.stats.offers_renewed += n
+        self._force = True
+        self._event("quarantine", f"{eni_id}: {n} offered addresses not answered: offered again, not taken back")
+        return 0
 
     def _whole_eni_offers(self) -> set[str]:
         """Secondary ENIs every address of which is quarantined (offered for deletion)."""

@@ -47,6 +47,7 @@ class ControllerStats:
     held_not_in_imds: int = 0
     take_back_postponed: int = 0
     whole_eni_offers_renewed: int = 0
+    offers_renewed: int = 0
     verify_dropped: int = 0
     # the node and the checkpoint
     datastore_repairs: int = 0

@@ -657,6 +657,21 @@ class Datastore(RecoveredHolders):
                     self._recovered.pop(a.ip, None)
                     self._owner[(a.container_id, a.ifname)] = a.ip
 
+    @staticmethod
+    def _keep_offered(eni: EniRecord, gone_ips: list[str], gone_pfx: list[str]) -> tuple[list[str], list[str], int]:
+        """Of the addresses and prefixes a read no longer lists, those to remove, without the
+        offered (quarantined) ones, and how many of those are kept (:meth:`reconcile`)."""
+        offered = {a.ip for a in eni.addrs.values() if a.quarantined_at is not None}
+        offered_pfx = {a.prefix for a in eni.addrs.values() if a.quarantined_at is not None and a.prefix}
+        kept = sum(ip in offered for ip in gone_ips) + sum(p in offered_pfx for p in gone_pfx)
+        return [ip for ip in gone_ips if ip not in offered], [p for p in gone_pfx if p not in offered_pfx], kept
+
+    @staticmethod
+    def _offered_kept(eni: EniRecord) -> int:
+        """The offered addresses that keep an ENI a read does not list (:meth:`reconcile`): forgotten,
+        the next read listing the ENI would bring them back free, while EC2 may have unassigned them."""
+        return sum(1 for a in eni.addrs.values() if a.quarantined_at is not None)
+
     def reconcile(
         self,
         attached: Iterable[tuple[EniInfo, list[str], list[str]]],
@@ -696,6 +711,19 @@ class Datastore(RecoveredHolders):
                         if a.in_use and (a.ip in gone or a.prefix in gone_p):
                             who = f"pod {a.container_id}/{a.ifname}" if a.container_id else f"holder {a.recovered}"
                             notes.append(f"{who} holds {a.ip}, which IMDS no longer lists: kept for it (alarm)")
+                    # Nor does a read take an offered address out of quarantine. If EC2
+                    # unassigned it (the ``released`` lost), a later read that lists it again
+                    # (IMDS may answer from an older state than one it served: a regressed
+                    # read) would otherwise add it back free, and a pod would get an address
+                    # EC2 gave to another node. It stays quarantined, unlisted, until the
+                    # answer to the offer or the release timeout's read decides (docs/safety.md,
+                    # row 6; before, it was dropped here and came back free on the next read).
+                    gone_ips, gone_pfx, kept_offered = self._keep_offered(eni, gone_ips, gone_pfx)
+                    if kept_offered:
+                        notes.append(
+                            f"ENI {info.eni_id}: {kept_offered} offered addresses IMDS no longer lists: "
+                            "kept quarantined (the offer's answer decides)"
+                        )
                     removed = self.remove_addresses(info.eni_id, gone_ips, gone_pfx)
                     # What stays (held, or free in a held prefix) is not handed out again.
                     unlisted.update(a.ip for a in eni.addrs.values() if a.ip in gone or a.prefix in gone_p)
@@ -714,9 +742,14 @@ class Datastore(RecoveredHolders):
             for eni_id in [e for e in self._enis if e not in seen]:
                 eni = self._enis[eni_id]
                 in_use = [a for a in eni.addrs.values() if a.in_use]
-                if in_use and _slot(eni) not in slots:
+                offered_n = self._offered_kept(eni)
+                if (in_use or offered_n) and _slot(eni) not in slots:
                     unseen_held.add(eni_id)
-                    notes.append(f"ENI {eni_id} not in IMDS but pods hold {len(in_use)} of its addresses: kept, held")
+                    notes.append(
+                        f"ENI {eni_id} not in IMDS but pods hold {len(in_use)} of its addresses "
+                        f"and {offered_n} are offered: kept, held"
+                    )
+                    unlisted.update(a.ip for a in eni.addrs.values() if a.quarantined_at is not None)
                     continue
                 for a in in_use:
                     notes.append(f"pod {a.container_id}/{a.ifname} lost {a.ip}: ENI detached")

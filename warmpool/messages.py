@@ -135,10 +135,11 @@ and Lambda plus the time between the allocator's age check and EC2's answer.
 The agent's ``WARMPOOL_RELEASE_TIMEOUT_S`` must be at least the sum."""
 
 IMDS_LAG_BOUND_S = 120.0
-"""The longest IMDS is assumed to lag EC2. When the agent takes a quarantined
-address back (no ``released`` result came), it checks that IMDS still lists it;
-that proves the allocator did not unassign it only if the listing is newer than
-the last moment the allocator could have, so the timeout covers this lag too."""
+"""How long IMDS usually lags EC2 (nothing documents a bound, docs/safety.md row 4). No
+safety rule rests on it: at the release timeout the agent drops an offered address IMDS no
+longer lists as released and renews the offer of one it lists (the allocator's answer
+decides). The timeout covers this lag so that an unassign is usually visible by then (a
+drop rather than a renewal that the allocator then answers ``released`` again)."""
 
 MIN_RELEASE_TIMEOUT_S = OFFER_MAX_AGE_CEILING_S + RELEASE_TIMEOUT_MARGIN_S + IMDS_LAG_BOUND_S
 """210 s: ceiling 60 + margin 30 + IMDS lag 120."""

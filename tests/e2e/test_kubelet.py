@@ -386,8 +386,9 @@ def test_the_agent_probes_ready_when_it_serves_adds_never_restarted_while_the_al
             [c.procs["kubelet"]],
             interval=1.0,
         )
-        # What the node may serve with the allocator away: the free addresses, the offered
-        # ones (taken back if no release comes within the timeout), and a result the
+        # What the node may serve with the allocator away: the free addresses, at most the
+        # offered ones (since docs/safety.md step 6 they stay offered, renewed, until the
+        # allocator answers; counted here as the most it could serve), and a result the
         # allocator sent just before it was paused (on CI, 2026-12-02, one fewer pod waited
         # than the free addresses alone predicted): four replicas beyond them, so at least
         # two still wait whatever lands late.

@@ -14,12 +14,12 @@ import pytest
 
 from node_agent.controller import PoolController
 from node_agent.unmanaged import SkipUnmanaged
-from simulation import events, runner
+from simulation import events, kinds, runner
 from simulation.base import ESM_EVERY_S, T0
 from simulation.kinds import LambdaClockSkew
 from simulation.node import LaggedImds
 from simulation.runner import plan_for, run_seed
-from simulation.schedule import FAULT_KINDS, WORLD_KINDS, draw
+from simulation.schedule import FAULT_KINDS, WORLD_KINDS, SeedPlan, draw
 from simulation.world import SimWorld
 
 pytestmark = pytest.mark.sim
@@ -239,3 +239,82 @@ allocator's answer decides, an Unassign or its "not assigned" answered ``release
 def test_a_regrant_whose_result_is_lost_is_not_leaked() -> None:
     results = runner.run_many(REGRANT_UNSEEN_LEAK, jobs=1, shrink=False)
     assert not [v for r in results for v in r.violations]
+
+
+# --- an offer, its answers lost, and reads from before the unassign (docs/safety.md, step 6) ---
+
+
+def _offer_lost_under_regress(regress_at: float, add_at: float, seed: int) -> SeedPlan:
+    """Two nodes; n0 fills a pool for 10 pods, 8 go at 120 s, and the 8 surplus addresses are
+    offered and unassigned. From 100 s n1 takes every result meant for n0 (``result-theft``, so
+    the ``released`` and every answer after it are lost); from ``regress_at`` n0's IMDS answers
+    from up to 5 min back for 15 min (``imds-regress``); at ``add_at`` 8 pods come back on n0 and
+    12 start on n1."""
+    evs = (
+        kinds.PodsAdd(at=5.0, node="n0", n=10),
+        kinds.PodsDel(at=120.0, node="n0", n=8),
+        kinds.ResultTheft(at=100.0, node="n1", victim="n0", dur=1500.0),
+        kinds.ImdsRegress(at=regress_at, node="n0", dur=900.0, back_s=300.0),
+        kinds.PodsAdd(at=add_at, node="n0", n=8),
+        kinds.PodsAdd(at=add_at + 5, node="n1", n=12),
+    )
+    return SeedPlan(seed, (("n0", "m5.xlarge"), ("n1", "m5.large")), False, 1, 0, 1.0, evs)
+
+
+STEP6_REGRESSED_TAKE_BACK = (300.0, 520.0, 7)
+"""At the release timeout the read answers from before the unassign and lists the 8 offered
+addresses: they were taken back, and a pod got 10.0.0.8, unassigned in EC2. Fixed: an address
+IMDS lists at the timeout is offered again, never taken back on that word
+(``PoolController._listed_at_timeout``)."""
+
+REGRESSED_OFFER_READD = (250.0, 420.0, 2)
+"""A read from before the pool filled lacks the 8 offered addresses: resync dropped them, and
+the next read (newer, still before the unassign) added them back free; a pod got 10.0.0.8.
+Fixed: a read does not take an offered address out of quarantine (``Datastore._keep_offered``)."""
+
+
+def _safety(plan: SeedPlan) -> tuple[list[tuple[str, str]], Any]:
+    violations, (out, _) = runner.run_plan(plan)
+    # every answer to n0 is stolen for the whole run, so its EC2 addresses leak: only safety counts
+    return [v for v in violations if v[0] != "address-leaked"], out
+
+
+@pytest.mark.parametrize("case", [STEP6_REGRESSED_TAKE_BACK, REGRESSED_OFFER_READD], ids=["take-back", "re-add"])
+def test_offered_addresses_whose_answers_are_lost_never_come_back_free_from_an_older_read(
+    case: tuple[float, float, int],
+) -> None:
+    bad, out = _safety(_offer_lost_under_regress(*case))
+    assert bad == []
+    assert out.faults["imds-regress:older"] and out.faults["result-theft"]
+
+
+def _take_back_as_before(self: PoolController, eni_id: str, keep: list[str], whole: bool, now: float) -> int:
+    """Step 6 before the fix: a single address IMDS lists at the timeout goes back to the pool."""
+    if whole:
+        return PoolController._listed_at_timeout(self, eni_id, keep, whole, now)
+    return self.ds.reclaim(eni_id, keep)
+
+
+def test_the_simulation_finds_the_regressed_take_back_with_its_fix_reverted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(PoolController, "_listed_at_timeout", _take_back_as_before)
+    bad, _ = _safety(_offer_lost_under_regress(*STEP6_REGRESSED_TAKE_BACK))
+    assert {v[0] for v in bad} == {"pod-address-not-on-node"}
+
+
+def test_the_simulation_finds_the_regressed_re_add_with_its_fix_reverted(monkeypatch: pytest.MonkeyPatch) -> None:
+    from node_agent.datastore import Datastore
+
+    monkeypatch.setattr(Datastore, "_keep_offered", staticmethod(lambda eni, ips, pfx: (ips, pfx, 0)))
+    monkeypatch.setattr(Datastore, "_offered_kept", staticmethod(lambda eni: 0))
+    bad, _ = _safety(_offer_lost_under_regress(*REGRESSED_OFFER_READD))
+    assert {v[0] for v in bad} == {"pod-address-not-on-node"}
+
+
+def test_no_drawn_timing_of_the_lost_offer_under_regress_gives_a_second_holder() -> None:
+    """Over 24 timings and seeds around the two above (on the code before the fixes, 12 of
+    them broke ``pod-address-not-on-node``), none breaks a safety invariant."""
+    for regress_at in (250.0, 300.0, 330.0):
+        for add_at in (420.0, 520.0):
+            for seed in (1, 2, 7, 9):
+                bad, _ = _safety(_offer_lost_under_regress(regress_at, add_at, seed))
+                assert bad == [], (regress_at, add_at, seed)

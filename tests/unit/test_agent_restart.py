@@ -14,6 +14,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from node_agent.checkpoint import CHECKPOINT_VERSION, MemoryCheckpoint
 from node_agent.controller import RECENT_S, AttachedEni, PoolController
 from node_agent.datastore import Datastore
@@ -240,13 +242,20 @@ def test_quarantine_is_held_after_a_restart_until_a_lost_result_can_come_back() 
     assert ds.counts(193.1).quarantined == 1
     ctl.tick(178.0 + TIMING.release_timeout_s - 1)
     assert ds.counts(178.0 + TIMING.release_timeout_s - 1).quarantined == 1
-    ctl.tick(178.0 + TIMING.release_timeout_s + 0.1)
-    assert ds.counts(178.0 + TIMING.release_timeout_s + 0.1).quarantined == 0
+    assert ctl.stats.offers_renewed == 0
+    # At the timeout an address IMDS lists is offered again, dated now, never taken back on
+    # IMDS's word (docs/safety.md, step 6): the allocator's answer decides.
+    t = 178.0 + TIMING.release_timeout_s + 0.1
+    report = one(ctl.tick(t))
+    assert ds.counts(t).quarantined == 1 and ctl.stats.offers_renewed == 1
+    assert [o.quarantined_at for o in report.release] == [pytest.approx(t)]
     # A fresh start (nothing to redeliver to a dead process) holds nothing extra.
     ds, ctl = boot(MemoryCheckpoint(), imds, 0.0, restart_hold_s=15.0)
     ds.quarantine(PRIMARY.eni_id, ["10.0.0.11"], [], 0.0)
+    ctl.tick(119.0)
+    assert ctl.stats.offers_renewed == 0
     ctl.tick(121.0)
-    assert ds.counts(121.0).quarantined == 0
+    assert ctl.stats.offers_renewed == 1
 
 
 def test_released_is_acted_on_before_imds_catches_up_and_within_one_write_order() -> None:

@@ -222,9 +222,14 @@ def test_a_wall_clock_stepped_forward_does_not_shorten_the_release_timeout() -> 
     got = ds.assign("p2", "eth0", "ns", clock.now())
     assert got is None, "the offered address went back to a pod 5 s after its offer"
     assert X in {ip for ips, _ in ds.quarantined().values() for ip in ips}
-    clock.advance(TIMING.release_timeout_s)  # the real timeout, measured on the steady clock
+    assert ctl.stats.offers_renewed == 0
+    clock.advance(TIMING.release_timeout_s - 10)  # 5 s before the timeout, on the steady clock
     ctl.tick(clock.now())
-    assert ds.assign("p2", "eth0", "ns", clock.now()) is not None
+    assert ctl.stats.offers_renewed == 0
+    clock.advance(10)  # the real timeout, measured on the steady clock: offered again, dated now
+    r = one(ctl.tick(clock.now()))
+    assert ctl.stats.offers_renewed == 1 and r.release[0].quarantined_at == pytest.approx(clock.now())
+    assert ds.assign("p2", "eth0", "ns", clock.now()) is None, "taken back on IMDS's word (step 6)"
 
 
 def test_after_a_restart_the_release_timeout_runs_again_from_the_start() -> None:
@@ -250,9 +255,12 @@ def test_after_a_restart_the_release_timeout_runs_again_from_the_start() -> None
     clock.advance(TIMING.release_timeout_s - 1)
     ctl.tick(clock.now())
     assert ds.assign("p2", "eth0", "ns", clock.now()) is None
+    assert ctl.stats.offers_renewed == 0
     clock.advance(2)
     ctl.tick(clock.now())
-    assert ds.assign("p2", "eth0", "ns", clock.now()) is not None
+    # the timeout, counted in full from the restart: offered again (the allocator decides)
+    assert ctl.stats.offers_renewed == 1
+    assert ds.assign("p2", "eth0", "ns", clock.now()) is None
 
 
 def test_addresses_held_after_a_checkpoint_loss_outlast_a_clock_step_soon_after() -> None:
@@ -286,9 +294,11 @@ def test_addresses_held_after_a_checkpoint_loss_outlast_a_clock_step_soon_after(
     clock.advance(TIMING.release_timeout_s - 16)  # 1 s before the timeout, on the monotonic clock
     ctl.tick(clock.now())
     assert ds.assign("p1", "eth0", "ns", clock.now()) is None
+    assert ctl.stats.offers_renewed == 0
     clock.advance(2)
     ctl.tick(clock.now())
-    assert ds.assign("p1", "eth0", "ns", clock.now()) is not None
+    assert ctl.stats.offers_renewed == 2  # both held addresses offered again at the timeout
+    assert ds.assign("p1", "eth0", "ns", clock.now()) is None
 
 
 def test_after_the_clock_steps_back_no_report_dates_an_offer_younger_than_it_is() -> None:
@@ -314,22 +324,30 @@ def test_after_the_clock_steps_back_no_report_dates_an_offer_younger_than_it_is(
     ctl.start(node.now(), checkpoint_lost=True)
     r = one(ctl.tick(node.now()))
     quarantined_aws = aws.now()  # the offer is this old, in AWS's time, from here on
+    offered_steady = node.monotonic()
     assert r.release and r.release[0].quarantined_at is not None
     node.step(-250.0)
     youngest = float("inf")
+    renewed_at: float | None = None
     for _ in range(int(TIMING.release_timeout_s // 10) + 2):
         aws.advance(10)
         node.advance(10)
         observe()  # the agent's AWS calls keep its view of the offset fresh
         ctl.retry_soon()
+        before = ctl.stats.offers_renewed
         for rep in ctl.tick(node.now()):
+            if ctl.stats.offers_renewed > before:  # offered again at the timeout: a new offer
+                quarantined_aws = aws.now()
+                renewed_at = node.monotonic()
             for o in rep.release:
                 assert o.quarantined_at is not None
                 youngest = min(youngest, aws.now() - o.quarantined_at)
                 real = aws.now() - quarantined_aws
                 assert aws.now() - o.quarantined_at >= real - 1.0, (real, aws.now() - o.quarantined_at)
     assert youngest < float("inf")  # reports with the offer went out after the step
-    assert ds.assign("p1", "eth0", "ns", node.now()) is not None  # taken back on the monotonic clock
+    # the timeout ran on the monotonic clock (the wall clock stepped back 250 s): offered again
+    assert renewed_at is not None and renewed_at - offered_steady >= TIMING.release_timeout_s
+    assert ds.assign("p1", "eth0", "ns", node.now()) is None
 
 
 def test_after_the_clock_steps_back_the_heartbeat_and_retries_keep_their_pace() -> None:

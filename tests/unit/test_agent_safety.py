@@ -251,7 +251,13 @@ def test_after_a_rebuild_addresses_imds_shows_late_are_held_too_and_the_take_bac
     ctl.resync(150.0)
     assert ds.assign("p1", "eth0", "ns", 150.0) is None
     assert ds.quarantined_since() == {PRIMARY.eni_id: 100.0}
-    ctl.tick(100.0 + TIMING.release_timeout_s + 1)  # no answer came: IMDS still lists both
+    t = 100.0 + TIMING.release_timeout_s + 1
+    report = one(ctl.tick(t))  # no answer came: IMDS still lists both; offered again, dated now
+    assert ctl.stats.offers_renewed == 2 and ds.quarantined_since() == {PRIMARY.eni_id: t}
+    assert ds.assign("p1", "eth0", "ns", t) is None, "taken back on IMDS's word (docs/safety.md, step 6)"
+    # the allocator's answer to the renewed offer decides: here, a hand-back
+    back = {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.11", "10.0.0.12"]}
+    ctl.apply_result(result(report.seq, back), t + 1)
     assert ds.assign("p1", "eth0", "ns", 100.0 + TIMING.release_timeout_s + 2) is not None
     imds.add(PRIMARY, ["10.0.0.13"])  # the window is over: a new address is free at once
     ctl.resync(100.0 + TIMING.release_timeout_s + 3)

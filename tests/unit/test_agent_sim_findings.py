@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
@@ -113,11 +115,13 @@ def test_a_late_released_result_older_than_the_reassignment_is_ignored() -> None
     late = result(r1.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": [X]})  # delayed in SQS
     listed(imds, "10.0.0.11")
     ctl.tick(100.0)
+    ctl.tick(190.0)  # past the release timeout, IMDS without .12: released, its result late
+    assert ds.quarantined() == {} and ctl.stats.released_without_result == 1
     listed(imds, "10.0.0.11", X)  # assigned again
-    ctl.tick(200.0)  # past the release timeout
     assert ds.assign("p1", "eth0", "ns", 201.0) is not None
     ctl.retry_soon()
     r2 = one(ctl.tick(202.0))
+    assert not r2.release  # the grant below answers a report that offered nothing: EC2's own
     ctl.apply_result(result(r2.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]}), 203.0)
     got = ds.assign("p2", "eth0", "ns", 204.0)
     assert got == (X, PRIMARY.eni_id)
@@ -169,7 +173,8 @@ def test_quarantined_addresses_imds_no_longer_lists_are_not_taken_back_on_timeou
     assert ctl.stats.released_without_result == 1
     ds.assign("p1", "eth0", "ns", 201.0)
     assert ds.assign("p2", "eth0", "ns", 201.0) is None
-    # Still listed (never unassigned: the allocator declined): taken back as before.
+    # Still listed: never taken back on IMDS's word (it may answer from before the unassign,
+    # docs/safety.md step 6): offered again, dated now, until the allocator's answer decides.
     imds2 = FakeImds()
     listed(imds2, "10.0.0.11", X)
     ds2, ctl2 = make(PoolConfig(warm_ip=1), imds=imds2)
@@ -177,8 +182,14 @@ def test_quarantined_addresses_imds_no_longer_lists_are_not_taken_back_on_timeou
     ctl2.tick(0.0)
     ctl2.tick(1.0)
     assert one(ctl2.tick(61.0)).release[0].ips == [X]
-    ctl2.tick(200.0)
-    assert ds2.quarantined() == {} and ds2.eni_of(X) is not None
+    renewed = one(ctl2.tick(200.0))
+    assert ds2.quarantined() == {PRIMARY.eni_id: ([X], [])} and ctl2.stats.offers_renewed == 1
+    assert renewed.release[0].ips == [X] and renewed.release[0].quarantined_at == pytest.approx(200.0)
+    ds2.assign("p1", "eth0", "ns", 201.0)
+    assert ds2.assign("p2", "eth0", "ns", 201.0) is None
+    # the allocator declines (pods need it): its hand-back to the renewed offer returns it
+    ctl2.apply_result(result(renewed.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]}), 202.0)
+    assert ds2.quarantined() == {} and ds2.assign("p2", "eth0", "ns", 203.0) == (X, PRIMARY.eni_id)
 
 
 def two_in_slot_one(imds: FakeImds | None) -> tuple[Datastore, PoolController]:
@@ -215,7 +226,9 @@ def test_two_enis_in_one_slot_without_imds_still_report_leaving_the_older_out() 
 
 def test_take_back_waits_while_imds_shows_it_lags_behind_ec2() -> None:
     # IMDS still lists .13, which a ``released`` result took: it is behind EC2, so its
-    # listing the timed-out .12 proves nothing (the unassign may not show yet).
+    # listing the timed-out .12 proves nothing (the unassign may not show yet). Since step 6
+    # no longer takes anything back on IMDS's word, nor does it once IMDS caught up: the
+    # offer is renewed and the allocator's answer decides.
     imds = FakeImds()
     listed(imds, "10.0.0.11", X, "10.0.0.13")
     ds, ctl = make(PoolConfig(warm_ip=1), imds=imds)
@@ -226,12 +239,14 @@ def test_take_back_waits_while_imds_shows_it_lags_behind_ec2() -> None:
     ctl.retry_soon()
     r = one(ctl.tick(151.0))
     ctl.apply_result(result(r.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.13"]}), 152.0)
-    ctl.tick(230.0)  # .12 past the release timeout, IMDS still lists .13
+    renewed = one(ctl.tick(230.0))  # .12 past the release timeout, IMDS still lists .13
     assert ds.quarantined() == {PRIMARY.eni_id: ([X], [])}
-    assert ctl.stats.take_back_postponed >= 1
-    listed(imds, "10.0.0.11", X)  # IMDS caught up: .12 still there, so never unassigned
+    assert ctl.stats.offers_renewed == 1 and renewed.release[0].ips == [X]
+    listed(imds, "10.0.0.11", X)  # IMDS caught up: .12 still there
     ctl.tick(231.0)
-    assert ds.quarantined() == {} and ds.assign("p2", "eth0", "ns", 232.0) == (X, PRIMARY.eni_id)
+    assert ds.quarantined() == {PRIMARY.eni_id: ([X], [])} and ds.assign("p2", "eth0", "ns", 232.0) is None
+    ctl.apply_result(result(renewed.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]}), 233.0)
+    assert ds.quarantined() == {} and ds.assign("p2", "eth0", "ns", 234.0) == (X, PRIMARY.eni_id)
 
 
 def test_take_back_waits_out_an_imds_lag_up_to_the_bound_with_the_default_timeout() -> None:
