@@ -58,9 +58,8 @@ MAX_OFFER_MEMORY = 1024
 VERIFY_TIMEOUT_S = 60.0
 """How long a result's claim may wait to show up in IMDS before it is dropped."""
 RECENT_S = 120.0
-"""How long a grant makes an older ``released`` stale (``recent.granted``); also written as
-the expiry field of released and deleted entries, which an older agent reads (this one never
-expires those by time: ``node_agent/recent_results.py``)."""
+"""Written as the expiry field of granted, released and deleted entries, which an older agent
+reads (this one never expires any of them by time: ``node_agent/recent_results.py``)."""
 
 
 class AttachedEni(NamedTuple):

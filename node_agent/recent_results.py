@@ -7,7 +7,11 @@ gave. Each entry is kept with the ``in_reply_to`` of the result that made it
 (older claims are stale for it). Checkpointed by the datastore (the ``recent``
 part of the checkpoint), so a restart keeps it.
 
-Granted entries expire (2 min). Released and deleted ones never expire by time:
+No entry expires by time. A granted one is needed as long as an older ``released`` can
+still arrive, and SQS may redeliver one at any time (before, granted entries expired after
+2 min, and a ``released`` redelivered later dropped an address granted again since, for
+good: hostile review of the resync fix, L1); they are bounded at :data:`MAX_GRANTED`,
+oldest grant first. Released and deleted ones never expire by time either:
 IMDS promises no freshness, EC2 answers ``deleted`` while the ENI may still be
 detaching, for minutes, and nothing promises that IMDS never answers from an older
 state than one it served (docs/safety.md, rows 4 and 6). So a released address is
@@ -55,6 +59,12 @@ MAX_RELEASED = 1024
 """Released addresses and prefixes IMDS was seen without that are remembered beyond those it
 may still list (oldest forgotten first): a node's pool is at most a few hundred addresses,
 so this holds several turnovers of it."""
+
+
+MAX_GRANTED = 1024
+"""Granted addresses and prefixes remembered (the oldest grant forgotten first): a node's pool
+is at most a few hundred addresses, so this holds several turnovers of it; a forgotten one only
+lets a ``released`` older than its grant drop it (a leak, the safe direction)."""
 
 
 def _keep_newest(into: dict[str, Expiry], keys: Iterable[str], until: float, seq: int) -> None:
@@ -105,6 +115,13 @@ class RecentResults:
 
     def mark_granted(self, until: float, seq: int, keys: Iterable[str]) -> None:
         _keep_newest(self.granted, keys, until, seq)
+        self._bound_granted()
+
+    def _bound_granted(self) -> None:
+        over = len(self.granted) - MAX_GRANTED
+        if over > 0:
+            for k in sorted(self.granted, key=lambda k: (self.granted[k][1], k))[:over]:
+                del self.granted[k]
 
     def unmark_released(self, keys: Iterable[str]) -> bool:
         """No longer ignored (EC2 gave them back and IMDS shows them); True if any was."""
@@ -139,12 +156,9 @@ class RecentResults:
         return True
 
     def expire(self, now: float) -> bool:
-        """Forget granted entries whose time is up (released keys and deleted ENIs never
-        expire by time: the module docstring); True if any was."""
-        old_granted = [k for k, (t, _) in self.granted.items() if t <= now]
-        for k in old_granted:
-            del self.granted[k]
-        return bool(old_granted)
+        """Nothing expires by time (the module docstring); kept for the datastore's calls.
+        False: nothing changed."""
+        return False
 
     @staticmethod
     def seqs(d: dict[str, Expiry]) -> dict[str, int]:
@@ -164,6 +178,7 @@ class RecentResults:
         self.absent.update(k for k in recent.released_absent if k in self.released)
         self.deleted_absent.update(k for k in recent.deleted_absent if k in self.deleted)
         self._bound_released()
+        self._bound_granted()
 
     def encode(self) -> dict[str, Any] | None:
         """The checkpoint's ``recent`` part; None when there is nothing to remember."""

@@ -76,3 +76,27 @@ def test_the_bound_never_forgets_a_released_address_imds_still_lists() -> None:
         ctl.resync(t0 + 100 + n)
     ctl.resync(t0 + 500)
     assert ds.eni_of(X) is None, "the stuck IMDS listing brought a released address back free"
+
+
+def test_a_released_redelivered_long_after_a_later_grant_leaves_the_address_granted() -> None:
+    """L1 of the same review: ``granted`` entries expired after 2 min, so a ``released``
+    redelivered later (SQS bounds no redelivery) dropped an address EC2 had granted to the
+    node again since, for good (resync never takes a released address without a grant)."""
+    imds = FakeImds()
+    cp = MemoryCheckpoint()
+    t0 = 1000.0
+    ds, ctl, s1 = offered_x(cp, imds, t0)
+    first = result(s1.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": [X]})
+    ctl.apply_result(first, t0 + 62)
+    listed(imds, "10.0.0.11")
+    ctl.resync(t0 + 70)  # seen without X
+    listed(imds, "10.0.0.11", X)  # EC2 assigned X to the node again
+    ctl.retry_soon()
+    (s2,) = ctl.tick(t0 + 80)
+    ctl.apply_result(result(s2.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]}), t0 + 81)
+    assert ds.eni_of(X) is not None
+    ds, ctl = boot(cp, imds, t0 + 300)  # a restart between: the entry is checkpointed
+    ctl.apply_result(first, t0 + RECENT_S + 900)  # the first answer again, 15 min later
+    assert ds.eni_of(X) is not None and ctl.stats.stale_releases == 1
+    ctl.resync(t0 + RECENT_S + 901)
+    assert ds.eni_of(X) is not None
