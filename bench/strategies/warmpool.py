@@ -13,7 +13,10 @@ Wiring assumptions (the bench's, not the product's):
 
 * The agent ticks when a pod comes or goes, when a result arrives, and every
   ``AGENT_TICK_S`` otherwise; a pod whose ADD found nothing is retried (as the
-  kubelet would) at every tick and after every result.
+  kubelet would) at every tick and after every result. A grid tick before the
+  agent is next due (``PoolController.next_due``, the resync, a waiting ADD's
+  renewal, an address out of cooldown) is skipped: it would do nothing
+  (``Warmpool.every_tick`` ticks them all; the same run).
 * As the production agent's main loop (``node_agent.agent``,
   ``WARMPOOL_RESYNC_S``), the controller reconciles with IMDS every
   ``RESYNC_S``: addresses EC2 attached but whose result never arrived (the
