@@ -61,6 +61,9 @@ RECENT_S = 120.0
 """Written as the expiry field of granted, released and deleted entries, which an older agent
 reads (this one never expires any of them by time: ``node_agent/recent_results.py``)."""
 
+NEXT_DUE_MARGIN_S = 1e-6
+"""How much earlier than its exact deadline :meth:`PoolController.next_due` answers."""
+
 
 class AttachedEni(NamedTuple):
     """One ENI as IMDS shows it."""
@@ -417,6 +420,76 @@ class PoolController:
             self._force = True
             self._event("checkpoint", f"no report while the checkpoint cannot be written: {exc}"[:300])
             return []
+
+    def next_due(self, now: float) -> float:
+        """The earliest time at which :meth:`tick` could do anything, given no new event:
+        ``now`` or earlier when a tick now would; never later than the next heartbeat.
+
+        An event is anything that reaches the controller or its datastore other than a tick:
+        a result applied, a pod's ADD or DEL (or an ADD's retry), :meth:`resync`,
+        :meth:`retry_soon`. Until one, a tick is a no-op before this time (same reports,
+        same state), so a caller may skip ticks up to it (the bench does,
+        ``bench/strategies/warmpool.py``); the production agent does not (it wakes at least
+        every second). What it counts: a checkpoint to write again, claims waiting for IMDS
+        and ENIs not set up (a tick retries them: due at once), a waiting ADD going stale,
+        a recent grant expiring, the end of the window after a checkpoint loss, quarantined
+        addresses to stamp or whose release timeout ends, the surplus's release delay, and
+        the report's own clocks (the first report, a forced one, the heartbeat, the retry
+        backoff, a changed signature, a ``deferred``). Times on the steady clock are
+        converted as it stands now to ``now`` (a wall clock stepped later is an event).
+        Pure: changes nothing. Returned a hair early (:data:`NEXT_DUE_MARGIN_S`), so float
+        rounding never makes it late: a tick at most that early is a no-op."""
+        steady = self._steady(now)
+
+        def wall(at: float) -> float:
+            return at if self.monotonic is None else now + (at - steady)
+
+        if self.ds.dirty or self._unverified or (self.host is not None and self.ds.not_ready()):
+            return now
+        at: list[float] = []
+        for t in (self.ds.pending_expires_at(), self.ds.granted_expires_at()):
+            if t is not None:
+                at.append(t)
+        if self._rebuilt_at is not None and self._window_until is not None:
+            at.append(wall(self._window_until))
+        if min(at, default=float("inf")) <= now:
+            return now  # nothing below may read a stale entry the tick would expire first
+        current = {(e, ip) for e, addrs in self.ds.quarantined_at().items() for ip in addrs}
+        if current != self._quarantined_seen.keys():
+            return now  # the tick stamps (or forgets) them
+        if current:
+            first = min(self._quarantined_seen[k] for k in current) + self.timing.release_timeout_s
+            at.append(wall(max(first, self._hold_until)))
+        delta = self.delta(now)
+        if delta.high:
+            if self._surplus_since is None:
+                return now
+            at.append(self._surplus_since + self.timing.release_delay_s)
+        elif self._surplus_since is not None:
+            return now
+        pending = self.ds.pending(now)
+        if pending != self._last_pending or self._last_sent_at is None or steady < self._last_sent_steady:
+            return now  # (a steady clock behind the last report is not modelled here: tick)
+        at.append(wall(self._report_due_at(delta, pending)))
+        return min(at) - NEXT_DUE_MARGIN_S
+
+    def _report_due_at(self, delta: PoolDelta, pending: int) -> float:
+        """When :meth:`_report_due` turns true on the steady clock, given no event (for
+        :meth:`next_due`: a report was sent, and ``pending`` is what the last tick saw)."""
+        last = self._last_sent_steady
+        gate = last + self.min_report_interval_s
+        if self._force:
+            return gate
+        at = [last + self.timing.heartbeat_s]
+        gate = max(gate, self._not_before)
+        offers = self.ds.quarantined()
+        signature = (delta.short_units, delta.whole_enis, pending > 0, tuple(sorted(offers)))
+        if signature != self._last_signature:
+            at.append(gate)
+        if delta.low or pending > 0 or signature[3]:
+            backoff = min(self.timing.retry_s * (2**self._retries), self.timing.heartbeat_s)
+            at.append(max(gate, last + backoff))
+        return min(at)
 
     def _tick(self, now: float) -> list[PoolReport]:
         self.ds.recently_gone(now)  # expires old entries

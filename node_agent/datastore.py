@@ -301,6 +301,31 @@ class Datastore(RecoveredHolders):
                 del self._pending[k]
             return len(self._pending)
 
+    def pending_expires_at(self) -> float | None:
+        """When the oldest waiting ADD goes stale (:meth:`pending` stops counting it), given no
+        retry; None when no ADD waits."""
+        with self._lock:
+            return min(self._pending.values()) + self.pending_ttl_s if self._pending else None
+
+    def next_assignable(self, now: float) -> float | None:
+        """The earliest time from ``now`` at which :meth:`assign` could hand out an address,
+        given no other change (``now`` if one is free now; the end of a cooldown otherwise);
+        None if none ever would. The filters are :meth:`_pick`'s."""
+        with self._lock:
+            best: float | None = None
+            for eni in self._enis.values():
+                if not eni.ready or eni.held:
+                    continue
+                for a in eni.addrs.values():
+                    if a.in_use or a.quarantined_at is not None or a.ip in self._unlisted:
+                        continue
+                    if a.freed_at is None or now >= a.freed_at + self.cooldown_s:
+                        return now
+                    at = a.freed_at + self.cooldown_s
+                    if best is None or at < best:
+                        best = at
+            return best
+
     def pods(self) -> list[PodRecord]:
         with self._lock:
             out = []
@@ -491,6 +516,11 @@ class Datastore(RecoveredHolders):
             if self._recent.expire(now):
                 self._save()
             return self._recent.seqs(self._recent.released), self._recent.seqs(self._recent.deleted)
+
+    def granted_expires_at(self) -> float | None:
+        """When the first recently granted entry expires (:meth:`recently_granted`); None if none."""
+        with self._lock:
+            return min((t for t, _ in self._recent.granted.values()), default=None)
 
     def unseen(self) -> list[str]:
         """ENIs kept for their pods though the last resync's IMDS read did not list them."""

@@ -13,7 +13,10 @@ Wiring assumptions (the bench's, not the product's):
 
 * The agent ticks when a pod comes or goes, when a result arrives, and every
   ``AGENT_TICK_S`` otherwise; a pod whose ADD found nothing is retried (as the
-  kubelet would) at every tick and after every result.
+  kubelet would) at every tick and after every result. A grid tick before the
+  agent is next due (``PoolController.next_due``, the resync, a waiting ADD's
+  renewal, an address out of cooldown) is skipped: it would do nothing
+  (``Warmpool.every_tick`` ticks them all; the same run).
 * As the production agent's main loop (``node_agent.agent``,
   ``WARMPOOL_RESYNC_S``), the controller reconciles with IMDS every
   ``RESYNC_S``: addresses EC2 attached but whose result never arrived (the
@@ -62,7 +65,7 @@ from emulated.memstores import MemBuckets
 from emulated.sqs import FastSqs
 from functions.allocator import Record
 from node_agent.config import Timing
-from node_agent.controller import AttachedEni, PoolController
+from node_agent.controller import NEXT_DUE_MARGIN_S, AttachedEni, PoolController
 from node_agent.datastore import Datastore
 from node_agent.imds import parse_interfaces
 from node_agent.records import NodeIdentity
@@ -193,6 +196,65 @@ class _Agent:
         self.pending: dict[str, float] = {}  # pod -> when its current ADD started (inf: kubelet backoff)
         self._noted: dict[str, float] = {}  # pod -> when the datastore last counted its ADD as waiting
         self._resynced_at = strat.w.now()
+        self._grid = math.inf
+        """The next time of the ``AGENT_TICK_S`` grid not yet passed (see :meth:`start_ticks`)."""
+        self._timer: Any = None
+        self._timer_at = math.inf
+
+    def start_ticks(self, start: float) -> None:
+        """Periodic ticks on the grid ``start``, ``start + AGENT_TICK_S``, ... Every one of
+        them (:attr:`Warmpool.every_tick`), or only those at or after the time the agent is
+        next due (:meth:`_reschedule`): a grid tick before it is a no-op, so both give the
+        same run (``tests/unit/test_bench_skip_ticks.py``)."""
+        w = self.s.w
+        if self.s.every_tick:
+            w.loop.every(AGENT_TICK_S, self.periodic, start=start)
+            return
+        self._grid = start
+        self._reschedule()
+
+    def _due(self, now: float) -> float:
+        """When a grid tick could next do anything, given no event: the controller's
+        :meth:`~node_agent.controller.PoolController.next_due`, the periodic resync, and
+        :meth:`serve`'s own clocks (a waiting pod's ADD renewed, an address out of cooldown)."""
+        due = min(self.c.next_due(now), self._resynced_at + RESYNC_S - NEXT_DUE_MARGIN_S)
+        waiting = [pod for pod, started in self.pending.items() if started <= now]
+        if waiting:
+            renew = self.c.ds.pending_ttl_s / 4
+            due = min(due, *(self._noted.get(pod, -math.inf) + renew for pod in waiting))
+            free_at = self.c.ds.next_assignable(now)
+            if free_at is not None:
+                due = min(due, free_at)
+            due -= NEXT_DUE_MARGIN_S
+        return due
+
+    def _reschedule(self) -> None:
+        """After anything reached the agent: its timer at the first grid time at or after it is due."""
+        if self.s.every_tick or self._grid == math.inf:
+            return
+        loop = self.s.w.loop
+        now = loop.now()
+        while self._grid < now:  # passed, skipped: as ``every`` adds the period to each
+            self._grid += AGENT_TICK_S
+        due = self._due(now)
+        g = self._grid
+        while g < due:
+            g += AGENT_TICK_S
+        if self._timer is not None:
+            if self._timer_at <= g:
+                return  # an earlier timer looks again when it fires
+            loop.cancel(self._timer)
+        self._timer_at = g
+        self._timer = loop.call_at(g, self._fire)
+
+    def _fire(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        now = self.s.w.now()
+        self._grid = now + AGENT_TICK_S
+        if now >= self._due(now):
+            self.periodic()  # ends in _reschedule (tick)
+        else:
+            self._reschedule()  # not due (it moved later since): skipped
 
     def add(self, pod: str) -> None:
         self._attempt(pod)
@@ -215,10 +277,12 @@ class _Agent:
         self.pending[pod] = float("inf")
         self.s.counts["cni_add_failed"] += 1
         w.loop.call_later(w.kubelet_retry_s(), lambda: self._retry(pod))
+        self._reschedule()
 
     def _retry(self, pod: str) -> None:
         if self.pending.get(pod) == float("inf"):
             self._attempt(pod)
+            self._reschedule()
 
     def delete(self, pod: str) -> None:
         w = self.s.w
@@ -259,6 +323,7 @@ class _Agent:
         for report in self.c.tick(now):
             self.sqs.send_message(QueueUrl=self.s.reports_url[self.node.spec.cluster], MessageBody=report.to_json())
             self.s.counts["reports"] += 1
+        self._reschedule()
 
     def periodic(self) -> None:
         now = self.s.w.now()
@@ -439,6 +504,10 @@ class Warmpool:
     """The production agent + allocator (see the module docstring)."""
 
     name = "warmpool"
+    every_tick = False
+    """Tick every agent at every ``AGENT_TICK_S`` (True), or skip the grid ticks before it is
+    next due (False, the default: the same run, at a cost that grows with the work, not
+    with agents × virtual time)."""
 
     def __init__(self, world: BenchWorld) -> None:
         self.w = world
@@ -515,7 +584,7 @@ class Warmpool:
         self.by_result_url[result_url] = agent
         controller.start(w.now())
         agent.tick()
-        w.loop.every(AGENT_TICK_S, agent.periodic, start=w.now() + self._rng.uniform(0, AGENT_TICK_S))
+        agent.start_ticks(w.now() + self._rng.uniform(0, AGENT_TICK_S))
 
     def _agent_sent(self, url: str, delay: float) -> None:
         for c in self.clusters.values():

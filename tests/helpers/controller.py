@@ -74,6 +74,20 @@ def result(seq: int, *actions: dict) -> AllocationResult:
     )
 
 
+def attached_second(ips: list[str]) -> dict[str, object]:
+    """An ``attached`` action for :data:`SECOND` with these addresses."""
+    return {
+        "kind": "attached",
+        "eni_id": SECOND.eni_id,
+        "device_index": 1,
+        "mac": SECOND.mac,
+        "subnet_id": "subnet-a",
+        "subnet_cidr": "10.0.0.0/24",
+        "primary_ip": SECOND.primary_ip,
+        "ips": ips,
+    }
+
+
 def one(reports: list[PoolReport]) -> PoolReport:
     assert len(reports) == 1
     return reports[0]

@@ -5,7 +5,18 @@ from __future__ import annotations
 
 from node_agent.controller import AttachedEni, PoolController
 from node_agent.records import EniInfo
-from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, RecordingHost, make, one, result
+from tests.helpers.controller import (
+    ID,
+    PRIMARY,
+    SECOND,
+    TIMING,
+    FakeImds,
+    RecordingHost,
+    attached_second,
+    make,
+    one,
+    result,
+)
 from warmpool.limits import known
 from warmpool.messages import AllocationResult
 from warmpool.pool import PoolConfig
@@ -87,17 +98,7 @@ def test_attached_eni_is_set_up_on_the_host_and_retried_until_the_link_shows() -
     r = one(ctl.tick(0.0))
     imds.add(SECOND, ["10.0.0.21", "10.0.0.22"])
     host.missing.add(SECOND.mac)
-    att = {
-        "kind": "attached",
-        "eni_id": SECOND.eni_id,
-        "device_index": 1,
-        "mac": SECOND.mac,
-        "subnet_id": "subnet-a",
-        "subnet_cidr": "10.0.0.0/24",
-        "primary_ip": SECOND.primary_ip,
-        "ips": ["10.0.0.21", "10.0.0.22"],
-    }
-    ctl.apply_result(result(r.seq, att), 1.0)
+    ctl.apply_result(result(r.seq, attached_second(["10.0.0.21", "10.0.0.22"])), 1.0)
     assert ds.counts(1.0).total == 2
     assert ds.assign("c1", "eth0", "ns", 1.0) is None  # link not there yet
     host.missing.clear()
