@@ -432,7 +432,7 @@ class PoolController:
         ``bench/strategies/warmpool.py``); the production agent does not (it wakes at least
         every second). What it counts: a checkpoint to write again, claims waiting for IMDS
         and ENIs not set up (a tick retries them: due at once), a waiting ADD going stale,
-        a recent grant expiring, the end of the window after a checkpoint loss, quarantined
+        the end of the window after a checkpoint loss, quarantined
         addresses to stamp or whose release timeout ends, the surplus's release delay, and
         the report's own clocks (the first report, a forced one, the heartbeat, the retry
         backoff, a changed signature, a ``deferred``). Times on the steady clock are
@@ -447,9 +447,9 @@ class PoolController:
         if self.ds.dirty or self._unverified or (self.host is not None and self.ds.not_ready()):
             return now
         at: list[float] = []
-        for t in (self.ds.pending_expires_at(), self.ds.granted_expires_at()):
-            if t is not None:
-                at.append(t)
+        t = self.ds.pending_expires_at()  # recent results never expire by time (recent_results.py)
+        if t is not None:
+            at.append(t)
         if self._rebuilt_at is not None and self._window_until is not None:
             at.append(wall(self._window_until))
         if min(at, default=float("inf")) <= now:

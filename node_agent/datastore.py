@@ -517,11 +517,6 @@ class Datastore(RecoveredHolders):
                 self._save()
             return self._recent.seqs(self._recent.released), self._recent.seqs(self._recent.deleted)
 
-    def granted_expires_at(self) -> float | None:
-        """When the first recently granted entry expires (:meth:`recently_granted`); None if none."""
-        with self._lock:
-            return min((t for t, _ in self._recent.granted.values()), default=None)
-
     def unseen(self) -> list[str]:
         """ENIs kept for their pods though the last resync's IMDS read did not list them."""
         with self._lock:
