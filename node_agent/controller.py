@@ -65,6 +65,16 @@ NEXT_DUE_MARGIN_S = 1e-6
 """How much earlier than its exact deadline :meth:`PoolController.next_due` answers."""
 
 
+OFFER_ANSWER_WAIT_S = 10.0
+"""While the newest report that offers addresses back has no answer, the next report waits up
+to this long for it (retries and heartbeats; a new deficit or a forced report goes at once).
+A hand-back is taken only when it replies to the newest report offering the address (a newer
+one's answer may unassign it), so an agent re-reporting faster than the allocator answers
+superseded every hand-back; with no room to assign new addresses, an offered address never
+came back and the pod waited for ever (hostile review of step 6, finding 5; the take-back
+at the release timeout used to end it)."""
+
+
 class AttachedEni(NamedTuple):
     """One ENI as IMDS shows it."""
 
@@ -200,6 +210,9 @@ class PoolController:
         self._window_until: float | None = None
         """Monotonic end of the window after a checkpoint loss (:meth:`_forget_offers`)."""
         self._force = False
+        self._awaiting: tuple[int, float] | None = None
+        """(seq, steady time sent) of the newest report with offers while it has no answer
+        (:data:`OFFER_ANSWER_WAIT_S`)."""
         self.clock_ahead = clock_ahead
         """An upper bound of how far this node's clock is ahead of AWS's (seconds; negative: at
         least that far behind; the agent measures it from SQS's answers,
@@ -294,7 +307,11 @@ class PoolController:
         return now < self._rebuilt_at + self.timing.release_timeout_s
 
     def _known_keys(self) -> set[str]:
-        return {k for e in self.ds.enis() for k in (*e.ips, *e.prefixes)}
+        """Addresses and prefixes already held or quarantined as they should be. Not those of a
+        held ENI: ``_hold_unknown`` skips it (nothing is offered from an ENI whose tags are
+        unknown), so they are learnt only once it is managed again (hostile review of step 6,
+        finding 4: before, learnt while held, they came out free inside the window)."""
+        return {k for e in self.ds.enis() if not e.held for k in (*e.ips, *e.prefixes)}
 
     def _hold_unknown(self, before: set[str], now: float) -> None:
         """Inside the window after a checkpoint loss: quarantine (as offered at the start) every
@@ -330,12 +347,18 @@ class PoolController:
         ]
         have = {e.info.eni_id: e.info for e in self.ds.enis()}
         keys = self._known_keys() if self._in_rebuild_window(now) else None
-        notes = self.ds.reconcile(
-            attached,
-            now,
-            ready_new=lambda i: self.host is None or (i.device_index == 0 and i.network_card == 0),
-            held=kept_held,
-        )
+        # One lock over both (a batch): a CNI ADD on the server's thread between the reconcile
+        # adding an address and ``_hold_unknown`` quarantining it took it (hostile review of
+        # step 6, finding 3).
+        with self.ds.batch():
+            notes = self.ds.reconcile(
+                attached,
+                now,
+                ready_new=lambda i: self.host is None or (i.device_index == 0 and i.network_card == 0),
+                held=kept_held,
+            )
+            if keys is not None:
+                self._hold_unknown(keys, now)
         kept = {a.info.eni_id for a in usable}
         for a in interfaces:  # tagged no_manage after we took it, and no pod is left on it: let go
             if a.managed is False and a.info.eni_id in have and a.info.eni_id not in kept:
@@ -345,8 +368,6 @@ class PoolController:
         for info, _, _ in attached:
             if info.eni_id not in have:
                 self._setup(info)
-        if keys is not None:
-            self._hold_unknown(keys, now)
         offered = {k for q_ips, q_pfx in self.ds.quarantined().values() for k in (*q_ips, *q_pfx)}
         held = [ip for ip in self.ds.unlisted() if ip not in offered]  # offered ones: kept quarantined
         if held:
@@ -726,6 +747,10 @@ class PoolController:
             return False
         if self._force:
             return True
+        if self._awaiting is not None and 0 <= self._steady(now) - self._awaiting[1] < OFFER_ANSWER_WAIT_S:
+            # The answer to the newest offer first (it may hand the addresses back); only a new
+            # deficit or a forced report goes before it.
+            return False
         if since >= self.timing.heartbeat_s:
             return True
         if self._steady(now) < self._not_before:
@@ -769,6 +794,7 @@ class PoolController:
         for o in report.release:
             for x in (*o.ips, *o.prefixes):
                 self._offered_upto[x] = seq
+        self._awaiting = (seq, self._steady(now)) if report.release else None
         if len(self._offered_upto) > 4 * MAX_OFFER_MEMORY:
             quarantined = {x for ips, pfx in self.ds.quarantined().values() for x in (*ips, *pfx)}
             self._offered_upto = {k: v for k, v in self._offered_upto.items() if k in quarantined}
@@ -810,8 +836,9 @@ class PoolController:
         return n
 
     def retry_soon(self) -> None:
-        """The last report could not be sent: send one on the next tick."""
+        """The last report could not be sent: send one on the next tick (no answer to wait for)."""
         self._force = True
+        self._awaiting = None
 
     # --- results -----------------------------------------------------------------------
 
@@ -827,6 +854,8 @@ class PoolController:
         if result.in_reply_to > self.last_seq:
             self.stats.results_rejected += 1
             return [f"result replies to seq {result.in_reply_to} never sent (last {self.last_seq}): ignored"]
+        if self._awaiting is not None and result.in_reply_to >= self._awaiting[0]:
+            self._awaiting = None
         notes: list[str] = []
         view = self._view()
         released_here: set[str] = set()
@@ -1057,9 +1086,10 @@ class PoolController:
             self._setup(info)
             self.stats.enis_attached += 1
         offered = {k for q_ips, q_pfx in self.ds.quarantined().values() for k in (*q_ips, *q_pfx)}
-        n = self.ds.add_addresses(info.eni_id, ips, prefixes)
-        if keys is not None:  # a claim replying to a report of the process whose offers are forgotten
-            self._hold_unknown(keys, now)
+        with self.ds.batch():  # one lock: no CNI ADD between the adding and the holding
+            n = self.ds.add_addresses(info.eni_id, ips, prefixes)
+            if keys is not None:  # a claim replying to a report of the process whose offers are forgotten
+                self._hold_unknown(keys, now)
         # Only a grant of what we did not hold offered is EC2's new assignment (an older
         # ``released`` is stale for it); a hand-back of an offer is no such evidence.
         self.ds.mark_granted(now, now + RECENT_S, seq, [k for k in (*ips, *prefixes) if k not in offered])
