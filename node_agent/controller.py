@@ -65,14 +65,17 @@ NEXT_DUE_MARGIN_S = 1e-6
 """How much earlier than its exact deadline :meth:`PoolController.next_due` answers."""
 
 
-OFFER_ANSWER_WAIT_S = 10.0
+OFFER_ANSWER_WAIT_S = messages.OFFER_MAX_AGE_CEILING_S
 """While the newest report that offers addresses back has no answer, the next report waits up
-to this long for it (retries and heartbeats; a new deficit or a forced report goes at once).
-A hand-back is taken only when it replies to the newest report offering the address (a newer
-one's answer may unassign it), so an agent re-reporting faster than the allocator answers
-superseded every hand-back; with no room to assign new addresses, an offered address never
-came back and the pod waited for ever (hostile review of step 6, finding 5; the take-back
-at the release timeout used to end it)."""
+to this long for it (retries and heartbeats; a new deficit or a forced report goes at once):
+the offer-age ceiling (60 s), past which no answer can act on the offer anyway. A hand-back
+is taken only when it replies to the newest report offering the address (a newer one's answer
+may unassign it), so an agent re-reporting faster than the allocator answers superseded every
+hand-back; with no room to assign new addresses, an offered address never came back and the
+pod waited for ever (hostile review of step 6, finding 5; the take-back at the release timeout
+used to end it). A wait of 10 s first did the same for answers slower than 10 s (a second
+review: a batching window of 10 s or more, cold starts, a backlog): no bound on the answer's
+latency is assumed now, only that an answer later than the ceiling cannot matter."""
 
 
 class AttachedEni(NamedTuple):
@@ -1088,11 +1091,14 @@ class PoolController:
         offered = {k for q_ips, q_pfx in self.ds.quarantined().values() for k in (*q_ips, *q_pfx)}
         with self.ds.batch():  # one lock: no CNI ADD between the adding and the holding
             n = self.ds.add_addresses(info.eni_id, ips, prefixes)
+            # Only a grant of what we did not hold offered is EC2's new assignment (an older
+            # ``released`` is stale for it); a hand-back of an offer is no such evidence. Marked
+            # before ``_hold_unknown`` and in the same batch: if its one save fails, the result
+            # comes again and finds the address held, but the mark is in memory already (a
+            # second hostile review of step 6: marked after, the retry left it out).
+            self.ds.mark_granted(now, now + RECENT_S, seq, [k for k in (*ips, *prefixes) if k not in offered])
             if keys is not None:  # a claim replying to a report of the process whose offers are forgotten
                 self._hold_unknown(keys, now)
-        # Only a grant of what we did not hold offered is EC2's new assignment (an older
-        # ``released`` is stale for it); a hand-back of an offer is no such evidence.
-        self.ds.mark_granted(now, now + RECENT_S, seq, [k for k in (*ips, *prefixes) if k not in offered])
         self.stats.addresses_added += n
         notes.append(f"{info.eni_id}: {n} addresses added")
         fresh_ips = [x for x in ips if seq >= self._offered_upto.get(x, self._seq_at_start)]
