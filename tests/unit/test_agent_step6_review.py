@@ -191,11 +191,10 @@ def test_addresses_learnt_while_an_eni_is_held_for_unknown_tags_come_out_free_in
 # --- 5. hand-backs superseded for ever ------------------------------------------------------
 
 
-def test_answers_slower_than_retry_never_give_an_offered_address_back() -> None:
-    # X offered; then a pod needs it and the subnet has no room (the allocator can only hand
-    # back). Every answer arrives 6 s after its report; the agent reports every retry_s (5 s)
-    # while the offer stands, so each hand-back replies to a report older than the newest that
-    # offered X: superseded. At the timeout the offer is renewed (never taken back), and so on.
+def handbacks_with_latency(latency: float, rounds: int = 20) -> tuple[Datastore, PoolController, float]:
+    """X offered; a pod needs it; the subnet has no room, so the allocator can only hand X
+    back, and does so in answer to every report whose offer is young enough, ``latency``
+    seconds after the report (SQS plus the allocator's intake, bounded by nothing)."""
     imds = FakeImds()
     listed(imds, "10.0.0.11", X)
     ds = Datastore(cooldown_s=0.0, pending_ttl_s=10_000.0, checkpoint=MemoryCheckpoint())
@@ -209,17 +208,26 @@ def test_answers_slower_than_retry_never_give_an_offered_address_back() -> None:
     assert ds.assign("p2", "eth0", "ns", 62.0) is None  # waits: X is offered
     inflight: list[tuple[float, PoolReport]] = []
     t = 62.0
-    while t < 62.0 + 20 * TIMING.release_timeout_s:
+    while t < 62.0 + rounds * TIMING.release_timeout_s:
         for due, rep in [x for x in inflight if x[0] <= t]:
             inflight.remove((due, rep))
-            fresh = [o for o in rep.release if o.quarantined_at is not None and t - 6.0 - o.quarantined_at < 60.0]
+            fresh = [o for o in rep.release if o.quarantined_at is not None and t - latency - o.quarantined_at < 60.0]
             acts = [{"kind": "assigned", "eni_id": o.eni_id, "ips": o.ips} for o in fresh]
             ctl.apply_result(result(rep.seq, *acts), t)
         for rep in ctl.tick(t):
-            inflight.append((t + 6.0, rep))
+            inflight.append((t + latency, rep))
         if ds.assign("p2", "eth0", "ns", t) is not None:
             break
         t += 1.0
+    return ds, ctl, t
+
+
+def test_answers_slower_than_retry_never_give_an_offered_address_back() -> None:
+    # X offered; then a pod needs it and the subnet has no room (the allocator can only hand
+    # back). Every answer arrives 6 s after its report; the agent reported every retry_s (5 s)
+    # while the offer stood, so each hand-back replied to a report older than the newest that
+    # offered X: superseded. At the timeout the offer is renewed (never taken back), and so on.
+    ds, ctl, t = handbacks_with_latency(6.0)
     assert ds.lookup("p2", "eth0") is not None, (
         f"X still offered after {t - 62:.0f} s: renewed {ctl.stats.offers_renewed}, "
         f"hand-backs superseded {ctl.stats.handbacks_superseded}"

@@ -33,41 +33,10 @@ import pytest
 from node_agent.checkpoint import CheckpointWriteError, MemoryCheckpoint
 from node_agent.controller import OFFER_ANSWER_WAIT_S, PoolController
 from node_agent.datastore import Datastore
-from tests.helpers.controller import ID, PRIMARY, TIMING, FakeImds, one, result
+from tests.helpers.controller import ID, PRIMARY, TIMING, FakeImds, result
 from tests.unit.test_agent_review_findings import POOL, X, listed
+from tests.unit.test_agent_step6_review import handbacks_with_latency
 from warmpool.limits import known
-from warmpool.messages import PoolReport
-
-
-def _handbacks_with_latency(latency: float, rounds: int = 20) -> tuple[Datastore, PoolController, float]:
-    """X offered; a pod needs it; the subnet has no room, so the allocator can only hand X
-    back, and does so in answer to every report whose offer is young enough, ``latency``
-    seconds after the report (SQS plus the allocator's intake, bounded by nothing)."""
-    imds = FakeImds()
-    listed(imds, "10.0.0.11", X)
-    ds = Datastore(cooldown_s=0.0, pending_ttl_s=10_000.0, checkpoint=MemoryCheckpoint())
-    ctl = PoolController(ID, known("m5.large"), POOL, ds, TIMING, metadata=imds)
-    ctl.start(0.0)
-    ctl.tick(0.0)
-    ctl.tick(1.0)
-    r = one(ctl.tick(61.0))
-    assert r.release and r.release[0].ips == [X]
-    assert ds.assign("p1", "eth0", "ns", 62.0) is not None  # .11
-    assert ds.assign("p2", "eth0", "ns", 62.0) is None  # waits: X is offered
-    inflight: list[tuple[float, PoolReport]] = []
-    t = 62.0
-    while t < 62.0 + rounds * TIMING.release_timeout_s:
-        for due, rep in [x for x in inflight if x[0] <= t]:
-            inflight.remove((due, rep))
-            fresh = [o for o in rep.release if o.quarantined_at is not None and t - latency - o.quarantined_at < 60.0]
-            acts = [{"kind": "assigned", "eni_id": o.eni_id, "ips": o.ips} for o in fresh]
-            ctl.apply_result(result(rep.seq, *acts), t)
-        for rep in ctl.tick(t):
-            inflight.append((t + latency, rep))
-        if ds.assign("p2", "eth0", "ns", t) is not None:
-            break
-        t += 1.0
-    return ds, ctl, t
 
 
 @pytest.mark.parametrize(
@@ -87,12 +56,12 @@ def _handbacks_with_latency(latency: float, rounds: int = 20) -> tuple[Datastore
     ],
 )
 def test_answers_slower_than_the_offer_wait_never_give_an_offered_address_back(latency: float) -> None:
-    # Every answer arrives ``latency`` s after its report. The agent waits 10 s for the answer
-    # to the newest report with offers, then retries (retry_s 5 s is past): the retry offers X
-    # again, so the hand-back, replying to the report before, is superseded; and so on, and at
+    # Every answer arrives ``latency`` s after its report. The agent waits (at first 10 s, now
+    # the offer-age ceiling) for the answer to the newest report with offers, then retries: the
+    # retry offers X again, so the hand-back, replying to the report before, is superseded; and so on, and at
     # the release timeout the offer is renewed, never taken back. A cold start, a batching
     # window or a backlog (docs/safety.md row 25) is enough.
-    ds, ctl, t = _handbacks_with_latency(latency)
+    ds, ctl, t = handbacks_with_latency(latency)
     assert ds.lookup("p2", "eth0") is not None, (
         f"latency {latency:.0f} s: X still offered after {t - 62:.0f} s: renewed {ctl.stats.offers_renewed}, "
         f"hand-backs superseded {ctl.stats.handbacks_superseded}"
