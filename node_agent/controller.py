@@ -66,8 +66,11 @@ NEXT_DUE_MARGIN_S = 1e-6
 
 
 OFFER_ANSWER_WAIT_S = messages.OFFER_MAX_AGE_CEILING_S
-"""While the newest report that offers addresses back has no answer, the next report waits up
-to this long for it (retries and heartbeats; a new deficit or a forced report goes at once):
+"""While the newest report that offers addresses back has no answer and the node is short (pods
+wait, or the pool is below its targets: a hand-back is then the likely answer), the next report
+waits up to this long for it (retries and heartbeats; a new deficit or a forced report goes at
+once). Not when the node is in surplus: its retries are what repeat an unassign whose
+invocation died while the offer is young (seeds 112 and 937 leaked with the wait always on):
 the offer-age ceiling (60 s), past which no answer can act on the offer anyway. A hand-back
 is taken only when it replies to the newest report offering the address (a newer one's answer
 may unassign it), so an agent re-reporting faster than the allocator answers superseded every
@@ -750,7 +753,11 @@ class PoolController:
             return False
         if self._force:
             return True
-        if self._awaiting is not None and 0 <= self._steady(now) - self._awaiting[1] < OFFER_ANSWER_WAIT_S:
+        if (
+            self._awaiting is not None
+            and (pending > 0 or delta.low)  # a hand-back is the likely answer only when short
+            and 0 <= self._steady(now) - self._awaiting[1] < OFFER_ANSWER_WAIT_S
+        ):
             # The answer to the newest offer first (it may hand the addresses back); only a new
             # deficit or a forced report goes before it.
             return False
