@@ -102,12 +102,14 @@ def describe_instances(emu: DescribeState, p: dict[str, Any]) -> dict[str, Any]:
     check_filters(filters, INSTANCE_FILTERS)
     ids = id_list(p, "InstanceIds")
     now = emu.clock.now()
-    listed = {k: i for k, i in emu.instances.items() if emu.unlisted.get(k, now) <= now}
+    by_id = None if ids else next((v for n, v in filters if n == "instance-id"), None)
+    # Only the instances asked for, when named or filtered by id (not a pass over all of them per call).
+    asked = emu.instances.keys() if not ids and not by_id else (ids or by_id or ())
+    listed = {k: emu.instances[k] for k in asked if k in emu.instances and emu.unlisted.get(k, now) <= now}
     cands: Iterable[Instance]
     if ids:
         cands = named(listed, ids, "Instance")
     else:
-        by_id = next((v for n, v in filters if n == "instance-id"), None)
         cands = [listed[i] for i in by_id if i in listed] if by_id else listed.values()
     items = [i for i in cands if not filters or matches(i, filters, INSTANCE_FILTERS, tags_of)]
     page, nxt = paginate(items, p, ids_key="InstanceIds")

@@ -52,7 +52,9 @@ def matches(
 
 
 def value_match(have: str, wanted: list[str]) -> bool:
-    return any(w == have or (("*" in w or "?" in w) and fnmatch.fnmatchcase(have, w)) for w in wanted)
+    # An exact value first (``in`` runs in C: a filter of 100 instance ids, as the
+    # allocator's chunks, is checked once per resource), then the wildcards.
+    return have in wanted or any(("*" in w or "?" in w) and fnmatch.fnmatchcase(have, w) for w in wanted)
 
 
 def check_filters(filters: list[tuple[str, list[str]]], getters: Mapping[str, Getter]) -> None:

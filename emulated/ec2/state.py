@@ -8,6 +8,7 @@ all serve the same shapes.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -209,5 +210,7 @@ class Instance:
     """(network card, device index) → ENI id, for every attachment in any state."""
 
 
+@functools.lru_cache(maxsize=1 << 18)
 def dns(ip: str) -> str:
+    """The private DNS name of ``ip`` (cached: every Describe renders it again for each address)."""
     return "ip-" + ip.replace(".", "-") + ".ec2.internal"
