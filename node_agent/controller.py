@@ -65,18 +65,6 @@ NEXT_DUE_MARGIN_S = 1e-6
 """How much earlier than its exact deadline :meth:`PoolController.next_due` answers."""
 
 
-OFFER_ANSWER_WAIT_S = 0.0
-"""Off (0 s). While the newest report with offers had no answer and the node was short, the
-next retry or heartbeat was to wait up to this long for it, so that answers slower than the
-agent's retries would not supersede every hand-back (hostile review of step 6, finding 5: with
-no room to assign new addresses, an offered address never came back and the pod waited for
-ever). 10 s was itself a bound on answer latency (a second review); 60 s held back the retries
-that repeat an unassign whose invocation died (seeds 112, 937, 986 leaked); 30 s made a rebuilt
-agent's hand-back round trip miss its 60 s in tests/integration/test_agent_rebuild.py under
-load, untraced. So it is off, and finding 5 is open (strict xfails in
-tests/unit/test_agent_step6_review.py and test_agent_step6_review2.py)."""
-
-
 class AttachedEni(NamedTuple):
     """One ENI as IMDS shows it."""
 
@@ -212,9 +200,6 @@ class PoolController:
         self._window_until: float | None = None
         """Monotonic end of the window after a checkpoint loss (:meth:`_forget_offers`)."""
         self._force = False
-        self._awaiting: tuple[int, float] | None = None
-        """(seq, steady time sent) of the newest report with offers while it has no answer
-        (:data:`OFFER_ANSWER_WAIT_S`)."""
         self.clock_ahead = clock_ahead
         """An upper bound of how far this node's clock is ahead of AWS's (seconds; negative: at
         least that far behind; the agent measures it from SQS's answers,
@@ -749,14 +734,6 @@ class PoolController:
             return False
         if self._force:
             return True
-        if (
-            self._awaiting is not None
-            and (pending > 0 or delta.low)  # a hand-back is the likely answer only when short
-            and 0 <= self._steady(now) - self._awaiting[1] < OFFER_ANSWER_WAIT_S
-        ):
-            # The answer to the newest offer first (it may hand the addresses back); only a new
-            # deficit or a forced report goes before it.
-            return False
         if since >= self.timing.heartbeat_s:
             return True
         if self._steady(now) < self._not_before:
@@ -800,7 +777,6 @@ class PoolController:
         for o in report.release:
             for x in (*o.ips, *o.prefixes):
                 self._offered_upto[x] = seq
-        self._awaiting = (seq, self._steady(now)) if report.release else None
         if len(self._offered_upto) > 4 * MAX_OFFER_MEMORY:
             quarantined = {x for ips, pfx in self.ds.quarantined().values() for x in (*ips, *pfx)}
             self._offered_upto = {k: v for k, v in self._offered_upto.items() if k in quarantined}
@@ -842,9 +818,8 @@ class PoolController:
         return n
 
     def retry_soon(self) -> None:
-        """The last report could not be sent: send one on the next tick (no answer to wait for)."""
+        """The last report could not be sent: send one on the next tick."""
         self._force = True
-        self._awaiting = None
 
     # --- results -----------------------------------------------------------------------
 
@@ -860,8 +835,6 @@ class PoolController:
         if result.in_reply_to > self.last_seq:
             self.stats.results_rejected += 1
             return [f"result replies to seq {result.in_reply_to} never sent (last {self.last_seq}): ignored"]
-        if self._awaiting is not None and result.in_reply_to >= self._awaiting[0]:
-            self._awaiting = None
         notes: list[str] = []
         view = self._view()
         released_here: set[str] = set()

@@ -244,16 +244,13 @@ def test_a_step_of_the_nodes_clock_moves_its_wall_clock_not_its_agents_monotonic
 def test_the_simulation_finds_the_early_take_back_with_the_fix_reverted(monkeypatch: pytest.MonkeyPatch) -> None:
     """The node's monotonic reading stepped with its wall clock: the simulation before the fix.
     Step 6 as it was too: an offer now renewed at the timeout is never taken back, so an early
-    timeout no longer gives the allocator a pooled address to unassign (``_take_back_as_before``),
-    and no wait for an offer's answer (``OFFER_ANSWER_WAIT_S``, which shifts this run's reports)."""
-    from node_agent import controller
+    timeout no longer gives the allocator a pooled address to unassign (``_take_back_as_before``)."""
     from node_agent.controller import PoolController
     from simulation.node import SkewedClock
     from tests.sim.test_undocumented_rows import _take_back_as_before
 
     monkeypatch.setattr(SkewedClock, "monotonic", SkewedClock.now)
     monkeypatch.setattr(PoolController, "_listed_at_timeout", _take_back_as_before)
-    monkeypatch.setattr(controller, "OFFER_ANSWER_WAIT_S", 0.0)
     r = run_seed(478, keep=CLOCK_STEP_KEEP, shrink=False)
     assert [v["invariant"] for v in r.violations] == ["released-not-offered"]
     assert "10.0.0.14 from n2" in r.violations[0]["detail"]

@@ -32,7 +32,6 @@ def offered_handed_back_then_taken_off(
     listed, is taken off as released (as of the newest report) and seen absent. Returns H."""
     ds, ctl, s1 = offered_x(cp, imds, t0)
     handback = result(s1.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]})
-    # the next report waits for S1's answer up to the offer-age ceiling (OFFER_ANSWER_WAIT_S)
     later = [r for t in range(62, 130) for r in ctl.tick(t0 + t)]
     assert later and all(X in r.release[0].ips for r in later)
     listed(imds, "10.0.0.11")

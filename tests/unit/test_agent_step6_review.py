@@ -4,11 +4,12 @@ sequence of world events that breaks the claim (docs/safety.md) or leaves an add
 use for good: the real :class:`PoolController`, :class:`Datastore`, :class:`ReleaseBook`
 and planner in virtual time, IMDS as a fake that lags or regresses as a seed could draw it.
 
-Every test here failed on f84d583 (each asserts what the design promises). 3, 4 and 5 are
-fixed (``node_agent/controller.py``: one datastore batch over the adding and the holding;
-``_known_keys`` leaves out a held ENI's addresses; :data:`OFFER_ANSWER_WAIT_S`). 1, 2 and 6
-are open, strict xfails: 1 and 2 need a checkpoint loss and are not drawn by the simulation
-(its agent never rebuilds), 6 is the leak ``DROPPED_ON_A_READ_BEFORE_THE_GRANT`` pins in
+Every test here failed on f84d583 (each asserts what the design promises). 3 and 4 are fixed
+(``node_agent/controller.py``: one datastore batch over the adding and the holding;
+``_known_keys`` leaves out a held ENI's addresses). 1, 2, 5 and 6 are open, strict xfails: 1
+and 2 need a checkpoint loss and a regressed read at the right moments, which the simulation
+does not draw together; 5's fix, a wait for the answer, was tried and removed
+(docs/reliability.md); 6 is the leak ``DROPPED_ON_A_READ_BEFORE_THE_GRANT`` pins in
 tests/sim/test_undocumented_rows.py.
 
 1. after a checkpoint loss, a regressed read past the rebuild window (a time bound on
@@ -222,7 +223,9 @@ def handbacks_with_latency(latency: float, rounds: int = 20) -> tuple[Datastore,
     return ds, ctl, t
 
 
-@open_finding("open: answers slower than retries supersede every hand-back (OFFER_ANSWER_WAIT_S is off)")
+@open_finding(
+    "open: answers slower than retries supersede every hand-back (a wait for the answer was tried and removed)"
+)
 def test_answers_slower_than_retry_never_give_an_offered_address_back() -> None:
     # X offered; then a pod needs it and the subnet has no room (the allocator can only hand
     # back). Every answer arrives 6 s after its report; the agent reported every retry_s (5 s)
