@@ -101,6 +101,9 @@ class Containerd:
     netns: str
     """A name under /var/run/netns (``ip netns``)."""
     image_ref: str = IMAGE_REF
+    mount_ns: str = ""
+    """A mount namespace (a path ``nsenter --mount`` takes) to run in, '' for this process's:
+    a node whose host paths are its own on a machine with several (the e2e tier's second kubelet)."""
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = field(init=False)
 
@@ -111,6 +114,11 @@ class Containerd:
     @property
     def socket(self) -> str:
         return str(self.base / "c.sock")
+
+    def enter(self) -> list[str]:
+        """The command prefix that runs a program where this containerd runs (its namespaces)."""
+        mount = [f"--mount={self.mount_ns}"] if self.mount_ns else []
+        return ["nsenter", *mount, f"--net=/var/run/netns/{self.netns}"]
 
     @property
     def cni_bin(self) -> Path:
@@ -184,8 +192,7 @@ state = "{b / "state"}"
         try:
             self.proc = subprocess.Popen(
                 [
-                    "nsenter",
-                    f"--net=/var/run/netns/{self.netns}",
+                    *self.enter(),
                     "containerd",
                     "--config",
                     str(self.base / "config.toml"),
@@ -224,12 +231,12 @@ state = "{b / "state"}"
         env: Mapping[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """``ctr -a SOCKET -n NAMESPACE ARGS``, run in the node's namespace like containerd."""
-        cmd = ["nsenter", f"--net=/var/run/netns/{self.netns}", "ctr", "-a", self.socket, "-n", namespace, *args]
+        cmd = [*self.enter(), "ctr", "-a", self.socket, "-n", namespace, *args]
         r = subprocess.run(
             cmd, capture_output=True, text=True, timeout=timeout, check=False, env={**os.environ, **(env or {})}
         )
         if check and r.returncode != 0:
-            raise RuntimeError_(f"{' '.join(cmd[2:])}: {(r.stderr or r.stdout).strip()}")
+            raise RuntimeError_(f"{' '.join(cmd[len(self.enter()) :])}: {(r.stderr or r.stdout).strip()}")
         return r
 
     def import_image(self, tarball: Path, namespace: str = K8S_NAMESPACE) -> None:

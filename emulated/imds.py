@@ -188,6 +188,24 @@ class Imds:
         return [payload]
 
 
+class ImdsBySource:
+    """IMDS as an instance reaches it at ``169.254.169.254``, with no instance in the path: the
+    instance is the one whose address the request comes from (``instance_of``; None answers 404).
+    The e2e tier's nodes share one DaemonSet and so one configuration: each node's network
+    translates ``169.254.169.254:80`` to this server, as EC2 answers each instance its own."""
+
+    def __init__(self, imds: Imds, instance_of: Callable[[str], str | None]) -> None:
+        self.imds = imds
+        self.instance_of = instance_of
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        iid = self.instance_of(str(environ.get("REMOTE_ADDR", "")))
+        if iid is None:
+            start_response("404 Not Found", [("Content-Type", "text/plain"), ("Content-Length", "9")])
+            return [b"Not Found"]
+        return self.imds({**environ, "PATH_INFO": f"/{iid}{environ.get('PATH_INFO', '')}"}, start_response)
+
+
 def make_app(emu: Ec2Emulator, signer: IdentitySigner | None = None) -> Imds:
     """The IMDS WSGI app for every instance of ``emu`` (mount it under any prefix,
     passing the rest of the path as ``PATH_INFO``); identity documents are signed

@@ -1,6 +1,6 @@
-"""The e2e tier's Kubernetes: a control plane and one kubelet, built from source.
+"""The e2e tier's Kubernetes: a control plane and one kubelet a node, built from source.
 
-One node, as on EC2: the node is a network namespace (the instance) whose ENIs
+Each node, as on EC2: the node is a network namespace (the instance) whose ENIs
 the demo's hypervisor plugs as the local stack's emulated EC2 attaches them;
 containerd (Debian's) and the kubelet run inside it, so the DaemonSet's
 ``hostNetwork`` pods (the agent and its init container) live in the node's
@@ -11,8 +11,13 @@ stand-in for the VPC path to the EKS endpoint and to the AWS APIs).
 
 Host paths the DaemonSet mounts (``/opt/cni/bin``, ``/etc/cni/net.d``,
 ``/opt/warmpool``, ``/var/lib/warmpool``, ``/run/warmpool``, and read-only the
-kubelet's config directories) are this machine's:
-one node per machine, and they are removed on teardown when this run made them.
+kubelet's config directories) are this machine's for the first node, removed on
+teardown when this run made them. Every further node's containerd and kubelet
+run in a mount namespace of their own where directories of the run stand over
+those paths, so each node has its own CNI directories, checkpoint and socket, as
+separate machines have. Each node reaches IMDS at ``169.254.169.254``, which its
+network translates to one server answering each node for its own instance (by
+the request's source address), so the one DaemonSet configuration serves all.
 
 The binaries come from ``e2e/build-kubernetes.sh`` (cached by version), the agent
 image from ``e2e/build-images.sh`` (the repository's Dockerfile, via Buildah), the
@@ -50,6 +55,7 @@ HOST_ADDR = "10.0.255.253"
 NODE_ADDR = "10.0.255.254"
 HOST_LINK, NODE_LINK = "wpe2e-h0", "wpe2e-n0"
 NODE_NAME = "e2e-node-0"
+IMDS_ADDR = "169.254.169.254"
 CLUSTER = "e2e"
 INSTANCE_TYPE = "m5.large"
 TOKEN = "warmpool-e2e-admin-token"
@@ -208,10 +214,60 @@ def _wait(what: str, ok: Any, timeout_s: float, procs: Sequence[Proc] = (), inte
 
 
 @dataclass
+class KubeNode:
+    """One node: its instance, network namespace, link to this host, containerd and kubelet.
+    Node 0 uses this machine's host paths; every other node its own (the module's docstring)."""
+
+    index: int
+    instance_id: str
+    ns: str
+    kdir: Path
+    mount_ns: str = ""
+    """'' for node 0; else the file holding the node's mount namespace."""
+    containerd: Any = None
+
+    @property
+    def name(self) -> str:
+        return f"e2e-node-{self.index}"
+
+    @property
+    def host_addr(self) -> str:
+        """This host's end of the node's /30 (node 0: HOST_ADDR, the address everything listens on)."""
+        return f"10.0.255.{253 - 4 * self.index}"
+
+    @property
+    def node_addr(self) -> str:
+        return f"10.0.255.{254 - 4 * self.index}"
+
+    @property
+    def links(self) -> tuple[str, str]:
+        return f"wpe2e-h{self.index}", f"wpe2e-n{self.index}"
+
+    @property
+    def kubelet(self) -> str:
+        """Its kubelet's name in KubeCluster.procs (node 0's is "kubelet", as the tests have it)."""
+        return "kubelet" if self.index == 0 else f"kubelet-{self.index}"
+
+    def enter(self) -> list[str]:
+        """The prefix that runs a program on the node (its network, and its mount namespace)."""
+        mount = [f"--mount={self.mount_ns}"] if self.mount_ns else []
+        return ["nsenter", *mount, f"--net=/var/run/netns/{self.ns}"]
+
+    def host_path(self, path: str) -> str:
+        """A path of the node's mount namespace as this process opens it (a sandbox's netns pin)."""
+        if not self.mount_ns or self.containerd is None or self.containerd.proc is None:
+            return path
+        return f"/proc/{self.containerd.proc.pid}/root{path}"
+
+
+@dataclass
 class KubeCluster:
     base: Path
     bin_dir: Path
     agent_archive: Path
+    node_count: int = 1
+    nodes: list[KubeNode] = field(default_factory=list)
+    imds_server: Any = None
     procs: dict[str, Proc] = field(default_factory=dict)
     demo: Any = None
     stack: Any = None
@@ -253,7 +309,7 @@ class KubeCluster:
         return str(self.demo.nodes[0].instance_id)
 
     def in_node(self, *argv: str) -> list[str]:
-        return ["nsenter", f"--net=/var/run/netns/{self.node_ns}", *argv]
+        return [*self.nodes[0].enter(), *argv]
 
     def node_ready(self) -> bool:
         node = self.get("node", NODE_NAME)
@@ -285,8 +341,10 @@ class KubeCluster:
         self._control_plane()
         self.timings["control_plane_s"] = time.monotonic() - t0
         t1 = time.monotonic()
-        self._containerd()
-        self._kubelet()
+        self._host_paths()
+        for node in self.nodes:
+            self._containerd(node)
+            self._kubelet(node)
         self.timings["node_s"] = time.monotonic() - t1
 
     def _network_and_stack(self) -> None:
@@ -298,17 +356,25 @@ class KubeCluster:
 
         d = Demo(
             DemoOptions(
-                nodes=1, pods_per_node=0, live=False, runtime="containerd", instance_type=INSTANCE_TYPE, cluster=CLUSTER
+                nodes=self.node_count,
+                pods_per_node=0,
+                live=False,
+                runtime="containerd",
+                instance_type=INSTANCE_TYPE,
+                cluster=CLUSTER,
             )
         )
         d.run_dir = self.base / "run"
         d.run_dir.mkdir(parents=True, exist_ok=True)
         self.demo = d
-        # The host's end of the node's link to the control plane and the AWS endpoint.
-        _run(["ip", "link", "del", HOST_LINK], check=False)
-        _run(["ip", "link", "add", HOST_LINK, "type", "veth", "peer", "name", NODE_LINK])
-        _run(["ip", "addr", "add", f"{HOST_ADDR}/30", "dev", HOST_LINK])
-        _run(["ip", "link", "set", HOST_LINK, "up"])
+        # The host's end of each node's link to the control plane and the AWS endpoint (node 0's
+        # holds HOST_ADDR, where the local stack listens).
+        for k in range(self.node_count):
+            h, n = KubeNode(k, "", "", self.base).links
+            _run(["ip", "link", "del", h], check=False)
+            _run(["ip", "link", "add", h, "type", "veth", "peer", "name", n])
+            _run(["ip", "addr", "add", f"{KubeNode(k, '', '', self.base).host_addr}/30", "dev", h])
+            _run(["ip", "link", "set", h, "up"])
         if self.cluster_dns:
             from tests.e2e.dnsstub import DnsStub
 
@@ -333,18 +399,55 @@ class KubeCluster:
         d.hv.start()
         self.stack.ec2.on_attach(d._on_attach)
         self.stack.ec2.on_detach(d._on_detach)
-        d._add_node(0)
-        node = d.nodes[0]
-        _run(["ip", "link", "set", NODE_LINK, "netns", node.ns])
-        _run(["ip", "-n", node.ns, "addr", "add", f"{NODE_ADDR}/30", "dev", NODE_LINK])
-        _run(["ip", "-n", node.ns, "link", "set", NODE_LINK, "up"])
-        _run(["ip", "-n", node.ns, "link", "set", "lo", "up"])
+        from emulated.ec2.http import Server
+        from emulated.imds import ImdsBySource
+
+        by_source: dict[str, str] = {}
+        self.imds_server = Server(ImdsBySource(self.stack.router.imds, by_source.get), HOST_ADDR, 0)
+        for k in range(self.node_count):
+            d._add_node(k)
+            made = d.nodes[k]
+            node = KubeNode(k, str(made.instance_id), str(made.ns), self.base / f"kubelet-{k}")
+            self.nodes.append(node)
+            self._link(node)
+            by_source[node.node_addr] = node.instance_id
         _run(["ip", "route", "replace", VPC_CIDR, "via", NODE_ADDR, "dev", HOST_LINK])
         import threading
 
         d._sync_thread = threading.Thread(target=d._sync_loop, name="e2e-hypervisor", daemon=True)
         d._sync_thread.start()
-        assert names.cluster_tag_key(CLUSTER) and nx.node_ns(0) == node.ns
+        assert names.cluster_tag_key(CLUSTER) and nx.node_ns(0) == self.nodes[0].ns
+
+    def _link(self, node: KubeNode) -> None:
+        """The node's link to this host (the control plane, the AWS endpoint) and its IMDS."""
+        n = node.links[1]
+        _run(["ip", "link", "set", n, "netns", node.ns])
+        _run(["ip", "-n", node.ns, "addr", "add", f"{node.node_addr}/30", "dev", n])
+        _run(["ip", "-n", node.ns, "link", "set", n, "up"])
+        _run(["ip", "-n", node.ns, "link", "set", "lo", "up"])
+        if node.host_addr != HOST_ADDR:
+            _run(["ip", "-n", node.ns, "route", "replace", f"{HOST_ADDR}/32", "via", node.host_addr, "dev", n])
+        # IMDS where it is on EC2: translated to the server that answers by source address. The
+        # source is set to the node's end of its link (routing chose it for 169.254.169.254, the
+        # primary ENI's, whose replies the host would send to the VPC).
+        imds = f"{HOST_ADDR}:{self.imds_server.port}"
+        for rule in (
+            ["OUTPUT", "-d", f"{IMDS_ADDR}/32", "-p", "tcp", "--dport", "80", "-j", "DNAT", "--to-destination", imds],
+            [
+                "POSTROUTING",
+                "-d",
+                f"{HOST_ADDR}/32",
+                "-p",
+                "tcp",
+                "--dport",
+                str(self.imds_server.port),
+                "-j",
+                "SNAT",
+                "--to-source",
+                node.node_addr,
+            ],
+        ):
+            _run([*node.enter(), "iptables", "-t", "nat", "-A", *rule])
 
     def _certs(self) -> dict[str, Path]:
         pki = self.base / "pki"
@@ -542,8 +645,10 @@ class KubeCluster:
             logs / "kube-scheduler.log",
         ).start()
 
-    def _containerd(self) -> None:
-        from demo.runtime_image import build_image
+    def _host_paths(self) -> None:
+        """The DaemonSet's host paths: this machine's for node 0 (made if missing, removed after),
+        directories of the run over them in a mount namespace of its own for every other node."""
+        from demo.runtime_containerd import cni_plugin
 
         for p in HOST_PATHS:
             top = Path(p)
@@ -553,29 +658,56 @@ class KubeCluster:
                 os.makedirs(p)
                 self.made_paths.append(str(top))
         # What a node's AMI has in the CNI directory: the reference loopback plugin.
-        from demo.runtime_containerd import cni_plugin
-
         lo = cni_plugin("loopback")
         if lo is not None and not os.path.exists("/opt/cni/bin/loopback"):
             shutil.copy(lo, "/opt/cni/bin/loopback")
             self.made_paths.append("/opt/cni/bin/loopback")
-        c = NodeContainerd(self.base / "containerd", self.node_ns)
+        others = [n for n in self.nodes if n.index > 0]
+        if not others:
+            return
+        # A mount namespace is kept by bind-mounting its file, on a mount that is not shared.
+        holder = self.base / "mntns"
+        holder.mkdir(exist_ok=True)
+        _run(["mount", "--bind", str(holder), str(holder)])
+        _run(["mount", "--make-private", str(holder)])
+        for node in others:
+            root = self.base / f"host-{node.index}"
+            binds = []
+            for p in HOST_PATHS:
+                (root / p.lstrip("/")).mkdir(parents=True, exist_ok=True)
+                binds.append(f"mount --bind {root / p.lstrip('/')} {p}")
+            if lo is not None:
+                shutil.copy(lo, root / "opt/cni/bin/loopback")
+            ns_file = holder / f"node-{node.index}"
+            ns_file.touch()
+            # Shared inside the namespace (the kubelet's HostToContainer mounts), private to it.
+            script = " && ".join(["mount --make-rshared /", *binds])
+            _run(["unshare", f"--mount={ns_file}", "--propagation", "unchanged", "sh", "-c", script])
+            node.mount_ns = str(ns_file)
+
+    def _containerd(self, node: KubeNode) -> None:
+        from demo.runtime_image import build_image
+
+        c = NodeContainerd(self.base / f"containerd-{node.index}", node.ns)
+        c.mount_ns = node.mount_ns
         c.start()
-        self.containerd = c
+        node.containerd = c
+        if node.index == 0:
+            self.containerd = c
         busybox = build_image(self.base / "busybox-oci.tar")
         c.import_image(busybox)
         c.import_image(self.agent_archive)
 
-    def _kubelet(self) -> None:
+    def _kubelet(self, node: KubeNode) -> None:
         from demo.host import console_script
 
         max_pods = _run([console_script("warmpool"), "max-pods", "--instance-type", INSTANCE_TYPE]).stdout.strip()
-        kdir = self.base / "kubelet"
+        kdir = node.kdir
         kdir.mkdir(exist_ok=True)
         config = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
-            "address": NODE_ADDR,
+            "address": node.node_addr,
             "port": _free_port(),
             "readOnlyPort": 0,
             "healthzPort": 0,
@@ -586,7 +718,7 @@ class KubeCluster:
             "enforceNodeAllocatable": [],
             "failCgroupV1": False,
             "failSwapOn": False,
-            "containerRuntimeEndpoint": f"unix://{self.containerd.socket}",
+            "containerRuntimeEndpoint": f"unix://{node.containerd.socket}",
             "maxPods": int(max_pods),
             "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
             "imageGCHighThresholdPercent": 100,
@@ -603,13 +735,16 @@ class KubeCluster:
         if self.cluster_dns:
             config.update({"clusterDNS": [CLUSTER_DNS_IP], "clusterDomain": "cluster.local"})
         (kdir / "config.yaml").write_text(yaml.safe_dump(config))
-        self.kubelet_config = config
+        if node.index == 0:
+            self.kubelet_config = config
         node_kubeconfig = kdir / "kubeconfig"
         server = yaml.safe_load(self.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
         self._write_kubeconfig(node_kubeconfig, server, self.base / "pki/ca.crt")
-        self.procs["kubelet"] = Proc(
-            "kubelet",
-            self.in_node(
+        iid = node.instance_id
+        self.procs[node.kubelet] = Proc(
+            node.kubelet,
+            [
+                *node.enter(),
                 str(self.bin_dir / "kubelet"),
                 "--config",
                 str(kdir / "config.yaml"),
@@ -618,20 +753,22 @@ class KubeCluster:
                 "--root-dir",
                 str(kdir / "root"),
                 "--hostname-override",
-                NODE_NAME,
+                node.name,
                 "--node-ip",
-                NODE_ADDR,
+                node.node_addr,
                 "--node-labels",
                 "warmpool.io/enabled=true",
                 # What an EKS node's spec.providerID is (scripts/move-node.sh reads the instance from it)
                 "--provider-id",
-                f"aws:///{self.stack.ec2.instances[self.instance_id].az}/{self.instance_id}",
+                f"aws:///{self.stack.ec2.instances[iid].az}/{iid}",
                 "--v",
                 "2",
-            ),
-            self.base / "logs/kubelet.log",
+            ],
+            self.base / f"logs/{node.kubelet}.log",
         ).start()
-        _wait("the node to register", lambda: self.get("node", NODE_NAME), 120, [self.procs["kubelet"]], interval=1.0)
+        _wait(
+            "the node to register", lambda: self.get("node", node.name), 120, [self.procs[node.kubelet]], interval=1.0
+        )
 
     def _resolv_conf(self, kdir: Path) -> str:
         """The node's resolver: this machine's, or (cold start) the stub standing in for the VPC's."""
@@ -645,8 +782,9 @@ class KubeCluster:
 
     def manifests(self, image: str, agent_env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
         """The project's manifests, rendered from the local stack's outputs as a user renders
-        them from `cdk deploy`'s, plus what a real node gets from EC2 and Pod Identity
-        (its IMDS, credentials) and what the local stack needs (its endpoint), in the config map."""
+        them from `cdk deploy`'s, plus what a real node gets from Pod Identity (credentials) and
+        what the local stack needs (its endpoint), in the config map. IMDS is where it is on EC2
+        (each node's network translates it to the emulated one)."""
         from demo.run import DEFAULT_AGENT_ENV
         from infra.render_manifests import render
         from warmpool import names
@@ -658,7 +796,6 @@ class KubeCluster:
                 d["data"].update({k: v for k, v in DEFAULT_AGENT_ENV.items()})
                 d["data"].update(
                     {
-                        "AWS_EC2_METADATA_SERVICE_ENDPOINT": f"{out['imds_base']}/{self.instance_id}",
                         "AWS_ACCESS_KEY_ID": "testing",
                         "AWS_SECRET_ACCESS_KEY": "testing",
                         "AWS_DEFAULT_REGION": out["region"],
@@ -687,7 +824,8 @@ class KubeCluster:
         """A second agent image: the built one with a label and an env var changed
         (Buildah), imported into the node's containerd; returns its reference."""
         ref = agent_variant(self.base, tag, revision)
-        self.containerd.import_image(self.base / f"agent-{tag}.oci.tar")
+        for node in self.nodes:
+            node.containerd.import_image(self.base / f"agent-{tag}.oci.tar")
         return ref
 
     # ---- teardown
@@ -696,15 +834,54 @@ class KubeCluster:
         """The kubelet first (it would restart what goes away), then every sandbox through CRI
         while the agent's container still answers the plugin's DELs (workload pods before the
         agent's), then containerd, the control plane, the node and what this run made."""
-        if "kubelet" in self.procs:
-            self.procs["kubelet"].stop()
+        for node in self.nodes:
+            if node.kubelet in self.procs:
+                self.procs[node.kubelet].stop()
+        for node in reversed(self.nodes):  # node 0's last: what a test left of it on this machine
+            self._stop_node(node)
+        for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+            if name in self.procs:
+                self.procs[name].stop()
+        if self.imds_server is not None:
+            self.imds_server.close()
+        if self.demo is not None:
+            self.demo.teardown()
+        if self.resolver is not None:
+            self.resolver.close()
+        for node in self.nodes:
+            _run(["ip", "link", "del", node.links[0]], check=False)
+        for node in self.nodes:
+            if node.mount_ns:
+                _run(["umount", node.mount_ns], check=False)
+        if any(n.mount_ns for n in self.nodes):
+            _run(["umount", str(self.base / "mntns")], check=False)
+        self._remove_made()
+        from demo.runtime_containerd import remove_default_state, unmount_under
+
+        unmount_under(self.base)
+        remove_default_state()
+
+    def _remove_made(self) -> None:
+        """What this run made on this machine (node 0's host paths), and what the agent left."""
+        for p in reversed(self.made_paths):
+            if os.path.isdir(p):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(p)
+        for f in INSTALLED_FILES:  # what the init container wrote where the directories were already here
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f)
+        _clear_node_state()
+
+    def _stop_node(self, node: KubeNode) -> None:
         pins: list[str] = []
-        if self.containerd is not None:
+        if node.containerd is not None:
             from demo.runtime_containerd import remove_pin
             from demo.runtime_cri import CriClient
 
             with contextlib.suppress(Exception):
-                cri = CriClient(self.containerd.socket, timeout_s=30)
+                cri = CriClient(node.containerd.socket, timeout_s=30)
                 ids = cri.list_pod_sandbox_ids()
                 status = {}
                 for sb in ids:
@@ -717,31 +894,9 @@ class KubeCluster:
                         cri.stop_pod_sandbox(sb)
                         cri.remove_pod_sandbox(sb)
                 cri.close()
-            self.containerd.stop()
-            for pin in pins:  # what a sandbox removal could not take with it
+            node.containerd.stop()
+            for pin in pins:  # what a sandbox removal could not take with it (where this process sees it)
                 remove_pin(pin)
-        for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
-            if name in self.procs:
-                self.procs[name].stop()
-        if self.demo is not None:
-            self.demo.teardown()
-        if self.resolver is not None:
-            self.resolver.close()
-        _run(["ip", "link", "del", HOST_LINK], check=False)
-        for p in reversed(self.made_paths):
-            if os.path.isdir(p):
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(p)
-        for f in INSTALLED_FILES:  # what the init container wrote where the directories were already here
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f)
-        _clear_node_state()
-        from demo.runtime_containerd import remove_default_state, unmount_under
-
-        unmount_under(self.base)
-        remove_default_state()
 
 
 def _clear_node_state() -> None:
@@ -797,7 +952,7 @@ def kubectl_binary() -> str:
 
 
 @contextlib.contextmanager
-def kube_cluster(*, cluster_dns: bool = False) -> Iterator[KubeCluster]:
+def kube_cluster(*, cluster_dns: bool = False, nodes: int = 1) -> Iterator[KubeCluster]:
     """Build (or take from the cache) everything, start the cluster, tear it all down after."""
     from demo.host import single_run_lock
 
@@ -810,7 +965,7 @@ def kube_cluster(*, cluster_dns: bool = False) -> Iterator[KubeCluster]:
     archive = agent_image(base)
     t_image = time.monotonic() - t1
     with single_run_lock(wait_s=600):
-        c = KubeCluster(base, bin_dir, archive, cluster_dns=cluster_dns)
+        c = KubeCluster(base, bin_dir, archive, node_count=nodes, cluster_dns=cluster_dns)
         c.timings.update({"binaries_s": t_bins, "agent_image_s": t_image})
         try:
             c.start()

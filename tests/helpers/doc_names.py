@@ -277,6 +277,7 @@ CGI_KEYS = {
     "SERVER_NAME",
     "SERVER_PORT",
     "SERVER_PROTOCOL",
+    "REMOTE_ADDR",
 }
 """The WSGI environ's CGI keys (PEP 3333), and ``HTTP_*``: an HTTP request's, not the process's."""
 

@@ -123,3 +123,23 @@ def test_other_instances_and_unknown_ones(env: Env) -> None:
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req)
     assert e.value.code == 404
+
+
+def test_imds_by_source_answers_each_instance_for_itself_and_no_one_else(env: Env) -> None:
+    """The e2e tier's IMDS at 169.254.169.254 (emulated.imds.ImdsBySource): no instance in the
+    path, the request's source address says which instance asks; an unknown source gets 404,
+    and a token is only good for the instance it was issued to."""
+    from emulated.ec2.http import Server
+    from emulated.imds import ImdsBySource
+
+    other = env.emu.run_instance("m5.large", subnet_id=env.subnet)
+    whose = {"127.0.0.1": env.instance}
+    with Server(ImdsBySource(env.imds, whose.get), "127.0.0.1", 0) as srv:
+        by_source = Env(env.emu, env.clock, env.imds, srv.url, env.instance, env.subnet)
+        token = _token(by_source)
+        assert _get(by_source, "instance-id", token) == (200, env.instance)
+        whose["127.0.0.1"] = other  # the same address now stands for another instance
+        assert _get(by_source, "instance-id", token)[0] == 401  # the token was the first one's
+        assert _get(by_source, "instance-id", _token(by_source)) == (200, other)
+        whose.clear()
+        assert _get(by_source, "instance-id", token)[0] == 404
