@@ -150,7 +150,7 @@ coverage-total: $(STAMP)
 	@echo "== coverage of the tiers run together (every package): $$($(BIN)/python -m coverage report \
 	  --data-file=$(COVERAGE_DIR).all --format=total)%"
 
-demo: $(STAMP) system-deps
+demo: $(STAMP) system-deps e2e-deps
 	$(BIN)/warmpool demo
 
 bench-planner: $(STAMP)

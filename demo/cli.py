@@ -70,10 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-netns", action="store_true", help="run without network namespaces")
     p.add_argument(
         "--runtime",
-        choices=("auto", "containerd", "netns"),
+        choices=("auto", "kubelet", "sandbox", "containerd", "netns"),
         default=d.runtime,
-        help="who makes the pods: containerd sandboxes through CRI, or bare namespaces "
-        "(default auto: containerd when installed)",
+        help="who makes the pods: kubelets of a control plane built here (the DaemonSet from the agent "
+        "image), containerd sandboxes through CRI, or bare namespaces; sandbox: containerd when it runs "
+        "here, else namespaces (default auto: the kubelets when they can run here, else as sandbox)",
     )
     p.add_argument("--no-live", action="store_true", help="no live status line")
     return p
@@ -128,10 +129,32 @@ def signals_to(handler: Callable[[int], None]) -> Iterator[None]:
             signal.signal(s, h)
 
 
+def _on_kubelet(opts: DemoOptions) -> tuple[bool | str, str]:
+    """Whether this run is on the kubelets (True) or on sandboxes (False; under ``auto``, with
+    the note that says why), or the error when it cannot run as asked."""
+    from demo import on_kubelet
+
+    if opts.runtime not in ("auto", "kubelet"):
+        if opts.runtime == "sandbox":
+            opts.runtime = "auto"  # the Demo's own auto: containerd, else bare namespaces
+        return False, ""
+    why = "--no-netns" if opts.netns is False else (on_kubelet.support() or on_kubelet.check_options(opts))
+    if why is None:
+        return True, ""
+    if opts.runtime == "kubelet":
+        return f"--runtime kubelet: the kubelets cannot run here ({why})", ""
+    opts.runtime = "auto"
+    return False, f"the kubelets cannot run here ({why}): the pods are made without Kubernetes"
+
+
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     opts = options_from_args(argv)
+    kubelet, note = _on_kubelet(opts)
     demo = Demo(opts)
+    if note:
+        demo.notes.append(note)
+        demo.say(f"warmpool demo: {note}")
     status = 0
     out = sys.stdout  # the functions' output is redirected while they run; the report comes here
 
@@ -140,11 +163,20 @@ def main(argv: list[str]) -> int:
             sys.stderr.write(f"\nwarmpool demo: {signal.Signals(signum).name}, stopping and cleaning up\n")
         demo.stop.set()
 
+    if isinstance(kubelet, str):
+        sys.stderr.write(f"warmpool demo: {kubelet}\n")
+        return 1
+    if kubelet:
+        from demo.on_kubelet import KubeletDemo
+
+        run: Callable[[], dict[str, Any]] = KubeletDemo(opts, sys.stderr, demo.stop).run
+    else:
+        run = demo.run
     try:
         lock_wait = float(os.environ.get("WARMPOOL_DEMO_LOCK_WAIT_S", "0") or 0)
         with host.single_run_lock(lock_wait), signals_to(on_signal):
             try:
-                report = demo.run()
+                report = run()
             except Interrupted:
                 status = 130
             except Exception as e:

@@ -137,6 +137,7 @@ class DemoReport:
 
 
 _RUNTIME_TEXT = {
+    "kubelet": "kubelets (a Deployment; the DaemonSet's agent and warmpool-cni gave the addresses)",
     "containerd": "containerd (CRI sandboxes; the runtime called warmpool-cni)",
     "netns": "the demo (bare network namespaces; warmpool-cni called directly)",
     "none": "nobody (plain mode: CNI ADDs without a namespace)",

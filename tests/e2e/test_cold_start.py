@@ -3,7 +3,7 @@ addresses from warmpool, so the agent must reach AWS before any cluster DNS exis
 
 The set-up is an EKS node's: the kubelet points ClusterFirst pods at the cluster DNS
 address (``clusterDNS``), the node's resolver is the VPC's (here a stub on the host that
-answers the local stack's endpoint name, ``tests/e2e/dnsstub.py``), and the agent reaches
+answers the local stack's endpoint name, ``demo/dnsstub.py``), and the agent reaches
 "AWS" by that name. A DNS Deployment stands in for CoreDNS (the same stub, run by the agent
 image's Python, answering ``kubernetes.default.svc.cluster.local``). There is no kube-proxy
 here, so nothing routes the cluster DNS address: a pod resolving through it (the agent
@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.kube import (
+from demo import dnsstub
+from demo.kube import (
     AGENT_IMAGE_TAG,
     CLUSTER_DNS_IP,
     ENDPOINT_NAME,
@@ -49,7 +50,7 @@ def cold() -> Iterator[KubeCluster]:
 
 def _cluster_dns(replicas: int) -> list[dict[str, Any]]:
     labels = {"k8s-app": "kube-dns"}
-    stub = (Path(__file__).parent / "dnsstub.py").read_text()
+    stub = (Path(dnsstub.__file__)).read_text()
     return [
         {
             "apiVersion": "v1",

@@ -1,6 +1,6 @@
 """The real install on a real kubelet (issue 22, the Kubernetes half).
 
-A control plane and one kubelet built from source (tests/e2e/kube.py), Debian's
+A control plane and one kubelet built from source (demo/kube.py), Debian's
 containerd, the agent image built from infra/docker/agent.Dockerfile, the
 manifests rendered from the local stack's outputs and applied with kubectl.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.kube import (
+from demo.kube import (
     AGENT_IMAGE_TAG,
     CLUSTER,
     INSTANCE_TYPE,
@@ -349,7 +349,7 @@ LIVENESS_WINDOW_S = 10 + 10 * 6
 
 
 def _set_ip_forward(c: KubeCluster, value: int) -> None:
-    from tests.e2e.kube import _run
+    from demo.kube import _run
 
     _run(["ip", "netns", "exec", c.node_ns, "sysctl", "-q", "-w", f"net.ipv4.ip_forward={value}"])
 
@@ -437,7 +437,7 @@ def _uninstall_pod(image: str) -> dict[str, Any]:
 
 def _node_leftovers(c: KubeCluster) -> dict[str, Any]:
     """What of warmpool is on the node: files, nftables table, mark rule, pod rules and routes."""
-    from tests.e2e.kube import _run
+    from demo.kube import _run
 
     def listing(d: str) -> list[str]:
         return sorted(os.listdir(d)) if os.path.isdir(d) else []
@@ -545,7 +545,7 @@ def _standin_aws_node() -> dict[str, Any]:
 def _move(c: KubeCluster, direction: str) -> str:
     """``scripts/move-node.sh DIRECTION NODE`` as a user runs it, with kubectl on the cluster's
     kubeconfig and the last pass pointed at the local stack; returns what it printed."""
-    from tests.e2e.kube import kubectl_binary
+    from demo.kube import kubectl_binary
 
     env = dict(os.environ)
     env.update(
@@ -662,7 +662,7 @@ def test_the_node_moves_to_aws_node_and_back_and_each_side_leaves_what_docs_say(
             for p in made:
                 if os.path.exists(p):
                     os.remove(p)
-            from tests.e2e.kube import _run
+            from demo.kube import _run
 
             _run(c.in_node("ip", "link", "del", "cni-standin"), check=False)
 

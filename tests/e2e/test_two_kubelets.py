@@ -1,7 +1,7 @@
 """Two kubelets (issue 22): pod traffic between pods on different nodes, each node's agent
 from the one DaemonSet, each node with its own host paths and its own IMDS.
 
-A control plane and two kubelets built from source (tests/e2e/kube.py): node 0 uses this
+A control plane and two kubelets built from source (demo/kube.py): node 0 uses this
 machine's host paths, node 1 its own under a mount namespace of its own. Both nodes' ENIs are
 plugged into the demo's routed VPC (demo/dataplane.py), which forwards between ENIs as AWS's
 does and drops what an ENI does not own; the internet is a namespace behind a gateway.
@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.kube import AGENT_IMAGE_TAG, KubeCluster, KubeNode, _run, _wait, deployment, kube_cluster
+from demo.kube import AGENT_IMAGE_TAG, KubeCluster, KubeNode, _run, _wait, kube_cluster
+from demo.on_kubelet import is_ready, sandboxes, spread
 
 AGENT_IMAGE = f"docker.io/warmpool/agent:{AGENT_IMAGE_TAG}"
-WORKLOAD_IMAGE = "docker.io/warmpool/busybox:local"
 NAMESPACE = "kube-system"
 REPLICAS = 20
 """10 a node: more than an m5.large's primary ENI holds (9), so a pod is on a secondary ENI."""
@@ -35,10 +35,6 @@ def two() -> Iterator[KubeCluster]:
         print("e2e two-kubelet timings:", json.dumps({k: round(v, 1) for k, v in c.timings.items()}))
 
 
-def _ready(obj: dict[str, Any]) -> bool:
-    return any(x["type"] == "Ready" and x["status"] == "True" for x in obj.get("status", {}).get("conditions", []))
-
-
 def _wait_two_agents(c: KubeCluster) -> Any:
     return _wait(
         "an agent pod Ready on each node",
@@ -48,7 +44,7 @@ def _wait_two_agents(c: KubeCluster) -> Any:
                 pods := [
                     p
                     for p in c.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=warmpool-agent")["items"]
-                    if _ready(p)
+                    if is_ready(p)
                 ]
             )
             == 2
@@ -62,15 +58,6 @@ def _wait_two_agents(c: KubeCluster) -> Any:
 
 def _kubelets(c: KubeCluster) -> list[Any]:
     return [c.procs[n.kubelet] for n in c.nodes]
-
-
-def _eni_addresses(c: KubeCluster, node: KubeNode) -> set[str]:
-    return {
-        a
-        for e in c.stack.ec2.enis.values()
-        if e.attachment and e.attachment.instance_id == node.instance_id
-        for a in e.secondary
-    }
 
 
 def test_each_kubelet_runs_the_agent_from_its_own_host_paths_and_turns_ready(two: KubeCluster) -> None:
@@ -102,7 +89,7 @@ def test_each_kubelet_runs_the_agent_from_its_own_host_paths_and_turns_ready(two
 
     assert {p["spec"]["nodeName"] for p in agents} == {n.name for n in c.nodes}
     for n in c.nodes:
-        _wait(f"{n.name} Ready", lambda n=n: _ready(c.get("node", n.name)), 60, _kubelets(c))
+        _wait(f"{n.name} Ready", lambda n=n: is_ready(c.get("node", n.name)), 60, _kubelets(c))
     node1 = c.nodes[1]
     conf1 = c.base / "host-1/etc/cni/net.d/05-warmpool.conflist"
     assert json.loads(conf1.read_text())["plugins"][0]["type"] == "warmpool-cni"
@@ -113,8 +100,8 @@ def test_each_kubelet_runs_the_agent_from_its_own_host_paths_and_turns_ready(two
         seen = _wait(f"{n.name}'s agent's ENIs", lambda n=n: {e["eni_id"] for e in _agent_json(n, "/v1/enis")}, 60)
         assert seen and seen <= mine, (n.name, seen, mine)
     # each node's pool is on its own instance's ENIs
-    _wait("both warm pools filled", lambda: all(_eni_addresses(c, n) for n in c.nodes), 180, _kubelets(c))
-    assert not _eni_addresses(c, c.nodes[0]) & _eni_addresses(c, node1)
+    _wait("both warm pools filled", lambda: all(c.eni_addresses_of(n) for n in c.nodes), 180, _kubelets(c))
+    assert not c.eni_addresses_of(c.nodes[0]) & c.eni_addresses_of(node1)
 
 
 def _agent_json(node: KubeNode, path: str) -> Any:
@@ -124,42 +111,6 @@ def _agent_json(node: KubeNode, path: str) -> Any:
     )
     r = _run([*node.enter(), sys.executable, "-c", script, f"http://127.0.0.1:61680{path}"], timeout=30)
     return json.loads(r.stdout)
-
-
-def _spread(replicas: int) -> dict[str, Any]:
-    labels = {"app": "spread"}
-    pod = {
-        "automountServiceAccountToken": False,
-        "terminationGracePeriodSeconds": 1,
-        "topologySpreadConstraints": [
-            {
-                "maxSkew": 1,
-                "topologyKey": "kubernetes.io/hostname",
-                "whenUnsatisfiable": "DoNotSchedule",
-                "labelSelector": {"matchLabels": labels},
-            }
-        ],
-        "containers": [
-            {"name": "app", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never", "command": ["/bin/sleep", "3600"]}
-        ],
-    }
-    return deployment("spread", "default", labels, replicas, pod)
-
-
-def _sandboxes(node: KubeNode) -> dict[str, str]:
-    """Pod address -> its network namespace, as this process opens it, from the node's CRI."""
-    from demo.runtime_cri import CriClient
-
-    cri = CriClient(node.containerd.socket, timeout_s=30)
-    try:
-        out = {}
-        for sb in cri.list_pod_sandbox_ids():
-            st = cri.pod_sandbox_status(sb)
-            if st.ready and st.ip and st.netns:
-                out[st.ip] = node.host_path(st.netns)
-        return out
-    finally:
-        cri.close()
 
 
 def _route_to(node: KubeNode, ip: str) -> str:
@@ -178,9 +129,9 @@ def test_pods_on_different_kubelets_reach_each_other_and_the_internet(two: KubeC
 
     c = two
     for n in c.nodes:
-        _wait(f"{n.name} Ready", lambda n=n: _ready(c.get("node", n.name)), 240, _kubelets(c))
+        _wait(f"{n.name} Ready", lambda n=n: is_ready(c.get("node", n.name)), 240, _kubelets(c))
     t0 = time.monotonic()
-    c.apply([_spread(REPLICAS)])
+    c.apply([spread(REPLICAS, {"app": "spread"}, "spread")])
 
     def running() -> list[dict[str, Any]] | None:
         pods: list[dict[str, Any]] = c.get("pods", "-l", "app=spread")["items"]
@@ -195,7 +146,7 @@ def test_pods_on_different_kubelets_reach_each_other_and_the_internet(two: KubeC
     assert {p["spec"]["nodeName"] for p in pods} == set(by_name)
     emu = c.stack.ec2
     c.demo.hv.refresh(emu.instance_metadata, [n.instance_id for n in c.nodes])
-    netns = {n.index: _sandboxes(n) for n in c.nodes}
+    netns = {n.index: sandboxes(n) for n in c.nodes}
     ends: list[dataplane.PodEnd] = []
     node_ends: list[dataplane.NodeEnd] = []
     for n in c.nodes:
@@ -204,7 +155,7 @@ def test_pods_on_different_kubelets_reach_each_other_and_the_internet(two: KubeC
     for p in pods:
         node = by_name[p["spec"]["nodeName"]]
         ip = p["status"]["podIP"]
-        assert ip in _eni_addresses(c, node), (ip, node.name)
+        assert ip in c.eni_addresses_of(node), (ip, node.name)
         secondary = any(
             ip in e.secondary
             for e in emu.enis.values()

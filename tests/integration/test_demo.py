@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -152,6 +154,11 @@ def _assert_clean(tmp_path: Path, demo_pid: int, pins_before: set[str] | None = 
 
 
 def _demo(*args: str) -> list[str]:
+    """``warmpool demo`` without the kubelets unless ``--runtime`` says otherwise: ``auto``'s first
+    choice builds a control plane (the e2e tier runs it, tests/e2e/test_demo_kubelet.py); here
+    the demo's own runtimes, ``sandbox`` (containerd when it runs here, else bare namespaces)."""
+    if "--runtime" not in args:
+        args = ("--runtime", "sandbox", *args)
     return [sys.executable, "-m", "warmpool_cli.main", "demo", "--no-live", *args]
 
 
@@ -180,7 +187,7 @@ def test_short_demo_serves_every_pod_once_leaks_nothing_and_cleans_up(tmp_path: 
     assert 0 < r["time_to_ip_s"]["p50"] <= r["time_to_ip_s"]["p99"] <= r["time_to_ip_s"]["max"]
     if r["mode"] == "netns":
         assert r["kernel_verified"] == 6, "every pod's eth0 should carry the address it was given"
-        # `make demo` installs containerd as root on Debian: then the pods are containerd sandboxes
+        # as root on Debian (`make demo` installs containerd), sandbox means containerd sandboxes
         assert r["runtime"] == ("containerd" if CONTAINERD_WHY is None else "netns")
     assert "warmpool demo — report" in stdout
     assert "pods made by" in stdout and r["runtime"].split()[0] in stdout.split("pods made by")[1]
@@ -315,6 +322,84 @@ def test_runtime_option_is_parsed_and_checked() -> None:
     assert options_from_args(["--runtime", "netns"]).runtime == "netns"
     with pytest.raises(SystemExit):
         options_from_args(["--runtime", "docker"])
+
+
+def test_auto_runs_on_the_kubelets_when_they_can_run_and_says_why_not_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``auto`` is the kubelets when they can run here; else the demo's own runtimes with a
+    note saying why; ``--runtime kubelet`` that cannot run is an error naming the reason;
+    ``sandbox`` is the demo's own auto; ``--no-netns`` never picks the kubelets."""
+    from demo import on_kubelet
+    from demo.cli import _on_kubelet, options_from_args
+
+    monkeypatch.setattr(on_kubelet, "support", lambda: None)
+    assert _on_kubelet(options_from_args([])) == (True, "")
+    assert _on_kubelet(options_from_args(["--runtime", "kubelet"])) == (True, "")
+    o = options_from_args(["--runtime", "sandbox"])
+    assert _on_kubelet(o) == (False, "") and o.runtime == "auto"
+    o = options_from_args(["--no-netns"])
+    on, note = _on_kubelet(o)
+    assert on is False and "--no-netns" in note and o.runtime == "auto"
+    o = options_from_args(["--nodes", str(on_kubelet.MAX_NODES + 1)])
+    on, note = _on_kubelet(o)
+    assert on is False and f"at most {on_kubelet.MAX_NODES} kubelets" in note
+    assert _on_kubelet(options_from_args(["--instance-type", "c5.xlarge", "--runtime", "kubelet"]))[0] == (
+        "--runtime kubelet: the kubelets cannot run here"
+        " (--instance-type c5.xlarge: the kubelet demo's nodes are m5.large)"
+    )
+
+    monkeypatch.setattr(on_kubelet, "support", lambda: "kubectl is not installed")
+    o = options_from_args([])
+    assert _on_kubelet(o) == (
+        False,
+        "the kubelets cannot run here (kubectl is not installed): the pods are made without Kubernetes",
+    )
+    assert o.runtime == "auto"
+    assert _on_kubelet(options_from_args(["--runtime", "kubelet"])) == (
+        "--runtime kubelet: the kubelets cannot run here (kubectl is not installed)",
+        "",
+    )
+    assert _on_kubelet(options_from_args(["--runtime", "containerd"])) == (False, "")
+
+
+def test_kubelet_support_names_what_is_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from demo import on_kubelet
+    from demo.kube import KUBERNETES_VERSION
+
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    assert on_kubelet.support() == "not running as root"
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    monkeypatch.setattr(rc, "support", lambda: None)
+    monkeypatch.setenv("WARMPOOL_E2E_CACHE", str(tmp_path))
+    real_which = shutil.which
+    monkeypatch.setattr("shutil.which", lambda b: None if b in ("go", "kubectl") else real_which(b))
+    assert on_kubelet.support() == "kubectl is not installed"
+    monkeypatch.setattr("shutil.which", lambda b: None if b == "go" else f"/usr/bin/{b}")
+    assert not on_kubelet.built(KUBERNETES_VERSION)
+    assert on_kubelet.support() == "the Kubernetes binaries are not built here and Go is not installed to build them"
+    bin_dir = tmp_path / f"kubernetes-{KUBERNETES_VERSION}" / "bin"
+    bin_dir.mkdir(parents=True)
+    for c in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet"):
+        (bin_dir / c).write_text("#!/bin/sh\n")
+        (bin_dir / c).chmod(0o755)
+    assert on_kubelet.built(KUBERNETES_VERSION) and on_kubelet.support() is None
+    monkeypatch.setattr(rc, "support", lambda: "not installed: containerd")
+    assert on_kubelet.support() == "not installed: containerd"
+
+
+def test_a_pods_ready_latency_is_its_creation_to_its_ready_condition() -> None:
+    from demo.on_kubelet import ready_latency
+
+    pod: dict[str, Any] = {
+        "metadata": {"creationTimestamp": "2026-12-03T10:00:00Z"},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-03T10:00:07Z"}]},
+    }
+    created, ready = ready_latency(pod) or (0.0, 0.0)
+    assert ready - created == 7.0
+    pod["status"]["conditions"][0]["status"] = "False"
+    assert ready_latency(pod) is None
+    assert ready_latency({"metadata": {}, "status": {}}) is None
 
 
 def test_auto_runtime_falls_back_when_containerd_fails_to_start(

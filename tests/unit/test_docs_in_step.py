@@ -415,7 +415,7 @@ MAY_IMPORT = {
     "emulated": {"warmpool", "functions", "node_agent", "infra"},
     "bench": {"warmpool", "functions", "node_agent", "emulated"},
     "simulation": {"warmpool", "functions", "node_agent", "emulated"},
-    "demo": {"warmpool", "functions", "node_agent", "emulated"},
+    "demo": {"warmpool", "functions", "node_agent", "emulated", "infra"},
     "warmpool_cli": {"warmpool"},
 }
 """docs/design.md's "Layout and layering" table, "may import" column (the project's packages only)."""

@@ -35,14 +35,14 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 KUBERNETES_VERSION = os.environ.get("WARMPOOL_E2E_KUBERNETES", "v1.35.4")
 # The node's link to this host: a /30 on a veth pair this harness makes, inside the emulated
 # VPC's CIDR (10.0.0.0/16) and outside its subnets, as the EKS endpoint's and the VPC
@@ -325,13 +325,8 @@ class KubeCluster:
         return json.loads(r.stdout)
 
     def eni_addresses(self) -> set[str]:
-        """Secondary addresses on the node's ENIs, as the emulated EC2 holds them."""
-        return {
-            a
-            for e in self.stack.ec2.enis.values()
-            if e.attachment and e.attachment.instance_id == self.instance_id
-            for a in e.secondary
-        }
+        """Secondary addresses on the (first) node's ENIs, as the emulated EC2 holds them."""
+        return self.eni_addresses_of(self.nodes[0])
 
     # ---- set-up
 
@@ -376,7 +371,7 @@ class KubeCluster:
             _run(["ip", "addr", "add", f"{KubeNode(k, '', '', self.base).host_addr}/30", "dev", h])
             _run(["ip", "link", "set", h, "up"])
         if self.cluster_dns:
-            from tests.e2e.dnsstub import DnsStub
+            from demo.dnsstub import DnsStub
 
             self.resolver = DnsStub(HOST_ADDR, 53, {ENDPOINT_NAME: HOST_ADDR}).start()
         self.stack = LocalStack(
@@ -809,6 +804,22 @@ class KubeCluster:
                     c["imagePullPolicy"] = "Never"
         return docs
 
+    def configmap_env(self, agent_env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The agent's environment from the ConfigMap :meth:`manifests` renders."""
+        for d in self.manifests(f"docker.io/warmpool/agent:{AGENT_IMAGE_TAG}", agent_env):
+            if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "warmpool-config":
+                return {str(k): str(v) for k, v in d["data"].items()}
+        raise E2eError("the rendered manifests have no warmpool-config ConfigMap")
+
+    def eni_addresses_of(self, node: KubeNode) -> set[str]:
+        """Secondary addresses on ``node``'s ENIs, as the emulated EC2 holds them."""
+        return {
+            a
+            for e in self.stack.ec2.enis.values()
+            if e.attachment and e.attachment.instance_id == node.instance_id
+            for a in e.secondary
+        }
+
     def endpoint_url(self) -> str:
         """The local stack's endpoint as the agent is given it (by name in the cold-start set-up)."""
         url = str(self.stack.outputs["endpoint"])
@@ -952,19 +963,31 @@ def kubectl_binary() -> str:
 
 
 @contextlib.contextmanager
-def kube_cluster(*, cluster_dns: bool = False, nodes: int = 1) -> Iterator[KubeCluster]:
-    """Build (or take from the cache) everything, start the cluster, tear it all down after."""
+def kube_cluster(
+    *,
+    cluster_dns: bool = False,
+    nodes: int = 1,
+    lock: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> Iterator[KubeCluster]:
+    """Build (or take from the cache) everything, start the cluster, tear it all down after.
+    ``lock``: take the one-demo-at-a-time lock (``warmpool demo`` holds it already);
+    ``progress``: told of each long step as it starts."""
     from demo.host import single_run_lock
 
+    say = progress or (lambda _text: None)
     install_missing()
     t0 = time.monotonic()
+    say(f"Kubernetes {KUBERNETES_VERSION}: the cached binaries, or a build from source (e2e/build-kubernetes.sh)")
     bin_dir = kubernetes_binaries()
     t_bins = time.monotonic() - t0
     base = Path(tempfile.mkdtemp(prefix="wpe2e-", dir="/tmp"))
     t1 = time.monotonic()
+    say("the agent image from infra/docker/agent.Dockerfile (e2e/build-images.sh, Buildah)")
     archive = agent_image(base)
     t_image = time.monotonic() - t1
-    with single_run_lock(wait_s=600):
+    say(f"the local stack, the control plane and {nodes} kubelet(s)")
+    with single_run_lock(wait_s=600) if lock else contextlib.nullcontext():
         c = KubeCluster(base, bin_dir, archive, node_count=nodes, cluster_dns=cluster_dns)
         c.timings.update({"binaries_s": t_bins, "agent_image_s": t_image})
         try:
