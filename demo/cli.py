@@ -197,6 +197,7 @@ def main(argv: list[str]) -> int:
                     report["pods_ready"] == report["pods_requested"]
                     and report["duplicate_ips"] == 0
                     and report["leaked_enis"] == 0
+                    and not report.get("foreign_addresses")  # on the kubelets: each on its node's ENIs
                     and dataplane.passed(report)
                 )
                 status = (0 if ok else 1) if written else 2

@@ -32,7 +32,7 @@ def _processes(name: str) -> list[str]:
 
 def test_make_demo_on_the_kubelets_serves_every_pod_once_and_leaves_nothing(tmp_path: Path) -> None:
     out = tmp_path / "demo.json"
-    nodes, per_node, keep = 2, 6, 1
+    nodes, per_node, keep = 2, 10, 2  # 10 a node: more than an m5.large primary ENI holds (9)
     cmd = [sys.executable, "-m", "warmpool_cli.main", "demo", "--no-live", "--runtime", "kubelet"]
     cmd += ["--nodes", str(nodes), "--pods-per-node", str(per_node), "--keep-per-node", str(keep), "--json", str(out)]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=5000, env=dict(os.environ), check=False)

@@ -388,6 +388,25 @@ def test_kubelet_support_names_what_is_missing(monkeypatch: pytest.MonkeyPatch, 
     assert on_kubelet.support() == "not installed: containerd"
 
 
+def test_the_kubelet_demo_flags_an_address_not_on_its_own_nodes_enis() -> None:
+    """A pod whose address the emulated EC2 has on another node's ENI is named in the notes
+    and counted (``foreign_addresses``, which fails the demo)."""
+    import io
+    import threading
+    from types import SimpleNamespace
+
+    from demo.on_kubelet import KubeletDemo
+
+    nodes = [SimpleNamespace(index=0, name="e2e-node-0"), SimpleNamespace(index=1, name="e2e-node-1")]
+    on = {0: {"10.0.1.10", "10.0.1.11"}, 1: {"10.0.2.10"}}
+    c = SimpleNamespace(nodes=nodes, eni_addresses_of=lambda n: on[n.index])
+    recs = [DemoPod(0, 0, "", "a", ip="10.0.1.10"), DemoPod(1, 0, "", "b", ip="10.0.1.11")]
+    d = KubeletDemo(DemoOptions(live=False), io.StringIO(), threading.Event())
+    d._check_addresses(c, recs)
+    assert recs[0].last_error == "" and recs[1].last_error == "not on its node's ENIs"
+    assert d.notes == ["pod b on e2e-node-1 has 10.0.1.11, not on its node's ENIs"]
+
+
 def test_a_pods_ready_latency_is_its_creation_to_its_ready_condition() -> None:
     from demo.on_kubelet import ready_latency
 
