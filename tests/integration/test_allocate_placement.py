@@ -94,3 +94,53 @@ def test_named_singles_keep_whole_blocks_that_ec2_would_break() -> None:
         whole[named] = (before, pool.free_blocks())
     assert whole[True][1] == whole[True][0]  # new ENIs' addresses too are named into broken blocks
     assert whole[False][1] < whole[True][0] // 2
+
+
+class TakesANamedAddressFirst:
+    """Another caller takes the first address a named Assign asks for, between the allocator's
+    read of the subnet and its call."""
+
+    def __init__(self, inner: Any, emu: Any, subnet: str) -> None:
+        self.inner, self.emu, self.subnet, self.done = inner, emu, subnet, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def assign_private_ip_addresses(self, **kw: Any) -> Any:
+        named = kw.get("PrivateIpAddresses")
+        if named and not self.done:
+            self.done += 1
+            other = self.emu.client().create_network_interface(SubnetId=self.subnet)["NetworkInterface"]
+            self.emu.client().assign_private_ip_addresses(
+                NetworkInterfaceId=other["NetworkInterfaceId"], PrivateIpAddresses=[named[0]]
+            )
+        return self.inner.assign_private_ip_addresses(**kw)
+
+
+def test_a_named_address_taken_since_the_read_is_asked_for_by_count() -> None:
+    c = ReliabilityCluster(2, pool=PoolConfig(warm_ip=3), ec2_config=SCATTERED, named_placement=True)
+    wrapped = TakesANamedAddressFirst(c.w.ec2_client, c.w.emu, c.w.subnets[0])
+    c.w.alloc.ec2.api = wrapped  # type: ignore[attr-defined]
+    c.w.alloc.executor.ec2 = c.w.alloc.ec2
+    for n in c.nodes:
+        c.scale(n, 4)
+    c.settle()
+    c.check()
+    assert wrapped.done == 1
+    assert c.w.alloc.tally.get("PlacementsFoundTaken") == 1
+    assert c.w.ec2_stats()["AssignPrivateIpAddresses"]["errors"] == 1  # the one refused, then by count
+
+
+def test_a_resent_create_names_the_same_addresses_for_its_client_token() -> None:
+    from warmpool.calls import CreateEni
+
+    c = ReliabilityCluster(1, pool=PoolConfig(warm_ip=3), ec2_config=SCATTERED, named_placement=True)
+    ex = c.w.alloc.executor
+    assert c.w.subnets[0] in c.w.alloc.ec2.subnets([c.w.vpc])
+    call = CreateEni(c.w.subnets[0], 1, 0, ips=3, prefixes=0, client_token="tok-1")
+    first = ex._named_create(call)
+    assert len(first.at_ips) == 4
+    c.w.alloc.ec2.note_placed(c.w.subnets[0], list(first.at_ips), [])  # as after the call
+    assert ex._named_create(call) == first  # the same parameters: EC2 answers with the same ENI
+    other = ex._named_create(CreateEni(c.w.subnets[0], 1, 0, ips=3, prefixes=0, client_token="tok-2"))
+    assert not set(other.at_ips) & set(first.at_ips)
