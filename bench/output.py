@@ -32,6 +32,19 @@ class FinalNode(_Out):
     prefixes: int
 
 
+class PrefixUse(_Out):
+    """How prefix delegation went (scenarios with a cluster in prefix mode)."""
+
+    insufficient_cidr_blocks: int
+    """``InsufficientCidrBlocks`` answers: prefix calls made where no whole /28 was left."""
+    prefixes: int
+    """/28 prefixes on the nodes at the end."""
+    singles: int
+    """Single secondary addresses on the nodes at the end: the fallback's."""
+    utilisation: float | None
+    """Pods on a prefix's address / addresses in the prefixes (None without prefixes)."""
+
+
 class Ratios(_Out):
     """Each figure against the lower bound (1.0 = optimal); None where undefined."""
 
@@ -68,6 +81,7 @@ class StrategyResult(_Out):
     ratios: Ratios
     ec2_throttled: dict[str, int] = {}
     ec2_errors: dict[str, int] = {}
+    prefix_use: PrefixUse | None = None
     settled_at_s: float
     """Virtual time the run stopped (settled, or duration_s)."""
     notes: list[str] = []

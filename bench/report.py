@@ -120,6 +120,15 @@ def table(result: BenchResult) -> str:
                 f"{name}: did not finish: pods still waiting for an address when the run stopped at "
                 f"{res.settled_at_s:g} s ({res.pods_ready}/{res.pods_requested} got one; no ratio against the bounds)"
             )
+    for name, res in result.strategies.items():
+        pu = res.prefix_use
+        if pu is not None:
+            util = "-" if pu.utilisation is None else f"{100 * pu.utilisation:.0f}%"
+            lines.append(
+                f"prefixes, {name}: InsufficientCidrBlocks answers {pu.insufficient_cidr_blocks}, "
+                f"prefixes {pu.prefixes} ({util} used), fallback singles {pu.singles}, "
+                f"EC2 calls {sum(res.ec2_calls.values())} ({res.mutating_calls} mutating accepted)"
+            )
     warm = result.strategies.get("warmpool")
     if warm is not None and warm.ratios.mutating_calls_vs_online_bound is not None:
         mk = warm.ratios.makespan_vs_online_bound

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bench.lower_bound import idle_target, lower_bound, online_lower_bound
-from bench.output import BenchResult, FinalNode, LowerBound, Percentiles, Ratios, StrategyResult
+from bench.output import BenchResult, FinalNode, LowerBound, Percentiles, PrefixUse, Ratios, StrategyResult
 from bench.scenario import Scenario
 from bench.strategies.base import Strategy
 from bench.workload import Expanded, expand
@@ -136,6 +136,9 @@ def collect(world: BenchWorld, strategy: Strategy, lb: LowerBound) -> StrategyRe
                 prefixes=prefixes,
             )
         )
+    prefix_use = (
+        _prefix_use(world) if any(c.env.ENABLE_PREFIX_DELEGATION for c in world.scenario.all_clusters) else None
+    )
     duplicates = book.duplicates
     for pod in book.live():
         ip = book.ip_of.get(pod)
@@ -173,11 +176,35 @@ def collect(world: BenchWorld, strategy: Strategy, lb: LowerBound) -> StrategyRe
         ),
         ec2_throttled=dict(sorted(world.ec2.throttled.items())),
         ec2_errors=dict(sorted(world.ec2.errors.items())),
+        prefix_use=prefix_use,
         settled_at_s=round(end, 3),
         notes=([f"{unready_alive} pods never got an address"] if unready_alive else [])
         + world.notes
         + strategy.notes(),
         wall_s=0.0,
+    )
+
+
+def _prefix_use(world: BenchWorld) -> PrefixUse:
+    """Prefixes and fallback singles on the nodes at the end, and how full the prefixes are."""
+    emu, book = world.emu, world.book
+    blocks: set[int] = set()  # first address of each prefix held
+    prefixes = singles = 0
+    for node in world.nodes.values():
+        for e in (emu.enis[x] for x in emu.instances[node.instance_id].slots.values() if x in emu.enis):
+            singles += len(e.secondary)
+            prefixes += len(e.prefixes)
+            blocks.update(int(ipaddress.IPv4Network(p).network_address) for p in e.prefixes)
+    used = 0
+    for pod in book.live():
+        ip = book.ip_of.get(pod)
+        if pod in book.ready_at and ip is not None and int(ipaddress.IPv4Address(ip)) & ~15 in blocks:
+            used += 1
+    return PrefixUse(
+        insufficient_cidr_blocks=sum(1 for _, _, outcome in world.ec2.log if outcome == "InsufficientCidrBlocks"),
+        prefixes=prefixes,
+        singles=singles,
+        utilisation=round(used / (16 * prefixes), 3) if prefixes else None,
     )
 
 

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from emulated.ec2.cidr import SinglePlacement
 from warmpool.buckets import DEFAULT_SPECS, BucketSpec
 from warmpool.limits import KNOWN_TYPES, known
 from warmpool.pool import PoolConfig
@@ -85,6 +86,8 @@ class Env(_Model):
 class ClusterSpec(_Model):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
     env: Env = Env()
+    named_placement: bool = False
+    """warmpool only: ``WARMPOOL_NAMED_PLACEMENT`` (name addresses and prefixes, docs/allocator.md)."""
 
 
 class Ec2Timing(_Model):
@@ -94,12 +97,18 @@ class Ec2Timing(_Model):
     attach_delay_s: NonNeg = 3.0
     """Until an attached ENI is visible to the node (EC2: up to about 10 s)."""
     detach_delay_s: NonNeg = 2.0
+    single_placement: SinglePlacement = "packed"
+    """Where EC2 puts a single address asked for by count (``Ec2Config.single_placement``):
+    ``packed`` from the bottom of the subnet, ``scattered`` anywhere in it (fragments /28s)."""
 
 
 class SubnetSpec(_Model):
     id: Annotated[str, Field(pattern=r"^subnet-[0-9a-zA-Z]{1,17}$")]
     az: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")]
     cidr: str
+    foreign_addresses: Annotated[int, Field(ge=0, le=60_000)] = 0
+    """Addresses other callers' instances hold in the subnet from the start (placed as
+    ``ec2.single_placement`` says): with ``scattered``, a fragmented subnet."""
 
     @field_validator("cidr")
     @classmethod
@@ -108,6 +117,13 @@ class SubnetSpec(_Model):
         if not 16 <= net.prefixlen <= 28:
             raise ValueError("must be a /16 to /28 block")
         return str(net)
+
+    @model_validator(mode="after")
+    def _room(self) -> SubnetSpec:
+        size = ipaddress.IPv4Network(self.cidr).num_addresses
+        if self.foreign_addresses > (size - 5) * 0.9:  # their ENIs' and instances' primaries take room too
+            raise ValueError(f"foreign_addresses: more than 90% of what {self.cidr} holds")
+        return self
 
 
 class NodeGroup(_Model):

@@ -303,6 +303,8 @@ class BenchWorld:
                 api_latency_s=t.api_latency_s,
                 attach_delay_s=t.attach_delay_s,
                 detach_delay_s=t.detach_delay_s,
+                single_placement=t.single_placement,
+                placement_seed=scenario.seed,
             ),
             seed=scenario.seed,
         )
@@ -310,6 +312,8 @@ class BenchWorld:
         cluster_tags = {cluster_tag_key(c.name): "shared" for c in scenario.all_clusters}
         for s in scenario.subnets:
             self.emu.add_subnet(az=s.az, cidr=s.cidr, vpc_id=self.vpc_id, subnet_id=s.id, tags=cluster_tags)
+            if s.foreign_addresses:
+                self.emu.hold_addresses(s.id, s.foreign_addresses)
         self.background: dict[str, float] = dict(scenario.account.background_load)
         for action, rate in self.background.items():
             self.emu.set_background_load(action, rate)

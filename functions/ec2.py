@@ -24,6 +24,7 @@ from warmpool.clock import Clock
 from warmpool.facts import EniFacts, NodeFacts
 from warmpool.limits import KNOWN_TYPES, InstanceLimits
 from warmpool.messages import Assigned
+from warmpool.placement import Usage
 from warmpool.planner import Eni
 from warmpool.ports import Ec2Api
 from warmpool.subnets import Subnet
@@ -107,6 +108,7 @@ class Ec2:
         self._subnets_read = False
         self._subnet_vpcs: frozenset[str] = frozenset()
         self._limits: dict[str, InstanceLimits] = dict(KNOWN_TYPES)
+        self._usage: dict[str, tuple[float, Usage]] = {}
 
     # --- calls ---------------------------------------------------------------
 
@@ -281,6 +283,52 @@ class Ec2:
     def forget_subnets(self) -> None:
         self._subnets_at = -1e18
 
+    def subnet_usage(self, subnet_id: str) -> Usage | None:
+        """What ``subnet_id``'s ENIs hold, for named placement: one DescribeNetworkInterfaces by
+        ``subnet-id``, paginated, each page paid from the account's bucket first, cached for
+        ``placement_cache_ttl_s``. Unpaid: the usage read before (however old), else None
+        (counted ``PlacementReadsDeferred``); None too for a subnet not among those read."""
+        sub = self._subnets.get(subnet_id)
+        if sub is None or not sub.cidr:
+            return None
+        now = self.clock.now()
+        cached = self._usage.get(subnet_id)
+        if cached is not None and now - cached[0] < self.settings.placement_cache_ttl_s:
+            return cached[1]
+        ips: set[str] = set()
+        prefixes: set[str] = set()
+        token: str | None = None
+        try:
+            while True:
+                self._pay({"DescribeNetworkInterfaces": 1})
+                req: dict[str, Any] = {"Filters": [{"Name": "subnet-id", "Values": [subnet_id]}], "MaxResults": 1000}
+                if token:
+                    req["NextToken"] = token
+                resp = self._call("DescribeNetworkInterfaces", self.api.describe_network_interfaces, **req)
+                for item in resp.get("NetworkInterfaces", []):
+                    ips.update(a["PrivateIpAddress"] for a in item.get("PrivateIpAddresses", []) or [])
+                    if item.get("PrivateIpAddress"):
+                        ips.add(item["PrivateIpAddress"])
+                    prefixes.update(p["Ipv4Prefix"] for p in item.get("Ipv4Prefixes", []) or [])
+                token = resp.get("NextToken")
+                if not token:
+                    break
+        except SubnetsUnpaid:
+            self.tally.add(names.M_PLACEMENT_READS_DEFERRED)
+            return cached[1] if cached is not None else None
+        usage = Usage(sub.cidr, frozenset(ips), frozenset(prefixes))
+        self._usage[subnet_id] = (now, usage)
+        return usage
+
+    def note_placed(self, subnet_id: str, ips: Sequence[str], prefixes: Sequence[str]) -> None:
+        cached = self._usage.get(subnet_id)
+        if cached is not None and (ips or prefixes):
+            at, u = cached
+            self._usage[subnet_id] = (at, replace(u, ips=u.ips | set(ips), prefixes=u.prefixes | set(prefixes)))
+
+    def forget_usage(self, subnet_id: str) -> None:
+        self._usage.pop(subnet_id, None)
+
     def limits(self, instance_type: str) -> InstanceLimits:
         """Limits from the built-in table, else DescribeInstanceTypes (cached)."""
         lim = self._limits.get(instance_type)
@@ -297,8 +345,12 @@ class Ec2:
 
     def assign(self, call: AssignAddresses) -> Assigned:
         kw: dict[str, Any] = {"NetworkInterfaceId": call.eni_id}
-        if call.prefixes:
+        if call.at_prefixes:
+            kw["Ipv4Prefixes"] = list(call.at_prefixes)
+        elif call.prefixes:
             kw["Ipv4PrefixCount"] = call.prefixes
+        elif call.at_ips:
+            kw["PrivateIpAddresses"] = list(call.at_ips)
         else:
             kw["SecondaryPrivateIpAddressCount"] = call.ips
         resp = self._call("AssignPrivateIpAddresses", self.api.assign_private_ip_addresses, **kw)
@@ -327,9 +379,13 @@ class Ec2:
         }
         if groups:
             kw["Groups"] = list(groups)
-        if call.prefixes:
+        if call.at_ips:
+            kw["PrivateIpAddresses"] = [{"PrivateIpAddress": ip, "Primary": i == 0} for i, ip in enumerate(call.at_ips)]
+        if call.at_prefixes:
+            kw["Ipv4Prefixes"] = [{"Ipv4Prefix": p} for p in call.at_prefixes]
+        elif call.prefixes:
             kw["Ipv4PrefixCount"] = call.prefixes
-        elif call.ips:
+        elif call.ips and not call.at_ips:
             kw["SecondaryPrivateIpAddressCount"] = call.ips
         resp = self._call("CreateNetworkInterface", self.api.create_network_interface, **kw)
         return eni_facts(resp["NetworkInterface"])

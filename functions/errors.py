@@ -55,6 +55,11 @@ class NotAssigned(AwsError):
     someone else did. Never a sign the address is still the node's."""
 
 
+class AddressTaken(AwsError):
+    """InvalidIPAddress.InUse answering AssignPrivateIpAddresses: an address it names is held
+    elsewhere (named placement read a subnet view another caller has since changed)."""
+
+
 class TokenMismatch(AwsError):
     """IdempotentParameterMismatch: the ClientToken was used with other parameters."""
 
@@ -93,6 +98,7 @@ _CODES: dict[str, type[AwsError]] = {
 
 _ACTION_CODES: dict[tuple[str, str], type[AwsError]] = {
     ("UnassignPrivateIpAddresses", "InvalidParameterValue"): NotAssigned,
+    ("AssignPrivateIpAddresses", "InvalidIPAddress.InUse"): AddressTaken,
 }
 """Codes whose meaning depends on the action (InvalidParameterValue is generic elsewhere)."""
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from functions.errors import (
     AddressLimit,
+    AddressTaken,
     AwsError,
     InUse,
     NoCidrBlocks,
@@ -71,9 +72,11 @@ from warmpool.messages import (
     PoolReport,
     Released,
 )
+from warmpool.placement import Usage, place
 from warmpool.planner import Plan, plan_node
 from warmpool.ports import BucketStore, Ec2Port, ReleaseBookStore
 from warmpool.release_book import ReleaseBook, Taken
+from warmpool.subnets import Subnet
 
 log = logging.getLogger(__name__)
 
@@ -136,12 +139,23 @@ class NodeOutcome:
 
 
 class _Replan(Exception):
-    def __init__(self, why: str, *, exclude: str = "", force: Mode | None = None, refresh: bool = True) -> None:
+    def __init__(
+        self,
+        why: str,
+        *,
+        exclude: str = "",
+        force: Mode | None = None,
+        refresh: bool = True,
+        fallback: Mode | None = None,
+    ) -> None:
         super().__init__(why)
         self.why = why
         self.exclude = exclude
         self.force = force
         self.refresh = refresh
+        self.fallback = fallback
+        """When the re-plan without ``exclude`` leaves the node short, plan again in this mode
+        instead (a subnet left for want of a whole /28: single addresses, if no other has one)."""
 
 
 class _Defer(Exception):
@@ -175,6 +189,9 @@ class PlanExecutor:
         self.clock = clock
         self.books = books
         """The release books (None: none kept; only unit tests of single calls run so)."""
+        self._created_names: dict[str, CreateEni] = {}
+        """Named placement of each CreateNetworkInterface made, by ClientToken: a re-sent report
+        (the same token) names the same addresses, so EC2 finds the ENI it made."""
 
     @property
     def cluster(self) -> str:
@@ -215,17 +232,7 @@ class PlanExecutor:
                 except Throttled as err:
                     d = self._throttled(err)
                     return self._deferred(out, d.retry_after_s, d.reason)
-                plan = plan_node(
-                    rep,
-                    facts.inventory(self.cluster),
-                    job.limits,
-                    subnets,
-                    cluster=self.cluster,
-                    exclude_subnets=frozenset(exclude),
-                    force_mode=force,
-                    max_pods=job.max_pods,
-                    subnet_rule=self.settings.subnet_rule,
-                )
+                plan, force = self._replan(job, facts, subnets, exclude, force, rp)
                 log.info(
                     "re-planned", extra={"node": rep.node, "seq": rep.seq, "why": rp.why, "calls": len(plan.calls)}
                 )
@@ -247,6 +254,41 @@ class PlanExecutor:
         if out.actions and all(isinstance(a, Failed) for a in out.actions):
             out.status = NodeStatus.FAILED
         return out
+
+    def _replan(
+        self,
+        job: NodeJob,
+        facts: NodeFacts,
+        subnets: list[Subnet],
+        exclude: set[str],
+        force: Mode | None,
+        rp: _Replan,
+    ) -> tuple[Plan, Mode | None]:
+        """The node's plan again (``exclude`` and ``force`` as the re-plans so far left them),
+        and the mode it was made in."""
+        plan = self._plan(job, facts, subnets, exclude, force)
+        if plan.unmet and rp.fallback is not None:
+            # Leaving the subnet gave the node nothing (no other candidate, or no ENI left
+            # to create): its ENIs there take single addresses instead.
+            exclude.discard(rp.exclude)
+            force = rp.fallback
+            plan = self._plan(job, facts, subnets, exclude, force)
+        return plan, force
+
+    def _plan(
+        self, job: NodeJob, facts: NodeFacts, subnets: list[Subnet], exclude: set[str], force: Mode | None
+    ) -> Plan:
+        return plan_node(
+            job.report,
+            facts.inventory(self.cluster),
+            job.limits,
+            subnets,
+            cluster=self.cluster,
+            exclude_subnets=frozenset(exclude),
+            force_mode=force,
+            max_pods=job.max_pods,
+            subnet_rule=self.settings.subnet_rule,
+        )
 
     def _deferred(self, out: NodeOutcome, wait: float, reason: str) -> NodeOutcome:
         out.status = NodeStatus.DEFERRED
@@ -540,9 +582,76 @@ class PlanExecutor:
             raise self._book_error(job, "changed before a hand-back")
         return [Assigned(eni_id=call.eni_id, ips=ips, prefixes=pfx)]
 
+    # --- named placement (``Settings.named_placement``, warmpool/placement.py) -------------
+
+    def _usage(self, subnet_id: str) -> Usage | None:
+        if not (self.settings.named_placement and subnet_id):
+            return None
+        return self.ec2.subnet_usage(subnet_id)
+
+    def _named(self, call: AssignAddresses, subnet_id: str) -> AssignAddresses:
+        """``call`` with the addresses or prefixes to name, from what the ENI's subnet holds;
+        ``call`` itself when there is no view (off, unpaid). A prefix call in a subnet with no
+        whole /28 left is not made: the node re-plans without that subnet."""
+        usage = self._usage(subnet_id)
+        if usage is None:
+            return call
+        p = place(usage, 0 if call.prefixes else call.ips, call.prefixes)
+        if call.prefixes and p.prefixes_short:
+            self._no_block(subnet_id)
+        if not p.complete:
+            return call  # singles short: by count, EC2 answers as it would
+        self.tally.add(names.M_PLACEMENT_NAMED)
+        if call.prefixes:
+            return replace(call, at_prefixes=p.prefixes)
+        return replace(call, at_ips=p.ips)
+
+    def _no_block(self, subnet_id: str) -> None:
+        """The subnet has no whole /28 for the prefixes asked: re-plan without it (another
+        candidate subnet may have one), else in single addresses; no call known to fail is made."""
+        self.tally.add(names.M_PLACEMENT_NO_BLOCK)
+        raise _Replan(f"no whole /28 left in {subnet_id}", exclude=subnet_id, refresh=False, fallback="secondary-ip")
+
+    def _named_create(self, call: CreateEni) -> CreateEni:
+        """``call`` with its primary, secondaries and prefixes named (as :meth:`_named`); the
+        names given before for the same ClientToken again, so a re-sent report's Create has the
+        parameters of the first and EC2 answers with the ENI that one made."""
+        known = self._created_names.get(call.client_token)
+        if known is not None and replace(known, at_ips=(), at_prefixes=()) == call:
+            return known
+        usage = self._usage(call.subnet_id)
+        if usage is None:
+            return call
+        p = place(usage, 1 + call.ips, call.prefixes)
+        if call.prefixes and p.prefixes_short:
+            self._no_block(call.subnet_id)
+        if not p.complete:
+            return call
+        self.tally.add(names.M_PLACEMENT_NAMED)
+        named = replace(call, at_ips=p.ips, at_prefixes=p.prefixes)
+        if len(self._created_names) >= 10_000:
+            self._created_names.pop(next(iter(self._created_names)))
+        self._created_names[call.client_token] = named
+        return named
+
+    def _placed(self, subnet_id: str, ips: list[str], prefixes: list[str]) -> None:
+        if self.settings.named_placement and subnet_id:
+            self.ec2.note_placed(subnet_id, ips, prefixes)
+
     def _assign(self, call: AssignAddresses, facts: NodeFacts) -> list[Action]:
+        subnet = next((e.eni.subnet_id for e in facts.enis if e.eni.eni_id == call.eni_id), "")
+        named = self._named(call, subnet)
         try:
-            got = self.ec2.assign(call)
+            try:
+                got = self.ec2.assign(named)
+            except (AddressTaken, AwsError) as err:
+                if named is call or not (isinstance(err, AddressTaken) or err.code == "InvalidParameterValue"):
+                    raise
+                # The view was behind (another caller took a named address or broke a named
+                # block): read again next time, ask by count now.
+                self.tally.add(names.M_PLACEMENT_TAKEN)
+                self.ec2.forget_usage(subnet)
+                got = self.ec2.assign(call)
         except NoCidrBlocks:
             raise _Replan("InsufficientCidrBlocks", force="secondary-ip", refresh=False) from None
         except AddressLimit:
@@ -552,6 +661,7 @@ class PlanExecutor:
             subnet = next((e.eni.subnet_id for e in facts.enis if e.eni.eni_id == call.eni_id), "")
             self.ec2.forget_subnets()
             raise _Replan("InsufficientFreeAddressesInSubnet", exclude=subnet, refresh=True) from None
+        self._placed(subnet, got.ips, got.prefixes)
         self.tally.add(names.M_ADDRESSES_ALLOCATED, len(got.ips) + PREFIX_SIZE * len(got.prefixes))
         return [got]
 
@@ -572,9 +682,20 @@ class PlanExecutor:
         }
         description = f"warmpool {self.cluster} {facts.instance_id}"
         groups = self._groups(facts)
+        asked = call
+        call = self._named_create(call)
         try:
             try:
-                made = self.ec2.create_eni(call, description=description, groups=groups, tags=tags)
+                try:
+                    made = self.ec2.create_eni(call, description=description, groups=groups, tags=tags)
+                except (AddressTaken, AwsError) as err:
+                    if call is asked or not (isinstance(err, AddressTaken) or err.code == "InvalidParameterValue"):
+                        raise
+                    self.tally.add(names.M_PLACEMENT_TAKEN)
+                    self.ec2.forget_usage(call.subnet_id)
+                    self._created_names.pop(call.client_token, None)
+                    call = asked
+                    made = self.ec2.create_eni(call, description=description, groups=groups, tags=tags)
             except TokenMismatch:
                 # The token was spent on other parameters (a re-plan after a crash);
                 # that ENI is left detached for GC, this one gets its own token.
@@ -589,6 +710,7 @@ class PlanExecutor:
             raise _Replan("InsufficientFreeAddressesInSubnet", exclude=call.subnet_id, refresh=False) from None
         eni_id = made.eni.eni_id
         self.tally.add(names.M_ENIS_CREATED)
+        self._placed(call.subnet_id, [made.eni.primary_ip, *made.eni.ips], list(made.eni.prefixes))
         self.ec2.spend_subnet(call.subnet_id, 1 + call.ips + PREFIX_SIZE * call.prefixes)
         attachment_id = made.attachment_id if made.instance_id == facts.instance_id else ""
         if not attachment_id:

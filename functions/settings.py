@@ -77,6 +77,14 @@ class Settings(BaseSettings):
     subnet_cache_ttl_s: float = Field(default=30.0, ge=0, le=3600, alias="WARMPOOL_SUBNET_CACHE_TTL_S")
     """How long the subnets read from EC2 (their tags and free counts) are used before they are
     read again, paid from the DescribeSubnets bucket: a subnet tagged later is used within it."""
+    named_placement: bool = Field(default=False, alias="WARMPOOL_NAMED_PLACEMENT")
+    """Name the addresses and /28 prefixes of each AssignPrivateIpAddresses (``warmpool/placement.py``:
+    singles packed into broken /28s, prefixes from whole ones) from what the ENI's subnet holds, read
+    with a paid DescribeNetworkInterfaces by ``subnet-id``; and in prefix mode leave a subnet with no
+    whole /28 before a call fails there. Off: EC2 places them (by count), as before."""
+    placement_cache_ttl_s: float = Field(default=10.0, ge=0, le=600, alias="WARMPOOL_PLACEMENT_CACHE_TTL_S")
+    """How long a subnet's usage read for named placement is used (with this container's own
+    placements added) before it is read again."""
     max_workers: int = Field(default=8, ge=1, le=64, alias="WARMPOOL_MAX_WORKERS")
     max_defer_s: int = Field(default=900, ge=1, le=900, alias="WARMPOOL_MAX_DEFER_S")
     release_offer_max_age_s: float = Field(

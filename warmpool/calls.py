@@ -30,6 +30,11 @@ class AssignAddresses:
     eni_id: str
     ips: int = 0
     prefixes: int = 0
+    at_ips: tuple[str, ...] = ()
+    """Named placement (:mod:`warmpool.placement`): the addresses to ask for by name
+    (``PrivateIpAddresses``) instead of ``ips`` by count; empty: EC2 places them."""
+    at_prefixes: tuple[str, ...] = ()
+    """The /28s to ask for by name (``Ipv4Prefixes``) instead of ``prefixes`` by count."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,11 @@ class CreateEni:
     ips: int
     prefixes: int
     client_token: str
+    at_ips: tuple[str, ...] = ()
+    """Named placement: the primary address, then the ``ips`` secondaries, asked for by name
+    (``PrivateIpAddresses``); empty: EC2 places them."""
+    at_prefixes: tuple[str, ...] = ()
+    """The /28s asked for by name (``Ipv4Prefixes``) instead of ``prefixes`` by count."""
 
 
 @dataclass(frozen=True)
@@ -129,13 +139,22 @@ class CallSpec:
 CALLS: dict[type[Call], CallSpec] = {
     AssignAddresses: CallSpec(
         ec2=("AssignPrivateIpAddresses",),
-        port=("assign",),
-        iam=("ec2:AssignPrivateIpAddresses",),
+        # subnet_usage: named placement reads what the ENI's subnet holds (a paid Describe)
+        port=("assign", "subnet_usage", "note_placed", "forget_usage"),
+        iam=("ec2:AssignPrivateIpAddresses", "ec2:DescribeNetworkInterfaces"),
     ),
     CreateEni: CallSpec(
         ec2=("CreateNetworkInterface", "AttachNetworkInterface", "ModifyNetworkInterfaceAttribute"),
-        # delete_eni: the ENI just made is deleted if its attach fails
-        port=("create_eni", "attach", "set_delete_on_termination", "delete_eni"),
+        # delete_eni: the ENI just made is deleted if its attach fails; subnet_usage: named placement
+        port=(
+            "create_eni",
+            "attach",
+            "set_delete_on_termination",
+            "delete_eni",
+            "subnet_usage",
+            "note_placed",
+            "forget_usage",
+        ),
         iam=(
             "ec2:CreateNetworkInterface",
             "ec2:CreateTags",  # the tags given at creation

@@ -26,6 +26,7 @@ from warmpool.clock import Clock
 from warmpool.facts import EniFacts, NodeFacts
 from warmpool.limits import InstanceLimits
 from warmpool.messages import Assigned
+from warmpool.placement import Usage
 from warmpool.release_book import ReleaseBook
 from warmpool.subnets import Subnet
 
@@ -55,11 +56,26 @@ class Ec2Port(Protocol):
 
     def spend_subnet(self, subnet_id: str, addresses: int) -> None: ...
     def forget_subnets(self) -> None: ...
+
+    def subnet_usage(self, subnet_id: str) -> Usage | None:
+        """What the subnet's ENIs hold (``DescribeNetworkInterfaces`` by ``subnet-id``, paid from
+        the account's bucket, cached); None when unknown: not a subnet read, or unpaid and never read."""
+        ...
+
+    def note_placed(self, subnet_id: str, ips: Sequence[str], prefixes: Sequence[str]) -> None:
+        """Add what a call just took to the cached usage (the next placement avoids it)."""
+        ...
+
+    def forget_usage(self, subnet_id: str) -> None:
+        """Drop the cached usage (a named address or prefix was found taken)."""
+        ...
+
     def limits(self, instance_type: str) -> InstanceLimits: ...
 
     # --- writes ---
     def assign(self, call: AssignAddresses) -> Assigned:
-        """AssignPrivateIpAddresses: ``call.prefixes`` /28 prefixes if any, else ``call.ips`` addresses."""
+        """AssignPrivateIpAddresses: the prefixes ``call.at_prefixes`` names, else ``call.prefixes``
+        /28s by count; with no prefix, the addresses ``call.at_ips`` names, else ``call.ips`` by count."""
         ...
 
     def unassign(self, call: UnassignAddresses) -> None: ...

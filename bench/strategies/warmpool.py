@@ -372,6 +372,7 @@ class _Cluster:
             max_receive=5,
             budget_fraction=acct.budget_fraction,
             allowed_subnets=tuple(s.id for s in w.scenario.subnets),
+            named_placement=next((c.named_placement for c in w.scenario.all_clusters if c.name == name), False),
             # the account's real quotas (``account.buckets``) are not told: warmpool assumes the default
         )
         self.reports_url = self.harness.reports_url

@@ -3,29 +3,45 @@
 EC2 reserves the first four addresses and the last one of every subnet. Single
 addresses and delegated /28 prefixes come from the same space and never
 overlap: a prefix needs an aligned block of 16 addresses that are all free.
-Singles are handed out from the bottom of the subnet and prefixes from the top,
-so the two kinds of demand fragment each other as little as possible (AWS picks
-differently, but the rules — no overlap, aligned /28, exhaustion errors — are
-the same).
+Where a single address asked for by count lands is the placement
+(:data:`SinglePlacement`): ``"packed"`` (the default) hands singles out from the
+bottom of the subnet, so with prefixes taken from the top the two kinds of
+demand fragment each other as little as possible; ``"scattered"`` draws each
+single uniformly from the free addresses of the whole subnet (seeded), so
+singles land in every /28 and a subnet with many free addresses can have no
+aligned block left, as a real one can: AWS does not say where it places an
+address. The rules — no overlap, aligned /28, exhaustion errors — are the same
+in both.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import random
+from typing import Literal, get_args
 
 PREFIX_LEN = 28
 BLOCK = 16
 RESERVED_HEAD = 4
 RESERVED_TAIL = 1
+SCATTER_TRIES = 32
+"""Random draws per address in scattered placement before it samples the free list."""
+
+SinglePlacement = Literal["packed", "scattered"]
+PLACEMENTS: tuple[str, ...] = get_args(SinglePlacement)
 
 
 class SubnetPool:
     """Which addresses of one subnet are taken (by a single address or a prefix)."""
 
-    def __init__(self, cidr: str) -> None:
+    def __init__(self, cidr: str, placement: SinglePlacement = "packed", seed: int = 0) -> None:
         net = ipaddress.IPv4Network(cidr, strict=True)
         if not 16 <= net.prefixlen <= 28:
             raise ValueError(f"subnet size must be /16 to /28, got {cidr}")
+        if placement not in PLACEMENTS:
+            raise ValueError(f"single placement must be one of {PLACEMENTS}, got {placement!r}")
+        self.placement: SinglePlacement = placement
+        self._rng = random.Random(seed * 0x1_0000_0000 + int(net.network_address))
         self.network = net
         self.base = int(net.network_address)
         self.size = net.num_addresses
@@ -72,7 +88,12 @@ class SubnetPool:
         return 0 if self.exhausted else self.free
 
     def free_blocks(self) -> int:
+        """Aligned /28 blocks with no address taken (what a prefix needs)."""
         return 0 if self.exhausted else self._block_used.count(0)
+
+    def broken_blocks(self) -> int:
+        """Aligned /28 blocks with some addresses taken and some free."""
+        return sum(1 for c in self._block_used if 0 < c < BLOCK)
 
     # --- single addresses ----------------------------------------------------
 
@@ -89,11 +110,13 @@ class SubnetPool:
         return True
 
     def take_ips(self, n: int) -> list[str] | None:
-        """Take ``n`` free addresses, lowest first; all or nothing."""
+        """Take ``n`` free addresses (placed as :attr:`placement` says); all or nothing."""
         if n <= 0:
             return []
         if self.exhausted or self.free < n:
             return None
+        if self.placement == "scattered":
+            return self._take_scattered(n)
         out: list[str] = []
         off = self._single_hint
         used = self._used
@@ -102,6 +125,25 @@ class SubnetPool:
             self._mark(off)
             out.append(self.ip(off))
         self._single_hint = off + 1
+        return out
+
+    def _take_scattered(self, n: int) -> list[str]:
+        """``n`` addresses drawn uniformly from the free ones (the caller checked there are)."""
+        out: list[str] = []
+        used = self._used
+        rng = self._rng
+        while len(out) < n:
+            for _ in range(SCATTER_TRIES):
+                off = rng.randrange(self.size)
+                if not used[off]:
+                    self._mark(off)
+                    out.append(self.ip(off))
+                    break
+            else:  # a nearly full subnet: draw the rest from the free list
+                free = [o for o in range(self.size) if not used[o]]
+                for off in rng.sample(free, n - len(out)):
+                    self._mark(off)
+                    out.append(self.ip(off))
         return out
 
     def release_ip(self, ip: str) -> None:

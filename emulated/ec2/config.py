@@ -10,6 +10,8 @@ from enum import Enum
 from warmpool.buckets import BucketSpec
 from warmpool.limits import InstanceLimits
 
+from .cidr import SinglePlacement
+
 
 @dataclass
 class Ec2Config:
@@ -33,6 +35,11 @@ class Ec2Config:
     """Eventually consistent Describe (:mod:`.lag`): when the max is above 0, each
     DescribeNetworkInterfaces and DescribeInstances answers from the state of a moment
     a lag drawn in [min, max] ago. Off by default."""
+    single_placement: SinglePlacement = "packed"
+    """Where EC2 puts a single address asked for by count (:mod:`.cidr`): ``"packed"``
+    from the bottom of the subnet (never fragments), or ``"scattered"`` anywhere in it,
+    drawn per subnet from ``placement_seed`` (fragments /28s, as AWS may)."""
+    placement_seed: int = 0
 
 
 class AmbiguousOutcome(Enum):

@@ -193,6 +193,27 @@ class Ec2Emulator:
             self._changed()
             return iid
 
+    def hold_addresses(self, subnet_id: str, n: int, instance_type: str = "c5.18xlarge") -> list[str]:
+        """Another caller's instances in the subnet, their ENIs holding ``n`` secondary addresses
+        placed as ``config.single_placement`` says (set-up: not counted, no throttling). What
+        other workloads leave in a shared subnet, visible to Describe as theirs."""
+        out: list[str] = []
+        with self._lock:
+            while len(out) < n:
+                iid = self.run_instance(instance_type, subnet_id)
+                inst = self.instances[iid]
+                per_eni = inst.limits.ipv4_per_eni - 1
+                for dev in range(1, inst.limits.max_enis):
+                    if len(out) >= n:
+                        break
+                    k = min(per_eni, n - len(out))
+                    made = enis.create_eni(self, {"SubnetId": subnet_id, "SecondaryPrivateIpAddressCount": k})
+                    eid = made["NetworkInterface"]["NetworkInterfaceId"]
+                    enis.attach(self, {"NetworkInterfaceId": eid, "InstanceId": iid, "DeviceIndex": dev})
+                    out += self.enis[eid].secondary
+            self._changed()
+        return out
+
     def terminate_instance(self, instance_id: str) -> None:
         """Terminate: ENIs marked DeleteOnTermination go, the others are detached."""
         with self._lock:

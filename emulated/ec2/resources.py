@@ -38,7 +38,9 @@ def new_subnet(emu: ResourceState, vpc_id: str, cidr: str, az: str, subnet_id: s
     sid = subnet_id or emu._id("subnet")
     if sid in emu.subnets:
         raise Ec2Error("InvalidParameterValue", f"subnet {sid} already exists")
-    emu.subnets[sid] = EmulatedSubnet(sid, vpc_id, az, cidr, SubnetPool(cidr), tags)
+    emu.subnets[sid] = EmulatedSubnet(
+        sid, vpc_id, az, cidr, SubnetPool(cidr, emu.config.single_placement, emu.config.placement_seed), tags
+    )
     return sid
 
 

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.helpers.ec2_backends import Backend, error_of, world
+from emulated.ec2 import Ec2Config
+from tests.helpers.ec2_backends import EMULATED, Backend, error_of, open_backend, world
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -380,3 +381,100 @@ def test_throttled_call_answers_request_limit_exceeded_503(
         for _ in range(101):  # capacity 100 at one instant of virtual time
             ec2.create_tags(Resources=[eid], Tags=[{"Key": "k", "Value": "v"}])
     assert error_of(e) == ("RequestLimitExceeded", 503)
+
+
+# --- explicit placement on AssignPrivateIpAddresses (issue 24) ---------------------
+
+
+def _new_eni(ec2: Any, subnet: str) -> str:
+    eid: str = ec2.create_network_interface(SubnetId=subnet)["NetworkInterface"]["NetworkInterfaceId"]
+    return eid
+
+
+def test_assign_specific_addresses_places_exactly_those(any_backend: Backend) -> None:
+    ec2 = any_backend.ec2
+    w = world(ec2)
+    eid = _new_eni(ec2, w.subnet)
+    ec2.assign_private_ip_addresses(NetworkInterfaceId=eid, PrivateIpAddresses=["10.0.0.200", "10.0.0.201"])
+    assert {"10.0.0.200", "10.0.0.201"} <= set(_ips(_eni(ec2, eid)))
+
+
+def test_assign_specific_addresses_answers_only_those(request: pytest.FixtureRequest, any_backend: Backend) -> None:
+    moto_lacks(request, any_backend, "AssignedPrivateIpAddresses lists every address on the ENI")
+    ec2 = any_backend.ec2
+    w = world(ec2)
+    eid = _new_eni(ec2, w.subnet)
+    r = ec2.assign_private_ip_addresses(NetworkInterfaceId=eid, PrivateIpAddresses=["10.0.0.200", "10.0.0.201"])
+    assert [a["PrivateIpAddress"] for a in r["AssignedPrivateIpAddresses"]] == ["10.0.0.200", "10.0.0.201"]
+
+
+def test_assign_an_address_another_eni_holds_is_in_use(request: pytest.FixtureRequest, any_backend: Backend) -> None:
+    moto_lacks(request, any_backend, "a specific address already in use is assigned again")
+    ec2 = any_backend.ec2
+    w = world(ec2)
+    a, b = _new_eni(ec2, w.subnet), _new_eni(ec2, w.subnet)
+    ec2.assign_private_ip_addresses(NetworkInterfaceId=a, PrivateIpAddresses=["10.0.0.200"])
+    with pytest.raises(ClientError) as e:
+        ec2.assign_private_ip_addresses(NetworkInterfaceId=b, PrivateIpAddresses=["10.0.0.201", "10.0.0.200"])
+    assert error_of(e) == ("InvalidIPAddress.InUse", 400)
+    assert "10.0.0.201" not in _ips(_eni(ec2, b))  # all or nothing
+    assert "10.0.0.200" in _ips(_eni(ec2, a))
+
+
+def test_assign_specific_prefix_places_exactly_it(request: pytest.FixtureRequest, any_backend: Backend) -> None:
+    moto_lacks(request, any_backend, "Ipv4Prefixes ignored")
+    ec2 = any_backend.ec2
+    w = world(ec2)
+    eid = _new_eni(ec2, w.subnet)
+    r = ec2.assign_private_ip_addresses(NetworkInterfaceId=eid, Ipv4Prefixes=["10.0.0.64/28", "10.0.0.128/28"])
+    assert [p["Ipv4Prefix"] for p in r["AssignedIpv4Prefixes"]] == ["10.0.0.64/28", "10.0.0.128/28"]
+    assert {p["Ipv4Prefix"] for p in _eni(ec2, eid)["Ipv4Prefixes"]} == {"10.0.0.64/28", "10.0.0.128/28"}
+    with pytest.raises(ClientError) as e:  # an address inside a delegated prefix is in use
+        ec2.assign_private_ip_addresses(NetworkInterfaceId=_new_eni(ec2, w.subnet), PrivateIpAddresses=["10.0.0.70"])
+    assert error_of(e) == ("InvalidIPAddress.InUse", 400)
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "10.0.0.72/28",  # not aligned on 16
+        "10.0.0.64/27",  # not a /28
+        "10.0.1.0/28",  # outside the subnet
+        "10.0.0.192/28",  # overlaps an address in use
+    ],
+)
+def test_assign_a_prefix_not_aligned_or_overlapping_is_invalid(
+    request: pytest.FixtureRequest, any_backend: Backend, prefix: str
+) -> None:
+    moto_lacks(request, any_backend, "Ipv4Prefixes ignored")
+    ec2 = any_backend.ec2
+    w = world(ec2)
+    eid = _new_eni(ec2, w.subnet)
+    ec2.assign_private_ip_addresses(NetworkInterfaceId=eid, PrivateIpAddresses=["10.0.0.200"])
+    with pytest.raises(ClientError) as e:
+        ec2.assign_private_ip_addresses(NetworkInterfaceId=eid, Ipv4Prefixes=[prefix])
+    assert error_of(e) == ("InvalidParameterValue", 400)
+    assert not _eni(ec2, eid).get("Ipv4Prefixes")
+
+
+@pytest.mark.parametrize("name", EMULATED)
+def test_scattered_singles_fragment_the_subnet_until_only_explicit_prefixes_fit(name: str) -> None:
+    """With singles placed anywhere, a prefix by count fails once no aligned /28 is whole,
+    though most addresses are free; the one whole block left is still assignable by name."""
+    for b in open_backend(name, Ec2Config(single_placement="scattered", placement_seed=11)):
+        ec2 = b.ec2
+        w = world(ec2, cidr="10.0.0.0/24")
+        eid = _new_eni(ec2, w.subnet)
+        assert b.emu is not None
+        pool = b.emu.subnets[w.subnet].pool
+        while pool.free_blocks() > 1:
+            ec2.assign_private_ip_addresses(
+                NetworkInterfaceId=_new_eni(ec2, w.subnet), SecondaryPrivateIpAddressCount=1
+            )
+        assert pool.free > 150
+        ec2.assign_private_ip_addresses(NetworkInterfaceId=eid, Ipv4PrefixCount=1)
+        with pytest.raises(ClientError) as e:
+            ec2.assign_private_ip_addresses(NetworkInterfaceId=eid, Ipv4PrefixCount=1)
+        assert error_of(e) == ("InsufficientCidrBlocks", 400)
+        free = ec2.describe_subnets(SubnetIds=[w.subnet])["Subnets"][0]["AvailableIpAddressCount"]
+        assert free == pool.free > 130

@@ -90,3 +90,33 @@ def test_several_clusters_need_each_group_to_name_one() -> None:
         parse_scenario(d, "x.yaml")
     d["node_groups"][0]["cluster"] = "b"
     assert parse_scenario(d).cluster_of(parse_scenario(d).node_groups[0]).name == "b"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda d: d.update(ec2={"single_placement": "random"}), "x.yaml: ec2.single_placement:"),
+        (
+            lambda d: d["subnets"][0].update(cidr="10.0.0.0/24", foreign_addresses=240),
+            "foreign_addresses: more than 90% of what 10.0.0.0/24 holds",
+        ),
+        (lambda d: d["subnets"][0].update(foreign_addresses=-1), "subnets[0].foreign_addresses"),
+        (lambda d: d["cluster"].update(named_placement="sometimes"), "cluster.named_placement"),
+    ],
+)
+def test_placement_fields_are_checked(mutate: Any, expected: str) -> None:
+    d = base()
+    mutate(d)
+    with pytest.raises(ScenarioError) as exc:
+        parse_scenario(d, "x.yaml")
+    assert expected in str(exc.value)
+
+
+def test_placement_fields_default_to_before() -> None:
+    s = parse_scenario(base(), "x.yaml")
+    assert s.ec2.single_placement == "packed"
+    assert s.subnets[0].foreign_addresses == 0
+    assert s.cluster is not None and s.cluster.named_placement is False
+    frag = load_scenario(ROOT / "scenarios" / "prefix-fragmented.yaml")
+    assert frag.ec2.single_placement == "scattered" and frag.subnets[0].foreign_addresses == 300
+    assert frag.cluster is not None and frag.cluster.named_placement
