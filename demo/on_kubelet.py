@@ -185,7 +185,11 @@ class KubeletDemo:
         with kube_cluster(nodes=n, lock=False, progress=self.say) as c:
             self.cluster = c
             self.say(f"cluster up: {', '.join(f'{k} {v:.0f} s' for k, v in c.timings.items())}")
-            return self._run(c)
+            report = self._run(c)
+            self.say("teardown: the kubelets, every sandbox (DELs through the agents), containerd, the control plane")
+            t_down = time.monotonic()
+        self.say(f"teardown done in {time.monotonic() - t_down:.0f} s")
+        return report
 
     def _run(self, c: Any) -> dict[str, Any]:
         from demo.host import http_json
@@ -218,10 +222,14 @@ class KubeletDemo:
 
         down = self._scale_down(c, records)
         pools = c.demo.node_pools()
+        t_rec = time.monotonic()
         c.demo.reconcile()
+        self.say(f"reconcile: the reconcile function twice, {time.monotonic() - t_rec:.1f} s")
         stats = ec2_table(http_json(c.stack.outputs["stats_url"]))
         leaked = leaked_enis(c.stack.ec2)
+        t_del = time.monotonic()
         c.kubectl("delete", "deployment", APP, "--wait=true", timeout=120)
+        self.say(f"kubectl delete deployment {APP}: {time.monotonic() - t_del:.1f} s")
         report = DemoReport(
             nodes=o.nodes,
             pods_requested=replicas,
