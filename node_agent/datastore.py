@@ -649,6 +649,14 @@ class Datastore(RecoveredHolders):
             self._dirty = False  # memory is what the disk says
             return True
 
+    def forget(self) -> None:
+        """Drop everything a :meth:`restore` loaded (the start found the checkpoint inconsistent
+        with the host and rebuilds instead); the disk keeps its file until the rebuild's write."""
+        with self._lock:
+            self._clear()
+            self._pending.clear()
+            self._dirty = False
+
     def _clear(self) -> None:
         self._enis.clear()
         self._owner.clear()

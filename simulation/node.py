@@ -31,7 +31,7 @@ from botocore.exceptions import ClientError
 
 from emulated.ec2.errors import Ec2Error
 from emulated.imds import Imds
-from node_agent.agent import RESTART_HOLD_S, RESULT_VISIBILITY_S, Agent, AwsClockCheck, Metadata
+from node_agent.agent import RESTART_HOLD_S, RESULT_VISIBILITY_S, Agent, AwsClockCheck, Metadata, restore_checked
 from node_agent.checkpoint import CheckpointError, CheckpointWriteError, FileCheckpoint
 from node_agent.cni import E_IO
 from node_agent.cniserver import CniService
@@ -514,11 +514,8 @@ class SimAgent:
         now = self.now()
         ds = Datastore(cooldown_s=TIMING.cooldown_s, pending_ttl_s=TIMING.pending_ttl_s, checkpoint=self.cp)
         with self.guard():
-            damaged: CheckpointError | None = None
-            try:
-                restored = ds.restore()
-            except CheckpointError as exc:
-                damaged, restored = exc, False
+            # as node_agent/agent.py reads it: checksum, then the host's pod wiring
+            restored, damaged = restore_checked(ds, self.pods, AGENT_CONFIG.veth_prefix)
             pool = PoolConfig(
                 warm_ip=w.plan.warm_ip, minimum_ip=w.plan.minimum_ip, warm_prefix=1, prefix_mode=w.plan.prefix_mode
             )
