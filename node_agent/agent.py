@@ -176,6 +176,11 @@ def restore_checked(ds: Datastore, pods: WiringSource | None, veth_prefix: str) 
     wiring = pods.host_wiring() if pods is not None else None
     wrong = wiring_disagreements(ds, wiring, veth_prefix) if wiring is not None else []
     if not wrong:
+        if ds.restored_unchecksummed:
+            log.warning(
+                "checkpoint without a checksum (an older agent's): restored%s; the next write adds one",
+                "" if wiring is None else " after its check against the host's pod wiring",
+            )
         return True, None
     ds.forget()
     more = f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else ""

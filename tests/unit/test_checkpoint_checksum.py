@@ -65,6 +65,7 @@ def test_a_written_checkpoint_carries_its_checksum_and_loads(tmp_path: Path) -> 
     assert ds.restore()
     assert {(p.container_id, p.ifname): p.ip for p in ds.pods()} == pods
     assert ds.meta["last_seq"] == 9
+    assert not ds.restored_unchecksummed
 
 
 def _drop_pod(data: dict[str, Any]) -> None:
@@ -142,6 +143,10 @@ def test_an_older_agents_file_loads_when_the_host_agrees_and_is_refused_when_not
     ds = Datastore(checkpoint=FileCheckpoint(str(path)))
     assert restore_checked(ds, HostPods(wiring_of(pods)), "eni") == (True, None)
     assert {(p.container_id, p.ifname): p.ip for p in ds.pods()} == pods
+    assert ds.restored_unchecksummed
+    ds.set_meta("last_seq", 42)  # the next write adds the checksum
+    assert json.loads(path.read_text())[CHECKSUM_KEY] == checksum(json.loads(path.read_text()))
+    path.write_text(json.dumps(original))
     # the same old file with one pod's entry lost: nothing in the file says so, the host does
     (lost,) = [k for k in pods if k[0] == "pod-a"]
     for e in original["enis"]:
