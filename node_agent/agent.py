@@ -34,6 +34,7 @@ from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods, PodNe
 from node_agent.config import AgentConfig, ConfigError, load
 from node_agent.controller import AttachedEni, HostNetwork, PoolController
 from node_agent.datastore import Datastore
+from node_agent.hostnet import HostWiring, host_veth_name
 from node_agent.identity import CachedIdentity
 from node_agent.imds import Identity, ImdsClient
 from node_agent.records import UNKNOWN_HOLDER, NodeIdentity
@@ -139,6 +140,53 @@ def boot_id(path: str = BOOT_ID_FILE) -> str | None:
     return value or None
 
 
+class WiringSource(Protocol):
+    """What the start asks the pod network (:class:`node_agent.cniserver.PodNetwork` has it)."""
+
+    def host_wiring(self) -> HostWiring | None: ...
+
+
+def wiring_disagreements(ds: Datastore, wiring: HostWiring, veth_prefix: str) -> list[str]:
+    """The host's pod wiring the datastore does not account for: each address with a ``/32``
+    route to a pod's host veth must be held by that veth's pod (``host_veth_name`` of its
+    container and interface) or by a recovered holder of that name. A checkpoint that
+    parses and validates and still disagrees (an old copy restored from a backup, a pod's
+    entry lost without a checksum to say so) would hand a running pod's address out again."""
+    held = {p.ip: host_veth_name(p.container_id, p.ifname, veth_prefix) for p in ds.pods()}
+    recovered = {h.ip: h.holder for h in ds.recovered_holders()}
+    out = []
+    for ip, veth in sorted(wiring.pods.items()):
+        if held.get(ip) == veth or recovered.get(ip) == veth:
+            continue
+        has = held.get(ip) or recovered.get(ip)
+        out.append(f"{ip} is wired to {veth} but the checkpoint has it " + (f"held by {has}" if has else "free"))
+    return out
+
+
+def restore_checked(ds: Datastore, pods: WiringSource | None, veth_prefix: str) -> tuple[bool, CheckpointError | None]:
+    """The start's read of the checkpoint: ``(restored, damaged)``. Damaged when it cannot be
+    read, its checksum does not match (:func:`node_agent.checkpoint.check_checksum`), or it
+    disagrees with the host's pod wiring (:func:`wiring_disagreements`; read when the pod
+    network can tell); then nothing of it is kept and the start rebuilds (:meth:`Agent._rebuild`)."""
+    try:
+        if not ds.restore():
+            return False, None
+    except CheckpointError as exc:
+        return False, exc
+    wiring = pods.host_wiring() if pods is not None else None
+    wrong = wiring_disagreements(ds, wiring, veth_prefix) if wiring is not None else []
+    if not wrong:
+        if ds.restored_unchecksummed:
+            log.warning(
+                "checkpoint without a checksum (an older agent's): restored%s; the next write adds one",
+                "" if wiring is None else " after its check against the host's pod wiring",
+            )
+        return True, None
+    ds.forget()
+    more = f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else ""
+    return False, CheckpointError("checkpoint disagrees with the host's pod wiring: " + "; ".join(wrong[:3]) + more)
+
+
 class Agent:
     """One node's agent. ``start()`` then ``run(stop_event)`` (or ``run_once()`` in tests)."""
 
@@ -225,12 +273,8 @@ class Agent:
             pending_ttl_s=cfg.timing.pending_ttl_s,
             checkpoint=checkpoint,
         )
-        damaged: CheckpointError | None = None
-        try:
-            restored = self.ds.restore()
-        except CheckpointError as exc:
-            damaged, restored = exc, False
         self.pods = self.pods or self._pod_network()
+        restored, damaged = restore_checked(self.ds, self.pods, cfg.veth_prefix)
         self.kubelet = kubelet_config.read(cfg.kubelet_config, cfg.kubelet_flags)
         if self.kubelet.max_pods is not None:
             log.info("the kubelet's max pods: %d (%s); reported, and the pool stays under it", *self._kubelet_note())

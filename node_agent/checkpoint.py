@@ -11,11 +11,22 @@ break the agent later, far from the cause. Anything malformed is refused
 with :class:`CheckpointError` (the agent then rebuilds from IMDS and the host).
 Every field added since the first version is optional, so a checkpoint
 written by an older agent still loads.
+
+Damage that still parses and validates (a digit flipped in an address, a pod's
+entry dropped, a cut at a JSON boundary) is caught by the checkpoint's
+``checksum``: :func:`encode` writes the SHA-256 of the canonical JSON of
+everything else in it (:func:`checksum`), and :func:`parse` refuses a file
+whose checksum does not match (:class:`CheckpointError`: the rebuild). A file
+without one was written by an agent before it; it is read as before (its
+pod entries are then checked against the host's pod wiring at start, as every
+restored checkpoint is: :func:`node_agent.agent.restore_checked`). An older
+agent ignores the field, so a rollback still reads a newer agent's file.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import ipaddress
 import json
 import math
@@ -46,6 +57,10 @@ them (and hand their addresses out again), so it must refuse such a checkpoint."
 READABLE_VERSIONS = (CHECKPOINT_VERSION, RECOVERED_CHECKPOINT_VERSION)
 KEEP_CORRUPT = 3
 """Damaged checkpoints kept aside (``<path>.corrupt-<unix time>``); older ones are deleted."""
+
+
+CHECKSUM_KEY = "checksum"
+"""``sha256:<hex>`` of the checkpoint's canonical JSON without this key (:func:`checksum`)."""
 
 
 class CheckpointError(ValueError):
@@ -193,7 +208,30 @@ def encode(
         out["recent"] = recent
     if parked:
         out["parked"] = json.loads(json.dumps(parked))
+    out[CHECKSUM_KEY] = checksum(out)
     return out
+
+
+def checksum(data: dict[str, Any]) -> str:
+    """``sha256:<hex>`` of ``data`` without its :data:`CHECKSUM_KEY`, as canonical JSON (keys
+    sorted, no spaces, ASCII): the same for the dict written and the one read back."""
+    body = {k: v for k, v in data.items() if k != CHECKSUM_KEY}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def check_checksum(data: dict[str, Any]) -> bool:
+    """True if ``data`` carries a checksum and it matches; False if it carries none (written
+    by an agent before checksums); :class:`CheckpointError` if it does not match."""
+    if CHECKSUM_KEY not in data:
+        return False
+    try:
+        want = checksum(data)
+    except (TypeError, ValueError) as exc:  # not JSON-serialisable: not what a file reads back as
+        raise CheckpointError(f"corrupt checkpoint: {exc}") from None
+    if data[CHECKSUM_KEY] != want:
+        raise CheckpointError(f"checkpoint checksum mismatch: {data[CHECKSUM_KEY]!r}, content is {want}")
+    return True
 
 
 def _encode_eni(e: EniRecord) -> dict[str, Any]:
@@ -367,6 +405,8 @@ class CheckpointFile(_Model):
     recent: RecentEntry = Field(default_factory=RecentEntry)
     parked: list[dict[str, Any]] = Field(default_factory=list)
     """Claims waiting for IMDS, as the controller wrote them (it checks them when it reads them back)."""
+    checksum: Text | None = None
+    """:func:`checksum` of the rest (checked by :func:`parse`); absent in files of agents before it."""
 
     @field_validator("meta")
     @classmethod
@@ -387,8 +427,9 @@ def check_version(data: dict[str, Any]) -> None:
 
 def parse(data: dict[str, Any]) -> CheckpointFile:
     """``data`` checked: :class:`CheckpointError` if its version is not one this agent reads,
-    or if anything in it is malformed."""
+    if its checksum does not match its content, or if anything in it is malformed."""
     check_version(data)
+    check_checksum(data)
     try:
         return CheckpointFile.model_validate(data)
     except ValidationError as exc:

@@ -93,6 +93,8 @@ class Datastore(RecoveredHolders):
         """Memory is ahead of the checkpoint: a write failed (or a batch is open)."""
         self.save_errors = 0
         """Checkpoint writes that failed."""
+        self.restored_unchecksummed = False
+        """The last :meth:`restore` read a checkpoint without a checksum (an older agent's)."""
         self.changed = threading.Event()
         """Set on every change; the agent's loop may wait on it."""
 
@@ -649,6 +651,14 @@ class Datastore(RecoveredHolders):
             self._dirty = False  # memory is what the disk says
             return True
 
+    def forget(self) -> None:
+        """Drop everything a :meth:`restore` loaded (the start found the checkpoint inconsistent
+        with the host and rebuilds instead); the disk keeps its file until the rebuild's write."""
+        with self._lock:
+            self._clear()
+            self._pending.clear()
+            self._dirty = False
+
     def _clear(self) -> None:
         self._enis.clear()
         self._owner.clear()
@@ -661,6 +671,7 @@ class Datastore(RecoveredHolders):
         self.meta = {}
 
     def _load(self, cp: CheckpointFile) -> None:
+        self.restored_unchecksummed = cp.checksum is None
         self.meta = dict(cp.meta)
         self._recovered.update(cp.recovered)
         self._recent.load(cp.recent)

@@ -317,6 +317,16 @@ def _on_checkpoint_damaged(w: EventsWorld, ev: k.CheckpointLost | k.CheckpointTr
     w.loop.call_later(ev.down, functools.partial(_restart, w, a))
 
 
+def _on_checkpoint_damaged_parses(w: EventsWorld, ev: k.CheckpointDamagedParses) -> None:
+    """The file damaged so that it still parses and validates while the agent is down, then
+    its start (which must refuse it and rebuild: docs/safety.md row 12)."""
+    if (a := _live(w, ev.node)) is None:
+        return
+    a.die(ev.kind)
+    w.fault(f"{ev.kind}:{a.cp.damage_parsing(ev.variant, ev.pick)}")
+    w.loop.call_later(ev.down, functools.partial(_restart, w, a))
+
+
 # --- issue 21's harsh world ------------------------------------------------------------
 
 
@@ -437,6 +447,7 @@ HANDLERS: dict[type[Event], Callable[[EventsWorld, Any], None]] = {
     k.CheckpointLost: _on_checkpoint_damaged,
     k.CheckpointTruncated: _on_checkpoint_damaged,
     k.CheckpointCorrupt: _on_checkpoint_damaged,
+    k.CheckpointDamagedParses: _on_checkpoint_damaged_parses,
     k.CheckpointWriteError: _on_checkpoint_write_error,
     k.TagLookupFailure: _on_tag_lookup_failure,
     k.ClockSkew: _on_clock_skew,

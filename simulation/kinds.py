@@ -250,6 +250,19 @@ class CheckpointCorrupt(NodeEvent):
 
 
 @dataclass(frozen=True)
+class CheckpointDamagedParses(NodeEvent):
+    """The agent dies and its checkpoint file is damaged so that it still parses and validates
+    (``variant``): ``drop-pod`` (a pod's entry gone), ``move-pod`` (a pod's address changed
+    to a free one of its ENI), ``old-copy`` (an earlier save, as a backup restores it);
+    ``pick`` (0-1) chooses which pod or save. It starts again ``down`` seconds later."""
+
+    kind: ClassVar[str] = "checkpoint-damaged-parses"
+    down: float
+    variant: str
+    pick: float
+
+
+@dataclass(frozen=True)
 class CheckpointWriteError(NodeEvent):
     kind: ClassVar[str] = "checkpoint-write-error"
     dur: float
@@ -419,6 +432,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CheckpointLost,
         CheckpointTruncated,
         CheckpointCorrupt,
+        CheckpointDamagedParses,
         CheckpointWriteError,
         TagLookupFailure,
         ClockSkew,

@@ -15,10 +15,12 @@ and the node's clock off from the allocator's (``skew``: the agent's injected cl
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import email.utils
 import functools
+import ipaddress
 import json
 import os
 from collections.abc import Iterator
@@ -29,7 +31,7 @@ from botocore.exceptions import ClientError
 
 from emulated.ec2.errors import Ec2Error
 from emulated.imds import Imds
-from node_agent.agent import RESTART_HOLD_S, RESULT_VISIBILITY_S, Agent, AwsClockCheck, Metadata
+from node_agent.agent import RESTART_HOLD_S, RESULT_VISIBILITY_S, Agent, AwsClockCheck, Metadata, restore_checked
 from node_agent.checkpoint import CheckpointError, CheckpointWriteError, FileCheckpoint
 from node_agent.cni import E_IO
 from node_agent.cniserver import CniService
@@ -205,6 +207,10 @@ class DiskError(OSError):
     raise; the production agent does not catch it (its loop ends, kubelet restarts it)."""
 
 
+HISTORY_SAVES = 200
+"""How many of its last saves a node's disk remembers (``old-copy`` restores one of them)."""
+
+
 class SimDisk(FileCheckpoint):
     """The agent's checkpoint file on the node's disk (:class:`~node_agent.checkpoint.FileCheckpoint`:
     same path, same reading of a damaged file, same ``keep_aside``), kept in memory.
@@ -212,8 +218,10 @@ class SimDisk(FileCheckpoint):
     What Linux allows to happen to it, none of it promised away: ``armed`` kills the agent
     at the next save, before it is written; :meth:`lose` (the state directory gone),
     :meth:`truncate` (a torn write, a partial copy), :meth:`zero_fill` (blocks lost in a
-    crash read back as zeros); ``write_errno`` makes every save fail with that error
-    (ENOSPC, EIO) until cleared, the file keeping what it last held."""
+    crash read back as zeros), :meth:`damage_parsing` (damage that still parses and validates:
+    a pod's entry dropped or its address moved, an earlier save restored); ``write_errno``
+    makes every save fail with that error (ENOSPC, EIO) until cleared, the file keeping what
+    it last held."""
 
     def __init__(self, w: NodeWorld, node: str) -> None:
         super().__init__(f"/var/lib/warmpool/{node}/checkpoint.json")
@@ -226,6 +234,8 @@ class SimDisk(FileCheckpoint):
         self.aside: list[str] = []
         self.saves = 0
         self.refused = 0
+        self.history: collections.deque[dict[str, Any]] = collections.deque(maxlen=HISTORY_SAVES)
+        """The last saves (what a backup may hold; ``old-copy``)."""
 
     def load(self) -> dict[str, Any] | None:
         if self.raw is None:
@@ -246,6 +256,7 @@ class SimDisk(FileCheckpoint):
             self.refused += 1
             raise DiskError(self.write_errno, os.strerror(self.write_errno), self.path)
         self.data, self.raw = data, None
+        self.history.append(data)
         self.saves += 1
         self.w.version += 1
 
@@ -272,6 +283,38 @@ class SimDisk(FileCheckpoint):
         text = self._text()
         i = int(len(text) * start)
         self.raw = text[:i] + "\0" * length + text[i + length :]
+
+    def damage_parsing(self, variant: str, pick: float) -> str:
+        """Damage the file so that it still parses and validates (``variant``, ``pick`` 0-1
+        choosing the pod or the save); returns what was done (``variant``, or why nothing)."""
+        if self.raw is not None or self.data is None:
+            return "no-file"
+        if variant == "old-copy":
+            older = list(self.history)[:-1]
+            if not older:
+                return "no-older-save"
+            self.data = copy.deepcopy(older[int(pick * len(older))])
+            self.w.version += 1
+            return variant
+        data = copy.deepcopy(self.data)
+        pods = [(e, a) for e in data["enis"] for a in e["addrs"] if a.get("container_id")]
+        if not pods:
+            return "no-pod"
+        eni, entry = pods[int(pick * len(pods))]
+        done = "drop-pod"
+        if variant == "move-pod":
+            taken = {a["ip"] for a in eni["addrs"]}
+            free = [ip for ip in eni["ips"] if ip not in taken]
+            for p in eni["prefixes"]:
+                free += [str(h) for h in ipaddress.IPv4Network(p) if str(h) not in taken]
+            if free:
+                entry["ip"] = free[int(pick * len(free))]
+                done = variant
+        if done == "drop-pod":
+            eni["addrs"].remove(entry)
+        self.data = data
+        self.w.version += 1
+        return done
 
 
 class AgentEc2:
@@ -471,11 +514,8 @@ class SimAgent:
         now = self.now()
         ds = Datastore(cooldown_s=TIMING.cooldown_s, pending_ttl_s=TIMING.pending_ttl_s, checkpoint=self.cp)
         with self.guard():
-            damaged: CheckpointError | None = None
-            try:
-                restored = ds.restore()
-            except CheckpointError as exc:
-                damaged, restored = exc, False
+            # as node_agent/agent.py reads it: checksum, then the host's pod wiring
+            restored, damaged = restore_checked(ds, self.pods, AGENT_CONFIG.veth_prefix)
             pool = PoolConfig(
                 warm_ip=w.plan.warm_ip, minimum_ip=w.plan.minimum_ip, warm_prefix=1, prefix_mode=w.plan.prefix_mode
             )

@@ -53,6 +53,7 @@ FAULT_KINDS = (
     "checkpoint-lost",
     "checkpoint-truncated",
     "checkpoint-corrupt",
+    "checkpoint-damaged-parses",
     "checkpoint-write-error",
     "tag-lookup-failure",
     "clock-skew",
@@ -80,6 +81,7 @@ AGENT_KINDS = (
     "checkpoint-lost",
     "checkpoint-truncated",
     "checkpoint-corrupt",
+    "checkpoint-damaged-parses",
     "checkpoint-write-error",
     "tag-lookup-failure",
     "clock-skew",
@@ -102,6 +104,8 @@ WORLD_KINDS = (
 )
 """Issue 21's harsh world (:func:`_world_faults`): EC2 and IMDS as AWS documents them, past
 every bound the code assumes; each kind from a generator of its own, drawn after every other."""
+DAMAGE_VARIANTS = ("drop-pod", "move-pod", "old-copy")
+"""How ``checkpoint-damaged-parses`` damages the file (:meth:`simulation.node.SimDisk.damage_parsing`)."""
 ALL_TYPES = tuple(sorted(KNOWN_TYPES))
 MULTI_CARD_TYPES = tuple(t for t in ALL_TYPES if KNOWN_TYPES[t].network_cards > 1)
 IDENTITIES = ("own", "none", "bad-signature")
@@ -303,6 +307,11 @@ def _agent_faults(seed: int, names: list[str]) -> list[Event]:
       file is gone (the state directory lost), cut short (``keep``: the fraction left) or
       has a run of zeroed bytes (``start``, ``n``: blocks a crash lost), and it starts
       again ``down`` seconds later: the production rebuild from the host's pod wiring runs;
+    * ``checkpoint-damaged-parses``: the agent dies and its checkpoint is damaged so that it
+      still parses and validates (``variant``, :data:`DAMAGE_VARIANTS`: a pod's entry dropped,
+      a pod's address moved to a free one of its ENI, an earlier save restored as from a
+      backup; ``pick`` chooses which), then starts ``down`` seconds later: the checkpoint's
+      checksum, or its check against the host's pod wiring, must refuse it (docs/safety.md row 12);
     * ``checkpoint-write-error``: for ``dur`` seconds every checkpoint write fails
       (``errno`` ENOSPC or EIO); the agent restarts when it ends;
     * ``tag-lookup-failure``: a DaemonSet rollout restarts ``nodes`` one after the other
@@ -340,6 +349,17 @@ def _agent_faults(seed: int, names: list[str]) -> list[Event]:
                 down=round(r.uniform(1, 30), 1),
                 start=round(r.uniform(0, 0.95), 2),
                 n=r.choice((1, 16, 512, 4096)),
+            )
+        )
+    r = gen("checkpoint-damaged-parses")
+    if r.random() < 0.15:
+        ev.append(
+            k.CheckpointDamagedParses(
+                at=round(r.uniform(30, SPAN_S), 1),
+                node=r.choice(names),
+                down=round(r.uniform(1, 30), 1),
+                variant=r.choice(DAMAGE_VARIANTS),
+                pick=round(r.random(), 3),
             )
         )
     r = gen("checkpoint-write-error")

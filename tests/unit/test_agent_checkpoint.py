@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from node_agent.checkpoint import CheckpointError, MemoryCheckpoint, parse
+from node_agent.checkpoint import CHECKSUM_KEY, CheckpointError, MemoryCheckpoint, checksum, parse
 from node_agent.datastore import Datastore
 from node_agent.records import EniInfo
 
@@ -39,11 +39,16 @@ def test_a_snapshot_restores_to_the_same_snapshot() -> None:
 
 
 def _set(data: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    """``data`` with ``value`` at ``path``, as an agent would have written it (its checksum
+    made again, so that what is checked is the value; a changed byte alone is refused by
+    the checksum: tests/unit/test_checkpoint_checksum.py)."""
     out = copy.deepcopy(data)
     target = out
     for key in path[:-1]:
         target = target[key]
     target[path[-1]] = value
+    if CHECKSUM_KEY in out:
+        out[CHECKSUM_KEY] = checksum(out)
     return out
 
 

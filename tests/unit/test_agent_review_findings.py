@@ -23,7 +23,7 @@ import pytest
 
 from emulated.clock import VirtualClock
 from node_agent.agent import AwsClockCheck
-from node_agent.checkpoint import MemoryCheckpoint
+from node_agent.checkpoint import CHECKSUM_KEY, MemoryCheckpoint
 from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
 from node_agent.unmanaged import NO_MANAGE_TAG, SkipUnmanaged
@@ -192,6 +192,7 @@ def test_seen_absent_survives_a_restart_and_an_old_checkpoint_restores_as_not_se
     # an older agent's checkpoint (no ``released_absent``): restored as not yet seen absent,
     # so the address stays ignored until the next read without it
     old = {**cp.data, "recent": {k: v for k, v in cp.data["recent"].items() if k != "released_absent"}}
+    del old[CHECKSUM_KEY]  # nor a checksum
     listed(imds, "10.0.0.11", X)  # still lagging at this restart
     ds3, ctl3 = boot(MemoryCheckpoint(old), imds, t0 + 400)
     assert not ds3.seen_absent(X) and ds3.eni_of(X) is None
@@ -546,6 +547,7 @@ def test_a_parked_grant_keeps_its_word_across_a_restart_and_an_old_entry_waits()
     ctl.apply_result(result(r2.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]}), 65.0)
     assert cp.data is not None and cp.data["parked"][0]["grants"] == [X]
     old = {**cp.data, "parked": [{k: v for k, v in e.items() if k != "grants"} for e in cp.data["parked"]]}
+    del old[CHECKSUM_KEY]  # nor a checksum
     ds, ctl = boot(cp, imds, 100.0)  # restarted while the claim waits
     ctl.tick(126.0)
     assert ds.lookup("p1", "eth0") is not None and ds.assign("p2", "eth0", "ns", 127.0) == (X, PRIMARY.eni_id)
