@@ -802,6 +802,8 @@ class KubeCluster:
             if d["kind"] == "DaemonSet":
                 for c in d["spec"]["template"]["spec"]["initContainers"] + d["spec"]["template"]["spec"]["containers"]:
                     c["imagePullPolicy"] = "Never"
+                broken = [b for b in os.environ.get("WARMPOOL_E2E_BREAK", "").split(",") if b]
+                break_daemonset(d, broken)
         return docs
 
     def configmap_env(self, agent_env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -953,6 +955,32 @@ def deployment(name: str, namespace: str, labels: dict[str, str], replicas: int,
             "template": {"metadata": {"labels": labels}, "spec": pod},
         },
     }
+
+
+BREAKS = {
+    "no-conflist": "the init container installs nothing (no plugin, no conflist)",
+    "agent-no-sys-admin": "the agent container without CAP_SYS_ADMIN (it cannot enter a pod's namespace)",
+    "agent-exits": "the agent's command exits at once, every time (an agent gone for good)",
+}
+"""``WARMPOOL_E2E_BREAK`` (comma-separated): the DaemonSet broken on purpose, to check that the
+e2e tests fail when what they name is broken (docs/deploy.md, "What the e2e tier proves")."""
+
+
+def break_daemonset(ds: dict[str, Any], broken: Sequence[str]) -> None:
+    """Break the rendered DaemonSet ``ds`` as each name of :data:`BREAKS` in ``broken`` says."""
+    unknown = sorted(set(broken) - set(BREAKS))
+    if unknown:
+        raise E2eError(f"WARMPOOL_E2E_BREAK: unknown {', '.join(unknown)} (known: {', '.join(BREAKS)})")
+    spec = ds["spec"]["template"]["spec"]
+    init = next(c for c in spec["initContainers"] if c["name"] == "install-cni")
+    agent = next(c for c in spec["containers"] if c["name"] == "agent")
+    if "no-conflist" in broken:
+        init["command"] = ["/bin/sh", "-c", "true"]
+    if "agent-no-sys-admin" in broken:
+        caps = agent["securityContext"]["capabilities"]
+        caps["add"] = [c for c in caps["add"] if c != "SYS_ADMIN"]
+    if "agent-exits" in broken:
+        agent["command"] = ["/bin/sh", "-c", "exit 3"]
 
 
 def kubectl_binary() -> str:
