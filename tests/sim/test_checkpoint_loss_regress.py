@@ -104,7 +104,7 @@ def test_the_simulation_finds_the_read_after_the_window_with_its_fix_reverted(mo
     assert {v[0] for v in bad} == {"pod-address-not-on-node"}
 
 
-def _reclaim_as_before(self: PoolController, key: str, seq: int) -> bool:
+def _reclaim_as_before(self: PoolController, key: str, seq: int, grants: frozenset[str] = frozenset()) -> bool:
     """Before the fix: a hand-back replying to the newest report offering the key was taken."""
     return seq >= self._offered_upto.get(key, self._seq_at_start)
 

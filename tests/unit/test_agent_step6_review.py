@@ -11,9 +11,11 @@ by directed worlds (tests/sim/test_checkpoint_loss_regress.py): after a checkpoi
 address learnt from IMDS alone is held as offered at any time, not only in the window
 (``PoolController._holds_learnt``), and offered as of unknown origin, which the allocator never
 hands back (``warmpool/planner.py::_split_unknown``: it unassigns it) nor the agent takes back
-(``PoolController._may_reclaim``). 5 and 6 are open, strict xfails: 5's fix, a wait for the
-answer, was tried and removed (docs/reliability.md); 6 is the leak
-``DROPPED_ON_A_READ_BEFORE_THE_GRANT`` pins in tests/sim/test_undocumented_rows.py.
+(``PoolController._may_reclaim``). 6 is fixed with them: a released address IMDS lists again
+is held as offered, of unknown origin, rather than left out for good (the leak
+``DROPPED_ON_A_READ_BEFORE_THE_GRANT`` pinned in tests/sim/test_undocumented_rows.py). 5 is
+open, a strict xfail: its fix, a wait for the answer, was tried and removed
+(docs/reliability.md).
 
 1. after a checkpoint loss, a regressed read past the rebuild window (a time bound on
    IMDS) brings an address EC2 unassigned before the loss back free;
@@ -39,7 +41,7 @@ import pytest
 from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
-from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, one, result
+from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, never_free, one, result
 from tests.unit.test_agent_review_findings import POOL, X, holders, listed, released_x
 from warmpool import names
 from warmpool.calls import AssignAddresses, Reclaim, UnassignAddresses
@@ -251,7 +253,6 @@ def test_answers_slower_than_retry_never_give_an_offered_address_back() -> None:
 # --- 6. a read from before a grant drops it for good ----------------------------------------
 
 
-@open_finding("open: a read from before a grant drops it at the timeout (a leak, like seed 602)")
 def test_a_read_from_before_a_grant_at_the_timeout_leaks_the_granted_address() -> None:
     # Y is granted (its ``given`` entry settles once a report names it in the pool), later
     # surplus: quarantined, offered, every answer lost. At the timeout a regressed read answers
@@ -286,4 +287,7 @@ def test_a_read_from_before_a_grant_at_the_timeout_leaks_the_granted_address() -
         ctl.resync(t + 200 + 60 * k)
         ctl.tick(t + 200 + 60 * k)
     assert ctl.stats.released_without_result == 1  # dropped at the timeout, on the regressed read
+    # Listed again: held as offered, of unknown origin (the allocator unassigns it, or says it
+    # released again), no longer left out for good.
     assert ds.eni_of(Y) is not None, "Y (EC2 still has it) dropped as released: out of use for good"
+    assert never_free(ds, ctl, Y)
