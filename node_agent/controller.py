@@ -337,6 +337,18 @@ class PoolController:
         }
         return waiting | {k for k, seq in self.ds.recently_granted(now).items() if seq >= floor}
 
+    def _relisted(self, usable: list[AttachedEni], released: dict[str, int], held: set[str]) -> set[str]:
+        """Released keys a read lists that the datastore does not hold (:meth:`resync`). Not on
+        an ENI held for its tags: nothing is offered from one, so they stay out."""
+        mine = {k for e in self.ds.enis() for k in (*e.ips, *e.prefixes)}
+        return {
+            k
+            for a in usable
+            if a.info.eni_id not in held
+            for k in (*a.ips, *a.prefixes)
+            if k in released and k not in mine
+        }
+
     def _hold_unknown(self, before: set[str], now: float) -> None:
         """After a checkpoint loss: quarantine every free address or prefix not in ``before``,
         as of unknown origin (:data:`UNKNOWN_META`), dated at the start inside the window
@@ -379,15 +391,7 @@ class PoolController:
         # (``REGRANT_UNSEEN_LEAK`` in tests/sim/test_undocumented_rows.py). It is held as
         # offered, of unknown origin: the allocator's release book says it ``released`` again,
         # or unassigns it again if EC2 still shows it (docs/allocator.md).
-        # (Not on an ENI held for its tags: nothing is offered from one, so they stay out.)
-        mine = {k for e in self.ds.enis() for k in (*e.ips, *e.prefixes)}
-        relisted = {
-            k
-            for a in usable
-            if a.info.eni_id not in kept_held
-            for k in (*a.ips, *a.prefixes)
-            if k in released and k not in mine
-        }
+        relisted = self._relisted(usable, released, kept_held)
         attached = [
             (
                 a.info,

@@ -21,6 +21,7 @@ from simulation.node import LaggedImds
 from simulation.runner import plan_for, run_seed
 from simulation.schedule import FAULT_KINDS, WORLD_KINDS, SeedPlan, draw
 from simulation.world import SimWorld
+from tests.helpers.unknown_offers import without_unknown_offers
 
 pytestmark = pytest.mark.sim
 
@@ -215,6 +216,7 @@ def test_an_imds_read_from_an_older_state_gives_no_pod_an_address_the_node_lost(
 def test_the_simulation_finds_the_regressed_adoption_with_the_fix_reverted(monkeypatch: pytest.MonkeyPatch) -> None:
     from node_agent.recent_results import RecentResults
 
+    without_unknown_offers(monkeypatch)  # which masks it too: shown in the world it was found in
     monkeypatch.setattr(RecentResults, "expire", _expire_as_before)
     r = run_seed(5877, SEED_5877_KEEP, shrink=False)
     assert [v["invariant"] for v in r.violations] == ["pod-address-not-on-node"]
@@ -275,8 +277,11 @@ Fixed: a read does not take an offered address out of quarantine (``Datastore._k
 
 def _safety(plan: SeedPlan) -> tuple[list[tuple[str, str]], Any]:
     violations, (out, _) = runner.run_plan(plan)
-    # every answer to n0 is stolen for the whole run, so its EC2 addresses leak: only safety counts
-    return [v for v in violations if v[0] != "address-leaked"], out
+    # every answer to n0 is stolen for the whole run, so its EC2 addresses leak: only safety
+    # counts. And its pods may wait: n0's agent started without a checkpoint (a first start), so
+    # an address EC2 gave it that only IMDS shows is held as offered until an answer comes, and
+    # none does (docs/safety.md, row 12; before, taken from IMDS free)
+    return [v for v in violations if v[0] not in ("address-leaked", "not-settled")], out
 
 
 @pytest.mark.parametrize("case", [STEP6_REGRESSED_TAKE_BACK, REGRESSED_OFFER_READD], ids=["take-back", "re-add"])
