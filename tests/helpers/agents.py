@@ -148,6 +148,7 @@ def renew_all(
     deadline = time.monotonic() + timeout
     by_id = {e.eni_id: e for e in enis}
     first: PoolReport | None = None
+    granted = 0
     while True:
         offer = newest_offer(sqs, reports_url, timeout=max(1.0, deadline - time.monotonic()))
         first = first or offer
@@ -162,10 +163,25 @@ def renew_all(
                 eni.ips = [ip for ip in eni.ips if ip not in o.ips] + fresh
             actions.append({"kind": "released", "eni_id": o.eni_id, "ips": o.ips})
             actions.append({"kind": "assigned", "eni_id": o.eni_id, "ips": fresh})
+            granted = granted or len(fresh)
         _answer(sqs, cluster, offer, actions)
         try:
             wait_metric(metrics, "warmpool_addresses_quarantined 0", timeout=3.0)
+            # and the fresh ones in the pool (a grant waits for IMDS to list it: the next pass)
+            while _metric(metrics, "warmpool_addresses_available") < granted:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"the {granted} fresh addresses never reached the pool")
+                time.sleep(0.1)
             return first
         except AssertionError:
             if time.monotonic() > deadline:
                 raise
+
+
+def _metric(metrics: str, name: str) -> float:
+    """The value of the unlabelled metric ``name`` on ``/metrics`` (0 when absent)."""
+    text = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
