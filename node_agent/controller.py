@@ -13,6 +13,7 @@ Pool arithmetic is the core's (:func:`warmpool.pool.compute`), never redone here
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -339,14 +340,22 @@ class PoolController:
 
     def _relisted(self, usable: list[AttachedEni], released: dict[str, int], held: set[str]) -> set[str]:
         """Released keys a read lists that the datastore does not hold (:meth:`resync`). Not on
-        an ENI held for its tags: nothing is offered from one, so they stay out."""
+        an ENI held for its tags: nothing is offered from one, so they stay out. Nor one a
+        recovered holder names (a pod the host shows holds it, not attached yet): released
+        under a pod, it stays out as before, never the pool's once the pod goes."""
         mine = {k for e in self.ds.enis() for k in (*e.ips, *e.prefixes)}
+        pods = [ipaddress.ip_address(h.ip) for h in self.ds.recovered_holders()]
+        mine |= {str(ip) for ip in pods}
+
+        def under_pod(k: str) -> bool:
+            return "/" in k and any(ip in ipaddress.ip_network(k, strict=False) for ip in pods)
+
         return {
             k
             for a in usable
             if a.info.eni_id not in held
             for k in (*a.ips, *a.prefixes)
-            if k in released and k not in mine
+            if k in released and k not in mine and not under_pod(k)
         }
 
     def _hold_unknown(self, before: set[str], now: float) -> None:
