@@ -567,15 +567,23 @@ class PlanExecutor:
         writes after, and its write-ahead fails (its Unassign is not made). Either way no
         address is handed back while another invocation unassigns it."""
         ips, pfx = list(call.ips), list(call.prefixes)
+        # Nor one of an offer of unknown origin (``ReleaseOffer.unknown``): the planner never
+        # plans it (``warmpool/planner.py::_split_unknown``); refused here too, whatever did.
+        refuse = {
+            k
+            for o in job.report.release
+            if not o.may_hand_back and o.eni_id == call.eni_id
+            for k in (*o.ips, *o.prefixes)
+        }
         if job.book is not None:
             if call.eni_id in job.book.deleted:
                 ips, pfx = [], []
-            else:
-                ips = [k for k in ips if k not in job.book.keys]
-                pfx = [k for k in pfx if k not in job.book.keys]
-            refused = len(call.ips) + len(call.prefixes) - len(ips) - len(pfx)
-            if refused:
-                self.tally.add(names.M_HANDBACKS_REFUSED, refused)
+            refuse |= job.book.keys
+        ips = [k for k in ips if k not in refuse]
+        pfx = [k for k in pfx if k not in refuse]
+        refused = len(call.ips) + len(call.prefixes) - len(ips) - len(pfx)
+        if refused:
+            self.tally.add(names.M_HANDBACKS_REFUSED, refused)
         if not (ips or pfx):
             return []
         if self.books is not None and not self._save_book(job, job.book or ReleaseBook()):

@@ -124,10 +124,11 @@ def hold_releases(
         if damped:
             o = next((o for o in r.release if o.eni_id == c.eni_id), None)
             seen = shows.get(c.eni_id)
-            if o is not None and seen is not None:
+            if o is not None and seen is not None and o.may_hand_back:
                 # Hand back only what EC2 still shows on the ENI: an address an
                 # earlier invocation unassigned (its result late or lost) is not
-                # the node's to take back (hostile review, finding 2).
+                # the node's to take back (hostile review, finding 2). Never an offer of
+                # unknown origin: Describe showing it proves nothing (``planner._split_unknown``).
                 ips = tuple(ip for ip in o.ips if ip in seen.ips)
                 pfx = tuple(p for p in o.prefixes if p in seen.prefixes)
                 if ips or pfx:

@@ -13,6 +13,7 @@ Pool arithmetic is the core's (:func:`warmpool.pool.compute`), never redone here
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -53,6 +54,10 @@ REBUILT_UNTIL_META = "rebuilt_until_mono"
 """When the window after a checkpoint loss ends, on the monotonic clock of that boot."""
 REBUILT_SEQ_META = "rebuilt_seq"
 """The first seq after that start: every report before it was sent by a process whose offers are forgotten."""
+UNKNOWN_META = "offers_unknown"
+"""Addresses and prefixes quarantined on IMDS's word alone after a checkpoint loss (no grant the
+agent received names them): offered as of unknown origin (``ReleaseOffer.unknown``), never
+taken back by a hand-back (:meth:`PoolController._hold_unknown`)."""
 MAX_OFFER_MEMORY = 1024
 """Offers remembered per address before entries no longer quarantined are pruned."""
 VERIFY_TIMEOUT_S = 60.0
@@ -211,6 +216,9 @@ class PoolController:
         self._rebuilt_at: float | None = float(rebuilt_at) if isinstance(rebuilt_at, int | float) else None
         rebuilt_seq = self.ds.meta.get(REBUILT_SEQ_META)
         self._rebuilt_seq: int = int(rebuilt_seq) if isinstance(rebuilt_seq, int) else -1
+        unknown = self.ds.meta.get(UNKNOWN_META)
+        self._unknown: set[str] = {k for k in unknown if isinstance(k, str)} if isinstance(unknown, list) else set()
+        """Quarantined keys of unknown origin (:data:`UNKNOWN_META`), checkpointed."""
 
     # --- life cycle -----------------------------------------------------------------
 
@@ -300,18 +308,75 @@ class PoolController:
         finding 4: before, learnt while held, they came out free inside the window)."""
         return {k for e in self.ds.enis() if not e.held for k in (*e.ips, *e.prefixes)}
 
+    def _holds_learnt(self, now: float) -> bool:
+        """Whether an address learnt from IMDS alone is held as offered rather than added free:
+        at any time after a checkpoint loss (a first start is one), not only in its window.
+
+        The loss forgot which addresses EC2 unassigned from this node before it (the released
+        filter, ``node_agent/recent_results.py``), and IMDS promises neither a bound on its lag
+        nor never to answer from an older state (docs/safety.md, rows 4 and 6): a read any time
+        later may list one from before its unassign (hostile review of step 6, finding 1: before,
+        free once the window was over). Every address the node's pods need reaches it named by a
+        grant (the allocator says each of its grants again until the agent has it: the release
+        book's ``given`` entries); one IMDS alone shows (addresses the node had before this
+        agent, a grant whose answer is late or was lost for good) goes through the offer path
+        and the allocator's answer decides (:data:`UNKNOWN_META`)."""
+        return self._rebuilt_seq >= 0 or self._in_rebuild_window(now)
+
+    def _granted_keys(self, now: float) -> set[str]:
+        """Keys named by a grant the agent received since the loss: EC2's own assignment in reply
+        to one of this process's reports (``Datastore.mark_granted``; resync leaves out those
+        released since, whatever IMDS lists), or a claim waiting for IMDS that replies to one.
+        A claim replying to a report of the process whose offers are forgotten may be the
+        hand-back of one of them: never counted."""
+        floor = self._rebuilt_seq
+        waiting = {
+            k
+            for action, _, seq in self._unverified.waiting.values()
+            if seq >= floor
+            for k in (*action.ips, *action.prefixes)
+        }
+        return waiting | {k for k, seq in self.ds.recently_granted(now).items() if seq >= floor}
+
+    def _relisted(self, usable: list[AttachedEni], released: dict[str, int], held: set[str]) -> set[str]:
+        """Released keys a read lists that the datastore does not hold (:meth:`resync`). Not on
+        an ENI held for its tags: nothing is offered from one, so they stay out. Nor one a
+        recovered holder names (a pod the host shows holds it, not attached yet): released
+        under a pod, it stays out as before, never the pool's once the pod goes."""
+        mine = {k for e in self.ds.enis() for k in (*e.ips, *e.prefixes)}
+        pods = [ipaddress.ip_address(h.ip) for h in self.ds.recovered_holders()]
+        mine |= {str(ip) for ip in pods}
+
+        def under_pod(k: str) -> bool:
+            return "/" in k and any(ip in ipaddress.ip_network(k, strict=False) for ip in pods)
+
+        return {
+            k
+            for a in usable
+            if a.info.eni_id not in held
+            for k in (*a.ips, *a.prefixes)
+            if k in released and k not in mine and not under_pod(k)
+        }
+
     def _hold_unknown(self, before: set[str], now: float) -> None:
-        """Inside the window after a checkpoint loss: quarantine (as offered at the start) every
-        free address or prefix not in ``before`` (:meth:`_forget_offers`)."""
-        assert self._rebuilt_at is not None
+        """After a checkpoint loss: quarantine every free address or prefix not in ``before``,
+        as of unknown origin (:data:`UNKNOWN_META`), dated at the start inside the window
+        (:meth:`_forget_offers`), at ``now`` after it (:meth:`_holds_learnt`)."""
+        at = self._rebuilt_at if self._rebuilt_at is not None and self._in_rebuild_window(now) else now
         n = 0
+        marked: set[str] = set()
         for e in self.ds.enis():
             if e.held:
                 continue
             ips = [ip for ip in e.ips if ip not in before]
             pfx = [p for p in e.prefixes if p not in before]
             if ips or pfx:
-                n += self.ds.quarantine(e.info.eni_id, ips, pfx, self._rebuilt_at)
+                n += self.ds.quarantine(e.info.eni_id, ips, pfx, at)
+                q_ips, q_pfx = self.ds.quarantined().get(e.info.eni_id, ([], []))
+                marked.update(k for k in (*ips, *pfx) if k in q_ips or k in q_pfx)
+        if marked - self._unknown:
+            self._unknown |= marked
+            self.ds.set_meta(UNKNOWN_META, sorted(self._unknown))
         if n:
             self._note_quarantined(now)
             self.stats.quarantined_after_rebuild += n
@@ -328,12 +393,24 @@ class PoolController:
         self._observe(interfaces)
         # A deleted ENI is never taken again from IMDS, however long it lists it (ledger.py).
         usable, kept_held = self._usable([a for a in interfaces if a.info.eni_id not in deleted])
+        # A released address IMDS lists is never free on its word (a read from before the
+        # release, row 6), nor left out for good: EC2 may have assigned it to this node again
+        # in an answer the agent never got (an invocation that died after its call, an Assign
+        # that took effect and erred), and nothing would say that grant again
+        # (``REGRANT_UNSEEN_LEAK`` in tests/sim/test_undocumented_rows.py). It is held as
+        # offered, of unknown origin: the allocator's release book says it ``released`` again,
+        # or unassigns it again if EC2 still shows it (docs/allocator.md).
+        relisted = self._relisted(usable, released, kept_held)
         attached = [
-            (a.info, [ip for ip in a.ips if ip not in released], [p for p in a.prefixes if p not in released])
+            (
+                a.info,
+                [ip for ip in a.ips if ip not in released or ip in relisted],
+                [p for p in a.prefixes if p not in released or p in relisted],
+            )
             for a in usable
         ]
         have = {e.info.eni_id: e.info for e in self.ds.enis()}
-        keys = self._known_keys() if self._in_rebuild_window(now) else None
+        keys = self._known_keys() | self._granted_keys(now) if self._holds_learnt(now) else None
         # One lock over both (a batch): a CNI ADD on the server's thread between the reconcile
         # adding an address and ``_hold_unknown`` quarantining it took it (hostile review of
         # step 6, finding 3).
@@ -344,8 +421,8 @@ class PoolController:
                 ready_new=lambda i: self.host is None or (i.device_index == 0 and i.network_card == 0),
                 held=kept_held,
             )
-            if keys is not None:
-                self._hold_unknown(keys, now)
+            if keys is not None or relisted:
+                self._hold_unknown((self._known_keys() if keys is None else keys) - relisted, now)
         kept = {a.info.eni_id for a in usable}
         for a in interfaces:  # tagged no_manage after we took it, and no pod is left on it: let go
             if a.managed is False and a.info.eni_id in have and a.info.eni_id not in kept:
@@ -502,6 +579,7 @@ class PoolController:
     def _tick(self, now: float) -> list[PoolReport]:
         self.ds.recently_gone(now)  # expires old entries
         self._close_rebuild_window(now)
+        self._forget_known()
         self._note_quarantined(now, from_now=False)
         back = self._take_back(now) if self._steady(now) >= self._hold_until else 0
         if back:
@@ -573,6 +651,17 @@ class PoolController:
                 self.resync(now)
             except Exception as exc:  # IMDS down: the report leaves the extra ENIs out meanwhile
                 self._event("imds", f"cannot resync to repair the datastore: {exc}")
+
+    def _forget_known(self) -> None:
+        """Keys of unknown origin no longer quarantined (released, dropped, or granted again) are
+        no longer unknown: a later offer of one is an ordinary one (may raise
+        CheckpointWriteError: tried again at the next pass)."""
+        if not self._unknown:
+            return
+        offered = {k for ips, pfx in self.ds.quarantined().values() for k in (*ips, *pfx)}
+        if self._unknown - offered:
+            self._unknown &= offered
+            self.ds.set_meta(UNKNOWN_META, sorted(self._unknown))
 
     def _note_quarantined(self, now: float, *, from_now: bool = True) -> None:
         """Stamp every quarantined address this process has not stamped yet with the steady
@@ -773,6 +862,7 @@ class PoolController:
             skipped=self._skipped,
             offer_shift=shift,
             steady_since=steady_since,
+            unknown=self._unknown,
         )
         for o in report.release:
             for x in (*o.ips, *o.prefixes):
@@ -1077,8 +1167,11 @@ class PoolController:
                 self._hold_unknown(keys, now)
         self.stats.addresses_added += n
         notes.append(f"{info.eni_id}: {n} addresses added")
-        fresh_ips = [x for x in ips if seq >= self._offered_upto.get(x, self._seq_at_start)]
-        fresh_pfx = [x for x in prefixes if seq >= self._offered_upto.get(x, self._seq_at_start)]
+        # A hand-back of an offer of unknown origin is never taken (the allocator never plans
+        # one: ``warmpool/planner.py::_split_unknown``); only EC2's own assignment is.
+        grants = self._unverified.grants_of(ParkedClaims.key(action))
+        fresh_ips = [x for x in ips if self._may_reclaim(x, seq, grants)]
+        fresh_pfx = [x for x in prefixes if self._may_reclaim(x, seq, grants)]
         superseded = (len(ips) - len(fresh_ips)) + (len(prefixes) - len(fresh_pfx))
         back = self.ds.reclaim(info.eni_id, fresh_ips, fresh_pfx)
         if superseded:
@@ -1094,6 +1187,14 @@ class PoolController:
             self._surplus_since = None
             notes.append(f"{info.eni_id}: {back} offered addresses taken back")
         return notes
+
+    def _may_reclaim(self, key: str, seq: int, grants: frozenset[str] = frozenset()) -> bool:
+        """A claim replying to report ``seq`` takes ``key`` out of quarantine: it replies to the
+        newest report that offered it, and, for one of unknown origin, is EC2's own assignment
+        (``grants``: the keys a parked claim was found to be EC2's grant of when it came)."""
+        if seq < self._offered_upto.get(key, self._seq_at_start):
+            return False
+        return key not in self._unknown or key in grants or self._granted_by_ec2(key, seq)
 
     def _drop_replaced(self, info: EniInfo, view: dict[str, AttachedEni]) -> list[str]:
         """An ENI IMDS shows in a device slot our datastore gives to another ENI that IMDS

@@ -7,7 +7,7 @@ and keeps what it must remember about the reports it sent.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 
 from node_agent.datastore import Datastore
 from node_agent.records import NodeIdentity
@@ -31,6 +31,7 @@ def build_report(
     skipped: Callable[[str, tuple[int, int]], None],
     offer_shift: float = 0.0,
     steady_since: Mapping[str, float] | None = None,
+    unknown: Set[str] = frozenset(),
 ) -> PoolReport:
     """The report (``ValidationError`` if the datastore cannot make a valid one).
 
@@ -48,6 +49,8 @@ def build_report(
     back makes ``now`` earlier than the datastore's quarantine time, and without the cap
     every report would date the offer ``now``, 0 s old in the allocator's eyes, while the
     agent's release timeout runs on the steady clock and ends regardless.
+    ``unknown``: quarantined keys of unknown origin; an offer naming one is marked
+    (``ReleaseOffer.unknown``: never handed back).
     """
     c = ds.counts(now)
     since = ds.quarantined_since()
@@ -102,6 +105,7 @@ def build_report(
                 ips=v[0],
                 prefixes=v[1],
                 quarantined_at=max(0.0, min(since.get(k, now), (steady_since or {}).get(k, now), now) - offer_shift),
+                unknown=any(x in unknown for x in (*v[0], *v[1])),
             )
             for k, v in sorted(offers.items())
         ],

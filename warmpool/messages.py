@@ -158,6 +158,18 @@ class ReleaseOffer(_Strict):
     ips: Annotated[list[IPv4], Field(max_length=MAX_IPS_PER_ENI)] = []
     prefixes: Annotated[list[Prefix28], Field(max_length=MAX_PREFIXES_PER_ENI)] = []
     quarantined_at: Annotated[float, Field(ge=0, le=1e11)] | None = None
+    unknown: bool = False
+    """Some of these addresses the agent holds on IMDS's word alone, knowing neither whether
+    nor when an earlier offer of them was acted on (learnt after a checkpoint loss, with no
+    grant naming them): EC2 may have unassigned them before, and a Describe that lags may still
+    show them. Never handed back (``Reclaim``); the allocator unassigns what EC2 shows of them
+    (an address already unassigned is answered "not assigned", said ``released``) and grants
+    fresh ones for the node's need (docs/allocator.md, "Offers of unknown origin")."""
+
+    @property
+    def may_hand_back(self) -> bool:
+        """Whether the allocator may answer this offer with a hand-back: never one of unknown origin."""
+        return not self.unknown
 
 
 class SignedIdentity(_Strict):
@@ -233,8 +245,14 @@ class PoolReport(_Strict):
     def to_json(self) -> str:
         # Without the field when not known: an allocator from before it (which refuses unknown
         # fields) still takes the reports of a newer agent that has no value to send.
-        exclude = {"kubelet_max_pods"} if self.kubelet_max_pods is None else None
-        return self.model_dump_json(by_alias=True, exclude=exclude)
+        # Likewise ``unknown`` on offers while none is: only a report with an offer of unknown
+        # origin is refused by an allocator that predates it (its node waits: never unsafe).
+        exclude: dict[str, Any] = {}
+        if self.kubelet_max_pods is None:
+            exclude["kubelet_max_pods"] = True
+        if not any(o.unknown for o in self.release):
+            exclude["release"] = {"__all__": {"unknown"}}
+        return self.model_dump_json(by_alias=True, exclude=exclude or None)
 
 
 # --- results ---------------------------------------------------------------

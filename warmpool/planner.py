@@ -258,12 +258,44 @@ def _plan_node(
     max_pods: int = 0,
     subnet_rule: SubnetRule = SubnetRule.LISTED,
 ) -> Plan:
+    plan = _plan_known(
+        report,
+        inventory,
+        limits,
+        subnets,
+        cluster=cluster,
+        exclude_subnets=exclude_subnets,
+        force_mode=force_mode,
+        max_pods=max_pods,
+        subnet_rule=subnet_rule,
+    )
+    _, unknown = _split_unknown(report, inventory)
+    if not unknown:
+        return plan
+    # First, so an address slot they free is there for an Assign of the same plan.
+    drop = tuple(UnassignAddresses(eni_id, ips, pfx) for eni_id, ips, pfx in unknown)
+    return replace(plan, kind="release" if plan.kind == "none" else plan.kind, calls=drop + plan.calls)
+
+
+def _plan_known(
+    report: PoolReport,
+    inventory: Inventory,
+    limits: InstanceLimits,
+    subnets: Sequence[Subnet],
+    *,
+    cluster: str,
+    exclude_subnets: frozenset[str] = frozenset(),
+    force_mode: Mode | None = None,
+    max_pods: int = 0,
+    subnet_rule: SubnetRule = SubnetRule.LISTED,
+) -> Plan:
     cfg = PoolConfig.from_report(report)
     if cfg.prefix_mode and not limits.prefix_capable:
         cfg = replace(cfg, prefix_mode=False)
     if max_pods > 0:
         cfg = replace(cfg, max_pods=max_pods)
-    state = inventory_state(report, inventory)
+    report, unknown = _split_unknown(report, inventory)
+    state = _without(inventory_state(report, inventory), unknown)
     mode: Mode = "prefix" if cfg.prefix_mode else "secondary-ip"
     # Addresses the agent has quarantined and offers back are not usable by
     # its pods: judge the need without them.
@@ -301,6 +333,39 @@ def _plan_node(
     if report.release and delta.high:
         return _plan_release(report, inventory, delta, mode)
     return Plan(report.node, inventory.instance_id, report.seq, "none", (), 0, delta, mode)
+
+
+def _split_unknown(
+    report: PoolReport, inventory: Inventory
+) -> tuple[PoolReport, list[tuple[str, tuple[str, ...], tuple[str, ...]]]]:
+    """The report without its offers of unknown origin (``ReleaseOffer.unknown``), and what EC2
+    shows of those. Such an offer is never handed back: the agent learnt the addresses from
+    IMDS alone after it lost its checkpoint, so EC2 may have unassigned them before (an earlier
+    invocation's release book entry settled since) while a Describe that lags still shows them
+    (docs/safety.md, row 12). They are not the node's pool; what EC2 shows of them is
+    unassigned (one already unassigned is refused "not assigned" and said ``released``), and
+    the node's need is met with fresh addresses."""
+    if all(o.may_hand_back for o in report.release):
+        return report, []
+    known = [o for o in report.release if o.may_hand_back]
+    unknown = _offers_ec2_shows(
+        report.model_copy(update={"release": [o for o in report.release if not o.may_hand_back]}), inventory
+    )
+    return report.model_copy(update={"release": known}), unknown
+
+
+def _without(state: PoolState, unknown: list[tuple[str, tuple[str, ...], tuple[str, ...]]]) -> PoolState:
+    """The node's pool without the addresses of offers of unknown origin (:func:`_split_unknown`)."""
+    if not unknown:
+        return state
+    ips = sum(len(i) for _, i, _ in unknown)
+    pfx = sum(len(p) for _, _, p in unknown)
+    return replace(
+        state,
+        total=max(0, state.total - ips - PREFIX_SIZE * pfx),
+        free_singles=max(0, state.free_singles - ips),
+        free_prefixes=max(0, state.free_prefixes - pfx),
+    )
 
 
 def _split_offers(

@@ -110,28 +110,6 @@ def newest_offer(sqs: Any, reports_url: str, timeout: float = 30.0) -> PoolRepor
     return max(offering, key=lambda r: r.seq)
 
 
-def hand_back(sqs: Any, reports_url: str, cluster: str, timeout: float = 30.0) -> PoolReport:
-    """What the allocator answers when a node needs the addresses it offers: ``assigned`` for
-    each offer, replying to the newest report that offered them (a started agent with no
-    checkpoint holds its free addresses as offered until such an answer: docs/agent.md)."""
-    offer = newest_offer(sqs, reports_url, timeout)
-    handback = AllocationResult.model_validate(
-        {
-            "cluster": cluster,
-            "node": offer.node,
-            "instance_id": offer.instance_id,
-            "in_reply_to": offer.seq,
-            "actions": [
-                {"kind": "assigned", "eni_id": o.eni_id, "ips": o.ips, "prefixes": o.prefixes} for o in offer.release
-            ],
-        }
-    )
-    prefix = f"warmpool-{cluster}-result-"
-    url = sqs.get_queue_url(QueueName=prefix + offer.instance_id)["QueueUrl"]
-    sqs.send_message(QueueUrl=url, MessageBody=handback.to_json())
-    return offer
-
-
 def wait_metric(metrics: str, line: str, timeout: float = 30.0) -> None:
     """Until ``/metrics`` shows ``line``."""
     deadline = time.monotonic() + timeout
@@ -144,16 +122,66 @@ def wait_metric(metrics: str, line: str, timeout: float = 30.0) -> None:
     raise AssertionError(f"{line!r} not in /metrics:\n{text[-2000:]}")
 
 
-def hand_back_all(sqs: Any, reports_url: str, cluster: str, metrics: str, timeout: float = 60.0) -> PoolReport:
-    """:func:`hand_back` until the agent holds nothing quarantined: a hand-back replying to a
-    report older than the newest one offering the same addresses is rightly not taken
-    (docs/agent.md, hand-backs), and the agent repeats its offer every few seconds."""
+def _answer(sqs: Any, cluster: str, offer: PoolReport, actions: list[dict[str, Any]]) -> None:
+    result = AllocationResult.model_validate(
+        {
+            "cluster": cluster,
+            "node": offer.node,
+            "instance_id": offer.instance_id,
+            "in_reply_to": offer.seq,
+            "actions": actions,
+        }
+    )
+    prefix = f"warmpool-{cluster}-result-"
+    url = sqs.get_queue_url(QueueName=prefix + offer.instance_id)["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody=result.to_json())
+
+
+def renew_all(
+    sqs: Any, reports_url: str, cluster: str, metrics: str, imds: Any, enis: list[Any], timeout: float = 60.0
+) -> PoolReport:
+    """What the allocator answers a node whose offers are of unknown origin (a start without a
+    checkpoint holds every free address so, docs/agent.md): never a hand-back; EC2 unassigns
+    them and assigns as many fresh ones (``imds``, a ``FakeImdsServer``, lists those instead on
+    ``enis``, its ``FakeEni`` objects), and the answer says ``released`` and ``assigned``. Until
+    the agent holds nothing quarantined; the first offer answered is returned."""
     deadline = time.monotonic() + timeout
+    by_id = {e.eni_id: e for e in enis}
+    first: PoolReport | None = None
+    granted = 0
     while True:
-        offer = hand_back(sqs, reports_url, cluster, timeout=max(1.0, deadline - time.monotonic()))
+        offer = newest_offer(sqs, reports_url, timeout=max(1.0, deadline - time.monotonic()))
+        first = first or offer
+        actions: list[dict[str, Any]] = []
+        for o in offer.release:
+            assert o.unknown, o
+            eni = by_id[o.eni_id]
+            base = eni.primary_ip.rsplit(".", 1)[0]
+            with imds.lock:
+                taken = {eni.primary_ip, *eni.ips}
+                fresh = [f"{base}.{n}" for n in range(100, 250) if f"{base}.{n}" not in taken][: len(o.ips)]
+                eni.ips = [ip for ip in eni.ips if ip not in o.ips] + fresh
+            actions.append({"kind": "released", "eni_id": o.eni_id, "ips": o.ips})
+            actions.append({"kind": "assigned", "eni_id": o.eni_id, "ips": fresh})
+            granted = granted or len(fresh)
+        _answer(sqs, cluster, offer, actions)
         try:
             wait_metric(metrics, "warmpool_addresses_quarantined 0", timeout=3.0)
-            return offer
+            # and the fresh ones in the pool (a grant waits for IMDS to list it: the next pass)
+            while _metric(metrics, "warmpool_addresses_available") < granted:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"the {granted} fresh addresses never reached the pool")
+                time.sleep(0.1)
+            return first
         except AssertionError:
             if time.monotonic() > deadline:
                 raise
+
+
+def _metric(metrics: str, name: str) -> float:
+    """The value of the unlabelled metric ``name`` on ``/metrics`` (0 when absent)."""
+    text = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0

@@ -91,3 +91,13 @@ def attached_second(ips: list[str]) -> dict[str, object]:
 def one(reports: list[PoolReport]) -> PoolReport:
     assert len(reports) == 1
     return reports[0]
+
+
+def never_free(ds: Datastore, ctl: PoolController, ip: str) -> bool:
+    """``ip`` is not the pool's: absent, or held as an offer of unknown origin (a released
+    address IMDS lists again: docs/safety.md, row 6), which no pod gets and no hand-back returns."""
+    for e in ds.enis():
+        a = e.addrs.get(ip)
+        if a is not None:
+            return a.quarantined_at is not None and not a.in_use and ip in ctl._unknown
+    return True

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from node_agent.agent import install_cni
-from tests.helpers.agents import ec2_node, free_port, hand_back_all, moto_client, start_agent, wait_ready
+from tests.helpers.agents import ec2_node, free_port, moto_client, renew_all, start_agent, wait_ready
 from tests.helpers.fakenode import FakeEni, FakeImdsServer, FakeInstance, add_fake_eni, netns, netns_available
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
@@ -107,8 +107,9 @@ def test_kill_9_mid_add_loses_and_doubles_nothing(tmp_path: Path, moto_endpoint:
             # the secondary ENI was set up on the host at start-up
             rules = subprocess.run(["ip", "-n", node, "-4", "rule"], capture_output=True, text=True).stdout
             assert "from 10.0.1.10 lookup 2" in rules, rules
-            # a first start holds the addresses as offered until the allocator answers
-            hand_back_all(sqs, reports, "demo", metrics)
+            # a first start holds the addresses as offered (of unknown origin) until the allocator
+            # answers: it unassigns them and grants fresh ones
+            renew_all(sqs, reports, "demo", metrics, imds, [eni0, eni1])
             first: dict[str, dict[str, Any]] = {}
             with ThreadPoolExecutor(PODS) as pool:
                 futs = {f"c{i}": pool.submit(add, plugin, sock, f"c{i}", pods[i]) for i in range(PODS)}

@@ -23,7 +23,7 @@ import pytest
 
 from node_agent.agent import install_cni
 from node_agent.hostnet import host_veth_name
-from tests.helpers.agents import ec2_node, free_port, hand_back_all, moto_client, start_agent, wait_ready
+from tests.helpers.agents import ec2_node, free_port, moto_client, renew_all, start_agent, wait_ready
 from tests.helpers.fakenode import (
     FakeEni,
     FakeImdsServer,
@@ -133,8 +133,9 @@ def test_damaged_checkpoint_is_rebuilt_from_imds_and_the_host(tmp_path: Path, mo
         agent = start_agent(env, log)
         try:
             wait_ready(metrics)
-            # a first start holds the addresses as offered until the allocator answers
-            hand_back_all(sqs, reports, "demo", metrics)
+            # a first start holds the addresses as offered (of unknown origin) until the allocator
+            # answers: it unassigns them and grants fresh ones
+            renew_all(sqs, reports, "demo", metrics, imds, [eni0, eni1])
             old: dict[str, str] = {}
             for i in range(OLD):
                 rc, res = cni(plugin, sock, "ADD", f"old{i}", pods[i])
@@ -168,9 +169,10 @@ def test_damaged_checkpoint_is_rebuilt_from_imds_and_the_host(tmp_path: Path, mo
             # previous process sent (its checkpoint knew which), so they are held as offered
             rc, res = cni(plugin, sock, "ADD", "new0", pods[OLD])
             assert rc == 1 and res.get("code") == 11, res
-            # until the allocator answers a report of this process: here it hands them back
-            offer = hand_back_all(sqs, reports, "demo", metrics)
+            # until the allocator answers a report of this process: of unknown origin, they are
+            # never handed back (docs/allocator.md): unassigned, and fresh ones granted
             every = {*eni0.ips, *eni1.ips}
+            offer = renew_all(sqs, reports, "demo", metrics, imds, [eni0, eni1])
             assert {ip for o in offer.release for ip in o.ips} == every - set(old.values())
             rc, res = cni(plugin, sock, "ADD", "new0", pods[OLD])
             assert rc == 0, (res, log.read_text()[-2000:])

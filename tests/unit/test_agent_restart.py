@@ -19,7 +19,7 @@ import pytest
 from node_agent.checkpoint import CHECKPOINT_VERSION, MemoryCheckpoint
 from node_agent.controller import RECENT_S, AttachedEni, PoolController
 from node_agent.datastore import Datastore
-from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, one, result
+from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, never_free, one, result
 from warmpool.limits import known
 from warmpool.pool import PoolConfig
 
@@ -66,7 +66,9 @@ def test_restart_after_released_while_imds_lags_never_readds_the_addresses() -> 
     cp = MemoryCheckpoint()
     imds, offered, t = released_with_imds_lagging(cp)
     ds, ctl = boot(cp, imds, t + 5)  # kill -9, restart; IMDS still lists the released address
-    assert offered[0] not in {ip for e in ds.enis() for ip in e.ips}
+    assert never_free(
+        ds, ctl, offered[0]
+    )  # (released, listed again: held as an offer of unknown origin, never the pool's)
     assert ds.assign("pod-a", "eth0", "ns", t + 6) is not None
     assert ds.assign("pod-b", "eth0", "ns", t + 6) is None  # the released one is never handed out
     ctl.resync(t + 30)  # still lagging: still ignored
@@ -99,8 +101,10 @@ def test_a_released_address_listed_again_comes_back_only_with_a_grant_across_a_r
     imds, offered, t = released_with_imds_lagging(cp)
     # IMDS still lists the address after the filter's time: no evidence that EC2 gave it back
     # (IMDS's lag has no bound), so it stays ignored (before: re-added as free at once).
-    ds, _ = boot(cp, imds, t + RECENT_S + 1)
-    assert offered[0] not in {ip for e in ds.enis() for ip in e.ips}
+    ds, ctl = boot(cp, imds, t + RECENT_S + 1)
+    assert never_free(
+        ds, ctl, offered[0]
+    )  # (released, listed again: held as an offer of unknown origin, never the pool's)
     imds.enis[PRIMARY.eni_id] = AttachedEni(PRIMARY, ["10.0.0.11"], [])  # IMDS caught up
     boot(cp, imds, t + RECENT_S + 2)  # ... and the checkpoint keeps that it was seen
     # Listed again with no grant: an IMDS answering from before the release looks just like
@@ -108,15 +112,24 @@ def test_a_released_address_listed_again_comes_back_only_with_a_grant_across_a_r
     # back free once it had been seen absent and 2 min had passed; seed 5877).
     imds.add(PRIMARY, offered)
     ds, ctl = boot(cp, imds, t + RECENT_S + 3)
-    assert offered[0] not in {ip for e in ds.enis() for ip in e.ips}
+    assert never_free(
+        ds, ctl, offered[0]
+    )  # (released, listed again: held as an offer of unknown origin, never the pool's)
     ctl.resync(t + 3600)
-    assert offered[0] not in {ip for e in ds.enis() for ip in e.ips}
-    # EC2's word that it is ours again (a grant answering a newer report), with IMDS having
-    # been seen without it since the release (kept across the restart): taken at once.
+    assert never_free(ds, ctl, offered[0])
+    # EC2's word that it is ours again, with IMDS having been seen without it since the release
+    # (kept across the restart): taken. Offered of unknown origin now, a grant of it replying to
+    # a report offering it would be a hand-back (refused); the allocator unassigns it and EC2
+    # assigns it again in the same answer (its own assignment).
     assert ds.assign("pod-a", "eth0", "ns", t + 3601) is not None
     r = one(ctl.tick(t + 3602))
-    ctl.apply_result(result(r.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": offered}), t + 3603)
-    assert offered[0] in {ip for e in ds.enis() for ip in e.ips}
+    again = (
+        {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": offered},
+        {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": offered},
+    )
+    ctl.apply_result(result(r.seq, *again), t + 3603)
+    ctl.tick(t + 3603 + 61)
+    assert offered[0] in {ip for e in ds.enis() for ip in e.ips} and not ds.quarantined()
     ctl.resync(t + 3604)  # and resync keeps it now
     assert offered[0] in {ip for e in ds.enis() for ip in e.ips}
 
@@ -185,8 +198,10 @@ def test_a_checkpoint_written_by_todays_agents_still_loads() -> None:
     assert ctl.last_seq == 1_700_000_000_000
     # ... and what it writes next carries the new fields and loads again.
     ctl.apply_result(result(ctl.last_seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.13"]}), 12.0)
-    ds3, _ = boot(MemoryCheckpoint(ds.snapshot()), imds, 13.0)
-    assert "10.0.0.13" not in {ip for e in ds3.enis() for ip in e.ips}
+    ds3, ctl3 = boot(MemoryCheckpoint(ds.snapshot()), imds, 13.0)
+    assert never_free(
+        ds3, ctl3, "10.0.0.13"
+    )  # (released, listed again: held as an offer of unknown origin, never the pool's)
 
 
 def test_a_claim_waiting_for_imds_survives_a_restart() -> None:
@@ -292,13 +307,21 @@ def test_a_stale_assigned_result_redelivered_after_released_never_readds_the_add
     assert "10.0.0.12" not in {ip for e in ds.enis() for ip in e.ips}
     ds, ctl = boot(cp, imds, 7.0)
     ctl.apply_result(stale, 8.0)
-    assert "10.0.0.12" not in {ip for e in ds.enis() for ip in e.ips}
+    assert never_free(
+        ds, ctl, "10.0.0.12"
+    )  # (released, listed again: held as an offer of unknown origin, never the pool's)
     assert ds.assign("pod-a", "eth0", "ns", 9.0) is not None
     assert ds.assign("pod-b", "eth0", "ns", 9.0) is None
     # A newer claim for the address (EC2 gave it back) is applied once IMDS shows it
     # again: IMDS still listing it from before the release is no evidence (finding A).
+    # (Offered of unknown origin, .12 is released and assigned again in one answer: a grant of
+    # it alone, replying to a report offering it, would be a hand-back, refused.)
     r3 = one(ctl.tick(10.0))
-    claim = result(r3.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.12"]})
+    claim = result(
+        r3.seq,
+        {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.12"]},
+        {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.12"]},
+    )
     ctl.apply_result(claim, 11.0)
     assert ds.assign("pod-b", "eth0", "ns", 12.0) is None
     imds.enis[PRIMARY.eni_id] = AttachedEni(PRIMARY, ["10.0.0.11"], [])  # IMDS catches up with the release...

@@ -27,7 +27,7 @@ from node_agent.checkpoint import CHECKSUM_KEY, MemoryCheckpoint
 from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
 from node_agent.unmanaged import NO_MANAGE_TAG, SkipUnmanaged
-from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, one, result
+from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, never_free, one, result
 from warmpool.limits import known
 from warmpool.messages import PoolReport
 from warmpool.pool import PoolConfig
@@ -155,7 +155,9 @@ def test_a_released_address_imds_lists_for_minutes_is_never_taken_back() -> None
             ds, ctl = boot(cp, imds, t)
         ctl.resync(t)
         ctl.tick(t)
-        assert ds.eni_of(X) is None, dt
+        assert never_free(ds, ctl, X), (
+            dt
+        )  # (released, listed again: held as an offer of unknown origin, never the pool's)
         for i in range(2):
             ds.assign(f"pod-{dt}-{i}", "eth0", "ns", t)
         assert X not in holders(ds), dt
@@ -169,13 +171,23 @@ def test_a_released_address_imds_lists_for_minutes_is_never_taken_back() -> None
     ctl.resync(t)
     listed(imds, "10.0.0.11", X)
     ctl.resync(t + 200)
-    assert ds.eni_of(X) is None
-    # EC2 assigns it to us again (a grant answering a newer report): taken, and kept.
+    assert never_free(ds, ctl, X)  # (released, listed again: held as an offer of unknown origin, never the pool's)
+    # EC2 assigns it to us again: taken, and kept. (Offered of unknown origin, a grant of it
+    # in reply to a report offering it is a hand-back, refused; the allocator unassigns it and
+    # grants again, here X itself, in one answer: EC2's own assignment, taken after its wait.)
     assert ds.assign("pod-late", "eth0", "ns", t + 201) is not None
     r = one(ctl.tick(t + 202))
+    assert r.release and r.release[0].unknown and X in r.release[0].ips
     ctl.apply_result(result(r.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]}), t + 203)
-    ctl.resync(t + 204)
-    assert ds.eni_of(X) is not None
+    assert never_free(ds, ctl, X), "a hand-back of an offer of unknown origin"
+    again = (
+        {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": [X]},
+        {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]},
+    )
+    ctl.apply_result(result(r.seq, *again), t + 203)
+    ctl.tick(t + 203 + 61)
+    ctl.resync(t + 204 + 61)
+    assert ds.eni_of(X) is not None and not ds.quarantined()
 
 
 def test_seen_absent_survives_a_restart_and_an_old_checkpoint_restores_as_not_seen() -> None:
@@ -195,9 +207,11 @@ def test_seen_absent_survives_a_restart_and_an_old_checkpoint_restores_as_not_se
     del old[CHECKSUM_KEY]  # nor a checksum
     listed(imds, "10.0.0.11", X)  # still lagging at this restart
     ds3, ctl3 = boot(MemoryCheckpoint(old), imds, t0 + 400)
-    assert not ds3.seen_absent(X) and ds3.eni_of(X) is None
+    assert not ds3.seen_absent(X) and never_free(
+        ds3, ctl3, X
+    )  # (released, listed again: held as an offer of unknown origin, never the pool's)
     ctl3.resync(t0 + 1000)
-    assert ds3.eni_of(X) is None, "never seen absent since: still ignored"
+    assert never_free(ds3, ctl3, X), "never seen absent since: still ignored"
 
 
 # --- 2. the take-back on a stepped wall clock -------------------------------------------------

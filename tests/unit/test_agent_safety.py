@@ -162,8 +162,11 @@ PRIMARY_IPS = ["10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14"]
 
 
 def agent_world(tmp_path: Path, aws_behind_s: float = 0.0, start: float = 1_000_000.0) -> dict[str, Any]:
+    """A node launched with no secondary address: the allocator grants ``PRIMARY_IPS`` (:func:`grant`).
+    (Before, IMDS listed them at the first start and the allocator handed them back; an address
+    learnt from IMDS alone after a start without a checkpoint is now offered as of unknown
+    origin, never handed back: docs/safety.md, row 12.)"""
     imds = FakeImds()
-    imds.add(PRIMARY, PRIMARY_IPS)
     clock = VirtualClock(start)
     return {
         "imds": imds,
@@ -172,6 +175,12 @@ def agent_world(tmp_path: Path, aws_behind_s: float = 0.0, start: float = 1_000_
         "pods": WiredPods(),
         "state": tmp_path / "state",
     }
+
+
+def grant(agent: Agent, w: dict[str, Any], seq: int, ips: list[str]) -> str:
+    """EC2 assigns ``ips`` to the primary ENI (IMDS lists them) and the answer to report ``seq`` says so."""
+    w["imds"].add(PRIMARY, [ip for ip in ips if ip not in w["imds"].enis[PRIMARY.eni_id].ips])
+    return give(agent, result(seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ips}))
 
 
 def started(w: dict[str, Any]) -> Agent:
@@ -193,9 +202,8 @@ def test_a_rebuilt_agent_hands_out_no_address_an_earlier_report_may_still_offer(
     agent = started(w)
     try:
         run(agent, w, 1.0)
-        # (a first start is a start without a checkpoint too: the allocator hands them back)
         first = sqs.reports()[-1]
-        give(agent, result(first.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": PRIMARY_IPS}))
+        grant(agent, w, first.seq, PRIMARY_IPS)
         run(agent, w, 1.0)
         ip1 = address(agent.cni.handle({**_add("c1"), "config": CONF}))
         run(agent, w, 61.0)
@@ -228,10 +236,20 @@ def test_a_rebuilt_agent_hands_out_no_address_an_earlier_report_may_still_offer(
         assert mine, "the new process offers what it holds"
         left = [ip for ip in PRIMARY_IPS if ip != ip1 and ip not in offered]
         assert mine[-1].release[0].ips == left
+        # learnt from IMDS alone: of unknown origin, never handed back (a hand-back would rest on
+        # Describe alone: docs/safety.md, row 12); the allocator unassigns them and grants anew
+        assert mine[-1].release[0].unknown
         give(agent, result(mine[-1].seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": left}))
         run(agent, w, 1.0)
+        assert not agent.cni.handle({**_add("c2"), "config": CONF})["ok"], "a hand-back of them is refused"
+        mine = [r for r in sqs.reports() if r.release]
+        w["imds"].enis[PRIMARY.eni_id] = w["imds"].enis[PRIMARY.eni_id]._replace(ips=[ip1, "10.0.0.15"])
+        released = {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": left}
+        fresh = {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.15"]}
+        give(agent, result(mine[-1].seq, released, fresh))
+        run(agent, w, 1.0)
         ip2 = address(agent.cni.handle({**_add("c2"), "config": CONF}))
-        assert ip2 == left[0]
+        assert ip2 == "10.0.0.15"
     finally:
         agent.stop()
 
@@ -255,13 +273,24 @@ def test_after_a_rebuild_addresses_imds_shows_late_are_held_too_and_the_take_bac
     report = one(ctl.tick(t))  # no answer came: IMDS still lists both; offered again, dated now
     assert ctl.stats.offers_renewed == 2 and ds.quarantined_since() == {PRIMARY.eni_id: t}
     assert ds.assign("p1", "eth0", "ns", t) is None, "taken back on IMDS's word (docs/safety.md, step 6)"
-    # the allocator's answer to the renewed offer decides: here, a hand-back
+    # the allocator's answer to the renewed offer decides; it is of unknown origin (learnt from
+    # IMDS alone after the loss), so never a hand-back: one is refused ...
+    assert report.release[0].unknown
     back = {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.11", "10.0.0.12"]}
     ctl.apply_result(result(report.seq, back), t + 1)
-    assert ds.assign("p1", "eth0", "ns", 100.0 + TIMING.release_timeout_s + 2) is not None
-    imds.add(PRIMARY, ["10.0.0.13"])  # the window is over: a new address is free at once
-    ctl.resync(100.0 + TIMING.release_timeout_s + 3)
-    assert ds.assign("p2", "eth0", "ns", 100.0 + TIMING.release_timeout_s + 3) is not None
+    assert ds.assign("p1", "eth0", "ns", t + 1) is None, "a hand-back of an offer of unknown origin"
+    # ... and the allocator unassigns them and grants a fresh one: that is the pod's
+    imds.enis[PRIMARY.eni_id] = imds.enis[PRIMARY.eni_id]._replace(ips=["10.0.0.14"])
+    released = {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.11", "10.0.0.12"]}
+    fresh = {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.14"]}
+    ctl.apply_result(result(report.seq, released, fresh), t + 1)
+    assert ds.assign("p1", "eth0", "ns", t + 2) == Assignment("10.0.0.14", PRIMARY.eni_id)
+    # the window is over, and a new address IMDS alone shows is still held (a read any time
+    # after the loss may answer from before an unassign the lost checkpoint knew of)
+    imds.add(PRIMARY, ["10.0.0.13"])
+    ctl.resync(t + 3)
+    assert ds.assign("p2", "eth0", "ns", t + 3) is None
+    assert ds.quarantined_since() == {PRIMARY.eni_id: t + 3}, "offered, dated when it was learnt"
 
 
 # --- 4. a deleted ENI comes back ---------------------------------------------------------------
@@ -425,6 +454,7 @@ def test_a_result_is_not_acknowledged_until_its_effect_is_on_disk(tmp_path: Path
             raise OSError(errno.ENOSPC, "No space left on device")
 
         monkeypatch.setattr(store, "save", full)
+        w["imds"].add(PRIMARY, PRIMARY_IPS[:2])
         handback = result(first.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": PRIMARY_IPS[:2]})
         receipt = give(agent, handback)
         sent = len(sqs.sent)
@@ -451,8 +481,7 @@ def _surplus_offered(agent: Agent, w: dict[str, Any]) -> int:
     sqs: MemorySqs = w["sqs"]
     run(agent, w, 1.0)
     first = sqs.reports()[-1]
-    if first.release:  # held as offered from the start: handed back
-        give(agent, result(first.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": PRIMARY_IPS}))
+    grant(agent, w, first.seq, PRIMARY_IPS)
     run(agent, w, 1.0)
     run(agent, w, 61.0)
     return first.seq

@@ -6,11 +6,16 @@ and planner in virtual time, IMDS as a fake that lags or regresses as a seed cou
 
 Every test here failed on f84d583 (each asserts what the design promises). 3 and 4 are fixed
 (``node_agent/controller.py``: one datastore batch over the adding and the holding;
-``_known_keys`` leaves out a held ENI's addresses). 1, 2, 5 and 6 are open, strict xfails: 1
-and 2 need a checkpoint loss and a regressed read at the right moments, which the simulation
-does not draw together; 5's fix, a wait for the answer, was tried and removed
-(docs/reliability.md); 6 is the leak ``DROPPED_ON_A_READ_BEFORE_THE_GRANT`` pins in
-tests/sim/test_undocumented_rows.py.
+``_known_keys`` leaves out a held ENI's addresses). 1 and 2 are fixed, found in the simulation
+by directed worlds (tests/sim/test_checkpoint_loss_regress.py): after a checkpoint loss an
+address learnt from IMDS alone is held as offered at any time, not only in the window
+(``PoolController._holds_learnt``), and offered as of unknown origin, which the allocator never
+hands back (``warmpool/planner.py::_split_unknown``: it unassigns it) nor the agent takes back
+(``PoolController._may_reclaim``). 6 is fixed with them: a released address IMDS lists again
+is held as offered, of unknown origin, rather than left out for good (the leak
+``DROPPED_ON_A_READ_BEFORE_THE_GRANT`` pinned in tests/sim/test_undocumented_rows.py). 5 is
+open, a strict xfail: its fix, a wait for the answer, was tried and removed
+(docs/reliability.md).
 
 1. after a checkpoint loss, a regressed read past the rebuild window (a time bound on
    IMDS) brings an address EC2 unassigned before the loss back free;
@@ -36,10 +41,10 @@ import pytest
 from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
-from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, one, result
+from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, never_free, one, result
 from tests.unit.test_agent_review_findings import POOL, X, holders, listed, released_x
 from warmpool import names
-from warmpool.calls import Reclaim
+from warmpool.calls import AssignAddresses, Reclaim, UnassignAddresses
 from warmpool.facts import EniFacts, NodeFacts
 from warmpool.limits import known
 from warmpool.messages import PoolReport
@@ -71,13 +76,13 @@ def try_pods(ds: Datastore, now: float, n: int = 3, tag: str = "p") -> None:
 # --- 1. the rebuild window is a lag bound ------------------------------------------------
 
 
-@open_finding("open: after a checkpoint loss the rebuild window is a bound on IMDS lag (docs/safety.md row 6)")
 def test_a_regressed_read_after_the_rebuild_window_brings_a_released_address_back_free() -> None:
     # EC2 unassigned X (released applied), IMDS caught up. The checkpoint (and with it the
     # released filter) is lost 20 s later. The window after the loss lasts one release timeout;
-    # a regressed read after it (imds-regress serves states up to 5 min old, and the sim never
-    # loses a checkpoint: SimAgent.boot never rebuilds) lists X from before the unassign. Not in
-    # the window, X is added free and a pod gets an address EC2 may have given to another node.
+    # a regressed read after it (imds-regress serves states up to 5 min old; the sim draws a
+    # loss and a regress together in tests/sim/test_checkpoint_loss_regress.py) lists X from
+    # before the unassign. Not in the window, X was added free and a pod got an address EC2
+    # may have given to another node. Now held as offered, of unknown origin, at any time.
     imds = FakeImds()
     t0 = 1000.0
     released_x(MemoryCheckpoint(), imds, t0)
@@ -101,7 +106,6 @@ def _facts(ips: list[str]) -> NodeFacts:
     return NodeFacts(ID.instance_id, "m5.large", "us-east-1a", "running", "vpc-1", {}, (ef,))
 
 
-@open_finding("open: a settled release-book entry, a stale Describe and a hand-back after a checkpoint loss")
 def test_a_settled_release_is_handed_back_after_a_checkpoint_loss_under_a_stale_describe() -> None:
     imds = FakeImds()
     t0 = 1000.0
@@ -124,13 +128,21 @@ def test_a_settled_release_is_handed_back_after_a_checkpoint_loss_under_a_stale_
     facts = book.correct(_facts(["10.0.0.11", X]))
     assert book.repeats(r2, shown={PRIMARY.eni_id: ["10.0.0.11", X]}) == ()
     subnets = (Subnet("subnet-a", "us-east-1a", "10.0.0.0/24", 0),)
+    # Before: planned a hand-back (Reclaim) of X on Describe's word, and the pod got X. The offer
+    # is of unknown origin now: never handed back; X is unassigned (EC2 answers "not assigned",
+    # said released) and the pod's need met with a fresh address.
+    assert r2.release[0].unknown
     plan = plan_node(r2, facts.inventory("demo"), known("m5.large"), subnets, cluster="demo")
-    back = [c for c in plan.calls if isinstance(c, Reclaim)]
-    assert back and X in back[0].ips, plan
-    ips = [ip for c in back for ip in c.ips]
-    ctl.apply_result(result(r2.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ips}), t0 + 233)
+    assert not [ip for c in plan.calls if isinstance(c, Reclaim) for ip in c.ips if ip == X], plan
+    drop = [c for c in plan.calls if isinstance(c, UnassignAddresses)]
+    assert drop and X in drop[0].ips, plan
+    assert any(isinstance(c, AssignAddresses) for c in plan.calls), plan
+    # and a hand-back of it, whatever planned it, is refused by the agent
+    ctl.apply_result(result(r2.seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]}), t0 + 233)
     try_pods(ds, t0 + 234, tag="q")
     assert X not in holders(ds), "a hand-back gave a pod an address EC2 unassigned (book settled, Describe stale)"
+    ctl.apply_result(result(r2.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": [X]}), t0 + 235)
+    assert ds.eni_of(X) is None
 
 
 # --- 3. a CNI ADD between reconcile and _hold_unknown ---------------------------------------
@@ -241,7 +253,6 @@ def test_answers_slower_than_retry_never_give_an_offered_address_back() -> None:
 # --- 6. a read from before a grant drops it for good ----------------------------------------
 
 
-@open_finding("open: a read from before a grant drops it at the timeout (a leak, like seed 602)")
 def test_a_read_from_before_a_grant_at_the_timeout_leaks_the_granted_address() -> None:
     # Y is granted (its ``given`` entry settles once a report names it in the pool), later
     # surplus: quarantined, offered, every answer lost. At the timeout a regressed read answers
@@ -276,4 +287,7 @@ def test_a_read_from_before_a_grant_at_the_timeout_leaks_the_granted_address() -
         ctl.resync(t + 200 + 60 * k)
         ctl.tick(t + 200 + 60 * k)
     assert ctl.stats.released_without_result == 1  # dropped at the timeout, on the regressed read
+    # Listed again: held as offered, of unknown origin (the allocator unassigns it, or says it
+    # released again), no longer left out for good.
     assert ds.eni_of(Y) is not None, "Y (EC2 still has it) dropped as released: out of use for good"
+    assert never_free(ds, ctl, Y)
