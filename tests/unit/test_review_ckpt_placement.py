@@ -1,0 +1,79 @@
+"""Hostile review (review1) of the checkpoint integrity change (checksum + wiring check) and of
+named placement. Each test is a strict xfail: it fails on the current code for the finding
+named in its reason, and turns the suite red once the finding is fixed (then drop the mark)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from emulated.clock import VirtualClock
+from tests.helpers.agent_world import MemorySqs, WiredPods, make_agent
+from tests.helpers.controller import PRIMARY, FakeImds
+
+IPS = ["10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14"]
+
+
+def _add(agent: Any, cid: str) -> str | None:
+    reply = agent.cni.handle(
+        {
+            "command": "ADD",
+            "container_id": cid,
+            "ifname": "eth0",
+            "netns": f"/var/run/netns/{cid}",
+            "config": {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool-cni"},
+        }
+    )
+    if not reply.get("ok"):
+        return None
+    return str(reply["result"]["ips"][0]["address"]).removesuffix("/32")
+
+
+# --- finding C1: an earlier valid copy that lacks an in-flight offer ---------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="review1 C1: an earlier checksummed copy in which an address offered since (quarantined, "
+    "report sent, unassign pending) is still free passes the checksum and the wiring check "
+    "(no pod is wired to it) and is restored without the checkpoint-lost quarantine: a new pod "
+    "gets the address the allocator is about to unassign",
+)
+def test_an_earlier_valid_copy_without_an_inflight_offer_does_not_hand_the_offered_address_out(
+    tmp_path: Path,
+) -> None:
+    imds = FakeImds()
+    imds.add(PRIMARY, IPS)
+    clock = VirtualClock(1_000_000.0)
+    sqs, pods, state = MemorySqs(VirtualClock(1_000_000.0)), WiredPods(), tmp_path / "state"
+    agent = make_agent(state, imds, sqs, clock, pods)
+    path = state / "checkpoint.json"
+    backup = tmp_path / "checkpoint.backup.json"
+    try:
+        ds = agent.ds
+        for ip in IPS:
+            ds.reclaim(PRIMARY.eni_id, [ip])
+        assert _add(agent, "c1") is not None  # one running pod, wired
+        shutil.copyfile(path, backup)  # the backup (a valid, checksummed file of this agent)
+        offered = next(a.ip for e in ds.enis() for a in e.addrs.values() if not a.in_use)
+        # the pool offers it back: quarantined (on disk) and reported; EC2's unassign is pending
+        assert ds.quarantine(PRIMARY.eni_id, [offered], [], clock.now()) == 1
+        assert offered in json.dumps(json.loads(path.read_text())["enis"])
+    finally:
+        agent.stop()
+    shutil.copyfile(backup, path)  # the node's state restored from the backup
+    clock.advance(5)
+    agent = make_agent(state, imds, sqs, clock, pods)
+    try:
+        rebuilt = agent.counters["checkpoint_rebuilds_damaged"]
+        got = [_add(agent, f"n{i}") for i in range(len(IPS))]
+        assert offered not in got, (
+            f"restored={not rebuilt}: a new pod got {offered}, offered and awaiting EC2's unassign"
+        )
+    finally:
+        agent.stop()
