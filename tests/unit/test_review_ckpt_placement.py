@@ -205,3 +205,64 @@ def test_named_placement_does_not_name_an_address_whose_release_its_owner_has_no
     assert named, "n1 was given addresses by name"
     assert not named & pending, f"named for n1 while n0 still has them (awaiting 'released'): {sorted(named & pending)}"
     _ = n1
+
+
+# --- finding P3: a re-sent Create in another container names other addresses: a second ENI -------
+
+
+class ThrottlesFirstAttach:
+    """AttachNetworkInterface throttled once (the report is re-sent with the same seq so that the
+    same ClientToken finds the ENI made: functions/execute.py::_create); the re-sent report is
+    served by another container (``forget`` drops what this one remembers)."""
+
+    def __init__(self, inner: Any, forget: Any) -> None:
+        self.inner, self.forget, self.done = inner, forget, 0
+        self.creates: list[dict[str, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def create_network_interface(self, **kw: Any) -> Any:
+        self.creates.append(kw)
+        return self.inner.create_network_interface(**kw)
+
+    def attach_network_interface(self, **kw: Any) -> Any:
+        from botocore.exceptions import ClientError
+
+        if not self.done:
+            self.done += 1
+            self.forget()
+            raise ClientError({"Error": {"Code": "RequestLimitExceeded", "Message": "slow down"}}, "AttachNetworkInterface")
+        return self.inner.attach_network_interface(**kw)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="review1 P3: the names of a Create are remembered per ClientToken only in the container "
+    "that made it (execute._created_names); the re-sent report after a throttled attach, served by "
+    "another container, reads a view that now shows the first ENI's addresses, names others, gets "
+    "IdempotentParameterMismatch and makes a second ENI under a new token: the first is left "
+    "detached (a leak of an ENI and its addresses until GC), where by count the token found it again",
+)
+def test_a_resent_create_in_another_container_finds_the_eni_the_first_made() -> None:
+    from tests.helpers.reliability_cluster import ReliabilityCluster
+    from warmpool.pool import PoolConfig
+
+    c = ReliabilityCluster(1, pool=PoolConfig(warm_ip=3), named_placement=True)
+    ex = c.w.alloc.executor
+
+    def other_container() -> None:
+        ex._created_names.clear()
+        c.w.alloc.ec2.forget_usage(c.w.subnets[0])
+
+    wrapped = ThrottlesFirstAttach(c.w.ec2_client, other_container)
+    c.w.alloc.ec2.api = wrapped  # type: ignore[attr-defined]
+    ex.ec2 = c.w.alloc.ec2
+    c.scale("n0", 14)  # past the primary ENI: one CreateNetworkInterface
+    c.settle()
+    c.check()
+    assert wrapped.done == 1
+    tokens = {kw.get("ClientToken") for kw in wrapped.creates}
+    # by count (WARMPOOL_NAMED_PLACEMENT off) the same run makes 2 Creates with one token, one ENI
+    assert len(tokens) == 1, f"a second ClientToken (a second ENI, the first left for GC): {sorted(tokens)}"
