@@ -266,3 +266,49 @@ def test_a_resent_create_in_another_container_finds_the_eni_the_first_made() -> 
     tokens = {kw.get("ClientToken") for kw in wrapped.creates}
     # by count (WARMPOOL_NAMED_PLACEMENT off) the same run makes 2 Creates with one token, one ENI
     assert len(tokens) == 1, f"a second ClientToken (a second ENI, the first left for GC): {sorted(tokens)}"
+
+
+# --- finding C2: a failed read of the host's wiring now fails every start ------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="review1 C2: restore_checked reads the host's pod wiring at every start and lets a "
+    "netlink error escape Agent.start (before, a restored start tolerated netlink errors: ENIs "
+    "not ready, retried); one failed dump now means no agent, no CNI ADD or DEL on the node",
+)
+def test_a_failed_wiring_read_at_start_does_not_stop_the_agent(tmp_path: Path) -> None:
+    from node_agent.netlink import NetlinkFailure
+
+    class FlakyWiring(WiredPods):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fail = 0
+
+        def host_wiring(self) -> Any:
+            if self.fail:
+                self.fail -= 1
+                raise NetlinkFailure("netlink dump failed: ENOBUFS")
+            return super().host_wiring()
+
+    imds = FakeImds()
+    imds.add(PRIMARY, IPS)
+    clock = VirtualClock(1_000_000.0)
+    sqs, pods, state = MemorySqs(VirtualClock(1_000_000.0)), FlakyWiring(), tmp_path / "state"
+    agent = make_agent(state, imds, sqs, clock, pods)
+    try:
+        for ip in IPS:
+            agent.ds.reclaim(PRIMARY.eni_id, [ip])
+        assert _add(agent, "c1") is not None
+    finally:
+        agent.stop()
+    pods.fail = 1  # one transient failure of the read at the next start
+    started = None
+    try:
+        started = make_agent(state, imds, sqs, clock, pods)
+    except OSError as exc:
+        raise AssertionError(f"the agent did not start: {exc!r}") from None
+    finally:
+        if started is not None:
+            started.stop()
