@@ -312,3 +312,64 @@ def test_a_failed_wiring_read_at_start_does_not_stop_the_agent(tmp_path: Path) -
     finally:
         if started is not None:
             started.stop()
+
+
+# --- finding P4: named placement ignores the subnet's CIDR reservations ---------------------------
+
+
+class WithExplicitReservation:
+    """The emulator's client, plus the subnet's CIDR reservations as EC2 answers them
+    (DescribeSubnetCidrReservations): an operator's explicit reservation of 10.0.0.0/27."""
+
+    def __init__(self, inner: Any, subnet: str) -> None:
+        self.inner, self.subnet = inner, subnet
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def describe_subnet_cidr_reservations(self, **kw: Any) -> Any:
+        res = {
+            "SubnetCidrReservationId": "scr-0123456789abcdef0",
+            "SubnetId": self.subnet,
+            "Cidr": "10.0.0.0/27",
+            "ReservationType": "explicit",
+            "OwnerId": "123456789012",
+        }
+        return {"SubnetIpv4CidrReservations": [res], "SubnetIpv6CidrReservations": []}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="review1 P4: an explicit subnet CIDR reservation is a range EC2 never assigns by count "
+    "(only addresses named by whoever reserved it); named placement reads only "
+    "DescribeNetworkInterfaces, so it names addresses inside it (and packs singles into "
+    "prefix-type reservations): by count this cannot happen",
+)
+def test_named_placement_never_names_an_address_in_an_explicit_cidr_reservation() -> None:
+    import ipaddress
+
+    from emulated.ec2 import Ec2Config, Ec2Emulator
+    from functions.ec2 import Ec2
+    from functions.settings import Settings
+    from functions.telemetry import Tally
+    from warmpool.placement import place
+
+    clock = VirtualClock(1000.0)
+    emu = Ec2Emulator(clock, Ec2Config())
+    sid = emu.add_subnet(cidr="10.0.0.0/24", subnet_id="subnet-a")
+    api = WithExplicitReservation(emu.client(), sid)
+    ec2 = Ec2(
+        api,  # type: ignore[arg-type]
+        Settings(cluster="demo", allowed_subnets=(sid,), named_placement=True),
+        clock,
+        Tally(),
+        pay=lambda cost: 0.0,
+    )
+    ec2.subnets()
+    usage = ec2.subnet_usage(sid)
+    assert usage is not None
+    named = place(usage, 5, 0).ips
+    reserved = ipaddress.ip_network("10.0.0.0/27")
+    inside = [ip for ip in named if ipaddress.ip_address(ip) in reserved]
+    assert not inside, f"named inside the explicit reservation 10.0.0.0/27: {inside}"
