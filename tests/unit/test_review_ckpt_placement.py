@@ -111,12 +111,14 @@ class TakesANamedCreateAddressFirst:
     "and the named Create just fails (the cached view and the ClientToken's names are kept)",
 )
 def test_a_named_create_whose_address_was_taken_since_the_read_is_asked_for_by_count() -> None:
-    from tests.helpers.reliability_cluster import ReliabilityCluster
     from emulated.ec2 import Ec2Config
+    from tests.helpers.reliability_cluster import ReliabilityCluster
     from warmpool.pool import PoolConfig
 
     c = ReliabilityCluster(
-        1, pool=PoolConfig(warm_ip=3), ec2_config=Ec2Config(single_placement="scattered", placement_seed=5),
+        1,
+        pool=PoolConfig(warm_ip=3),
+        ec2_config=Ec2Config(single_placement="scattered", placement_seed=5),
         named_placement=True,
     )
     wrapped = TakesANamedCreateAddressFirst(c.w.ec2_client, c.w.emu, c.w.subnets[0])
@@ -168,10 +170,9 @@ class Recorder:
     "books are not consulted, so the only guard left against a second holder is the first node's agent",
 )
 def test_named_placement_does_not_name_an_address_whose_release_its_owner_has_not_applied() -> None:
+    from emulated.ec2 import Ec2Config
     from tests.helpers.reliability_cluster import ReliabilityCluster
     from warmpool.pool import PoolConfig
-
-    from emulated.ec2 import Ec2Config
 
     # EC2 scattering singles (as the placement merge models AWS): by count, n1 gets none of n0's
     # just-unassigned addresses in this run (0 of 7); named, it gets 7 of 7
@@ -232,7 +233,9 @@ class ThrottlesFirstAttach:
         if not self.done:
             self.done += 1
             self.forget()
-            raise ClientError({"Error": {"Code": "RequestLimitExceeded", "Message": "slow down"}}, "AttachNetworkInterface")
+            raise ClientError(
+                {"Error": {"Code": "RequestLimitExceeded", "Message": "slow down"}}, "AttachNetworkInterface"
+            )
         return self.inner.attach_network_interface(**kw)
 
 
@@ -263,7 +266,7 @@ def test_a_resent_create_in_another_container_finds_the_eni_the_first_made() -> 
     c.settle()
     c.check()
     assert wrapped.done == 1
-    tokens = {kw.get("ClientToken") for kw in wrapped.creates}
+    tokens = {str(kw.get("ClientToken")) for kw in wrapped.creates}
     # by count (WARMPOOL_NAMED_PLACEMENT off) the same run makes 2 Creates with one token, one ENI
     assert len(tokens) == 1, f"a second ClientToken (a second ENI, the first left for GC): {sorted(tokens)}"
 
