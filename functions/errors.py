@@ -56,7 +56,7 @@ class NotAssigned(AwsError):
 
 
 class AddressTaken(AwsError):
-    """InvalidIPAddress.InUse answering AssignPrivateIpAddresses: an address it names is held
+    """InvalidIPAddress.InUse answering AssignPrivateIpAddresses or CreateNetworkInterface: an address it names is held
     elsewhere (named placement read a subnet view another caller has since changed)."""
 
 
@@ -99,6 +99,7 @@ _CODES: dict[str, type[AwsError]] = {
 _ACTION_CODES: dict[tuple[str, str], type[AwsError]] = {
     ("UnassignPrivateIpAddresses", "InvalidParameterValue"): NotAssigned,
     ("AssignPrivateIpAddresses", "InvalidIPAddress.InUse"): AddressTaken,
+    ("CreateNetworkInterface", "InvalidIPAddress.InUse"): AddressTaken,
 }
 """Codes whose meaning depends on the action (InvalidParameterValue is generic elsewhere)."""
 

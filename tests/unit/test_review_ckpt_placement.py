@@ -102,14 +102,9 @@ class TakesANamedCreateAddressFirst:
         return self.inner.create_network_interface(**kw)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="review1 P1: functions/errors.py maps InvalidIPAddress.InUse to AddressTaken only for "
-    "AssignPrivateIpAddresses; CreateNetworkInterface naming an address taken since the read answers "
-    "the same code, classified as a plain AwsError, so execute._create's by-count fallback never runs "
-    "and the named Create just fails (the cached view and the ClientToken's names are kept)",
-)
+# review1 P1, fixed: functions/errors.py maps InvalidIPAddress.InUse to AddressTaken for
+# CreateNetworkInterface too (before, only for AssignPrivateIpAddresses: the named Create failed
+# and the by-count fallback never ran).
 def test_a_named_create_whose_address_was_taken_since_the_read_is_asked_for_by_count() -> None:
     from emulated.ec2 import Ec2Config
     from tests.helpers.reliability_cluster import ReliabilityCluster
