@@ -9,11 +9,13 @@ from __future__ import annotations
 import pytest
 
 from node_agent.checkpoint import MemoryCheckpoint
+from node_agent.controller import PoolController
 from node_agent.datastore import Datastore
 from node_agent.records import UNKNOWN_HOLDER
-from tests.helpers.controller import PRIMARY, TIMING, FakeImds, never_free
-from tests.unit.test_agent_review_findings import X, holders, listed, released_x
-from tests.unit.test_agent_step6_review import lost, try_pods
+from tests.helpers.controller import ID, TIMING, FakeImds, never_free
+from tests.unit.test_agent_review_findings import POOL, X, holders, listed, released_x
+from tests.unit.test_agent_step6_review import try_pods
+from warmpool.limits import known
 
 
 def open_finding(reason: str) -> pytest.MarkDecorator:
@@ -40,11 +42,6 @@ def test_recorded_rebuild_grace_frees_an_address_imds_alone_shows() -> None:
     listed(imds, "10.0.0.11", X)  # regressed read: X from before the unassign
     t1 = t0 + 20
     ds = Datastore(cooldown_s=0.0, pending_ttl_s=TIMING.pending_ttl_s, checkpoint=MemoryCheckpoint())
-    from node_agent.controller import PoolController
-    from tests.helpers.controller import ID
-    from tests.unit.test_agent_review_findings import POOL
-    from warmpool.limits import known
-
     ctl = PoolController(ID, known("m5.large"), POOL, ds, TIMING, metadata=imds)
     with ds.batch():  # as node_agent/agent.py::_rebuild does with no kernel wiring
         ctl.start(t1, checkpoint_lost=True)
