@@ -56,3 +56,38 @@ def test_recorded_rebuild_grace_frees_an_address_imds_alone_shows() -> None:
     try_pods(ds, t2 + 40, tag="q")
     assert X not in holders(ds), "a pod got X, which IMDS alone showed after the loss (EC2 unassigned it)"
     assert never_free(ds, ctl, X)
+
+
+# --- R3. the agent's own refusal of a hand-back of an unknown offer has a hole --------------------
+
+
+@open_finding(
+    "open: _take_back drops an unlisted unknown offer with mark_gone(last_seq), and a claim replying "
+    "to last_seq is not stale (gone > seq); a hand-back of it on a later listing comes back free"
+)
+def test_a_hand_back_of_an_unknown_offer_dropped_at_the_timeout_is_refused() -> None:
+    # After a loss X is held as an unknown offer and offered; EC2 unassigns it (the answer is
+    # lost); at the timeout IMDS lacks X: dropped as released, dated last_seq. A hand-back of X
+    # replying to that same report (which the allocator must never send for an unknown offer,
+    # the agent's refusal being the last line, docs/allocator.md) then meets a read listing X
+    # (regressed, row 6): seen absent once, so it is taken as evidence and X is added free.
+    from tests.helpers.controller import PRIMARY, result
+    from tests.unit.test_agent_step6_review import lost
+
+    imds = FakeImds()
+    t0 = 1000.0
+    listed(imds, "10.0.0.11", X)
+    ds, ctl = lost(imds, t0)
+    reps = [r for k in range(0, 100, 10) for r in ctl.tick(t0 + k)]
+    assert any(o.unknown and X in o.ips for r in reps for o in r.release)
+    listed(imds, "10.0.0.11")  # EC2 unassigned X; IMDS caught up
+    t = t0 + 100
+    while ctl.stats.released_without_result == 0 and t < t0 + 1000:
+        seq = ctl.last_seq
+        ctl.tick(t)
+        t += 10
+    assert ctl.stats.released_without_result >= 1 and ds.eni_of(X) is None
+    listed(imds, "10.0.0.11", X)  # a regressed read
+    ctl.apply_result(result(seq, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]}), t + 1)
+    try_pods(ds, t + 2, tag="q")
+    assert X not in holders(ds), "a hand-back of an unknown offer came back free after the timeout dropped it"
