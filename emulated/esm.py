@@ -32,7 +32,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -425,16 +424,17 @@ class ThreadedRunner:
         self.poll_wait_s = poll_wait_s
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._pools: list[ThreadPoolExecutor] = []
+        self._running: set[threading.Thread] = set()
+        """Invocations in flight: a daemon thread each (at most the mapping's concurrency), so
+        one that never returns cannot hold the process at exit (a ThreadPoolExecutor's workers
+        are joined at interpreter exit, however long they take)."""
+        self._running_lock = threading.Lock()
+        self._numbers = itertools.count(1)
 
     def start(self) -> None:
         self._stop.clear()  # a runner stopped may start again
         for i, m in enumerate(self.mappings):
-            pool = ThreadPoolExecutor(
-                m.config.maximum_concurrency, thread_name_prefix=f"lambda-{m.config.function_name}"
-            )
-            self._pools.append(pool)
-            t = threading.Thread(target=self._poll_loop, args=(m, pool), name=f"esm-{i}", daemon=True)
+            t = threading.Thread(target=self._poll_loop, args=(m,), name=f"esm-{i}", daemon=True)
             self._threads.append(t)
         for s in self.schedules:
             self._threads.append(
@@ -443,14 +443,23 @@ class ThreadedRunner:
         for t in self._threads:
             t.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0, *, drain_s: float = 30.0) -> None:
+        """Stop polling (each loop within ``timeout``) and wait up to ``drain_s`` for the
+        invocations in flight to settle. One still running then is left to finish on its own,
+        logged: its batch is not deleted, and comes back after the visibility timeout, as when
+        Lambda stops an environment mid-invocation."""
         self._stop.set()
         for t in self._threads:
             t.join(timeout)
-        for p in self._pools:
-            p.shutdown(wait=True, cancel_futures=False)
         self._threads.clear()
-        self._pools.clear()
+        deadline = time.monotonic() + drain_s
+        with self._running_lock:
+            running = list(self._running)
+        for t in running:
+            t.join(max(0.0, deadline - time.monotonic()))
+        left = [t.name for t in running if t.is_alive()]
+        if left:
+            log.warning("stopped with %d invocations still running after %g s: %s", len(left), drain_s, left)
 
     def __enter__(self) -> ThreadedRunner:
         self.start()
@@ -459,7 +468,7 @@ class ThreadedRunner:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _poll_loop(self, m: EventSourceMapping, pool: ThreadPoolExecutor) -> None:
+    def _poll_loop(self, m: EventSourceMapping) -> None:
         slots = threading.BoundedSemaphore(m.config.maximum_concurrency)
         while not self._stop.is_set():
             if not slots.acquire(timeout=0.5):
@@ -484,10 +493,17 @@ class ThreadedRunner:
             with m._lock:
                 m._running += 1
                 m.stats.max_in_flight = max(m.stats.max_in_flight, m._running)
-            pool.submit(self._run, m, batch, slots)
+            t = threading.Thread(
+                target=self._run,
+                args=(m, batch, slots),
+                name=f"lambda-{m.config.function_name}-{next(self._numbers)}",
+                daemon=True,
+            )
+            with self._running_lock:
+                self._running.add(t)
+            t.start()
 
-    @staticmethod
-    def _run(m: EventSourceMapping, batch: list[dict[str, Any]], slots: threading.BoundedSemaphore) -> None:
+    def _run(self, m: EventSourceMapping, batch: list[dict[str, Any]], slots: threading.BoundedSemaphore) -> None:
         try:
             outcome = m.invoke(batch)
             if outcome.wall_s > m.config.function_timeout_s:
@@ -502,6 +518,8 @@ class ThreadedRunner:
             with m._lock:
                 m._running -= 1
             slots.release()
+            with self._running_lock:
+                self._running.discard(threading.current_thread())
 
     def _schedule_loop(self, s: Schedule) -> None:
         while not self._stop.is_set():

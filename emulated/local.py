@@ -23,6 +23,7 @@ environment set as the CDK stack sets it (plus ``AWS_ENDPOINT_URL``).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import io
 import json
@@ -54,6 +55,8 @@ IMDS_PREFIX = "/imds"
 CONTROL_PREFIX = "/_warmpool"
 DUMMY_KEY = "testing"
 ACCOUNT = "123456789012"  # the account moto answers for with any dummy key
+STOP_SLOW_S = 45.0
+"""A stop of ``warmpool local up`` taking longer than this prints every thread's stack to stderr."""
 
 _SCOPE_RE = re.compile(r"Credential=[^/]+/\d{8}/([^/]+)/([^/]+)/aws4_request")
 _QUERY_VERSIONS = {"2016-11-15": "ec2", "2012-11-05": "sqs"}
@@ -1030,11 +1033,15 @@ def local_up(argv: Sequence[str]) -> int:
         while not stop.wait(3600):
             pass
     finally:
+        # A stop takes seconds (the invocations in flight settle for up to 30 s); one that takes
+        # longer prints every thread's stack to stderr, so the log says what it waits on.
+        faulthandler.dump_traceback_later(STOP_SLOW_S, file=sys.__stderr__ or sys.stderr)
         stack.stop()
         sys.stdout = out
         functions_log.close()
         for s, h in previous.items():
             signal.signal(s, h)
+        faulthandler.cancel_dump_traceback_later()
     print("warmpool local: stopped", file=sys.stderr, flush=True)
     return 0
 

@@ -176,13 +176,6 @@ class _DyingCheckpoint:
         raise _Killed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="open: since 1de634b (offers of unknown origin) the restarted agent no longer takes the hand-back "
-    "this test sends last; the test asserts the old contract and is to be rewritten to the new one "
-    "(released plus a fresh grant, tests/helpers/agents.py renew_all)",
-)
 def test_a_result_killed_before_its_checkpoint_is_not_acknowledged_and_comes_back_soon(
     world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -249,11 +242,27 @@ def test_a_result_killed_before_its_checkpoint_is_not_acknowledged_and_comes_bac
         c = again.ds.counts(time.time())
         assert (c.total, c.quarantined) == (0, 1)
         assert again.controller.stats.handbacks_superseded == 1
-        # The allocator's answer to the newer report hands it back: free for pods.
-        send_result(sqs, again, offer.seq, {"kind": "assigned", "eni_id": eni0.eni_id, "ips": ["10.0.0.11"]})
-        until(again, lambda: again.ds.counts(time.time()).quarantined == 0 and drained(), timeout=5)
-        c = again.ds.counts(time.time())
-        assert (c.total, c.quarantined) == (1, 0)
+        # The offer is of unknown origin (the restart found no checkpoint), so the allocator
+        # never hands it back (docs/agent.md, "Checkpoint lost or damaged"): its answer to the
+        # newer report unassigns it and assigns a fresh address in its place.
+        assert offer.release[0].unknown
+        eni0.ips = [ip for ip in eni0.ips if ip != "10.0.0.11"] + ["10.0.0.12"]
+        send_result(
+            sqs,
+            again,
+            offer.seq,
+            {"kind": "released", "eni_id": eni0.eni_id, "ips": ["10.0.0.11"]},
+            {"kind": "assigned", "eni_id": eni0.eni_id, "ips": ["10.0.0.12"]},
+        )
+
+        def settled() -> bool:
+            c = again.ds.counts(time.time())
+            return (c.total, c.quarantined) == (1, 0) and drained()
+
+        until(again, settled, timeout=5)
+        # the fresh address is the one pods get; the offered one is gone from the pool
+        got = again.ds.assign("pod-a", "eth0", "/var/run/netns/pod-a", time.time())
+        assert got is not None and got.ip == "10.0.0.12"
     finally:
         again.stop()
 

@@ -378,3 +378,34 @@ def test_the_same_core_drives_a_boto3_client(moto_sqs: tuple[Any, VirtualClock])
     m.tick()
     assert h.bodies(1) == ["bad"]
     assert h.calls[1][0]["Records"][0]["attributes"]["ApproximateReceiveCount"] == "2"
+
+
+def test_stop_returns_while_an_invocation_never_does_and_its_batch_is_not_deleted() -> None:
+    """``warmpool local up`` stopped on SIGTERM within its test's minute in CI, except once: a
+    stop waited on the invocations in flight for as long as they took. Now it waits
+    ``drain_s`` and leaves one still running to its own (daemon) thread; its batch stays
+    in flight, as when Lambda stops an environment mid-invocation."""
+    sqs = FastSqs(RealClock())
+    c = sqs.client()
+    url = c.create_queue(QueueName="q", Attributes={"VisibilityTimeout": "30"})["QueueUrl"]
+    entered, release = threading.Event(), threading.Event()
+
+    def handler(event: dict[str, Any], ctx: Any) -> None:
+        entered.set()
+        release.wait(120)
+
+    m = EventSourceMapping(c, url, handler, EsmConfig(function_name="f"), sqs.clock)
+    runner = ThreadedRunner([m], poll_wait_s=1)
+    runner.start()
+    try:
+        c.send_message(QueueUrl=url, MessageBody="stuck")
+        assert entered.wait(10)
+        stopper = threading.Thread(target=runner.stop, kwargs={"drain_s": 1.0}, daemon=True)
+        stopper.start()
+        stopper.join(30)
+        assert not stopper.is_alive(), "stop() waited on an invocation that never returns"
+        assert m.stats.deleted == 0 and sqs.depth(url) == 1
+        left = [t for t in threading.enumerate() if t.name.startswith("lambda-f-")]
+        assert left, "the invocation was not left running"
+    finally:
+        release.set()

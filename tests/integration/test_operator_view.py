@@ -90,7 +90,13 @@ class Stack:
         for a in self.agents:
             a.wait(timeout=30)
         os.killpg(self.proc.pid, signal.SIGTERM)
-        self.proc.wait(timeout=60)
+        try:
+            self.proc.wait(timeout=90)  # the stack's own watchdog prints its threads at 45 s
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            tail = self.err_path.read_text()[-6000:]
+            raise AssertionError(f"warmpool local up did not stop in 90 s of SIGTERM; stderr ends:\n{tail}") from None
 
 
 @pytest.fixture(scope="module")
