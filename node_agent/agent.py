@@ -37,7 +37,7 @@ from node_agent.datastore import Datastore
 from node_agent.hostnet import HostWiring, host_veth_name
 from node_agent.identity import CachedIdentity
 from node_agent.imds import Identity, ImdsClient
-from node_agent.records import UNKNOWN_HOLDER, NodeIdentity
+from node_agent.records import NodeIdentity
 from warmpool.clock import Clock, RealClock, SteadyClock
 from warmpool.limits import InstanceLimits, known, max_pods
 from warmpool.messages import MessageError, parse_result
@@ -163,6 +163,27 @@ def wiring_disagreements(ds: Datastore, wiring: HostWiring, veth_prefix: str) ->
     return out
 
 
+WIRING_READ_TRIES = 3
+"""How often the start reads the host's pod wiring before it gives up: a netlink dump can fail
+for a moment (ENOBUFS when the socket's buffer overflows, EINTR, a dump interrupted by a change:
+netlink(7)), and read again it answers."""
+
+
+def read_wiring(pods: WiringSource, tries: int = WIRING_READ_TRIES) -> HostWiring | None:
+    """The host's pod wiring, read again after a failure, up to ``tries`` times (hostile review
+    of the checkpoint checks, C2: one failed dump stopped the start). Still failing, it raises:
+    a start never goes on without the read that tells it which addresses pods use (the agent
+    exits and its restart reads again)."""
+    for attempt in range(1, tries + 1):
+        try:
+            return pods.host_wiring()
+        except OSError as exc:
+            if attempt == tries:
+                raise OSError(exc.errno, f"cannot read the host's pod wiring ({tries} tries, the last: {exc})") from exc
+            log.warning("reading the host's pod wiring failed (%s); reading again (%d of %d)", exc, attempt, tries)
+    raise AssertionError("unreachable")
+
+
 def restore_checked(ds: Datastore, pods: WiringSource | None, veth_prefix: str) -> tuple[bool, CheckpointError | None]:
     """The start's read of the checkpoint: ``(restored, damaged)``. Damaged when it cannot be
     read, its checksum does not match (:func:`node_agent.checkpoint.check_checksum`), or it
@@ -173,7 +194,7 @@ def restore_checked(ds: Datastore, pods: WiringSource | None, veth_prefix: str) 
             return False, None
     except CheckpointError as exc:
         return False, exc
-    wiring = pods.host_wiring() if pods is not None else None
+    wiring = read_wiring(pods) if pods is not None else None
     wrong = wiring_disagreements(ds, wiring, veth_prefix) if wiring is not None else []
     if not wrong:
         if ds.restored_unchecksummed:
@@ -353,7 +374,7 @@ class Agent:
         """
         pods = self.pods
         assert pods is not None
-        wiring = pods.host_wiring()
+        wiring = read_wiring(pods)
         if damaged is None and (wiring is None or not wiring.pods):
             # A first start, or a lost state directory with no pod wired: either way nothing
             # says what an earlier process offered back (free addresses are held as offered).
@@ -418,11 +439,12 @@ class Agent:
         since = self.ds.meta.get("held_all_at")
         if grace <= 0 or not isinstance(since, (int, float)) or self._steady() < self._grace_from + grace:
             return
-        freed = self.ds.release_recovered(UNKNOWN_HOLDER, now)
-        self.ds.set_meta("held_all_at", None)
+        with self.ds.batch():
+            freed = self.controller.release_unknown_holders(now)
+            self.ds.set_meta("held_all_at", None)
         log.warning(
-            "%d addresses held since the checkpoint rebuild returned to the pool "
-            "(WARMPOOL_RECOVERY_GRACE_S=%g passed): %s",
+            "%d addresses held since the checkpoint rebuild let go (WARMPOOL_RECOVERY_GRACE_S=%g passed), "
+            "offered back as of unknown origin (the allocator replaces them): %s",
             len(freed),
             grace,
             ", ".join(a.ip for a in freed),

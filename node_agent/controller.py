@@ -26,7 +26,7 @@ from node_agent.claims import ParkedClaims
 from node_agent.config import Timing
 from node_agent.controller_stats import ControllerStats
 from node_agent.datastore import Datastore
-from node_agent.records import EniInfo, NodeIdentity
+from node_agent.records import UNKNOWN_HOLDER, Assignment, EniInfo, NodeIdentity
 from node_agent.report import build_report
 from warmpool import messages
 from warmpool.limits import InstanceLimits, pod_ceiling
@@ -381,6 +381,30 @@ class PoolController:
             self._note_quarantined(now)
             self.stats.quarantined_after_rebuild += n
             self._event("quarantine", f"{n} addresses held as offered: the checkpoint that knew the offers is lost")
+
+    def release_unknown_holders(self, now: float) -> list[Assignment]:
+        """The grace after a rebuild that held every address by :data:`UNKNOWN_HOLDER` has
+        passed (``WARMPOOL_RECOVERY_GRACE_S``, ``recorded`` mode): the addresses leave the
+        holder, but not for the pool. Their origin is as unknown as at the rebuild (IMDS alone
+        showed them, and a read may answer from before an unassign, docs/safety.md row 6), so
+        each is quarantined as an offer of unknown origin (:data:`UNKNOWN_META`): the allocator
+        unassigns it and grants a fresh one, never hands it back (hostile review of the unknown
+        offers, R1: before, freed as ordinary, a pod got one EC2 had unassigned). Returns the
+        attached addresses released (may raise CheckpointWriteError: tried again at the next
+        pass, the holder still holding them)."""
+        with self.ds.batch():
+            freed = self.ds.release_recovered(UNKNOWN_HOLDER, now)
+            if freed:
+                by_eni = {e.info.eni_id: e for e in self.ds.enis()}
+                keys: set[str] = set()
+                for a in freed:
+                    eni = by_eni.get(a.eni_id)
+                    addr = eni.addrs.get(a.ip) if eni is not None else None
+                    if addr is not None:
+                        keys.add(addr.prefix or a.ip)
+                self._hold_unknown(self._known_keys() - keys, now)
+                self._force = True
+        return freed
 
     def resync(self, now: float) -> list[str]:
         """Periodic full reconcile with IMDS (what is attached wins)."""

@@ -11,7 +11,6 @@ import pytest
 from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.controller import PoolController
 from node_agent.datastore import Datastore
-from node_agent.records import UNKNOWN_HOLDER
 from tests.helpers.controller import ID, TIMING, FakeImds, never_free
 from tests.unit.test_agent_review_findings import POOL, X, holders, listed, released_x
 from tests.unit.test_agent_step6_review import try_pods
@@ -25,17 +24,14 @@ def open_finding(reason: str) -> pytest.MarkDecorator:
 # --- R1. WARMPOOL_POD_NETWORK=recorded: hold_all, then the grace, frees IMDS-only addresses ----
 
 
-@open_finding(
-    "open: a rebuild in recorded mode holds every address by '?' (hold_all after start), which "
-    "clears the unknown quarantine; WARMPOOL_RECOVERY_GRACE_S later frees them as ordinary"
-)
 def test_recorded_rebuild_grace_frees_an_address_imds_alone_shows() -> None:
     # X was offered and unassigned by EC2 (released applied); the checkpoint is lost; the read
     # at the rebuild answers from before the unassign (row 6) and lists X. Agent._rebuild in
     # recorded mode: controller.start(checkpoint_lost=True) (X quarantined, unknown), then
     # ds.hold_all (X held by '?', quarantined_at reset to None). _forget_known drops X's
     # unknown mark at the next tick. After the grace (>= release timeout, as config demands)
-    # Agent._release_unknown_holders frees X as an ordinary address: a pod gets it.
+    # Agent._release_unknown_holders freed X as an ordinary address and a pod got it (fixed:
+    # PoolController.release_unknown_holders quarantines it as an offer of unknown origin).
     imds = FakeImds()
     t0 = 1000.0
     released_x(MemoryCheckpoint(), imds, t0)
@@ -50,7 +46,7 @@ def test_recorded_rebuild_grace_frees_an_address_imds_alone_shows() -> None:
         ctl.tick(t1 + 60 * k)
     grace = TIMING.release_timeout_s  # the shortest node_agent/config.py allows
     t2 = t1 + grace + 1
-    ds.release_recovered(UNKNOWN_HOLDER, t2)  # Agent._release_unknown_holders
+    ctl.release_unknown_holders(t2)  # what Agent._release_unknown_holders calls
     ctl.resync(t2 + 1)
     ctl.tick(t2 + 1)
     try_pods(ds, t2 + 40, tag="q")
