@@ -776,8 +776,18 @@ class PoolController:
                 # every claim replying to a report up to now is stale for them (a hand-back of
                 # an older offer arriving late; before, -1 and a restart, which forgets
                 # ``_offered_upto``, let one in on a read from before the unassign, row 6).
-                # Only a grant replying to a later report takes them again.
-                self.ds.mark_gone(now, now + RECENT_S, self.last_seq, released=[*gone_ips, *gone_pfx])
+                # Only a grant replying to a later report takes them again. An offer of unknown
+                # origin is never handed back (docs/allocator.md), so for one a claim replying to
+                # the newest report itself is stale too (hostile review of the unknown offers,
+                # R3: dated last_seq, such a hand-back met a regressed read and came back free).
+                gone = [*gone_ips, *gone_pfx]
+                unknown = [k for k in gone if k in self._unknown]
+                with self.ds.batch():
+                    if unknown:
+                        self.ds.mark_gone(now, now + RECENT_S, self.last_seq + 1, released=unknown)
+                    ordinary = [k for k in gone if k not in self._unknown]
+                    if ordinary:
+                        self.ds.mark_gone(now, now + RECENT_S, self.last_seq, released=ordinary)
                 self._note_absent_from_read()
                 removed = self.ds.remove_addresses(eni_id, gone_ips, gone_pfx)
                 self.stats.released_without_result += len(removed)

@@ -6,8 +6,6 @@ Each test is a strict xfail: it asserts what docs/safety.md row 12 and docs/allo
 
 from __future__ import annotations
 
-import pytest
-
 from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.controller import PoolController
 from node_agent.datastore import Datastore
@@ -15,11 +13,6 @@ from tests.helpers.controller import ID, TIMING, FakeImds, never_free
 from tests.unit.test_agent_review_findings import POOL, X, holders, listed, released_x
 from tests.unit.test_agent_step6_review import try_pods
 from warmpool.limits import known
-
-
-def open_finding(reason: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)
-
 
 # --- R1. WARMPOOL_POD_NETWORK=recorded: hold_all, then the grace, frees IMDS-only addresses ----
 
@@ -57,10 +50,6 @@ def test_recorded_rebuild_grace_frees_an_address_imds_alone_shows() -> None:
 # --- R3. the agent's own refusal of a hand-back of an unknown offer has a hole --------------------
 
 
-@open_finding(
-    "open: _take_back drops an unlisted unknown offer with mark_gone(last_seq), and a claim replying "
-    "to last_seq is not stale (gone > seq); a hand-back of it on a later listing comes back free"
-)
 def test_a_hand_back_of_an_unknown_offer_dropped_at_the_timeout_is_refused() -> None:
     # After a loss X is held as an unknown offer and offered; EC2 unassigns it (the answer is
     # lost); at the timeout IMDS lacks X: dropped as released, dated last_seq. A hand-back of X
