@@ -430,9 +430,12 @@ class ThreadedRunner:
         are joined at interpreter exit, however long they take)."""
         self._running_lock = threading.Lock()
         self._numbers = itertools.count(1)
+        self._generation = 0
+        """Counts starts and stops: an invocation still running when a stop's drain ends does not settle."""
 
     def start(self) -> None:
         self._stop.clear()  # a runner stopped may start again
+        self._generation += 1
         for i, m in enumerate(self.mappings):
             t = threading.Thread(target=self._poll_loop, args=(m,), name=f"esm-{i}", daemon=True)
             self._threads.append(t)
@@ -446,8 +449,9 @@ class ThreadedRunner:
     def stop(self, timeout: float = 10.0, *, drain_s: float = 30.0) -> None:
         """Stop polling (each loop within ``timeout``) and wait up to ``drain_s`` for the
         invocations in flight to settle. One still running then is left to finish on its own,
-        logged: its batch is not deleted, and comes back after the visibility timeout, as when
-        Lambda stops an environment mid-invocation."""
+        logged, and is never settled: its batch is not deleted, and comes back after the
+        visibility timeout, as when Lambda stops an environment mid-invocation (its handler's
+        own writes, as there, may still land)."""
         self._stop.set()
         for t in self._threads:
             t.join(timeout)
@@ -457,6 +461,7 @@ class ThreadedRunner:
             running = list(self._running)
         for t in running:
             t.join(max(0.0, deadline - time.monotonic()))
+        self._generation += 1  # what is still running now is left behind: never settled
         left = [t.name for t in running if t.is_alive()]
         if left:
             log.warning("stopped with %d invocations still running after %g s: %s", len(left), drain_s, left)
@@ -495,7 +500,7 @@ class ThreadedRunner:
                 m.stats.max_in_flight = max(m.stats.max_in_flight, m._running)
             t = threading.Thread(
                 target=self._run,
-                args=(m, batch, slots),
+                args=(m, batch, slots, self._generation),
                 name=f"lambda-{m.config.function_name}-{next(self._numbers)}",
                 daemon=True,
             )
@@ -503,9 +508,17 @@ class ThreadedRunner:
                 self._running.add(t)
             t.start()
 
-    def _run(self, m: EventSourceMapping, batch: list[dict[str, Any]], slots: threading.BoundedSemaphore) -> None:
+    def _run(
+        self, m: EventSourceMapping, batch: list[dict[str, Any]], slots: threading.BoundedSemaphore, generation: int
+    ) -> None:
         try:
             outcome = m.invoke(batch)
+            if generation != self._generation:
+                # The runner stopped while it ran, its drain passed: its batch is left in
+                # flight, to come back after the visibility timeout, as from an environment
+                # Lambda stopped mid-invocation (hostile review 3, F4: it settled, deleting it).
+                log.warning("invocation of %s ended after the runner stopped: not settled", m.config.function_name)
+                return
             if outcome.wall_s > m.config.function_timeout_s:
                 outcome.error = "Task timed out"
                 outcome.failed_ids = list(outcome.message_ids)

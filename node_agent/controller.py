@@ -390,8 +390,8 @@ class PoolController:
         each is quarantined as an offer of unknown origin (:data:`UNKNOWN_META`): the allocator
         unassigns it and grants a fresh one, never hands it back (hostile review of the unknown
         offers, R1: before, freed as ordinary, a pod got one EC2 had unassigned). Returns the
-        attached addresses released (may raise CheckpointWriteError: tried again at the next
-        pass, the holder still holding them)."""
+        attached addresses released. May raise CheckpointWriteError: the change then stays in
+        memory (offered as unknown, never free) and the datastore's flush writes it later."""
         with self.ds.batch():
             freed = self.ds.release_recovered(UNKNOWN_HOLDER, now)
             if freed:
@@ -898,6 +898,14 @@ class PoolController:
             steady_since=steady_since,
             unknown=self._unknown,
         )
+        # An offer naming one key of unknown origin is marked so whole, and the allocator hands
+        # none of its keys back (warmpool/planner.py::_split_unknown): every key in it is of
+        # unknown origin from now on, for the agent's refusal of a hand-back and the take-back's
+        # dating (hostile review 3, F1: an ordinary key beside an unknown one kept the old rule).
+        widened = {x for o in report.release if o.unknown for x in (*o.ips, *o.prefixes)} - self._unknown
+        if widened:
+            self._unknown |= widened
+            self.ds.set_meta(UNKNOWN_META, sorted(self._unknown))
         for o in report.release:
             for x in (*o.ips, *o.prefixes):
                 self._offered_upto[x] = seq
