@@ -24,6 +24,16 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 NLM_F_DUMP_INTR = 0x10
 """A dump's message flag: the table changed while it was dumped (``include/uapi/linux/netlink.h``)."""
+DUMP_TRIES = 10
+"""How often :meth:`Netlink._dump` reads a dump the kernel keeps flagging as interrupted."""
+
+
+def _interrupted(msg: Any) -> bool:
+    try:
+        return bool(int(msg["header"]["flags"]) & NLM_F_DUMP_INTR)
+    except (KeyError, TypeError, ValueError):
+        return False
+
 
 CLONE_NEWNET = 0x40000000
 MAIN_TABLE = 254
@@ -219,16 +229,15 @@ class Netlink:
         table changed while it was dumped, so the dump may have skipped entries (netlink(7),
         ``include/uapi/linux/netlink.h``); pyroute2 does not check it. Refused with EINTR, read
         again by the caller (hostile review 3, F3: an interrupted route dump missing a pod's
-        ``/32`` route was taken as whole, and a rebuild left that pod's address unheld)."""
-        msgs = list(self._do(what, fn, *args, **kwargs))
-        for m in msgs:
-            try:
-                flags = int(m["header"]["flags"])
-            except (KeyError, TypeError, ValueError):
-                continue
-            if flags & NLM_F_DUMP_INTR:
-                raise NetlinkFailure(errno.EINTR, f"{what} interrupted (NLM_F_DUMP_INTR): to be read again")
-        return msgs
+        ``/32`` route was taken as whole, and a rebuild left that pod's address unheld). An
+        interrupted dump is read again at once, up to :data:`DUMP_TRIES` times: on a node
+        where pods come and go, links change all the time (CI's containerd tier met one in a
+        pod's DEL); interrupted every time, it raises, EINTR."""
+        for _ in range(DUMP_TRIES):
+            msgs = list(self._do(what, fn, *args, **kwargs))
+            if not any(_interrupted(m) for m in msgs):
+                return msgs
+        raise NetlinkFailure(errno.EINTR, f"{what} interrupted (NLM_F_DUMP_INTR) {DUMP_TRIES} times running")
 
     # --- links ------------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from emulated.clock import VirtualClock
 from node_agent.checkpoint import CheckpointWriteError
 from tests.helpers.agent_world import MemorySqs, WiredPods, make_agent
@@ -185,3 +187,29 @@ def test_an_invocation_left_running_at_stop_does_not_delete_its_batch_when_it_en
         f"the invocation left running at stop wrote and deleted its batch after the stop "
         f"(deleted={m.stats.deleted}, depth={sqs.depth(url)})"
     )
+
+
+def test_a_dump_interrupted_once_is_read_again_and_its_second_answer_used() -> None:
+    # CI's containerd tier: links change while pods come and go, and a pod's DEL met an
+    # interrupted link dump; refused at once, the DEL failed. The dump is read again instead.
+    from node_agent.netlink import DUMP_TRIES, Netlink, NetlinkFailure
+
+    class Flaky:
+        def __init__(self, interrupted: int) -> None:
+            self.left, self.calls = interrupted, 0
+
+        def link(self, cmd: str, **kw: Any) -> list[_Msg]:
+            from pyroute2.netlink import NLM_F_DUMP_INTR, NLM_F_MULTI
+
+            self.calls += 1
+            flags = NLM_F_MULTI | (NLM_F_DUMP_INTR if self.left > 0 else 0)
+            self.left -= 1
+            return [_Msg(flags, index=1, flags=1, IFLA_IFNAME="lo"), _Msg(flags, index=7, flags=1, IFLA_IFNAME="v1")]
+
+    once = Flaky(1)
+    assert [x.name for x in Netlink(once, "").links()] == ["lo", "v1"]  # type: ignore[arg-type]
+    assert once.calls == 2
+    always = Flaky(10**6)
+    with pytest.raises(NetlinkFailure, match="interrupted"):
+        Netlink(always, "").links()  # type: ignore[arg-type]
+    assert always.calls == DUMP_TRIES
