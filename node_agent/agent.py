@@ -174,14 +174,15 @@ def read_wiring(pods: WiringSource, tries: int = WIRING_READ_TRIES) -> HostWirin
     of the checkpoint checks, C2: one failed dump stopped the start). Still failing, it raises:
     a start never goes on without the read that tells it which addresses pods use (the agent
     exits and its restart reads again)."""
-    for attempt in range(1, tries + 1):
+    for attempt in range(1, tries):
         try:
             return pods.host_wiring()
         except OSError as exc:
-            if attempt == tries:
-                raise OSError(exc.errno, f"cannot read the host's pod wiring ({tries} tries, the last: {exc})") from exc
             log.warning("reading the host's pod wiring failed (%s); reading again (%d of %d)", exc, attempt, tries)
-    raise AssertionError("unreachable")
+    try:
+        return pods.host_wiring()
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot read the host's pod wiring ({tries} tries, the last: {exc})") from exc
 
 
 def restore_checked(ds: Datastore, pods: WiringSource | None, veth_prefix: str) -> tuple[bool, CheckpointError | None]:

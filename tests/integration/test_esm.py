@@ -14,6 +14,7 @@ import pytest
 from emulated.clock import VirtualClock
 from emulated.esm import EsmConfig, EventSourceMapping, Schedule, ThreadedRunner
 from emulated.sqs import FastSqs
+from tests.helpers.esm import stuck_invocation
 from warmpool.clock import RealClock
 
 T0 = 1_700_000_000.0
@@ -385,27 +386,14 @@ def test_stop_returns_while_an_invocation_never_does_and_its_batch_is_not_delete
     stop waited on the invocations in flight for as long as they took. Now it waits
     ``drain_s`` and leaves one still running to its own (daemon) thread; its batch stays
     in flight, as when Lambda stops an environment mid-invocation."""
-    sqs = FastSqs(RealClock())
-    c = sqs.client()
-    url = c.create_queue(QueueName="q", Attributes={"VisibilityTimeout": "30"})["QueueUrl"]
-    entered, release = threading.Event(), threading.Event()
-
-    def handler(event: dict[str, Any], ctx: Any) -> None:
-        entered.set()
-        release.wait(120)
-
-    m = EventSourceMapping(c, url, handler, EsmConfig(function_name="f"), sqs.clock)
-    runner = ThreadedRunner([m], poll_wait_s=1)
-    runner.start()
+    stuck = stuck_invocation("f")
     try:
-        c.send_message(QueueUrl=url, MessageBody="stuck")
-        assert entered.wait(10)
-        stopper = threading.Thread(target=runner.stop, kwargs={"drain_s": 1.0}, daemon=True)
+        stopper = threading.Thread(target=stuck.runner.stop, kwargs={"drain_s": 1.0}, daemon=True)
         stopper.start()
         stopper.join(30)
         assert not stopper.is_alive(), "stop() waited on an invocation that never returns"
-        assert m.stats.deleted == 0 and sqs.depth(url) == 1
+        assert stuck.mapping.stats.deleted == 0 and stuck.sqs.depth(stuck.url) == 1
         left = [t for t in threading.enumerate() if t.name.startswith("lambda-f-")]
         assert left, "the invocation was not left running"
     finally:
-        release.set()
+        stuck.release.set()

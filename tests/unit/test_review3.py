@@ -153,33 +153,23 @@ def test_an_interrupted_route_dump_is_read_again_not_taken_as_whole() -> None:
 
 
 def test_an_invocation_left_running_at_stop_does_not_delete_its_batch_when_it_ends() -> None:
-    from emulated.esm import EsmConfig, EventSourceMapping, ThreadedRunner
-    from emulated.sqs import FastSqs
-    from warmpool.clock import RealClock
+    from tests.helpers.esm import stuck_invocation
 
-    sqs = FastSqs(RealClock())
-    c = sqs.client()
-    url = c.create_queue(QueueName="q", Attributes={"VisibilityTimeout": "30"})["QueueUrl"]
-    entered, release, done = threading.Event(), threading.Event(), threading.Event()
+    done = threading.Event()
     writes: list[float] = []
 
-    def handler(event: dict[str, Any], ctx: Any) -> None:
-        entered.set()
-        release.wait(60)
+    def after() -> None:
         writes.append(time.monotonic())  # the function's own effects (a store write, a result sent)
         done.set()
 
-    m = EventSourceMapping(c, url, handler, EsmConfig(function_name="f3"), sqs.clock)
-    runner = ThreadedRunner([m], poll_wait_s=1)
-    runner.start()
+    stuck = stuck_invocation("f3", after=after)
+    m, sqs, url = stuck.mapping, stuck.sqs, stuck.url
     try:
-        c.send_message(QueueUrl=url, MessageBody="stuck")
-        assert entered.wait(10)
-        runner.stop(timeout=5, drain_s=0.2)
+        stuck.runner.stop(timeout=5, drain_s=0.2)
         stopped_at = time.monotonic()
         assert m.stats.deleted == 0 and sqs.depth(url) == 1  # what the existing test checks
     finally:
-        release.set()
+        stuck.release.set()
     assert done.wait(10)
     for t in [t for t in threading.enumerate() if t.name.startswith("lambda-f3-")]:
         t.join(10)
