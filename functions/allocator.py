@@ -57,7 +57,7 @@ from functions.inventory import (
 )
 from functions.mapping import Mapper, ThreadMapper, serial_map
 from functions.reasons import NodeStatus, Rejection, Why
-from functions.release_book import LocalReleaseBooks, load_books, settle, with_repeats
+from functions.release_book import BOOK_ERRORS, LocalReleaseBooks, load_books, settle, with_repeats
 from functions.releases import count_flip, fresh_offers, hold_releases, load_flips, save_flips
 from functions.result_queues import ResultQueues
 from functions.settings import LEASE_TTL_MARGIN_S, Settings
@@ -66,19 +66,28 @@ from warmpool import names
 from warmpool.buckets import refill, time_until
 from warmpool.facts import NodeFacts
 from warmpool.limits import KNOWN_TYPES
-from warmpool.messages import AllocationResult, Deferred, Failed, MessageError, PoolReport, parse_report
+from warmpool.messages import (
+    AllocationResult,
+    Deferred,
+    Failed,
+    MessageError,
+    PoolReport,
+    RestoreChecked,
+    parse_report,
+)
 from warmpool.names import (
     M_DESCRIBE_THROTTLED,
     M_FAIR_SHARE_DEFERRED,
     M_IDENTITY_UNVERIFIED,
     M_LEDGER_UNREAD,
     M_REPORTS_QUIET,
+    M_RESTORES_CHECKED,
     M_TOKENS_FORFEITED,
 )
 from warmpool.planner import Plan, node_max_pods, plan_node, quiet
 from warmpool.ports import Ec2Port, LedgerUnread, Ports, ReleaseBookStore
 from warmpool.release_book import ReleaseBook
-from warmpool.scheduling import coalesce, priority_key
+from warmpool.scheduling import coalesce, priority_key, restore_current
 
 __all__ = ["SEQ_AHEAD_LIMIT", "Allocator", "BatchOutcome", "Mapper", "Record", "ThreadMapper", "serial_map"]
 """The allocator's interface: a batch of :class:`Record` in, a :class:`BatchOutcome` out."""
@@ -357,6 +366,7 @@ class Allocator:
             lim = KNOWN_TYPES.get(r.instance_type)
             if (
                 b.last_seq(self._key(r)) >= 0
+                and r.restored_from is None  # owed an answer, given under the lease
                 and lim is not None
                 and quiet(r, lim, node_max_pods(r, lim, self.settings.max_pods))
             ):
@@ -587,9 +597,10 @@ class Allocator:
         return settle(self.books, self.cluster, r.instance_id, book, r, n.record.body, shown, expires, self.tally)
 
     def _settle_noops(self, jobs: list[NodeJob], b: Batch) -> list[NodeJob]:
-        """Record and answer the nodes with nothing to call; the others go on."""
-        active = [j for j in jobs if j.plan.calls]
-        noops = [j for j in jobs if not j.plan.calls]
+        """Record and answer the nodes with nothing to call; the others go on (and so does a
+        report owed a :class:`RestoreChecked`: it is answered under the node's lease)."""
+        active = [j for j in jobs if j.plan.calls or j.report.restored_from is not None]
+        noops = [j for j in jobs if not (j.plan.calls or j.report.restored_from is not None)]
         b.out.noop += len(noops)
         for res in self.map(self._finish_noop, noops):
             b.settle(res)
@@ -750,7 +761,7 @@ class Allocator:
             if plan.calls and wait > 0:
                 self.leases.release(self.cluster, self._key(j.report), b.owner)
                 self._defer(nj, wait, "waiting for EC2 tokens", b)
-            elif plan.calls:
+            elif plan.calls or nj.report.restored_from is not None:
                 keep.append(nj)
             else:
                 self.leases.release(self.cluster, self._key(j.report), b.owner)
@@ -816,8 +827,26 @@ class Allocator:
                     retry_after_s=1.0,
                     reason=DEADLINE_REASON,
                 )
+            verdict: RestoreChecked | None = None
+            if job.report.restored_from is not None:
+                checked = self._restore_verdict(job)
+                if isinstance(checked, NodeOutcome):
+                    return checked
+                verdict = checked
+                if not verdict.current:
+                    # Planned from a state the node no longer has: nothing of it is done.
+                    self.tally.add(M_TOKENS_FORFEITED, job.plan.mutating_calls)
+                    res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, NodeStatus.SERVED)
+                    res.actions.append(verdict)
+                    self._finish(job, res)
+                    return res
             res = self.executor.run(job, b.stop_at)
-            if res.status != NodeStatus.DEFERRED or (res.actions and not res.resend):
+            recorded = res.status != NodeStatus.DEFERRED or (res.actions and not res.resend)
+            if verdict is not None and recorded:
+                # Said only with a recorded seq: once the agent hands out what it has free, no
+                # report older than this one is acted on (the ledger refuses them).
+                res.actions.insert(0, verdict)
+            if recorded:
                 # A plan stopped part-way (throttled after some calls) is recorded
                 # too: another invocation that read EC2 before these calls then
                 # sees the ledger move and re-reads instead of acting on a stale
@@ -839,6 +868,44 @@ class Allocator:
             )
         finally:
             self.leases.release(self.cluster, self._key(job.report), b.owner)
+
+    def _restore_verdict(self, job: NodeJob) -> RestoreChecked | NodeOutcome:
+        """Under the node's lease: is the checkpoint the report says it restored the node's newest
+        state (:func:`warmpool.scheduling.restore_current`)? The ledger and the release book are
+        read again here, so an invocation that acted on a later report and died before recording
+        it is seen by its write-ahead. Either unread: the report waits (a ``DEFERRED`` outcome
+        with no action; the agent keeps waiting, and goes the lost-checkpoint way if no answer
+        comes in time)."""
+        r = job.report
+        assert r.restored_from is not None
+        key = self._key(r)
+        try:
+            ledger_seq = self.ledger.last_seqs(self.cluster, [key])[key]
+            book = self.books.load(self.cluster, [r.instance_id]).get(r.instance_id, ReleaseBook())
+        except (LedgerUnread, *BOOK_ERRORS) as err:
+            log.warning("restore not checked: %s", str(err)[:200], extra={"node": r.node, "seq": r.seq})
+            return NodeOutcome(
+                r.node,
+                job.facts.instance_id,
+                r.seq,
+                NodeStatus.DEFERRED,
+                retry_after_s=float(self.settings.lease_retry_s),
+                reason="restore not checked: ledger or release book not read",
+            )
+        seqs = [t.seq for t in (*book.taken, *book.given)]
+        current = restore_current(r.restored_from, ledger_seq, seqs)
+        self.tally.add(M_RESTORES_CHECKED, current="true" if current else "false")
+        if not current:
+            log.warning(
+                "restored checkpoint is not the node's newest state",
+                extra={
+                    "node": r.node,
+                    "restored_from": r.restored_from,
+                    "ledger_seq": ledger_seq,
+                    "book_seqs": max(seqs, default=-1),
+                },
+            )
+        return RestoreChecked(restored_from=r.restored_from, current=current)
 
     def _finish_noop(self, job: NodeJob) -> NodeOutcome:
         res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, NodeStatus.SERVED)

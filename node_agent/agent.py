@@ -322,7 +322,7 @@ class Agent:
         now = self.clock.now()
         self._grace_from = self._steady()
         if restored:
-            notes, how = self.controller.start(now), "restored"
+            notes, how = self.controller.start(now, restored=True), "restored"
         else:
             notes, how = self._rebuild(checkpoint, damaged, now)
         log.info(
@@ -685,6 +685,11 @@ class Agent:
                 "1 while memory holds changes the checkpoint could not take",
                 int(self.ds.dirty),
             ),
+            (
+                "warmpool_restore_unconfirmed",
+                "1 while a restored checkpoint waits for the allocator's word (no free address goes to a pod)",
+                int(self.ds.withheld),
+            ),
         ):
             lines += web.gauge(name, help_, v)
         st = self.controller.stats
@@ -708,6 +713,11 @@ class Agent:
             "warmpool_checkpoint_write_errors_total",
             "Checkpoint writes that failed (retried; nothing depending on them leaves the agent meanwhile)",
             {(): self.ds.save_errors},
+        )
+        lines += web.counter(
+            "warmpool_restores_checked_total",
+            "Restored checkpoints the allocator called current or not (no answer in time counts as not)",
+            {(("current", "true"),): st.restores_current, (("current", "false"),): st.restores_stale},
         )
         lines += web.counter("warmpool_results_applied_total", "Results applied", {(): st.results_applied})
         lines += web.counter(

@@ -39,6 +39,7 @@ from warmpool.messages import (
     Failed,
     PoolReport,
     Released,
+    RestoreChecked,
 )
 from warmpool.pool import PoolConfig, PoolDelta, PoolState, compute
 
@@ -58,6 +59,14 @@ UNKNOWN_META = "offers_unknown"
 """Addresses and prefixes quarantined on IMDS's word alone after a checkpoint loss (no grant the
 agent received names them): offered as of unknown origin (``ReleaseOffer.unknown``), never
 taken back by a hand-back (:meth:`PoolController._hold_unknown`)."""
+RESTORE_META = "restore_unconfirmed"
+"""The ``last_seq`` of a checkpoint restored at a start that the allocator has not yet said is
+the node's newest state (:meth:`PoolController.start`): kept until it answers, so a restart
+meanwhile asks about that checkpoint again, not about its own later seq."""
+RESTORE_WAIT_S = 60.0
+"""How long, on the steady clock, a restored checkpoint waits for the allocator's answer
+before it is treated as not current (an allocator from before ``restored_from`` refuses
+such reports; a long outage): the lost-checkpoint way is safe whatever the answer."""
 MAX_OFFER_MEMORY = 1024
 """Offers remembered per address before entries no longer quarantined are pruned."""
 VERIFY_TIMEOUT_S = 60.0
@@ -219,18 +228,29 @@ class PoolController:
         unknown = self.ds.meta.get(UNKNOWN_META)
         self._unknown: set[str] = {k for k in unknown if isinstance(k, str)} if isinstance(unknown, list) else set()
         """Quarantined keys of unknown origin (:data:`UNKNOWN_META`), checkpointed."""
+        self._restored_from: int | None = None
+        """The restored checkpoint's seq the allocator has yet to call current (:meth:`start`)."""
+        self._restore_wait_until = 0.0
+        """Steady reading after which an unanswered restore is taken as not current."""
 
     # --- life cycle -----------------------------------------------------------------
 
-    def start(self, now: float, *, checkpoint_lost: bool = False) -> list[str]:
+    def start(self, now: float, *, checkpoint_lost: bool = False, restored: bool = False) -> list[str]:
         """After the checkpoint is restored: reconcile with IMDS, set up every ENI's host side.
 
         ``checkpoint_lost``: there was no usable checkpoint (damaged, or missing), so what
-        the previous process offered back is forgotten: :meth:`_forget_offers`."""
+        the previous process offered back is forgotten: :meth:`_forget_offers`.
+        ``restored``: the datastore holds a checkpoint this start read back, which may be an
+        earlier copy of the node's state: its free addresses wait for the allocator's word
+        (:meth:`_await_restore_check`)."""
+        assert not (checkpoint_lost and restored), "a start restores a checkpoint or has lost it, not both"
         steady = self._steady(now)
         self._hold_until = steady + self.restart_hold_s
         if checkpoint_lost:
+            self._end_restore()
             self._forget_offers(now)
+        elif restored:
+            self._await_restore_check(steady)
         if self._rebuilt_at is not None:
             self._window_until = steady + self._window_left(now, steady)
         notes = self.resync(now) if self.metadata is not None else []
@@ -239,6 +259,55 @@ class PoolController:
         self._note_quarantined(now)  # restored offers: their timeout starts again now
         self._force = True
         return notes
+
+    def _await_restore_check(self, steady: float) -> None:
+        """A restored checkpoint may be an earlier copy of the node's state (a backup restored, a
+        disk that lost its last writes): it passes the checksum and the host's wiring (every
+        running pod is in it), yet an address free in it may since have been offered in a later
+        report, and be unassigned (or about to be) by the allocator. Nothing on the node can
+        tell. So no free address goes to a pod until the allocator, which has every later
+        report's trace in its ledger and release book, answers that this checkpoint is current
+        (:class:`RestoreChecked`); every report says which one it is (``restored_from``). Not
+        current, or no answer within :data:`RESTORE_WAIT_S`: the lost-checkpoint way
+        (:meth:`_restore_stale`). Hostile review 1, finding C1 (docs/safety.md, row 12)."""
+        asked = self.ds.meta.get(RESTORE_META)
+        restored_from = asked if isinstance(asked, int) and asked >= 0 else max(self.last_seq, 0)
+        self.ds.set_meta(RESTORE_META, restored_from)
+        self._restored_from = restored_from
+        self._restore_wait_until = steady + RESTORE_WAIT_S
+        self.ds.withhold(True)
+
+    def _end_restore(self) -> None:
+        """No restore waits for the allocator's answer any more (may raise CheckpointWriteError)."""
+        self._restored_from = None
+        self.ds.withhold(False)
+        if self.ds.meta.get(RESTORE_META) is not None:
+            self.ds.set_meta(RESTORE_META, None)
+
+    def _restore_checked(self, action: RestoreChecked, now: float) -> str:
+        if self._restored_from is None or action.restored_from != self._restored_from:
+            return f"restore check of {action.restored_from} not awaited: ignored"
+        if action.current:
+            self._end_restore()
+            self.stats.restores_current += 1
+            return f"restored checkpoint (seq {action.restored_from}) is current: its free addresses are usable"
+        self._restore_stale(now, "the allocator has seen later reports")
+        return f"restored checkpoint (seq {action.restored_from}) is not current: handled as lost"
+
+    def _restore_stale(self, now: float, why: str) -> None:
+        """The restored checkpoint is not known to be the node's newest state: it is handled as a
+        lost one (:meth:`_forget_offers`): every free address and prefix is offered back as of
+        unknown origin (the allocator unassigns what EC2 still shows and grants fresh ones), and
+        addresses learnt later are held as offered. Pods keep what they hold (the wiring check at
+        the start proved each running pod is in it). One write."""
+        with self.ds.batch():
+            self._end_restore()
+            self._forget_offers(now)
+            self._hold_unknown(set(), now)
+            self._force = True
+        self.stats.restores_stale += 1
+        log.warning("restored checkpoint not current (%s): its free addresses offered back as of unknown origin", why)
+        self._event("checkpoint", f"restored checkpoint not current ({why}): handled as lost")
 
     def _forget_offers(self, now: float) -> None:
         """The checkpoint is lost: any free address may sit in a report the previous process
@@ -561,6 +630,8 @@ class PoolController:
             at.append(t)
         if self._rebuilt_at is not None and self._window_until is not None:
             at.append(wall(self._window_until))
+        if self._restored_from is not None:
+            at.append(wall(self._restore_wait_until))
         if min(at, default=float("inf")) <= now:
             return now  # nothing below may read a stale entry the tick would expire first
         current = {(e, ip) for e, addrs in self.ds.quarantined_at().items() for ip in addrs}
@@ -595,12 +666,14 @@ class PoolController:
         signature = (delta.short_units, delta.whole_enis, pending > 0, tuple(sorted(offers)))
         if signature != self._last_signature:
             at.append(gate)
-        if delta.low or pending > 0 or signature[3]:
+        if delta.low or pending > 0 or signature[3] or self._restored_from is not None:
             backoff = min(self.timing.retry_s * (2**self._retries), self.timing.heartbeat_s)
             at.append(max(gate, last + backoff))
         return min(at)
 
     def _tick(self, now: float) -> list[PoolReport]:
+        if self._restored_from is not None and self._steady(now) >= self._restore_wait_until:
+            self._restore_stale(now, f"no answer within {RESTORE_WAIT_S:g} s")
         self.ds.recently_gone(now)  # expires old entries
         self._close_rebuild_window(now)
         self._forget_known()
@@ -863,7 +936,7 @@ class PoolController:
             return False
         if signature != self._last_signature and since >= self.min_report_interval_s:
             return True
-        if delta.low or pending > 0 or signature[3]:
+        if delta.low or pending > 0 or signature[3] or self._restored_from is not None:
             backoff = min(self.timing.retry_s * (2**self._retries), self.timing.heartbeat_s)
             if since >= backoff:
                 self._retries += 1
@@ -897,6 +970,7 @@ class PoolController:
             offer_shift=shift,
             steady_since=steady_since,
             unknown=self._unknown,
+            restored_from=self._restored_from,
         )
         # An offer naming one key of unknown origin is marked so whole, and the allocator hands
         # none of its keys back (warmpool/planner.py::_split_unknown): every key in it is of
@@ -990,6 +1064,8 @@ class PoolController:
                     self.stats.deleted_in_use += 1
                     log.error("EC2 deleted %s while pods hold its addresses (two holders possible)", action.eni_id)
                     notes.append(f"{action.eni_id}: deleted by EC2 while pods hold its addresses")
+            elif isinstance(action, RestoreChecked):
+                notes.append(self._restore_checked(action, now))
             elif isinstance(action, Deferred):
                 self._not_before = max(self._not_before, self._steady(now) + action.retry_after_s)
                 notes.append(f"deferred {action.retry_after_s:.1f}s: {action.reason}")

@@ -52,4 +52,9 @@ class ControllerStats:
     # the node and the checkpoint
     datastore_repairs: int = 0
     checkpoint_write_errors: int = 0
+    restores_current: int = 0
+    """Restored checkpoints the allocator said were the node's newest state."""
+    restores_stale: int = 0
+    """Restored checkpoints the allocator said were not (or never answered for in time): what
+    they had free was offered back as of unknown origin."""
     host_errors: int = 0

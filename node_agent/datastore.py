@@ -97,8 +97,23 @@ class Datastore(RecoveredHolders):
         """The last :meth:`restore` read a checkpoint without a checksum (an older agent's)."""
         self.changed = threading.Event()
         """Set on every change; the agent's loop may wait on it."""
+        self._withheld = False
+        """No free address goes to a pod (:meth:`withhold`); an ADD waits as when none is free."""
 
     # --- ENIs and addresses --------------------------------------------------
+
+    def withhold(self, on: bool) -> None:
+        """Hand no free address to a pod while ``on`` (a pod keeps what it holds, a repeated ADD
+        gets its address back, a DEL frees as ever): the controller's wait for the allocator to
+        say a restored checkpoint is current (``PoolController.start``). Not checkpointed here:
+        the controller keeps the reason in ``meta`` and sets it again at a restart."""
+        with self._lock:
+            self._withheld = on
+            self.changed.set()
+
+    @property
+    def withheld(self) -> bool:
+        return self._withheld
 
     def add_eni(self, info: EniInfo, now: float, *, ready: bool = True) -> bool:
         """Record an attached ENI (idempotent); True if it was new."""
@@ -257,6 +272,8 @@ class Datastore(RecoveredHolders):
             return Assignment(a.ip, eni.info.eni_id)
 
     def _pick(self, now: float) -> tuple[EniRecord, Addr] | None:
+        if self._withheld:
+            return None
         fallback: tuple[EniRecord, Addr] | None = None
         for eni in sorted(self._enis.values(), key=_slot):
             if not eni.ready or eni.held:
@@ -314,6 +331,8 @@ class Datastore(RecoveredHolders):
         given no other change (``now`` if one is free now; the end of a cooldown otherwise);
         None if none ever would. The filters are :meth:`_pick`'s."""
         with self._lock:
+            if self._withheld:
+                return None
             best: float | None = None
             for eni in self._enis.values():
                 if not eni.ready or eni.held:

@@ -32,6 +32,7 @@ def build_report(
     offer_shift: float = 0.0,
     steady_since: Mapping[str, float] | None = None,
     unknown: Set[str] = frozenset(),
+    restored_from: int | None = None,
 ) -> PoolReport:
     """The report (``ValidationError`` if the datastore cannot make a valid one).
 
@@ -51,6 +52,7 @@ def build_report(
     agent's release timeout runs on the steady clock and ends regardless.
     ``unknown``: quarantined keys of unknown origin; an offer naming one is marked
     (``ReleaseOffer.unknown``: never handed back).
+    ``restored_from``: the restored checkpoint's seq the allocator has yet to call current.
     """
     c = ds.counts(now)
     since = ds.quarantined_since()
@@ -110,5 +112,6 @@ def build_report(
             for k, v in sorted(offers.items())
         ],
         identity=signed,
+        restored_from=restored_from,
         kubelet_max_pods=pool.kubelet_max_pods or None,
     )

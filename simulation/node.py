@@ -562,7 +562,7 @@ class SimAgent:
             )
             try:
                 if restored:
-                    self.ctl.start(now)
+                    self.ctl.start(now, restored=True)
                     self.starts.append("restored")
                 else:
                     agent = Agent(

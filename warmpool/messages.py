@@ -200,6 +200,15 @@ class PoolReport(_Strict):
     pending_demand: Count = 0
     release: Annotated[list[ReleaseOffer], Field(max_length=MAX_ENIS)] = []
     identity: SignedIdentity | None = None
+    restored_from: Annotated[int, Field(strict=True, ge=0, le=2**62)] | None = None
+    """Set while the agent runs on a checkpoint it restored and the allocator has not yet said
+    whether it is the node's newest state: the last report seq that checkpoint knew. A copy
+    restored from before later reports (a backup, a disk that lost its last writes) passes
+    every check the node can make, and an address free in it may since have been offered and
+    unassigned, or be about to be. The allocator answers with :class:`RestoreChecked`: current
+    when no report after it was recorded or acted on (its ledger and release book say so,
+    read under the node's lease). Until then the agent hands no free address to a pod
+    (docs/safety.md, row 12; absent: no such wait, or an agent from before the field)."""
     kubelet_max_pods: Annotated[int, Field(strict=True, ge=1, le=MAX_KUBELET_MAX_PODS)] | None = None
     """The node's kubelet's configured ``maxPods`` as the agent read it from the node (absent: not
     known, or an agent from before the field). The allocator holds the node to the lower of its own
@@ -235,6 +244,8 @@ class PoolReport(_Strict):
                 if a in addrs:
                     raise ValueError(f"address {a} listed twice")
                 addrs.add(a)
+        if self.restored_from is not None and self.restored_from >= self.seq:
+            raise ValueError(f"restored_from {self.restored_from} is not below the report's seq {self.seq}")
         for offer in self.release:
             if offer.eni_id not in seen:
                 raise ValueError(f"release names ENI {offer.eni_id} not in the report")
@@ -250,6 +261,8 @@ class PoolReport(_Strict):
         exclude: dict[str, Any] = {}
         if self.kubelet_max_pods is None:
             exclude["kubelet_max_pods"] = True
+        if self.restored_from is None:
+            exclude["restored_from"] = True
         if not any(o.unknown for o in self.release):
             exclude["release"] = {"__all__": {"unknown"}}
         return self.model_dump_json(by_alias=True, exclude=exclude or None)
@@ -290,6 +303,20 @@ class Deleted(_Strict):
     eni_id: EniId
 
 
+class RestoreChecked(_Strict):
+    """The allocator's answer to a report with ``restored_from``: whether the checkpoint the
+    agent restored is the node's newest state as the allocator knows it (``current``: no
+    report after ``restored_from`` was recorded in its ledger or left an entry in its
+    release book, read under the node's lease, and this report's seq is recorded before the
+    answer is sent, so no older report is acted on after it). Not current: nothing else is
+    done for the report, and the agent forgets what it had free, as after a lost checkpoint
+    (every free address offered back as of unknown origin)."""
+
+    kind: Literal["restore-checked"] = "restore-checked"
+    restored_from: Annotated[int, Field(ge=0, le=2**62)]
+    current: bool
+
+
 class Deferred(_Strict):
     kind: Literal["deferred"] = "deferred"
     retry_after_s: Annotated[float, Field(ge=0, le=3600)]
@@ -312,7 +339,9 @@ class Failed(_Strict):
         return cls(code=code[:FAILED_CODE_MAX], message=message[:FAILED_MESSAGE_MAX])
 
 
-Action = Annotated[Assigned | Attached | Released | Deleted | Deferred | Failed, Field(discriminator="kind")]
+Action = Annotated[
+    Assigned | Attached | Released | Deleted | RestoreChecked | Deferred | Failed, Field(discriminator="kind")
+]
 
 
 class AllocationResult(_Strict):

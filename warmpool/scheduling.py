@@ -55,3 +55,15 @@ def priority_key(report: PoolReport, delta: PoolDelta) -> tuple[int, int, str]:
     if delta.high and report.release:
         return (2, 0, report.node)
     return (3, 0, report.node)
+
+
+def restore_current(restored_from: int, ledger_seq: int, book_seqs: Iterable[int]) -> bool:
+    """Whether a checkpoint that knew reports up to ``restored_from`` is the node's newest
+    state as the allocator knows it: the ledger (the last seq recorded for the instance, -1
+    for no row) is not past it, and no entry of the instance's release book (written before
+    each Unassign or delete, and after each grant) answers a report past it. An instance the
+    ledger does not know is not current: a row the reconciler forgot may have been past it,
+    and the cost of "not current" is only addresses replaced."""
+    if ledger_seq < 0 or ledger_seq > restored_from:
+        return False
+    return all(s <= restored_from for s in book_seqs)

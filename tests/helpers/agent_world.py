@@ -138,6 +138,27 @@ def make_agent(state: Path, imds: FakeImds, sqs: MemorySqs, clock: VirtualClock,
     return agent
 
 
+def cni(agent: Agent, command: str, cid: str) -> dict[str, Any]:
+    """One CNI request to the agent's service, as the plugin sends it (interface ``eth0``)."""
+    return agent.cni.handle(
+        {
+            "command": command,
+            "container_id": cid,
+            "ifname": "eth0",
+            "netns": f"/var/run/netns/{cid}",
+            "config": {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool-cni"},
+        }
+    )
+
+
+def cni_add(agent: Agent, cid: str) -> str | None:
+    """The address an ADD of ``cid`` got, or None when it failed (nothing free for it)."""
+    reply = cni(agent, "ADD", cid)
+    if not reply.get("ok"):
+        return None
+    return str(reply["result"]["ips"][0]["address"]).removesuffix("/32")
+
+
 _receipts = iter(range(1, 1 << 62))
 
 

@@ -93,21 +93,26 @@ def wait_ready(metrics: str, timeout: float = 30.0) -> None:
     raise AssertionError("agent not ready")
 
 
-def newest_offer(sqs: Any, reports_url: str, timeout: float = 30.0) -> PoolReport:
-    """The newest report on the reports queue that offers addresses back (the queue is drained)."""
+def _newest_report(sqs: Any, reports_url: str, wanted: Any, what: str, timeout: float) -> PoolReport:
+    """The newest report on the reports queue that ``wanted`` picks (the queue is drained)."""
     deadline = time.monotonic() + timeout
-    offering: list[PoolReport] = []
+    picked: list[PoolReport] = []
     while time.monotonic() < deadline:
         msgs = sqs.receive_message(QueueUrl=reports_url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
         for m in msgs:
             r = parse_report(m["Body"])
-            if r.release:
-                offering.append(r)
+            if wanted(r):
+                picked.append(r)
             sqs.delete_message(QueueUrl=reports_url, ReceiptHandle=m["ReceiptHandle"])
-        if offering and not msgs:
+        if picked and not msgs:
             break
-    assert offering, "no report offered anything back"
-    return max(offering, key=lambda r: r.seq)
+    assert picked, f"no report {what}"
+    return max(picked, key=lambda r: r.seq)
+
+
+def newest_offer(sqs: Any, reports_url: str, timeout: float = 30.0) -> PoolReport:
+    """The newest report on the reports queue that offers addresses back (the queue is drained)."""
+    return _newest_report(sqs, reports_url, lambda r: bool(r.release), "offered anything back", timeout)
 
 
 def wait_metric(metrics: str, line: str, timeout: float = 30.0) -> None:
@@ -135,6 +140,19 @@ def _answer(sqs: Any, cluster: str, offer: PoolReport, actions: list[dict[str, A
     prefix = f"warmpool-{cluster}-result-"
     url = sqs.get_queue_url(QueueName=prefix + offer.instance_id)["QueueUrl"]
     sqs.send_message(QueueUrl=url, MessageBody=result.to_json())
+
+
+def confirm_restore(sqs: Any, reports_url: str, cluster: str, timeout: float = 30.0) -> PoolReport:
+    """What the allocator answers an agent that restored its checkpoint and whose checkpoint is
+    the node's newest state (docs/allocator.md, "Restored checkpoints"): ``restore-checked``,
+    current, in reply to its newest report naming the checkpoint (the queue is drained). Returns
+    that report."""
+    report = _newest_report(
+        sqs, reports_url, lambda r: r.restored_from is not None, "named a restored checkpoint", timeout
+    )
+    assert report.restored_from is not None
+    _answer(sqs, cluster, report, [{"kind": "restore-checked", "restored_from": report.restored_from, "current": True}])
+    return report
 
 
 def renew_all(

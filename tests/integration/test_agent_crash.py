@@ -19,7 +19,16 @@ from typing import Any
 import pytest
 
 from node_agent.agent import install_cni
-from tests.helpers.agents import ec2_node, free_port, moto_client, renew_all, start_agent, wait_ready
+from tests.helpers.agents import (
+    confirm_restore,
+    ec2_node,
+    free_port,
+    moto_client,
+    renew_all,
+    start_agent,
+    wait_metric,
+    wait_ready,
+)
 from tests.helpers.fakenode import FakeEni, FakeImdsServer, FakeInstance, add_fake_eni, netns, netns_available
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
@@ -122,6 +131,10 @@ def test_kill_9_mid_add_loses_and_doubles_nothing(tmp_path: Path, moto_endpoint:
                         first[cid] = res
             agent = start_agent(env, log)
             wait_ready(metrics)
+            # the restart restored its checkpoint: nothing free goes to a new pod until the
+            # allocator says the checkpoint is current (docs/agent.md)
+            confirm_restore(sqs, reports, "demo")
+            wait_metric(metrics, "warmpool_restore_unconfirmed 0")
             # the runtime retries every ADD that did not succeed (and may repeat the ones that did)
             final = {}
             for i in range(PODS):

@@ -246,11 +246,16 @@ def test_a_result_killed_before_its_checkpoint_is_not_acknowledged_and_comes_bac
         # never hands it back (docs/agent.md, "Checkpoint lost or damaged"): its answer to the
         # newer report unassigns it and assigns a fresh address in its place.
         assert offer.release[0].unknown
+        # The restart restored its checkpoint, so it waits for the allocator's word that the
+        # checkpoint is current (docs/agent.md, "A restored checkpoint waits for the
+        # allocator's word"); the allocator's answer says so first.
+        assert offer.restored_from is not None
         eni0.ips = [ip for ip in eni0.ips if ip != "10.0.0.11"] + ["10.0.0.12"]
         send_result(
             sqs,
             again,
             offer.seq,
+            {"kind": "restore-checked", "restored_from": offer.restored_from, "current": True},
             {"kind": "released", "eni_id": eni0.eni_id, "ips": ["10.0.0.11"]},
             {"kind": "assigned", "eni_id": eni0.eni_id, "ips": ["10.0.0.12"]},
         )

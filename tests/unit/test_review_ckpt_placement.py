@@ -13,40 +13,24 @@ import pytest
 
 from emulated.clock import VirtualClock
 from tests.helpers.agent_world import MemorySqs, WiredPods, make_agent
+from tests.helpers.agent_world import cni_add as _add
 from tests.helpers.controller import PRIMARY, FakeImds
 
 IPS = ["10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14"]
 
 
-def _add(agent: Any, cid: str) -> str | None:
-    reply = agent.cni.handle(
-        {
-            "command": "ADD",
-            "container_id": cid,
-            "ifname": "eth0",
-            "netns": f"/var/run/netns/{cid}",
-            "config": {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool-cni"},
-        }
-    )
-    if not reply.get("ok"):
-        return None
-    return str(reply["result"]["ips"][0]["address"]).removesuffix("/32")
-
-
 # --- finding C1: an earlier valid copy that lacks an in-flight offer ---------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="review1 C1: an earlier checksummed copy in which an address offered since (quarantined, "
-    "report sent, unassign pending) is still free passes the checksum and the wiring check "
-    "(no pod is wired to it) and is restored without the checkpoint-lost quarantine: a new pod "
-    "gets the address the allocator is about to unassign",
-)
+# review1 C1, fixed: a restored checkpoint waits for the allocator's word that it is the node's
+# newest state (PoolReport.restored_from, RestoreChecked); until then no free address goes to a
+# pod, and "not current" sends the agent the lost-checkpoint way (tests/unit/test_restore_check.py).
 def test_an_earlier_valid_copy_without_an_inflight_offer_does_not_hand_the_offered_address_out(
     tmp_path: Path,
 ) -> None:
+    from tests.helpers.agent_world import give
+    from warmpool.messages import AllocationResult, RestoreChecked
+
     imds = FakeImds()
     imds.add(PRIMARY, IPS)
     clock = VirtualClock(1_000_000.0)
@@ -60,10 +44,13 @@ def test_an_earlier_valid_copy_without_an_inflight_offer_does_not_hand_the_offer
             ds.reclaim(PRIMARY.eni_id, [ip])
         assert _add(agent, "c1") is not None  # one running pod, wired
         shutil.copyfile(path, backup)  # the backup (a valid, checksummed file of this agent)
+        backup_seq = int(json.loads(backup.read_text())["meta"]["last_seq"])
         offered = next(a.ip for e in ds.enis() for a in e.addrs.values() if not a.in_use)
         # the pool offers it back: quarantined (on disk) and reported; EC2's unassign is pending
         assert ds.quarantine(PRIMARY.eni_id, [offered], [], clock.now()) == 1
         assert offered in json.dumps(json.loads(path.read_text())["enis"])
+        clock.advance(2)
+        agent.run_once()  # the report offering it, which the allocator serves (ledger past the copy)
     finally:
         agent.stop()
     shutil.copyfile(backup, path)  # the node's state restored from the backup
@@ -71,10 +58,33 @@ def test_an_earlier_valid_copy_without_an_inflight_offer_does_not_hand_the_offer
     agent = make_agent(state, imds, sqs, clock, pods)
     try:
         rebuilt = agent.counters["checkpoint_rebuilds_damaged"]
+        assert not rebuilt  # the copy passes every check the node can make
+        agent.run_once()
+        asked = sqs.reports()[-1]
+        assert asked.restored_from == backup_seq, asked.restored_from
+        # before the allocator's word: nothing free goes to a pod
+        assert [_add(agent, f"w{i}") for i in range(len(IPS))] == [None] * len(IPS)
+        # the allocator has recorded the offering report: not current
+        give(
+            agent,
+            AllocationResult(
+                cluster=asked.cluster,
+                node=asked.node,
+                instance_id=asked.instance_id,
+                in_reply_to=asked.seq,
+                actions=[RestoreChecked(restored_from=backup_seq, current=False)],
+            ),
+        )
+        clock.advance(2)
+        agent.run_once()
         got = [_add(agent, f"n{i}") for i in range(len(IPS))]
         assert offered not in got, (
             f"restored={not rebuilt}: a new pod got {offered}, offered and awaiting EC2's unassign"
         )
+        last = sqs.reports()[-1]
+        assert last.restored_from is None
+        unknown = {ip for o in last.release if o.unknown for ip in o.ips}
+        assert offered in unknown, last.release
     finally:
         agent.stop()
 

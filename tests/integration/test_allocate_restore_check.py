@@ -1,0 +1,149 @@
+"""The allocator's answer to a report of a restored checkpoint (``restored_from``;
+docs/allocator.md, "Restored checkpoints"; docs/safety.md, row 12): under the node's lease
+it says whether the checkpoint is the node's newest state, from its ledger and release book,
+records the report's seq before saying "current", and does nothing else for a report of a
+checkpoint that is not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from emulated.ec2 import Ec2Config
+from tests.helpers.allocate_world import AllocatorWorld
+from tests.helpers.crashing import Crash, CrashingEc2
+from warmpool.messages import Action, Assigned, Attached, Released, RestoreChecked
+from warmpool.ports import LedgerUnread
+
+
+def _world() -> tuple[AllocatorWorld, str, list[str]]:
+    """n1 with six secondaries on its primary ENI (three in use)."""
+    w = AllocatorWorld(ec2_config=Ec2Config())
+    w.add_node("n1", "m5.large")
+    w.tag_primary("n1")
+    eni = w.enis("n1")[0].id
+    w.emu.client().assign_private_ip_addresses(NetworkInterfaceId=eni, SecondaryPrivateIpAddressCount=6)
+    w.pods["n1"] = 3
+    return w, eni, list(w.enis("n1")[0].secondary)
+
+
+def _actions(w: AllocatorWorld) -> list[Action]:
+    return [a for r in w.results("n1") for a in r.actions]
+
+
+def _verdicts(actions: list[Action]) -> list[RestoreChecked]:
+    return [a for a in actions if isinstance(a, RestoreChecked)]
+
+
+def _restored(w: AllocatorWorld, restored_from: int, **kw: Any) -> Any:
+    return w.report("n1", extra={"restored_from": restored_from}, **kw)
+
+
+def test_a_checkpoint_that_knew_the_last_recorded_report_is_current() -> None:
+    w, _, _ = _world()
+    w.deliver([w.report("n1", warm_ip=1)])  # seq 1, recorded (nothing to do)
+    assert w.ledger.last_seq("demo", w.nodes["n1"]) == 1
+    w.deliver([_restored(w, 1, warm_ip=1)])  # seq 2: a quiet report, yet answered
+    actions = _actions(w)
+    assert _verdicts(actions) == [RestoreChecked(restored_from=1, current=True)], actions
+    assert w.ledger.last_seq("demo", w.nodes["n1"]) == 2
+    assert w.tally.get("RestoresChecked", current="true") == 1
+
+
+def test_a_current_checkpoint_is_served_as_any_report_and_the_answer_comes_first() -> None:
+    w, _, _ = _world()
+    w.deliver([w.report("n1", warm_ip=1)])
+    w.deliver([_restored(w, 1, warm_ip=1, pending=4, assigned=6)])  # pods wait: a grant
+    actions = _actions(w)
+    assert isinstance(actions[0], RestoreChecked) and actions[0].current, actions
+    assert any(isinstance(a, Assigned | Attached) for a in actions[1:]), actions
+
+
+def test_a_checkpoint_older_than_a_served_offer_is_not_current_and_nothing_else_is_done() -> None:
+    """C1: the copy knew seq 1; report 2 (after it) offered x and had it unassigned. The report of
+    the copy (seq 3) is answered "not current" alone: its plan is made from a pool the node no
+    longer has (x free in it)."""
+    w, eni, ips = _world()
+    w.deliver([w.report("n1", warm_ip=1)])  # seq 1: the copy's last
+    x = ips[-2:]
+    w.clock.advance(30)
+    w.deliver([w.report("n1", warm_ip=1, release=[{"eni_id": eni, "ips": x, "quarantined_at": w.clock.now() - 20}])])
+    assert any(isinstance(a, Released) for a in _actions(w))
+    calls = w.mutating_calls()
+    w.clock.advance(5)
+    w.deliver([_restored(w, 1, warm_ip=1, pending=4, assigned=6)])
+    actions = _actions(w)
+    assert actions == [RestoreChecked(restored_from=1, current=False)], actions
+    assert w.mutating_calls() == calls, "a call made for the report of a checkpoint that is not current"
+    assert w.ledger.last_seq("demo", w.nodes["n1"]) == 3  # older reports are stale from now on
+    assert w.tally.get("RestoresChecked", current="false") == 1
+
+
+def test_a_later_report_seen_only_in_the_release_book_makes_it_not_current() -> None:
+    """The invocation serving report 2 booked its Unassign and died before the call, so before
+    recording seq 2: the ledger still says 1, the book says 2."""
+    w, eni, ips = _world()
+    w.deliver([w.report("n1", warm_ip=1)])
+    x = ips[-2:]
+    w.clock.advance(30)
+    n = w.report("n1", warm_ip=1, release=[{"eni_id": eni, "ips": x, "quarantined_at": w.clock.now() - 20}])
+    plain = w.ec2_client
+    w.ec2_client = CrashingEc2(plain, "unassign_private_ip_addresses", before=True)
+    crashing = w.allocator()
+    w.ec2_client = plain
+    with pytest.raises(Crash):
+        crashing.handle_batch(w.records([n]))
+    assert w.ledger.last_seq("demo", w.nodes["n1"]) == 1
+    w.clock.advance(w.settings.lease_ttl_s)
+    w.deliver([_restored(w, 1, warm_ip=1)])
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1, current=False)]
+
+
+def test_an_instance_the_ledger_does_not_know_is_not_current() -> None:
+    w, _, _ = _world()
+    w.deliver([_restored(w, 0, warm_ip=1)])
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=0, current=False)]
+
+
+def test_an_older_report_delivered_after_a_current_answer_is_never_acted_on() -> None:
+    """Report 2 (offering x) is still queued when the copy's report 3 is answered current: the
+    ledger then says 3, and report 2 is stale, so x is never unassigned under a pod."""
+    w, eni, ips = _world()
+    w.deliver([w.report("n1", warm_ip=1)])
+    x = ips[-2:]
+    w.clock.advance(30)
+    late = w.report("n1", warm_ip=1, release=[{"eni_id": eni, "ips": x, "quarantined_at": w.clock.now() - 20}])
+    w.deliver([_restored(w, 1, warm_ip=1)])
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1, current=True)]
+    w.deliver([late])
+    assert not any(isinstance(a, Released) for a in _actions(w))
+    assert set(x) <= set(w.enis("n1")[0].secondary)
+    assert w.ec2_stats().get("UnassignPrivateIpAddresses", {}).get("calls", 0) == 0
+
+
+class UnreadLedger:
+    """The ledger answers the batch's read, then fails every read after (under the lease)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.reads = inner, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def last_seqs(self, cluster: str, nodes: list[str]) -> dict[str, int]:
+        self.reads += 1
+        if self.reads > 2:
+            raise LedgerUnread(frozenset(nodes), {})
+        return dict(self.inner.last_seqs(cluster, nodes))
+
+
+def test_no_answer_without_reading_the_ledger_under_the_lease() -> None:
+    w, _, _ = _world()
+    w.deliver([w.report("n1", warm_ip=1)])
+    alloc = w.allocator(ledger=UnreadLedger(w.ledger))
+    out = w.deliver([_restored(w, 1, warm_ip=1)], alloc=alloc)
+    assert _verdicts(_actions(w)) == []
+    assert out.deferred == 1
+    w.drain()  # re-sent, read this time
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1, current=True)]

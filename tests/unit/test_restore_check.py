@@ -1,0 +1,191 @@
+"""A restored checkpoint waits for the allocator's word that it is the node's newest state
+(docs/safety.md, row 12; hostile review 1, finding C1): every report says which checkpoint
+(``restored_from``), no free address goes to a pod until a ``restore-checked`` answer says it
+is current, and "not current" (or no answer in time) is handled as a lost checkpoint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from emulated.clock import VirtualClock
+from node_agent.controller import RESTORE_META, RESTORE_WAIT_S
+from tests.helpers.agent_world import MemorySqs, WiredPods, cni, give, make_agent
+from tests.helpers.agent_world import cni_add as _add
+from tests.helpers.controller import PRIMARY, FakeImds
+from warmpool.messages import AllocationResult, PoolReport, RestoreChecked, parse_report
+
+IPS = ["10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14"]
+T0 = 1_000_000.0
+
+
+def _verdict(report: PoolReport, restored_from: int, current: bool) -> AllocationResult:
+    return AllocationResult(
+        cluster=report.cluster,
+        node=report.node,
+        instance_id=report.instance_id,
+        in_reply_to=report.seq,
+        actions=[RestoreChecked(restored_from=restored_from, current=current)],
+    )
+
+
+class Node:
+    """One node's agent, restartable, on a state directory that outlives it."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.imds = FakeImds()
+        self.imds.add(PRIMARY, IPS)
+        self.clock = VirtualClock(T0)
+        self.sqs = MemorySqs(VirtualClock(T0))
+        self.pods = WiredPods()
+        self.state = tmp_path / "state"
+        self.agent: Any = None
+
+    def start(self) -> Any:
+        self.agent = make_agent(self.state, self.imds, self.sqs, self.clock, self.pods)
+        return self.agent
+
+    def stop(self) -> None:
+        if self.agent is not None:
+            self.agent.stop()
+            self.agent = None
+
+    def step(self, s: float = 2.0) -> PoolReport | None:
+        """Time passes, one pass of the loop; the report it sent, if any."""
+        before = len(self.sqs.sent)
+        self.clock.advance(s)
+        self.agent.run_once()
+        return self.sqs.reports()[-1] if len(self.sqs.sent) > before else None
+
+    def last_seq_on_disk(self) -> int:
+        return int(json.loads((self.state / "checkpoint.json").read_text())["meta"]["last_seq"])
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Any:
+    n = Node(tmp_path)
+    n.start()
+    try:
+        ds = n.agent.ds
+        for ip in IPS:
+            ds.reclaim(PRIMARY.eni_id, [ip])
+        assert _add(n.agent, "c1") is not None  # a running pod
+        n.step()
+        yield n
+    finally:
+        n.stop()
+
+
+def _restart(node: Node) -> tuple[Any, PoolReport, int]:
+    seq = node.last_seq_on_disk()
+    node.stop()
+    node.clock.advance(5)
+    agent = node.start()
+    report = node.step()
+    assert report is not None
+    return agent, report, seq
+
+
+def test_a_first_start_asks_nothing(tmp_path: Path) -> None:
+    n = Node(tmp_path)
+    n.start()
+    try:
+        report = n.step()
+        assert report is not None and report.restored_from is None
+        assert "restored_from" not in json.loads(report.to_json())  # an older allocator still takes it
+    finally:
+        n.stop()
+
+
+def test_a_restart_withholds_free_addresses_until_the_allocator_says_current(node: Node) -> None:
+    agent, report, seq = _restart(node)
+    assert report.restored_from == seq
+    assert _add(agent, "c1") is not None  # the running pod's repeated ADD: its own address
+    assert _add(agent, "p1") is None  # nothing free goes to a new pod meanwhile
+    assert node.agent.ds.pending(node.clock.now()) == 1  # counted as waiting demand
+    give(agent, _verdict(report, seq, current=True))
+    nxt = node.step()
+    assert _add(agent, "p1") in IPS
+    assert agent.controller.stats.restores_current == 1
+    later = nxt if nxt is not None else node.step(60)
+    assert later is not None and later.restored_from is None
+    assert json.loads((node.state / "checkpoint.json").read_text())["meta"].get(RESTORE_META) is None
+
+
+def test_every_report_names_the_checkpoint_until_the_answer(node: Node) -> None:
+    _, _, seq = _restart(node)
+    again = [r for r in (node.step(s) for s in (3, 6, 12, 20)) if r is not None]
+    assert again, "an unanswered restore is asked again (the retry back-off)"
+    assert all(r.restored_from == seq for r in again)
+
+
+def test_not_current_offers_every_free_address_back_as_of_unknown_origin(node: Node) -> None:
+    agent, report, seq = _restart(node)
+    free = {a.ip for e in agent.ds.enis() for a in e.addrs.values() if not a.in_use}
+    assert free
+    give(agent, _verdict(report, seq, current=False))
+    sent = node.step()
+    assert sent is not None and sent.restored_from is None
+    offered = {ip for o in sent.release if o.unknown for ip in o.ips}
+    assert offered == free, (offered, free)
+    assert _add(agent, "c1") is not None  # the running pod keeps its address
+    assert _add(agent, "p1") is None  # and nothing the copy had free goes to a pod
+    assert agent.controller.stats.restores_stale == 1
+
+
+def test_no_answer_in_time_is_not_current(node: Node) -> None:
+    agent, _, _ = _restart(node)
+    node.step(RESTORE_WAIT_S / 2)
+    assert _add(agent, "p1") is None
+    sent = [r for r in (node.step(RESTORE_WAIT_S / 2 + 1), node.step()) if r is not None]
+    assert agent.controller.stats.restores_stale == 1
+    assert sent and sent[-1].restored_from is None
+    assert any(o.unknown for o in sent[-1].release)
+    assert _add(agent, "p1") is None  # still nothing the copy had free
+
+
+def test_a_restart_before_the_answer_asks_about_the_first_checkpoint_again(node: Node) -> None:
+    _, _, seq = _restart(node)
+    node.step(3)  # more reports, last_seq on disk moves on
+    assert node.last_seq_on_disk() > seq
+    agent, report, _ = _restart(node)
+    assert report.restored_from == seq, "its later seq says nothing of the checkpoint it restored"
+    give(agent, _verdict(report, report.seq - 1, current=True))  # about another checkpoint
+    node.step()
+    assert _add(agent, "p1") is None
+    give(agent, _verdict(report, seq, current=True))
+    node.step()
+    assert _add(agent, "p1") in IPS
+
+
+def test_a_pod_deleted_while_waiting_frees_its_address_for_later(node: Node) -> None:
+    agent, report, seq = _restart(node)
+    assert cni(agent, "DEL", "c1").get("ok")
+    assert _add(agent, "p1") is None
+    give(agent, _verdict(report, seq, current=True))
+    node.step()
+    assert _add(agent, "p1") in IPS
+
+
+def test_the_report_contract() -> None:
+    body: dict[str, Any] = {
+        "schema": "warmpool.report/v1",
+        "cluster": "demo",
+        "node": "n1",
+        "instance_id": "i-0123456789abcdef0",
+        "instance_type": "m5.large",
+        "availability_zone": "us-east-1a",
+        "seq": 10,
+        "sent_at": T0,
+    }
+    assert parse_report({**body, "restored_from": 9}).restored_from == 9
+    for bad in (10, 11, -1, "9", 9.0):
+        with pytest.raises(Exception) as err:
+            parse_report({**body, "restored_from": bad})
+        assert "restored_from" in str(err.value), bad
+    with pytest.raises(ValidationError):
+        RestoreChecked(restored_from=-1, current=True)
