@@ -319,7 +319,7 @@ def test_a_failed_wiring_read_at_start_does_not_stop_the_agent(tmp_path: Path) -
 
 class WithExplicitReservation:
     """The emulator's client, plus the subnet's CIDR reservations as EC2 answers them
-    (DescribeSubnetCidrReservations): an operator's explicit reservation of 10.0.0.0/27."""
+    (GetSubnetCidrReservations): an operator's explicit reservation of 10.0.0.0/27."""
 
     def __init__(self, inner: Any, subnet: str) -> None:
         self.inner, self.subnet = inner, subnet
@@ -327,7 +327,7 @@ class WithExplicitReservation:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def describe_subnet_cidr_reservations(self, **kw: Any) -> Any:
+    def get_subnet_cidr_reservations(self, **kw: Any) -> Any:
         res = {
             "SubnetCidrReservationId": "scr-0123456789abcdef0",
             "SubnetId": self.subnet,
@@ -338,14 +338,8 @@ class WithExplicitReservation:
         return {"SubnetIpv4CidrReservations": [res], "SubnetIpv6CidrReservations": []}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="review1 P4: an explicit subnet CIDR reservation is a range EC2 never assigns by count "
-    "(only addresses named by whoever reserved it); named placement reads only "
-    "DescribeNetworkInterfaces, so it names addresses inside it (and packs singles into "
-    "prefix-type reservations): by count this cannot happen",
-)
+# review1 P4, fixed: the usage read includes GetSubnetCidrReservations (functions/ec2.py::subnet_usage):
+# explicit reservations are never named, prefix ones take prefixes only (warmpool/placement.py).
 def test_named_placement_never_names_an_address_in_an_explicit_cidr_reservation() -> None:
     import ipaddress
 
