@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from warmpool.buckets import BucketState
 from warmpool.calls import AssignAddresses, CreateEni, UnassignAddresses
@@ -245,6 +245,32 @@ class FlipStore(Protocol):
 
     def save(self, cluster: str, instance_id: str, state: FlipState, expires_at: float) -> None:
         """Store the state (last writer wins); it may be dropped after ``expires_at``."""
+        ...
+
+
+@runtime_checkable
+class PlacementRecords(Protocol):
+    """What named placement shares between containers (``functions/execute.py``), kept beside
+    the release books: the addresses released recently per subnet, and the parameters each
+    CreateNetworkInterface was sent with, by ClientToken. Reads are strongly consistent;
+    every method raises when the store cannot answer (the caller must not take silence as
+    "nothing")."""
+
+    def hold(self, cluster: str, subnet_id: str, keys: Sequence[str], at: float, expires_at: float) -> None:
+        """Record that ``keys`` (addresses, /28 prefixes) of ``subnet_id`` are released at ``at``
+        (the latest time wins), before the call that releases them."""
+        ...
+
+    def held(self, cluster: str, subnet_id: str, since: float) -> frozenset[str]:
+        """The keys of ``subnet_id`` recorded released at ``since`` or later."""
+        ...
+
+    def put_create(self, cluster: str, call: CreateEni, expires_at: float) -> None:
+        """Record the Create about to be sent under ``call.client_token`` (names or counts)."""
+        ...
+
+    def get_create(self, cluster: str, client_token: str) -> CreateEni | None:
+        """The Create last recorded under ``client_token``, if any."""
         ...
 
 
