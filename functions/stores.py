@@ -14,7 +14,7 @@ ledger table (one per cluster), one partition per node:
     ``sk = lease``: ``owner, until, expires_at``; ``sk = flips``: the flip history;
     ``sk = releases``: the allocator's release book (``taken, version, expires_at``);
     and, for named placement, one partition per subnet, ``pk = released#<cluster>#<subnet>``,
-    ``sk = <address or prefix>``: ``at, expires_at`` (released at ``at``), and one per
+    ``sk = <time released>#<address or prefix>``: ``expires_at``, and one per
     CreateNetworkInterface, ``pk = create#<cluster>#<ClientToken>``, ``sk = create``:
     ``call`` (JSON), ``expires_at``.
 """
@@ -459,8 +459,7 @@ class DynamoReleaseBooks:
                 "PutRequest": {
                     "Item": {
                         names.LEDGER_PK: pk,
-                        names.LEDGER_SK: {"S": k},
-                        "at": _n(at),
+                        names.LEDGER_SK: {"S": f"{_held_at(at)}#{k}"},
                         names.LEDGER_TTL: _n(math.ceil(expires_at)),
                     }
                 }
@@ -484,12 +483,16 @@ class DynamoReleaseBooks:
         out: set[str] = set()
         start: dict[str, Any] | None = None
         while True:
+            # The sort key starts with the time: the read takes only the hold's items, whatever
+            # the table's TTL has not deleted yet (it may lag by days).
             req: dict[str, Any] = {
                 "TableName": self._table,
-                "KeyConditionExpression": "#pk = :pk",
-                "FilterExpression": "#at >= :since",
-                "ExpressionAttributeNames": {"#pk": names.LEDGER_PK, "#at": "at"},
-                "ExpressionAttributeValues": {":pk": {"S": f"released#{cluster}#{subnet_id}"}, ":since": _n(since)},
+                "KeyConditionExpression": "#pk = :pk AND #sk >= :since",
+                "ExpressionAttributeNames": {"#pk": names.LEDGER_PK, "#sk": names.LEDGER_SK},
+                "ExpressionAttributeValues": {
+                    ":pk": {"S": f"released#{cluster}#{subnet_id}"},
+                    ":since": {"S": _held_at(max(since, 0.0))},
+                },
                 "ConsistentRead": True,
             }
             if start:
@@ -498,7 +501,7 @@ class DynamoReleaseBooks:
                 resp = self._db.query(**req)
             except ClientError as exc:
                 raise classify(exc, "Query") from None
-            out.update(_s(it, names.LEDGER_SK) for it in resp.get("Items", []))
+            out.update(_s(it, names.LEDGER_SK).split("#", 1)[-1] for it in resp.get("Items", []))
             start = resp.get("LastEvaluatedKey")
             if not start:
                 return frozenset(out)
@@ -528,6 +531,12 @@ class DynamoReleaseBooks:
             raise classify(exc, "GetItem") from None
         item = resp.get("Item")
         return loads_create(_s(item, "call")) if item else None
+
+
+def _held_at(at: float) -> str:
+    """A release's time as its sort key starts: fixed width, so keys sort by time (epoch seconds
+    below 10^10)."""
+    return f"{at:014.3f}"
 
 
 def dumps_create(call: CreateEni) -> str:
