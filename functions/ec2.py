@@ -9,6 +9,7 @@ per batch for all its nodes, never once per report.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -29,11 +30,17 @@ from warmpool.planner import Eni
 from warmpool.ports import Ec2Api
 from warmpool.subnets import Subnet
 
+log = logging.getLogger(__name__)
+
 FILTER_CHUNK = 100
 """Values per filter (EC2 allows up to 200)."""
 
 Pay = Callable[[Mapping[str, int]], float]
 """Draws these tokens from the account's buckets; the wait until they exist (0: paid)."""
+
+Held = Callable[[], "frozenset[str] | None"]
+"""The addresses and prefixes of a subnet the release books unassigned within the hold (None:
+not known now)."""
 
 
 class SubnetsUnpaid(Exception):
@@ -283,10 +290,15 @@ class Ec2:
     def forget_subnets(self) -> None:
         self._subnets_at = -1e18
 
-    def subnet_usage(self, subnet_id: str) -> Usage | None:
-        """What ``subnet_id``'s ENIs hold, for named placement: one DescribeNetworkInterfaces by
-        ``subnet-id``, paginated, each page paid from the account's bucket first, cached for
-        ``placement_cache_ttl_s``. Unpaid: the usage read before (however old), else None
+    def subnet_usage(self, subnet_id: str, held: Held | None = None) -> Usage | None:
+        """What ``subnet_id``'s ENIs hold, and what must not be named there, for named placement:
+        one DescribeNetworkInterfaces by ``subnet-id`` and one GetSubnetCidrReservations (its
+        ``explicit`` reservations are never named, its ``prefix`` ones take prefixes only), both
+        paginated, each page paid from the account's bucket first; then ``held`` (what the
+        release books unassigned within the hold, read after the Describe, so an address the
+        Describe shows free because of an unassign is among them). Cached for
+        ``placement_cache_ttl_s``. Unpaid, refused (an error other than a throttle, which is
+        raised), or ``held`` unknown (None): the usage read before (however old), else None
         (counted ``PlacementReadsDeferred``); None too for a subnet not among those read."""
         sub = self._subnets.get(subnet_id)
         if sub is None or not sub.cidr:
@@ -297,28 +309,75 @@ class Ec2:
             return cached[1]
         ips: set[str] = set()
         prefixes: set[str] = set()
-        token: str | None = None
         try:
-            while True:
-                self._pay({"DescribeNetworkInterfaces": 1})
-                req: dict[str, Any] = {"Filters": [{"Name": "subnet-id", "Values": [subnet_id]}], "MaxResults": 1000}
-                if token:
-                    req["NextToken"] = token
-                resp = self._call("DescribeNetworkInterfaces", self.api.describe_network_interfaces, **req)
-                for item in resp.get("NetworkInterfaces", []):
-                    ips.update(a["PrivateIpAddress"] for a in item.get("PrivateIpAddresses", []) or [])
-                    if item.get("PrivateIpAddress"):
-                        ips.add(item["PrivateIpAddress"])
-                    prefixes.update(p["Ipv4Prefix"] for p in item.get("Ipv4Prefixes", []) or [])
-                token = resp.get("NextToken")
-                if not token:
-                    break
+            for item in self._paid_pages(
+                "DescribeNetworkInterfaces",
+                self.api.describe_network_interfaces,
+                "NetworkInterfaces",
+                Filters=[{"Name": "subnet-id", "Values": [subnet_id]}],
+                MaxResults=1000,
+            ):
+                ips.update(a["PrivateIpAddress"] for a in item.get("PrivateIpAddresses", []) or [])
+                if item.get("PrivateIpAddress"):
+                    ips.add(item["PrivateIpAddress"])
+                prefixes.update(p["Ipv4Prefix"] for p in item.get("Ipv4Prefixes", []) or [])
+            explicit, prefix_only = self._cidr_reservations(subnet_id)
         except SubnetsUnpaid:
+            kept = None
+        except Throttled:
+            raise
+        except AwsError as err:  # refused (IAM, an old stack) or failed: no view, so by count
+            log.warning("subnet usage not read", extra={"subnet_id": subnet_id, "error": str(err)[:200]})
+            kept = None
+        else:
+            kept = held() if held is not None else frozenset()
+        if kept is None:
             self.tally.add(names.M_PLACEMENT_READS_DEFERRED)
             return cached[1] if cached is not None else None
-        usage = Usage(sub.cidr, frozenset(ips), frozenset(prefixes))
+        usage = Usage(
+            sub.cidr,
+            frozenset(ips),
+            frozenset(prefixes),
+            held=frozenset(kept),
+            explicit=explicit,
+            prefix_only=prefix_only,
+        )
         self._usage[subnet_id] = (now, usage)
         return usage
+
+    def _cidr_reservations(self, subnet_id: str) -> tuple[frozenset[str], frozenset[str]]:
+        """The subnet's IPv4 CIDR reservations: (``explicit`` CIDRs, ``prefix`` CIDRs). A type
+        EC2 may add later is taken as explicit (never named)."""
+        explicit: set[str] = set()
+        prefix_only: set[str] = set()
+        for r in self._paid_pages(
+            "GetSubnetCidrReservations",
+            self.api.get_subnet_cidr_reservations,
+            "SubnetIpv4CidrReservations",
+            SubnetId=subnet_id,
+            MaxResults=1000,
+        ):
+            cidr = str(r.get("Cidr", ""))
+            if cidr:
+                (prefix_only if r.get("ReservationType") == "prefix" else explicit).add(cidr)
+        return frozenset(explicit), frozenset(prefix_only)
+
+    def _paid_pages(
+        self, action: str, fn: Callable[..., dict[str, Any]], key: str, **kwargs: Any
+    ) -> Iterator[dict[str, Any]]:
+        """Every page of one read, each paid from ``action``'s bucket before it is asked
+        (:class:`SubnetsUnpaid` when it cannot be)."""
+        token: str | None = None
+        while True:
+            self._pay({action: 1})
+            req = dict(kwargs)
+            if token:
+                req["NextToken"] = token
+            resp = self._call(action, fn, **req)
+            yield from resp.get(key, []) or []
+            token = resp.get("NextToken")
+            if not token:
+                return
 
     def note_placed(self, subnet_id: str, ips: Sequence[str], prefixes: Sequence[str]) -> None:
         cached = self._usage.get(subnet_id)

@@ -16,6 +16,12 @@ written before each Unassign and Detach (a crash after the call, or a server err
 it said: the agent then drops what EC2 may still have, never the other way round; a call
 EC2 refused is unbooked, but not an Unassign refused as "not assigned to interface": it is
 said released), and EC2's assigning a booked address again takes it out.
+
+With named placement, the shared records (``warmpool.ports.PlacementRecords``) are written
+before the calls whose safety rests on them: the keys of each Unassign and DeleteEni, held in
+their subnet (never named within the hold), and each Create's parameters, by ClientToken (a
+re-sent Create, in any container, sends them again). docs/allocator.md, "Prefix placement
+that does not fragment".
 """
 
 from __future__ import annotations
@@ -74,7 +80,7 @@ from warmpool.messages import (
 )
 from warmpool.placement import Usage, place
 from warmpool.planner import Plan, plan_node
-from warmpool.ports import BucketStore, Ec2Port, ReleaseBookStore
+from warmpool.ports import BucketStore, Ec2Port, PlacementRecords, ReleaseBookStore
 from warmpool.release_book import ReleaseBook, Taken
 from warmpool.subnets import Subnet
 
@@ -166,6 +172,15 @@ class _Defer(Exception):
         self.resend = resend
 
 
+class _Unrecorded(Exception):
+    """Named placement's shared record of a Create could not be read or written."""
+
+    def __init__(self, what: str, err: Exception) -> None:
+        super().__init__(what)
+        self.what = what
+        self.err = err
+
+
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -189,9 +204,13 @@ class PlanExecutor:
         self.clock = clock
         self.books = books
         """The release books (None: none kept; only unit tests of single calls run so)."""
+        self.records: PlacementRecords | None = books if isinstance(books, PlacementRecords) else None
+        """Named placement's shared records (kept beside the release books): what was released
+        recently per subnet, and each Create's parameters by ClientToken. None: named placement
+        names nothing (it could not know what other containers released)."""
         self._created_names: dict[str, CreateEni] = {}
-        """Named placement of each CreateNetworkInterface made, by ClientToken: a re-sent report
-        (the same token) names the same addresses, so EC2 finds the ENI it made."""
+        """The Creates this container recorded, by ClientToken: used only while the shared
+        record cannot be read (then a Create this container sent is sent again as it was)."""
 
     @property
     def cluster(self) -> str:
@@ -360,6 +379,8 @@ class PlanExecutor:
         if not self.offer_fresh(job, call.eni_id):
             return self._released_again(call) if again else self._too_old(job, call)
         self._check_book(job)
+        if self.settings.named_placement:
+            self._hold(job, _subnet_of(call.eni_id, facts, job.facts), keys)
         if not self._write_ahead(job, call, keys):
             return self._released_again(call) if again else []
         try:
@@ -593,9 +614,37 @@ class PlanExecutor:
     # --- named placement (``Settings.named_placement``, warmpool/placement.py) -------------
 
     def _usage(self, subnet_id: str) -> Usage | None:
-        if not (self.settings.named_placement and subnet_id):
+        if not (self.settings.named_placement and subnet_id and self.records is not None):
             return None
-        return self.ec2.subnet_usage(subnet_id)
+        return self.ec2.subnet_usage(subnet_id, lambda: self._held(subnet_id))
+
+    def _held(self, subnet_id: str) -> frozenset[str] | None:
+        """What any container released in the subnet within the hold (None: not known now, so
+        nothing is named)."""
+        assert self.records is not None
+        since = self.clock.now() - self.settings.placement_release_hold_s
+        try:
+            return self.records.held(self.cluster, subnet_id, since)
+        except BOOK_ERRORS as err:
+            self.tally.add(names.M_RELEASE_BOOK_UNREAD)
+            log.warning(
+                "released addresses not read: no names", extra={"subnet_id": subnet_id, "error": str(err)[:200]}
+            )
+            return None
+
+    def _hold(self, job: NodeJob, subnet_id: str, keys: tuple[str, ...]) -> None:
+        """Before a call that releases ``keys`` (an Unassign, or a Detach and Delete of their
+        ENI): record them released now in the subnet, so that no container names them within
+        the hold (their owner's agent may not have applied the ``released`` yet). Not written,
+        the call is not made: the node waits."""
+        if not (self.settings.named_placement and self.records is not None and subnet_id and keys):
+            return
+        now = self.clock.now()
+        hold = self.settings.placement_release_hold_s
+        try:
+            self.records.hold(self.cluster, subnet_id, [k for k in keys if k], now, now + 2 * hold)
+        except BOOK_ERRORS as err:
+            raise self._book_error(job, "released addresses not written", err) from None
 
     def _named(self, call: AssignAddresses, subnet_id: str) -> AssignAddresses:
         """``call`` with the addresses or prefixes to name, from what the ENI's subnet holds;
@@ -621,26 +670,48 @@ class PlanExecutor:
         raise _Replan(f"no whole /28 left in {subnet_id}", exclude=subnet_id, refresh=False, fallback="secondary-ip")
 
     def _named_create(self, call: CreateEni) -> CreateEni:
-        """``call`` with its primary, secondaries and prefixes named (as :meth:`_named`); the
-        names given before for the same ClientToken again, so a re-sent report's Create has the
-        parameters of the first and EC2 answers with the ENI that one made."""
-        known = self._created_names.get(call.client_token)
+        """``call`` with its primary, secondaries and prefixes named (as :meth:`_named`), or as
+        asked (by count) when there is no view. Whichever it is, it is recorded by ClientToken
+        (shared by every container) before it is sent, and a Create of that token sent again
+        (a re-sent report, in any container) is sent as recorded: EC2 answers a ClientToken
+        with the ENI it made only for the same parameters (else ``IdempotentParameterMismatch``),
+        and names chosen again from a newer view (one showing the first ENI's addresses in use)
+        would differ. Not read or not written: :class:`_Unrecorded` (the node waits, no Create
+        is made)."""
+        if not self.settings.named_placement or self.records is None:
+            return call
+        try:
+            known = self.records.get_create(self.cluster, call.client_token)
+        except BOOK_ERRORS as err:
+            known = self._created_names.get(call.client_token)
+            if known is None:
+                raise _Unrecorded("create not read", err) from None
         if known is not None and replace(known, at_ips=(), at_prefixes=()) == call:
+            if known.at_ips or known.at_prefixes:
+                self.tally.add(names.M_PLACEMENT_NAMED)
             return known
+        named = call
         usage = self._usage(call.subnet_id)
-        if usage is None:
-            return call
-        p = place(usage, 1 + call.ips, call.prefixes)
-        if call.prefixes and p.prefixes_short:
-            self._no_block(call.subnet_id)
-        if not p.complete:
-            return call
-        self.tally.add(names.M_PLACEMENT_NAMED)
-        named = replace(call, at_ips=p.ips, at_prefixes=p.prefixes)
+        if usage is not None:
+            p = place(usage, 1 + call.ips, call.prefixes)
+            if call.prefixes and p.prefixes_short:
+                self._no_block(call.subnet_id)
+            if p.complete:
+                self.tally.add(names.M_PLACEMENT_NAMED)
+                named = replace(call, at_ips=p.ips, at_prefixes=p.prefixes)
+        self._record_create(named)
+        return named
+
+    def _record_create(self, call: CreateEni) -> None:
+        if self.records is None or not self.settings.named_placement:
+            return
+        try:
+            self.records.put_create(self.cluster, call, self.clock.now() + self.settings.ledger_ttl_s)
+        except BOOK_ERRORS as err:
+            raise _Unrecorded("create not written", err) from None
         if len(self._created_names) >= 10_000:
             self._created_names.pop(next(iter(self._created_names)))
-        self._created_names[call.client_token] = named
-        return named
+        self._created_names[call.client_token] = call
 
     def _placed(self, subnet_id: str, ips: list[str], prefixes: list[str]) -> None:
         if self.settings.named_placement and subnet_id:
@@ -691,7 +762,10 @@ class PlanExecutor:
         description = f"warmpool {self.cluster} {facts.instance_id}"
         groups = self._groups(facts)
         asked = call
-        call = self._named_create(call)
+        try:
+            call = self._named_create(call)
+        except _Unrecorded as u:
+            raise self._book_error(job, u.what, u.err) from None
         try:
             try:
                 try:
@@ -701,8 +775,11 @@ class PlanExecutor:
                         raise
                     self.tally.add(names.M_PLACEMENT_TAKEN)
                     self.ec2.forget_usage(call.subnet_id)
-                    self._created_names.pop(call.client_token, None)
                     call = asked
+                    try:
+                        self._record_create(call)  # by count now: a re-sent Create sends that
+                    except _Unrecorded as u:
+                        raise self._book_error(job, u.what, u.err) from None
                     made = self.ec2.create_eni(call, description=description, groups=groups, tags=tags)
             except TokenMismatch:
                 # The token was spent on other parameters (a re-plan after a crash);
@@ -790,6 +867,7 @@ class PlanExecutor:
             return self._said_again(job, call.eni_id)
         if not self.managed(eni) or eni.eni.device_index == 0:
             return [Failed(code="not-managed", message=f"{call.eni_id} is not warmpool's to delete")]
+        self._hold(job, eni.eni.subnet_id, (eni.eni.primary_ip, *eni.eni.ips, *eni.eni.prefixes))
         if not self._write_ahead(job, call, ()):
             return []
         deletable = True
@@ -836,6 +914,15 @@ EXECUTORS: dict[type[Call], Callable[[PlanExecutor, Any, NodeJob, NodeFacts], li
 """How each call of :data:`warmpool.calls.CALLS` is carried out (a release, a hand-back or a
 repeat first reads the release book once per run; an unassign or delete first checks its
 offer is still young enough)."""
+
+
+def _subnet_of(eni_id: str, *facts: NodeFacts) -> str:
+    """The subnet of ``eni_id`` in the first of ``facts`` that has it ("" if none does)."""
+    for f in facts:
+        for e in f.enis:
+            if e.eni.eni_id == eni_id:
+                return e.eni.subnet_id
+    return ""
 
 
 def _extend_merged(actions: list[Action], new: list[Action]) -> None:

@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 
 from functions.errors import AwsError
 from functions.telemetry import Tally
-from warmpool.calls import RepeatGrant
+from warmpool.calls import CreateEni, RepeatGrant
 from warmpool.messages import PoolReport
 from warmpool.names import M_RELEASE_BOOK_UNREAD
 from warmpool.planner import Plan
@@ -31,12 +31,42 @@ BOOK_ERRORS = (AwsError, ClientError, ValueError)
 
 
 class LocalReleaseBooks:
-    """Release books in memory, with the store's semantics (conditional on the version)."""
+    """Release books in memory, with the store's semantics (conditional on the version); and
+    named placement's records (``warmpool.ports.PlacementRecords``), as ``DynamoReleaseBooks``
+    keeps them beside the books."""
 
     def __init__(self) -> None:
         self._books: dict[tuple[str, str], ReleaseBook] = {}
+        self._held: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
+        self._creates: dict[tuple[str, str], CreateEni] = {}
         self._lock = threading.Lock()
         self.calls = 0
+
+    def hold(self, cluster: str, subnet_id: str, keys: Sequence[str], at: float, expires_at: float) -> None:
+        with self._lock:
+            self.calls += 1
+            mine = self._held.setdefault((cluster, subnet_id), {})
+            for k in [k for k, (_, until) in mine.items() if until < at]:  # expired (the table's TTL)
+                del mine[k]
+            for k in keys:
+                mine[k] = (at, expires_at)
+
+    def held(self, cluster: str, subnet_id: str, since: float) -> frozenset[str]:
+        with self._lock:
+            self.calls += 1
+            return frozenset(k for k, (at, _) in self._held.get((cluster, subnet_id), {}).items() if at >= since)
+
+    def put_create(self, cluster: str, call: CreateEni, expires_at: float) -> None:
+        with self._lock:
+            self.calls += 1
+            if len(self._creates) >= 10_000:  # the table's TTL, roughly: the oldest go
+                self._creates.pop(next(iter(self._creates)))
+            self._creates[(cluster, call.client_token)] = call
+
+    def get_create(self, cluster: str, client_token: str) -> CreateEni | None:
+        with self._lock:
+            self.calls += 1
+            return self._creates.get((cluster, client_token))
 
     def load(self, cluster: str, instance_ids: Sequence[str]) -> dict[str, ReleaseBook]:
         with self._lock:

@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from warmpool import names
 from warmpool.buckets import BucketSpec, spec_for
-from warmpool.messages import OFFER_MAX_AGE_CEILING_S
+from warmpool.messages import MIN_RELEASE_TIMEOUT_S, OFFER_MAX_AGE_CEILING_S
 from warmpool.subnets import SubnetRule
 
 IdentityMode = Literal["none", "sender-id"]
@@ -80,11 +80,20 @@ class Settings(BaseSettings):
     named_placement: bool = Field(default=False, alias="WARMPOOL_NAMED_PLACEMENT")
     """Name the addresses and /28 prefixes of each AssignPrivateIpAddresses (``warmpool/placement.py``:
     singles packed into broken /28s, prefixes from whole ones) from what the ENI's subnet holds, read
-    with a paid DescribeNetworkInterfaces by ``subnet-id``; and in prefix mode leave a subnet with no
-    whole /28 before a call fails there. Off: EC2 places them (by count), as before."""
+    with a paid DescribeNetworkInterfaces by ``subnet-id`` and GetSubnetCidrReservations, less what
+    any container released there within ``placement_release_hold_s``; and in prefix mode leave a
+    subnet with no whole /28 before a call fails there. Off: EC2 places them (by count), as before."""
     placement_cache_ttl_s: float = Field(default=10.0, ge=0, le=600, alias="WARMPOOL_PLACEMENT_CACHE_TTL_S")
     """How long a subnet's usage read for named placement is used (with this container's own
     placements added) before it is read again."""
+    placement_release_hold_s: float = Field(
+        default=300.0, ge=MIN_RELEASE_TIMEOUT_S, le=86400, alias="WARMPOOL_PLACEMENT_RELEASE_HOLD_S"
+    )
+    """Named placement never names an address or prefix the allocator unassigned (or freed by
+    deleting its ENI) this recently, in any container: its owner's agent may not have applied the
+    ``released`` yet. At least the agents' ``WARMPOOL_RELEASE_TIMEOUT_S`` (240 s by default, at
+    least ``MIN_RELEASE_TIMEOUT_S``), counted from the call, which comes after the quarantine the
+    agent's timeout counts from."""
     max_workers: int = Field(default=8, ge=1, le=64, alias="WARMPOOL_MAX_WORKERS")
     max_defer_s: int = Field(default=900, ge=1, le=900, alias="WARMPOOL_MAX_DEFER_S")
     release_offer_max_age_s: float = Field(

@@ -12,7 +12,11 @@ ledger table (one per cluster), one partition per node:
     ``pk = node#<cluster>#<node>``, ``sk = ledger``: ``last_seq, outcome
     (JSON), instance_id, updated_at, expires_at`` (TTL);
     ``sk = lease``: ``owner, until, expires_at``; ``sk = flips``: the flip history;
-    ``sk = releases``: the allocator's release book (``taken, version, expires_at``).
+    ``sk = releases``: the allocator's release book (``taken, version, expires_at``);
+    and, for named placement, one partition per subnet, ``pk = released#<cluster>#<subnet>``,
+    ``sk = <time released>#<address or prefix>``: ``expires_at``, and one per
+    CreateNetworkInterface, ``pk = create#<cluster>#<ClientToken>``, ``sk = create``:
+    ``call`` (JSON), ``expires_at``.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from functions.errors import AwsError, ConditionFailed, classify
 from warmpool import names
 from warmpool.buckets import BucketSpec, BucketState, allot, full, on_throttled, time_until
 from warmpool.buckets import try_take as take_tokens
+from warmpool.calls import CreateEni
 from warmpool.ports import FlipState, LedgerUnread
 from warmpool.release_book import ReleaseBook
 
@@ -46,6 +51,8 @@ class DynamoApi(Protocol):
     def batch_get_item(self, **kwargs: Any) -> dict[str, Any]: ...
     def transact_write_items(self, **kwargs: Any) -> dict[str, Any]: ...
     def scan(self, **kwargs: Any) -> dict[str, Any]: ...
+    def query(self, **kwargs: Any) -> dict[str, Any]: ...
+    def batch_write_item(self, **kwargs: Any) -> dict[str, Any]: ...
 
 
 def _n(x: float | int) -> dict[str, str]:
@@ -442,6 +449,129 @@ class DynamoReleaseBooks:
             "PutItem",
         )
         return stored if ok else None
+
+    # --- named placement's records (``warmpool.ports.PlacementRecords``) ----------------
+
+    def hold(self, cluster: str, subnet_id: str, keys: Sequence[str], at: float, expires_at: float) -> None:
+        pk = {"S": f"released#{cluster}#{subnet_id}"}
+        puts = [
+            {
+                "PutRequest": {
+                    "Item": {
+                        names.LEDGER_PK: pk,
+                        names.LEDGER_SK: {"S": f"{_held_at(at)}#{k}"},
+                        names.LEDGER_TTL: _n(math.ceil(expires_at)),
+                    }
+                }
+            }
+            for k in sorted(set(keys))
+        ]
+        for i in range(0, len(puts), 25):
+            pending: dict[str, Any] = {self._table: puts[i : i + 25]}
+            for _ in range(BATCH_GET_ATTEMPTS):
+                try:
+                    resp = self._db.batch_write_item(RequestItems=pending)
+                except ClientError as exc:
+                    raise classify(exc, "BatchWriteItem") from None
+                pending = resp.get("UnprocessedItems") or {}
+                if not pending:
+                    break
+            if pending:
+                raise AwsError("UnprocessedItems", f"{len(pending[self._table])} holds not written", "BatchWriteItem")
+
+    def held(self, cluster: str, subnet_id: str, since: float) -> frozenset[str]:
+        out: set[str] = set()
+        start: dict[str, Any] | None = None
+        while True:
+            # The sort key starts with the time: the read takes only the hold's items, whatever
+            # the table's TTL has not deleted yet (it may lag by days).
+            req: dict[str, Any] = {
+                "TableName": self._table,
+                "KeyConditionExpression": "#pk = :pk AND #sk >= :since",
+                "ExpressionAttributeNames": {"#pk": names.LEDGER_PK, "#sk": names.LEDGER_SK},
+                "ExpressionAttributeValues": {
+                    ":pk": {"S": f"released#{cluster}#{subnet_id}"},
+                    ":since": {"S": _held_at(max(since, 0.0))},
+                },
+                "ConsistentRead": True,
+            }
+            if start:
+                req["ExclusiveStartKey"] = start
+            try:
+                resp = self._db.query(**req)
+            except ClientError as exc:
+                raise classify(exc, "Query") from None
+            out.update(_s(it, names.LEDGER_SK).split("#", 1)[-1] for it in resp.get("Items", []))
+            start = resp.get("LastEvaluatedKey")
+            if not start:
+                return frozenset(out)
+
+    def _create_key(self, cluster: str, token: str) -> dict[str, Any]:
+        return {names.LEDGER_PK: {"S": f"create#{cluster}#{token}"}, names.LEDGER_SK: {"S": "create"}}
+
+    def put_create(self, cluster: str, call: CreateEni, expires_at: float) -> None:
+        try:
+            self._db.put_item(
+                TableName=self._table,
+                Item={
+                    **self._create_key(cluster, call.client_token),
+                    "call": {"S": dumps_create(call)},
+                    names.LEDGER_TTL: _n(math.ceil(expires_at)),
+                },
+            )
+        except ClientError as exc:
+            raise classify(exc, "PutItem") from None
+
+    def get_create(self, cluster: str, client_token: str) -> CreateEni | None:
+        try:
+            resp = self._db.get_item(
+                TableName=self._table, Key=self._create_key(cluster, client_token), ConsistentRead=True
+            )
+        except ClientError as exc:
+            raise classify(exc, "GetItem") from None
+        item = resp.get("Item")
+        return loads_create(_s(item, "call")) if item else None
+
+
+def _held_at(at: float) -> str:
+    """A release's time as its sort key starts: fixed width, so keys sort by time (epoch seconds
+    below 10^10)."""
+    return f"{at:014.3f}"
+
+
+def dumps_create(call: CreateEni) -> str:
+    """A CreateEni as stored (JSON of its fields)."""
+    return json.dumps(
+        {
+            "subnet_id": call.subnet_id,
+            "device_index": call.device_index,
+            "network_card": call.network_card,
+            "ips": call.ips,
+            "prefixes": call.prefixes,
+            "client_token": call.client_token,
+            "at_ips": list(call.at_ips),
+            "at_prefixes": list(call.at_prefixes),
+        },
+        separators=(",", ":"),
+    )
+
+
+def loads_create(raw: str) -> CreateEni:
+    """The stored form back; ``ValueError`` on anything else."""
+    try:
+        d = json.loads(raw)
+        return CreateEni(
+            subnet_id=str(d["subnet_id"]),
+            device_index=int(d["device_index"]),
+            network_card=int(d["network_card"]),
+            ips=int(d["ips"]),
+            prefixes=int(d["prefixes"]),
+            client_token=str(d["client_token"]),
+            at_ips=tuple(str(x) for x in d["at_ips"]),
+            at_prefixes=tuple(str(x) for x in d["at_prefixes"]),
+        )
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"bad stored create {raw[:80]!r}") from exc
 
 
 # --- leases -------------------------------------------------------------------

@@ -57,7 +57,8 @@ REASON_GROUP = (
 )
 REASON_SUBNET = (
     "Subnets are chosen by tag (subnet_tag, or subnet_discovery's kubernetes.io/role/cni): bound by "
-    "aws:ResourceTag and ec2:Vpc conditions."
+    "aws:ResourceTag and ec2:Vpc conditions; GetSubnetCidrReservations, a read, on any subnet (named "
+    "placement reads the reservations of the subnets it names addresses in)."
 )
 REASON_RESULT = (
     "One result queue per node, named warmpool-<cluster>-result-<instance-id>: the wildcard is "

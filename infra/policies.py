@@ -192,6 +192,13 @@ def allocator_ec2(cfg: StackConfig, arns: Arns) -> list[iam.PolicyStatement]:
     return [
         describe("DescribeForPlanning"),
         iam.PolicyStatement(
+            # Named placement reads a subnet's CIDR reservations (functions/ec2.py::subnet_usage),
+            # so that it never names a reserved address; a read, on the subnet resource.
+            sid="ReadSubnetCidrReservations",
+            actions=["ec2:GetSubnetCidrReservations"],
+            resources=[arns.ec2(f"subnet/{s}") for s in cfg.subnet_ids] or [arns.ec2("subnet/*")],
+        ),
+        iam.PolicyStatement(
             sid="CreateClusterTaggedEni",
             actions=["ec2:CreateNetworkInterface"],
             resources=[eni],

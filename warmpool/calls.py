@@ -139,9 +139,10 @@ class CallSpec:
 CALLS: dict[type[Call], CallSpec] = {
     AssignAddresses: CallSpec(
         ec2=("AssignPrivateIpAddresses",),
-        # subnet_usage: named placement reads what the ENI's subnet holds (a paid Describe)
+        # subnet_usage: named placement reads what the ENI's subnet holds and its CIDR
+        # reservations (paid reads)
         port=("assign", "subnet_usage", "note_placed", "forget_usage"),
-        iam=("ec2:AssignPrivateIpAddresses", "ec2:DescribeNetworkInterfaces"),
+        iam=("ec2:AssignPrivateIpAddresses", "ec2:DescribeNetworkInterfaces", "ec2:GetSubnetCidrReservations"),
     ),
     CreateEni: CallSpec(
         ec2=("CreateNetworkInterface", "AttachNetworkInterface", "ModifyNetworkInterfaceAttribute"),
@@ -161,6 +162,8 @@ CALLS: dict[type[Call], CallSpec] = {
             "ec2:AttachNetworkInterface",
             "ec2:ModifyNetworkInterfaceAttribute",
             "ec2:DeleteNetworkInterface",
+            "ec2:DescribeNetworkInterfaces",  # named placement: the subnet's usage
+            "ec2:GetSubnetCidrReservations",  # ... and its CIDR reservations
         ),
     ),
     UnassignAddresses: CallSpec(

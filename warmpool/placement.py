@@ -19,7 +19,11 @@ wants whole /28s to survive names the addresses (``PrivateIpAddresses``) and pre
 
 The rules are AWS's: a subnet is a /16 to /28, its first four addresses and its last are
 reserved. A subnet smaller than a /28 (not allowed by AWS, handled all the same) has no
-room for a prefix. Pure: no I/O, no clock.
+room for a prefix. Besides what the ENIs hold, a :class:`Usage` carries what must not be named:
+addresses and prefixes a release book unassigned recently (``held``: their owner's agent may not
+have applied its ``released`` yet), the subnet's ``explicit`` CIDR reservations (EC2 never
+assigns them by count: they are someone's to name) and its ``prefix`` reservations (for
+prefixes only: a prefix goes there first, a single never). Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -45,6 +49,13 @@ class Usage:
     cidr: str
     ips: frozenset[str] = frozenset()
     prefixes: frozenset[str] = frozenset()
+    held: frozenset[str] = frozenset()
+    """Addresses and /28 prefixes a release book unassigned within the hold (their owner's agent
+    may still list them): never named, as if in use."""
+    explicit: frozenset[str] = frozenset()
+    """CIDRs of the subnet's ``explicit`` reservations: never named (as if in use)."""
+    prefix_only: frozenset[str] = frozenset()
+    """CIDRs of the subnet's ``prefix`` reservations: prefixes are named there first, singles never."""
 
 
 @dataclass(frozen=True)
@@ -53,11 +64,13 @@ class Availability:
 
     cidr: str
     free_addresses: int
+    """Addresses that may be named (in use, held and explicitly reserved ones left out)."""
     free_blocks: tuple[str, ...]
     """Aligned /28s with no address taken, lowest first: one prefix each."""
     broken: tuple[tuple[str, int], ...]
-    """(block, free addresses) of blocks partly taken with room left, fullest first (fewest
-    free; ties lowest first). A subnet smaller than a /28 is one broken block."""
+    """(block, free addresses a single may take) of blocks that cannot be a prefix with room for
+    singles, fullest first (fewest free; ties lowest first). A subnet smaller than a /28 is one
+    broken block."""
     full_blocks: int
     """Blocks with no address free."""
 
@@ -100,18 +113,30 @@ class _Map:
             off = self._offset(ip)
             if off is not None:
                 taken.add(off)
-        for pfx in usage.prefixes:
-            try:
-                p = ipaddress.IPv4Network(pfx, strict=False)
-            except ValueError:
-                continue
-            lo = max(int(p.network_address) - self.base, 0)
-            hi = min(int(p.broadcast_address) - self.base, self.size - 1)
-            taken.update(range(lo, hi + 1))
+        for ip in usage.held:
+            off = None if "/" in ip else self._offset(ip)
+            if off is not None:
+                taken.add(off)
+        for cidr in (*usage.prefixes, *(k for k in usage.held if "/" in k), *usage.explicit):
+            taken.update(self._range(cidr))
         self.taken = taken
+        self.no_single: set[int] = set()
+        """Free offsets in ``prefix`` reservations: a prefix may take them, a single never."""
+        for cidr in usage.prefix_only:
+            self.no_single.update(o for o in self._range(cidr) if o not in taken)
         self.used = [0] * (self.size // self.block)
         for off in taken:
             self.used[off // self.block] += 1
+
+    def _range(self, cidr: str) -> range:
+        """The offsets of ``cidr`` inside the subnet (none for a malformed one)."""
+        try:
+            p = ipaddress.IPv4Network(cidr, strict=False)
+        except ValueError:
+            return range(0)
+        lo = max(int(p.network_address) - self.base, 0)
+        hi = min(int(p.broadcast_address) - self.base, self.size - 1)
+        return range(lo, hi + 1)
 
     def _offset(self, ip: str) -> int | None:
         try:
@@ -130,13 +155,21 @@ class _Map:
     def prefix(self, b: int) -> str:
         return f"{self.ip(b * self.block)}/{PREFIX_LEN}"
 
+    def reserved_for_prefixes(self, b: int) -> bool:
+        """Block ``b`` lies wholly in a ``prefix`` reservation."""
+        start = b * self.block
+        return all(o in self.no_single for o in range(start, start + self.block))
+
     def broken(self) -> list[tuple[int, int]]:
-        """(free addresses, block) of the blocks with room that cannot be a prefix, fullest first."""
-        return sorted((self.block - u, b) for b, u in enumerate(self.used) if u < self.block and not self.whole_ok(b))
+        """(free addresses a single may take, block) of the blocks with room for singles that
+        cannot be a prefix, fullest first."""
+        room = ((len(self.free_in(b)), b) for b in range(len(self.used)) if not self.whole_ok(b))
+        return sorted((n, b) for n, b in room if n)
 
     def free_in(self, b: int) -> list[int]:
+        """The offsets of block ``b`` a single may take."""
         start = b * self.block
-        return [o for o in range(start, start + self.block) if o not in self.taken]
+        return [o for o in range(start, start + self.block) if o not in self.taken and o not in self.no_single]
 
 
 def availability(usage: Usage) -> Availability:
@@ -154,15 +187,17 @@ def availability(usage: Usage) -> Availability:
 
 
 def place(usage: Usage, n_ips: int = 0, n_prefixes: int = 0) -> Placement:
-    """``n_prefixes`` prefixes from wholly free blocks (highest first) and ``n_ips`` singles
-    packed into broken blocks (fullest first, lowest address first within a block), breaking
-    whole blocks (lowest first) only when no broken block has room. Prefixes are placed
-    first, so singles never take the blocks they need."""
+    """``n_prefixes`` prefixes from wholly free blocks (those in ``prefix`` reservations first,
+    as EC2 does by count; highest first) and ``n_ips`` singles packed into broken blocks
+    (fullest first, lowest address first within a block), breaking whole blocks (lowest first)
+    only when no broken block has room; never a held address, one in an ``explicit``
+    reservation, or a single in a ``prefix`` reservation. Prefixes are placed first, so singles
+    never take the blocks they need."""
     if n_ips < 0 or n_prefixes < 0:
         raise ValueError("counts must not be negative")
     m = _Map(usage)
     whole = [b for b in range(len(m.used)) if m.whole_ok(b)]
-    chosen = whole[::-1][:n_prefixes]
+    chosen = sorted(whole, key=lambda b: (not m.reserved_for_prefixes(b), -b))[:n_prefixes]
     left = sorted(set(whole) - set(chosen))
     ips: list[str] = []
     for _, b in m.broken():
@@ -173,8 +208,11 @@ def place(usage: Usage, n_ips: int = 0, n_prefixes: int = 0) -> Placement:
     for b in left:
         if len(ips) >= n_ips:
             break
+        room = m.free_in(b)
+        if not room:
+            continue
         blocks_broken += 1
-        ips += [m.ip(o) for o in m.free_in(b)[: n_ips - len(ips)]]
+        ips += [m.ip(o) for o in room[: n_ips - len(ips)]]
     return Placement(
         ips=tuple(ips),
         prefixes=tuple(m.prefix(b) for b in sorted(chosen)),

@@ -16,9 +16,9 @@ one semantic test suite.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from warmpool.buckets import BucketState
 from warmpool.calls import AssignAddresses, CreateEni, UnassignAddresses
@@ -57,9 +57,11 @@ class Ec2Port(Protocol):
     def spend_subnet(self, subnet_id: str, addresses: int) -> None: ...
     def forget_subnets(self) -> None: ...
 
-    def subnet_usage(self, subnet_id: str) -> Usage | None:
-        """What the subnet's ENIs hold (``DescribeNetworkInterfaces`` by ``subnet-id``, paid from
-        the account's bucket, cached); None when unknown: not a subnet read, or unpaid and never read."""
+    def subnet_usage(self, subnet_id: str, held: Callable[[], frozenset[str] | None] | None = None) -> Usage | None:
+        """What the subnet's ENIs hold (``DescribeNetworkInterfaces`` by ``subnet-id``) and its CIDR
+        reservations (``GetSubnetCidrReservations``), each page paid from the account's bucket, and
+        ``held`` (asked after the Describe: what the release books unassigned within the hold),
+        cached; None when unknown: not a subnet read, or unpaid (or ``held`` None) and never read."""
         ...
 
     def note_placed(self, subnet_id: str, ips: Sequence[str], prefixes: Sequence[str]) -> None:
@@ -107,6 +109,7 @@ class Ec2Api(Protocol):
     def describe_instances(self, **kwargs: Any) -> dict[str, Any]: ...
     def describe_network_interfaces(self, **kwargs: Any) -> dict[str, Any]: ...
     def describe_subnets(self, **kwargs: Any) -> dict[str, Any]: ...
+    def get_subnet_cidr_reservations(self, **kwargs: Any) -> dict[str, Any]: ...
     def describe_instance_types(self, **kwargs: Any) -> dict[str, Any]: ...
     def create_network_interface(self, **kwargs: Any) -> dict[str, Any]: ...
     def attach_network_interface(self, **kwargs: Any) -> dict[str, Any]: ...
@@ -242,6 +245,32 @@ class FlipStore(Protocol):
 
     def save(self, cluster: str, instance_id: str, state: FlipState, expires_at: float) -> None:
         """Store the state (last writer wins); it may be dropped after ``expires_at``."""
+        ...
+
+
+@runtime_checkable
+class PlacementRecords(Protocol):
+    """What named placement shares between containers (``functions/execute.py``), kept beside
+    the release books: the addresses released recently per subnet, and the parameters each
+    CreateNetworkInterface was sent with, by ClientToken. Reads are strongly consistent;
+    every method raises when the store cannot answer (the caller must not take silence as
+    "nothing")."""
+
+    def hold(self, cluster: str, subnet_id: str, keys: Sequence[str], at: float, expires_at: float) -> None:
+        """Record that ``keys`` (addresses, /28 prefixes) of ``subnet_id`` are released at ``at``
+        (the latest time wins), before the call that releases them."""
+        ...
+
+    def held(self, cluster: str, subnet_id: str, since: float) -> frozenset[str]:
+        """The keys of ``subnet_id`` recorded released at ``since`` or later."""
+        ...
+
+    def put_create(self, cluster: str, call: CreateEni, expires_at: float) -> None:
+        """Record the Create about to be sent under ``call.client_token`` (names or counts)."""
+        ...
+
+    def get_create(self, cluster: str, client_token: str) -> CreateEni | None:
+        """The Create last recorded under ``client_token``, if any."""
         ...
 
 

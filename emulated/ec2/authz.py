@@ -29,6 +29,8 @@ resource). What this model assumes, not documented by AWS:
   taken to be in the subnet's VPC;
 * a call on an ENI, instance or attachment that does not exist is answered
   ``...NotFound`` by the action, not refused here;
+* GetSubnetCidrReservations is authorized on the subnet it names (the stack's
+  policy grants it on ``subnet/*``);
 * an action this module does not describe is authorized on ``*`` alone.
 """
 
@@ -54,8 +56,10 @@ DESCRIBED = (
     "DeleteNetworkInterface",
     "CreateNetworkInterface",
     "CreateTags",
+    "GetSubnetCidrReservations",
 )
-"""The actions whose resources are modelled (every mutating call the functions make)."""
+"""The actions whose resources are modelled (every mutating call the functions make, and the
+one read authorized on a resource: GetSubnetCidrReservations, on its subnet)."""
 _MODIFIABLE = ("Attachment", "SourceDestCheck", "Groups", "Description", "EnaSrdSpecification")
 
 
@@ -202,6 +206,9 @@ def requests(emu: ResourceState, action: str, p: Mapping[str, Any]) -> list[Requ
         return [Request(f"ec2:{action}", "*", {"ec2:Region": emu.config.region})]
     if action == "CreateNetworkInterface":
         return _create_eni(emu, p)
+    if action == "GetSubnetCidrReservations":
+        sub = _existing(emu, str(p.get("SubnetId", "")))
+        return [Request(f"ec2:{action}", sub.resource, sub.context)] if sub is not None else []
     if action == "CreateTags":
         tags = {t["Key"]: t.get("Value", "") for t in p.get("Tags") or []}
         found = [_existing(emu, i, **_request_tags(tags)) for i in id_list(p, "Resources")]

@@ -12,12 +12,20 @@ singles land in every /28 and a subnet with many free addresses can have no
 aligned block left, as a real one can: AWS does not say where it places an
 address. The rules — no overlap, aligned /28, exhaustion errors — are the same
 in both.
+
+Subnet CIDR reservations (``CreateSubnetCidrReservation``) steer what is asked by
+count: no single address asked by count lands in a reservation of either type, no
+prefix asked by count in an ``explicit`` one, and prefixes asked by count go to
+wholly free blocks of ``prefix`` reservations first (then anywhere else, highest
+first). Addresses and prefixes asked for by name may be anywhere free, reserved or
+not (an explicit reservation is there to be named). Free counts are unchanged.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import random
+from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 PREFIX_LEN = 28
@@ -29,6 +37,20 @@ SCATTER_TRIES = 32
 
 SinglePlacement = Literal["packed", "scattered"]
 PLACEMENTS: tuple[str, ...] = get_args(SinglePlacement)
+
+ReservationType = Literal["prefix", "explicit"]
+RESERVATION_TYPES: tuple[str, ...] = get_args(ReservationType)
+
+
+@dataclass(frozen=True)
+class CidrReservation:
+    """One subnet CIDR reservation (IPv4)."""
+
+    id: str
+    cidr: str
+    type: ReservationType
+    description: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
 
 
 class SubnetPool:
@@ -54,6 +76,58 @@ class SubnetPool:
             self._mark(off)
         self._single_hint = RESERVED_HEAD
         self._prefix_hint = len(self._block_used) - 1
+        self.reservations: dict[str, CidrReservation] = {}
+        self._no_single = bytearray(self.size)
+        """1 where a reservation (of either type) keeps singles asked by count out."""
+        self._no_prefix = bytearray(self.size)
+        """1 where an ``explicit`` reservation keeps prefixes asked by count out."""
+
+    # --- CIDR reservations -----------------------------------------------------
+
+    def reserve(
+        self, rid: str, cidr: str, rtype: str, description: str = "", tags: dict[str, str] | None = None
+    ) -> CidrReservation:
+        """Add a reservation; ``ValueError`` (EC2's ``InvalidParameterValue``) for a malformed CIDR,
+        one outside the subnet, one overlapping another reservation, or an unknown type."""
+        if rtype not in RESERVATION_TYPES:
+            raise ValueError(f"Value ({rtype}) for parameter reservationType is invalid.")
+        try:
+            net = ipaddress.IPv4Network(cidr, strict=True)
+        except ValueError:
+            raise ValueError(f"Value ({cidr}) for parameter cidr is invalid.") from None
+        if not net.subnet_of(self.network):
+            raise ValueError(f"Reservation CIDR {cidr} should be within subnet CIDR block ({self.network})")
+        if any(net.overlaps(ipaddress.IPv4Network(r.cidr)) for r in self.reservations.values()):
+            raise ValueError(f"Reservation CIDR {cidr} has overlap with existing reserved CIDR block")
+        r = CidrReservation(rid, str(net), rtype, description, dict(tags or {}))  # type: ignore[arg-type]
+        self.reservations[rid] = r
+        self._flag(r, 1)
+        return r
+
+    def unreserve(self, rid: str) -> CidrReservation | None:
+        r = self.reservations.pop(rid, None)
+        if r is not None:
+            self._flag(r, 0)
+        return r
+
+    def _flag(self, r: CidrReservation, v: int) -> None:
+        net = ipaddress.IPv4Network(r.cidr)
+        lo = int(net.network_address) - self.base
+        for off in range(lo, lo + net.num_addresses):
+            self._no_single[off] = v
+            if r.type == "explicit":
+                self._no_prefix[off] = v
+
+    def _single_ok(self, off: int) -> bool:
+        return not self._used[off] and not self._no_single[off]
+
+    def _prefix_block_ok(self, block: int) -> bool:
+        start = block * BLOCK
+        return self._block_used[block] == 0 and not any(self._no_prefix[start : start + BLOCK])
+
+    def _in_prefix_reservation(self, block: int) -> bool:
+        start = block * BLOCK
+        return all(self._no_single[start : start + BLOCK]) and not any(self._no_prefix[start : start + BLOCK])
 
     # --- helpers ---------------------------------------------------------------
 
@@ -115,6 +189,8 @@ class SubnetPool:
             return []
         if self.exhausted or self.free < n:
             return None
+        if self.reservations:
+            return self._take_around_reservations(n)
         if self.placement == "scattered":
             return self._take_scattered(n)
         out: list[str] = []
@@ -145,6 +221,16 @@ class SubnetPool:
                     self._mark(off)
                     out.append(self.ip(off))
         return out
+
+    def _take_around_reservations(self, n: int) -> list[str] | None:
+        """``n`` singles by count outside every reservation (placed as :attr:`placement` says)."""
+        free = [o for o in range(self.size) if self._single_ok(o)]
+        if len(free) < n:
+            return None
+        picked = self._rng.sample(free, n) if self.placement == "scattered" else free[:n]
+        for off in picked:
+            self._mark(off)
+        return [self.ip(off) for off in picked]
 
     def release_ip(self, ip: str) -> None:
         off = self.offset(ip)
@@ -182,6 +268,14 @@ class SubnetPool:
             return []
         if self.exhausted:
             return None
+        if self.reservations:
+            ok = [b for b in range(len(self._block_used) - 1, -1, -1) if self._prefix_block_ok(b)]
+            ok.sort(key=lambda b: not self._in_prefix_reservation(b))  # stable: highest first within each
+            if len(ok) < n:
+                return None
+            for blk in ok[:n]:
+                self._take_block(blk)
+            return [self.prefix(blk) for blk in ok[:n]]
         found: list[int] = []
         b = self._prefix_hint
         bu = self._block_used

@@ -46,6 +46,9 @@ class FastEc2Client:
     def describe_subnets(self, **kwargs: Any) -> dict[str, Any]:
         return self._call("DescribeSubnets", kwargs)
 
+    def get_subnet_cidr_reservations(self, **kwargs: Any) -> dict[str, Any]:
+        return self._call("GetSubnetCidrReservations", kwargs)
+
     def describe_instance_types(self, **kwargs: Any) -> dict[str, Any]:
         return self._call("DescribeInstanceTypes", kwargs)
 

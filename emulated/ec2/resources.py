@@ -4,7 +4,9 @@ and tags on any of them or on an ENI.
 The same state the direct set-up methods of :class:`~emulated.ec2.emulator.Ec2Emulator`
 build (``add_vpc``, ``add_subnet``, ``run_instance``), reached as boto3 calls
 (RunInstances with ClientToken idempotency, TerminateInstances, CreateVpc,
-CreateSubnet, CreateTags, DeleteTags).
+CreateSubnet, CreateTags, DeleteTags), and subnet CIDR reservations
+(CreateSubnetCidrReservation, GetSubnetCidrReservations, DeleteSubnetCidrReservation;
+what they do to assignment: :mod:`.cidr`).
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from typing import Any
 
 from warmpool.limits import InstanceLimits, known
 
-from .cidr import SubnetPool
+from .cidr import CidrReservation, SubnetPool
 from .describe import render_instance, reservation
 from .enis import delete_eni, new_eni
 from .errors import Ec2Error, not_found
+from .filters import paginate
 from .registry import Handler, ResourceState, fingerprint, id_list, insufficient_addresses, req, tags_for
 from .state import STATE_CODES, Attachment, EmulatedSubnet, Instance
 
@@ -241,6 +244,68 @@ def create_subnet(emu: ResourceState, p: dict[str, Any]) -> dict[str, Any]:
     return {"Subnet": emu.subnets[sid].render(emu.owner, emu.config.region)}
 
 
+def _render_reservation(emu: ResourceState, subnet_id: str, r: CidrReservation) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "SubnetCidrReservationId": r.id,
+        "SubnetId": subnet_id,
+        "Cidr": r.cidr,
+        "ReservationType": r.type,
+        "OwnerId": emu.owner,
+        "Tags": [{"Key": k, "Value": v} for k, v in r.tags.items()],
+    }
+    if r.description:
+        out["Description"] = r.description
+    return out
+
+
+def create_subnet_cidr_reservation(emu: ResourceState, p: dict[str, Any]) -> dict[str, Any]:
+    sid = str(req(p, "SubnetId"))
+    sub = emu._subnet(sid)
+    cidr, rtype = str(req(p, "Cidr")), str(req(p, "ReservationType"))
+    try:
+        r = sub.pool.reserve(
+            emu._id("scr"), cidr, rtype, str(p.get("Description") or ""), tags_for(p, "subnet-cidr-reservation")
+        )
+    except ValueError as e:
+        raise Ec2Error("InvalidParameterValue", str(e)) from None
+    return {"SubnetCidrReservation": _render_reservation(emu, sid, r)}
+
+
+def get_subnet_cidr_reservations(emu: ResourceState, p: dict[str, Any]) -> dict[str, Any]:
+    sid = str(req(p, "SubnetId"))
+    sub = emu._subnet(sid)
+    wanted = {str(f.get("Name")): [str(v) for v in f.get("Values") or []] for f in p.get("Filters") or []}
+    unknown = set(wanted) - {"reservationType", "subnet-id", "cidr"}
+    if unknown:
+        raise Ec2Error("InvalidParameterValue", f"The filter '{sorted(unknown)[0]}' is invalid")
+    items = [
+        r
+        for r in sub.pool.reservations.values()
+        if all(
+            v in vals
+            for name, vals in wanted.items()
+            for v in [{"reservationType": r.type, "subnet-id": sid, "cidr": r.cidr}[name]]
+        )
+    ]
+    page, nxt = paginate(items, p)
+    out: dict[str, Any] = {
+        "SubnetIpv4CidrReservations": [_render_reservation(emu, sid, r) for r in page],
+        "SubnetIpv6CidrReservations": [],
+    }
+    if nxt:
+        out["NextToken"] = nxt
+    return out
+
+
+def delete_subnet_cidr_reservation(emu: ResourceState, p: dict[str, Any]) -> dict[str, Any]:
+    rid = str(req(p, "SubnetCidrReservationId"))
+    for sid, sub in emu.subnets.items():
+        r = sub.pool.unreserve(rid)
+        if r is not None:
+            return {"DeletedSubnetCidrReservation": _render_reservation(emu, sid, r)}
+    raise Ec2Error("InvalidSubnetCidrReservationID.NotFound", f"The subnet-cidr-reservation ID '{rid}' does not exist")
+
+
 HANDLERS: dict[str, Handler[ResourceState]] = {
     "CreateTags": create_tags,
     "DeleteTags": delete_tags,
@@ -248,4 +313,7 @@ HANDLERS: dict[str, Handler[ResourceState]] = {
     "TerminateInstances": terminate_instances,
     "CreateVpc": create_vpc,
     "CreateSubnet": create_subnet,
+    "CreateSubnetCidrReservation": create_subnet_cidr_reservation,
+    "GetSubnetCidrReservations": get_subnet_cidr_reservations,
+    "DeleteSubnetCidrReservation": delete_subnet_cidr_reservation,
 }

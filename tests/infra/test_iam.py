@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.helpers.cdk_synth import Synthesized
 from warmpool import names
 from warmpool.calls import CALLS
@@ -112,6 +114,19 @@ def test_the_subnet_tag_iam_allows_is_the_one_the_functions_read(synthesized: di
     assert env[names.ENV_SUBNET_DISCOVERY] == "false" and env[names.ENV_ALLOWED_SUBNETS] == ""
     st = s.statement("CreateEniInTaggedSubnets")
     assert st["Condition"]["StringEquals"]["aws:ResourceTag/warmpool.io/pods"] == "true"
+
+
+@pytest.mark.parametrize(
+    ("variant", "resources"), [("default", SUBNETS), ("irsa", f"{P}:subnet/*"), ("discovery", f"{P}:subnet/*")]
+)
+def test_named_placement_reads_cidr_reservations_of_subnets_alone(
+    synthesized: dict[str, Synthesized], variant: str, resources: object
+) -> None:
+    """Review1 P4: the usage read includes GetSubnetCidrReservations; the allocate role may make
+    it on subnets (the listed ones, when the stack lists them), and nothing else there."""
+    st = synthesized[variant].statement("ReadSubnetCidrReservations")
+    assert st["Action"] == "ec2:GetSubnetCidrReservations" and st["Resource"] == resources
+    assert "Condition" not in st
 
 
 def test_tags_only_at_creation(default: Synthesized) -> None:

@@ -478,3 +478,73 @@ def test_scattered_singles_fragment_the_subnet_until_only_explicit_prefixes_fit(
         assert error_of(e) == ("InsufficientCidrBlocks", 400)
         free = ec2.describe_subnets(SubnetIds=[w.subnet])["Subnets"][0]["AvailableIpAddressCount"]
         assert free == pool.free > 130
+
+
+# --- subnet CIDR reservations (named placement reads them: docs/allocator.md, issue 24) --------
+
+
+def test_cidr_reservations_are_made_listed_and_deleted(any_backend: Backend) -> None:
+    """CreateSubnetCidrReservation / GetSubnetCidrReservations / DeleteSubnetCidrReservation, as
+    moto and AWS answer them: IPv4 ones listed with their type, overlaps and CIDRs outside the
+    subnet refused as InvalidParameterValue, a deleted one gone from the list."""
+    ec2 = any_backend.ec2
+    w = world(ec2)
+    ex = ec2.create_subnet_cidr_reservation(SubnetId=w.subnet, Cidr="10.0.0.0/27", ReservationType="explicit")
+    pf = ec2.create_subnet_cidr_reservation(SubnetId=w.subnet, Cidr="10.0.0.64/27", ReservationType="prefix")
+    ex_id = ex["SubnetCidrReservation"]["SubnetCidrReservationId"]
+    assert ex["SubnetCidrReservation"]["Cidr"] == "10.0.0.0/27" and ex_id.startswith("scr-")
+    got = ec2.get_subnet_cidr_reservations(SubnetId=w.subnet)
+    listed = {(r["Cidr"], r["ReservationType"], r["SubnetId"]) for r in got["SubnetIpv4CidrReservations"]}
+    assert listed == {("10.0.0.0/27", "explicit", w.subnet), ("10.0.0.64/27", "prefix", w.subnet)}
+    assert got["SubnetIpv6CidrReservations"] == []
+    for cidr in ("10.0.0.16/28", "10.0.1.0/28"):  # overlaps the explicit one; outside the subnet
+        with pytest.raises(ClientError) as e:
+            ec2.create_subnet_cidr_reservation(SubnetId=w.subnet, Cidr=cidr, ReservationType="explicit")
+        assert error_of(e) == ("InvalidParameterValue", 400)
+    gone = ec2.delete_subnet_cidr_reservation(SubnetCidrReservationId=ex_id)
+    assert gone["DeletedSubnetCidrReservation"]["SubnetCidrReservationId"] == ex_id
+    left = ec2.get_subnet_cidr_reservations(SubnetId=w.subnet)["SubnetIpv4CidrReservations"]
+    assert [r["SubnetCidrReservationId"] for r in left] == [pf["SubnetCidrReservation"]["SubnetCidrReservationId"]]
+
+
+def test_addresses_by_count_never_land_in_a_cidr_reservation(
+    request: pytest.FixtureRequest, any_backend: Backend
+) -> None:
+    """EC2 assigns an explicit reservation only to whoever names its addresses, and a prefix
+    reservation only to prefixes: singles by count land outside both (moto places them anywhere)."""
+    moto_lacks(request, any_backend, "singles by count land in CIDR reservations")
+    ec2 = any_backend.ec2
+    w = world(ec2, cidr="10.0.0.0/26")
+    ec2.create_subnet_cidr_reservation(SubnetId=w.subnet, Cidr="10.0.0.0/28", ReservationType="explicit")
+    ec2.create_subnet_cidr_reservation(SubnetId=w.subnet, Cidr="10.0.0.16/28", ReservationType="prefix")
+    reserved = ipaddress.IPv4Network("10.0.0.0/27")
+    eid = ec2.create_network_interface(SubnetId=w.subnet, SecondaryPrivateIpAddressCount=9)["NetworkInterface"][
+        "NetworkInterfaceId"
+    ]
+    ips = _ips(_eni(ec2, eid))
+    assert len(ips) == 10 and not [ip for ip in ips if ipaddress.IPv4Address(ip) in reserved]
+    # named, an address of the explicit reservation is assigned (it is there to be named)
+    ec2.assign_private_ip_addresses(NetworkInterfaceId=eid, PrivateIpAddresses=["10.0.0.9"])
+    assert "10.0.0.9" in _ips(_eni(ec2, eid))
+
+
+@pytest.mark.parametrize("name", EMULATED)
+def test_prefixes_by_count_go_to_prefix_reservations_first_and_never_to_explicit_ones(name: str) -> None:
+    """A prefix by count takes a whole block of a prefix reservation while one is left, then any
+    whole block outside the explicit reservations (moto ignores Ipv4PrefixCount)."""
+    for b in open_backend(name):
+        ec2 = b.ec2
+        w = world(ec2, cidr="10.0.0.0/25")  # by count the highest whole block first: .96/28
+        ec2.create_subnet_cidr_reservation(SubnetId=w.subnet, Cidr="10.0.0.16/28", ReservationType="prefix")
+        ec2.create_subnet_cidr_reservation(SubnetId=w.subnet, Cidr="10.0.0.96/28", ReservationType="explicit")
+        eid = _new_eni(ec2, w.subnet)
+        got = [
+            p["Ipv4Prefix"]
+            for _ in range(5)
+            for p in ec2.assign_private_ip_addresses(NetworkInterfaceId=eid, Ipv4PrefixCount=1)["AssignedIpv4Prefixes"]
+        ]
+        assert got == ["10.0.0.16/28", "10.0.0.80/28", "10.0.0.64/28", "10.0.0.48/28", "10.0.0.32/28"]
+        with pytest.raises(ClientError) as e:  # the explicit one is never taken by count
+            ec2.assign_private_ip_addresses(NetworkInterfaceId=eid, Ipv4PrefixCount=1)
+        assert "10.0.0.96/28" not in {p["Ipv4Prefix"] for p in _eni(ec2, eid)["Ipv4Prefixes"]}
+        assert error_of(e) == ("InsufficientCidrBlocks", 400)

@@ -256,6 +256,60 @@ def test_release_books_are_beside_the_ledger_rows_never_among_them(stores: Store
     assert stores.books.load("c", ["i-1"])["i-1"].keys == {"10.0.0.5"}  # kept until its TTL
 
 
+# --- named placement's records beside the books (review1 P2, P3) ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("holds", "since", "want"),
+    [
+        ([], 0.0, set()),
+        ([("s-1", ["10.0.0.5", "10.0.0.16/28"], 100.0)], 100.0, {"10.0.0.5", "10.0.0.16/28"}),
+        ([("s-1", ["10.0.0.5"], 100.0)], 100.5, set()),  # older than the hold
+        ([("s-1", ["10.0.0.5"], 100.0), ("s-1", ["10.0.0.5"], 200.0)], 150.0, {"10.0.0.5"}),  # the latest wins
+        ([("s-1", ["10.0.0.5"], 100.0), ("s-2", ["10.0.0.6"], 100.0)], 0.0, {"10.0.0.5"}),  # per subnet
+        ([("s-1", [f"10.0.{i // 250}.{i % 250}" for i in range(60)], 100.0)], 50.0, None),  # batches of 25
+    ],
+)
+def test_released_keys_are_held_per_subnet_from_their_time(
+    stores: Stores, holds: list[tuple[str, list[str], float]], since: float, want: set[str] | None
+) -> None:
+    for subnet, keys, at in holds:
+        stores.books.hold("c", subnet, keys, at, at + 600)
+    got = stores.books.held("c", "s-1", since)
+    assert got == (want if want is not None else set(holds[0][1]))
+    assert stores.books.held("other-cluster", "s-1", 0.0) == frozenset()
+
+
+def test_a_create_is_recorded_by_its_token_and_read_back_whole(stores: Stores) -> None:
+    from warmpool.calls import CreateEni
+
+    assert stores.books.get_create("c", "tok") is None
+    named = CreateEni(
+        "s-1",
+        1,
+        0,
+        ips=2,
+        prefixes=1,
+        client_token="tok",
+        at_ips=("10.0.0.4", "10.0.0.5", "10.0.0.6"),
+        at_prefixes=("10.0.0.16/28",),
+    )
+    stores.books.put_create("c", named, 1e10)
+    assert stores.books.get_create("c", "tok") == named
+    by_count = CreateEni("s-1", 1, 0, ips=2, prefixes=1, client_token="tok")
+    stores.books.put_create("c", by_count, 1e10)  # the last recorded wins (asked by count again)
+    assert stores.books.get_create("c", "tok") == by_count and stores.books.get_create("d", "tok") is None
+
+
+def test_placement_records_are_never_ledger_rows(stores: Stores) -> None:
+    from warmpool.calls import CreateEni
+
+    stores.ledger.record("c", "i-1", 5, {"instance_id": "i-1"}, 1.0)
+    stores.books.hold("c", "s-1", ["10.0.0.5"], 1.0, 1e10)
+    stores.books.put_create("c", CreateEni("s-1", 1, 0, ips=0, prefixes=0, client_token="t"), 1e10)
+    assert set(stores.ledger.entries("c")) == {"i-1"} and set(stores.ledger.nodes("c")) == {"i-1"}
+
+
 # --- two invocations for one instance at once ---------------------------------------------
 
 
@@ -326,3 +380,11 @@ def test_two_invocations_never_unassign_and_hand_back_one_address(stores: Stores
         assert ec2.unassigned == ["10.0.0.7"] and outcomes["hand-back"] == "release book changed before a hand-back"
     else:
         assert handed and ec2.unassigned == [] and outcomes["unassign"] == "release book not written"
+
+
+@pytest.mark.parametrize("raw", ["", "[]", "{}", '{"subnet_id": "s"}', '{"subnet_id": "s", "device_index": "x"}'])
+def test_a_stored_create_that_does_not_parse_is_refused(raw: str) -> None:
+    from functions.stores import loads_create
+
+    with pytest.raises(ValueError):
+        loads_create(raw)

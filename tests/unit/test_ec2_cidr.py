@@ -178,3 +178,58 @@ def test_scattered_prefix_count_fails_iff_no_whole_block_is_free(seed: int, ops:
             for _ in range(min(n, len(singles))):
                 pool.release_ip(singles.pop(0))
     assert pool.free_blocks() + pool.broken_blocks() <= 8
+
+
+# --- subnet CIDR reservations --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("placement", ["packed", "scattered"])
+@pytest.mark.parametrize(
+    ("reservations", "n_ips", "n_prefixes", "prefixes_first"),
+    [
+        ([("10.0.0.0/27", "explicit")], 40, 2, []),
+        ([("10.0.0.32/27", "prefix")], 40, 3, ["10.0.0.48/28", "10.0.0.32/28"]),
+        ([("10.0.0.0/26", "explicit"), ("10.0.0.64/28", "prefix")], 100, 2, ["10.0.0.64/28"]),
+        ([("10.0.0.200/29", "explicit"), ("10.0.0.128/27", "prefix")], 60, 1, ["10.0.0.144/28"]),
+    ],
+)
+def test_by_count_nothing_lands_where_a_reservation_says_not(
+    placement: str, reservations: list[tuple[str, str]], n_ips: int, n_prefixes: int, prefixes_first: list[str]
+) -> None:
+    pool = SubnetPool("10.0.0.0/24", placement, seed=3)  # type: ignore[arg-type]
+    for i, (cidr, kind) in enumerate(reservations):
+        pool.reserve(f"scr-{i}", cidr, kind)
+    prefixes = pool.take_prefixes(n_prefixes)
+    ips = pool.take_ips(n_ips)
+    assert prefixes is not None and ips is not None
+    assert prefixes[: len(prefixes_first)] == prefixes_first
+    nets = [(ipaddress.IPv4Network(c), k) for c, k in reservations]
+    for ip in ips:
+        assert not any(ipaddress.IPv4Address(ip) in n for n, _ in nets), ip
+    for pfx in prefixes:
+        assert not any(ipaddress.IPv4Network(pfx).overlaps(n) for n, k in nets if k == "explicit"), pfx
+
+
+def test_named_addresses_may_be_reserved_and_a_reservation_can_go() -> None:
+    pool = SubnetPool("10.0.0.0/28")
+    pool.reserve("scr-1", "10.0.0.0/28", "explicit")
+    assert pool.take_ips(1) is None  # by count, nothing: the whole subnet is reserved
+    assert pool.take_ip("10.0.0.7")  # named: taken
+    assert pool.unreserve("scr-1") is not None and pool.unreserve("scr-1") is None
+    assert pool.take_ips(1) == ["10.0.0.4"]
+
+
+@pytest.mark.parametrize(
+    ("cidr", "kind", "why"),
+    [
+        ("10.0.1.0/28", "explicit", "within subnet"),
+        ("10.0.0.8/28", "explicit", "invalid"),  # not a network address
+        ("10.0.0.16/28", "explicit", "overlap"),
+        ("10.0.0.64/28", "reserved", "reservationType"),
+    ],
+)
+def test_a_reservation_ec2_refuses_is_refused(cidr: str, kind: str, why: str) -> None:
+    pool = SubnetPool("10.0.0.0/24")
+    pool.reserve("scr-1", "10.0.0.0/27", "prefix")
+    with pytest.raises(ValueError, match=why):
+        pool.reserve("scr-2", cidr, kind)

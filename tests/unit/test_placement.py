@@ -125,6 +125,77 @@ def test_place_packs_singles_and_keeps_whole_blocks_for_prefixes(
             assert pool.take_ip(ip), ip
 
 
+# What must not be named (issue 24's hostile review, P2 and P4): addresses a release book took
+# recently (``held``), explicit CIDR reservations, and prefix reservations for singles.
+@pytest.mark.parametrize(
+    ("usage", "n_ips", "n_prefixes", "want_ips", "want_prefixes"),
+    [
+        # held singles are as if in use: the fullest broken block's other addresses go first
+        (Usage("10.0.0.0/24", held=ips(*range(5, 15))), 3, 0, ips(4, 15, 240), ()),
+        # a held prefix takes its block: the next highest whole block is named instead
+        (Usage("10.0.0.0/24", held=frozenset({"10.0.0.224/28"})), 0, 1, frozenset(), ("10.0.0.208/28",)),
+        # an explicit reservation is never named: singles and prefixes go around it
+        (Usage("10.0.0.0/24", explicit=frozenset({"10.0.0.0/27"})), 2, 0, ips(240, 241), ()),
+        (
+            Usage("10.0.0.0/24", explicit=frozenset({"10.0.0.192/26"})),
+            0,
+            2,
+            frozenset(),
+            ("10.0.0.160/28", "10.0.0.176/28"),
+        ),
+        # a prefix reservation: prefixes there first (as EC2 by count), highest first
+        (Usage("10.0.0.0/24", prefix_only=frozenset({"10.0.0.32/27"})), 0, 1, frozenset(), ("10.0.0.48/28",)),
+        (
+            Usage("10.0.0.0/24", prefix_only=frozenset({"10.0.0.32/27"})),
+            0,
+            3,
+            frozenset(),
+            ("10.0.0.32/28", "10.0.0.48/28", "10.0.0.224/28"),
+        ),
+        # ... and never a single, even when its blocks are the only whole ones left
+        (
+            Usage("10.0.0.0/26", ips(*range(4, 16)), prefix_only=frozenset({"10.0.0.16/28", "10.0.0.32/28"})),
+            2,
+            0,
+            ips(48, 49),
+            (),
+        ),
+        # a prefix reservation that leaves no room at all for singles: short, never inside it
+        (Usage("10.0.0.0/28", prefix_only=frozenset({"10.0.0.0/28"})), 1, 0, frozenset(), ()),
+        # a reservation or held key outside the subnet, or malformed, changes nothing
+        (
+            Usage("10.0.0.0/26", held=frozenset({"10.9.0.5", "bad", "10.9.0.0/28"}), explicit=frozenset({"x/y"})),
+            1,
+            0,
+            ips(4),
+            (),
+        ),
+    ],
+)
+def test_place_never_names_held_or_reserved_addresses(
+    usage: Usage, n_ips: int, n_prefixes: int, want_ips: frozenset[str], want_prefixes: tuple[str, ...]
+) -> None:
+    p = place(usage, n_ips, n_prefixes)
+    assert set(p.ips) == want_ips and p.prefixes == want_prefixes
+    assert p.ips_short == n_ips - len(want_ips) and p.prefixes_short == n_prefixes - len(want_prefixes)
+    barred = [ipaddress.IPv4Network(c, strict=False) for c in usage.explicit if "/" in c and c[0].isdigit()]
+    singles_barred = barred + [ipaddress.IPv4Network(c) for c in usage.prefix_only]
+    for ip in p.ips:
+        assert ip not in usage.held and not any(ipaddress.IPv4Address(ip) in n for n in singles_barred)
+    for pfx in p.prefixes:
+        assert pfx not in usage.held and not any(ipaddress.IPv4Network(pfx).overlaps(n) for n in barred)
+
+
+def test_availability_leaves_out_what_may_not_be_named() -> None:
+    a = availability(Usage("10.0.0.0/24", held=ips(20), explicit=frozenset({"10.0.0.224/27"})))
+    assert a.free_addresses == 251 - 1 - 31  # the held address, the reservation (less the reserved last)
+    assert "10.0.0.16/28" not in a.free_blocks and ("10.0.0.16/28", 15) in a.broken
+    assert not {"10.0.0.224/28", "10.0.0.240/28"} & set(a.free_blocks)
+    b = availability(Usage("10.0.0.0/24", prefix_only=frozenset({"10.0.0.16/28"})))
+    assert "10.0.0.16/28" in b.free_blocks  # a prefix may go there
+    assert all(blk != "10.0.0.16/28" for blk, _ in b.broken)
+
+
 def test_singles_never_break_a_whole_block_while_a_broken_one_has_room() -> None:
     before = availability(Usage("10.0.0.0/24"))
     p = place(Usage("10.0.0.0/24"), 27, 0)  # exactly what the two broken blocks hold

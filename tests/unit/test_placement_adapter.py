@@ -4,7 +4,10 @@ placement chose. On the emulator's fast client, in process."""
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
+
+import pytest
 
 from emulated.clock import VirtualClock
 from emulated.ec2 import Ec2Config, Ec2Emulator
@@ -67,7 +70,7 @@ def test_usage_holds_every_address_and_prefix_of_the_subnets_enis_paid_and_cache
     u = ec2.subnet_usage(sid)
     assert u is not None and u.cidr == "10.0.0.0/24"
     assert a["PrivateIpAddress"] in u.ips and len(u.ips) == 5 and len(u.prefixes) == 1
-    assert pay.paid == [{"DescribeNetworkInterfaces": 1}] and api.describes == 1
+    assert pay.paid == [{"DescribeNetworkInterfaces": 1}, {"GetSubnetCidrReservations": 1}] and api.describes == 1
     assert ec2.subnet_usage(sid) is u and api.describes == 1  # cached
     clock.advance(11)
     c.create_network_interface(SubnetId=sid)
@@ -122,3 +125,99 @@ def test_named_assign_and_create_take_exactly_the_names() -> None:
     )
     assert made.eni.primary_ip == p.ips[2] and set(made.eni.ips) == set(p.ips[3:])
     assert made.eni.prefixes == p.prefixes[1:]
+
+
+# --- what must not be named: CIDR reservations (review1 P4) and the release books' hold (P2) ---
+
+
+class PaysPerAction:
+    """Pays every read but those of ``unpaid`` (their bucket is empty)."""
+
+    def __init__(self, unpaid: str) -> None:
+        self.unpaid, self.paid = unpaid, []  # type: ignore[var-annotated]
+
+    def __call__(self, cost: Any) -> float:
+        if self.unpaid in cost:
+            return 2.0
+        self.paid.append(dict(cost))
+        return 0.0
+
+
+@pytest.mark.parametrize(
+    ("reservations", "explicit", "prefix_only"),
+    [
+        ([], set(), set()),
+        ([("10.0.0.0/27", "explicit")], {"10.0.0.0/27"}, set()),
+        ([("10.0.0.64/26", "prefix")], set(), {"10.0.0.64/26"}),
+        (
+            [("10.0.0.0/28", "explicit"), ("10.0.0.32/27", "prefix"), ("10.0.0.128/28", "explicit")],
+            {"10.0.0.0/28", "10.0.0.128/28"},
+            {"10.0.0.32/27"},
+        ),
+    ],
+)
+def test_usage_carries_the_subnets_cidr_reservations_by_type(
+    reservations: list[tuple[str, str]], explicit: set[str], prefix_only: set[str]
+) -> None:
+    emu, ec2, _, pay, _, _, sid = world()
+    for cidr, kind in reservations:
+        emu.client().create_subnet_cidr_reservation(SubnetId=sid, Cidr=cidr, ReservationType=kind)
+    u = ec2.subnet_usage(sid)
+    assert u is not None and u.explicit == explicit and u.prefix_only == prefix_only
+    assert {"GetSubnetCidrReservations": 1} in pay.paid
+    named = place(u, 40, 3)
+    for r in explicit:
+        net = ipaddress.IPv4Network(r)
+        assert not [ip for ip in named.ips if ipaddress.IPv4Address(ip) in net]
+        assert not [p for p in named.prefixes if ipaddress.IPv4Network(p).overlaps(net)]
+    for r in prefix_only:
+        net = ipaddress.IPv4Network(r)
+        assert not [ip for ip in named.ips if ipaddress.IPv4Address(ip) in net]
+
+
+def test_reservations_are_read_page_by_page_each_paid() -> None:
+    emu, ec2, _, pay, _, api, sid = world()
+    for i in range(7):
+        emu.client().create_subnet_cidr_reservation(
+            SubnetId=sid, Cidr=f"10.0.0.{16 * i}/28", ReservationType="explicit"
+        )
+
+    class SmallPages(Counting):
+        def get_subnet_cidr_reservations(self, **kw: Any) -> Any:
+            return self.inner.get_subnet_cidr_reservations(**{**kw, "MaxResults": 5})
+
+    ec2.api = SmallPages(api.inner)
+    u = ec2.subnet_usage(sid)
+    assert u is not None and len(u.explicit) == 7
+    assert pay.paid.count({"GetSubnetCidrReservations": 1}) == 2
+
+
+@pytest.mark.parametrize("unpaid", ["DescribeNetworkInterfaces", "GetSubnetCidrReservations"])
+def test_an_unpaid_read_of_either_kind_leaves_no_usage_and_is_counted(unpaid: str) -> None:
+    emu, ec2, _, _, tally, _, sid = world()
+    ec2.pay = PaysPerAction(unpaid)
+    emu.client().create_subnet_cidr_reservation(SubnetId=sid, Cidr="10.0.0.0/27", ReservationType="explicit")
+    assert ec2.subnet_usage(sid) is None and tally.get("PlacementReadsDeferred") == 1
+
+
+def test_held_is_asked_after_the_describe_and_cached_with_it() -> None:
+    _, ec2, clock, _, tally, api, sid = world(placement_cache_ttl_s=10)
+    asked: list[int] = []
+
+    def held() -> frozenset[str] | None:
+        asked.append(api.describes)
+        return frozenset({"10.0.0.20", "10.0.0.48/28"})
+
+    u = ec2.subnet_usage(sid, held)
+    assert u is not None and u.held == {"10.0.0.20", "10.0.0.48/28"} and asked == [1]
+    assert ec2.subnet_usage(sid, held) is u and asked == [1]  # cached with the Describe
+    ec2.note_placed(sid, ["10.0.0.9"], [])
+    u = ec2.subnet_usage(sid, held)
+    assert u is not None and u.held == {"10.0.0.20", "10.0.0.48/28"}
+    named = place(u, 20, 1)
+    assert "10.0.0.20" not in named.ips and "10.0.0.48/28" not in named.prefixes
+    # not known (the store did not answer): no usage, as unpaid; the one read before if any
+    clock.advance(11)
+    assert ec2.subnet_usage(sid, lambda: None) is u and tally.get("PlacementReadsDeferred") == 1
+    ec2.forget_usage(sid)
+    assert ec2.subnet_usage(sid, lambda: None) is None and tally.get("PlacementReadsDeferred") == 2

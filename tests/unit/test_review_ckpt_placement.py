@@ -166,14 +166,9 @@ class Recorder:
         return self.inner.create_network_interface(**kw)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="review1 P2: named placement packs singles into the fullest broken /28, so an address "
-    "just unassigned from another node (in that node's release book, its agent not yet told "
-    "'released') is named for the next node as soon as the subnet view is re-read; the release "
-    "books are not consulted, so the only guard left against a second holder is the first node's agent",
-)
+# review1 P2, fixed: before each Unassign (and each Detach of a DeleteEni) the executor records the
+# keys released in their subnet (PlacementRecords.hold, shared by every container); the usage read
+# leaves out every key released within WARMPOOL_PLACEMENT_RELEASE_HOLD_S (functions/execute.py::_held).
 def test_named_placement_does_not_name_an_address_whose_release_its_owner_has_not_applied() -> None:
     from emulated.ec2 import Ec2Config
     from tests.helpers.reliability_cluster import ReliabilityCluster
@@ -244,15 +239,8 @@ class ThrottlesFirstAttach:
         return self.inner.attach_network_interface(**kw)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="review1 P3: the names of a Create are remembered per ClientToken only in the container "
-    "that made it (execute._created_names); the re-sent report after a throttled attach, served by "
-    "another container, reads a view that now shows the first ENI's addresses, names others, gets "
-    "IdempotentParameterMismatch and makes a second ENI under a new token: the first is left "
-    "detached (a leak of an ENI and its addresses until GC), where by count the token found it again",
-)
+# review1 P3, fixed: each named Create's parameters are recorded by ClientToken in the shared store
+# before it is sent (PlacementRecords.put_create); a re-sent Create, in any container, sends them again.
 def test_a_resent_create_in_another_container_finds_the_eni_the_first_made() -> None:
     from tests.helpers.reliability_cluster import ReliabilityCluster
     from warmpool.pool import PoolConfig
@@ -329,7 +317,7 @@ def test_a_failed_wiring_read_at_start_does_not_stop_the_agent(tmp_path: Path) -
 
 class WithExplicitReservation:
     """The emulator's client, plus the subnet's CIDR reservations as EC2 answers them
-    (DescribeSubnetCidrReservations): an operator's explicit reservation of 10.0.0.0/27."""
+    (GetSubnetCidrReservations): an operator's explicit reservation of 10.0.0.0/27."""
 
     def __init__(self, inner: Any, subnet: str) -> None:
         self.inner, self.subnet = inner, subnet
@@ -337,7 +325,7 @@ class WithExplicitReservation:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def describe_subnet_cidr_reservations(self, **kw: Any) -> Any:
+    def get_subnet_cidr_reservations(self, **kw: Any) -> Any:
         res = {
             "SubnetCidrReservationId": "scr-0123456789abcdef0",
             "SubnetId": self.subnet,
@@ -348,14 +336,8 @@ class WithExplicitReservation:
         return {"SubnetIpv4CidrReservations": [res], "SubnetIpv6CidrReservations": []}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="review1 P4: an explicit subnet CIDR reservation is a range EC2 never assigns by count "
-    "(only addresses named by whoever reserved it); named placement reads only "
-    "DescribeNetworkInterfaces, so it names addresses inside it (and packs singles into "
-    "prefix-type reservations): by count this cannot happen",
-)
+# review1 P4, fixed: the usage read includes GetSubnetCidrReservations (functions/ec2.py::subnet_usage):
+# explicit reservations are never named, prefix ones take prefixes only (warmpool/placement.py).
 def test_named_placement_never_names_an_address_in_an_explicit_cidr_reservation() -> None:
     import ipaddress
 
