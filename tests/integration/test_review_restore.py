@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.allocate_world import AllocatorWorld
+from tests.helpers.crashing import Crash, CrashingEc2
 from tests.integration.test_allocate_restore_check import _actions, _restored, _verdicts, _world
 from warmpool.messages import Released, RestoreChecked
 from warmpool.release_book import ReleaseBook
@@ -150,3 +151,42 @@ def test_a_report_asking_again_after_its_answer_was_lost_is_still_current() -> N
     w.deliver([_restored(w, 1, warm_ip=1)])  # seq 3: the same question again
     said = _verdicts(_actions(w))
     assert said == [RestoreChecked(restored_from=1, current=True)], said
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason=(
+        "review R6: the restored report settles the release book (_verify_and_plan) before the "
+        "verdict reads it: an entry of a later report whose address the copy's report no longer "
+        "lists (IMDS stopped listing it: the Unassign was made) is dropped first, and the "
+        "verdict says current with a report past the copy acted on"
+    ),
+)
+def test_the_restored_report_does_not_settle_away_the_entry_that_makes_it_not_current() -> None:
+    """The invocation serving report 2 (after the copy, offering x) booked and made the Unassign,
+    then died before recording 2: ledger 1, book {x: 2}. The node restarts on the copy (seq 1):
+    its resync drops x (IMDS no longer lists it), so report 3 (restored_from 1) does not name x.
+    The batch settles the book with report 3 (x's entry is older and not listed: dropped, and
+    stored) before the verdict re-reads it: ledger 1, book empty, current. The copy lacks
+    everything the agent learnt from report 2's answer (none came: x's release is not in its
+    recent-results memory), so a regressed IMDS read that lists x again gives it back free,
+    while a lost checkpoint would have held it as an unknown offer (docs/safety.md, row 12)."""
+    w, eni, ips = _world()
+    w.deliver([w.report("n1", warm_ip=1)])  # seq 1: the copy's last
+    x = ips[-2:]
+    w.clock.advance(30)
+    n = w.report("n1", warm_ip=1, release=[{"eni_id": eni, "ips": x, "quarantined_at": w.clock.now() - 20}])
+    plain = w.ec2_client
+    w.ec2_client = CrashingEc2(plain, "unassign_private_ip_addresses")  # dies right after the call
+    crashing = w.allocator()
+    w.ec2_client = plain
+    with pytest.raises(Crash):
+        crashing.handle_batch(w.records([n]))
+    assert w.ledger.last_seq("demo", w.nodes["n1"]) == 1
+    assert not set(x) & set(w.enis("n1")[0].secondary), "the Unassign was made"
+    assert {t.seq for t in w.books.load("demo", [w.nodes["n1"]])[w.nodes["n1"]].taken} == {2}
+    w.clock.advance(w.settings.lease_ttl_s)
+    w.deliver([_restored(w, 1, warm_ip=1)])  # names what EC2 shows: x no more
+    said = _verdicts(_actions(w))
+    assert said == [RestoreChecked(restored_from=1, current=False)], said
