@@ -513,7 +513,14 @@ class Allocator:
                 self._reject(n, Rejection.UNKNOWN_INSTANCE_TYPE, b, str(lim))
                 continue
             ceiling = node_max_pods(r, lim, self.settings.max_pods)
-            book = self._settled_book(n, f, books.get(r.instance_id))
+            # A report of a restored checkpoint settles nothing before its answer: the entries a
+            # settle would drop are what may make the checkpoint not current (hostile review of
+            # the restore check, R6).
+            book = (
+                books.get(r.instance_id)
+                if r.restored_from is not None
+                else self._settled_book(n, f, books.get(r.instance_id))
+            )
             shown = f.keys_by_eni()  # before the book's correction
             f = book.correct(f) if book is not None else f
             inv = f.inventory(self.cluster)
@@ -879,19 +886,35 @@ class Allocator:
         r = job.report
         assert r.restored_from is not None
         key = self._key(r)
-        try:
-            ledger_seq = self.ledger.last_seqs(self.cluster, [key])[key]
-            book = self.books.load(self.cluster, [r.instance_id]).get(r.instance_id, ReleaseBook())
-        except (LedgerUnread, *BOOK_ERRORS) as err:
-            log.warning("restore not checked: %s", str(err)[:200], extra={"node": r.node, "seq": r.seq})
+
+        def wait(why: str) -> NodeOutcome:
+            log.warning("restore not checked: %s", why[:200], extra={"node": r.node, "seq": r.seq})
             return NodeOutcome(
                 r.node,
                 job.facts.instance_id,
                 r.seq,
                 NodeStatus.DEFERRED,
                 retry_after_s=float(self.settings.lease_retry_s),
-                reason="restore not checked: ledger or release book not read",
+                reason=f"restore not checked: {why}"[:120],
             )
+
+        try:
+            ledger_seq = self.ledger.last_seqs(self.cluster, [key])[key]
+            book = self.books.load(self.cluster, [r.instance_id]).get(r.instance_id, ReleaseBook())
+        except (LedgerUnread, *BOOK_ERRORS) as err:
+            return wait(f"ledger or release book not read: {err}")
+        if (job.book is None and book.taken) or (job.book is not None and book.version != job.book.version):
+            return wait("the release book changed since the plan")
+        # The book written back (its version one higher) before the answer: an invocation that
+        # read the older version (its lease lost, row 11) can no longer write its Unassign's
+        # write-ahead, so it never makes the call (hostile review of the restore check, R2).
+        try:
+            stored = self.books.save(self.cluster, r.instance_id, book, self.clock.now() + self.settings.ledger_ttl_s)
+        except BOOK_ERRORS as err:
+            return wait(f"release book not written: {err}")
+        if stored is None:
+            return wait("another invocation wrote the release book")
+        job.book, job.book_checked = stored, True
         seqs = [t.seq for t in (*book.taken, *book.given)]
         current = restore_current(r.restored_from, ledger_seq, seqs)
         self.tally.add(M_RESTORES_CHECKED, current="true" if current else "false")

@@ -25,7 +25,7 @@ from node_agent.checkpoint import CheckpointWriteError
 from node_agent.claims import ParkedClaims
 from node_agent.config import Timing
 from node_agent.controller_stats import ControllerStats
-from node_agent.datastore import Datastore
+from node_agent.datastore import UNKNOWN_ON_RELEASE, Datastore
 from node_agent.records import UNKNOWN_HOLDER, Assignment, EniInfo, NodeIdentity
 from node_agent.report import build_report
 from warmpool import messages
@@ -63,6 +63,13 @@ RESTORE_META = "restore_unconfirmed"
 """The ``last_seq`` of a checkpoint restored at a start that the allocator has not yet said is
 the node's newest state (:meth:`PoolController.start`): kept until it answers, so a restart
 meanwhile asks about that checkpoint again, not about its own later seq."""
+RESTORE_ASKED_META = "restore_asked_from"
+"""The first report seq that asked about that checkpoint: only an answer replying to it or a later
+report is this wait's (a ``current`` said to another process's report, delivered again, is not)."""
+UNKNOWN_ON_RELEASE_META = UNKNOWN_ON_RELEASE
+"""Addresses pods held when a restored checkpoint was found not current: the copy may list a pod
+gone since, whose address was offered and unassigned after the copy. Each goes to the offers, as
+of unknown origin, when its pod lets it go, never to the pool (``Datastore.release``)."""
 RESTORE_WAIT_S = 60.0
 """How long, on the steady clock, a restored checkpoint waits for the allocator's answer
 before it is treated as not current (an allocator from before ``restored_from`` refuses
@@ -271,8 +278,13 @@ class PoolController:
         current, or no answer within :data:`RESTORE_WAIT_S`: the lost-checkpoint way
         (:meth:`_restore_stale`). Hostile review 1, finding C1 (docs/safety.md, row 12)."""
         asked = self.ds.meta.get(RESTORE_META)
-        restored_from = asked if isinstance(asked, int) and asked >= 0 else max(self.last_seq, 0)
-        self.ds.set_meta(RESTORE_META, restored_from)
+        waiting = isinstance(asked, int) and asked >= 0
+        restored_from = asked if isinstance(asked, int) and waiting else max(self.last_seq, 0)
+        first = self.ds.meta.get(RESTORE_ASKED_META)
+        with self.ds.batch():
+            self.ds.set_meta(RESTORE_META, restored_from)
+            if not (waiting and isinstance(first, int)):
+                self.ds.set_meta(RESTORE_ASKED_META, None)
         self._restored_from = restored_from
         self._restore_wait_until = steady + RESTORE_WAIT_S
         self.ds.withhold(True)
@@ -281,12 +293,19 @@ class PoolController:
         """No restore waits for the allocator's answer any more (may raise CheckpointWriteError)."""
         self._restored_from = None
         self.ds.withhold(False)
-        if self.ds.meta.get(RESTORE_META) is not None:
-            self.ds.set_meta(RESTORE_META, None)
+        if self.ds.meta.get(RESTORE_META) is not None or self.ds.meta.get(RESTORE_ASKED_META) is not None:
+            with self.ds.batch():
+                self.ds.set_meta(RESTORE_META, None)
+                self.ds.set_meta(RESTORE_ASKED_META, None)
 
-    def _restore_checked(self, action: RestoreChecked, now: float) -> str:
+    def _restore_checked(self, action: RestoreChecked, now: float, in_reply_to: int) -> str:
         if self._restored_from is None or action.restored_from != self._restored_from:
             return f"restore check of {action.restored_from} not awaited: ignored"
+        first = self.ds.meta.get(RESTORE_ASKED_META)
+        if not isinstance(first, int) or in_reply_to < first:
+            # An answer to a report this wait never sent: another process's, delivered again
+            # (hostile review of the restore check, R3).
+            return f"restore check replying to {in_reply_to}, before this wait's first report: ignored"
         if action.current:
             self._end_restore()
             self.stats.restores_current += 1
@@ -304,6 +323,11 @@ class PoolController:
             self._end_restore()
             self._forget_offers(now)
             self._hold_unknown(set(), now)
+            # A pod the copy lists may be gone since (the wiring check proves only that every
+            # running pod is in it): whatever pods hold goes to the offers as of unknown origin
+            # when they let it go (hostile review of the restore check, R4).
+            held = sorted({a.prefix or a.ip for e in self.ds.enis() for a in e.addrs.values() if a.in_use})
+            self.ds.set_meta(UNKNOWN_ON_RELEASE_META, held)
             self._force = True
         self.stats.restores_stale += 1
         log.warning("restored checkpoint not current (%s): its free addresses offered back as of unknown origin", why)
@@ -676,6 +700,7 @@ class PoolController:
             self._restore_stale(now, f"no answer within {RESTORE_WAIT_S:g} s")
         self.ds.recently_gone(now)  # expires old entries
         self._close_rebuild_window(now)
+        self._adopt_released_unknown()
         self._forget_known()
         self._note_quarantined(now, from_now=False)
         back = self._take_back(now) if self._steady(now) >= self._hold_until else 0
@@ -748,6 +773,14 @@ class PoolController:
                 self.resync(now)
             except Exception as exc:  # IMDS down: the report leaves the extra ENIs out meanwhile
                 self._event("imds", f"cannot resync to repair the datastore: {exc}")
+
+    def _adopt_released_unknown(self) -> None:
+        """Keys ``Datastore.release`` quarantined instead of freeing (:data:`UNKNOWN_ON_RELEASE_META`)
+        are offers of unknown origin (may raise CheckpointWriteError: tried again next pass)."""
+        keys = self.ds.take_released_unknown()
+        if keys - self._unknown:
+            self._unknown |= keys
+            self.ds.set_meta(UNKNOWN_META, sorted(self._unknown))
 
     def _forget_known(self) -> None:
         """Keys of unknown origin no longer quarantined (released, dropped, or granted again) are
@@ -953,6 +986,8 @@ class PoolController:
         seq = max(self.last_seq + 1, int(now * 1000))
         self.last_seq = seq
         self.ds.set_meta(SEQ_META, seq)
+        if self._restored_from is not None and not isinstance(self.ds.meta.get(RESTORE_ASKED_META), int):
+            self.ds.set_meta(RESTORE_ASKED_META, seq)
         shift = self.clock_ahead() if self.clock_ahead is not None else 0.0
         steady = self._steady(now)
         steady_since: dict[str, float] = {}
@@ -1065,7 +1100,7 @@ class PoolController:
                     log.error("EC2 deleted %s while pods hold its addresses (two holders possible)", action.eni_id)
                     notes.append(f"{action.eni_id}: deleted by EC2 while pods hold its addresses")
             elif isinstance(action, RestoreChecked):
-                notes.append(self._restore_checked(action, now))
+                notes.append(self._restore_checked(action, now, result.in_reply_to))
             elif isinstance(action, Deferred):
                 self._not_before = max(self._not_before, self._steady(now) + action.retry_after_s)
                 notes.append(f"deferred {action.retry_after_s:.1f}s: {action.reason}")

@@ -60,6 +60,13 @@ def _slot(e: EniRecord) -> tuple[int, int]:
     return (e.info.network_card, e.info.device_index)
 
 
+UNKNOWN_ON_RELEASE = "unknown_on_release"
+"""Meta key: addresses (or /28 prefixes) whose release quarantines them as of unknown origin
+(``node_agent.controller.UNKNOWN_ON_RELEASE_META``)."""
+RELEASED_UNKNOWN = "released_unknown"
+"""Meta key: keys :meth:`Datastore.release` quarantined so, for the controller to mark."""
+
+
 class Datastore(RecoveredHolders):
     """Addresses per ENI and who holds them. See the module docstring."""
 
@@ -303,9 +310,32 @@ class Datastore(RecoveredHolders):
             a = self._enis[eni_id].addrs[ip]
             a.container_id = a.ifname = a.netns = a.network = ""
             a.freed_at = now
+            unit = a.prefix or a.ip
+            marked = self.meta.get(UNKNOWN_ON_RELEASE)
+            if isinstance(marked, list) and unit in marked:
+                # offered back as of unknown origin, never free (PoolController._restore_stale)
+                a.quarantined_at = now
+                rest = [k for k in marked if k != unit or any(b.in_use for b in self._members(eni_id, unit))]
+                self.meta[UNKNOWN_ON_RELEASE] = rest or None
+                self.meta[RELEASED_UNKNOWN] = sorted({*(self.meta.get(RELEASED_UNKNOWN) or []), unit})
             self._save()
             self.changed.set()
             return Assignment(ip, eni_id)
+
+    def _members(self, eni_id: str, key: str) -> list[Addr]:
+        eni = self._enis[eni_id]
+        return [b for b in eni.addrs.values() if (b.prefix or b.ip) == key]
+
+    def take_released_unknown(self) -> set[str]:
+        """The keys :meth:`release` quarantined as of unknown origin since the last call (the
+        controller marks them so); removed from the checkpoint's meta once taken."""
+        with self._lock:
+            keys = self.meta.get(RELEASED_UNKNOWN)
+            if not keys:
+                return set()
+            self.meta[RELEASED_UNKNOWN] = None
+            self._save()
+            return {str(k) for k in keys}
 
     def lookup(self, container_id: str, ifname: str) -> Assignment | None:
         with self._lock:

@@ -88,15 +88,8 @@ class _BooksThen:
         return self.inner.save(cluster, instance_id, book, expires_at)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "review R2: the verdict only reads the release book; it writes nothing the other "
-        "invocation's conditional write-ahead would fail on, so an invocation whose lease "
-        "another container's clock saw expire (row 11) books and unassigns after 'current'"
-    ),
-)
+# review R2, fixed: the verdict writes the release book back (one version higher) before it is said,
+# so the other invocation's write-ahead fails (functions/allocator.py::_restore_verdict).
 def test_an_invocation_past_its_lease_never_unassigns_after_a_current_answer() -> None:
     """Invocation X serves report 2 (after the copy, offering x): planned, leased, its book check
     made; before its write-ahead it stalls. Invocation Y, in a container whose clock is past X's
@@ -153,16 +146,8 @@ def test_a_report_asking_again_after_its_answer_was_lost_is_still_current() -> N
     assert said == [RestoreChecked(restored_from=1, current=True)], said
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "review R6: the restored report settles the release book (_verify_and_plan) before the "
-        "verdict reads it: an entry of a later report whose address the copy's report no longer "
-        "lists (IMDS stopped listing it: the Unassign was made) is dropped first, and the "
-        "verdict says current with a report past the copy acted on"
-    ),
-)
+# review R6, fixed: a report of a restored checkpoint settles nothing before its answer
+# (functions/allocator.py::_verify_and_plan).
 def test_the_restored_report_does_not_settle_away_the_entry_that_makes_it_not_current() -> None:
     """The invocation serving report 2 (after the copy, offering x) booked and made the Unassign,
     then died before recording 2: ledger 1, book {x: 2}. The node restarts on the copy (seq 1):

@@ -51,15 +51,8 @@ def _restart_from(node: Node, copy: bytes | None = None) -> tuple[Any, Any]:
     return agent, report
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "review R3: a restore-checked answer is matched on restored_from alone, never on the "
-        "report it answers: a 'current' said to another process's report (a duplicate or "
-        "redelivered result) frees a copy restored again"
-    ),
-)
+# review R3, fixed: an answer counts only if it replies to this wait's first report or a later one
+# (node_agent/controller.py::RESTORE_ASKED_META).
 def test_a_current_answer_to_a_report_this_restore_never_sent_is_not_taken(node: Node) -> None:
     """The copy (seq R) is restored once: P1 asks, the allocator answers "current" to P1's report,
     P1 uses its pool, offers addresses, has them unassigned (the ledger moves past R). The same
@@ -85,15 +78,8 @@ def test_a_current_answer_to_a_report_this_restore_never_sent_is_not_taken(node:
     assert _add(agent, "p1") is None, "a free address of the copy went to a pod on another process's answer"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "review R4: 'not current' offers back only what the copy has free: an address the copy "
-        "has held by a pod that has gone since (its DEL came after the copy) is freed later "
-        "(CNI GC, a repeated DEL) and goes to a new pod, offered and unassigned though it was"
-    ),
-)
+# review R4, fixed: 'not current' marks what pods hold; each address goes to the offers, as of
+# unknown origin, when its pod lets it go (node_agent/controller.py::UNKNOWN_ON_RELEASE_META).
 def test_not_current_also_covers_an_address_held_in_the_copy_by_a_pod_gone_since(node: Node) -> None:
     """The copy has pod c1 holding a1. After the copy, c1 was deleted, a1 freed and offered in a
     later report (unassigned, or about to be: the very C1 case). The copy passes the wiring check
