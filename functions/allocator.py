@@ -80,6 +80,7 @@ from warmpool.names import (
     M_FAIR_SHARE_DEFERRED,
     M_IDENTITY_UNVERIFIED,
     M_LEDGER_UNREAD,
+    M_REPORTS_FENCED,
     M_REPORTS_QUIET,
     M_RESTORES_CHECKED,
     M_TOKENS_FORFEITED,
@@ -88,6 +89,10 @@ from warmpool.planner import Plan, node_max_pods, plan_node, quiet
 from warmpool.ports import Ec2Port, LedgerUnread, Ports, ReleaseBookStore
 from warmpool.release_book import ReleaseBook
 from warmpool.scheduling import coalesce, priority_key, restore_current
+
+FENCE_MARGIN_S = 300.0
+"""How much longer than the oldest offer the allocator acts on a restore check's fence holds:
+room for the containers' clocks to disagree (docs/safety.md, row 11)."""
 
 __all__ = ["SEQ_AHEAD_LIMIT", "Allocator", "BatchOutcome", "Mapper", "Record", "ThreadMapper", "serial_map"]
 """The allocator's interface: a batch of :class:`Record` in, a :class:`BatchOutcome` out."""
@@ -379,6 +384,9 @@ class Allocator:
         quiet_ones: list[Incoming] = []
         for n in candidates:
             book = books.get(n.report.instance_id)
+            if book is not None and book.fences(n.report, self.clock.now()):
+                self._fenced(n, b)
+                continue
             (quiet_ones if book is not None and not book.taken and not book.given else rest).append(n)
         if quiet_ones:
             b.out.noop += len(quiet_ones)
@@ -498,6 +506,10 @@ class Allocator:
                 self._reject(n, reason, b)
                 continue
             assert f is not None
+            read = books.get(r.instance_id)
+            if read is not None and read.fences(r, self.clock.now()):
+                self._fenced(n, b)
+                continue
             owners[r.instance_id] = r.node
             if self.trusted is not None and b.last_seq(self._key(r)) < 0:
                 self.queues.create(r.instance_id)
@@ -876,6 +888,14 @@ class Allocator:
         finally:
             self.leases.release(self.cluster, self._key(job.report), b.owner)
 
+    def _fenced(self, n: Incoming, b: Batch) -> None:
+        """A report of a process from before the instance's last restore check: stale, whatever
+        its seq (``ReleaseBook.fences``); dropped unrecorded, as any stale report."""
+        b.out.stale += 1
+        self.tally.add(names.M_REPORTS_STALE)
+        self.tally.add(M_REPORTS_FENCED)
+        log.info("report fenced by a restore check", extra={"node": n.report.node, "seq": n.report.seq})
+
     def _restore_verdict(self, job: NodeJob) -> RestoreChecked | NodeOutcome:
         """Under the node's lease: is the checkpoint the report says it restored the node's newest
         state (:func:`warmpool.scheduling.restore_current`)? The ledger and the release book are
@@ -908,15 +928,22 @@ class Allocator:
         # The book written back (its version one higher) before the answer: an invocation that
         # read the older version (its lease lost, row 11) can no longer write its Unassign's
         # write-ahead, so it never makes the call (hostile review of the restore check, R2).
+        # The answer raises the instance's fence: reports of any process before it (a lower epoch,
+        # or none) are never acted on again, whatever their seq (R1: a clock set back gives the
+        # restored agent lower seqs than the previous process's queued ones).
+        epoch = max(book.epoch, r.epoch or 0) + 1
+        now = self.clock.now()
+        fenced = replace(book, epoch=epoch, fenced_until=now + self.settings.release_offer_max_age_s + FENCE_MARGIN_S)
         try:
-            stored = self.books.save(self.cluster, r.instance_id, book, self.clock.now() + self.settings.ledger_ttl_s)
+            stored = self.books.save(self.cluster, r.instance_id, fenced, now + self.settings.ledger_ttl_s)
         except BOOK_ERRORS as err:
             return wait(f"release book not written: {err}")
         if stored is None:
             return wait("another invocation wrote the release book")
         job.book, job.book_checked = stored, True
         seqs = [t.seq for t in (*book.taken, *book.given)]
-        current = restore_current(r.restored_from, ledger_seq, seqs)
+        # a copy from before an earlier answer (its epoch below the book's) is not current either
+        current = (r.epoch or 0) >= book.epoch and restore_current(r.restored_from, ledger_seq, seqs)
         self.tally.add(M_RESTORES_CHECKED, current="true" if current else "false")
         if not current:
             log.warning(
@@ -928,7 +955,7 @@ class Allocator:
                     "book_seqs": max(seqs, default=-1),
                 },
             )
-        return RestoreChecked(restored_from=r.restored_from, current=current)
+        return RestoreChecked(restored_from=r.restored_from, current=current, epoch=epoch)
 
     def _finish_noop(self, job: NodeJob) -> NodeOutcome:
         res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, NodeStatus.SERVED)

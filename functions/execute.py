@@ -514,6 +514,9 @@ class PlanExecutor:
             raise self._book_error(job, "not read when the plan was made")
         if job.book is not None and stored.version != job.book.version:
             raise self._book_error(job, "changed since the plan")
+        if stored.fences(job.report, self.clock.now()):
+            # a restore check answered since the plan: this report's process is fenced
+            raise self._book_error(job, "fences this report (a restore check since)")
         job.book, job.book_checked = stored, True
 
     def _save_book(self, job: NodeJob, book: ReleaseBook) -> bool:

@@ -70,6 +70,8 @@ UNKNOWN_ON_RELEASE_META = UNKNOWN_ON_RELEASE
 """Addresses pods held when a restored checkpoint was found not current: the copy may list a pod
 gone since, whose address was offered and unassigned after the copy. Each goes to the offers, as
 of unknown origin, when its pod lets it go, never to the pool (``Datastore.release``)."""
+EPOCH_META = "epoch"
+"""The fence the allocator's last ``restore-checked`` answer gave (``PoolReport.epoch``)."""
 RESTORE_WAIT_S = 60.0
 """How long, on the steady clock, a restored checkpoint waits for the allocator's answer
 before it is treated as not current (an allocator from before ``restored_from`` refuses
@@ -237,6 +239,10 @@ class PoolController:
         """Quarantined keys of unknown origin (:data:`UNKNOWN_META`), checkpointed."""
         self._restored_from: int | None = None
         """The restored checkpoint's seq the allocator has yet to call current (:meth:`start`)."""
+        epoch = self.ds.meta.get(EPOCH_META)
+        valid = isinstance(epoch, int) and not isinstance(epoch, bool) and epoch > 0
+        self._epoch: int | None = epoch if valid else None
+        """The fence of the last restore check (:data:`EPOCH_META`), sent in every report."""
         self._restore_wait_until = 0.0
         """Steady reading after which an unanswered restore is taken as not current."""
 
@@ -306,6 +312,9 @@ class PoolController:
             # An answer to a report this wait never sent: another process's, delivered again
             # (hostile review of the restore check, R3).
             return f"restore check replying to {in_reply_to}, before this wait's first report: ignored"
+        # The new fence first, in its own write: every report from now on carries it.
+        self._epoch = max(self._epoch or 0, action.epoch)
+        self.ds.set_meta(EPOCH_META, self._epoch)
         if action.current:
             self._end_restore()
             self.stats.restores_current += 1
@@ -1006,6 +1015,7 @@ class PoolController:
             steady_since=steady_since,
             unknown=self._unknown,
             restored_from=self._restored_from,
+            epoch=self._epoch,
         )
         # An offer naming one key of unknown origin is marked so whole, and the allocator hands
         # none of its keys back (warmpool/planner.py::_split_unknown): every key in it is of

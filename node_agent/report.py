@@ -33,6 +33,7 @@ def build_report(
     steady_since: Mapping[str, float] | None = None,
     unknown: Set[str] = frozenset(),
     restored_from: int | None = None,
+    epoch: int | None = None,
 ) -> PoolReport:
     """The report (``ValidationError`` if the datastore cannot make a valid one).
 
@@ -52,7 +53,8 @@ def build_report(
     agent's release timeout runs on the steady clock and ends regardless.
     ``unknown``: quarantined keys of unknown origin; an offer naming one is marked
     (``ReleaseOffer.unknown``: never handed back).
-    ``restored_from``: the restored checkpoint's seq the allocator has yet to call current.
+    ``restored_from``: the restored checkpoint's seq the allocator has yet to call current;
+    ``epoch``: the fence of the last restore check.
     """
     c = ds.counts(now)
     since = ds.quarantined_since()
@@ -113,5 +115,6 @@ def build_report(
         ],
         identity=signed,
         restored_from=restored_from,
+        epoch=epoch,
         kubelet_max_pods=pool.kubelet_max_pods or None,
     )

@@ -209,6 +209,10 @@ class PoolReport(_Strict):
     when no report after it was recorded or acted on (its ledger and release book say so,
     read under the node's lease). Until then the agent hands no free address to a pod
     (docs/safety.md, row 12; absent: no such wait, or an agent from before the field)."""
+    epoch: Annotated[int, Field(strict=True, ge=1, le=2**62)] | None = None
+    """The fence the allocator's last :class:`RestoreChecked` gave this agent (absent: none yet).
+    A report with a lower one (or none), once a check has raised the instance's, was sent by a
+    process from before it and is never acted on (``ReleaseBook.fences``)."""
     kubelet_max_pods: Annotated[int, Field(strict=True, ge=1, le=MAX_KUBELET_MAX_PODS)] | None = None
     """The node's kubelet's configured ``maxPods`` as the agent read it from the node (absent: not
     known, or an agent from before the field). The allocator holds the node to the lower of its own
@@ -263,6 +267,8 @@ class PoolReport(_Strict):
             exclude["kubelet_max_pods"] = True
         if self.restored_from is None:
             exclude["restored_from"] = True
+        if self.epoch is None:
+            exclude["epoch"] = True
         if not any(o.unknown for o in self.release):
             exclude["release"] = {"__all__": {"unknown"}}
         return self.model_dump_json(by_alias=True, exclude=exclude or None)
@@ -315,6 +321,9 @@ class RestoreChecked(_Strict):
     kind: Literal["restore-checked"] = "restore-checked"
     restored_from: Annotated[int, Field(ge=0, le=2**62)]
     current: bool
+    epoch: Annotated[int, Field(ge=1, le=2**62)]
+    """The instance's new fence: the agent sends it in every report from now on; reports of the
+    process before (a lower one, or none) are never acted on, whatever their seq."""
 
 
 class Deferred(_Strict):

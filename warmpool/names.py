@@ -153,6 +153,8 @@ M_GC_DELETIONS = "GcDeletions"
 M_LEDGER_DRIFT = "LedgerDrift"
 M_TOKENS_FORFEITED = "TokensForfeited"
 """Tokens taken for a node that was then not served (lease lost, deadline, re-read throttled)."""
+M_REPORTS_FENCED = "ReportsFenced"
+"""Reports of a process from before the instance's last restore check, dropped (their epoch)."""
 M_RESTORES_CHECKED = "RestoresChecked"
 """Reports of a restored checkpoint answered whether it is the node's newest state (dimension
 ``current``: ``true``/``false``)."""

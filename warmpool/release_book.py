@@ -82,6 +82,22 @@ class ReleaseBook:
     given: tuple[Taken, ...] = ()
     """Addresses EC2 assigned to the instance in answer to the allocator's own call while
     serving report ``seq``, until a report names them (the module docstring)."""
+    epoch: int = 0
+    """Raised by each answer to a report of a restored checkpoint (``RestoreChecked.epoch``):
+    a report that carries a lower one (or none) was sent by a process from before that answer,
+    and is never acted on (:meth:`fences`). A fence that does not rest on seq order: a wall clock
+    set back across a restart gives the new process lower seqs than the old one sent."""
+
+    fenced_until: float = 0.0
+    """Until when (the allocator's clock) the fence holds: the answer's time plus the oldest an
+    offer may be to be acted on, and a margin for the containers' clocks. Every offer of a
+    process before the answer was made before it, so none can be acted on after this; an agent
+    rolled back to a version without ``epoch`` is served again from then on."""
+
+    def fences(self, report: PoolReport, now: float) -> bool:
+        """Whether ``report`` was sent by a process from before the last restore check, while
+        such a report could still carry an offer young enough to act on."""
+        return report.restored_from is None and (report.epoch or 0) < self.epoch and now < self.fenced_until
 
     @property
     def keys(self) -> frozenset[str]:
@@ -279,10 +295,14 @@ class ReleaseBook:
         """A list of ``[eni_id, key, seq]`` rows; with ``given`` entries, an object of both
         lists (an older reader then fails to parse it, and its nodes wait: never unsafe)."""
         taken = [[t.eni_id, t.key, t.seq] for t in self.taken]
-        if not self.given:
+        if not self.given and not self.epoch:
             return json.dumps(taken, separators=(",", ":"))
         given = [[g.eni_id, g.key, g.seq] for g in self.given]
-        return json.dumps({"taken": taken, "given": given}, separators=(",", ":"))
+        doc: dict[str, object] = {"taken": taken, "given": given}
+        if self.epoch:
+            doc["epoch"] = self.epoch
+            doc["fenced_until"] = self.fenced_until
+        return json.dumps(doc, separators=(",", ":"))
 
     @classmethod
     def loads(cls, raw: str, version: int) -> ReleaseBook:
@@ -290,9 +310,20 @@ class ReleaseBook:
         then treat the book as empty)."""
         doc = json.loads(raw)
         if isinstance(doc, dict):
-            if set(doc) != {"taken", "given"}:
+            if set(doc) not in ({"taken", "given"}, {"taken", "given", "epoch", "fenced_until"}):
                 raise ValueError(f"bad release book keys {sorted(doc)!r}")
-            return cls(version=version, taken=_rows(doc["taken"]), given=_rows(doc["given"]))
+            epoch, until = doc.get("epoch", 0), doc.get("fenced_until", 0.0)
+            if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+                raise ValueError(f"bad release book epoch {epoch!r}")
+            if not isinstance(until, int | float) or isinstance(until, bool) or not 0 <= until < 1e11:
+                raise ValueError(f"bad release book fence {until!r}")
+            return cls(
+                version=version,
+                taken=_rows(doc["taken"]),
+                given=_rows(doc["given"]),
+                epoch=epoch,
+                fenced_until=float(until),
+            )
         return cls(version=version, taken=_rows(doc))
 
 

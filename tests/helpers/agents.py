@@ -151,7 +151,8 @@ def confirm_restore(sqs: Any, reports_url: str, cluster: str, timeout: float = 3
         sqs, reports_url, lambda r: r.restored_from is not None, "named a restored checkpoint", timeout
     )
     assert report.restored_from is not None
-    _answer(sqs, cluster, report, [{"kind": "restore-checked", "restored_from": report.restored_from, "current": True}])
+    answer = {"kind": "restore-checked", "restored_from": report.restored_from, "current": True}
+    _answer(sqs, cluster, report, [{**answer, "epoch": (report.epoch or 0) + 1}])
     return report
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from emulated.ec2 import Ec2Config
+from functions.allocator import FENCE_MARGIN_S
 from tests.helpers.allocate_world import AllocatorWorld
 from tests.helpers.crashing import Crash, CrashingEc2
 from warmpool.messages import Action, Assigned, Attached, Released, RestoreChecked
@@ -28,6 +29,10 @@ def _world() -> tuple[AllocatorWorld, str, list[str]]:
     return w, eni, list(w.enis("n1")[0].secondary)
 
 
+def _unassigned(w: AllocatorWorld) -> int:
+    return int(w.ec2_stats().get("UnassignPrivateIpAddresses", {}).get("calls", 0))
+
+
 def _actions(w: AllocatorWorld) -> list[Action]:
     return [a for r in w.results("n1") for a in r.actions]
 
@@ -36,8 +41,8 @@ def _verdicts(actions: list[Action]) -> list[RestoreChecked]:
     return [a for a in actions if isinstance(a, RestoreChecked)]
 
 
-def _restored(w: AllocatorWorld, restored_from: int, **kw: Any) -> Any:
-    return w.report("n1", extra={"restored_from": restored_from}, **kw)
+def _restored(w: AllocatorWorld, restored_from: int, extra: dict[str, Any] | None = None, **kw: Any) -> Any:
+    return w.report("n1", extra={"restored_from": restored_from, **(extra or {})}, **kw)
 
 
 def test_a_checkpoint_that_knew_the_last_recorded_report_is_current() -> None:
@@ -46,7 +51,7 @@ def test_a_checkpoint_that_knew_the_last_recorded_report_is_current() -> None:
     assert w.ledger.last_seq("demo", w.nodes["n1"]) == 1
     w.deliver([_restored(w, 1, warm_ip=1)])  # seq 2: a quiet report, yet answered
     actions = _actions(w)
-    assert _verdicts(actions) == [RestoreChecked(restored_from=1, current=True)], actions
+    assert _verdicts(actions) == [RestoreChecked(restored_from=1, current=True, epoch=1)], actions
     assert w.ledger.last_seq("demo", w.nodes["n1"]) == 2
     assert w.tally.get("RestoresChecked", current="true") == 1
 
@@ -74,7 +79,7 @@ def test_a_checkpoint_older_than_a_served_offer_is_not_current_and_nothing_else_
     w.clock.advance(5)
     w.deliver([_restored(w, 1, warm_ip=1, pending=4, assigned=6)])
     actions = _actions(w)
-    assert actions == [RestoreChecked(restored_from=1, current=False)], actions
+    assert actions == [RestoreChecked(restored_from=1, current=False, epoch=1)], actions
     assert w.mutating_calls() == calls, "a call made for the report of a checkpoint that is not current"
     assert w.ledger.last_seq("demo", w.nodes["n1"]) == 3  # older reports are stale from now on
     assert w.tally.get("RestoresChecked", current="false") == 1
@@ -97,13 +102,13 @@ def test_a_later_report_seen_only_in_the_release_book_makes_it_not_current() -> 
     assert w.ledger.last_seq("demo", w.nodes["n1"]) == 1
     w.clock.advance(w.settings.lease_ttl_s)
     w.deliver([_restored(w, 1, warm_ip=1)])
-    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1, current=False)]
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1, current=False, epoch=1)]
 
 
 def test_an_instance_the_ledger_does_not_know_is_not_current() -> None:
     w, _, _ = _world()
     w.deliver([_restored(w, 0, warm_ip=1)])
-    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=0, current=False)]
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=0, current=False, epoch=1)]
 
 
 def test_an_older_report_delivered_after_a_current_answer_is_never_acted_on() -> None:
@@ -115,7 +120,7 @@ def test_an_older_report_delivered_after_a_current_answer_is_never_acted_on() ->
     w.clock.advance(30)
     late = w.report("n1", warm_ip=1, release=[{"eni_id": eni, "ips": x, "quarantined_at": w.clock.now() - 20}])
     w.deliver([_restored(w, 1, warm_ip=1)])
-    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1, current=True)]
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1, current=True, epoch=1)]
     w.deliver([late])
     assert not any(isinstance(a, Released) for a in _actions(w))
     assert set(x) <= set(w.enis("n1")[0].secondary)
@@ -146,4 +151,58 @@ def test_no_answer_without_reading_the_ledger_under_the_lease() -> None:
     assert _verdicts(_actions(w)) == []
     assert out.deferred == 1
     w.drain()  # re-sent, read this time
-    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1, current=True)]
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1, current=True, epoch=1)]
+
+
+def test_the_answer_raises_the_fence_and_reports_of_the_process_before_are_dropped() -> None:
+    """Each answer raises the instance's epoch; a report that carries a lower one (or none) comes
+    from a process before the answer and is dropped as stale, whatever its seq, while one that
+    carries the new epoch is served."""
+    w, eni, ips = _world()
+    w.deliver([w.report("n1", seq=1000, warm_ip=1)])
+    w.deliver([_restored(w, 1000, seq=2000, warm_ip=1)])
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1000, current=True, epoch=1)]
+    iid = w.nodes["n1"]
+    assert w.books.load("demo", [iid])[iid].epoch == 1
+    x = ips[-2:]
+    offer = [{"eni_id": eni, "ips": x, "quarantined_at": w.clock.now() - 20}]
+    # the previous process's report, no epoch, a seq above the restored agent's: dropped
+    w.deliver([w.report("n1", seq=9000, warm_ip=1, release=offer)])
+    assert not [a for a in _actions(w) if isinstance(a, Released)]
+    assert w.tally.get("ReportsFenced") == 1 and _unassigned(w) == 0
+    # the restored agent's own report, with the epoch the answer gave: served (x unassigned)
+    w.deliver([w.report("n1", seq=9001, warm_ip=1, release=offer, extra={"epoch": 1})])
+    assert [a for a in _actions(w) if isinstance(a, Released)]
+    # a second restore raises it again, from what the report carries
+    w.deliver([_restored(w, 9001, seq=9500, warm_ip=1, extra={"epoch": 1})])
+    said = _verdicts(_actions(w))
+    assert [v.epoch for v in said] == [2], said
+
+
+def test_a_copy_from_before_an_answer_is_not_current() -> None:
+    """The book's epoch is past the copy's: an answer came after the copy was written."""
+    w, _, _ = _world()
+    w.deliver([w.report("n1", seq=1000, warm_ip=1)])
+    w.deliver([_restored(w, 1000, seq=2000, warm_ip=1)])  # epoch 1 from here
+    _actions(w)
+    # the ledger says 2000 and the book epoch 1; a copy knowing 2000 but no epoch asks
+    w.deliver([_restored(w, 2000, seq=3000, warm_ip=1)])
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=2000, current=False, epoch=2)]
+
+
+def test_the_fence_lapses_once_no_offer_of_the_process_before_can_be_acted_on() -> None:
+    """An agent rolled back to a version without ``epoch`` is served again once every offer its
+    process could have made before the answer is too old to act on."""
+    w, eni, ips = _world()
+    w.deliver([w.report("n1", seq=1000, warm_ip=1)])
+    w.deliver([_restored(w, 1000, seq=2000, warm_ip=1)])
+    _actions(w)
+    iid = w.nodes["n1"]
+    until = w.books.load("demo", [iid])[iid].fenced_until
+    assert until == pytest.approx(w.clock.now() + w.settings.release_offer_max_age_s + FENCE_MARGIN_S)
+    w.clock.set(until + 1)
+    x = ips[-2:]
+    offer = [{"eni_id": eni, "ips": x, "quarantined_at": w.clock.now() - 20}]
+    w.deliver([w.report("n1", seq=9000, warm_ip=1, release=offer)])
+    assert [a for a in _actions(w) if isinstance(a, Released)], "a report without epoch after the fence"
+    assert w.tally.get("ReportsFenced") == 0

@@ -29,7 +29,7 @@ def _verdict(report: PoolReport, restored_from: int, current: bool) -> Allocatio
         node=report.node,
         instance_id=report.instance_id,
         in_reply_to=report.seq,
-        actions=[RestoreChecked(restored_from=restored_from, current=current)],
+        actions=[RestoreChecked(restored_from=restored_from, current=current, epoch=1)],
     )
 
 
@@ -188,4 +188,58 @@ def test_the_report_contract() -> None:
             parse_report({**body, "restored_from": bad})
         assert "restored_from" in str(err.value), bad
     with pytest.raises(ValidationError):
-        RestoreChecked(restored_from=-1, current=True)
+        RestoreChecked(restored_from=-1, current=True, epoch=1)
+
+
+def test_the_answer_s_epoch_is_carried_by_every_report_after_it_and_kept_across_a_restart(node: Node) -> None:
+    agent, report, seq = _restart(node)
+    assert report.epoch is None
+    give(agent, _verdict(report, seq, current=True))  # epoch 1
+    sent = [r for r in (node.step(), node.step(60)) if r is not None]
+    assert sent and all(r.epoch == 1 for r in sent)
+    agent, again, seq2 = _restart(node)
+    assert again.epoch == 1 and again.restored_from == seq2
+
+
+def test_release_book_epoch_round_trip_and_fence() -> None:
+    from warmpool.release_book import ReleaseBook, Taken
+
+    base = {
+        "schema": "warmpool.report/v1",
+        "cluster": "demo",
+        "node": "n1",
+        "instance_id": "i-0123456789abcdef0",
+        "instance_type": "m5.large",
+        "availability_zone": "us-east-1a",
+        "seq": 10,
+        "sent_at": T0,
+    }
+    for book in (
+        ReleaseBook(),
+        ReleaseBook(epoch=3, fenced_until=T0),
+        ReleaseBook(taken=(Taken("eni-1", "10.0.0.9", 4),), epoch=2, fenced_until=T0 + 0.5),
+    ):
+        assert ReleaseBook.loads(book.dumps(), 0) == book
+    assert ReleaseBook().dumps() == "[]"  # an older reader still reads a book with no epoch
+    for bad in (
+        '{"taken":[],"given":[],"epoch":-1,"fenced_until":0}',
+        '{"taken":[],"given":[],"epoch":true,"fenced_until":0}',
+        '{"taken":[],"given":[],"epoch":1,"fenced_until":-5}',
+        '{"taken":[],"given":[],"epoch":1}',
+    ):
+        with pytest.raises(ValueError):
+            ReleaseBook.loads(bad, 0)
+    cases = [  # (book epoch, report epoch, restored_from, seconds before the fence lapses, fenced)
+        (0, None, None, 10, False),
+        (1, None, None, 10, True),
+        (2, 1, None, 10, True),
+        (2, 2, None, 10, False),
+        (2, 3, None, 10, False),
+        (2, None, 9, 10, False),  # a restored report is answered, not fenced
+        (1, None, None, 0, False),  # lapsed: no offer of the process before can be acted on now
+        (2, 1, None, -5, False),
+    ]
+    for book_epoch, epoch, restored, left, fenced in cases:
+        extra = {k: v for k, v in (("epoch", epoch), ("restored_from", restored)) if v is not None}
+        book = ReleaseBook(epoch=book_epoch, fenced_until=T0 + left)
+        assert book.fences(parse_report({**base, **extra}), T0) is fenced, (book_epoch, epoch, left)
