@@ -21,6 +21,16 @@ from warmpool.messages import AllocationResult, PoolReport, RestoreChecked, pars
 
 IPS = ["10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14"]
 T0 = 1_000_000.0
+REPORT_BODY: dict[str, Any] = {
+    "schema": "warmpool.report/v1",
+    "cluster": "demo",
+    "node": "n1",
+    "instance_id": "i-0123456789abcdef0",
+    "instance_type": "m5.large",
+    "availability_zone": "us-east-1a",
+    "seq": 10,
+    "sent_at": T0,
+}
 
 
 def _verdict(report: PoolReport, restored_from: int, current: bool) -> AllocationResult:
@@ -172,16 +182,7 @@ def test_a_pod_deleted_while_waiting_frees_its_address_for_later(node: Node) -> 
 
 
 def test_the_report_contract() -> None:
-    body: dict[str, Any] = {
-        "schema": "warmpool.report/v1",
-        "cluster": "demo",
-        "node": "n1",
-        "instance_id": "i-0123456789abcdef0",
-        "instance_type": "m5.large",
-        "availability_zone": "us-east-1a",
-        "seq": 10,
-        "sent_at": T0,
-    }
+    body = REPORT_BODY
     assert parse_report({**body, "restored_from": 9}).restored_from == 9
     for bad in (10, 11, -1, "9", 9.0):
         with pytest.raises(Exception) as err:
@@ -204,16 +205,7 @@ def test_the_answer_s_epoch_is_carried_by_every_report_after_it_and_kept_across_
 def test_release_book_epoch_round_trip_and_fence() -> None:
     from warmpool.release_book import ReleaseBook, Taken
 
-    base = {
-        "schema": "warmpool.report/v1",
-        "cluster": "demo",
-        "node": "n1",
-        "instance_id": "i-0123456789abcdef0",
-        "instance_type": "m5.large",
-        "availability_zone": "us-east-1a",
-        "seq": 10,
-        "sent_at": T0,
-    }
+    base = REPORT_BODY
     for book in (
         ReleaseBook(),
         ReleaseBook(epoch=3, fenced_until=T0),
