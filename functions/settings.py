@@ -77,7 +77,7 @@ class Settings(BaseSettings):
     subnet_cache_ttl_s: float = Field(default=30.0, ge=0, le=3600, alias="WARMPOOL_SUBNET_CACHE_TTL_S")
     """How long the subnets read from EC2 (their tags and free counts) are used before they are
     read again, paid from the DescribeSubnets bucket: a subnet tagged later is used within it."""
-    named_placement: bool = Field(default=False, alias="WARMPOOL_NAMED_PLACEMENT")
+    named_placement: bool = Field(default=False, alias=names.ENV_NAMED_PLACEMENT)
     """Name the addresses and /28 prefixes of each AssignPrivateIpAddresses (``warmpool/placement.py``:
     singles packed into broken /28s, prefixes from whole ones) from what the ENI's subnet holds, read
     with a paid DescribeNetworkInterfaces by ``subnet-id`` and GetSubnetCidrReservations, less what

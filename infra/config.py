@@ -92,6 +92,7 @@ CONTEXT_KEYS = (
     "identity_certificates_by_region",
     "primary_eni_tagging",
     "max_pods",
+    "named_placement",
     "eks_cluster",
     "kubectl_role_arn",
     "agent_image_platform",
@@ -143,6 +144,11 @@ class StackConfig(BaseModel):
     reconcile_timeout_s: int = Field(default=120, ge=10, le=900)
     reconcile_every_min: int = Field(default=1, ge=1, le=60)
     gc_age_s: int = Field(default=300, ge=60, le=86_400)
+    named_placement: bool = Field(
+        default=False,
+        description="name the addresses and /28 prefixes of each EC2 call so whole /28s stay free "
+        "(prefix delegation in fragmented subnets; docs/allocator.md): WARMPOOL_NAMED_PLACEMENT",
+    )
     max_pods: int = Field(
         default=0,
         ge=0,

@@ -71,6 +71,7 @@ ENV_SUBNET_TAG = "WARMPOOL_SUBNET_TAG"  # KEY=VALUE: the subnets so tagged (the 
 ``false``: as before discovery, those tagged for the cluster, else every subnet of the nodes' VPC."""
 ENV_SECURITY_GROUPS = "WARMPOOL_SECURITY_GROUPS"  # comma-separated; empty = the node's primary ENI's
 ENV_IDENTITY_MODE = "WARMPOOL_IDENTITY_MODE"  # "none" | "sender-id"
+ENV_NAMED_PLACEMENT = "WARMPOOL_NAMED_PLACEMENT"
 ENV_MAX_PODS = "WARMPOOL_MAX_PODS"  # the kubelet's --max-pods on every node; 0/unset = the VPC CNI formula per type
 MAX_PODS_OVERRIDE = 1000
 ENV_GC_AGE_S = "WARMPOOL_GC_AGE_S"

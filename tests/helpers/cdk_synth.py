@@ -49,7 +49,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "identity_certificates_by_region": {"ap-east-1": OTHER_REGION_CERTIFICATE},
     },
     # pod subnets discovered by the VPC CNI's tags (issue 24): no list, no tag of its own
-    "discovery": {"cluster": "disc", "subnet_ids": None, "subnet_discovery": "true", "create_buckets_table": "false"},
+    # ... with named placement (issue 24: prefixes that do not fragment)
+    "discovery": {
+        "cluster": "disc",
+        "subnet_ids": None,
+        "subnet_discovery": "true",
+        "create_buckets_table": "false",
+        "named_placement": "true",
+    },
     # both halves: the node half installed into an existing EKS cluster (Pod Identity)
     "eks": {
         "eks_cluster": "demo",

@@ -97,6 +97,7 @@ def test_function_environment_uses_the_shared_names(synthesized: dict[str, Synth
     assert env[names.ENV_IDENTITY_MODE] == "none"
     assert env[names.ENV_GC_AGE_S] == "300"
     assert env[names.ENV_MAX_PODS] == "0"  # the VPC CNI formula per type (issue 12, finding D)
+    assert env[names.ENV_NAMED_PLACEMENT] == "false"  # off unless the stack is told (issue 24)
     # The lease TTL is derived from the function timeout, which the allocator must know.
     assert env["WARMPOOL_ALLOCATE_TIMEOUT_S"] == str(_function(default, names.ALLOCATE_HANDLER)["Timeout"])
     assert env["WARMPOOL_ACCOUNT"] == "${AWS::AccountId}"
@@ -215,3 +216,18 @@ def test_resource_inventory(default: Synthesized) -> None:
         "AWS::CloudWatch::Dashboard": 1,
         "AWS::CloudWatch::Alarm": 5,
     }
+
+
+def test_named_placement_is_the_stacks_to_turn_on(synthesized: dict[str, Synthesized]) -> None:
+    """Issue 24: ``-c named_placement=true`` names the addresses and /28s of every EC2 call
+    (functions/settings.py::Settings.named_placement), in both functions; off by default."""
+    on = synthesized["discovery"]
+    env = _function(on, names.ALLOCATE_HANDLER)["Environment"]["Variables"]
+    assert env[names.ENV_NAMED_PLACEMENT] == "true"
+    assert _function(on, names.RECONCILE_HANDLER)["Environment"]["Variables"][names.ENV_NAMED_PLACEMENT] == "true"
+    from functions.settings import Settings
+
+    assert Settings.model_validate({**env, names.ENV_CLUSTER: "disc"}).named_placement is True
+    for variant in ("default", "irsa"):
+        off = _function(synthesized[variant], names.ALLOCATE_HANDLER)["Environment"]["Variables"]
+        assert off[names.ENV_NAMED_PLACEMENT] == "false"
