@@ -70,6 +70,7 @@ from warmpool.messages import (
     AllocationResult,
     Deferred,
     Failed,
+    Fenced,
     MessageError,
     PoolReport,
     RestoreChecked,
@@ -385,7 +386,7 @@ class Allocator:
         for n in candidates:
             book = books.get(n.report.instance_id)
             if book is not None and book.fences(n.report, self.clock.now()):
-                self._fenced(n, b)
+                self._fenced(n, book, b)
                 continue
             (quiet_ones if book is not None and not book.taken and not book.given else rest).append(n)
         if quiet_ones:
@@ -508,7 +509,7 @@ class Allocator:
             assert f is not None
             read = books.get(r.instance_id)
             if read is not None and read.fences(r, self.clock.now()):
-                self._fenced(n, b)
+                self._fenced(n, read, b)
                 continue
             owners[r.instance_id] = r.node
             if self.trusted is not None and b.last_seq(self._key(r)) < 0:
@@ -888,13 +889,27 @@ class Allocator:
         finally:
             self.leases.release(self.cluster, self._key(job.report), b.owner)
 
-    def _fenced(self, n: Incoming, b: Batch) -> None:
+    def _fenced(self, n: Incoming, book: ReleaseBook, b: Batch) -> None:
         """A report of a process from before the instance's last restore check: stale, whatever
-        its seq (``ReleaseBook.fences``); dropped unrecorded, as any stale report."""
+        its seq (``ReleaseBook.fences``); dropped unrecorded, as any stale report, and answered
+        ``fenced`` with the epoch: an agent that missed the answer raising it (lost, or late
+        after its wait ended) carries it from then on; a process from before the check is gone."""
+        r = n.report
         b.out.stale += 1
         self.tally.add(names.M_REPORTS_STALE)
         self.tally.add(M_REPORTS_FENCED)
-        log.info("report fenced by a restore check", extra={"node": n.report.node, "seq": n.report.seq})
+        log.info("report fenced by a restore check", extra={"node": r.node, "seq": r.seq, "epoch": book.epoch})
+        result = AllocationResult(
+            cluster=self.cluster,
+            node=r.node,
+            instance_id=r.instance_id,
+            in_reply_to=r.seq,
+            actions=[Fenced(epoch=book.epoch)],
+        )
+        try:
+            self.queues.push(result)
+        except AwsError as err:
+            log.error("result push failed", extra={"node": r.node, "seq": r.seq, "error": str(err)})
 
     def _restore_verdict(self, job: NodeJob) -> RestoreChecked | NodeOutcome:
         """Under the node's lease: is the checkpoint the report says it restored the node's newest

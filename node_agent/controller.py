@@ -37,6 +37,7 @@ from warmpool.messages import (
     Deferred,
     Deleted,
     Failed,
+    Fenced,
     PoolReport,
     Released,
     RestoreChecked,
@@ -304,7 +305,16 @@ class PoolController:
                 self.ds.set_meta(RESTORE_META, None)
                 self.ds.set_meta(RESTORE_ASKED_META, None)
 
-    def _restore_checked(self, action: RestoreChecked, now: float, in_reply_to: int) -> str:
+    def _restore_checked(self, action: RestoreChecked | Fenced, now: float, in_reply_to: int) -> str:
+        # The fence first, whatever the answer: the allocator drops reports below the instance's
+        # epoch, and an answer that is not (or no longer) awaited still raised it (a late one,
+        # after the wait took the lost way). A higher epoch only fences processes before this one.
+        if action.epoch > (self._epoch or 0):
+            self._epoch = action.epoch
+            self.ds.set_meta(EPOCH_META, self._epoch)
+            self._force = True
+        if isinstance(action, Fenced):
+            return f"report {in_reply_to} fenced by a restore check: epoch {self._epoch} from now on"
         if self._restored_from is None or action.restored_from != self._restored_from:
             return f"restore check of {action.restored_from} not awaited: ignored"
         first = self.ds.meta.get(RESTORE_ASKED_META)
@@ -312,9 +322,6 @@ class PoolController:
             # An answer to a report this wait never sent: another process's, delivered again
             # (hostile review of the restore check, R3).
             return f"restore check replying to {in_reply_to}, before this wait's first report: ignored"
-        # The new fence first, in its own write: every report from now on carries it.
-        self._epoch = max(self._epoch or 0, action.epoch)
-        self.ds.set_meta(EPOCH_META, self._epoch)
         if action.current:
             self._end_restore()
             self.stats.restores_current += 1
@@ -1109,7 +1116,7 @@ class PoolController:
                     self.stats.deleted_in_use += 1
                     log.error("EC2 deleted %s while pods hold its addresses (two holders possible)", action.eni_id)
                     notes.append(f"{action.eni_id}: deleted by EC2 while pods hold its addresses")
-            elif isinstance(action, RestoreChecked):
+            elif isinstance(action, RestoreChecked | Fenced):
                 notes.append(self._restore_checked(action, now, result.in_reply_to))
             elif isinstance(action, Deferred):
                 self._not_before = max(self._not_before, self._steady(now) + action.retry_after_s)

@@ -326,6 +326,16 @@ class RestoreChecked(_Strict):
     process before (a lower one, or none) are never acted on, whatever their seq."""
 
 
+class Fenced(_Strict):
+    """The answer to a report the allocator dropped because it carried an epoch below the
+    instance's (or none) since a restore check: the report's process may be one from before the
+    check, or this agent may have missed the answer that raised it (lost, or late after its wait
+    ended). The agent carries ``epoch`` from now on and reports again."""
+
+    kind: Literal["fenced"] = "fenced"
+    epoch: Annotated[int, Field(ge=1, le=2**62)]
+
+
 class Deferred(_Strict):
     kind: Literal["deferred"] = "deferred"
     retry_after_s: Annotated[float, Field(ge=0, le=3600)]
@@ -349,7 +359,8 @@ class Failed(_Strict):
 
 
 Action = Annotated[
-    Assigned | Attached | Released | Deleted | RestoreChecked | Deferred | Failed, Field(discriminator="kind")
+    Assigned | Attached | Released | Deleted | RestoreChecked | Fenced | Deferred | Failed,
+    Field(discriminator="kind"),
 ]
 
 

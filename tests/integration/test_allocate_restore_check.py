@@ -14,7 +14,7 @@ from emulated.ec2 import Ec2Config
 from functions.allocator import FENCE_MARGIN_S
 from tests.helpers.allocate_world import AllocatorWorld
 from tests.helpers.crashing import Crash, CrashingEc2
-from warmpool.messages import Action, Assigned, Attached, Released, RestoreChecked
+from warmpool.messages import Action, Assigned, Attached, Fenced, Released, RestoreChecked
 from warmpool.ports import LedgerUnread
 
 
@@ -168,8 +168,11 @@ def test_the_answer_raises_the_fence_and_reports_of_the_process_before_are_dropp
     offer = [{"eni_id": eni, "ips": x, "quarantined_at": w.clock.now() - 20}]
     # the previous process's report, no epoch, a seq above the restored agent's: dropped
     w.deliver([w.report("n1", seq=9000, warm_ip=1, release=offer)])
-    assert not [a for a in _actions(w) if isinstance(a, Released)]
+    answered = _actions(w)
+    assert not [a for a in answered if isinstance(a, Released)]
     assert w.tally.get("ReportsFenced") == 1 and _unassigned(w) == 0
+    # answered "fenced" with the epoch: an agent that missed the answer carries it from now on
+    assert answered == [Fenced(epoch=1)], answered
     # the restored agent's own report, with the epoch the answer gave: served (x unassigned)
     w.deliver([w.report("n1", seq=9001, warm_ip=1, release=offer, extra={"epoch": 1})])
     assert [a for a in _actions(w) if isinstance(a, Released)]

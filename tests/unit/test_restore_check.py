@@ -235,3 +235,27 @@ def test_release_book_epoch_round_trip_and_fence() -> None:
         extra = {k: v for k, v in (("epoch", epoch), ("restored_from", restored)) if v is not None}
         book = ReleaseBook(epoch=book_epoch, fenced_until=T0 + left)
         assert book.fences(parse_report({**base, **extra}), T0) is fenced, (book_epoch, epoch, left)
+
+
+def test_an_agent_that_missed_the_answer_takes_the_epoch_from_a_fenced_reply(node: Node) -> None:
+    """The answer was lost (the invocation died before pushing it): the wait ends the lost way,
+    and the reports after it, without the epoch the answer raised, are dropped by the allocator
+    and answered ``fenced``; the agent carries that epoch from then on."""
+    from warmpool.messages import Fenced
+
+    agent, _, _ = _restart(node)
+    reports = [r for r in (node.step(RESTORE_WAIT_S + 1), node.step()) if r is not None]
+    sent = reports[-1]
+    assert sent.restored_from is None and sent.epoch is None
+    give(
+        agent,
+        AllocationResult(
+            cluster=sent.cluster,
+            node=sent.node,
+            instance_id=sent.instance_id,
+            in_reply_to=sent.seq,
+            actions=[Fenced(epoch=3)],
+        ),
+    )
+    after = node.step()
+    assert after is not None and after.epoch == 3  # and reported again at once
