@@ -124,3 +124,41 @@ def test_released_unknown_keys_survive_a_failed_checkpoint_write(node: Node) -> 
     node.step()
     node.step()
     assert a1 in agent.controller._unknown, f"{a1} released as of unknown origin, no longer marked so"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="V8: R3's guard compares seqs, which follow the wall clock; after a clock set back across "
+    "the restart (R1's own premise) another process's 'current', delivered again, replies to a "
+    "seq at or above this wait's first report and is taken",
+)
+def test_another_process_s_answer_is_refused_after_a_clock_set_back(node: Node) -> None:
+    """The copy (seq R) is restored by P1 while the node's clock runs 90 s ahead: P1's first
+    report has seq F1 (90 s ahead), the allocator answers it current, P1 uses its pool (a pod
+    takes a free address and goes; it is offered and unassigned later). The clock is set right and
+    the copy put back about a minute after F1: P2's seqs restart just above the real time, below
+    F1, and pass it while P2 still waits. The answer to F1, delivered again then, replies to a seq
+    P2 has sent (``in_reply_to <= last_seq``) at or after P2's first report, so
+    ``_restore_checked`` takes it and P2 hands out what the copy has free."""
+    copy = _copy(node)
+    node.clock.step(90)  # P1's wall clock 90 s ahead
+    agent, first = _restart_from(node)
+    r = first.restored_from
+    assert r is not None
+    answer = _verdict(first, r, current=True)
+    give(agent, answer)
+    node.step()
+    assert _add(agent, "p0") in IPS
+    node.step(30)
+    assert cni(agent, "DEL", "p0").get("ok")
+    node.step(30)
+    node.clock.step(-90)  # set right across the restart
+    agent, again = _restart_from(node, copy)
+    assert again.restored_from == r and again.seq < first.seq
+    while agent.controller.last_seq < first.seq:  # P2 still waiting, its seqs pass F1
+        node.step(2)
+    assert agent.controller._restored_from == r
+    give(agent, answer)  # P1's answer, delivered again
+    node.step()
+    assert _add(agent, "p1") is None, "a free address of the copy went to a pod on P1's answer"
