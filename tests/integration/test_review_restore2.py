@@ -1,0 +1,230 @@
+"""Hostile review 5 of the restore check (after R1-R6 were fixed: the release book's fence
+``epoch``, the write-back before the answer, R3, R4, R6). Each finding is a strict xfail that
+fails on the code it was written against; docs/safety.md names them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from emulated.ec2 import Ec2Config
+from tests.helpers.allocate_world import AllocatorWorld
+from tests.helpers.crashing import Crash, CrashingEc2
+from warmpool.messages import Action, Assigned, Attached, Released, RestoreChecked
+
+
+def _world() -> tuple[AllocatorWorld, str, list[str]]:
+    """n1 with six secondaries on its primary ENI (three in use)."""
+    w = AllocatorWorld(ec2_config=Ec2Config())
+    w.add_node("n1", "m5.large")
+    w.tag_primary("n1")
+    eni = w.enis("n1")[0].id
+    w.emu.client().assign_private_ip_addresses(NetworkInterfaceId=eni, SecondaryPrivateIpAddressCount=6)
+    w.pods["n1"] = 3
+    return w, eni, list(w.enis("n1")[0].secondary)
+
+
+def _actions(w: AllocatorWorld) -> list[Action]:
+    return [a for r in w.results("n1") for a in r.actions]
+
+
+def _verdicts(actions: list[Action]) -> list[RestoreChecked]:
+    return [a for a in actions if isinstance(a, RestoreChecked)]
+
+
+def _restored(w: AllocatorWorld, restored_from: int, extra: dict[str, Any] | None = None, **kw: Any) -> Any:
+    return w.report("n1", extra={"restored_from": restored_from, **(extra or {})}, **kw)
+
+
+class UnreadBooks:
+    """The release books fail their first ``fail`` loads (a throttled or unprocessed read), then
+    answer as the store does."""
+
+    def __init__(self, inner: Any, fail: int) -> None:
+        self.inner, self.fail = inner, fail
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def load(self, cluster: str, instance_ids: Any) -> Any:
+        if self.fail > 0:
+            self.fail -= 1
+            raise ValueError("release book not read (test)")
+        return self.inner.load(cluster, instance_ids)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="V1: a retried report of the same wait, answered after 'current', raises the epoch past "
+    "the agent's; the agent no longer waits and ignores that answer, so its reports are fenced",
+)
+def test_a_retried_restored_report_after_current_does_not_fence_the_current_agent() -> None:
+    """The agent re-sends its restored report on the retry back-off while it waits (every report
+    of the wait carries ``restored_from``). The first is answered current (epoch 1) and the agent
+    stops waiting; the retry, queued behind it in another batch, is answered not current (R5) with
+    epoch 2. The agent ignores it (``_restore_checked``: no restore awaited), so it keeps sending
+    epoch 1, and the book's epoch 2 fences every report of this current agent until
+    ``fenced_until``: no grant for a node whose pods wait."""
+    w, _, _ = _world()
+    w.deliver([w.report("n1", seq=1000, warm_ip=1)])
+    w.deliver([_restored(w, 1000, seq=2000, warm_ip=1)])
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1000, current=True, epoch=1)]
+    w.clock.advance(2)
+    w.deliver([_restored(w, 1000, seq=3000, warm_ip=1)])  # the same wait's retry
+    said = _verdicts(_actions(w))
+    assert said == [RestoreChecked(restored_from=1000, current=False, epoch=2)], said  # (on the code today)
+    # the agent: no restore awaited any more, the answer ignored, epoch 1 in every report
+    w.clock.advance(2)
+    w.deliver([w.report("n1", seq=4000, warm_ip=1, pending=4, assigned=6, extra={"epoch": 1})])
+    actions = _actions(w)
+    assert w.tally.get("ReportsFenced") == 0, "the current agent's own report fenced"
+    assert any(isinstance(a, Assigned | Attached) for a in actions), actions
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="V2: a fenced report whose release book was unread at the batch is planned and recorded "
+    "(a noop or a grant): the fence is checked only by the executor's release calls",
+)
+def test_a_fenced_report_is_never_recorded_when_the_book_was_unread_at_planning() -> None:
+    """R1's scenario (a clock set back across the restart): the previous process's queued report
+    carries no epoch and a seq above the restored agent's. With the book read, it is dropped
+    unrecorded. With the batch's book reads failing, ``_record_quiet`` and ``_verify_and_plan`` see
+    no book, so no fence: the report is planned, its plan has no release call (the only place
+    ``_check_book`` looks at the fence), and it is recorded: the ledger jumps to the old process's
+    seq and every report of the restored agent is refused as stale until its clock passes it."""
+    w, _, _ = _world()
+    w.deliver([w.report("n1", seq=1000, warm_ip=1)])
+    w.deliver([_restored(w, 1000, seq=2000, warm_ip=1)])
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1000, current=True, epoch=1)]
+    alloc = w.allocator(release_books=UnreadBooks(w.books, fail=2))
+    w.deliver([w.report("n1", seq=9_000_000, warm_ip=1)], alloc=alloc)  # the previous process
+    _actions(w)
+    assert w.ledger.last_seq("demo", w.nodes["n1"]) == 2000, "a fenced report recorded"
+    w.deliver([w.report("n1", seq=3000, warm_ip=1, pending=4, assigned=6, extra={"epoch": 1})])
+    assert any(isinstance(a, Assigned | Attached) for a in _actions(w))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="V3: a fenced report planned with an unread book still makes EC2 calls that need no "
+    "_check_book (Assign/Create) and has its answer recorded",
+)
+def test_a_fenced_report_with_an_unread_book_makes_no_call() -> None:
+    """As V2, the old report asking for addresses: the grant is made for a report the fence says
+    is never acted on (its answer, replying to a seq above the restored agent's, may be refused by
+    it; the ``given`` entry then repeats it)."""
+    w, _, _ = _world()
+    w.deliver([w.report("n1", seq=1000, warm_ip=1)])
+    w.deliver([_restored(w, 1000, seq=2000, warm_ip=1)])
+    _actions(w)
+    calls = w.mutating_calls()
+    alloc = w.allocator(release_books=UnreadBooks(w.books, fail=1))
+    w.deliver([w.report("n1", seq=9_000_000, warm_ip=1, pending=4, assigned=6)], alloc=alloc)
+    _actions(w)
+    assert w.mutating_calls() == calls, "EC2 called for a fenced report"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="V4: an agent that lost its checkpoint never carries an epoch, so a restore check of the "
+    "node before it fences it for the whole window though it is the only process",
+)
+def test_a_lost_checkpoint_agent_after_a_restore_check_is_served() -> None:
+    """The node restarts with its checkpoint lost (no ``restored_from``: nothing to check; no epoch:
+    its meta is gone) within ``fenced_until`` of a restore check: every report it sends is
+    dropped as the previous process's, a node whose pods wait gets nothing for
+    ``release_offer_max_age_s + FENCE_MARGIN_S``. It cannot learn the epoch: only a
+    ``restore-checked`` gives one, and a lost checkpoint is never asked about."""
+    w, _, _ = _world()
+    w.deliver([w.report("n1", seq=1000, warm_ip=1)])
+    w.deliver([_restored(w, 1000, seq=2000, warm_ip=1)])
+    _actions(w)
+    w.clock.advance(20)
+    w.deliver([w.report("n1", seq=5000, warm_ip=1, pending=4, assigned=6)])  # the new process
+    assert w.tally.get("ReportsFenced") == 0
+    assert any(isinstance(a, Assigned | Attached | Released) for a in _actions(w))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="V7: the verdict raises the book's epoch before the answer is said; an invocation that "
+    "dies (or defers) after that write makes every later ask of the same wait 'not current'",
+)
+def test_a_crash_after_the_write_back_does_not_make_a_current_checkpoint_stale() -> None:
+    """The copy is current (the ledger says 1000, the book is empty). The invocation answering its
+    report writes the book back with epoch 1 (R2, R1), then dies in the plan's first call (a grant
+    for the pods that wait; a throttle or the deadline, which defer unrecorded, drop the verdict the
+    same way). Nothing was recorded or said; the agent, still waiting with no epoch, asks again
+    (the same report re-delivered, or its retry). Now ``(r.epoch or 0) >= book.epoch`` fails and a
+    current checkpoint is answered not current: handled as lost, every free address replaced (and
+    the same on each further crash)."""
+    w, _, _ = _world()
+    w.deliver([w.report("n1", seq=1000, warm_ip=1)])
+    ask = _restored(w, 1000, seq=2000, warm_ip=1, pending=4, assigned=6)
+    plain = w.ec2_client
+    w.ec2_client = CrashingEc2(plain, "assign_private_ip_addresses", before=True)
+    crashing = w.allocator()
+    w.ec2_client = plain
+    with pytest.raises(Crash):
+        crashing.handle_batch(w.records([ask]))
+    assert w.ledger.last_seq("demo", w.nodes["n1"]) == 1000
+    assert _verdicts(_actions(w)) == []
+    w.clock.advance(w.settings.lease_ttl_s)
+    w.deliver([ask])  # re-delivered (SQS visibility)
+    said = _verdicts(_actions(w))
+    assert [v.current for v in said] == [True], said
+
+
+class ThrottledOnce:
+    """EC2 throttles the first ``action`` (``RequestLimitExceeded``), then passes calls through."""
+
+    def __init__(self, inner: Any, action: str) -> None:
+        self.inner, self.action, self.done = inner, action, False
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self.inner, name)
+        if name != self.action:
+            return fn
+
+        def call(**kw: Any) -> Any:
+            if not self.done:
+                self.done = True
+                raise ClientError({"Error": {"Code": "RequestLimitExceeded", "Message": "slow down"}}, name)
+            return fn(**kw)
+
+        return call
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="V7b: a throttled first call defers the restored report unrecorded, its verdict unsaid, "
+    "the epoch already raised: the retry of a current checkpoint is answered not current",
+)
+def test_a_throttled_plan_after_the_write_back_does_not_make_a_current_checkpoint_stale() -> None:
+    """V7 without a crash: the DaemonSet restarts, every node's restored report asks for addresses,
+    and EC2 throttles (the common case then). The verdict raised the epoch to 1; the Assign is
+    throttled before any action, the outcome is DEFERRED with a re-send, so the verdict is not said
+    (``recorded`` is false). The re-sent report carries no epoch: not current."""
+    w, _, _ = _world()
+    w.deliver([w.report("n1", seq=1000, warm_ip=1)])
+    ask = _restored(w, 1000, seq=2000, warm_ip=1, pending=4, assigned=6)
+    plain = w.ec2_client
+    w.ec2_client = ThrottledOnce(plain, "assign_private_ip_addresses")
+    throttled = w.allocator()
+    w.ec2_client = plain
+    throttled.handle_batch(w.records([ask]))
+    assert _verdicts(_actions(w)) == []  # deferred, nothing said
+    assert w.ledger.last_seq("demo", w.nodes["n1"]) == 1000
+    w.clock.advance(30)
+    w.drain(alloc=throttled)  # the re-sent report
+    said = _verdicts(_actions(w))
+    assert said and all(v.current for v in said), said
