@@ -492,6 +492,7 @@ class Allocator:
         # --- decisions ---
         owners: dict[str, str] = {}
         jobs: list[NodeJob] = []
+        unread_books: list[Incoming] = []
         unchecked: list[Incoming] = []
         unlisted: list[Incoming] = []
         for n in nodes:
@@ -510,6 +511,11 @@ class Allocator:
             read = books.get(r.instance_id)
             if read is not None and read.fences(r, self.clock.now()):
                 self._fenced(n, read, b)
+                continue
+            if read is None:
+                # Unread: whether the report is fenced is unknown, and a grant or a recorded seq
+                # of a fenced one would still act (review 5, V2, V3): the node waits.
+                unread_books.append(n)
                 continue
             owners[r.instance_id] = r.node
             if self.trusted is not None and b.last_seq(self._key(r)) < 0:
@@ -557,6 +563,7 @@ class Allocator:
         save_flips(self.fair, self.flips, self.cluster, self.tally, self.clock.now())
         self._defer_unread(unchecked, max(check_wait, default=1.0), b)
         self._defer_unread(unlisted, UNLISTED_RETRY_S, b, UNLISTED_REASON)
+        self._defer_unread(unread_books, float(self.settings.lease_retry_s), b, "release book not read")
         jobs.sort(key=lambda j: priority_key(j.report, j.plan.delta))
         return jobs
 
@@ -946,9 +953,12 @@ class Allocator:
         # The answer raises the instance's fence: reports of any process before it (a lower epoch,
         # or none) are never acted on again, whatever their seq (R1: a clock set back gives the
         # restored agent lower seqs than the previous process's queued ones).
-        epoch = max(book.epoch, r.epoch or 0) + 1
+        assert r.restore_wait is not None
+        before = book.epoch_before(r)
+        epoch = max(before, r.epoch or 0) + 1
         now = self.clock.now()
-        fenced = replace(book, epoch=epoch, fenced_until=now + self.settings.release_offer_max_age_s + FENCE_MARGIN_S)
+        until = max(book.fenced_until, now + self.settings.release_offer_max_age_s + FENCE_MARGIN_S)
+        fenced = replace(book, epoch=max(book.epoch, epoch), fenced_until=until, raised_for=r.restore_wait)
         try:
             stored = self.books.save(self.cluster, r.instance_id, fenced, now + self.settings.ledger_ttl_s)
         except BOOK_ERRORS as err:
@@ -958,7 +968,7 @@ class Allocator:
         job.book, job.book_checked = stored, True
         seqs = [t.seq for t in (*book.taken, *book.given)]
         # a copy from before an earlier answer (its epoch below the book's) is not current either
-        current = (r.epoch or 0) >= book.epoch and restore_current(r.restored_from, ledger_seq, seqs)
+        current = (r.epoch or 0) >= before and restore_current(r.restored_from, ledger_seq, seqs)
         self.tally.add(M_RESTORES_CHECKED, current="true" if current else "false")
         if not current:
             log.warning(
@@ -970,7 +980,9 @@ class Allocator:
                     "book_seqs": max(seqs, default=-1),
                 },
             )
-        return RestoreChecked(restored_from=r.restored_from, current=current, epoch=epoch)
+        return RestoreChecked(
+            restored_from=r.restored_from, wait=r.restore_wait, current=current, epoch=max(book.epoch, epoch)
+        )
 
     def _finish_noop(self, job: NodeJob) -> NodeOutcome:
         res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, NodeStatus.SERVED)

@@ -13,6 +13,7 @@ Pool arithmetic is the core's (:func:`warmpool.pool.compute`), never redone here
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import logging
 from collections.abc import Callable
@@ -64,9 +65,10 @@ RESTORE_META = "restore_unconfirmed"
 """The ``last_seq`` of a checkpoint restored at a start that the allocator has not yet said is
 the node's newest state (:meth:`PoolController.start`): kept until it answers, so a restart
 meanwhile asks about that checkpoint again, not about its own later seq."""
-RESTORE_ASKED_META = "restore_asked_from"
-"""The first report seq that asked about that checkpoint: only an answer replying to it or a later
-report is this wait's (a ``current`` said to another process's report, delivered again, is not)."""
+RESTORE_WAIT_META = "restore_wait"
+"""This start's wait id (``PoolReport.restore_wait``), drawn at every start that waits: only an
+answer that echoes it is this wait's (a ``current`` said to another process's report, delivered
+again, is not, whatever the seqs: they follow the wall clock, and a copy may hold an earlier id)."""
 UNKNOWN_ON_RELEASE_META = UNKNOWN_ON_RELEASE
 """Addresses pods held when a restored checkpoint was found not current: the copy may list a pod
 gone since, whose address was offered and unassigned after the copy. Each goes to the offers, as
@@ -240,6 +242,8 @@ class PoolController:
         """Quarantined keys of unknown origin (:data:`UNKNOWN_META`), checkpointed."""
         self._restored_from: int | None = None
         """The restored checkpoint's seq the allocator has yet to call current (:meth:`start`)."""
+        self._restore_wait: str | None = None
+        """This start's wait id (:data:`RESTORE_WAIT_META`)."""
         epoch = self.ds.meta.get(EPOCH_META)
         valid = isinstance(epoch, int) and not isinstance(epoch, bool) and epoch > 0
         self._epoch: int | None = epoch if valid else None
@@ -287,11 +291,14 @@ class PoolController:
         asked = self.ds.meta.get(RESTORE_META)
         waiting = isinstance(asked, int) and asked >= 0
         restored_from = asked if isinstance(asked, int) and waiting else max(self.last_seq, 0)
-        first = self.ds.meta.get(RESTORE_ASKED_META)
+        # A new id at every start, even one that resumes a wait: the answers to an earlier
+        # process's reports are not this process's (review 5, V5, V8).
+        seed = f"{self.identity.instance_id}|{self.boot_id}|{steady!r}|{self.last_seq}|{restored_from}"
+        wait = hashlib.sha256(seed.encode()).hexdigest()[:32]
         with self.ds.batch():
             self.ds.set_meta(RESTORE_META, restored_from)
-            if not (waiting and isinstance(first, int)):
-                self.ds.set_meta(RESTORE_ASKED_META, None)
+            self.ds.set_meta(RESTORE_WAIT_META, wait)
+        self._restore_wait = wait
         self._restored_from = restored_from
         self._restore_wait_until = steady + RESTORE_WAIT_S
         self.ds.withhold(True)
@@ -299,11 +306,12 @@ class PoolController:
     def _end_restore(self) -> None:
         """No restore waits for the allocator's answer any more (may raise CheckpointWriteError)."""
         self._restored_from = None
+        self._restore_wait = None
         self.ds.withhold(False)
-        if self.ds.meta.get(RESTORE_META) is not None or self.ds.meta.get(RESTORE_ASKED_META) is not None:
+        if self.ds.meta.get(RESTORE_META) is not None or self.ds.meta.get(RESTORE_WAIT_META) is not None:
             with self.ds.batch():
                 self.ds.set_meta(RESTORE_META, None)
-                self.ds.set_meta(RESTORE_ASKED_META, None)
+                self.ds.set_meta(RESTORE_WAIT_META, None)
 
     def _restore_checked(self, action: RestoreChecked | Fenced, now: float, in_reply_to: int) -> str:
         # The fence first, whatever the answer: the allocator drops reports below the instance's
@@ -317,11 +325,10 @@ class PoolController:
             return f"report {in_reply_to} fenced by a restore check: epoch {self._epoch} from now on"
         if self._restored_from is None or action.restored_from != self._restored_from:
             return f"restore check of {action.restored_from} not awaited: ignored"
-        first = self.ds.meta.get(RESTORE_ASKED_META)
-        if not isinstance(first, int) or in_reply_to < first:
-            # An answer to a report this wait never sent: another process's, delivered again
-            # (hostile review of the restore check, R3).
-            return f"restore check replying to {in_reply_to}, before this wait's first report: ignored"
+        if action.wait != self._restore_wait:
+            # An answer to another process's wait, delivered again (reviews of the restore
+            # check: R3, V5, V8).
+            return f"restore check replying to {in_reply_to} for another wait: ignored"
         if action.current:
             self._end_restore()
             self.stats.restores_current += 1
@@ -793,10 +800,15 @@ class PoolController:
     def _adopt_released_unknown(self) -> None:
         """Keys ``Datastore.release`` quarantined instead of freeing (:data:`UNKNOWN_ON_RELEASE_META`)
         are offers of unknown origin (may raise CheckpointWriteError: tried again next pass)."""
-        keys = self.ds.take_released_unknown()
-        if keys - self._unknown:
+        keys = self.ds.released_unknown()
+        if not keys:
+            return
+        # one write: the keys leave the datastore's list only as they join the unknown offers
+        # (review 5, V6: a failed write lost them)
+        with self.ds.batch():
             self._unknown |= keys
             self.ds.set_meta(UNKNOWN_META, sorted(self._unknown))
+            self.ds.clear_released_unknown(keys)
 
     def _forget_known(self) -> None:
         """Keys of unknown origin no longer quarantined (released, dropped, or granted again) are
@@ -1002,8 +1014,6 @@ class PoolController:
         seq = max(self.last_seq + 1, int(now * 1000))
         self.last_seq = seq
         self.ds.set_meta(SEQ_META, seq)
-        if self._restored_from is not None and not isinstance(self.ds.meta.get(RESTORE_ASKED_META), int):
-            self.ds.set_meta(RESTORE_ASKED_META, seq)
         shift = self.clock_ahead() if self.clock_ahead is not None else 0.0
         steady = self._steady(now)
         steady_since: dict[str, float] = {}
@@ -1022,6 +1032,7 @@ class PoolController:
             steady_since=steady_since,
             unknown=self._unknown,
             restored_from=self._restored_from,
+            restore_wait=self._restore_wait,
             epoch=self._epoch,
         )
         # An offer naming one key of unknown origin is marked so whole, and the allocator hands

@@ -326,16 +326,17 @@ class Datastore(RecoveredHolders):
         eni = self._enis[eni_id]
         return [b for b in eni.addrs.values() if (b.prefix or b.ip) == key]
 
-    def take_released_unknown(self) -> set[str]:
-        """The keys :meth:`release` quarantined as of unknown origin since the last call (the
-        controller marks them so); removed from the checkpoint's meta once taken."""
+    def released_unknown(self) -> set[str]:
+        """The keys :meth:`release` quarantined as of unknown origin, for the controller to mark
+        (it then :meth:`clear_released_unknown`s them, in the same write)."""
         with self._lock:
-            keys = self.meta.get(RELEASED_UNKNOWN)
-            if not keys:
-                return set()
-            self.meta[RELEASED_UNKNOWN] = None
+            return {str(k) for k in self.meta.get(RELEASED_UNKNOWN) or ()}
+
+    def clear_released_unknown(self, keys: set[str]) -> None:
+        with self._lock:
+            rest = [k for k in self.meta.get(RELEASED_UNKNOWN) or () if k not in keys]
+            self.meta[RELEASED_UNKNOWN] = rest or None
             self._save()
-            return {str(k) for k in keys}
 
     def lookup(self, container_id: str, ifname: str) -> Assignment | None:
         with self._lock:

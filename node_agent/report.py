@@ -34,6 +34,7 @@ def build_report(
     unknown: Set[str] = frozenset(),
     restored_from: int | None = None,
     epoch: int | None = None,
+    restore_wait: str | None = None,
 ) -> PoolReport:
     """The report (``ValidationError`` if the datastore cannot make a valid one).
 
@@ -115,6 +116,7 @@ def build_report(
         ],
         identity=signed,
         restored_from=restored_from,
+        restore_wait=restore_wait,
         epoch=epoch,
         kubelet_max_pods=pool.kubelet_max_pods or None,
     )

@@ -200,6 +200,11 @@ class PoolReport(_Strict):
     pending_demand: Count = 0
     release: Annotated[list[ReleaseOffer], Field(max_length=MAX_ENIS)] = []
     identity: SignedIdentity | None = None
+    restore_wait: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")] | None = None
+    """With ``restored_from``: a random id of this start's wait, drawn at every start. The answer
+    echoes it, and the agent takes only an answer with its own (not one said to another
+    process's report and delivered again: seqs follow the wall clock, and a copy of the
+    checkpoint may name the same first report)."""
     restored_from: Annotated[int, Field(strict=True, ge=0, le=2**62)] | None = None
     """Set while the agent runs on a checkpoint it restored and the allocator has not yet said
     whether it is the node's newest state: the last report seq that checkpoint knew. A copy
@@ -250,6 +255,8 @@ class PoolReport(_Strict):
                 addrs.add(a)
         if self.restored_from is not None and self.restored_from >= self.seq:
             raise ValueError(f"restored_from {self.restored_from} is not below the report's seq {self.seq}")
+        if (self.restore_wait is None) != (self.restored_from is None):
+            raise ValueError("restore_wait and restored_from come together")
         for offer in self.release:
             if offer.eni_id not in seen:
                 raise ValueError(f"release names ENI {offer.eni_id} not in the report")
@@ -267,6 +274,7 @@ class PoolReport(_Strict):
             exclude["kubelet_max_pods"] = True
         if self.restored_from is None:
             exclude["restored_from"] = True
+            exclude["restore_wait"] = True
         if self.epoch is None:
             exclude["epoch"] = True
         if not any(o.unknown for o in self.release):
@@ -320,6 +328,8 @@ class RestoreChecked(_Strict):
 
     kind: Literal["restore-checked"] = "restore-checked"
     restored_from: Annotated[int, Field(ge=0, le=2**62)]
+    wait: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
+    """The report's ``restore_wait``: the agent takes only an answer to its own wait."""
     current: bool
     epoch: Annotated[int, Field(ge=1, le=2**62)]
     """The instance's new fence: the agent sends it in every report from now on; reports of the

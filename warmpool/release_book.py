@@ -88,11 +88,21 @@ class ReleaseBook:
     and is never acted on (:meth:`fences`). A fence that does not rest on seq order: a wall clock
     set back across a restart gives the new process lower seqs than the old one sent."""
 
+    raised_for: str = ""
+    """The ``restore_wait`` of the ask whose answer last raised :attr:`epoch`: that same wait,
+    asking again (its answer unsaid: deferred, throttled), is judged as before the raise."""
     fenced_until: float = 0.0
     """Until when (the allocator's clock) the fence holds: the answer's time plus the oldest an
     offer may be to be acted on, and a margin for the containers' clocks. Every offer of a
     process before the answer was made before it, so none can be acted on after this; an agent
     rolled back to a version without ``epoch`` is served again from then on."""
+
+    def epoch_before(self, report: PoolReport) -> int:
+        """The epoch ``report``'s ask is judged against: the book's, or the one before it when
+        this very wait's earlier ask raised it (its answer was never said)."""
+        if self.raised_for and report.restore_wait == self.raised_for:
+            return self.epoch - 1
+        return self.epoch
 
     def fences(self, report: PoolReport, now: float) -> bool:
         """Whether ``report`` was sent by a process from before the last restore check, while
@@ -302,6 +312,7 @@ class ReleaseBook:
         if self.epoch:
             doc["epoch"] = self.epoch
             doc["fenced_until"] = self.fenced_until
+            doc["raised_for"] = self.raised_for
         return json.dumps(doc, separators=(",", ":"))
 
     @classmethod
@@ -310,19 +321,23 @@ class ReleaseBook:
         then treat the book as empty)."""
         doc = json.loads(raw)
         if isinstance(doc, dict):
-            if set(doc) not in ({"taken", "given"}, {"taken", "given", "epoch", "fenced_until"}):
+            if set(doc) not in ({"taken", "given"}, {"taken", "given", "epoch", "fenced_until", "raised_for"}):
                 raise ValueError(f"bad release book keys {sorted(doc)!r}")
             epoch, until = doc.get("epoch", 0), doc.get("fenced_until", 0.0)
             if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
                 raise ValueError(f"bad release book epoch {epoch!r}")
             if not isinstance(until, int | float) or isinstance(until, bool) or not 0 <= until < 1e11:
                 raise ValueError(f"bad release book fence {until!r}")
+            raised_for = doc.get("raised_for", "")
+            if not isinstance(raised_for, str) or len(raised_for) > 64:
+                raise ValueError(f"bad release book raise {raised_for!r}")
             return cls(
                 version=version,
                 taken=_rows(doc["taken"]),
                 given=_rows(doc["given"]),
                 epoch=epoch,
                 fenced_until=float(until),
+                raised_for=raised_for,
             )
         return cls(version=version, taken=_rows(doc))
 

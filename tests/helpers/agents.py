@@ -152,6 +152,7 @@ def confirm_restore(sqs: Any, reports_url: str, cluster: str, timeout: float = 3
     )
     assert report.restored_from is not None
     answer = {"kind": "restore-checked", "restored_from": report.restored_from, "current": True}
+    answer["wait"] = report.restore_wait
     _answer(sqs, cluster, report, [{**answer, "epoch": (report.epoch or 0) + 1}])
     return report
 

@@ -255,7 +255,13 @@ def test_a_result_killed_before_its_checkpoint_is_not_acknowledged_and_comes_bac
             sqs,
             again,
             offer.seq,
-            {"kind": "restore-checked", "restored_from": offer.restored_from, "current": True, "epoch": 1},
+            {
+                "kind": "restore-checked",
+                "restored_from": offer.restored_from,
+                "wait": offer.restore_wait,
+                "current": True,
+                "epoch": 1,
+            },
             {"kind": "released", "eni_id": eni0.eni_id, "ips": ["10.0.0.11"]},
             {"kind": "assigned", "eni_id": eni0.eni_id, "ips": ["10.0.0.12"]},
         )

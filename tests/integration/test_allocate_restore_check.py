@@ -17,6 +17,9 @@ from tests.helpers.crashing import Crash, CrashingEc2
 from warmpool.messages import Action, Assigned, Attached, Fenced, Released, RestoreChecked
 from warmpool.ports import LedgerUnread
 
+WAIT = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+"""The restore_wait id the reports of these tests carry."""
+
 
 def _world() -> tuple[AllocatorWorld, str, list[str]]:
     """n1 with six secondaries on its primary ENI (three in use)."""
@@ -42,7 +45,7 @@ def _verdicts(actions: list[Action]) -> list[RestoreChecked]:
 
 
 def _restored(w: AllocatorWorld, restored_from: int, extra: dict[str, Any] | None = None, **kw: Any) -> Any:
-    return w.report("n1", extra={"restored_from": restored_from, **(extra or {})}, **kw)
+    return w.report("n1", extra={"restored_from": restored_from, "restore_wait": WAIT, **(extra or {})}, **kw)
 
 
 def test_a_checkpoint_that_knew_the_last_recorded_report_is_current() -> None:
@@ -51,7 +54,7 @@ def test_a_checkpoint_that_knew_the_last_recorded_report_is_current() -> None:
     assert w.ledger.last_seq("demo", w.nodes["n1"]) == 1
     w.deliver([_restored(w, 1, warm_ip=1)])  # seq 2: a quiet report, yet answered
     actions = _actions(w)
-    assert _verdicts(actions) == [RestoreChecked(restored_from=1, current=True, epoch=1)], actions
+    assert _verdicts(actions) == [RestoreChecked(restored_from=1, wait=WAIT, current=True, epoch=1)], actions
     assert w.ledger.last_seq("demo", w.nodes["n1"]) == 2
     assert w.tally.get("RestoresChecked", current="true") == 1
 
@@ -79,7 +82,7 @@ def test_a_checkpoint_older_than_a_served_offer_is_not_current_and_nothing_else_
     w.clock.advance(5)
     w.deliver([_restored(w, 1, warm_ip=1, pending=4, assigned=6)])
     actions = _actions(w)
-    assert actions == [RestoreChecked(restored_from=1, current=False, epoch=1)], actions
+    assert actions == [RestoreChecked(restored_from=1, wait=WAIT, current=False, epoch=1)], actions
     assert w.mutating_calls() == calls, "a call made for the report of a checkpoint that is not current"
     assert w.ledger.last_seq("demo", w.nodes["n1"]) == 3  # older reports are stale from now on
     assert w.tally.get("RestoresChecked", current="false") == 1
@@ -102,13 +105,13 @@ def test_a_later_report_seen_only_in_the_release_book_makes_it_not_current() -> 
     assert w.ledger.last_seq("demo", w.nodes["n1"]) == 1
     w.clock.advance(w.settings.lease_ttl_s)
     w.deliver([_restored(w, 1, warm_ip=1)])
-    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1, current=False, epoch=1)]
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1, wait=WAIT, current=False, epoch=1)]
 
 
 def test_an_instance_the_ledger_does_not_know_is_not_current() -> None:
     w, _, _ = _world()
     w.deliver([_restored(w, 0, warm_ip=1)])
-    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=0, current=False, epoch=1)]
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=0, wait=WAIT, current=False, epoch=1)]
 
 
 def test_an_older_report_delivered_after_a_current_answer_is_never_acted_on() -> None:
@@ -120,7 +123,7 @@ def test_an_older_report_delivered_after_a_current_answer_is_never_acted_on() ->
     w.clock.advance(30)
     late = w.report("n1", warm_ip=1, release=[{"eni_id": eni, "ips": x, "quarantined_at": w.clock.now() - 20}])
     w.deliver([_restored(w, 1, warm_ip=1)])
-    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1, current=True, epoch=1)]
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1, wait=WAIT, current=True, epoch=1)]
     w.deliver([late])
     assert not any(isinstance(a, Released) for a in _actions(w))
     assert set(x) <= set(w.enis("n1")[0].secondary)
@@ -151,7 +154,7 @@ def test_no_answer_without_reading_the_ledger_under_the_lease() -> None:
     assert _verdicts(_actions(w)) == []
     assert out.deferred == 1
     w.drain()  # re-sent, read this time
-    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1, current=True, epoch=1)]
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1, wait=WAIT, current=True, epoch=1)]
 
 
 def test_the_answer_raises_the_fence_and_reports_of_the_process_before_are_dropped() -> None:
@@ -161,7 +164,7 @@ def test_the_answer_raises_the_fence_and_reports_of_the_process_before_are_dropp
     w, eni, ips = _world()
     w.deliver([w.report("n1", seq=1000, warm_ip=1)])
     w.deliver([_restored(w, 1000, seq=2000, warm_ip=1)])
-    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1000, current=True, epoch=1)]
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1000, wait=WAIT, current=True, epoch=1)]
     iid = w.nodes["n1"]
     assert w.books.load("demo", [iid])[iid].epoch == 1
     x = ips[-2:]
@@ -188,9 +191,9 @@ def test_a_copy_from_before_an_answer_is_not_current() -> None:
     w.deliver([w.report("n1", seq=1000, warm_ip=1)])
     w.deliver([_restored(w, 1000, seq=2000, warm_ip=1)])  # epoch 1 from here
     _actions(w)
-    # the ledger says 2000 and the book epoch 1; a copy knowing 2000 but no epoch asks
-    w.deliver([_restored(w, 2000, seq=3000, warm_ip=1)])
-    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=2000, current=False, epoch=2)]
+    # the ledger says 2000 and the book epoch 1; another process's copy knowing 2000 but no epoch asks
+    w.deliver([_restored(w, 2000, seq=3000, warm_ip=1, extra={"restore_wait": "b" * 32})])
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=2000, wait="b" * 32, current=False, epoch=2)]
 
 
 def test_the_fence_lapses_once_no_offer_of_the_process_before_can_be_acted_on() -> None:

@@ -17,6 +17,9 @@ from tests.integration.test_allocate_restore_check import _actions, _restored, _
 from warmpool.messages import Released, RestoreChecked
 from warmpool.release_book import ReleaseBook
 
+WAIT = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+"""The restore_wait id the reports of these tests carry."""
+
 
 def _unassigned(w: AllocatorWorld) -> int:
     return int(w.ec2_stats().get("UnassignPrivateIpAddresses", {}).get("calls", 0))
@@ -39,7 +42,7 @@ def test_a_report_of_the_previous_process_with_a_higher_seq_is_never_acted_on_af
     )
     w.deliver([_restored(w, 1000, seq=2000, warm_ip=1)])
     said = _verdicts(_actions(w))
-    assert said == [RestoreChecked(restored_from=1000, current=True, epoch=1)], said
+    assert said == [RestoreChecked(restored_from=1000, wait=WAIT, current=True, epoch=1)], said
     w.deliver([late])
     released = [a for a in _actions(w) if isinstance(a, Released)]
     assert not released and _unassigned(w) == 0, (
@@ -106,7 +109,7 @@ def test_an_invocation_past_its_lease_never_unassigns_after_a_current_answer() -
     x_alloc = w.allocator(release_books=_BooksThen(w.books, y_runs))
     x_alloc.handle_batch(w.records([offer]))
     assert verdicts, "Y gave no answer (the scenario did not happen)"
-    current = verdicts == [RestoreChecked(restored_from=1, current=True, epoch=1)]
+    current = verdicts == [RestoreChecked(restored_from=1, wait=WAIT, current=True, epoch=1)]
     assert not (current and _unassigned(w) > 0), (
         f"Y said current (its seq recorded), then X unassigned {x}: {verdicts}, {_unassigned(w)} Unassign calls"
     )
@@ -131,11 +134,11 @@ def test_a_report_asking_again_after_its_answer_was_lost_is_still_current() -> N
     w, _, _ = _world()
     w.deliver([w.report("n1", warm_ip=1)])  # seq 1
     w.deliver([_restored(w, 1, warm_ip=1)])  # seq 2: current
-    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1, current=True, epoch=1)]
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1, wait=WAIT, current=True, epoch=1)]
     w.clock.advance(5)
     w.deliver([_restored(w, 1, warm_ip=1)])  # seq 3: the same question again
     said = _verdicts(_actions(w))
-    assert said == [RestoreChecked(restored_from=1, current=True, epoch=1)], said
+    assert said == [RestoreChecked(restored_from=1, wait=WAIT, current=True, epoch=1)], said
 
 
 # review R6, fixed: a report of a restored checkpoint settles nothing before its answer
@@ -166,4 +169,4 @@ def test_the_restored_report_does_not_settle_away_the_entry_that_makes_it_not_cu
     w.clock.advance(w.settings.lease_ttl_s)
     w.deliver([_restored(w, 1, warm_ip=1)])  # names what EC2 shows: x no more
     said = _verdicts(_actions(w))
-    assert said == [RestoreChecked(restored_from=1, current=False, epoch=1)], said
+    assert said == [RestoreChecked(restored_from=1, wait=WAIT, current=False, epoch=1)], said

@@ -12,7 +12,10 @@ from botocore.exceptions import ClientError
 from emulated.ec2 import Ec2Config
 from tests.helpers.allocate_world import AllocatorWorld
 from tests.helpers.crashing import Crash, CrashingEc2
-from warmpool.messages import Action, Assigned, Attached, Released, RestoreChecked
+from warmpool.messages import Action, Assigned, Attached, Fenced, Released, RestoreChecked
+
+WAIT = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+"""The restore_wait id the reports of these tests carry."""
 
 
 def _world() -> tuple[AllocatorWorld, str, list[str]]:
@@ -35,7 +38,7 @@ def _verdicts(actions: list[Action]) -> list[RestoreChecked]:
 
 
 def _restored(w: AllocatorWorld, restored_from: int, extra: dict[str, Any] | None = None, **kw: Any) -> Any:
-    return w.report("n1", extra={"restored_from": restored_from, **(extra or {})}, **kw)
+    return w.report("n1", extra={"restored_from": restored_from, "restore_wait": WAIT, **(extra or {})}, **kw)
 
 
 class UnreadBooks:
@@ -55,12 +58,7 @@ class UnreadBooks:
         return self.inner.load(cluster, instance_ids)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="V1: a retried report of the same wait, answered after 'current', raises the epoch past "
-    "the agent's; the agent no longer waits and ignores that answer, so its reports are fenced",
-)
+# review 5 V1, fixed: the same wait asking again raises no epoch, and the agent adopts any answer's.
 def test_a_retried_restored_report_after_current_does_not_fence_the_current_agent() -> None:
     """The agent re-sends its restored report on the retry back-off while it waits (every report
     of the wait carries ``restored_from``). The first is answered current (epoch 1) and the agent
@@ -71,11 +69,12 @@ def test_a_retried_restored_report_after_current_does_not_fence_the_current_agen
     w, _, _ = _world()
     w.deliver([w.report("n1", seq=1000, warm_ip=1)])
     w.deliver([_restored(w, 1000, seq=2000, warm_ip=1)])
-    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1000, current=True, epoch=1)]
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1000, wait=WAIT, current=True, epoch=1)]
     w.clock.advance(2)
     w.deliver([_restored(w, 1000, seq=3000, warm_ip=1)])  # the same wait's retry
     said = _verdicts(_actions(w))
-    assert said == [RestoreChecked(restored_from=1000, current=False, epoch=2)], said  # (on the code today)
+    # fixed: the same wait asking again raises nothing (ReleaseBook.raised_for); not current (R5)
+    assert said == [RestoreChecked(restored_from=1000, wait=WAIT, current=False, epoch=1)], said
     # the agent: no restore awaited any more, the answer ignored, epoch 1 in every report
     w.clock.advance(2)
     w.deliver([w.report("n1", seq=4000, warm_ip=1, pending=4, assigned=6, extra={"epoch": 1})])
@@ -84,12 +83,7 @@ def test_a_retried_restored_report_after_current_does_not_fence_the_current_agen
     assert any(isinstance(a, Assigned | Attached) for a in actions), actions
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="V2: a fenced report whose release book was unread at the batch is planned and recorded "
-    "(a noop or a grant): the fence is checked only by the executor's release calls",
-)
+# review 5 V2, fixed: a report whose release book was not read waits.
 def test_a_fenced_report_is_never_recorded_when_the_book_was_unread_at_planning() -> None:
     """R1's scenario (a clock set back across the restart): the previous process's queued report
     carries no epoch and a seq above the restored agent's. With the book read, it is dropped
@@ -100,7 +94,7 @@ def test_a_fenced_report_is_never_recorded_when_the_book_was_unread_at_planning(
     w, _, _ = _world()
     w.deliver([w.report("n1", seq=1000, warm_ip=1)])
     w.deliver([_restored(w, 1000, seq=2000, warm_ip=1)])
-    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1000, current=True, epoch=1)]
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1000, wait=WAIT, current=True, epoch=1)]
     alloc = w.allocator(release_books=UnreadBooks(w.books, fail=2))
     w.deliver([w.report("n1", seq=9_000_000, warm_ip=1)], alloc=alloc)  # the previous process
     _actions(w)
@@ -109,12 +103,7 @@ def test_a_fenced_report_is_never_recorded_when_the_book_was_unread_at_planning(
     assert any(isinstance(a, Assigned | Attached) for a in _actions(w))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="V3: a fenced report planned with an unread book still makes EC2 calls that need no "
-    "_check_book (Assign/Create) and has its answer recorded",
-)
+# review 5 V3, fixed: a report whose release book was not read waits.
 def test_a_fenced_report_with_an_unread_book_makes_no_call() -> None:
     """As V2, the old report asking for addresses: the grant is made for a report the fence says
     is never acted on (its answer, replying to a seq above the restored agent's, may be refused by
@@ -133,8 +122,9 @@ def test_a_fenced_report_with_an_unread_book_makes_no_call() -> None:
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
-    reason="V4: an agent that lost its checkpoint never carries an epoch, so a restore check of the "
-    "node before it fences it for the whole window though it is the only process",
+    reason="V4 (cost, open): an agent that lost its checkpoint carries no epoch, so a restore check "
+    "of the node before it fences its first report; it is answered 'fenced' with the epoch and served "
+    "one round trip later (test_a_lost_checkpoint_agent_is_served_after_one_fenced_answer)",
 )
 def test_a_lost_checkpoint_agent_after_a_restore_check_is_served() -> None:
     """The node restarts with its checkpoint lost (no ``restored_from``: nothing to check; no epoch:
@@ -152,12 +142,7 @@ def test_a_lost_checkpoint_agent_after_a_restore_check_is_served() -> None:
     assert any(isinstance(a, Assigned | Attached | Released) for a in _actions(w))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="V7: the verdict raises the book's epoch before the answer is said; an invocation that "
-    "dies (or defers) after that write makes every later ask of the same wait 'not current'",
-)
+# review 5 V7, fixed: an ask of the wait whose answer raised the epoch is judged as before it (ReleaseBook.raised_for).
 def test_a_crash_after_the_write_back_does_not_make_a_current_checkpoint_stale() -> None:
     """The copy is current (the ledger says 1000, the book is empty). The invocation answering its
     report writes the book back with epoch 1 (R2, R1), then dies in the plan's first call (a grant
@@ -203,12 +188,7 @@ class ThrottledOnce:
         return call
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="V7b: a throttled first call defers the restored report unrecorded, its verdict unsaid, "
-    "the epoch already raised: the retry of a current checkpoint is answered not current",
-)
+# review 5 V7b, fixed: as V7.
 def test_a_throttled_plan_after_the_write_back_does_not_make_a_current_checkpoint_stale() -> None:
     """V7 without a crash: the DaemonSet restarts, every node's restored report asks for addresses,
     and EC2 throttles (the common case then). The verdict raised the epoch to 1; the Assign is
@@ -228,3 +208,17 @@ def test_a_throttled_plan_after_the_write_back_does_not_make_a_current_checkpoin
     w.drain(alloc=throttled)  # the re-sent report
     said = _verdicts(_actions(w))
     assert said and all(v.current for v in said), said
+
+
+def test_a_lost_checkpoint_agent_is_served_after_one_fenced_answer() -> None:
+    """V4's cost as built: the first report of the new process is dropped and answered ``fenced``
+    with the epoch; the agent carries it, and its next report is served."""
+    w, _, _ = _world()
+    w.deliver([w.report("n1", seq=1000, warm_ip=1)])
+    w.deliver([_restored(w, 1000, seq=2000, warm_ip=1)])
+    _actions(w)
+    w.clock.advance(20)
+    w.deliver([w.report("n1", seq=5000, warm_ip=1, pending=4, assigned=6)])
+    assert _actions(w) == [Fenced(epoch=1)]
+    w.deliver([w.report("n1", seq=5001, warm_ip=1, pending=4, assigned=6, extra={"epoch": 1})])
+    assert any(isinstance(a, Assigned | Attached) for a in _actions(w))

@@ -39,7 +39,7 @@ def _verdict(report: PoolReport, restored_from: int, current: bool) -> Allocatio
         node=report.node,
         instance_id=report.instance_id,
         in_reply_to=report.seq,
-        actions=[RestoreChecked(restored_from=restored_from, current=current, epoch=1)],
+        actions=[RestoreChecked(restored_from=restored_from, wait=report.restore_wait, current=current, epoch=1)],
     )
 
 
@@ -183,13 +183,18 @@ def test_a_pod_deleted_while_waiting_frees_its_address_for_later(node: Node) -> 
 
 def test_the_report_contract() -> None:
     body = REPORT_BODY
-    assert parse_report({**body, "restored_from": 9}).restored_from == 9
+    wait = "0123456789abcdef" * 2
+    assert parse_report({**body, "restored_from": 9, "restore_wait": wait}).restored_from == 9
     for bad in (10, 11, -1, "9", 9.0):
         with pytest.raises(Exception) as err:
-            parse_report({**body, "restored_from": bad})
+            parse_report({**body, "restored_from": bad, "restore_wait": wait})
         assert "restored_from" in str(err.value), bad
+    for alone in ({"restored_from": 9}, {"restore_wait": wait}, {"restored_from": 9, "restore_wait": "XYZ"}):
+        with pytest.raises(Exception) as err:
+            parse_report({**body, **alone})
+        assert "restore" in str(err.value), alone
     with pytest.raises(ValidationError):
-        RestoreChecked(restored_from=-1, current=True, epoch=1)
+        RestoreChecked(restored_from=-1, wait=wait, current=True, epoch=1)
 
 
 def test_the_answer_s_epoch_is_carried_by_every_report_after_it_and_kept_across_a_restart(node: Node) -> None:
@@ -232,7 +237,9 @@ def test_release_book_epoch_round_trip_and_fence() -> None:
         (2, 1, None, -5, False),
     ]
     for book_epoch, epoch, restored, left, fenced in cases:
-        extra = {k: v for k, v in (("epoch", epoch), ("restored_from", restored)) if v is not None}
+        extra: dict[str, Any] = {k: v for k, v in (("epoch", epoch), ("restored_from", restored)) if v is not None}
+        if restored is not None:
+            extra["restore_wait"] = "f" * 32
         book = ReleaseBook(epoch=book_epoch, fenced_until=T0 + left)
         assert book.fences(parse_report({**base, **extra}), T0) is fenced, (book_epoch, epoch, left)
 

@@ -72,7 +72,7 @@ def test_an_earlier_valid_copy_without_an_inflight_offer_does_not_hand_the_offer
                 node=asked.node,
                 instance_id=asked.instance_id,
                 in_reply_to=asked.seq,
-                actions=[RestoreChecked(restored_from=backup_seq, current=False, epoch=1)],
+                actions=[RestoreChecked(restored_from=backup_seq, wait=asked.restore_wait, current=False, epoch=1)],
             ),
         )
         clock.advance(2)

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from node_agent.checkpoint import CheckpointWriteError
-from node_agent.controller import RESTORE_ASKED_META
 from node_agent.datastore import RELEASED_UNKNOWN
 from tests.helpers.agent_world import cni, give
 from tests.helpers.agent_world import cni_add as _add
@@ -49,12 +48,7 @@ def _restart_from(node: Node, copy: bytes | None = None) -> tuple[Any, Any]:
     return agent, report
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="V5: R3's guard is only as good as restore_asked_from; a copy taken during the wait "
-    "carries the first process's, so that process's 'current', delivered again, frees the copy",
-)
+# review 5 V5, fixed: answers are bound to a wait id drawn at every start (RESTORE_WAIT_META).
 def test_a_copy_taken_during_the_wait_does_not_take_the_first_wait_s_answer(node: Node) -> None:
     """P1 restores, sends its first restored report F1 (``restore_asked_from`` = F1 written before
     the send), and the disk is copied now (or loses every write after this one). The allocator
@@ -68,8 +62,8 @@ def test_a_copy_taken_during_the_wait_does_not_take_the_first_wait_s_answer(node
     agent, first = _restart_from(node)
     r = first.restored_from
     assert r is not None
-    copy = _copy(node)  # mid-wait: restore_unconfirmed and restore_asked_from on disk
-    assert b'"restore_asked_from"' in copy
+    copy = _copy(node)  # mid-wait: restore_unconfirmed and P1's wait id on disk
+    assert b'"restore_wait"' in copy
     answer = _verdict(first, r, current=True)
     give(agent, answer)
     node.step()
@@ -79,18 +73,13 @@ def test_a_copy_taken_during_the_wait_does_not_take_the_first_wait_s_answer(node
     node.step(30)
     agent, again = _restart_from(node, copy)
     assert again.restored_from == r and again.seq > first.seq
-    assert agent.ds.meta.get(RESTORE_ASKED_META) == first.seq  # P1's first report, kept
+    assert again.restore_wait != first.restore_wait  # a new wait id at every start
     give(agent, answer)  # the answer to P1's report, delivered again
     node.step()
     assert _add(agent, "p1") is None, "a free address of the copy went to a pod on P1's answer"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="V6: take_released_unknown clears the keys in memory before its write; a failed write "
-    "raises and the keys are never marked of unknown origin",
-)
+# review 5 V6, fixed: the keys leave the datastore list in the write that marks them unknown.
 def test_released_unknown_keys_survive_a_failed_checkpoint_write(node: Node) -> None:
     """After 'not current', c1's address a1 is marked ``unknown_on_release``. c1 goes (a DEL):
     ``Datastore.release`` quarantines a1 and lists it in ``released_unknown``. At the next pass
@@ -126,13 +115,7 @@ def test_released_unknown_keys_survive_a_failed_checkpoint_write(node: Node) -> 
     assert a1 in agent.controller._unknown, f"{a1} released as of unknown origin, no longer marked so"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="V8: R3's guard compares seqs, which follow the wall clock; after a clock set back across "
-    "the restart (R1's own premise) another process's 'current', delivered again, replies to a "
-    "seq at or above this wait's first report and is taken",
-)
+# review 5 V8, fixed: the wait id, not seqs, binds an answer to its wait.
 def test_another_process_s_answer_is_refused_after_a_clock_set_back(node: Node) -> None:
     """The copy (seq R) is restored by P1 while the node's clock runs 90 s ahead: P1's first
     report has seq F1 (90 s ahead), the allocator answers it current, P1 uses its pool (a pod
