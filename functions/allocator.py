@@ -291,7 +291,7 @@ class Allocator:
         for n in incoming:
             first.setdefault((n.report.instance_id, n.report.seq), n)
         kept = self._wait_for_unread_rows([first[(r.instance_id, r.seq)] for r in co.keep], b)
-        return [replace(n, report=self._drop_old_offers(n.report)) for n in kept]
+        return [replace(n, report=self._drop_old_offers(n.report), sent=n.report) for n in kept]
 
     def _wait_for_unread_rows(self, kept: list[Incoming], b: Batch) -> list[Incoming]:
         """Defer the nodes whose ledger row was not read; the others go on."""
@@ -549,7 +549,7 @@ class Allocator:
             note_pod_ceiling(r, inv, ceiling, self.tally)
             count_flip(
                 self.fair,
-                r,
+                r if n.sent is None else n.sent,  # as sent: an offer too old for this container is still asked
                 plan,
                 instance_id=self._key(r),
                 clock=self.clock,

@@ -44,6 +44,10 @@ class Incoming:
 
     record: Record
     report: PoolReport
+    sent: PoolReport | None = None
+    """The report as the node sent it, when offers too old to act on were dropped from
+    ``report``: the flip count counts what the node asks for, whatever the allocator's rules
+    then let happen (:func:`functions.releases.count_flip`). None: ``report`` is it."""
 
 
 def trusted_keys(settings: Settings) -> TrustedKeys | None:

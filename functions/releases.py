@@ -151,7 +151,9 @@ def count_flip(
     fair: FairShare, r: PoolReport, plan: Plan, *, instance_id: str, clock: Clock, damp_s: float, tally: Tally
 ) -> None:
     """Count what the node asks for, whatever the rules then let happen:
-    addresses back (release offers) or more (a deficit or waiting pods)."""
+    addresses back (release offers) or more (a deficit or waiting pods). ``r`` is the
+    report as the node sent it: an offer :func:`fresh_offers` dropped (too old for this
+    container's clock) is still asked for."""
     if r.release:
         kind = "release"
     elif plan.delta.low or r.pending_demand:

@@ -282,7 +282,8 @@ class CniService:
             # runtime retries; the answer is success only once the checkpoint is written.
             self.stats.failures[command, "checkpoint"] += 1
             log.error("%s %s: %s", command, req.get("container_id"), exc)
-            return {"ok": False, "code": E_IO, "msg": "the agent could not record the address", "details": str(exc)}
+            what = "the releases" if command == "GC" else "the address"
+            return {"ok": False, "code": E_IO, "msg": f"the agent could not record {what}", "details": str(exc)}
 
     @staticmethod
     def _ids(req: dict[str, Any]) -> tuple[str, str, str]:
@@ -430,7 +431,13 @@ class CniService:
         networks under Multus), or one whose network is not known (recorded before agents kept
         it), is left alone. Left alone as well: attachments with an operation in flight, and
         ones younger than ``gc_min_age_s``. Recovered holders (known by host veth only) wait
-        for their DEL."""
+        for their DEL.
+
+        Answered success only once its releases are on disk, as ADD: a release whose write
+        fails stays made in memory (torn down, in cooldown) and the GC goes on with the others
+        (the spec has GC remove as much as it can), then fails with code 5; the runtime's next
+        GC writes again first (:meth:`Datastore.flush`) and fails too until the write works.
+        Until then the disk only says the addresses are held (never a second holder)."""
         conf = req.get("config")
         valid = _valid_attachments(conf)
         network = _network_name(conf)
@@ -455,14 +462,24 @@ class CniService:
                 except (NetlinkFailure, PodRefused) as exc:
                     errors.append(f"{rec.container_id[:12]}/{rec.ifname}: {exc}")
                     continue
-                self.ds.release(rec.container_id, rec.ifname, self.clock.now())
+                try:
+                    self.ds.release(rec.container_id, rec.ifname, self.clock.now())
+                except CheckpointWriteError:
+                    pass  # released in memory, not on disk: the flush below fails the GC
                 released += 1
                 log.info("GC: %s %s not listed by the runtime; %s released", rec.container_id[:12], rec.ifname, rec.ip)
         self.stats.gc_released += released
+        torn = len(errors)
+        try:
+            self.ds.flush()  # this GC's releases, or an earlier one's, not yet on disk
+        except CheckpointWriteError as exc:
+            if not errors:
+                raise
+            errors.append(f"checkpoint: {exc}")
         if errors:
             raise Failure(
                 E_IO,
-                f"GC could not tear down {len(errors)} attachments (the others were released)",
+                f"GC could not tear down {torn} attachments (the others were released)",
                 "; ".join(errors)[:2000],
                 reason="gc-teardown",
             )

@@ -599,27 +599,39 @@ def _conf(w: EventsWorld, a: SimAgent, **extra: Any) -> dict[str, Any]:
     return {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool", **extra}
 
 
-def _gc(w: EventsWorld, a: SimAgent | None, *, again: bool = False) -> None:
+GC_RETRY_S = 30.0
+"""A GC that failed with an I/O error (code 5: a teardown, or the checkpoint write of its
+releases) comes again this much later: runtimes run GC on a timer, so a failed one is
+followed by another (CRI-O's periodic GC); at most ``GC_RETRIES`` times."""
+GC_RETRIES = 20
+
+
+def _gc(w: EventsWorld, a: SimAgent | None, *, again: bool = False, tries: int = 0) -> None:
     """CNI GC from the runtime, with the attachments it knows. The agent leaves alone
     attachments younger than ``gc_min_age_s`` (the runtime may have listed before an ADD
     was answered) and ones with an operation in flight (none here: the runtime waits for
     the GC's answer). So: every attachment the runtime does not list that was made at
-    least ``gc_min_age_s`` before the GC must be released by it. Runtimes call GC again
-    later; here, if young unlisted attachments were left, once they are old enough."""
+    least ``gc_min_age_s`` before the GC must be released by it (made: the ADD after which
+    the agent held its address, answered or not, ``Runtime.made``). Runtimes call GC again
+    later; here, if young unlisted attachments were left, once they are old enough, and
+    after a GC that failed with code 5 (``GC_RETRY_S``)."""
     if a is None or a.gone:
         return
     if not a.alive:
-        if again:
-            w.loop.call_later(10.0, lambda: _gc(w, a, again=True))
+        if again or tries:
+            w.loop.call_later(10.0, lambda: _gc(w, a, again=again, tries=tries))
         return
     rt = a.rt
     valid = [{"containerID": c, "ifname": "eth0"} for c in [*rt.up, *rt.adding, *rt.deleting]]
     conf = _conf(w, a, cniVersion="1.1.0", **{"cni.dev/valid-attachments": valid})
-    w.fault("cni-gc:again" if again else "cni-gc")
+    w.fault("cni-gc:retried" if tries else "cni-gc:again" if again else "cni-gc")
     started = w.now()
-    code, _ = _plugin(w, a, {"CNI_COMMAND": "GC"}, json.dumps(conf))
+    code, out = _plugin(w, a, {"CNI_COMMAND": "GC"}, json.dumps(conf))
     if code != 0:
-        return  # refused (e.g. an old runtime's version): nothing to check
+        if _cni_code(out) == cni_plugin.E_IO and tries < GC_RETRIES:
+            w.loop.call_later(GC_RETRY_S, lambda: _gc(w, a, again=again, tries=tries + 1))
+        return  # refused (e.g. an old runtime's version), or failed: nothing to check
+    w.fault("cni-gc:checked")
     known_ids = {v["containerID"] for v in valid}
     leaked, young = [], []
     for p in a.ds.pods():
@@ -638,6 +650,16 @@ def _gc(w: EventsWorld, a: SimAgent | None, *, again: bool = False) -> None:
         )
     if young:
         w.loop.call_at(min(young) + GC_MIN_AGE_S + 1.0, lambda: _gc(w, a, again=True))
+
+
+def _cni_code(out: str) -> int | None:
+    """The CNI error code of a plugin's error output (None if it is not one)."""
+    try:
+        err = json.loads(out)
+    except ValueError:
+        return None
+    code = err.get("code") if isinstance(err, dict) else None
+    return code if isinstance(code, int) else None
 
 
 def _hostile(w: EventsWorld, a: SimAgent | None, variant: str, tries: int = 0) -> None:

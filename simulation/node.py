@@ -461,12 +461,15 @@ class Runtime:
     deleting: dict[str, None] = field(default_factory=dict)
     started: int = 0
     made: dict[str, float] = field(default_factory=dict)
+    """When each attachment was made: the first ADD after which the agent holds an address for
+    it, answered or not (a DEL that works forgets it). Every ADD the harness makes, including
+    those whose answer the runtime then loses and those that failed yet left the address held
+    (a checkpoint write refused: the agent keeps it for the runtime's retry or DEL). The agent's
+    GC dates an attachment from that ADD too (``gc_min_age_s``)."""
     asked: dict[str, float] = field(default_factory=dict)
     """When each pod waiting for an address was started."""
     waits: list[float] = field(default_factory=list)
     """Each pod's wait for an address, from its start to its ADD answered (the fairness figure)."""
-    """When each attachment's first ADD was answered (a DEL that works forgets it): every ADD
-    the harness makes, including those whose answer the runtime then loses."""
 
 
 RESTART_BACKOFF_S = 10.0
@@ -691,8 +694,8 @@ class SimAgent:
         try:
             out: dict[str, Any] = self.cni.handle(req)
         except (DiskError, CheckpointWriteError) as exc:  # the socket server answers it (cniserver.py)
-            return {"ok": False, "code": E_IO, "msg": "agent error", "details": str(exc)[:500]}
-        if out.get("ok") and command == "ADD":
+            out = {"ok": False, "code": E_IO, "msg": "agent error", "details": str(exc)[:500]}
+        if command == "ADD" and (out.get("ok") or self.ds.lookup(cid, ifname) is not None):
             self.rt.made.setdefault(cid, self.w.now())
         elif out.get("ok") and command == "DEL":
             self.rt.made.pop(cid, None)

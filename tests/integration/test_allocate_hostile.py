@@ -15,9 +15,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from emulated.clock import VirtualClock
 from functions.allocator import SEQ_AHEAD_LIMIT
 from tests.helpers.allocate_world import AllocatorWorld
 from warmpool import names
+from warmpool.messages import OFFER_MAX_AGE_CEILING_S
 
 
 def _dlq(w: AllocatorWorld) -> list[str]:
@@ -254,6 +256,37 @@ def test_a_churning_node_is_damped_though_its_reports_land_on_different_containe
         unshared = run(shared=False)
         assert unshared.tally.get("NodesDamped") == 0
         assert unshared.ec2_stats().get("DeleteNetworkInterface", {}).get("calls", 0) > 0
+
+
+class _Ahead:
+    """An allocator container's clock, ``by`` seconds ahead of the world's (``lambda-clock-skew``)."""
+
+    def __init__(self, base: VirtualClock, by: float) -> None:
+        self.base, self.by = base, by
+
+    def now(self) -> float:
+        return self.base.now() + self.by
+
+
+def test_an_honest_node_is_not_damped_because_containers_disagree_on_its_offers_age() -> None:
+    """Seed 517 of `warmpool sim` (`not-settled`): a node repeats one standing offer in every
+    report while a pod waits. To a container whose clock is past the offer's 60 s age limit the
+    offer is too old to act on and is dropped from the report it plans; the flip count then read
+    that report as asking for addresses, and the next report, on a container in step, as
+    offering them: every report a flip, and after six the honest node was damped for 10 minutes,
+    its surplus held. The flips are the node's (what it asks for, whatever the rules then let
+    happen): counted on the report as it sent it, these are all "release"."""
+    w = AllocatorWorld()
+    w.add_node("n1", "m5.4xlarge")
+    w.deliver([w.report("n1", warm_ip=4, pending=2)])
+    eni = w.enis("n1")[0]
+    offered = {"eni_id": eni.id, "ips": [eni.secondary[-1]], "quarantined_at": w.clock.now()}
+    containers = [w.alloc, w.allocator(clock=_Ahead(w.clock, OFFER_MAX_AGE_CEILING_S + 1.0))]
+    for i in range(10):
+        w.clock.advance(5.0)
+        w.deliver([w.report("n1", warm_ip=4, pending=1, release=[offered])], alloc=containers[i % 2])
+    assert w.tally.get("ReleaseOffersExpired") > 0, "the container ahead found the offer too old"
+    assert w.tally.get("NodesDamped") == 0
 
 
 def test_the_allocator_holds_releases_of_young_offers_and_young_enis() -> None:

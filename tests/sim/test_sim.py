@@ -402,6 +402,40 @@ def test_a_young_unlisted_attachment_is_left_alone_and_collected_by_a_later_gc()
     assert r.faults.get("cni-gc") and r.faults.get("cni-gc:again")
 
 
+@pytest.mark.parametrize(("seed", "keep"), [(885, [8, 9, 12]), (500161, [9, 10, 11])])
+def test_an_unwritten_adds_attachment_is_no_gc_leak(seed: int, keep: list[int]) -> None:
+    """Checkpoint writes fail (EIO, ENOSPC), an ADD whose answer the runtime then loses fails
+    with code 5 (its address held in memory, not on disk), and a GC 16 s (25 s) later keeps
+    the attachment: younger than gc_min_age_s, as the agent must. The harness dated
+    attachments only by an ADD answered ok, so this one had no date, read as old, and the
+    GC's answer was called a leak (`cni-gc-leak`, the harness's own: the test below). The
+    runtime's later GCs come (once the young one is old enough, and again while one fails
+    with code 5) and the one that succeeds is checked."""
+    r = run_seed(seed, keep=keep, shrink=False)
+    assert not r.violations, r.violations
+    assert r.faults.get("cni-gc:again", 0) + r.faults.get("cni-gc:retried", 0) >= 1, r.faults
+    assert r.faults.get("cni-gc:checked", 0) >= 1, r.faults
+
+
+def test_the_runtime_dates_an_attachment_from_the_add_that_left_its_address_held() -> None:
+    """The harness's side of the two seeds above: ``Runtime.made`` (what the `cni-gc-leak`
+    check dates attachments by) counts an ADD answered ok and one that failed yet left the
+    address held (the checkpoint write refused), never one that left nothing held."""
+    import errno
+
+    w = world.SimWorld(plan_for(885, keep=[]))
+    a = w.agents["n1"]
+    eni = a.ds.enis()[0].info.eni_id
+    a.ds.add_addresses(eni, ["10.0.0.200"])
+    a.cp.write_errno = errno.EIO
+    assert a.cni_call("ADD", "unwritten")["code"] == 5
+    assert a.ds.lookup("unwritten", "eth0") is not None
+    assert a.rt.made == {"unwritten": w.now()}
+    a.cp.write_errno = None
+    assert a.cni_call("ADD", "none-free")["code"] == 11  # no address: nothing made
+    assert a.rt.made == {"unwritten": w.now()}
+
+
 def test_the_sim_pods_refuse_host_namespaces_as_the_agent_does() -> None:
     pods = SimPods(Any, "n0")  # type: ignore[arg-type]
     for path in base.HOST_NETNS:

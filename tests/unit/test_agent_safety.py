@@ -408,6 +408,69 @@ def test_an_add_is_answered_only_once_its_address_is_on_disk() -> None:
     assert not ds.dirty and on_disk(cp).lookup("c2", "eth0") == Assignment(ip2, PRIMARY.eni_id)
 
 
+def test_a_gc_frees_every_stale_attachment_and_is_answered_only_once_its_releases_are_on_disk() -> None:
+    # Before: the first release whose write failed ended the GC (the other stale attachments
+    # kept their wiring and addresses: the spec has a GC remove as much as it can), and the
+    # runtime's next GC, finding them released in memory, was answered success while the disk
+    # still said they were held, as a restart would have found them.
+    cp = FlakyCheckpoint()
+    ds = Datastore(cooldown_s=0.0, checkpoint=cp)
+    ds.add_eni(PRIMARY, 0.0)
+    ds.add_addresses(PRIMARY.eni_id, ["10.0.0.11", "10.0.0.12", "10.0.0.13"])
+    clock = VirtualClock(100.0)
+    pods = WiredPods()
+    svc = CniService(ds, pods, clock=clock, gc_min_age_s=60.0)
+    kept = address(add(svc, "kept"))
+    for cid in ("gone1", "gone2"):  # ADDs whose answers the runtime lost: no DEL comes
+        address(add(svc, cid))
+    valid = [{"containerID": "kept", "ifname": "eth0"}]
+    gc = {"command": "GC", "config": {**CONF, "cniVersion": "1.1.0", "cni.dev/valid-attachments": valid}}
+
+    clock.advance(61.0)
+    cp.failing = True
+    reply = answer(svc, gc)
+    assert not reply["ok"] and reply["code"] == 5, reply
+    assert ds.lookup("gone1", "eth0") is None and ds.lookup("gone2", "eth0") is None, "every stale one released"
+    assert set(pods.wired) == {("kept", "eth0")}, "and torn down"
+    assert {p.container_id for p in on_disk(cp).pods()} == {"kept", "gone1", "gone2"}
+    for _ in range(2):  # the runtime's next GCs, the disk still refusing: not done until written
+        reply = answer(svc, gc)
+        assert not reply["ok"] and reply["code"] == 5, reply
+    assert ds.dirty
+
+    cp.failing = False
+    assert answer(svc, gc)["ok"]
+    assert not ds.dirty
+    assert {p.container_id for p in on_disk(cp).pods()} == {"kept"}
+    assert on_disk(cp).lookup("kept", "eth0") == Assignment(kept, PRIMARY.eni_id)
+    assert svc.stats.gc_released == 2
+
+
+def test_a_gc_keeps_a_young_attachment_whose_add_could_not_be_written() -> None:
+    # Seeds 885 and 500161 of `warmpool sim`: an ADD fails with code 5 (its address not on
+    # disk) and the runtime forgets it; a GC 16 s later must keep it (it may be an ADD the
+    # runtime's list was made before), and a GC once it is 60 s old frees it.
+    cp = FlakyCheckpoint()
+    ds = Datastore(cooldown_s=0.0, checkpoint=cp)
+    ds.add_eni(PRIMARY, 0.0)
+    ds.add_addresses(PRIMARY.eni_id, ["10.0.0.11"])
+    clock = VirtualClock(186.6)
+    svc = CniService(ds, WiredPods(), clock=clock, gc_min_age_s=60.0)
+    cp.failing = True
+    reply = add(svc, "lost")
+    assert not reply["ok"] and reply["code"] == 5, reply
+    held = ds.lookup("lost", "eth0")
+    assert held is not None, "kept for the runtime's retry or DEL"
+    gc = {"command": "GC", "config": {**CONF, "cniVersion": "1.1.0", "cni.dev/valid-attachments": []}}
+    cp.failing = False
+    clock.advance(16.0)
+    assert answer(svc, gc)["ok"]
+    assert ds.lookup("lost", "eth0") == held, "younger than gc_min_age_s: left alone"
+    clock.advance(45.0)
+    assert answer(svc, gc)["ok"]
+    assert ds.lookup("lost", "eth0") is None and on_disk(cp).lookup("lost", "eth0") is None
+
+
 def test_a_failed_write_is_retried_by_flush_and_every_later_change() -> None:
     cp = FlakyCheckpoint()
     ds = Datastore(cooldown_s=0.0, checkpoint=cp)
