@@ -957,8 +957,19 @@ class Allocator:
         before = book.epoch_before(r)
         epoch = max(before, r.epoch or 0) + 1
         now = self.clock.now()
+        seqs = [t.seq for t in (*book.taken, *book.given)]
+        # The same wait asking again while its raise's fence holds (a retry queued behind the
+        # first ask, whose answer is late or lost) is said the verdict it was given: since the
+        # raise, only this wait's own reports have moved the ledger and the book (review 4, R5).
+        given = book.verdict_for(r, now)
+        # a copy from before an earlier answer (its epoch below the book's) is not current either
+        current = (r.epoch or 0) >= before and (
+            given if given is not None else restore_current(r.restored_from, ledger_seq, seqs)
+        )
         until = max(book.fenced_until, now + self.settings.release_offer_max_age_s + FENCE_MARGIN_S)
-        fenced = replace(book, epoch=max(book.epoch, epoch), fenced_until=until, raised_for=r.restore_wait)
+        fenced = replace(
+            book, epoch=max(book.epoch, epoch), fenced_until=until, raised_for=r.restore_wait, raised_current=current
+        )
         try:
             stored = self.books.save(self.cluster, r.instance_id, fenced, now + self.settings.ledger_ttl_s)
         except BOOK_ERRORS as err:
@@ -966,9 +977,6 @@ class Allocator:
         if stored is None:
             return wait("another invocation wrote the release book")
         job.book, job.book_checked = stored, True
-        seqs = [t.seq for t in (*book.taken, *book.given)]
-        # a copy from before an earlier answer (its epoch below the book's) is not current either
-        current = (r.epoch or 0) >= before and restore_current(r.restored_from, ledger_seq, seqs)
         self.tally.add(M_RESTORES_CHECKED, current="true" if current else "false")
         if not current:
             log.warning(

@@ -91,6 +91,12 @@ class ReleaseBook:
     raised_for: str = ""
     """The ``restore_wait`` of the ask whose answer last raised :attr:`epoch`: that same wait,
     asking again (its answer unsaid: deferred, throttled), is judged as before the raise."""
+    raised_current: bool = False
+    """The verdict of that ask (``RestoreChecked.current``), said again to the same wait asking
+    again while the fence holds (:meth:`verdict_for`): from the raise on, the ledger and the book
+    move only with reports of this wait (every report of a process before it is fenced), which
+    say nothing against the copy; judged afresh, the wait's own recorded report made a current
+    copy "not current" (review 4, R5)."""
     fenced_until: float = 0.0
     """Until when (the allocator's clock) the fence holds: the answer's time plus the oldest an
     offer may be to be acted on, and a margin for the containers' clocks. Every offer of a
@@ -103,6 +109,13 @@ class ReleaseBook:
         if self.raised_for and report.restore_wait == self.raised_for:
             return self.epoch - 1
         return self.epoch
+
+    def verdict_for(self, report: PoolReport, now: float) -> bool | None:
+        """The verdict already given to ``report``'s wait (:attr:`raised_current`), when this
+        very wait raised the epoch and the fence still holds; None: judge it afresh."""
+        if self.raised_for and report.restore_wait == self.raised_for and now < self.fenced_until:
+            return self.raised_current
+        return None
 
     def fences(self, report: PoolReport, now: float) -> bool:
         """Whether ``report`` was sent by a process from before the last restore check, while
@@ -313,6 +326,8 @@ class ReleaseBook:
             doc["epoch"] = self.epoch
             doc["fenced_until"] = self.fenced_until
             doc["raised_for"] = self.raised_for
+            if self.raised_current:
+                doc["raised_current"] = True
         return json.dumps(doc, separators=(",", ":"))
 
     @classmethod
@@ -321,7 +336,8 @@ class ReleaseBook:
         then treat the book as empty)."""
         doc = json.loads(raw)
         if isinstance(doc, dict):
-            if set(doc) not in ({"taken", "given"}, {"taken", "given", "epoch", "fenced_until", "raised_for"}):
+            fence = {"taken", "given", "epoch", "fenced_until", "raised_for"}
+            if set(doc) not in ({"taken", "given"}, fence, fence | {"raised_current"}):
                 raise ValueError(f"bad release book keys {sorted(doc)!r}")
             epoch, until = doc.get("epoch", 0), doc.get("fenced_until", 0.0)
             if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
@@ -331,6 +347,9 @@ class ReleaseBook:
             raised_for = doc.get("raised_for", "")
             if not isinstance(raised_for, str) or len(raised_for) > 64:
                 raise ValueError(f"bad release book raise {raised_for!r}")
+            raised_current = doc.get("raised_current", False)
+            if raised_current is not True and raised_current is not False:
+                raise ValueError(f"bad release book verdict {raised_current!r}")
             return cls(
                 version=version,
                 taken=_rows(doc["taken"]),
@@ -338,6 +357,7 @@ class ReleaseBook:
                 epoch=epoch,
                 fenced_until=float(until),
                 raised_for=raised_for,
+                raised_current=raised_current,
             )
         return cls(version=version, taken=_rows(doc))
 

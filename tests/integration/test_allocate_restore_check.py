@@ -212,3 +212,61 @@ def test_the_fence_lapses_once_no_offer_of_the_process_before_can_be_acted_on() 
     w.deliver([w.report("n1", seq=9000, warm_ip=1, release=offer)])
     assert [a for a in _actions(w) if isinstance(a, Released)], "a report without epoch after the fence"
     assert w.tally.get("ReportsFenced") == 0
+
+
+def test_the_wait_s_retry_answered_before_the_first_answer_arrives_is_current_too() -> None:
+    """Seed 189 (``warmpool sim --seed 189``, review 4's R5): the agent's first restored report
+    (seq 2000) is answered current and recorded; its retry of the same wait (seq 3000), sent on the
+    back-off before that answer came, is judged after the ledger holds 2000, a report of this very
+    wait. Its answer must be current as well: results are not ordered (an SQS delay brought the
+    retry's answer first, and the agent, still waiting, took the lost-checkpoint way on it)."""
+    w, _, _ = _world()
+    w.deliver([w.report("n1", seq=1000, warm_ip=1)])
+    w.deliver([_restored(w, 1000, seq=2000, warm_ip=1, pending=4, assigned=6)])
+    assert _verdicts(_actions(w)) == [RestoreChecked(restored_from=1000, wait=WAIT, current=True, epoch=1)]
+    assert w.ledger.last_seq("demo", w.nodes["n1"]) == 2000
+    w.clock.advance(6)
+    w.deliver([_restored(w, 1000, seq=3000, warm_ip=1, pending=4, assigned=6)])
+    said = _verdicts(_actions(w))
+    assert said == [RestoreChecked(restored_from=1000, wait=WAIT, current=True, epoch=1)], said
+
+
+def test_the_wait_s_retry_after_not_current_is_not_current() -> None:
+    """The verdict said again is the one given, never a better one: a copy older than a served
+    offer stays not current for every ask of its wait."""
+    w, eni, ips = _world()
+    w.deliver([w.report("n1", seq=1000, warm_ip=1)])
+    offer = [{"eni_id": eni, "ips": ips[-2:], "quarantined_at": w.clock.now() - 20}]
+    w.deliver([w.report("n1", seq=1500, warm_ip=1, release=offer)])
+    _actions(w)
+    w.deliver([_restored(w, 1000, seq=2000, warm_ip=1)])
+    assert [v.current for v in _verdicts(_actions(w))] == [False]
+    w.clock.advance(6)
+    w.deliver([_restored(w, 1000, seq=3000, warm_ip=1)])
+    assert [v.current for v in _verdicts(_actions(w))] == [False]
+
+
+def test_another_wait_asking_about_the_same_copy_is_judged_afresh() -> None:
+    """A restart draws a new wait: the verdict given to the wait before is not its (that process
+    may have acted after it), and its ask is judged on the ledger as it is now."""
+    w, _, _ = _world()
+    w.deliver([w.report("n1", seq=1000, warm_ip=1)])
+    w.deliver([_restored(w, 1000, seq=2000, warm_ip=1, pending=4, assigned=6)])
+    assert [v.current for v in _verdicts(_actions(w))] == [True]
+    w.clock.advance(6)
+    other = w.report("n1", seq=3000, warm_ip=1, extra={"restored_from": 1000, "restore_wait": "b" * 32})
+    w.deliver([other])
+    assert [v.current for v in _verdicts(_actions(w))] == [False]
+
+
+def test_once_the_fence_lapses_the_wait_s_retry_is_judged_afresh() -> None:
+    """The verdict is said again only while the fence holds (while every later seq is this
+    wait's own); after it, the ledger as it is now judges."""
+    w, _, _ = _world()
+    w.deliver([w.report("n1", seq=1000, warm_ip=1)])
+    w.deliver([_restored(w, 1000, seq=2000, warm_ip=1, pending=4, assigned=6)])
+    assert [v.current for v in _verdicts(_actions(w))] == [True]
+    iid = w.nodes["n1"]
+    w.clock.set(w.books.load("demo", [iid])[iid].fenced_until + 1)
+    w.deliver([_restored(w, 1000, seq=9000, warm_ip=1)])
+    assert [v.current for v in _verdicts(_actions(w))] == [False]

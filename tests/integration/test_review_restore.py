@@ -115,16 +115,8 @@ def test_an_invocation_past_its_lease_never_unassigns_after_a_current_answer() -
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "review R5 (liveness, cost): once one report of the wait is recorded, every later "
-        "report naming the same restored_from is answered 'not current' (the ledger is past "
-        "it): a lost or late answer, or a restart before it (which the agent asks about the "
-        "same checkpoint on purpose), turns a current copy into a lost one"
-    ),
-)
+# review R5, fixed: the same wait asking again while its raise's fence holds is said the verdict
+# it was given (ReleaseBook.raised_current; seed 189).
 def test_a_report_asking_again_after_its_answer_was_lost_is_still_current() -> None:
     """The copy is the node's newest state (seq 1). Report 2 (restored_from 1) is answered
     current and recorded; the result is lost (a push failure, the agent restarted before it

@@ -73,8 +73,9 @@ def test_a_retried_restored_report_after_current_does_not_fence_the_current_agen
     w.clock.advance(2)
     w.deliver([_restored(w, 1000, seq=3000, warm_ip=1)])  # the same wait's retry
     said = _verdicts(_actions(w))
-    # fixed: the same wait asking again raises nothing (ReleaseBook.raised_for); not current (R5)
-    assert said == [RestoreChecked(restored_from=1000, wait=WAIT, current=False, epoch=1)], said
+    # fixed: the same wait asking again raises nothing (ReleaseBook.raised_for), and is said the
+    # verdict it was given (ReleaseBook.raised_current; R5 fixed, seed 189)
+    assert said == [RestoreChecked(restored_from=1000, wait=WAIT, current=True, epoch=1)], said
     # the agent: no restore awaited any more, the answer ignored, epoch 1 in every report
     w.clock.advance(2)
     w.deliver([w.report("n1", seq=4000, warm_ip=1, pending=4, assigned=6, extra={"epoch": 1})])

@@ -339,7 +339,7 @@ def _job(books: Any, seq: int, call: Any, now: float) -> Any:
     from warmpool.messages import ReleaseOffer
 
     offer = ReleaseOffer(eni_id="eni-00000001", ips=["10.0.0.7"], prefixes=[], quarantined_at=now - 5)
-    report = SimpleNamespace(node="n1", seq=seq, release=[offer])
+    report = SimpleNamespace(node="n1", seq=seq, release=[offer], restored_from=None, epoch=None)
     plan = SimpleNamespace(calls=(call,), unmet=0)
     book = books.load("c", ["i-1"])["i-1"]  # as each invocation read it when planning
     return NodeJob(report, SimpleNamespace(instance_id="i-1"), None, plan, book=book)  # type: ignore[arg-type]

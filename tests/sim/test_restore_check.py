@@ -71,6 +71,29 @@ def test_no_timing_of_an_old_copy_after_an_offer_gives_a_pod_an_unassigned_addre
         assert faults.get("checkpoint-damaged-parses:old-copy") == 1, faults
 
 
+RETRY_ANSWERED_FIRST = (189, [6, 10, 12, 13, 14, 15, 16, 17, 19, 20, 21, 23, 24, 25])
+"""Fixed (``not-settled``, seeds 0-999 since the restore check, f75a5ca): n0's agent restarts on its
+checkpoint at 426 s and asks twice on the back-off (seqs ...427546 and ...433546, one wait). The
+first is answered current and recorded; the retry, judged with the ledger at ...427546 (its own
+wait's report), was answered not current, and its answer came first (an SQS delay): the agent
+took the lost way, offered its free addresses as of unknown origin, the allocator's node lease was
+busy past their 60 s age, and the pool stayed 3 short. Now the same wait is said the verdict it was
+given (``ReleaseBook.raised_current``)."""
+
+
+def test_a_retry_of_the_wait_answered_before_the_first_answer_keeps_a_current_copy() -> None:
+    seed, keep = RETRY_ANSWERED_FIRST
+    assert not runner.run_seed(seed, keep=keep, shrink=False).violations
+
+
+def test_the_simulation_finds_the_retry_answered_first_with_the_fix_reverted(monkeypatch: pytest.MonkeyPatch) -> None:
+    from warmpool.release_book import ReleaseBook
+
+    monkeypatch.setattr(ReleaseBook, "verdict_for", lambda self, report, now: None)
+    seed, keep = RETRY_ANSWERED_FIRST
+    assert [v["invariant"] for v in runner.run_seed(seed, keep=keep, shrink=False).violations] == ["not-settled"]
+
+
 def _count(grid: tuple[tuple[float, float, float, int], ...]) -> int:
     return sum(1 for case in grid if _safety(_old_copy_after_an_offer(*case))[0])
 

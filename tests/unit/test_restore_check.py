@@ -215,6 +215,7 @@ def test_release_book_epoch_round_trip_and_fence() -> None:
         ReleaseBook(),
         ReleaseBook(epoch=3, fenced_until=T0),
         ReleaseBook(taken=(Taken("eni-1", "10.0.0.9", 4),), epoch=2, fenced_until=T0 + 0.5),
+        ReleaseBook(epoch=2, fenced_until=T0, raised_for="f" * 32, raised_current=True),
     ):
         assert ReleaseBook.loads(book.dumps(), 0) == book
     assert ReleaseBook().dumps() == "[]"  # an older reader still reads a book with no epoch
@@ -223,6 +224,7 @@ def test_release_book_epoch_round_trip_and_fence() -> None:
         '{"taken":[],"given":[],"epoch":true,"fenced_until":0}',
         '{"taken":[],"given":[],"epoch":1,"fenced_until":-5}',
         '{"taken":[],"given":[],"epoch":1}',
+        '{"taken":[],"given":[],"epoch":1,"fenced_until":0,"raised_for":"","raised_current":1}',
     ):
         with pytest.raises(ValueError):
             ReleaseBook.loads(bad, 0)
@@ -266,3 +268,14 @@ def test_an_agent_that_missed_the_answer_takes_the_epoch_from_a_fenced_reply(nod
     )
     after = node.step()
     assert after is not None and after.epoch == 3  # and reported again at once
+
+
+def test_the_verdict_is_said_again_only_to_the_wait_that_raised_the_epoch_while_the_fence_holds() -> None:
+    from warmpool.release_book import ReleaseBook
+
+    wait = {"restored_from": 9, "restore_wait": "f" * 32}
+    book = ReleaseBook(epoch=2, fenced_until=T0 + 10, raised_for="f" * 32, raised_current=True)
+    assert book.verdict_for(parse_report({**REPORT_BODY, **wait}), T0) is True
+    assert book.verdict_for(parse_report({**REPORT_BODY, **wait, "restore_wait": "e" * 32}), T0) is None
+    assert book.verdict_for(parse_report({**REPORT_BODY, **wait}), T0 + 10) is None
+    assert ReleaseBook(epoch=2, fenced_until=T0 + 10).verdict_for(parse_report({**REPORT_BODY, **wait}), T0) is None
