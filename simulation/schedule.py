@@ -10,6 +10,7 @@ what the shrinker relies on.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,16 @@ SPAN_S = 420.0
 """Events are drawn in [0, SPAN_S); the run then goes quiet."""
 QUIET_S = 480.0
 """After the last event: long enough for a release delay, the GC age and two reconciles."""
+
+
+def quiet_from(events: Sequence[Event]) -> float:
+    """When the world goes quiet: the span's end, or the end of the last fault still open then
+    (a window drawn late may run minutes past the span: ``imds-lag-long`` up to 600 s). The run
+    goes on :data:`QUIET_S` past this, so the checks at its end always follow a whole quiet
+    period (seed 1072: an IMDS lag of 579 s closing 7 s before a fixed end left no time to
+    settle)."""
+    return max([SPAN_S, *(ev.at + float(getattr(ev, "dur", 0.0)) for ev in events)])
+
 
 FAULT_KINDS = (
     "sqs-delay",

@@ -74,7 +74,7 @@ from simulation.clients import (
     TrackedLeases,
 )
 from simulation.node import SimAgent
-from simulation.schedule import QUIET_S, SPAN_S, SeedPlan
+from simulation.schedule import QUIET_S, SeedPlan, quiet_from
 from warmpool import names
 from warmpool.buckets import DEFAULT_SPECS, BucketSpec
 from warmpool.messages import MessageError, parse_result
@@ -541,7 +541,7 @@ class SimWorld:
 
     # --- the run
     def run(self) -> SeedOutcome:
-        end = T0 + SPAN_S + QUIET_S
+        end = T0 + quiet_from(self.plan.events) + QUIET_S
         for ev in self.plan.events:
             self.loop.call_at(T0 + ev.at, functools.partial(events.apply, self, ev))
         self.loop.every(ESM_EVERY_S, self.esm_tick, start=T0 + 0.5)

@@ -649,3 +649,20 @@ def _identity_of_another(w: Any) -> None:
 def test_a_report_with_another_instances_identity_is_refused() -> None:
     _, r = _first_failure(range(0, 5), _identity_of_another)
     assert r.violations[0]["invariant"] in ("report-dead-lettered", "report-unserved", "not-settled"), r.violations
+
+
+def test_the_run_goes_quiet_only_after_its_last_window_closes() -> None:
+    """Seed 1072: an ``imds-lag-long`` of 579 s drawn at 368.7 s stays open for 524.3 s, past the
+    schedule's span. The checks at the end ask that the pool has settled "after the quiet
+    period"; with the run's end fixed at the span plus ``QUIET_S`` they ran 7 s after the lag
+    closed, and the agent could not yet see the addresses to offer its surplus back. The run now
+    ends ``QUIET_S`` after the last window, and the seed keeps every invariant."""
+    from simulation.schedule import QUIET_S, SPAN_S, quiet_from
+
+    plan = plan_for(1072, [0, 11, 25])
+    lag = plan.events[2]
+    assert lag.kind == "imds-lag-long" and lag.at + lag.dur > SPAN_S
+    assert quiet_from(plan.events) == pytest.approx(lag.at + lag.dur)
+    violations, (out, _) = runner.run_plan(plan)
+    assert violations == []
+    assert out.virtual_s >= lag.at + lag.dur + QUIET_S
