@@ -657,10 +657,12 @@ def test_the_run_goes_quiet_only_after_its_last_window_closes() -> None:
     period"; with the run's end fixed at the span plus ``QUIET_S`` they ran 7 s after the lag
     closed, and the agent could not yet see the addresses to offer its surplus back. The run now
     ends ``QUIET_S`` after the last window, and the seed keeps every invariant."""
+    from simulation.kinds import ImdsLagLong
     from simulation.schedule import QUIET_S, SPAN_S, quiet_from
 
     plan = plan_for(1072, [0, 11, 25])
     lag = plan.events[2]
+    assert isinstance(lag, ImdsLagLong)
     assert lag.kind == "imds-lag-long" and lag.at + lag.dur > SPAN_S
     assert quiet_from(plan.events) == pytest.approx(lag.at + lag.dur)
     violations, (out, _) = runner.run_plan(plan)
