@@ -86,7 +86,7 @@ from warmpool.names import (
     M_RESTORES_CHECKED,
     M_TOKENS_FORFEITED,
 )
-from warmpool.planner import Plan, node_max_pods, plan_node, quiet
+from warmpool.planner import Plan, node_max_pods, plan_node, pods_inventory, quiet
 from warmpool.ports import Ec2Port, LedgerUnread, Ports, ReleaseBookStore
 from warmpool.release_book import ReleaseBook
 from warmpool.scheduling import coalesce, priority_key, restore_current
@@ -544,9 +544,16 @@ class Allocator:
             f = book.correct(f) if book is not None else f
             inv = f.inventory(self.cluster)
             plan = plan_node(
-                r, inv, lim, view.subnets, cluster=self.cluster, max_pods=ceiling, subnet_rule=self.settings.subnet_rule
+                r,
+                inv,
+                lim,
+                view.subnets,
+                cluster=self.cluster,
+                max_pods=ceiling,
+                subnet_rule=self.settings.subnet_rule,
+                custom=self.settings.custom,
             )
-            note_pod_ceiling(r, inv, ceiling, self.tally)
+            note_pod_ceiling(r, pods_inventory(r, inv), ceiling, self.tally)
             count_flip(
                 self.fair,
                 r if n.sent is None else n.sent,  # as sent: an offer too old for this container is still asked
@@ -776,6 +783,7 @@ class Allocator:
                     cluster=self.cluster,
                     max_pods=j.max_pods,
                     subnet_rule=self.settings.subnet_rule,
+                    custom=self.settings.custom,
                 ),
                 j.book,
                 j.body,

@@ -222,7 +222,8 @@ class Ec2:
         Read: ``settings.allowed_subnets`` if set; else those ``settings.subnet_tag`` marks
         if set (the stack's ``subnet_tag``: IAM allows no other); else, with discovery, every subnet of
         the nodes' VPCs (one filtered, paginated DescribeSubnets); else, as before
-        discovery, those tagged for the cluster, else every subnet of the nodes' VPCs.
+        discovery, those tagged for the cluster, else every subnet of the nodes' VPCs; and, by id,
+        those of the custom-networking map (``settings.custom_network``) not read already.
         Each DescribeSubnets is paid from the account's bucket first (``pay``): when it
         cannot be paid now, the subnets read before are kept until the next try; with
         none read yet, :class:`SubnetsUnpaid` says how long to wait.
@@ -247,6 +248,13 @@ class Ec2:
         return self._subnets
 
     def _read_subnets(self, vpcs: frozenset[str]) -> list[dict[str, Any]]:
+        items = self._read_pod_subnets(vpcs)
+        mapped = self.settings.custom.subnet_ids() - {i["SubnetId"] for i in items}
+        if mapped:  # custom networking's, by id (the planner gives them to its nodes alone)
+            items += self._describe_subnets([{"Name": "subnet-id", "Values": sorted(mapped)}])
+        return items
+
+    def _read_pod_subnets(self, vpcs: frozenset[str]) -> list[dict[str, Any]]:
         s = self.settings
         if s.allowed_subnets:
             return self._describe_subnets([{"Name": "subnet-id", "Values": list(s.allowed_subnets)}])

@@ -307,6 +307,7 @@ class PlanExecutor:
             force_mode=force,
             max_pods=job.max_pods,
             subnet_rule=self.settings.subnet_rule,
+            custom=self.settings.custom,
         )
 
     def _deferred(self, out: NodeOutcome, wait: float, reason: str) -> NodeOutcome:
@@ -747,7 +748,13 @@ class PlanExecutor:
         self.tally.add(names.M_ADDRESSES_ALLOCATED, len(got.ips) + PREFIX_SIZE * len(got.prefixes))
         return [got]
 
-    def _groups(self, facts: NodeFacts) -> list[str]:
+    def _groups(self, facts: NodeFacts, report: PoolReport) -> list[str]:
+        """A new ENI's security groups: a custom-networking node's zone's in the map, when it names
+        any; else the stack's; else the node's primary ENI's (the VPC CNI's ``createENI`` in
+        ``pkg/awsutils/awsutils.go`` likewise falls back to them)."""
+        custom = self.settings.custom.groups(facts.availability_zone) if report.custom_networking else ()
+        if custom:
+            return list(custom)
         if self.settings.security_groups:
             return list(self.settings.security_groups)
         for e in facts.enis:
@@ -763,7 +770,7 @@ class PlanExecutor:
             names.TAG_MANAGED: "true",
         }
         description = f"warmpool {self.cluster} {facts.instance_id}"
-        groups = self._groups(facts)
+        groups = self._groups(facts, job.report)
         asked = call
         try:
             call = self._named_create(call)

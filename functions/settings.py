@@ -6,6 +6,7 @@ per container and passes it in. The bench and the tests build it directly.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -14,7 +15,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 from warmpool import names
 from warmpool.buckets import BucketSpec, spec_for
 from warmpool.messages import MIN_RELEASE_TIMEOUT_S, OFFER_MAX_AGE_CEILING_S
-from warmpool.subnets import SubnetRule
+from warmpool.subnets import CustomNetwork, SubnetRule, ZoneNetwork
 
 IdentityMode = Literal["none", "sender-id"]
 IdentityVerification = Literal["required", "off"]
@@ -54,6 +55,11 @@ class Settings(BaseSettings):
     """``KEY=VALUE``: without an explicit list, the subnets so tagged (the stack's
     ``subnet_tag``, which its IAM statement allows); tags of discovery unread. Empty: unset."""
     security_groups: Annotated[tuple[str, ...], NoDecode] = Field(default=(), alias=names.ENV_SECURITY_GROUPS)
+    custom_network: dict[str, dict[str, list[str]]] = Field(default_factory=dict, alias=names.ENV_CUSTOM_NETWORK)
+    """Custom networking (docs/deploy.md): JSON ``{"ZONE": {"subnets": [...], "security_groups":
+    [...]}}``, an ``ENIConfig`` per zone. Nodes reporting ``custom_networking`` get new ENIs only in
+    their zone's subnets, with its groups (none: the node's primary ENI's, as the VPC CNI does);
+    other nodes never use these subnets. Empty: no custom networking."""
     identity_mode: IdentityMode = Field(default="none", alias=names.ENV_IDENTITY_MODE)
     endpoint_url: str = Field(default="", alias=names.ENV_ENDPOINT_URL)
     """Local stack only; boto3 also honours ``AWS_ENDPOINT_URL`` by itself."""
@@ -172,6 +178,50 @@ class Settings(BaseSettings):
         if len(set(v)) != len(v):
             raise ValueError(f"{names.ENV_ALLOWED_SUBNETS} lists a subnet twice")
         return v
+
+    @field_validator("custom_network", mode="before")
+    @classmethod
+    def _custom_json(cls, v: object) -> object:
+        if isinstance(v, str):
+            try:
+                return json.loads(v) if v.strip() else {}
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{names.ENV_CUSTOM_NETWORK} is not JSON ({err})") from None
+        return v
+
+    @field_validator("custom_network")
+    @classmethod
+    def _custom_network(cls, v: dict[str, dict[str, list[str]]]) -> dict[str, dict[str, list[str]]]:
+        seen: set[str] = set()
+        for zone, entry in v.items():
+            where = f"{names.ENV_CUSTOM_NETWORK}[{zone!r}]"
+            if not zone.strip():
+                raise ValueError(f"{names.ENV_CUSTOM_NETWORK} has an empty zone name")
+            extra = set(entry) - {"subnets", "security_groups"}
+            if extra:
+                raise ValueError(f"{where} has {', '.join(sorted(extra))}: only subnets and security_groups")
+            subnets = entry.get("subnets", [])
+            if not subnets:
+                raise ValueError(f"{where} names no subnet")
+            bad = [x for x in subnets if not x.startswith("subnet-") or x == "subnet-"]
+            bad += [x for x in entry.get("security_groups", []) if not x.startswith("sg-") or x == "sg-"]
+            if bad:
+                raise ValueError(f"{where} lists {', '.join(bad)}: not subnet (subnet-...) or group (sg-...) ids")
+            twice = (seen & set(subnets)) | {x for x in subnets if subnets.count(x) > 1}
+            if twice:
+                raise ValueError(f"{where} lists a subnet twice: {', '.join(sorted(twice))}")
+            seen |= set(subnets)
+        return v
+
+    @property
+    def custom(self) -> CustomNetwork:
+        """:attr:`custom_network` as the planner takes it."""
+        return CustomNetwork(
+            {
+                zone: ZoneNetwork(tuple(e.get("subnets", [])), tuple(e.get("security_groups", [])))
+                for zone, e in self.custom_network.items()
+            }
+        )
 
     @field_validator("subnet_tag")
     @classmethod

@@ -97,6 +97,7 @@ CONTEXT_KEYS = (
     "kubectl_role_arn",
     "agent_image_platform",
     "agent_settings",
+    "custom_network",
 )
 
 
@@ -111,6 +112,35 @@ def _split_list(value: Any) -> Any:
             return json.loads(text)
         return [part.strip() for part in text.split(",") if part.strip()]
     return value
+
+
+_SUBNET_ID = r"subnet-[0-9a-f]{8}([0-9a-f]{9})?"
+_GROUP_ID = r"sg-[0-9a-f]{8}([0-9a-f]{9})?"
+
+
+class CustomZone(BaseModel):
+    """One zone of ``custom_network``: an ``ENIConfig``'s subnet(s) and security groups."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    subnets: tuple[str, ...] = Field(min_length=1)
+    security_groups: tuple[str, ...] = ()
+
+    @field_validator("subnets")
+    @classmethod
+    def _subnet_ids(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [s for s in value if not re.fullmatch(_SUBNET_ID, s)]
+        if bad:
+            raise ValueError(f"not subnet ids: {', '.join(bad)}")
+        return value
+
+    @field_validator("security_groups")
+    @classmethod
+    def _group_ids(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [s for s in value if not re.fullmatch(_GROUP_ID, s)]
+        if bad:
+            raise ValueError(f"not security group ids: {', '.join(bad)}")
+        return value
 
 
 class StackConfig(BaseModel):
@@ -131,6 +161,11 @@ class StackConfig(BaseModel):
     )
     security_group_ids: tuple[str, ...] = Field(
         default=(), description="security groups for pod ENIs; empty = those of the node's primary ENI"
+    )
+    custom_network: dict[str, CustomZone] = Field(
+        default_factory=dict,
+        description='custom networking: JSON {"ZONE": {"subnets": [...], "security_groups": [...]}}, an ENIConfig '
+        "per zone; nodes whose agents set AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG get pod ENIs there (docs/deploy.md)",
     )
     create_buckets_table: bool = Field(
         description="true in the first warmpool stack of an account+region; false imports the shared table"
@@ -256,6 +291,40 @@ class StackConfig(BaseModel):
     def identity_certificate_for(self, region: str) -> str:
         """The PEM the functions trust in ``region``: its override, else the default."""
         return self.identity_certificates_by_region.get(region, self.identity_certificate)
+
+    @field_validator("custom_network", mode="before")
+    @classmethod
+    def _custom_json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return json.loads(value) if value.strip() else {}
+        return value
+
+    @field_validator("custom_network", mode="after")
+    @classmethod
+    def _custom_once(cls, value: dict[str, CustomZone]) -> dict[str, CustomZone]:
+        ids = [s for z in value.values() for s in z.subnets]
+        twice = sorted({s for s in ids if ids.count(s) > 1})
+        if twice:
+            raise ValueError(f"lists a subnet twice: {', '.join(twice)}")
+        return value
+
+    @property
+    def custom_subnet_ids(self) -> tuple[str, ...]:
+        return tuple(sorted({s for z in self.custom_network.values() for s in z.subnets}))
+
+    @property
+    def custom_group_ids(self) -> tuple[str, ...]:
+        return tuple(sorted({g for z in self.custom_network.values() for g in z.security_groups}))
+
+    def custom_network_env(self) -> str:
+        """``WARMPOOL_CUSTOM_NETWORK`` as the functions read it (:class:`functions.settings.Settings`)."""
+        return json.dumps(
+            {
+                zone: {"subnets": list(z.subnets), "security_groups": list(z.security_groups)}
+                for zone, z in sorted(self.custom_network.items())
+            },
+            separators=(",", ":"),
+        )
 
     @field_validator("subnet_ids", "security_group_ids", mode="before")
     @classmethod

@@ -64,6 +64,12 @@ POOL_SETTINGS: tuple[PoolSetting, ...] = (
     PoolSetting("WARM_PREFIX_TARGET", "", Kind.COUNT_OR_UNSET, "free /28 prefixes kept (prefix delegation)"),
     PoolSetting("MAX_ENI", "", Kind.COUNT_OR_UNSET, "at most this many ENIs per node (unset: the type's limit)"),
     PoolSetting("ENABLE_PREFIX_DELEGATION", "false", Kind.BOOL, "assign /28 prefixes instead of addresses"),
+    PoolSetting(
+        "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG",
+        "false",
+        Kind.BOOL,
+        "pods in the stack's custom_network subnets, never on the primary ENI",
+    ),
     PoolSetting("AWS_VPC_ENI_MTU", "9001", Kind.COUNT, "MTU of the ENIs and (unless POD_MTU) of pod veths"),
     PoolSetting("IP_COOLDOWN_PERIOD", "30", Kind.COUNT, "seconds a freed address rests before reuse"),
     PoolSetting("AWS_VPC_K8S_CNI_EXTERNALSNAT", "false", Kind.BOOL, "true: no SNAT on the node (NAT gateway)"),

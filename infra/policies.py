@@ -158,7 +158,8 @@ def allocator_ec2(cfg: StackConfig, arns: Arns) -> list[iam.PolicyStatement]:
         },
     }
     if cfg.subnet_ids:
-        create_eni_conditions["ArnEquals"] = {"ec2:Subnet": [arns.ec2(f"subnet/{s}") for s in cfg.subnet_ids]}
+        allowed = [*cfg.subnet_ids, *(s for s in cfg.custom_subnet_ids if s not in cfg.subnet_ids)]
+        create_eni_conditions["ArnEquals"] = {"ec2:Subnet": [arns.ec2(f"subnet/{s}") for s in allowed]}
         subnet_statement = iam.PolicyStatement(
             sid="CreateEniInAllowedSubnets",
             actions=["ec2:CreateNetworkInterface"],
@@ -185,8 +186,21 @@ def allocator_ec2(cfg: StackConfig, arns: Arns) -> list[iam.PolicyStatement]:
             resources=[arns.ec2("subnet/*")],
             conditions={"StringEquals": {f"aws:ResourceTag/{tag[0]}": tag[1], "ec2:Vpc": vpc_arn}},
         )
+    # Custom networking's subnets, by id: its nodes' ENIs go only there (warmpool/subnets.py).
+    custom_statements = (
+        [
+            iam.PolicyStatement(
+                sid="CreateEniInCustomNetworkSubnets",
+                actions=["ec2:CreateNetworkInterface"],
+                resources=[arns.ec2(f"subnet/{s}") for s in cfg.custom_subnet_ids],
+            )
+        ]
+        if cfg.custom_subnet_ids
+        else []
+    )
     if cfg.security_group_ids:
-        group_resources = [arns.ec2(f"security-group/{g}") for g in cfg.security_group_ids]
+        groups = [*cfg.security_group_ids, *(g for g in cfg.custom_group_ids if g not in cfg.security_group_ids)]
+        group_resources = [arns.ec2(f"security-group/{g}") for g in groups]
     else:
         group_resources = [arns.ec2("security-group/*")]
     return [
@@ -208,6 +222,7 @@ def allocator_ec2(cfg: StackConfig, arns: Arns) -> list[iam.PolicyStatement]:
             conditions=create_eni_conditions,
         ),
         subnet_statement,
+        *custom_statements,
         iam.PolicyStatement(
             sid="CreateEniWithClusterVpcGroups",
             actions=["ec2:CreateNetworkInterface"],

@@ -130,6 +130,7 @@ class WarmpoolStack(Stack):
             names.ENV_SUBNET_DISCOVERY: "true" if cfg.discovers_subnets else "false",
             names.ENV_SUBNET_TAG: cfg.subnet_tag or "",
             names.ENV_SECURITY_GROUPS: ",".join(cfg.security_group_ids),
+            names.ENV_CUSTOM_NETWORK: cfg.custom_network_env(),
             names.ENV_IDENTITY_MODE: cfg.identity_mode,
             names.ENV_GC_AGE_S: str(cfg.gc_age_s),
             names.ENV_MAX_PODS: str(cfg.max_pods),

@@ -213,6 +213,7 @@ class AgentConfig:
                 "WARM_PREFIX_TARGET": self.pool.warm_prefix,
                 "MAX_ENI": self.pool.max_eni,
                 "ENABLE_PREFIX_DELEGATION": self.pool.prefix_mode,
+                names.AGENT_ENV_CUSTOM_NETWORKING: self.pool.custom_networking,
             },
             "AWS_VPC_ENI_MTU": self.mtu,
             "IP_COOLDOWN_PERIOD": self.timing.cooldown_s,
@@ -245,6 +246,7 @@ def load(env: Mapping[str, str]) -> AgentConfig:
         max_eni=_int(env, "MAX_ENI", 0, hi=32),
         prefix_mode=_bool(env, "ENABLE_PREFIX_DELEGATION", default=False),
         max_pods=_int(env, names.ENV_MAX_PODS, 0, hi=names.MAX_PODS_OVERRIDE),
+        custom_networking=_bool(env, names.AGENT_ENV_CUSTOM_NETWORKING, default=False),
     )
     heartbeat = _float(env, names.AGENT_ENV_HEARTBEAT_S, 60.0, lo=1.0)
     timing = Timing(

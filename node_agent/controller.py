@@ -164,6 +164,7 @@ class PoolController:
                 max_eni=pool.max_eni,
                 override=pool.max_pods,
                 kubelet=pool.kubelet_max_pods,
+                custom_networking=pool.custom_networking,
             ),
         )
         self.pool = pool
@@ -602,11 +603,17 @@ class PoolController:
         could not be read (None) is left alone unless the datastore already has it: then it
         is kept, held, for the pods on it; a failed tag look-up is never read as "gone"
         (dropping the ENI dropped its pods, and the next resync brought it back with every
-        address free). A ``no_manage`` one is let go once no pod holds an address on it."""
+        address free). A ``no_manage`` one is let go once no pod holds an address on it.
+
+        With custom networking the primary ENI is not managed (its pods, if the node ran
+        without it before, keep their addresses; no new one is handed out from it), as the
+        VPC CNI's ipamd leaves it out of the pool (``pkg/ipamd/ipamd.go``)."""
         have = {e.info.eni_id: e for e in self.ds.enis()}
         usable: list[AttachedEni] = []
         held: set[str] = set()
         for a in interfaces:
+            if self.pool.custom_networking and a.info.device_index == 0 and a.info.network_card == 0:
+                a = a._replace(managed=False)
             if a.managed is True:
                 usable.append(a)
                 continue

@@ -119,4 +119,5 @@ def build_report(
         restore_wait=restore_wait,
         epoch=epoch,
         kubelet_max_pods=pool.kubelet_max_pods or None,
+        custom_networking=True if pool.custom_networking else None,
     )

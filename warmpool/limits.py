@@ -55,10 +55,11 @@ class InstanceLimits(BaseModel):
             return self.max_enis
         return min(self.max_enis, max_eni)
 
-    def capacity(self, *, prefix_mode: bool, max_eni: int | None = None) -> int:
-        """Addresses the instance can hold for pods (primary addresses excluded)."""
+    def capacity(self, *, prefix_mode: bool, max_eni: int | None = None, custom_networking: bool = False) -> int:
+        """Addresses the instance can hold for pods (primary addresses excluded); with custom
+        networking the primary ENI holds none (one ENI fewer, after ``MAX_ENI``)."""
         per_slot = PREFIX_SIZE if prefix_mode else 1
-        return self.enis(max_eni) * self.slots_per_eni * per_slot
+        return max(0, self.enis(max_eni) - (1 if custom_networking else 0)) * self.slots_per_eni * per_slot
 
     @classmethod
     def from_describe(cls, item: Mapping[str, Any]) -> InstanceLimits:
@@ -175,6 +176,7 @@ def pod_ceiling(
     max_eni: int | None = None,
     override: int = 0,
     kubelet: int | None = None,
+    custom_networking: bool = False,
 ) -> int:
     """The most addresses a node's pods can use: ``override`` (the cluster's kubelet ``--max-pods``)
     when set, else :func:`max_pods` for its type and mode. The agent's pool and the allocator's plans
@@ -182,12 +184,13 @@ def pod_ceiling(
     could run). 0 (no cap) only when the formula needs a vCPU count the table lacks.
 
     ``kubelet`` (the node's own kubelet's configured ``maxPods``, as its agent read it and reported
-    it; ``None`` or 0: not known) can only lower that ceiling, never raise it (:func:`lowered`)."""
+    it; ``None`` or 0: not known) can only lower that ceiling, never raise it (:func:`lowered`).
+    ``custom_networking``: the primary ENI serves no pod (:func:`max_pods`)."""
     if override > 0:
         ceiling = override
     else:
         try:
-            ceiling = max_pods(limits, prefix=prefix, max_eni=max_eni or None)
+            ceiling = max_pods(limits, prefix=prefix, max_eni=max_eni or None, custom_networking=custom_networking)
         except ValueError:
             ceiling = 0
     return lowered(ceiling, kubelet)

@@ -222,6 +222,12 @@ class PoolReport(_Strict):
     """The node's kubelet's configured ``maxPods`` as the agent read it from the node (absent: not
     known, or an agent from before the field). The allocator holds the node to the lower of its own
     ceiling and this (:func:`warmpool.limits.pod_ceiling`): it can only lower that node's ceiling."""
+    custom_networking: Literal[True] | None = None
+    """The node runs with custom networking (the agent's ``AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG``): its pods
+    use ENIs in the subnets and security groups the allocator's per-zone map names
+    (``WARMPOOL_CUSTOM_NETWORK``), never the node's primary ENI, and its ceiling counts one ENI
+    fewer (:func:`warmpool.limits.max_pods`). Absent: not custom (an allocator from before the
+    field refuses a report that carries it: its node waits, never unsafe)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -277,6 +283,8 @@ class PoolReport(_Strict):
             exclude["restore_wait"] = True
         if self.epoch is None:
             exclude["epoch"] = True
+        if self.custom_networking is None:
+            exclude["custom_networking"] = True
         if not any(o.unknown for o in self.release):
             exclude["release"] = {"__all__": {"unknown"}}
         return self.model_dump_json(by_alias=True, exclude=exclude or None)

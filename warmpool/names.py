@@ -66,6 +66,10 @@ ENV_BUCKETS_TABLE = "WARMPOOL_BUCKETS_TABLE"
 ENV_BUDGET_FRACTION = "WARMPOOL_BUDGET_FRACTION"
 ENV_ALLOWED_SUBNETS = "WARMPOOL_ALLOWED_SUBNETS"  # comma-separated subnet ids; empty = discovered (warmpool/subnets.py)
 ENV_SUBNET_DISCOVERY = "WARMPOOL_ENABLE_SUBNET_DISCOVERY"
+ENV_CUSTOM_NETWORK = "WARMPOOL_CUSTOM_NETWORK"
+"""The allocator's custom-networking map (JSON: zone -> subnets and security groups for new ENIs)."""
+AGENT_ENV_CUSTOM_NETWORKING = "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG"
+"""The agent's switch, the VPC CNI's name and meaning: pods in the map's subnets, never on the primary ENI."""
 ENV_SUBNET_TAG = "WARMPOOL_SUBNET_TAG"  # KEY=VALUE: the subnets so tagged (the stack's subnet_tag)
 """``true`` (the default): pod subnets found by the VPC CNI's tags (``warmpool/subnets.py``);
 ``false``: as before discovery, those tagged for the cluster, else every subnet of the nodes' VPC."""

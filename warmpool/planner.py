@@ -50,7 +50,7 @@ from warmpool.calls import (
 from warmpool.limits import PREFIX_SIZE, InstanceLimits, pod_ceiling
 from warmpool.messages import Mode, PoolReport, ReleaseOffer
 from warmpool.pool import PoolConfig, PoolDelta, PoolState, ceiling, compute
-from warmpool.subnets import Site, Subnet, SubnetRule, pod_subnets
+from warmpool.subnets import NO_CUSTOM_NETWORK, CustomNetwork, Site, Subnet, SubnetRule, node_subnets, pod_subnets
 
 DEFAULT_CARD = 0
 """The network card new ENIs are attached to (``DefaultNetworkCardIndex`` of every type in the
@@ -179,10 +179,13 @@ def plan_node(
     force_mode: Mode | None = None,
     max_pods: int = 0,
     subnet_rule: SubnetRule = SubnetRule.LISTED,
+    custom: CustomNetwork = NO_CUSTOM_NETWORK,
 ) -> Plan:
     """Plan one node. ``subnets`` are those warmpool may use (any AZ); the node's
     candidates among them are chosen here by ``subnet_rule``
-    (:func:`warmpool.subnets.pod_subnets`).
+    (:func:`warmpool.subnets.pod_subnets`), after ``custom`` gave a custom-networking node its
+    zone's subnets and every other node the rest (:func:`warmpool.subnets.node_subnets`). A
+    custom-networking node's primary ENI is not the pool's (:func:`pods_inventory`).
 
     ``force_mode="secondary-ip"`` re-plans a prefix-mode node with single
     addresses (the fallback on ``InsufficientCidrBlocks``). ``max_pods`` (0 =
@@ -190,6 +193,10 @@ def plan_node(
     (:func:`node_max_pods`): a node cannot take more of a subnet than its
     kubelet could ever use.
     """
+    inventory = pods_inventory(report, inventory)
+    subnets, subnet_rule = node_subnets(
+        subnets, inventory.availability_zone, subnet_rule, custom, custom_node=bool(report.custom_networking)
+    )
     return _claim_primary(
         _plan_node(
             report,
@@ -206,6 +213,24 @@ def plan_node(
     )
 
 
+def pods_inventory(report: PoolReport, inventory: Inventory) -> Inventory:
+    """The node as its pods may use it: with custom networking (the report's
+    ``custom_networking``) its primary ENI serves no pod, as the VPC CNI's ipamd leaves it out
+    (``pkg/ipamd/ipamd.go``, ``useCustomNetworking``): it is neither assigned to nor released
+    from, nor tagged on first contact."""
+    if not report.custom_networking:
+        return inventory
+    return replace(
+        inventory,
+        enis=tuple(
+            replace(e, assignable=False, claim_primary=False)
+            if e.device_index == 0 and e.network_card == DEFAULT_CARD
+            else e
+            for e in inventory.enis
+        ),
+    )
+
+
 def node_max_pods(report: PoolReport, limits: InstanceLimits, override: int = 0) -> int:
     """The ceiling the allocator holds a node to (:func:`warmpool.limits.pod_ceiling`), from what
     EC2 and the cluster say, never from the report's own numbers (its mode, ``MAX_ENI`` and its
@@ -216,6 +241,7 @@ def node_max_pods(report: PoolReport, limits: InstanceLimits, override: int = 0)
         max_eni=report.targets.max_eni,
         override=override,
         kubelet=report.kubelet_max_pods,
+        custom_networking=bool(report.custom_networking),
     )
 
 

@@ -32,6 +32,8 @@ class PoolConfig:
     kubelet_max_pods: int = 0
     """The node's kubelet's configured ``maxPods`` as the agent read it (0 = not known). The agent
     reports it and lowers ``max_pods`` to it (:func:`warmpool.limits.pod_ceiling`), as the allocator does."""
+    custom_networking: bool = False
+    """Pods never use the primary ENI (``AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG``): one ENI fewer for pods."""
 
     def __post_init__(self) -> None:
         for name in ("warm_ip", "minimum_ip", "warm_eni", "warm_prefix", "max_eni", "max_pods", "kubelet_max_pods"):
@@ -53,6 +55,7 @@ class PoolConfig:
             warm_prefix=t.warm_prefix,
             max_eni=t.max_eni,
             prefix_mode=report.mode == "prefix",
+            custom_networking=bool(report.custom_networking),
         )
 
 
@@ -113,7 +116,7 @@ class PoolDelta:
 
 def ceiling(cfg: PoolConfig, limits: InstanceLimits) -> int:
     """Most addresses the node may hold for pods: its slots, capped by max pods."""
-    cap = limits.capacity(prefix_mode=cfg.prefix_mode, max_eni=cfg.max_eni)
+    cap = limits.capacity(prefix_mode=cfg.prefix_mode, max_eni=cfg.max_eni, custom_networking=cfg.custom_networking)
     return min(cap, cfg.max_pods) if cfg.max_pods > 0 else cap
 
 

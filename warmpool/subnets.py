@@ -17,6 +17,13 @@ meaning, with warmpool's one difference, the fallback when no subnet is tagged:
 
 An explicit list of subnets (``WARMPOOL_ALLOWED_SUBNETS``), or discovery turned off, is
 :attr:`SubnetRule.LISTED`: every given subnet in the node's zone, tags unread.
+
+Custom networking (:class:`CustomNetwork`, the allocator's ``WARMPOOL_CUSTOM_NETWORK``) names, per
+zone, the subnets and security groups of the ENIs of nodes that report ``custom_networking`` (the
+VPC CNI's ``ENIConfig``, one per zone: ``pkg/eniconfig``): such a node's new ENIs go only in its
+zone's listed subnets, tags unread, and a node whose zone the map lacks gets no new ENI (the VPC
+CNI's ipamd, finding no ENIConfig, creates none). The map's subnets are for those nodes alone: any
+other node's candidates leave them out (:func:`node_subnets`).
 """
 
 from __future__ import annotations
@@ -97,6 +104,47 @@ def in_site(subnet: Subnet, site: Site) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class ZoneNetwork:
+    """One zone's entry of a custom-networking map: an ``ENIConfig``'s ``subnet`` and
+    ``securityGroups`` (empty: the node's primary ENI's groups, as the VPC CNI uses them)."""
+
+    subnets: tuple[str, ...]
+    security_groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CustomNetwork:
+    """Zone name -> :class:`ZoneNetwork`: where custom-networking nodes' pods go."""
+
+    zones: Mapping[str, ZoneNetwork] = field(default_factory=dict, hash=False)
+
+    def subnet_ids(self) -> frozenset[str]:
+        return frozenset(sid for z in self.zones.values() for sid in z.subnets)
+
+    def groups(self, zone: str) -> tuple[str, ...]:
+        z = self.zones.get(zone)
+        return z.security_groups if z is not None else ()
+
+
+NO_CUSTOM_NETWORK = CustomNetwork()
+"""No zone mapped: custom networking off."""
+
+
+def node_subnets(
+    subnets: Sequence[Subnet], zone: str, rule: SubnetRule, custom: CustomNetwork, *, custom_node: bool
+) -> tuple[tuple[Subnet, ...], SubnetRule]:
+    """The subnets a node's candidates are picked from, and by which rule: a custom-networking
+    node's are its zone's subnets in ``custom`` (listed: tags unread; none when the map lacks the
+    zone); any other node's are ``subnets`` less every subnet ``custom`` names."""
+    if custom_node:
+        z = custom.zones.get(zone)
+        wanted = set(z.subnets) if z is not None else set()
+        return tuple(s for s in subnets if s.subnet_id in wanted), SubnetRule.LISTED
+    taken = custom.subnet_ids()
+    return tuple(s for s in subnets if s.subnet_id not in taken), rule
+
+
 def pod_subnets(subnets: Sequence[Subnet], site: Site, rule: SubnetRule = SubnetRule.LISTED) -> tuple[Subnet, ...]:
     """The subnets the node's new ENIs may be created in, in the order given."""
     here = [s for s in subnets if in_site(s, site)]
@@ -113,4 +161,16 @@ def pod_subnets(subnets: Sequence[Subnet], site: Site, rule: SubnetRule = Subnet
     return tuple(owned or [s for s in usable if s.subnet_id == site.own_subnet])
 
 
-__all__ = ["Site", "Subnet", "SubnetRule", "Verdict", "pod_subnets", "scoped_elsewhere", "verdict"]
+__all__ = [
+    "NO_CUSTOM_NETWORK",
+    "CustomNetwork",
+    "Site",
+    "Subnet",
+    "SubnetRule",
+    "Verdict",
+    "ZoneNetwork",
+    "node_subnets",
+    "pod_subnets",
+    "scoped_elsewhere",
+    "verdict",
+]

@@ -38,6 +38,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "subnet_ids": None,
         "subnet_tag": "warmpool.io/pods=true",
         "security_group_ids": "sg-0123456789abcdef0",
+        # custom networking (issue 24): one zone's pods in a subnet and group of their own
+        "custom_network": '{"eu-west-1a": {"subnets": ["subnet-0123456789abcdefc"], '
+        '"security_groups": ["sg-0123456789abcdefc"]}}',
         "create_buckets_table": "false",
         "agent_identity": "irsa",
         "oidc_provider_arn": "arn:aws:iam::123456789012:oidc-provider/oidc.eks.eu-west-1.amazonaws.com/id/ABC123",
@@ -143,6 +146,16 @@ class Synthesized:
             if res["Type"] == "AWS::IAM::Policy" and res["Properties"]["Roles"][0].startswith("${" + role_prefix):
                 out += res["Properties"]["PolicyDocument"]["Statement"]
         return out
+
+    def allocate_env(self) -> dict[str, str]:
+        """The allocate function's environment variables."""
+        from warmpool import names
+
+        return next(
+            r["Properties"]["Environment"]["Variables"]
+            for r in self.resources("AWS::Lambda::Function").values()
+            if r["Properties"].get("Handler") == names.ALLOCATE_HANDLER
+        )
 
     def statement(self, sid: str) -> dict[str, Any]:
         found = [st for _, st in self.statements() if st.get("Sid") == sid]

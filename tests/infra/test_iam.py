@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -71,7 +72,32 @@ def test_subnets_by_tag_and_fixed_security_groups(synthesized: dict[str, Synthes
     assert st["Condition"]["StringEquals"]["aws:ResourceTag/warmpool.io/pods"] == "true"
     assert "ec2:Vpc" in st["Condition"]["StringEquals"]
     assert "ArnEquals" not in s.statement("CreateClusterTaggedEni")["Condition"]
-    assert s.statement("CreateEniWithClusterVpcGroups")["Resource"] == f"{P}:security-group/sg-0123456789abcdef0"
+    # the fixed group, and (this variant has custom networking) the custom zone's: the whole
+    # list is asserted in test_custom_networks_subnets_and_groups_are_allowed_by_id
+    assert f"{P}:security-group/sg-0123456789abcdef0" in _list(s.statement("CreateEniWithClusterVpcGroups")["Resource"])
+
+
+def test_custom_networks_subnets_and_groups_are_allowed_by_id(synthesized: dict[str, Synthesized]) -> None:
+    """Issue 24: the custom-networking map's subnets get a statement of their own, by ARN, and
+    its groups join the fixed ones; the functions are told the map as they parse it; the
+    default stack has neither."""
+    s = synthesized["irsa"]
+    st = s.statement("CreateEniInCustomNetworkSubnets")
+    assert st["Action"] == "ec2:CreateNetworkInterface"
+    assert st["Resource"] == f"{P}:subnet/subnet-0123456789abcdefc"
+    assert sorted(_list(s.statement("CreateEniWithClusterVpcGroups")["Resource"])) == [
+        f"{P}:security-group/sg-0123456789abcdef0",
+        f"{P}:security-group/sg-0123456789abcdefc",
+    ]
+    from functions.settings import Settings
+
+    env = s.allocate_env()[names.ENV_CUSTOM_NETWORK]
+    zones = Settings(WARMPOOL_CLUSTER="second", WARMPOOL_CUSTOM_NETWORK=env).custom.zones
+    assert zones["eu-west-1a"].subnets == ("subnet-0123456789abcdefc",)
+    assert zones["eu-west-1a"].security_groups == ("sg-0123456789abcdefc",)
+    default = synthesized["default"]
+    assert not [st for _, st in default.statements() if st.get("Sid") == "CreateEniInCustomNetworkSubnets"]
+    assert json.loads(default.allocate_env()[names.ENV_CUSTOM_NETWORK]) == {}
 
 
 def test_discovered_subnets_are_any_of_the_vpc_but_those_tagged_never(synthesized: dict[str, Synthesized]) -> None:
