@@ -87,10 +87,19 @@ def test_a_retry_of_the_wait_answered_before_the_first_answer_keeps_a_current_co
 
 
 def test_the_simulation_finds_the_retry_answered_first_with_the_fix_reverted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reverted fix stalls n0 until well after the schedule's span; since the run goes quiet
+    only after its last window (seed 1072's fix, here an ``imds-lag-long`` open until 763.5 s),
+    the stall ends before the checks and the seed passes either way. So both runs here end where
+    the run ended when R5 was found, the span plus ``QUIET_S``: with the fix the pool has settled
+    by then, without it it has not."""
+    import simulation.world
+    from simulation.schedule import SPAN_S
     from warmpool.release_book import ReleaseBook
 
-    monkeypatch.setattr(ReleaseBook, "verdict_for", lambda self, report, now: None)
+    monkeypatch.setattr(simulation.world, "quiet_from", lambda events: SPAN_S)
     seed, keep = RETRY_ANSWERED_FIRST
+    assert runner.run_seed(seed, keep=keep, shrink=False).violations == []
+    monkeypatch.setattr(ReleaseBook, "verdict_for", lambda self, report, now: None)
     assert [v["invariant"] for v in runner.run_seed(seed, keep=keep, shrink=False).violations] == ["not-settled"]
 
 
