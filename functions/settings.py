@@ -58,7 +58,7 @@ class Settings(BaseSettings):
     custom_network: dict[str, dict[str, list[str]]] = Field(default_factory=dict, alias=names.ENV_CUSTOM_NETWORK)
     """Custom networking (docs/deploy.md): JSON ``{"ZONE": {"subnets": [...], "security_groups":
     [...]}}``, an ``ENIConfig`` per zone. Nodes reporting ``custom_networking`` get new ENIs only in
-    their zone's subnets, with its groups (none: the node's primary ENI's, as the VPC CNI does);
+    their zone's subnets, with its groups (none: the stack's, else the node's primary ENI's);
     other nodes never use these subnets. Empty: no custom networking."""
     identity_mode: IdentityMode = Field(default="none", alias=names.ENV_IDENTITY_MODE)
     endpoint_url: str = Field(default="", alias=names.ENV_ENDPOINT_URL)

@@ -107,7 +107,8 @@ def in_site(subnet: Subnet, site: Site) -> bool:
 @dataclass(frozen=True)
 class ZoneNetwork:
     """One zone's entry of a custom-networking map: an ``ENIConfig``'s ``subnet`` and
-    ``securityGroups`` (empty: the node's primary ENI's groups, as the VPC CNI uses them)."""
+    ``securityGroups`` (empty: the stack's groups, else the node's primary ENI's, as the VPC
+    CNI uses them)."""
 
     subnets: tuple[str, ...]
     security_groups: tuple[str, ...] = ()
