@@ -152,6 +152,10 @@ def inventory_state(report: PoolReport, inventory: Inventory) -> PoolState:
     enis = tuple(e for e in inventory.enis if e.usable)
     total = sum(e.addresses for e in enis)
     by_id = {e.eni_id: e for e in report.enis}
+    # Pods on an ENI left out of the pool (a custom-networking node's primary, one tagged
+    # ``no_manage``) are not the pool's: its addresses are not in ``total``, so they are not in
+    # ``assigned`` either (counted, they asked for addresses the node then offered back).
+    outside = sum(by_id[e.eni_id].assigned for e in inventory.enis if not e.usable and e.eni_id in by_id)
     free_prefixes = free_singles = 0
     for e in enis:
         rep = by_id.get(e.eni_id)
@@ -160,7 +164,7 @@ def inventory_state(report: PoolReport, inventory: Inventory) -> PoolState:
         free_singles += max(0, len(e.ips) - used)
     return PoolState(
         total=total,
-        assigned=report.assigned_ips,
+        assigned=max(0, report.assigned_ips - outside),
         pending=report.pending_demand,
         enis=len(enis),
         free_prefixes=free_prefixes,

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from warmpool.limits import PREFIX_SIZE, InstanceLimits
-from warmpool.messages import PoolReport
+from warmpool.messages import EniReport, PoolReport
 
 
 @dataclass(frozen=True)
@@ -78,18 +78,29 @@ class PoolState:
 
     @classmethod
     def from_report(cls, report: PoolReport) -> PoolState:
-        total = sum(len(e.ips) + PREFIX_SIZE * len(e.prefixes) for e in report.enis)
+        """The pool as the report states it. A custom-networking node's primary ENI, reported
+        while pods it had before keep their addresses on it, is not the pool's: only those
+        pods count (in ``total`` and ``assigned`` alike, as the agent's own counts hold a held
+        ENI), never its free addresses."""
+        enis = [e for e in report.enis if not (report.custom_networking and _primary(e))]
+        held = sum(e.assigned for e in report.enis if report.custom_networking and _primary(e))
+        total = held + sum(len(e.ips) + PREFIX_SIZE * len(e.prefixes) for e in enis)
         free_prefixes = sum(
-            max(0, len(e.prefixes) - math.ceil(max(0, e.assigned - len(e.ips)) / PREFIX_SIZE)) for e in report.enis
+            max(0, len(e.prefixes) - math.ceil(max(0, e.assigned - len(e.ips)) / PREFIX_SIZE)) for e in enis
         )
         return cls(
             total=total,
             assigned=report.assigned_ips,
             pending=report.pending_demand,
-            enis=len(report.enis),
+            enis=len(enis),
             free_prefixes=free_prefixes,
-            free_singles=sum(max(0, len(e.ips) - e.assigned) for e in report.enis),
+            free_singles=sum(max(0, len(e.ips) - e.assigned) for e in enis),
         )
+
+
+def _primary(e: EniReport) -> bool:
+    """The node's primary ENI (device 0 on the first network card)."""
+    return e.device_index == 0 and e.network_card == 0
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from warmpool import names
 from warmpool.calls import AssignAddresses, CreateEni, TagPrimaryEni
 from warmpool.limits import known, max_pods, pod_ceiling
 from warmpool.messages import EniReport, PoolReport, Targets
-from warmpool.planner import Eni, Inventory, node_max_pods, plan_node
+from warmpool.planner import Eni, Inventory, node_max_pods, plan_node, quiet
 from warmpool.pool import PoolConfig
 from warmpool.subnets import CustomNetwork, Subnet, SubnetRule, ZoneNetwork, node_subnets
 
@@ -269,3 +269,55 @@ def test_a_pod_already_on_the_primary_keeps_its_address_when_custom_networking_i
     got = ds.assign("pod-1", "eth0", "ns", 1.0)
     assert got is not None and got.ip == "10.0.0.21"
     assert ds.assign("pod-2", "eth0", "ns", 1.1) is None
+
+
+# --- pods left on the primary ENI (the switch turned on under running pods) ----------------------
+
+PRIMARY_NINE = Eni("eni-00000001", 0, 0, OWN, "10.0.0.4", tuple(f"10.0.0.{i}" for i in range(5, 14)))
+POD_ENI = Eni("eni-00000002", 1, 0, "subnet-pods-a1", "10.1.0.4", tuple(f"10.1.0.{i}" for i in range(5, 10)))
+
+
+def _held_report(on_pod_eni: int, *, on_primary: int = 5, warm_ip: int = 3) -> PoolReport:
+    """A custom node whose primary still holds ``on_primary`` pods from before the switch (the
+    agent reports it, held) and whose pod ENI has five addresses, ``on_pod_eni`` of them used."""
+    return _report(True, warm_ip=warm_ip).model_copy(
+        update={
+            "enis": [
+                EniReport(
+                    eni_id=e.eni_id,
+                    device_index=e.device_index,
+                    subnet_id=e.subnet_id.replace("-pods-", "-"),  # as the report's pattern allows
+                    primary_ip=e.primary_ip,
+                    ips=list(e.ips),
+                    assigned=n,
+                )
+                for e, n in ((PRIMARY_NINE, on_primary), (POD_ENI, on_pod_eni))
+            ],
+            "assigned_ips": on_primary + on_pod_eni,
+        }
+    )
+
+
+def test_pods_left_on_the_primary_do_not_count_against_the_pool() -> None:
+    """Three free on the pod ENI meet WARM_IP_TARGET=3: nothing to do. Counting the primary's
+    five pods against the pool's five addresses, the plan asked for five more, which the agent
+    (whose own count holds the primary apart) then offered back, again and again."""
+    lim = known("m5.large")
+    inv = Inventory(IID, "m5.large", AZ, (PRIMARY_NINE, POD_ENI), vpc_id=VPC)
+    met = _held_report(on_pod_eni=2)
+    p = plan_node(met, inv, lim, WORLD, cluster=C, custom=MAP, max_pods=node_max_pods(met, lim))
+    assert p.calls == (), p.calls
+    short = _held_report(on_pod_eni=4)  # one free: two short
+    p = plan_node(short, inv, lim, WORLD, cluster=C, custom=MAP, max_pods=node_max_pods(short, lim))
+    assigned = [c for c in p.calls if isinstance(c, AssignAddresses)]
+    assert [(c.eni_id, c.ips or len(c.at_ips)) for c in assigned] == [(POD_ENI.eni_id, 2)], p.calls
+
+
+def test_a_custom_report_is_not_quiet_on_its_primarys_free_addresses() -> None:
+    """The allocator skips the Describe round for a report whose own numbers meet its targets.
+    The primary's four free addresses are not the pool's: a full pod ENI is short, not quiet."""
+    lim = known("m5.large")
+    assert not quiet(_held_report(on_pod_eni=5), lim)
+    assert quiet(_held_report(on_pod_eni=2), lim)
+    plain = _held_report(on_pod_eni=5).model_copy(update={"custom_networking": None})
+    assert quiet(plain, lim)  # without the switch the primary's free addresses are the pool's
