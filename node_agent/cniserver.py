@@ -56,8 +56,8 @@ from node_agent.hostnet import (
     wired_pods,
 )
 from node_agent.netlink import MAIN_TABLE, Netlink, NetlinkFailure
-from node_agent.records import Assignment
-from warmpool.clock import Clock
+from node_agent.records import Assignment, PodRecord
+from warmpool.clock import Clock, SteadyClock
 
 log = logging.getLogger("warmpool.agent.cni")
 
@@ -206,7 +206,16 @@ class CniService:
         """How long an operation waits for another one on the same attachment (then: try again)."""
         self.gc_min_age_s = gc_min_age_s
         """GC leaves alone attachments younger than this: the runtime may not list an ADD it has
-        not seen answered yet."""
+        not seen answered yet. Timed on the monotonic clock (a wall clock stepped back made every
+        recent attachment look younger than this for as long as the step, and GC left stale ones
+        held: simulation seeds 1354, 2621, 3229, 6911)."""
+        self._steady: Callable[[], float] = clock.monotonic if isinstance(clock, SteadyClock) else clock.now
+        self._started = self._steady()
+        self._made: dict[tuple[str, str], float] = {}
+        """When (``_steady``) this process first gave each attachment its address. One made by an
+        earlier process is at least as old as this one, and no older for certain: the wall-clock
+        ``assigned_at`` on disk may have been stepped either way since."""
+        self._made_lock = threading.Lock()
         self.status = status
         self._slots_lock = threading.Lock()
         self._attachments: dict[tuple[str, str], _Slot] = {}
@@ -327,6 +336,9 @@ class CniService:
                     self._cond.wait(timeout=min(0.5, max(0.0, deadline - time.monotonic())))
                 a = self.ds.assign(cid, ifname, netns, self.clock.now(), holder, network)
         waited = self.clock.now() - started
+        if a is not None:
+            with self._made_lock:
+                self._made.setdefault((cid, ifname), self._steady())
         if len(self.stats.wait_seconds) < 100_000:
             self.stats.wait_seconds.append(waited)
         if a is None:
@@ -423,6 +435,13 @@ class CniService:
         if problems:
             raise Failure(E_CHECK_FAILED, "pod network is not as set up", "; ".join(problems), reason="check")
 
+    def _age(self, rec: PodRecord) -> float:
+        """How long the attachment is known to have held its address, on the monotonic clock:
+        since this process gave it, else (an earlier process did) since this process started."""
+        with self._made_lock:
+            made = self._made.get((rec.container_id, rec.ifname), self._started)
+        return self._steady() - made
+
     def gc(self, req: dict[str, Any]) -> None:
         """CNI GC (spec 1.1): every attachment of this network held here that
         ``cni.dev/valid-attachments`` does not list is torn down and its address released into
@@ -430,8 +449,9 @@ class CniService:
         (its configuration's ``name``): an attachment another network's ADD made (two warmpool
         networks under Multus), or one whose network is not known (recorded before agents kept
         it), is left alone. Left alone as well: attachments with an operation in flight, and
-        ones younger than ``gc_min_age_s``. Recovered holders (known by host veth only) wait
-        for their DEL.
+        ones younger than ``gc_min_age_s`` on the monotonic clock (one an earlier process of the
+        agent made counts from this process's start: :meth:`_age`). Recovered holders (known by
+        host veth only) wait for their DEL.
 
         Answered success only once its releases are on disk, as ADD: a release whose write
         fails stays made in memory (torn down, in cooldown) and the GC goes on with the others
@@ -443,13 +463,17 @@ class CniService:
         network = _network_name(conf)
         if not network:
             raise Failure(E_INVALID_CONFIG, "GC needs the network's name", reason="bad-config")
-        now = self.clock.now()
         errors: list[str] = []
         released = 0
-        for rec in self.ds.pods():
+        records = self.ds.pods()
+        with self._made_lock:  # forget attachments released since (by DEL, GC or a failed ADD)
+            live = {(r.container_id, r.ifname) for r in records}
+            for gone in [k for k in self._made if k not in live]:
+                del self._made[gone]
+        for rec in records:
             if rec.network != network:
                 continue  # another network's attachment: its own GC decides
-            if (rec.container_id, rec.ifname) in valid or now - rec.assigned_at < self.gc_min_age_s:
+            if (rec.container_id, rec.ifname) in valid or self._age(rec) < self.gc_min_age_s:
                 continue
             with self._attachment(rec.container_id, rec.ifname, 0.0) as got:
                 if not got:

@@ -640,6 +640,8 @@ def _gc(w: EventsWorld, a: SimAgent | None, *, again: bool = False, tries: int =
         made = rt.made.get(p.container_id)
         if made is not None and started - made < GC_MIN_AGE_S:
             young.append(made)
+        elif started - a.started_at < GC_MIN_AGE_S and (made is None or made <= a.started_at):
+            young.append(a.started_at)  # made by the agent's process before: aged from this one's start
         else:
             leaked.append(p.container_id)
     if leaked:

@@ -490,7 +490,8 @@ class SimAgent:
         self.alive = False
         self.gone = False
         self.kill_point: str | None = None
-        self.sent: list[tuple[float, int]] = []  # (time, seq) of every report sent
+        self.started_at = 0.0
+        self.sent: list[tuple[float, int]] = []  # (world time, seq) of every report sent (not the node's clock)
         self.skew = 0.0
         """This node's clock minus the allocator's (``clock-skew``)."""
         self.clock = SkewedClock(w, self)
@@ -587,6 +588,9 @@ class SimAgent:
                 self.crashed(f"start: {exc.strerror if isinstance(exc, DiskError) else 'checkpoint not written'}")
                 return
             self.alive = True
+            # when (world time) this process started: its CNI GC ages an attachment an earlier
+            # process made from here (``CniService._age``)
+            self.started_at = w.now()
             self.resynced_at = now
             self.kill_point = None
 
@@ -641,7 +645,7 @@ class SimAgent:
                         w.fault("checkpoint-write-error:resync")
                 self.runtime_calls()
                 for report in self.ctl.tick(now):
-                    self.sent.append((now, report.seq))
+                    self.sent.append((w.now(), report.seq))  # the world's time: the check measures real waits
                     body = report.to_json()
                     w.last_report[self.iid] = body
                     w.send_report(self, body)

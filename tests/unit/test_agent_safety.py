@@ -681,3 +681,50 @@ def test_prefix_mode_fallback_addresses_are_offered_and_released_when_surplus() 
     assert (c.free_singles, c.total - c.assigned) == (3, 8)
     delta = ctl2.delta(0.0)
     assert delta.over_singles == 0 and delta.low
+
+
+def test_a_gc_ages_attachments_on_the_monotonic_clock_so_a_clock_stepped_back_does_not_keep_stale_ones() -> None:
+    # Seeds 1354, 2621, 3229 and 6911 of `warmpool sim`: the node's clock stepped 225 s back
+    # after an ADD whose answer the runtime lost; every GC for the next 225 s found the
+    # attachment "younger" than gc_min_age_s on the wall clock and left it held.
+    ds = Datastore(cooldown_s=0.0)
+    ds.add_eni(PRIMARY, 0.0)
+    ds.add_addresses(PRIMARY.eni_id, ["10.0.0.11", "10.0.0.12"])
+    clock = VirtualClock(100.0)
+    svc = CniService(ds, WiredPods(), clock=clock, gc_min_age_s=60.0)
+    address(add(svc, "lost"))
+    clock.step(-225.0)
+    clock.advance(30.0)
+    gc = {"command": "GC", "config": {**CONF, "cniVersion": "1.1.0", "cni.dev/valid-attachments": []}}
+    assert answer(svc, gc)["ok"]
+    assert ds.lookup("lost", "eth0") is not None, "30 s old: left alone"
+    clock.advance(31.0)
+    assert answer(svc, gc)["ok"]
+    assert ds.lookup("lost", "eth0") is None, "61 s old by the monotonic clock: released"
+    # and a clock stepped forward does not make a new attachment old
+    address(add(svc, "new"))
+    clock.step(+3600.0)
+    assert answer(svc, gc)["ok"]
+    assert ds.lookup("new", "eth0") is not None
+
+
+def test_a_gc_after_a_restart_ages_an_earlier_processs_attachment_from_the_restart() -> None:
+    # The disk's assigned_at is the wall clock's, which may have been stepped since: an
+    # attachment the agent's previous process made is at least as old as this process and
+    # no older for certain, so it is released once this process is gc_min_age_s old.
+    cp = FlakyCheckpoint()
+    ds = Datastore(cooldown_s=0.0, checkpoint=cp)
+    ds.add_eni(PRIMARY, 0.0)
+    ds.add_addresses(PRIMARY.eni_id, ["10.0.0.11"])
+    clock = VirtualClock(100.0)
+    address(add(CniService(ds, WiredPods(), clock=clock, gc_min_age_s=60.0), "lost"))
+    clock.step(+3600.0)  # stepped forward across the restart: the disk's age says an hour
+    ds2 = on_disk(cp)
+    svc2 = CniService(ds2, WiredPods(), clock=clock, gc_min_age_s=60.0)
+    gc = {"command": "GC", "config": {**CONF, "cniVersion": "1.1.0", "cni.dev/valid-attachments": []}}
+    clock.advance(5.0)
+    assert answer(svc2, gc)["ok"]
+    assert ds2.lookup("lost", "eth0") is not None, "this process is 5 s old: left alone"
+    clock.advance(56.0)
+    assert answer(svc2, gc)["ok"]
+    assert ds2.lookup("lost", "eth0") is None
