@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from emulated.ec2.cidr import SinglePlacement
 from warmpool.buckets import DEFAULT_SPECS, BucketSpec
 from warmpool.limits import KNOWN_TYPES, known
+from warmpool.names import TAG_SUBNET_ROLE
 from warmpool.pool import PoolConfig
 
 Strategy = Literal["warmpool", "vpc-cni", "cilium"]
@@ -29,6 +30,7 @@ STRATEGIES: tuple[Strategy, ...] = ("warmpool", "vpc-cni", "cilium")
 FaultKind = Literal["throttle-storm", "lambda-crash", "duplicate-delivery", "attach-failure", "subnet-exhausted"]
 
 NonNeg = Annotated[float, Field(ge=0)]
+DISCOVERY_TAG = TAG_SUBNET_ROLE
 
 
 class ScenarioError(ValueError):
@@ -64,6 +66,10 @@ class Env(_Model):
     WARM_PREFIX_TARGET: Annotated[int, Field(ge=0)] = 0
     MAX_ENI: Annotated[int, Field(ge=0)] = 0
     ENABLE_PREFIX_DELEGATION: bool = False
+    ENABLE_SUBNET_DISCOVERY: bool = True
+    """The vpc-cni model's new ENIs: the node's subnet or one tagged ``kubernetes.io/role/cni``
+    in its zone, the one with the most free addresses first (as ipamd does by default since
+    1.18). warmpool discovers by tag when a subnet of the scenario carries the tag."""
     AWS_VPC_ENI_MTU: Annotated[int, Field(ge=576, le=9001)] = 9001
     IP_COOLDOWN_PERIOD: Annotated[float, Field(ge=0)] = 30.0
 
@@ -83,11 +89,23 @@ class Env(_Model):
         )
 
 
+class ZoneNetworkSpec(_Model):
+    """One zone's entry of ``cluster.custom_network`` (an ``ENIConfig``)."""
+
+    subnets: Annotated[list[str], Field(min_length=1)]
+    security_groups: list[Annotated[str, Field(pattern=r"^sg-[0-9a-zA-Z]{1,17}$")]] = []
+
+
 class ClusterSpec(_Model):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
     env: Env = Env()
     named_placement: bool = False
     """warmpool only: ``WARMPOOL_NAMED_PLACEMENT`` (name addresses and prefixes, docs/allocator.md)."""
+    custom_network: dict[str, ZoneNetworkSpec] = {}
+    """Custom networking (docs/allocator.md, "Custom networking"): zone → the subnets (and
+    security groups) new ENIs use; every node's primary ENI serves no pod. warmpool gets it as
+    ``WARMPOOL_CUSTOM_NETWORK`` and its agents the switch; the vpc-cni model as one
+    ``ENIConfig`` per zone (its first subnet). Not for the cilium model."""
 
 
 class Ec2Timing(_Model):
@@ -109,6 +127,9 @@ class SubnetSpec(_Model):
     foreign_addresses: Annotated[int, Field(ge=0, le=60_000)] = 0
     """Addresses other callers' instances hold in the subnet from the start (placed as
     ``ec2.single_placement`` says): with ``scattered``, a fragmented subnet."""
+    tags: dict[str, str] = {}
+    """The subnet's own tags (besides the clusters' ``kubernetes.io/cluster/<name>``), e.g.
+    ``{kubernetes.io/role/cni: "1"}`` for subnet discovery."""
 
     @field_validator("cidr")
     @classmethod
@@ -246,7 +267,23 @@ class Scenario(_Model):
         for i, f in enumerate(self.faults):
             if f.subnet is not None and f.subnet not in subnet_ids:
                 raise ValueError(f"faults[{i}].subnet: no subnet {f.subnet!r}")
+        zones = {s.id: s.az for s in self.subnets}
+        for c in clusters:
+            if c.custom_network and "cilium" in self.strategies:
+                raise ValueError(f"cluster {c.name}: custom_network: the cilium model has none; leave cilium out")
+            for az, entry in c.custom_network.items():
+                for sid in entry.subnets:
+                    if sid not in zones:
+                        raise ValueError(f"cluster {c.name}: custom_network.{az}: no subnet {sid!r}")
+                    if zones[sid] != az:
+                        raise ValueError(f"cluster {c.name}: custom_network.{az}: {sid} is in {zones[sid]}")
         return self
+
+    @property
+    def discovers_subnets(self) -> bool:
+        """Whether a subnet carries the discovery tag: warmpool then discovers its subnets by
+        tag (``WARMPOOL_SUBNET_DISCOVERY``, no list) instead of being given every subnet."""
+        return any(DISCOVERY_TAG in s.tags for s in self.subnets)
 
     @property
     def all_clusters(self) -> list[ClusterSpec]:
@@ -260,6 +297,9 @@ class Scenario(_Model):
         if group.cluster is None:
             return clusters[0]
         return next(c for c in clusters if c.name == group.cluster)
+
+    def cluster_named(self, name: str) -> ClusterSpec:
+        return next(c for c in self.all_clusters if c.name == name)
 
     def group(self, name: str) -> NodeGroup:
         return next(g for g in self.node_groups if g.name == name)

@@ -311,7 +311,9 @@ class BenchWorld:
         self.vpc_id = self.emu.add_vpc(_covering([s.cidr for s in scenario.subnets]))
         cluster_tags = {cluster_tag_key(c.name): "shared" for c in scenario.all_clusters}
         for s in scenario.subnets:
-            self.emu.add_subnet(az=s.az, cidr=s.cidr, vpc_id=self.vpc_id, subnet_id=s.id, tags=cluster_tags)
+            self.emu.add_subnet(
+                az=s.az, cidr=s.cidr, vpc_id=self.vpc_id, subnet_id=s.id, tags={**cluster_tags, **s.tags}
+            )
             if s.foreign_addresses:
                 self.emu.hold_addresses(s.id, s.foreign_addresses)
         self.background: dict[str, float] = dict(scenario.account.background_load)

@@ -288,18 +288,18 @@ def _plan_node(
     max_pods: int = 0,
     subnet_rule: SubnetRule = SubnetRule.LISTED,
 ) -> Plan:
+    _, unknown = _split_unknown(report, inventory)
     plan = _plan_known(
         report,
         inventory,
         limits,
-        subnets,
+        _freed(subnets, inventory, unknown),
         cluster=cluster,
         exclude_subnets=exclude_subnets,
         force_mode=force_mode,
         max_pods=max_pods,
         subnet_rule=subnet_rule,
     )
-    _, unknown = _split_unknown(report, inventory)
     if not unknown:
         return plan
     # First, so an address slot they free is there for an Assign of the same plan.
@@ -363,6 +363,21 @@ def _plan_known(
     if report.release and delta.high:
         return _plan_release(report, inventory, delta, mode)
     return Plan(report.node, inventory.instance_id, report.seq, "none", (), 0, delta, mode)
+
+
+def _freed(
+    subnets: Sequence[Subnet], inventory: Inventory, unknown: list[tuple[str, tuple[str, ...], tuple[str, ...]]]
+) -> Sequence[Subnet]:
+    """``subnets`` with the addresses the plan's first calls unassign (offers of unknown origin,
+    :func:`_split_unknown`) counted free in their ENI's subnet: the plan's Assigns come after."""
+    if not unknown:
+        return subnets
+    where = {e.eni_id: e.subnet_id for e in inventory.enis}
+    freed: dict[str, int] = {}
+    for eni_id, ips, pfx in unknown:
+        sid = where.get(eni_id, "")
+        freed[sid] = freed.get(sid, 0) + len(ips) + PREFIX_SIZE * len(pfx)
+    return [replace(s, free=s.free + freed[s.subnet_id]) if s.subnet_id in freed else s for s in subnets]
 
 
 def _split_unknown(
@@ -474,6 +489,12 @@ def _plan_allocation(
     # cooldown and release delay), so a settled pool still holds exactly its
     # targets. Single addresses only: a full ENI of /28s would be far too much.
     surge = report.pending_demand > 0 and not prefix
+    # Free addresses of every subnet read, candidate for new ENIs or not: an ENI's own subnet
+    # (the node's, say, once tagged subnets take the new ENIs) bounds what an Assign on it can
+    # get. EC2 refuses one that asks for more than the subnet has
+    # (InsufficientFreeAddressesInSubnet); the count is the cached one, so a stale count costs
+    # a refused call and a re-plan without that subnet, as before.
+    known = {s.subnet_id: s.free for s in subnets}
     for eni in sorted(inventory.enis, key=lambda e: (-(slots - e.used_slots), e.device_index)):
         if need <= 0 or room <= 0:
             break
@@ -484,8 +505,15 @@ def _plan_allocation(
         if surge and not delta.whole_enis:
             spare = candidates.get(eni.subnet_id, 0)  # never fill into a tight subnet
             n = max(n, min(free, room, spare // 2))
+        left = candidates.get(eni.subnet_id, known.get(eni.subnet_id))
+        if left is not None:
+            n = min(n, left // unit)
+            if n <= 0:
+                continue  # its subnet is full: new ENIs in a candidate subnet instead
         if eni.subnet_id in candidates:
             candidates[eni.subnet_id] -= n * unit
+        elif eni.subnet_id in known:
+            known[eni.subnet_id] -= n * unit
         calls.append(AssignAddresses(eni.eni_id, ips=0 if prefix else n, prefixes=n if prefix else 0))
         need -= n
         room -= n

@@ -10,11 +10,12 @@ each behaviour.
   loop**: grow, or shrink, or nothing.
 * The decision is :func:`warmpool.pool.compute` with ``pending=0`` — the same
   target arithmetic as ipamd; pods whose CNI ADD failed are *not* demand.
-* Grow (``tryAssignIPs``): ``AssignPrivateIpAddresses`` on the first ENI with
-  free slots, asking ``min(short, free slots)`` (a whole ENI's worth in
+* Grow (``tryAssignIPs``, ``tryAssignPrefixes``): ``AssignPrivateIpAddresses`` on the first
+  ENI with free slots, asking ``min(short, free slots)`` (a whole ENI's worth in
   WARM_ENI mode); if that call fails (after the SDK's retries), one more call
-  at once for a single address (``AllocIPAddresses(eni, 1)``; secondary-IP
-  mode). If no ENI has room and ``MAX_ENI``/the type allows
+  at once for a single address or prefix (``AllocIPAddresses(eni, 1)``); if that fails
+  for want of room in the subnet and subnet discovery is on, the next ENI is tried, and
+  after the last a new ENI. If no ENI has room and ``MAX_ENI``/the type allows
   (``tryAllocateENI`` → ``AllocENI``): ``DescribeSubnets`` (subnet discovery),
   ``CreateNetworkInterface`` with the addresses in the call,
   ``DescribeInstances`` for a free device index, ``AttachNetworkInterface``,
@@ -32,24 +33,38 @@ each behaviour.
   ``U[0,1)·2^i`` s capped at 20 s and the client's retry quota (500 tokens, 5
   a retry) — see :class:`bench.proc.StandardRetryer`. A call that still
   fails ends the loop's action (logged), and the next loop tries again.
+* A grow that failed for want of room in the subnet (``InsufficientCidrBlocks``,
+  ``InsufficientFreeAddressesInSubnet``) stops growing for 120 s
+  (``insufficientCidrErrorCooldown``, ``inInsufficientCidrCoolingPeriod``).
 * A freed address cools down ``IP_COOLDOWN_PERIOD`` before reuse.
 * A CNI ADD that finds no address fails at once; the kubelet syncs the pod
   again 10–15 s later (:meth:`bench.world.BenchWorld.kubelet_retry_s`), so a
   pod is not served the instant an address appears.
-* The subnet is the node's primary ENI's (no custom networking).
+* A new ENI's subnet (``createENI`` in ``pkg/awsutils/awsutils.go``): with custom networking
+  (the scenario's ``cluster.custom_network``, one ``ENIConfig`` per zone) the zone's subnet
+  and security groups, no ``DescribeSubnets`` (a zone without one: no ENI, as
+  ``tryAllocateENI`` in ``pkg/ipamd/ipamd.go`` when ``MyENIConfig`` fails); else with
+  ``ENABLE_SUBNET_DISCOVERY`` (on by default) the zone's subnets from ``getVpcSubnets``,
+  most ``AvailableIpAddressCount`` first, each tried in turn until a
+  ``CreateNetworkInterface`` succeeds: the node's own, and others only when they carry the
+  ``kubernetes.io/role/cni`` tag key (``validTag``: its value is not read); a failed
+  ``DescribeSubnets`` falls back to the node's own subnet. Without discovery, the node's own.
+* With custom networking the primary ENI takes no pod (``GetAllocatableENIs`` in
+  ``pkg/ipamd/datastore/data_store.go`` leaves it out), and the pool's ceiling counts one ENI
+  fewer.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from bench.proc import Proc, StandardRetryer, ec2_call, error_code, spawn, wait_until
 from bench.world import BenchWorld, NodePool, NodeRt
-from warmpool.names import TAG_CLUSTER_NAME, TAG_CREATED_AT, TAG_INSTANCE_ID
+from warmpool.names import TAG_CLUSTER_NAME, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_SUBNET_ROLE
 from warmpool.pool import PoolState, compute
 
 LOOP_S = 5.0
@@ -67,6 +82,11 @@ IMDS_WAIT_TRIES = 12
 """``waitForENIAndIPsAttached``: ``NewSimpleBackoff(100 ms, maxENIBackoffDelay = 1 min, 0.15, 2.0)``,
 ``maxENIEC2APIRetries = 12`` reads of IMDS."""
 LIMIT_EXCEEDED = "PrivateIpAddressLimitExceeded"
+INSUFFICIENT_COOLDOWN_S = 120.0
+"""``insufficientCidrErrorCooldown`` (``pkg/ipamd/ipamd.go``): after a grow failed for want of room
+in the subnet, ``increaseDatastorePool`` tries again only this much later."""
+NO_ROOM = ("InsufficientCidrBlocks", "InsufficientFreeAddressesInSubnet")
+"""``containsInsufficientCIDRsOrSubnetIPs``: the subnet has no room for the call."""
 
 
 @dataclass
@@ -85,10 +105,13 @@ class Ipamd:
         self.node = node
         self.owner = owner
         env = node.spec.env
-        self.cfg = env.pool_config()
+        self.discovery = env.ENABLE_SUBNET_DISCOVERY
+        self.custom = world.scenario.cluster_named(node.spec.cluster).custom_network
+        self.cfg = replace(env.pool_config(), custom_networking=bool(self.custom))
         self.pool = NodePool(env.IP_COOLDOWN_PERIOD)
         self.enis: dict[str, _Eni] = {}
         self.last_decrease = -1e18
+        self.insufficient_at = -1e18
         self.busy = False
         self.retryer = StandardRetryer(SDK_MAX_ATTEMPTS)
 
@@ -131,6 +154,8 @@ class Ipamd:
             eni_id = ni["NetworkInterfaceId"]
             idx = ni["Attachment"]["DeviceIndex"]
             self.enis[eni_id] = _Eni(eni_id, idx, self.w.now(), primary=idx == 0)
+            if idx == 0 and self.custom:
+                continue  # custom networking: the primary ENI serves no pod
             self.pool.add(
                 eni_id,
                 [a["PrivateIpAddress"] for a in ni.get("PrivateIpAddresses", []) if not a.get("Primary")],
@@ -158,7 +183,14 @@ class Ipamd:
         delta = compute(self.cfg, self.state(), self.node.limits)
         now = self.w.now()
         if delta.low:
-            yield from self.increase(delta.short_units, whole=delta.whole_enis)
+            if now - self.insufficient_at < INSUFFICIENT_COOLDOWN_S:
+                return  # inInsufficientCidrCoolingPeriod
+            try:
+                yield from self.increase(delta.short_units, whole=delta.whole_enis)
+            except ClientError as exc:
+                if error_code(exc) in NO_ROOM:
+                    self.insufficient_at = self.w.now()  # lastInsufficientCidrError
+                raise
         elif delta.high and now - self.last_decrease >= DECREASE_INTERVAL_S:
             self.last_decrease = now
             if delta.over_enis > 0:
@@ -177,6 +209,8 @@ class Ipamd:
         slots = self.node.limits.slots_per_eni
         count_key = "Ipv4PrefixCount" if self.cfg.prefix_mode else "SecondaryPrivateIpAddressCount"
         for e in sorted(self.enis.values(), key=lambda e: e.device_index):
+            if e.primary and self.custom:
+                continue
             free = slots - self._used_slots(e.eni_id)
             if free > 0:
                 n = free if whole else min(short_units, free)
@@ -188,16 +222,23 @@ class Ipamd:
                         **{count_key: n},
                     )
                 except ClientError as exc:
-                    if self.cfg.prefix_mode or error_code(exc) == LIMIT_EXCEEDED:
+                    if error_code(exc) == LIMIT_EXCEEDED:
                         raise
-                    # tryAssignIPs: the multi-address assign failed; try just one more address at once
+                    # tryAssignIPs / tryAssignPrefixes: the assign failed; try just one more
+                    # address (prefix) at once, and with subnet discovery, when the subnet is out
+                    # of room, go on to the next ENI (then a new ENI, maybe in another subnet)
                     self.owner.counts["assign_one_fallback"] += 1
-                    out = yield from self.call(
-                        "assign_private_ip_addresses",
-                        "AssignPrivateIpAddresses",
-                        NetworkInterfaceId=e.eni_id,
-                        SecondaryPrivateIpAddressCount=1,
-                    )
+                    try:
+                        out = yield from self.call(
+                            "assign_private_ip_addresses",
+                            "AssignPrivateIpAddresses",
+                            NetworkInterfaceId=e.eni_id,
+                            **{count_key: 1},
+                        )
+                    except ClientError as again:
+                        if self.discovery and error_code(again) in NO_ROOM:
+                            continue
+                        raise
                 self.pool.add(
                     e.eni_id,
                     [a["PrivateIpAddress"] for a in out.get("AssignedPrivateIpAddresses", [])],
@@ -208,35 +249,9 @@ class Ipamd:
             return
         n = slots if whole else min(short_units, slots)
         now = self.w.now()
-        cluster = self.node.spec.cluster
-        try:  # createENI with subnet discovery: the VPC's subnets in the node's AZ
-            yield from self.call(
-                "describe_subnets",
-                "DescribeSubnets",
-                Filters=[
-                    {"Name": "vpc-id", "Values": [self.w.vpc_id]},
-                    {"Name": "availability-zone", "Values": [self.node.spec.az]},
-                ],
-            )
-        except ClientError:
-            self.owner.counts["describe_subnets_failed"] += 1  # falls back to the primary ENI's subnet
-        created = yield from self.call(
-            "create_network_interface",
-            "CreateNetworkInterface",
-            SubnetId=self.node.spec.subnet,
-            Description=f"aws-K8S-{self.node.instance_id}",
-            TagSpecifications=[
-                {
-                    "ResourceType": "network-interface",
-                    "Tags": [
-                        {"Key": TAG_CLUSTER_NAME, "Value": cluster},
-                        {"Key": TAG_INSTANCE_ID, "Value": self.node.instance_id},
-                        {"Key": TAG_CREATED_AT, "Value": f"{now:.0f}"},
-                    ],
-                }
-            ],
-            **{count_key: n},
-        )
+        created = yield from self.create_eni(n, count_key)
+        if created is None:
+            return
         ni = created["NetworkInterface"]
         eni_id = ni["NetworkInterfaceId"]
         used = {e.device_index for e in self.enis.values()}
@@ -274,6 +289,64 @@ class Ipamd:
             [a["PrivateIpAddress"] for a in ni.get("PrivateIpAddresses", []) if not a.get("Primary")],
             [p["Ipv4Prefix"] for p in ni.get("Ipv4Prefixes", [])],
         )
+
+    def create_eni(self, n: int, count_key: str) -> Proc[dict[str, Any] | None]:
+        """``createENI`` (see the module docstring): the new ENI, or None with no subnet to try."""
+        cluster = self.node.spec.cluster
+        args: dict[str, Any] = {
+            "Description": f"aws-K8S-{self.node.instance_id}",
+            "TagSpecifications": [
+                {
+                    "ResourceType": "network-interface",
+                    "Tags": [
+                        {"Key": TAG_CLUSTER_NAME, "Value": cluster},
+                        {"Key": TAG_INSTANCE_ID, "Value": self.node.instance_id},
+                        {"Key": TAG_CREATED_AT, "Value": f"{self.w.now():.0f}"},
+                    ],
+                }
+            ],
+            count_key: n,
+        }
+        subnets = [self.node.spec.subnet]
+        if self.custom:
+            entry = self.custom.get(self.node.spec.az)
+            if entry is None:
+                self.owner.counts["no_eniconfig"] += 1
+                return None
+            subnets = entry.subnets[:1]
+            if entry.security_groups:
+                args["Groups"] = list(entry.security_groups)
+        elif self.discovery:
+            try:  # getVpcSubnets: the VPC's subnets in the node's zone
+                out = yield from self.call(
+                    "describe_subnets",
+                    "DescribeSubnets",
+                    Filters=[
+                        {"Name": "vpc-id", "Values": [self.w.vpc_id]},
+                        {"Name": "availability-zone", "Values": [self.node.spec.az]},
+                    ],
+                )
+            except ClientError:
+                self.owner.counts["describe_subnets_failed"] += 1  # falls back to the primary ENI's subnet
+            else:
+                found = sorted(out.get("Subnets", []), key=lambda x: -int(x.get("AvailableIpAddressCount", 0)))
+                subnets = [
+                    x["SubnetId"]
+                    for x in found
+                    if x["SubnetId"] == self.node.spec.subnet
+                    or any(t.get("Key") == TAG_SUBNET_ROLE for t in x.get("Tags", []))
+                ] or subnets
+        last: ClientError | None = None
+        for sid in subnets:
+            try:
+                created: dict[str, Any] = yield from self.call(
+                    "create_network_interface", "CreateNetworkInterface", SubnetId=sid, **args
+                )
+                return created
+            except ClientError as exc:  # createENI: the next subnet
+                last = exc
+        assert last is not None
+        raise last
 
     def wait_imds(self, eni_id: str) -> Proc[bool]:
         """``waitForENIAndIPsAttached``: read IMDS up to 12 times, backing off 0.1 s ×2 (cap 60 s, +≤15 %)."""

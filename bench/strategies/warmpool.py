@@ -53,6 +53,7 @@ import math
 import random
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from bench.world import BenchWorld, NodeRt
@@ -359,6 +360,7 @@ class _Cluster:
         self.name = name
         raw = strat.sqs.client()
         acct = w.scenario.account
+        spec = next(c for c in w.scenario.all_clusters if c.name == name)
         self.ec2 = _CrashingEc2(w.ec2, w.emu.latency_for)
         self.harness = harness.build(
             name,
@@ -371,8 +373,11 @@ class _Cluster:
             visibility_s=VISIBILITY_TIMEOUT_S,
             max_receive=5,
             budget_fraction=acct.budget_fraction,
-            allowed_subnets=tuple(s.id for s in w.scenario.subnets),
-            named_placement=next((c.named_placement for c in w.scenario.all_clusters if c.name == name), False),
+            # every subnet listed, unless the scenario tags subnets for discovery (then none is
+            # listed and the allocator discovers by tag, as by default in a real stack)
+            allowed_subnets=() if w.scenario.discovers_subnets else tuple(s.id for s in w.scenario.subnets),
+            named_placement=spec.named_placement,
+            custom_network={az: e.model_dump() for az, e in spec.custom_network.items()},
             # the account's real quotas (``account.buckets``) are not told: warmpool assumes the default
         )
         self.reports_url = self.harness.reports_url
@@ -573,7 +578,9 @@ class Warmpool:
                 availability_zone=spec.az,
             ),
             node.limits,
-            env.pool_config(),
+            replace(
+                env.pool_config(), custom_networking=bool(self.w.scenario.cluster_named(spec.cluster).custom_network)
+            ),
             ds,
             Timing(cooldown_s=env.IP_COOLDOWN_PERIOD),
             metadata=_EmuMetadata(w, node.instance_id),

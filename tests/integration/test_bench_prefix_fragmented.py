@@ -32,6 +32,20 @@ def test_fragmented_subnet_under_prefix_mode_all_three_strategies() -> None:
         assert f"prefixes, {name}: InsufficientCidrBlocks answers" in text
 
 
+def test_address_targets_in_prefix_mode_keep_the_prefixes_over_90_percent_used() -> None:
+    # WARM_PREFIX_TARGET=1 keeps a whole /28 free on every node, so prefix-fragmented.yaml's
+    # 30 pods a node use at most 30/48 of their prefixes' addresses; with address targets
+    # (WARM_IP_TARGET=2, MINIMUM_IP_TARGET=4) a node holds 2 prefixes for its 30 pods.
+    result, _ = run_bench(load_scenario(ROOT / "scenarios" / "prefix-fragmented-ip-target.yaml"))
+    w = result.strategies["warmpool"]
+    assert w.pods_ready == w.pods_requested and w.duplicate_ips == 0 and w.leaked_enis == 0
+    assert w.prefix_use is not None and w.prefix_use.insufficient_cidr_blocks == 0
+    assert w.prefix_use.utilisation is not None and w.prefix_use.utilisation > 0.9, w.prefix_use
+    for other in ("vpc-cni", "cilium"):
+        b = result.strategies[other]
+        assert b.prefix_use is not None and b.prefix_use.insufficient_cidr_blocks > 0, other
+
+
 def test_foreign_addresses_fragment_a_subnet_without_a_call_and_are_described_as_held() -> None:
     emu = Ec2Emulator(VirtualClock(), Ec2Config(single_placement="scattered", placement_seed=3))
     sid = emu.add_subnet(cidr="10.0.0.0/22")

@@ -13,7 +13,7 @@ from functions.ec2 import Ec2, SubnetsUnpaid
 from functions.settings import Settings
 from functions.telemetry import Tally
 from warmpool import names
-from warmpool.calls import CreateEni
+from warmpool.calls import AssignAddresses, CreateEni
 from warmpool.limits import known
 from warmpool.messages import EniReport, PoolReport, Targets
 from warmpool.planner import Eni, Inventory, plan_node
@@ -168,6 +168,41 @@ def test_no_candidate_means_no_new_eni_and_says_so() -> None:
     p = plan_node(_report(), inv, known("m5.large"), [s(OWN, role="0")], cluster=C, subnet_rule=SubnetRule.DISCOVER)
     assert not [c for c in p.calls if isinstance(c, CreateEni)]
     assert p.unmet > 0 and "no allowed subnet in the AZ has room" in p.notes
+
+
+# An Assign on an ENI asks no more than its subnet has free (the cached count): EC2 refuses
+# one that asks for more (InsufficientFreeAddressesInSubnet). The nodes' own subnet full, the
+# rest goes to a new ENI in a candidate subnet (scenarios/two-subnets-unequal.yaml: 244
+# refused Assigns before, a p99 time to IP of 94 s).
+SPARSE = Eni("eni-00000001", 0, 0, OWN, "10.0.0.4", ("10.0.0.10", "10.0.0.11"))
+ROOM_CASES = [
+    # (own subnet's free addresses, tagged subnet's, expected calls as (kind, subnet, addresses), why)
+    (100, 500, [("assign", OWN, 5)], "room in the own subnet: the primary ENI takes all 5"),
+    (3, 500, [("assign", OWN, 3), ("create", "subnet-t", 2)], "3 left there: 3 on the primary, 2 on a new ENI"),
+    (0, 500, [("create", "subnet-t", 5)], "the own subnet full: no Assign on the primary at all"),
+    (0, 0, [], "no room anywhere: no call EC2 would refuse"),
+]
+
+
+@pytest.mark.parametrize(("own_free", "tagged_free", "expected", "why"), ROOM_CASES)
+def test_an_assign_asks_no_more_than_its_subnet_has(
+    own_free: int, tagged_free: int, expected: list[tuple[str, str, int]], why: str
+) -> None:
+    report = _report().model_copy(
+        update={
+            "enis": [_report().enis[0].model_copy(update={"ips": list(SPARSE.ips), "assigned": 2})],
+            "assigned_ips": 2,
+        }
+    )
+    inv = Inventory(IID, "m5.large", AZ, (SPARSE,), vpc_id=VPC)
+    world = [s(OWN, free=own_free), s("subnet-t", free=tagged_free, role="1")]
+    p = plan_node(report, inv, known("m5.large"), world, cluster=C, subnet_rule=SubnetRule.DISCOVER)
+    got = [
+        ("create", c.subnet_id, c.ips) if isinstance(c, CreateEni) else ("assign", OWN, c.ips)
+        for c in p.calls
+        if isinstance(c, CreateEni | AssignAddresses)
+    ]
+    assert got == expected, why
 
 
 # --- the setting -------------------------------------------------------------------------------
