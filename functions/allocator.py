@@ -374,7 +374,12 @@ class Allocator:
                 b.last_seq(self._key(r)) >= 0
                 and r.restored_from is None  # owed an answer, given under the lease
                 and lim is not None
-                and quiet(r, lim, node_max_pods(r, lim, self.settings.max_pods))
+                and quiet(
+                    r,
+                    lim,
+                    node_max_pods(r, lim, self.settings.max_pods, multi_card=self.settings.multi_card),
+                    multi_card=self.settings.multi_card,
+                )
             ):
                 candidates.append(n)
             else:
@@ -531,7 +536,7 @@ class Allocator:
             if isinstance(lim, AwsError):
                 self._reject(n, Rejection.UNKNOWN_INSTANCE_TYPE, b, str(lim))
                 continue
-            ceiling = node_max_pods(r, lim, self.settings.max_pods)
+            ceiling = node_max_pods(r, lim, self.settings.max_pods, multi_card=self.settings.multi_card)
             # A report of a restored checkpoint settles nothing before its answer: the entries a
             # settle would drop are what may make the checkpoint not current (hostile review of
             # the restore check, R6).
@@ -552,6 +557,7 @@ class Allocator:
                 max_pods=ceiling,
                 subnet_rule=self.settings.subnet_rule,
                 custom=self.settings.custom,
+                multi_card=self.settings.multi_card,
             )
             note_pod_ceiling(r, pods_inventory(r, inv), ceiling, self.tally)
             count_flip(
@@ -784,6 +790,7 @@ class Allocator:
                     max_pods=j.max_pods,
                     subnet_rule=self.settings.subnet_rule,
                     custom=self.settings.custom,
+                    multi_card=self.settings.multi_card,
                 ),
                 j.book,
                 j.body,

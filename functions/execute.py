@@ -66,7 +66,7 @@ from warmpool.calls import (
 from warmpool.clock import Clock
 from warmpool.eni_scope import primary_eni_tag
 from warmpool.facts import EniFacts, NodeFacts
-from warmpool.limits import PREFIX_SIZE, InstanceLimits
+from warmpool.limits import PREFIX_SIZE, InstanceLimits, is_primary_slot
 from warmpool.messages import (
     Action,
     AllocationResult,
@@ -308,6 +308,7 @@ class PlanExecutor:
             max_pods=job.max_pods,
             subnet_rule=self.settings.subnet_rule,
             custom=self.settings.custom,
+            multi_card=self.settings.multi_card,
         )
 
     def _deferred(self, out: NodeOutcome, wait: float, reason: str) -> NodeOutcome:
@@ -758,7 +759,7 @@ class PlanExecutor:
         if self.settings.security_groups:
             return list(self.settings.security_groups)
         for e in facts.enis:
-            if e.eni.device_index == 0 and e.eni.network_card == 0:
+            if is_primary_slot(e.eni.network_card, e.eni.device_index):
                 return list(e.groups)
         return []
 
@@ -875,7 +876,7 @@ class PlanExecutor:
         eni = next((e for e in facts.enis if e.eni.eni_id == call.eni_id), None)
         if eni is None:
             return self._said_again(job, call.eni_id)
-        if not self.managed(eni) or eni.eni.device_index == 0:
+        if not self.managed(eni) or is_primary_slot(eni.eni.network_card, eni.eni.device_index):
             return [Failed(code="not-managed", message=f"{call.eni_id} is not warmpool's to delete")]
         self._hold(job, eni.eni.subnet_id, (eni.eni.primary_ip, *eni.eni.ips, *eni.eni.prefixes))
         if not self._write_ahead(job, call, ()):

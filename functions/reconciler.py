@@ -52,6 +52,7 @@ from functions.telemetry import Tally
 from warmpool import names
 from warmpool.eni_scope import lifecycle_permitted
 from warmpool.facts import EniFacts
+from warmpool.limits import is_primary_slot
 from warmpool.ports import Ec2Port, Ports
 
 log = logging.getLogger(__name__)
@@ -143,7 +144,12 @@ class Reconciler:
             if e.instance_id:
                 if mark:
                     wants.append(("CreateTags:unmark", e.eni.eni_id))
-                elif not e.delete_on_termination and e.attachment_id and e.eni.device_index > 0:
+                elif (
+                    not e.delete_on_termination
+                    and e.attachment_id
+                    and e.eni.device_index >= 0
+                    and not is_primary_slot(e.eni.network_card, e.eni.device_index)
+                ):
                     wants.append(("ModifyNetworkInterfaceAttribute", e.eni.eni_id))
                 continue
             if e.status != "available":

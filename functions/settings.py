@@ -89,6 +89,11 @@ class Settings(BaseSettings):
     with a paid DescribeNetworkInterfaces by ``subnet-id`` and GetSubnetCidrReservations, less what
     any container released there within ``placement_release_hold_s``; and in prefix mode leave a
     subnet with no whole /28 before a call fails there. Off: EC2 places them (by count), as before."""
+    multi_card: bool = Field(default=False, alias=names.ENV_MULTI_CARD)
+    """New ENIs on the other network cards of a multi-card type (p5.48xlarge: 32 cards of 2 ENIs)
+    once the default card is full, at the lowest card with room (``warmpool.planner.new_eni_slot``),
+    and every node's ceiling counting every card's ENIs. Off (the default, as in the VPC CNI):
+    card 0 alone. Set the agents' ``WARMPOOL_MULTI_CARD`` alike (their pool's ceiling)."""
     placement_cache_ttl_s: float = Field(default=10.0, ge=0, le=600, alias="WARMPOOL_PLACEMENT_CACHE_TTL_S")
     """How long a subnet's usage read for named placement is used (with this container's own
     placements added) before it is read again."""

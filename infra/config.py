@@ -93,6 +93,7 @@ CONTEXT_KEYS = (
     "primary_eni_tagging",
     "max_pods",
     "named_placement",
+    "multi_card",
     "eks_cluster",
     "kubectl_role_arn",
     "agent_image_platform",
@@ -183,6 +184,12 @@ class StackConfig(BaseModel):
         default=False,
         description="name the addresses and /28 prefixes of each EC2 call so whole /28s stay free "
         "(prefix delegation in fragmented subnets; docs/allocator.md): WARMPOOL_NAMED_PLACEMENT",
+    )
+    multi_card: bool = Field(
+        default=False,
+        description="ENIs on the network cards above 0 of multi-card types (p5.48xlarge: 32 cards) once card 0 "
+        "is full, the pool ceiling counting them (docs/allocator.md): WARMPOOL_MULTI_CARD, the allocator's and "
+        "(with eks_cluster, unless agent_settings says otherwise) the agents'",
     )
     max_pods: int = Field(
         default=0,

@@ -70,6 +70,12 @@ POOL_SETTINGS: tuple[PoolSetting, ...] = (
         Kind.BOOL,
         "pods in the stack's custom_network subnets, never on the primary ENI",
     ),
+    PoolSetting(
+        "WARMPOOL_MULTI_CARD",
+        "false",
+        Kind.BOOL,
+        "ENIs on every network card of multi-card types (as the stack's multi_card)",
+    ),
     PoolSetting("AWS_VPC_ENI_MTU", "9001", Kind.COUNT, "MTU of the ENIs and (unless POD_MTU) of pod veths"),
     PoolSetting("IP_COOLDOWN_PERIOD", "30", Kind.COUNT, "seconds a freed address rests before reuse"),
     PoolSetting("AWS_VPC_K8S_CNI_EXTERNALSNAT", "false", Kind.BOOL, "true: no SNAT on the node (NAT gateway)"),

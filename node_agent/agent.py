@@ -630,7 +630,7 @@ class Agent:
     def view_max_pods(self) -> dict[str, Any]:
         """What the kubelet's ``--max-pods`` should be on this node (``warmpool max-pods``)."""
         pool = self.cfg.pool
-        value = max_pods(self.limits, prefix=pool.prefix_mode, max_eni=pool.max_eni or None)
+        value = max_pods(self.limits, prefix=pool.prefix_mode, max_eni=pool.max_eni or None, multi_card=pool.multi_card)
         return {
             "max_pods": value,
             "instance_type": self.limits.instance_type,

@@ -214,6 +214,7 @@ class AgentConfig:
                 "MAX_ENI": self.pool.max_eni,
                 "ENABLE_PREFIX_DELEGATION": self.pool.prefix_mode,
                 names.AGENT_ENV_CUSTOM_NETWORKING: self.pool.custom_networking,
+                names.ENV_MULTI_CARD: self.pool.multi_card,
             },
             "AWS_VPC_ENI_MTU": self.mtu,
             "IP_COOLDOWN_PERIOD": self.timing.cooldown_s,
@@ -247,6 +248,7 @@ def load(env: Mapping[str, str]) -> AgentConfig:
         prefix_mode=_bool(env, "ENABLE_PREFIX_DELEGATION", default=False),
         max_pods=_int(env, names.ENV_MAX_PODS, 0, hi=names.MAX_PODS_OVERRIDE),
         custom_networking=_bool(env, names.AGENT_ENV_CUSTOM_NETWORKING, default=False),
+        multi_card=_bool(env, names.ENV_MULTI_CARD, default=False),
     )
     heartbeat = _float(env, names.AGENT_ENV_HEARTBEAT_S, 60.0, lo=1.0)
     timing = Timing(

@@ -165,6 +165,7 @@ class PoolController:
                 override=pool.max_pods,
                 kubelet=pool.kubelet_max_pods,
                 custom_networking=pool.custom_networking,
+                multi_card=pool.multi_card,
             ),
         )
         self.pool = pool
@@ -1339,7 +1340,7 @@ class PoolController:
             if info is None:
                 return [f"{action.eni_id}: assigned to an unknown ENI: ignored"]
         keys = self._known_keys() if seq < self._rebuilt_seq and self._in_rebuild_window(now) else None
-        if self.ds.add_eni(info, now, ready=self.host is None or info.device_index == 0):
+        if self.ds.add_eni(info, now, ready=self.host is None or info.primary):
             self._setup(info)
             self.stats.enis_attached += 1
         offered = {k for q_ips, q_pfx in self.ds.quarantined().values() for k in (*q_ips, *q_pfx)}
@@ -1453,7 +1454,7 @@ class PoolController:
         self.ds.set_ready(info.eni_id, ready=True)
 
     def _teardown(self, info: EniInfo) -> None:
-        if self.host is None or info.device_index == 0:
+        if self.host is None or info.primary:
             return
         try:
             self.host.teardown_eni(info)

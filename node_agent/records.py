@@ -14,6 +14,11 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from warmpool.limits import is_primary_slot
+
+MULTI_CARD_TABLE_BASE = 10000
+"""Route tables of ENIs on network cards above 0 start here (:attr:`EniInfo.route_table`)."""
+
 UNKNOWN_HOLDER = "?"
 """Holder of an address that may be in use by a pod nobody can name (rebuild with no host wiring to read)."""
 
@@ -43,9 +48,20 @@ class EniInfo:
     network_card: int = 0
 
     @property
+    def primary(self) -> bool:
+        """The node's primary ENI: device 0 of network card 0 (device 0 of another card is not)."""
+        return is_primary_slot(self.network_card, self.device_index)
+
+    @property
     def route_table(self) -> int:
-        """VPC CNI convention: device ``d`` uses table ``d + 1``; the primary ENI uses main."""
-        return 254 if self.device_index == 0 else self.device_index + 1
+        """The VPC CNI's numbering (``pkg/networkutils`` ``CalculateRouteTableId``): the primary ENI
+        uses main; device ``d`` of card 0 table ``d + 1``; device ``d`` of card ``c > 0`` table
+        ``10000 + 100 c + d`` (amazon-ec2-net-utils' numbering), so no two cards share a table."""
+        if self.primary:
+            return 254
+        if self.network_card == 0:
+            return self.device_index + 1
+        return MULTI_CARD_TABLE_BASE + 100 * self.network_card + self.device_index
 
     @property
     def gateway(self) -> str:

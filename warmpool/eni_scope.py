@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from warmpool import names
+from warmpool.limits import is_primary_slot
 
 
 @dataclass(frozen=True)
@@ -54,15 +55,19 @@ def tagged_primary(tags: Mapping[str, str], cluster: str) -> bool:
     return tags.get(names.TAG_PRIMARY_ENI_OF) == cluster
 
 
-def permissions(tags: Mapping[str, str], cluster: str, *, in_cluster_vpc: bool, device_index: int) -> EniPermissions:
-    """What warmpool may do to an ENI with these tags, attached at ``device_index``
-    (-1 when detached), in the cluster's VPC or not."""
+def permissions(
+    tags: Mapping[str, str], cluster: str, *, in_cluster_vpc: bool, device_index: int, network_card: int = 0
+) -> EniPermissions:
+    """What warmpool may do to an ENI with these tags, attached at ``device_index`` of
+    ``network_card`` (device -1 when detached), in the cluster's VPC or not. Only the primary
+    slot (device 0 of card 0) may be claimed as the node's primary ENI: device 0 of another
+    card (an EFA or another tool's interface, or warmpool's own) never is."""
     if unmanaged(tags):
         return EniPermissions(assign=False, lifecycle=False, tag_as_primary=False)
     ours = lifecycle_permitted(tags, cluster)
     primary = tagged_primary(tags, cluster) and in_cluster_vpc
     claimable = (
-        device_index == 0
+        is_primary_slot(network_card, device_index)
         and in_cluster_vpc
         and not primary
         and names.TAG_PRIMARY_ENI_OF not in tags

@@ -66,5 +66,6 @@ class NodeFacts:
             cluster,
             in_cluster_vpc=not e.vpc_id or e.vpc_id == self.vpc_id,
             device_index=e.eni.device_index,
+            network_card=e.eni.network_card,
         )
         return replace(e.eni, assignable=p.assign, lifecycle=p.lifecycle, claim_primary=p.tag_as_primary)

@@ -20,6 +20,14 @@ PREFIX_SIZE = 16
 """Addresses in one delegated IPv4 prefix (a /28)."""
 
 
+def is_primary_slot(network_card: int, device_index: int) -> bool:
+    """The attachment slot of an instance's primary ENI: device index 0 on network card 0. EC2
+    requires the primary interface on card 0 (``AttachNetworkInterface``: "The primary network
+    interface must be assigned to network card index 0"); every other card numbers its own
+    devices from 0 too, and its device 0 is an ordinary secondary ENI."""
+    return device_index == 0 and network_card == 0
+
+
 class InstanceLimits(BaseModel):
     """Networking limits of one instance type."""
 
@@ -45,21 +53,38 @@ class InstanceLimits(BaseModel):
         """Secondary slots on one ENI: addresses, or /28 prefixes in prefix mode."""
         return self.ipv4_per_eni - 1
 
-    def max_pods(self, max_eni: int | None = None) -> int:
+    @property
+    def per_card_enis(self) -> int:
+        """ENIs one network card takes: ``max_enis`` (the default card's), on every card (see
+        :attr:`total_enis`)."""
+        return self.max_enis
+
+    def max_pods(self, max_eni: int | None = None, *, multi_card: bool = False) -> int:
         """Max pods by the VPC CNI formula: ENIs × (addresses per ENI − 1) + 2."""
-        return self.enis(max_eni) * self.slots_per_eni + 2
+        return self.enis(max_eni, multi_card=multi_card) * self.slots_per_eni + 2
 
-    def enis(self, max_eni: int | None = None) -> int:
-        """ENIs usable on this type, capped by ``MAX_ENI`` when that is set."""
+    def enis(self, max_eni: int | None = None, *, multi_card: bool = False) -> int:
+        """ENIs usable on this type, capped by ``MAX_ENI`` when that is set: the default card's,
+        or with ``multi_card`` (``WARMPOOL_MULTI_CARD``, issue 24) every card's."""
+        most = self.total_enis if multi_card else self.max_enis
         if max_eni is None or max_eni <= 0:
-            return self.max_enis
-        return min(self.max_enis, max_eni)
+            return most
+        return min(most, max_eni)
 
-    def capacity(self, *, prefix_mode: bool, max_eni: int | None = None, custom_networking: bool = False) -> int:
+    def capacity(
+        self,
+        *,
+        prefix_mode: bool,
+        max_eni: int | None = None,
+        custom_networking: bool = False,
+        multi_card: bool = False,
+    ) -> int:
         """Addresses the instance can hold for pods (primary addresses excluded); with custom
-        networking the primary ENI holds none (one ENI fewer, after ``MAX_ENI``)."""
+        networking the primary ENI holds none (one ENI fewer, after ``MAX_ENI``); with
+        ``multi_card`` the ENIs of every network card count."""
         per_slot = PREFIX_SIZE if prefix_mode else 1
-        return max(0, self.enis(max_eni) - (1 if custom_networking else 0)) * self.slots_per_eni * per_slot
+        enis = self.enis(max_eni, multi_card=multi_card)
+        return max(0, enis - (1 if custom_networking else 0)) * self.slots_per_eni * per_slot
 
     @classmethod
     def from_describe(cls, item: Mapping[str, Any]) -> InstanceLimits:
@@ -142,6 +167,7 @@ def max_pods(
     max_eni: int | None = None,
     source: MaxPodsSource = MaxPodsSource.TABLE,
     custom_networking: bool = False,
+    multi_card: bool = False,
 ) -> int:
     """The kubelet's ``--max-pods`` for a node, by the VPC CNI's formulas.
 
@@ -157,8 +183,10 @@ def max_pods(
     pod use): one ENI fewer, after that cap, as the calculator's
     ``--cni-custom-networking-enabled`` counts it (the published table has no such column, so
     both sources take the calculator's ENI count; only ``CALCULATOR`` caps).
+    ``multi_card`` (``WARMPOOL_MULTI_CARD``, warmpool's own: the published formulas count the
+    default card alone): the ENIs of every network card, each card's as many as the default's.
     """
-    enis = max(0, limits.enis(max_eni) - (1 if custom_networking else 0))
+    enis = max(0, limits.enis(max_eni, multi_card=multi_card) - (1 if custom_networking else 0))
     prefixed = prefix and limits.prefix_capable
     if not prefixed and source is MaxPodsSource.TABLE:
         return enis * limits.slots_per_eni + 2
@@ -177,6 +205,7 @@ def pod_ceiling(
     override: int = 0,
     kubelet: int | None = None,
     custom_networking: bool = False,
+    multi_card: bool = False,
 ) -> int:
     """The most addresses a node's pods can use: ``override`` (the cluster's kubelet ``--max-pods``)
     when set, else :func:`max_pods` for its type and mode. The agent's pool and the allocator's plans
@@ -185,12 +214,19 @@ def pod_ceiling(
 
     ``kubelet`` (the node's own kubelet's configured ``maxPods``, as its agent read it and reported
     it; ``None`` or 0: not known) can only lower that ceiling, never raise it (:func:`lowered`).
-    ``custom_networking``: the primary ENI serves no pod (:func:`max_pods`)."""
+    ``custom_networking``: the primary ENI serves no pod; ``multi_card``: every network card's
+    ENIs count (:func:`max_pods`)."""
     if override > 0:
         ceiling = override
     else:
         try:
-            ceiling = max_pods(limits, prefix=prefix, max_eni=max_eni or None, custom_networking=custom_networking)
+            ceiling = max_pods(
+                limits,
+                prefix=prefix,
+                max_eni=max_eni or None,
+                custom_networking=custom_networking,
+                multi_card=multi_card,
+            )
         except ValueError:
             ceiling = 0
     return lowered(ceiling, kubelet)

@@ -76,6 +76,10 @@ ENV_SUBNET_TAG = "WARMPOOL_SUBNET_TAG"  # KEY=VALUE: the subnets so tagged (the 
 ENV_SECURITY_GROUPS = "WARMPOOL_SECURITY_GROUPS"  # comma-separated; empty = the node's primary ENI's
 ENV_IDENTITY_MODE = "WARMPOOL_IDENTITY_MODE"  # "none" | "sender-id"
 ENV_NAMED_PLACEMENT = "WARMPOOL_NAMED_PLACEMENT"
+ENV_MULTI_CARD = "WARMPOOL_MULTI_CARD"
+"""``true``: ENIs on every network card of multi-card types (new ones on cards above 0 once card 0
+is full), each node's ceiling counting them; the allocator's and the agents' (their pool's
+ceiling), set alike. Off by default, as the VPC CNI's multi-NIC support is (issue 24)."""
 ENV_MAX_PODS = "WARMPOOL_MAX_PODS"  # the kubelet's --max-pods on every node; 0/unset = the VPC CNI formula per type
 MAX_PODS_OVERRIDE = 1000
 ENV_GC_AGE_S = "WARMPOOL_GC_AGE_S"

@@ -8,10 +8,12 @@ Allocation, fewest calls first:
    (most free slots first, so fewer ENIs are touched);
 2. then new ENIs created *with* their addresses in the
    ``CreateNetworkInterface`` call, attached at the lowest free device index
-   of the default network card (each card counts against its own ENI limit)
-   and marked DeleteOnTermination; the subnet is, of the node's candidates
-   (:func:`warmpool.subnets.pod_subnets`: its zone, and with discovery the VPC
-   CNI's subnet tags), the one with most free addresses.
+   of the default network card (each card counts against its own ENI limit),
+   and with ``multi_card`` (``WARMPOOL_MULTI_CARD``) once that card is full, of the
+   lowest other card with room (:func:`new_eni_slot`), and marked DeleteOnTermination;
+   the subnet is, of the node's candidates (:func:`warmpool.subnets.pod_subnets`:
+   its zone, and with discovery the VPC CNI's subnet tags), the one with most free
+   addresses.
 
 Release: addresses the agent offers back, checked against EC2's inventory and
 capped by what the targets allow, unassigned in one call per ENI; an ENI left
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -47,14 +49,14 @@ from warmpool.calls import (
     TagPrimaryEni,
     UnassignAddresses,
 )
-from warmpool.limits import PREFIX_SIZE, InstanceLimits, pod_ceiling
+from warmpool.limits import PREFIX_SIZE, InstanceLimits, is_primary_slot, pod_ceiling
 from warmpool.messages import Mode, PoolReport, ReleaseOffer
 from warmpool.pool import PoolConfig, PoolDelta, PoolState, ceiling, compute
 from warmpool.subnets import NO_CUSTOM_NETWORK, CustomNetwork, Site, Subnet, SubnetRule, node_subnets, pod_subnets
 
 DEFAULT_CARD = 0
-"""The network card new ENIs are attached to (``DefaultNetworkCardIndex`` of every type in the
-limits table)."""
+"""The network card new ENIs are attached to first (``DefaultNetworkCardIndex`` of every type in
+the limits table); the others only with ``multi_card`` (:func:`new_eni_slot`)."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ class Inventory:
     @property
     def own_subnet(self) -> str:
         """The subnet of the node's primary ENI (empty when EC2 showed none)."""
-        return next((e.subnet_id for e in self.enis if e.device_index == 0 and e.network_card == DEFAULT_CARD), "")
+        return next((e.subnet_id for e in self.enis if is_primary_slot(e.network_card, e.device_index)), "")
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,7 @@ def plan_node(
     max_pods: int = 0,
     subnet_rule: SubnetRule = SubnetRule.LISTED,
     custom: CustomNetwork = NO_CUSTOM_NETWORK,
+    multi_card: bool = False,
 ) -> Plan:
     """Plan one node. ``subnets`` are those warmpool may use (any AZ); the node's
     candidates among them are chosen here by ``subnet_rule``
@@ -195,7 +198,8 @@ def plan_node(
     addresses (the fallback on ``InsufficientCidrBlocks``). ``max_pods`` (0 =
     none) caps what the node may hold, whatever its report asks for
     (:func:`node_max_pods`): a node cannot take more of a subnet than its
-    kubelet could ever use.
+    kubelet could ever use. ``multi_card`` (``WARMPOOL_MULTI_CARD``): new ENIs may go on the
+    type's other network cards once the default one is full, and the pool's ceiling counts them.
     """
     inventory = pods_inventory(report, inventory)
     subnets, subnet_rule = node_subnets(
@@ -212,6 +216,7 @@ def plan_node(
             force_mode=force_mode,
             max_pods=max_pods,
             subnet_rule=subnet_rule,
+            multi_card=multi_card,
         ),
         inventory,
     )
@@ -227,18 +232,17 @@ def pods_inventory(report: PoolReport, inventory: Inventory) -> Inventory:
     return replace(
         inventory,
         enis=tuple(
-            replace(e, assignable=False, claim_primary=False)
-            if e.device_index == 0 and e.network_card == DEFAULT_CARD
-            else e
+            replace(e, assignable=False, claim_primary=False) if is_primary_slot(e.network_card, e.device_index) else e
             for e in inventory.enis
         ),
     )
 
 
-def node_max_pods(report: PoolReport, limits: InstanceLimits, override: int = 0) -> int:
+def node_max_pods(report: PoolReport, limits: InstanceLimits, override: int = 0, *, multi_card: bool = False) -> int:
     """The ceiling the allocator holds a node to (:func:`warmpool.limits.pod_ceiling`), from what
     EC2 and the cluster say, never from the report's own numbers (its mode, ``MAX_ENI`` and its
-    kubelet's ``kubelet_max_pods`` only lower it)."""
+    kubelet's ``kubelet_max_pods`` only lower it). ``multi_card``: the allocator's
+    ``WARMPOOL_MULTI_CARD``, every network card's ENIs counted."""
     return pod_ceiling(
         limits,
         prefix=report.mode == "prefix",
@@ -246,10 +250,11 @@ def node_max_pods(report: PoolReport, limits: InstanceLimits, override: int = 0)
         override=override,
         kubelet=report.kubelet_max_pods,
         custom_networking=bool(report.custom_networking),
+        multi_card=multi_card,
     )
 
 
-def quiet(report: PoolReport, limits: InstanceLimits, max_pods: int = 0) -> bool:
+def quiet(report: PoolReport, limits: InstanceLimits, max_pods: int = 0, *, multi_card: bool = False) -> bool:
     """True when the report, taken at its word, cannot lead to an EC2 call: it offers
     nothing back, no pod waits, and its own pool meets its targets (the planner's rules on
     the agent's view instead of EC2's). The allocator records such a report without a
@@ -258,7 +263,7 @@ def quiet(report: PoolReport, limits: InstanceLimits, max_pods: int = 0) -> bool
     goes unserved itself."""
     if report.release or report.pending_demand:
         return False
-    cfg = PoolConfig.from_report(report)
+    cfg = replace(PoolConfig.from_report(report), multi_card=multi_card)
     if cfg.prefix_mode and not limits.prefix_capable:
         cfg = replace(cfg, prefix_mode=False)
     if max_pods > 0:
@@ -287,6 +292,7 @@ def _plan_node(
     force_mode: Mode | None = None,
     max_pods: int = 0,
     subnet_rule: SubnetRule = SubnetRule.LISTED,
+    multi_card: bool = False,
 ) -> Plan:
     _, unknown = _split_unknown(report, inventory)
     plan = _plan_known(
@@ -299,6 +305,7 @@ def _plan_node(
         force_mode=force_mode,
         max_pods=max_pods,
         subnet_rule=subnet_rule,
+        multi_card=multi_card,
     )
     if not unknown:
         return plan
@@ -318,8 +325,9 @@ def _plan_known(
     force_mode: Mode | None = None,
     max_pods: int = 0,
     subnet_rule: SubnetRule = SubnetRule.LISTED,
+    multi_card: bool = False,
 ) -> Plan:
-    cfg = PoolConfig.from_report(report)
+    cfg = replace(PoolConfig.from_report(report), multi_card=multi_card)
     if cfg.prefix_mode and not limits.prefix_capable:
         cfg = replace(cfg, prefix_mode=False)
     if max_pods > 0:
@@ -448,11 +456,41 @@ def _offers_ec2_shows(report: PoolReport, inventory: Inventory) -> list[tuple[st
     return out
 
 
-def _free_device_index(used: set[tuple[int, int]], card: int = 0) -> int:
-    idx = 1
+def _free_device_index(used: Collection[tuple[int, int]], card: int = DEFAULT_CARD) -> int:
+    """The lowest free device index of ``card``: from 1 on the default card (0 is the primary
+    ENI's), from 0 on any other (each card numbers its own devices; EC2's EFA guide attaches
+    "the next unused network card index, device index 0")."""
+    idx = 0 if card != DEFAULT_CARD else 1
     while (card, idx) in used:
         idx += 1
     return idx
+
+
+def new_eni_slot(
+    used: Collection[tuple[int, int]], limits: InstanceLimits, *, multi_card: bool = False, max_eni: int = 0
+) -> tuple[int, int] | None:
+    """Where the next new ENI goes, ``(network_card, device_index)``, given the slots ``used``
+    (every attached ENI, warmpool's or not); None when there is no room.
+
+    The default card first, up to its own ENI limit (``limits.max_enis``, capped by
+    ``MAX_ENI``), as the VPC CNI does. With ``multi_card`` (``WARMPOOL_MULTI_CARD``, off by
+    default as the VPC CNI's multi-NIC support is), once that card is full: the lowest other
+    card of the type with room for one more ENI (each card takes ``limits.per_card_enis``),
+    ``MAX_ENI`` then capping the ENIs of all cards together. Its lowest free device index,
+    0 included (device 0 of a card other than 0 is not the primary ENI)."""
+    per_card: dict[int, int] = {}
+    for card, _ in used:
+        per_card[card] = per_card.get(card, 0) + 1
+    if not multi_card:
+        if per_card.get(DEFAULT_CARD, 0) >= limits.enis(max_eni):
+            return None
+        return DEFAULT_CARD, _free_device_index(used, DEFAULT_CARD)
+    if len(used) >= limits.enis(max_eni, multi_card=True):
+        return None
+    for card in range(limits.network_cards):
+        if per_card.get(card, 0) < limits.per_card_enis:
+            return card, _free_device_index(used, card)
+    return None
 
 
 def _plan_allocation(
@@ -519,13 +557,13 @@ def _plan_allocation(
         room -= n
 
     # New ENIs go on the default card, as the VPC CNI's pods' ENIs do (its max-pods formula,
-    # and so the node's ceiling, counts that card; the agent's host routing numbers tables
-    # by device index). Each card has its own ENI limit: interfaces other tools attached to
-    # the other cards (EFA on a p5.48xlarge: one on each of 32) take none of this card's.
+    # and so the node's ceiling, counts that card), and with multi_card then on the other cards
+    # (the ceiling counts them too; the agent's host routing numbers their tables apart). Each
+    # card has its own ENI limit: interfaces other tools attached to the other cards (EFA on a
+    # p5.48xlarge: one on each of 32) take none of the default card's.
     used = {(e.network_card, e.device_index) for e in inventory.enis}
-    n_enis = sum(1 for e in inventory.enis if e.network_card == DEFAULT_CARD)
-    max_enis = limits.enis(cfg.max_eni)
-    while need > 0 and room > 0 and n_enis < max_enis:
+    slot = new_eni_slot(used, limits, multi_card=cfg.multi_card, max_eni=cfg.max_eni)
+    while need > 0 and room > 0 and slot is not None:
         n = min(slots if delta.whole_enis else min(slots, need), room)
         # Most free addresses first; ties by id so plans are deterministic.
         fitting = [(free, sid) for sid, free in candidates.items() if free >= n * unit + 1]
@@ -533,23 +571,23 @@ def _plan_allocation(
             notes.append("no allowed subnet in the AZ has room")
             break
         _, sid = max(fitting, key=lambda t: (t[0], t[1]))
-        idx = _free_device_index(used, DEFAULT_CARD)
-        used.add((DEFAULT_CARD, idx))
+        card, idx = slot
+        used.add(slot)
         candidates[sid] -= n * unit + 1
         calls.append(
             CreateEni(
                 subnet_id=sid,
                 device_index=idx,
-                network_card=DEFAULT_CARD,
+                network_card=card,
                 ips=0 if prefix else n,
                 prefixes=n if prefix else 0,
-                client_token=client_token(cluster, inventory.instance_id, report.seq, DEFAULT_CARD, idx),
+                client_token=client_token(cluster, inventory.instance_id, report.seq, card, idx),
             )
         )
-        n_enis += 1
+        slot = new_eni_slot(used, limits, multi_card=cfg.multi_card, max_eni=cfg.max_eni)
         need -= n
         room -= n
-    if need > 0 and n_enis >= max_enis:
+    if need > 0 and slot is None:
         notes.append("instance at its ENI limit")
     return Plan(
         report.node,
@@ -581,7 +619,7 @@ def _plan_release(report: PoolReport, inventory: Inventory, delta: PoolDelta, mo
         # Deleted only when every secondary address was offered by the owner
         # (quarantined, so no pod holds it), never on the reported counts alone.
         empties = (
-            eni.device_index != 0
+            not is_primary_slot(eni.network_card, eni.device_index)
             and eni.lifecycle
             and set(ips) == set(eni.ips)
             and set(prefixes) == set(eni.prefixes)

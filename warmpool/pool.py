@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from warmpool.limits import PREFIX_SIZE, InstanceLimits
+from warmpool.limits import PREFIX_SIZE, InstanceLimits, is_primary_slot
 from warmpool.messages import EniReport, PoolReport
 
 
@@ -34,6 +34,9 @@ class PoolConfig:
     reports it and lowers ``max_pods`` to it (:func:`warmpool.limits.pod_ceiling`), as the allocator does."""
     custom_networking: bool = False
     """Pods never use the primary ENI (``AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG``): one ENI fewer for pods."""
+    multi_card: bool = False
+    """ENIs on every network card of the type count (``WARMPOOL_MULTI_CARD``, issue 24); off: the
+    default card's alone, as the VPC CNI's formulas count them."""
 
     def __post_init__(self) -> None:
         for name in ("warm_ip", "minimum_ip", "warm_eni", "warm_prefix", "max_eni", "max_pods", "kubelet_max_pods"):
@@ -99,8 +102,8 @@ class PoolState:
 
 
 def _primary(e: EniReport) -> bool:
-    """The node's primary ENI (device 0 on the first network card)."""
-    return e.device_index == 0 and e.network_card == 0
+    """The node's primary ENI (device 0 on the first network card; device 0 of another card is not)."""
+    return is_primary_slot(e.network_card, e.device_index)
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,12 @@ class PoolDelta:
 
 def ceiling(cfg: PoolConfig, limits: InstanceLimits) -> int:
     """Most addresses the node may hold for pods: its slots, capped by max pods."""
-    cap = limits.capacity(prefix_mode=cfg.prefix_mode, max_eni=cfg.max_eni, custom_networking=cfg.custom_networking)
+    cap = limits.capacity(
+        prefix_mode=cfg.prefix_mode,
+        max_eni=cfg.max_eni,
+        custom_networking=cfg.custom_networking,
+        multi_card=cfg.multi_card,
+    )
     return min(cap, cfg.max_pods) if cfg.max_pods > 0 else cap
 
 

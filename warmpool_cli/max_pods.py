@@ -37,6 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
         "serves no pod, one ENI fewer (the EKS AMI calculator's --cni-custom-networking-enabled)",
     )
     p.add_argument(
+        "--multi-card",
+        action="store_true",
+        help="ENIs on every network card of a multi-card type (WARMPOOL_MULTI_CARD, warmpool's own: "
+        "the VPC CNI's formulas count the default card alone; p5.48xlarge: 32 cards of 2 ENIs)",
+    )
+    p.add_argument(
         "--source",
         choices=[s.value for s in MaxPodsSource],
         default=MaxPodsSource.TABLE.value,
@@ -60,6 +66,7 @@ def main(argv: list[str]) -> int:
             max_eni=args.max_eni,
             source=MaxPodsSource(args.source),
             custom_networking=args.custom_networking,
+            multi_card=args.multi_card,
         )
     except (KeyError, ValueError) as exc:
         print(f"warmpool max-pods: {exc.args[0] if exc.args else exc}", file=sys.stderr)
