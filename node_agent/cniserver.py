@@ -212,7 +212,7 @@ class CniService:
         self._steady: Callable[[], float] = clock.monotonic if isinstance(clock, SteadyClock) else clock.now
         self._started = self._steady()
         self._made: dict[tuple[str, str], float] = {}
-        """When (``_steady``) this process first gave each attachment its address. One made by an
+        """When (``_steady``) this process last answered an ADD of each attachment. One made by an
         earlier process is at least as old as this one, and no older for certain: the wall-clock
         ``assigned_at`` on disk may have been stepped either way since."""
         self._made_lock = threading.Lock()
@@ -337,8 +337,13 @@ class CniService:
                 a = self.ds.assign(cid, ifname, netns, self.clock.now(), holder, network)
         waited = self.clock.now() - started
         if a is not None:
+            # Dated from this ADD, whatever an earlier ADD of the same attachment was given: the
+            # runtime may not list an attachment whose ADD it has not seen answered, and a DEL
+            # then a new ADD between two GCs (or an ADD retried after its wiring failed) is as
+            # young as this ADD (dated from the first, a GC freed a fresh pod's address: review
+            # of 42ff263, F1).
             with self._made_lock:
-                self._made.setdefault((cid, ifname), self._steady())
+                self._made[(cid, ifname)] = self._steady()
         if len(self.stats.wait_seconds) < 100_000:
             self.stats.wait_seconds.append(waited)
         if a is None:

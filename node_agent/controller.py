@@ -608,12 +608,19 @@ class PoolController:
 
         With custom networking the primary ENI is not managed (its pods, if the node ran
         without it before, keep their addresses; no new one is handed out from it), as the
-        VPC CNI's ipamd leaves it out of the pool (``pkg/ipamd/ipamd.go``)."""
+        VPC CNI's ipamd leaves it out of the pool (``pkg/ipamd/ipamd.go``); without
+        ``WARMPOOL_MULTI_CARD`` neither are the ENIs of network cards above 0."""
         have = {e.info.eni_id: e for e in self.ds.enis()}
         usable: list[AttachedEni] = []
         held: set[str] = set()
         for a in interfaces:
             if self.pool.custom_networking and a.info.device_index == 0 and a.info.network_card == 0:
+                a = a._replace(managed=False)
+            if not self.pool.multi_card and a.info.network_card > 0:
+                # Without WARMPOOL_MULTI_CARD, cards above 0 are not the pool's, as the VPC CNI
+                # leaves them alone without ENABLE_MULTI_NIC: another tool's interface there (an
+                # EFA's, an SR-IOV network's) has addresses of its own (review of the multi-card
+                # change, F6). Pods already on one (the setting turned off) keep theirs.
                 a = a._replace(managed=False)
             if a.managed is True:
                 usable.append(a)

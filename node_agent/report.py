@@ -120,4 +120,5 @@ def build_report(
         epoch=epoch,
         kubelet_max_pods=pool.kubelet_max_pods or None,
         custom_networking=True if pool.custom_networking else None,
+        multi_card=True if pool.multi_card else None,
     )

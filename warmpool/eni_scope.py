@@ -65,7 +65,10 @@ def permissions(
     if unmanaged(tags):
         return EniPermissions(assign=False, lifecycle=False, tag_as_primary=False)
     ours = lifecycle_permitted(tags, cluster)
-    primary = tagged_primary(tags, cluster) and in_cluster_vpc
+    # The primary tag counts only at the primary slot: before the slot check, any untagged
+    # device 0 was claimed, another card's among them (an EFA's or another tool's interface);
+    # its tag alone must not keep it assignable (review of the multi-card change, F5).
+    primary = tagged_primary(tags, cluster) and in_cluster_vpc and is_primary_slot(network_card, device_index)
     claimable = (
         is_primary_slot(network_card, device_index)
         and in_cluster_vpc

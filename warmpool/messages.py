@@ -229,6 +229,13 @@ class PoolReport(_Strict):
     fewer (:func:`warmpool.limits.max_pods`). Absent: not custom (an allocator from before the
     field refuses a report that carries it: its node waits, never unsafe)."""
 
+    multi_card: Literal[True] | None = None
+    """The agent runs with ``WARMPOOL_MULTI_CARD`` and wires ENIs on network cards above 0
+    (their own route tables, device 0 of such a card never the primary). The allocator places
+    ENIs there only when its own setting is on too (:func:`warmpool.planner.wires_cards`).
+    Absent: the setting off, or an agent from before it (an allocator from before the field
+    refuses a report that carries it: its node waits, never unsafe)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     @model_validator(mode="after")

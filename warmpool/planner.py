@@ -201,6 +201,7 @@ def plan_node(
     kubelet could ever use. ``multi_card`` (``WARMPOOL_MULTI_CARD``): new ENIs may go on the
     type's other network cards once the default one is full, and the pool's ceiling counts them.
     """
+    multi_card = wires_cards(report, multi_card)
     inventory = pods_inventory(report, inventory)
     subnets, subnet_rule = node_subnets(
         subnets, inventory.availability_zone, subnet_rule, custom, custom_node=bool(report.custom_networking)
@@ -238,6 +239,15 @@ def pods_inventory(report: PoolReport, inventory: Inventory) -> Inventory:
     )
 
 
+def wires_cards(report: PoolReport, multi_card: bool) -> bool:
+    """Whether the node's ENIs may go on network cards above 0: the allocator's
+    ``WARMPOOL_MULTI_CARD`` and the report's ``multi_card`` both (an agent from before the
+    setting, or with it off, puts device 0 of any card in the main table and shares tables
+    across cards: it must never be given such an ENI, whatever the allocator's setting, as
+    during a DaemonSet rollout; review of the multi-card change, F2)."""
+    return multi_card and report.multi_card is True
+
+
 def node_max_pods(report: PoolReport, limits: InstanceLimits, override: int = 0, *, multi_card: bool = False) -> int:
     """The ceiling the allocator holds a node to (:func:`warmpool.limits.pod_ceiling`), from what
     EC2 and the cluster say, never from the report's own numbers (its mode, ``MAX_ENI`` and its
@@ -250,7 +260,7 @@ def node_max_pods(report: PoolReport, limits: InstanceLimits, override: int = 0,
         override=override,
         kubelet=report.kubelet_max_pods,
         custom_networking=bool(report.custom_networking),
-        multi_card=multi_card,
+        multi_card=wires_cards(report, multi_card),
     )
 
 
@@ -263,7 +273,7 @@ def quiet(report: PoolReport, limits: InstanceLimits, max_pods: int = 0, *, mult
     goes unserved itself."""
     if report.release or report.pending_demand:
         return False
-    cfg = replace(PoolConfig.from_report(report), multi_card=multi_card)
+    cfg = replace(PoolConfig.from_report(report), multi_card=wires_cards(report, multi_card))
     if cfg.prefix_mode and not limits.prefix_capable:
         cfg = replace(cfg, prefix_mode=False)
     if max_pods > 0:

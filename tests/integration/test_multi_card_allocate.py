@@ -22,10 +22,14 @@ def _full_default_card(w: AllocatorWorld) -> None:
     w.results("n1")
 
 
+WIRES = {"multi_card": True}
+"""What an agent with WARMPOOL_MULTI_CARD on says in every report."""
+
+
 def test_a_full_default_card_gets_the_next_eni_on_card_1() -> None:
     w = AllocatorWorld(multi_card=True)
     _full_default_card(w)
-    out = w.deliver([w.report("n1", warm_ip=10, warm_eni=0)])
+    out = w.deliver([w.report("n1", warm_ip=10, warm_eni=0, extra=WIRES)])
     assert (out.served, out.invalid, out.rejected) == (1, 0, 0)
     new = [e for e in w.enis("n1") if e.attachment.card == 1]
     assert [(e.attachment.card, e.attachment.device_index) for e in new] == [(1, 0)]
@@ -43,15 +47,22 @@ def test_off_by_default_nothing_goes_above_card_0() -> None:
     assert {e.attachment.card for e in w.enis("n1")} == {0}
 
 
+def test_an_agent_that_does_not_say_it_wires_cards_gets_nothing_above_card_0() -> None:
+    w = AllocatorWorld(multi_card=True)  # the allocator's setting on, the agent's off (or older)
+    _full_default_card(w)
+    w.deliver([w.report("n1", warm_ip=10, warm_eni=0)])
+    assert {e.attachment.card for e in w.enis("n1")} == {0}
+
+
 def test_an_empty_eni_at_device_0_of_card_1_is_deleted() -> None:
     w = AllocatorWorld(multi_card=True, min_eni_age_s=0.0, release_delay_s=0.0)
     _full_default_card(w)
-    w.deliver([w.report("n1", warm_ip=10, warm_eni=0)])
+    w.deliver([w.report("n1", warm_ip=10, warm_eni=0, extra=WIRES)])
     (new,) = [e for e in w.enis("n1") if e.attachment.card == 1]
     w.results("n1")
     w.clock.advance(120.0)
     offer = {"eni_id": new.id, "ips": list(new.secondary)}
-    out = w.deliver([w.report("n1", warm_ip=1, warm_eni=0, assigned=10, release=[offer])])
+    out = w.deliver([w.report("n1", warm_ip=1, warm_eni=0, assigned=10, release=[offer], extra=WIRES)])
     assert out.served == 1
     assert all(e.attachment.card == 0 for e in w.enis("n1"))
 

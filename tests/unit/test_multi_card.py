@@ -151,7 +151,8 @@ def _report(
 
 def _creates(itype: str, *, multi: bool, warm_ip: int) -> list[tuple[int, int]]:
     enis = [_eni(0, 0, 49), _eni(0, 1, 49)]
-    r, inv = _report(enis, itype, assigned=98, warm_ip=warm_ip, warm_eni=0)
+    # the agent's report says it wires cards above 0 when its setting is on (as the allocator's)
+    r, inv = _report(enis, itype, assigned=98, warm_ip=warm_ip, warm_eni=0, multi_card=True if multi else None)
     lim = known(itype)
     p = plan_node(
         r, inv, lim, SUBNETS, cluster="demo", max_pods=node_max_pods(r, lim, multi_card=multi), multi_card=multi
@@ -173,7 +174,9 @@ def test_p5_fills_card_0_then_card_1_then_card_2(multi: bool, warm_ip: int, want
 
 
 def test_create_on_another_card_carries_the_card_and_its_own_token() -> None:
-    r, inv = _report([_eni(0, 0, 49), _eni(0, 1, 49)], "p5.48xlarge", assigned=98, warm_ip=5, warm_eni=0)
+    r, inv = _report(
+        [_eni(0, 0, 49), _eni(0, 1, 49)], "p5.48xlarge", assigned=98, warm_ip=5, warm_eni=0, multi_card=True
+    )
     p = plan_node(r, inv, known("p5.48xlarge"), SUBNETS, cluster="demo", multi_card=True)
     (c,) = [c for c in p.calls if isinstance(c, CreateEni)]
     assert (c.network_card, c.device_index) == (1, 0)
@@ -187,7 +190,7 @@ def test_off_a_full_default_card_is_the_nodes_ceiling() -> None:
 
 
 def test_quiet_holds_a_full_default_card_only_when_off() -> None:
-    r, _ = _report([_eni(0, 0, 49), _eni(0, 1, 49)], "p5.48xlarge", assigned=98, warm_ip=5, warm_eni=0)
+    r, _ = _report([_eni(0, 0, 49), _eni(0, 1, 49)], "p5.48xlarge", assigned=98, warm_ip=5, warm_eni=0, multi_card=True)
     lim = known("p5.48xlarge")
     assert quiet(r, lim, node_max_pods(r, lim))
     assert not quiet(r, lim, node_max_pods(r, lim, multi_card=True), multi_card=True)
@@ -249,7 +252,9 @@ def _p5_controller(host: RecordingHost, imds: FakeImds) -> tuple[Datastore, Pool
     imds.identity = lambda: ident  # type: ignore[method-assign]
     ds = Datastore(cooldown_s=TIMING.cooldown_s)
     ds.add_eni(primary, 0.0)
-    ctl = PoolController(ident, known("p5.48xlarge"), PoolConfig(warm_ip=2), ds, TIMING, host=host, metadata=imds)
+    ctl = PoolController(
+        ident, known("p5.48xlarge"), PoolConfig(warm_ip=2, multi_card=True), ds, TIMING, host=host, metadata=imds
+    )
     return ds, ctl
 
 

@@ -38,20 +38,15 @@ def _del(svc: CniService, cid: str, ifname: str = "eth0") -> dict[str, Any]:
 
 
 def _gc(svc: CniService, valid: list[dict[str, str]]) -> dict[str, Any]:
-    return _answer(svc, {"command": "GC", "config": {**CONF, "cniVersion": "1.1.0", "cni.dev/valid-attachments": valid}})
+    return _answer(
+        svc, {"command": "GC", "config": {**CONF, "cniVersion": "1.1.0", "cni.dev/valid-attachments": valid}}
+    )
 
 
 # --- F1: the GC's monotonic age of an attachment outlives its DEL ----------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F1: CniService._made keeps the first ADD's time of (container, ifname) across a DEL "
-    "(entries are dropped only at the next GC), and _add uses setdefault: an attachment DELeted and "
-    "ADDed again between two GCs is aged from its first ADD, so a GC whose list does not yet name the "
-    "new ADD tears it down and frees its address at once (before 42ff263: aged from the record's "
-    "assigned_at, left alone)",
-)
+# Fixed (was a strict xfail of the review):
 def test_a_gc_leaves_alone_an_attachment_added_again_after_its_del_while_it_is_young() -> None:
     ds = Datastore(cooldown_s=0.0)
     ds.add_eni(PRIMARY, 0.0)
@@ -161,7 +156,15 @@ class FakeNet(Netlink):
 
     def link_set(self, index: int, *, mtu: int | None = None, up: bool | None = None) -> None:
         self.link_list = [
-            Link(lk.index, lk.name, lk.mac, mtu if mtu is not None else lk.mtu, lk.up if up is None else up, lk.kind, lk.peer)
+            Link(
+                lk.index,
+                lk.name,
+                lk.mac,
+                mtu if mtu is not None else lk.mtu,
+                lk.up if up is None else up,
+                lk.kind,
+                lk.peer,
+            )
             if lk.index == index
             else lk
             for lk in self.link_list
@@ -228,7 +231,9 @@ def _pod_rules_on(net: FakeNet, ip: str, table: int) -> None:
 
 def _egress_link(net: FakeNet, ip: str) -> int | None:
     """The link a pod's packets leave by: its ``from <ip>`` rule's table's default route."""
-    table = next((r.table for r in net.rules() if r.src == f"{ip}/32" and r.priority == hostnet.FROM_POD_PRIORITY), MAIN_TABLE)
+    table = next(
+        (r.table for r in net.rules() if r.src == f"{ip}/32" and r.priority == hostnet.FROM_POD_PRIORITY), MAIN_TABLE
+    )
     return next((r.oif for r in net.routes(table) if r.dst == "default"), None)
 
 
@@ -290,14 +295,7 @@ def test_an_agent_from_before_the_change_wipes_the_main_table_for_device_0_of_ca
     assert c1d1.route_table == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F2: the allocator's WARMPOOL_MULTI_CARD alone decides (planner.new_eni_slot, "
-    "_plan_allocation): a report carries nothing saying its agent wires ENIs of cards above 0, so "
-    "during the rollout that turns it on (the Lambda's setting changes at once, the DaemonSet rolls "
-    "node by node) or after an agent rollback, an agent from before 4d7be29 is given device 0 of "
-    "card 1 and wipes its main table (test above)",
-)
+# Fixed (was a strict xfail of the review):
 def test_a_card_above_0_goes_only_to_an_agent_that_says_it_wires_it() -> None:
     from warmpool.calls import CreateEni
     from warmpool.limits import known
@@ -349,14 +347,7 @@ def test_a_card_above_0_goes_only_to_an_agent_that_says_it_wires_it() -> None:
 # --- F5: a primary-of tag an allocator from before the change put on device 0 of card 1 ------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F5: before 4d7be29 eni_scope.permissions claimed any untagged device 0 as the node's "
-    "primary (an EFA or another tool's ENI at device 0 of card 1 got TAG_PRIMARY_ENI_OF); after it, "
-    "such a tag still makes the ENI assignable ('assign = ours or primary', primary read from the tag "
-    "alone), so the allocator keeps assigning and unassigning addresses on an interface that is not "
-    "the node's primary and not warmpool's",
-)
+# Fixed (was a strict xfail of the review):
 def test_a_primary_tag_on_device_0_of_card_1_does_not_make_it_assignable() -> None:
     from warmpool import names
     from warmpool.eni_scope import permissions
@@ -368,15 +359,7 @@ def test_a_primary_tag_on_device_0_of_card_1_does_not_make_it_assignable() -> No
 # --- F6: with WARMPOOL_MULTI_CARD off, the agent still takes ENIs of cards above 0 ------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F6: the agent (PoolController._usable, SkipUnmanaged) takes every ENI not tagged no_manage, "
-    "on any card, whatever WARMPOOL_MULTI_CARD says (docs/agent.md: 'used whatever it says'); the VPC "
-    "CNI leaves ENIs of cards above 0 alone unless ENABLE_MULTI_NIC (amazon-vpc-cni-k8s#2784), so an "
-    "interface another tool attached there with secondary addresses (an SR-IOV/ipvlan network's) has "
-    "them handed to pods as well; and the allocator, for which that ENI is not warmpool's (not "
-    "assignable), counts neither it in the pool nor can it unassign the agent's offers from it",
-)
+# Fixed (was a strict xfail of the review):
 def test_with_multi_card_off_the_agent_hands_out_no_address_of_a_foreign_eni_on_card_1() -> None:
     from node_agent.controller import PoolController
     from node_agent.records import NodeIdentity
@@ -395,7 +378,9 @@ def test_with_multi_card_off_the_agent_hands_out_no_address_of_a_foreign_eni_on_
     imds.identity = lambda: ident  # type: ignore[method-assign]
     ds = Datastore(cooldown_s=TIMING.cooldown_s)
     ds.add_eni(primary, 0.0)
-    ctl = PoolController(ident, known("p5.48xlarge"), PoolConfig(warm_ip=2, multi_card=False), ds, TIMING, metadata=imds)
+    ctl = PoolController(
+        ident, known("p5.48xlarge"), PoolConfig(warm_ip=2, multi_card=False), ds, TIMING, metadata=imds
+    )
     ctl.resync(0.0)
     got = ds.assign("c1", "eth0", "ns", 1.0)
     assert got is None or got[1] != other.eni_id
@@ -416,7 +401,9 @@ def _m5(free: int, *, unknown: tuple[str, ...] = ()) -> Any:
     e1 = Eni("eni-00000001", 1, 0, "subnet-a", "10.0.1.4", ips + unknown, lifecycle=True, assignable=True)
     reps = [
         EniReport(eni_id=e0.eni_id, device_index=0, subnet_id="subnet-a", primary_ip=e0.primary_ip),
-        EniReport(eni_id=e1.eni_id, device_index=1, subnet_id="subnet-a", primary_ip=e1.primary_ip, ips=list(ips), assigned=3),
+        EniReport(
+            eni_id=e1.eni_id, device_index=1, subnet_id="subnet-a", primary_ip=e1.primary_ip, ips=list(ips), assigned=3
+        ),
     ]
     release = [ReleaseOffer(eni_id=e1.eni_id, ips=list(unknown), unknown=True)] if unknown else []
     r = PoolReport(
