@@ -151,27 +151,38 @@ class Ec2:
 
     def describe_nodes(self, instance_ids: Iterable[str]) -> dict[str, NodeFacts]:
         """Instances and their attached ENIs: two filtered, paginated rounds for all."""
-        ids = sorted(set(instance_ids))
-        nodes: dict[str, NodeFacts] = {}
-        for chunk in _chunks(ids):
-            for res in self._pages(
-                "DescribeInstances",
-                self.api.describe_instances,
-                "Reservations",
-                Filters=[{"Name": "instance-id", "Values": chunk}],
-                MaxResults=1000,
-            ):
-                for inst in res.get("Instances", []):
-                    nodes[inst["InstanceId"]] = NodeFacts(
-                        instance_id=inst["InstanceId"],
-                        instance_type=inst.get("InstanceType", ""),
-                        availability_zone=(inst.get("Placement") or {}).get("AvailabilityZone", ""),
-                        state=(inst.get("State") or {}).get("Name", ""),
-                        vpc_id=inst.get("VpcId", ""),
-                        tags=tags_of(inst),
-                    )
+        nodes = self.describe_instances(instance_ids)
         enis = self.describe_attached(list(nodes))
         return {iid: n.with_enis(tuple(enis.get(iid, ()))) for iid, n in nodes.items()}
+
+    def describe_instances(self, instance_ids: Iterable[str]) -> dict[str, NodeFacts]:
+        """Instances without their ENIs (``enis`` empty): one filtered, paginated round for all."""
+        nodes: dict[str, NodeFacts] = {}
+        for chunk in _chunks(sorted(set(instance_ids))):
+            nodes.update(self._instances([{"Name": "instance-id", "Values": chunk}]))
+        return nodes
+
+    def describe_cluster_instances(self, cluster: str) -> dict[str, NodeFacts]:
+        """Every instance tagged for the cluster (``owned`` or ``shared``), without ENIs: pages
+        of 1,000 (the reconciler's pass; by id it is a call per :data:`FILTER_CHUNK`)."""
+        tag = names.cluster_tag_key(cluster)
+        return self._instances([{"Name": f"tag:{tag}", "Values": ["owned", "shared"]}])
+
+    def _instances(self, filters: list[dict[str, Any]]) -> dict[str, NodeFacts]:
+        nodes: dict[str, NodeFacts] = {}
+        for res in self._pages(
+            "DescribeInstances", self.api.describe_instances, "Reservations", Filters=filters, MaxResults=1000
+        ):
+            for inst in res.get("Instances", []):
+                nodes[inst["InstanceId"]] = NodeFacts(
+                    instance_id=inst["InstanceId"],
+                    instance_type=inst.get("InstanceType", ""),
+                    availability_zone=(inst.get("Placement") or {}).get("AvailabilityZone", ""),
+                    state=(inst.get("State") or {}).get("Name", ""),
+                    vpc_id=inst.get("VpcId", ""),
+                    tags=tags_of(inst),
+                )
+        return nodes
 
     def describe_attached(self, instance_ids: Sequence[str]) -> dict[str, list[EniFacts]]:
         out: dict[str, list[EniFacts]] = {}

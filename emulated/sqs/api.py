@@ -9,6 +9,8 @@ raises, named for the operation.
 
 from __future__ import annotations
 
+import base64
+import bisect
 import functools
 import itertools
 import threading
@@ -20,7 +22,7 @@ from typing import Any
 from warmpool.clock import Clock, RealClock
 
 from . import validation
-from .errors import ClientExceptions, SqsError, missing
+from .errors import ClientExceptions, SqsError, invalid, missing
 from .model import Message, Queue
 
 DEFAULT_ACCOUNT = "123456789012"
@@ -213,11 +215,28 @@ class FastSqsClient:
         return {}
 
     @_operation("ListQueues")
-    def list_queues(self, *, QueueNamePrefix: str = "", MaxResults: int | None = None, **_: Any) -> dict[str, Any]:
+    def list_queues(
+        self, *, QueueNamePrefix: str = "", MaxResults: int | None = None, NextToken: str = "", **_: Any
+    ) -> dict[str, Any]:
+        """Pages of up to ``MaxResults`` (1 to 1,000) with a ``NextToken`` while more remain, as
+        SQS pages them (without ``MaxResults``: at most 1,000, no token)."""
         urls = sorted(u for u, q in self.backend._queues.items() if q.name.startswith(QueueNamePrefix))
-        if MaxResults is not None:
-            urls = urls[: int(MaxResults)]
-        return {"QueueUrls": urls} if urls else {}
+        if NextToken:
+            try:
+                after = base64.urlsafe_b64decode(NextToken.encode()).decode()
+            except (ValueError, UnicodeDecodeError):
+                raise invalid(f"Invalid NextToken value {NextToken}") from None
+            urls = urls[bisect.bisect_right(urls, after) :]
+        if MaxResults is None:
+            urls = urls[:1000]
+            return {"QueueUrls": urls} if urls else {}
+        n = int(MaxResults)
+        if not 1 <= n <= 1000:
+            raise invalid(f"Value {n} for parameter MaxResults is invalid. Must be between 1 and 1000.")
+        out: dict[str, Any] = {"QueueUrls": urls[:n]} if urls else {}
+        if len(urls) > n:
+            out["NextToken"] = base64.urlsafe_b64encode(urls[n - 1].encode()).decode()
+        return out
 
     @_operation("SetQueueAttributes")
     def set_queue_attributes(self, *, QueueUrl: str, Attributes: Mapping[str, Any], **_: Any) -> dict[str, Any]:

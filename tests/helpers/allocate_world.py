@@ -187,24 +187,7 @@ class AllocatorWorld:
         if seq is None:
             self.seq[node] += 1
             seq = self.seq[node]
-        left = self.pods[node] if assigned is None else assigned
-        enis = []
-        for e in self.enis(node):
-            cap = len(e.secondary) + 16 * len(e.prefixes)
-            here = min(cap, left)
-            left -= here
-            enis.append(
-                {
-                    "eni_id": e.id,
-                    "device_index": e.attachment.device_index,
-                    "network_card": e.attachment.card,
-                    "subnet_id": e.subnet_id,
-                    "primary_ip": e.primary_ip,
-                    "ips": list(e.secondary),
-                    "prefixes": list(e.prefixes),
-                    "assigned": here,
-                }
-            )
+        enis = eni_reports(self.enis(node), self.pods[node] if assigned is None else assigned)
         body: dict[str, Any] = {
             "schema": "warmpool.report/v1",
             "cluster": self.cluster,
@@ -312,6 +295,29 @@ class AllocatorWorld:
 
     def detached_enis(self) -> list[str]:
         return [e.id for e in self.emu.enis.values() if e.attachment is None]
+
+
+def eni_reports(enis: Iterable[Any], pods: int) -> list[dict[str, Any]]:
+    """The report's ``enis`` for an instance's attached emulated ENIs (in device order), its
+    ``pods`` spread over them in that order."""
+    out = []
+    left = pods
+    for e in enis:
+        here = min(len(e.secondary) + 16 * len(e.prefixes), left)
+        left -= here
+        out.append(
+            {
+                "eni_id": e.id,
+                "device_index": e.attachment.device_index,
+                "network_card": e.attachment.card,
+                "subnet_id": e.subnet_id,
+                "primary_ip": e.primary_ip,
+                "ips": list(e.secondary),
+                "prefixes": list(e.prefixes),
+                "assigned": here,
+            }
+        )
+    return out
 
 
 def moto_dynamo() -> Any:
