@@ -31,7 +31,8 @@ def _recording(w: Any) -> None:
 def _crash_before_modify(w: Any) -> None:
     """The allocator's first ModifyNetworkInterfaceAttribute (DeleteOnTermination of an ENI it
     just attached) never happens: the invocation dies first, and the reconciler must repair it."""
-    inner, done = w.alloc_ec2.inner, []
+    inner = w.alloc_ec2.inner
+    done: list[dict[str, Any]] = []
 
     class Dies:
         def __getattr__(self, name: str) -> Callable[..., Any]:
