@@ -15,12 +15,21 @@ from typing import Any, Protocol
 from botocore.exceptions import ClientError
 
 from emulated.clock import VirtualClock
+from emulated.iam import PolicyPrincipal
 from emulated.lambda_runtime import LambdaCrash
 from emulated.memstores import MemLeases, MemLedger
 from functions.stores import DynamoLedger
 from simulation.base import CLUSTER
 from simulation.view import WorldView
 from warmpool import names
+
+
+def refused(w: WorldView, who: str, name: str, err: ClientError) -> None:
+    """``iam-denied``: the stack's own role refused one of its function's EC2 calls (the call
+    fails in a real stack as it fails here: UnauthorizedOperation, nothing changed)."""
+    if err.response.get("Error", {}).get("Code") == "UnauthorizedOperation":
+        msg = err.response["Error"].get("Message", "")
+        w.violation("iam-denied", f"{who}: {name} refused: {msg}"[:400])
 
 
 class InvClock:
@@ -99,13 +108,18 @@ class ClientsWorld(WorldView, Protocol):
 
     def esm_tick(self) -> None: ...
 
+    @property
+    def roles(self) -> dict[str, PolicyPrincipal]:
+        """The stack's roles (``allocate``, ``reconcile``, ``agent``) as emulated EC2's principals."""
+        ...
+
 
 class AllocEc2:
     """The allocator's EC2 client: crashes, slow calls, termination mid-allocation, lease checks."""
 
     def __init__(self, w: ClientsWorld) -> None:
         self.w = w
-        self.inner = w.emu.client()
+        self.inner = w.emu.client(principal=w.roles["allocate"])
 
     def __getattr__(self, name: str) -> Callable[..., dict[str, Any]]:
         fn = getattr(self.inner, name)
@@ -136,7 +150,11 @@ class AllocEc2:
                 w.maybe_terminate_now(node)
                 if name == "unassign_private_ip_addresses":
                     w.check_release(node, kw)
-            out: dict[str, Any] = fn(**kw)
+            try:
+                out: dict[str, Any] = fn(**kw)
+            except ClientError as err:
+                refused(w, "the allocator", name, err)
+                raise
             if inv is not None and mutating:
                 inv.mutating += 1
             return out
@@ -249,16 +267,20 @@ class ReconcilerEc2:
 
     def __init__(self, w: ClientsWorld) -> None:
         self.w = w
-        self.inner = w.emu.client()
+        self.inner = w.emu.client(principal=w.roles["reconcile"])
         self.once: Callable[[], None] | None = None
 
     def __getattr__(self, name: str) -> Any:
         fn = getattr(self.inner, name)
-        if name != "describe_instances":
-            return fn
 
         def call(**kw: Any) -> dict[str, Any]:
-            out: dict[str, Any] = fn(**kw)
+            try:
+                out: dict[str, Any] = fn(**kw)
+            except ClientError as err:
+                refused(self.w, "the reconciler", name, err)
+                raise
+            if name != "describe_instances":
+                return out
             if self.once is not None:
                 once, self.once = self.once, None
                 once()

@@ -30,6 +30,7 @@ from typing import Any, Protocol, cast
 from botocore.exceptions import ClientError
 
 from emulated.ec2.errors import Ec2Error
+from emulated.iam import PolicyPrincipal
 from emulated.imds import Imds
 from node_agent.agent import RESTART_HOLD_S, RESULT_VISIBILITY_S, Agent, AwsClockCheck, Metadata, restore_checked
 from node_agent.checkpoint import CheckpointError, CheckpointWriteError, FileCheckpoint
@@ -87,6 +88,11 @@ class NodeWorld(WorldView, Protocol):
     def pod_up(self, agent: SimAgent, cid: str, ip: str) -> None: ...
 
     def send_report(self, agent: SimAgent, body: str) -> None: ...
+
+    @property
+    def roles(self) -> dict[str, PolicyPrincipal]:
+        """The stack's roles as emulated EC2's principals (the agents': ``agent``)."""
+        ...
 
 
 # --- IMDS with lag ---------------------------------------------------------------------
@@ -320,11 +326,12 @@ class SimDisk(FileCheckpoint):
 class AgentEc2:
     """The agent's own EC2 client (its unmanaged-ENI tag look-up): the emulated EC2, with its
     throttling, and the ``tag-lookup-failure`` fault: while ``agent.lookup_fails_until``,
-    every call is answered ``RequestLimitExceeded`` (a rollout restarting many agents at once)."""
+    every call is answered ``RequestLimitExceeded`` (a rollout restarting many agents at once).
+    It calls as the stack's agent role; a refusal is ``iam-denied``."""
 
     def __init__(self, w: NodeWorld, agent: SimAgent) -> None:
         self.w, self.agent = w, agent
-        self.inner = w.emu.client()
+        self.inner = w.emu.client(principal=w.roles["agent"])
 
     def describe_network_interfaces(self, **kw: Any) -> dict[str, Any]:
         if self.w.now() < self.agent.lookup_fails_until:
@@ -332,7 +339,9 @@ class AgentEc2:
             raise Ec2Error("RequestLimitExceeded", "Request limit exceeded.").client_error("DescribeNetworkInterfaces")
         try:
             return self.inner.describe_network_interfaces(**kw)
-        except ClientError:
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") == "UnauthorizedOperation":
+                self.w.violation("iam-denied", f"the agent of {self.agent.name}: describe_network_interfaces refused")
             self.w.fault("tag-lookup:error")
             raise
 

@@ -34,12 +34,14 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from emulated import harness
 from emulated.clock import EventLoop, VirtualClock
 from emulated.ec2 import Ec2Config, Ec2Emulator
 from emulated.esm import EsmConfig, EventSourceMapping
+from emulated.iam import PolicyPrincipal, load_snapshot, snapshot_principals
 from emulated.iid import IdentitySigner
 from emulated.imds import Imds
 from emulated.lambda_runtime import LambdaCrash
@@ -86,6 +88,36 @@ def _signer() -> IdentitySigner:
     return IdentitySigner()
 
 
+IAM_POLICIES = Path(__file__).resolve().parent / "iam_policies.json"
+"""The EC2 statements of the allocator's, the reconciler's and the agent's roles, as the CDK app
+synthesizes them for the default configuration (written by ``python -m infra.policy_snapshot``;
+``tests/infra/test_policy_snapshot.py`` fails when it differs from a fresh synth)."""
+
+
+@functools.cache
+def _policies() -> dict[str, Any]:
+    return load_snapshot(IAM_POLICIES)
+
+
+def stack_roles(emu: Ec2Emulator, vpc: str, subnet: str) -> dict[str, PolicyPrincipal]:
+    """The stack's roles as principals of ``emu``: the snapshot's statements for its account and
+    region, the VPC and subnet the stack was configured with being this world's (their ids are
+    drawn from the seed)."""
+    snapshot = _policies()
+    context = snapshot["context"]
+    if context["cluster"] != CLUSTER:
+        raise ValueError(f"{IAM_POLICIES} is for cluster {context['cluster']!r}, not {CLUSTER!r}")
+    (subnet_id,) = str(context["subnet_ids"]).split(",")
+    return snapshot_principals(
+        snapshot,
+        partition="aws",
+        region=emu.config.region,
+        account=emu.owner,
+        ids={str(context["vpc_id"]): vpc, subnet_id: subnet},
+        record=False,
+    )
+
+
 @dataclass
 class SeedOutcome:
     seed: int
@@ -121,6 +153,10 @@ class SimWorld:
         self.subnet = self.emu.add_subnet(
             az="us-east-1a", cidr=SUBNET_CIDR, vpc_id=vpc, tags={names.cluster_tag_key(CLUSTER): "shared"}
         )
+        self.roles = stack_roles(self.emu, vpc, self.subnet)
+        """The allocator's, the reconciler's and the agents' roles (``allocate``, ``reconcile``,
+        ``agent``): their EC2 clients call as them, and a refusal is a violation (``iam-denied``).
+        Set-up and fault injection call as the administrator (no principal)."""
         self.sqs = FastSqs(self.loop.clock)
         self.signer_imds = Imds(self.emu, signer=_signer())
         """Signs each instance's identity document; agents carry it in every report and the

@@ -12,7 +12,9 @@ an administrator.
 
 The principal only decides; it holds the policies. The tests give it the
 statements the CDK app synthesizes and the project's evaluator
-(``tests/helpers/iam_eval.py``, via ``tests/helpers/iam_policies.py``).
+(:class:`emulated.iam.PolicyPrincipal`, via ``tests/helpers/iam_policies.py``); the
+simulation gives the allocator, the reconciler and the agents their roles from a
+committed snapshot of those statements (``simulation/iam_policies.json``).
 
 The request context carries the keys the Service Authorization Reference lists
 for these actions and warmpool's policies use: ``aws:ResourceTag/*`` and

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from emulated.iid import IdentitySigner
+from infra.policy_snapshot import resolve
 
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "14,16,18,20,22")  # Node's major versions
@@ -84,25 +85,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "node_role_name": "eks-node-role",
     },
 }
-
-
-def resolve(value: Any) -> Any:
-    """Flatten intrinsic functions to readable strings: ``${AWS::Partition}``, ``${Logical.Attr}``
-    (a ``Fn::Sub`` of a plain string is its string)."""
-    if isinstance(value, list):
-        return [resolve(v) for v in value]
-    if isinstance(value, dict):
-        if set(value) == {"Fn::Join"}:
-            sep, parts = value["Fn::Join"]
-            return sep.join(str(resolve(p)) for p in parts)
-        if set(value) == {"Ref"}:
-            return "${" + value["Ref"] + "}"
-        if set(value) == {"Fn::Sub"} and isinstance(value["Fn::Sub"], str):  # its ${...} read as they are
-            return value["Fn::Sub"]
-        if set(value) == {"Fn::GetAtt"}:
-            return "${" + ".".join(value["Fn::GetAtt"]) + "}"
-        return {k: resolve(v) for k, v in value.items()}
-    return value
 
 
 @dataclass

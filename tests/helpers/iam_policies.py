@@ -1,43 +1,26 @@
 """The IAM policies the CDK app synthesizes, as principals of emulated EC2 (:mod:`emulated.ec2.authz`).
 
 A :class:`PolicyPrincipal` decides each authorization request with the project's evaluator
-(``tests/helpers/iam_eval.py``) over one role's synthesized statements, concretized for the
+(:mod:`emulated.iam`) over one role's synthesized statements, concretized for the
 emulator's region and account; ``Ec2Emulator.client(principal=...)`` then refuses what the
 role may not do with ``UnauthorizedOperation``, as EC2 does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
-
 from emulated.ec2 import Ec2Emulator
+from emulated.iam import PolicyPrincipal, concretize, pseudo_parameters
 from tests.helpers.cdk_synth import BASE_CONTEXT, Synthesized
-from tests.helpers.iam_eval import ContextValue, concretize, evaluate
+
+__all__ = ["ROLES", "PolicyPrincipal", "principals", "stack_network"]
 
 ROLES = {"allocate": "AllocateRole", "reconcile": "ReconcileRole"}
 """The functions' roles, by the prefix of their logical id in the template."""
 
 
-@dataclass
-class PolicyPrincipal:
-    """One role's identity-policy statements; ``decide`` is IAM's evaluation of them."""
-
-    name: str
-    statements: Sequence[Mapping[str, Any]]
-    decisions: list[tuple[str, str, str]] = field(default_factory=list)
-    """Every request decided: (action, resource, decision)."""
-
-    def decide(self, action: str, resource: str, context: Mapping[str, ContextValue]) -> str:
-        decision = evaluate(self.statements, action, resource, context)
-        self.decisions.append((action, resource, decision))
-        return decision
-
-
 def principals(s: Synthesized, emu: Ec2Emulator) -> dict[str, PolicyPrincipal]:
     """The allocate and reconcile roles of a synthesized stack, for ``emu``'s region and account."""
-    subs = {"${AWS::Partition}": "aws", "${AWS::Region}": emu.config.region, "${AWS::AccountId}": emu.owner}
+    subs = pseudo_parameters(partition="aws", region=emu.config.region, account=emu.owner)
     return {fn: PolicyPrincipal(fn, concretize(s.role_statements(role), subs)) for fn, role in ROLES.items()}
 
 
