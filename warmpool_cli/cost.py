@@ -14,16 +14,18 @@ Per node, every month (730 h):
   ``SendMessage``; the event-source mapping reads them ten per
   ``ReceiveMessage`` and deletes them ten per ``DeleteMessageBatch``, and its
   pollers' empty long polls cost ``ESM_POLLERS`` × 3 requests a minute;
-* results: one ``SendMessage`` to the node's queue per report (quiet ones are
-  answered too), read by the agent's 20 s long polls (3 ``ReceiveMessage`` a
-  minute whether or not a result waits) and one ``DeleteMessage`` each;
+* results: one ``SendMessage`` to the node's queue per pod-event report (a quiet
+  report, the heartbeat of a pool that meets its targets, is recorded without a reply:
+  ``Allocator._record_quiet``), read by the agent's 20 s long polls (3 ``ReceiveMessage``
+  a minute whether or not a result waits) and one ``DeleteMessage`` each;
 * allocate invocations: reports arrive at λ per second; with a 1 s batching
   window each of the mapping's pollers invokes at most once a second, so
   invocations are ``min(λ, max(λ / batch, pollers))`` a second; each lasts
   ``INVOKE_BASE_MS`` plus ``PER_REPORT_MS`` a report, at the allocate
   function's memory;
 * reconcile: once a minute, ``RECONCILE_BASE_MS`` plus a paged
-  ``DescribeNetworkInterfaces`` over every ENI;
+  ``DescribeNetworkInterfaces`` over every ENI and a paged ``DescribeInstances`` of the
+  cluster's instances by tag (1,000 a page each);
 * DynamoDB: the measured calls per report, each at least one request unit,
   transactional writes two per item; the bucket table once per invocation;
 * CloudWatch: the custom metrics (names × dimensions, per cluster), the alarms
@@ -130,7 +132,7 @@ def estimate(w: Workload) -> dict[str, Any]:
     reports_per_invocation = reports / invocations if invocations else 0.0
     allocate_ms = INVOKE_BASE_MS + reports_per_invocation * (PER_REPORT_MS + MEASURED["allocator_cpu_ms_per_report"])
     reconciles = HOURS_PER_MONTH * 60
-    pages = max(1, math.ceil(w.nodes * ENIS_PER_NODE / 1000))
+    pages = max(1, math.ceil(w.nodes * ENIS_PER_NODE / 1000)) + max(1, math.ceil(w.nodes / 1000))
     reconcile_ms = RECONCILE_BASE_MS + pages * DESCRIBE_PAGE_MS
     gb_s = invocations * allocate_ms / 1000 * ALLOCATE_MEMORY_MB / 1024 + reconciles * reconcile_ms / 1000 * (
         RECONCILE_MEMORY_MB / 1024
@@ -138,13 +140,16 @@ def estimate(w: Workload) -> dict[str, Any]:
     lambda_usd = (invocations + reconciles) * PRICES["lambda_request"] + gb_s * PRICES["lambda_gb_s"]
 
     minutes = HOURS_PER_MONTH * 60
+    # tests/perf/steady_state.py at the same churn measured 10-12 results a node an hour against
+    # the 15 pod-event reports this counts (docs/bench.md, "The allocator at 100,000 nodes").
+    results = w.nodes * events_per_node_h * HOURS_PER_MONTH
     sqs_requests = (
         reports  # SendMessage of each report
         + 2 * reports / 10  # the mapping's ReceiveMessage and DeleteMessageBatch, ten at a time
         + ESM_POLLERS * 3 * minutes  # the mapping's empty long polls (20 s)
-        + reports  # a result per report
+        + results  # a result per pod-event report; quiet heartbeats get none
         + w.nodes * AGENT_POLLS_PER_MIN * minutes  # the agents' long polls
-        + reports  # DeleteMessage of each result
+        + results  # DeleteMessage of each result
     )
     sqs_usd = sqs_requests * PRICES["sqs_request"]
 
@@ -183,6 +188,7 @@ def estimate(w: Workload) -> dict[str, Any]:
         "by_service": by_service,
         "usage": {
             "reports": round(reports),
+            "results": round(results),
             "allocate_invocations": round(invocations),
             "reports_per_invocation": round(reports_per_invocation, 1),
             "lambda_gb_s": round(gb_s),
