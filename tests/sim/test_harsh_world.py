@@ -275,9 +275,37 @@ def test_a_deleted_eni_a_lagging_describe_does_not_show_is_never_handed_back() -
     assert not [v for r in results for v in r.violations]
 
 
+def reconciler_reads_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reconciler's pass as it read when seed 6952 was found: every ledger instance described
+    by id with its ENIs, and again for the result queues (since 18df833 it lists the cluster's
+    instances by tag and reads no ENIs: fewer Describe calls, so fewer tokens taken and another
+    interleaving, in which this shrunk seed no longer meets the defect)."""
+    import functions.reconciler as rec
+    from functions.ec2 import Ec2
+    from warmpool.facts import NodeFacts
+
+    class AsBefore(Ec2):
+        def describe_cluster_instances(self, cluster: str) -> dict[str, NodeFacts]:
+            return {}
+
+        def describe_instances(self, instance_ids: Any) -> dict[str, NodeFacts]:
+            nodes = Ec2.describe_instances(self, instance_ids)
+            enis = self.describe_attached(list(nodes))
+            return {i: n.with_enis(tuple(enis.get(i, ()))) for i, n in nodes.items()}
+
+    orphan_queues = rec.Reconciler._orphan_queues
+    monkeypatch.setattr(rec, "Ec2", AsBefore)
+    monkeypatch.setattr(
+        rec.Reconciler, "_orphan_queues", lambda self, out, described=None: orphan_queues(self, out, None)
+    )
+
+
 def test_the_simulation_finds_the_detaching_hand_back_with_the_fix_reverted(monkeypatch: pytest.MonkeyPatch) -> None:
     """No deleted ENI kept once Describe does not show it is the code before the fix (with offers
-    of unknown origin as before too: they mask it, the rebuilt agent's offer no longer handed back)."""
+    of unknown origin as before too: they mask it, the rebuilt agent's offer no longer handed back).
+    The reconciler reads as it did when the seed was found (:func:`reconciler_reads_as_before`);
+    the fixed run above runs today's."""
+    reconciler_reads_as_before(monkeypatch)
     without_unknown_offers(monkeypatch)
     monkeypatch.setattr(release_book, "MAX_DELETED_UNSEEN", 0)
     r = run_seed(6952, [0, 1, 3, 9, 14, 16, 23], shrink=False)
