@@ -668,3 +668,17 @@ def test_the_run_goes_quiet_only_after_its_last_window_closes() -> None:
     violations, (out, _) = runner.run_plan(plan)
     assert violations == []
     assert out.virtual_s >= lag.at + lag.dur + QUIET_S
+
+
+def test_a_booked_address_ec2_gave_the_node_again_unseen_neither_stalls_nor_leaks() -> None:
+    """Seed 1099 (``--keep 10,13,15``: n0's agent killed after an apply, ``ec2-ambiguous``
+    InternalError, pods): an Unassign booked 10.0.0.10-17 off n0's primary ENI; a Create that
+    took effect and erred put two of them on a new ENI. The book kept them out of every ENI
+    (``ReleaseBook.correct``), so the planner saw the new ENI empty and asked EC2 for 9 on it:
+    PrivateIpAddressLimitExceeded on every re-plan, to the end, with 2 pods waiting
+    (``not-settled``). Now they keep their slots, and the agent's offer of them on the new ENI
+    is unassigned there (``ReleaseBook.repeats``): no pod waits and nothing is left on the node."""
+    violations, (_, w) = runner.run_plan(plan_for(1099, [10, 13, 15]))
+    assert violations == []
+    n0 = w.agents["n0"]
+    assert not n0.rt.adding and not n0.ds.quarantined()
