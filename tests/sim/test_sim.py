@@ -682,3 +682,16 @@ def test_a_booked_address_ec2_gave_the_node_again_unseen_neither_stalls_nor_leak
     assert violations == []
     n0 = w.agents["n0"]
     assert not n0.rt.adding and not n0.ds.quarantined()
+
+
+def test_a_pod_an_old_checkpoint_copy_brings_back_is_released_if_the_host_wires_it_nowhere() -> None:
+    """Seed 3619 (``--keep 2,6,7,10,19,20``: n0's checkpoint replaced by an earlier copy
+    (``checkpoint-damaged-parses``, ``old-copy``) after pod n0-p4 was deleted, churn, pods,
+    duplicated messages): the copy lists n0-p4 holding 10.0.0.13, which the allocator had
+    unassigned since (and EC2 gave to n1). Kept for a pod that runs nowhere, the address stayed
+    in n0's pool though not in EC2's: n0 offered one "surplus" address and the allocator, seeing
+    it short, handed it back, every minute to the end (``not-settled``). Now the start releases
+    a restored pod the host wires nowhere (``node_agent.agent.release_unwired``)."""
+    violations, (_, w) = runner.run_plan(plan_for(3619, [2, 6, 7, 10, 19, 20]))
+    assert violations == []
+    assert all(p.container_id != "n0-p4" for p in w.agents["n0"].ds.pods())
