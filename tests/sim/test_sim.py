@@ -714,3 +714,16 @@ def test_the_checks_wait_for_a_damping_that_outlasts_the_quiet_period() -> None:
     (st,) = w.flips.load(base.CLUSTER, [w.agents["n1"].iid]).values()
     assert st.damped_until > base.T0 + 1003.3  # damped past the old end
     assert out.virtual_s >= st.damped_until - base.T0 + QUIET_S
+
+
+def test_addresses_moved_between_enis_by_unseen_grants_neither_stall_nor_damp_the_node() -> None:
+    """Seed 9068 (``--keep 5,9,11,13,14,15,16,17``: result theft, pods, duplicated and delayed
+    messages, churn, stale Describe, a failing tag look-up): booked addresses came back on n0's
+    other ENI in grants whose answers were lost, and the planner, counting them nowhere, asked
+    EC2 for more than an ENI holds (PrivateIpAddressLimitExceeded, re-planned), while the agent
+    offered them as of unknown origin; its reports flipped, the allocator damped n0 at 486.5 s,
+    and its surplus was still held when the checks ran (``not-settled``). The release book's fix
+    of seed 1099 (slots kept, the offer on the other ENI unassigned) settles it with no damping."""
+    violations, (_, w) = runner.run_plan(plan_for(9068, [5, 9, 11, 13, 14, 15, 16, 17]))
+    assert violations == []
+    assert not w.faults.get("damped-overrun")
