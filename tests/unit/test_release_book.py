@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from warmpool import names
-from warmpool.calls import DeleteEni, Reclaim, RepeatGrant, RepeatRelease, UnassignAddresses
+from warmpool.calls import AssignAddresses, DeleteEni, Reclaim, RepeatGrant, RepeatRelease, UnassignAddresses
 from warmpool.facts import EniFacts, NodeFacts
 from warmpool.limits import known
 from warmpool.messages import PoolReport
@@ -311,7 +311,7 @@ def test_a_booked_address_keeps_its_slot_while_describe_shows_it() -> None:
         [Subnet("subnet-a", "us-east-1a", "10.0.0.0/23", 200)],
         cluster="demo",
     )
-    on_e2 = [c for c in plan.calls if getattr(c, "eni_id", None) == E2]
+    on_e2 = [c for c in plan.calls if isinstance(c, AssignAddresses) and c.eni_id == E2]
     assert on_e2 and all(c.ips <= 7 for c in on_e2), plan.calls
 
 
