@@ -13,6 +13,7 @@ self-contained plugin into ``/opt/cni/bin``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import email.utils
 import logging
 import os
@@ -37,7 +38,7 @@ from node_agent.datastore import Datastore
 from node_agent.hostnet import HostWiring, host_veth_name
 from node_agent.identity import CachedIdentity
 from node_agent.imds import Identity, ImdsClient
-from node_agent.records import NodeIdentity
+from node_agent.records import NodeIdentity, PodRecord
 from warmpool.clock import Clock, RealClock, SteadyClock
 from warmpool.limits import InstanceLimits, known, max_pods
 from warmpool.messages import MessageError, parse_result
@@ -185,11 +186,50 @@ def read_wiring(pods: WiringSource, tries: int = WIRING_READ_TRIES) -> HostWirin
         raise OSError(exc.errno, f"cannot read the host's pod wiring ({tries} tries, the last: {exc})") from exc
 
 
-def restore_checked(ds: Datastore, pods: WiringSource | None, veth_prefix: str) -> tuple[bool, CheckpointError | None]:
+def unwired_pods(ds: Datastore, wiring: HostWiring) -> list[PodRecord]:
+    """The pods the datastore lists whose address the host wires to no veth: gone since the
+    checkpoint was written (an earlier copy restored: deleted since, their DEL answered by the
+    process whose later writes were lost), or set up half-way when the agent died (the runtime
+    retries that ADD, or deletes it). A pod wired to another veth is a disagreement instead
+    (:func:`wiring_disagreements`)."""
+    return [p for p in ds.pods() if p.ip not in wiring.pods]
+
+
+def release_unwired(ds: Datastore, wiring: HostWiring, now: float) -> list[PodRecord]:
+    """Release what :func:`unwired_pods` hold, as a DEL would (the address enters its cooldown;
+    one of an address marked for the offers of unknown origin goes there). No runtime sends the
+    DEL of a pod it deleted already, and containerd calls no CNI GC, so kept, such a pod held its
+    address for good, the node's pool one larger than EC2's for as long (simulation seed 3619:
+    an old copy restored, its deleted pod's address unassigned since and given to another node;
+    the agent offered its "surplus" and the allocator handed it back, to the end). The rebuild
+    trusts the host's routes the same way (a pod whose veth is gone is not held). A restored
+    checkpoint's free addresses wait for the allocator's restore check, these as well. A write
+    that fails leaves the datastore dirty (written again by the next write or flush)."""
+    gone = unwired_pods(ds, wiring)
+    if not gone:
+        return []
+    with contextlib.suppress(CheckpointWriteError), ds.batch():
+        for p in gone:
+            ds.release(p.container_id, p.ifname, now)
+    for p in gone:
+        log.warning(
+            "checkpoint lists pod %s/%s holding %s, which the host wires to no veth: released",
+            p.container_id,
+            p.ifname,
+            p.ip,
+        )
+    return gone
+
+
+def restore_checked(
+    ds: Datastore, pods: WiringSource | None, veth_prefix: str, *, now: float | None = None
+) -> tuple[bool, CheckpointError | None]:
     """The start's read of the checkpoint: ``(restored, damaged)``. Damaged when it cannot be
     read, its checksum does not match (:func:`node_agent.checkpoint.check_checksum`), or it
     disagrees with the host's pod wiring (:func:`wiring_disagreements`; read when the pod
-    network can tell); then nothing of it is kept and the start rebuilds (:meth:`Agent._rebuild`)."""
+    network can tell); then nothing of it is kept and the start rebuilds (:meth:`Agent._rebuild`).
+    Restored, with ``now`` given and the host's wiring read, the pods it lists that the host
+    no longer wires are released (:func:`release_unwired`)."""
     try:
         if not ds.restore():
             return False, None
@@ -198,6 +238,8 @@ def restore_checked(ds: Datastore, pods: WiringSource | None, veth_prefix: str) 
     wiring = read_wiring(pods) if pods is not None else None
     wrong = wiring_disagreements(ds, wiring, veth_prefix) if wiring is not None else []
     if not wrong:
+        if wiring is not None and now is not None:
+            release_unwired(ds, wiring, now)
         if ds.restored_unchecksummed:
             log.warning(
                 "checkpoint without a checksum (an older agent's): restored%s; the next write adds one",
@@ -296,7 +338,7 @@ class Agent:
             checkpoint=checkpoint,
         )
         self.pods = self.pods or self._pod_network()
-        restored, damaged = restore_checked(self.ds, self.pods, cfg.veth_prefix)
+        restored, damaged = restore_checked(self.ds, self.pods, cfg.veth_prefix, now=self.clock.now())
         self.kubelet = kubelet_config.read(cfg.kubelet_config, cfg.kubelet_flags)
         if self.kubelet.max_pods is not None:
             log.info("the kubelet's max pods: %d (%s); reported, and the pool stays under it", *self._kubelet_note())

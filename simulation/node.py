@@ -528,7 +528,7 @@ class SimAgent:
         ds = Datastore(cooldown_s=TIMING.cooldown_s, pending_ttl_s=TIMING.pending_ttl_s, checkpoint=self.cp)
         with self.guard():
             # as node_agent/agent.py reads it: checksum, then the host's pod wiring
-            restored, damaged = restore_checked(ds, self.pods, AGENT_CONFIG.veth_prefix)
+            restored, damaged = restore_checked(ds, self.pods, AGENT_CONFIG.veth_prefix, now=now)
             pool = PoolConfig(
                 warm_ip=w.plan.warm_ip, minimum_ip=w.plan.minimum_ip, warm_prefix=1, prefix_mode=w.plan.prefix_mode
             )

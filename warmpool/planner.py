@@ -77,6 +77,10 @@ class Eni:
     """Warmpool may detach and delete it (it created it)."""
     claim_primary: bool = False
     """The node's primary ENI, not yet tagged for the cluster: tag it first, then (un)assign."""
+    held_slots: int = 0
+    """Address slots EC2 shows taken on it by addresses the release book keeps out of ``ips``
+    and ``prefixes`` (:meth:`warmpool.release_book.ReleaseBook.correct`): never the pool's, but
+    counted against the ENI's limit while Describe shows them (an Assign past it is refused)."""
 
     @property
     def usable(self) -> bool:
@@ -85,7 +89,7 @@ class Eni:
 
     @property
     def used_slots(self) -> int:
-        return len(self.ips) + len(self.prefixes)
+        return len(self.ips) + len(self.prefixes) + self.held_slots
 
     @property
     def addresses(self) -> int:

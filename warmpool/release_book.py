@@ -147,11 +147,15 @@ class ReleaseBook:
                 eni = replace(e.eni, ips=(), prefixes=())
                 enis.append(replace(e, eni=eni, tags={**e.tags, names.TAG_NO_MANAGE: "true"}))
             elif keys.intersection(e.eni.ips) or keys.intersection(e.eni.prefixes):
-                eni = replace(
-                    e.eni,
-                    ips=tuple(ip for ip in e.eni.ips if ip not in keys),
-                    prefixes=tuple(p for p in e.eni.prefixes if p not in keys),
-                )
+                ips = tuple(ip for ip in e.eni.ips if ip not in keys)
+                prefixes = tuple(p for p in e.eni.prefixes if p not in keys)
+                # Kept out of the pool, not out of the ENI's slots: while Describe shows them EC2
+                # may still hold them there (a booked address EC2 assigned again, to this or
+                # another ENI of the instance, in a call whose answer was lost), and an Assign
+                # planned into their slots is refused PrivateIpAddressLimitExceeded on every
+                # re-plan (simulation seed 1099: the node's pods waited for good).
+                held = len(e.eni.ips) - len(ips) + len(e.eni.prefixes) - len(prefixes)
+                eni = replace(e.eni, ips=ips, prefixes=prefixes, held_slots=e.eni.held_slots + held)
                 enis.append(replace(e, eni=eni))
             else:
                 enis.append(e)
@@ -193,6 +197,7 @@ class ReleaseBook:
         enis = {e.eni_id for e in report.enis} | {o.eni_id for o in report.release}
         on_node = set(attached)
         fresh = {k for o in report.release for k in (*o.ips, *o.prefixes)}
+        offered_on = {k: o.eni_id for o in report.release for k in (*o.ips, *o.prefixes)}
         out: list[RepeatRelease | DeleteEni | UnassignAddresses | RepeatGrant] = []
         for eni_id in sorted({g.eni_id for g in self.given}):
             # Said assigned again to a report newer than the grant that has the ENI and not
@@ -222,6 +227,18 @@ class ReleaseBook:
                 out.append(
                     UnassignAddresses(eni_id, prefixes=(k,)) if "/" in k else UnassignAddresses(eni_id, ips=(k,))
                 )
+            # A booked key the report offers now on another ENI of the instance, where EC2's
+            # facts show it: EC2 assigned it to the instance again in a call whose answer was
+            # lost (a Create or Assign that took effect and erred), so no ``regranted`` unbooked
+            # it. :meth:`correct` keeps it out of every ENI's pool, so no plan would ever take it
+            # and EC2 would keep it on the node for good (simulation seed 1099). Unassigned from
+            # that ENI, on the same ground as ``again`` (the agent offers it, quarantined; the
+            # call names the ENI, so it takes nothing from anywhere else).
+            for k in said:
+                other = offered_on.get(k)
+                if other is None or other == eni_id or shown is None or k not in set(shown.get(other, ())):
+                    continue
+                out.append(UnassignAddresses(other, prefixes=(k,)) if "/" in k else UnassignAddresses(other, ips=(k,)))
             ips = tuple(k for k in said if "/" not in k)
             pfx = tuple(k for k in said if "/" in k)
             if ips or pfx:

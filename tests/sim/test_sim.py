@@ -668,3 +668,62 @@ def test_the_run_goes_quiet_only_after_its_last_window_closes() -> None:
     violations, (out, _) = runner.run_plan(plan)
     assert violations == []
     assert out.virtual_s >= lag.at + lag.dur + QUIET_S
+
+
+def test_a_booked_address_ec2_gave_the_node_again_unseen_neither_stalls_nor_leaks() -> None:
+    """Seed 1099 (``--keep 10,13,15``: n0's agent killed after an apply, ``ec2-ambiguous``
+    InternalError, pods): an Unassign booked 10.0.0.10-17 off n0's primary ENI; a Create that
+    took effect and erred put two of them on a new ENI. The book kept them out of every ENI
+    (``ReleaseBook.correct``), so the planner saw the new ENI empty and asked EC2 for 9 on it:
+    PrivateIpAddressLimitExceeded on every re-plan, to the end, with 2 pods waiting
+    (``not-settled``). Now they keep their slots, and the agent's offer of them on the new ENI
+    is unassigned there (``ReleaseBook.repeats``): no pod waits and nothing is left on the node."""
+    violations, (_, w) = runner.run_plan(plan_for(1099, [10, 13, 15]))
+    assert violations == []
+    n0 = w.agents["n0"]
+    assert not n0.rt.adding and not n0.ds.quarantined()
+
+
+def test_a_pod_an_old_checkpoint_copy_brings_back_is_released_if_the_host_wires_it_nowhere() -> None:
+    """Seed 3619 (``--keep 2,6,7,10,19,20``: n0's checkpoint replaced by an earlier copy
+    (``checkpoint-damaged-parses``, ``old-copy``) after pod n0-p4 was deleted, churn, pods,
+    duplicated messages): the copy lists n0-p4 holding 10.0.0.13, which the allocator had
+    unassigned since (and EC2 gave to n1). Kept for a pod that runs nowhere, the address stayed
+    in n0's pool though not in EC2's: n0 offered one "surplus" address and the allocator, seeing
+    it short, handed it back, every minute to the end (``not-settled``). Now the start releases
+    a restored pod the host wires nowhere (``node_agent.agent.release_unwired``)."""
+    violations, (_, w) = runner.run_plan(plan_for(3619, [2, 6, 7, 10, 19, 20]))
+    assert violations == []
+    assert all(p.container_id != "n0-p4" for p in w.agents["n0"].ds.pods())
+
+
+def test_the_checks_wait_for_a_damping_that_outlasts_the_quiet_period() -> None:
+    """Seed 7194 (``--keep 5,6,7,15,18,19``: pods, a slow detach, ``ec2-ambiguous`` with SDK
+    retries): n1's reports alternated between a deficit and an offer of unknown origin (Assigns
+    that took effect with their answers lost), six flips in 120 s, and the allocator damped it at
+    403.5 s for ``WARMPOOL_DAMP_S`` (600 s): its offers handed back, nothing released, as
+    documented (docs/allocator.md, "Flip damping"). The checks ran at 1003.3 s, 0.2 s before the
+    damping ended, and found 7 idle addresses above the targets (``not-settled``). The run now
+    goes on until no live node is damped and a quiet period has passed; the checks are
+    unchanged, and find the node settled."""
+    from simulation.schedule import QUIET_S
+
+    violations, (out, w) = runner.run_plan(plan_for(7194, [5, 6, 7, 15, 18, 19]))
+    assert violations == []
+    assert w.faults["damped-overrun"] >= 1
+    (st,) = w.flips.load(base.CLUSTER, [w.agents["n1"].iid]).values()
+    assert st.damped_until > base.T0 + 1003.3  # damped past the old end
+    assert out.virtual_s >= st.damped_until - base.T0 + QUIET_S
+
+
+def test_addresses_moved_between_enis_by_unseen_grants_neither_stall_nor_damp_the_node() -> None:
+    """Seed 9068 (``--keep 5,9,11,13,14,15,16,17``: result theft, pods, duplicated and delayed
+    messages, churn, stale Describe, a failing tag look-up): booked addresses came back on n0's
+    other ENI in grants whose answers were lost, and the planner, counting them nowhere, asked
+    EC2 for more than an ENI holds (PrivateIpAddressLimitExceeded, re-planned), while the agent
+    offered them as of unknown origin; its reports flipped, the allocator damped n0 at 486.5 s,
+    and its surplus was still held when the checks ran (``not-settled``). The release book's fix
+    of seed 1099 (slots kept, the offer on the other ENI unassigned) settles it with no damping."""
+    violations, (_, w) = runner.run_plan(plan_for(9068, [5, 9, 11, 13, 14, 15, 16, 17]))
+    assert violations == []
+    assert not w.faults.get("damped-overrun")

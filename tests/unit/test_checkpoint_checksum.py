@@ -237,3 +237,36 @@ def test_an_agent_restarted_on_a_checkpoint_that_lost_a_running_pod_rebuilds_and
         assert sorted(held) == sorted(got.values()), "every running pod's address held, once"
     finally:
         agent.stop()
+
+
+def test_a_restored_pod_the_host_wires_nowhere_is_released_at_the_start(tmp_path: Path) -> None:
+    """Simulation seed 3619: an earlier copy of the checkpoint restored lists a pod deleted since
+    (its DEL answered by the process whose writes were lost). It passes the wiring check (no
+    running pod is missing from it), and no runtime sends that DEL again (nor does containerd
+    call CNI GC): kept, the pod held its address for good. Released at the start, as a DEL
+    would (cooldown; the restore check then decides what the free addresses are); the pods
+    the host wires keep theirs. Without ``now`` (or without wiring to read) nothing changes."""
+    path = tmp_path / "checkpoint.json"
+    pods = written(path)
+    gone = ("c2", "eth0")
+    running = {k: ip for k, ip in pods.items() if k != gone}
+    ds = Datastore(checkpoint=FileCheckpoint(str(path)))
+    assert restore_checked(ds, HostPods(wiring_of(running)), "eni", now=50.0) == (True, None)
+    assert {(p.container_id, p.ifname): p.ip for p in ds.pods()} == running
+    freed = next(a for e in ds.enis() for a in e.addrs.values() if a.ip == pods[gone])
+    assert not freed.in_use and freed.freed_at == 50.0
+    # written: a restart reads it released
+    again = Datastore(checkpoint=FileCheckpoint(str(path)))
+    assert again.restore() and {(p.container_id, p.ifname) for p in again.pods()} == set(running)
+    # no ``now``, or no wiring to read: kept, as before
+    path2 = tmp_path / "checkpoint2.json"
+    pods2 = written(path2)
+    ds = Datastore(checkpoint=FileCheckpoint(str(path2)))
+    assert restore_checked(ds, HostPods(wiring_of({k: v for k, v in pods2.items() if k != gone})), "eni") == (
+        True,
+        None,
+    )
+    assert len(ds.pods()) == 3
+    ds = Datastore(checkpoint=FileCheckpoint(str(path2)))
+    assert restore_checked(ds, HostPods(None), "eni", now=50.0) == (True, None)
+    assert len(ds.pods()) == 3

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from warmpool import names
-from warmpool.calls import DeleteEni, Reclaim, RepeatGrant, RepeatRelease, UnassignAddresses
+from warmpool.calls import AssignAddresses, DeleteEni, Reclaim, RepeatGrant, RepeatRelease, UnassignAddresses
 from warmpool.facts import EniFacts, NodeFacts
 from warmpool.limits import known
 from warmpool.messages import PoolReport
@@ -290,3 +290,44 @@ def test_repeated_grants_come_after_the_plans_own_calls() -> None:
     calls = with_repeats(plan, book, r, r.to_json()).calls
     assert calls == (RepeatRelease(E1, ("10.0.0.7",), ()), DeleteEni(E2), RepeatGrant(E2, ("10.0.0.9",), ()))
     assert not book.take(E2, [], 5).given  # the delete's write-ahead drops the ENI's given entries
+
+
+def test_a_booked_address_keeps_its_slot_while_describe_shows_it() -> None:
+    """Simulation seed 1099: a booked address EC2 assigned again, in a call whose answer was
+    lost, to a new ENI of the node. Kept out of that ENI's pool, it still takes one of its
+    address slots: planned into them, the Assign was refused PrivateIpAddressLimitExceeded on
+    every re-plan and the node's pods waited for good."""
+    book = ReleaseBook(3, (Taken(E1, "10.0.0.11", 10), Taken(E1, "10.0.0.12", 10)))
+    seen = book.correct(facts({E1: ["10.0.0.6"], E2: ["10.0.0.11", "10.0.0.12"]}))
+    e1, e2 = seen.enis
+    assert e2.eni.ips == () and e2.eni.held_slots == 2 and e2.eni.used_slots == 2
+    assert e1.eni.held_slots == 0 and e1.eni.used_slots == 1
+    # the planner fills E2 only up to EC2's limit (m5.large: 9 secondary addresses an ENI)
+    r = report(12, {E1: ["10.0.0.6"], E2: []}).model_copy(update={"pending_demand": 20})
+    plan = plan_node(
+        r,
+        seen.inventory("demo"),
+        known("m5.large"),
+        [Subnet("subnet-a", "us-east-1a", "10.0.0.0/23", 200)],
+        cluster="demo",
+    )
+    on_e2 = [c for c in plan.calls if isinstance(c, AssignAddresses) and c.eni_id == E2]
+    assert on_e2 and all(c.ips <= 7 for c in on_e2), plan.calls
+
+
+def test_a_booked_address_offered_on_another_eni_ec2_shows_it_on_is_unassigned_there() -> None:
+    """Seed 1099, the rest: the agent offers the address on the ENI EC2 put it on again; the
+    book's entry names the ENI it was taken from, so the repeat alone said ``released`` there
+    (the agent holds nothing of it there) and EC2 kept the address on the node for good. It is
+    unassigned from the ENI the report offers it on, while EC2 shows it there (one call per
+    key, naming that ENI), and still said released on the booked one."""
+    book = ReleaseBook(3, (Taken(E1, "10.0.0.11", 10),))
+    r = report(12, {E1: ["10.0.0.6"], E2: []}, {E2: ["10.0.0.11"]})
+    shown = {E1: ["10.0.0.6"], E2: ["10.0.0.11"]}
+    assert book.repeats(r, shown=shown) == (
+        UnassignAddresses(E2, ips=("10.0.0.11",)),
+        RepeatRelease(E1, ("10.0.0.11",)),
+    )
+    # EC2 does not show it there (or no facts): only said again, as before
+    assert book.repeats(r, shown={E1: ["10.0.0.6"], E2: []}) == (RepeatRelease(E1, ("10.0.0.11",)),)
+    assert book.repeats(r) == (RepeatRelease(E1, ("10.0.0.11",)),)
