@@ -186,16 +186,26 @@ def read_wiring(pods: WiringSource, tries: int = WIRING_READ_TRIES) -> HostWirin
         raise OSError(exc.errno, f"cannot read the host's pod wiring ({tries} tries, the last: {exc})") from exc
 
 
-def unwired_pods(ds: Datastore, wiring: HostWiring) -> list[PodRecord]:
-    """The pods the datastore lists whose address the host wires to no veth: gone since the
-    checkpoint was written (an earlier copy restored: deleted since, their DEL answered by the
-    process whose later writes were lost), or set up half-way when the agent died (the runtime
-    retries that ADD, or deletes it). A pod wired to another veth is a disagreement instead
-    (:func:`wiring_disagreements`)."""
-    return [p for p in ds.pods() if p.ip not in wiring.pods]
+def unwired_pods(ds: Datastore, wiring: HostWiring, veth_prefix: str) -> list[PodRecord]:
+    """The pods the datastore lists of which nothing is left on the host: no ``/32`` route to
+    their address via any link, no pod rule for it, and no host veth of their name. Gone since
+    the checkpoint was written (an earlier copy restored: deleted since, their DEL answered by
+    the process whose later writes were lost). Any one of those left keeps the pod: a route alone
+    can go while the pod runs (its veth set down, a network manager's flush: review of aa51bac,
+    F1), and a veth prefix changed across the restart hides the pods' veths from
+    ``wired_pods`` but not their routes (F2). A pod wired to another veth is a disagreement
+    instead (:func:`wiring_disagreements`)."""
+    return [
+        p
+        for p in ds.pods()
+        if p.ip not in wiring.pods
+        and p.ip not in wiring.routed
+        and p.ip not in wiring.stale
+        and host_veth_name(p.container_id, p.ifname, veth_prefix) not in wiring.links
+    ]
 
 
-def release_unwired(ds: Datastore, wiring: HostWiring, now: float) -> list[PodRecord]:
+def release_unwired(ds: Datastore, wiring: HostWiring, now: float, veth_prefix: str) -> list[PodRecord]:
     """Release what :func:`unwired_pods` hold, as a DEL would (the address enters its cooldown;
     one of an address marked for the offers of unknown origin goes there). No runtime sends the
     DEL of a pod it deleted already, and containerd calls no CNI GC, so kept, such a pod held its
@@ -205,7 +215,7 @@ def release_unwired(ds: Datastore, wiring: HostWiring, now: float) -> list[PodRe
     trusts the host's routes the same way (a pod whose veth is gone is not held). A restored
     checkpoint's free addresses wait for the allocator's restore check, these as well. A write
     that fails leaves the datastore dirty (written again by the next write or flush)."""
-    gone = unwired_pods(ds, wiring)
+    gone = unwired_pods(ds, wiring, veth_prefix)
     if not gone:
         return []
     with contextlib.suppress(CheckpointWriteError), ds.batch():
@@ -239,7 +249,7 @@ def restore_checked(
     wrong = wiring_disagreements(ds, wiring, veth_prefix) if wiring is not None else []
     if not wrong:
         if wiring is not None and now is not None:
-            release_unwired(ds, wiring, now)
+            release_unwired(ds, wiring, now, veth_prefix)
         if ds.restored_unchecksummed:
             log.warning(
                 "checkpoint without a checksum (an older agent's): restored%s; the next write adds one",

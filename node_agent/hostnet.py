@@ -302,6 +302,11 @@ class HostWiring:
     stale: list[str]
     """Addresses with a pod rule (``to <ip> lookup main``, priority 512) but no such route: the veth is gone
     (its pod namespace was deleted, or an ADD/DEL stopped half-way), so no pod can use them."""
+    routed: frozenset[str] = frozenset()
+    """Every address with a ``/32`` route in main via any link, whatever its name (a veth of
+    another prefix: the setting changed across a restart)."""
+    links: frozenset[str] = frozenset()
+    """The names of every link in the node's namespace."""
 
 
 def wired_pods(host: Netlink, veth_prefix: str = "eni") -> HostWiring:
@@ -309,8 +314,11 @@ def wired_pods(host: Netlink, veth_prefix: str = "eni") -> HostWiring:
     device, plus ``ip -4 rule`` for the pod rules. Reads only, changes nothing."""
     names = {link.index: link.name for link in host.links()}
     pods: dict[str, str] = {}
+    routed: set[str] = set()
     for r in host.routes(MAIN_TABLE):
         name = names.get(r.oif) if r.oif is not None else None
+        if name and r.dst.endswith("/32"):
+            routed.add(r.dst.removesuffix("/32"))
         if name and name.startswith(veth_prefix) and r.dst.endswith("/32"):
             pods[r.dst.removesuffix("/32")] = name
     # Every wired pod has `to <ip>/32 lookup main` at 512 (the 1536 `from` rules are shared with ENIs).
@@ -319,7 +327,9 @@ def wired_pods(host: Netlink, veth_prefix: str = "eni") -> HostWiring:
         for rule in host.rules()
         if rule.priority == TO_POD_PRIORITY and rule.dst and rule.dst.endswith("/32")
     }
-    return HostWiring(pods=pods, stale=sorted(ruled - set(pods)))
+    return HostWiring(
+        pods=pods, stale=sorted(ruled - set(pods)), routed=frozenset(routed), links=frozenset(names.values())
+    )
 
 
 def check_pod(

@@ -92,12 +92,7 @@ def _wired(pods: dict[tuple[str, str], str], *, prefix: str = "eni", no_route: t
 # --- change 2 (aa51bac): release_unwired ------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="two holders: release_unwired reads 'no /32 route' as 'pod gone', though the pod's veth "
-    "is still there (a running pod whose host route was removed: link set down, a network manager "
-    "flushing foreign routes); its address is freed and, after the cooldown, given to a new pod",
-)
+# Fixed (was a strict xfail of the review):
 def test_a_restored_pod_whose_veth_is_there_but_route_is_gone_keeps_its_address(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.json"
     pods = _checkpoint(path)
@@ -114,12 +109,7 @@ def test_a_restored_pod_whose_veth_is_there_but_route_is_gone_keeps_its_address(
     assert ("c2", "eth0") in {(p.container_id, p.ifname) for p in ds.pods()}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="two holders: a WARMPOOL_VETH_PREFIX (or AWS_VPC_K8S_CNI_VETHPREFIX) change across a "
-    "restart makes every running pod's wiring invisible to wired_pods; before aa51bac the restored "
-    "checkpoint kept them, now release_unwired frees every running pod's address",
-)
+# Fixed (was a strict xfail of the review):
 def test_a_veth_prefix_change_across_a_restart_does_not_free_running_pods(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.json"
     pods = _checkpoint(path)
