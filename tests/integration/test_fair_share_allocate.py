@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from tests.helpers.allocate_world import AllocatorWorld
+from warmpool import names
 
 FLOOR = 2
 
@@ -99,3 +100,30 @@ def test_off_at_zero() -> None:
     w.tag_primary("n")
     w.deliver([w.report("n", pending=30, warm_ip=10, extra={"lean": False})])
     assert all(r.scarce is None for r in w.results("n"))
+
+
+def test_a_quiet_report_is_not_told_scarce_by_a_container_that_read_no_subnets() -> None:
+    w = _world()
+    w.add_node("n", "m5.large")
+    w.tag_primary("n")
+    w.pods["n"] = 0
+    w.deliver([w.report("n", pending=30, warm_ip=10, extra={"lean": False})])  # the zone fills
+    w.clock.advance(31)
+    w.pods["n"] = w.addresses("n")
+    w.deliver([w.report("n", pending=1, warm_ip=10, extra={"lean": False})])  # subnets read again
+    assert any(r.scarce for r in w.results("n"))
+    w.pods["n"] = w.addresses("n") - 2
+    w.deliver([w.report("n", warm_ip=1, warm_eni=0, extra={"lean": False})])  # settles the book
+    w.results("n")
+    quiet_before = w.tally.get(names.M_REPORTS_QUIET)
+    fresh = w.allocator()  # a new container: no DescribeSubnets paid for a quiet report
+    reads = w.ec2_stats().get("DescribeSubnets", {}).get("calls", 0)
+    w.deliver([w.report("n", warm_ip=1, warm_eni=0, extra={"lean": False})], alloc=fresh)
+    assert w.tally.get(names.M_REPORTS_QUIET) == quiet_before + 1
+    assert w.results("n") == []
+    assert w.ec2_stats().get("DescribeSubnets", {}).get("calls", 0) == reads
+    # the container that read them says it, to the quiet report too, with no action
+    w.deliver([w.report("n", warm_ip=1, warm_eni=0, extra={"lean": False})])
+    assert w.tally.get(names.M_REPORTS_QUIET) == quiet_before + 2
+    (said,) = w.results("n")
+    assert said.scarce is True and said.actions == []
