@@ -23,6 +23,7 @@ def _scenario(scarce_free: int | None) -> Scenario:
     scenario = load_scenario(ROOT / "scenarios" / "nearly-full-zone.yaml")
     if scarce_free is None:
         return scenario
+    assert scenario.cluster is not None
     cluster = scenario.cluster.model_copy(update={"scarce_free": scarce_free})
     return scenario.model_copy(update={"cluster": cluster})
 
