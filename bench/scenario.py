@@ -101,6 +101,9 @@ class ClusterSpec(_Model):
     env: Env = Env()
     named_placement: bool = False
     """warmpool only: ``WARMPOOL_NAMED_PLACEMENT`` (name addresses and prefixes, docs/allocator.md)."""
+    scarce_free: Annotated[int, Field(ge=0)] | None = None
+    """warmpool only: ``WARMPOOL_SCARCE_FREE`` (fair sharing of scarce addresses, docs/allocator.md;
+    0: off); None: the allocator's default."""
     custom_network: dict[str, ZoneNetworkSpec] = {}
     """Custom networking (docs/allocator.md, "Custom networking"): zone → the subnets (and
     security groups) new ENIs use; every node's primary ENI serves no pod. warmpool gets it as

@@ -84,12 +84,16 @@ from warmpool.names import (
     M_REPORTS_FENCED,
     M_REPORTS_QUIET,
     M_RESTORES_CHECKED,
+    M_SCARCE_SAID,
+    M_SUBNET_FREE,
     M_TOKENS_FORFEITED,
 )
 from warmpool.planner import Plan, node_max_pods, plan_node, pods_inventory, quiet
 from warmpool.ports import Ec2Port, LedgerUnread, Ports, ReleaseBookStore
 from warmpool.release_book import ReleaseBook
+from warmpool.scarcity import node_scarce
 from warmpool.scheduling import coalesce, priority_key, restore_current
+from warmpool.subnets import Subnet
 
 FENCE_MARGIN_S = 300.0
 """How much longer than the oldest offer the allocator acts on a restore check's fence holds:
@@ -405,7 +409,38 @@ class Allocator:
         r = n.report
         res = NodeOutcome(r.node, r.instance_id, r.seq, NodeStatus.SERVED)
         self._record(r, r.instance_id, res)
+        # No reply is owed, unless the zone is scarce: an idle node learns it only so (one
+        # message per idle node's heartbeat, only while scarce). From the subnets read last,
+        # however old: never a DescribeSubnets for it (none read yet: not said).
+        if self._scarce(r, list(self.ec2.known_subnets().values())):
+            result = AllocationResult(
+                cluster=self.cluster, node=r.node, instance_id=r.instance_id, in_reply_to=r.seq, scarce=True
+            )
+            try:
+                if self.queues.push(result):
+                    self.tally.add(M_SCARCE_SAID)
+            except AwsError as err:
+                log.error("result push failed", extra={"node": r.node, "seq": r.seq, "error": str(err)})
+            res.result = result
         return res
+
+    def _scarce(self, r: PoolReport, subnets: Sequence[Subnet], vpc_id: str = "", own_subnet: str = "") -> bool:
+        """Whether results to ``r`` say ``scarce`` (:func:`warmpool.scarcity.node_scarce`)."""
+        return node_scarce(
+            r,
+            subnets,
+            cluster=self.cluster,
+            threshold=self.settings.scarce_free,
+            rule=self.settings.subnet_rule,
+            custom=self.settings.custom,
+            vpc_id=vpc_id,
+            own_subnet=own_subnet,
+        )
+
+    def _count_subnets(self, subnets: Sequence[Subnet]) -> None:
+        """Free addresses per subnet read, for the dashboard (a gauge: once per invocation)."""
+        for s in subnets:
+            self.tally.add(M_SUBNET_FREE, s.free, subnet=s.subnet_id)
 
     def _read_fair_shares(self, kept: list[Incoming], b: Batch) -> list[Incoming]:
         """Defer, unread, the reports of instances that spent their fair share of
@@ -548,6 +583,7 @@ class Allocator:
             shown = f.keys_by_eni()  # before the book's correction
             f = book.correct(f) if book is not None else f
             inv = f.inventory(self.cluster)
+            scarce = self._scarce(r, view.subnets, inv.vpc_id, inv.own_subnet)
             plan = plan_node(
                 r,
                 inv,
@@ -558,6 +594,7 @@ class Allocator:
                 subnet_rule=self.settings.subnet_rule,
                 custom=self.settings.custom,
                 multi_card=self.settings.multi_card,
+                lean=scarce,
             )
             note_pod_ceiling(r, pods_inventory(r, inv), ceiling, self.tally)
             count_flip(
@@ -570,10 +607,11 @@ class Allocator:
                 tally=self.tally,
             )
             plan = self._release_rules(r, f, plan, book, rec.body, shown)
-            jobs.append(NodeJob(r, f, lim, plan, rec.message_id, rec.body, max_pods=ceiling, book=book))
+            jobs.append(NodeJob(r, f, lim, plan, rec.message_id, rec.body, max_pods=ceiling, book=book, scarce=scarce))
             if plan.delta.low:
                 self.tally.add(names.M_NODES_IN_DEFICIT)
         save_flips(self.fair, self.flips, self.cluster, self.tally, self.clock.now())
+        self._count_subnets(view.subnets)
         self._defer_unread(unchecked, max(check_wait, default=1.0), b)
         self._defer_unread(unlisted, UNLISTED_RETRY_S, b, UNLISTED_REASON)
         self._defer_unread(unread_books, float(self.settings.lease_retry_s), b, "release book not read")
@@ -791,12 +829,15 @@ class Allocator:
                     subnet_rule=self.settings.subnet_rule,
                     custom=self.settings.custom,
                     multi_card=self.settings.multi_card,
+                    lean=j.scarce,
                 ),
                 j.book,
                 j.body,
                 shown,
             )
-            nj = NodeJob(j.report, f, j.limits, plan, j.record_id, j.body, max_pods=j.max_pods, book=j.book)
+            nj = NodeJob(
+                j.report, f, j.limits, plan, j.record_id, j.body, max_pods=j.max_pods, book=j.book, scarce=j.scarce
+            )
             paid = j.plan.tokens()
             extra = {a: n - paid.get(a, 0) for a, n in plan.tokens().items() if n > paid.get(a, 0)}
             wait = self.buckets.take_batch([extra], self.clock.now())[0] if extra else 0.0
@@ -1019,8 +1060,8 @@ class Allocator:
         r = job.report
         self._record(r, job.facts.instance_id, res)
         # A reply is owed when something changed, the agent offered addresses
-        # back (it waits for the answer), or pods are waiting.
-        if res.actions or r.release or r.pending_demand:
+        # back (it waits for the answer), pods are waiting, or the zone is scarce.
+        if res.actions or r.release or r.pending_demand or job.scarce:
             self._push(job, res)
 
     def _record(self, r: PoolReport, instance_id: str, res: NodeOutcome) -> None:
@@ -1063,9 +1104,12 @@ class Allocator:
             instance_id=job.facts.instance_id,
             in_reply_to=r.seq,
             actions=self.queues.fit(actions, r.node, r.seq),
+            scarce=True if job.scarce else None,
         )
         try:
             if self.queues.push(result):
+                if job.scarce:
+                    self.tally.add(M_SCARCE_SAID)
                 self.tally.observe(names.M_ALLOCATION_LATENCY_MS, max(0.0, (self.clock.now() - r.sent_at) * 1000))
         except AwsError as err:
             log.error("result push failed", extra={"node": r.node, "seq": r.seq, "error": str(err)})

@@ -300,6 +300,11 @@ class Ec2:
         if wait > 0:
             raise SubnetsUnpaid(wait)
 
+    def known_subnets(self) -> dict[str, Subnet]:
+        """The subnets read last, however old (empty when none was read yet): no DescribeSubnets,
+        paid or not (fair sharing's answer to a quiet report, docs/allocator.md)."""
+        return dict(self._subnets) if self._subnets_read else {}
+
     def spend_subnet(self, subnet_id: str, addresses: int) -> None:
         """Keep the cached free count roughly right between refreshes."""
         sub = self._subnets.get(subnet_id)

@@ -118,6 +118,9 @@ class NodeJob:
     book: ReleaseBook | None = None
     """The instance's release book the plan was made with (None: not read); the executor
     replaces it with the stored one once it has read or written it."""
+    scarce: bool = False
+    """The allocator says ``scarce`` to this report (:func:`warmpool.scarcity.node_scarce`): it is
+    planned lean (``plan_node``'s ``lean``), re-plans too, and its result says so."""
     book_checked: bool = False
     booked: tuple[Taken, ...] = ()
     """What the last write-ahead added to the book (unbooked if EC2 refuses the call)."""
@@ -309,6 +312,7 @@ class PlanExecutor:
             subnet_rule=self.settings.subnet_rule,
             custom=self.settings.custom,
             multi_card=self.settings.multi_card,
+            lean=job.scarce,
         )
 
     def _deferred(self, out: NodeOutcome, wait: float, reason: str) -> NodeOutcome:

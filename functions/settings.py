@@ -89,6 +89,10 @@ class Settings(BaseSettings):
     with a paid DescribeNetworkInterfaces by ``subnet-id`` and GetSubnetCidrReservations, less what
     any container released there within ``placement_release_hold_s``; and in prefix mode leave a
     subnet with no whole /28 before a call fails there. Off: EC2 places them (by count), as before."""
+    scarce_free: int = Field(default=names.SCARCE_FREE_DEFAULT, ge=0, le=1_000_000, alias=names.ENV_SCARCE_FREE)
+    """Fair sharing (docs/allocator.md, "Scarce addresses shared fairly"): a node's zone is scarce
+    when its candidate pod subnets have fewer free addresses in all than this (a lean node's: at
+    most twice this); results to agents that understand it then say ``scarce``. 0: off."""
     multi_card: bool = Field(default=False, alias=names.ENV_MULTI_CARD)
     """New ENIs on the other network cards of a multi-card type (p5.48xlarge: 32 cards of 2 ENIs)
     once the default card is full, at the lowest card with room (``warmpool.planner.new_eni_slot``),

@@ -167,6 +167,12 @@ class Observability(Construct):
                     reconcile.metric("ConcurrentExecutions", period=PERIOD, statistic="Maximum", label="reconcile"),
                 ],
             ),
+            # Fair sharing (docs/allocator.md, "Scarce addresses shared fairly"): a zone running low.
+            self._graph(
+                "Free addresses per subnet",
+                [self._by(names.M_SUBNET_FREE, "subnet", "Minimum")],
+                right=[self._metric(names.M_SCARCE_SAID, "Sum", label="scarce said")],
+            ),
         )
 
         action = cw_actions.SnsAction(topic)

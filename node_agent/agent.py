@@ -738,6 +738,11 @@ class Agent:
                 int(self.ds.dirty),
             ),
             (
+                "warmpool_lean",
+                "1 while the zone is short of free addresses: warm targets suspended, surplus offered back",
+                int(self.controller.lean(self.clock.now())),
+            ),
+            (
                 "warmpool_restore_unconfirmed",
                 "1 while a restored checkpoint waits for the allocator's word (no free address goes to a pod)",
                 int(self.ds.withheld),

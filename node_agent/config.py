@@ -155,6 +155,9 @@ class Timing:
     """An unmet ADD stops counting as demand after this long without a retry."""
     eni_min_age_s: float = 60.0
     """An ENI younger than this is never offered for deletion (VPC CNI: one minute)."""
+    lean_hold_s: float = names.LEAN_HOLD_DEFAULT_S
+    """``WARMPOOL_LEAN_HOLD_S``: a result saying ``scarce`` keeps the node lean this long (renewed
+    by each, on the monotonic clock); 0: fair sharing off here (``lean`` never reported)."""
 
 
 @dataclass(frozen=True)
@@ -258,6 +261,7 @@ def load(env: Mapping[str, str]) -> AgentConfig:
         heartbeat_s=heartbeat,
         retry_s=_float(env, ENV_RETRY_S, 5.0, lo=0.1),
         pending_ttl_s=_float(env, ENV_PENDING_TTL_S, 120.0, lo=1.0),
+        lean_hold_s=_float(env, names.AGENT_ENV_LEAN_HOLD_S, names.LEAN_HOLD_DEFAULT_S, hi=3600.0),
     )
     metrics_addr = env.get(names.AGENT_ENV_METRICS_ADDR, names.DEFAULT_METRICS_ADDR).strip()
     _host, sep, port = metrics_addr.rpartition(":")

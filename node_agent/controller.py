@@ -252,6 +252,10 @@ class PoolController:
         """The fence of the last restore check (:data:`EPOCH_META`), sent in every report."""
         self._restore_wait_until = 0.0
         """Steady reading after which an unanswered restore is taken as not current."""
+        self._lean_until: float | None = None
+        """Steady reading until which the node is lean (docs/agent.md, "Lean while addresses are
+        scarce"): set by each result saying ``scarce``, ``Timing.lean_hold_s`` on. In memory only:
+        a restart starts not lean (the next scarce answer makes it lean again)."""
 
     # --- life cycle -----------------------------------------------------------------
 
@@ -634,6 +638,17 @@ class PoolController:
 
     # --- the loop ---------------------------------------------------------------------
 
+    @property
+    def fair_share(self) -> bool:
+        """Fair sharing on for this node (``WARMPOOL_LEAN_HOLD_S`` > 0): reports carry ``lean``."""
+        return self.timing.lean_hold_s > 0
+
+    def lean(self, now: float) -> bool:
+        """Lean now: told ``scarce`` within the hold. Its warm targets are suspended
+        (:attr:`warmpool.pool.PoolConfig.lean`), and its reports say so: the allocator plans the
+        same way."""
+        return self.fair_share and self._lean_until is not None and self._steady(now) < self._lean_until
+
     def delta(self, now: float) -> PoolDelta:
         c = self.ds.counts(now)
         state = PoolState(
@@ -644,7 +659,7 @@ class PoolController:
             free_prefixes=c.free_prefixes,
             free_singles=c.free_singles,
         )
-        return compute(self.pool, state, self.limits)
+        return compute(replace(self.pool, lean=True) if self.lean(now) else self.pool, state, self.limits)
 
     def tick(self, now: float) -> list[PoolReport]:
         """One pass: expire quarantine, retry pending host set-up and verification,
@@ -694,6 +709,8 @@ class PoolController:
             at.append(wall(self._window_until))
         if self._restored_from is not None:
             at.append(wall(self._restore_wait_until))
+        if self.lean(now) and self._lean_until is not None:
+            at.append(wall(self._lean_until))  # the warm targets return: the delta changes
         if min(at, default=float("inf")) <= now:
             return now  # nothing below may read a stale entry the tick would expire first
         current = {(e, ip) for e, addrs in self.ds.quarantined_at().items() for ip in addrs}
@@ -1049,6 +1066,7 @@ class PoolController:
             restored_from=self._restored_from,
             restore_wait=self._restore_wait,
             epoch=self._epoch,
+            lean=self.lean(now) if self.fair_share else None,
         )
         # An offer naming one key of unknown origin is marked so whole, and the allocator hands
         # none of its keys back (warmpool/planner.py::_split_unknown): every key in it is of
@@ -1120,6 +1138,7 @@ class PoolController:
             self.stats.results_rejected += 1
             return [f"result replies to seq {result.in_reply_to} never sent (last {self.last_seq}): ignored"]
         notes: list[str] = []
+        self._note_scarce(bool(result.scarce), now)
         view = self._view()
         released_here: set[str] = set()
         for action in result.actions:
@@ -1167,6 +1186,17 @@ class PoolController:
         for n in notes:
             self._event("result", n)
         return notes
+
+    def _note_scarce(self, scarce: bool, now: float) -> None:
+        """A result said ``scarce``: lean for the hold, renewed by each such answer. What is then
+        surplus above ``MINIMUM_IP_TARGET`` goes the usual way (after the release delay,
+        quarantined and offered: :meth:`_quarantine`), never taken from a pod."""
+        if not scarce or not self.fair_share:
+            return
+        if not self.lean(now):
+            self.stats.lean_entered += 1
+            self._event("lean", "zone short of free addresses: warm targets suspended")
+        self._lean_until = self._steady(now) + self.timing.lean_hold_s
 
     def _apply_release(self, action: Released, now: float, seq: int) -> list[str]:
         """EC2 unassigned these (in answer to report ``seq``). Dropped as stale only for an

@@ -17,6 +17,8 @@ class ControllerStats:
     """ENIs left out of a report (the datastore held them inconsistent; repaired)."""
     identity_unavailable: int = 0
     """Reports not sent: no signed identity document to carry."""
+    lean_entered: int = 0
+    """Times the node went lean (a result said ``scarce`` while it was not)."""
     # results
     results_applied: int = 0
     results_rejected: int = 0

@@ -35,6 +35,7 @@ def build_report(
     restored_from: int | None = None,
     epoch: int | None = None,
     restore_wait: str | None = None,
+    lean: bool | None = None,
 ) -> PoolReport:
     """The report (``ValidationError`` if the datastore cannot make a valid one).
 
@@ -56,6 +57,7 @@ def build_report(
     (``ReleaseOffer.unknown``: never handed back).
     ``restored_from``: the restored checkpoint's seq the allocator has yet to call current;
     ``epoch``: the fence of the last restore check.
+    ``lean``: fair sharing (``PoolReport.lean``; None: off on this node, the field left out).
     """
     c = ds.counts(now)
     since = ds.quarantined_since()
@@ -121,4 +123,5 @@ def build_report(
         kubelet_max_pods=pool.kubelet_max_pods or None,
         custom_networking=True if pool.custom_networking else None,
         multi_card=True if pool.multi_card else None,
+        lean=lean,
     )

@@ -228,6 +228,14 @@ class PoolReport(_Strict):
     (``WARMPOOL_CUSTOM_NETWORK``), never the node's primary ENI, and its ceiling counts one ENI
     fewer (:func:`warmpool.limits.max_pods`). Absent: not custom (an allocator from before the
     field refuses a report that carries it: its node waits, never unsafe)."""
+    lean: bool | None = None
+    """Fair sharing of scarce addresses (docs/allocator.md, "Scarce addresses shared fairly").
+    Absent: an agent from before the field (never told ``scarce``, never planned lean). False: the
+    agent understands ``scarce`` and is not lean. True: it is lean (told ``scarce`` within its
+    hold): its warm targets are suspended, it keeps only ``MINIMUM_IP_TARGET`` addresses in all
+    beyond what its pods wait for, and offers the rest back. The allocator plans with the same
+    flag (:meth:`warmpool.pool.PoolConfig.from_report`), so it neither hands back what a lean
+    agent offers nor grants what it would offer again."""
 
     multi_card: Literal[True] | None = None
     """The agent runs with ``WARMPOOL_MULTI_CARD`` and wires ENIs on network cards above 0
@@ -292,6 +300,8 @@ class PoolReport(_Strict):
             exclude["epoch"] = True
         if self.custom_networking is None:
             exclude["custom_networking"] = True
+        if self.lean is None:
+            exclude["lean"] = True
         if not any(o.unknown for o in self.release):
             exclude["release"] = {"__all__": {"unknown"}}
         return self.model_dump_json(by_alias=True, exclude=exclude or None)
@@ -398,11 +408,17 @@ class AllocationResult(_Strict):
     instance_id: InstanceId
     in_reply_to: Annotated[int, Field(ge=0, le=2**62)]
     actions: Annotated[list[Action], Field(max_length=MAX_ACTIONS)] = []
+    scarce: Literal[True] | None = None
+    """The node's zone is short of free addresses (docs/allocator.md, "Scarce addresses shared
+    fairly"): the agent goes lean for its hold. Said only in answer to a report carrying ``lean``
+    (an agent from before the field refuses a result with a field it does not know, and would
+    lose its grants); absent otherwise."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     def to_json(self) -> str:
-        return self.model_dump_json(by_alias=True)
+        # Without ``scarce`` when not said: an agent from before the field still takes the result.
+        return self.model_dump_json(by_alias=True, exclude={"scarce"} if self.scarce is None else None)
 
 
 _REPORT = TypeAdapter(PoolReport)

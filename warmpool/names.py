@@ -80,6 +80,16 @@ ENV_MULTI_CARD = "WARMPOOL_MULTI_CARD"
 """``true``: ENIs on every network card of multi-card types (new ones on cards above 0 once card 0
 is full), each node's ceiling counting them; the allocator's and the agents' (their pool's
 ceiling), set alike. Off by default, as the VPC CNI's multi-NIC support is (issue 24)."""
+ENV_SCARCE_FREE = "WARMPOOL_SCARCE_FREE"
+"""Fair sharing (docs/allocator.md, "Scarce addresses shared fairly"): a zone whose candidate pod
+subnets have fewer free addresses than this, for a node, is scarce (lean nodes: until it has more
+than twice this). 0 turns fair sharing off."""
+SCARCE_FREE_DEFAULT = 64
+AGENT_ENV_LEAN_HOLD_S = "WARMPOOL_LEAN_HOLD_S"
+"""The agent's side of fair sharing: how long a result saying ``scarce`` keeps it lean (renewed by
+each; default 180 s, three heartbeats). 0: off on that node: ``lean`` is left out of its reports
+(for an allocator from before the field), so it is never told ``scarce``."""
+LEAN_HOLD_DEFAULT_S = 180.0
 ENV_MAX_PODS = "WARMPOOL_MAX_PODS"  # the kubelet's --max-pods on every node; 0/unset = the VPC CNI formula per type
 MAX_PODS_OVERRIDE = 1000
 ENV_GC_AGE_S = "WARMPOOL_GC_AGE_S"
@@ -209,3 +219,8 @@ M_RESULT_ACTIONS_DROPPED = "ResultActionsDropped"
 M_DLQ_SENT = "ReportsToDlq"  # dimension reason
 M_QUEUE_DELETE_FAILED = "ResultQueueDeleteFailed"
 M_ORPHAN_QUEUES_DELETED = "OrphanResultQueuesDeleted"
+M_SUBNET_FREE = "SubnetFreeAddresses"  # dimension subnet
+"""Free addresses of each subnet the allocator read (its cached count), once per invocation that
+read them (a gauge: graph its Minimum)."""
+M_SCARCE_SAID = "ScarceSaid"
+"""Results that said ``scarce`` (replies to quiet reports included)."""

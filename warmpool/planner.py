@@ -191,6 +191,7 @@ def plan_node(
     subnet_rule: SubnetRule = SubnetRule.LISTED,
     custom: CustomNetwork = NO_CUSTOM_NETWORK,
     multi_card: bool = False,
+    lean: bool = False,
 ) -> Plan:
     """Plan one node. ``subnets`` are those warmpool may use (any AZ); the node's
     candidates among them are chosen here by ``subnet_rule``
@@ -204,8 +205,14 @@ def plan_node(
     (:func:`node_max_pods`): a node cannot take more of a subnet than its
     kubelet could ever use. ``multi_card`` (``WARMPOOL_MULTI_CARD``): new ENIs may go on the
     type's other network cards once the default one is full, and the pool's ceiling counts them.
+    ``lean``: the allocator says ``scarce`` to this report (:func:`warmpool.scarcity.scarce`) and
+    the agent understands it (``report.lean`` is not None): planned lean now, as the agent will
+    be once it has the answer, so no warm address is granted only to be offered back. The
+    report's own ``lean`` plans it lean regardless.
     """
     multi_card = wires_cards(report, multi_card)
+    if lean and report.lean is False:
+        report = report.model_copy(update={"lean": True})
     inventory = pods_inventory(report, inventory)
     subnets, subnet_rule = node_subnets(
         subnets, inventory.availability_zone, subnet_rule, custom, custom_node=bool(report.custom_networking)

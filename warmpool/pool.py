@@ -10,7 +10,7 @@ call :func:`compute`; there is no second copy of these rules.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from warmpool.limits import PREFIX_SIZE, InstanceLimits, is_primary_slot
 from warmpool.messages import EniReport, PoolReport
@@ -37,6 +37,13 @@ class PoolConfig:
     multi_card: bool = False
     """ENIs on every network card of the type count (``WARMPOOL_MULTI_CARD``, issue 24); off: the
     default card's alone, as the VPC CNI's formulas count them."""
+    lean: bool = False
+    """Fair sharing (docs/allocator.md, "Scarce addresses shared fairly"): the node's zone is short
+    of free addresses. The warm targets (``WARM_IP_TARGET``, ``WARM_PREFIX_TARGET``,
+    ``WARM_ENI_TARGET``) are suspended: the pool keeps ``MINIMUM_IP_TARGET`` addresses in all (0
+    when unset), more only for pods that wait, and every free address or free /28 above that floor
+    is surplus. Read from the report (``PoolReport.lean``) by the allocator, set by the agent while
+    told ``scarce``: both sides compute with the same flag."""
 
     def __post_init__(self) -> None:
         for name in ("warm_ip", "minimum_ip", "warm_eni", "warm_prefix", "max_eni", "max_pods", "kubelet_max_pods"):
@@ -59,6 +66,7 @@ class PoolConfig:
             max_eni=t.max_eni,
             prefix_mode=report.mode == "prefix",
             custom_networking=bool(report.custom_networking),
+            lean=bool(report.lean),
         )
 
 
@@ -152,7 +160,12 @@ def compute(cfg: PoolConfig, state: PoolState, limits: InstanceLimits) -> PoolDe
 
     # Prefix mode: single addresses (the fallback when no /28 was free) go back too, as far as
     # the pool still meets its target without them (else the next report would ask again).
-    if cfg.ip_targets:
+    if cfg.lean:
+        # The warm targets suspended: the ip-targets rule with WARM_IP_TARGET 0, whatever mode
+        # the targets pick otherwise. Pods that wait still make the node short; what is free
+        # above MINIMUM_IP_TARGET in all is surplus (single addresses, free /28s).
+        cfg = replace(cfg, warm_ip=0, warm_prefix=0, warm_eni=0)
+    if cfg.lean or cfg.ip_targets:
         short = max(cfg.warm_ip - available, 0)
         short = max(short, cfg.minimum_ip - state.total)
         over = max(available - cfg.warm_ip, 0)

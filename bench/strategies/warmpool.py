@@ -377,6 +377,7 @@ class _Cluster:
             # listed and the allocator discovers by tag, as by default in a real stack)
             allowed_subnets=() if w.scenario.discovers_subnets else tuple(s.id for s in w.scenario.subnets),
             named_placement=spec.named_placement,
+            **_scarce_setting(spec.scarce_free),
             custom_network={az: e.model_dump() for az, e in spec.custom_network.items()},
             # the account's real quotas (``account.buckets``) are not told: warmpool assumes the default
         )
@@ -610,3 +611,8 @@ class Warmpool:
 
     def notes(self) -> list[str]:
         return [f"{k}: {v}" for k, v in sorted(self.counts.items())]
+
+
+def _scarce_setting(scarce_free: int | None) -> dict[str, Any]:
+    """``WARMPOOL_SCARCE_FREE`` when the scenario sets it (else the allocator's default)."""
+    return {} if scarce_free is None else {"scarce_free": scarce_free}

@@ -155,3 +155,11 @@ def test_every_alarm_on_a_warmpool_metric_names_its_emitted_dimension_set(defaul
             assert dims["cluster"] == "demo"
             seen += 1
     assert seen == len(EC2_ACTIONS)
+
+
+def test_free_addresses_per_subnet_are_graphed_as_their_minimum(default: Synthesized) -> None:
+    # fair sharing (docs/allocator.md, "Scarce addresses shared fairly"): a zone running low
+    text = json.dumps(_widget(_body(default), "Free addresses per subnet"))
+    assert f'MetricName=\\"{names.M_SUBNET_FREE}\\"' in text, text
+    assert "{warmpool,cluster,subnet}" in text and "Minimum" in text, text
+    assert dimension_set(names.M_SUBNET_FREE, emitted_dimensions()) == frozenset({"cluster", "subnet"})
