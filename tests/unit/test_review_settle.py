@@ -18,8 +18,8 @@ from functions.telemetry import Tally
 from node_agent.agent import restore_checked
 from node_agent.checkpoint import FileCheckpoint
 from node_agent.datastore import Datastore
-from node_agent.hostnet import MAIN_TABLE, HostWiring, host_veth_name, pod_rules, wired_pods
-from node_agent.netlink import RT_SCOPE_LINK, Link, Route, Rule
+from node_agent.hostnet import HostWiring, host_veth_name, pod_rules, wired_pods
+from node_agent.netlink import MAIN_TABLE, RT_SCOPE_LINK, Link, Route, Rule
 from tests.helpers.controller import PRIMARY
 from warmpool.buckets import BucketSpec
 from warmpool.calls import UnassignAddresses
