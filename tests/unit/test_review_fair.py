@@ -7,8 +7,6 @@ addresses shared fairly", docs/agent.md "Lean while addresses are scarce")."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from tests.helpers.controller import ID, TIMING, make
@@ -45,7 +43,7 @@ def test_a_lean_plan_grants_only_what_the_pods_wait_for_in_a_scarce_zone(reporte
     assert granted == 1, f"granted {granted} for one waiting pod; the agent offers {after.over} back"
 
 
-def _m5l():  # noqa: ANN202
+def _m5l():
     from warmpool.limits import known
 
     return known("m5.large")
