@@ -301,9 +301,14 @@ class Ec2:
             raise SubnetsUnpaid(wait)
 
     def known_subnets(self) -> dict[str, Subnet]:
-        """The subnets read last, however old (empty when none was read yet): no DescribeSubnets,
-        paid or not (fair sharing's answer to a quiet report, docs/allocator.md)."""
-        return dict(self._subnets) if self._subnets_read else {}
+        """The subnets read last, while younger than ``subnet_cache_ttl_s`` (else empty, as when
+        none was read yet): no DescribeSubnets, paid or not (fair sharing's answer to a quiet
+        report, docs/allocator.md). Older counts only ever went down between reads (what the
+        allocator gave out is spent, what it unassigned is not given back): a container that
+        served only quiet reports since would call a zone scarce long after it was not (review
+        of fair sharing, F3)."""
+        fresh = self.clock.now() - self._subnets_at < self.settings.subnet_cache_ttl_s
+        return dict(self._subnets) if self._subnets_read and fresh else {}
 
     def spend_subnet(self, subnet_id: str, addresses: int) -> None:
         """Keep the cached free count roughly right between refreshes."""

@@ -256,6 +256,8 @@ class PoolController:
         """Steady reading until which the node is lean (docs/agent.md, "Lean while addresses are
         scarce"): set by each result saying ``scarce``, ``Timing.lean_hold_s`` on. In memory only:
         a restart starts not lean (the next scarce answer makes it lean again)."""
+        self._scarce_seq = -1
+        """The newest report seq a result answered, as far as ``scarce`` goes (:meth:`_note_scarce`)."""
 
     # --- life cycle -----------------------------------------------------------------
 
@@ -1138,7 +1140,7 @@ class PoolController:
             self.stats.results_rejected += 1
             return [f"result replies to seq {result.in_reply_to} never sent (last {self.last_seq}): ignored"]
         notes: list[str] = []
-        self._note_scarce(bool(result.scarce), now)
+        self._note_scarce(bool(result.scarce), now, result.in_reply_to)
         view = self._view()
         released_here: set[str] = set()
         for action in result.actions:
@@ -1187,10 +1189,16 @@ class PoolController:
             self._event("result", n)
         return notes
 
-    def _note_scarce(self, scarce: bool, now: float) -> None:
+    def _note_scarce(self, scarce: bool, now: float, seq: int) -> None:
         """A result said ``scarce``: lean for the hold, renewed by each such answer. What is then
         surplus above ``MINIMUM_IP_TARGET`` goes the usual way (after the release delay,
-        quarantined and offered: :meth:`_quarantine`), never taken from a pod."""
+        quarantined and offered: :meth:`_quarantine`), never taken from a pod. Only the answer
+        to the newest report answered so far counts: an older ``scarce`` that SQS delivers late
+        or twice, after the answer to a newer report that did not say it, changes nothing
+        (review of fair sharing, F2)."""
+        if seq < self._scarce_seq:
+            return
+        self._scarce_seq = seq
         if not scarce or not self.fair_share:
             return
         if not self.lean(now):

@@ -547,7 +547,10 @@ def _plan_allocation(
     # surplus goes back through the release path (one call per ENI, after the
     # cooldown and release delay), so a settled pool still holds exactly its
     # targets. Single addresses only: a full ENI of /28s would be far too much.
-    surge = report.pending_demand > 0 and not prefix
+    # Not for a node planned lean (its zone short of addresses): it gets what its pods wait
+    # for, no more, or it takes what other nodes' waiting pods need and offers it back after
+    # the delay (review of fair sharing, F1).
+    surge = report.pending_demand > 0 and not prefix and not cfg.lean
     # Free addresses of every subnet read, candidate for new ENIs or not: an ENI's own subnet
     # (the node's, say, once tagged subnets take the new ENIs) bounds what an Assign on it can
     # get. EC2 refuses one that asks for more than the subnet has

@@ -3,8 +3,6 @@ the allocator's caches and queues. See tests/unit/test_review_fair.py for the re
 
 from __future__ import annotations
 
-import pytest
-
 from tests.helpers.allocate_world import AllocatorWorld
 
 
@@ -16,16 +14,7 @@ def _offers(w: AllocatorWorld, node: str, keep: int, age: float) -> list[dict[st
     return [{"eni_id": e, "ips": ips, "quarantined_at": w.clock.now() - age} for e, ips in by_eni.items()]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F3 (cost, docs): functions/allocator.py:Allocator._finish_quiet says `scarce` from "
-    "Ec2.known_subnets, the subnets this container read last however old, and a container's cached "
-    "free count only goes down between reads (Ec2.spend_subnet on Assign/Create; Unassign and "
-    "Delete never raise it, and only a non-quiet report reads again): a container that read the "
-    "zone scarce and has served only quiet reports since keeps telling idle nodes `scarce` after "
-    "the addresses came back (here 55 free, the lean bound is 20), so they stay lean and get one "
-    "result per heartbeat, against docs/allocator.md 'only while its zone is scarce'",
-)
+# Fixed (was a strict xfail of the review):
 def test_a_quiet_report_is_not_told_scarce_after_the_zone_has_free_addresses_again() -> None:
     # a /26: 59 addresses; scarce below 10 free, a lean node's up to 20
     w = AllocatorWorld(subnet_cidrs=("10.0.0.0/26",), scarce_free=10, allocator_release_delay_s=10)

@@ -23,12 +23,7 @@ SCARCE_ZONE = [Subnet("subnet-a", AZ, "10.0.0.0/24", 60)]  # under 64 free: scar
 # --- F1: surge fill in a scarce zone ------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F1 (cost, fairness): warmpool/planner.py:_plan_allocation fills the touched ENI on "
-    "surge (up to half the subnet's spare) for a lean node too: in a scarce zone one waiting pod "
-    "is granted 7 addresses, 6 of which the lean agent offers back after its release delay",
-)
+# Fixed (was a strict xfail of the review):
 @pytest.mark.parametrize("reported_lean", [True, False])
 def test_a_lean_plan_grants_only_what_the_pods_wait_for_in_a_scarce_zone(reported_lean: bool) -> None:
     # m5.large, primary ENI with 2 addresses, both held by pods; one more pod waits
@@ -61,13 +56,7 @@ def _result(seq: int, *, said: bool) -> AllocationResult:
 FREE = [f"10.0.0.{i}" for i in range(100, 110)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F2 (cost): node_agent/controller.py:PoolController.apply_result calls _note_scarce for "
-    "any result replying to a seq ever sent: an older result's `scarce` (SQS reorders and "
-    "duplicates) applied after the answer to a newer report, which did not say scarce, makes the "
-    "node lean for a whole hold from its arrival (warm targets suspended, surplus offered back)",
-)
+# Fixed (was a strict xfail of the review):
 def test_an_older_scarce_after_a_newer_answer_does_not_make_the_node_lean() -> None:
     _, ctl = make(PoolConfig(warm_ip=10, minimum_ip=3), FREE)
     (r1,) = ctl.tick(100.0)
