@@ -620,7 +620,7 @@ class PoolController:
         usable: list[AttachedEni] = []
         held: set[str] = set()
         for a in interfaces:
-            if self.pool.custom_networking and a.info.device_index == 0 and a.info.network_card == 0:
+            if self.pool.custom_networking and a.info.primary:
                 a = a._replace(managed=False)
             if not self.pool.multi_card and a.info.network_card > 0:
                 # Without WARMPOOL_MULTI_CARD, cards above 0 are not the pool's, as the VPC CNI

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from warmpool.limits import is_primary_slot
 from warmpool.messages import PoolReport
 from warmpool.subnets import CustomNetwork, Site, Subnet, SubnetRule, node_subnets, pod_subnets
 
@@ -40,7 +41,7 @@ def report_site(report: PoolReport, cluster: str, vpc_id: str = "", own_subnet: 
     EC2's is not given (a quiet report is not read)."""
     if not own_subnet:
         own_subnet = next(
-            (e.subnet_id for e in report.enis if e.network_card == 0 and e.device_index == 0),
+            (e.subnet_id for e in report.enis if is_primary_slot(e.network_card, e.device_index)),
             "",
         )
     return Site(cluster, report.availability_zone, vpc_id, own_subnet)

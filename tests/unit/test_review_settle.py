@@ -20,7 +20,7 @@ from node_agent.checkpoint import FileCheckpoint
 from node_agent.datastore import Datastore
 from node_agent.hostnet import HostWiring, host_veth_name, pod_rules, wired_pods
 from node_agent.netlink import MAIN_TABLE, RT_SCOPE_LINK, Link, Route, Rule
-from tests.helpers.controller import PRIMARY
+from tests.unit.test_checkpoint_checksum import written
 from warmpool.buckets import BucketSpec
 from warmpool.calls import UnassignAddresses
 from warmpool.clock import Clock
@@ -62,20 +62,6 @@ class NetPods:
         return wired_pods(self.net, self.veth_prefix)  # type: ignore[arg-type]
 
 
-def _checkpoint(path: Path) -> dict[tuple[str, str], str]:
-    """Three running pods on PRIMARY, written as the agent writes them; pod -> address."""
-    ds = Datastore(checkpoint=FileCheckpoint(str(path)))
-    ds.add_eni(PRIMARY, 1.0)
-    ds.add_addresses(PRIMARY.eni_id, IPS)
-    pods = {}
-    for cid in ("c1", "c2", "c3"):
-        a = ds.assign(cid, "eth0", f"/var/run/netns/{cid}", 2.0)
-        assert a is not None
-        pods[(cid, "eth0")] = a.ip
-    ds.set_meta("last_seq", 9)
-    return pods
-
-
 def _wired(pods: dict[tuple[str, str], str], *, prefix: str = "eni", no_route: tuple[str, ...] = ()) -> HostNet:
     """Each pod's host veth (up), its ``/32`` route in main (unless its container is in
     ``no_route``) and its pod rules, as ``setup_pod`` leaves them."""
@@ -95,7 +81,7 @@ def _wired(pods: dict[tuple[str, str], str], *, prefix: str = "eni", no_route: t
 # Fixed (was a strict xfail of the review):
 def test_a_restored_pod_whose_veth_is_there_but_route_is_gone_keeps_its_address(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.json"
-    pods = _checkpoint(path)
+    pods = written(path)
     net = _wired(pods, no_route=("c2",))
     wiring = wired_pods(net)  # type: ignore[arg-type]
     c2_ip = pods[("c2", "eth0")]
@@ -112,7 +98,7 @@ def test_a_restored_pod_whose_veth_is_there_but_route_is_gone_keeps_its_address(
 # Fixed (was a strict xfail of the review):
 def test_a_veth_prefix_change_across_a_restart_does_not_free_running_pods(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.json"
-    pods = _checkpoint(path)
+    pods = written(path)
     net = _wired(pods, prefix="eni")  # wired by the agent before the change
     ds = Datastore(checkpoint=FileCheckpoint(str(path)))
     assert restore_checked(ds, NetPods(net, "wpn"), "wpn", now=50.0) == (True, None)
@@ -126,7 +112,7 @@ def test_a_restored_pod_whose_veth_and_route_are_gone_is_released(tmp_path: Path
     exists (Agent.start builds CniService after restore_checked), so no ADD of this process races
     it."""
     path = tmp_path / "checkpoint.json"
-    pods = _checkpoint(path)
+    pods = written(path)
     running = {k: v for k, v in pods.items() if k[0] != "c2"}
     net = _wired(running)
     ds = Datastore(checkpoint=FileCheckpoint(str(path)))
