@@ -591,7 +591,12 @@ class Warmpool:
         agent = _Agent(self, node, controller, sqs, result_url)
         self.agents[spec.name] = agent
         self.by_result_url[result_url] = agent
-        controller.start(w.now())
+        # A node that boots with addresses on its primary ENI (``launch_pool``) starts its agent as
+        # production does on a first start: no checkpoint, so ``start(checkpoint_lost=True)``
+        # (``node_agent.agent``: a start that finds no checkpoint rebuilds, "empty"), which holds
+        # what IMDS alone shows as offered, of unknown origin (docs/agent.md). Without a launch pool
+        # the bench keeps its plain start: nothing is attached then for the two to differ on.
+        controller.start(w.now(), checkpoint_lost=bool(spec.launch_units))
         agent.tick()
         agent.start_ticks(w.now() + self._rng.uniform(0, AGENT_TICK_S))
 

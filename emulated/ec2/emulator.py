@@ -176,8 +176,12 @@ class Ec2Emulator:
         tags: Mapping[str, str] | None = None,
         instance_id: str | None = None,
         private_ip: str | None = None,
+        secondary_count: int = 0,
+        prefix_count: int = 0,
     ) -> str:
-        """Launch one running instance with its primary ENI at device 0 (no throttling)."""
+        """Launch one running instance with its primary ENI at device 0 (no throttling), holding
+        ``secondary_count`` addresses or ``prefix_count`` /28s from the start (a launch template's
+        network interface)."""
         with self._lock:
             self._settle()
             iid = launch_instance(
@@ -189,6 +193,8 @@ class Ec2Emulator:
                 private_ip,
                 self._id("r"),
                 "ami-00000000000000000",
+                secondary_count,
+                prefix_count,
             )
             self._changed()
             return iid
