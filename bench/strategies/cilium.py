@@ -44,7 +44,10 @@ docs/bench.md cites the source function of each behaviour.
   after 10 min without failures), then runs again if triggered meanwhile.
 * **Periodic resync**: every minute a full resync pages through the VPC's
   ENIs (1,000 per page) and reads subnets and VPCs, then resyncs every node.
-* A new node is read with one filtered ``DescribeNetworkInterfaces``.
+* A new node is read with one filtered ``DescribeNetworkInterfaces``; what its
+  ENIs already hold (the scenario's ``launch_pool``) becomes its pool as
+  ``ResyncInterfacesAndIPs`` (``pkg/aws/eni/node.go``) makes it available
+  (:meth:`Operator.adopt`).
 * The agent's CNI ADD fails when the node has no free address; the kubelet
   syncs the pod again 10–15 s later. No address cooldown.
 """
