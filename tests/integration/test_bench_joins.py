@@ -73,7 +73,7 @@ def test_with_a_launch_pool_the_baselines_make_no_call_for_addresses(with_pool: 
         assert r.ec2_calls.get(ASSIGN, 0) == 0 and r.ec2_calls.get(UNASSIGN, 0) == 0, name
 
 
-def test_warmpool_never_uses_a_launch_address_on_imds_word_alone(with_pool: BenchResult) -> None:
+def test_warmpool_replaces_a_launch_pool_it_cannot_prove_its_own(with_pool: BenchResult) -> None:
     # The agent's first start has no checkpoint: what IMDS alone shows is offered of unknown
     # origin (docs/agent.md), which the allocator unassigns and replaces: at least an unassign
     # and an assign a node, where the baselines make none.
