@@ -92,6 +92,9 @@ class LocalOptions:
     """The stack's ``multi_card``: the functions' ``WARMPOOL_MULTI_CARD`` and the agents'
     (:meth:`LocalStack.agent_env`)."""
     scarce_free: int = names.SCARCE_FREE_DEFAULT
+    max_pods: int = 0
+    """The stack's ``max_pods``: the kubelets' custom ``--max-pods`` (``WARMPOOL_MAX_PODS``); 0: the
+    VPC CNI formula per instance type."""
     """The stack's ``scarce_free``: fair sharing's threshold, ``WARMPOOL_SCARCE_FREE`` (0: off)."""
     custom_network: tuple[tuple[str, str], ...] = ()
     """(availability zone, CIDR) of each pod subnet of custom networking: the stack makes it in its
@@ -497,6 +500,7 @@ class LocalStack:
             names.ENV_NAMED_PLACEMENT: "true" if o.named_placement else "false",
             names.ENV_MULTI_CARD: "true" if o.multi_card else "false",
             names.ENV_SCARCE_FREE: str(o.scarce_free),
+            names.ENV_MAX_PODS: str(o.max_pods),
             names.ENV_IDENTITY_MODE: o.identity_mode,
             names.ENV_GC_AGE_S: str(o.gc_age_s),
             # The lease TTL is derived from it: the functions must know the timeout they run with.
@@ -870,6 +874,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"fair sharing's threshold in free addresses per zone, 0 (off) to {names.SCARCE_FREE_MAX} (scarce_free)",
     )
     p.add_argument(
+        "--max-pods",
+        type=int_at_least(0, high=names.MAX_PODS_OVERRIDE),
+        default=d.max_pods,
+        help=f"the kubelets' custom --max-pods, 0 (the VPC CNI formula) to {names.MAX_PODS_OVERRIDE} (max_pods)",
+    )
+    p.add_argument(
         "--attach-delay", type=float_at_least(0), default=d.attach_delay_s, help="seconds before an attach is visible"
     )
     p.add_argument(
@@ -971,6 +981,7 @@ def options_from_args(argv: Sequence[str]) -> LocalOptions:
         named_placement=a.named_placement,
         multi_card=a.multi_card,
         scarce_free=a.scarce_free,
+        max_pods=a.max_pods,
         custom_network=tuple(a.custom_network),
         run_functions=not a.no_functions,
         lambda_runtime=a.lambda_runtime,
