@@ -20,6 +20,9 @@ from tests.helpers.agents import RecordingPods
 from warmpool import names
 from warmpool.clock import RealClock
 
+FAST_STACK: dict[str, Any] = {"batch_size": 10, "batching_window_s": 0, "reconcile_every_s": 3600}
+"""LocalStack options for tests: each report invoked at once, no reconcile pass meanwhile."""
+
 QUIET_AGENT = {
     # the node's kubelet files are not this machine's: read none unless a test says so
     "WARMPOOL_KUBELET_CONFIG": "none",

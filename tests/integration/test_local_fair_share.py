@@ -10,9 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from emulated.local import LocalStack
-from tests.helpers.local_nodes import Node, agents_stopped_at_exit, launch, run_until
+from tests.helpers.local_nodes import FAST_STACK, Node, agents_stopped_at_exit, launch, run_until
 
-FAST = {"batch_size": 10, "batching_window_s": 0, "reconcile_every_s": 3600}
 # a /27: 27 addresses for the two primaries and the pods; with 20, the zone is scarce once the idle
 # node's warm addresses and the busy node's pods leave fewer free
 ZONE = (("us-east-1a", "10.0.0.0/27"),)
@@ -40,7 +39,7 @@ def _busy_pods(busy: Node) -> bool:
 
 def test_an_idle_node_gives_back_above_its_floor_and_the_waiting_pods_get_it(tmp_path: Path) -> None:
     with (
-        LocalStack(cluster="fair", subnets=ZONE, scarce_free=20, extra_env=ALLOCATOR_ENV, **FAST) as s,
+        LocalStack(cluster="fair", subnets=ZONE, scarce_free=20, extra_env=ALLOCATOR_ENV, **FAST_STACK) as s,
         agents_stopped_at_exit() as nodes,
     ):
         idle = launch(s, "m5.large", tmp_path, **NODE_ENV)
@@ -62,7 +61,7 @@ def test_an_idle_node_gives_back_above_its_floor_and_the_waiting_pods_get_it(tmp
 
 def test_with_fair_sharing_off_the_idle_node_keeps_its_warm_addresses(tmp_path: Path) -> None:
     with (
-        LocalStack(cluster="unfair", subnets=ZONE, scarce_free=0, extra_env=ALLOCATOR_ENV, **FAST) as s,
+        LocalStack(cluster="unfair", subnets=ZONE, scarce_free=0, extra_env=ALLOCATOR_ENV, **FAST_STACK) as s,
         agents_stopped_at_exit() as nodes,
     ):
         idle = launch(s, "m5.large", tmp_path, **NODE_ENV)

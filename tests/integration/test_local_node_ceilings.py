@@ -14,17 +14,16 @@ from pathlib import Path
 from emulated.local import LocalStack
 from node_agent.identity import fetch_identity
 from node_agent.imds import ImdsClient
-from tests.helpers.local_nodes import agents_stopped_at_exit, launch, run_until
+from tests.helpers.local_nodes import FAST_STACK, agents_stopped_at_exit, launch, run_until
 from tests.helpers.local_stack import report_for
 from warmpool import names
 
-FAST = {"batch_size": 10, "batching_window_s": 0, "reconcile_every_s": 3600}
 CARD_0 = 98  # a p5.48xlarge's default card: 2 ENIs of 49 secondary addresses
 
 
 def test_a_full_default_card_spills_onto_card_1_only_for_an_agent_wiring_every_card(tmp_path: Path) -> None:
     with (
-        LocalStack(cluster="cards", multi_card=True, **FAST) as s,
+        LocalStack(cluster="cards", multi_card=True, **FAST_STACK) as s,
         agents_stopped_at_exit() as nodes,
     ):
         wide = launch(s, "p5.48xlarge", tmp_path, WARM_IP_TARGET="110", WARM_ENI_TARGET="0")
@@ -63,7 +62,7 @@ def test_the_kubelets_max_pods_caps_its_node_alone(tmp_path: Path) -> None:
     config.parent.mkdir()
     config.write_text(json.dumps({"kind": "KubeletConfiguration", "maxPods": 12}))
     with (
-        LocalStack(cluster="kmp", **FAST) as s,
+        LocalStack(cluster="kmp", **FAST_STACK) as s,
         agents_stopped_at_exit() as nodes,
     ):
         capped = launch(
@@ -84,7 +83,7 @@ def test_a_reported_kubelet_max_pods_lowers_the_ceiling_and_never_raises_it() ->
     """The allocator's side, through the stack's queue and function: a report asking for more than
     its kubelet allows is planned to the kubelet's value; one whose kubelet allows more than the
     cluster's max_pods is planned to the cluster's."""
-    with LocalStack(cluster="kmp2", max_pods=16, **FAST) as s:
+    with LocalStack(cluster="kmp2", max_pods=16, **FAST_STACK) as s:
         out, sqs = s.outputs, s.client("sqs")
         tags = {names.cluster_tag_key("kmp2"): "owned"}
         low = s.ec2.run_instance("m5.large", s.subnet_ids[0], tags=tags)

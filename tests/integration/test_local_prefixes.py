@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from emulated.local import LocalStack
-from tests.helpers.local_nodes import Node, agents_stopped_at_exit, launch, run_until
+from tests.helpers.local_nodes import FAST_STACK, Node, agents_stopped_at_exit, launch, run_until
 
-FAST = {"batch_size": 10, "batching_window_s": 0, "reconcile_every_s": 3600}
 # every subnet and placement read is fresh within a second: a /28 freed is seen at once
 CACHES = (("WARMPOOL_SUBNET_CACHE_TTL_S", "1"), ("WARMPOOL_PLACEMENT_CACHE_TTL_S", "1"))
 INSUFFICIENT = "InsufficientCidrBlocks"
@@ -60,7 +59,7 @@ def _fragmented_zone(tmp_path: Path, named: bool) -> tuple[int, set[str], set[st
     prefixes came from, {whole /24}, pods served)."""
     zone = (("us-east-1a", "10.0.0.0/22"), ("us-east-1a", "10.0.8.0/24"))
     with (
-        LocalStack(cluster="frag", subnets=zone, named_placement=named, extra_env=CACHES, **FAST) as s,
+        LocalStack(cluster="frag", subnets=zone, named_placement=named, extra_env=CACHES, **FAST_STACK) as s,
         agents_stopped_at_exit() as nodes,
     ):
         frag, whole = s.subnet_ids
@@ -99,7 +98,7 @@ def test_a_node_back_from_addresses_takes_prefixes_from_a_prefix_reservation(tmp
     zone = (("us-east-1a", "10.0.0.0/24"),)
     reserved = ipaddress.IPv4Network("10.0.0.128/25")
     with (
-        LocalStack(cluster="resv", subnets=zone, named_placement=True, extra_env=CACHES, **FAST) as s,
+        LocalStack(cluster="resv", subnets=zone, named_placement=True, extra_env=CACHES, **FAST_STACK) as s,
         agents_stopped_at_exit() as nodes,
     ):
         (sid,) = s.subnet_ids

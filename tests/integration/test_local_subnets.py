@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 
 from emulated.local import LocalStack, options_from_args
-from tests.helpers.local_nodes import Node, agents_stopped_at_exit, launch, run_until
+from tests.helpers.local_nodes import FAST_STACK, Node, agents_stopped_at_exit, launch, run_until
 from warmpool import names
 
-FAST = {"batch_size": 10, "batching_window_s": 0, "reconcile_every_s": 3600}
 CNI_CLUSTER_TAG = "cni.networking.k8s.aws/cluster/"
 
 
@@ -47,7 +46,7 @@ def test_subnets_found_by_tag_a_later_one_taken_without_a_restart_and_clusters_k
     from functions import allocate
 
     with (
-        LocalStack(cluster="disc2", extra_env=(("WARMPOOL_SUBNET_CACHE_TTL_S", "1"),), **FAST) as s,
+        LocalStack(cluster="disc2", extra_env=(("WARMPOOL_SUBNET_CACHE_TTL_S", "1"),), **FAST_STACK) as s,
         agents_stopped_at_exit() as nodes,
     ):
         own = s.subnet_ids[0]
@@ -91,7 +90,7 @@ def test_custom_networking_puts_pods_in_the_zones_subnet_and_never_on_the_primar
     mapped zone), whose primary ENI takes no pod; a node of the zone with it off keeps out of the
     pod subnet."""
     with (
-        LocalStack(cluster="cnet", custom_network=(("us-east-1a", "10.0.128.0/20"),), **FAST) as s,
+        LocalStack(cluster="cnet", custom_network=(("us-east-1a", "10.0.128.0/20"),), **FAST_STACK) as s,
         agents_stopped_at_exit() as nodes,
     ):
         mapped = s.outputs["custom_network"]
