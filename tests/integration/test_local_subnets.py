@@ -40,9 +40,10 @@ def _serve(nodes: list[Node], pods: dict[str, int], timeout: float = 40.0) -> bo
 
 def test_subnets_found_by_tag_a_later_one_taken_without_a_restart_and_clusters_kept_apart(tmp_path: Path) -> None:
     """Agents drive it: before any subnet is tagged for pods, new ENIs go in the cluster's own
-    subnet; then, in the running stack's VPC and zone, a subnet scoped to another cluster and one
-    tagged for pods (made after start), and the node's own subnet tagged 0: the next new ENIs land
-    in the tagged one alone, served by the same warm allocator (no restart)."""
+    subnet; then, in the running stack's VPC and zone, a subnet scoped to another cluster, an
+    untagged one and one tagged for pods (made after start; the smallest, so free addresses alone
+    would not pick it), and the node's own subnet tagged 0: the next new ENIs land in the tagged one
+    alone, served by the same warm allocator (no restart)."""
     from functions import allocate
 
     with (
@@ -70,6 +71,7 @@ def test_subnets_found_by_tag_a_later_one_taken_without_a_restart_and_clusters_k
 
         # Larger than the tagged one, so free addresses alone would pick it: only its scope keeps it out.
         theirs = subnet("10.0.128.0/18", {names.TAG_SUBNET_ROLE: "1", CNI_CLUSTER_TAG + "other": "1"})
+        untagged = subnet("10.0.224.0/19", {})  # no role tag: not used while a tagged one exists
         ours = subnet("10.0.192.0/20", {names.TAG_SUBNET_ROLE: "1", CNI_CLUSTER_TAG + "disc2": "1"})
         ec2.create_tags(Resources=[own], Tags=[{"Key": names.TAG_SUBNET_ROLE, "Value": "0"}])
         time.sleep(1.2)  # the allocator's subnet cache (1 s here) expires
@@ -77,7 +79,7 @@ def test_subnets_found_by_tag_a_later_one_taken_without_a_restart_and_clusters_k
         assert _serve(nodes, {node.instance_id: 22}), len(node.pods)
         subnets = [e.subnet_id for e in node.enis()]
         assert subnets == [own, own, ours], subnets
-        assert theirs not in subnets
+        assert theirs not in subnets and untagged not in subnets
         cidr = s.ec2.subnets[ours].cidr
         assert sum(_in(ip, cidr) for ip in node.pods.values()) >= 1
         assert allocate._allocator is warm  # the same container: no restart, no redeploy
