@@ -94,6 +94,8 @@ CONTEXT_KEYS = (
     "max_pods",
     "named_placement",
     "multi_card",
+    "scarce_free",
+    "lean_hold_s",
     "eks_cluster",
     "kubectl_role_arn",
     "agent_image_platform",
@@ -190,6 +192,22 @@ class StackConfig(BaseModel):
         description="ENIs on the network cards above 0 of multi-card types (p5.48xlarge: 32 cards) once card 0 "
         "is full, the pool ceiling counting them (docs/allocator.md): WARMPOOL_MULTI_CARD, the allocator's and "
         "(with eks_cluster, unless agent_settings says otherwise) the agents'",
+    )
+    scarce_free: int = Field(
+        default=names.SCARCE_FREE_DEFAULT,
+        ge=0,
+        le=names.SCARCE_FREE_MAX,
+        description="fair sharing of scarce addresses (docs/allocator.md): a node's zone is scarce when its "
+        "candidate pod subnets have fewer free addresses in all than this; 0: off. The allocator's "
+        "WARMPOOL_SCARCE_FREE",
+    )
+    lean_hold_s: int | None = Field(
+        default=None,
+        ge=0,
+        le=int(names.LEAN_HOLD_MAX_S),
+        description="with eks_cluster: seconds a result saying scarce keeps a node lean (the agents' "
+        "WARMPOOL_LEAN_HOLD_S, unless agent_settings names it; 0: fair sharing off on the nodes); unset: "
+        "the agents' default, 180",
     )
     max_pods: int = Field(
         default=0,
@@ -414,8 +432,13 @@ class StackConfig(BaseModel):
                 "eks_cluster needs kubectl_role_arn (a role allowed to apply objects in the cluster: "
                 "aws eks create-access-entry ... --principal-arn <role> and the AmazonEKSClusterAdminPolicy)"
             )
-        if self.eks_cluster is None and (self.kubectl_role_arn is not None or self.agent_settings):
-            raise ValueError("kubectl_role_arn and agent_settings apply only with eks_cluster")
+        if self.eks_cluster is None and (
+            self.kubectl_role_arn is not None or self.agent_settings or self.lean_hold_s is not None
+        ):
+            raise ValueError(
+                "kubectl_role_arn, agent_settings and lean_hold_s apply only with eks_cluster "
+                "(with the Helm chart: env.WARMPOOL_LEAN_HOLD_S)"
+            )
         return self
 
     # --- derived values ---------------------------------------------------------
@@ -445,6 +468,13 @@ class StackConfig(BaseModel):
         return bool(self.subnet_discovery) or (
             self.subnet_discovery is None and not self.subnet_ids and self.subnet_tag is None
         )
+
+    def agent_env_from_context(self) -> dict[str, str]:
+        """The agents' settings the stack's own context keys give (``agent_settings`` wins over them)."""
+        env = {names.ENV_MULTI_CARD: "true" if self.multi_card else "false"}
+        if self.lean_hold_s is not None:
+            env[names.AGENT_ENV_LEAN_HOLD_S] = str(self.lean_hold_s)
+        return env
 
     @property
     def subnet_tag_pair(self) -> tuple[str, str] | None:

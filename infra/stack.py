@@ -136,6 +136,7 @@ class WarmpoolStack(Stack):
             names.ENV_MAX_PODS: str(cfg.max_pods),
             names.ENV_NAMED_PLACEMENT: "true" if cfg.named_placement else "false",
             names.ENV_MULTI_CARD: "true" if cfg.multi_card else "false",
+            names.ENV_SCARCE_FREE: str(cfg.scarce_free),
             names.ENV_IDENTITY_CERTIFICATES: self._identity_certificates(),
             "WARMPOOL_ACCOUNT": Aws.ACCOUNT_ID,
             "POWERTOOLS_METRICS_NAMESPACE": names.METRICS_NAMESPACE,

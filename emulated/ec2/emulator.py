@@ -27,7 +27,7 @@ import ipaddress
 import random
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from warmpool.buckets import (
@@ -75,6 +75,8 @@ class _Counter:
     calls: int = 0
     throttled: int = 0
     errors: int = 0
+    codes: dict[str, int] = field(default_factory=dict)
+    """Errors by code."""
 
 
 class Ec2Emulator:
@@ -332,6 +334,11 @@ class Ec2Emulator:
                 }
             }
 
+    def error_codes(self) -> dict[str, dict[str, int]]:
+        """``{Action: {code: count}}`` of the errors answered (throttling apart), by action."""
+        with self._lock:
+            return {a: dict(c.codes) for a, c in sorted(self._counters.items()) if c.codes}
+
     def reset_stats(self) -> None:
         with self._lock:
             self._counters.clear()
@@ -381,6 +388,7 @@ class Ec2Emulator:
             counter.calls += 1
             if handler is None:
                 counter.errors += 1
+                counter.codes["InvalidAction"] = counter.codes.get("InvalidAction", 0) + 1
                 raise Ec2Error("InvalidAction", f"The action {action} is not valid for this web service.")
             try:
                 self._settle()
@@ -413,6 +421,7 @@ class Ec2Emulator:
                     counter.throttled += 1
                 else:
                     counter.errors += 1
+                    counter.codes[e.code] = counter.codes.get(e.code, 0) + 1
                 raise
             out["ResponseMetadata"] = metadata()
             return out

@@ -98,6 +98,10 @@ def test_the_shared_table_choice_must_be_explicit() -> None:
         ({"python_version": "3.9"}, "python_version"),
         ({"log_retention_days": "2"}, "log_retention_days"),
         ({"create_buckets_table": "maybe"}, "create_buckets_table"),
+        ({"scarce_free": "-1"}, "scarce_free: Input should be greater than or equal to 0"),
+        ({"scarce_free": "1000001"}, "scarce_free: Input should be less than or equal to 1000000"),
+        ({"scarce_free": "many"}, "scarce_free"),
+        ({"lean_hold_s": "60"}, "lean_hold_s apply only with eks_cluster"),
     ],
 )
 def test_bad_values_are_rejected_with_the_key_named(overrides: dict[str, object], message: str) -> None:
@@ -146,3 +150,10 @@ def test_pod_subnets_are_discovered_by_tag_unless_the_context_names_them() -> No
     assert config_from_context({**base, "subnet_discovery": "true"}).discovers_subnets
     assert not config_from_context({**base, "subnet_ids": "subnet-0123456789abcdef0"}).discovers_subnets
     assert not config_from_context({**base, "subnet_tag": "warmpool.io/pods=true"}).discovers_subnets
+
+
+def test_fair_sharing_context_defaults_and_values() -> None:
+    cfg = config_from_context(GOOD)
+    assert cfg.scarce_free == 64 and cfg.lean_hold_s is None
+    assert cfg.agent_env_from_context() == {"WARMPOOL_MULTI_CARD": "false"}  # the agents' own default
+    assert config_from_context({**GOOD, "scarce_free": "0"}).scarce_free == 0  # off

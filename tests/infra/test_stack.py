@@ -231,3 +231,17 @@ def test_named_placement_is_the_stacks_to_turn_on(synthesized: dict[str, Synthes
     for variant in ("default", "irsa"):
         off = _function(synthesized[variant], names.ALLOCATE_HANDLER)["Environment"]["Variables"]
         assert off[names.ENV_NAMED_PLACEMENT] == "false"
+
+
+def test_scarce_free_is_the_stacks_to_set(synthesized: dict[str, Synthesized]) -> None:
+    """Fair sharing's threshold (issue 24): ``-c scarce_free=N`` is both functions'
+    WARMPOOL_SCARCE_FREE; unset, the allocator's default (64) is written out."""
+    from functions.settings import Settings
+
+    set_ = synthesized["discovery"]
+    env = _function(set_, names.ALLOCATE_HANDLER)["Environment"]["Variables"]
+    assert env[names.ENV_SCARCE_FREE] == "16"
+    assert _function(set_, names.RECONCILE_HANDLER)["Environment"]["Variables"][names.ENV_SCARCE_FREE] == "16"
+    assert Settings.model_validate({**env, names.ENV_CLUSTER: "disc"}).scarce_free == 16
+    default = _function(synthesized["default"], names.ALLOCATE_HANDLER)["Environment"]["Variables"]
+    assert default[names.ENV_SCARCE_FREE] == str(names.SCARCE_FREE_DEFAULT)
