@@ -35,9 +35,9 @@ from typing import Any, Protocol
 
 from emulated.memstores import MemLedger
 from functions.settings import Settings
+from simulation import subnets
 from simulation.hostile import Churner
 from simulation.node import SimAgent
-from simulation.view import WorldView
 from warmpool import names
 from warmpool.pool import ceiling
 
@@ -49,7 +49,7 @@ SERVE_BOUND_S = 150.0
 """At the end, every report sent this long before must have been served."""
 
 
-class ChecksWorld(WorldView, Protocol):
+class ChecksWorld(subnets.SubnetsWorld, Protocol):
     """What the invariants read of the seed's world (:class:`simulation.world.SimWorld`
     satisfies it)."""
 
@@ -203,6 +203,7 @@ def _state(w: ChecksWorld, live: list[SimAgent]) -> None:
             if owner != a.iid:
                 where = "unassigned in EC2" if owner is None else f"on instance {owner}"
                 w.violation("pod-address-not-on-node", f"{a.name}/{cid} holds {ip}, which is {where}")
+    subnets.check_pods(w, live)
     probs = agent_problems(w.emu, {a.name: (a.iid, a.ds) for a in live})
     dup = [p for p in probs if " held by " in p]
     if dup:
