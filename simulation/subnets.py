@@ -275,6 +275,15 @@ def note_outcome(w: SubnetsWorld, name: str, code: str | None, scarce: bool = Fa
         w.fault("subnet-world:scarce-said")
 
 
+def room(w: SubnetsWorld, node: str) -> int | None:
+    """Free addresses now in the subnets the node's new ENIs may go in (``None``: the default
+    world, whose checks are as they were)."""
+    nets = w.nets
+    if nets.variant is None:
+        return None
+    return sum(w.emu.subnets[s].pool.available for s in nets.candidates(node in nets.custom_nodes))
+
+
 def check_pods(w: SubnetsWorld, live: Iterable[Any]) -> None:
     """No pod of a custom-networking node holds an address of its primary ENI."""
     nets = w.nets
