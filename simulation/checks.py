@@ -344,9 +344,9 @@ def at_end(w: ChecksWorld) -> None:
             continue
         # Issue 24's subnet worlds: the node's candidate subnets may be full (pods then wait for
         # room: a new ENI takes one address besides its pods'), and while they hold fewer free
-        # addresses than twice WARMPOOL_SCARCE_FREE the zone is scarce and no warm address is
-        # granted: a node whose lean hold lapsed between two answers is short of warm targets
-        # the allocator rightly leaves unmet (docs/allocator.md, "Scarce addresses shared fairly")
+        # addresses than WARMPOOL_SCARCE_FREE the zone is scarce and no warm address is granted:
+        # a node whose lean hold lapsed between two answers is short of warm targets the
+        # allocator rightly leaves unmet (docs/allocator.md, "Scarce addresses shared fairly")
         free = subnets.room(w, a.name)
         if free is not None and free < len(a.rt.adding) + 2:
             w.fault("subnet-world:settled-unchecked:no-room")
@@ -354,7 +354,7 @@ def at_end(w: ChecksWorld) -> None:
         if a.rt.adding:
             w.violation("not-settled", f"{a.name}: {len(a.rt.adding)} pods still wait for an address")
         d = a.ctl.delta(now)
-        if free is not None and free < 2 * w.settings.scarce_free and not a.ctl.lean(now):
+        if free is not None and free < w.settings.scarce_free and not a.ctl.lean(now):
             w.fault("subnet-world:settled-unchecked:scarce")
             continue
         if d.low:

@@ -121,8 +121,9 @@ WORLD_KINDS = (
 every bound the code assumes; each kind from a generator of its own, drawn after every other."""
 SUBNET_KINDS = ("multi-subnet", "fragmented", "custom-networking")
 """Issue 24's subnet worlds (:func:`_subnet_worlds`, set up by :mod:`simulation.subnets`): each
-from a generator of its own, drawn after every other kind, so leaving them out gives a seed the
-schedule (and the one-subnet world) it drew before they existed."""
+from a generator of its own, drawn after every other kind and put at the end of the event list,
+so leaving them out gives a seed the schedule (and the one-subnet world) it drew before they
+existed, and every other event keeps its index (``--keep`` lists pinned before still replay)."""
 DAMAGE_VARIANTS = ("drop-pod", "move-pod", "old-copy")
 """How ``checkpoint-damaged-parses`` damages the file (:meth:`simulation.node.SimDisk.damage_parsing`)."""
 ALL_TYPES = tuple(sorted(KNOWN_TYPES))
@@ -254,8 +255,10 @@ def draw(seed: int) -> SeedPlan:
     ev += _hostile(seed, names)
     ev += _agent_faults(seed, names)
     ev += _world_faults(seed, names)
-    ev += _subnet_worlds(seed, names, prefix_mode)
     ev.sort(key=lambda e: (e.at, e.kind))
+    # After the sort: every earlier event keeps its index, so a pinned ``--keep`` replays the
+    # one-subnet world it was found in (the world reads them wherever they are in the list)
+    ev += sorted(_subnet_worlds(seed, names, prefix_mode), key=lambda e: (e.at, e.kind))
     return SeedPlan(seed, nodes, prefix_mode, warm_ip, minimum_ip, quota_fraction, tuple(ev))
 
 
