@@ -31,6 +31,7 @@ from __future__ import annotations
 import ipaddress
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from emulated.memstores import MemLedger
@@ -339,6 +340,9 @@ def at_end(w: ChecksWorld) -> None:
             continue
         lim = a.ctl.limits
         cap = ceiling(a.ctl.pool, lim)  # capacity, capped by max pods (the allocator's cap too)
+        if w.plan.prefix_mode and subnets.whole_blocks(w, a.name) == 0:
+            # no free /28 in its candidate subnets (a subnet world): it holds single addresses
+            cap = min(cap, ceiling(replace(a.ctl.pool, prefix_mode=False), lim))
         wanted = len(a.rt.up) + len(a.rt.adding)
         if wanted + max(w.plan.warm_ip, w.plan.minimum_ip) + 16 >= cap or w.faults.get("fragmentation"):
             continue

@@ -284,6 +284,14 @@ def room(w: SubnetsWorld, node: str) -> int | None:
     return sum(w.emu.subnets[s].pool.available for s in nets.candidates(node in nets.custom_nodes))
 
 
+def whole_blocks(w: SubnetsWorld, node: str) -> int | None:
+    """Wholly free /28s now in the node's candidate subnets (``None``: the default world)."""
+    nets = w.nets
+    if nets.variant is None:
+        return None
+    return sum(w.emu.subnets[s].pool.free_blocks() for s in nets.candidates(node in nets.custom_nodes))
+
+
 def check_pods(w: SubnetsWorld, live: Iterable[Any]) -> None:
     """No pod of a custom-networking node holds an address of its primary ENI."""
     nets = w.nets
