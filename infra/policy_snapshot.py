@@ -9,8 +9,12 @@ contact) for the simulation's cluster, VPC and subnet. The intrinsic functions a
 (``${AWS::Partition}``, ``${AWS::Region}``, ``${AWS::AccountId}`` left as placeholders, which the
 simulation fills with the emulator's account and region at load).
 
-    python -m infra.policy_snapshot                # rewrite simulation/iam_policies.json
-    python -m infra.policy_snapshot --check        # exit 1 when the file differs from a fresh synth
+    python -m infra.policy_snapshot                # rewrite simulation/iam_policies*.json
+    python -m infra.policy_snapshot --check        # exit 1 when a file differs from a fresh synth
+
+Besides the default configuration, the stack variants the simulation's subnet worlds run with
+(:data:`VARIANTS`, issue 24: pod subnets by discovery, and discovery with custom networking),
+each in a file of its own (:func:`snapshot_path`).
 
 ``tests/infra/test_policy_snapshot.py`` runs the check, so the snapshot cannot go stale silently.
 """
@@ -37,6 +41,35 @@ SIMULATION_CONTEXT: dict[str, Any] = {
 }
 """The stack's settings for the simulation's world (``simulation.base.CLUSTER``; the simulation
 makes its VPC and its subnet with these ids); everything else is the default configuration."""
+
+CUSTOM_SUBNET_IDS = ("subnet-0123456789abcdef1", "subnet-0123456789abcdef2")
+"""The custom-networking variant's mapped subnets (the simulation renames them to its world's)."""
+VARIANTS: dict[str, dict[str, Any]] = {
+    # Pod subnets found by the VPC CNI's tags (``subnet_discovery``; no subnet ids): the
+    # simulation's multi-subnet and fragmented worlds (simulation/subnets.py).
+    "discover": {
+        "cluster": "dst",
+        "vpc_id": "vpc-0123456789abcdef0",
+        "subnet_discovery": "true",
+        "create_buckets_table": "true",
+    },
+    # The same with custom networking: one zone's ENIConfig with two subnets (a world that maps
+    # one names the other nowhere). No fixed security groups: the policy allows the VPC's.
+    "discover-custom": {
+        "cluster": "dst",
+        "vpc_id": "vpc-0123456789abcdef0",
+        "subnet_discovery": "true",
+        "create_buckets_table": "true",
+        "custom_network": json.dumps({"us-east-1a": {"subnets": list(CUSTOM_SUBNET_IDS)}}),
+    },
+}
+"""Other stack configurations the simulation draws, by name (:func:`snapshot_path`)."""
+
+
+def snapshot_path(variant: str | None = None) -> Path:
+    """Where a variant's snapshot is (``None``: the default configuration's, :data:`SNAPSHOT`)."""
+    return SNAPSHOT if variant is None else SNAPSHOT.with_name(f"iam_policies_{variant}.json")
+
 
 ROLES = {"allocate": "AllocateRole", "reconcile": "ReconcileRole", "agent": "AgentPolicy"}
 """Each role, by the prefix of the logical id of its role (the functions' inline policies) or of
@@ -132,18 +165,25 @@ def render(data: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=SNAPSHOT, help="where to write it (default: %(default)s)")
-    parser.add_argument("--check", action="store_true", help="compare with --out instead of writing it")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="write (or check) the default configuration's only, here"
+    )
+    parser.add_argument("--check", action="store_true", help="compare with the files instead of writing them")
     args = parser.parse_args(argv)
-    fresh = render(snapshot())
-    if args.check:
-        current = args.out.read_text() if args.out.exists() else ""
-        if current != fresh:
-            print(f"{args.out} differs from a fresh synth: run `python -m infra.policy_snapshot`", file=sys.stderr)
-            return 1
-        return 0
-    args.out.write_text(fresh)
-    return 0
+    todo: list[tuple[Path, dict[str, Any] | None]] = (
+        [(args.out, None)] if args.out is not None else [(snapshot_path(), None)]
+    )
+    if args.out is None:
+        todo += [(snapshot_path(v), ctx) for v, ctx in VARIANTS.items()]
+    stale = 0
+    for path, context in todo:
+        fresh = render(snapshot(context))
+        if not args.check:
+            path.write_text(fresh)
+        elif (path.read_text() if path.exists() else "") != fresh:
+            print(f"{path} differs from a fresh synth: run `python -m infra.policy_snapshot`", file=sys.stderr)
+            stale += 1
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from emulated.iam import PolicyPrincipal
 from emulated.lambda_runtime import LambdaCrash
 from emulated.memstores import MemLeases, MemLedger
 from functions.stores import DynamoLedger
+from simulation import subnets
 from simulation.base import CLUSTER
 from simulation.view import WorldView
 from warmpool import names
@@ -62,7 +63,7 @@ class Invocation:
     """Its container's clock minus the world's (``lambda-clock-skew``)."""
 
 
-class ClientsWorld(WorldView, Protocol):
+class ClientsWorld(subnets.SubnetsWorld, Protocol):
     """What the allocator's and the reconciler's clients reach of the seed's world
     (:class:`simulation.world.SimWorld` satisfies it)."""
 
@@ -146,6 +147,8 @@ class AllocEc2:
                 w.calls_by_iid.setdefault(iid, []).append((w.now(), name))
             if iid is not None and inv is not None:
                 w.check_lease(inv, node or iid, name, iid)
+            if mutating:
+                subnets.check_call(w, node, name, kw)
             if node is not None:
                 w.maybe_terminate_now(node)
                 if name == "unassign_private_ip_addresses":
@@ -154,6 +157,7 @@ class AllocEc2:
                 out: dict[str, Any] = fn(**kw)
             except ClientError as err:
                 refused(w, "the allocator", name, err)
+                subnets.note_outcome(w, name, err.response.get("Error", {}).get("Code"))
                 raise
             if inv is not None and mutating:
                 inv.mutating += 1

@@ -24,7 +24,7 @@ from emulated.ec2.config import AmbiguousOutcome
 from emulated.ec2.errors import Ec2Error
 from node_agent import cni as cni_plugin
 from node_agent.cniserver import CniSocketServer
-from simulation import hostile
+from simulation import hostile, subnets
 from simulation import kinds as k
 from simulation.base import DESCRIBE_ACTIONS, GC_MIN_AGE_S, HOST_IFNAMES, HOST_NETNS, SUBNET_CIDR, Stop
 from simulation.clients import ReconcilerEc2
@@ -35,7 +35,7 @@ from warmpool.buckets import MUTATING_ENI_ACTIONS, spec_for
 from warmpool.limits import KNOWN_TYPES
 
 
-class EventsWorld(HostileWorld, Protocol):
+class EventsWorld(HostileWorld, subnets.SubnetsWorld, Protocol):
     """What the schedule's events reach of the seed's world (and, through them, the
     hostile actors; :class:`simulation.world.SimWorld` satisfies it)."""
 
@@ -463,6 +463,9 @@ HANDLERS: dict[type[Event], Callable[[EventsWorld, Any], None]] = {
     k.ReportFlood: _on_report_flood,
     k.ImdsRegress: _on_imds_regress,
     k.LambdaClockSkew: _on_lambda_clock_skew,
+    k.MultiSubnet: subnets.on_multi_subnet,
+    k.Fragmented: subnets.on_fragmented,
+    k.CustomNetworking: subnets.on_custom_networking,
 }
 """Each event type -> what applying it does (every type of :data:`simulation.kinds.EVENT_TYPES`)."""
 

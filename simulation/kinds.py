@@ -398,6 +398,53 @@ class LambdaClockSkew(Window):
         return [float(x) for x in self.skews.split(",")]
 
 
+# --- issue 24's subnet worlds (simulation/subnets.py sets them up) ----------------------
+
+
+@dataclass(frozen=True)
+class MultiSubnet(Event):
+    """Pod subnets found by discovery: besides the nodes' own, subnets in their zone tagged
+    ``kubernetes.io/role/cni=1`` of the prefix lengths ``sizes`` (comma list, the first small
+    enough to fill); ``excluded``: ``own`` (the nodes' subnet tagged ``=0``), ``extra`` (another
+    subnet, a large one, tagged ``=0``) or none; ``late``: one more subnet, untagged until ``at``;
+    ``main_free`` above 0: foreign ENIs hold all but that many of the nodes' subnet's addresses."""
+
+    kind: ClassVar[str] = "multi-subnet"
+    sizes: str
+    excluded: str
+    late: bool
+    main_free: int
+
+
+@dataclass(frozen=True)
+class Fragmented(Event):
+    """The nodes' subnet with ``broken`` (a fraction) of its /28s broken by a foreign address, and a
+    second pod subnet (tagged ``kubernetes.io/role/cni=1``, prefix length ``second``) with
+    ``second_broken`` of its own; ``reservation``: half of the second one under a ``prefix``
+    subnet CIDR reservation; ``named``: the stack's ``named_placement``."""
+
+    kind: ClassVar[str] = "fragmented"
+    broken: float
+    second: int
+    second_broken: float
+    reservation: bool
+    named: bool
+
+
+@dataclass(frozen=True)
+class CustomNetworking(Event):
+    """The allocator's custom-networking map gives the nodes' zone subnets of the prefix lengths
+    ``sizes`` (comma list; ``groups``: and a security group), and the agents of ``nodes`` (comma
+    list) run with ``AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG``; ``tagged``: the mapped subnets also
+    carry ``kubernetes.io/role/cni=1`` (discovery must still leave them to the custom nodes)."""
+
+    kind: ClassVar[str] = "custom-networking"
+    sizes: str
+    nodes: str
+    tagged: bool
+    groups: bool
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     c.kind: c
     for c in (
@@ -448,6 +495,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ReportFlood,
         ImdsRegress,
         LambdaClockSkew,
+        MultiSubnet,
+        Fragmented,
+        CustomNetworking,
     )
 }
 """Each kind's name -> its event type."""

@@ -63,14 +63,14 @@ from simulation.base import (
     TIMING,
     AgentKilled,
 )
-from simulation.view import WorldView
+from simulation.subnets import SubnetsWorld
 from warmpool import names
 from warmpool.limits import known
 from warmpool.messages import MessageError, parse_result
 from warmpool.pool import PoolConfig
 
 
-class NodeWorld(WorldView, Protocol):
+class NodeWorld(SubnetsWorld, Protocol):
     """What a node (:class:`SimAgent` and its stand-ins) reaches of the seed's world
     (:class:`simulation.world.SimWorld` satisfies it)."""
 
@@ -529,8 +529,14 @@ class SimAgent:
         with self.guard():
             # as node_agent/agent.py reads it: checksum, then the host's pod wiring
             restored, damaged = restore_checked(ds, self.pods, AGENT_CONFIG.veth_prefix, now=now)
+            # custom networking (issue 24): the agents of the world's custom nodes run with
+            # AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG (simulation/subnets.py)
             pool = PoolConfig(
-                warm_ip=w.plan.warm_ip, minimum_ip=w.plan.minimum_ip, warm_prefix=1, prefix_mode=w.plan.prefix_mode
+                warm_ip=w.plan.warm_ip,
+                minimum_ip=w.plan.minimum_ip,
+                warm_prefix=1,
+                prefix_mode=w.plan.prefix_mode,
+                custom_networking=self.name in w.nets.custom_nodes,
             )
             ident = NodeIdentity(
                 cluster=CLUSTER,

@@ -81,6 +81,10 @@ FAULT_KINDS = (
     "report-flood",
     "imds-regress",
     "lambda-clock-skew",
+    # issue 24: the pod subnets' worlds (:func:`_subnet_worlds`)
+    "multi-subnet",
+    "fragmented",
+    "custom-networking",
 )
 """Every kind of fault the schedule can hold."""
 EVENT_KINDS = ("pods-add", "pods-del", "churn", *FAULT_KINDS)
@@ -115,6 +119,11 @@ WORLD_KINDS = (
 )
 """Issue 21's harsh world (:func:`_world_faults`): EC2 and IMDS as AWS documents them, past
 every bound the code assumes; each kind from a generator of its own, drawn after every other."""
+SUBNET_KINDS = ("multi-subnet", "fragmented", "custom-networking")
+"""Issue 24's subnet worlds (:func:`_subnet_worlds`, set up by :mod:`simulation.subnets`): each
+from a generator of its own, drawn after every other kind and put at the end of the event list,
+so leaving them out gives a seed the schedule (and the one-subnet world) it drew before they
+existed, and every other event keeps its index (``--keep`` lists pinned before still replay)."""
 DAMAGE_VARIANTS = ("drop-pod", "move-pod", "old-copy")
 """How ``checkpoint-damaged-parses`` damages the file (:meth:`simulation.node.SimDisk.damage_parsing`)."""
 ALL_TYPES = tuple(sorted(KNOWN_TYPES))
@@ -247,6 +256,9 @@ def draw(seed: int) -> SeedPlan:
     ev += _agent_faults(seed, names)
     ev += _world_faults(seed, names)
     ev.sort(key=lambda e: (e.at, e.kind))
+    # After the sort: every earlier event keeps its index, so a pinned ``--keep`` replays the
+    # one-subnet world it was found in (the world reads them wherever they are in the list)
+    ev += sorted(_subnet_worlds(seed, names, prefix_mode), key=lambda e: (e.at, e.kind))
     return SeedPlan(seed, nodes, prefix_mode, warm_ip, minimum_ip, quota_fraction, tuple(ev))
 
 
@@ -548,6 +560,72 @@ def _world_faults(seed: int, names: list[str]) -> list[Event]:
                 at=round(r.uniform(0, SPAN_S), 1),
                 dur=round(r.uniform(60, 300), 1),
                 skews=",".join(map(str, skews)),
+            )
+        )
+    return ev
+
+
+def _subnet_worlds(seed: int, names: list[str], prefix_mode: bool) -> list[Event]:
+    """Issue 24's pod subnets, each world from a generator of its own (``dst/<seed>/<kind>``),
+    drawn after every other kind; the world is set up at the start (:mod:`simulation.subnets`),
+    the event at ``at`` is what changes later:
+
+    * ``multi-subnet``: discovery by tag over 1-2 more subnets of the zone tagged
+      ``kubernetes.io/role/cni=1`` (the first a /26-/28, small enough to fill; the second a
+      /24-/26), sometimes the nodes' own subnet or a large other one tagged ``=0``, sometimes one
+      more subnet tagged only at ``at`` (30 s to half the span), and in half of the others the
+      nodes' subnet held by foreign ENIs but for 24 or 64 addresses (the zone short: fair sharing);
+    * ``fragmented``: 60-100 % of the nodes' subnet's /28s broken by foreign addresses, a second
+      pod subnet (/24-/26) with 0, 30 or 70 % of its own broken, half of it under a ``prefix``
+      CIDR reservation in 40 % of them, and named placement on in half (prefix mode: one seed in
+      three; secondary-address mode: one in fifteen);
+    * ``custom-networking``: the allocator's map gives the zone one or two subnets (/24-/28),
+      with a security group in half, and every node's agent (or, in 40 %, some of them) runs
+      with custom networking; in half the mapped subnets are tagged for discovery too.
+    """
+    ev: list[Event] = []
+
+    def gen(kind: str) -> random.Random:
+        return random.Random(f"dst/{seed}/{kind}")
+
+    r = gen("multi-subnet")
+    if r.random() < 0.2:
+        sizes = [r.choice((26, 27, 28))] + ([r.choice((24, 25, 26))] if r.random() < 0.6 else [])
+        excluded = r.choice(("", "", "own", "extra"))
+        late = r.random() < 0.3
+        main_free = r.choice((0, 0, 24, 64)) if excluded != "own" else 0
+        ev.append(
+            k.MultiSubnet(
+                at=round(r.uniform(30, SPAN_S / 2), 1) if late else 0.0,
+                sizes=",".join(map(str, sizes)),
+                excluded=excluded,
+                late=late,
+                main_free=main_free,
+            )
+        )
+    r = gen("fragmented")
+    if r.random() < (1 / 3 if prefix_mode else 1 / 15):
+        ev.append(
+            k.Fragmented(
+                at=0.0,
+                broken=round(r.uniform(0.6, 1.0), 2),
+                second=r.choice((24, 25, 26)),
+                second_broken=r.choice((0.0, 0.3, 0.7)),
+                reservation=r.random() < 0.4,
+                named=r.random() < 0.5,
+            )
+        )
+    r = gen("custom-networking")
+    if r.random() < 0.15:
+        sizes = [r.choice((24, 25, 26, 27))] + ([r.choice((25, 26, 27, 28))] if r.random() < 0.5 else [])
+        custom = names if r.random() < 0.6 or len(names) < 2 else r.sample(names, r.randint(1, len(names) - 1))
+        ev.append(
+            k.CustomNetworking(
+                at=0.0,
+                sizes=",".join(map(str, sizes)),
+                nodes=",".join(sorted(custom)),
+                tagged=r.random() < 0.5,
+                groups=r.random() < 0.5,
             )
         )
     return ev

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import json
 import os
 import random
 import threading
@@ -48,7 +49,7 @@ from emulated.lambda_runtime import LambdaCrash
 from emulated.memstores import MemFlips
 from emulated.sqs import FastSqs
 from functions.allocator import Record
-from simulation import checks, events, hostile
+from simulation import checks, events, hostile, subnets
 from simulation.base import (
     AGENT_EVERY_S,
     CLUSTER,
@@ -95,25 +96,36 @@ synthesizes them for the default configuration (written by ``python -m infra.pol
 
 
 @functools.cache
-def _policies() -> dict[str, Any]:
-    return load_snapshot(IAM_POLICIES)
+def _policies(variant: str | None = None) -> dict[str, Any]:
+    return load_snapshot(IAM_POLICIES if variant is None else IAM_POLICIES.with_name(f"iam_policies_{variant}.json"))
 
 
-def stack_roles(emu: Ec2Emulator, vpc: str, subnet: str) -> dict[str, PolicyPrincipal]:
+def stack_roles(
+    emu: Ec2Emulator, vpc: str, subnet: str, *, variant: str | None = None, custom: tuple[str, ...] = ()
+) -> dict[str, PolicyPrincipal]:
     """The stack's roles as principals of ``emu``: the snapshot's statements for its account and
     region, the VPC and subnet the stack was configured with being this world's (their ids are
-    drawn from the seed)."""
-    snapshot = _policies()
+    drawn from the seed). ``variant``: another configuration's snapshot (issue 24's subnet worlds,
+    :mod:`simulation.subnets`: pod subnets by discovery, no subnet ids; ``custom`` the world's
+    custom-networking subnets, named in the order of the snapshot's map, one it does not use
+    renamed to a subnet that does not exist)."""
+    snapshot = _policies(variant)
     context = snapshot["context"]
     if context["cluster"] != CLUSTER:
         raise ValueError(f"{IAM_POLICIES} is for cluster {context['cluster']!r}, not {CLUSTER!r}")
-    (subnet_id,) = str(context["subnet_ids"]).split(",")
+    ids = {str(context["vpc_id"]): vpc}
+    if "subnet_ids" in context:
+        (subnet_id,) = str(context["subnet_ids"]).split(",")
+        ids[subnet_id] = subnet
+    mapped = [s for z in json.loads(context.get("custom_network") or "{}").values() for s in z["subnets"]]
+    for i, placeholder in enumerate(mapped):
+        ids[placeholder] = custom[i] if i < len(custom) else f"subnet-{i:017x}"
     return snapshot_principals(
         snapshot,
         partition="aws",
         region=emu.config.region,
         account=emu.owner,
-        ids={str(context["vpc_id"]): vpc, subnet_id: subnet},
+        ids=ids,
         record=False,
     )
 
@@ -153,7 +165,10 @@ class SimWorld:
         self.subnet = self.emu.add_subnet(
             az="us-east-1a", cidr=SUBNET_CIDR, vpc_id=vpc, tags={names.cluster_tag_key(CLUSTER): "shared"}
         )
-        self.roles = stack_roles(self.emu, vpc, self.subnet)
+        self.nets = subnets.build(self.emu, vpc, self.subnet, plan.seed, plan.events)
+        """Issue 24's pod subnets (:mod:`simulation.subnets`): the nodes' own alone, unless the
+        plan draws a subnet world, which also picks the stack variant below."""
+        self.roles = stack_roles(self.emu, vpc, self.subnet, variant=self.nets.variant, custom=self.nets.custom)
         """The allocator's, the reconciler's and the agents' roles (``allocate``, ``reconcile``,
         ``agent``): their EC2 clients call as them, and a refusal is a violation (``iam-denied``).
         Set-up and fault injection call as the administrator (no principal)."""
@@ -181,6 +196,7 @@ class SimWorld:
             max_receive=5,
             gc_age_s=GC_AGE_S,
             allocate_timeout_s=FUNCTION_TIMEOUT_S,
+            **self.nets.settings(),
         )
         # lease TTL and deadline margin derived from the function timeout, as in the stack
         self.settings = self.harness.settings
@@ -355,6 +371,7 @@ class SimWorld:
         except MessageError:
             self.violation("bad-result", f"allocator sent an unparseable result: {body[:200]}")
             return
+        subnets.note_outcome(self, "result", None, scarce=bool(res.scarce))
         if self.crafted_only(res.instance_id, res.in_reply_to):
             self.violation(
                 "forged-served",

@@ -385,6 +385,31 @@ def _plan_known(
         plan = _plan_allocation(
             report, inventory, limits, subnets, cfg, state, delta, cluster, exclude_subnets, alloc_mode, subnet_rule
         )
+        if (
+            alloc_mode == "prefix"
+            and plan.unmet
+            and not any(isinstance(c, AssignAddresses | CreateEni) for c in plan.calls)
+        ):
+            # No candidate subnet has a /28's worth of free addresses (an Assign is capped at its
+            # subnet's free count, a new ENI needs room for its prefixes): no call is made, so
+            # none fails with InsufficientCidrBlocks and the executor's fallback never comes.
+            # Single addresses now, as that fallback would give (docs/allocator.md, step 7;
+            # issue 24's subnet worlds in the simulation, seeds 178 and 207).
+            singles = _plan_allocation(
+                report,
+                inventory,
+                limits,
+                subnets,
+                cfg,
+                state,
+                delta,
+                cluster,
+                exclude_subnets,
+                "secondary-ip",
+                subnet_rule,
+            )
+            if singles.calls:
+                plan = singles
         if reclaim:
             plan = replace(plan, kind="allocate", calls=reclaim + plan.calls)
         return plan

@@ -12,6 +12,7 @@ import pytest
 
 from emulated.lambda_runtime import LambdaCrash
 from simulation.runner import plan_for, run_plan
+from simulation.schedule import SUBNET_KINDS
 
 pytestmark = pytest.mark.sim
 
@@ -67,8 +68,10 @@ def _allowed(w: Any, role: str) -> set[str]:
 
 def test_every_role_calls_ec2_as_the_stack_made_it() -> None:
     """The functions' and the agents' EC2 clients carry their roles; a seed's calls are decided by
-    the snapshot's statements (the world's VPC and subnet are the ones they name) and none is refused."""
-    violations, (_, w) = run_plan(plan_for(3), _recording)
+    the snapshot's statements (the world's VPC and subnet are the ones they name) and none is refused.
+    The default configuration's: seed 3 without issue 24's subnet worlds (it draws custom
+    networking, whose stack variant names no subnet by id: ``test_subnet_worlds.py``)."""
+    violations, (_, w) = run_plan(plan_for(3, without=frozenset(SUBNET_KINDS)), _recording)
     assert violations == [] and w.emu.denials == []
     assert w.alloc_ec2.inner.principal is w.roles["allocate"]
     assert w.reconciler_ec2.inner.principal is w.roles["reconcile"]
