@@ -26,7 +26,7 @@ import heapq
 import ipaddress
 import random
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,8 +176,11 @@ class Ec2Emulator:
         tags: Mapping[str, str] | None = None,
         instance_id: str | None = None,
         private_ip: str | None = None,
+        efa_only: Sequence[tuple[int, int]] = (),
     ) -> str:
-        """Launch one running instance with its primary ENI at device 0 (no throttling)."""
+        """Launch one running instance with its primary ENI at device 0 (no throttling), and an
+        EFA-only interface (no IP address) at each ``(network card, device index)`` of
+        ``efa_only``, as p5, p5en and trn2 instances are launched (one per network card)."""
         with self._lock:
             self._settle()
             iid = launch_instance(
@@ -189,6 +192,7 @@ class Ec2Emulator:
                 private_ip,
                 self._id("r"),
                 "ami-00000000000000000",
+                efa_only,
             )
             self._changed()
             return iid
