@@ -8,8 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
 from functions.fairness import FairShare
 from functions.release_book import with_repeats
 from functions.releases import hold_releases, offers_held
