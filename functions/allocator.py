@@ -58,7 +58,7 @@ from functions.inventory import (
 from functions.mapping import Mapper, ThreadMapper, serial_map
 from functions.reasons import NodeStatus, Rejection, Why
 from functions.release_book import BOOK_ERRORS, LocalReleaseBooks, load_books, settle, with_repeats
-from functions.releases import count_flip, fresh_offers, hold_releases, load_flips, save_flips
+from functions.releases import count_flip, fresh_offers, hold_releases, load_flips, offers_held, save_flips
 from functions.result_queues import ResultQueues
 from functions.settings import LEASE_TTL_MARGIN_S, Settings
 from functions.telemetry import Tally
@@ -663,7 +663,9 @@ class Allocator:
         )
         # attached and not already detaching: a deleted one may be detached again
         attached = [e.eni.eni_id for e in f.enis if e.status == "in-use" and e.attachment_status != "detaching"]
-        return with_repeats(held, book, r, body, attached, shown)
+        # the release rules hold the repeats' new Unassigns of an offer as they hold its own
+        hold = offers_held(r, instance_id=self._key(r), fair=self.fair, clock=self.clock, settings=self.settings)
+        return with_repeats(held, book, r, body, attached, shown, hold)
 
     def _settled_book(self, n: Incoming, f: NodeFacts, book: ReleaseBook | None) -> ReleaseBook | None:
         """The instance's release book without what this report shows the agent dropped (None: not read)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from botocore.exceptions import ClientError
@@ -143,16 +143,18 @@ def with_repeats(
     body: str,
     attached: Iterable[str] = (),
     shown: Mapping[str, Iterable[str]] | None = None,
+    hold: Collection[str] = (),
 ) -> Plan:
     """The plan with the book's entries the report (``body``: as received) still names said
     again, first (``attached``: the ENIs EC2's facts show on the instance; a deleted one the
     report offers whole again is deleted again; ``shown``: the addresses EC2's facts show per
     ENI, before the book's correction; a booked one the report offers again that EC2 still
-    shows is unassigned again: :meth:`ReleaseBook.repeats`); repeated grants after the
+    shows is unassigned again: :meth:`ReleaseBook.repeats`; ``hold``: the ENIs whose offers the
+    release rules hold now, :func:`functions.releases.offers_held`); repeated grants after the
     plan's own calls."""
     if book is None or not (book.taken or book.given):
         return plan
-    again = book.repeats(report, offered_in(body), attached, shown)
+    again = book.repeats(report, offered_in(body), attached, shown, hold)
     if not again:
         return plan
     # Repeated grants last: a call of the plan may take what they would say (a delete of the

@@ -147,6 +147,22 @@ def hold_releases(
     return replace(plan, calls=tuple(calls), kind=kind)
 
 
+def offers_held(
+    r: PoolReport, *, instance_id: str, fair: FairShare, clock: Clock, settings: Settings
+) -> frozenset[str]:
+    """The ENIs whose offers :func:`hold_releases` holds now: every offer's while the instance
+    is damped, else each quarantined less than ``release_delay_s`` ago (the same reading of
+    the report's offers). The release book's repeats make no new Unassign on them either
+    (:meth:`warmpool.release_book.ReleaseBook.repeats`, ``hold``): before, one on another ENI
+    of an offer made this very second was made while the ordinary Unassign of the same offer
+    was held (review of settle7, F3). Only ever fewer or later releases."""
+    now = clock.now()
+    if fair.damped(instance_id, now):
+        return frozenset(o.eni_id for o in r.release)
+    offered_at = {o.eni_id: o.quarantined_at for o in r.release}
+    return frozenset(e for e, at in offered_at.items() if now - (at or now) < settings.release_delay_s)
+
+
 def count_flip(
     fair: FairShare, r: PoolReport, plan: Plan, *, instance_id: str, clock: Clock, damp_s: float, tally: Tally
 ) -> None:

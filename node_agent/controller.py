@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import NamedTuple, Protocol
 
@@ -103,6 +103,17 @@ class AttachedEni(NamedTuple):
     could not be read (:class:`node_agent.unmanaged.SkipUnmanaged`). Either way the
     controller keeps an ENI it already holds for its pods and hands nothing new out from
     it; one it does not hold it leaves alone."""
+    no_ipv4: bool = False
+    """IMDS shows the interface but no IPv4 address of it (404 for its ``local-ipv4s``,
+    :func:`node_agent.imds.parse_interfaces`): an EFA-only interface (p5, p5en, trn2 attach one
+    per network card; it has no IP address at all), or an interface IMDS does not show whole
+    yet. The controller never uses, counts, reports, sets up or releases one; one it knows has
+    addresses makes the read fail (:meth:`PoolController._read`)."""
+
+
+class IncompleteRead(RuntimeError):
+    """An IMDS read that shows an interface the agent knows has IPv4 addresses without them
+    (:meth:`PoolController._read`): not used, as a read that failed."""
 
 
 class MetadataView(Protocol):
@@ -114,8 +125,10 @@ class MetadataView(Protocol):
 class HostNetwork(Protocol):
     """Host set-up of secondary ENIs (the netlink adapter in production)."""
 
-    def setup_eni(self, eni: EniInfo, mtu: int) -> None:
-        """Link up with MTU and primary address, table ``d+1`` routes, ``from`` rule.
+    def setup_eni(self, eni: EniInfo, mtu: int, pods: Collection[str] = ()) -> None:
+        """Link up with MTU and primary address, the routes of its table
+        (:attr:`EniInfo.route_table`), ``from`` rule; the ``from <ip>`` rule of each pod address
+        in ``pods`` that names another table moved to it (:func:`node_agent.hostnet.move_pod_rules`).
         Raises ``LookupError`` when the link is not visible yet (retried later)."""
         ...
 
@@ -281,7 +294,9 @@ class PoolController:
             self._window_until = steady + self._window_left(now, steady)
         notes = self.resync(now) if self.metadata is not None else []
         for eni in self.ds.enis():
-            self._setup(eni.info)
+            # With the pods' addresses: a rule the previous agent wrote naming another table (its
+            # numbering) is moved to this ENI's (review of the multi-card change, F3).
+            self._setup(eni.info, pods=[a.ip for a in eni.addrs.values() if a.in_use])
         self._note_quarantined(now)  # restored offers: their timeout starts again now
         self._force = True
         return notes
@@ -537,8 +552,7 @@ class PoolController:
         # EC2's answer (a result) wins over an IMDS that lags behind it; these
         # filters are checkpointed, so they hold across a restart too.
         released, deleted = self.ds.recently_gone(now)
-        interfaces = self.metadata.interfaces()
-        self._observe(interfaces)
+        interfaces = self._read(now)
         # A deleted ENI is never taken again from IMDS, however long it lists it (ledger.py).
         usable, kept_held = self._usable([a for a in interfaces if a.info.eni_id not in deleted])
         # A released address IMDS lists is never free on its word (a read from before the
@@ -588,6 +602,41 @@ class PoolController:
         for n in notes:
             self._event("resync", n)
         return notes
+
+    def _read(self, now: float) -> list[AttachedEni]:
+        """One IMDS read, observed (:meth:`_observe`), without the interfaces it shows no IPv4
+        address of (``no_ipv4``).
+
+        Such an interface is an EFA-only one (p5, p5en, trn2 attach one per network card, and
+        IMDS answers 404 for its ``local-ipv4s``, as the VPC CNI's ``getENIMetadata`` in
+        ``pkg/awsutils/awsutils.go`` and nodeadm's ``getNetworkCardDetail`` read it), or an
+        interface IMDS does not show whole yet: IMDS documents no consistency, and a new ENI
+        may be listed before its addresses are (lag, a torn read). Nothing on the node tells
+        the two apart, so neither is taken as "no addresses": the interface is left out of the
+        read, exactly as if IMDS did not list it yet, which the agent already survives
+        (docs/safety.md, rows 4 and 5): it gets no address of it, so none goes to a pod, none
+        is counted, reported or offered, and its absence proves nothing gone (a claim on it
+        waits, parked, for a read that shows it whole). Before, any such 404 failed the whole
+        read: an agent on an instance with an EFA-only interface never read its ENIs (review of
+        the multi-card change, F4).
+
+        An interface the agent knows has IPv4 addresses (one the datastore holds, one a result
+        said was deleted, or the primary: an EFA-only interface is none of them, its type never
+        changes) shown without them is a read not to act on: left out, the datastore would drop
+        its free addresses and a released one would look seen gone. :class:`IncompleteRead` is
+        raised instead, as a failed read (what every such 404 did before)."""
+        assert self.metadata is not None
+        interfaces = self.metadata.interfaces()
+        bare = [a for a in interfaces if a.no_ipv4]
+        if bare:
+            known = {e.info.eni_id for e in self.ds.enis()} | set(self.ds.recently_gone(now)[1])
+            for a in bare:
+                if a.info.eni_id in known or a.info.primary:
+                    self.stats.imds_incomplete += 1
+                    raise IncompleteRead(f"IMDS shows {a.info.eni_id} without its IPv4 addresses: read not used")
+            interfaces = [a for a in interfaces if not a.no_ipv4]
+        self._observe(interfaces)
+        return interfaces
 
     def _observe(self, interfaces: list[AttachedEni]) -> None:
         """Every IMDS read: released addresses and deleted ENIs it no longer lists have been seen gone."""
@@ -904,11 +953,10 @@ class PoolController:
         if self.metadata is None:
             return sum(self.ds.reclaim(eni_id, [ip for ip, _ in addrs]) for eni_id, addrs in due.items())
         try:
-            interfaces = self.metadata.interfaces()
+            interfaces = self._read(now)
         except Exception as exc:  # IMDS down: keep them quarantined, retry next tick
             self._event("imds", f"cannot confirm quarantined addresses before taking them back: {exc}")
             return 0
-        self._observe(interfaces)
         view = {a.info.eni_id: a for a in interfaces}
         whole = self._whole_eni_offers()
         offerable = self.ds.quarantined()
@@ -1141,7 +1189,7 @@ class PoolController:
             return [f"result replies to seq {result.in_reply_to} never sent (last {self.last_seq}): ignored"]
         notes: list[str] = []
         self._note_scarce(bool(result.scarce), now, result.in_reply_to)
-        view = self._view()
+        view = self._view(now)
         released_here: set[str] = set()
         for action in result.actions:
             if isinstance(action, Attached | Assigned):
@@ -1251,17 +1299,16 @@ class PoolController:
         held += [p for p in prefixes if any(a.in_use for a in members.get(p, ()))]
         return held
 
-    def _view(self) -> dict[str, AttachedEni] | None:
+    def _view(self, now: float) -> dict[str, AttachedEni] | None:
         self._listed = None
         if self.metadata is None:
             return None
         try:
-            interfaces = self.metadata.interfaces()
+            interfaces = self._read(now)
         except Exception as exc:  # IMDS down: park everything and retry
             self._event("imds", f"cannot verify against IMDS: {exc}")
             self._listed = None
             return {}
-        self._observe(interfaces)
         usable, _ = self._usable(interfaces)
         return {a.info.eni_id: a for a in usable}
 
@@ -1459,7 +1506,7 @@ class PoolController:
 
     def _recheck(self, now: float) -> None:
         parked = self._unverified.take()
-        view = self._view()
+        view = self._view(now)
         self._rechecking = True  # one checkpoint write for the lot, at the end
         try:
             for key, (action, first, seq) in parked.items():
@@ -1479,14 +1526,17 @@ class PoolController:
 
     # --- host --------------------------------------------------------------------------
 
-    def _setup(self, info: EniInfo) -> None:
+    def _setup(self, info: EniInfo, pods: Collection[str] = ()) -> None:
         if self.host is None:
             return
         if info.device_index == 0 and info.network_card == 0:
             self.ds.set_ready(info.eni_id, ready=True)
             return
         try:
-            self.host.setup_eni(info, self.mtu)
+            if pods:
+                self.host.setup_eni(info, self.mtu, pods)
+            else:
+                self.host.setup_eni(info, self.mtu)
         except LookupError as exc:
             self.ds.set_ready(info.eni_id, ready=False)
             self._event("host", f"{info.eni_id}: not ready: {exc}")

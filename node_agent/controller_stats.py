@@ -51,6 +51,9 @@ class ControllerStats:
     whole_eni_offers_renewed: int = 0
     offers_renewed: int = 0
     verify_dropped: int = 0
+    imds_incomplete: int = 0
+    """IMDS reads not used: they showed an interface the agent knows has IPv4 addresses
+    without them (``PoolController._read``)."""
     # the node and the checkpoint
     datastore_repairs: int = 0
     checkpoint_write_errors: int = 0

@@ -22,7 +22,7 @@ import fcntl
 import hashlib
 import ipaddress
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from node_agent.netlink import (
@@ -127,9 +127,9 @@ class EniNetworking:
     def __init__(self, netns: str = "") -> None:
         self.netns = netns
 
-    def setup_eni(self, eni: EniInfo, mtu: int) -> None:
+    def setup_eni(self, eni: EniInfo, mtu: int, pods: Collection[str] = ()) -> None:
         with Netlink.open(self.netns) as nl:
-            setup_eni(nl, eni, mtu)
+            setup_eni(nl, eni, mtu, pods)
 
     def teardown_eni(self, eni: EniInfo) -> None:
         with Netlink.open(self.netns) as nl:
@@ -148,8 +148,14 @@ def eni_rule(eni: EniInfo) -> Rule:
     return Rule(priority=ENI_RULE_PRIORITY, table=eni.route_table, src=f"{eni.primary_ip}/32")
 
 
-def setup_eni(nl: Netlink, eni: EniInfo, mtu: int) -> int:
-    """Set up a secondary ENI; ``LookupError`` if its link is not visible yet. Returns changes made."""
+def setup_eni(nl: Netlink, eni: EniInfo, mtu: int, pods: Collection[str] = ()) -> int:
+    """Set up a secondary ENI; ``LookupError`` if its link is not visible yet. Returns changes made.
+
+    ``pods``: the addresses of this ENI that pods hold (the datastore's word). A pod's
+    ``from <ip> lookup <table>`` rule (:func:`pod_rules`) naming another table is moved to this
+    ENI's (:func:`move_pod_rules`): an agent that numbered tables otherwise wired it so (before
+    4d7be29, device ``d`` of every card used table ``d + 1``, so a pod of card 1 device 1 left by
+    card 0 device 1's link; review of the multi-card change, F3)."""
     link = nl.link_by_mac(eni.mac)
     if link is None:
         raise NetlinkNotFound(2, f"no link with MAC {eni.mac} for {eni.eni_id}")
@@ -169,6 +175,28 @@ def setup_eni(nl: Netlink, eni: EniInfo, mtu: int) -> int:
         if have.src == rule.src and have != rule:
             changes += nl.rule_absent(have)
     changes += nl.ensure_rule(rule)
+    changes += move_pod_rules(nl, eni, pods)
+    return changes
+
+
+def move_pod_rules(nl: Netlink, eni: EniInfo, pods: Collection[str]) -> int:
+    """Point the ``from <ip>`` rule (priority :data:`FROM_POD_PRIORITY`) of each pod address in
+    ``pods`` at ``eni``'s table, where one names another table. Only existing rules move: a pod
+    with none is not rewired here (its ADD or CHECK does that), and nothing else is touched (the
+    ``to <ip>`` rule names main whatever the ENI). Returns changes made."""
+    if eni.primary or not pods:
+        return 0
+    table = eni.route_table
+    wanted = {f"{ip}/32" for ip in pods}
+    changes = 0
+    for have in nl.rules():
+        if have.priority != FROM_POD_PRIORITY or have.src not in wanted or have.dst or have.fwmark:
+            continue
+        if have.table == table:
+            continue
+        # the new rule before the old one goes: the pod's packets always meet one of them
+        changes += nl.ensure_rule(Rule(priority=FROM_POD_PRIORITY, table=table, src=have.src))
+        changes += nl.rule_absent(have)
     return changes
 
 

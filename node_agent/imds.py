@@ -100,20 +100,32 @@ class ImdsClient:
     def network_tree(self) -> dict[str, Any]:
         """The part of the ``meta-data`` tree :func:`parse_interfaces` reads, fetched leaf by leaf:
         ``{"network": {"interfaces": {"macs": {mac: {leaf: value}}}}}``. A required leaf
-        missing raises :class:`ImdsError`; ``ipv4-prefix`` and ``network-card`` may be absent."""
+        missing raises :class:`ImdsError`; ``ipv4-prefix`` and ``network-card`` may be absent.
+        So may ``local-ipv4s``: IMDS answers 404 for it on an EFA-only interface (no IP address
+        at all; nodeadm's ``getNetworkCardDetail``, ``nodeadm/internal/api/status.go`` in
+        awslabs/amazon-eks-ami, says so and skips it), and the leaf is then left out, its
+        subnet leaves optional too: :func:`parse_interfaces` marks the interface ``no_ipv4``."""
         macs: dict[str, dict[str, str]] = {}
         for m in self._req("network/interfaces/macs/").split():
             mac = m.strip().rstrip("/").lower()
             if not mac:
                 continue
             base = f"network/interfaces/macs/{mac}/"
-            leaves = {"local-ipv4s": self._req(base + "local-ipv4s")}
+            leaves: dict[str, str] = {}
+            ipv4s = self.get(base + "local-ipv4s", missing_ok=True)
+            if ipv4s is not None:
+                leaves["local-ipv4s"] = ipv4s
             for optional in ("ipv4-prefix", "network-card"):
                 value = self.get(base + optional, missing_ok=True)
                 if value is not None:
                     leaves[optional] = value
-            for required in ("interface-id", "device-number", "subnet-id", "subnet-ipv4-cidr-block"):
+            for required in ("interface-id", "device-number"):
                 leaves[required] = self._req(base + required)
+            for subnet in ("subnet-id", "subnet-ipv4-cidr-block"):
+                if ipv4s is not None:
+                    leaves[subnet] = self._req(base + subnet)
+                elif (value := self.get(base + subnet, missing_ok=True)) is not None:
+                    leaves[subnet] = value
             macs[mac] = leaves
         return {"network": {"interfaces": {"macs": macs}}}
 
@@ -142,22 +154,39 @@ def parse_interfaces(tree: Mapping[str, Any]) -> list[AttachedEni]:
     address, the rest are secondary; ``ipv4-prefix`` (absent: none) lists the prefixes;
     ``network-card`` absent or not a number means card 0. A required leaf missing raises
     :class:`ImdsError`.
+
+    ``local-ipv4s`` absent (or empty) is an interface with no IPv4 address, as IMDS shows an
+    EFA-only one (p5, p5en and trn2 attach one per network card): the VPC CNI's
+    ``getENIMetadata`` (``pkg/awsutils/awsutils.go``, called by ``GetAttachedENIs``) reads
+    such a MAC as EFA-only and leaves it out of its pool. It is returned marked ``no_ipv4``,
+    with no address, no prefix and no primary address, its subnet leaves optional; the
+    controller never uses it, and fails a read that shows so an ENI it knows has addresses
+    (:meth:`node_agent.controller.PoolController._read`). Prefixes listed on such an
+    interface are no EFA-only one's (it has no IP address at all): a tree torn between
+    moments, :class:`ImdsError`.
     """
     macs: Mapping[str, Mapping[str, str]] = tree.get("network", {}).get("interfaces", {}).get("macs", {})
     out = []
     for raw_mac, leaves in macs.items():
         mac = raw_mac.strip().rstrip("/").lower()
-        local = _lines(_leaf(leaves, mac, "local-ipv4s"))
+        local = _lines(leaves.get("local-ipv4s", ""))
+        prefixes = _lines(leaves.get("ipv4-prefix", ""))
         card = leaves.get("network-card", "").strip()
+        if not local and prefixes:
+            raise ImdsError(f"IMDS network/interfaces/macs/{mac}: prefixes {prefixes} but no local-ipv4s")
         info = EniInfo(
             eni_id=_leaf(leaves, mac, "interface-id"),
             device_index=int(_leaf(leaves, mac, "device-number")),
             network_card=int(card) if card.isdigit() else 0,
             mac=mac,
             primary_ip=local[0] if local else "",
-            subnet_id=_leaf(leaves, mac, "subnet-id"),
-            subnet_cidr=_leaf(leaves, mac, "subnet-ipv4-cidr-block"),
+            subnet_id=_leaf(leaves, mac, "subnet-id") if local else leaves.get("subnet-id", "").strip(),
+            subnet_cidr=(
+                _leaf(leaves, mac, "subnet-ipv4-cidr-block")
+                if local
+                else leaves.get("subnet-ipv4-cidr-block", "").strip()
+            ),
         )
-        out.append(AttachedEni(info, local[1:], _lines(leaves.get("ipv4-prefix", ""))))
+        out.append(AttachedEni(info, local[1:], prefixes, no_ipv4=not local))
     out.sort(key=lambda a: (a.info.network_card, a.info.device_index))
     return out

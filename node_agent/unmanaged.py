@@ -170,7 +170,9 @@ class SkipUnmanaged:
     def interfaces(self) -> list[AttachedEni]:
         enis = self.inner.interfaces()
         now = self.clock.now()
-        ids = [e.info.eni_id for e in enis if not _primary(e)]
+        # An interface IMDS shows no IPv4 address of (an EFA-only one) is never used: its tags
+        # are not looked up (no Describe for it, no back-off while Describe does not list it).
+        ids = [e.info.eni_id for e in enis if not _primary(e) and not e.no_ipv4]
         with self._lock:
             unknown = [i for i in ids if i not in self._tagged]
             due = self._checked_at is not None and now - self._checked_at >= self.refresh_s

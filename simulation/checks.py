@@ -113,14 +113,14 @@ def ec2_problems(emu: Any) -> list[str]:
     prefixes: dict[str, str] = {}
     for e in emu.enis.values():
         seen.update(e.secondary)
-        seen.update([e.primary_ip])
+        seen.update([e.primary_ip] if e.primary_ip else [])  # an EFA-only interface has none
         seen.update(e.prefixes)
         for p in e.prefixes:
             prefixes[p] = e.id
     problems += [f"address {a} on {n} ENIs" for a, n in seen.items() if n > 1]
     if prefixes:
         for e in emu.enis.values():
-            for ip in [e.primary_ip, *e.secondary]:
+            for ip in [e.primary_ip, *e.secondary] if e.primary_ip else e.secondary:
                 for p, owner in prefixes.items():
                     if owner != e.id and _in_prefix(ip, [p]):
                         problems.append(f"{ip} of {e.id} lies in prefix {p} of {owner}")
@@ -308,6 +308,12 @@ def at_end(w: ChecksWorld) -> None:
         w.violation("report-dead-lettered", f"{len(dlq)} valid reports in the DLQ, e.g. {dlq[0]['Body'][:160]}")
     for a in _live(w):
         if not a.alive:
+            # Every fault ends within the schedule, and the quiet period is longer than any
+            # agent's restart: one still down now cannot start (review of the multi-card change,
+            # F4: a start whose IMDS read fails on an EFA-only interface, every time).
+            w.violation(
+                "agent-down", f"{a.name}: not running after the quiet period (last crash: {a.last_crash or 'none'})"
+            )
             continue
         # A report is due once it and the instance's listing in DescribeInstances are both
         # older than the bound: an instance EC2 does not show yet cannot be served (its

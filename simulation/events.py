@@ -64,7 +64,7 @@ class EventsWorld(HostileWorld, subnets.SubnetsWorld, Protocol):
 
     version: int
 
-    def join(self, name: str, itype: str) -> SimAgent: ...
+    def join(self, name: str, itype: str, efa_only: tuple[tuple[int, int], ...] = ()) -> SimAgent: ...
 
     def terminate(self, node: str) -> None: ...
 
@@ -187,13 +187,13 @@ def _on_terminate(w: EventsWorld, ev: k.Terminate) -> None:
 def _on_replace_node(w: EventsWorld, ev: k.ReplaceNode) -> None:
     if (a := _live(w, ev.node)) is None:
         return
-    itype = a.itype
+    itype, efa = a.itype, a.efa_only
     w.terminate(a.name)
     w.fault("replace-node")
     if ev.race:
-        _replace_racing(w, a.name, itype)
+        _replace_racing(w, a.name, itype, efa)
     else:
-        w.loop.call_later(ev.gap, functools.partial(_join_later, w, a.name, itype))
+        w.loop.call_later(ev.gap, functools.partial(_join_later, w, a.name, itype, efa))
 
 
 def _on_cni_overlap(w: EventsWorld, ev: k.CniOverlap) -> None:
@@ -212,6 +212,48 @@ def _on_cni_interrupted(w: EventsWorld, ev: k.CniInterrupted) -> None:
 
 def _on_cni_gc(w: EventsWorld, ev: k.CniGc) -> None:
     _gc(w, w.agents.get(ev.node))
+
+
+def _on_cni_readd(w: EventsWorld, ev: k.CniReadd, tries: int = 0) -> None:
+    """One attachment made twice between two GCs (review 6, F1): the runtime DELs a running
+    attachment old enough for a GC to take it, ADDs the same sandbox again at once, and runs a
+    GC with the list it took before that ADD was answered. The agent must date the attachment
+    from the new ADD (dated from the first, the GC tore down the running pod and freed its
+    address: ``cni-gc-freed-running``)."""
+    a = _live(w, ev.node)
+    if a is None or not a.alive:
+        return
+    rt = a.rt
+    old = sorted(c for c in rt.up if w.now() - rt.made.get(c, w.now()) >= GC_MIN_AGE_S)
+    if not old:  # none old enough yet: the runtime's retry comes later (pods come and go)
+        if tries < READD_TRIES:
+            w.loop.call_later(READD_WAIT_S, lambda: _on_cni_readd(w, ev, tries + 1))
+        else:
+            w.fault("cni-readd:none-old")
+        return
+    cid = old[0]
+    with a.guard():
+        if not a.cni_call("DEL", cid).get("ok"):
+            w.fault("cni-readd:del-failed")
+            return
+        rt.up.pop(cid, None)
+        got = a.cni_call("ADD", cid)
+    if not a.alive:
+        return
+    if not got.get("ok"):
+        rt.adding[cid] = None  # no address yet (or the write failed): the runtime retries it
+        w.fault("cni-readd:add-failed")
+        return
+    ip = got["result"]["ips"][0]["address"].split("/")[0]
+    rt.up[cid] = ip
+    a.w.pod_up(a, cid, ip)
+    w.fault("cni-readd")
+    _gc(w, a, unlisted=frozenset({cid}))
+
+
+READD_TRIES = 12
+READD_WAIT_S = 20.0
+"""``cni-readd`` on a node running no attachment old enough looks again this often, this many times."""
 
 
 def _on_cni_hostile(w: EventsWorld, ev: k.CniHostile) -> None:
@@ -340,13 +382,13 @@ def _on_instance_unlisted(w: EventsWorld, ev: k.InstanceUnlisted) -> None:
     if (a := _live(w, ev.node)) is None:
         return
     if ev.replace:
-        itype = a.itype
+        itype, efa = a.itype, a.efa_only
         w.terminate(a.name)
         try:
-            a = w.join(a.name, itype)
+            a = w.join(a.name, itype, efa)
         except Ec2Error:
             w.fault("instance-unlisted:no-room")
-            w.loop.call_later(10.0, functools.partial(_join_later, w, ev.node, itype))
+            w.loop.call_later(10.0, functools.partial(_join_later, w, ev.node, itype, efa))
             return
     w.emu.unlist_instance(a.iid, w.now() + ev.dur)
     w.fault(f"{ev.kind}:{'new' if ev.replace else 'first'}")
@@ -392,7 +434,10 @@ def _on_instance_type(w: EventsWorld, ev: k.InstanceType) -> None:
         return
     w.terminate(a.name)
     w.fault(f"{ev.kind}:{'multi-card' if KNOWN_TYPES[ev.itype].network_cards > 1 else 'one-card'}")
-    w.loop.call_later(ev.gap, functools.partial(_join_later, w, a.name, ev.itype))
+    efa = ev.efa_only_slots()
+    if efa:
+        w.fault("instance-type:efa-only", len(efa))
+    w.loop.call_later(ev.gap, functools.partial(_join_later, w, a.name, ev.itype, efa))
 
 
 def _on_report_flood(w: EventsWorld, ev: k.ReportFlood, until: float | None = None) -> None:
@@ -451,6 +496,7 @@ HANDLERS: dict[type[Event], Callable[[EventsWorld, Any], None]] = {
     k.CheckpointWriteError: _on_checkpoint_write_error,
     k.TagLookupFailure: _on_tag_lookup_failure,
     k.ClockSkew: _on_clock_skew,
+    k.CniReadd: _on_cni_readd,
     k.DescribeStale: _on_describe_stale,
     k.InstanceUnlisted: _on_instance_unlisted,
     k.SlowDetach: _on_slow_ops,
@@ -481,15 +527,16 @@ def _rollout_restart(w: EventsWorld, node: str, dur: float) -> None:
     w.fault("tag-lookup-failure:restart")
 
 
-def _join_later(w: EventsWorld, name: str, itype: str) -> None:
-    """The replacement instance launches (its auto scaling group retries while the subnet is full)."""
+def _join_later(w: EventsWorld, name: str, itype: str, efa_only: tuple[tuple[int, int], ...] = ()) -> None:
+    """The replacement instance launches (its auto scaling group retries while the subnet is full),
+    with EFA-only interfaces at ``efa_only`` (its launch template's)."""
     try:
-        w.join(name, itype)
+        w.join(name, itype, efa_only)
     except Ec2Error:
-        w.loop.call_later(10.0, lambda: _join_later(w, name, itype))
+        w.loop.call_later(10.0, lambda: _join_later(w, name, itype, efa_only))
 
 
-def _replace_racing(w: EventsWorld, name: str, itype: str) -> None:
+def _replace_racing(w: EventsWorld, name: str, itype: str, efa_only: tuple[tuple[int, int], ...] = ()) -> None:
     """A scheduled reconcile reads the ledger just before the new instance that reuses
     the name has its first report served: the serve lands while the reconciler is
     between its read and its clean-up."""
@@ -498,9 +545,9 @@ def _replace_racing(w: EventsWorld, name: str, itype: str) -> None:
 
     def during_describe() -> None:
         try:
-            a = w.join(name, itype)
+            a = w.join(name, itype, efa_only)
         except Ec2Error:
-            w.loop.call_later(10.0, lambda: _join_later(w, name, itype))
+            w.loop.call_later(10.0, lambda: _join_later(w, name, itype, efa_only))
             return
         a.periodic()
         w.esm_tick()
@@ -609,7 +656,9 @@ followed by another (CRI-O's periodic GC); at most ``GC_RETRIES`` times."""
 GC_RETRIES = 20
 
 
-def _gc(w: EventsWorld, a: SimAgent | None, *, again: bool = False, tries: int = 0) -> None:
+def _gc(
+    w: EventsWorld, a: SimAgent | None, *, again: bool = False, tries: int = 0, unlisted: frozenset[str] = frozenset()
+) -> None:
     """CNI GC from the runtime, with the attachments it knows. The agent leaves alone
     attachments younger than ``gc_min_age_s`` (the runtime may have listed before an ADD
     was answered) and ones with an operation in flight (none here: the runtime waits for
@@ -617,7 +666,12 @@ def _gc(w: EventsWorld, a: SimAgent | None, *, again: bool = False, tries: int =
     least ``gc_min_age_s`` before the GC must be released by it (made: the ADD after which
     the agent held its address, answered or not, ``Runtime.made``). Runtimes call GC again
     later; here, if young unlisted attachments were left, once they are old enough, and
-    after a GC that failed with code 5 (``GC_RETRY_S``)."""
+    after a GC that failed with code 5 (``GC_RETRY_S``).
+
+    ``unlisted``: attachments the runtime runs that its list lacks (taken before their ADD was
+    answered: ``cni-readd``). Nor may a GC take the address of an attachment the runtime runs
+    that its list names, or that its ADD made less than ``gc_min_age_s`` before
+    (``cni-gc-freed-running``)."""
     if a is None or a.gone:
         return
     if not a.alive:
@@ -625,17 +679,31 @@ def _gc(w: EventsWorld, a: SimAgent | None, *, again: bool = False, tries: int =
             w.loop.call_later(10.0, lambda: _gc(w, a, again=again, tries=tries))
         return
     rt = a.rt
-    valid = [{"containerID": c, "ifname": "eth0"} for c in [*rt.up, *rt.adding, *rt.deleting]]
+    valid = [{"containerID": c, "ifname": "eth0"} for c in [*rt.up, *rt.adding, *rt.deleting] if c not in unlisted]
     conf = _conf(w, a, cniVersion="1.1.0", **{"cni.dev/valid-attachments": valid})
     w.fault("cni-gc:retried" if tries else "cni-gc:again" if again else "cni-gc")
     started = w.now()
+    running = {c: ip for c, ip in rt.up.items() if a.ds.lookup(c, "eth0") is not None}
     code, out = _plugin(w, a, {"CNI_COMMAND": "GC"}, json.dumps(conf))
+    known_ids = {v["containerID"] for v in valid}
+    freed = [
+        c
+        for c in running
+        if c in rt.up
+        and a.ds.lookup(c, "eth0") is None
+        and (c in known_ids or started - rt.made.get(c, started) < GC_MIN_AGE_S)
+    ]
+    if freed:
+        w.violation(
+            "cni-gc-freed-running",
+            f"{a.name}: CNI GC freed the address of running attachments the runtime listed or made "
+            f"less than {GC_MIN_AGE_S:g}s before: {[(c, running[c]) for c in sorted(freed)]}",
+        )
     if code != 0:
         if _cni_code(out) == cni_plugin.E_IO and tries < GC_RETRIES:
             w.loop.call_later(GC_RETRY_S, lambda: _gc(w, a, again=again, tries=tries + 1))
         return  # refused (e.g. an old runtime's version), or failed: nothing to check
     w.fault("cni-gc:checked")
-    known_ids = {v["containerID"] for v in valid}
     leaked, young = [], []
     for p in a.ds.pods():
         if p.container_id in known_ids:

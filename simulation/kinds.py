@@ -283,6 +283,16 @@ class ClockSkew(NodeEvent):
     skew: float
 
 
+@dataclass(frozen=True)
+class CniReadd(NodeEvent):
+    """The runtime DELs one of the node's running attachments made at least the GC's minimum age
+    before and ADDs it again at once (the same sandbox retried), then runs a GC whose list it
+    took before that ADD was answered (so the list lacks it): between two GCs, one attachment
+    made twice (review of the multi-card change and 42ff263, F1)."""
+
+    kind: ClassVar[str] = "cni-readd"
+
+
 # --- issue 21's harsh world: what AWS does not promise (docs/emulated-ec2.md) ------------
 
 
@@ -356,11 +366,22 @@ class Ec2Ambiguous(Window):
 
 @dataclass(frozen=True)
 class InstanceType(NodeEvent):
-    """The node's instance replaced by one of ``itype`` (any the limits table knows)."""
+    """The node's instance replaced by one of ``itype`` (any the limits table knows); with
+    ``efa``, launched as p5.48xlarge, trn1 and trn2 are for EFA: an EFA-only interface (no IP
+    address, so no ``local-ipv4s`` in IMDS) at device 0 of every network card above 0."""
 
     kind: ClassVar[str] = "instance-type"
     itype: str
     gap: float
+    efa: bool = False
+
+    def efa_only_slots(self) -> tuple[tuple[int, int], ...]:
+        """The ``(network card, device index)`` of each EFA-only interface it launches with."""
+        if not self.efa:
+            return ()
+        from warmpool.limits import KNOWN_TYPES
+
+        return tuple((card, 0) for card in range(1, KNOWN_TYPES[self.itype].network_cards))
 
 
 @dataclass(frozen=True)
@@ -483,6 +504,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CheckpointWriteError,
         TagLookupFailure,
         ClockSkew,
+        CniReadd,
         DescribeStale,
         InstanceUnlisted,
         SlowDetach,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
+import dataclasses
 import email.utils
 import functools
 import ipaddress
@@ -36,7 +37,7 @@ from node_agent.agent import RESTART_HOLD_S, RESULT_VISIBILITY_S, Agent, AwsCloc
 from node_agent.checkpoint import CheckpointError, CheckpointWriteError, FileCheckpoint
 from node_agent.cni import E_IO
 from node_agent.cniserver import CniService
-from node_agent.controller import AttachedEni, PoolController
+from node_agent.controller import AttachedEni, IncompleteRead, PoolController
 from node_agent.datastore import Datastore
 from node_agent.hostnet import (
     CLONE_NEWNET,
@@ -47,9 +48,9 @@ from node_agent.hostnet import (
     ifname_problem,
     netns_refusal,
 )
-from node_agent.imds import Identity
+from node_agent.imds import Identity, ImdsError, parse_interfaces
 from node_agent.netlink import NetlinkFailure, netns_path
-from node_agent.records import EniInfo, NodeIdentity
+from node_agent.records import NodeIdentity
 from node_agent.unmanaged import SkipUnmanaged
 from simulation.base import (
     AGENT_CONFIG,
@@ -98,22 +99,9 @@ class NodeWorld(SubnetsWorld, Protocol):
 # --- IMDS with lag ---------------------------------------------------------------------
 
 
-def _interfaces(md: dict[str, Any]) -> list[AttachedEni]:
-    out = []
-    for mac, d in md["network"]["interfaces"]["macs"].items():
-        local = d["local-ipv4s"].split("\n")
-        pfx = d.get("ipv4-prefix", "")
-        info = EniInfo(
-            eni_id=d["interface-id"],
-            device_index=int(d["device-number"]),
-            mac=mac,
-            primary_ip=local[0],
-            subnet_id=d["subnet-id"],
-            subnet_cidr=d["subnet-ipv4-cidr-block"],
-            network_card=int(d["network-card"]),
-        )
-        out.append(AttachedEni(info, local[1:], pfx.split("\n") if pfx else []))
-    return sorted(out, key=lambda a: (a.info.network_card, a.info.device_index))
+def _tree(md: dict[str, Any]) -> dict[str, Any]:
+    """The part of an instance's ``meta-data`` tree the agent reads (``network/interfaces/macs``)."""
+    return {"network": {"interfaces": {"macs": md["network"]["interfaces"]["macs"]}}}
 
 
 class LaggedImds:
@@ -135,7 +123,11 @@ class LaggedImds:
         self._regress_rng: Any = None
         self.served_at: list[float] = []
         """The moment (world time) of the EC2 state each read answered from, in read order."""
-        self.history: list[tuple[float, tuple[Any, ...], list[AttachedEni]]] = []
+        self.history: list[tuple[float, tuple[Any, ...], dict[str, Any]]] = []
+        """(moment, fingerprint, the ``meta-data`` tree's interfaces then), read by the production
+        parser (:func:`node_agent.imds.parse_interfaces`) when served: an interface with no
+        ``local-ipv4s`` (an EFA-only one) reaches the agent as IMDS serves it."""
+        self._parsed: dict[int, list[AttachedEni]] = {}
         self._served = 0
         self.observe()
 
@@ -160,7 +152,14 @@ class LaggedImds:
         fp = self.fingerprint()
         if self.history and self.history[-1][1] == fp:
             return
-        self.history.append((self.w.now(), fp, _interfaces(self.w.emu.instance_metadata(self.iid))))
+        self.history.append((self.w.now(), fp, _tree(self.w.emu.instance_metadata(self.iid))))
+
+    def _enis(self, i: int) -> list[AttachedEni]:
+        """The interfaces of moment ``i``, as the agent's IMDS client parses them (what it raises, raised)."""
+        got = self._parsed.get(i)
+        if got is None:
+            got = self._parsed[i] = parse_interfaces(self.history[i][2])
+        return got
 
     def interfaces(self) -> list[AttachedEni]:
         self.observe()
@@ -173,7 +172,7 @@ class LaggedImds:
             i = self._regressed(i, cut)
         self.served_at.append(self.history[i][0])
         if self.torn_span <= 0:
-            return list(self.history[i][2])
+            return list(self._enis(i))
         return self._torn(i)
 
     def _regressed(self, i: int, cut: float) -> int:
@@ -192,15 +191,24 @@ class LaggedImds:
 
     def _torn(self, i: int) -> list[AttachedEni]:
         """The ENI list of moment ``i``, each ENI's addresses of a moment drawn within
-        ``torn_span`` of it (earlier or later, up to now): one tree mixing moments."""
+        ``torn_span`` of it (earlier or later, up to now): one tree mixing moments. An ENI not
+        attached at the moment its address leaves are read has none: IMDS answers 404 for its
+        ``local-ipv4s`` (and ``ipv4-prefix``), so it reaches the agent as an EFA-only interface
+        does (``no_ipv4``, counted ``imds-torn:no-ipv4``), the case the agent cannot tell from
+        one (review of the multi-card change, F4)."""
         t0 = self.history[i][0]
-        near = [h for h in self.history if abs(h[0] - t0) <= self.torn_span]
+        near = [j for j, h in enumerate(self.history) if abs(h[0] - t0) <= self.torn_span]
         out = []
-        for att in self.history[i][2]:
+        for att in self._enis(i):
             if self._torn_rng is None:
                 self._torn_rng = self.w.rng(f"imds-torn/{self.iid}")
-            _, _, enis = near[self._torn_rng.randrange(len(near))]
+            enis = self._enis(near[self._torn_rng.randrange(len(near))])
             other = next((e for e in enis if e.info.eni_id == att.info.eni_id), None)
+            if other is None and not att.no_ipv4:
+                self.w.fault("imds-torn:no-ipv4")
+                bare = dataclasses.replace(att.info, primary_ip="")
+                out.append(att._replace(info=bare, ips=[], prefixes=[], no_ipv4=True))
+                continue
             out.append(att if other is None else att._replace(ips=other.ips, prefixes=other.prefixes))
         return out
 
@@ -506,6 +514,10 @@ class SimAgent:
         self.clock = SkewedClock(w, self)
         self.ec2 = AgentEc2(w, self)
         self.lookup_fails_until = 0.0
+        self.last_crash = ""
+        """Why the process last ended on an error of its own (:meth:`crashed`)."""
+        self.efa_only: tuple[tuple[int, int], ...] = ()
+        """The slots of the EFA-only interfaces its instance launched with (a replacement gets them too)."""
         self.starts: list[str] = []
         """How each start found the checkpoint (the production start's words: restored, empty, rebuilt)."""
         self.ds: Datastore
@@ -602,6 +614,12 @@ class SimAgent:
                 # (the datastore's saves raise CheckpointWriteError), and kubelet restarts it
                 self.crashed(f"start: {exc.strerror if isinstance(exc, DiskError) else 'checkpoint not written'}")
                 return
+            except (ImdsError, IncompleteRead) as exc:
+                # as node_agent/agent.py::main: a start whose IMDS read fails exits (1), and
+                # kubelet restarts it (an agent that never reads its ENIs is down at the end:
+                # the ``agent-down`` check; review of the multi-card change, F4)
+                self.crashed(f"start: {type(exc).__name__}")
+                return
             self.alive = True
             # when (world time) this process started: its CNI GC ages an attachment an earlier
             # process made from here (``CniService._age``)
@@ -615,6 +633,7 @@ class SimAgent:
         self.alive = False
         self.kill_point = None
         self.cp.armed = False
+        self.last_crash = why
         self.w.fault("agent-crash:" + why)
         self.w.loop.call_later(RESTART_BACKOFF_S, self.restart)
 
@@ -658,6 +677,8 @@ class SimAgent:
                         self.ctl.resync(now)
                     except CheckpointWriteError:  # Agent.run_once logs a failed resync and goes on
                         w.fault("checkpoint-write-error:resync")
+                    except (ImdsError, IncompleteRead) as exc:  # so it does for a failed IMDS read
+                        w.fault(f"imds-read-failed:{type(exc).__name__}")
                 self.runtime_calls()
                 for report in self.ctl.tick(now):
                     self.sent.append((w.now(), report.seq))  # the world's time: the check measures real waits

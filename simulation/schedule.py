@@ -68,6 +68,7 @@ FAULT_KINDS = (
     "checkpoint-write-error",
     "tag-lookup-failure",
     "clock-skew",
+    "cni-readd",
     # issue 21: the world as AWS documents it, no kinder (:func:`_world_faults`)
     "describe-stale",
     "instance-unlisted",
@@ -124,6 +125,9 @@ SUBNET_KINDS = ("multi-subnet", "fragmented", "custom-networking")
 from a generator of its own, drawn after every other kind and put at the end of the event list,
 so leaving them out gives a seed the schedule (and the one-subnet world) it drew before they
 existed, and every other event keeps its index (``--keep`` lists pinned before still replay)."""
+LATE_KINDS = ("cni-readd",)
+"""Kinds added after the shrunk replays the tests and docs name (:func:`_late_kinds`): each from a
+generator of its own, listed after every other event of the schedule."""
 DAMAGE_VARIANTS = ("drop-pod", "move-pod", "old-copy")
 """How ``checkpoint-damaged-parses`` damages the file (:meth:`simulation.node.SimDisk.damage_parsing`)."""
 ALL_TYPES = tuple(sorted(KNOWN_TYPES))
@@ -259,6 +263,9 @@ def draw(seed: int) -> SeedPlan:
     # After the sort: every earlier event keeps its index, so a pinned ``--keep`` replays the
     # one-subnet world it was found in (the world reads them wherever they are in the list)
     ev += sorted(_subnet_worlds(seed, names, prefix_mode), key=lambda e: (e.at, e.kind))
+    # Kinds added after the shrunk replays the tests and docs name (``--keep`` indices): listed
+    # after the others, each in time order, so every earlier event keeps its index.
+    ev += sorted(_late_kinds(seed, names), key=lambda e: (e.at, e.kind))
     return SeedPlan(seed, nodes, prefix_mode, warm_ip, minimum_ip, quota_fraction, tuple(ev))
 
 
@@ -418,6 +425,22 @@ def _agent_faults(seed: int, names: list[str]) -> list[Event]:
     return ev
 
 
+def _late_kinds(seed: int, names: list[str]) -> list[Event]:
+    """Kinds added once shrunk replays were recorded, each from a generator of its own
+    (``dst/<seed>/<kind>``) like :func:`_agent_faults`, and listed after every other event
+    (:func:`draw`), so a seed's other events keep their indices as well as their draws:
+
+    * ``cni-readd``: the node's runtime DELs a running attachment at least the GC's minimum age
+      old, ADDs it again at once, and runs a GC whose list it took before that ADD was answered
+      (one attachment made twice between two GCs: review 6, F1).
+    """
+    ev: list[Event] = []
+    r = random.Random(f"dst/{seed}/cni-readd")
+    if r.random() < 0.15:
+        ev.append(k.CniReadd(at=round(r.uniform(90, SPAN_S), 1), node=r.choice(names)))
+    return ev
+
+
 def _world_faults(seed: int, names: list[str]) -> list[Event]:
     """Issue 21's harsh world, each kind from a generator of its own (``dst/<seed>/<kind>``),
     drawn after every other kind, so a seed's other events are those it drew before:
@@ -433,7 +456,10 @@ def _world_faults(seed: int, names: list[str]) -> list[Event]:
       at a moment up to ``span`` s apart from the ENI list;
     * ``ec2-ambiguous``: mutating ENI calls take effect and lose their answer (``rate``);
     * ``instance-type``: the node replaced by an instance of any type of the limits table
-      (multi-card ones, such as p5.48xlarge's 32 cards, one draw in three);
+      (multi-card ones, such as p5.48xlarge's 32 cards, one draw in three); a multi-card one
+      half the time (``efa``, its own generator) with an EFA-only interface at device 0 of every
+      card above 0, as p5.48xlarge and trn2 are launched for EFA (no IP address: IMDS serves no
+      ``local-ipv4s`` for it; review of the multi-card change, F4);
     * ``report-flood``: a node sending ``n`` valid reports every ``period`` s;
     * ``imds-regress``: for ``dur`` s each IMDS read of one node answers from a moment drawn
       up to ``back_s`` (30 s, 2 or 5 min) before the newest it would show, so a read may show
@@ -522,14 +548,12 @@ def _world_faults(seed: int, names: list[str]) -> list[Event]:
         )
     r = gen("instance-type")
     if r.random() < 0.2:
-        ev.append(
-            k.InstanceType(
-                at=round(r.uniform(0, SPAN_S / 2), 1),
-                node=r.choice(names),
-                itype=r.choice(MULTI_CARD_TYPES if r.random() < 1 / 3 else ALL_TYPES),
-                gap=round(r.uniform(0, 30), 1),
-            )
-        )
+        at, node = round(r.uniform(0, SPAN_S / 2), 1), r.choice(names)
+        itype = r.choice(MULTI_CARD_TYPES if r.random() < 1 / 3 else ALL_TYPES)
+        gap = round(r.uniform(0, 30), 1)
+        # EFA-only interfaces from a generator of their own: the draws above are what they were
+        efa = KNOWN_TYPES[itype].network_cards > 1 and gen("instance-type/efa").random() < 0.5
+        ev.append(k.InstanceType(at=at, node=node, itype=itype, gap=gap, efa=efa))
     r = gen("report-flood")
     if r.random() < 0.15:
         ev.append(

@@ -276,11 +276,15 @@ class SimWorld:
             return  # the CNI socket server's thread: the plugin call's caller stops the run
         raise Stop()
 
-    def join(self, name: str, itype: str) -> SimAgent:
+    def join(self, name: str, itype: str, efa_only: tuple[tuple[int, int], ...] = ()) -> SimAgent:
         iid = self.emu.run_instance(
-            itype, subnet_id=self.subnet, tags={names.cluster_tag_key(CLUSTER): "owned", "Name": name}
+            itype,
+            subnet_id=self.subnet,
+            tags={names.cluster_tag_key(CLUSTER): "owned", "Name": name},
+            efa_only=efa_only,
         )
         a = SimAgent(self, name, iid, itype)
+        a.efa_only = efa_only
         self.agents[name] = a
         self.by_url[a.result_url] = a
         self.by_iid[iid] = a

@@ -37,7 +37,7 @@ Pure: data in, data out; the stores (``warmpool.ports.ReleaseBookStore``) keep i
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from warmpool import names
@@ -167,6 +167,7 @@ class ReleaseBook:
         offered: Iterable[str] = (),
         attached: Iterable[str] = (),
         shown: Mapping[str, Iterable[str]] | None = None,
+        hold: Collection[str] = (),
     ) -> tuple[RepeatRelease | DeleteEni | UnassignAddresses | RepeatGrant, ...]:
         """What the answer to ``report`` must say again: each entry the report still lists
         (``offered``: as in :meth:`settle`).
@@ -190,7 +191,13 @@ class ReleaseBook:
         ground as the first: the agent offers it, quarantined), not only said released.
         One call per key, each naming the ENI, so it can take nothing from anywhere else;
         when Describe merely lags behind the first unassign, EC2 refuses it, and whatever
-        refuses or stops it the executor says ``released`` (``functions/execute.py``)."""
+        refuses or stops it the executor says ``released`` (``functions/execute.py``).
+
+        ``hold``: the ENIs whose offers the allocator's release rules hold now (an offer younger
+        than its release delay, every offer of a damped instance: ``functions/releases.py``).
+        A booked key offered on another of them is not unassigned from it in this answer (said
+        released for its own ENI, as when EC2 does not show it there): the ordinary Unassign of
+        that offer waits, and so does this one, for a later report (review of settle7, F3)."""
         if not self.taken and not self.given:
             return ()
         listed = _listed(report) | set(offered)
@@ -237,6 +244,8 @@ class ReleaseBook:
             for k in said:
                 other = offered_on.get(k)
                 if other is None or other == eni_id or shown is None or k not in set(shown.get(other, ())):
+                    continue
+                if other in hold:
                     continue
                 out.append(UnassignAddresses(other, prefixes=(k,)) if "/" in k else UnassignAddresses(other, ips=(k,)))
             ips = tuple(k for k in said if "/" not in k)

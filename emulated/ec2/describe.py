@@ -220,7 +220,8 @@ def instance_metadata(emu: DescribeState, inst: Instance) -> dict[str, Any]:
             "device-number": str(dev),
             "network-card": str(card),
             "interface-id": eni.id,
-            "local-ipv4s": "\n".join([eni.primary_ip, *eni.secondary]),
+            # IMDS answers 404 for an EFA-only interface's (it has no IP address at all)
+            **({"local-ipv4s": "\n".join([eni.primary_ip, *eni.secondary])} if eni.primary_ip else {}),
             "mac": eni.mac,
             "owner-id": emu.owner,
             "security-group-ids": "\n".join(eni.groups),

@@ -26,7 +26,7 @@ import heapq
 import ipaddress
 import random
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,10 +180,13 @@ class Ec2Emulator:
         private_ip: str | None = None,
         secondary_count: int = 0,
         prefix_count: int = 0,
+        efa_only: Sequence[tuple[int, int]] = (),
     ) -> str:
         """Launch one running instance with its primary ENI at device 0 (no throttling), holding
         ``secondary_count`` addresses or ``prefix_count`` /28s from the start (a launch template's
-        network interface)."""
+        network interface), and an EFA-only interface (no IP address) at each ``(network card,
+        device index)`` of ``efa_only``, as p5, p5en and trn2 instances are launched (one per
+        network card)."""
         with self._lock:
             self._settle()
             iid = launch_instance(
@@ -197,6 +200,7 @@ class Ec2Emulator:
                 "ami-00000000000000000",
                 secondary_count,
                 prefix_count,
+                efa_only,
             )
             self._changed()
             return iid

@@ -128,9 +128,26 @@ def take_specific_prefix(subnet: EmulatedSubnet, prefix: str) -> None:
         )
 
 
+def new_efa_only_eni(emu: EniState, subnet: EmulatedSubnet, description: str) -> EmulatedEni:
+    """An EFA-only interface in ``subnet``: no IP address at all (``interface_type`` ``efa-only``)."""
+    eni = EmulatedEni(
+        emu._id("eni"),
+        subnet.id,
+        subnet.vpc_id,
+        subnet.az,
+        emu._mac(),
+        "",
+        emu.clock.now(),
+        description=description,
+        interface_type="efa-only",
+    )
+    emu.enis[eni.id] = eni
+    return eni
+
+
 def delete_eni(emu: EniState, eni: EmulatedEni) -> None:
     pool = emu.subnets[eni.subnet_id].pool
-    for ip in [eni.primary_ip, *eni.secondary]:
+    for ip in [eni.primary_ip, *eni.secondary] if eni.primary_ip else eni.secondary:
         pool.release_ip(ip)
         emu._ip_owner.pop(ip, None)
     for pfx in eni.prefixes:
@@ -178,7 +195,14 @@ def create_eni(emu: EniState, p: dict[str, Any]) -> dict[str, Any]:
     slots = 1 + n_sec + len(secondary) + n_pref + len(prefixes)
     if slots > MAX_IPV4_PER_ENI:
         raise Ec2Error("PrivateIpAddressLimitExceeded", "Number of private addresses will exceed limit.")
-    eni = new_eni(emu, subnet, primary, n_sec, secondary, n_pref, prefixes, str(p.get("Description") or ""))
+    if p.get("InterfaceType") == "efa-only":
+        # "If you specify efa-only, do not assign any IP addresses to the network interface.
+        # EFA-only network interfaces do not support IP addresses." (CreateNetworkInterface)
+        if primary or secondary or n_sec or prefixes or n_pref:
+            raise Ec2Error("InvalidParameterCombination", "EFA-only network interfaces do not support IP addresses.")
+        eni = new_efa_only_eni(emu, subnet, str(p.get("Description") or ""))
+    else:
+        eni = new_eni(emu, subnet, primary, n_sec, secondary, n_pref, prefixes, str(p.get("Description") or ""))
     eni.groups = list(p.get("Groups") or [])
     eni.tags = tags_for(p, "network-interface")
     if p.get("InterfaceType"):
@@ -208,6 +232,8 @@ def _copy_eni_view(view: dict[str, Any]) -> dict[str, Any]:
 
 def assign(emu: EniState, p: dict[str, Any]) -> dict[str, Any]:
     eni = emu._eni(req(p, "NetworkInterfaceId"))
+    if eni.efa_only:
+        raise Ec2Error("InvalidParameterValue", f"EFA-only network interface {eni.id} does not support IP addresses.")
     ips = list(p.get("PrivateIpAddresses") or [])
     n_ips = count(p, "SecondaryPrivateIpAddressCount")
     prefixes = [str(x) for x in p.get("Ipv4Prefixes") or []]

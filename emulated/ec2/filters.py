@@ -80,8 +80,8 @@ ENI_FILTERS: dict[str, Getter] = {
     "mac-address": lambda e: [e.mac],
     "description": lambda e: [e.description],
     "interface-type": lambda e: [e.interface_type],
-    "private-ip-address": lambda e: [e.primary_ip, *e.secondary],
-    "addresses.private-ip-address": lambda e: [e.primary_ip, *e.secondary],
+    "private-ip-address": lambda e: [ip for ip in (e.primary_ip, *e.secondary) if ip],
+    "addresses.private-ip-address": lambda e: [ip for ip in (e.primary_ip, *e.secondary) if ip],
     "ipv4-prefix": lambda e: list(e.prefixes),
     "requester-managed": lambda e: ["false"],
     "owner-id": lambda e: [],  # the account id: describe.py fills it per emulator

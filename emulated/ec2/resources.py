@@ -12,13 +12,14 @@ what they do to assignment: :mod:`.cidr`).
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
 from typing import Any
 
 from warmpool.limits import InstanceLimits, known
 
 from .cidr import CidrReservation, SubnetPool
 from .describe import render_instance, reservation
-from .enis import delete_eni, new_eni
+from .enis import delete_eni, new_efa_only_eni, new_eni
 from .errors import Ec2Error, not_found
 from .filters import paginate
 from .registry import Handler, ResourceState, fingerprint, id_list, insufficient_addresses, req, tags_for
@@ -68,6 +69,7 @@ def launch_instance(
     image_id: str,
     secondary_count: int = 0,
     prefix_count: int = 0,
+    efa_only: Sequence[tuple[int, int]] = (),
 ) -> str:
     """One instance and its primary ENI, which holds ``secondary_count`` secondary addresses and
     ``prefix_count`` /28 prefixes from the start (RunInstances' ``NetworkInterfaces[0]``
@@ -102,6 +104,16 @@ def launch_instance(
     eni.attachment = att
     emu._attachments[att.id] = eni.id
     inst.slots[(0, 0)] = eni.id
+    for card, dev in efa_only:
+        # Launched with the instance (a launch template's EFA-only interfaces), attached at once
+        # and deleted with it: no IP address, so IMDS serves no local-ipv4s for it.
+        if (card, dev) == (0, 0) or not 0 <= card < lim.network_cards or (card, dev) in inst.slots:
+            raise Ec2Error("InvalidParameterValue", f"Invalid EFA-only interface slot card {card} device {dev}")
+        efa = new_efa_only_eni(emu, subnet, f"EFA-only interface of {iid}")
+        att = Attachment(emu._id("eni-attach"), iid, dev, card, now, now, True, "attached")
+        efa.attachment = att
+        emu._attachments[att.id] = efa.id
+        inst.slots[(card, dev)] = efa.id
     return iid
 
 

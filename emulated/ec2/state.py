@@ -135,9 +135,17 @@ class EmulatedEni:
     @property
     def slots_used(self) -> int:
         """Address slots taken: the primary, the secondaries and one per prefix."""
-        return 1 + len(self.secondary) + len(self.prefixes)
+        return (1 if self.primary_ip else 0) + len(self.secondary) + len(self.prefixes)
+
+    @property
+    def efa_only(self) -> bool:
+        """An EFA-only interface: no IP address at all (EC2 refuses any), so IMDS serves no
+        ``local-ipv4s`` for it and Describe no ``PrivateIpAddress``."""
+        return self.interface_type == "efa-only"
 
     def private_ips(self) -> list[dict[str, Any]]:
+        if not self.primary_ip:
+            return []
         out: list[dict[str, Any]] = [
             {"Primary": True, "PrivateIpAddress": self.primary_ip, "PrivateDnsName": dns(self.primary_ip)}
         ]
@@ -145,14 +153,17 @@ class EmulatedEni:
         return out
 
     def _addresses(self, owner: str) -> dict[str, Any]:
-        """The members the two renderings share, in their order."""
+        """The members the two renderings share, in their order (an EFA-only interface has
+        neither ``PrivateDnsName`` nor ``PrivateIpAddress``)."""
+        primary = (
+            {"PrivateDnsName": dns(self.primary_ip), "PrivateIpAddress": self.primary_ip} if self.primary_ip else {}
+        )
         return {
             "Ipv6Addresses": [],
             "MacAddress": self.mac,
             "NetworkInterfaceId": self.id,
             "OwnerId": owner,
-            "PrivateDnsName": dns(self.primary_ip),
-            "PrivateIpAddress": self.primary_ip,
+            **primary,
             "PrivateIpAddresses": self.private_ips(),
             "Ipv4Prefixes": [{"Ipv4Prefix": p} for p in self.prefixes],
         }

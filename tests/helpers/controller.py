@@ -3,6 +3,8 @@ feed it (tests/unit/test_agent_*.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from node_agent.config import Timing
 from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
@@ -44,7 +46,7 @@ class RecordingHost:
         self.calls: list[tuple[str, str]] = []
         self.missing: set[str] = set()
 
-    def setup_eni(self, eni: EniInfo, mtu: int) -> None:
+    def setup_eni(self, eni: EniInfo, mtu: int, pods: Collection[str] = ()) -> None:
         if eni.mac in self.missing:
             raise LookupError(f"no link with MAC {eni.mac}")
         self.calls.append(("setup", eni.eni_id))

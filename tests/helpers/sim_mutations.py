@@ -23,8 +23,8 @@ def on_every_agent(w: Any, change: Callable[[Any], None]) -> None:
         wrap(a)
     join = w.join
 
-    def joined(name: str, itype: str) -> Any:
-        a = join(name, itype)
+    def joined(name: str, itype: str, *launch: Any) -> Any:  # launch: the EFA-only slots
+        a = join(name, itype, *launch)
         wrap(a)
         return a
 

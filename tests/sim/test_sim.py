@@ -22,7 +22,7 @@ from node_agent.records import EniInfo
 from simulation import base, runner, world
 from simulation.node import SimPods
 from simulation.runner import SeedResult, plan_for, run_seed
-from simulation.schedule import AGENT_KINDS, EVENT_KINDS, SUBNET_KINDS, WORLD_KINDS, draw
+from simulation.schedule import AGENT_KINDS, EVENT_KINDS, LATE_KINDS, SUBNET_KINDS, WORLD_KINDS, draw
 from tests.helpers.sim_mutations import on_every_agent
 from tests.helpers.unknown_offers import without_unknown_offers
 from warmpool import names
@@ -39,9 +39,10 @@ never to mask here (docs/reliability.md, the whole-system simulation's findings)
 CI_SEEDS = range(0, 300)
 QUIET = frozenset(k for k in EVENT_KINDS if k not in ("pods-add", "pods-del", "churn"))
 """Every fault left out: only pods come and go."""
-EARLIER_WORLD = frozenset(AGENT_KINDS) | frozenset(WORLD_KINDS) | frozenset(SUBNET_KINDS)
-"""Issue 21's kinds (and issue 24's subnet worlds, drawn later) left out: each is drawn from a
-generator of its own, so every seed keeps exactly the schedule it drew before they existed."""
+EARLIER_WORLD = frozenset(AGENT_KINDS) | frozenset(WORLD_KINDS) | frozenset(SUBNET_KINDS) | frozenset(LATE_KINDS)
+"""Issue 21's kinds (and issue 24's subnet worlds and the late kinds, drawn later) left out: each
+is drawn from a generator of its own, so every seed keeps exactly the schedule it drew before
+they existed."""
 BEFORE_HARSH_WORLD = frozenset(WORLD_KINDS) | frozenset(SUBNET_KINDS)
 """Issue 21's harsh world (simulation.schedule.WORLD_KINDS) left out, and issue 24's subnet
 worlds drawn after it: the agent fault kinds' world."""
@@ -199,8 +200,8 @@ def _drop_release(w: Any) -> None:
         _break_datastore(a)
     join = w.join
 
-    def joined(name: str, itype: str) -> Any:
-        a = join(name, itype)
+    def joined(name: str, itype: str, *launch: Any) -> Any:  # launch: the EFA-only slots
+        a = join(name, itype, *launch)
         _break_datastore(a)
         return a
 

@@ -85,7 +85,7 @@ def test_an_imds_read_under_imds_regress_answers_from_before_a_previous_read() -
     assert min(moments) < max(imds.served_at[:before])  # older than one already served
     older = [r for r, t in zip(reads, moments, strict=True) if t < imds.history[-1][0]]
     assert older and all(r != newest for r in older)  # and it shows that older state
-    old_states = {repr(h[2]) for h in imds.history[:-1]}
+    old_states = {repr(imds._enis(i)) for i in range(len(imds.history) - 1)}
     assert all(repr(r) in old_states for r in older)
     assert w.faults["imds-regress:older"] >= len(older)
     imds.regress_s = 0.0

@@ -3,6 +3,8 @@ how it applies (and verifies) results."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from node_agent.controller import AttachedEni, PoolController
 from node_agent.records import EniInfo
 from tests.helpers.controller import (
@@ -322,7 +324,7 @@ def test_resync_never_hands_out_a_new_eni_before_its_host_set_up() -> None:
     got = []
 
     class SlowHost(RecordingHost):
-        def setup_eni(self, eni: EniInfo, mtu: int) -> None:
+        def setup_eni(self, eni: EniInfo, mtu: int, pods: Collection[str] = ()) -> None:
             got.append(ds.assign("pod", "eth0", "ns", 2.0))  # a concurrent ADD in the window
             raise LookupError("link not visible yet")
 

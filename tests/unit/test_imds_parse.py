@@ -55,3 +55,21 @@ def test_missing_required_leaf_is_an_imds_error_naming_it() -> None:
 
 def test_no_interfaces_directory_is_no_enis() -> None:
     assert parse_interfaces({"instance-id": "i-1"}) == []
+
+
+def test_an_interface_without_local_ipv4s_is_marked_no_ipv4_with_nothing_on_it() -> None:
+    """An EFA-only interface: IMDS answers 404 for its ``local-ipv4s`` (review of the multi-card
+    change, F4). Returned marked, never an error; its subnet leaves are optional."""
+    efa = {"device-number": "0", "network-card": "1", "interface-id": "eni-efa"}
+    out = parse_interfaces(_tree({"0a:00:00:00:00:01": PRIMARY, "0a:00:00:00:01:00": efa}))
+    assert [(a.info.eni_id, a.no_ipv4) for a in out] == [("eni-a", False), ("eni-efa", True)]
+    bare = out[1]
+    assert (bare.info.primary_ip, bare.ips, bare.prefixes, bare.info.network_card) == ("", [], [], 1)
+    (empty,) = parse_interfaces(_tree({"0a:00:00:00:01:00": {**efa, "local-ipv4s": "\n"}}))
+    assert empty.no_ipv4
+
+
+def test_prefixes_without_local_ipv4s_are_a_torn_tree_not_an_efa_only_interface() -> None:
+    torn = {k: v for k, v in PRIMARY.items() if k != "local-ipv4s"} | {"ipv4-prefix": "10.0.1.0/28"}
+    with pytest.raises(ImdsError, match="no local-ipv4s"):
+        parse_interfaces(_tree({"0a:00:00:00:00:01": torn}))

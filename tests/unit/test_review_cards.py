@@ -113,13 +113,8 @@ def _mac_leaves(mac: str, eni: str, card: int, dev: int, ipv4s: str | None, cidr
     return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F4: ImdsClient.network_tree requires local-ipv4s of every MAC; an EFA-only interface "
-    "(p5/p5en/trn2 attach one per network card above 0; IMDS answers 404 for its local-ipv4s, as the "
-    "VPC CNI's getNetworkCardDetail notes) fails the whole read, every time: the agent never reads its "
-    "ENIs (start fails, resync never succeeds) on exactly the types WARMPOOL_MULTI_CARD is for",
-)
+# Fixed (was a strict xfail of the review): node_agent/imds.py::parse_interfaces marks it no_ipv4,
+# PoolController._read leaves it out.
 def test_an_efa_only_interface_on_card_1_does_not_fail_the_read_of_the_others() -> None:
     leaves = {"network/interfaces/macs/": "0a:00:00:00:00:00/\n0a:00:00:00:01:00/\n"}
     leaves |= _mac_leaves("0a:00:00:00:00:00", "eni-00000000", 0, 0, "10.0.0.10\n10.0.0.11", "10.0.0.0/24")
@@ -128,6 +123,168 @@ def test_an_efa_only_interface_on_card_1_does_not_fail_the_read_of_the_others() 
     got = imds.interfaces()
     assert [(a.info.network_card, a.info.device_index) for a in got][:1] == [(0, 0)]
     assert got[0].ips == ["10.0.0.11"]
+    assert [(a.info.eni_id, a.no_ipv4, a.ips, a.prefixes) for a in got[1:]] == [("eni-00000100", True, [], [])]
+
+
+def test_the_emulated_imds_serves_an_efa_only_interface_as_ec2_does_and_the_client_reads_it() -> None:
+    """The emulators show EFA-only interfaces (``Ec2Emulator.run_instance(efa_only=...)``,
+    ``CreateNetworkInterface`` with ``InterfaceType=efa-only``): no IP address, so IMDS answers
+    404 for its ``local-ipv4s``, Describe shows no ``PrivateIpAddress``, and EC2 refuses to
+    assign one. The production IMDS client, over the emulated IMDS's own answers, reads it as
+    ``no_ipv4``."""
+    from emulated.ec2 import Ec2Config, Ec2Emulator
+    from emulated.ec2.errors import Ec2Error
+    from emulated.imds import Imds
+    from node_agent.imds import ImdsClient, ImdsError
+
+    emu = Ec2Emulator(VirtualClock(1000.0), Ec2Config())
+    sid = emu.add_subnet(cidr="10.0.0.0/24", subnet_id="subnet-a")
+    iid = emu.run_instance("p5.48xlarge", sid, efa_only=[(c, 0) for c in range(1, 32)])
+    server = Imds(emu)
+    status, token = server.answer("PUT", f"/{iid}/latest/api/token", {"X-aws-ec2-metadata-token-ttl-seconds": "60"})
+    assert status == 200
+
+    class Served(ImdsClient):
+        def get(self, path: str, *, missing_ok: bool = False, tree: str = "meta-data") -> str | None:
+            code, body = server.answer(
+                "GET", f"/{iid}/latest/{tree}/{path.lstrip('/')}", {"X-aws-ec2-metadata-token": token}
+            )
+            if code == 404 and missing_ok:
+                return None
+            if code != 200:
+                raise ImdsError(f"IMDS {path}: {code}")
+            return body
+
+    got = Served("http://127.0.0.1:1").interfaces()
+    assert len(got) == 32
+    assert [(a.info.network_card, a.no_ipv4) for a in got[:2]] == [(0, False), (1, True)]
+    assert all(a.no_ipv4 and not a.ips and not a.info.primary_ip for a in got[1:])
+    efa = got[1].info
+    code, _ = server.answer(
+        "GET",
+        f"/{iid}/latest/meta-data/network/interfaces/macs/{efa.mac}/local-ipv4s",
+        {"X-aws-ec2-metadata-token": token},
+    )
+    assert code == 404
+    ec2 = emu.client()
+    (ni,) = ec2.describe_network_interfaces(NetworkInterfaceIds=[efa.eni_id])["NetworkInterfaces"]
+    assert ni["InterfaceType"] == "efa-only" and "PrivateIpAddress" not in ni and ni["PrivateIpAddresses"] == []
+    with pytest.raises(Ec2Error):
+        emu.dispatch(
+            "AssignPrivateIpAddresses", {"NetworkInterfaceId": efa.eni_id, "SecondaryPrivateIpAddressCount": 1}
+        )
+    made = emu.dispatch("CreateNetworkInterface", {"SubnetId": sid, "InterfaceType": "efa-only"})["NetworkInterface"]
+    assert made["PrivateIpAddresses"] == [] and made["InterfaceType"] == "efa-only"
+    with pytest.raises(Ec2Error):
+        emu.dispatch(
+            "CreateNetworkInterface",
+            {"SubnetId": sid, "InterfaceType": "efa-only", "SecondaryPrivateIpAddressCount": 1},
+        )
+
+
+def _p5_controller(imds: Any) -> tuple[Any, Any]:
+    from node_agent.controller import PoolController
+    from node_agent.records import NodeIdentity
+    from tests.helpers.controller import TIMING
+    from warmpool.limits import known
+    from warmpool.pool import PoolConfig
+
+    ident = NodeIdentity("demo", "node-1", "i-0123456789abcdef0", "p5.48xlarge", "us-east-1a")
+    ds = Datastore(cooldown_s=TIMING.cooldown_s)
+    ctl = PoolController(ident, known("p5.48xlarge"), PoolConfig(warm_ip=2, multi_card=True), ds, TIMING, metadata=imds)
+    return ds, ctl
+
+
+def _efa_only(card: int, dev: int = 0) -> Any:
+    from node_agent.controller import AttachedEni
+
+    mac = f"0a:00:00:00:{card:02x}:{dev:02x}"
+    return AttachedEni(EniInfo(f"eni-efa{card:02d}{dev:02d}", dev, mac, "", network_card=card), [], [], no_ipv4=True)
+
+
+def test_an_agent_with_efa_only_interfaces_on_every_card_reads_its_enis_and_leaves_them_out() -> None:
+    """F4 through the controller: a p5.48xlarge's 31 EFA-only interfaces (device 0 of cards 1-31),
+    and one on card 0, are neither taken, counted, reported nor set up; the agent's own ENIs are
+    read as usual."""
+    from tests.helpers.controller import PRIMARY, SECOND, FakeImds, RecordingHost
+
+    imds = FakeImds()
+    imds.add(PRIMARY, ["10.0.0.11", "10.0.0.12"])
+    imds.add(SECOND, ["10.0.0.21"])
+    for card, dev in [(0, 2), *((c, 0) for c in range(1, 32))]:  # and one on card 0 (p5en's device 1)
+        efa = _efa_only(card, dev)
+        imds.enis[efa.info.eni_id] = efa
+    ds, ctl = _p5_controller(imds)
+    host = RecordingHost()
+    ctl.host = host
+    ctl.start(0.0)
+    assert sorted(e.info.eni_id for e in ds.enis()) == [PRIMARY.eni_id, SECOND.eni_id]
+    assert {ip for e in ds.enis() for ip in e.addrs} == {"10.0.0.11", "10.0.0.12", "10.0.0.21"}
+    assert all(not eni.startswith("eni-efa") for _, eni in host.calls)
+    (report,) = ctl.tick(1.0)
+    assert [e.eni_id for e in report.enis] == [PRIMARY.eni_id, SECOND.eni_id]
+    assert ctl.stats.imds_incomplete == 0
+
+
+def test_an_eni_the_agent_holds_shown_without_local_ipv4s_fails_the_read_and_changes_nothing() -> None:
+    """Fail safe: an ENI the datastore holds had addresses, so it is no EFA-only interface (an
+    ENI's type never changes). IMDS showing it without them (lag, a torn read) is a read not to
+    act on: left out, its free addresses would be dropped, and a later read would bring them back."""
+    import pytest as _pytest
+
+    from node_agent.controller import AttachedEni, IncompleteRead
+    from tests.helpers.controller import PRIMARY, SECOND, FakeImds
+
+    imds = FakeImds()
+    imds.add(PRIMARY, ["10.0.0.11"])
+    imds.add(SECOND, ["10.0.0.21", "10.0.0.22"])
+    ds, ctl = _p5_controller(imds)
+    ctl.start(0.0)
+    got = ds.assign("pod", "eth0", "ns", 1.0)
+    assert got is not None
+    before = {e.info.eni_id: sorted(e.addrs) for e in ds.enis()}
+    imds.enis[SECOND.eni_id] = AttachedEni(
+        EniInfo(SECOND.eni_id, 1, SECOND.mac, "", "subnet-a", "10.0.0.0/24"), [], [], no_ipv4=True
+    )
+    with _pytest.raises(IncompleteRead):
+        ctl.resync(100.0)
+    assert {e.info.eni_id: sorted(e.addrs) for e in ds.enis()} == before
+    assert ctl._take_back(10_000.0) == 0  # the take-back reads it as a failed read too
+    # The primary without its addresses: the same.
+    imds.enis[SECOND.eni_id] = AttachedEni(SECOND, ["10.0.0.21", "10.0.0.22"], [])
+    imds.enis[PRIMARY.eni_id] = AttachedEni(
+        EniInfo(PRIMARY.eni_id, 0, PRIMARY.mac, "", "subnet-a", "10.0.0.0/24"), [], [], no_ipv4=True
+    )
+    with _pytest.raises(IncompleteRead):
+        ctl.resync(200.0)
+    assert {e.info.eni_id: sorted(e.addrs) for e in ds.enis()} == before
+
+
+def test_a_new_eni_shown_without_local_ipv4s_waits_like_one_imds_does_not_list_yet() -> None:
+    """A new ENI whose ``local-ipv4s`` IMDS does not serve yet looks exactly like an EFA-only one:
+    it is left out, so its ``attached`` claim waits, parked, as for an ENI IMDS does not list
+    yet; none of its addresses is free until a read shows them."""
+    from node_agent.controller import AttachedEni
+    from tests.helpers.controller import PRIMARY, SECOND, FakeImds, attached_second, result
+
+    imds = FakeImds()
+    imds.add(PRIMARY, ["10.0.0.11"])
+    ds, ctl = _p5_controller(imds)
+    ctl.start(0.0)
+    (r,) = ctl.tick(1.0)
+    imds.enis[SECOND.eni_id] = AttachedEni(
+        EniInfo(SECOND.eni_id, 1, SECOND.mac, "", "subnet-a", "10.0.0.0/24"), [], [], no_ipv4=True
+    )
+    ctl.apply_result(result(r.seq, attached_second(["10.0.0.21", "10.0.0.22"])), 5.0)
+    assert ds.eni(SECOND.eni_id) is None
+    assert ctl._unverified  # parked: "not in IMDS yet"
+    ctl.resync(10.0)
+    assert ds.eni(SECOND.eni_id) is None
+    assert ctl.stats.imds_incomplete == 0  # an ENI the agent does not hold yet: no failed read
+    imds.enis[SECOND.eni_id] = AttachedEni(SECOND, ["10.0.0.21", "10.0.0.22"], [])
+    ctl.tick(20.0)  # the parked claim is checked again: IMDS shows it whole now
+    assert ds.eni(SECOND.eni_id) is not None
+    assert not ctl._unverified
 
 
 # --- a host in memory, for the ENI and pod set-up of hostnet ---------------------------------
@@ -240,15 +397,28 @@ def _egress_link(net: FakeNet, ip: str) -> int | None:
 # --- F3: the route-table renumbering strands pods the previous agent wired ------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F3: EniInfo.route_table moved card c>0 device d from table d+1 to 10000+100c+d; the new "
-    "agent's start re-runs setup_eni (PoolController.start -> _setup) into the new table and moves the "
-    "ENI's own rule, but nothing moves the pods' 'from <ip> lookup d+1' rules (hostnet.pod_rules is "
-    "only written by ADD): a pod the previous agent wired on card 1 device 1 keeps leaving by table 2, "
-    "card 0 device 1's, with a source EC2 drops (and CNI CHECK fails for it) until the pod is recreated",
-)
+class _Host:
+    """The controller's host port over :class:`FakeNet` (as ``hostnet.EniNetworking`` over netlink)."""
+
+    def __init__(self, net: FakeNet) -> None:
+        self.net = net
+
+    def setup_eni(self, eni: EniInfo, mtu: int, pods: Any = ()) -> None:
+        hostnet.setup_eni(self.net, eni, mtu, pods)
+
+    def teardown_eni(self, eni: EniInfo) -> None:
+        hostnet.teardown_eni(self.net, eni)
+
+
+# Fixed (was a strict xfail of the review): PoolController.start sets every ENI up with its pods'
+# addresses, and hostnet.setup_eni moves their ``from`` rules to its table (hostnet.move_pod_rules).
 def test_an_agent_upgrade_keeps_the_pods_of_a_card_1_eni_routed_through_their_own_eni() -> None:
+    from node_agent.controller import PoolController
+    from node_agent.records import NodeIdentity
+    from tests.helpers.controller import TIMING, FakeImds
+    from warmpool.limits import known
+    from warmpool.pool import PoolConfig
+
     net, enis = _p5_host()
     # As the previous agent left it: card 1 device 1 in table 2 (d + 1), its pod's rule too;
     # card 0 device 1 set up last, so table 2 routes by ens6 (the collision the change fixed).
@@ -256,11 +426,50 @@ def test_an_agent_upgrade_keeps_the_pods_of_a_card_1_eni_routed_through_their_ow
     _pod_rules_on(net, "10.0.3.20", 2)
     hostnet.setup_eni(net, enis["c0d1"], 9001)
     _pod_rules_on(net, "10.0.1.20", 2)
-    # The upgraded agent starts: every ENI set up again, with the new numbering.
-    for key in ("c0d1", "c1d1"):
-        hostnet.setup_eni(net, enis[key], 9001)
+    assert _egress_link(net, "10.0.3.20") == 2  # the stranded pod, before the upgraded agent starts
+    # The upgraded agent starts on its checkpoint: every ENI set up again, with the new numbering.
+    primary = EniInfo("eni-primary", 0, "0a:00:00:00:00:00", "10.0.0.10", "subnet-a", "10.0.0.0/16")
+    imds = FakeImds()
+    imds.enis = {}
+    imds.add(primary)
+    ds = Datastore(cooldown_s=TIMING.cooldown_s)
+    ds.add_eni(primary, 0.0)
+    for key, ip, pod in (("c0d1", "10.0.1.20", "pod-c0d1"), ("c1d1", "10.0.3.20", "pod-c1d1")):
+        imds.add(enis[key], [ip])
+        ds.add_eni(enis[key], 0.0)
+        ds.add_addresses(enis[key].eni_id, [ip])
+        assert ds.assign(pod, "eth0", "ns", 1.0) == (ip, enis[key].eni_id)
+    ident = NodeIdentity("demo", "node-1", "i-0123456789abcdef0", "p5.48xlarge", "us-east-1a")
+    pool = PoolConfig(warm_ip=0, multi_card=True)
+    ctl = PoolController(ident, known("p5.48xlarge"), pool, ds, TIMING, host=_Host(net), metadata=imds)
+    ctl.start(2.0)
     assert _egress_link(net, "10.0.1.20") == 2  # card 0's pod: fine
     assert _egress_link(net, "10.0.3.20") == 4, "the card-1 pod leaves by card 0 device 1's link"
+    assert {(r.src, r.table) for r in net.rules() if r.priority == hostnet.FROM_POD_PRIORITY} >= {
+        ("10.0.1.20/32", 2),
+        ("10.0.3.20/32", enis["c1d1"].route_table),
+    }
+    assert not any(r.src == "10.0.3.20/32" and r.table == 2 for r in net.rules())
+    # Started again: nothing more to move.
+    assert hostnet.setup_eni(net, enis["c1d1"], 9001, ["10.0.3.20"]) == 0
+
+
+def test_moving_pod_rules_touches_only_the_named_pods_from_rules() -> None:
+    """Only a ``from <ip>`` rule at the pods' priority of an address the datastore says is on the
+    ENI moves; another pod's, the ``to <ip>`` rules and the ENI's own rule stay as they are."""
+    net, enis = _p5_host()
+    _pod_rules_on(net, "10.0.3.20", 2)
+    _pod_rules_on(net, "10.0.1.20", 2)
+    before = set(net.rules())
+    assert hostnet.move_pod_rules(net, enis["c1d1"], ["10.0.3.20"]) == 2
+    moved = set(net.rules())
+    assert before - moved == {Rule(priority=hostnet.FROM_POD_PRIORITY, table=2, src="10.0.3.20/32")}
+    assert moved - before == {
+        Rule(priority=hostnet.FROM_POD_PRIORITY, table=enis["c1d1"].route_table, src="10.0.3.20/32")
+    }
+    assert hostnet.move_pod_rules(net, enis["c1d1"], ["10.0.3.20"]) == 0
+    # A pod with no ``from`` rule is not wired here (its ADD or CHECK does that).
+    assert hostnet.move_pod_rules(net, enis["c1d1"], ["10.0.3.99"]) == 0
 
 
 # --- F2: an allocator with WARMPOOL_MULTI_CARD on, an agent that predates it -----------------

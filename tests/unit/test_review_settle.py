@@ -8,11 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
 from functions.fairness import FairShare
 from functions.release_book import with_repeats
-from functions.releases import hold_releases
+from functions.releases import hold_releases, offers_held
 from functions.settings import Settings
 from functions.telemetry import Tally
 from node_agent.agent import restore_checked
@@ -26,6 +24,7 @@ from warmpool.calls import UnassignAddresses
 from warmpool.clock import Clock
 from warmpool.planner import Plan
 from warmpool.pool import PoolDelta
+from warmpool.ports import FlipState
 from warmpool.release_book import ReleaseBook, Taken
 
 IPS = ["10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14"]
@@ -146,14 +145,9 @@ def _report(seq: int, now: float):  # type: ignore[no-untyped-def]
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="docs/cost: the allocator's own release rules (functions/releases.py::hold_releases: an "
-    "offer is acted on only once quarantined WARMPOOL_ALLOCATOR_RELEASE_DELAY_S, nothing unassigned "
-    "for a damped instance) are applied before with_repeats, so the new Unassign on another ENI "
-    "(ReleaseBook.repeats) of an offer made this very second is made, while the ordinary Unassign "
-    "of the same offer is held",
-)
+# Fixed (was a strict xfail of the review): the release rules' holds reach the repeats
+# (functions/releases.py::offers_held, ReleaseBook.repeats(hold=...)), as Allocator._release_rules
+# passes them.
 def test_the_repeat_unassign_on_another_eni_obeys_the_release_delay() -> None:
     now = 1_000_000.0
     book = ReleaseBook(3, (Taken(E1, "10.0.0.11", 10),))
@@ -172,5 +166,40 @@ def test_the_repeat_unassign_on_another_eni_obeys_the_release_delay() -> None:
     assert not any(isinstance(c, UnassignAddresses) for c in held.calls)  # the ordinary one: held
     shown = {e.eni.eni_id: (*e.eni.ips, *e.eni.prefixes) for e in f.enis}
     attached = [e.eni.eni_id for e in f.enis]
-    calls = with_repeats(held, book, r, r.to_json(), attached, shown).calls  # as Allocator._release_rules
+    hold = offers_held(r, instance_id=IID, fair=fair, clock=FixedClock(now), settings=settings)
+    calls = with_repeats(held, book, r, r.to_json(), attached, shown, hold).calls  # as Allocator._release_rules
     assert not any(isinstance(c, UnassignAddresses) for c in calls), calls
+    # The booked key is still said released for its own ENI (as before), and once the offer is
+    # as old as the release delay the repeat's Unassign is made: later, never more often.
+    from warmpool.calls import RepeatRelease
+
+    assert [(c.eni_id, c.ips) for c in calls if isinstance(c, RepeatRelease)] == [(E1, ("10.0.0.11",))]
+    later = FixedClock(now + settings.release_delay_s)
+    hold = offers_held(r, instance_id=IID, fair=fair, clock=later, settings=settings)
+    assert hold == frozenset()
+    calls = with_repeats(held, book, r, r.to_json(), attached, shown, hold).calls
+    assert [(c.eni_id, c.ips) for c in calls if isinstance(c, UnassignAddresses)] == [(E2, ("10.0.0.11",))]
+
+
+def test_the_repeat_unassign_on_another_eni_waits_while_the_instance_is_damped() -> None:
+    """Damped, the ordinary Unassign of an offer becomes a hand-back; the repeat's Unassign of a
+    booked key (never handed back: the book took it) is not made either, until the damping ends."""
+    now = 1_000_000.0
+    book = ReleaseBook(3, (Taken(E1, "10.0.0.11", 10),))
+    r = _report(12, now - 3600.0)  # an old offer: only the damping holds it
+    from tests.unit.test_release_book import facts
+
+    f = facts({E1: ["10.0.0.6"], E2: ["10.0.0.11", "10.0.0.12"]})
+    settings = Settings(cluster="demo")
+    fair = FairShare(spec_of=lambda a: BucketSpec(capacity=10, refill_per_s=1))
+    fair._flips[IID] = FlipState("release", (), now + 600.0)
+    shown = {e.eni.eni_id: (*e.eni.ips, *e.eni.prefixes) for e in f.enis}
+    attached = [e.eni.eni_id for e in f.enis]
+    plan = Plan("n1", IID, 12, "none", (), 0, PoolDelta(0, 0, False, 0, 0, 0))
+    assert offers_held(r, instance_id=IID, fair=fair, clock=FixedClock(now), settings=settings) == {E2}
+    hold = offers_held(r, instance_id=IID, fair=fair, clock=FixedClock(now), settings=settings)
+    calls = with_repeats(plan, book, r, r.to_json(), attached, shown, hold).calls
+    assert not any(isinstance(c, UnassignAddresses) for c in calls), calls
+    hold = offers_held(r, instance_id=IID, fair=fair, clock=FixedClock(now + 601.0), settings=settings)
+    calls = with_repeats(plan, book, r, r.to_json(), attached, shown, hold).calls
+    assert [(c.eni_id, c.ips) for c in calls if isinstance(c, UnassignAddresses)] == [(E2, ("10.0.0.11",))]
