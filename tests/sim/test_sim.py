@@ -718,6 +718,29 @@ def test_the_checks_wait_for_a_damping_that_outlasts_the_quiet_period() -> None:
     assert out.virtual_s >= st.damped_until - base.T0 + QUIET_S
 
 
+def test_the_checks_wait_a_quiet_period_after_a_damping_that_ended_just_before_them() -> None:
+    """Seed 4779 (``--keep 0,2,3,5,7,8,9,13,14``: ``ec2-ambiguous`` InternalError, a stale
+    Describe, IMDS 87 s behind on n2, pods): an Assign that took effect with its answer lost put
+    three addresses on n2 that IMDS, lagging, kept showing after their release; n2 offered them
+    as of unknown origin and asked for more in turn, and the allocator damped it at 292.5 s until
+    892.5 s. Its offer of two surplus addresses was handed back at 874 s, still damped; the run's
+    end (923 s) came 30.5 s after the damping, before the next offer (a release delay after the
+    hand-back, 934 s), and the checks found 2 idle addresses above the targets (``not-settled``).
+    The run now waits a quiet period from the end of a damping that ended before its own end
+    too; the checks are unchanged, and find the surplus released."""
+    from simulation.schedule import QUIET_S
+
+    violations, (out, w) = runner.run_plan(plan_for(4779, [0, 2, 3, 5, 7, 8, 9, 13, 14]))
+    assert violations == []
+    assert w.faults["damped-overrun"] >= 1
+    n2 = w.agents["n2"]
+    (st,) = w.flips.load(base.CLUSTER, [n2.iid]).values()
+    end = base.T0 + 923.0  # the schedule's end: quiet from 443 s, plus QUIET_S
+    assert end - QUIET_S < st.damped_until < end  # ended before the old end, less than QUIET_S before
+    assert out.virtual_s >= st.damped_until - base.T0 + QUIET_S
+    assert n2.ctl.delta(n2.now()).over_units == 0
+
+
 def test_addresses_moved_between_enis_by_unseen_grants_neither_stall_nor_damp_the_node() -> None:
     """Seed 9068 (``--keep 5,9,11,13,14,15,16,17``: result theft, pods, duplicated and delayed
     messages, churn, stale Describe, a failing tag look-up): booked addresses came back on n0's
