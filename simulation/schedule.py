@@ -260,12 +260,12 @@ def draw(seed: int) -> SeedPlan:
     ev += _agent_faults(seed, names)
     ev += _world_faults(seed, names)
     ev.sort(key=lambda e: (e.at, e.kind))
-    # After the sort: every earlier event keeps its index, so a pinned ``--keep`` replays the
-    # one-subnet world it was found in (the world reads them wherever they are in the list)
-    ev += sorted(_subnet_worlds(seed, names, prefix_mode), key=lambda e: (e.at, e.kind))
     # Kinds added after the shrunk replays the tests and docs name (``--keep`` indices): listed
     # after the others, each in time order, so every earlier event keeps its index.
     ev += sorted(_late_kinds(seed, names), key=lambda e: (e.at, e.kind))
+    # Last: every earlier event keeps its index, so a pinned ``--keep`` replays the one-subnet
+    # world it was found in (the world reads them wherever they are in the list)
+    ev += sorted(_subnet_worlds(seed, names, prefix_mode), key=lambda e: (e.at, e.kind))
     return SeedPlan(seed, nodes, prefix_mode, warm_ip, minimum_ip, quota_fraction, tuple(ev))
 
 
