@@ -651,6 +651,21 @@ class PoolController:
         same way."""
         return self.fair_share and self._lean_until is not None and self._steady(now) < self._lean_until
 
+    def _release_at(self, surplus_since: float) -> float:
+        """When surplus seen since ``surplus_since`` may be quarantined: the release delay after
+        it, and after the end of the last burst (a burst's surplus is its next pods' addresses)."""
+        window = self.timing.burst_window_s
+        second = self.ds.second_newest_add() if window > 0 else None
+        start = surplus_since if second is None else max(surplus_since, second + window)
+        return start + self.timing.release_delay_s
+
+    def burst(self, now: float) -> int:
+        """Pods given an address within ``Timing.burst_window_s`` and holding it, when two or more
+        (a burst); else 0."""
+        window = self.timing.burst_window_s
+        n = self.ds.recent_adds(now, window) if window > 0 else 0
+        return n if n >= 2 else 0
+
     def delta(self, now: float) -> PoolDelta:
         c = self.ds.counts(now)
         state = PoolState(
@@ -725,7 +740,7 @@ class PoolController:
         if delta.high:
             if self._surplus_since is None:
                 return now
-            at.append(self._surplus_since + self.timing.release_delay_s)
+            at.append(self._release_at(self._surplus_since))
         elif self._surplus_since is not None:
             return now
         pending = self.ds.pending(now)
@@ -774,7 +789,7 @@ class PoolController:
         if delta.high:
             if self._surplus_since is None:
                 self._surplus_since = now
-            elif now - self._surplus_since >= self.timing.release_delay_s:
+            elif now >= self._release_at(self._surplus_since):
                 if self._quarantine(delta, now):
                     self._note_quarantined(now)
                     self._force = True
@@ -1069,6 +1084,7 @@ class PoolController:
             restore_wait=self._restore_wait,
             epoch=self._epoch,
             lean=self.lean(now) if self.fair_share else None,
+            burst=self.burst(now),
         )
         # An offer naming one key of unknown origin is marked so whole, and the allocator hands
         # none of its keys back (warmpool/planner.py::_split_unknown): every key in it is of

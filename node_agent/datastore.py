@@ -26,6 +26,8 @@ results IMDS may not show yet (:mod:`node_agent.recent_results`).
 
 from __future__ import annotations
 
+import heapq
+
 import contextlib
 import ipaddress
 import json
@@ -605,6 +607,32 @@ class Datastore(RecoveredHolders):
     def counts(self, now: float) -> Counts:
         with self._lock:
             return Counts.of(self._enis.values(), now, self.cooldown_s, self.pending(now))
+
+    def recent_adds(self, now: float, window_s: float) -> int:
+        """Pods given an address within the last ``window_s`` seconds and holding it still."""
+        since = now - window_s
+        with self._lock:
+            return sum(
+                1
+                for e in self._enis.values()
+                for a in e.addrs.values()
+                if a.in_use and a.assigned_at is not None and a.assigned_at >= since
+            )
+
+    def second_newest_add(self) -> float | None:
+        """When the second most recent pod holding an address got it (None: fewer than two): a
+        burst (two within a window) lasts until this plus the window."""
+        with self._lock:
+            times = heapq.nlargest(
+                2,
+                (
+                    a.assigned_at
+                    for e in self._enis.values()
+                    for a in e.addrs.values()
+                    if a.in_use and a.assigned_at is not None
+                ),
+            )
+        return times[1] if len(times) == 2 else None
 
     def enis(self) -> list[EniRecord]:
         """Copies of the ENIs, by network card and device index."""
