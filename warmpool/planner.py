@@ -552,10 +552,10 @@ def _plan_allocation(
     # the delay (review of fair sharing, F1).
     #
     # A burst (``report.burst``: pods given addresses within the agent's window) is the same
-    # sign before any pod waits: its next pods are coming. Prefixes then cover as many more
-    # addresses as the burst counted (a whole ENI of /28s is far too much).
+    # sign before any pod waits: its next pods are coming. Not in prefix mode either: a /28 is
+    # already sixteen pods' worth, and a burst's extra /28 measured (bench --random) saved no
+    # call where it was not released again by one more.
     surge = (report.pending_demand > 0 or report.burst is not None) and not prefix and not cfg.lean
-    ahead = math.ceil((report.burst or 0) / PREFIX_SIZE) if prefix and not cfg.lean else 0
     # Free addresses of every subnet read, candidate for new ENIs or not: an ENI's own subnet
     # (the node's, say, once tagged subnets take the new ENIs) bounds what an Assign on it can
     # get. EC2 refuses one that asks for more than the subnet has
@@ -572,9 +572,6 @@ def _plan_allocation(
         if surge and not delta.whole_enis:
             spare = candidates.get(eni.subnet_id, 0)  # never fill into a tight subnet
             n = max(n, min(free, room, spare // 2))
-        elif ahead and not delta.whole_enis:
-            spare = candidates.get(eni.subnet_id, 0) // PREFIX_SIZE
-            n = max(n, min(free, room, need + ahead, spare // 2))
         left = candidates.get(eni.subnet_id, known.get(eni.subnet_id))
         if left is not None:
             n = min(n, left // unit)
@@ -601,8 +598,6 @@ def _plan_allocation(
             # In a burst a new ENI holds as much as its subnet spares, as a filled one does above
             # (pods that only wait, with no burst, get what is short: the ENI stays for them).
             n = max(n, min(slots, room, max(candidates.values(), default=0) // 2))
-        elif ahead and not delta.whole_enis:
-            n = max(n, min(slots, room, need + ahead, max(candidates.values(), default=0) // PREFIX_SIZE // 2))
         # Most free addresses first; ties by id so plans are deterministic.
         fitting = [(free, sid) for sid, free in candidates.items() if free >= n * unit + 1]
         if not fitting:

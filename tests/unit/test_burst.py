@@ -41,8 +41,8 @@ AZ = "us-east-1a"
             [Subnet("subnet-a", AZ, "10.0.0.0/24", 8)],
             [("assign", 4)],
         ),
-        # Prefix mode: as many more /28s as the burst counted (20 pods: 2), on top of the need.
-        ("prefix burst", [eni(0, 0)], {}, 20, {"warm_ip": 1}, SUBNETS, [("prefixes", 3)]),
+        # Prefix mode: a /28 is sixteen pods' worth already; a burst changes nothing.
+        ("prefix burst", [eni(0, 0)], {}, 20, {"warm_ip": 1}, SUBNETS, [("prefixes", 1)]),
         ("prefix no burst", [eni(0, 0)], {}, None, {"warm_ip": 1}, SUBNETS, [("prefixes", 1)]),
         # WARM_ENI mode already takes whole ENIs: a burst changes nothing.
         ("warm eni", [eni(0, 9)], {0: 9}, 6, {}, SUBNETS, [("create", 9)]),
