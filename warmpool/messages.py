@@ -242,8 +242,8 @@ class PoolReport(_Strict):
     burst: Annotated[int, Field(strict=True, ge=2, le=MAX_BURST)] | None = None
     """Pods are arriving in a burst: this many (at least two) got an address within the agent's
     ``WARMPOOL_BURST_WINDOW_S``. A top-up of single addresses the node is short for then fills
-    the ENI it goes on, or the new ENI (:func:`warmpool.planner._plan_allocation`, "surge"), for
-    the burst's next pods; prefix mode is unchanged. What turns out surplus goes back through
+    the ENI it goes on (:func:`warmpool.planner._plan_allocation`, "surge"), for the burst's
+    next pods; a new ENI and prefix mode are unchanged. What turns out surplus goes back through
     the release path once the burst is over (the agent holds it until then).
     Absent: no burst, or an agent from before the field (an allocator from before it refuses a
     report that carries it: its node waits, never unsafe)."""

@@ -594,10 +594,6 @@ def _plan_allocation(
     slot = new_eni_slot(used, limits, multi_card=cfg.multi_card, max_eni=cfg.max_eni)
     while need > 0 and room > 0 and slot is not None:
         n = min(slots if delta.whole_enis else min(slots, need), room)
-        if surge and report.burst is not None and not delta.whole_enis:
-            # In a burst a new ENI holds as much as its subnet spares, as a filled one does above
-            # (pods that only wait, with no burst, get what is short: the ENI stays for them).
-            n = max(n, min(slots, room, max(candidates.values(), default=0) // 2))
         # Most free addresses first; ties by id so plans are deterministic.
         fitting = [(free, sid) for sid, free in candidates.items() if free >= n * unit + 1]
         if not fitting:
