@@ -4,8 +4,9 @@ derivation). Pure: a scenario in, two numbers (and their breakdown) out.
 * **Mutating calls.** Per node, the settled pool at the node's peak pod count
   (targets included) needs ``E`` ENIs holding ``N`` units (addresses, or /28
   prefixes in prefix mode). A node starts with its primary ENI and no
-  secondary addresses, so: one ``AssignPrivateIpAddresses`` to fill the primary
-  ENI (if ``N > 0``) plus, per further ENI, ``CreateNetworkInterface`` (with its
+  secondary addresses (or its group's ``launch_pool``), so: one
+  ``AssignPrivateIpAddresses`` to fill the primary ENI (if it needs more than it
+  launched with) plus, per further ENI, ``CreateNetworkInterface`` (with its
   addresses in the same call) + ``AttachNetworkInterface`` +
   ``ModifyNetworkInterfaceAttribute`` (DeleteOnTermination). If the pool the
   targets ask for at the end is smaller than at the peak, the surplus must go:
@@ -81,12 +82,19 @@ def settled_pool(env: Env, limits: InstanceLimits, pods: int, *, with_warm: bool
     return Settled(units=units, enis=enis, addresses=units * unit)
 
 
-def growth_calls(s: Settled) -> Counter[str]:
-    """Fewest calls from a bare primary ENI to the settled pool ``s``."""
+def primary_need(s: Settled, slots: int) -> int:
+    """Units the settled pool ``s`` puts on the primary ENI (all of them, or a full ENI's worth)."""
+    return s.units if s.enis <= 1 else slots
+
+
+def growth_calls(s: Settled, launch: int = 0, slots: int = 0) -> Counter[str]:
+    """Fewest calls from a primary ENI holding ``launch`` units (``slots`` a full ENI) to the
+    settled pool ``s``."""
     c: Counter[str] = Counter()
     if s.units <= 0:
         return c
-    c[ASSIGN] += 1
+    if primary_need(s, slots) > launch or not launch:
+        c[ASSIGN] += 1
     extra = s.enis - 1
     if extra > 0:
         c[CREATE] += extra
@@ -225,10 +233,12 @@ def lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> LowerBo
         peak, final = pod_counts((e.at, e.kind) for e in per_node[node.name])
         at_peak = settled_pool(node.env, limits, peak)
         at_end = settled_pool(node.env, limits, final)
-        total.update(growth_calls(at_peak))
-        total.update(release_calls(node.env, limits, at_peak, at_end))
+        launch, slots = node.launch_units, limits.slots_per_eni
+        total.update(growth_calls(at_peak, launch, slots))
+        total.update(release_calls(node.env, limits, _with_launch(at_peak, launch), at_end))
         if peak > 0:
-            for action, n in growth_calls(settled_pool(node.env, limits, peak, with_warm=False)).items():
+            serving = settled_pool(node.env, limits, peak, with_warm=False)
+            for action, n in growth_calls(serving, launch, slots).items():
                 gating.setdefault(action, []).extend([node.join_at] * n)
     makespan = ex.last_add_at if ex.pods_requested else 0.0
     acct = scenario.account
@@ -243,6 +253,13 @@ def lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> LowerBo
         makespan_s=round(makespan, 3),
         calls_by_action=dict(sorted(total.items())),
     )
+
+
+def _with_launch(s: Settled, launch: int) -> Settled:
+    """The pool ``s`` where the primary ENI launched with more units than ``s`` holds."""
+    if launch <= s.units:
+        return s
+    return Settled(units=launch, enis=s.enis, addresses=s.addresses * launch // max(s.units, 1))
 
 
 def _first_time_at(events: Sequence[tuple[float, str]], joined: float, count: int) -> float | None:
@@ -330,7 +347,7 @@ def online_lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> 
         limits = known(node.instance_type)
         peak, _ = pod_counts((e.at, e.kind) for e in per_node[node.name])
         u0 = min(settled_pool(node.env, limits, 0).units, limits.slots_per_eni)
-        if 0 < u0 < min(settled_pool(node.env, limits, peak).units, limits.slots_per_eni):
+        if max(0, node.launch_units) < u0 < min(settled_pool(node.env, limits, peak).units, limits.slots_per_eni):
             first = min((e.at for e in per_node[node.name] if e.kind == "add"), default=math.inf)
             split.append((node, first))
     join_done = times(ASSIGN, [(n.join_at, exhausted.get(n.subnet, ())) for n, _ in split], acct.budget_fraction)
@@ -346,9 +363,10 @@ def online_lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> 
         at_end = settled_pool(node.env, limits, final)
         at_join = settled_pool(node.env, limits, 0)
         slots = limits.slots_per_eni
-        total.update(growth_calls(at_peak))
-        total.update(release_calls(node.env, limits, at_peak, at_end))
-        primary_join = min(at_join.units, slots)
+        launch = node.launch_units
+        total.update(growth_calls(at_peak, launch, slots))
+        total.update(release_calls(node.env, limits, _with_launch(at_peak, launch), at_end))
+        primary_join = max(min(at_join.units, slots), launch)
         if node.name in forced:
             total[ASSIGN] += 1  # the join-time pool, then the top-up once pods come
             gating.setdefault(ASSIGN, []).append((node.join_at, blocked))  # spends a token, gates no pod
@@ -357,9 +375,9 @@ def online_lower_bound(scenario: Scenario, expanded: Expanded | None = None) -> 
         serving = settled_pool(node.env, limits, peak, with_warm=False)
         # the primary's addresses gate pods: released at join (clairvoyant) or, when
         # the join-time pool holds less than the peak needs there, once the pods outgrow it
-        if serving.units > 0:
+        if serving.units > 0 and (primary_need(serving, slots) > launch or not launch):
             release = node.join_at
-            if node.name in candidates:
+            if node.name in candidates or launch:
                 k = _first_count_needing(node.env, limits, peak, _outgrows_primary(slots, primary_join))
                 t = _first_time_at(events, node.join_at, k) if k is not None else None
                 release = t if t is not None else node.join_at

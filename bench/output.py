@@ -88,6 +88,28 @@ class StrategyResult(_Out):
     wall_s: float
 
 
+class JoinLimitAction(_Out):
+    action: str
+    calls_per_join: float
+    needed_per_s: float
+    """At the scenario's join rate."""
+    refill_per_s: float
+    capacity: float
+    max_joins_per_min: float
+    """What the bucket's refill sustains."""
+    last_call_no_earlier_s: float | None
+    """The fluid bucket's finish of every join's calls (None: never)."""
+
+
+class JoinLimit(_Out):
+    """The physical limit of the account's buckets for the scenario's joins (``bench/joins.py``)."""
+
+    joins: int
+    window_s: float
+    joins_per_min: float
+    actions: list[JoinLimitAction] = []
+
+
 class BenchResult(_Out):
     scenario: str
     seed: int
@@ -97,3 +119,5 @@ class BenchResult(_Out):
     wall_s: float
     online_lower_bound: LowerBound | None = None
     """The bound for an allocator that learns each pod's demand when it arrives."""
+    join_limit: JoinLimit | None = None
+    """When the nodes join over time: what the buckets allow at that join rate."""

@@ -6,6 +6,7 @@ import sys
 import time
 from typing import TextIO
 
+from bench.joins import describe as describe_join_limit
 from bench.output import BenchResult, StrategyResult
 
 
@@ -129,6 +130,8 @@ def table(result: BenchResult) -> str:
                 f"prefixes {pu.prefixes} ({util} used), fallback singles {pu.singles}, "
                 f"EC2 calls {sum(res.ec2_calls.values())} ({res.mutating_calls} mutating accepted)"
             )
+    if result.join_limit is not None:
+        lines.extend(describe_join_limit(result.join_limit))
     warm = result.strategies.get("warmpool")
     if warm is not None and warm.ratios.mutating_calls_vs_online_bound is not None:
         mk = warm.ratios.makespan_vs_online_bound

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from bench.joins import join_limit
 from bench.lower_bound import idle_target, lower_bound, online_lower_bound
 from bench.output import BenchResult, FinalNode, LowerBound, Percentiles, PrefixUse, Ratios, StrategyResult
 from bench.scenario import Scenario
@@ -243,6 +244,7 @@ def run_bench(
             duration_s=scenario.duration_s,
             lower_bound=lb,
             online_lower_bound=olb,
+            join_limit=join_limit(scenario, expanded),
             strategies=results,
             wall_s=round(time.perf_counter() - t0, 3),
         ),

@@ -150,6 +150,21 @@ class SubnetSpec(_Model):
         return self
 
 
+class LaunchPool(_Model):
+    """Addresses (or /28 prefixes) the node's primary ENI boots with: what RunInstances gives when
+    the launch template's first network interface sets ``SecondaryPrivateIpAddressCount`` (or
+    ``Ipv4PrefixCount``). The node's CNI then finds its first pool already there."""
+
+    addresses: Annotated[int, Field(ge=0, le=49)] = 0
+    prefixes: Annotated[int, Field(ge=0, le=49)] = 0
+
+    @model_validator(mode="after")
+    def _one(self) -> LaunchPool:
+        if (self.addresses > 0) == (self.prefixes > 0):
+            raise ValueError("give exactly one of addresses, prefixes (> 0)")
+        return self
+
+
 class NodeGroup(_Model):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
     instance_type: str
@@ -160,6 +175,8 @@ class NodeGroup(_Model):
     """Which cluster (by name); may be left out when there is only one."""
     subnet: str | None = None
     """Subnet of the nodes' primary ENIs (by scenario id); default: the first."""
+    launch_pool: LaunchPool | None = None
+    """What each node's primary ENI holds at launch (a launch template's network interface)."""
 
     @field_validator("instance_type")
     @classmethod
@@ -264,6 +281,8 @@ class Scenario(_Model):
             env = self.cluster_of(g).env
             if env.ENABLE_PREFIX_DELEGATION and not KNOWN_TYPES[g.instance_type].prefix_capable:
                 raise ValueError(f"node_groups[{i}].instance_type: {g.instance_type} cannot hold prefixes")
+            if g.launch_pool is not None:
+                _check_launch_pool(f"node_groups[{i}].launch_pool", g, self.cluster_of(g))
         for i, w in enumerate(self.workload):
             if w.node_group not in groups:
                 raise ValueError(f"workload[{i}].node_group: no node group {w.node_group!r}")
@@ -319,6 +338,26 @@ class Scenario(_Model):
     @property
     def total_nodes(self) -> int:
         return sum(g.count for g in self.node_groups)
+
+
+def _check_launch_pool(where: str, g: NodeGroup, cluster: ClusterSpec) -> None:
+    """A launch pool the node's CNI can use: its kind matches the cluster's mode, it fits the
+    primary ENI, and the primary ENI serves pods."""
+    lp = g.launch_pool
+    assert lp is not None
+    env = cluster.env
+    lim = KNOWN_TYPES[g.instance_type]
+    if lp.prefixes and not env.ENABLE_PREFIX_DELEGATION:
+        raise ValueError(f"{where}.prefixes: the cluster is not in prefix mode (ENABLE_PREFIX_DELEGATION)")
+    if lp.addresses and env.ENABLE_PREFIX_DELEGATION:
+        raise ValueError(f"{where}.addresses: the cluster is in prefix mode: give prefixes")
+    if lp.prefixes and not lim.prefix_capable:
+        raise ValueError(f"{where}.prefixes: {g.instance_type} cannot hold prefixes")
+    slots = lim.slots_per_eni
+    if max(lp.addresses, lp.prefixes) > slots:
+        raise ValueError(f"{where}: {g.instance_type}'s primary ENI holds at most {slots} beside its own address")
+    if cluster.custom_network:
+        raise ValueError(f"{where}: with custom_network the primary ENI serves no pod")
 
 
 # --- loading ------------------------------------------------------------------

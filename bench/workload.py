@@ -28,6 +28,14 @@ class WorkloadNode:
     az: str
     join_at: float
     env: Env
+    launch_addresses: int = 0
+    launch_prefixes: int = 0
+    """The primary ENI's addresses (or /28 prefixes) at launch (``node_groups[].launch_pool``)."""
+
+    @property
+    def launch_units(self) -> int:
+        """Units (addresses, or prefixes in prefix mode) the node boots with."""
+        return self.launch_prefixes or self.launch_addresses
 
 
 @dataclass(frozen=True, order=True)
@@ -86,6 +94,8 @@ def expand(scenario: Scenario) -> Expanded:
                 az=subnet.az,
                 join_at=g.join_at_s + off,
                 env=cluster.env,
+                launch_addresses=g.launch_pool.addresses if g.launch_pool else 0,
+                launch_prefixes=g.launch_pool.prefixes if g.launch_pool else 0,
             )
             for i, off in enumerate(offsets)
         ]

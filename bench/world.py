@@ -377,7 +377,11 @@ class BenchWorld:
 
     def _join(self, spec: WorkloadNode, on_join: Callable[[NodeRt], None]) -> None:
         iid = self.emu.run_instance(
-            spec.instance_type, subnet_id=spec.subnet, tags={cluster_tag_key(spec.cluster): "owned", "Name": spec.name}
+            spec.instance_type,
+            subnet_id=spec.subnet,
+            tags={cluster_tag_key(spec.cluster): "owned", "Name": spec.name},
+            secondary_count=spec.launch_addresses,
+            prefix_count=spec.launch_prefixes,
         )
         node = NodeRt(spec=spec, instance_id=iid, limits=known(spec.instance_type), joined_at=self.now())
         self.nodes[spec.name] = node

@@ -86,6 +86,21 @@ class LocalOptions:
     reconcile_every_s: float = 60.0
     gc_age_s: int = 300
     identity_mode: str = "none"
+    named_placement: bool = False
+    """The stack's ``named_placement``: addresses and /28 prefixes named in each EC2 call."""
+    multi_card: bool = False
+    """The stack's ``multi_card``: the functions' ``WARMPOOL_MULTI_CARD`` and the agents'
+    (:meth:`LocalStack.agent_env`)."""
+    scarce_free: int = names.SCARCE_FREE_DEFAULT
+    max_pods: int = 0
+    """The stack's ``max_pods``: the kubelets' custom ``--max-pods`` (``WARMPOOL_MAX_PODS``); 0: the
+    VPC CNI formula per instance type."""
+    """The stack's ``scarce_free``: fair sharing's threshold, ``WARMPOOL_SCARCE_FREE`` (0: off)."""
+    custom_network: tuple[tuple[str, str], ...] = ()
+    """(availability zone, CIDR) of each pod subnet of custom networking: the stack makes it in its
+    VPC, untagged, and maps it with a security group of its zone (``outputs["custom_network"]``, the
+    stack's ``custom_network`` context); agents of instances in a mapped zone run with
+    ``AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true``."""
     run_functions: bool = True
     """Run the allocate/reconcile handlers (when they import)."""
     set_process_env: bool = True
@@ -226,6 +241,8 @@ class LocalStack:
         self.options = replace(options or LocalOptions(), **overrides)
         self.outputs: dict[str, Any] = {}
         self.subnet_ids: list[str] = []
+        self.custom_network: dict[str, dict[str, list[str]]] = {}
+        """Zone -> subnets and security groups of custom networking (``WARMPOOL_CUSTOM_NETWORK``)."""
         self.allocate: Any = None  # EventSourceMapping, when the handler loaded
         self.reconcile: Any = None  # Schedule, when the handler loaded
         self._runner: Any = None
@@ -360,6 +377,9 @@ class LocalStack:
             self.subnet_ids.append(
                 self.ec2.add_subnet(az, cidr, vpc_id, tags={names.cluster_tag_key(o.cluster): "shared"})
             )
+        for az, cidr in o.custom_network:
+            zone = self.custom_network.setdefault(az, {"subnets": [], "security_groups": [_group_id(o.cluster, az)]})
+            zone["subnets"].append(self.ec2.add_subnet(az, cidr, vpc_id, tags={"Name": f"warmpool-{o.cluster}-pods"}))
         sqs = self.client("sqs")
         dlq_url = sqs.create_queue(
             QueueName=names.reports_dlq(o.cluster), Attributes={"MessageRetentionPeriod": str(14 * 86400)}
@@ -392,6 +412,7 @@ class LocalStack:
                 "imds_base": endpoint + IMDS_PREFIX,
                 "vpc_id": vpc_id,
                 "subnet_ids": list(self.subnet_ids),
+                "custom_network": self.custom_network,
                 "stats_url": endpoint + CONTROL_PREFIX + "/stats",
                 "faults_url": endpoint + CONTROL_PREFIX + "/faults",
                 "dashboard_url": endpoint + CONTROL_PREFIX + "/dashboard/",
@@ -449,7 +470,15 @@ class LocalStack:
             names.AGENT_ENV_METRICS_ADDR: (f"127.0.0.1:{metrics_port}" if metrics_port else names.DEFAULT_METRICS_ADDR),
             "WARMPOOL_MANAGE_HOST_NETWORK": "false",
             "WARMPOOL_POD_NETWORK": "recorded",
+            # as the stack's install sets them: multi_card for every agent, custom networking on
+            # the nodes of a zone the map has (the VPC CNI's ENIConfig per zone)
+            names.ENV_MULTI_CARD: "true" if self.options.multi_card else "false",
+            names.AGENT_ENV_CUSTOM_NETWORKING: "true" if self._zone_of(instance_id) in self.custom_network else "false",
         }
+
+    def _zone_of(self, instance_id: str) -> str | None:
+        inst = self.ec2.instances.get(instance_id)
+        return inst.az if inst is not None else None
 
     def function_env(self) -> dict[str, str]:
         """The functions' environment: the CDK stack's, plus the local endpoint and dummy credentials."""
@@ -467,6 +496,11 @@ class LocalStack:
             names.ENV_ALLOWED_SUBNETS: "",
             names.ENV_SUBNET_DISCOVERY: "true",
             names.ENV_SECURITY_GROUPS: "",
+            names.ENV_CUSTOM_NETWORK: json.dumps(self.custom_network, sort_keys=True, separators=(",", ":")),
+            names.ENV_NAMED_PLACEMENT: "true" if o.named_placement else "false",
+            names.ENV_MULTI_CARD: "true" if o.multi_card else "false",
+            names.ENV_SCARCE_FREE: str(o.scarce_free),
+            names.ENV_MAX_PODS: str(o.max_pods),
             names.ENV_IDENTITY_MODE: o.identity_mode,
             names.ENV_GC_AGE_S: str(o.gc_age_s),
             # The lease TTL is derived from it: the functions must know the timeout they run with.
@@ -749,6 +783,14 @@ class LocalStack:
         return _json(start_response, 404, {"error": f"no {method} {CONTROL_PREFIX}{path}"})
 
 
+def _group_id(cluster: str, zone: str) -> str:
+    """The security group id the stack names for custom networking in ``zone`` (the emulator does
+    not model groups: an ENI carries the ids it was created with)."""
+    import hashlib
+
+    return "sg-" + hashlib.sha256(f"{cluster}/{zone}".encode()).hexdigest()[:17]
+
+
 def _env_file(env: dict[str, str]) -> str:
     """``KEY=VALUE`` lines (``set -a; . FILE`` or ``env $(cat FILE)`` read them)."""
     return "".join(f"{k}={v}\n" for k, v in env.items())
@@ -811,6 +853,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--region", type=_region, default=d.region)
     p.add_argument("--vpc-cidr", type=ipv4_network, default=d.vpc_cidr, help=f"default {d.vpc_cidr}")
     p.add_argument("--subnet", action="append", type=_parse_subnet, metavar="AZ=CIDR", help="a pod subnet (repeatable)")
+    p.add_argument(
+        "--custom-network",
+        action="append",
+        type=_parse_subnet,
+        default=[],
+        metavar="AZ=CIDR",
+        help="custom networking: a pod subnet of its own for the zone's nodes (repeatable; the stack's custom_network)",
+    )
+    p.add_argument(
+        "--named-placement", action="store_true", help="name addresses and /28s in each EC2 call (named_placement)"
+    )
+    p.add_argument(
+        "--multi-card", action="store_true", help="ENIs on every network card of multi-card types (multi_card)"
+    )
+    p.add_argument(
+        "--scarce-free",
+        type=int_at_least(0, high=names.SCARCE_FREE_MAX),
+        default=d.scarce_free,
+        help=f"fair sharing's threshold in free addresses per zone, 0 (off) to {names.SCARCE_FREE_MAX} (scarce_free)",
+    )
+    p.add_argument(
+        "--max-pods",
+        type=int_at_least(0, high=names.MAX_PODS_OVERRIDE),
+        default=d.max_pods,
+        help=f"the kubelets' custom --max-pods, 0 (the VPC CNI formula) to {names.MAX_PODS_OVERRIDE} (max_pods)",
+    )
     p.add_argument(
         "--attach-delay", type=float_at_least(0), default=d.attach_delay_s, help="seconds before an attach is visible"
     )
@@ -888,7 +956,7 @@ def options_from_args(argv: Sequence[str]) -> LocalOptions:
     a = p.parse_args(list(argv))
     subnets = tuple(a.subnet) if a.subnet else LocalOptions().subnets
     try:
-        _check_subnets(a.vpc_cidr, subnets)
+        _check_subnets(a.vpc_cidr, [*subnets, *a.custom_network])
     except ValueError as exc:
         p.error(str(exc))
     if a.agent_env_dir and not a.instance:
@@ -910,6 +978,11 @@ def options_from_args(argv: Sequence[str]) -> LocalOptions:
         allocate_timeout_s=a.allocate_timeout,
         reconcile_every_s=a.reconcile_every,
         gc_age_s=a.gc_age,
+        named_placement=a.named_placement,
+        multi_card=a.multi_card,
+        scarce_free=a.scarce_free,
+        max_pods=a.max_pods,
+        custom_network=tuple(a.custom_network),
         run_functions=not a.no_functions,
         lambda_runtime=a.lambda_runtime,
         instances=tuple(a.instance),

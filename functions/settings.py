@@ -89,7 +89,9 @@ class Settings(BaseSettings):
     with a paid DescribeNetworkInterfaces by ``subnet-id`` and GetSubnetCidrReservations, less what
     any container released there within ``placement_release_hold_s``; and in prefix mode leave a
     subnet with no whole /28 before a call fails there. Off: EC2 places them (by count), as before."""
-    scarce_free: int = Field(default=names.SCARCE_FREE_DEFAULT, ge=0, le=1_000_000, alias=names.ENV_SCARCE_FREE)
+    scarce_free: int = Field(
+        default=names.SCARCE_FREE_DEFAULT, ge=0, le=names.SCARCE_FREE_MAX, alias=names.ENV_SCARCE_FREE
+    )
     """Fair sharing (docs/allocator.md, "Scarce addresses shared fairly"): a node's zone is scarce
     when its candidate pod subnets have fewer free addresses in all than this (a lean node's: at
     most twice this); results to agents that understand it then say ``scarce``. 0: off."""

@@ -71,6 +71,29 @@ _PATTERNS: dict[Kind, dict[str, Any]] = {
 }
 
 
+def up_to(maximum: int) -> str:
+    """A regular expression of the whole numbers 0 to ``maximum`` written in decimal (leading
+    zeros allowed, as the agent parses them): fewer digits, or as many and not above it."""
+    digits = str(maximum)
+    shorter = [f"[0-9]{{1,{len(digits) - 1}}}"] if len(digits) > 1 else []
+    same = [
+        digits[:i] + f"[0-{int(d) - 1}]" + "[0-9]" * (len(digits) - i - 1) for i, d in enumerate(digits) if d != "0"
+    ]
+    return "^0*(" + "|".join([*shorter, *same, digits]) + ")$"
+
+
+def setting_schema(setting: manifests.PoolSetting) -> dict[str, Any]:
+    """The schema of one ``env`` value: its kind's, bounded by the setting's maximum."""
+    out = {**_PATTERNS[setting.kind], "title": setting.description}
+    if setting.maximum is not None:
+        out.update(
+            pattern=up_to(setting.maximum),
+            maximum=setting.maximum,
+            description=f"a whole number from 0 to {setting.maximum}",
+        )
+    return out
+
+
 class _Dumper(yaml.SafeDumper):
     pass
 
@@ -200,7 +223,7 @@ def schema() -> dict[str, Any]:
             "env": {
                 "type": "object",
                 "additionalProperties": False,
-                "properties": {s.name: {**_PATTERNS[s.kind], "title": s.description} for s in POOL_SETTINGS},
+                "properties": {s.name: setting_schema(s) for s in POOL_SETTINGS},
             },
         },
         "if": {"properties": {"agentIdentity": {"const": "irsa"}}, "required": ["agentIdentity"]},

@@ -8,13 +8,14 @@ synth with one message naming every offending key and what it accepts.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from warmpool import names
 
@@ -94,11 +95,14 @@ CONTEXT_KEYS = (
     "max_pods",
     "named_placement",
     "multi_card",
+    "scarce_free",
+    "lean_hold_s",
     "eks_cluster",
     "kubectl_role_arn",
     "agent_image_platform",
     "agent_settings",
     "custom_network",
+    "prefix_reservations",
 )
 
 
@@ -144,6 +148,71 @@ class CustomZone(BaseModel):
         return value
 
 
+PREFIX_LEN = 28
+"""EC2's IPv4 prefix delegation hands out /28s: a ``prefix`` reservation narrower than this holds none."""
+
+
+def _reservation_list(value: Any) -> Any:
+    """``prefix_reservations`` from the command line: a JSON list of objects, or
+    ``SUBNET=CIDR`` pairs separated by commas."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        return json.loads(text)
+    entries = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if part.count("=") != 1:
+            raise ValueError(f"{part!r} is not SUBNET=CIDR (e.g. subnet-0123456789abcdef0=10.0.32.0/24)")
+        subnet_id, cidr = (x.strip() for x in part.split("="))
+        entries.append({"subnet_id": subnet_id, "cidr": cidr})
+    return entries
+
+
+class PrefixReservation(BaseModel):
+    """One entry of ``prefix_reservations``: a CIDR of a pod subnet that EC2 keeps for /28 prefixes
+    (an ``AWS::EC2::SubnetCidrReservation`` of type ``prefix``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    subnet_id: str
+    cidr: str
+
+    @field_validator("subnet_id")
+    @classmethod
+    def _subnet_id(cls, value: str) -> str:
+        if not re.fullmatch(_SUBNET_ID, value):
+            raise ValueError(f"not a subnet id: {value!r} (subnet- and 8 or 17 hex digits)")
+        return value
+
+    @field_validator("cidr")
+    @classmethod
+    def _cidr(cls, value: str) -> str:
+        """The network in EC2's spelling (``10.0.32.0/24``), so the template holds what EC2 reads back."""
+        text = value.strip()
+        if "/" not in text:
+            raise ValueError(f"{value!r} has no prefix length: write the network as ADDRESS/LENGTH")
+        try:
+            network = ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            raise ValueError(f"{value!r} is not an IPv4 CIDR") from None
+        if network.version != 4:
+            raise ValueError(f"{value!r} is not an IPv4 CIDR (warmpool delegates IPv4 prefixes only)")
+        if ipaddress.ip_interface(text).ip != network.network_address:
+            raise ValueError(f"{value!r} is not a network address: host bits are set (the network is {network})")
+        if network.prefixlen > PREFIX_LEN:
+            raise ValueError(
+                f"{network} is narrower than a /{PREFIX_LEN}: a prefix reservation holds whole /{PREFIX_LEN} prefixes"
+            )
+        return str(network)
+
+    @property
+    def network(self) -> ipaddress.IPv4Network:
+        return ipaddress.IPv4Network(self.cidr)
+
+
 class StackConfig(BaseModel):
     """Validated settings of one cluster's warmpool stack."""
 
@@ -168,6 +237,11 @@ class StackConfig(BaseModel):
         description='custom networking: JSON {"ZONE": {"subnets": [...], "security_groups": [...]}}, an ENIConfig '
         "per zone; nodes whose agents set AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG get pod ENIs there (docs/deploy.md)",
     )
+    prefix_reservations: Annotated[tuple[PrefixReservation, ...], BeforeValidator(_reservation_list)] = Field(
+        default=(),
+        description="subnet CIDR reservations of type prefix the stack creates, where EC2 (and named placement) "
+        'puts /28 prefixes and never single addresses: SUBNET=CIDR,... or JSON [{"subnet_id": ..., "cidr": ...}]',
+    )
     create_buckets_table: bool = Field(
         description="true in the first warmpool stack of an account+region; false imports the shared table"
     )
@@ -190,6 +264,22 @@ class StackConfig(BaseModel):
         description="ENIs on the network cards above 0 of multi-card types (p5.48xlarge: 32 cards) once card 0 "
         "is full, the pool ceiling counting them (docs/allocator.md): WARMPOOL_MULTI_CARD, the allocator's and "
         "(with eks_cluster, unless agent_settings says otherwise) the agents'",
+    )
+    scarce_free: int = Field(
+        default=names.SCARCE_FREE_DEFAULT,
+        ge=0,
+        le=names.SCARCE_FREE_MAX,
+        description="fair sharing of scarce addresses (docs/allocator.md): a node's zone is scarce when its "
+        "candidate pod subnets have fewer free addresses in all than this; 0: off. The allocator's "
+        "WARMPOOL_SCARCE_FREE",
+    )
+    lean_hold_s: int | None = Field(
+        default=None,
+        ge=0,
+        le=int(names.LEAN_HOLD_MAX_S),
+        description="with eks_cluster: seconds a result saying scarce keeps a node lean (the agents' "
+        "WARMPOOL_LEAN_HOLD_S, unless agent_settings names it; 0: fair sharing off on the nodes); unset: "
+        "the agents' default, 180",
     )
     max_pods: int = Field(
         default=0,
@@ -315,6 +405,24 @@ class StackConfig(BaseModel):
             raise ValueError(f"lists a subnet twice: {', '.join(twice)}")
         return value
 
+    @field_validator("prefix_reservations", mode="after")
+    @classmethod
+    def _reservations_apart(cls, value: tuple[PrefixReservation, ...]) -> tuple[PrefixReservation, ...]:
+        """No two entries share an address: EC2 refuses a reservation overlapping another in its
+        subnet, and the subnets of a VPC never overlap, so two overlapping entries in different
+        subnets put one outside its subnet."""
+        problems = []
+        for i, a in enumerate(value):
+            for b in value[i + 1 :]:
+                if a.network.overlaps(b.network):
+                    if a == b:
+                        problems.append(f"lists {a.subnet_id}={a.cidr} twice")
+                    else:
+                        problems.append(f"{a.subnet_id}={a.cidr} overlaps {b.subnet_id}={b.cidr}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
     @property
     def custom_subnet_ids(self) -> tuple[str, ...]:
         return tuple(sorted({s for z in self.custom_network.values() for s in z.subnets}))
@@ -401,6 +509,16 @@ class StackConfig(BaseModel):
             )
         if self.subnet_discovery and (self.subnet_ids or self.subnet_tag is not None):
             raise ValueError("subnet_discovery=true takes neither subnet_ids nor subnet_tag: they name the subnets")
+        if self.subnet_ids:
+            # With a list the stack knows its pod subnets (subnet_ids and custom_network's); by tag or
+            # by discovery it does not at synth time, and EC2 refuses a CIDR outside its subnet at deploy.
+            pod_subnets = {*self.subnet_ids, *self.custom_subnet_ids}
+            outside = sorted({r.subnet_id for r in self.prefix_reservations} - pod_subnets)
+            if outside:
+                raise ValueError(
+                    f"prefix_reservations: {', '.join(outside)} not among the stack's pod subnets "
+                    "(subnet_ids and custom_network's subnets)"
+                )
         if self.batch_size > 10 and self.batching_window_s < 1:
             raise ValueError("batch_size above 10 needs batching_window_s >= 1 (an SQS event source rule)")
         if self.visibility_timeout_s > 43_200:
@@ -414,8 +532,13 @@ class StackConfig(BaseModel):
                 "eks_cluster needs kubectl_role_arn (a role allowed to apply objects in the cluster: "
                 "aws eks create-access-entry ... --principal-arn <role> and the AmazonEKSClusterAdminPolicy)"
             )
-        if self.eks_cluster is None and (self.kubectl_role_arn is not None or self.agent_settings):
-            raise ValueError("kubectl_role_arn and agent_settings apply only with eks_cluster")
+        if self.eks_cluster is None and (
+            self.kubectl_role_arn is not None or self.agent_settings or self.lean_hold_s is not None
+        ):
+            raise ValueError(
+                "kubectl_role_arn, agent_settings and lean_hold_s apply only with eks_cluster "
+                "(with the Helm chart: env.WARMPOOL_LEAN_HOLD_S)"
+            )
         return self
 
     # --- derived values ---------------------------------------------------------
@@ -445,6 +568,13 @@ class StackConfig(BaseModel):
         return bool(self.subnet_discovery) or (
             self.subnet_discovery is None and not self.subnet_ids and self.subnet_tag is None
         )
+
+    def agent_env_from_context(self) -> dict[str, str]:
+        """The agents' settings the stack's own context keys give (``agent_settings`` wins over them)."""
+        env = {names.ENV_MULTI_CARD: "true" if self.multi_card else "false"}
+        if self.lean_hold_s is not None:
+            env[names.AGENT_ENV_LEAN_HOLD_S] = str(self.lean_hold_s)
+        return env
 
     @property
     def subnet_tag_pair(self) -> tuple[str, str] | None:
@@ -487,7 +617,12 @@ def config_from_context(get: Mapping[str, Any]) -> StackConfig:
         for problem in err.errors():
             where = ".".join(str(p) for p in problem["loc"]) or "context"
             message = problem["msg"].removeprefix("Value error, ")
-            if problem["type"] == "missing":
+            named = re.match(r"(\w+): ", message)
+            if where == "context" and named is not None and named.group(1) in CONTEXT_KEYS:
+                where, message = named.group(1), message[named.end() :]  # a combination's message names its key
+            if problem["type"] == "missing" and len(problem["loc"]) > 1:
+                message = "required"  # a field inside a key's value: the key is passed whole
+            elif problem["type"] == "missing":
                 field = StackConfig.model_fields.get(where)
                 hint = f" ({field.description})" if field is not None and field.description else ""
                 message = f"required, pass -c {where}=...{hint}"

@@ -24,7 +24,6 @@ from infra import manifests
 from infra.asset import AGENT_DOCKERFILE, stage_agent_image_context
 from infra.config import StackConfig
 from infra.outputs import INSTALL_OUTPUTS
-from warmpool import names
 
 PLATFORMS = {"linux/amd64": ecr_assets.Platform.LINUX_AMD64, "linux/arm64": ecr_assets.Platform.LINUX_ARM64}
 
@@ -72,7 +71,7 @@ class NodeInstall(Construct):
             "agentIdentity": cfg.agent_identity,
             "agentRoleArn": agent_role.role_arn,
             "image": {"repository": self.image.repository.repository_uri, "tag": self.image.image_tag},
-            "env": {names.ENV_MULTI_CARD: "true" if cfg.multi_card else "false", **cfg.agent_settings},
+            "env": {**cfg.agent_env_from_context(), **cfg.agent_settings},
         }
         self.documents = manifests.render(self.values)
         self.manifest = eks.KubernetesManifest(

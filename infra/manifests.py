@@ -29,6 +29,8 @@ from typing import Any
 
 import yaml
 
+from warmpool import names
+
 K8S_DIR = Path(__file__).resolve().parents[1] / "k8s"
 TEMPLATES = ("serviceaccount.yaml", "configmap.yaml", "daemonset.yaml")
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
@@ -55,6 +57,8 @@ class PoolSetting:
     default: str
     kind: Kind
     description: str
+    maximum: int | None = None
+    """The largest value the agent accepts (a count; None: no bound)."""
 
 
 POOL_SETTINGS: tuple[PoolSetting, ...] = (
@@ -75,6 +79,20 @@ POOL_SETTINGS: tuple[PoolSetting, ...] = (
         "false",
         Kind.BOOL,
         "ENIs on every network card of multi-card types (as the stack's multi_card)",
+    ),
+    PoolSetting(
+        "WARMPOOL_LEAN_HOLD_S",
+        str(int(names.LEAN_HOLD_DEFAULT_S)),
+        Kind.COUNT,
+        "seconds a result saying scarce keeps the node lean (fair sharing); 0: off on the node",
+        maximum=int(names.LEAN_HOLD_MAX_S),
+    ),
+    PoolSetting(
+        "WARMPOOL_BURST_WINDOW_S",
+        "30",
+        Kind.COUNT,
+        "two pods given addresses this close are a burst (a top-up fills its ENI); 0: off",
+        maximum=600,
     ),
     PoolSetting("AWS_VPC_ENI_MTU", "9001", Kind.COUNT, "MTU of the ENIs and (unless POD_MTU) of pod veths"),
     PoolSetting("IP_COOLDOWN_PERIOD", "30", Kind.COUNT, "seconds a freed address rests before reuse"),

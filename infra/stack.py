@@ -6,8 +6,11 @@ allowed), ``policies`` (who may do what) and ``observability`` (what is watched)
 
 from __future__ import annotations
 
+import re
+
 from aws_cdk import Aws, CfnCondition, CfnOutput, Duration, Fn, RemovalPolicy, Stack, Token
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks as eks
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
@@ -39,6 +42,12 @@ def powertools_layer_arn(python_version: str, layer_version: int) -> str:
         f"arn:{Aws.PARTITION}:lambda:{Aws.REGION}:{POWERTOOLS_ACCOUNT}:layer:"
         f"AWSLambdaPowertoolsPythonV3-{runtime}-arm64:{layer_version}"
     )
+
+
+def reservation_id(subnet_id: str, cidr: str) -> str:
+    """A prefix reservation's construct id, from what it reserves (not its place in the list), so
+    reordering ``prefix_reservations`` replaces nothing: ``PrefixReservation<subnet hex><cidr>``."""
+    return "PrefixReservation" + subnet_id.removeprefix("subnet-") + re.sub(r"[./]", "x", cidr)
 
 
 RETENTION = {
@@ -113,6 +122,19 @@ class WarmpoolStack(Stack):
         else:
             self.buckets = dynamodb.Table.from_table_name(self, "TokenBuckets", names.BUCKETS_TABLE)
 
+        # --- prefix reservations (-c prefix_reservations=SUBNET=CIDR,...) ------------------
+        self.prefix_reservations = [
+            ec2.CfnSubnetCidrReservation(
+                self,
+                reservation_id(r.subnet_id, r.cidr),
+                subnet_id=r.subnet_id,
+                cidr=r.cidr,
+                reservation_type="prefix",
+                description=f"warmpool {cfg.cluster}: /28 prefixes for pod ENIs",
+            )
+            for r in cfg.prefix_reservations
+        ]
+
         # --- functions --------------------------------------------------------------
         code = lambda_.Code.from_asset(str(stage_lambda_code()))
         layer = lambda_.LayerVersion.from_layer_version_arn(
@@ -136,6 +158,7 @@ class WarmpoolStack(Stack):
             names.ENV_MAX_PODS: str(cfg.max_pods),
             names.ENV_NAMED_PLACEMENT: "true" if cfg.named_placement else "false",
             names.ENV_MULTI_CARD: "true" if cfg.multi_card else "false",
+            names.ENV_SCARCE_FREE: str(cfg.scarce_free),
             names.ENV_IDENTITY_CERTIFICATES: self._identity_certificates(),
             "WARMPOOL_ACCOUNT": Aws.ACCOUNT_ID,
             "POWERTOOLS_METRICS_NAMESPACE": names.METRICS_NAMESPACE,
@@ -392,4 +415,4 @@ class WarmpoolStack(Stack):
         nag.acknowledge(self, self.nag_acknowledgements)
 
 
-__all__ = ["WarmpoolStack", "powertools_layer_arn"]
+__all__ = ["WarmpoolStack", "powertools_layer_arn", "reservation_id"]

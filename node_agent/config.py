@@ -267,7 +267,7 @@ def load(env: Mapping[str, str]) -> AgentConfig:
         retry_s=_float(env, ENV_RETRY_S, 5.0, lo=0.1),
         pending_ttl_s=_float(env, ENV_PENDING_TTL_S, 120.0, lo=1.0),
         burst_window_s=_float(env, ENV_BURST_WINDOW_S, 30.0, hi=600.0),
-        lean_hold_s=_float(env, names.AGENT_ENV_LEAN_HOLD_S, names.LEAN_HOLD_DEFAULT_S, hi=3600.0),
+        lean_hold_s=_float(env, names.AGENT_ENV_LEAN_HOLD_S, names.LEAN_HOLD_DEFAULT_S, hi=names.LEAN_HOLD_MAX_S),
     )
     metrics_addr = env.get(names.AGENT_ENV_METRICS_ADDR, names.DEFAULT_METRICS_ADDR).strip()
     _host, sep, port = metrics_addr.rpartition(":")

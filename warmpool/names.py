@@ -90,6 +90,10 @@ AGENT_ENV_LEAN_HOLD_S = "WARMPOOL_LEAN_HOLD_S"
 each; default 180 s, three heartbeats). 0: off on that node: ``lean`` is left out of its reports
 (for an allocator from before the field), so it is never told ``scarce``."""
 LEAN_HOLD_DEFAULT_S = 180.0
+LEAN_HOLD_MAX_S = 3600.0
+"""The longest ``WARMPOOL_LEAN_HOLD_S`` the agent accepts (the stack's ``lean_hold_s``, the chart's value)."""
+SCARCE_FREE_MAX = 1_000_000
+"""The largest ``WARMPOOL_SCARCE_FREE`` the functions accept (the stack's ``scarce_free``)."""
 ENV_MAX_PODS = "WARMPOOL_MAX_PODS"  # the kubelet's --max-pods on every node; 0/unset = the VPC CNI formula per type
 MAX_PODS_OVERRIDE = 1000
 ENV_GC_AGE_S = "WARMPOOL_GC_AGE_S"

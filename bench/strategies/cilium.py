@@ -44,7 +44,10 @@ docs/bench.md cites the source function of each behaviour.
   after 10 min without failures), then runs again if triggered meanwhile.
 * **Periodic resync**: every minute a full resync pages through the VPC's
   ENIs (1,000 per page) and reads subnets and VPCs, then resyncs every node.
-* A new node is read with one filtered ``DescribeNetworkInterfaces``.
+* A new node is read with one filtered ``DescribeNetworkInterfaces``; what its
+  ENIs already hold (the scenario's ``launch_pool``) becomes its pool as
+  ``ResyncInterfacesAndIPs`` (``pkg/aws/eni/node.go``) makes it available
+  (:meth:`Operator.adopt`).
 * The agent's CNI ADD fails when the node has no free address; the kubelet
   syncs the pod again 10–15 s later. No address cooldown.
 """
@@ -187,12 +190,30 @@ class Operator:
 
     def register(self, node: _Node) -> Proc[None]:
         try:
-            yield from self.describe_node_enis(node)
+            out = yield from self.describe_node_enis(node)
         except ClientError:
             self.counts["instance_sync_failed"] += 1
             return  # the next full resync picks it up
+        self.adopt(node, out.get("NetworkInterfaces", []))
         node.known = True
         self.updated_resource(node)
+
+    def adopt(self, node: _Node, interfaces: list[dict[str, Any]]) -> None:
+        """What EC2 lists on a node's ENIs the first time the operator reads it (addresses a launch
+        template put on the primary ENI): ``ResyncInterfacesAndIPs`` (``pkg/aws/eni/node.go``) makes
+        every secondary address and prefix of an ENI at or above ``FirstInterfaceIndex`` (0 here:
+        the primary too) available to the node's pool, with no EC2 call."""
+        if node.known:
+            return
+        for ni in interfaces:
+            eni_id = ni["NetworkInterfaceId"]
+            if node.enis.get(eni_id) != 0 or ni.get("Attachment", {}).get("InstanceId") != node.rt.instance_id:
+                continue
+            ips = [a["PrivateIpAddress"] for a in ni.get("PrivateIpAddresses", []) if not a.get("Primary")]
+            prefixes = [p["Ipv4Prefix"] for p in ni.get("Ipv4Prefixes", [])]
+            if ips or prefixes:
+                node.pool.add(eni_id, ips, prefixes)
+                self.counts["launch_addresses_adopted"] += len(ips) + PREFIX_SIZE * len(prefixes)
 
     def pod_add(self, rt: NodeRt, pod: str) -> None:
         node = self.nodes[rt.spec.name]
@@ -505,6 +526,7 @@ class Operator:
     def resync(self) -> Proc[None]:
         started = self.w.now()
         token: str | None = None
+        listed: list[dict[str, Any]] = []
         while True:
             kwargs: dict[str, Any] = {
                 "Filters": [{"Name": "vpc-id", "Values": [self.w.vpc_id]}],
@@ -513,12 +535,14 @@ class Operator:
             if token:
                 kwargs["NextToken"] = token
             out = yield from self.call("describe_network_interfaces", "DescribeNetworkInterfaces", **kwargs)
+            listed.extend(out.get("NetworkInterfaces", []))
             token = out.get("NextToken")
             if not token:
                 break
         yield from self.call("describe_subnets", "DescribeSubnets")
         yield from self.call("describe_vpcs", "DescribeVpcs")
         for node in self.nodes.values():
+            self.adopt(node, listed)
             node.known = True
             self.apply_synced(node)
         self.resync_nodes(started)

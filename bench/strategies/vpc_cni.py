@@ -4,7 +4,11 @@ each behaviour.
 
 * One ipamd per node, started when the node joins. Init reads the instance
   with one ``DescribeInstances`` (filtered by instance id); if the SDK gives
-  up (throttled), the container restarts and tries again 10 s later.
+  up (throttled), the container restarts and tries again 10 s later. What
+  the instance's ENIs already hold (a launch template's addresses or prefixes on
+  the primary ENI, the scenario's ``launch_pool``) goes into the pool as ipamd's
+  ``nodeInit`` → ``setupENI`` does (``addENIsecondaryIPsToDataStore``,
+  ``addENIv4prefixesToDataStore`` in ``pkg/ipamd/ipamd.go``): no EC2 call to assign.
 * The pool loop runs every 5 s, counted from the end of the previous action
   (``sleep(5s); updateIPPoolIfRequired()``), and takes **one action per
   loop**: grow, or shrink, or nothing.

@@ -27,7 +27,7 @@ import ipaddress
 import random
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from warmpool.buckets import (
@@ -75,6 +75,8 @@ class _Counter:
     calls: int = 0
     throttled: int = 0
     errors: int = 0
+    codes: dict[str, int] = field(default_factory=dict)
+    """Errors by code."""
 
 
 class Ec2Emulator:
@@ -176,8 +178,12 @@ class Ec2Emulator:
         tags: Mapping[str, str] | None = None,
         instance_id: str | None = None,
         private_ip: str | None = None,
+        secondary_count: int = 0,
+        prefix_count: int = 0,
     ) -> str:
-        """Launch one running instance with its primary ENI at device 0 (no throttling)."""
+        """Launch one running instance with its primary ENI at device 0 (no throttling), holding
+        ``secondary_count`` addresses or ``prefix_count`` /28s from the start (a launch template's
+        network interface)."""
         with self._lock:
             self._settle()
             iid = launch_instance(
@@ -189,6 +195,8 @@ class Ec2Emulator:
                 private_ip,
                 self._id("r"),
                 "ami-00000000000000000",
+                secondary_count,
+                prefix_count,
             )
             self._changed()
             return iid
@@ -326,6 +334,11 @@ class Ec2Emulator:
                 }
             }
 
+    def error_codes(self) -> dict[str, dict[str, int]]:
+        """``{Action: {code: count}}`` of the errors answered (throttling apart), by action."""
+        with self._lock:
+            return {a: dict(c.codes) for a, c in sorted(self._counters.items()) if c.codes}
+
     def reset_stats(self) -> None:
         with self._lock:
             self._counters.clear()
@@ -375,6 +388,7 @@ class Ec2Emulator:
             counter.calls += 1
             if handler is None:
                 counter.errors += 1
+                counter.codes["InvalidAction"] = counter.codes.get("InvalidAction", 0) + 1
                 raise Ec2Error("InvalidAction", f"The action {action} is not valid for this web service.")
             try:
                 self._settle()
@@ -407,6 +421,7 @@ class Ec2Emulator:
                     counter.throttled += 1
                 else:
                     counter.errors += 1
+                    counter.codes[e.code] = counter.codes.get(e.code, 0) + 1
                 raise
             out["ResponseMetadata"] = metadata()
             return out

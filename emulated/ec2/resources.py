@@ -66,12 +66,24 @@ def launch_instance(
     private_ip: str | None,
     reservation_id: str,
     image_id: str,
+    secondary_count: int = 0,
+    prefix_count: int = 0,
 ) -> str:
+    """One instance and its primary ENI, which holds ``secondary_count`` secondary addresses and
+    ``prefix_count`` /28 prefixes from the start (RunInstances' ``NetworkInterfaces[0]``
+    ``SecondaryPrivateIpAddressCount`` / ``Ipv4PrefixCount``, as a launch template sets them)."""
     lim = limits_of(emu, instance_type)
+    if secondary_count + prefix_count > lim.ipv4_per_eni - 1:
+        raise Ec2Error(
+            "PrivateIpAddressLimitExceeded",
+            f"Number of private addresses will exceed limit for instance type {instance_type}",
+        )
+    if prefix_count and not lim.prefix_capable:
+        raise Ec2Error("InvalidParameterValue", f"Instance type {instance_type} does not support IPv4 prefixes")
     subnet = emu._subnet(subnet_id)
     now = emu.clock.now()
     iid = instance_id or emu._id("i")
-    eni = new_eni(emu, subnet, private_ip, 0, [], 0, [], f"Primary network interface of {iid}")
+    eni = new_eni(emu, subnet, private_ip, secondary_count, [], prefix_count, [], f"Primary network interface of {iid}")
     inst = Instance(
         iid,
         instance_type,
@@ -169,9 +181,9 @@ def run_instances(emu: ResourceState, p: dict[str, Any]) -> dict[str, Any]:
     if not 1 <= n <= m:
         raise Ec2Error("InvalidParameterValue", "MinCount must be between 1 and MaxCount")
     sid = p.get("SubnetId")
+    nic0: dict[str, Any] = next((x for x in p.get("NetworkInterfaces") or [] if int(x.get("DeviceIndex", 0)) == 0), {})
     if not sid:
-        nic: dict[str, Any] = next(iter(p.get("NetworkInterfaces") or []), {})
-        sid = nic.get("SubnetId")
+        sid = nic0.get("SubnetId")
     if not sid:
         if not emu.subnets:
             raise Ec2Error("MissingInput", "No subnets found for the default VPC. Please specify a subnet.")
@@ -192,6 +204,8 @@ def run_instances(emu: ResourceState, p: dict[str, Any]) -> dict[str, Any]:
             p.get("PrivateIpAddress") if n == 1 else None,
             rid,
             str(p.get("ImageId") or "ami-00000000000000000"),
+            int(nic0.get("SecondaryPrivateIpAddressCount") or 0),
+            int(nic0.get("Ipv4PrefixCount") or 0),
         )
         for _ in range(k)
     ]

@@ -60,6 +60,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "subnet_discovery": "true",
         "create_buckets_table": "false",
         "named_placement": "true",
+        # fair sharing's threshold (issue 24): the allocator's WARMPOOL_SCARCE_FREE
+        "scarce_free": "16",
     },
     # both halves: the node half installed into an existing EKS cluster (Pod Identity)
     "eks": {
@@ -76,6 +78,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "agent_identity": "irsa",
         "oidc_provider_arn": "arn:aws:iam::123456789012:oidc-provider/oidc.eks.eu-west-1.amazonaws.com/id/ABC123",
         "agent_image_platform": "linux/arm64",
+        # fair sharing on the nodes (issue 24): the agents' WARMPOOL_LEAN_HOLD_S
+        "lean_hold_s": "120",
     },
     # SenderId binding through the nodes' instance role
     "node_role": {

@@ -47,6 +47,7 @@ CASES: dict[str, dict[str, Any]] = {
             "WARM_PREFIX_TARGET": "1",
             "AWS_VPC_K8S_CNI_EXTERNALSNAT": "true",
             "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS": "10.1.0.0/16,192.168.0.0/24",
+            "WARMPOOL_LEAN_HOLD_S": 90,
         },
     },
 }
@@ -138,6 +139,7 @@ def test_the_values_reach_the_objects(helm: str, tmp: Path) -> None:
     assert config["WARM_IP_TARGET"] == "5" and config["MINIMUM_IP_TARGET"] == "10"
     assert config["ENABLE_PREFIX_DELEGATION"] == "true" and config["WARM_ENI_TARGET"] == ""
     assert config["WARMPOOL_REPORTS_QUEUE_URL"] == values["reportsQueueUrl"]
+    assert config["WARMPOOL_LEAN_HOLD_S"] == "90"  # fair sharing's hold (issue 24), as the agent reads it
     pod = docs["DaemonSet/warmpool-agent"]["spec"]
     assert pod["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == 1
     assert pod["template"]["spec"]["dnsPolicy"] == "Default"
@@ -166,6 +168,10 @@ def _with(path: str, value: Any) -> dict[str, Any]:
         ("env.WARM_IP_TARGETT", "5", "WARM_IP_TARGETT"),
         ("env.AWS_VPC_K8S_CNI_RANDOMIZESNAT", "random", "AWS_VPC_K8S_CNI_RANDOMIZESNAT"),
         ("env.AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS", "10.0.0.0", "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS"),
+        ("env.WARMPOOL_LEAN_HOLD_S", "3601", "WARMPOOL_LEAN_HOLD_S"),
+        ("env.WARMPOOL_LEAN_HOLD_S", 3601, "WARMPOOL_LEAN_HOLD_S"),
+        ("env.WARMPOOL_LEAN_HOLD_S", -1, "WARMPOOL_LEAN_HOLD_S"),
+        ("env.WARMPOOL_LEAN_HOLD_S", "3 minutes", "WARMPOOL_LEAN_HOLD_S"),
         ("cluster", None, "cluster"),
         ("reportsQueueUrl", "warmpool-demo-reports", "reportsQueueUrl"),
         ("image.tag", None, "image"),
@@ -183,3 +189,25 @@ def test_bad_values_are_refused_by_the_schema_naming_the_value(
     assert out.returncode != 0, out.stdout[:500]
     assert "values don't meet the specifications of the schema" in out.stderr, out.stderr
     assert message in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("maximum", [0, 5, 9, 10, 180, 3600, 10_000])
+def test_a_bounded_count_accepts_exactly_0_to_its_maximum(maximum: int) -> None:
+    import re
+
+    pattern = re.compile(chart.up_to(maximum))
+    assert [n for n in range(2 * maximum + 12) if pattern.match(str(n))] == list(range(maximum + 1))
+    assert pattern.match("0" + str(maximum))  # leading zeros, as the agent parses them
+    for bad in ("", "-1", "1.5", "1e3", " 1"):
+        assert not pattern.match(bad), bad
+
+
+def test_the_lean_hold_value_is_bounded_as_the_agent_bounds_it() -> None:
+    from node_agent.config import ConfigError, load
+    from warmpool import names
+
+    spec = chart.schema()["properties"]["env"]["properties"][names.AGENT_ENV_LEAN_HOLD_S]
+    assert spec["maximum"] == names.LEAN_HOLD_MAX_S
+    assert load({"CLUSTER_NAME": "c", names.AGENT_ENV_LEAN_HOLD_S: str(spec["maximum"])}).timing.lean_hold_s == 3600
+    with pytest.raises(ConfigError):
+        load({"CLUSTER_NAME": "c", names.AGENT_ENV_LEAN_HOLD_S: str(spec["maximum"] + 1)})

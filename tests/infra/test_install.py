@@ -17,6 +17,7 @@ from infra.config import StackConfigError, config_from_context
 from infra.outputs import INSTALL_OUTPUTS, OUTPUTS
 from tests.helpers.cdk_synth import BASE_CONTEXT, KUBECTL_ROLE_ARN, Synthesized
 from tests.runtime import manifest as runtime_manifest
+from warmpool import names
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 MANIFEST_TYPE = "Custom::AWSCDK-EKS-KubernetesResource"
@@ -188,8 +189,39 @@ def test_outputs_say_what_was_installed_where(eks: Synthesized) -> None:
             "agent_settings: unknown settings WARM_IP_TARGT",
         ),
         ({"eks_cluster": "demo cluster", "kubectl_role_arn": KUBECTL_ROLE_ARN}, "eks_cluster: an EKS cluster name"),
+        ({"lean_hold_s": "60"}, "lean_hold_s apply only with eks_cluster"),
+        ({"eks_cluster": "demo", "kubectl_role_arn": KUBECTL_ROLE_ARN, "lean_hold_s": "3601"}, "lean_hold_s"),
+        ({"eks_cluster": "demo", "kubectl_role_arn": KUBECTL_ROLE_ARN, "lean_hold_s": "-1"}, "lean_hold_s"),
+        ({"eks_cluster": "demo", "kubectl_role_arn": KUBECTL_ROLE_ARN, "lean_hold_s": "soon"}, "lean_hold_s"),
     ],
 )
 def test_bad_install_context_is_refused_by_name(extra: dict[str, Any], message: str) -> None:
     with pytest.raises(StackConfigError, match=message):
         config_from_context({**BASE_CONTEXT, **extra})
+
+
+def test_lean_hold_s_reaches_the_agents_configmap(eks: Synthesized, eks_irsa: Synthesized) -> None:
+    """Fair sharing on the nodes (issue 24): ``-c lean_hold_s=N`` is the agents'
+    WARMPOOL_LEAN_HOLD_S; unset, the chart's default (180), which the agent reads as its own."""
+    from node_agent.config import load
+
+    set_ = _by_kind(_objects(eks_irsa), "ConfigMap", "warmpool-config")["data"]
+    assert set_[names.AGENT_ENV_LEAN_HOLD_S] == "120"
+    assert load({**set_, "MY_NODE_NAME": "n"}).timing.lean_hold_s == 120.0
+    unset = _by_kind(_objects(eks), "ConfigMap", "warmpool-config")["data"]
+    assert unset[names.AGENT_ENV_LEAN_HOLD_S] == "180"
+    assert load({**unset, "MY_NODE_NAME": "n"}).timing.lean_hold_s == names.LEAN_HOLD_DEFAULT_S
+
+
+def test_agent_settings_win_over_lean_hold_s() -> None:
+    cfg = config_from_context(
+        {
+            **BASE_CONTEXT,
+            "eks_cluster": "demo",
+            "kubectl_role_arn": KUBECTL_ROLE_ARN,
+            "lean_hold_s": "60",
+            "agent_settings": '{"WARMPOOL_LEAN_HOLD_S": "0"}',
+        }
+    )
+    assert {**cfg.agent_env_from_context(), **cfg.agent_settings}[names.AGENT_ENV_LEAN_HOLD_S] == "0"
+    assert cfg.agent_env_from_context()[names.AGENT_ENV_LEAN_HOLD_S] == "60"

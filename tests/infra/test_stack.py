@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from cfnlint.api import ManualArgs, lint_file
+
 from infra.outputs import OUTPUTS
-from tests.helpers.cdk_synth import Synthesized
+from tests.helpers.cdk_synth import Synthesized, _synth
 from warmpool import names
 
 
@@ -231,3 +234,97 @@ def test_named_placement_is_the_stacks_to_turn_on(synthesized: dict[str, Synthes
     for variant in ("default", "irsa"):
         off = _function(synthesized[variant], names.ALLOCATE_HANDLER)["Environment"]["Variables"]
         assert off[names.ENV_NAMED_PLACEMENT] == "false"
+
+
+def test_scarce_free_is_the_stacks_to_set(synthesized: dict[str, Synthesized]) -> None:
+    """Fair sharing's threshold (issue 24): ``-c scarce_free=N`` is both functions'
+    WARMPOOL_SCARCE_FREE; unset, the allocator's default (64) is written out."""
+    from functions.settings import Settings
+
+    set_ = synthesized["discovery"]
+    env = _function(set_, names.ALLOCATE_HANDLER)["Environment"]["Variables"]
+    assert env[names.ENV_SCARCE_FREE] == "16"
+    assert _function(set_, names.RECONCILE_HANDLER)["Environment"]["Variables"][names.ENV_SCARCE_FREE] == "16"
+    assert Settings.model_validate({**env, names.ENV_CLUSTER: "disc"}).scarce_free == 16
+    default = _function(synthesized["default"], names.ALLOCATE_HANDLER)["Environment"]["Variables"]
+    assert default[names.ENV_SCARCE_FREE] == str(names.SCARCE_FREE_DEFAULT)
+
+
+# --- prefix reservations (issue 24) ------------------------------------------------
+
+RESERVATIONS_CONTEXT = {
+    # the default stack (BASE_CONTEXT) with a reservation in each of its two listed subnets, in
+    # the command line's SUBNET=CIDR form
+    "prefix_reservations": "subnet-0123456789abcdef0=10.0.32.0/24, subnet-0123456789abcdef1=10.0.48.0/28",
+}
+"""Not one of the shared VARIANTS: those are linted for eu-west-1 too, where CloudFormation has no
+AWS::EC2::SubnetCidrReservation (test_subnet_cidr_reservations_are_not_in_every_region)."""
+
+
+@pytest.fixture(scope="module")
+def reserved(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    return _synth("reservations", RESERVATIONS_CONTEXT, tmp_path_factory.mktemp("cdk-reservations"))
+
+
+def test_prefix_reservations_are_the_stacks_to_create(reserved: Synthesized, default: Synthesized) -> None:
+    """Issue 24: ``-c prefix_reservations=SUBNET=CIDR,...`` makes one AWS::EC2::SubnetCidrReservation
+    of type ``prefix`` per entry, keyed by what it reserves; without the key, none."""
+    from infra.stack import reservation_id
+
+    made = reserved.resources("AWS::EC2::SubnetCidrReservation")
+    assert {k: r["Properties"] for k, r in made.items()} == {
+        reservation_id("subnet-0123456789abcdef0", "10.0.32.0/24"): {
+            "SubnetId": "subnet-0123456789abcdef0",
+            "Cidr": "10.0.32.0/24",
+            "ReservationType": "prefix",
+            "Description": "warmpool demo: /28 prefixes for pod ENIs",
+        },
+        reservation_id("subnet-0123456789abcdef1", "10.0.48.0/28"): {
+            "SubnetId": "subnet-0123456789abcdef1",
+            "Cidr": "10.0.48.0/28",
+            "ReservationType": "prefix",
+            "Description": "warmpool demo: /28 prefixes for pod ENIs",
+        },
+    }
+    assert all("DependsOn" not in r and "DeletionPolicy" not in r for r in made.values())
+    assert default.resources("AWS::EC2::SubnetCidrReservation") == {}
+
+
+def test_a_reservations_logical_id_follows_what_it_reserves() -> None:
+    from infra.stack import reservation_id
+
+    a = reservation_id("subnet-0123456789abcdef0", "10.0.32.0/24")
+    assert a == "PrefixReservation0123456789abcdef010x0x32x0x24" and a.isalnum()
+    others = {
+        reservation_id("subnet-0123456789abcdef0", "10.0.32.0/25"),
+        reservation_id("subnet-0123456789abcdef1", "10.0.32.0/24"),
+    }
+    assert a not in others and len(others) == 2
+
+
+def test_reservations_need_no_iam_of_the_functions(reserved: Synthesized, default: Synthesized) -> None:
+    """CloudFormation makes the reservations with the deploy's credentials; the allocator only reads
+    them (``ReadSubnetCidrReservations``, already granted), so its roles are the default stack's."""
+    assert reserved.statement("ReadSubnetCidrReservations")["Action"] == "ec2:GetSubnetCidrReservations"
+    for role in ("AllocateRole", "ReconcileRole"):
+        assert reserved.role_statements(role) == default.role_statements(role)
+    assert not any(
+        "SubnetCidrReservation" in str(st.get("Action")) and "Get" not in str(st.get("Action"))
+        for _, st in reserved.statements()
+    )
+
+
+def test_a_stack_with_reservations_passes_nag_and_cfn_lint_where_the_type_exists(reserved: Synthesized) -> None:
+    (report,) = reserved.nag_report["pluginReports"]
+    assert report["violations"] == [] and report["conclusion"] == "success"
+    matches = lint_file(reserved.template_path, config=ManualArgs(regions=["us-east-1", "us-west-2"]))
+    assert [str(m) for m in matches] == []
+
+
+def test_subnet_cidr_reservations_are_not_in_every_region(reserved: Synthesized) -> None:
+    """What docs/deploy.md says about regions: in cfn-lint's copy of CloudFormation's registry the
+    type is missing from eu-west-1 (among others), so a deploy there is refused. When this fails,
+    CloudFormation has it in more regions: update the docs' sentence."""
+    matches = lint_file(reserved.template_path, config=ManualArgs(regions=["eu-west-1"]))
+    assert {m.rule.id for m in matches} == {"E3006"} and len(matches) == 2
+    assert all("AWS::EC2::SubnetCidrReservation" in m.message for m in matches)
