@@ -87,6 +87,13 @@ POOL_SETTINGS: tuple[PoolSetting, ...] = (
         "seconds a result saying scarce keeps the node lean (fair sharing); 0: off on the node",
         maximum=int(names.LEAN_HOLD_MAX_S),
     ),
+    PoolSetting(
+        "WARMPOOL_BURST_WINDOW_S",
+        "30",
+        Kind.COUNT,
+        "two pods given addresses this close are a burst (a top-up fills its ENI); 0: off",
+        maximum=600,
+    ),
     PoolSetting("AWS_VPC_ENI_MTU", "9001", Kind.COUNT, "MTU of the ENIs and (unless POD_MTU) of pod veths"),
     PoolSetting("IP_COOLDOWN_PERIOD", "30", Kind.COUNT, "seconds a freed address rests before reuse"),
     PoolSetting("AWS_VPC_K8S_CNI_EXTERNALSNAT", "false", Kind.BOOL, "true: no SNAT on the node (NAT gateway)"),

@@ -24,6 +24,7 @@ ENV_NODE_NAME = "MY_NODE_NAME"
 """Same variable as the VPC CNI's DaemonSet (downward API ``spec.nodeName``)."""
 ENV_CLUSTER_NAME = "CLUSTER_NAME"
 ENV_RELEASE_DELAY_S = "WARMPOOL_RELEASE_DELAY_S"
+ENV_BURST_WINDOW_S = "WARMPOOL_BURST_WINDOW_S"
 ENV_RELEASE_TIMEOUT_S = "WARMPOOL_RELEASE_TIMEOUT_S"
 ENV_RESYNC_S = "WARMPOOL_RESYNC_S"
 ENV_ADD_WAIT_S = "WARMPOOL_ADD_WAIT_S"
@@ -155,6 +156,10 @@ class Timing:
     """An unmet ADD stops counting as demand after this long without a retry."""
     eni_min_age_s: float = 60.0
     """An ENI younger than this is never offered for deletion (VPC CNI: one minute)."""
+    burst_window_s: float = 30.0
+    """``WARMPOOL_BURST_WINDOW_S``: two pods given addresses within this long make a burst. A report
+    sent during one says ``burst`` (a top-up fills the ENI it touches), and surplus is not
+    released until a burst has been over for ``release_delay_s``; 0: off."""
     lean_hold_s: float = names.LEAN_HOLD_DEFAULT_S
     """``WARMPOOL_LEAN_HOLD_S``: a result saying ``scarce`` keeps the node lean this long (renewed
     by each, on the monotonic clock); 0: fair sharing off here (``lean`` never reported)."""
@@ -261,6 +266,7 @@ def load(env: Mapping[str, str]) -> AgentConfig:
         heartbeat_s=heartbeat,
         retry_s=_float(env, ENV_RETRY_S, 5.0, lo=0.1),
         pending_ttl_s=_float(env, ENV_PENDING_TTL_S, 120.0, lo=1.0),
+        burst_window_s=_float(env, ENV_BURST_WINDOW_S, 30.0, hi=600.0),
         lean_hold_s=_float(env, names.AGENT_ENV_LEAN_HOLD_S, names.LEAN_HOLD_DEFAULT_S, hi=names.LEAN_HOLD_MAX_S),
     )
     metrics_addr = env.get(names.AGENT_ENV_METRICS_ADDR, names.DEFAULT_METRICS_ADDR).strip()

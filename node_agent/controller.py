@@ -700,7 +700,27 @@ class PoolController:
         same way."""
         return self.fair_share and self._lean_until is not None and self._steady(now) < self._lean_until
 
-    def delta(self, now: float) -> PoolDelta:
+    def burst(self, now: float) -> int:
+        """Pods arriving in a burst: those this process gave a free address within
+        ``Timing.burst_window_s``, when two or more and the node's pool is one a burst sizes
+        (single addresses under ``WARM_IP_TARGET`` / ``MINIMUM_IP_TARGET``, not lean); else 0."""
+        window = self.timing.burst_window_s
+        pool = self.pool
+        if window <= 0 or pool.prefix_mode or not pool.ip_targets or self.lean(now):
+            return 0
+        n = self.ds.arrivals(now, window)
+        return n if n >= 2 else 0
+
+    def _release_delta(self, now: float, delta: PoolDelta) -> PoolDelta:
+        """What may be released: ``delta``, or while a burst lasts the pool's surplus above its
+        targets plus the burst's count (the next pods' addresses). Bounded: a burst holds at
+        most its own count beyond the targets, and nothing once it is over."""
+        burst = self.burst(now) if delta.high else 0
+        if not burst:
+            return delta
+        return self.delta(now, extra_warm=burst)
+
+    def delta(self, now: float, *, extra_warm: int = 0) -> PoolDelta:
         c = self.ds.counts(now)
         state = PoolState(
             total=c.total,
@@ -710,7 +730,10 @@ class PoolController:
             free_prefixes=c.free_prefixes,
             free_singles=c.free_singles,
         )
-        return compute(replace(self.pool, lean=True) if self.lean(now) else self.pool, state, self.limits)
+        pool = replace(self.pool, lean=True) if self.lean(now) else self.pool
+        if extra_warm:
+            pool = replace(pool, warm_ip=pool.warm_ip + extra_warm)
+        return compute(pool, state, self.limits)
 
     def tick(self, now: float) -> list[PoolReport]:
         """One pass: expire quarantine, retry pending host set-up and verification,
@@ -771,17 +794,31 @@ class PoolController:
             first = min(self._quarantined_seen[k] for k in current) + self.timing.release_timeout_s
             at.append(wall(max(first, self._hold_until)))
         delta = self.delta(now)
-        if delta.high:
-            if self._surplus_since is None:
-                return now
-            at.append(self._surplus_since + self.timing.release_delay_s)
-        elif self._surplus_since is not None:
+        release = self._release_due(now, delta)
+        if release is None:
             return now
+        at += release
         pending = self.ds.pending(now)
         if pending != self._last_pending or self._last_sent_at is None or steady < self._last_sent_steady:
             return now  # (a steady clock behind the last report is not modelled here: tick)
         at.append(wall(self._report_due_at(delta, pending)))
         return min(at) - NEXT_DUE_MARGIN_S
+
+    def _release_due(self, now: float, delta: PoolDelta) -> list[float] | None:
+        """For :meth:`next_due`: when the surplus's release delay ends and when a burst's count
+        drops (what it holds back changes); None when a tick now would change the surplus clock."""
+        at: list[float] = []
+        if self._release_delta(now, delta).high:
+            if self._surplus_since is None:
+                return None
+            at.append(self._surplus_since + self.timing.release_delay_s)
+        elif self._surplus_since is not None:
+            return None
+        if delta.high and self.timing.burst_window_s > 0:
+            t = self.ds.arrivals_change_at(now, self.timing.burst_window_s)
+            if t is not None:
+                at.append(t)
+        return at
 
     def _report_due_at(self, delta: PoolDelta, pending: int) -> float:
         """When :meth:`_report_due` turns true on the steady clock, given no event (for
@@ -820,11 +857,12 @@ class PoolController:
             self._recheck(now)
 
         delta = self.delta(now)
-        if delta.high:
+        held = self._release_delta(now, delta)
+        if held.high:
             if self._surplus_since is None:
                 self._surplus_since = now
             elif now - self._surplus_since >= self.timing.release_delay_s:
-                if self._quarantine(delta, now):
+                if self._quarantine(held, now):
                     self._note_quarantined(now)
                     self._force = True
                     delta = self.delta(now)
@@ -1117,6 +1155,7 @@ class PoolController:
             restore_wait=self._restore_wait,
             epoch=self._epoch,
             lean=self.lean(now) if self.fair_share else None,
+            burst=self.burst(now),
         )
         # An offer naming one key of unknown origin is marked so whole, and the allocator hands
         # none of its keys back (warmpool/planner.py::_split_unknown): every key in it is of

@@ -30,6 +30,7 @@ import contextlib
 import ipaddress
 import json
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -60,6 +61,8 @@ def _slot(e: EniRecord) -> tuple[int, int]:
     return (e.info.network_card, e.info.device_index)
 
 
+ARRIVALS_KEPT = 1024
+"""The most recent ADDs :meth:`Datastore.arrivals` remembers (more than any node's pods)."""
 UNKNOWN_ON_RELEASE = "unknown_on_release"
 """Meta key: addresses (or /28 prefixes) whose release quarantines them as of unknown origin
 (``node_agent.controller.UNKNOWN_ON_RELEASE_META``)."""
@@ -85,6 +88,8 @@ class Datastore(RecoveredHolders):
         self._owner: dict[tuple[str, str], str] = {}  # (container, ifname) -> ip
         self._ip_eni: dict[str, str] = {}
         self._pending: dict[tuple[str, str], float] = {}
+        self._arrivals: deque[float] = deque(maxlen=ARRIVALS_KEPT)
+        """When this process gave a pod a free address (:meth:`arrivals`), newest last."""
         self._recovered: dict[str, tuple[str, float]] = {}  # ip -> (holder, since)
         self._recent = RecentResults()
         """What EC2 results said that IMDS may not show yet (checkpointed)."""
@@ -265,6 +270,8 @@ class Datastore(RecoveredHolders):
             chosen = self._take_recovered(holder) if holder and holder != UNKNOWN_HOLDER else None
             if chosen is None:
                 chosen = self._pick(now)
+                if chosen is not None:
+                    self._arrivals.append(now)
             if chosen is None:
                 self._pending[key] = now
                 self.changed.set()
@@ -605,6 +612,20 @@ class Datastore(RecoveredHolders):
     def counts(self, now: float) -> Counts:
         with self._lock:
             return Counts.of(self._enis.values(), now, self.cooldown_s, self.pending(now))
+
+    def arrivals(self, now: float, window_s: float) -> int:
+        """Pods this process gave a free address (not a recovered one) within the last
+        ``window_s`` seconds: in ``(now - window_s, now]``, so a wall clock stepped back counts
+        none of the ADDs that now look to come later (not kept over a restart)."""
+        with self._lock:
+            return sum(1 for t in self._arrivals if now - window_s < t <= now)
+
+    def arrivals_change_at(self, now: float, window_s: float) -> float | None:
+        """When :meth:`arrivals` next changes with no new ADD: the oldest counted one leaves the
+        window (None: none counted)."""
+        with self._lock:
+            counted = [t for t in self._arrivals if now - window_s < t <= now]
+        return min(counted) + window_s if counted else None
 
     def enis(self) -> list[EniRecord]:
         """Copies of the ENIs, by network card and device index."""

@@ -36,6 +36,7 @@ def build_report(
     epoch: int | None = None,
     restore_wait: str | None = None,
     lean: bool | None = None,
+    burst: int = 0,
 ) -> PoolReport:
     """The report (``ValidationError`` if the datastore cannot make a valid one).
 
@@ -124,4 +125,5 @@ def build_report(
         custom_networking=True if pool.custom_networking else None,
         multi_card=True if pool.multi_card else None,
         lean=lean,
+        burst=burst or None,
     )

@@ -41,6 +41,8 @@ MAX_IPS_PER_ENI = 64
 MAX_PREFIXES_PER_ENI = 64
 MAX_ACTIONS = 64
 MAX_TARGET = 100_000
+MAX_BURST = 100_000
+"""The most pods a report may say arrived in a burst (``PoolReport.burst``)."""
 FAILED_CODE_MAX = 100
 FAILED_MESSAGE_MAX = 500
 DEFERRED_REASON_MAX = 200
@@ -236,6 +238,15 @@ class PoolReport(_Strict):
     beyond what its pods wait for, and offers the rest back. The allocator plans with the same
     flag (:meth:`warmpool.pool.PoolConfig.from_report`), so it neither hands back what a lean
     agent offers nor grants what it would offer again."""
+
+    burst: Annotated[int, Field(strict=True, ge=2, le=MAX_BURST)] | None = None
+    """Pods are arriving in a burst: this many (at least two) got an address within the agent's
+    ``WARMPOOL_BURST_WINDOW_S``. A top-up of single addresses the node is short for then fills
+    the ENI it goes on (:func:`warmpool.planner._plan_allocation`, "surge"), for the burst's
+    next pods; a new ENI and prefix mode are unchanged. What turns out surplus goes back through
+    the release path once the burst is over (the agent holds it until then).
+    Absent: no burst, or an agent from before the field (an allocator from before it refuses a
+    report that carries it: its node waits, never unsafe)."""
 
     multi_card: Literal[True] | None = None
     """The agent runs with ``WARMPOOL_MULTI_CARD`` and wires ENIs on network cards above 0
