@@ -141,7 +141,9 @@ def quarantined(enis: Iterable[EniRecord]) -> dict[str, tuple[list[str], list[st
         pfx: list[str] = []
         if eni.prefixes:
             members = eni.by_prefix()
-            pfx = [p for p in eni.prefixes if all(a.quarantined_at is not None for a in members.get(p, ()))]
+            # A /28 with no address held under it stands for nothing set aside (seed 6069: its
+            # addresses held as singles for pods): offered only when it has addresses, all quarantined.
+            pfx = [p for p in eni.prefixes if members.get(p) and all(a.quarantined_at is not None for a in members[p])]
         if ips or pfx:
             out[eni.info.eni_id] = (ips, pfx)
     return out

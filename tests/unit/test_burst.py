@@ -187,8 +187,8 @@ def test_prefix_and_warm_eni_pools_have_no_bursts() -> None:
         ever = max(ever, ds.counts(float(t)).quarantined)
     assert ever > 0
     ds, ctl = make(PoolConfig(warm_eni=1), A)
-    for t in (1.0, 2.0, 3.0):
-        ds.assign(f"c{t}", "eth0", "ns", t)
+    for i in (1, 2, 3):
+        ds.assign(f"c{i}", "eth0", "ns", float(i))
     assert ctl.burst(3.5) == 0 and one(ctl.tick(3.5)).burst is None
 
 
