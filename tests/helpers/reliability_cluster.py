@@ -80,9 +80,11 @@ class ReliabilityCluster:
         seed: int = 0,
         gc_age_s: float = 300,
         reconcile_every_s: float = 60,
+        timing: Timing = TIMING,
         **world: Any,
     ) -> None:
         self.w = AllocatorWorld(gc_age_s=gc_age_s, **world)
+        self.timing = timing
         self.clock = self.w.clock
         self.rng = random.Random(seed)
         self.pool = pool or PoolConfig(warm_ip=2)
@@ -118,7 +120,7 @@ class ReliabilityCluster:
         cp: MemoryCheckpoint,
         imds: EmuImds | None = None,
     ) -> Node:
-        ds = Datastore(cooldown_s=TIMING.cooldown_s, pending_ttl_s=TIMING.pending_ttl_s, checkpoint=cp)
+        ds = Datastore(cooldown_s=self.timing.cooldown_s, pending_ttl_s=self.timing.pending_ttl_s, checkpoint=cp)
         ds.restore()
         imds = imds or EmuImds(self.w.emu, iid)
         ident = NodeIdentity(self.w.cluster, name, iid, instance_type, "us-east-1a")
@@ -127,7 +129,7 @@ class ReliabilityCluster:
             known(instance_type),
             pool,
             ds,
-            TIMING,
+            self.timing,
             metadata=imds,
             signed_identity=functools.partial(self.w.imds.identity, iid),
         )
