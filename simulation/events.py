@@ -214,6 +214,11 @@ def _on_cni_gc(w: EventsWorld, ev: k.CniGc) -> None:
     _gc(w, w.agents.get(ev.node))
 
 
+def _on_agent_bursts(w: EventsWorld, ev: k.AgentBursts) -> None:
+    """Set at the world's start (:attr:`simulation.world.SimWorld.agent_timing`): counted only."""
+    w.fault("agent-bursts")
+
+
 def _on_cni_readd(w: EventsWorld, ev: k.CniReadd, tries: int = 0) -> None:
     """One attachment made twice between two GCs (review 6, F1): the runtime DELs a running
     attachment old enough for a GC to take it, ADDs the same sandbox again at once, and runs a
@@ -512,6 +517,7 @@ HANDLERS: dict[type[Event], Callable[[EventsWorld, Any], None]] = {
     k.MultiSubnet: subnets.on_multi_subnet,
     k.Fragmented: subnets.on_fragmented,
     k.CustomNetworking: subnets.on_custom_networking,
+    k.AgentBursts: _on_agent_bursts,
 }
 """Each event type -> what applying it does (every type of :data:`simulation.kinds.EVENT_TYPES`)."""
 

@@ -419,6 +419,18 @@ class LambdaClockSkew(Window):
         return [float(x) for x in self.skews.split(",")]
 
 
+# --- issue 25's bursts ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AgentBursts(Event):
+    """Every agent runs with ``WARMPOOL_BURST_WINDOW_S`` = ``window`` (its default, 30 s) from the
+    start; a seed without this event runs its agents with bursts off (the world before them)."""
+
+    kind: ClassVar[str] = "agent-bursts"
+    window: float
+
+
 # --- issue 24's subnet worlds (simulation/subnets.py sets them up) ----------------------
 
 
@@ -520,6 +532,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         MultiSubnet,
         Fragmented,
         CustomNetworking,
+        AgentBursts,
     )
 }
 """Each kind's name -> its event type."""

@@ -37,6 +37,7 @@ from node_agent.agent import RESTART_HOLD_S, RESULT_VISIBILITY_S, Agent, AwsCloc
 from node_agent.checkpoint import CheckpointError, CheckpointWriteError, FileCheckpoint
 from node_agent.cni import E_IO
 from node_agent.cniserver import CniService
+from node_agent.config import Timing
 from node_agent.controller import AttachedEni, IncompleteRead, PoolController
 from node_agent.datastore import Datastore
 from node_agent.hostnet import (
@@ -61,7 +62,6 @@ from simulation.base import (
     HOST_NS_ID,
     POD_NETNS_DIR,
     RESYNC_S,
-    TIMING,
     AgentKilled,
 )
 from simulation.subnets import SubnetsWorld
@@ -85,6 +85,10 @@ class NodeWorld(SubnetsWorld, Protocol):
 
     version: int
     """Bumped by every change the checks look at."""
+
+    agent_timing: Timing
+    """The agents' clocks (:data:`simulation.base.TIMING`, with ``burst_window_s`` 0 unless the seed draws
+    ``agent-bursts``)."""
 
     def pod_up(self, agent: SimAgent, cid: str, ip: str) -> None: ...
 
@@ -537,7 +541,8 @@ class SimAgent:
         host's pod wiring by the production :meth:`~node_agent.agent.Agent._rebuild`."""
         w = self.w
         now = self.now()
-        ds = Datastore(cooldown_s=TIMING.cooldown_s, pending_ttl_s=TIMING.pending_ttl_s, checkpoint=self.cp)
+        timing = w.agent_timing
+        ds = Datastore(cooldown_s=timing.cooldown_s, pending_ttl_s=timing.pending_ttl_s, checkpoint=self.cp)
         with self.guard():
             # as node_agent/agent.py reads it: checksum, then the host's pod wiring
             restored, damaged = restore_checked(ds, self.pods, AGENT_CONFIG.veth_prefix, now=now)
@@ -577,7 +582,7 @@ class SimAgent:
                 known(self.itype),
                 pool,
                 ds,
-                TIMING,
+                timing,
                 metadata=self.metadata,
                 restart_hold_s=RESTART_HOLD_S,
                 signed_identity=functools.partial(w.signer_imds.identity, self.iid),

@@ -86,6 +86,8 @@ FAULT_KINDS = (
     "multi-subnet",
     "fragmented",
     "custom-networking",
+    # issue 25: the agents' bursts (:func:`_bursts`)
+    "agent-bursts",
 )
 """Every kind of fault the schedule can hold."""
 EVENT_KINDS = ("pods-add", "pods-del", "churn", *FAULT_KINDS)
@@ -125,6 +127,9 @@ SUBNET_KINDS = ("multi-subnet", "fragmented", "custom-networking")
 from a generator of its own, drawn after every other kind and put at the end of the event list,
 so leaving them out gives a seed the schedule (and the one-subnet world) it drew before they
 existed, and every other event keeps its index (``--keep`` lists pinned before still replay)."""
+BURST_KINDS = ("agent-bursts",)
+"""Issue 25's bursts (:func:`_bursts`): drawn last and listed last, so leaving them out gives a
+seed its agents as they were before bursts existed (window 0), every other event at its index."""
 LATE_KINDS = ("cni-readd",)
 """Kinds added after the shrunk replays the tests and docs name (:func:`_late_kinds`): each from a
 generator of its own, listed after every other event of the schedule."""
@@ -266,6 +271,7 @@ def draw(seed: int) -> SeedPlan:
     # Last: every earlier event keeps its index, so a pinned ``--keep`` replays the one-subnet
     # world it was found in (the world reads them wherever they are in the list)
     ev += sorted(_subnet_worlds(seed, names, prefix_mode), key=lambda e: (e.at, e.kind))
+    ev += _bursts(seed)
     return SeedPlan(seed, nodes, prefix_mode, warm_ip, minimum_ip, quota_fraction, tuple(ev))
 
 
@@ -423,6 +429,13 @@ def _agent_faults(seed: int, names: list[str]) -> list[Event]:
             )
         )
     return ev
+
+
+def _bursts(seed: int) -> list[Event]:
+    """``agent-bursts`` (four seeds in five, from its own generator): the agents run with the
+    production default ``WARMPOOL_BURST_WINDOW_S`` of 30 s; the other seeds with bursts off."""
+    r = random.Random(f"dst/{seed}/agent-bursts")
+    return [k.AgentBursts(at=0.0, window=30.0)] if r.random() < 0.8 else []
 
 
 def _late_kinds(seed: int, names: list[str]) -> list[Event]:

@@ -34,7 +34,7 @@ import random
 import threading
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ from emulated.memstores import MemFlips
 from emulated.sqs import FastSqs
 from functions.allocator import Record
 from simulation import checks, events, hostile, subnets
+from simulation import kinds as k
 from simulation.base import (
     AGENT_EVERY_S,
     CLUSTER,
@@ -64,6 +65,7 @@ from simulation.base import (
     REPORTS_VISIBILITY_S,
     SUBNET_CIDR,
     T0,
+    TIMING,
     Stop,
 )
 from simulation.clients import (
@@ -166,6 +168,9 @@ class SimWorld:
             az="us-east-1a", cidr=SUBNET_CIDR, vpc_id=vpc, tags={names.cluster_tag_key(CLUSTER): "shared"}
         )
         self.nets = subnets.build(self.emu, vpc, self.subnet, plan.seed, plan.events)
+        bursts = [e for e in plan.events if isinstance(e, k.AgentBursts)]
+        self.agent_timing = replace(TIMING, burst_window_s=bursts[0].window if bursts else 0.0)
+        """The agents' clocks: bursts on only where the seed draws ``agent-bursts`` (issue 25)."""
         """Issue 24's pod subnets (:mod:`simulation.subnets`): the nodes' own alone, unless the
         plan draws a subnet world, which also picks the stack variant below."""
         self.roles = stack_roles(self.emu, vpc, self.subnet, variant=self.nets.variant, custom=self.nets.custom)
