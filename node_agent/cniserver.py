@@ -486,6 +486,9 @@ class CniService:
                 held = self.ds.lookup(rec.container_id, rec.ifname)
                 if held is None or held.ip != rec.ip:
                     continue
+                # again under the lock: an ADD of it answered since the check above made it young
+                if self._age(rec) < self.gc_min_age_s:
+                    continue
                 try:
                     self.pods.teardown(rec.container_id, rec.ifname, rec.ip)
                 except (NetlinkFailure, PodRefused) as exc:

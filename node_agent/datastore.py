@@ -179,10 +179,11 @@ class Datastore(RecoveredHolders):
                 added += 1
             have = set(eni.prefixes)
             for p in prefixes:
-                if p in have:
-                    continue
-                have.add(p)
-                eni.prefixes.append(p)
+                if p not in have:
+                    have.add(p)
+                    eni.prefixes.append(p)
+                # Every member no record holds (one skipped while another ENI's stale copy, or a
+                # single, held it) joins the listed /28 once that copy is gone (review final, F2).
                 for host in ipaddress.IPv4Network(p):
                     ip = str(host)
                     if ip in self._ip_eni:

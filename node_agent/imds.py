@@ -167,6 +167,11 @@ def parse_interfaces(tree: Mapping[str, Any]) -> list[AttachedEni]:
     """
     macs: Mapping[str, Mapping[str, str]] = tree.get("network", {}).get("interfaces", {}).get("macs", {})
     out = []
+    carded = [("network-card" in leaves) for leaves in macs.values()]
+    if any(carded) and not all(carded):
+        # a multi-card type lists every interface's card: a tree without one is torn, and read as
+        # card 0 it would take another tool's interface of a card above 0 into the pool (review final)
+        raise ImdsError("IMDS network/interfaces/macs: network-card listed for some interfaces only")
     for raw_mac, leaves in macs.items():
         mac = raw_mac.strip().rstrip("/").lower()
         local = _lines(leaves.get("local-ipv4s", ""))

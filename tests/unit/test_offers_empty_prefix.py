@@ -1,13 +1,17 @@
 """Seed 6069 (a sweep of seeds 4000-9999): an agent's tick raised ``ValueError: min() arg is an
 empty sequence`` in :func:`node_agent.offers.quarantined_since`, every tick, so the node sent no
-report again. An ENI record listed a /28 none of whose addresses the datastore held (a prefix
-whose addresses the agent kept as single addresses for pods IMDS no longer showed under it):
-:func:`node_agent.offers.quarantined` took ``all(())`` of no members for "every address of the
-/28 is quarantined" and offered the prefix, whose offer then had no quarantine time.
+report again. A /28 (10.0.1.224/28) was offered and unassigned from one ENI, its ``released``
+lost, so the agent kept that copy quarantined; EC2 then put the same /28 on another ENI of the
+node, and ``Datastore.add_addresses`` listed the prefix there but skipped its 16 addresses, still
+recorded against the first ENI (the final hostile review traced it; the datastore now fills the
+members in once that copy is gone: tests/unit/test_review_final_prefix_moved_eni.py). The second
+ENI's record listed a /28 with no member, and :func:`node_agent.offers.quarantined` took
+``all(())`` of no members for "every address of the /28 is quarantined" and offered it, an offer
+with no quarantine time.
 
 Offering a /28 no quarantined address stands for would ask the allocator to unassign addresses
-the agent has not set aside (pods may hold them): a prefix is offered only when it has addresses
-and every one of them is quarantined. Both tests fail on the code before the fix."""
+the agent has not set aside: a prefix is offered only when it has addresses and every one of them
+is quarantined. The first test fails on the code before the fix."""
 
 from __future__ import annotations
 
