@@ -179,15 +179,23 @@ class Datastore(RecoveredHolders):
                 added += 1
             have = set(eni.prefixes)
             for p in prefixes:
-                if p not in have:
+                hosts = [str(h) for h in ipaddress.IPv4Network(p)]
+                if p in have:
+                    # Every member no record holds (one skipped while another ENI's stale copy, or a
+                    # single, held it) joins the listed /28 once that copy is gone (review final, F2;
+                    # since seed 6069's fix below, only a /28 listed so by an older agent's checkpoint).
+                    hosts = [ip for ip in hosts if ip not in self._ip_eni]
+                elif any(ip in self._ip_eni for ip in hosts):
+                    # Some of its addresses are recorded already (another ENI's, offered or a
+                    # pod's: EC2 moved the /28 and the result saying so is late, or a read from
+                    # another state): not recorded here until that record lets them go. Listed
+                    # without them, the /28 was offered for addresses the agent had not set
+                    # aside, and a restart loaded them here, free (seed 6069).
+                    continue
+                else:
                     have.add(p)
                     eni.prefixes.append(p)
-                # Every member no record holds (one skipped while another ENI's stale copy, or a
-                # single, held it) joins the listed /28 once that copy is gone (review final, F2).
-                for host in ipaddress.IPv4Network(p):
-                    ip = str(host)
-                    if ip in self._ip_eni:
-                        continue
+                for ip in hosts:
                     eni.addrs[ip] = self._new_addr(ip, p)
                     self._ip_eni[ip] = eni_id
                     added += 1
@@ -748,10 +756,21 @@ class Datastore(RecoveredHolders):
         self._recovered.update(cp.recovered)
         self._recent.load(cp.recent)
         self._parked = cp.parked
+        loaded = []
         for entry in cp.enis:
             info = EniInfo(**entry.info.model_dump())
             eni = self._enis[info.eni_id] = EniRecord(info=info, added_at=entry.added_at, ready=False)
-            self.add_addresses(info.eni_id, entry.ips, entry.prefixes)
+            loaded.append((entry, eni))
+        # A /28 first goes to the ENI whose entry says something of its addresses (a pod's, a
+        # quarantine): a checkpoint written before seed 6069's fix may list one /28 on two ENIs,
+        # only one of which held its addresses; loaded in order, the other took them, free.
+        for entry, eni in loaded:
+            stated = [ipaddress.IPv4Address(st.ip) for st in entry.addrs]
+            said = [p for p in entry.prefixes if any(ip in ipaddress.IPv4Network(p) for ip in stated)]
+            self.add_addresses(eni.info.eni_id, entry.ips, said)
+        for entry, eni in loaded:
+            self.add_addresses(eni.info.eni_id, (), entry.prefixes)
+            eni.prefixes.sort(key=entry.prefixes.index)
             eni.ready = entry.ready
             for st in entry.addrs:
                 a = eni.addrs.get(st.ip)
