@@ -237,13 +237,24 @@ def _on_cni_readd(w: EventsWorld, ev: k.CniReadd, tries: int = 0) -> None:
             w.fault("cni-readd:none-old")
         return
     cid = old[0]
+    # The runtime tears the sandbox's network down with the DEL: from the call on, the pod holds
+    # no address (as ``_delete`` models it). A DEL not answered ok (an error, or the agent killed
+    # in it: its teardown may be done, seed 1760) is retried by the runtime, then the ADD.
+    rt.up.pop(cid, None)
+    w.version += 1
+    deleted = False
+    got: dict[str, Any] = {}
     with a.guard():
-        if not a.cni_call("DEL", cid).get("ok"):
-            w.fault("cni-readd:del-failed")
-            return
-        rt.up.pop(cid, None)
-        got = a.cni_call("ADD", cid)
+        deleted = bool(a.cni_call("DEL", cid).get("ok"))
+        if deleted:
+            got = a.cni_call("ADD", cid)
+    if not deleted:
+        w.fault("cni-readd:del-failed")
+        rt.deleting[cid] = None
+        rt.adding[cid] = None
+        return
     if not a.alive:
+        rt.adding[cid] = None
         return
     if not got.get("ok"):
         rt.adding[cid] = None  # no address yet (or the write failed): the runtime retries it

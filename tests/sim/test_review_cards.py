@@ -151,3 +151,15 @@ def test_readd_is_drawn_from_a_generator_of_its_own_and_listed_last() -> None:
         assert kinds[:readds] == ["cni-readd"] * readds
         assert all(k in SUBNET_KINDS or k in BURST_KINDS for k in kinds[readds:])
     assert 5 <= sum(any(e.kind == "cni-readd" for e in draw(s).events) for s in range(100)) <= 30
+
+
+def test_a_readd_whose_del_the_agent_dies_in_leaves_no_pod_holding_the_torn_down_address() -> None:
+    """Seed 1760 (the final sweep): the agent was killed in the re-ADD's DEL, after its teardown
+    and before the checkpoint write; the restarted agent found the pod unwired and freed its
+    address (docs/safety.md, review 7 F1's rule), and the next pod got it. The runtime had torn the
+    sandbox's network down with the DEL, so no pod held it; the simulation's re-ADD kept the pod
+    as running (``two-holders``, a false one). Now, as the runtime's other deletes, the pod holds
+    nothing from the DEL on, and a DEL not answered is retried, then the ADD."""
+    r = run_seed(1760, keep=[5, 12, 18, 20], shrink=False)
+    assert r.violations == []
+    assert r.faults.get("cni-readd:del-failed") == 1
