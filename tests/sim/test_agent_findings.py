@@ -4,9 +4,6 @@ before the fix each broke ``two-holders`` or ``released-in-use`` (seeds 0-1999 o
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-
 import pytest
 
 from simulation.runner import run_seed
@@ -25,13 +22,6 @@ SEEDS = {
     "review 1: a hand-back older than a later offer": [5859],
     "review 3: take-back within the IMDS lag": [4672],
 }
-
-
-@pytest.fixture(autouse=True)
-def _quiet_logs() -> Iterator[None]:
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 @pytest.mark.parametrize("seed", [s for seeds in SEEDS.values() for s in seeds])

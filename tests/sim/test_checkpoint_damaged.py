@@ -6,9 +6,6 @@ its half of the fix reverted (the checksum, the check against the host's pod wir
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-
 import pytest
 
 from node_agent import agent, checkpoint
@@ -16,13 +13,6 @@ from simulation import runner
 from simulation.runner import run_seed
 
 pytestmark = pytest.mark.sim
-
-
-@pytest.fixture(autouse=True)
-def _quiet_logs() -> Iterator[None]:
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 DAMAGED_PARSES_SEEDS = (23, 41, 119, 130, 135, 141, 348, 442, 509, 524, 527, 585, 633, 650, 700, 905, 969)

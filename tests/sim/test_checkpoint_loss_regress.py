@@ -12,8 +12,6 @@ a read may list them again, from before the unassign."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,13 +22,6 @@ from simulation.schedule import SeedPlan
 from warmpool.messages import ReleaseOffer
 
 pytestmark = pytest.mark.sim
-
-
-@pytest.fixture(autouse=True)
-def _quiet_logs() -> Iterator[None]:
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def lost_under_regress(

@@ -5,8 +5,6 @@ seeds, so its fix turns it red."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,13 +24,6 @@ pytestmark = pytest.mark.sim
 ROWS_6_11 = frozenset({"imds-regress", "lambda-clock-skew", *SUBNET_KINDS})
 """The kinds breaking docs/safety.md rows 6 and 11, drawn after the seeds below were found (and
 issue 24's subnet worlds, drawn later still)."""
-
-
-@pytest.fixture(autouse=True)
-def _quiet_logs() -> Iterator[None]:
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 UNLISTED_QUEUE_SEEDS = (1, 11, 15)

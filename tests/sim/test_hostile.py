@@ -4,8 +4,7 @@ harness once that defence is taken out (a mutation of the real allocator)."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,13 +16,6 @@ from simulation.schedule import HOSTILE_KINDS, draw
 from tests.helpers.sim_mutations import on_every_agent
 
 pytestmark = pytest.mark.sim
-
-
-@pytest.fixture(autouse=True)
-def _quiet_logs() -> Iterator[None]:
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def _seeds(match: Callable[[Any], bool], n: int = 4, upto: int = 400) -> list[int]:

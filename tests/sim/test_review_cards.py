@@ -8,8 +8,6 @@ ENI the same way (``imds-torn:no-ipv4``)."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,13 +20,6 @@ from simulation.schedule import BURST_KINDS, SUBNET_KINDS, draw
 from warmpool.limits import KNOWN_TYPES
 
 pytestmark = pytest.mark.sim
-
-
-@pytest.fixture(autouse=True)
-def _quiet_logs() -> Iterator[None]:
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 EFA_SEEDS = (4, 32, 58, 75, 94, 121, 141, 147, 228, 273)

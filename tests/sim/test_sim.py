@@ -5,9 +5,8 @@ is caught, and its replay command reproduces it."""
 from __future__ import annotations
 
 import json
-import logging
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -46,13 +45,6 @@ they existed."""
 BEFORE_HARSH_WORLD = frozenset(WORLD_KINDS) | frozenset(SUBNET_KINDS)
 """Issue 21's harsh world (simulation.schedule.WORLD_KINDS) left out, and issue 24's subnet
 worlds drawn after it: the agent fault kinds' world."""
-
-
-@pytest.fixture(autouse=True)
-def _quiet_logs() -> Iterator[None]:
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def _keep_of(replay: str) -> list[int] | None:

@@ -4,8 +4,7 @@ policies (``simulation/iam_policies.json``), and a refused call is the violation
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,13 +14,6 @@ from simulation.runner import plan_for, run_plan
 from simulation.schedule import SUBNET_KINDS
 
 pytestmark = pytest.mark.sim
-
-
-@pytest.fixture(autouse=True)
-def _quiet_logs() -> Iterator[None]:
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def _recording(w: Any) -> None:

@@ -4,8 +4,6 @@ their invariants catch what they are for (each class of bug injected into the pr
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,13 +18,6 @@ pytestmark = pytest.mark.sim
 
 SUBNETS_ONLY = frozenset(k for k in EVENT_KINDS if k not in ("pods-add", "pods-del", "churn", *SUBNET_KINDS))
 """Every fault but the subnet worlds left out: pods come and go in them."""
-
-
-@pytest.fixture(autouse=True)
-def _quiet_logs() -> Iterator[None]:
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def _seeds(kind: str, n: int, **fields: object) -> list[int]:

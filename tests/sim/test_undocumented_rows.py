@@ -6,8 +6,6 @@ off each other's time). Each is drawn, does what it says, and reaches the produc
 from __future__ import annotations
 
 import functools
-import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,13 +24,6 @@ from tests.helpers.unknown_offers import without_unknown_offers
 pytestmark = pytest.mark.sim
 
 NEW_KINDS = ("imds-regress", "lambda-clock-skew")
-
-
-@pytest.fixture(autouse=True)
-def _quiet_logs() -> Iterator[None]:
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def _world(seed: int = 0) -> SimWorld:
