@@ -489,13 +489,29 @@ class PoolController:
         def under_pod(k: str) -> bool:
             return "/" in k and any(ip in ipaddress.ip_network(k, strict=False) for ip in pods)
 
+        awaited = self._awaited_grants()
         return {
             k
             for a in usable
             if a.info.eni_id not in held
             for k in (*a.ips, *a.prefixes)
-            if k in released and k not in mine and not under_pod(k)
+            if k in released and k not in mine and not under_pod(k) and (a.info.eni_id, k) not in awaited
         }
+
+    def _awaited_grants(self) -> set[tuple[str, str]]:
+        """(ENI, key) pairs a waiting claim names as EC2's own assignment (:meth:`_granted_by_ec2`,
+        or found so when it came): its wait ends by taking the key on EC2's word if IMDS lists it
+        on that ENI (:meth:`_evident`). A resync meanwhile leaves such a key out rather than hold
+        it as offered, of unknown origin: offered, the allocator unassigned it and granted afresh,
+        EC2 gave the same address again (a subnet with few free ones), the next resync came before
+        that grant's wait ended, and so on for ever, the address never used (seed 5365)."""
+        out: set[tuple[str, str]] = set()
+        for key, (action, _first, seq) in self._unverified.waiting.items():
+            grants = self._unverified.grants_of(key)
+            for k in (*action.ips, *action.prefixes):
+                if k in grants or self._granted_by_ec2(k, seq):
+                    out.add((action.eni_id, k))
+        return out
 
     def _hold_unknown(self, before: set[str], now: float) -> None:
         """After a checkpoint loss: quarantine every free address or prefix not in ``before``,

@@ -548,6 +548,41 @@ def test_an_address_released_and_assigned_again_in_one_result_is_taken_after_its
     assert ds.assign("p2", "eth0", "ns", 123.0) == (X, PRIMARY.eni_id)
 
 
+def test_a_resync_during_the_wait_of_a_grant_leaves_the_address_to_the_grant() -> None:
+    # Seed 5365 (a fragmented subnet, few free addresses): the same, with a resync before the
+    # claim's wait ends. IMDS lists .12, released: held as offered, of unknown origin, it was
+    # unassigned and granted afresh, EC2 gave .12 again, the next resync came before that
+    # grant's wait ended, and so on for ever, .12 never used (``address-leaked``). The grant
+    # waiting for it is the grant that names it again: the resync leaves it out (neither free
+    # nor offered), and the grant's wait takes it on EC2's word.
+    ds, ctl, r1 = x_offered()
+    assert ds.assign("p1", "eth0", "ns", 61.5) is not None  # .11
+    both = result(
+        r1.seq,
+        {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": [X]},
+        {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": [X]},
+    )
+    ctl.apply_result(both, 62.0)
+    ctl.resync(100.0)
+    assert X not in ds.quarantined().get(PRIMARY.eni_id, ([], []))[0], "not offered again"
+    assert ds.assign("p2", "eth0", "ns", 100.0) is None, "nor free on IMDS's word"
+    for r in ctl.tick(101.0):
+        assert all(X not in o.ips for o in r.release)
+    ctl.tick(123.0)
+    assert ds.assign("p2", "eth0", "ns", 123.0) == (X, PRIMARY.eni_id)
+
+
+def test_a_resync_holds_a_released_address_as_offered_when_no_grant_waits_for_it() -> None:
+    # What the rule above does not change: released, no grant naming it, listed by IMDS: held as
+    # offered, of unknown origin (docs/safety.md, row 6).
+    ds, ctl, r1 = x_offered()
+    assert ds.assign("p1", "eth0", "ns", 61.5) is not None  # .11
+    ctl.apply_result(result(r1.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": [X]}), 62.0)
+    ctl.resync(100.0)
+    assert X in ds.quarantined()[PRIMARY.eni_id][0]
+    assert ds.assign("p2", "eth0", "ns", 100.0) is None
+
+
 def test_a_parked_grant_keeps_its_word_across_a_restart_and_an_old_entry_waits() -> None:
     # The claim's grant status is known only when it comes (which reports offered what is in
     # memory): it is checkpointed with the parked claim (``grants``; sim seed 40 lost it at a
