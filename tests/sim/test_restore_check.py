@@ -86,21 +86,35 @@ def test_a_retry_of_the_wait_answered_before_the_first_answer_keeps_a_current_co
     assert not runner.run_seed(seed, keep=keep, shrink=False).violations
 
 
+RETRY_JUDGED_STALE = 64
+"""A seed whose agents restart on current checkpoints and retry their wait: with R5's fix reverted
+(each retry judged with the ledger at its own report) four of those copies are answered not
+current and taken the lost way; with it, none (found by searching seeds 0-159, 2026-12-06)."""
+
+
 def test_the_simulation_finds_the_retry_answered_first_with_the_fix_reverted(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The reverted fix stalls n0 until well after the schedule's span; since the run goes quiet
-    only after its last window (seed 1072's fix, here an ``imds-lag-long`` open until 763.5 s),
-    the stall ends before the checks and the seed passes either way. So both runs here end where
-    the run ended when R5 was found, the span plus ``QUIET_S``: with the fix the pool has settled
-    by then, without it it has not."""
-    import simulation.world
-    from simulation.schedule import SPAN_S
+    """R5 was found at seed 189 by its symptom (``not-settled``: the copy taken for lost, its free
+    addresses offered as of unknown origin, the pool 3 short while the node's lease was busy). That
+    stall also needed seed 5365's resync cycle (an address a waiting grant names held as offered);
+    with that fixed, no seed of 0-999 shows a violation with R5's fix reverted (the pool refills
+    before the checks, even with them at the span plus ``QUIET_S``). So this asserts the defect
+    itself, which the seeds still reach: a current copy answered "not current"."""
     from warmpool.release_book import ReleaseBook
 
-    monkeypatch.setattr(simulation.world, "quiet_from", lambda events: SPAN_S)
-    seed, keep = RETRY_ANSWERED_FIRST
-    assert runner.run_seed(seed, keep=keep, shrink=False).violations == []
+    stale: list[str] = []
+    event = PoolController._event
+
+    def counting(self: PoolController, kind: str, message: str) -> None:
+        if message.startswith("restored checkpoint not current"):
+            stale.append(message)
+        event(self, kind, message)
+
+    monkeypatch.setattr(PoolController, "_event", counting)
+    assert runner.run_seed(RETRY_JUDGED_STALE, shrink=False).violations == []
+    assert stale == []
     monkeypatch.setattr(ReleaseBook, "verdict_for", lambda self, report, now: None)
-    assert [v["invariant"] for v in runner.run_seed(seed, keep=keep, shrink=False).violations] == ["not-settled"]
+    runner.run_seed(RETRY_JUDGED_STALE, shrink=False)
+    assert len(stale) >= 2, stale
 
 
 def _count(grid: tuple[tuple[float, float, float, int], ...]) -> int:

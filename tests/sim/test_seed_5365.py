@@ -6,21 +6,11 @@ used (``address-leaked``). The focused sequence is in tests/unit/test_agent_revi
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-
 import pytest
 
 from simulation.runner import run_seed
 
 pytestmark = pytest.mark.sim
-
-
-@pytest.fixture(autouse=True)
-def _quiet_logs() -> Iterator[None]:
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 @pytest.mark.parametrize("keep", [[19, 24], None], ids=["shrunk", "whole"])
