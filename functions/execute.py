@@ -3,7 +3,9 @@
 The tokens for the plan were taken before the first call. Recoveries re-plan
 (with a fresh inventory of the node) and take the new plan's tokens first:
 
-* ``InsufficientCidrBlocks`` → re-plan with single addresses (prefix fallback);
+* ``InsufficientCidrBlocks`` → re-plan without that subnet (another candidate may have a whole
+  /28), and when that leaves the node short, with single addresses on the ENIs of every subnet
+  left for want of a /28 (prefix fallback; named placement does the same before the call);
 * ``InsufficientFreeAddressesInSubnet`` → re-plan without that subnet;
 * ``PrivateIpAddressLimitExceeded`` → re-read the node, re-plan;
 * ``RequestLimitExceeded`` → AIMD cut, stop, defer the node (its report is
@@ -184,6 +186,18 @@ class _Unrecorded(Exception):
         self.err = err
 
 
+def _leave(rp: _Replan, exclude: set[str], blockless: set[str]) -> None:
+    """Leave the subnet ``rp`` names: in ``blockless`` too when only for want of a whole /28 (a
+    fallback to single addresses brings it back), out of it when refused for want of room."""
+    if not rp.exclude:
+        return
+    if rp.fallback is None:
+        blockless.discard(rp.exclude)
+    elif rp.exclude not in exclude:
+        blockless.add(rp.exclude)
+    exclude.add(rp.exclude)
+
+
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -229,6 +243,9 @@ class PlanExecutor:
         facts = job.facts
         queue: list[Call] = list(job.plan.calls)
         exclude: set[str] = set()
+        blockless: set[str] = set()
+        """Subnets left only for want of a whole /28 (``_Replan.fallback``): a fallback to single
+        addresses brings every one of them back, not the last alone."""
         force: Mode | None = None
         replans = 0
         while queue:
@@ -243,7 +260,7 @@ class PlanExecutor:
                     out.actions.append(Failed.clipped("replan-limit", rp.why))
                     break
                 replans += 1
-                exclude |= {rp.exclude} if rp.exclude else set()
+                _leave(rp, exclude, blockless)
                 force = rp.force or force
                 try:
                     if rp.refresh or out.actions:
@@ -254,7 +271,7 @@ class PlanExecutor:
                 except Throttled as err:
                     d = self._throttled(err)
                     return self._deferred(out, d.retry_after_s, d.reason)
-                plan, force = self._replan(job, facts, subnets, exclude, force, rp)
+                plan, force = self._replan(job, facts, subnets, exclude, blockless, force, rp)
                 log.info(
                     "re-planned", extra={"node": rep.node, "seq": rep.seq, "why": rp.why, "calls": len(plan.calls)}
                 )
@@ -283,6 +300,7 @@ class PlanExecutor:
         facts: NodeFacts,
         subnets: list[Subnet],
         exclude: set[str],
+        blockless: set[str],
         force: Mode | None,
         rp: _Replan,
     ) -> tuple[Plan, Mode | None]:
@@ -291,8 +309,11 @@ class PlanExecutor:
         plan = self._plan(job, facts, subnets, exclude, force)
         if plan.unmet and rp.fallback is not None:
             # Leaving the subnet gave the node nothing (no other candidate, or no ENI left
-            # to create): its ENIs there take single addresses instead.
-            exclude.discard(rp.exclude)
+            # to create): its ENIs there take single addresses instead, and so do those of
+            # every subnet left before it for want of a whole /28 alone (seed 7325: only the
+            # last came back, the primary ENI's subnet with hundreds of free addresses did not).
+            exclude.difference_update(blockless | {rp.exclude})
+            blockless.clear()
             force = rp.fallback
             plan = self._plan(job, facts, subnets, exclude, force)
         return plan, force
@@ -741,7 +762,11 @@ class PlanExecutor:
                 self.ec2.forget_usage(subnet)
                 got = self.ec2.assign(call)
         except NoCidrBlocks:
-            raise _Replan("InsufficientCidrBlocks", force="secondary-ip", refresh=False) from None
+            # As named placement's check before the call (``_no_block``): another candidate subnet
+            # may have a whole /28; single addresses when none does (seed 500105).
+            if not subnet:  # the ENI's subnet not known: single addresses at once, as before
+                raise _Replan("InsufficientCidrBlocks", force="secondary-ip", refresh=False) from None
+            raise _Replan("InsufficientCidrBlocks", exclude=subnet, refresh=False, fallback="secondary-ip") from None
         except AddressLimit:
             raise _Replan("PrivateIpAddressLimitExceeded") from None
         except SubnetFull:
@@ -804,7 +829,9 @@ class PlanExecutor:
                     replace(call, client_token=token), description=description, groups=groups, tags=tags
                 )
         except NoCidrBlocks:
-            raise _Replan("InsufficientCidrBlocks", force="secondary-ip", refresh=False) from None
+            raise _Replan(
+                "InsufficientCidrBlocks", exclude=call.subnet_id, refresh=False, fallback="secondary-ip"
+            ) from None
         except SubnetFull:
             self.ec2.forget_subnets()
             raise _Replan("InsufficientFreeAddressesInSubnet", exclude=call.subnet_id, refresh=False) from None
