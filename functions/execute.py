@@ -89,6 +89,15 @@ from warmpool.subnets import Subnet
 log = logging.getLogger(__name__)
 
 MAX_REPLANS = 3
+MAX_BLOCKLESS_SUBNETS = 2
+"""Subnets an invocation leaves for want of a whole /28 before it falls back to single
+addresses: each costs a refused call by count (EC2 answers InsufficientCidrBlocks) and one of the
+:data:`MAX_REPLANS`, so the fallback comes while a re-plan is left for it."""
+
+
+def _asks_prefixes(plan: Plan) -> bool:
+    """Whether ``plan`` asks EC2 for a /28 (by count or by name), in an Assign or a Create."""
+    return any(isinstance(c, (AssignAddresses, CreateEni)) and (c.prefixes or c.at_prefixes) for c in plan.calls)
 
 
 def unmet(plan: Plan) -> Failed:
@@ -307,14 +316,20 @@ class PlanExecutor:
         """The node's plan again (``exclude`` and ``force`` as the re-plans so far left them),
         and the mode it was made in."""
         plan = self._plan(job, facts, subnets, exclude, force)
-        if plan.unmet and rp.fallback is not None:
-            # Leaving the subnet gave the node nothing (no other candidate, or no ENI left
-            # to create): its ENIs there take single addresses instead, and so do those of
-            # every subnet left before it for want of a whole /28 alone (seed 7325: only the
-            # last came back, the primary ENI's subnet with hundreds of free addresses did not).
-            exclude.difference_update(blockless | {rp.exclude})
+        fallback = rp.fallback or ("secondary-ip" if blockless else None)
+        if fallback is not None and (plan.unmet or not _asks_prefixes(plan) or len(blockless) >= MAX_BLOCKLESS_SUBNETS):
+            # Leaving the subnet did not get the node /28s elsewhere (no other candidate, no ENI
+            # left to create, the planner's own fallback to singles in another subnet, or
+            # enough subnets refused already): single addresses instead, on the ENIs of every
+            # subnet left for want of a whole /28 too (seed 7325: only the last came back, the
+            # primary ENI's subnet with hundreds of free addresses did not), also when the last
+            # refusal was another subnet's room (a hostile review's F3), before the node takes
+            # a new ENI in a scarcer subnet (F2) or the re-plans run out (F1).
+            exclude.difference_update(blockless)
+            if rp.fallback is not None and rp.exclude:
+                exclude.discard(rp.exclude)
             blockless.clear()
-            force = rp.fallback
+            force = fallback
             plan = self._plan(job, facts, subnets, exclude, force)
         return plan, force
 
