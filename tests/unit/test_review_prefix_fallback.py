@@ -26,6 +26,18 @@ def _fragment(c: ReliabilityCluster, subnet: str) -> None:
     assert pool.free >= 40
 
 
+def _by_count(instance_type: str, subnet_cidrs: tuple[str, ...]) -> ReliabilityCluster:
+    """One node in prefix mode (``WARM_IP_TARGET=2``), EC2 placing what is asked by count."""
+    return ReliabilityCluster(
+        1,
+        instance_type=instance_type,
+        pool=PoolConfig(warm_ip=2, prefix_mode=True),
+        subnet_cidrs=subnet_cidrs,
+        ec2_config=SCATTERED,
+        named_placement=False,
+    )
+
+
 def _stats(c: ReliabilityCluster, name: str) -> dict[str, int]:
     return c.w.ec2_stats().get(name, {})
 
@@ -36,14 +48,7 @@ def _refused(c: ReliabilityCluster) -> int:
 
 # Fixed (was a strict xfail of the review, F1): PlanExecutor._replan falls back to singles.
 def test_four_fragmented_candidates_still_fall_back_to_singles() -> None:
-    c = ReliabilityCluster(
-        1,
-        instance_type="m5.xlarge",  # 4 ENIs of 15 addresses
-        pool=PoolConfig(warm_ip=2, prefix_mode=True),
-        subnet_cidrs=("10.0.0.0/24", "10.0.1.0/24", "10.0.2.0/24", "10.0.3.0/24"),
-        ec2_config=SCATTERED,
-        named_placement=False,
-    )
+    c = _by_count("m5.xlarge", ("10.0.0.0/24", "10.0.1.0/24", "10.0.2.0/24", "10.0.3.0/24"))  # 4 ENIs of 15 addresses
     for s in c.w.subnets:
         _fragment(c, s)
     c.scale("n0", 10)
@@ -63,14 +68,7 @@ def _node_enis(c: ReliabilityCluster, name: str) -> list[Any]:
 
 # Fixed (was a strict xfail of the review, F2): PlanExecutor._replan falls back to singles.
 def test_singles_go_on_the_nodes_own_eni_not_on_a_new_eni_in_a_nearly_full_subnet() -> None:
-    c = ReliabilityCluster(
-        1,
-        instance_type="m5.large",
-        pool=PoolConfig(warm_ip=2, prefix_mode=True),
-        subnet_cidrs=("10.0.0.0/24", "10.0.16.0/27"),
-        ec2_config=SCATTERED,
-        named_placement=False,
-    )
+    c = _by_count("m5.large", ("10.0.0.0/24", "10.0.16.0/27"))
     main, small = c.w.subnets
     _fragment(c, main)  # the node's subnet: ~40+ free addresses, no whole /28
     c.w.emu.client().create_network_interface(SubnetId=small, SecondaryPrivateIpAddressCount=12)
@@ -86,14 +84,7 @@ def test_singles_go_on_the_nodes_own_eni_not_on_a_new_eni_in_a_nearly_full_subne
 
 # Fixed (was a strict xfail of the review, F3): PlanExecutor._replan falls back to singles.
 def test_a_subnet_refused_for_room_after_one_left_for_a_28_still_falls_back_in_the_same_invocation() -> None:
-    c = ReliabilityCluster(
-        1,
-        instance_type="m5.large",
-        pool=PoolConfig(warm_ip=2, prefix_mode=True),
-        subnet_cidrs=("10.0.0.0/24", "10.0.8.0/24"),
-        ec2_config=SCATTERED,
-        named_placement=False,
-    )
+    c = _by_count("m5.large", ("10.0.0.0/24", "10.0.8.0/24"))
     main, _second = c.w.subnets
     _fragment(c, main)
     # the other subnet's Create refused for room (its cached count stale: another caller took it)
@@ -110,14 +101,7 @@ def test_a_subnet_refused_for_room_after_one_left_for_a_28_still_falls_back_in_t
     "for a /28 first on every growth report, refused each time (one token and a re-plan per report)",
 )
 def test_a_subnet_known_without_a_whole_28_is_not_asked_again_on_every_growth() -> None:
-    c = ReliabilityCluster(
-        1,
-        instance_type="m5.large",
-        pool=PoolConfig(warm_ip=2, prefix_mode=True),
-        subnet_cidrs=("10.0.0.0/22", "10.0.8.0/24"),
-        ec2_config=SCATTERED,
-        named_placement=False,
-    )
+    c = _by_count("m5.large", ("10.0.0.0/22", "10.0.8.0/24"))
     main, _second = c.w.subnets
     _fragment(c, main)
     for pods in (4, 20, 36, 52, 68):
