@@ -407,6 +407,8 @@ def to_json(outcomes: list[Outcome], seed: int, worst_file: str | None) -> dict[
                     "mode": o.mode,
                     "unknown_quota": o.unknown_quota,
                     "figures": o.figures,
+                    "duplicates": o.duplicates,
+                    "leaked_enis": o.leaked,
                     "wall_s": o.wall_s,
                 }
                 for o in outcomes

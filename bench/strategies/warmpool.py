@@ -613,7 +613,16 @@ class Warmpool:
         self.agents[node.spec.name].delete(pod)
 
     def busy(self) -> bool:
-        return any(c.esm.in_flight for c in self.clusters.values())
+        """Reports in flight, or ENIs of a warmpool cluster left detached: the reconciler's GC
+        deletes those (marked, then ``gc_age_s`` later), and the run is not over until it has.
+        Before, a run settled 240 s after the GC's mark, before its 300 s age, and counted every
+        ENI a scale-down detached as leaked (118 over 200 random scenarios, all deleted later)."""
+        if any(c.esm.in_flight for c in self.clusters.values()):
+            return True
+        mine = set(self.clusters)
+        return any(
+            e.status == "available" and e.tags.get(names.TAG_CLUSTER_NAME) in mine for e in self.w.emu.enis.values()
+        )
 
     def notes(self) -> list[str]:
         return [f"{k}: {v}" for k, v in sorted(self.counts.items())]
