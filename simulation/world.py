@@ -289,7 +289,10 @@ class SimWorld:
 
     def join(self, name: str, itype: str, efa_only: tuple[tuple[int, int], ...] = ()) -> SimAgent:
         tags = {names.cluster_tag_key(CLUSTER): "owned", "Name": name}
-        units = min(self.launch_units, KNOWN_TYPES[itype].slots_per_eni)
+        # Not a custom-networking node's: its pods never use the primary ENI (the bench refuses
+        # the pair too: a launch pool there is addresses no pod can have)
+        custom = name in self.nets.custom_nodes
+        units = 0 if custom else min(self.launch_units, KNOWN_TYPES[itype].slots_per_eni)
         n_pfx, n_sec = (units, 0) if self.plan.prefix_mode else (0, units)
         try:
             iid = self.emu.run_instance(
