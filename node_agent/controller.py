@@ -303,13 +303,15 @@ class PoolController:
         if checkpoint_lost:
             self._end_restore()
             self._forget_offers(now)
-            if first_start:
-                self._await_first_start(steady)
         elif restored:
             self._await_restore_check(steady)
         if self._rebuilt_at is not None:
             self._window_until = steady + self._window_left(now, steady)
         notes = self.resync(now) if self.metadata is not None else []
+        if first_start and self._unknown:
+            # Only with something to adopt: a node that booted with no secondary address has
+            # nothing a confirmation would give it, and starts as before (no round trip).
+            self._await_first_start(steady)
         for eni in self.ds.enis():
             # With the pods' addresses: a rule the previous agent wrote naming another table (its
             # numbering) is moved to this ENI's (review of the multi-card change, F3).
