@@ -92,7 +92,7 @@ from warmpool.planner import Plan, node_max_pods, plan_node, pods_inventory, qui
 from warmpool.ports import Ec2Port, LedgerUnread, Ports, ReleaseBookStore
 from warmpool.release_book import ReleaseBook
 from warmpool.scarcity import node_scarce
-from warmpool.scheduling import coalesce, priority_key, restore_current
+from warmpool.scheduling import coalesce, first_start_confirmed, priority_key, restore_current
 from warmpool.subnets import Subnet
 
 FENCE_MARGIN_S = 300.0
@@ -918,8 +918,11 @@ class Allocator:
                 if isinstance(checked, NodeOutcome):
                     return checked
                 verdict = checked
-                if not verdict.current:
-                    # Planned from a state the node no longer has: nothing of it is done.
+                if not verdict.current or job.report.first_start:
+                    # Planned from a state the node no longer has: nothing of it is done. Nor for
+                    # a first start's ask, either way: its plan would unassign what the node booted
+                    # with (offered, of unknown origin, until the answer), which "confirmed" makes
+                    # the agent's own; it reports again, as the node it now knows it is.
                     self.tally.add(M_TOKENS_FORFEITED, job.plan.mutating_calls)
                     res = NodeOutcome(job.report.node, job.facts.instance_id, job.report.seq, NodeStatus.SERVED)
                     res.actions.append(verdict)
@@ -1021,9 +1024,14 @@ class Allocator:
         # raise, only this wait's own reports have moved the ledger and the book (review 4, R5).
         given = book.verdict_for(r, now)
         # a copy from before an earlier answer (its epoch below the book's) is not current either
-        current = (r.epoch or 0) >= before and (
-            given if given is not None else restore_current(r.restored_from, ledger_seq, seqs)
-        )
+        if r.first_start:
+            # A first start (docs/safety.md, row 30): no row, no book ever written, launched lately.
+            judged = first_start_confirmed(
+                ledger_seq, book.version > 0, job.facts.launched_at, now, self.settings.ledger_ttl_s
+            )
+        else:
+            judged = restore_current(r.restored_from, ledger_seq, seqs)
+        current = (r.epoch or 0) >= before and (given if given is not None else judged)
         until = max(book.fenced_until, now + self.settings.release_offer_max_age_s + FENCE_MARGIN_S)
         fenced = replace(
             book, epoch=max(book.epoch, epoch), fenced_until=until, raised_for=r.restore_wait, raised_current=current
@@ -1036,7 +1044,13 @@ class Allocator:
             return wait("another invocation wrote the release book")
         job.book, job.book_checked = stored, True
         self.tally.add(M_RESTORES_CHECKED, current="true" if current else "false")
-        if not current:
+        if r.first_start:
+            log.info(
+                "first start %s",
+                "confirmed" if current else "not confirmed",
+                extra={"node": r.node, "ledger_seq": ledger_seq, "book_version": book.version},
+            )
+        elif not current:
             log.warning(
                 "restored checkpoint is not the node's newest state",
                 extra={

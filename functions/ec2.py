@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -181,6 +182,7 @@ class Ec2:
                     state=(inst.get("State") or {}).get("Name", ""),
                     vpc_id=inst.get("VpcId", ""),
                     tags=tags_of(inst),
+                    launched_at=_epoch_s(inst.get("LaunchTime")),
                 )
         return nodes
 
@@ -505,6 +507,19 @@ class Ec2:
 
     def create_tags(self, resources: Sequence[str], tags: Mapping[str, str]) -> None:
         self._call("CreateTags", self.api.create_tags, Resources=list(resources), Tags=_tag_list(tags))
+
+
+def _epoch_s(value: object) -> float | None:
+    """A Describe timestamp as epoch seconds (botocore gives a ``datetime``; a string is ISO 8601);
+    None when absent or not readable."""
+    if isinstance(value, datetime):
+        return value.timestamp() if value.tzinfo is not None else value.replace(tzinfo=UTC).timestamp()
+    if isinstance(value, str):
+        try:
+            return _epoch_s(datetime.fromisoformat(value.replace("Z", "+00:00")))
+        except ValueError:
+            return None
+    return None
 
 
 def _chunks(ids: Sequence[str]) -> Iterator[list[str]]:

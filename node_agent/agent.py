@@ -431,7 +431,11 @@ class Agent:
         if damaged is None and (wiring is None or not wiring.pods):
             # A first start, or a lost state directory with no pod wired: either way nothing
             # says what an earlier process offered back (free addresses are held as offered).
-            return self.controller.start(now, checkpoint_lost=True), "empty"
+            # With the host's wiring read (no pod on it), the allocator is asked whether this is
+            # the instance's first start: confirmed, what the node booted with is its pool
+            # (docs/safety.md, row 30). Not with ``recorded`` (no wiring to read: a pod of an
+            # earlier process may hold any address).
+            return self.controller.start(now, checkpoint_lost=True, first_start=wiring is not None), "empty"
         how = "damaged: rebuilt" if damaged is not None else "missing: rebuilt"
         source = (
             "the host's pod wiring"
@@ -775,6 +779,14 @@ class Agent:
             "warmpool_restores_checked_total",
             "Restored checkpoints the allocator called current or not (no answer in time counts as not)",
             {(("current", "true"),): st.restores_current, (("current", "false"),): st.restores_stale},
+        )
+        lines += web.counter(
+            "warmpool_first_starts_total",
+            "Starts without a checkpoint that asked the allocator to confirm a first start, confirmed or not",
+            {
+                (("confirmed", "true"),): st.first_starts_confirmed,
+                (("confirmed", "false"),): st.first_starts_unconfirmed,
+            },
         )
         lines += web.counter("warmpool_results_applied_total", "Results applied", {(): st.results_applied})
         lines += web.counter(

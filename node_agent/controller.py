@@ -79,6 +79,14 @@ RESTORE_WAIT_S = 60.0
 """How long, on the steady clock, a restored checkpoint waits for the allocator's answer
 before it is treated as not current (an allocator from before ``restored_from`` refuses
 such reports; a long outage): the lost-checkpoint way is safe whatever the answer."""
+FIRST_START_WAIT_S = 300.0
+"""How long, on the steady clock, a first start waits for the allocator to confirm it before it
+goes on as after a lost checkpoint. Longer than a restored checkpoint's: nothing is handed out
+meanwhile either way (what IMDS alone shows is held as offered), and without the confirmation the
+node's first pool costs an Unassign and an Assign, which at thousands of joins a minute queue
+behind the account's bucket (docs/bench.md, "EKS-scale joins"); the answer's worth does not fade
+with the wait (docs/safety.md, row 30). An allocator from before ``first_start`` refuses the
+reports (unknown field): the node is served once the wait ends."""
 MAX_OFFER_MEMORY = 1024
 """Offers remembered per address before entries no longer quarantined are pruned."""
 VERIFY_TIMEOUT_S = 60.0
@@ -259,6 +267,8 @@ class PoolController:
         """The restored checkpoint's seq the allocator has yet to call current (:meth:`start`)."""
         self._restore_wait: str | None = None
         """This start's wait id (:data:`RESTORE_WAIT_META`)."""
+        self._first_start = False
+        """The wait is a first start's (:meth:`_await_first_start`), not a restored checkpoint's."""
         epoch = self.ds.meta.get(EPOCH_META)
         valid = isinstance(epoch, int) and not isinstance(epoch, bool) and epoch > 0
         self._epoch: int | None = epoch if valid else None
@@ -274,15 +284,20 @@ class PoolController:
 
     # --- life cycle -----------------------------------------------------------------
 
-    def start(self, now: float, *, checkpoint_lost: bool = False, restored: bool = False) -> list[str]:
+    def start(
+        self, now: float, *, checkpoint_lost: bool = False, restored: bool = False, first_start: bool = False
+    ) -> list[str]:
         """After the checkpoint is restored: reconcile with IMDS, set up every ENI's host side.
 
         ``checkpoint_lost``: there was no usable checkpoint (damaged, or missing), so what
         the previous process offered back is forgotten: :meth:`_forget_offers`.
         ``restored``: the datastore holds a checkpoint this start read back, which may be an
         earlier copy of the node's state: its free addresses wait for the allocator's word
-        (:meth:`_await_restore_check`)."""
+        (:meth:`_await_restore_check`). ``first_start`` (with ``checkpoint_lost``): no checkpoint
+        and no pod wired on the host; the allocator is asked whether this is the instance's first
+        start (:meth:`_await_first_start`)."""
         assert not (checkpoint_lost and restored), "a start restores a checkpoint or has lost it, not both"
+        assert checkpoint_lost or not first_start, "only a start without a checkpoint asks about a first start"
         steady = self._steady(now)
         self._hold_until = steady + self.restart_hold_s
         if checkpoint_lost:
@@ -293,6 +308,10 @@ class PoolController:
         if self._rebuilt_at is not None:
             self._window_until = steady + self._window_left(now, steady)
         notes = self.resync(now) if self.metadata is not None else []
+        if first_start and self._unknown:
+            # Only with something to adopt: a node that booted with no secondary address has
+            # nothing a confirmation would give it, and starts as before (no round trip).
+            self._await_first_start(steady)
         for eni in self.ds.enis():
             # With the pods' addresses: a rule the previous agent wrote naming another table (its
             # numbering) is moved to this ENI's (review of the multi-card change, F3).
@@ -326,10 +345,55 @@ class PoolController:
         self._restore_wait_until = steady + RESTORE_WAIT_S
         self.ds.withhold(True)
 
+    def _await_first_start(self, steady: float) -> None:
+        """A start with no checkpoint and no pod wired on the host: the instance's first start, or
+        a start after a lost checkpoint. Nothing on the node tells them apart, and only the first
+        makes what IMDS shows (a launch template's addresses or prefixes) the node's own: after a
+        loss, an address IMDS lists may have been offered and unassigned by the process before
+        (docs/safety.md, rows 4, 6, 12). So the lost-checkpoint way is taken (:meth:`_forget_offers`:
+        everything IMDS alone shows is held as offered, of unknown origin) and every report asks
+        the allocator (``first_start``, ``restored_from`` 0) whether it has ever recorded a report
+        of the instance or written its release book. Confirmed (:class:`RestoreChecked` current),
+        what is held so becomes the pool (:meth:`_adopt_first_start`); not, or no answer within
+        :data:`FIRST_START_WAIT_S`, the lost-checkpoint way goes on. Not checkpointed: a restart
+        meanwhile restores what this start wrote and asks as any restored checkpoint does (no
+        row, or the fence this wait's answer raised: not current, the lost way)."""
+        seed = f"first|{self.identity.instance_id}|{self.boot_id}|{steady!r}|{self.last_seq}"
+        self._restore_wait = hashlib.sha256(seed.encode()).hexdigest()[:32]
+        self._restored_from = 0
+        self._first_start = True
+        self._restore_wait_until = steady + FIRST_START_WAIT_S
+
+    def _adopt_first_start(self, now: float) -> int:
+        """The allocator confirmed this start is the instance's first (docs/safety.md, row 30):
+        warmpool never took anything from it, so every address IMDS has shown it is on it, and no
+        process before this one offered any. What was held as offered, of unknown origin, goes to
+        the pool, and the node runs as one that never lost its checkpoint (addresses IMDS shows
+        later are added free, unless a result of this process said released). One write."""
+        with self.ds.batch():
+            back = 0
+            for eni_id, (ips, pfx) in self.ds.quarantined().items():
+                mine_ips = [x for x in ips if x in self._unknown]
+                mine_pfx = [x for x in pfx if x in self._unknown]
+                if mine_ips or mine_pfx:
+                    back += self.ds.reclaim(eni_id, mine_ips, mine_pfx)
+            self._end_restore()
+            self._unknown.clear()
+            self._rebuilt_seq = -1
+            self._rebuilt_at = None
+            self._window_until = None
+            for key in (UNKNOWN_META, REBUILT_SEQ_META, REBUILT_AT_META, REBUILT_BOOT_META, REBUILT_UNTIL_META):
+                self.ds.set_meta(key, None)
+            self._force = True
+        self.stats.first_starts_confirmed += 1
+        self._event("checkpoint", f"first start confirmed: {back} addresses the node booted with are its pool")
+        return back
+
     def _end_restore(self) -> None:
         """No restore waits for the allocator's answer any more (may raise CheckpointWriteError)."""
         self._restored_from = None
         self._restore_wait = None
+        self._first_start = False
         self.ds.withhold(False)
         if self.ds.meta.get(RESTORE_META) is not None or self.ds.meta.get(RESTORE_WAIT_META) is not None:
             with self.ds.batch():
@@ -352,12 +416,36 @@ class PoolController:
             # An answer to another process's wait, delivered again (reviews of the restore
             # check: R3, V5, V8).
             return f"restore check replying to {in_reply_to} for another wait: ignored"
+        if self._first_start:
+            if action.current:
+                back = self._adopt_first_start(now)
+                return f"first start confirmed: {back} addresses the node booted with are its own"
+            self._first_start_unconfirmed("the allocator knows the instance")
+            return "first start not confirmed: handled as a lost checkpoint"
         if action.current:
             self._end_restore()
             self.stats.restores_current += 1
             return f"restored checkpoint (seq {action.restored_from}) is current: its free addresses are usable"
         self._restore_stale(now, "the allocator has seen later reports")
         return f"restored checkpoint (seq {action.restored_from}) is not current: handled as lost"
+
+    def _wait_over(self, now: float) -> None:
+        """A wait for the allocator's word with no answer in time: not current, not confirmed."""
+        if self._restored_from is None or self._steady(now) < self._restore_wait_until:
+            return
+        if self._first_start:
+            self._first_start_unconfirmed(f"no answer within {FIRST_START_WAIT_S:g} s")
+        else:
+            self._restore_stale(now, f"no answer within {RESTORE_WAIT_S:g} s")
+
+    def _first_start_unconfirmed(self, why: str) -> None:
+        """Not known to be the instance's first start: the lost-checkpoint way this start took goes
+        on (what IMDS alone shows stays offered, of unknown origin)."""
+        self._end_restore()
+        self._force = True
+        self.stats.first_starts_unconfirmed += 1
+        log.info("first start not confirmed (%s): what IMDS alone shows stays offered, of unknown origin", why)
+        self._event("checkpoint", f"first start not confirmed ({why}): handled as a lost checkpoint")
 
     def _restore_stale(self, now: float, why: str) -> None:
         """The restored checkpoint is not known to be the node's newest state: it is handled as a
@@ -855,8 +943,7 @@ class PoolController:
         return min(at)
 
     def _tick(self, now: float) -> list[PoolReport]:
-        if self._restored_from is not None and self._steady(now) >= self._restore_wait_until:
-            self._restore_stale(now, f"no answer within {RESTORE_WAIT_S:g} s")
+        self._wait_over(now)
         self.ds.recently_gone(now)  # expires old entries
         self._close_rebuild_window(now)
         self._adopt_released_unknown()
@@ -1169,6 +1256,7 @@ class PoolController:
             unknown=self._unknown,
             restored_from=self._restored_from,
             restore_wait=self._restore_wait,
+            first_start=self._first_start,
             epoch=self._epoch,
             lean=self.lean(now) if self.fair_share else None,
             burst=self.burst(now),

@@ -62,4 +62,9 @@ class ControllerStats:
     restores_stale: int = 0
     """Restored checkpoints the allocator said were not (or never answered for in time): what
     they had free was offered back as of unknown origin."""
+    first_starts_confirmed: int = 0
+    """Starts without a checkpoint the allocator confirmed as the instance's first: what the node
+    booted with became its pool (``PoolController._adopt_first_start``)."""
+    first_starts_unconfirmed: int = 0
+    """Starts without a checkpoint that asked and were not confirmed (or got no answer in time)."""
     host_errors: int = 0

@@ -35,6 +35,7 @@ def build_report(
     restored_from: int | None = None,
     epoch: int | None = None,
     restore_wait: str | None = None,
+    first_start: bool = False,
     lean: bool | None = None,
     burst: int = 0,
 ) -> PoolReport:
@@ -120,6 +121,7 @@ def build_report(
         identity=signed,
         restored_from=restored_from,
         restore_wait=restore_wait,
+        first_start=True if first_start and restored_from is not None else None,
         epoch=epoch,
         kubelet_max_pods=pool.kubelet_max_pods or None,
         custom_networking=True if pool.custom_networking else None,

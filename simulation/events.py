@@ -219,6 +219,11 @@ def _on_agent_bursts(w: EventsWorld, ev: k.AgentBursts) -> None:
     w.fault("agent-bursts")
 
 
+def _on_launch_pool(w: EventsWorld, ev: k.LaunchPool) -> None:
+    """Set at the world's start (:meth:`simulation.world.SimWorld.join`): counted only."""
+    w.fault("launch-pool")
+
+
 def _on_cni_readd(w: EventsWorld, ev: k.CniReadd, tries: int = 0) -> None:
     """One attachment made twice between two GCs (review 6, F1): the runtime DELs a running
     attachment old enough for a GC to take it, ADDs the same sandbox again at once, and runs a
@@ -529,6 +534,7 @@ HANDLERS: dict[type[Event], Callable[[EventsWorld, Any], None]] = {
     k.Fragmented: subnets.on_fragmented,
     k.CustomNetworking: subnets.on_custom_networking,
     k.AgentBursts: _on_agent_bursts,
+    k.LaunchPool: _on_launch_pool,
 }
 """Each event type -> what applying it does (every type of :data:`simulation.kinds.EVENT_TYPES`)."""
 

@@ -431,6 +431,20 @@ class AgentBursts(Event):
     window: float
 
 
+# --- issue 25's launch pools ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LaunchPool(Event):
+    """Every node the seed launches (at the start, and every replacement) boots with ``units``
+    on its primary ENI, as a launch template's ``SecondaryPrivateIpAddressCount`` (addresses) or, in
+    prefix mode, ``Ipv4PrefixCount`` (/28s) gives them (capped by the type's slots); a seed without
+    this event launches its nodes with none (the world before launch pools)."""
+
+    kind: ClassVar[str] = "launch-pool"
+    units: int
+
+
 # --- issue 24's subnet worlds (simulation/subnets.py sets them up) ----------------------
 
 
@@ -533,6 +547,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Fragmented,
         CustomNetworking,
         AgentBursts,
+        LaunchPool,
     )
 }
 """Each kind's name -> its event type."""

@@ -717,6 +717,7 @@ class SimAgent:
                     continue
                 if self.kill_point in ("mid-apply", "mid-checkpoint"):
                     self.cp.armed = True
+                asked = (self.ctl.stats.first_starts_confirmed, self.ctl.stats.first_starts_unconfirmed)
                 try:
                     self.ctl.apply_result(result, self.now())
                 except CheckpointWriteError:  # as Agent._apply: not on disk, not acknowledged
@@ -724,6 +725,10 @@ class SimAgent:
                     w.fault("checkpoint-write-error:result-unacknowledged")
                     return
                 self.cp.armed = False
+                if self.ctl.stats.first_starts_confirmed > asked[0]:
+                    w.fault("first-start:confirmed")
+                elif self.ctl.stats.first_starts_unconfirmed > asked[1]:
+                    w.fault("first-start:not-confirmed")
                 if self.kill_point == "after-apply":
                     raise AgentKilled("after applying a result, before deleting it")
                 self.sqs.delete_message(QueueUrl=self.result_url, ReceiptHandle=m["ReceiptHandle"])

@@ -88,6 +88,8 @@ FAULT_KINDS = (
     "custom-networking",
     # issue 25: the agents' bursts (:func:`_bursts`)
     "agent-bursts",
+    # issue 25: nodes that boot with a launch template's addresses (:func:`_launch_pools`)
+    "launch-pool",
 )
 """Every kind of fault the schedule can hold."""
 EVENT_KINDS = ("pods-add", "pods-del", "churn", *FAULT_KINDS)
@@ -130,6 +132,10 @@ existed, and every other event keeps its index (``--keep`` lists pinned before s
 BURST_KINDS = ("agent-bursts",)
 """Issue 25's bursts (:func:`_bursts`): drawn last and listed last, so leaving them out gives a
 seed its agents as they were before bursts existed (window 0), every other event at its index."""
+LAUNCH_KINDS = ("launch-pool",)
+"""Issue 25's launch pools (:func:`_launch_pools`): drawn from their own generator after every
+other kind and listed last, so leaving them out gives a seed the world it drew before them (nodes
+launched with no secondary address), every other event at its index."""
 LATE_KINDS = ("cni-readd",)
 """Kinds added after the shrunk replays the tests and docs name (:func:`_late_kinds`): each from a
 generator of its own, listed after every other event of the schedule."""
@@ -272,6 +278,7 @@ def draw(seed: int) -> SeedPlan:
     # world it was found in (the world reads them wherever they are in the list)
     ev += sorted(_subnet_worlds(seed, names, prefix_mode), key=lambda e: (e.at, e.kind))
     ev += _bursts(seed)
+    ev += _launch_pools(seed, prefix_mode)
     return SeedPlan(seed, nodes, prefix_mode, warm_ip, minimum_ip, quota_fraction, tuple(ev))
 
 
@@ -436,6 +443,16 @@ def _bursts(seed: int) -> list[Event]:
     production default ``WARMPOOL_BURST_WINDOW_S`` of 30 s; the other seeds with bursts off."""
     r = random.Random(f"dst/{seed}/agent-bursts")
     return [k.AgentBursts(at=0.0, window=30.0)] if r.random() < 0.8 else []
+
+
+def _launch_pools(seed: int, prefix_mode: bool) -> list[Event]:
+    """``launch-pool`` (one seed in two, from its own generator): every node boots with 1-2 /28s
+    (prefix mode) or 2-6 addresses on its primary ENI, a launch template's; the agent's first
+    start asks the allocator to confirm it and adopts them (docs/safety.md, row 30)."""
+    r = random.Random(f"dst/{seed}/launch-pool")
+    if r.random() >= 0.5:
+        return []
+    return [k.LaunchPool(at=0.0, units=r.randint(1, 2) if prefix_mode else r.randint(2, 6))]
 
 
 def _late_kinds(seed: int, names: list[str]) -> list[Event]:

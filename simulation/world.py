@@ -41,6 +41,7 @@ from typing import Any
 from emulated import harness
 from emulated.clock import EventLoop, VirtualClock
 from emulated.ec2 import Ec2Config, Ec2Emulator
+from emulated.ec2.errors import Ec2Error
 from emulated.esm import EsmConfig, EventSourceMapping
 from emulated.iam import PolicyPrincipal, load_snapshot, snapshot_principals
 from emulated.iid import IdentitySigner
@@ -82,6 +83,7 @@ from simulation.node import SimAgent
 from simulation.schedule import QUIET_S, SeedPlan, quiet_from
 from warmpool import names
 from warmpool.buckets import DEFAULT_SPECS, BucketSpec
+from warmpool.limits import KNOWN_TYPES
 from warmpool.messages import MessageError, parse_result
 
 
@@ -171,6 +173,10 @@ class SimWorld:
         bursts = [e for e in plan.events if isinstance(e, k.AgentBursts)]
         self.agent_timing = replace(TIMING, burst_window_s=bursts[0].window if bursts else 0.0)
         """The agents' clocks: bursts on only where the seed draws ``agent-bursts`` (issue 25)."""
+        launch = [e for e in plan.events if isinstance(e, k.LaunchPool)]
+        self.launch_units = launch[0].units if launch else 0
+        """What every node boots with on its primary ENI (``launch-pool``, issue 25): addresses, or
+        /28s in prefix mode; 0: none."""
         """Issue 24's pod subnets (:mod:`simulation.subnets`): the nodes' own alone, unless the
         plan draws a subnet world, which also picks the stack variant below."""
         self.roles = stack_roles(self.emu, vpc, self.subnet, variant=self.nets.variant, custom=self.nets.custom)
@@ -282,12 +288,21 @@ class SimWorld:
         raise Stop()
 
     def join(self, name: str, itype: str, efa_only: tuple[tuple[int, int], ...] = ()) -> SimAgent:
-        iid = self.emu.run_instance(
-            itype,
-            subnet_id=self.subnet,
-            tags={names.cluster_tag_key(CLUSTER): "owned", "Name": name},
-            efa_only=efa_only,
-        )
+        tags = {names.cluster_tag_key(CLUSTER): "owned", "Name": name}
+        # Not a custom-networking node's: its pods never use the primary ENI (the bench refuses
+        # the pair too: a launch pool there is addresses no pod can have)
+        custom = name in self.nets.custom_nodes
+        units = 0 if custom else min(self.launch_units, KNOWN_TYPES[itype].slots_per_eni)
+        n_pfx, n_sec = (units, 0) if self.plan.prefix_mode else (0, units)
+        try:
+            iid = self.emu.run_instance(
+                itype, subnet_id=self.subnet, tags=tags, efa_only=efa_only, secondary_count=n_sec, prefix_count=n_pfx
+            )
+        except Ec2Error as err:
+            # the subnet cannot give the launch pool (a subnet world's small or broken subnet):
+            # launched without one, as a launch template without it would
+            self.fault(f"launch-pool:refused:{err.code}")
+            iid = self.emu.run_instance(itype, subnet_id=self.subnet, tags=tags, efa_only=efa_only)
         a = SimAgent(self, name, iid, itype)
         a.efa_only = efa_only
         self.agents[name] = a

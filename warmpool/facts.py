@@ -38,6 +38,9 @@ class NodeFacts:
     vpc_id: str
     tags: dict[str, str]
     enis: tuple[EniFacts, ...] = ()
+    launched_at: float | None = None
+    """DescribeInstances' ``LaunchTime`` (epoch seconds; None: not shown). Only a first start's
+    confirmation reads it (``warmpool.scheduling.first_start_confirmed``)."""
 
     def with_enis(self, enis: tuple[EniFacts, ...]) -> NodeFacts:
         return replace(self, enis=enis)

@@ -216,6 +216,14 @@ class PoolReport(_Strict):
     when no report after it was recorded or acted on (its ledger and release book say so,
     read under the node's lease). Until then the agent hands no free address to a pod
     (docs/safety.md, row 12; absent: no such wait, or an agent from before the field)."""
+    first_start: Literal[True] | None = None
+    """With ``restored_from`` 0: the agent started with no checkpoint and no pod wired on the host,
+    and asks the allocator to confirm that this is the instance's first start (no report of it
+    ever recorded, nothing ever written in its release book, launched within
+    ``FIRST_START_MAX_AGE_S``), so that what the node booted with (a launch template's addresses or
+    prefixes) is its own, free. The answer is a :class:`RestoreChecked` (``current``: confirmed),
+    said alone: nothing of the report's plan is done (docs/safety.md, row 30; absent: no such ask,
+    or an agent from before the field)."""
     epoch: Annotated[int, Field(strict=True, ge=1, le=2**62)] | None = None
     """The fence the allocator's last :class:`RestoreChecked` gave this agent (absent: none yet).
     A report with a lower one (or none), once a check has raised the instance's, was sent by a
@@ -287,14 +295,19 @@ class PoolReport(_Strict):
                 addrs.add(a)
         if self.restored_from is not None and self.restored_from >= self.seq:
             raise ValueError(f"restored_from {self.restored_from} is not below the report's seq {self.seq}")
-        if (self.restore_wait is None) != (self.restored_from is None):
-            raise ValueError("restore_wait and restored_from come together")
+        self._check_restore()
         for offer in self.release:
             if offer.eni_id not in seen:
                 raise ValueError(f"release names ENI {offer.eni_id} not in the report")
             if offer.quarantined_at is not None and offer.quarantined_at > self.sent_at:
                 raise ValueError(f"release offer for {offer.eni_id} quarantined after the report was sent")
         return self
+
+    def _check_restore(self) -> None:
+        if (self.restore_wait is None) != (self.restored_from is None):
+            raise ValueError("restore_wait and restored_from come together")
+        if self.first_start and self.restored_from != 0:
+            raise ValueError("a first start asks with restored_from 0")
 
     def to_json(self) -> str:
         # Without the field when not known: an allocator from before it (which refuses unknown
@@ -307,6 +320,8 @@ class PoolReport(_Strict):
         if self.restored_from is None:
             exclude["restored_from"] = True
             exclude["restore_wait"] = True
+        if self.first_start is None:
+            exclude["first_start"] = True
         if self.epoch is None:
             exclude["epoch"] = True
         if self.custom_networking is None:

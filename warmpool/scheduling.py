@@ -57,6 +57,30 @@ def priority_key(report: PoolReport, delta: PoolDelta) -> tuple[int, int, str]:
     return (3, 0, report.node)
 
 
+FIRST_START_MAX_AGE_S = 3600.0
+"""How long after its launch (DescribeInstances' ``LaunchTime``) an instance's first start may be
+confirmed. Far below the release book's time to live (``WARMPOOL_LEDGER_TTL_S``, 7 days): any book
+ever written for an instance this young is still stored, so "no book" means "none ever written"."""
+
+
+def first_start_confirmed(
+    ledger_seq: int, book_written: bool, launched_at: float | None, now: float, ttl_s: float
+) -> bool:
+    """Whether a report asking about a first start (``PoolReport.first_start``) is the instance's
+    first start as the allocator knows it (docs/safety.md, row 30): no ledger row (no report of it
+    recorded, as far as the ledger remembers: the reconciler may have forgotten one, row 8), no
+    release book ever written for it (``book_written``: a stored version; the book is written
+    before every Unassign, detach and hand-back, after every grant, and at every restore check or
+    first-start answer, and the reconciler never deletes it), and launched (EC2's word; a lagging
+    Describe shows an earlier launch, never a later one) less than :data:`FIRST_START_MAX_AGE_S`
+    and less than the book's time to live ``ttl_s`` ago, so that no book of it can have expired.
+    Unknown launch time: not confirmed (the cost is only addresses replaced)."""
+    if ledger_seq >= 0 or book_written or launched_at is None:
+        return False
+    age = now - launched_at
+    return age < min(FIRST_START_MAX_AGE_S, ttl_s)
+
+
 def restore_current(restored_from: int, ledger_seq: int, book_seqs: Iterable[int]) -> bool:
     """Whether a checkpoint that knew reports up to ``restored_from`` is the node's newest
     state as the allocator knows it: the ledger (the last seq recorded for the instance, -1

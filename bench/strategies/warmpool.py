@@ -592,12 +592,14 @@ class Warmpool:
         self.agents[spec.name] = agent
         self.by_result_url[result_url] = agent
         # A node that boots with addresses on its primary ENI (``launch_pool``) starts its agent as
-        # production does on a first start: no checkpoint, so ``start(checkpoint_lost=True)``
-        # (``node_agent.agent``: a start that finds no checkpoint rebuilds, "empty"), which holds
-        # what IMDS alone shows as offered, of unknown origin (docs/agent.md). Without a launch pool
+        # production does on a first start: no checkpoint and no pod wired on the host, so
+        # ``start(checkpoint_lost=True, first_start=True)`` (``node_agent.agent._rebuild``, "empty"):
+        # what IMDS alone shows is held as offered, of unknown origin, until the allocator confirms
+        # the first start, and then it is the node's pool (docs/agent.md). Without a launch pool
         # the bench keeps its plain start, as the shipped scenarios were measured (burst-200 gave
         # the same run either way: nothing but the primary's own address is there to hold).
-        controller.start(w.now(), checkpoint_lost=bool(spec.launch_units))
+        launch = bool(spec.launch_units)
+        controller.start(w.now(), checkpoint_lost=launch, first_start=launch)
         agent.tick()
         agent.start_ticks(w.now() + self._rng.uniform(0, AGENT_TICK_S))
 

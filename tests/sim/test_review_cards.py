@@ -16,7 +16,7 @@ from node_agent.imds import ImdsError, parse_interfaces
 from simulation import node, runner
 from simulation.kinds import InstanceType
 from simulation.runner import plan_for, run_seed
-from simulation.schedule import BURST_KINDS, SUBNET_KINDS, draw
+from simulation.schedule import BURST_KINDS, LAUNCH_KINDS, SUBNET_KINDS, draw
 from warmpool.limits import KNOWN_TYPES
 
 pytestmark = pytest.mark.sim
@@ -133,14 +133,17 @@ def test_readd_is_drawn_from_a_generator_of_its_own_and_listed_last() -> None:
     shrunk replay the tests and docs name still keeps the same events."""
     for s in range(60):
         p = draw(s)
-        without = plan_for(s, without=frozenset({"cni-readd", *BURST_KINDS}) | ONE_SUBNET)
+        without = plan_for(s, without=frozenset({"cni-readd", *BURST_KINDS, *LAUNCH_KINDS}) | ONE_SUBNET)
         n = len(without.events)
         assert list(p.events[:n]) == list(without.events)
-        # then the re-ADDs, then issue 24's subnet worlds and issue 25's bursts (listed after them)
+        # then the re-ADDs, then issue 24's subnet worlds and issue 25's bursts (listed after them),
+        # then issue 25's launch pools (listed last)
         kinds = [e.kind for e in p.events[n:]]
         readds = kinds.count("cni-readd")
         assert kinds[:readds] == ["cni-readd"] * readds
-        assert all(k in SUBNET_KINDS or k in BURST_KINDS for k in kinds[readds:])
+        launch = kinds.count("launch-pool")
+        assert launch == 0 or kinds[-launch:] == ["launch-pool"] * launch
+        assert all(k in SUBNET_KINDS or k in BURST_KINDS for k in kinds[readds : len(kinds) - launch])
     assert 5 <= sum(any(e.kind == "cni-readd" for e in draw(s).events) for s in range(100)) <= 30
 
 

@@ -21,7 +21,7 @@ from node_agent.records import EniInfo
 from simulation import base, runner, world
 from simulation.node import SimPods
 from simulation.runner import SeedResult, plan_for, run_seed
-from simulation.schedule import AGENT_KINDS, EVENT_KINDS, LATE_KINDS, SUBNET_KINDS, WORLD_KINDS, draw
+from simulation.schedule import AGENT_KINDS, EVENT_KINDS, LATE_KINDS, LAUNCH_KINDS, SUBNET_KINDS, WORLD_KINDS, draw
 from tests.helpers.sim_mutations import on_every_agent
 from tests.helpers.unknown_offers import without_unknown_offers
 from warmpool import names
@@ -38,8 +38,15 @@ never to mask here (docs/reliability.md, the whole-system simulation's findings)
 CI_SEEDS = range(0, 300)
 QUIET = frozenset(k for k in EVENT_KINDS if k not in ("pods-add", "pods-del", "churn"))
 """Every fault left out: only pods come and go."""
-EARLIER_WORLD = frozenset(AGENT_KINDS) | frozenset(WORLD_KINDS) | frozenset(SUBNET_KINDS) | frozenset(LATE_KINDS)
-"""Issue 21's kinds (and issue 24's subnet worlds and the late kinds, drawn later) left out: each
+EARLIER_WORLD = (
+    frozenset(AGENT_KINDS)
+    | frozenset(WORLD_KINDS)
+    | frozenset(SUBNET_KINDS)
+    | frozenset(LATE_KINDS)
+    | frozenset(LAUNCH_KINDS)
+)
+"""Issue 21's kinds (and issue 24's subnet worlds, the late kinds and issue 25's launch pools,
+drawn later) left out: each
 is drawn from a generator of its own, so every seed keeps exactly the schedule it drew before
 they existed."""
 BEFORE_HARSH_WORLD = frozenset(WORLD_KINDS) | frozenset(SUBNET_KINDS)

@@ -100,13 +100,18 @@ def _restart(node: Node) -> tuple[Any, PoolReport, int]:
     return agent, report, seq
 
 
-def test_a_first_start_asks_nothing(tmp_path: Path) -> None:
+def test_a_first_start_asks_about_a_first_start_not_a_checkpoint(tmp_path: Path) -> None:
+    """No checkpoint to restore: the ask is a first start's (tests/unit/test_first_start.py), and
+    once answered, reports carry neither (an older allocator takes them)."""
     n = Node(tmp_path)
     n.start()
     try:
         report = n.step()
-        assert report is not None and report.restored_from is None
-        assert "restored_from" not in json.loads(report.to_json())  # an older allocator still takes it
+        assert report is not None and report.first_start is True and report.restored_from == 0
+        give(n.agent, _verdict(report, 0, current=False))
+        later = n.step()
+        assert later is not None and later.restored_from is None
+        assert "restored_from" not in json.loads(later.to_json())
     finally:
         n.stop()
 
