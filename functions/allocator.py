@@ -597,16 +597,23 @@ class Allocator:
                 lean=scarce,
             )
             note_pod_ceiling(r, pods_inventory(r, inv), ceiling, self.tally)
-            count_flip(
-                self.fair,
-                r if n.sent is None else n.sent,  # as sent: an offer too old for this container is still asked
-                plan,
-                instance_id=self._key(r),
-                clock=self.clock,
-                damp_s=self.settings.damp_s,
-                tally=self.tally,
-            )
-            plan = self._release_rules(r, f, plan, book, rec.body, shown)
+            if r.first_start:
+                # A first start's ask is answered alone, its plan never made (``_serve``): it
+                # takes no tokens and spends no fair share, so empty buckets do not defer an
+                # answer that makes no EC2 call (a hostile review's F2: deferred past the agent's
+                # wait, the node paid the Unassign and Assign the answer saves).
+                plan = replace(plan, calls=())
+            else:
+                count_flip(
+                    self.fair,
+                    r if n.sent is None else n.sent,  # as sent: an offer too old for this container is still asked
+                    plan,
+                    instance_id=self._key(r),
+                    clock=self.clock,
+                    damp_s=self.settings.damp_s,
+                    tally=self.tally,
+                )
+                plan = self._release_rules(r, f, plan, book, rec.body, shown)
             jobs.append(NodeJob(r, f, lim, plan, rec.message_id, rec.body, max_pods=ceiling, book=book, scarce=scarce))
             if plan.delta.low:
                 self.tally.add(names.M_NODES_IN_DEFICIT)
@@ -1027,7 +1034,7 @@ class Allocator:
         if r.first_start:
             # A first start (docs/safety.md, row 30): no row, no book ever written, launched lately.
             judged = first_start_confirmed(
-                ledger_seq, book.version > 0, job.facts.launched_at, now, self.settings.ledger_ttl_s
+                ledger_seq, book.version > 0, job.facts.launched_at, now, self.settings.ledger_ttl_s, epoch=r.epoch
             )
         else:
             judged = restore_current(r.restored_from, ledger_seq, seqs)

@@ -94,6 +94,12 @@ POOL_SETTINGS: tuple[PoolSetting, ...] = (
         "two pods given addresses this close are a burst (a top-up fills its ENI); 0: off",
         maximum=600,
     ),
+    PoolSetting(
+        "WARMPOOL_ADOPT_LAUNCH_POOL",
+        "false",
+        Kind.BOOL,
+        "use what a node boots with once the allocator confirms its first start (not on nodes moved from another CNI)",
+    ),
     PoolSetting("AWS_VPC_ENI_MTU", "9001", Kind.COUNT, "MTU of the ENIs and (unless POD_MTU) of pod veths"),
     PoolSetting("IP_COOLDOWN_PERIOD", "30", Kind.COUNT, "seconds a freed address rests before reuse"),
     PoolSetting("AWS_VPC_K8S_CNI_EXTERNALSNAT", "false", Kind.BOOL, "true: no SNAT on the node (NAT gateway)"),

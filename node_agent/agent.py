@@ -431,11 +431,20 @@ class Agent:
         if damaged is None and (wiring is None or not wiring.pods):
             # A first start, or a lost state directory with no pod wired: either way nothing
             # says what an earlier process offered back (free addresses are held as offered).
-            # With the host's wiring read (no pod on it), the allocator is asked whether this is
-            # the instance's first start: confirmed, what the node booted with is its pool
-            # (docs/safety.md, row 30). Not with ``recorded`` (no wiring to read: a pod of an
-            # earlier process may hold any address).
-            return self.controller.start(now, checkpoint_lost=True, first_start=wiring is not None), "empty"
+            # With WARMPOOL_ADOPT_LAUNCH_POOL and the host's wiring read showing nothing routed
+            # to a pod (no veth of this agent's prefix, no stale pod rule, no /32 route through
+            # any link: a pod of another prefix or another CNI is one, a hostile review's F3),
+            # the allocator is asked whether this is the instance's first start: confirmed, what
+            # the node booted with is its pool (docs/safety.md, row 30). Not with ``recorded``
+            # (no wiring to read: a pod of an earlier process may hold any address).
+            first = (
+                self.cfg.adopt_launch_pool
+                and wiring is not None
+                and not wiring.pods
+                and not wiring.stale
+                and not wiring.routed
+            )
+            return self.controller.start(now, checkpoint_lost=True, first_start=first), "empty"
         how = "damaged: rebuilt" if damaged is not None else "missing: rebuilt"
         source = (
             "the host's pod wiring"

@@ -35,6 +35,7 @@ ENV_HOST_NETNS = "WARMPOOL_HOST_NETNS"
 ENV_VETH_PREFIX = "WARMPOOL_VETH_PREFIX"
 ENV_POD_NETWORK = "WARMPOOL_POD_NETWORK"
 ENV_RECOVERY_GRACE_S = "WARMPOOL_RECOVERY_GRACE_S"
+ENV_ADOPT_LAUNCH_POOL = "WARMPOOL_ADOPT_LAUNCH_POOL"
 ENV_AWS_REGION = "AWS_REGION"
 ENV_ENDPOINT = "WARMPOOL_AWS_ENDPOINT_URL"
 ENV_KUBELET_CONFIG = "WARMPOOL_KUBELET_CONFIG"
@@ -189,6 +190,12 @@ class AgentConfig:
     """After a checkpoint rebuild that could not read the host (``recorded``), every address
     is held until this long has passed; 0 = never released on its own (the node asks the
     allocator for fresh addresses instead): the conservative default."""
+    adopt_launch_pool: bool = False
+    """``WARMPOOL_ADOPT_LAUNCH_POOL``: at a start with no checkpoint and nothing routed to a pod
+    on the host, ask the allocator to confirm the instance's first start and, confirmed, use what
+    the node booted with (a launch template's addresses or /28s; docs/safety.md, row 30). Off by
+    default: only for nodes that boot into warmpool (never moved in place from another CNI, whose
+    releases no release book records) under a stack whose ledger table is kept (docs/deploy.md)."""
     region: str = "us-east-1"
     endpoint_url: str = ""
     extra: dict[str, str] = field(default_factory=dict)
@@ -236,6 +243,7 @@ class AgentConfig:
             "manage_host_network": self.manage_host_network,
             "pod_network": self.pod_network,
             "recovery_grace_s": self.recovery_grace_s,
+            ENV_ADOPT_LAUNCH_POOL: self.adopt_launch_pool,
             ENV_KUBELET_CONFIG: list(self.kubelet_config),
             ENV_KUBELET_FLAGS: list(self.kubelet_flags),
             **self.hostnet.public(),
@@ -292,6 +300,7 @@ def load(env: Mapping[str, str]) -> AgentConfig:
         veth_prefix=env.get(ENV_VETH_PREFIX, "").strip() or env.get(ENV_CNI_VETH_PREFIX, "").strip() or "eni",
         pod_network=_choice(env, ENV_POD_NETWORK, ("netlink", "recorded"), "netlink"),
         recovery_grace_s=_recovery_grace(env, timing.release_timeout_s),
+        adopt_launch_pool=_bool(env, ENV_ADOPT_LAUNCH_POOL, default=False),
         region=(env.get(ENV_AWS_REGION) or env.get("AWS_DEFAULT_REGION") or "us-east-1").strip(),
         endpoint_url=env.get(ENV_ENDPOINT, "").strip(),
         hostnet=load_hostnet(env),

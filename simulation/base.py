@@ -6,15 +6,17 @@ stop a part of it (an agent killed, the run stopped; an invocation's crash is
 
 from __future__ import annotations
 
-from node_agent.config import ENV_CLUSTER_NAME
+from node_agent.config import ENV_ADOPT_LAUNCH_POOL, ENV_CLUSTER_NAME
 from node_agent.config import load as load_agent_config
 
 T0 = 1_700_000_000.0
 CLUSTER = "dst"
 SUBNET_CIDR = "10.0.0.0/23"
-AGENT_CONFIG = load_agent_config({ENV_CLUSTER_NAME: CLUSTER})
+AGENT_CONFIG = load_agent_config({ENV_CLUSTER_NAME: CLUSTER, ENV_ADOPT_LAUNCH_POOL: "true"})
 """A production agent's settings (defaults, checked as the agent checks them at start:
-release timeout >= MIN_RELEASE_TIMEOUT_S, ...)."""
+release timeout >= MIN_RELEASE_TIMEOUT_S, ...), with ``WARMPOOL_ADOPT_LAUNCH_POOL`` on (off by
+default): every start without a checkpoint or a pod on the host asks about a first start, so the
+seeds draw the ask after every checkpoint loss, not only on nodes with a ``launch-pool``."""
 TIMING = AGENT_CONFIG.timing  # cooldown 30 s, release delay 60 s, release timeout 120 s
 GC_MIN_AGE_S = 60.0
 """The agent's CniService default (node_agent/agent.py does not change it)."""

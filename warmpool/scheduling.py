@@ -64,18 +64,20 @@ ever written for an instance this young is still stored, so "no book" means "non
 
 
 def first_start_confirmed(
-    ledger_seq: int, book_written: bool, launched_at: float | None, now: float, ttl_s: float
+    ledger_seq: int, book_written: bool, launched_at: float | None, now: float, ttl_s: float, *, epoch: int | None
 ) -> bool:
     """Whether a report asking about a first start (``PoolReport.first_start``) is the instance's
     first start as the allocator knows it (docs/safety.md, row 30): no ledger row (no report of it
     recorded, as far as the ledger remembers: the reconciler may have forgotten one, row 8), no
     release book ever written for it (``book_written``: a stored version; the book is written
-    before every Unassign, detach and hand-back, after every grant, and at every restore check or
-    first-start answer, and the reconciler never deletes it), and launched (EC2's word; a lagging
-    Describe shows an earlier launch, never a later one) less than :data:`FIRST_START_MAX_AGE_S`
-    and less than the book's time to live ``ttl_s`` ago, so that no book of it can have expired.
-    Unknown launch time: not confirmed (the cost is only addresses replaced)."""
-    if ledger_seq >= 0 or book_written or launched_at is None:
+    before every Unassign, detach and hand-back, at every restore check or first-start answer,
+    and after a grant when it can be (the argument does not rest on that: a grant only adds),
+    and the reconciler never deletes it), and launched (EC2's word; a lagging Describe shows an
+    earlier launch, never a later one) less than :data:`FIRST_START_MAX_AGE_S` and less than the
+    book's time to live ``ttl_s`` ago, so that no book of it can have expired.
+    Unknown launch time: not confirmed (the cost is only addresses replaced). A report carrying an
+    ``epoch`` came from a process some answer reached: not a first start."""
+    if ledger_seq >= 0 or book_written or launched_at is None or epoch:
         return False
     age = now - launched_at
     return age < min(FIRST_START_MAX_AGE_S, ttl_s)

@@ -599,7 +599,7 @@ class Warmpool:
         # the bench keeps its plain start, as the shipped scenarios were measured (burst-200 gave
         # the same run either way: nothing but the primary's own address is there to hold).
         launch = bool(spec.launch_units)
-        controller.start(w.now(), checkpoint_lost=launch, first_start=launch)
+        controller.start(w.now(), checkpoint_lost=launch, first_start=launch)  # WARMPOOL_ADOPT_LAUNCH_POOL=true
         agent.tick()
         agent.start_ticks(w.now() + self._rng.uniform(0, AGENT_TICK_S))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ class Node:
         self.agent: Any = None
 
     def start(self, **env: str) -> Any:
+        """Started with ``WARMPOOL_ADOPT_LAUNCH_POOL=true`` unless ``env`` says otherwise."""
+        env = {"WARMPOOL_ADOPT_LAUNCH_POOL": "true", **env}
         self.agent = make_agent(self.state, self.imds, self.sqs, self.clock, self.pods, **env)
         return self.agent
 
@@ -61,13 +64,18 @@ class Node:
         return dict(json.loads((self.state / "checkpoint.json").read_text())["meta"])
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> Any:
+def started_node(tmp_path: Path) -> Iterator[Node]:
+    """A :class:`Node` for a fixture, stopped after the test."""
     n = Node(tmp_path)
     try:
         yield n
     finally:
         n.stop()
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Any:
+    yield from started_node(tmp_path)
 
 
 def _answer(report: PoolReport, confirmed: bool, *, wait: str | None = None) -> AllocationResult:

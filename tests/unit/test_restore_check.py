@@ -55,8 +55,8 @@ class Node:
         self.state = tmp_path / "state"
         self.agent: Any = None
 
-    def start(self) -> Any:
-        self.agent = make_agent(self.state, self.imds, self.sqs, self.clock, self.pods)
+    def start(self, **env: str) -> Any:
+        self.agent = make_agent(self.state, self.imds, self.sqs, self.clock, self.pods, **env)
         return self.agent
 
     def stop(self) -> None:
@@ -100,11 +100,25 @@ def _restart(node: Node) -> tuple[Any, PoolReport, int]:
     return agent, report, seq
 
 
-def test_a_first_start_asks_about_a_first_start_not_a_checkpoint(tmp_path: Path) -> None:
-    """No checkpoint to restore: the ask is a first start's (tests/unit/test_first_start.py), and
-    once answered, reports carry neither (an older allocator takes them)."""
+def test_a_first_start_asks_nothing_by_default(tmp_path: Path) -> None:
+    """``WARMPOOL_ADOPT_LAUNCH_POOL`` off (the default): no checkpoint, and no ask of any kind;
+    what IMDS alone shows stays held as offered, of unknown origin."""
     n = Node(tmp_path)
     n.start()
+    try:
+        report = n.step()
+        assert report is not None and report.first_start is None and report.restored_from is None
+        assert report.release, "the addresses it booted with are offered, of unknown origin"
+    finally:
+        n.stop()
+
+
+def test_a_first_start_asks_about_a_first_start_not_a_checkpoint(tmp_path: Path) -> None:
+    """No checkpoint to restore, ``WARMPOOL_ADOPT_LAUNCH_POOL`` on: the ask is a first start's
+    (tests/unit/test_first_start.py), and once answered, reports carry neither (an older
+    allocator takes them)."""
+    n = Node(tmp_path)
+    n.start(WARMPOOL_ADOPT_LAUNCH_POOL="true")
     try:
         report = n.step()
         assert report is not None and report.first_start is True and report.restored_from == 0
