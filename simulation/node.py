@@ -524,6 +524,9 @@ class SimAgent:
         """The slots of the EFA-only interfaces its instance launched with (a replacement gets them too)."""
         self.starts: list[str] = []
         """How each start found the checkpoint (the production start's words: restored, empty, rebuilt)."""
+        self.lean_since = float("-inf")
+        """When (world time) a result last made this node's agent lean (``scarce``, not lean before):
+        its warm surplus is offered only after the agent's release delay (the ``not-settled`` check)."""
         self.ds: Datastore
         self.ctl: PoolController
         self.cni: CniService
@@ -718,6 +721,7 @@ class SimAgent:
                 if self.kill_point in ("mid-apply", "mid-checkpoint"):
                     self.cp.armed = True
                 asked = (self.ctl.stats.first_starts_confirmed, self.ctl.stats.first_starts_unconfirmed)
+                leaned = self.ctl.stats.lean_entered
                 try:
                     self.ctl.apply_result(result, self.now())
                 except CheckpointWriteError:  # as Agent._apply: not on disk, not acknowledged
@@ -725,6 +729,8 @@ class SimAgent:
                     w.fault("checkpoint-write-error:result-unacknowledged")
                     return
                 self.cp.armed = False
+                if self.ctl.stats.lean_entered > leaned:
+                    self.lean_since = w.now()
                 if self.ctl.stats.first_starts_confirmed > asked[0]:
                     w.fault("first-start:confirmed")
                 elif self.ctl.stats.first_starts_unconfirmed > asked[1]:
