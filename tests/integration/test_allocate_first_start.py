@@ -8,30 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from emulated.ec2 import Ec2Config
 from tests.helpers.allocate_world import AllocatorWorld
+from tests.helpers.first_start import LATER, WAIT
+from tests.helpers.first_start import ask as _ask
+from tests.helpers.first_start import booted_world as _world
 from warmpool.messages import Action, Released, RestoreChecked
 from warmpool.scheduling import FIRST_START_MAX_AGE_S
-
-WAIT = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
-LATER = "cccccccccccccccccccccccccccccccc"
-
-
-def _world() -> tuple[AllocatorWorld, str, list[str]]:
-    """n1 booted with six secondaries on its primary ENI (a launch template's), no pod."""
-    w = AllocatorWorld(ec2_config=Ec2Config())
-    w.add_node("n1", "m5.large")
-    w.tag_primary("n1")
-    eni = w.enis("n1")[0].id
-    w.emu.client().assign_private_ip_addresses(NetworkInterfaceId=eni, SecondaryPrivateIpAddressCount=6)
-    return w, eni, list(w.enis("n1")[0].secondary)
-
-
-def _ask(w: AllocatorWorld, eni: str, ips: list[str], wait: str = WAIT, **kw: Any) -> Any:
-    """A first start's report: what IMDS shows offered, of unknown origin, and the ask."""
-    offer = {"eni_id": eni, "ips": ips, "unknown": True, "quarantined_at": w.clock.now() - 5}
-    extra = {"restored_from": 0, "restore_wait": wait, "first_start": True, **kw.pop("extra", {})}
-    return w.report("n1", warm_ip=1, release=[offer], extra=extra, **kw)
 
 
 def _actions(w: AllocatorWorld) -> list[Action]:

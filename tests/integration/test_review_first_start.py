@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.allocate_world import AllocatorWorld
-from tests.integration.test_allocate_first_start import _ask, _world
+from tests.helpers.first_start import ask as _ask
+from tests.helpers.first_start import booted_world as _world
 from warmpool import names
 from warmpool.messages import Action, RestoreChecked
 

@@ -8,91 +8,24 @@ look like a first start."""
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from emulated.clock import VirtualClock
 from node_agent.cniserver import RecordedPods
 from node_agent.controller import FIRST_START_WAIT_S
-from tests.helpers.agent_world import MemorySqs, WiredPods, give, make_agent
 from tests.helpers.agent_world import cni_add as _add
-from tests.helpers.controller import PRIMARY, FakeImds
-from warmpool.messages import AllocationResult, PoolReport, Released, RestoreChecked, parse_report
-
-IPS = ["10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14"]
-T0 = 1_000_000.0
-
-
-class Node:
-    """One node booted with IPS on its primary ENI; its agent restartable on a state directory."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.imds = FakeImds()
-        self.imds.add(PRIMARY, IPS)
-        self.clock = VirtualClock(T0)
-        self.sqs = MemorySqs(VirtualClock(T0))
-        self.pods = WiredPods()
-        self.state = tmp_path / "state"
-        self.agent: Any = None
-
-    def start(self, **env: str) -> Any:
-        """Started with ``WARMPOOL_ADOPT_LAUNCH_POOL=true`` unless ``env`` says otherwise."""
-        env = {"WARMPOOL_ADOPT_LAUNCH_POOL": "true", **env}
-        self.agent = make_agent(self.state, self.imds, self.sqs, self.clock, self.pods, **env)
-        return self.agent
-
-    def stop(self) -> None:
-        if self.agent is not None:
-            self.agent.stop()
-            self.agent = None
-
-    def lose_checkpoint(self) -> None:
-        self.stop()
-        shutil.rmtree(self.state)
-
-    def step(self, s: float = 2.0) -> PoolReport | None:
-        before = len(self.sqs.sent)
-        self.clock.advance(s)
-        self.agent.run_once()
-        return self.sqs.reports()[-1] if len(self.sqs.sent) > before else None
-
-    def meta(self) -> dict[str, Any]:
-        return dict(json.loads((self.state / "checkpoint.json").read_text())["meta"])
-
-
-def started_node(tmp_path: Path) -> Iterator[Node]:
-    """A :class:`Node` for a fixture, stopped after the test."""
-    n = Node(tmp_path)
-    try:
-        yield n
-    finally:
-        n.stop()
+from tests.helpers.agent_world import give
+from tests.helpers.controller import PRIMARY
+from tests.helpers.first_start import IPS, T0, Node, started_node
+from tests.helpers.first_start import answer as _answer
+from warmpool.messages import AllocationResult, PoolReport, Released, parse_report
 
 
 @pytest.fixture
 def node(tmp_path: Path) -> Any:
     yield from started_node(tmp_path)
-
-
-def _answer(report: PoolReport, confirmed: bool, *, wait: str | None = None) -> AllocationResult:
-    return AllocationResult(
-        cluster=report.cluster,
-        node=report.node,
-        instance_id=report.instance_id,
-        in_reply_to=report.seq,
-        actions=[
-            RestoreChecked(
-                restored_from=0,
-                wait=wait or report.restore_wait or "",
-                current=confirmed,
-                epoch=(report.epoch or 0) + 1,
-            )
-        ],
-    )
 
 
 def _unknown(report: PoolReport) -> set[str]:

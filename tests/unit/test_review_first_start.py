@@ -13,7 +13,8 @@ from node_agent.hostnet import HostWiring
 from tests.helpers.agent_world import cni_add as _add
 from tests.helpers.agent_world import give
 from tests.helpers.controller import PRIMARY
-from tests.unit.test_first_start import IPS, Node, _answer, started_node
+from tests.helpers.first_start import IPS, Node, started_node
+from tests.helpers.first_start import answer as _answer
 from warmpool.messages import PoolReport
 
 

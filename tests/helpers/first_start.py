@@ -1,0 +1,106 @@
+"""The first-start tests' shared pieces (docs/safety.md, row 30): a node booted with addresses on
+its primary ENI whose agent restarts on a state directory, the allocator's answer to its ask, and
+the allocator's side of an ask (tests/unit/test_first_start.py, tests/integration/test_allocate_first_start.py
+and the hostile review's tests)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from emulated.clock import VirtualClock
+from emulated.ec2 import Ec2Config
+from tests.helpers.agent_world import MemorySqs, WiredPods, make_agent
+from tests.helpers.allocate_world import AllocatorWorld
+from tests.helpers.controller import PRIMARY, FakeImds
+from warmpool.messages import AllocationResult, PoolReport, RestoreChecked
+
+IPS = ["10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14"]
+T0 = 1_000_000.0
+
+
+class Node:
+    """One node booted with IPS on its primary ENI; its agent restartable on a state directory."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.imds = FakeImds()
+        self.imds.add(PRIMARY, IPS)
+        self.clock = VirtualClock(T0)
+        self.sqs = MemorySqs(VirtualClock(T0))
+        self.pods = WiredPods()
+        self.state = tmp_path / "state"
+        self.agent: Any = None
+
+    def start(self, **env: str) -> Any:
+        """Started with ``WARMPOOL_ADOPT_LAUNCH_POOL=true`` unless ``env`` says otherwise."""
+        env = {"WARMPOOL_ADOPT_LAUNCH_POOL": "true", **env}
+        self.agent = make_agent(self.state, self.imds, self.sqs, self.clock, self.pods, **env)
+        return self.agent
+
+    def stop(self) -> None:
+        if self.agent is not None:
+            self.agent.stop()
+            self.agent = None
+
+    def lose_checkpoint(self) -> None:
+        self.stop()
+        shutil.rmtree(self.state)
+
+    def step(self, s: float = 2.0) -> PoolReport | None:
+        before = len(self.sqs.sent)
+        self.clock.advance(s)
+        self.agent.run_once()
+        return self.sqs.reports()[-1] if len(self.sqs.sent) > before else None
+
+    def meta(self) -> dict[str, Any]:
+        return dict(json.loads((self.state / "checkpoint.json").read_text())["meta"])
+
+
+def started_node(tmp_path: Path) -> Iterator[Node]:
+    """A :class:`Node` for a fixture, stopped after the test."""
+    n = Node(tmp_path)
+    try:
+        yield n
+    finally:
+        n.stop()
+
+
+def answer(report: PoolReport, confirmed: bool, *, wait: str | None = None) -> AllocationResult:
+    return AllocationResult(
+        cluster=report.cluster,
+        node=report.node,
+        instance_id=report.instance_id,
+        in_reply_to=report.seq,
+        actions=[
+            RestoreChecked(
+                restored_from=0,
+                wait=wait or report.restore_wait or "",
+                current=confirmed,
+                epoch=(report.epoch or 0) + 1,
+            )
+        ],
+    )
+
+
+WAIT = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+LATER = "cccccccccccccccccccccccccccccccc"
+
+
+def booted_world() -> tuple[AllocatorWorld, str, list[str]]:
+    """n1 booted with six secondaries on its primary ENI (a launch template's), no pod."""
+    w = AllocatorWorld(ec2_config=Ec2Config())
+    w.add_node("n1", "m5.large")
+    w.tag_primary("n1")
+    eni = w.enis("n1")[0].id
+    w.emu.client().assign_private_ip_addresses(NetworkInterfaceId=eni, SecondaryPrivateIpAddressCount=6)
+    return w, eni, list(w.enis("n1")[0].secondary)
+
+
+def ask(w: AllocatorWorld, eni: str, ips: list[str], wait: str = WAIT, **kw: Any) -> Any:
+    """A first start's report: what IMDS shows offered, of unknown origin, and the ask."""
+    offer = {"eni_id": eni, "ips": ips, "unknown": True, "quarantined_at": w.clock.now() - 5}
+    extra = {"restored_from": 0, "restore_wait": wait, "first_start": True, **kw.pop("extra", {})}
+    return w.report("n1", warm_ip=1, release=[offer], extra=extra, **kw)
