@@ -444,7 +444,6 @@ class PoolController:
         self._end_restore()
         self._force = True
         self.stats.first_starts_unconfirmed += 1
-        log.info("first start not confirmed (%s): what IMDS alone shows stays offered, of unknown origin", why)
         self._event("checkpoint", f"first start not confirmed ({why}): handled as a lost checkpoint")
 
     def _restore_stale(self, now: float, why: str) -> None:
