@@ -29,6 +29,7 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from functions.batch import Batch, BatchOutcome
@@ -65,13 +66,14 @@ from functions.telemetry import Tally
 from warmpool import names
 from warmpool.buckets import refill, time_until
 from warmpool.facts import NodeFacts
-from warmpool.limits import KNOWN_TYPES
+from warmpool.limits import KNOWN_TYPES, InstanceLimits
 from warmpool.messages import (
     AllocationResult,
     Deferred,
     Failed,
     Fenced,
     MessageError,
+    Mode,
     PoolReport,
     RestoreChecked,
     parse_report,
@@ -88,7 +90,7 @@ from warmpool.names import (
     M_SUBNET_FREE,
     M_TOKENS_FORFEITED,
 )
-from warmpool.planner import Plan, node_max_pods, plan_node, pods_inventory, quiet
+from warmpool.planner import Inventory, Plan, node_max_pods, plan_node, pods_inventory, quiet
 from warmpool.ports import Ec2Port, LedgerUnread, Ports, ReleaseBookStore
 from warmpool.release_book import ReleaseBook
 from warmpool.scarcity import node_scarce
@@ -424,6 +426,33 @@ class Allocator:
             res.result = result
         return res
 
+    def _plan_node(
+        self,
+        r: PoolReport,
+        inv: Inventory,
+        lim: InstanceLimits,
+        subnets: Sequence[Subnet],
+        ceiling: int,
+        scarce: bool,
+        exclude: frozenset[str],
+        force: Mode | None,
+    ) -> Plan:
+        """The node's plan, made by ``executor.avoid_blockless`` (``exclude``, ``force``)."""
+        return plan_node(
+            r,
+            inv,
+            lim,
+            subnets,
+            cluster=self.cluster,
+            exclude_subnets=exclude,
+            force_mode=force,
+            max_pods=ceiling,
+            subnet_rule=self.settings.subnet_rule,
+            custom=self.settings.custom,
+            multi_card=self.settings.multi_card,
+            lean=scarce,
+        )
+
     def _scarce(self, r: PoolReport, subnets: Sequence[Subnet], vpc_id: str = "", own_subnet: str = "") -> bool:
         """Whether results to ``r`` say ``scarce`` (:func:`warmpool.scarcity.node_scarce`)."""
         return node_scarce(
@@ -584,17 +613,8 @@ class Allocator:
             f = book.correct(f) if book is not None else f
             inv = f.inventory(self.cluster)
             scarce = self._scarce(r, view.subnets, inv.vpc_id, inv.own_subnet)
-            plan = plan_node(
-                r,
-                inv,
-                lim,
-                view.subnets,
-                cluster=self.cluster,
-                max_pods=ceiling,
-                subnet_rule=self.settings.subnet_rule,
-                custom=self.settings.custom,
-                multi_card=self.settings.multi_card,
-                lean=scarce,
+            plan = self.executor.avoid_blockless(
+                partial(self._plan_node, r, inv, lim, view.subnets, ceiling, scarce), f
             )
             note_pod_ceiling(r, pods_inventory(r, inv), ceiling, self.tally)
             if r.first_start:
@@ -828,17 +848,11 @@ class Allocator:
             plan = self._release_rules(
                 j.report,
                 f,
-                plan_node(
-                    j.report,
-                    f.inventory(self.cluster),
-                    j.limits,
-                    subnets,
-                    cluster=self.cluster,
-                    max_pods=j.max_pods,
-                    subnet_rule=self.settings.subnet_rule,
-                    custom=self.settings.custom,
-                    multi_card=self.settings.multi_card,
-                    lean=j.scarce,
+                self.executor.avoid_blockless(
+                    partial(
+                        self._plan_node, j.report, f.inventory(self.cluster), j.limits, subnets, j.max_pods, j.scarce
+                    ),
+                    f,
                 ),
                 j.book,
                 j.body,

@@ -95,6 +95,26 @@ addresses: each costs a refused call by count (EC2 answers InsufficientCidrBlock
 :data:`MAX_REPLANS`, so the fallback comes while a re-plan is left for it."""
 
 
+BLOCKLESS_MEMORY_S = 300.0
+"""How long a container remembers a subnet EC2 refused a /28 asked by count with ``InsufficientCidrBlocks``,
+unless a fresh read shows :data:`~warmpool.limits.PREFIX_SIZE` more free addresses in it first:
+meanwhile no plan asks it for a /28 by count (:meth:`PlanExecutor.avoid_blockless`), so a
+fragmented subnet costs one refused call per container and period, not one per growth report
+(hostile review of the prefix fallback, F4). Longer keeps nodes on single addresses longer after
+a /28 is whole again; shorter pays more refused calls."""
+
+
+def _by_count_prefix_subnets(plan: Plan, facts: NodeFacts) -> set[str]:
+    """The subnets ``plan`` asks EC2 for a /28 by count in (named asks are checked before the call)."""
+    out: set[str] = set()
+    for c in plan.calls:
+        if isinstance(c, CreateEni) and c.prefixes and not c.at_prefixes:
+            out.add(c.subnet_id)
+        elif isinstance(c, AssignAddresses) and c.prefixes and not c.at_prefixes:
+            out.update(e.eni.subnet_id for e in facts.enis if e.eni.eni_id == c.eni_id and e.eni.subnet_id)
+    return out
+
+
 def _asks_prefixes(plan: Plan) -> bool:
     """Whether ``plan`` asks EC2 for a /28 (by count or by name), in an Assign or a Create."""
     return any(isinstance(c, (AssignAddresses, CreateEni)) and (c.prefixes or c.at_prefixes) for c in plan.calls)
@@ -195,15 +215,18 @@ class _Unrecorded(Exception):
         self.err = err
 
 
-def _leave(rp: _Replan, exclude: set[str], blockless: set[str]) -> None:
+def _leave(rp: _Replan, exclude: set[str], blockless: set[str], remember: Callable[[str], None]) -> None:
     """Leave the subnet ``rp`` names: in ``blockless`` too when only for want of a whole /28 (a
-    fallback to single addresses brings it back), out of it when refused for want of room."""
+    fallback to single addresses brings it back; ``remember`` keeps it for the container's next
+    plans), out of it when refused for want of room."""
     if not rp.exclude:
         return
     if rp.fallback is None:
         blockless.discard(rp.exclude)
-    elif rp.exclude not in exclude:
-        blockless.add(rp.exclude)
+    else:
+        remember(rp.exclude)
+        if rp.exclude not in exclude:
+            blockless.add(rp.exclude)
     exclude.add(rp.exclude)
 
 
@@ -235,6 +258,9 @@ class PlanExecutor:
         recently per subnet, and each Create's parameters by ClientToken. None: named placement
         names nothing (it could not know what other containers released)."""
         self._created_names: dict[str, CreateEni] = {}
+        self._blockless: dict[str, tuple[float, int]] = {}
+        """Subnets EC2 refused a /28 by count, with when and the cached free count then
+        (:data:`BLOCKLESS_MEMORY_S`); per container, shared by its threads."""
         """The Creates this container recorded, by ClientToken: used only while the shared
         record cannot be read (then a Create this container sent is sent again as it was)."""
 
@@ -269,7 +295,7 @@ class PlanExecutor:
                     out.actions.append(Failed.clipped("replan-limit", rp.why))
                     break
                 replans += 1
-                _leave(rp, exclude, blockless)
+                _leave(rp, exclude, blockless, self._remember_blockless)
                 force = rp.force or force
                 try:
                     if rp.refresh or out.actions:
@@ -333,8 +359,62 @@ class PlanExecutor:
             plan = self._plan(job, facts, subnets, exclude, force)
         return plan, force
 
+    def _remember_blockless(self, subnet_id: str) -> None:
+        if self.settings.named_placement:
+            return  # its subnet usage read says where whole /28s are (``_no_block``), fresher than this
+        sub = self.ec2.known_subnets().get(subnet_id)
+        self._blockless[subnet_id] = (self.clock.now(), sub.free if sub is not None else 0)
+        self.tally.add(names.M_SUBNETS_BLOCKLESS)
+
+    def known_blockless(self) -> frozenset[str]:
+        """The subnets remembered without a whole /28 (:data:`BLOCKLESS_MEMORY_S`): each is
+        forgotten when its memory is old, or when the subnets read last show a /28's worth more
+        free addresses in it than when it was refused (a release there may have made one whole)."""
+        now = self.clock.now()
+        known = self.ec2.known_subnets()
+        for sid, (at, free) in list(self._blockless.items()):
+            sub = known.get(sid)
+            if now - at >= BLOCKLESS_MEMORY_S or (sub is not None and sub.free >= free + PREFIX_SIZE):
+                self._blockless.pop(sid, None)
+        return frozenset(self._blockless)
+
+    def avoid_blockless(
+        self,
+        plan_fn: Callable[[frozenset[str], Mode | None], Plan],
+        facts: NodeFacts,
+        exclude: frozenset[str] = frozenset(),
+        force: Mode | None = None,
+    ) -> Plan:
+        """``plan_fn(exclude, force)``, re-planned before any call as the executor re-plans after a
+        refusal when the plan asks a /28 by count in a subnet remembered without one
+        (:meth:`known_blockless`): without those subnets, and single addresses (with them back)
+        when that leaves the node short, asks no /28, or :data:`MAX_BLOCKLESS_SUBNETS` subnets
+        were left (``_replan``). Makes no EC2 call."""
+        plan = plan_fn(exclude, force)
+        if force is not None:
+            return plan
+        known = self.known_blockless()
+        left: set[str] = set()
+        while known:
+            hit = (_by_count_prefix_subnets(plan, facts) & known) - left
+            if not hit:
+                break
+            left |= hit
+            self.tally.add(names.M_BLOCKLESS_AVOIDED)
+            plan = plan_fn(exclude | left, None)
+            if plan.unmet or not _asks_prefixes(plan) or len(left) >= MAX_BLOCKLESS_SUBNETS:
+                return plan_fn(exclude, "secondary-ip")
+        return plan
+
     def _plan(
         self, job: NodeJob, facts: NodeFacts, subnets: list[Subnet], exclude: set[str], force: Mode | None
+    ) -> Plan:
+        return self.avoid_blockless(
+            lambda ex, fo: self._plan_once(job, facts, subnets, ex, fo), facts, frozenset(exclude), force
+        )
+
+    def _plan_once(
+        self, job: NodeJob, facts: NodeFacts, subnets: list[Subnet], exclude: frozenset[str], force: Mode | None
     ) -> Plan:
         return plan_node(
             job.report,
@@ -342,7 +422,7 @@ class PlanExecutor:
             job.limits,
             subnets,
             cluster=self.cluster,
-            exclude_subnets=frozenset(exclude),
+            exclude_subnets=exclude,
             force_mode=force,
             max_pods=job.max_pods,
             subnet_rule=self.settings.subnet_rule,

@@ -2,28 +2,31 @@
 subnet before falling back to single addresses). Each test asserts the behaviour a fixed allocator
 must have; F1-F3 are fixed (``PlanExecutor._replan``: the fallback to singles brings back every
 subnet left for want of a /28 when the re-plan is short, asks no /28, follows a refusal for room,
-or ``MAX_BLOCKLESS_SUBNETS`` subnets were left); F4, still open, is a strict xfail."""
+or ``MAX_BLOCKLESS_SUBNETS`` subnets were left); F4 is fixed by the container's memory of subnets
+refused a /28 by count (``PlanExecutor.avoid_blockless``, ``BLOCKLESS_MEMORY_S``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from emulated.ec2 import Ec2Config
+from functions.execute import BLOCKLESS_MEMORY_S
 from tests.helpers.reliability_cluster import ReliabilityCluster
 from warmpool.pool import PoolConfig
 
 SCATTERED = Ec2Config(single_placement="scattered", placement_seed=5)
 
 
-def _fragment(c: ReliabilityCluster, subnet: str) -> None:
-    """Another caller's ENIs take scattered single addresses until no aligned /28 is whole."""
+def _fragment(c: ReliabilityCluster, subnet: str) -> list[str]:
+    """Another caller's ENIs take scattered single addresses until no aligned /28 is whole: their ids."""
     ec2 = c.w.emu.client()
     pool = c.w.emu.subnets[subnet].pool
+    made: list[str] = []
     while pool.free_blocks() > 0:
-        ec2.create_network_interface(SubnetId=subnet, SecondaryPrivateIpAddressCount=min(8, pool.free - 1))
+        resp = ec2.create_network_interface(SubnetId=subnet, SecondaryPrivateIpAddressCount=min(8, pool.free - 1))
+        made.append(resp["NetworkInterface"]["NetworkInterfaceId"])
     assert pool.free >= 40
+    return made
 
 
 def _by_count(instance_type: str, subnet_cidrs: tuple[str, ...]) -> ReliabilityCluster:
@@ -95,11 +98,7 @@ def test_a_subnet_refused_for_room_after_one_left_for_a_28_still_falls_back_in_t
     assert len(c.nodes["n0"].ds.pods()) == 6, "the invocation gave nothing beside a subnet with free singles"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F4: no memory of a subnet without a whole /28: the node's own ENI (most free slots) is asked "
-    "for a /28 first on every growth report, refused each time (one token and a re-plan per report)",
-)
+# Fixed (was a strict xfail of the review, F4): PlanExecutor.avoid_blockless remembers the subnet.
 def test_a_subnet_known_without_a_whole_28_is_not_asked_again_on_every_growth() -> None:
     c = _by_count("m5.large", ("10.0.0.0/22", "10.0.8.0/24"))
     main, _second = c.w.subnets
@@ -109,3 +108,43 @@ def test_a_subnet_known_without_a_whole_28_is_not_asked_again_on_every_growth() 
         c.settle(max_s=200)
         assert len(c.nodes["n0"].ds.pods()) == pods
     assert _refused(c) <= 2, f"{_refused(c)} refused prefix calls for 5 growth steps"
+
+
+def _prefixes_held(c: ReliabilityCluster, name: str) -> int:
+    return sum(len(e.prefixes) for e in _node_enis(c, name))
+
+
+def test_a_remembered_subnet_is_forgotten_when_a_28_is_free_again_and_the_node_goes_back_to_prefixes() -> None:
+    c = _by_count("m5.large", ("10.0.0.0/22",))
+    (main,) = c.w.subnets
+    others = _fragment(c, main)
+    c.scale("n0", 4)
+    c.settle(max_s=200)
+    assert len(c.nodes["n0"].ds.pods()) == 4
+    assert _refused(c) == 1 and _prefixes_held(c, "n0") == 0  # refused once, singles
+    c.scale("n0", 12)
+    c.settle(max_s=200)
+    assert _refused(c) == 1 and _prefixes_held(c, "n0") == 0  # remembered: singles, no second refusal
+    ec2 = c.w.emu.client()
+    for eni_id in others:  # the other caller goes: whole /28s again
+        ec2.delete_network_interface(NetworkInterfaceId=eni_id)
+    c.run(40)  # past the subnet cache's 30 s: the read shows the freed addresses
+    c.scale("n0", 30)
+    c.settle(max_s=300)
+    assert len(c.nodes["n0"].ds.pods()) == 30
+    assert _prefixes_held(c, "n0") > 0, "the node stayed on single addresses with whole /28s free"
+    assert _refused(c) == 1
+
+
+def test_a_remembered_subnet_is_asked_again_after_the_memory_and_refused_once_more() -> None:
+    c = _by_count("m5.large", ("10.0.0.0/22",))
+    (main,) = c.w.subnets
+    _fragment(c, main)
+    c.scale("n0", 4)
+    c.settle(max_s=200)
+    assert _refused(c) == 1
+    c.run(BLOCKLESS_MEMORY_S + 10)
+    c.scale("n0", 20)
+    c.settle(max_s=200)
+    assert len(c.nodes["n0"].ds.pods()) == 20
+    assert _refused(c) == 2, "the memory never ran out: a subnet with whole /28s again would never be asked"
