@@ -9,8 +9,9 @@ from collections import Counter
 import pytest
 
 from bench.cli import bench_main
-from bench.random_scenarios import draw, summary
+from bench.random_scenarios import FOREIGN_MAX_SHARE, draw, summary
 from bench.scenario import parse_scenario
+from warmpool.buckets import DEFAULT_SPECS
 
 
 def test_draw_is_a_function_of_seed_and_index() -> None:
@@ -51,6 +52,21 @@ def test_every_drawn_scenario_is_valid_and_the_space_is_covered() -> None:
         "subnet-exhausted",
     ):
         assert seen[key] > 0, (key, seen)
+
+
+def test_drawn_foreign_load_stays_below_the_real_refill() -> None:
+    """Above the real refill no strategy could ever finish (seed 1's scenario 61 drew 3.0
+    Attach calls a second against 2.49): the draw caps it at ``FOREIGN_MAX_SHARE`` of it."""
+    loaded = 0
+    for seed in (1, 2):
+        for i in range(200):
+            sc = parse_scenario(draw(seed, i), f"{seed}-{i}")
+            for action, load in sc.account.background_load.items():
+                spec = sc.account.buckets.get(action)
+                refill = spec.refill_per_s if spec is not None else DEFAULT_SPECS[action].refill_per_s
+                assert load <= FOREIGN_MAX_SHARE * refill + 0.05, (seed, i, action, load, refill)
+                loaded += 1
+    assert loaded > 100
 
 
 def test_summary_median_p90_worst() -> None:
