@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -104,14 +105,15 @@ fragmented subnet costs one refused call per container and period, not one per g
 a /28 is whole again; shorter pays more refused calls."""
 
 
-def _by_count_prefix_subnets(plan: Plan, facts: NodeFacts) -> set[str]:
-    """The subnets ``plan`` asks EC2 for a /28 by count in (named asks are checked before the call)."""
-    out: set[str] = set()
+def _by_count_prefix_asks(plan: Plan, facts: NodeFacts) -> list[tuple[str, int]]:
+    """Each call of ``plan`` asking EC2 for /28s by count (named asks are checked before the
+    call): its subnet and how many."""
+    out: list[tuple[str, int]] = []
     for c in plan.calls:
         if isinstance(c, CreateEni) and c.prefixes and not c.at_prefixes:
-            out.add(c.subnet_id)
+            out.append((c.subnet_id, c.prefixes))
         elif isinstance(c, AssignAddresses) and c.prefixes and not c.at_prefixes:
-            out.update(e.eni.subnet_id for e in facts.enis if e.eni.eni_id == c.eni_id and e.eni.subnet_id)
+            out += [(e.eni.subnet_id, c.prefixes) for e in facts.enis if e.eni.eni_id == c.eni_id and e.eni.subnet_id]
     return out
 
 
@@ -178,6 +180,22 @@ class NodeOutcome:
     with the same seq, so the same ClientToken finds that ENI again."""
 
 
+@dataclass(frozen=True)
+class _Blockless:
+    """A subnet EC2 refused ``prefixes`` /28s asked by count (fewer than that many are whole)."""
+
+    at: float
+    free: int
+    """Its free addresses in the subnets read then (:data:`UNKNOWN_FREE` when none were fresh)."""
+    prefixes: int
+
+
+UNKNOWN_FREE = 1 << 30
+"""A refusal remembered while the cached subnets were stale: no count to compare, the period
+alone ends the memory (a hostile review of the memory, R2: recorded as 0, the next read forgot
+it at once)."""
+
+
 class _Replan(Exception):
     def __init__(
         self,
@@ -187,6 +205,7 @@ class _Replan(Exception):
         force: Mode | None = None,
         refresh: bool = True,
         fallback: Mode | None = None,
+        prefixes: int = 0,
     ) -> None:
         super().__init__(why)
         self.why = why
@@ -196,6 +215,9 @@ class _Replan(Exception):
         self.fallback = fallback
         """When the re-plan without ``exclude`` leaves the node short, plan again in this mode
         instead (a subnet left for want of a whole /28: single addresses, if no other has one)."""
+        self.prefixes = prefixes
+        """With ``fallback``: how many /28s the refused call asked for (EC2 refuses them all when
+        fewer are whole)."""
 
 
 class _Defer(Exception):
@@ -215,7 +237,7 @@ class _Unrecorded(Exception):
         self.err = err
 
 
-def _leave(rp: _Replan, exclude: set[str], blockless: set[str], remember: Callable[[str], None]) -> None:
+def _leave(rp: _Replan, exclude: set[str], blockless: set[str], remember: Callable[[_Replan], None]) -> None:
     """Leave the subnet ``rp`` names: in ``blockless`` too when only for want of a whole /28 (a
     fallback to single addresses brings it back; ``remember`` keeps it for the container's next
     plans), out of it when refused for want of room."""
@@ -224,7 +246,7 @@ def _leave(rp: _Replan, exclude: set[str], blockless: set[str], remember: Callab
     if rp.fallback is None:
         blockless.discard(rp.exclude)
     else:
-        remember(rp.exclude)
+        remember(rp)
         if rp.exclude not in exclude:
             blockless.add(rp.exclude)
     exclude.add(rp.exclude)
@@ -258,11 +280,12 @@ class PlanExecutor:
         recently per subnet, and each Create's parameters by ClientToken. None: named placement
         names nothing (it could not know what other containers released)."""
         self._created_names: dict[str, CreateEni] = {}
-        self._blockless: dict[str, tuple[float, int]] = {}
-        """Subnets EC2 refused a /28 by count, with when and the cached free count then
-        (:data:`BLOCKLESS_MEMORY_S`); per container, shared by its threads."""
         """The Creates this container recorded, by ClientToken: used only while the shared
         record cannot be read (then a Create this container sent is sent again as it was)."""
+        self._blockless: dict[str, _Blockless] = {}
+        """Subnets EC2 refused /28s by count (:data:`BLOCKLESS_MEMORY_S`); per container, shared
+        by its threads under ``_blockless_lock``."""
+        self._blockless_lock = threading.Lock()
 
     @property
     def cluster(self) -> str:
@@ -292,6 +315,7 @@ class PlanExecutor:
                 out.calls += 1
             except _Replan as rp:
                 if replans >= MAX_REPLANS:
+                    self._remember_blockless(rp)  # its refusal still says what the subnet has
                     out.actions.append(Failed.clipped("replan-limit", rp.why))
                     break
                 replans += 1
@@ -359,24 +383,35 @@ class PlanExecutor:
             plan = self._plan(job, facts, subnets, exclude, force)
         return plan, force
 
-    def _remember_blockless(self, subnet_id: str) -> None:
-        if self.settings.named_placement:
-            return  # its subnet usage read says where whole /28s are (``_no_block``), fresher than this
-        sub = self.ec2.known_subnets().get(subnet_id)
-        self._blockless[subnet_id] = (self.clock.now(), sub.free if sub is not None else 0)
+    def _remember_blockless(self, rp: _Replan) -> None:
+        """Remember ``rp``'s subnet refused its /28s by count (nothing under named placement: its
+        subnet usage read says where whole /28s are, ``_no_block``, fresher than this)."""
+        if rp.fallback is None or not rp.exclude or self.settings.named_placement:
+            return
+        sub = self.ec2.known_subnets().get(rp.exclude)
+        asked = max(1, rp.prefixes)
+        with self._blockless_lock:
+            had = self._blockless.get(rp.exclude)
+            if had is not None:
+                asked = min(asked, had.prefixes)
+            self._blockless[rp.exclude] = _Blockless(
+                self.clock.now(), sub.free if sub is not None else UNKNOWN_FREE, asked
+            )
         self.tally.add(names.M_SUBNETS_BLOCKLESS)
 
-    def known_blockless(self) -> frozenset[str]:
-        """The subnets remembered without a whole /28 (:data:`BLOCKLESS_MEMORY_S`): each is
-        forgotten when its memory is old, or when the subnets read last show a /28's worth more
-        free addresses in it than when it was refused (a release there may have made one whole)."""
+    def known_blockless(self) -> dict[str, int]:
+        """The subnets remembered refused /28s by count (:data:`BLOCKLESS_MEMORY_S`), each with
+        the fewest /28s refused there: forgotten when its memory is old, or when the subnets read
+        last show a /28's worth more free addresses in it than when it was refused (a release
+        there may have made one whole)."""
         now = self.clock.now()
         known = self.ec2.known_subnets()
-        for sid, (at, free) in list(self._blockless.items()):
-            sub = known.get(sid)
-            if now - at >= BLOCKLESS_MEMORY_S or (sub is not None and sub.free >= free + PREFIX_SIZE):
-                self._blockless.pop(sid, None)
-        return frozenset(self._blockless)
+        with self._blockless_lock:
+            for sid, b in list(self._blockless.items()):
+                sub = known.get(sid)
+                if now - b.at >= BLOCKLESS_MEMORY_S or (sub is not None and sub.free >= b.free + PREFIX_SIZE):
+                    del self._blockless[sid]
+            return {sid: b.prefixes for sid, b in self._blockless.items()}
 
     def avoid_blockless(
         self,
@@ -385,25 +420,31 @@ class PlanExecutor:
         exclude: frozenset[str] = frozenset(),
         force: Mode | None = None,
     ) -> Plan:
-        """``plan_fn(exclude, force)``, re-planned before any call as the executor re-plans after a
-        refusal when the plan asks a /28 by count in a subnet remembered without one
-        (:meth:`known_blockless`): without those subnets, and single addresses (with them back)
-        when that leaves the node short, asks no /28, or :data:`MAX_BLOCKLESS_SUBNETS` subnets
-        were left (``_replan``). Makes no EC2 call."""
-        plan = plan_fn(exclude, force)
+        """``plan_fn(exclude, force)``, re-planned before any call, as the executor re-plans after
+        a refusal, when it asks by count at least as many /28s as a subnet was refused
+        (:meth:`known_blockless`; fewer may be whole there, so fewer are still asked): without
+        such subnets, and in single addresses (with them back) when that leaves the node short
+        or asks no /28. Leaving a remembered subnet costs no call, so, unlike ``_replan``, no
+        count of subnets left forces singles while another candidate has whole /28s (review R3).
+        When the singles cannot meet the need either and the plan as first made could, a first
+        plan (``exclude`` empty: no refusal yet) is kept: a refused call at worst, not the node's
+        slots filled with singles it must keep (review R1); a re-plan's singles go to ``_replan``,
+        which brings back the subnets the invocation left for want of a /28. Makes no EC2 call."""
+        first = plan = plan_fn(exclude, force)
         if force is not None:
             return plan
         known = self.known_blockless()
         left: set[str] = set()
         while known:
-            hit = (_by_count_prefix_subnets(plan, facts) & known) - left
+            hit = {sid for sid, n in _by_count_prefix_asks(plan, facts) if n >= known.get(sid, n + 1)} - left
             if not hit:
                 break
             left |= hit
             self.tally.add(names.M_BLOCKLESS_AVOIDED)
             plan = plan_fn(exclude | left, None)
-            if plan.unmet or not _asks_prefixes(plan) or len(left) >= MAX_BLOCKLESS_SUBNETS:
-                return plan_fn(exclude, "secondary-ip")
+            if plan.unmet or not _asks_prefixes(plan):
+                singles = plan_fn(exclude, "secondary-ip")
+                return first if singles.unmet and not first.unmet and not exclude else singles
         return plan
 
     def _plan(
@@ -861,7 +902,13 @@ class PlanExecutor:
             # may have a whole /28; single addresses when none does (seed 500105).
             if not subnet:  # the ENI's subnet not known: single addresses at once, as before
                 raise _Replan("InsufficientCidrBlocks", force="secondary-ip", refresh=False) from None
-            raise _Replan("InsufficientCidrBlocks", exclude=subnet, refresh=False, fallback="secondary-ip") from None
+            raise _Replan(
+                "InsufficientCidrBlocks",
+                exclude=subnet,
+                refresh=False,
+                fallback="secondary-ip",
+                prefixes=call.prefixes or len(call.at_prefixes),
+            ) from None
         except AddressLimit:
             raise _Replan("PrivateIpAddressLimitExceeded") from None
         except SubnetFull:
@@ -925,7 +972,11 @@ class PlanExecutor:
                 )
         except NoCidrBlocks:
             raise _Replan(
-                "InsufficientCidrBlocks", exclude=call.subnet_id, refresh=False, fallback="secondary-ip"
+                "InsufficientCidrBlocks",
+                exclude=call.subnet_id,
+                refresh=False,
+                fallback="secondary-ip",
+                prefixes=call.prefixes or len(call.at_prefixes),
             ) from None
         except SubnetFull:
             self.ec2.forget_subnets()
