@@ -613,6 +613,7 @@ class Allocator:
             f = book.correct(f) if book is not None else f
             inv = f.inventory(self.cluster)
             scarce = self._scarce(r, view.subnets, inv.vpc_id, inv.own_subnet)
+            gen = self.executor.memory_gen
             plan = self.executor.avoid_blockless(
                 partial(self._plan_node, r, inv, lim, view.subnets, ceiling, scarce), f
             )
@@ -634,7 +635,20 @@ class Allocator:
                     tally=self.tally,
                 )
                 plan = self._release_rules(r, f, plan, book, rec.body, shown)
-            jobs.append(NodeJob(r, f, lim, plan, rec.message_id, rec.body, max_pods=ceiling, book=book, scarce=scarce))
+            jobs.append(
+                NodeJob(
+                    r,
+                    f,
+                    lim,
+                    plan,
+                    rec.message_id,
+                    rec.body,
+                    max_pods=ceiling,
+                    book=book,
+                    scarce=scarce,
+                    memory_gen=gen,
+                )
+            )
             if plan.delta.low:
                 self.tally.add(names.M_NODES_IN_DEFICIT)
         save_flips(self.fair, self.flips, self.cluster, self.tally, self.clock.now())
@@ -845,6 +859,7 @@ class Allocator:
                 self.tally.add(names.M_REPORTS_STALE)
                 self.leases.release(self.cluster, self._key(j.report), b.owner)
                 continue
+            gen = self.executor.memory_gen
             plan = self._release_rules(
                 j.report,
                 f,
@@ -859,7 +874,16 @@ class Allocator:
                 shown,
             )
             nj = NodeJob(
-                j.report, f, j.limits, plan, j.record_id, j.body, max_pods=j.max_pods, book=j.book, scarce=j.scarce
+                j.report,
+                f,
+                j.limits,
+                plan,
+                j.record_id,
+                j.body,
+                max_pods=j.max_pods,
+                book=j.book,
+                scarce=j.scarce,
+                memory_gen=gen,
             )
             paid = j.plan.tokens()
             extra = {a: n - paid.get(a, 0) for a, n in plan.tokens().items() if n > paid.get(a, 0)}

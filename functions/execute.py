@@ -155,12 +155,14 @@ class NodeJob:
     """The allocator says ``scarce`` to this report (:func:`warmpool.scarcity.node_scarce`): it is
     planned lean (``plan_node``'s ``lean``), re-plans too, and its result says so."""
     book_checked: bool = False
+    """The stored book was read after the lease (once per run, before the first release,
+    hand-back or repeat)."""
     booked: tuple[Taken, ...] = ()
     """What the last write-ahead added to the book (unbooked if EC2 refuses the call)."""
     stop_at: float | None = None
     """The run's deadline (:meth:`PlanExecutor.run`), for the calls one planned call may become."""
-    """The stored book was read after the lease (once per run, before the first release,
-    hand-back or repeat)."""
+    memory_gen: int = 0
+    """``PlanExecutor.memory_gen`` before the plan was made (re-plans move it on)."""
 
 
 @dataclass
@@ -186,8 +188,20 @@ class _Blockless:
 
     at: float
     free: int
-    """Its free addresses in the subnets read then (:data:`UNKNOWN_FREE` when none were fresh)."""
+    """Its free addresses in the subnets read then, or the fewest read since (:data:`UNKNOWN_FREE`
+    when none were fresh)."""
     prefixes: int
+    gen: int
+    """``PlanExecutor.memory_gen`` once it was remembered."""
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """What :meth:`PlanExecutor.known_blockless` says of a subnet."""
+
+    prefixes: int
+    """The fewest /28s refused there by count."""
+    gen: int
 
 
 UNKNOWN_FREE = 1 << 30
@@ -286,6 +300,7 @@ class PlanExecutor:
         """Subnets EC2 refused /28s by count (:data:`BLOCKLESS_MEMORY_S`); per container, shared
         by its threads under ``_blockless_lock``."""
         self._blockless_lock = threading.Lock()
+        self._blockless_gen = 0
 
     @property
     def cluster(self) -> str:
@@ -330,6 +345,7 @@ class PlanExecutor:
                 except Throttled as err:
                     d = self._throttled(err)
                     return self._deferred(out, d.retry_after_s, d.reason)
+                job.memory_gen = self.memory_gen
                 plan, force = self._replan(job, facts, subnets, exclude, blockless, force, rp)
                 log.info(
                     "re-planned", extra={"node": rep.node, "seq": rep.seq, "why": rp.why, "calls": len(plan.calls)}
@@ -385,33 +401,53 @@ class PlanExecutor:
 
     def _remember_blockless(self, rp: _Replan) -> None:
         """Remember ``rp``'s subnet refused its /28s by count (nothing under named placement: its
-        subnet usage read says where whole /28s are, ``_no_block``, fresher than this)."""
+        subnet usage read says where whole /28s are, ``_no_block``, fresher than this). Each
+        refusal starts the period again; the count kept is the fewest refused while remembered."""
         if rp.fallback is None or not rp.exclude or self.settings.named_placement:
             return
-        sub = self.ec2.known_subnets().get(rp.exclude)
+        known = self.ec2.known_subnets()
+        sub = known.get(rp.exclude)
         asked = max(1, rp.prefixes)
+        now = self.clock.now()
         with self._blockless_lock:
             had = self._blockless.get(rp.exclude)
-            if had is not None:
-                asked = min(asked, had.prefixes)
+            if had is not None and self._live(had, known.get(rp.exclude), now):
+                asked = min(asked, had.prefixes)  # only a live entry (second review, S3)
+            self._blockless_gen += 1
             self._blockless[rp.exclude] = _Blockless(
-                self.clock.now(), sub.free if sub is not None else UNKNOWN_FREE, asked
+                now, sub.free if sub is not None else UNKNOWN_FREE, asked, self._blockless_gen
             )
         self.tally.add(names.M_SUBNETS_BLOCKLESS)
 
-    def known_blockless(self) -> dict[str, int]:
-        """The subnets remembered refused /28s by count (:data:`BLOCKLESS_MEMORY_S`), each with
-        the fewest /28s refused there: forgotten when its memory is old, or when the subnets read
-        last show a /28's worth more free addresses in it than when it was refused (a release
-        there may have made one whole)."""
+    @staticmethod
+    def _live(b: _Blockless, sub: Subnet | None, now: float) -> bool:
+        return now - b.at < BLOCKLESS_MEMORY_S and not (sub is not None and sub.free >= b.free + PREFIX_SIZE)
+
+    @property
+    def memory_gen(self) -> int:
+        """How many refusals were remembered so far: a plan made now knows of them all."""
+        return self._blockless_gen
+
+    def known_blockless(self) -> dict[str, Remembered]:
+        """The subnets remembered refused /28s by count (:data:`BLOCKLESS_MEMORY_S`): forgotten
+        when its memory is old, or when the subnets read last show a /28's worth more free
+        addresses in it than the fewest read since it was refused (a release there may have made
+        one whole)."""
         now = self.clock.now()
         known = self.ec2.known_subnets()
         with self._blockless_lock:
+            out: dict[str, Remembered] = {}
             for sid, b in list(self._blockless.items()):
                 sub = known.get(sid)
-                if now - b.at >= BLOCKLESS_MEMORY_S or (sub is not None and sub.free >= b.free + PREFIX_SIZE):
+                if not self._live(b, sub, now):
                     del self._blockless[sid]
-            return {sid: b.prefixes for sid, b in self._blockless.items()}
+                    continue
+                if sub is not None and sub.free < b.free:
+                    # the lowest count seen since: what was given out since (this node's own
+                    # singles too) is not read as a release
+                    b = self._blockless[sid] = replace(b, free=sub.free)
+                out[sid] = Remembered(b.prefixes, b.gen)
+            return out
 
     def avoid_blockless(
         self,
@@ -427,25 +463,51 @@ class PlanExecutor:
         or asks no /28. Leaving a remembered subnet costs no call, so, unlike ``_replan``, no
         count of subnets left forces singles while another candidate has whole /28s (review R3).
         When the singles cannot meet the need either and the plan as first made could, a first
-        plan (``exclude`` empty: no refusal yet) is kept: a refused call at worst, not the node's
-        slots filled with singles it must keep (review R1); a re-plan's singles go to ``_replan``,
-        which brings back the subnets the invocation left for want of a /28. Makes no EC2 call."""
+        plan (``exclude`` empty: no refusal yet) is kept: one refused call if the memory is right
+        (then ``_replan`` gives the same singles), the node's pods served if a /28 became whole
+        unseen (a release the node's own singles hid from the free count), where taking the
+        memory at its word would fill the node's slots with singles it keeps for good (review R1;
+        the second review's S1, the refused call, is that cost, left so). A re-plan's singles go
+        to ``_replan``, which brings back the subnets the invocation left for want of a /28.
+        Makes no EC2 call."""
         first = plan = plan_fn(exclude, force)
         if force is not None:
             return plan
         known = self.known_blockless()
         left: set[str] = set()
         while known:
-            hit = {sid for sid, n in _by_count_prefix_asks(plan, facts) if n >= known.get(sid, n + 1)} - left
+            hit = {sid for sid, n in _by_count_prefix_asks(plan, facts) if sid in known and n >= known[sid].prefixes}
+            hit -= left
             if not hit:
                 break
             left |= hit
-            self.tally.add(names.M_BLOCKLESS_AVOIDED)
             plan = plan_fn(exclude | left, None)
             if plan.unmet or not _asks_prefixes(plan):
                 singles = plan_fn(exclude, "secondary-ip")
-                return first if singles.unmet and not first.unmet and not exclude else singles
+                if singles.unmet and not first.unmet and not exclude:
+                    return first
+                plan = singles
+                break
+        if left:
+            self.tally.add(names.M_BLOCKLESS_AVOIDED)
         return plan
+
+    def remembered_since(self, job: NodeJob, subnet_id: str, prefixes: int) -> None:
+        """Before a call asking ``subnet_id`` for ``prefixes`` /28s by count: if a refusal there of
+        as many or fewer was remembered after ``job``'s plan was made (another node of the same
+        batch, second review S2), re-plan as that refusal would, without the call."""
+        if not prefixes or not subnet_id:
+            return
+        r = self.known_blockless().get(subnet_id)
+        if r is not None and r.gen > job.memory_gen and r.prefixes <= prefixes:
+            self.tally.add(names.M_BLOCKLESS_AVOIDED)
+            raise _Replan(
+                f"no whole /28 in {subnet_id} since planned",
+                exclude=subnet_id,
+                refresh=False,
+                fallback="secondary-ip",
+                prefixes=r.prefixes,
+            )
 
     def _plan(
         self, job: NodeJob, facts: NodeFacts, subnets: list[Subnet], exclude: set[str], force: Mode | None
@@ -528,9 +590,14 @@ class PlanExecutor:
     # --- one method per call (``EXECUTORS``) -------------------------------------
 
     def _run_assign(self, call: AssignAddresses, job: NodeJob, facts: NodeFacts) -> list[Action]:
+        if not self.settings.named_placement:
+            subnet = next((e.eni.subnet_id for e in facts.enis if e.eni.eni_id == call.eni_id), "")
+            self.remembered_since(job, subnet, call.prefixes)
         return self._regranted(job, self._assign(call, facts))
 
     def _run_create(self, call: CreateEni, job: NodeJob, facts: NodeFacts) -> list[Action]:
+        if not self.settings.named_placement:
+            self.remembered_since(job, call.subnet_id, call.prefixes)
         return self._regranted(job, self._create(call, job, facts))
 
     def _run_unassign(self, call: UnassignAddresses, job: NodeJob, facts: NodeFacts) -> list[Action]:

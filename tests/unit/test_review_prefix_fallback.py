@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from emulated.ec2 import Ec2Config
 from emulated.ec2.authz import Principal
-from functions.execute import BLOCKLESS_MEMORY_S
+from functions.execute import BLOCKLESS_MEMORY_S, _Replan
 from tests.helpers.reliability_cluster import ReliabilityCluster
 from warmpool.pool import PoolConfig
 
@@ -280,3 +282,216 @@ def test_two_remembered_subnets_do_not_force_singles_while_a_third_has_whole_28s
     c.scale("n0", 10)
     c.settle(max_s=120)
     assert len(c.nodes["n0"].ds.pods()) == 10, f"{len(c.nodes['n0'].ds.pods())} of 10 pods, third untouched"
+
+
+# --- a second hostile review of the memory (75b67cc + 99af94f): S2-S3 failed on 99af94f, fixed
+# (``remembered_since`` before each call; ``_remember_blockless`` takes the count of a live entry
+# only); S1 is left so (K1 needs it); S4 is open; K1-K5 each fail with one piece of the memory
+# reverted ---
+
+
+def _counts(ex: Any) -> dict[str, int]:
+    """The remembered subnets and the fewest /28s refused in each."""
+    return {sid: r.prefixes for sid, r in ex.known_blockless().items()}
+
+
+def _small(subnet: str = "10.0.0.0/24") -> ReliabilityCluster:
+    return ReliabilityCluster(
+        1,
+        instance_type="t3.small",  # 9 single slots: singles cannot meet a need of 10
+        pool=PoolConfig(warm_ip=2, prefix_mode=True),
+        subnet_cidrs=(subnet,),
+        named_placement=False,
+    )
+
+
+def _one_address_in_every_block(c: ReliabilityCluster, subnet: str) -> None:
+    """Another holder takes one address of every aligned /28 but the first (EC2's): 0 whole."""
+    pool = c.w.emu.subnets[subnet].pool
+    for b in range(1, 16):
+        assert pool.take_ip(f"10.0.0.{16 * b + 8}")
+    assert pool.free_blocks() == 0 and pool.free >= 200
+
+
+# --- S1: keep-first pays a refused call and then fills the slots with singles all the same ---
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="S1 left so: the kept first plan's refused call is what K1 needs (a /28 made whole by a release "
+    "the node's own singles hide from the free count); taken at its word, the memory would fill n1's slots "
+    "with singles for good",
+)
+def test_s1_keep_first_in_a_subnet_still_without_a_whole_28_makes_no_refused_call() -> None:
+    """The docs (step 7) and ``avoid_blockless`` say the kept first plan costs "one refused call, not the
+    node's slots filled with singles it keeps". In a subnet that really has no whole /28 (what the memory
+    says), the kept ask is refused and ``_replan`` then fills every slot with singles: the same 9 singles
+    as without the rule, plus a refused call (and PrefixAsksAvoided counts an ask that was made)."""
+    c = _small()
+    (main,) = c.w.subnets
+    _one_address_in_every_block(c, main)
+    c.scale("n0", 1)
+    c.settle(max_s=60)
+    assert _refused(c) == 1 and _counts(c.w.alloc.executor) == {main: 1}
+    c.add_node("n1", "t3.small")
+    c.scale("n1", 10)
+    c.settle(max_s=100)
+    shape = [(len(e.secondary), len(e.prefixes)) for e in _node_enis(c, "n1")]
+    assert shape == [(3, 0), (3, 0), (3, 0)]  # the slots are filled with singles either way
+    avoided = c.w.tally.get("PrefixAsksAvoided")
+    assert _refused(c) == 1, f"{_refused(c)} refused: the remembered subnet was asked again ({avoided} counted avoided)"
+
+
+# --- S2: one batch, several nodes: one refused call per node, not per container ---
+
+
+def test_s2_nodes_planned_in_one_batch_pay_one_refused_call_not_one_each() -> None:
+    """Docs: "a fragmented subnet costs one refused call per container and period". Every plan of a
+    batch is made before any call, and ``run`` makes the plan it was given: the memory written by the
+    first node's refusal is not read before the others' calls (3 nodes, 3 refusals in one batch)."""
+    c = ReliabilityCluster(
+        3,
+        instance_type="m5.large",
+        pool=PoolConfig(warm_ip=2, prefix_mode=True),
+        subnet_cidrs=("10.0.0.0/22", "10.0.8.0/24"),
+        ec2_config=SCATTERED,
+        named_placement=False,
+    )
+    main, _second = c.w.subnets
+    _fragment(c, main)
+    c.settle(max_s=60)
+    assert all(len(n.ds.pods()) == 0 for n in c.nodes.values())
+    assert _refused(c) == 1, f"{_refused(c)} refused calls for one subnet in one container and period"
+
+
+# --- S3: the count kept is the minimum with an entry already past its period ---
+
+
+def test_s3_an_expired_entry_does_not_lower_the_count_of_a_new_refusal() -> None:
+    """``_remember_blockless`` takes ``min(asked, had.prefixes)`` with whatever entry is in the dict, also
+    one past ``BLOCKLESS_MEMORY_S`` (or one a fresh read would forget) that ``known_blockless`` has not
+    purged yet (the plan was made before it expired, the refusal came after). A refusal of 2 then
+    denies asks of 1 for a new period: R1 again."""
+    c = _small()
+    (main,) = c.w.subnets
+    ex = c.w.alloc.executor
+    c.w.alloc.ec2.subnets()  # a fresh read
+    ex._remember_blockless(_Replan("x", exclude=main, refresh=False, fallback="secondary-ip", prefixes=1))
+    c.clock.advance(BLOCKLESS_MEMORY_S + 1)
+    ex._remember_blockless(_Replan("x", exclude=main, refresh=False, fallback="secondary-ip", prefixes=2))
+    assert _counts(ex) == {main: 2}
+
+
+# --- S4: the count is known, the same invocation does not use it: pods wait beside a whole /28 ---
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="S4 open (as before the memory): a refused ask of two /28s falls back to singles at once; "
+    "nothing asks the subnet for fewer",
+)
+def test_s4_a_node_refused_two_28s_with_one_whole_gets_the_one_not_only_singles() -> None:
+    """n0 (t3.small, 9 slots) asks 2 /28s where one is whole: refused, ``_replan`` gives 9 singles and
+    n0 waits at 9 of 30 pods for good (900 s here) beside the whole /28 (its slots are full). The memory
+    keeps "fewer than 2", yet nothing asks 1. Not a regression (as before 75b67cc); R1's "pods waiting
+    beside a whole /28" stays for the refused node itself."""
+    c = _small()
+    (main,) = c.w.subnets
+    pool = c.w.emu.subnets[main].pool
+    for b in range(1, 14):
+        assert pool.take_ip(f"10.0.0.{16 * b + 8}")
+    c.scale("n0", 30)
+    c.settle(max_s=300)
+    assert pool.free_blocks() == 1
+    assert len(c.nodes["n0"].ds.pods()) > 9, "n0 at 9 singles beside a whole /28"
+
+
+# --- K1-K5: pass on 99af94f, each fails with one piece of the fix reverted ---
+
+
+def test_k1_keep_first_gets_the_28_made_whole_without_16_more_free() -> None:
+    """Kills "no keep-first rule" (``return singles``): every earlier test passes with it. The subnet is
+    remembered (an ask of 1 refused); one address goes, a /28 is whole (free +1: not forgotten). n1
+    (singles give 9 of its 10) asks it and gets it; without the rule it waits at 9 for the period."""
+    c = _small()
+    (main,) = c.w.subnets
+    _one_address_in_every_block(c, main)
+    c.scale("n0", 1)
+    c.settle(max_s=60)
+    assert _counts(c.w.alloc.executor) == {main: 1}
+    c.w.emu.subnets[main].pool.release_ip("10.0.0.232")
+    assert c.w.emu.subnets[main].pool.free_blocks() == 1
+    c.add_node("n1", "t3.small")
+    c.scale("n1", 10)
+    c.settle(max_s=100)
+    assert len(c.nodes["n1"].ds.pods()) == 10
+
+
+def test_k2_the_count_rule_lets_a_node_singles_could_serve_ask_the_last_28() -> None:
+    """Kills "any by-count ask of a remembered subnet is avoided" and "the refused count not passed"
+    (``prefixes=`` dropped from the Assign's _Replan): R1's test passes with either (keep-first covers
+    it). Here n1's singles meet its need, so keep-first does not apply: only the count gives it the /28."""
+    c = _small()
+    (main,) = c.w.subnets
+    pool = c.w.emu.subnets[main].pool
+    for b in range(1, 14):
+        assert pool.take_ip(f"10.0.0.{16 * b + 8}")
+    assert pool.free_blocks() == 1
+    c.scale("n0", 30)  # an ask of 2: refused
+    c.settle(max_s=60)
+    assert _counts(c.w.alloc.executor) == {main: 2}
+    c.add_node("n1", "t3.small")
+    c.scale("n1", 4)
+    c.settle(max_s=100)
+    assert len(c.nodes["n1"].ds.pods()) == 4
+    assert _prefixes_held(c, "n1") == 1, "n1 took singles beside the whole /28"
+
+
+def test_k3_a_free_rise_of_16_forgets_before_the_period() -> None:
+    """Kills "no early forgetting" (the ``sub.free >= b.free + PREFIX_SIZE`` clause): the committed test
+    settles for up to 300 s after the release, so the period alone passes it."""
+    c = _by_count("m5.large", ("10.0.0.0/22",))
+    (main,) = c.w.subnets
+    others = _fragment(c, main)
+    c.scale("n0", 4)
+    c.settle(max_s=60)
+    t0 = c.clock.now()
+    assert _refused(c) == 1 and _prefixes_held(c, "n0") == 0
+    ec2 = c.w.emu.client()
+    for eni_id in others:
+        ec2.delete_network_interface(NetworkInterfaceId=eni_id)
+    c.run(40)
+    c.scale("n0", 12)  # singles could serve it: no keep-first
+    c.settle(max_s=60)
+    assert c.clock.now() - t0 < BLOCKLESS_MEMORY_S
+    assert _prefixes_held(c, "n0") > 0, "still avoided within the period after 16+ addresses came back"
+
+
+def test_k4_a_remembered_own_subnet_gives_singles_on_the_own_eni_not_a_new_eni_elsewhere() -> None:
+    """Kills "the ``not _asks_prefixes(plan)`` clause dropped": without the remembered subnet the planner's
+    own fallback puts singles on a new ENI in a nearly full subnet (F2), now in the memory's phase."""
+    c = _by_count("m5.large", ("10.0.0.0/24", "10.0.16.0/27"))
+    main, small = c.w.subnets
+    _fragment(c, main)
+    c.w.emu.client().create_network_interface(SubnetId=small, SecondaryPrivateIpAddressCount=12)
+    c.scale("n0", 2)
+    c.settle(max_s=60)
+    assert _counts(c.w.alloc.executor) == {main: 1}
+    assert [len(e.secondary) for e in _node_enis(c, "n0")] == [9]  # the primary ENI full of singles
+    c.scale("n0", 12)  # a new ENI: by count in main (remembered), or singles on a new ENI in either
+    c.settle(max_s=60)
+    assert len(c.nodes["n0"].ds.pods()) == 12
+    assert {e.subnet_id for e in _node_enis(c, "n0")} == {main}
+    assert c.w.emu.subnets[small].pool.free == 14
+
+
+def test_k5_a_later_larger_refusal_keeps_the_smaller_count() -> None:
+    """Kills "no min with the entry held" in ``_remember_blockless``."""
+    c = _small()
+    (main,) = c.w.subnets
+    ex = c.w.alloc.executor
+    c.w.alloc.ec2.subnets()
+    ex._remember_blockless(_Replan("x", exclude=main, refresh=False, fallback="secondary-ip", prefixes=1))
+    c.clock.advance(10)
+    ex._remember_blockless(_Replan("x", exclude=main, refresh=False, fallback="secondary-ip", prefixes=2))
+    assert _counts(ex) == {main: 1}
