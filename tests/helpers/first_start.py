@@ -1,7 +1,8 @@
 """The first-start tests' shared pieces (docs/safety.md, row 30): a node booted with addresses on
 its primary ENI whose agent restarts on a state directory, the allocator's answer to its ask, and
 the allocator's side of an ask (tests/unit/test_first_start.py, tests/integration/test_allocate_first_start.py
-and the hostile review's tests)."""
+and the hostile review's tests). The node is the restore check's too (docs/safety.md, row 12:
+tests/unit/test_restore_check.py and its reviews; the rest of theirs is in tests/helpers/restore.py)."""
 
 from __future__ import annotations
 
@@ -23,9 +24,11 @@ T0 = 1_000_000.0
 
 
 class Node:
-    """One node booted with IPS on its primary ENI; its agent restartable on a state directory."""
+    """One node booted with IPS on its primary ENI; its agent restartable on a state directory
+    that outlives it. ``adopt_launch_pool=False`` (the restore check's tests): the agent's own
+    default for ``WARMPOOL_ADOPT_LAUNCH_POOL`` (off), not the first-start tests' ``true``."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, *, adopt_launch_pool: bool = True) -> None:
         self.imds = FakeImds()
         self.imds.add(PRIMARY, IPS)
         self.clock = VirtualClock(T0)
@@ -33,10 +36,13 @@ class Node:
         self.pods = WiredPods()
         self.state = tmp_path / "state"
         self.agent: Any = None
+        self.adopt_launch_pool = adopt_launch_pool
 
     def start(self, **env: str) -> Any:
-        """Started with ``WARMPOOL_ADOPT_LAUNCH_POOL=true`` unless ``env`` says otherwise."""
-        env = {"WARMPOOL_ADOPT_LAUNCH_POOL": "true", **env}
+        """Started with ``WARMPOOL_ADOPT_LAUNCH_POOL=true`` unless ``env`` says otherwise (or the
+        node was made with ``adopt_launch_pool=False``: then with ``env`` alone)."""
+        if self.adopt_launch_pool:
+            env = {"WARMPOOL_ADOPT_LAUNCH_POOL": "true", **env}
         self.agent = make_agent(self.state, self.imds, self.sqs, self.clock, self.pods, **env)
         return self.agent
 
@@ -50,6 +56,7 @@ class Node:
         shutil.rmtree(self.state)
 
     def step(self, s: float = 2.0) -> PoolReport | None:
+        """Time passes, one pass of the loop; the report it sent, if any."""
         before = len(self.sqs.sent)
         self.clock.advance(s)
         self.agent.run_once()
@@ -57,6 +64,9 @@ class Node:
 
     def meta(self) -> dict[str, Any]:
         return dict(json.loads((self.state / "checkpoint.json").read_text())["meta"])
+
+    def last_seq_on_disk(self) -> int:
+        return int(self.meta()["last_seq"])
 
 
 def started_node(tmp_path: Path) -> Iterator[Node]:

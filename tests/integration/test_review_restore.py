@@ -2,8 +2,8 @@
 allocator's side, on the real allocator (tests/helpers/allocate_world.py). Each test is a
 finding, strict xfail on the code under review.
 
-The world is tests/integration/test_allocate_restore_check.py's: n1 with six secondaries on
-its primary ENI, three in use."""
+The world is tests/integration/test_allocate_restore_check.py's (tests/helpers/restore.py): n1 with
+six secondaries on its primary ENI, three in use."""
 
 from __future__ import annotations
 
@@ -11,18 +11,15 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.allocate_world import AllocatorWorld
 from tests.helpers.crashing import Crash, CrashingEc2
-from tests.integration.test_allocate_restore_check import _actions, _restored, _verdicts, _world
+from tests.helpers.restore import WAIT
+from tests.helpers.restore import actions_of as _actions
+from tests.helpers.restore import restore_world as _world
+from tests.helpers.restore import restored as _restored
+from tests.helpers.restore import unassigned as _unassigned
+from tests.helpers.restore import verdicts as _verdicts
 from warmpool.messages import Released, RestoreChecked
 from warmpool.release_book import ReleaseBook
-
-WAIT = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-"""The restore_wait id the reports of these tests carry."""
-
-
-def _unassigned(w: AllocatorWorld) -> int:
-    return int(w.ec2_stats().get("UnassignPrivateIpAddresses", {}).get("calls", 0))
 
 
 # review R1, fixed: each answer raises the instance's epoch (ReleaseBook.epoch); a report without it,

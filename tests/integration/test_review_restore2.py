@@ -9,36 +9,13 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from emulated.ec2 import Ec2Config
-from tests.helpers.allocate_world import AllocatorWorld
 from tests.helpers.crashing import Crash, CrashingEc2
-from warmpool.messages import Action, Assigned, Attached, Fenced, Released, RestoreChecked
-
-WAIT = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-"""The restore_wait id the reports of these tests carry."""
-
-
-def _world() -> tuple[AllocatorWorld, str, list[str]]:
-    """n1 with six secondaries on its primary ENI (three in use)."""
-    w = AllocatorWorld(ec2_config=Ec2Config())
-    w.add_node("n1", "m5.large")
-    w.tag_primary("n1")
-    eni = w.enis("n1")[0].id
-    w.emu.client().assign_private_ip_addresses(NetworkInterfaceId=eni, SecondaryPrivateIpAddressCount=6)
-    w.pods["n1"] = 3
-    return w, eni, list(w.enis("n1")[0].secondary)
-
-
-def _actions(w: AllocatorWorld) -> list[Action]:
-    return [a for r in w.results("n1") for a in r.actions]
-
-
-def _verdicts(actions: list[Action]) -> list[RestoreChecked]:
-    return [a for a in actions if isinstance(a, RestoreChecked)]
-
-
-def _restored(w: AllocatorWorld, restored_from: int, extra: dict[str, Any] | None = None, **kw: Any) -> Any:
-    return w.report("n1", extra={"restored_from": restored_from, "restore_wait": WAIT, **(extra or {})}, **kw)
+from tests.helpers.restore import WAIT
+from tests.helpers.restore import actions_of as _actions
+from tests.helpers.restore import restore_world as _world
+from tests.helpers.restore import restored as _restored
+from tests.helpers.restore import verdicts as _verdicts
+from warmpool.messages import Assigned, Attached, Fenced, Released, RestoreChecked
 
 
 class UnreadBooks:

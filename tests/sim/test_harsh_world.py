@@ -197,13 +197,13 @@ def test_the_simulation_finds_the_unbooked_unassign_with_the_fix_reverted(monkey
     """ "Not assigned" classified as any refusal (unbooked, answered ``failed``): the code before the fix.
     Step 6 as it was too (a listed address taken back at the release timeout): since the offer
     is renewed there instead, this seed's pod no longer gets the address even with the fix
-    reverted, so the fix is shown in the world it was found in (``_take_back_as_before``)."""
+    reverted, so the fix is shown in the world it was found in (``take_back_as_before``)."""
     from functions import errors
     from node_agent.controller import PoolController
-    from tests.sim.test_undocumented_rows import _take_back_as_before
+    from tests.helpers.reverts import take_back_as_before
 
     monkeypatch.setattr(errors, "_ACTION_CODES", {})
-    monkeypatch.setattr(PoolController, "_listed_at_timeout", _take_back_as_before)
+    monkeypatch.setattr(PoolController, "_listed_at_timeout", take_back_as_before)
     r = run_seed(5649, [0, 7, 8, 12, 13, 15, 19], shrink=False)
     assert [v["invariant"] for v in r.violations] == ["pod-address-not-on-node"]
 
@@ -239,13 +239,13 @@ def test_a_step_of_the_nodes_clock_moves_its_wall_clock_not_its_agents_monotonic
 def test_the_simulation_finds_the_early_take_back_with_the_fix_reverted(monkeypatch: pytest.MonkeyPatch) -> None:
     """The node's monotonic reading stepped with its wall clock: the simulation before the fix.
     Step 6 as it was too: an offer now renewed at the timeout is never taken back, so an early
-    timeout no longer gives the allocator a pooled address to unassign (``_take_back_as_before``)."""
+    timeout no longer gives the allocator a pooled address to unassign (``take_back_as_before``)."""
     from node_agent.controller import PoolController
     from simulation.node import SkewedClock
-    from tests.sim.test_undocumented_rows import _take_back_as_before
+    from tests.helpers.reverts import take_back_as_before
 
     monkeypatch.setattr(SkewedClock, "monotonic", SkewedClock.now)
-    monkeypatch.setattr(PoolController, "_listed_at_timeout", _take_back_as_before)
+    monkeypatch.setattr(PoolController, "_listed_at_timeout", take_back_as_before)
     r = run_seed(478, keep=CLOCK_STEP_KEEP, shrink=False)
     assert [v["invariant"] for v in r.violations] == ["released-not-offered"]
     assert "10.0.0.14 from n2" in r.violations[0]["detail"]

@@ -19,6 +19,7 @@ from simulation.node import LaggedImds
 from simulation.runner import plan_for, run_seed
 from simulation.schedule import FAULT_KINDS, WORLD_KINDS, SeedPlan, draw
 from simulation.world import SimWorld
+from tests.helpers.reverts import take_back_as_before
 from tests.helpers.unknown_offers import without_unknown_offers
 
 pytestmark = pytest.mark.sim
@@ -303,15 +304,8 @@ def test_offered_addresses_whose_answers_are_lost_never_come_back_free_from_an_o
     assert out.faults["imds-regress:older"] and out.faults["result-theft"]
 
 
-def _take_back_as_before(self: PoolController, eni_id: str, keep: list[str], whole: bool, now: float) -> int:
-    """Step 6 before the fix: a single address IMDS lists at the timeout goes back to the pool."""
-    if whole:
-        return PoolController._listed_at_timeout(self, eni_id, keep, whole, now)
-    return self.ds.reclaim(eni_id, keep)
-
-
 def test_the_simulation_finds_the_regressed_take_back_with_its_fix_reverted(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(PoolController, "_listed_at_timeout", _take_back_as_before)
+    monkeypatch.setattr(PoolController, "_listed_at_timeout", take_back_as_before)
     bad, _ = _safety(_offer_lost_under_regress(*STEP6_REGRESSED_TAKE_BACK))
     assert {v[0] for v in bad} == {"pod-address-not-on-node"}
 

@@ -18,8 +18,8 @@ from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.controller import RECENT_S, PoolController
 from node_agent.datastore import Datastore
 from node_agent.recent_results import MAX_RELEASED
+from tests.helpers.agent_findings import X, boot, holders, listed, offered_x, released_x
 from tests.helpers.controller import PRIMARY, SECOND, FakeImds, never_free, result
-from tests.unit.test_agent_review_findings import X, boot, holders, listed, offered_x, released_x
 from warmpool.messages import AllocationResult
 
 

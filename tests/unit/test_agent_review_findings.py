@@ -27,21 +27,9 @@ from node_agent.checkpoint import CHECKSUM_KEY, MemoryCheckpoint
 from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
 from node_agent.unmanaged import NO_MANAGE_TAG, SkipUnmanaged
+from tests.helpers.agent_findings import POOL, X, boot, holders, listed, released_x
 from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, never_free, one, result
 from warmpool.limits import known
-from warmpool.messages import PoolReport
-from warmpool.pool import PoolConfig
-
-POOL = PoolConfig(warm_ip=1)
-
-
-def boot(cp: MemoryCheckpoint, metadata: Any, now: float, **kw: Any) -> tuple[Datastore, PoolController]:
-    """The agent process starts: checkpoint, then IMDS."""
-    ds = Datastore(cooldown_s=0.0, pending_ttl_s=TIMING.pending_ttl_s, checkpoint=cp)
-    ds.restore()
-    ctl = PoolController(ID, known("m5.large"), POOL, ds, TIMING, metadata=metadata, **kw)
-    ctl.start(now)
-    return ds, ctl
 
 
 def second_with(*ips: str) -> tuple[VirtualClock, FakeImds]:
@@ -49,13 +37,6 @@ def second_with(*ips: str) -> tuple[VirtualClock, FakeImds]:
     imds = FakeImds()
     imds.add(SECOND, list(ips))
     return VirtualClock(1000.0), imds
-
-
-def holders(ds: Datastore) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for p in ds.pods():
-        out.setdefault(p.ip, []).append(p.container_id)
-    return out
 
 
 # --- 4. an ENI a lagging Describe does not list ---------------------------------------------
@@ -113,32 +94,7 @@ def test_an_eni_describe_lists_later_untagged_is_used_then() -> None:
 
 
 # --- 1. a released address IMDS lists for minutes ---------------------------------------------
-
-
-X = "10.0.0.12"
-
-
-def listed(imds: FakeImds, *ips: str) -> None:
-    imds.enis[PRIMARY.eni_id] = AttachedEni(PRIMARY, list(ips), [])
-
-
-def offered_x(cp: MemoryCheckpoint, imds: FakeImds, t0: float) -> tuple[Datastore, PoolController, PoolReport]:
-    """.11 and .12 attached; .12 surplus, quarantined and offered in the report returned."""
-    listed(imds, "10.0.0.11", X)
-    ds, ctl = boot(cp, imds, t0)
-    ctl.tick(t0)
-    ctl.tick(t0 + 1)
-    r = one(ctl.tick(t0 + 61))
-    assert r.release[0].ips == [X]
-    return ds, ctl, r
-
-
-def released_x(cp: MemoryCheckpoint, imds: FakeImds, t0: float) -> tuple[Datastore, PoolController]:
-    """:func:`offered_x`, then .12 released by EC2, while a lagging IMDS goes on listing it."""
-    ds, ctl, r = offered_x(cp, imds, t0)
-    ctl.apply_result(result(r.seq, {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": [X]}), t0 + 62)
-    assert ds.eni_of(X) is None
-    return ds, ctl
+# (X, listed, offered_x and released_x: tests/helpers/agent_findings.py)
 
 
 def test_a_released_address_imds_lists_for_minutes_is_never_taken_back() -> None:

@@ -41,13 +41,12 @@ import pytest
 from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
+from tests.helpers.agent_findings import POOL, X, handbacks_with_latency, holders, listed, lost, released_x, try_pods
 from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, never_free, one, result
-from tests.unit.test_agent_review_findings import POOL, X, holders, listed, released_x
 from warmpool import names
 from warmpool.calls import AssignAddresses, Reclaim, UnassignAddresses
 from warmpool.facts import EniFacts, NodeFacts
 from warmpool.limits import known
-from warmpool.messages import PoolReport
 from warmpool.planner import Eni, plan_node
 from warmpool.release_book import ReleaseBook
 from warmpool.subnets import Subnet
@@ -58,19 +57,6 @@ Y = "10.0.0.13"
 def open_finding(reason: str) -> pytest.MarkDecorator:
     """An open finding: a strict xfail, failing on an assertion only."""
     return pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)
-
-
-def lost(imds: Any, now: float, ds_cls: type[Datastore] = Datastore) -> tuple[Datastore, PoolController]:
-    """The agent starts with its checkpoint lost (disk replaced, file unreadable)."""
-    ds = ds_cls(cooldown_s=0.0, pending_ttl_s=TIMING.pending_ttl_s, checkpoint=MemoryCheckpoint())
-    ctl = PoolController(ID, known("m5.large"), POOL, ds, TIMING, metadata=imds)
-    ctl.start(now, checkpoint_lost=True)
-    return ds, ctl
-
-
-def try_pods(ds: Datastore, now: float, n: int = 3, tag: str = "p") -> None:
-    for i in range(n):
-        ds.assign(f"{tag}{i}", "eth0", "ns", now)
 
 
 # --- 1. the rebuild window is a lag bound ------------------------------------------------
@@ -202,37 +188,7 @@ def test_addresses_learnt_while_an_eni_is_held_for_unknown_tags_come_out_free_in
 
 
 # --- 5. hand-backs superseded for ever ------------------------------------------------------
-
-
-def handbacks_with_latency(latency: float, rounds: int = 20) -> tuple[Datastore, PoolController, float]:
-    """X offered; a pod needs it; the subnet has no room, so the allocator can only hand X
-    back, and does so in answer to every report whose offer is young enough, ``latency``
-    seconds after the report (SQS plus the allocator's intake, bounded by nothing)."""
-    imds = FakeImds()
-    listed(imds, "10.0.0.11", X)
-    ds = Datastore(cooldown_s=0.0, pending_ttl_s=10_000.0, checkpoint=MemoryCheckpoint())
-    ctl = PoolController(ID, known("m5.large"), POOL, ds, TIMING, metadata=imds)
-    ctl.start(0.0)
-    ctl.tick(0.0)
-    ctl.tick(1.0)
-    r = one(ctl.tick(61.0))
-    assert r.release and r.release[0].ips == [X]
-    assert ds.assign("p1", "eth0", "ns", 62.0) is not None  # .11
-    assert ds.assign("p2", "eth0", "ns", 62.0) is None  # waits: X is offered
-    inflight: list[tuple[float, PoolReport]] = []
-    t = 62.0
-    while t < 62.0 + rounds * TIMING.release_timeout_s:
-        for due, rep in [x for x in inflight if x[0] <= t]:
-            inflight.remove((due, rep))
-            fresh = [o for o in rep.release if o.quarantined_at is not None and t - latency - o.quarantined_at < 60.0]
-            acts = [{"kind": "assigned", "eni_id": o.eni_id, "ips": o.ips} for o in fresh]
-            ctl.apply_result(result(rep.seq, *acts), t)
-        for rep in ctl.tick(t):
-            inflight.append((t + latency, rep))
-        if ds.assign("p2", "eth0", "ns", t) is not None:
-            break
-        t += 1.0
-    return ds, ctl, t
+# (handbacks_with_latency: tests/helpers/agent_findings.py)
 
 
 @open_finding(

@@ -32,9 +32,8 @@ import pytest
 from node_agent.checkpoint import CheckpointWriteError, MemoryCheckpoint
 from node_agent.controller import PoolController
 from node_agent.datastore import Datastore
+from tests.helpers.agent_findings import POOL, X, handbacks_with_latency, listed
 from tests.helpers.controller import ID, PRIMARY, TIMING, FakeImds, result
-from tests.unit.test_agent_review_findings import POOL, X, listed
-from tests.unit.test_agent_step6_review import handbacks_with_latency
 from warmpool.limits import known
 
 OPEN_WAIT = pytest.mark.xfail(strict=True, raises=AssertionError, reason="open: the wait for an answer was removed")

@@ -2,8 +2,8 @@
 released key of that ENI 'seen absent'; the next lagging read lists it again -> taken free."""
 
 from node_agent.checkpoint import MemoryCheckpoint
+from tests.helpers.agent_findings import X, holders, released_x
 from tests.helpers.controller import PRIMARY, FakeImds
-from tests.unit.test_agent_review_findings import X, holders, released_x
 
 
 def test_a_read_that_leaves_out_an_eni_is_no_proof_its_released_address_is_gone() -> None:

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from node_agent.config import ConfigError, load
 from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, make, one, result
-from tests.unit.test_planner import SUBNETS, eni, plan, rep
+from tests.helpers.planner import SUBNETS, eni, plan, rep
 from warmpool.calls import AssignAddresses, CreateEni
 from warmpool.messages import AllocationResult
 from warmpool.pool import PoolConfig

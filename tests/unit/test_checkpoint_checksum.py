@@ -23,23 +23,10 @@ from node_agent.hostnet import HostWiring, host_veth_name
 from node_agent.records import Assignment
 from tests.helpers.agent_world import MemorySqs, WiredPods, make_agent
 from tests.helpers.controller import PRIMARY, FakeImds
+from tests.helpers.restore import written
 
 IPS = ["10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14"]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-
-
-def written(path: Path) -> dict[tuple[str, str], str]:
-    """A checkpoint file as the agent writes it: three pods on PRIMARY; returns pod -> address."""
-    ds = Datastore(checkpoint=FileCheckpoint(str(path)))
-    ds.add_eni(PRIMARY, 1.0)
-    ds.add_addresses(PRIMARY.eni_id, IPS)
-    pods = {}
-    for cid in ("c1", "c2", "c3"):
-        a = ds.assign(cid, "eth0", f"/var/run/netns/{cid}", 2.0)
-        assert a is not None
-        pods[(cid, "eth0")] = a.ip
-    ds.set_meta("last_seq", 9)
-    return pods
 
 
 def wiring_of(pods: dict[tuple[str, str], str]) -> HostWiring:

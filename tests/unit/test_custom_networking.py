@@ -14,7 +14,7 @@ from node_agent.config import load
 from node_agent.controller import PoolController
 from node_agent.datastore import Datastore
 from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, one
-from tests.unit.test_subnet_discovery import SubnetApi, adapter, item
+from tests.helpers.subnets import SubnetApi, adapter, item
 from warmpool import names
 from warmpool.calls import AssignAddresses, CreateEni, TagPrimaryEni
 from warmpool.limits import known, max_pods, pod_ceiling

@@ -14,20 +14,9 @@ from emulated.ec2 import Ec2Config, Ec2Emulator
 from functions.ec2 import Ec2
 from functions.settings import Settings
 from functions.telemetry import Tally
+from tests.helpers.subnets import Payer
 from warmpool.calls import AssignAddresses, CreateEni
 from warmpool.placement import place
-
-
-class Payer:
-    def __init__(self) -> None:
-        self.wait = 0.0
-        self.paid: list[dict[str, int]] = []
-
-    def __call__(self, cost: Any) -> float:
-        if self.wait > 0:
-            return self.wait
-        self.paid.append(dict(cost))
-        return 0.0
 
 
 class Counting:

@@ -11,7 +11,7 @@ came. Now the planner falls back itself when the prefix plan makes no allocation
 
 from __future__ import annotations
 
-from tests.unit.test_planner import AZ, eni, plan, rep
+from tests.helpers.planner import AZ, eni, plan, rep
 from warmpool.calls import AssignAddresses
 from warmpool.subnets import Subnet
 

@@ -12,15 +12,14 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from emulated.clock import VirtualClock
 from node_agent.controller import RESTORE_META, RESTORE_WAIT_S
-from tests.helpers.agent_world import MemorySqs, WiredPods, cni, give, make_agent
+from tests.helpers.agent_world import cni, give
 from tests.helpers.agent_world import cni_add as _add
-from tests.helpers.controller import PRIMARY, FakeImds
+from tests.helpers.controller import PRIMARY
+from tests.helpers.first_start import IPS, T0, Node
+from tests.helpers.restore import restore_answer as _verdict
 from warmpool.messages import AllocationResult, PoolReport, RestoreChecked, parse_report
 
-IPS = ["10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14"]
-T0 = 1_000_000.0
 REPORT_BODY: dict[str, Any] = {
     "schema": "warmpool.report/v1",
     "cluster": "demo",
@@ -33,51 +32,9 @@ REPORT_BODY: dict[str, Any] = {
 }
 
 
-def _verdict(report: PoolReport, restored_from: int, current: bool) -> AllocationResult:
-    return AllocationResult(
-        cluster=report.cluster,
-        node=report.node,
-        instance_id=report.instance_id,
-        in_reply_to=report.seq,
-        actions=[RestoreChecked(restored_from=restored_from, wait=report.restore_wait, current=current, epoch=1)],
-    )
-
-
-class Node:
-    """One node's agent, restartable, on a state directory that outlives it."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.imds = FakeImds()
-        self.imds.add(PRIMARY, IPS)
-        self.clock = VirtualClock(T0)
-        self.sqs = MemorySqs(VirtualClock(T0))
-        self.pods = WiredPods()
-        self.state = tmp_path / "state"
-        self.agent: Any = None
-
-    def start(self, **env: str) -> Any:
-        self.agent = make_agent(self.state, self.imds, self.sqs, self.clock, self.pods, **env)
-        return self.agent
-
-    def stop(self) -> None:
-        if self.agent is not None:
-            self.agent.stop()
-            self.agent = None
-
-    def step(self, s: float = 2.0) -> PoolReport | None:
-        """Time passes, one pass of the loop; the report it sent, if any."""
-        before = len(self.sqs.sent)
-        self.clock.advance(s)
-        self.agent.run_once()
-        return self.sqs.reports()[-1] if len(self.sqs.sent) > before else None
-
-    def last_seq_on_disk(self) -> int:
-        return int(json.loads((self.state / "checkpoint.json").read_text())["meta"]["last_seq"])
-
-
 @pytest.fixture
 def node(tmp_path: Path) -> Any:
-    n = Node(tmp_path)
+    n = Node(tmp_path, adopt_launch_pool=False)
     n.start()
     try:
         ds = n.agent.ds
@@ -103,7 +60,7 @@ def _restart(node: Node) -> tuple[Any, PoolReport, int]:
 def test_a_first_start_asks_nothing_by_default(tmp_path: Path) -> None:
     """``WARMPOOL_ADOPT_LAUNCH_POOL`` off (the default): no checkpoint, and no ask of any kind;
     what IMDS alone shows stays held as offered, of unknown origin."""
-    n = Node(tmp_path)
+    n = Node(tmp_path, adopt_launch_pool=False)
     n.start()
     try:
         report = n.step()
@@ -117,7 +74,7 @@ def test_a_first_start_asks_about_a_first_start_not_a_checkpoint(tmp_path: Path)
     """No checkpoint to restore, ``WARMPOOL_ADOPT_LAUNCH_POOL`` on: the ask is a first start's
     (tests/unit/test_first_start.py), and once answered, reports carry neither (an older
     allocator takes them)."""
-    n = Node(tmp_path)
+    n = Node(tmp_path, adopt_launch_pool=False)
     n.start(WARMPOOL_ADOPT_LAUNCH_POOL="true")
     try:
         report = n.step()

@@ -17,10 +17,9 @@ import pytest
 
 from emulated.clock import VirtualClock
 from node_agent.checkpoint import CheckpointWriteError
+from tests.helpers.agent_findings import X, holders, listed, lost, try_pods
 from tests.helpers.agent_world import MemorySqs, WiredPods, make_agent
 from tests.helpers.controller import PRIMARY, FakeImds, result
-from tests.unit.test_agent_review_findings import X, holders, listed
-from tests.unit.test_agent_step6_review import lost, try_pods
 
 # --- F1. R3 keys its backstop on the key, the allocator on the offer -----------------------------
 

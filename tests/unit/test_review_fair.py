@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.controller import ID, TIMING, make
-from tests.unit.test_planner import AZ, eni, plan, rep
+from tests.helpers.planner import AZ, eni, plan, rep
 from warmpool.calls import AssignAddresses
 from warmpool.messages import AllocationResult
 from warmpool.pool import PoolConfig, PoolState, compute

@@ -17,7 +17,9 @@ from typing import Any
 
 from emulated.clock import VirtualClock
 from node_agent.cniserver import CniService
-from tests.unit.test_cni_attachments import CONF, ScriptedPods, _add, _ds
+from tests.helpers.cni import CONF, ScriptedPods
+from tests.helpers.cni import add_request as _add
+from tests.helpers.cni import cni_datastore as _ds
 
 
 def test_gc_never_frees_an_attachment_an_add_answered_after_its_age_check() -> None:

@@ -1,7 +1,8 @@
 """Hostile review 5 of the restore check, the agent's side (after R1-R6 were fixed). Each test is
-a finding, strict xfail on the code under review. The node is tests/unit/test_restore_check.py's
-(an agent in-process, restartable on a state directory that outlives it); "the copy" is the
-checkpoint file as it was at one moment, put back before a restart."""
+a finding, strict xfail on the code under review. The node is tests/unit/test_restore_check.py's,
+:class:`tests.helpers.first_start.Node` (an agent in-process, restartable on a state directory
+that outlives it); "the copy" is the checkpoint file as it was at one moment, put back before a
+restart."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from node_agent.datastore import RELEASED_UNKNOWN
 from tests.helpers.agent_world import cni, give
 from tests.helpers.agent_world import cni_add as _add
 from tests.helpers.controller import PRIMARY
-from tests.unit.test_restore_check import IPS, Node, _verdict
+from tests.helpers.first_start import IPS, Node
+from tests.helpers.restore import restore_answer as _verdict
 
 
 @pytest.fixture
 def node(tmp_path: Path) -> Any:
-    n = Node(tmp_path)
+    n = Node(tmp_path, adopt_launch_pool=False)
     n.start()
     try:
         ds = n.agent.ds

@@ -18,7 +18,7 @@ from node_agent.checkpoint import FileCheckpoint
 from node_agent.datastore import Datastore
 from node_agent.hostnet import HostWiring, host_veth_name, pod_rules, wired_pods
 from node_agent.netlink import MAIN_TABLE, RT_SCOPE_LINK, Link, Route, Rule
-from tests.unit.test_checkpoint_checksum import written
+from tests.helpers.restore import written
 from warmpool.buckets import BucketSpec
 from warmpool.calls import UnassignAddresses
 from warmpool.clock import Clock
@@ -137,7 +137,7 @@ class FixedClock(Clock):
 
 
 def _report(seq: int, now: float):  # type: ignore[no-untyped-def]
-    from tests.unit.test_release_book import report
+    from tests.helpers.release_book import report
 
     r = report(seq, {E1: ["10.0.0.6"], E2: []}, {E2: ["10.0.0.11", "10.0.0.12"]})
     return r.model_copy(
@@ -152,7 +152,7 @@ def test_the_repeat_unassign_on_another_eni_obeys_the_release_delay() -> None:
     now = 1_000_000.0
     book = ReleaseBook(3, (Taken(E1, "10.0.0.11", 10),))
     r = _report(12, now)  # both addresses offered on E2, quarantined just now
-    from tests.unit.test_release_book import facts
+    from tests.helpers.release_book import facts
 
     f = facts({E1: ["10.0.0.6"], E2: ["10.0.0.11", "10.0.0.12"]})
     delta = PoolDelta(short=0, short_units=0, whole_enis=False, over=1, over_units=1, over_enis=0)
@@ -187,7 +187,7 @@ def test_the_repeat_unassign_on_another_eni_waits_while_the_instance_is_damped()
     now = 1_000_000.0
     book = ReleaseBook(3, (Taken(E1, "10.0.0.11", 10),))
     r = _report(12, now - 3600.0)  # an old offer: only the damping holds it
-    from tests.unit.test_release_book import facts
+    from tests.helpers.release_book import facts
 
     f = facts({E1: ["10.0.0.6"], E2: ["10.0.0.11", "10.0.0.12"]})
     settings = Settings(cluster="demo")

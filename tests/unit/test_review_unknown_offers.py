@@ -9,9 +9,8 @@ from __future__ import annotations
 from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.controller import PoolController
 from node_agent.datastore import Datastore
+from tests.helpers.agent_findings import POOL, X, holders, listed, released_x, try_pods
 from tests.helpers.controller import ID, TIMING, FakeImds, never_free
-from tests.unit.test_agent_review_findings import POOL, X, holders, listed, released_x
-from tests.unit.test_agent_step6_review import try_pods
 from warmpool.limits import known
 
 # --- R1. WARMPOOL_POD_NETWORK=recorded: hold_all, then the grace, frees IMDS-only addresses ----
@@ -56,8 +55,8 @@ def test_a_hand_back_of_an_unknown_offer_dropped_at_the_timeout_is_refused() -> 
     # replying to that same report (which the allocator must never send for an unknown offer,
     # the agent's refusal being the last line, docs/allocator.md) then meets a read listing X
     # (regressed, row 6): seen absent once, so it is taken as evidence and X is added free.
+    from tests.helpers.agent_findings import lost
     from tests.helpers.controller import PRIMARY, result
-    from tests.unit.test_agent_step6_review import lost
 
     imds = FakeImds()
     t0 = 1000.0
