@@ -97,12 +97,14 @@ addresses: each costs a refused call by count (EC2 answers InsufficientCidrBlock
 
 
 BLOCKLESS_MEMORY_S = 300.0
-"""How long a container remembers a subnet EC2 refused a /28 asked by count with ``InsufficientCidrBlocks``,
-unless a fresh read shows :data:`~warmpool.limits.PREFIX_SIZE` more free addresses in it first:
-meanwhile no plan asks it for a /28 by count (:meth:`PlanExecutor.avoid_blockless`), so a
-fragmented subnet costs one refused call per container and period, not one per growth report
-(hostile review of the prefix fallback, F4). Longer keeps nodes on single addresses longer after
-a /28 is whole again; shorter pays more refused calls."""
+"""How long a container remembers a subnet EC2 refused /28s asked by count with
+``InsufficientCidrBlocks`` (from the last refusal), unless a fresh read shows
+:data:`~warmpool.limits.PREFIX_SIZE` more free addresses in it than the fewest read since:
+meanwhile no plan asks it by count for as many /28s as were refused
+(:meth:`PlanExecutor.avoid_blockless`), so a fragmented subnet costs one refused call per
+container and period, not one per growth report (hostile review of the prefix fallback, F4).
+Longer keeps nodes on single addresses longer after a /28 is whole again; shorter pays more
+refused calls."""
 
 
 def _by_count_prefix_asks(plan: Plan, facts: NodeFacts) -> list[tuple[str, int]]:
