@@ -426,6 +426,23 @@ class Allocator:
             res.result = result
         return res
 
+    def _planned(
+        self,
+        r: PoolReport,
+        f: NodeFacts,
+        inv: Inventory,
+        lim: InstanceLimits,
+        subnets: Sequence[Subnet],
+        ceiling: int,
+        scarce: bool,
+    ) -> tuple[Plan, int]:
+        """The node's plan, avoiding subnets the container remembers refused /28s
+        (``PlanExecutor.avoid_blockless``), and the memory's generation it was made with (the
+        job's ``memory_gen``)."""
+        gen = self.executor.memory_gen
+        plan = self.executor.avoid_blockless(partial(self._plan_node, r, inv, lim, subnets, ceiling, scarce), f)
+        return plan, gen
+
     def _plan_node(
         self,
         r: PoolReport,
@@ -437,7 +454,7 @@ class Allocator:
         exclude: frozenset[str],
         force: Mode | None,
     ) -> Plan:
-        """The node's plan, made by ``executor.avoid_blockless`` (``exclude``, ``force``)."""
+        """One plan of the node with ``exclude`` and ``force`` (``_planned`` makes them)."""
         return plan_node(
             r,
             inv,
@@ -613,10 +630,7 @@ class Allocator:
             f = book.correct(f) if book is not None else f
             inv = f.inventory(self.cluster)
             scarce = self._scarce(r, view.subnets, inv.vpc_id, inv.own_subnet)
-            gen = self.executor.memory_gen
-            plan = self.executor.avoid_blockless(
-                partial(self._plan_node, r, inv, lim, view.subnets, ceiling, scarce), f
-            )
+            plan, gen = self._planned(r, f, inv, lim, view.subnets, ceiling, scarce)
             note_pod_ceiling(r, pods_inventory(r, inv), ceiling, self.tally)
             if r.first_start:
                 # A first start's ask is answered alone, its plan never made (``_serve``): it
@@ -859,20 +873,8 @@ class Allocator:
                 self.tally.add(names.M_REPORTS_STALE)
                 self.leases.release(self.cluster, self._key(j.report), b.owner)
                 continue
-            gen = self.executor.memory_gen
-            plan = self._release_rules(
-                j.report,
-                f,
-                self.executor.avoid_blockless(
-                    partial(
-                        self._plan_node, j.report, f.inventory(self.cluster), j.limits, subnets, j.max_pods, j.scarce
-                    ),
-                    f,
-                ),
-                j.book,
-                j.body,
-                shown,
-            )
+            plan, gen = self._planned(j.report, f, f.inventory(self.cluster), j.limits, subnets, j.max_pods, j.scarce)
+            plan = self._release_rules(j.report, f, plan, j.book, j.body, shown)
             nj = NodeJob(
                 j.report,
                 f,

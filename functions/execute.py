@@ -115,7 +115,9 @@ def _by_count_prefix_asks(plan: Plan, facts: NodeFacts) -> list[tuple[str, int]]
         if isinstance(c, CreateEni) and c.prefixes and not c.at_prefixes:
             out.append((c.subnet_id, c.prefixes))
         elif isinstance(c, AssignAddresses) and c.prefixes and not c.at_prefixes:
-            out += [(e.eni.subnet_id, c.prefixes) for e in facts.enis if e.eni.eni_id == c.eni_id and e.eni.subnet_id]
+            subnet = _subnet_of(c.eni_id, facts)
+            if subnet:
+                out.append((subnet, c.prefixes))
     return out
 
 
@@ -407,13 +409,12 @@ class PlanExecutor:
         refusal starts the period again; the count kept is the fewest refused while remembered."""
         if rp.fallback is None or not rp.exclude or self.settings.named_placement:
             return
-        known = self.ec2.known_subnets()
-        sub = known.get(rp.exclude)
+        sub = self.ec2.known_subnets().get(rp.exclude)
         asked = max(1, rp.prefixes)
         now = self.clock.now()
         with self._blockless_lock:
             had = self._blockless.get(rp.exclude)
-            if had is not None and self._live(had, known.get(rp.exclude), now):
+            if had is not None and self._live(had, sub, now):
                 asked = min(asked, had.prefixes)  # only a live entry (second review, S3)
             self._blockless_gen += 1
             self._blockless[rp.exclude] = _Blockless(
@@ -498,8 +499,8 @@ class PlanExecutor:
         """Before a call asking ``subnet_id`` for ``prefixes`` /28s by count: if a refusal there of
         as many or fewer was remembered after ``job``'s plan was made (another node of the same
         batch, second review S2), re-plan as that refusal would, without the call."""
-        if not prefixes or not subnet_id:
-            return
+        if not prefixes or not subnet_id or self._blockless_gen <= job.memory_gen:
+            return  # nothing remembered since the plan: no lookup on the call's path
         r = self.known_blockless().get(subnet_id)
         if r is not None and r.gen > job.memory_gen and r.prefixes <= prefixes:
             self.tally.add(names.M_BLOCKLESS_AVOIDED)
@@ -593,7 +594,7 @@ class PlanExecutor:
 
     def _run_assign(self, call: AssignAddresses, job: NodeJob, facts: NodeFacts) -> list[Action]:
         if not self.settings.named_placement:
-            subnet = next((e.eni.subnet_id for e in facts.enis if e.eni.eni_id == call.eni_id), "")
+            subnet = _subnet_of(call.eni_id, facts)
             self.remembered_since(job, subnet, call.prefixes)
         return self._regranted(job, self._assign(call, facts))
 
@@ -953,7 +954,7 @@ class PlanExecutor:
             self.ec2.note_placed(subnet_id, ips, prefixes)
 
     def _assign(self, call: AssignAddresses, facts: NodeFacts) -> list[Action]:
-        subnet = next((e.eni.subnet_id for e in facts.enis if e.eni.eni_id == call.eni_id), "")
+        subnet = _subnet_of(call.eni_id, facts)
         named = self._named(call, subnet)
         try:
             try:
@@ -982,7 +983,7 @@ class PlanExecutor:
             raise _Replan("PrivateIpAddressLimitExceeded") from None
         except SubnetFull:
             # The ENI's subnet is full: leave its ENIs alone, grow elsewhere.
-            subnet = next((e.eni.subnet_id for e in facts.enis if e.eni.eni_id == call.eni_id), "")
+            subnet = _subnet_of(call.eni_id, facts)
             self.ec2.forget_subnets()
             raise _Replan("InsufficientFreeAddressesInSubnet", exclude=subnet, refresh=True) from None
         self._placed(subnet, got.ips, got.prefixes)

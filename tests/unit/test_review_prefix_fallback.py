@@ -33,10 +33,10 @@ def _fragment(c: ReliabilityCluster, subnet: str) -> list[str]:
     return made
 
 
-def _by_count(instance_type: str, subnet_cidrs: tuple[str, ...]) -> ReliabilityCluster:
-    """One node in prefix mode (``WARM_IP_TARGET=2``), EC2 placing what is asked by count."""
+def _by_count(instance_type: str, subnet_cidrs: tuple[str, ...], nodes: int = 1) -> ReliabilityCluster:
+    """``nodes`` nodes in prefix mode (``WARM_IP_TARGET=2``), EC2 placing what is asked by count."""
     return ReliabilityCluster(
-        1,
+        nodes,
         instance_type=instance_type,
         pool=PoolConfig(warm_ip=2, prefix_mode=True),
         subnet_cidrs=subnet_cidrs,
@@ -266,14 +266,7 @@ def test_two_remembered_subnets_do_not_force_singles_while_a_third_has_whole_28s
     ``_replan`` does after two refused calls; but leaving a remembered subnet costs no call and no
     re-plan. A t3.small (9 single slots) needing 12 stays at 9 although the third subnet has two
     whole /28s. (Before 75b67cc the same: two refusals, then singles; the memory could end it.)"""
-    c = ReliabilityCluster(
-        1,
-        instance_type="t3.small",
-        pool=PoolConfig(warm_ip=2, prefix_mode=True),
-        subnet_cidrs=("10.0.0.0/22", "10.0.8.0/23", "10.0.16.0/26"),
-        named_placement=False,
-        ec2_config=SCATTERED,
-    )
+    c = _by_count("t3.small", ("10.0.0.0/22", "10.0.8.0/23", "10.0.16.0/26"))
     main, second, third = c.w.subnets
     _fragment(c, main)
     _fragment(c, second)
@@ -349,14 +342,7 @@ def test_s2_nodes_planned_in_one_batch_pay_one_refused_call_not_one_each() -> No
     """Docs: "a fragmented subnet costs one refused call per container and period". Every plan of a
     batch is made before any call, and ``run`` makes the plan it was given: the memory written by the
     first node's refusal is not read before the others' calls (3 nodes, 3 refusals in one batch)."""
-    c = ReliabilityCluster(
-        3,
-        instance_type="m5.large",
-        pool=PoolConfig(warm_ip=2, prefix_mode=True),
-        subnet_cidrs=("10.0.0.0/22", "10.0.8.0/24"),
-        ec2_config=SCATTERED,
-        named_placement=False,
-    )
+    c = _by_count("m5.large", ("10.0.0.0/22", "10.0.8.0/24"), nodes=3)
     main, _second = c.w.subnets
     _fragment(c, main)
     c.settle(max_s=60)
