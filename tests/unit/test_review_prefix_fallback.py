@@ -481,3 +481,23 @@ def test_k5_a_later_larger_refusal_keeps_the_smaller_count() -> None:
     c.clock.advance(10)
     ex._remember_blockless(_Replan("x", exclude=main, refresh=False, fallback="secondary-ip", prefixes=2))
     assert _counts(ex) == {main: 1}
+
+
+def test_a_refusal_with_whole_28s_free_costs_singles_for_the_period_only() -> None:
+    """docs/safety.md row 31: nothing promises ``InsufficientCidrBlocks`` comes only when too few
+    /28s are whole. One such refusal in a subnet of whole /28s: the node takes singles while it is
+    remembered (its pods served all the same), and asks /28s again once the period is over."""
+    c = _by_count("m5.large", ("10.0.0.0/22",))
+    (main,) = c.w.subnets
+    assert c.w.emu.subnets[main].pool.free_blocks() > 10
+    c.w.emu.fail_next("AssignPrivateIpAddresses", "InsufficientCidrBlocks")
+    c.scale("n0", 4)
+    c.settle(max_s=200)
+    assert len(c.nodes["n0"].ds.pods()) == 4
+    assert _refused(c) == 1 and _prefixes_held(c, "n0") == 0  # remembered: singles
+    c.run(BLOCKLESS_MEMORY_S + 10)
+    c.scale("n0", 20)
+    c.settle(max_s=200)
+    assert len(c.nodes["n0"].ds.pods()) == 20
+    assert _prefixes_held(c, "n0") > 0, "the node stayed on singles after the period"
+    assert _refused(c) == 1
