@@ -121,6 +121,31 @@ def _by_count_prefix_asks(plan: Plan, facts: NodeFacts) -> list[tuple[str, int]]
     return out
 
 
+def _capped(plan: Plan, facts: NodeFacts, known: dict[str, Remembered]) -> Plan | None:
+    """``plan`` with each by-count ask of /28s in a remembered subnet for as many as were refused
+    there (or more) cut to one fewer than were refused (:data:`BLOCKLESS_MEMORY_S`): EC2's
+    refusal said fewer are whole, not none (review S4: a node refused two /28s beside one whole
+    one took single addresses into every slot and waited there for good). The units cut are
+    added to ``unmet``. None when there is nothing to cut, or a cut would ask no /28 (one was
+    refused: none is whole there)."""
+    calls: list[Call] = []
+    cut = 0
+    for c in plan.calls:
+        if isinstance(c, (AssignAddresses, CreateEni)) and c.prefixes and not c.at_prefixes:
+            sid = c.subnet_id if isinstance(c, CreateEni) else _subnet_of(c.eni_id, facts)
+            r = known.get(sid)
+            if r is not None and c.prefixes >= r.prefixes:
+                if r.prefixes < 2:
+                    return None
+                cut += c.prefixes - (r.prefixes - 1)
+                c = replace(c, prefixes=r.prefixes - 1)
+        calls.append(c)
+    if not cut:
+        return None
+    note = f"{cut} /28s not asked: fewer are whole in a subnet that refused them"
+    return replace(plan, calls=tuple(calls), unmet=plan.unmet + cut, notes=(*plan.notes, note))
+
+
 def _asks_prefixes(plan: Plan) -> bool:
     """Whether ``plan`` asks EC2 for a /28 (by count or by name), in an Assign or a Create."""
     return any(isinstance(c, (AssignAddresses, CreateEni)) and (c.prefixes or c.at_prefixes) for c in plan.calls)
@@ -325,6 +350,8 @@ class PlanExecutor:
         addresses brings every one of them back, not the last alone."""
         force: Mode | None = None
         replans = 0
+        capped = False
+        """A re-plan asked a refused subnet for fewer /28s (``_replan``): once a run."""
         while queue:
             if stop_at is not None and self.clock.now() >= stop_at:
                 return self._deferred(out, 1.0, Why.DEADLINE)
@@ -350,7 +377,8 @@ class PlanExecutor:
                     d = self._throttled(err)
                     return self._deferred(out, d.retry_after_s, d.reason)
                 job.memory_gen = self.memory_gen
-                plan, force = self._replan(job, facts, subnets, exclude, blockless, force, rp)
+                plan, force, cut = self._replan(job, facts, subnets, exclude, blockless, force, rp, not capped)
+                capped = capped or cut
                 log.info(
                     "re-planned", extra={"node": rep.node, "seq": rep.seq, "why": rp.why, "calls": len(plan.calls)}
                 )
@@ -382,9 +410,11 @@ class PlanExecutor:
         blockless: set[str],
         force: Mode | None,
         rp: _Replan,
-    ) -> tuple[Plan, Mode | None]:
+        may_cap: bool = True,
+    ) -> tuple[Plan, Mode | None, bool]:
         """The node's plan again (``exclude`` and ``force`` as the re-plans so far left them),
-        and the mode it was made in."""
+        the mode it was made in, and whether it asks a refused subnet for fewer /28s
+        (:func:`_capped`, only while ``may_cap``)."""
         plan = self._plan(job, facts, subnets, exclude, force)
         fallback = rp.fallback or ("secondary-ip" if blockless else None)
         if fallback is not None and (plan.unmet or not _asks_prefixes(plan) or len(blockless) >= MAX_BLOCKLESS_SUBNETS):
@@ -399,9 +429,17 @@ class PlanExecutor:
             if rp.fallback is not None and rp.exclude:
                 exclude.discard(rp.exclude)
             blockless.clear()
+            singles = self._plan(job, facts, subnets, exclude, fallback)
+            if singles.unmet and may_cap and rp.prefixes >= 2:
+                # Singles leave the node short (its slots run out): ask the refused subnet for
+                # fewer /28s, once a run (a refusal of the cut ask gives singles: review S4).
+                first = self._plan_once(job, facts, subnets, frozenset(exclude), None)
+                capped = _capped(first, facts, self.known_blockless())
+                if capped is not None and _asks_prefixes(capped):
+                    return capped, force, True
             force = fallback
-            plan = self._plan(job, facts, subnets, exclude, force)
-        return plan, force
+            plan = singles
+        return plan, force, False
 
     def _remember_blockless(self, rp: _Replan) -> None:
         """Remember ``rp``'s subnet refused its /28s by count (nothing under named placement: its
@@ -484,11 +522,16 @@ class PlanExecutor:
             if not hit:
                 break
             left |= hit
-            plan = plan_fn(exclude | left, None)
+            hitting, plan = plan, plan_fn(exclude | left, None)
             if plan.unmet or not _asks_prefixes(plan):
                 singles = plan_fn(exclude, "secondary-ip")
-                if singles.unmet and not first.unmet and not exclude:
-                    return first
+                if singles.unmet:
+                    capped = _capped(hitting, facts, known)
+                    if capped is not None:  # fewer /28s there, as after the refusal (S4)
+                        plan = capped
+                        break
+                    if not first.unmet and not exclude:
+                        return first
                 plan = singles
                 break
         if left:

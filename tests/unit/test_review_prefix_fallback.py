@@ -170,19 +170,16 @@ def _one_block_left(c: ReliabilityCluster, subnet: str) -> None:
 def test_a_refused_two_28_ask_does_not_deny_another_node_the_one_28_left() -> None:
     """A 2-/28 ask by count is refused when one whole /28 is left (EC2 refuses the whole call): the
     memory then says the subnet has no /28 at all, and another node whose need one /28 meets, and
-    single addresses cannot (t3.small: 9 slots), is planned singles: stuck short while the /28 is free."""
-    c = ReliabilityCluster(
-        1,
-        instance_type="t3.small",
-        pool=PoolConfig(warm_ip=2, prefix_mode=True),
-        subnet_cidrs=("10.0.0.0/24",),
-        named_placement=False,
-    )
+    single addresses cannot (t3.small: 9 slots), is planned singles: stuck short while the /28 is free.
+    n0 is an m5.large (27 single slots) whose singles meet its need, so it does not ask the subnet for
+    fewer /28s itself (S4 below) and leaves the one whole /28 whole."""
+    c = _small("m5.large")
     (main,) = c.w.subnets
     _one_block_left(c, main)
-    c.scale("n0", 30)  # asks 2 /28s by count: refused, remembered, singles (9)
+    c.scale("n0", 20)  # asks 2 /28s by count: refused, remembered, singles (22)
     c.settle(max_s=60)
     assert _refused(c) == 1
+    assert [(len(e.secondary), len(e.prefixes)) for e in _node_enis(c, "n0")] == [(9, 0), (9, 0), (4, 0)]
     assert c.w.emu.subnets[main].pool.free_blocks() == 1  # the block is still whole
     c.add_node("n1", "t3.small")  # a node that joins within BLOCKLESS_MEMORY_S
     c.scale("n1", 10)  # one /28 meets it (12 with the warm 2); singles give 9 at most
@@ -288,12 +285,13 @@ def _counts(ex: Any) -> dict[str, int]:
     return {sid: r.prefixes for sid, r in ex.known_blockless().items()}
 
 
-def _small(subnet: str = "10.0.0.0/24") -> ReliabilityCluster:
+def _small(first: str = "t3.small") -> ReliabilityCluster:
+    """One node (n0, a ``first``) in one /24, prefix mode, by count."""
     return ReliabilityCluster(
         1,
-        instance_type="t3.small",  # 9 single slots: singles cannot meet a need of 10
+        instance_type=first,  # t3.small: 9 single slots, singles cannot meet a need of 10
         pool=PoolConfig(warm_ip=2, prefix_mode=True),
-        subnet_cidrs=(subnet,),
+        subnet_cidrs=("10.0.0.0/24",),
         named_placement=False,
     )
 
@@ -371,25 +369,74 @@ def test_s3_an_expired_entry_does_not_lower_the_count_of_a_new_refusal() -> None
 # --- S4: the count is known, the same invocation does not use it: pods wait beside a whole /28 ---
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S4 open (as before the memory): a refused ask of two /28s falls back to singles at once; "
-    "nothing asks the subnet for fewer",
-)
+# Fixed (was a strict xfail of the second review, S4): PlanExecutor._replan asks for fewer (_capped).
 def test_s4_a_node_refused_two_28s_with_one_whole_gets_the_one_not_only_singles() -> None:
-    """n0 (t3.small, 9 slots) asks 2 /28s where one is whole: refused, ``_replan`` gives 9 singles and
-    n0 waits at 9 of 30 pods for good (900 s here) beside the whole /28 (its slots are full). The memory
-    keeps "fewer than 2", yet nothing asks 1. Not a regression (as before 75b67cc); R1's "pods waiting
-    beside a whole /28" stays for the refused node itself."""
+    """n0 (t3.small, 9 slots) asks 2 /28s where one is whole: refused. Singles alone (9) leave it short
+    for good (its slots full), so the re-plan asks the refused subnet for one /28 fewer than it refused
+    (one): granted. Its next growth asks 1 where none is whole: refused, remembered as 1, singles in the
+    slots left. 24 of 30 pods (16 + 8), where it had 9 beside a whole /28 before."""
     c = _small()
     (main,) = c.w.subnets
     pool = c.w.emu.subnets[main].pool
     for b in range(1, 14):
         assert pool.take_ip(f"10.0.0.{16 * b + 8}")
+    assert pool.free_blocks() == 1
     c.scale("n0", 30)
     c.settle(max_s=300)
-    assert pool.free_blocks() == 1
-    assert len(c.nodes["n0"].ds.pods()) > 9, "n0 at 9 singles beside a whole /28"
+    assert pool.free_blocks() == 0 and _prefixes_held(c, "n0") == 1
+    assert len(c.nodes["n0"].ds.pods()) == 24
+    assert _refused(c) == 2
+    assert _counts(c.w.alloc.executor) == {main: 1}
+
+
+def test_s4_the_cut_ask_is_made_once_a_run() -> None:
+    """Refused 3 with none whole: the cut ask (2) is refused too, and the run then gives singles, not a
+    third refused call (one cut a run): two refused calls where one was made before the cut (its cost when
+    none is whole). The singles fill n0's slots, so nothing is asked after."""
+    c = _small()
+    (main,) = c.w.subnets
+    _one_address_in_every_block(c, main)
+    c.scale("n0", 40)
+    c.settle(max_s=5)
+    assert _refused(c) == 2 and _counts(c.w.alloc.executor) == {main: 2}
+    assert len(c.nodes["n0"].ds.pods()) == 9 and _prefixes_held(c, "n0") == 0
+    c.settle(max_s=200)
+    assert _refused(c) == 2
+    assert len(c.nodes["n0"].ds.pods()) == 9 and _prefixes_held(c, "n0") == 0
+
+
+def test_s4_a_plan_made_from_the_memory_asks_fewer_without_a_refused_call() -> None:
+    """The memory says "fewer than 2" (n0, whose singles meet its need, was refused 2). n1 (t3.small)
+    needs 2 and its singles cannot serve it: ``avoid_blockless`` cuts its ask to 1 before any call
+    (keeping the first plan would pay a refused call, then ``_replan`` would cut it)."""
+    c = _small("m5.large")
+    (main,) = c.w.subnets
+    _one_block_left(c, main)
+    c.scale("n0", 20)
+    c.settle(max_s=60)
+    assert _refused(c) == 1 and _counts(c.w.alloc.executor) == {main: 2}
+    c.add_node("n1", "t3.small")
+    asked = _prefix_counts_asked(c)
+    c.scale("n1", 20)
+    c.settle(max_s=30)
+    assert _prefixes_held(c, "n1") == 1
+    assert asked[:1] == [1], f"n1's asks by count: {asked}"  # not 2 (refused), then 1
+    assert 2 not in asked
+
+
+def _prefix_counts_asked(c: ReliabilityCluster) -> list[int]:
+    """The ``Ipv4PrefixCount`` of every Assign asked from now on, in order (refused ones too)."""
+    emu = c.w.emu
+    orig = emu.dispatch
+    out: list[int] = []
+
+    def dispatch(action: str, params: Mapping[str, Any], principal: Principal | None = None) -> dict[str, Any]:
+        if action == "AssignPrivateIpAddresses" and params.get("Ipv4PrefixCount"):
+            out.append(int(params["Ipv4PrefixCount"]))
+        return orig(action, params, principal)
+
+    setattr(emu, "dispatch", dispatch)  # noqa: B010 (mypy: no assignment to a method)
+    return out
 
 
 # --- K1-K5: pass on 99af94f, each fails with one piece of the fix reverted ---
@@ -416,14 +463,15 @@ def test_k1_keep_first_gets_the_28_made_whole_without_16_more_free() -> None:
 def test_k2_the_count_rule_lets_a_node_singles_could_serve_ask_the_last_28() -> None:
     """Kills "any by-count ask of a remembered subnet is avoided" and "the refused count not passed"
     (``prefixes=`` dropped from the Assign's _Replan): R1's test passes with either (keep-first covers
-    it). Here n1's singles meet its need, so keep-first does not apply: only the count gives it the /28."""
-    c = _small()
+    it). Here n1's singles meet its need, so keep-first does not apply: only the count gives it the /28.
+    n0's singles meet its own need too (an m5.large), so it does not ask for fewer itself (S4)."""
+    c = _small("m5.large")
     (main,) = c.w.subnets
     pool = c.w.emu.subnets[main].pool
     for b in range(1, 14):
         assert pool.take_ip(f"10.0.0.{16 * b + 8}")
     assert pool.free_blocks() == 1
-    c.scale("n0", 30)  # an ask of 2: refused
+    c.scale("n0", 20)  # an ask of 2: refused
     c.settle(max_s=60)
     assert _counts(c.w.alloc.executor) == {main: 2}
     c.add_node("n1", "t3.small")
