@@ -146,6 +146,21 @@ def _capped(plan: Plan, facts: NodeFacts, known: dict[str, Remembered]) -> Plan 
     return replace(plan, calls=tuple(calls), unmet=plan.unmet + cut, notes=(*plan.notes, note))
 
 
+def _no_releases(plan: Plan) -> Plan:
+    """A re-plan without its Unassigns and Deletes: the offers it would act on are answered by the
+    report after, through the allocator's release rules (``Allocator._release_rules``: the release
+    delay, the damping, the repeats), which a re-plan skips. A re-plan is made from the same report
+    on a fresher Describe, so it may judge the node no longer short and unassign an offered
+    address the calls before it in the same run handed back: the answer said ``assigned`` and then
+    ``released`` for it, and an ADD between the two on the agent kept it for a pod while EC2 had
+    taken it (review of the one-holder argument, R1; a re-plan that unassigned an offer younger
+    than the release delay, R2)."""
+    calls = tuple(c for c in plan.calls if not isinstance(c, (UnassignAddresses, DeleteEni)))
+    if len(calls) == len(plan.calls):
+        return plan
+    return replace(plan, calls=calls)
+
+
 def _asks_prefixes(plan: Plan) -> bool:
     """Whether ``plan`` asks EC2 for a /28 (by count or by name), in an Assign or a Create."""
     return any(isinstance(c, (AssignAddresses, CreateEni)) and (c.prefixes or c.at_prefixes) for c in plan.calls)
@@ -378,6 +393,7 @@ class PlanExecutor:
                     return self._deferred(out, d.retry_after_s, d.reason)
                 job.memory_gen = self.memory_gen
                 plan, force, cut = self._replan(job, facts, subnets, exclude, blockless, force, rp, not capped)
+                plan = _no_releases(plan)
                 capped = capped or cut
                 log.info(
                     "re-planned", extra={"node": rep.node, "seq": rep.seq, "why": rp.why, "calls": len(plan.calls)}

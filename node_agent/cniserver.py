@@ -470,10 +470,14 @@ class CniService:
             raise Failure(E_INVALID_CONFIG, "GC needs the network's name", reason="bad-config")
         errors: list[str] = []
         released = 0
+        since = self._steady()
         records = self.ds.pods()
         with self._made_lock:  # forget attachments released since (by DEL, GC or a failed ADD)
             live = {(r.container_id, r.ifname) for r in records}
-            for gone in [k for k in self._made if k not in live]:
+            # not one an ADD answered on another thread after the snapshot (dated ``since`` or
+            # later): pruned, it would date from the process's start and look old to the next GC
+            # (review of the one-holder argument, G1)
+            for gone in [k for k, made in self._made.items() if k not in live and made < since]:
                 del self._made[gone]
         for rec in records:
             if rec.network != network:

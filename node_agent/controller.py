@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from typing import NamedTuple, Protocol
 
@@ -32,6 +32,7 @@ from node_agent.report import build_report
 from warmpool import messages
 from warmpool.limits import InstanceLimits, pod_ceiling
 from warmpool.messages import (
+    Action,
     AllocationResult,
     Assigned,
     Attached,
@@ -1333,8 +1334,10 @@ class PoolController:
         self._note_scarce(bool(result.scarce), now, result.in_reply_to)
         view = self._view(now)
         released_here: set[str] = set()
-        for action in result.actions:
+        gone_later = _gone_later(result.actions)
+        for i, action in enumerate(result.actions):
             if isinstance(action, Attached | Assigned):
+                action = _without(action, *gone_later[i])
                 self._note_regranted(action, released_here, result.in_reply_to)
                 notes.extend(self._apply_addresses(action, view, now, result.in_reply_to))
             elif isinstance(action, Released):
@@ -1705,3 +1708,35 @@ class PoolController:
         log.info("%s: %s", kind, message)
         if self._on_event is not None:
             self._on_event(kind, message)
+
+
+def _gone_later(actions: Sequence[Action]) -> list[tuple[frozenset[str], frozenset[str]]]:
+    """For each action of a result, the addresses and /28s a later ``released`` of the same result
+    names, and the ENIs a later ``deleted`` names: EC2 took them after that action's call, so its
+    ``assigned``/``attached`` must not put them in the pool. ``apply_result`` holds no datastore
+    lock across its actions: a CNI ADD on the server's thread between the two took such an address,
+    and the ``released`` then kept it for the pod (never yanked) while EC2 had unassigned it (review
+    of the one-holder argument, R1; the allocator no longer answers so, this is the agent's own
+    guard)."""
+    out: list[tuple[frozenset[str], frozenset[str]]] = []
+    keys: frozenset[str] = frozenset()
+    enis: frozenset[str] = frozenset()
+    for action in reversed(actions):
+        out.append((keys, enis))
+        if isinstance(action, Released):
+            keys = keys | {*action.ips, *action.prefixes}
+        elif isinstance(action, Deleted):
+            enis = enis | {action.eni_id}
+    out.reverse()
+    return out
+
+
+def _without(action: Attached | Assigned, keys: frozenset[str], enis: frozenset[str]) -> Attached | Assigned:
+    """``action`` without the addresses and /28s of :func:`_gone_later` (all of them on a deleted ENI)."""
+    if action.eni_id in enis:
+        return action.model_copy(update={"ips": [], "prefixes": []})
+    if not keys or not keys.intersection((*action.ips, *action.prefixes)):
+        return action
+    ips = [ip for ip in action.ips if ip not in keys]
+    prefixes = [p for p in action.prefixes if p not in keys]
+    return action.model_copy(update={"ips": ips, "prefixes": prefixes})

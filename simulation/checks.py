@@ -15,6 +15,10 @@ violation):
 * ``eni-leaked`` — an ENI tagged for the cluster left detached past the GC
   age plus two reconcile intervals (and the throttling slack);
 * ``ledger-row-lost`` — a running node's ledger row forgotten or moved back;
+* ``result-contradicts`` — one answer gives the node an address or /28 (``assigned``,
+  ``attached``: a grant or a hand-back) and a later action of it says EC2 took it
+  (``released``, or ``deleted`` of its ENI): the agent's ADDs run between a result's actions
+  (:func:`simulation.node.result_problems`);
 * ``stale-report-served``, ``lease``, ``allocator-raised`` (see
   :mod:`simulation.world`), ``cni-*`` (CNI edge cases: :mod:`simulation.node`, :mod:`simulation.events`);
 * at the end: ``report-unserved`` (each live node's reports served, once its instance

@@ -24,7 +24,7 @@ import functools
 import ipaddress
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -98,6 +98,25 @@ class NodeWorld(SubnetsWorld, Protocol):
     def roles(self) -> dict[str, PolicyPrincipal]:
         """The stack's roles as emulated EC2's principals (the agents': ``agent``)."""
         ...
+
+
+def result_problems(actions: Sequence[Any]) -> list[str]:
+    """What one answer gives the node and a later action of it says EC2 took (the one-holder
+    review's R1: a re-plan unassigned what the same run had handed back). Read on the wire's
+    kinds, not through the agent's code."""
+    out: list[str] = []
+    given: dict[str, str] = {}
+    eni_of: dict[str, str] = {}
+    for a in actions:
+        if a.kind in ("assigned", "attached"):
+            for k in (*a.ips, *a.prefixes):
+                given[k] = a.kind
+                eni_of[k] = a.eni_id
+        elif a.kind == "released":
+            out.extend(f"{given[k]} then released {k}" for k in (*a.ips, *a.prefixes) if k in given)
+        elif a.kind == "deleted":
+            out.extend(f"{given[k]} {k} then deleted {a.eni_id}" for k in given if eni_of[k] == a.eni_id)
+    return out
 
 
 # --- IMDS with lag ---------------------------------------------------------------------
@@ -718,6 +737,9 @@ class SimAgent:
                 except MessageError:
                     w.violation("bad-result", f"{self.name}: unparseable result {m['Body'][:200]}")
                     continue
+                contradicts = result_problems(result.actions)
+                if contradicts:
+                    w.violation("result-contradicts", f"{self.name} seq {result.in_reply_to}: {contradicts[:3]}")
                 if self.kill_point in ("mid-apply", "mid-checkpoint"):
                     self.cp.armed = True
                 asked = (self.ctl.stats.first_starts_confirmed, self.ctl.stats.first_starts_unconfirmed)
