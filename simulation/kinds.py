@@ -375,9 +375,9 @@ class InstanceType(NodeEvent):
     With ``foreign``, another tool (an SR-IOV network's, an EFA with ENA's) attaches an ordinary
     ENI with addresses of its own, untagged, at the first free device of network card 1 once the
     new instance runs: never the pool's without ``WARMPOOL_MULTI_CARD`` (docs/safety.md rows 26
-    and 29). For ``no_card_s`` seconds from then the node's IMDS reads tear as ``imds-torn``'s
-    ``no_card`` does (the one world where a missing ``network-card`` leaf can put an interface
-    on the wrong card)."""
+    and 29). For ``no_card_s`` seconds from then every IMDS read of the node misses the
+    ``network-card`` leaf of some interfaces, never of all, as ``imds-torn``'s ``no_card`` does in
+    half its reads (the world where a missing leaf can put an interface on the wrong card)."""
 
     kind: ClassVar[str] = "instance-type"
     itype: str

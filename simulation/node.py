@@ -180,10 +180,10 @@ class LaggedImds:
         if self.regress_s > 0:
             i = self._regressed(i, cut)
         self.served_at.append(self.history[i][0])
-        enis = self._carded(i) if self.no_card > 0 else self._enis(i)
+        read = self._carded(i) if self.no_card > 0 else self._enis(i)
         if self.torn_span <= 0:
-            return list(enis)
-        return self._torn(i, enis)
+            return list(read)
+        return self._torn(i, read)
 
     def _carded(self, i: int) -> list[AttachedEni]:
         """The interfaces of moment ``i`` as the production parser reads its tree with the
@@ -220,17 +220,17 @@ class LaggedImds:
             self.w.fault("imds-regress:older")
         return j
 
-    def _torn(self, i: int, enis: list[AttachedEni]) -> list[AttachedEni]:
-        """The ENI list of moment ``i`` (``enis``: as read), each ENI's addresses of a moment drawn within
-        ``torn_span`` of it (earlier or later, up to now): one tree mixing moments. An ENI not
-        attached at the moment its address leaves are read has none: IMDS answers 404 for its
-        ``local-ipv4s`` (and ``ipv4-prefix``), so it reaches the agent as an EFA-only interface
-        does (``no_ipv4``, counted ``imds-torn:no-ipv4``), the case the agent cannot tell from
-        one (review of the multi-card change, F4)."""
+    def _torn(self, i: int, read: list[AttachedEni]) -> list[AttachedEni]:
+        """The ENI list of moment ``i`` (``read``: as parsed), each ENI's addresses of a moment
+        drawn within ``torn_span`` of it (earlier or later, up to now): one tree mixing moments.
+        An ENI not attached at the moment its address leaves are read has none: IMDS answers 404
+        for its ``local-ipv4s`` (and ``ipv4-prefix``), so it reaches the agent as an EFA-only
+        interface does (``no_ipv4``, counted ``imds-torn:no-ipv4``), the case the agent cannot
+        tell from one (review of the multi-card change, F4)."""
         t0 = self.history[i][0]
         near = [j for j, h in enumerate(self.history) if abs(h[0] - t0) <= self.torn_span]
         out = []
-        for att in enis:
+        for att in read:
             if self._torn_rng is None:
                 self._torn_rng = self.w.rng(f"imds-torn/{self.iid}")
             enis = self._enis(near[self._torn_rng.randrange(len(near))])

@@ -491,11 +491,11 @@ def _world_faults(seed: int, names: list[str]) -> list[Event]:
       (multi-card ones, such as p5.48xlarge's 32 cards, one draw in three); a multi-card one
       half the time (``efa``, its own generator) with an EFA-only interface at device 0 of every
       card above 0, as p5.48xlarge and trn2 are launched for EFA (no IP address: IMDS serves no
-      ``local-ipv4s`` for it; review of the multi-card change, F4); and, half the multi-card
-      ones too (``foreign``, a generator of its own), with another tool's ordinary ENI, untagged
-      and with addresses, on card 1, its IMDS reads missing ``network-card`` leaves as
-      ``imds-torn``'s ``no_card`` for 60-180 s from then in three of four (``no_card_s``: where a
-      missing leaf can put an interface on the wrong card; safety.md row 29);
+      ``local-ipv4s`` for it; review of the multi-card change, F4); and three multi-card ones
+      in four (``foreign``, a generator of its own) with another tool's ordinary ENI, untagged
+      and with addresses, on card 1, every IMDS read of the node missing the ``network-card``
+      leaf of some interfaces for 60-180 s from then (``no_card_s``: the draw made likelier where
+      a missing leaf can put an interface on the wrong card; safety.md row 29);
     * ``report-flood``: a node sending ``n`` valid reports every ``period`` s;
     * ``imds-regress``: for ``dur`` s each IMDS read of one node answers from a moment drawn
       up to ``back_s`` (30 s, 2 or 5 min) before the newest it would show, so a read may show
