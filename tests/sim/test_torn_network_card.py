@@ -34,8 +34,9 @@ from warmpool.limits import KNOWN_TYPES
 pytestmark = pytest.mark.sim
 
 FOREIGN_SEEDS = (1, 4, 24, 32, 57, 58, 75, 141, 201, 228, 233, 252, 261, 273)
-"""Seeds 0-299 whose ``instance-type`` world has another tool's ENI on card 1 (233's attach is
-refused: ``ec2-ambiguous`` loses the answer of its create)."""
+"""Seeds 0-299 whose ``instance-type`` world has another tool's ENI on card 1 (in 233 ``ec2-ambiguous``
+answers one of that tool's calls ``InternalError``: ``instance-type:foreign-refused:InternalError``,
+no torn window)."""
 
 REVERTED_SEEDS = (24, 261, 273)
 """The seeds of :data:`FOREIGN_SEEDS` that fail with the fix reverted (``_parse_as_before``): in
