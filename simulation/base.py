@@ -42,6 +42,9 @@ HOST_NS_ID = (4, 4026531840)
 """(device, inode) of the host's network namespace (nsfs)."""
 POD_NETNS_DIR = "/var/run/netns/"
 DESCRIBE_ACTIONS = ("DescribeInstances", "DescribeNetworkInterfaces")
+ANOTHER_TOOL = "another tool's interface"
+"""The description of an ENI another tool attached to a node (``instance-type``'s ``foreign``):
+its addresses are that tool's, never a pod's (``two-holders``), never the agent's to know."""
 
 
 class AgentKilled(BaseException):

@@ -4,7 +4,8 @@ of the loop (:func:`after_event`) and once the schedule has gone quiet
 violation):
 
 * ``two-holders`` — an address held by two pods, on one node or across nodes
-  (what the container runtime believes each running pod holds);
+  (what the container runtime believes each running pod holds), or by a pod and
+  another tool (an address of another tool's ENI, :data:`simulation.base.ANOTHER_TOOL`);
 * ``ec2-double`` — an address or /28 prefix on two ENIs, or an address inside
   another ENI's prefix (:func:`ec2_problems`);
 * ``pod-address-not-on-node`` — a running pod's address not assigned by EC2
@@ -12,6 +13,10 @@ violation):
   only from EC2, through IMDS, so the bound on the lag is zero: an address is
   on the node before any pod can get it);
 * ``agent-double`` — one address in two datastores (:func:`agent_problems`);
+* ``foreign-taken`` — another tool's ENI (:data:`simulation.base.ANOTHER_TOOL`, on a
+  network card above 0) in an agent's datastore: never the pool's without
+  ``WARMPOOL_MULTI_CARD`` (docs/safety.md rows 26 and 29), one step from a pod holding
+  one of that tool's addresses;
 * ``eni-leaked`` — an ENI tagged for the cluster left detached past the GC
   age plus two reconcile intervals (and the throttling slack);
 * ``ledger-row-lost`` — a running node's ledger row forgotten or moved back;
@@ -41,7 +46,7 @@ from typing import Any, Protocol
 from emulated.memstores import MemLedger
 from functions.settings import Settings
 from simulation import subnets
-from simulation.base import AGENT_EVERY_S
+from simulation.base import AGENT_EVERY_S, ANOTHER_TOOL
 from simulation.hostile import Churner
 from simulation.node import SimAgent
 from warmpool import names
@@ -191,7 +196,9 @@ def after_event(w: ChecksWorld) -> None:
 
 
 def _state(w: ChecksWorld, live: list[SimAgent]) -> None:
-    holder: dict[str, str] = {}
+    # another tool's ENIs hold their addresses for that tool (instance-type's ``foreign``)
+    foreign = {e.id: e for e in w.emu.enis.values() if e.description == ANOTHER_TOOL}
+    holder = {ip: f"another tool's {e.id}" for e in foreign.values() for ip in e.secondary}
     for a in live:
         for cid, ip in a.rt.up.items():
             if ip in holder:
@@ -214,6 +221,14 @@ def _state(w: ChecksWorld, live: list[SimAgent]) -> None:
     dup = [p for p in probs if " held by " in p]
     if dup:
         w.violation("agent-double", "; ".join(dup[:3]))
+    for a in live:
+        for mine in a.ds.enis():
+            if mine.info.eni_id in foreign:
+                w.violation(
+                    "foreign-taken",
+                    f"{a.name}'s datastore has another tool's {mine.info.eni_id} (read as card "
+                    f"{mine.info.network_card}, device {mine.info.device_index}) with {sorted(mine.ips)[:4]}",
+                )
 
 
 def _books(w: ChecksWorld) -> None:
@@ -342,6 +357,8 @@ def at_end(w: ChecksWorld) -> None:
                 continue
             if e.attachment.status == "detaching":
                 continue  # its addresses leave the node with it (``eni-leaked`` watches the rest)
+            if e.description == ANOTHER_TOOL:
+                continue  # another tool's addresses: never the agent's
             lost = [x for x in [*e.secondary, *e.prefixes] if x not in known]
             if lost:
                 w.violation("address-leaked", f"{a.name}: EC2 has {lost[:4]} on {e.id}; the agent does not know them")

@@ -26,7 +26,7 @@ from node_agent import cni as cni_plugin
 from node_agent.cniserver import CniSocketServer
 from simulation import hostile, subnets
 from simulation import kinds as k
-from simulation.base import DESCRIBE_ACTIONS, GC_MIN_AGE_S, HOST_IFNAMES, HOST_NETNS, SUBNET_CIDR, Stop
+from simulation.base import ANOTHER_TOOL, DESCRIBE_ACTIONS, GC_MIN_AGE_S, HOST_IFNAMES, HOST_NETNS, SUBNET_CIDR, Stop
 from simulation.clients import ReconcilerEc2
 from simulation.hostile import Churner, HostileWorld
 from simulation.kinds import Event
@@ -431,6 +431,8 @@ def _on_stuck_detach(w: EventsWorld, ev: k.StuckDetach) -> None:
 
 def _on_imds_torn(w: EventsWorld, ev: k.ImdsTorn) -> None:
     _imds_window(w, ev.node, "torn_span", ev.span, ev.dur, ev.kind)
+    if ev.no_card:
+        _imds_window(w, ev.node, "no_card", 0.5, ev.dur, "imds-torn:no-card-window")
 
 
 def _on_imds_regress(w: EventsWorld, ev: k.ImdsRegress) -> None:
@@ -458,7 +460,36 @@ def _on_instance_type(w: EventsWorld, ev: k.InstanceType) -> None:
     efa = ev.efa_only_slots()
     if efa:
         w.fault("instance-type:efa-only", len(efa))
-    w.loop.call_later(ev.gap, functools.partial(_join_later, w, a.name, ev.itype, efa))
+    then = functools.partial(_another_tools_eni, w, ev) if ev.foreign else None
+    w.loop.call_later(ev.gap, functools.partial(_join_later, w, a.name, ev.itype, efa, then))
+
+
+FOREIGN_ADDRESSES = 4
+"""Secondary addresses of another tool's ENI (``instance-type``'s ``foreign``)."""
+
+
+def _another_tools_eni(w: EventsWorld, ev: k.InstanceType, a: SimAgent) -> None:
+    """Another tool attaches an ordinary ENI (untagged: nothing says ``no_manage``) with
+    :data:`FOREIGN_ADDRESSES` addresses of its own, at the first free device of network card 1 of
+    the node's new instance, as the EFA guide attaches one ("the next unused network card index");
+    its description, :data:`simulation.base.ANOTHER_TOOL`, is how the checks know it (a pod given
+    one of its addresses is ``two-holders``). Its calls are EC2 calls like any caller's: one
+    refused (throttled, an injected failure) is counted and the world goes on without it. Then,
+    for ``no_card_s``, the node's IMDS reads miss ``network-card`` leaves (docs/safety.md row 29)."""
+    c = w.emu.client()
+    inst = w.emu.instances[a.iid]
+    dev = next(d for d in range(len(inst.slots) + 1) if (1, d) not in inst.slots)
+    try:
+        eni = c.create_network_interface(
+            SubnetId=w.subnet, SecondaryPrivateIpAddressCount=FOREIGN_ADDRESSES, Description=ANOTHER_TOOL
+        )["NetworkInterface"]["NetworkInterfaceId"]
+        c.attach_network_interface(NetworkInterfaceId=eni, InstanceId=a.iid, DeviceIndex=dev, NetworkCardIndex=1)
+    except ClientError as err:
+        w.fault(f"instance-type:foreign-refused:{err.response['Error']['Code']}")
+        return
+    w.fault("instance-type:foreign")
+    if ev.no_card_s > 0:
+        _imds_window(w, a.name, "no_card", 1.0, ev.no_card_s, "instance-type:no-card-window")
 
 
 def _on_report_flood(w: EventsWorld, ev: k.ReportFlood, until: float | None = None) -> None:
@@ -550,13 +581,23 @@ def _rollout_restart(w: EventsWorld, node: str, dur: float) -> None:
     w.fault("tag-lookup-failure:restart")
 
 
-def _join_later(w: EventsWorld, name: str, itype: str, efa_only: tuple[tuple[int, int], ...] = ()) -> None:
+def _join_later(
+    w: EventsWorld,
+    name: str,
+    itype: str,
+    efa_only: tuple[tuple[int, int], ...] = (),
+    then: Callable[[SimAgent], None] | None = None,
+) -> None:
     """The replacement instance launches (its auto scaling group retries while the subnet is full),
-    with EFA-only interfaces at ``efa_only`` (its launch template's)."""
+    with EFA-only interfaces at ``efa_only`` (its launch template's); ``then`` is called with its
+    agent once it runs."""
     try:
-        w.join(name, itype, efa_only)
+        a = w.join(name, itype, efa_only)
     except Ec2Error:
-        w.loop.call_later(10.0, lambda: _join_later(w, name, itype, efa_only))
+        w.loop.call_later(10.0, lambda: _join_later(w, name, itype, efa_only, then))
+        return
+    if then is not None:
+        then(a)
 
 
 def _replace_racing(w: EventsWorld, name: str, itype: str, efa_only: tuple[tuple[int, int], ...] = ()) -> None:

@@ -347,11 +347,13 @@ class ImdsLagLong(ImdsLag):
 @dataclass(frozen=True)
 class ImdsTorn(NodeEvent):
     """Each IMDS leaf read on its own: an ENI's addresses from a moment up to ``span`` s apart
-    from the ENI list's."""
+    from the ENI list's; with ``no_card``, half the reads also miss the ``network-card`` leaf of
+    some interfaces, never of all (docs/safety.md row 29)."""
 
     kind: ClassVar[str] = "imds-torn"
     dur: float
     span: float
+    no_card: bool = False
 
 
 @dataclass(frozen=True)
@@ -368,12 +370,21 @@ class Ec2Ambiguous(Window):
 class InstanceType(NodeEvent):
     """The node's instance replaced by one of ``itype`` (any the limits table knows); with
     ``efa``, launched as p5.48xlarge, trn1 and trn2 are for EFA: an EFA-only interface (no IP
-    address, so no ``local-ipv4s`` in IMDS) at device 0 of every network card above 0."""
+    address, so no ``local-ipv4s`` in IMDS) at device 0 of every network card above 0.
+
+    With ``foreign``, another tool (an SR-IOV network's, an EFA with ENA's) attaches an ordinary
+    ENI with addresses of its own, untagged, at the first free device of network card 1 once the
+    new instance runs: never the pool's without ``WARMPOOL_MULTI_CARD`` (docs/safety.md rows 26
+    and 29). For ``no_card_s`` seconds from then every IMDS read of the node misses the
+    ``network-card`` leaf of some interfaces, never of all, as ``imds-torn``'s ``no_card`` does in
+    half its reads (the world where a missing leaf can put an interface on the wrong card)."""
 
     kind: ClassVar[str] = "instance-type"
     itype: str
     gap: float
     efa: bool = False
+    foreign: bool = False
+    no_card_s: float = 0.0
 
     def efa_only_slots(self) -> tuple[tuple[int, int], ...]:
         """The ``(network card, device index)`` of each EFA-only interface it launches with."""

@@ -139,6 +139,11 @@ class LaggedImds:
         this many seconds apart from the ENI list's (each leaf is its own HTTP request)."""
         self._torn_rng: Any = None
         """Drawn from the world at the first torn read (worlds that never tear need no ``rng``)."""
+        self.no_card = 0.0
+        """While above 0 (``imds-torn``'s ``no_card``): the share of reads that miss the
+        ``network-card`` leaf of some interfaces, never of all (each leaf is its own request;
+        docs/safety.md row 29)."""
+        self._card_rng: Any = None
         self.regress_s = 0.0
         """While above 0 (``imds-regress``): each read answers from a moment drawn up to this many
         seconds before the newest it would show, whatever it served before (a load-balanced
@@ -194,9 +199,31 @@ class LaggedImds:
         if self.regress_s > 0:
             i = self._regressed(i, cut)
         self.served_at.append(self.history[i][0])
+        read = self._carded(i) if self.no_card > 0 else self._enis(i)
         if self.torn_span <= 0:
-            return list(self._enis(i))
-        return self._torn(i)
+            return list(read)
+        return self._torn(i, read)
+
+    def _carded(self, i: int) -> list[AttachedEni]:
+        """The interfaces of moment ``i`` as the production parser reads its tree with the
+        ``network-card`` leaf missing (IMDS's 404) for some interfaces, never for all, in a share
+        ``no_card`` of the reads (counted ``imds-torn:no-card``): what the agent's IMDS client
+        would hand it from such a read, or the parser's refusal (:class:`~node_agent.imds.ImdsError`),
+        raised."""
+        macs = self.history[i][2]["network"]["interfaces"]["macs"]
+        if self._card_rng is None:
+            self._card_rng = self.w.rng(f"imds-torn/no-card/{self.iid}")
+        r = self._card_rng
+        carded = [m for m, leaves in macs.items() if "network-card" in leaves]
+        if len(carded) < 2 or r.random() >= self.no_card:
+            return self._enis(i)
+        missing = set(r.sample(carded, r.randint(1, len(carded) - 1)))
+        self.w.fault("imds-torn:no-card")
+        torn = {
+            m: {leaf: v for leaf, v in leaves.items() if leaf != "network-card"} if m in missing else leaves
+            for m, leaves in macs.items()
+        }
+        return parse_interfaces({"network": {"interfaces": {"macs": torn}}})
 
     def _regressed(self, i: int, cut: float) -> int:
         """One of the states in effect at some moment of ``[cut - regress_s, cut]``, each as
@@ -212,17 +239,17 @@ class LaggedImds:
             self.w.fault("imds-regress:older")
         return j
 
-    def _torn(self, i: int) -> list[AttachedEni]:
-        """The ENI list of moment ``i``, each ENI's addresses of a moment drawn within
-        ``torn_span`` of it (earlier or later, up to now): one tree mixing moments. An ENI not
-        attached at the moment its address leaves are read has none: IMDS answers 404 for its
-        ``local-ipv4s`` (and ``ipv4-prefix``), so it reaches the agent as an EFA-only interface
-        does (``no_ipv4``, counted ``imds-torn:no-ipv4``), the case the agent cannot tell from
-        one (review of the multi-card change, F4)."""
+    def _torn(self, i: int, read: list[AttachedEni]) -> list[AttachedEni]:
+        """The ENI list of moment ``i`` (``read``: as parsed), each ENI's addresses of a moment
+        drawn within ``torn_span`` of it (earlier or later, up to now): one tree mixing moments.
+        An ENI not attached at the moment its address leaves are read has none: IMDS answers 404
+        for its ``local-ipv4s`` (and ``ipv4-prefix``), so it reaches the agent as an EFA-only
+        interface does (``no_ipv4``, counted ``imds-torn:no-ipv4``), the case the agent cannot
+        tell from one (review of the multi-card change, F4)."""
         t0 = self.history[i][0]
         near = [j for j, h in enumerate(self.history) if abs(h[0] - t0) <= self.torn_span]
         out = []
-        for att in self._enis(i):
+        for att in read:
             if self._torn_rng is None:
                 self._torn_rng = self.w.rng(f"imds-torn/{self.iid}")
             enis = self._enis(near[self._torn_rng.randrange(len(near))])

@@ -483,13 +483,19 @@ def _world_faults(seed: int, names: list[str]) -> list[Event]:
       ``delay_s`` (tens of seconds); ``stuck-detach``: a detach answered success leaves the ENI
       attached (``rate``) until its next detach;
     * ``imds-lag-long``: IMDS lag up to 10 min; ``imds-torn``: each ENI's address leaves read
-      at a moment up to ``span`` s apart from the ENI list;
+      at a moment up to ``span`` s apart from the ENI list, and in half of them (``no_card``,
+      its own generator) half the reads miss the ``network-card`` leaf of some interfaces, never
+      of all (safety.md row 29);
     * ``ec2-ambiguous``: mutating ENI calls take effect and lose their answer (``rate``);
     * ``instance-type``: the node replaced by an instance of any type of the limits table
       (multi-card ones, such as p5.48xlarge's 32 cards, one draw in three); a multi-card one
       half the time (``efa``, its own generator) with an EFA-only interface at device 0 of every
       card above 0, as p5.48xlarge and trn2 are launched for EFA (no IP address: IMDS serves no
-      ``local-ipv4s`` for it; review of the multi-card change, F4);
+      ``local-ipv4s`` for it; review of the multi-card change, F4); and three multi-card ones
+      in four (``foreign``, a generator of its own) with another tool's ordinary ENI, untagged
+      and with addresses, on card 1, every IMDS read of the node missing the ``network-card``
+      leaf of some interfaces for 60-180 s from then (``no_card_s``: the draw made likelier where
+      a missing leaf can put an interface on the wrong card; safety.md row 29);
     * ``report-flood``: a node sending ``n`` valid reports every ``period`` s;
     * ``imds-regress``: for ``dur`` s each IMDS read of one node answers from a moment drawn
       up to ``back_s`` (30 s, 2 or 5 min) before the newest it would show, so a read may show
@@ -564,6 +570,8 @@ def _world_faults(seed: int, names: list[str]) -> list[Event]:
                 node=r.choice(names),
                 dur=round(r.uniform(30, 300), 1),
                 span=r.choice((2.0, 10.0, 60.0)),
+                # missing network-card leaves from a generator of their own: the draws above are what they were
+                no_card=gen("imds-torn/no-card").random() < 0.5,
             )
         )
     r = gen("ec2-ambiguous")
@@ -583,7 +591,12 @@ def _world_faults(seed: int, names: list[str]) -> list[Event]:
         gap = round(r.uniform(0, 30), 1)
         # EFA-only interfaces from a generator of their own: the draws above are what they were
         efa = KNOWN_TYPES[itype].network_cards > 1 and gen("instance-type/efa").random() < 0.5
-        ev.append(k.InstanceType(at=at, node=node, itype=itype, gap=gap, efa=efa))
+        # another tool's ENI on card 1, and reads missing network-card leaves, from a generator of
+        # their own too
+        other = gen("instance-type/foreign")
+        foreign = KNOWN_TYPES[itype].network_cards > 1 and other.random() < 0.75
+        no_card_s = round(other.uniform(60, 180), 1) if foreign else 0.0
+        ev.append(k.InstanceType(at=at, node=node, itype=itype, gap=gap, efa=efa, foreign=foreign, no_card_s=no_card_s))
     r = gen("report-flood")
     if r.random() < 0.15:
         ev.append(
