@@ -33,7 +33,7 @@ from node_agent import kubelet_config
 from node_agent.checkpoint import CheckpointError, CheckpointWriteError, FileCheckpoint
 from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods, PodNetwork, RecordedPods
 from node_agent.config import AgentConfig, ConfigError, load
-from node_agent.controller import AttachedEni, HostNetwork, PoolController
+from node_agent.controller import HELD_ALL_META, AttachedEni, HostNetwork, PoolController
 from node_agent.datastore import Datastore
 from node_agent.hostnet import HostWiring, host_veth_name
 from node_agent.identity import CachedIdentity
@@ -161,6 +161,13 @@ def wiring_disagreements(ds: Datastore, wiring: HostWiring, veth_prefix: str) ->
             continue
         has = held.get(ip) or recovered.get(ip)
         out.append(f"{ip} is wired to {veth} but the checkpoint has it " + (f"held by {has}" if has else "free"))
+    # A pod of another veth prefix (the setting changed across the restart) is known by its
+    # route only: an address of the pool routed to any link and held by nobody is as wrong
+    # (review 10: an older copy lacking such a pod passed this check).
+    pool = {a.ip for e in ds.enis() for a in e.addrs.values()}
+    for ip in sorted(wiring.routed - wiring.pods.keys()):
+        if ip in pool and ip not in held and ip not in recovered:
+            out.append(f"{ip} is routed to {wiring.routed_via.get(ip, 'a link')} but the checkpoint has it free")
     return out
 
 
@@ -203,6 +210,20 @@ def unwired_pods(ds: Datastore, wiring: HostWiring, veth_prefix: str) -> list[Po
         and p.ip not in wiring.stale
         and host_veth_name(p.container_id, p.ifname, veth_prefix) not in wiring.links
     ]
+
+
+ROUTED_HOLDER = "routed"
+"""The holder a rebuild names for an address routed through a link it cannot name."""
+
+
+def _routed_pods(wiring: HostWiring) -> dict[str, str]:
+    """Every address with a ``/32`` route through a link -> the holder a rebuild names for it:
+    this prefix's veth (a later DEL of the pod finds it), else the link the route goes through
+    (a pod of another veth prefix: held until the agent's next rebuild no longer sees its route;
+    its DEL names this prefix's veth and finds nothing, a leak, never a second holder)."""
+    out = {ip: wiring.routed_via.get(ip, ROUTED_HOLDER) for ip in wiring.routed}
+    out.update(wiring.pods)
+    return out
 
 
 def release_unwired(ds: Datastore, wiring: HostWiring, now: float, veth_prefix: str) -> list[PodRecord]:
@@ -428,7 +449,11 @@ class Agent:
         pods = self.pods
         assert pods is not None
         wiring = read_wiring(pods)
-        if damaged is None and (wiring is None or not wiring.pods):
+        # A /32 route through any link is a pod too: a veth of another prefix (the setting
+        # changed across the restart) is one (review 10, A2: before, only this prefix's veths
+        # were held, and such a pod's address was offered as of unknown origin while it ran).
+        routed = _routed_pods(wiring) if wiring is not None else {}
+        if damaged is None and wiring is not None and not routed:
             # A first start, or a lost state directory with no pod wired: either way nothing
             # says what an earlier process offered back (free addresses are held as offered).
             # With WARMPOOL_ADOPT_LAUNCH_POOL and the host's wiring read showing nothing routed
@@ -445,6 +470,9 @@ class Agent:
                 and not wiring.routed
             )
             return self.controller.start(now, checkpoint_lost=True, first_start=first), "empty"
+        # ``recorded`` with no checkpoint (the state directory lost) holds every address as a
+        # damaged file does: nothing can say which a running pod uses (review 10, A1: before, it
+        # took the empty start and offered a running pod's address as of unknown origin).
         how = "damaged: rebuilt" if damaged is not None else "missing: rebuilt"
         source = (
             "the host's pod wiring"
@@ -462,16 +490,15 @@ class Agent:
             )
             self.counters["checkpoint_rebuilds_damaged"] += 1
         else:
-            assert wiring is not None
             log.warning(
-                "no checkpoint at %s but %d pods are wired on the host; rebuilding from IMDS and %s",
+                "no checkpoint at %s but %s; rebuilding from IMDS and %s",
                 checkpoint.path,
-                len(wiring.pods),
+                f"{len(routed)} pods are wired on the host" if wiring is not None else "pods may run",
                 source,
             )
             self.counters["checkpoint_rebuilds_missing"] += 1
         with self.ds.batch():
-            notes = self.ds.recover(wiring.pods, now) if wiring is not None else []
+            notes = self.ds.recover(routed, now) if wiring is not None else []
             notes += self.controller.start(now, checkpoint_lost=True)
             if wiring is None:
                 n = self.ds.hold_all(now)
@@ -479,8 +506,8 @@ class Agent:
                     f"{n} addresses held until the runtime's pods are known "
                     f"(grace {self.cfg.recovery_grace_s or 'none'})"
                 )
-                self.ds.set_meta("held_all_at", now)
-        for ip in wiring.stale if wiring is not None else []:
+                self.ds.set_meta(HELD_ALL_META, now)
+        for ip in [ip for ip in wiring.stale if ip not in routed] if wiring is not None else []:
             notes.append(f"{ip}: pod rule but no route to a pod (its veth is gone): not held")
         held = self.ds.recovered_holders()
         self.counters["recovered_holders"] += len(held)
@@ -502,13 +529,13 @@ class Agent:
         (loudly). Measured on the steady clock from this process's start (a restart in the
         grace starts it again; a wall clock stepped forward never shortens it)."""
         grace = self.cfg.recovery_grace_s
-        since = self.ds.meta.get("held_all_at")
+        since = self.ds.meta.get(HELD_ALL_META)
         if grace <= 0 or not isinstance(since, (int, float)) or self._steady() < self._grace_from + grace:
             return
         try:
             with self.ds.batch():
+                self.ds.set_meta(HELD_ALL_META, None)  # first: the release offers, no longer holds
                 freed = self.controller.release_unknown_holders(now)
-                self.ds.set_meta("held_all_at", None)
         except CheckpointWriteError as exc:
             # Memory holds the change (offered as unknown, never free), the disk still the `?`
             # holds: the pass's flush writes it, and a restart meanwhile holds them again

@@ -58,6 +58,10 @@ REBUILT_UNTIL_META = "rebuilt_until_mono"
 """When the window after a checkpoint loss ends, on the monotonic clock of that boot."""
 REBUILT_SEQ_META = "rebuilt_seq"
 """The first seq after that start: every report before it was sent by a process whose offers are forgotten."""
+HELD_ALL_META = "held_all_at"
+"""When a rebuild with no pod wiring to read (``WARMPOOL_POD_NETWORK=recorded``) held every
+address by the unknown holder; None once its grace let them go. Meanwhile an address IMDS alone
+shows later is held so too, not offered (:meth:`PoolController._hold_unknown`)."""
 UNKNOWN_META = "offers_unknown"
 """Addresses and prefixes quarantined on IMDS's word alone after a checkpoint loss (no grant the
 agent received names them): offered as of unknown origin (``ReleaseOffer.unknown``), never
@@ -608,11 +612,18 @@ class PoolController:
         at = self._rebuilt_at if self._rebuilt_at is not None and self._in_rebuild_window(now) else now
         n = 0
         marked: set[str] = set()
+        hold_all = self.ds.meta.get(HELD_ALL_META) is not None
         for e in self.ds.enis():
             if e.held:
                 continue
             ips = [ip for ip in e.ips if ip not in before]
             pfx = [p for p in e.prefixes if p not in before]
+            if hold_all and (ips or pfx):
+                # A rebuild that could not read the pods held every address it saw; one a later
+                # read shows first (an ENI the rebuild's read lacked: rows 4-6) may be a running
+                # pod's as well: held so too, never offered (review 10, A1).
+                self.ds.hold_unknown({*ips, *pfx}, now)
+                continue
             if ips or pfx:
                 n += self.ds.quarantine(e.info.eni_id, ips, pfx, at)
                 q_ips, q_pfx = self.ds.quarantined().get(e.info.eni_id, ([], []))
@@ -1516,17 +1527,8 @@ class PoolController:
         *,
         waited: bool = False,
     ) -> list[str]:
-        notes = []
-        ips, prefixes = list(action.ips), list(action.prefixes)
-        # A claim replying to a report older than the newest that offered the address is
-        # outdated (that newer report's answer may unassign it): never taken, neither back
-        # into the pool nor, once released, added again.
-        late = {k for k in (*ips, *prefixes) if self._offered_upto.get(k, -1) > seq}
-        if late:
-            self.stats.handbacks_superseded += len(late)
-            notes.append(f"{action.eni_id}: a claim replying to seq {seq} is older than a later offer: not taken")
-            ips = [k for k in ips if k not in late]
-            prefixes = [k for k in prefixes if k not in late]
+        notes: list[str] = []
+        ips, prefixes = self._not_late(action, seq, notes)
         # A claim from a result older than the one that took the address (or deleted the
         # ENI) is stale: SQS redelivered or reordered it, and IMDS may still lag.
         gone_ips, gone_enis = self.ds.recently_gone(now)
@@ -1560,6 +1562,12 @@ class PoolController:
                 notes.append(f"{action.eni_id}: {len(ips) - len(ok_ips)} addresses not in IMDS yet")
             ips, prefixes = ok_ips, ok_pfx
             info = seen.info
+            other = self.ds.pinned_slots(view).get((info.network_card, info.device_index))
+            if other is not None and other != info.eni_id:
+                # a read from an older state may show a deleted ENI in the slot pods use now
+                # (review 10, D1): their ENI is not dropped for it; the claim waits
+                self._park(action, now, seq)
+                return [*notes, f"{action.eni_id}: in the slot of {other}, which pods hold; will re-check"]
             notes.extend(self._drop_replaced(info, view))
         elif isinstance(action, Attached):
             self.ds.unmark_deleted(action.eni_id)  # no IMDS to ask: the newer result is trusted
@@ -1613,6 +1621,20 @@ class PoolController:
             self._surplus_since = None
             notes.append(f"{info.eni_id}: {back} offered addresses taken back")
         return notes
+
+    def _not_late(self, action: Attached | Assigned, seq: int, notes: list[str]) -> tuple[list[str], list[str]]:
+        """``action``'s addresses and /28s without those a report newer than ``seq`` offered: a
+        claim replying to a report older than the newest that offered the address is outdated
+        (that newer report's answer may unassign it): never taken, neither back into the pool
+        nor, once released, added again."""
+        ips, prefixes = list(action.ips), list(action.prefixes)
+        late = {k for k in (*ips, *prefixes) if self._offered_upto.get(k, -1) > seq}
+        if late:
+            self.stats.handbacks_superseded += len(late)
+            notes.append(f"{action.eni_id}: a claim replying to seq {seq} is older than a later offer: not taken")
+            ips = [k for k in ips if k not in late]
+            prefixes = [k for k in prefixes if k not in late]
+        return ips, prefixes
 
     def _may_reclaim(self, key: str, seq: int, grants: frozenset[str] = frozenset()) -> bool:
         """A claim replying to report ``seq`` takes ``key`` out of quarantine: it replies to the

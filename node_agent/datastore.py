@@ -799,6 +799,20 @@ class Datastore(RecoveredHolders):
         the next read listing the ENI would bring them back free, while EC2 may have unassigned them."""
         return sum(1 for a in eni.addrs.values() if a.quarantined_at is not None)
 
+    def pinned_slots(self, listed: Iterable[str]) -> dict[tuple[int, int], str]:
+        """The device slots of ENIs not in ``listed`` that pods hold addresses on, or with offered
+        addresses kept (:meth:`_offered_kept`) -> that ENI: another ENI a read shows there is no
+        proof the slot was reused (a read may answer from an older state, docs/safety.md row 6:
+        an ENI deleted earlier, shown in the slot of the one pods use now; review 10, D1). Such
+        an ENI is kept, held, and the other is not taken, until its pods are gone or a read lists it."""
+        with self._lock:
+            names = set(listed)
+            return {
+                _slot(e): e.info.eni_id
+                for e in self._enis.values()
+                if e.info.eni_id not in names and (any(a.in_use for a in e.addrs.values()) or self._offered_kept(e))
+            }
+
     def reconcile(
         self,
         attached: Iterable[tuple[EniInfo, list[str], list[str]]],
@@ -817,10 +831,16 @@ class Datastore(RecoveredHolders):
         address is no longer attached are named).
         """
         notes: list[str] = []
+        attached = list(attached)
         with self._lock:
             seen: set[str] = set()
             unlisted: set[str] = set()
+            pinned = self.pinned_slots(info.eni_id for info, _, _ in attached)
             for info, ips, prefixes in attached:
+                other = pinned.get((info.network_card, info.device_index))
+                if other is not None and info.eni_id not in self._enis:
+                    notes.append(f"ENI {info.eni_id} in the slot of {other}, which pods hold: not taken yet")
+                    continue
                 seen.add(info.eni_id)
                 if self.add_eni(info, now, ready=True if ready_new is None else ready_new(info)):
                     notes.append(f"ENI {info.eni_id} added")
@@ -863,14 +883,14 @@ class Datastore(RecoveredHolders):
             # consistency; a torn or lagging read omits it, and the next one lists it again
             # with every address looking free). One pods hold addresses on is kept, held
             # (nothing new handed out from it, nothing offered), until IMDS lists it again,
-            # its pods are gone, or another ENI is seen in its device slot (EC2 never has two).
-            slots = {_slot(self._enis[e]) for e in seen}
+            # or its pods are gone; another ENI seen in its device slot is not taken meanwhile
+            # (:meth:`pinned_slots`).
             unseen_held: set[str] = set()
             for eni_id in [e for e in self._enis if e not in seen]:
                 eni = self._enis[eni_id]
                 in_use = [a for a in eni.addrs.values() if a.in_use]
                 offered_n = self._offered_kept(eni)
-                if (in_use or offered_n) and _slot(eni) not in slots:
+                if in_use or offered_n:
                     unseen_held.add(eni_id)
                     notes.append(
                         f"ENI {eni_id} not in IMDS but pods hold {len(in_use)} of its addresses "

@@ -23,7 +23,7 @@ import hashlib
 import ipaddress
 import os
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from node_agent.netlink import (
     MAIN_TABLE,
@@ -335,6 +335,8 @@ class HostWiring:
     another prefix: the setting changed across a restart)."""
     links: frozenset[str] = frozenset()
     """The names of every link in the node's namespace."""
+    routed_via: dict[str, str] = field(default_factory=dict)
+    """Each address of ``routed`` -> the link its ``/32`` route goes through."""
 
 
 def wired_pods(host: Netlink, veth_prefix: str = "eni") -> HostWiring:
@@ -342,11 +344,11 @@ def wired_pods(host: Netlink, veth_prefix: str = "eni") -> HostWiring:
     device, plus ``ip -4 rule`` for the pod rules. Reads only, changes nothing."""
     names = {link.index: link.name for link in host.links()}
     pods: dict[str, str] = {}
-    routed: set[str] = set()
+    routed: dict[str, str] = {}
     for r in host.routes(MAIN_TABLE):
         name = names.get(r.oif) if r.oif is not None else None
         if name and r.dst.endswith("/32"):
-            routed.add(r.dst.removesuffix("/32"))
+            routed[r.dst.removesuffix("/32")] = name
         if name and name.startswith(veth_prefix) and r.dst.endswith("/32"):
             pods[r.dst.removesuffix("/32")] = name
     # Every wired pod has `to <ip>/32 lookup main` at 512 (the 1536 `from` rules are shared with ENIs).
@@ -356,7 +358,11 @@ def wired_pods(host: Netlink, veth_prefix: str = "eni") -> HostWiring:
         if rule.priority == TO_POD_PRIORITY and rule.dst and rule.dst.endswith("/32")
     }
     return HostWiring(
-        pods=pods, stale=sorted(ruled - set(pods)), routed=frozenset(routed), links=frozenset(names.values())
+        pods=pods,
+        stale=sorted(ruled - set(pods)),
+        routed=frozenset(routed),
+        links=frozenset(names.values()),
+        routed_via=routed,
     )
 
 

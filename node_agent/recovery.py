@@ -81,6 +81,20 @@ class RecoveredHolders:
                 self._save()
             return n
 
+    def hold_unknown(self, keys: set[str], now: float) -> int:
+        """:meth:`hold_all` for ``keys`` alone (addresses, or /28s: each member); returns how many."""
+        with self._lock:
+            n = 0
+            for eni in self._enis.values():
+                for a in eni.addrs.values():
+                    if (a.ip in keys or (a.prefix and a.prefix in keys)) and not a.in_use:
+                        a.recovered, a.assigned_at, a.freed_at, a.quarantined_at = UNKNOWN_HOLDER, now, None, None
+                        self._recovered[a.ip] = (UNKNOWN_HOLDER, now)
+                        n += 1
+            if n:
+                self._save()
+            return n
+
     def release_recovered(self, holder: str, now: float) -> list[Assignment]:
         """The recovered holder is gone (CNI DEL, or the unknown holders' grace passed):
         its addresses enter cooldown. Idempotent; returns the attached addresses freed."""

@@ -114,3 +114,34 @@ def ask(w: AllocatorWorld, eni: str, ips: list[str], wait: str = WAIT, **kw: Any
     offer = {"eni_id": eni, "ips": ips, "unknown": True, "quarantined_at": w.clock.now() - 5}
     extra = {"restored_from": 0, "restore_wait": wait, "first_start": True, **kw.pop("extra", {})}
     return w.report("n1", warm_ip=1, release=[offer], extra=extra, **kw)
+
+
+def pod_on_fresh_address(n: Node, **env: str) -> str:
+    """Start ``n``'s agent (with ``env``), grant it one address (10.0.0.50, IMDS listing it) and
+    ADD a pod until it gets one; the pod's address."""
+    from tests.helpers.agent_world import cni_add, give
+    from tests.helpers.controller import PRIMARY
+    from warmpool.messages import AllocationResult, Assigned
+
+    agent = n.start(**env)
+    first = n.step()
+    assert first is not None
+    y = "10.0.0.50"
+    n.imds.add(PRIMARY, [y])
+    give(
+        agent,
+        AllocationResult(
+            cluster=first.cluster,
+            node=first.node,
+            instance_id=first.instance_id,
+            in_reply_to=agent.controller.last_seq,
+            actions=[Assigned(eni_id=PRIMARY.eni_id, ips=[y])],
+        ),
+    )
+    n.step()
+    for _ in range(40):
+        got = cni_add(agent, "pod1")
+        if got is not None:
+            return got
+        n.step(5)
+    raise AssertionError("setup: the pod never got an address")

@@ -698,7 +698,18 @@ def test_a_pod_an_old_checkpoint_copy_brings_back_is_released_if_the_host_wires_
     assert all(p.container_id != "n0-p4" for p in w.agents["n0"].ds.pods())
 
 
-def test_the_checks_wait_for_a_damping_that_outlasts_the_quiet_period() -> None:
+def _releasing_replans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The allocator's re-plans as they were when seeds 7194 and 4779 were found: with their
+    Unassigns (``functions.execute._no_releases`` a no-op). Since the ninth review's R1 a re-plan
+    releases nothing, and these worlds no longer flip into a damping; what the two tests check is
+    the run's wait for a damping (``simulation.runner``), not the re-plan rule, so the world that
+    reaches one is kept. Every invariant is checked as in any seed (``result-contradicts`` too)."""
+    import functions.execute
+
+    monkeypatch.setattr(functions.execute, "_no_releases", lambda plan: plan)
+
+
+def test_the_checks_wait_for_a_damping_that_outlasts_the_quiet_period(monkeypatch: pytest.MonkeyPatch) -> None:
     """Seed 7194 (``--keep 5,6,7,15,18,19``: pods, a slow detach, ``ec2-ambiguous`` with SDK
     retries): n1's reports alternated between a deficit and an offer of unknown origin (Assigns
     that took effect with their answers lost), six flips in 120 s, and the allocator damped it at
@@ -706,9 +717,12 @@ def test_the_checks_wait_for_a_damping_that_outlasts_the_quiet_period() -> None:
     documented (docs/allocator.md, "Flip damping"). The checks ran at 1003.3 s, 0.2 s before the
     damping ended, and found 7 idle addresses above the targets (``not-settled``). The run now
     goes on until no live node is damped and a quiet period has passed; the checks are
-    unchanged, and find the node settled."""
+    unchanged, and find the node settled.
+    The node flips through re-plans that release, as the allocator's did when the seed was found
+    (``_releasing_replans``)."""
     from simulation.schedule import QUIET_S
 
+    _releasing_replans(monkeypatch)
     violations, (out, w) = runner.run_plan(plan_for(7194, [5, 6, 7, 15, 18, 19]))
     assert violations == []
     assert w.faults["damped-overrun"] >= 1
@@ -717,7 +731,9 @@ def test_the_checks_wait_for_a_damping_that_outlasts_the_quiet_period() -> None:
     assert out.virtual_s >= st.damped_until - base.T0 + QUIET_S
 
 
-def test_the_checks_wait_a_quiet_period_after_a_damping_that_ended_just_before_them() -> None:
+def test_the_checks_wait_a_quiet_period_after_a_damping_that_ended_just_before_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Seed 4779 (``--keep 0,2,3,5,7,8,9,13,14``: ``ec2-ambiguous`` InternalError, a stale
     Describe, IMDS 87 s behind on n2, pods): an Assign that took effect with its answer lost put
     three addresses on n2 that IMDS, lagging, kept showing after their release; n2 offered them
@@ -726,9 +742,12 @@ def test_the_checks_wait_a_quiet_period_after_a_damping_that_ended_just_before_t
     end (923 s) came 30.5 s after the damping, before the next offer (a release delay after the
     hand-back, 934 s), and the checks found 2 idle addresses above the targets (``not-settled``).
     The run now waits a quiet period from the end of a damping that ended before its own end
-    too; the checks are unchanged, and find the surplus released."""
+    too; the checks are unchanged, and find the surplus released.
+    The node flips through re-plans that release, as the allocator's did when the seed was found
+    (``_releasing_replans``)."""
     from simulation.schedule import QUIET_S
 
+    _releasing_replans(monkeypatch)
     violations, (out, w) = runner.run_plan(plan_for(4779, [0, 2, 3, 5, 7, 8, 9, 13, 14]))
     assert violations == []
     assert w.faults["damped-overrun"] >= 1

@@ -1,0 +1,88 @@
+"""Review 10, finding A2: the rebuild after a lost (or damaged) checkpoint holds only the pods
+whose ``/32`` route goes through a veth of the agent's *current* prefix (``HostWiring.pods``).
+A running pod wired under another prefix (``WARMPOOL_VETH_PREFIX`` changed across the restart,
+the case review 7's F2 made safe for a restored checkpoint) shows in ``HostWiring.routed`` and
+``HostWiring.stale`` only: ``Agent._rebuild`` takes the "empty" way (``not wiring.pods``), or,
+damaged, recovers ``wiring.pods`` alone, and the pod's address is quarantined as an offer of
+unknown origin, which the allocator unassigns (EC2 then gives it to another node) while the pod
+runs. The start's first-start check already counts ``routed`` as a pod (review of row 30, F3);
+the rebuild does not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from node_agent.hostnet import HostWiring, host_veth_name
+from tests.helpers.agent_world import WiredPods, cni_add
+from tests.helpers.controller import PRIMARY
+from tests.helpers.first_start import Node, pod_on_fresh_address
+
+
+class PrefixedWiring(WiredPods):
+    """The host's wiring as ``node_agent.hostnet.wired_pods`` reads it: veths keep the prefix
+    they were made with (``made``); only those of the reading agent's prefix are ``pods``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made = "eni"
+        self.reader = "eni"
+
+    def host_wiring(self) -> HostWiring:
+        veths = {ip: host_veth_name(c, i, self.made) for (c, i), ip in self.wired.items()}
+        pods = {ip: v for ip, v in veths.items() if v.startswith(self.reader)}
+        return HostWiring(
+            pods=pods,
+            stale=sorted(set(veths) - set(pods)),
+            routed=frozenset(veths),
+            links=frozenset(veths.values()),
+        )
+
+
+def _offered(report) -> set[str]:
+    return {ip for o in report.release for ip in o.ips}
+
+
+def test_a_rebuild_after_a_veth_prefix_change_never_offers_a_running_pods_address(tmp_path: Path) -> None:
+    n = Node(tmp_path, adopt_launch_pool=False)
+    wiring = PrefixedWiring()
+    n.pods = wiring
+    try:
+        got = pod_on_fresh_address(n)
+        # the state directory is lost, and the agent comes back with another veth prefix
+        n.lose_checkpoint()
+        wiring.reader = "wp"
+        agent = n.start(WARMPOOL_VETH_PREFIX="wp")
+        offered: set[str] = set()
+        for _ in range(5):
+            r = n.step(30)
+            if r is not None:
+                offered |= _offered(r)
+        assert got not in offered, (
+            f"{got}, routed on the host to a running pod's veth, offered back after the rebuild"
+            " (an offer of unknown origin: the allocator unassigns it, another node gets it)"
+        )
+        assert cni_add(agent, "pod2") != got
+    finally:
+        n.stop()
+
+
+def test_a_restored_copy_with_a_pool_address_routed_to_another_prefixs_veth_free_disagrees() -> None:
+    """The start's wiring check (``wiring_disagreements``): an older valid copy lacking a pod wired
+    under another veth prefix leaves its address free; the route alone shows the pod. Before, only
+    this prefix's veths were checked, and the copy passed (argument of review 10)."""
+    from node_agent.agent import wiring_disagreements
+    from node_agent.datastore import Datastore
+
+    ds = Datastore(cooldown_s=0.0)
+    ds.add_eni(PRIMARY, 0.0)
+    ds.add_addresses(PRIMARY.eni_id, ["10.0.0.50", "10.0.0.51"])
+    old = host_veth_name("c1", "eth0", "eni")
+    wiring = HostWiring(
+        pods={},
+        stale=["10.0.0.50"],
+        routed=frozenset({"10.0.0.50", "10.9.9.9"}),
+        links=frozenset({old}),
+        routed_via={"10.0.0.50": old, "10.9.9.9": "cni0"},
+    )
+    found = wiring_disagreements(ds, wiring, "wp")
+    assert found == [f"10.0.0.50 is routed to {old} but the checkpoint has it free"]
