@@ -161,6 +161,19 @@ def _no_releases(plan: Plan) -> Plan:
     return replace(plan, calls=calls)
 
 
+def _unsaid(actions: list[Action], keys: set[str]) -> list[Action]:
+    """``actions`` without ``keys`` in their ``assigned`` (an action left empty is dropped)."""
+    out: list[Action] = []
+    for a in actions:
+        if isinstance(a, Assigned) and keys.intersection((*a.ips, *a.prefixes)):
+            ips = [k for k in a.ips if k not in keys]
+            a = a.model_copy(update={"ips": ips, "prefixes": [k for k in a.prefixes if k not in keys]})
+            if not (a.ips or a.prefixes):
+                continue
+        out.append(a)
+    return out
+
+
 def _asks_prefixes(plan: Plan) -> bool:
     """Whether ``plan`` asks EC2 for a /28 (by count or by name), in an Assign or a Create."""
     return any(isinstance(c, (AssignAddresses, CreateEni)) and (c.prefixes or c.at_prefixes) for c in plan.calls)
@@ -207,6 +220,8 @@ class NodeJob:
     """The run's deadline (:meth:`PlanExecutor.run`), for the calls one planned call may become."""
     memory_gen: int = 0
     """``PlanExecutor.memory_gen`` before the plan was made (re-plans move it on)."""
+    handed: set[str] = field(default_factory=set)
+    """What the run's hand-backs (``Reclaim``) said so far (:meth:`PlanExecutor._deferred_by`)."""
 
 
 @dataclass
@@ -367,6 +382,7 @@ class PlanExecutor:
         replans = 0
         capped = False
         """A re-plan asked a refused subnet for fewer /28s (``_replan``): once a run."""
+        job.handed = set()
         while queue:
             if stop_at is not None and self.clock.now() >= stop_at:
                 return self._deferred(out, 1.0, Why.DEADLINE)
@@ -406,8 +422,7 @@ class PlanExecutor:
                 if plan.unmet:
                     out.actions.append(unmet(plan))
             except _Defer as d:
-                out.resend = d.resend
-                return self._deferred(out, d.retry_after_s, d.reason)
+                return self._deferred_by(out, job, d)
             except AwsError as err:
                 out.actions.append(Failed.clipped(err.code, str(err)))
         else:
@@ -596,6 +611,17 @@ class PlanExecutor:
             lean=job.scarce,
         )
 
+    def _deferred_by(self, out: NodeOutcome, job: NodeJob, d: _Defer) -> NodeOutcome:
+        """``out`` deferred as ``d`` says. Re-sent (``resend``), the same report comes back and is
+        planned again, maybe on a fresher Describe that finds the node no longer short: its answer
+        may unassign an offer this run handed back, after the agent took it back (review 11, R3:
+        R1 across two answers to one report). A hand-back makes no EC2 call: it is not said, the
+        offer stays quarantined, and the re-sent report's run alone decides it."""
+        out.resend = d.resend
+        if d.resend and job.handed:
+            out.actions = _unsaid(out.actions, job.handed)
+        return self._deferred(out, d.retry_after_s, d.reason)
+
     def _deferred(self, out: NodeOutcome, wait: float, reason: str) -> NodeOutcome:
         out.status = NodeStatus.DEFERRED
         out.retry_after_s = min(float(self.settings.max_defer_s), max(1.0, wait if math.isfinite(wait) else 900.0))
@@ -751,7 +777,9 @@ class PlanExecutor:
 
     def _run_reclaim(self, call: Reclaim, job: NodeJob, facts: NodeFacts) -> list[Action]:
         self._check_book(job)
-        return self._reclaim(call, job)
+        said = self._reclaim(call, job)
+        job.handed.update(k for a in said if isinstance(a, Assigned) for k in (*a.ips, *a.prefixes))
+        return said
 
     def _run_repeat(self, call: RepeatRelease, job: NodeJob, facts: NodeFacts) -> list[Action]:
         self._check_book(job)

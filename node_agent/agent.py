@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import email.utils
+import ipaddress
 import logging
 import os
 import queue
@@ -162,11 +163,12 @@ def wiring_disagreements(ds: Datastore, wiring: HostWiring, veth_prefix: str) ->
         has = held.get(ip) or recovered.get(ip)
         out.append(f"{ip} is wired to {veth} but the checkpoint has it " + (f"held by {has}" if has else "free"))
     # A pod of another veth prefix (the setting changed across the restart) is known by its
-    # route only: an address of the pool routed to any link and held by nobody is as wrong
-    # (review 10: an older copy lacking such a pod passed this check).
-    pool = {a.ip for e in ds.enis() for a in e.addrs.values()}
+    # route only: an address of the node's subnets routed to any link and held by nobody is as
+    # wrong (review 10: an older copy lacking such a pod passed this check), also one the copy
+    # does not have at all (a copy from before its grant: review 11, W1).
+    subnets = {ipaddress.ip_network(e.info.subnet_cidr, strict=False) for e in ds.enis() if e.info.subnet_cidr}
     for ip in sorted(wiring.routed - wiring.pods.keys()):
-        if ip in pool and ip not in held and ip not in recovered:
+        if ip not in held and ip not in recovered and any(ipaddress.ip_address(ip) in n for n in subnets):
             out.append(f"{ip} is routed to {wiring.routed_via.get(ip, 'a link')} but the checkpoint has it free")
     return out
 
@@ -214,15 +216,24 @@ def unwired_pods(ds: Datastore, wiring: HostWiring, veth_prefix: str) -> list[Po
 
 ROUTED_HOLDER = "routed"
 """The holder a rebuild names for an address routed through a link it cannot name."""
+UNROUTED_HOLDER = "unrouted"
+"""The holder a rebuild names for an address with a pod rule and no route (:func:`_routed_pods`)."""
 
 
-def _routed_pods(wiring: HostWiring) -> dict[str, str]:
+def _routed_pods(wiring: HostWiring, veth_prefix: str) -> dict[str, str]:
     """Every address with a ``/32`` route through a link -> the holder a rebuild names for it:
     this prefix's veth (a later DEL of the pod finds it), else the link the route goes through
     (a pod of another veth prefix: held until the agent's next rebuild no longer sees its route;
-    its DEL names this prefix's veth and finds nothing, a leak, never a second holder)."""
+    its DEL names this prefix's veth and finds nothing, a leak, never a second holder). A pod
+    rule with no route is a pod too while a veth of this prefix has no route: a route alone can
+    go while its pod runs (review 7, F1; review 11, W3), and which rule is that veth's the host
+    does not say, so each such rule's address is held (by :data:`UNROUTED_HOLDER`: a leak if its
+    veth was in fact gone)."""
     out = {ip: wiring.routed_via.get(ip, ROUTED_HOLDER) for ip in wiring.routed}
     out.update(wiring.pods)
+    routed_links = set(wiring.routed_via.values()) | set(wiring.pods.values())
+    if any(link.startswith(veth_prefix) and link not in routed_links for link in wiring.links):
+        out.update({ip: UNROUTED_HOLDER for ip in wiring.stale if ip not in out})
     return out
 
 
@@ -452,7 +463,7 @@ class Agent:
         # A /32 route through any link is a pod too: a veth of another prefix (the setting
         # changed across the restart) is one (review 10, A2: before, only this prefix's veths
         # were held, and such a pod's address was offered as of unknown origin while it ran).
-        routed = _routed_pods(wiring) if wiring is not None else {}
+        routed = _routed_pods(wiring, self.cfg.veth_prefix) if wiring is not None else {}
         if damaged is None and wiring is not None and not routed:
             # A first start, or a lost state directory with no pod wired: either way nothing
             # says what an earlier process offered back (free addresses are held as offered).

@@ -14,6 +14,7 @@ from typing import Any
 
 from emulated.clock import VirtualClock
 from emulated.ec2 import Ec2Config
+from node_agent.hostnet import HostWiring, host_veth_name
 from tests.helpers.agent_world import MemorySqs, WiredPods, make_agent
 from tests.helpers.allocate_world import AllocatorWorld
 from tests.helpers.controller import PRIMARY, FakeImds
@@ -145,3 +146,23 @@ def pod_on_fresh_address(n: Node, **env: str) -> str:
             return got
         n.step(5)
     raise AssertionError("setup: the pod never got an address")
+
+
+class PrefixedWiring(WiredPods):
+    """The host's wiring as ``node_agent.hostnet.wired_pods`` reads it: veths keep the prefix
+    they were made with (``made``); only those of the reading agent's prefix are ``pods``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made = "eni"
+        self.reader = "eni"
+
+    def host_wiring(self) -> HostWiring:
+        veths = {ip: host_veth_name(c, i, self.made) for (c, i), ip in self.wired.items()}
+        pods = {ip: v for ip, v in veths.items() if v.startswith(self.reader)}
+        return HostWiring(
+            pods=pods,
+            stale=sorted(set(veths) - set(pods)),
+            routed=frozenset(veths),
+            links=frozenset(veths.values()),
+        )

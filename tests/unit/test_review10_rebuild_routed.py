@@ -13,29 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from node_agent.hostnet import HostWiring, host_veth_name
-from tests.helpers.agent_world import WiredPods, cni_add
+from tests.helpers.agent_world import cni_add
 from tests.helpers.controller import PRIMARY
-from tests.helpers.first_start import Node, pod_on_fresh_address
-
-
-class PrefixedWiring(WiredPods):
-    """The host's wiring as ``node_agent.hostnet.wired_pods`` reads it: veths keep the prefix
-    they were made with (``made``); only those of the reading agent's prefix are ``pods``."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.made = "eni"
-        self.reader = "eni"
-
-    def host_wiring(self) -> HostWiring:
-        veths = {ip: host_veth_name(c, i, self.made) for (c, i), ip in self.wired.items()}
-        pods = {ip: v for ip, v in veths.items() if v.startswith(self.reader)}
-        return HostWiring(
-            pods=pods,
-            stale=sorted(set(veths) - set(pods)),
-            routed=frozenset(veths),
-            links=frozenset(veths.values()),
-        )
+from tests.helpers.first_start import Node, PrefixedWiring, pod_on_fresh_address
 
 
 def _offered(report) -> set[str]:
