@@ -439,6 +439,29 @@ def _on_imds_regress(w: EventsWorld, ev: k.ImdsRegress) -> None:
     _imds_window(w, ev.node, "regress_s", ev.back_s, ev.dur, ev.kind)
 
 
+def _on_stale_churn(w: EventsWorld, ev: k.StaleChurn) -> None:
+    """Its steps on the live node running the most pods now (the one with addresses from before
+    the window for the churn to free; the first by name of equals)."""
+    live = [a for a in w.agents.values() if not a.gone]
+    if not live:
+        return
+    node = min(live, key=lambda a: (-len(a.rt.up), a.name)).name
+    w.fault(ev.kind)
+    for s, n in ev.steps:
+        w.loop.call_later(s, functools.partial(_churn_step, w, node, n))
+
+
+def _churn_step(w: EventsWorld, node: str, n: int) -> None:
+    """One step of ``stale-churn``: ``n`` pods created, or the ``-n`` oldest deleted."""
+    if (a := _live(w, node)) is None:
+        return
+    if n > 0:
+        _add_pods(w, a, n, "s")
+    else:
+        _delete(w, a, -n)
+    w.fault("stale-churn:pods", abs(n))
+
+
 def _on_lambda_clock_skew(w: EventsWorld, ev: k.LambdaClockSkew) -> None:
     """The containers' offsets, open for ``dur`` s (``SimWorld._invoke`` puts each invocation in one)."""
     _window(w, ev.kind, ev.offsets(), ev.dur)
@@ -561,6 +584,7 @@ HANDLERS: dict[type[Event], Callable[[EventsWorld, Any], None]] = {
     k.ReportFlood: _on_report_flood,
     k.ImdsRegress: _on_imds_regress,
     k.LambdaClockSkew: _on_lambda_clock_skew,
+    k.StaleChurn: _on_stale_churn,
     k.MultiSubnet: subnets.on_multi_subnet,
     k.Fragmented: subnets.on_fragmented,
     k.CustomNetworking: subnets.on_custom_networking,

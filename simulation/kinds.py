@@ -430,6 +430,19 @@ class LambdaClockSkew(Window):
         return [float(x) for x in self.skews.split(",")]
 
 
+@dataclass(frozen=True)
+class StaleChurn(Event):
+    """Pods churning in a ``describe-stale`` window, from when it opens (``at``, the window's): on
+    the node running the most pods then, each of ``steps``, ``(s, n)``, ``s`` seconds later,
+    creates ``n`` pods (``n`` > 0) or deletes the ``-n`` oldest, as ``pods-del`` does (a burst, old
+    pods deleted, pods created again). The world where a plan's Describe misses a grant made in the
+    window while the node offers back addresses it held from before it (docs/safety.md, the ninth
+    review's R1)."""
+
+    kind: ClassVar[str] = "stale-churn"
+    steps: tuple[tuple[float, int], ...]
+
+
 # --- issue 25's bursts ------------------------------------------------------------------
 
 
@@ -554,6 +567,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ReportFlood,
         ImdsRegress,
         LambdaClockSkew,
+        StaleChurn,
         MultiSubnet,
         Fragmented,
         CustomNetworking,

@@ -82,6 +82,7 @@ FAULT_KINDS = (
     "report-flood",
     "imds-regress",
     "lambda-clock-skew",
+    "stale-churn",
     # issue 24: the pod subnets' worlds (:func:`_subnet_worlds`)
     "multi-subnet",
     "fragmented",
@@ -121,9 +122,11 @@ WORLD_KINDS = (
     "report-flood",
     "imds-regress",
     "lambda-clock-skew",
+    "stale-churn",
 )
 """Issue 21's harsh world (:func:`_world_faults`): EC2 and IMDS as AWS documents them, past
-every bound the code assumes; each kind from a generator of its own, drawn after every other."""
+every bound the code assumes; each kind from a generator of its own, drawn after every other
+(``stale-churn``, added later, listed last: :func:`_stale_churn`)."""
 SUBNET_KINDS = ("multi-subnet", "fragmented", "custom-networking")
 """Issue 24's subnet worlds (:func:`_subnet_worlds`, set up by :mod:`simulation.subnets`): each
 from a generator of its own, drawn after every other kind and put at the end of the event list,
@@ -279,6 +282,9 @@ def draw(seed: int) -> SeedPlan:
     ev += sorted(_subnet_worlds(seed, names, prefix_mode), key=lambda e: (e.at, e.kind))
     ev += _bursts(seed)
     ev += _launch_pools(seed, prefix_mode)
+    # Added after the shrunk replays the tests and docs name: listed last, so each earlier event
+    # keeps its ``--keep`` index (a replay keeping none of it runs as before)
+    ev += _stale_churn(seed, ev)
     return SeedPlan(seed, nodes, prefix_mode, warm_ip, minimum_ip, quota_fraction, tuple(ev))
 
 
@@ -471,12 +477,46 @@ def _late_kinds(seed: int, names: list[str]) -> list[Event]:
     return ev
 
 
+def _stale_churn(seed: int, events: Sequence[Event]) -> list[Event]:
+    """``stale-churn``, from a generator of its own (``dst/<seed>/stale-churn``), in every
+    ``describe-stale`` window long enough for the agent to offer addresses back inside it (150 s)
+    whose lag reaches past the agent's release delay (60 s: a shorter lag never hides a grant made
+    before the node had a surplus to offer). In the window's first 30 s a burst of 4-12 pods;
+    then, until the window closes, 20-60 s after each burst the oldest pods deleted (2 up to as
+    many as the burst; the seed's own pods before the churn's, whose addresses are often from
+    before the window: the agent offers them back once its release delay is over) and 60-120 s
+    after that pods created again (1 up to as many as were deleted: the node short again about
+    when its offers are out). A plan's Describe then may miss a grant made in the window while the
+    report offers addresses Describe shows: the plan hands offers back, its Assign is refused (the
+    ENI is fuller than the read shows), and a re-plan on a fresher read finds the node no longer
+    short (docs/safety.md, the ninth review's R1). The node is the one running the most pods when
+    the window opens (``simulation.events._on_stale_churn``)."""
+    stale = next((e for e in events if isinstance(e, k.DescribeStale)), None)
+    if stale is None or stale.lag_s < 120.0 or stale.dur < 150.0:
+        return []
+    r = random.Random(f"dst/{seed}/stale-churn")
+    t, burst = round(r.uniform(0, 30), 1), r.randint(4, 12)
+    steps = [(t, burst)]
+    while True:
+        t, gone = round(t + r.uniform(20, 60), 1), r.randint(2, max(2, burst))
+        if t >= stale.dur:
+            break
+        steps.append((t, -gone))
+        t, burst = round(t + r.uniform(60, 120), 1), r.randint(1, gone)
+        if t >= stale.dur:
+            break
+        steps.append((t, burst))
+    return [k.StaleChurn(at=stale.at, steps=tuple(steps))]
+
+
 def _world_faults(seed: int, names: list[str]) -> list[Event]:
     """Issue 21's harsh world, each kind from a generator of its own (``dst/<seed>/<kind>``),
     drawn after every other kind, so a seed's other events are those it drew before:
 
     * ``describe-stale``: for ``dur`` s, each DescribeNetworkInterfaces and DescribeInstances
-      answers from a moment drawn up to ``lag_s`` (seconds to minutes) ago;
+      answers from a moment drawn up to ``lag_s`` (seconds to minutes) ago; in a window of at
+      least 150 s lagging up to 2 or 5 min, the pods of the busiest node churn (``stale-churn``,
+      drawn and listed after every other kind: :func:`_stale_churn`);
     * ``instance-unlisted``: the node's instance (a new one replacing it, if ``replace``) is
       missing from DescribeInstances for ``dur`` s;
     * ``slow-detach`` / ``slow-attach``: each detach takes ``delay_s`` (minutes), each attach
