@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import email.utils
-import ipaddress
 import logging
 import os
 import queue
@@ -163,14 +162,22 @@ def wiring_disagreements(ds: Datastore, wiring: HostWiring, veth_prefix: str) ->
         has = held.get(ip) or recovered.get(ip)
         out.append(f"{ip} is wired to {veth} but the checkpoint has it " + (f"held by {has}" if has else "free"))
     # A pod of another veth prefix (the setting changed across the restart) is known by its
-    # route only: an address of the node's subnets routed to any link and held by nobody is as
-    # wrong (review 10: an older copy lacking such a pod passed this check), also one the copy
-    # does not have at all (a copy from before its grant: review 11, W1).
-    subnets = {ipaddress.ip_network(e.info.subnet_cidr, strict=False) for e in ds.enis() if e.info.subnet_cidr}
+    # route only: an address routed to a veth and held by nobody is as wrong (review 10: an
+    # older copy lacking such a pod passed this check), in whatever subnet (a copy from before
+    # the pod's grant or its ENI: reviews 11 and 12, W1). Routes through other links (the OS's
+    # to its gateway and resolver through the ENI's device) are not pods (review 12).
+    veths = _veths(wiring)
     for ip in sorted(wiring.routed - wiring.pods.keys()):
-        if ip not in held and ip not in recovered and any(ipaddress.ip_address(ip) in n for n in subnets):
-            out.append(f"{ip} is routed to {wiring.routed_via.get(ip, 'a link')} but the checkpoint has it free")
+        link = wiring.routed_via.get(ip, "")
+        if link in veths and ip not in held and ip not in recovered:
+            out.append(f"{ip} is routed to {link} but the checkpoint does not hold it")
     return out
+
+
+def _veths(wiring: HostWiring) -> set[str]:
+    """The host's veths: the links of that kind, and the agent's own (``pods``) whatever the
+    reader said of their kind."""
+    return set(wiring.veths) | set(wiring.pods.values())
 
 
 WIRING_READ_TRIES = 3
@@ -221,18 +228,21 @@ UNROUTED_HOLDER = "unrouted"
 
 
 def _routed_pods(wiring: HostWiring, veth_prefix: str) -> dict[str, str]:
-    """Every address with a ``/32`` route through a link -> the holder a rebuild names for it:
-    this prefix's veth (a later DEL of the pod finds it), else the link the route goes through
+    """Every address with a ``/32`` route through a veth -> the holder a rebuild names for it:
+    this prefix's veth (a later DEL of the pod finds it), else the veth the route goes through
     (a pod of another veth prefix: held until the agent's next rebuild no longer sees its route;
-    its DEL names this prefix's veth and finds nothing, a leak, never a second holder). A pod
-    rule with no route is a pod too while a veth of this prefix has no route: a route alone can
+    its DEL names this prefix's veth and finds nothing, a leak, never a second holder); not the
+    OS's routes through the ENIs' devices (review 12). A pod rule with no route is a pod too
+    while a veth has no route: a route alone can
     go while its pod runs (review 7, F1; review 11, W3), and which rule is that veth's the host
     does not say, so each such rule's address is held (by :data:`UNROUTED_HOLDER`: a leak if its
     veth was in fact gone)."""
-    out = {ip: wiring.routed_via.get(ip, ROUTED_HOLDER) for ip in wiring.routed}
+    veths = _veths(wiring)
+    out = {ip: link for ip, link in wiring.routed_via.items() if link in veths}
     out.update(wiring.pods)
     routed_links = set(wiring.routed_via.values()) | set(wiring.pods.values())
-    if any(link.startswith(veth_prefix) and link not in routed_links for link in wiring.links):
+    unrouted = {link for link in wiring.links if link.startswith(veth_prefix)} | veths
+    if unrouted - routed_links:  # a veth of any prefix (review 12, U1) with no route
         out.update({ip: UNROUTED_HOLDER for ip in wiring.stale if ip not in out})
     return out
 

@@ -337,12 +337,16 @@ class HostWiring:
     """The names of every link in the node's namespace."""
     routed_via: dict[str, str] = field(default_factory=dict)
     """Each address of ``routed`` -> the link its ``/32`` route goes through."""
+    veths: frozenset[str] = frozenset()
+    """The names of the links of kind ``veth`` (a pod's host side, whatever its prefix or CNI;
+    not the ENIs' devices, through which the OS routes its gateway's and resolver's ``/32``)."""
 
 
 def wired_pods(host: Netlink, veth_prefix: str = "eni") -> HostWiring:
     """Read the pods' host wiring: ``ip -4 route show table main`` joined with ``ip link`` by
     device, plus ``ip -4 rule`` for the pod rules. Reads only, changes nothing."""
-    names = {link.index: link.name for link in host.links()}
+    links = host.links()
+    names = {link.index: link.name for link in links}
     pods: dict[str, str] = {}
     routed: dict[str, str] = {}
     for r in host.routes(MAIN_TABLE):
@@ -363,6 +367,7 @@ def wired_pods(host: Netlink, veth_prefix: str = "eni") -> HostWiring:
         routed=frozenset(routed),
         links=frozenset(names.values()),
         routed_via=routed,
+        veths=frozenset(link.name for link in links if link.kind == "veth" and link.name),
     )
 
 

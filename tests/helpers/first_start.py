@@ -165,4 +165,35 @@ class PrefixedWiring(WiredPods):
             stale=sorted(set(veths) - set(pods)),
             routed=frozenset(veths),
             links=frozenset(veths.values()),
+            routed_via=veths,
+            veths=frozenset(veths.values()),
         )
+
+
+def pod_then_older_copy(n: Node, agent: Any, wiring: PrefixedWiring, backup: Path) -> tuple[Any, set[str], list[Any]]:
+    """After a grant given to ``agent``: ADD a pod until it gets an address, then restore the older
+    checkpoint copy ``backup`` with the agent back under another veth prefix ("wp"), and run past
+    ``RESTORE_WAIT_S`` with no answer, a new pod ADDed each step. The pod's address, what the
+    reports offered, and what the new pods got."""
+    from tests.helpers.agent_world import cni_add
+
+    n.step()
+    got = None
+    for _ in range(40):
+        got = cni_add(agent, "pod1")
+        if got is not None:
+            break
+        n.step(5)
+    n.stop()
+    shutil.rmtree(n.state)
+    shutil.copytree(backup, n.state)
+    wiring.reader = "wp"
+    agent = n.start(WARMPOOL_VETH_PREFIX="wp")
+    offered: set[str] = set()
+    others: list[Any] = []
+    for k in range(8):
+        r = n.step(30)
+        if r is not None:
+            offered |= {ip for o in r.release for ip in o.ips}
+        others.append(cni_add(agent, f"new{k}"))
+    return got, offered, others

@@ -63,6 +63,7 @@ def test_a_restored_copy_with_a_pool_address_routed_to_another_prefixs_veth_free
         routed=frozenset({"10.0.0.50", "10.9.9.9"}),
         links=frozenset({old}),
         routed_via={"10.0.0.50": old, "10.9.9.9": "cni0"},
+        veths=frozenset({old}),
     )
     found = wiring_disagreements(ds, wiring, "wp")
-    assert found == [f"10.0.0.50 is routed to {old} but the checkpoint has it free"]
+    assert found == [f"10.0.0.50 is routed to {old} but the checkpoint does not hold it"]

@@ -18,9 +18,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests.helpers.agent_world import cni_add, give
+from tests.helpers.agent_world import give
 from tests.helpers.controller import PRIMARY
-from tests.helpers.first_start import Node, PrefixedWiring
+from tests.helpers.first_start import Node, PrefixedWiring, pod_then_older_copy
 from warmpool.messages import AllocationResult, Assigned
 
 
@@ -54,27 +54,8 @@ def test_an_older_copy_lacking_a_running_pods_address_of_another_veth_prefix_is_
                 actions=[Assigned(eni_id=PRIMARY.eni_id, ips=[x])],
             ),
         )
-        n.step()
-        got = None
-        for _ in range(40):
-            got = cni_add(agent, "pod1")
-            if got is not None:
-                break
-            n.step(5)
+        got, offered, others = pod_then_older_copy(n, agent, wiring, backup)
         assert got == x, f"setup: the pod got {got}"
-        # the older copy is restored, and the agent comes back with another veth prefix
-        n.stop()
-        shutil.rmtree(n.state)
-        shutil.copytree(backup, n.state)
-        wiring.reader = "wp"
-        agent = n.start(WARMPOOL_VETH_PREFIX="wp")
-        offered: set[str] = set()
-        others: list[str | None] = []
-        for k in range(8):  # past RESTORE_WAIT_S with no answer: the lost-checkpoint way
-            r = n.step(30)
-            if r is not None:
-                offered |= _offered(r)
-            others.append(cni_add(agent, f"new{k}"))
         assert x not in offered and x not in others, (
             f"{x}, routed on the host to a running pod's veth (another prefix), "
             f"{'offered back as of unknown origin' if x in offered else 'given to another pod'} "
