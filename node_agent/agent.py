@@ -161,16 +161,6 @@ def wiring_disagreements(ds: Datastore, wiring: HostWiring, veth_prefix: str) ->
             continue
         has = held.get(ip) or recovered.get(ip)
         out.append(f"{ip} is wired to {veth} but the checkpoint has it " + (f"held by {has}" if has else "free"))
-    # A pod of another veth prefix (the setting changed across the restart) is known by its
-    # route only: an address routed to a veth and held by nobody is as wrong (review 10: an
-    # older copy lacking such a pod passed this check), in whatever subnet (a copy from before
-    # the pod's grant or its ENI: reviews 11 and 12, W1). Routes through other links (the OS's
-    # to its gateway and resolver through the ENI's device) are not pods (review 12).
-    veths = _veths(wiring)
-    for ip in sorted(wiring.routed - wiring.pods.keys()):
-        link = wiring.routed_via.get(ip, "")
-        if link in veths and ip not in held and ip not in recovered:
-            out.append(f"{ip} is routed to {link} but the checkpoint does not hold it")
     return out
 
 
@@ -228,23 +218,36 @@ UNROUTED_HOLDER = "unrouted"
 
 
 def _routed_pods(wiring: HostWiring, veth_prefix: str) -> dict[str, str]:
-    """Every address with a ``/32`` route through a veth -> the holder a rebuild names for it:
-    this prefix's veth (a later DEL of the pod finds it), else the veth the route goes through
-    (a pod of another veth prefix: held until the agent's next rebuild no longer sees its route;
-    its DEL names this prefix's veth and finds nothing, a leak, never a second holder); not the
-    OS's routes through the ENIs' devices (review 12). A pod rule with no route is a pod too
-    while a veth has no route: a route alone can
+    """Every address with a ``/32`` route through any link -> the holder a start names for it:
+    this prefix's veth (a later DEL of the pod finds it), else the link the route goes through
+    (a pod of another veth prefix, or whose host side is no veth: held until a start no longer
+    sees its route; its DEL names this prefix's veth and finds nothing, a leak, never a second
+    holder). The OS's routes to its gateway and resolver are held too, harmlessly: EC2 never
+    assigns those addresses (review 13: narrowed to veths, a pod on a netkit or macvlan device was
+    not held). A pod rule with no route is a pod too while a veth has no route: a route alone can
     go while its pod runs (review 7, F1; review 11, W3), and which rule is that veth's the host
     does not say, so each such rule's address is held (by :data:`UNROUTED_HOLDER`: a leak if its
     veth was in fact gone)."""
     veths = _veths(wiring)
-    out = {ip: link for ip, link in wiring.routed_via.items() if link in veths}
+    out = {ip: wiring.routed_via.get(ip, ROUTED_HOLDER) for ip in wiring.routed}
     out.update(wiring.pods)
     routed_links = set(wiring.routed_via.values()) | set(wiring.pods.values())
     unrouted = {link for link in wiring.links if link.startswith(veth_prefix)} | veths
     if unrouted - routed_links:  # a veth of any prefix (review 12, U1) with no route
         out.update({ip: UNROUTED_HOLDER for ip in wiring.stale if ip not in out})
     return out
+
+
+def hold_wired(ds: Datastore, wiring: HostWiring, now: float, veth_prefix: str) -> list[str]:
+    """After a restore: every address the host routes to a pod (:func:`_routed_pods`) that no
+    restored pod holds is held by a recovered holder, attached now or when IMDS shows it, rather
+    than trusted free or offered. A valid copy older than a pod (restored from a backup, its
+    later writes lost) lacks it; before, such a copy was refused for a route through this
+    prefix's veth only, and the checks widened to other links since either missed pods (another
+    prefix, a route flushed, a copy without the pod's subnet) or refused sound copies (the OS's
+    gateway route, another CNI's pod): reviews 10 to 13."""
+    known = {h.ip: h.holder for h in ds.recovered_holders()}
+    return ds.recover({ip: h for ip, h in _routed_pods(wiring, veth_prefix).items() if known.get(ip) != h}, now)
 
 
 def release_unwired(ds: Datastore, wiring: HostWiring, now: float, veth_prefix: str) -> list[PodRecord]:
@@ -292,6 +295,8 @@ def restore_checked(
     if not wrong:
         if wiring is not None and now is not None:
             release_unwired(ds, wiring, now, veth_prefix)
+            for note in hold_wired(ds, wiring, now, veth_prefix):
+                log.warning("restore: %s (the host routes it to a pod the checkpoint does not list)", note)
         if ds.restored_unchecksummed:
             log.warning(
                 "checkpoint without a checksum (an older agent's): restored%s; the next write adds one",

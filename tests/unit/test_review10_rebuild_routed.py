@@ -46,11 +46,12 @@ def test_a_rebuild_after_a_veth_prefix_change_never_offers_a_running_pods_addres
         n.stop()
 
 
-def test_a_restored_copy_with_a_pool_address_routed_to_another_prefixs_veth_free_disagrees() -> None:
-    """The start's wiring check (``wiring_disagreements``): an older valid copy lacking a pod wired
-    under another veth prefix leaves its address free; the route alone shows the pod. Before, only
-    this prefix's veths were checked, and the copy passed (argument of review 10)."""
-    from node_agent.agent import wiring_disagreements
+def test_a_restored_copy_holds_a_pool_address_routed_to_another_prefixs_veth() -> None:
+    """The start after a restore (``hold_wired``): an older valid copy lacking a pod wired under another
+    veth prefix leaves its address free; the route alone shows the pod, and the address is held by a
+    recovered holder named after that veth (before: free, and the check of this prefix's veths passed
+    the copy: argued by review 10). The gateway's route (another link) is held too, never attached."""
+    from node_agent.agent import hold_wired
     from node_agent.datastore import Datastore
 
     ds = Datastore(cooldown_s=0.0)
@@ -60,10 +61,14 @@ def test_a_restored_copy_with_a_pool_address_routed_to_another_prefixs_veth_free
     wiring = HostWiring(
         pods={},
         stale=["10.0.0.50"],
-        routed=frozenset({"10.0.0.50", "10.9.9.9"}),
-        links=frozenset({old}),
-        routed_via={"10.0.0.50": old, "10.9.9.9": "cni0"},
+        routed=frozenset({"10.0.0.50", "10.0.0.1"}),
+        links=frozenset({old, "ens5"}),
+        routed_via={"10.0.0.50": old, "10.0.0.1": "ens5"},
         veths=frozenset({old}),
     )
-    found = wiring_disagreements(ds, wiring, "wp")
-    assert found == [f"10.0.0.50 is routed to {old} but the checkpoint does not hold it"]
+    hold_wired(ds, wiring, 1.0, "wp")
+    held = {h.ip: h.holder for h in ds.recovered_holders()}
+    assert held == {"10.0.0.50": old, "10.0.0.1": "ens5"}
+    assert ds.assign("p1", "eth0", "ns", 2.0).ip == "10.0.0.51"  # type: ignore[union-attr]
+    assert ds.assign("p2", "eth0", "ns", 2.0) is None
+    assert hold_wired(ds, wiring, 3.0, "wp") == []  # a second start: nothing new to say
