@@ -479,7 +479,9 @@ class Agent:
         # changed across the restart) is one (review 10, A2: before, only this prefix's veths
         # were held, and such a pod's address was offered as of unknown origin while it ran).
         routed = _routed_pods(wiring, self.cfg.veth_prefix) if wiring is not None else {}
-        if damaged is None and wiring is not None and not routed:
+        veths = _veths(wiring) if wiring is not None else set()
+        pods_seen = any(h in veths or h == UNROUTED_HOLDER for h in routed.values())
+        if damaged is None and wiring is not None and not pods_seen:
             # A first start, or a lost state directory with no pod wired: either way nothing
             # says what an earlier process offered back (free addresses are held as offered).
             # With WARMPOOL_ADOPT_LAUNCH_POOL and the host's wiring read showing nothing routed
@@ -495,7 +497,13 @@ class Agent:
                 and not wiring.stale
                 and not wiring.routed
             )
-            return self.controller.start(now, checkpoint_lost=True, first_start=first), "empty"
+            # No veth pod: a first start, counted as none of the rebuilds. What other links
+            # route (the OS's gateway and resolver; a pod whose host side is no veth: review 13,
+            # K1) is held all the same, as the rebuild below holds it.
+            with self.ds.batch():
+                notes = self.ds.recover(routed, now)
+                notes += self.controller.start(now, checkpoint_lost=True, first_start=first)
+            return notes, "empty"
         # ``recorded`` with no checkpoint (the state directory lost) holds every address as a
         # damaged file does: nothing can say which a running pod uses (review 10, A1: before, it
         # took the empty start and offered a running pod's address as of unknown origin).

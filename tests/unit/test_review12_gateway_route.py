@@ -92,3 +92,18 @@ def test_a_first_start_on_a_node_whose_dhcp_client_routes_its_gateway_asks_to_ad
         )
     finally:
         n.stop()
+
+
+def test_a_first_start_on_a_node_whose_dhcp_client_routes_its_gateway_is_no_rebuild(tmp_path: Path) -> None:
+    """No checkpoint and no veth pod: the start is a first start ("empty"), not counted as a rebuild,
+    though the OS routes its gateway and resolver (held, never attached: EC2 never assigns them)."""
+    n = Node(tmp_path, adopt_launch_pool=False)
+    n.pods = DhcpHost()
+    try:
+        agent = n.start()
+        assert agent.counters["checkpoint_rebuilds_missing"] == 0
+        assert agent.counters["checkpoint_rebuilds_damaged"] == 0
+        assert {h.ip: h.holder for h in agent.ds.recovered_holders()} == {GATEWAY: "ens5", RESOLVER: "ens5"}
+        assert n.step() is not None  # it reports as any first start
+    finally:
+        n.stop()
