@@ -17,6 +17,7 @@ from moto import mock_aws
 
 from node_agent.agent import Agent
 from node_agent.config import load
+from node_agent.hostnet import HostWiring
 from node_agent.imds import ImdsClient
 from tests.helpers.agents import RecordingPods
 from tests.helpers.fakenode import FakeEni, FakeImdsServer, FakeInstance
@@ -186,6 +187,10 @@ def test_a_result_killed_before_its_checkpoint_is_not_acknowledged_and_comes_bac
     import node_agent.agent as agent_mod
 
     monkeypatch.setattr(agent_mod, "RESULT_VISIBILITY_S", 1, raising=False)
+    # The host's wiring is read and shows no pod (a node with pod wiring to read). The fixture's
+    # pods read none, as with WARMPOOL_POD_NETWORK=recorded, where a start without a checkpoint
+    # holds every address IMDS shows, now and later (the tenth review's A1): no offer to follow.
+    monkeypatch.setattr(world["pods"], "host_wiring", lambda: HostWiring({}, []))
     sqs, agent, eni0 = world["sqs"], world["agent"], world["eni0"]
     agent.start()
     r = next_report(sqs, world["reports"], agent)
