@@ -110,15 +110,19 @@ refused calls."""
 def _by_count_prefix_asks(plan: Plan, facts: NodeFacts) -> list[tuple[str, int]]:
     """Each call of ``plan`` asking EC2 for /28s by count (named asks are checked before the
     call): its subnet and how many."""
-    out: list[tuple[str, int]] = []
-    for c in plan.calls:
-        if isinstance(c, CreateEni) and c.prefixes and not c.at_prefixes:
-            out.append((c.subnet_id, c.prefixes))
-        elif isinstance(c, AssignAddresses) and c.prefixes and not c.at_prefixes:
-            subnet = _subnet_of(c.eni_id, facts)
-            if subnet:
-                out.append((subnet, c.prefixes))
-    return out
+    return [
+        (sid, c.prefixes)
+        for c in plan.calls
+        if isinstance(c, (AssignAddresses, CreateEni)) and (sid := _by_count_subnet(c, facts))
+    ]
+
+
+def _by_count_subnet(c: Call, facts: NodeFacts) -> str:
+    """The subnet a call asks /28s of by count (named asks are checked before the call); "" for
+    any other call, or an Assign on an ENI whose subnet is not known."""
+    if not isinstance(c, (AssignAddresses, CreateEni)) or not c.prefixes or c.at_prefixes:
+        return ""
+    return c.subnet_id if isinstance(c, CreateEni) else _subnet_of(c.eni_id, facts)
 
 
 def _capped(plan: Plan, facts: NodeFacts, known: dict[str, Remembered]) -> Plan | None:
@@ -131,14 +135,12 @@ def _capped(plan: Plan, facts: NodeFacts, known: dict[str, Remembered]) -> Plan 
     calls: list[Call] = []
     cut = 0
     for c in plan.calls:
-        if isinstance(c, (AssignAddresses, CreateEni)) and c.prefixes and not c.at_prefixes:
-            sid = c.subnet_id if isinstance(c, CreateEni) else _subnet_of(c.eni_id, facts)
-            r = known.get(sid)
-            if r is not None and c.prefixes >= r.prefixes:
-                if r.prefixes < 2:
-                    return None
-                cut += c.prefixes - (r.prefixes - 1)
-                c = replace(c, prefixes=r.prefixes - 1)
+        r = known.get(_by_count_subnet(c, facts))
+        if r is not None and isinstance(c, (AssignAddresses, CreateEni)) and c.prefixes >= r.prefixes:
+            if r.prefixes < 2:
+                return None
+            cut += c.prefixes - (r.prefixes - 1)
+            c = replace(c, prefixes=r.prefixes - 1)
         calls.append(c)
     if not cut:
         return None

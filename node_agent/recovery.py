@@ -17,6 +17,7 @@ that keeps them (a mixin over the datastore's state, under its lock).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from node_agent.records import UNKNOWN_HOLDER, Addr, Assignment, EniRecord, RecoveredHolder
 
@@ -64,30 +65,18 @@ class RecoveredHolders:
 
         The rebuild's answer when the host cannot say which addresses pods use.
         """
-        with self._lock:
-            n = 0
-            for eni in self._enis.values():
-                for a in eni.addrs.values():
-                    if not a.in_use:
-                        a.recovered, a.assigned_at, a.freed_at, a.quarantined_at = (
-                            UNKNOWN_HOLDER,
-                            now,
-                            None,
-                            None,
-                        )
-                        self._recovered[a.ip] = (UNKNOWN_HOLDER, now)
-                        n += 1
-            if n:
-                self._save()
-            return n
+        return self._hold_unknown_where(lambda a: True, now)
 
     def hold_unknown(self, keys: set[str], now: float) -> int:
         """:meth:`hold_all` for ``keys`` alone (addresses, or /28s: each member); returns how many."""
+        return self._hold_unknown_where(lambda a: a.ip in keys or bool(a.prefix and a.prefix in keys), now)
+
+    def _hold_unknown_where(self, pick: Callable[[Addr], bool], now: float) -> int:
         with self._lock:
             n = 0
             for eni in self._enis.values():
                 for a in eni.addrs.values():
-                    if (a.ip in keys or (a.prefix and a.prefix in keys)) and not a.in_use:
+                    if not a.in_use and pick(a):
                         a.recovered, a.assigned_at, a.freed_at, a.quarantined_at = UNKNOWN_HOLDER, now, None, None
                         self._recovered[a.ip] = (UNKNOWN_HOLDER, now)
                         n += 1
