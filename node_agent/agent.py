@@ -364,6 +364,9 @@ class Agent:
         self.result_queue_name = ""
         self.aws_clock = AwsClockCheck(clock, monotonic)
         self._grace_from = 0.0
+        self._grace_for: object = None
+        """The ``HELD_ALL_META`` whose grace ``_grace_from`` times: a hold begun later (a restored
+        checkpoint found not current in ``recorded`` mode) starts the grace again."""
 
     # --- start-up ---------------------------------------------------------------------------
 
@@ -415,6 +418,7 @@ class Agent:
             clock_ahead=self.aws_clock.offset,
             monotonic=self._monotonic,
             boot_id=self._boot_id,
+            pods_unseen=cfg.pod_network == "recorded",
         )
         self.result_queue_name = result_queue_name(cfg.result_queue_prefix, ident.instance_id)
         self.result_queue_url = self._find_result_queue()  # before the first report: AWS's clock
@@ -424,6 +428,7 @@ class Agent:
             notes, how = self.controller.start(now, restored=True), "restored"
         else:
             notes, how = self._rebuild(checkpoint, damaged, now)
+        self._grace_for = self.ds.meta.get(HELD_ALL_META)
         log.info(
             "started %s (%s in %s): checkpoint %s; %d reconcile notes",
             ident.instance_id,
@@ -561,9 +566,13 @@ class Agent:
     def _release_unknown_holders(self, now: float) -> None:
         """``WARMPOOL_RECOVERY_GRACE_S`` after a rebuild that held every address, let them go
         (loudly). Measured on the steady clock from this process's start (a restart in the
-        grace starts it again; a wall clock stepped forward never shortens it)."""
+        grace starts it again; a wall clock stepped forward never shortens it), or from when this
+        process began a hold (a restored checkpoint found not current in ``recorded`` mode:
+        ``PoolController._restore_stale``, review 11, W2)."""
         grace = self.cfg.recovery_grace_s
         since = self.ds.meta.get(HELD_ALL_META)
+        if since != self._grace_for:
+            self._grace_for, self._grace_from = since, self._steady()
         if grace <= 0 or not isinstance(since, (int, float)) or self._steady() < self._grace_from + grace:
             return
         try:
