@@ -38,6 +38,7 @@ from node_agent.datastore import Datastore
 from node_agent.hostnet import HostWiring, host_veth_name
 from node_agent.identity import CachedIdentity
 from node_agent.imds import Identity, ImdsClient
+from node_agent.records import UNROUTED_HOLDER as UNROUTED_HOLDER  # re-exported: the rebuild names it
 from node_agent.records import NodeIdentity, PodRecord
 from warmpool.clock import Clock, RealClock, SteadyClock
 from warmpool.limits import InstanceLimits, known, max_pods
@@ -213,8 +214,6 @@ def unwired_pods(ds: Datastore, wiring: HostWiring, veth_prefix: str) -> list[Po
 
 ROUTED_HOLDER = "routed"
 """The holder a rebuild names for an address routed through a link it cannot name."""
-UNROUTED_HOLDER = "unrouted"
-"""The holder a rebuild names for an address with a pod rule and no route (:func:`_routed_pods`)."""
 
 
 def _routed_pods(wiring: HostWiring, veth_prefix: str) -> dict[str, str]:
@@ -226,8 +225,9 @@ def _routed_pods(wiring: HostWiring, veth_prefix: str) -> dict[str, str]:
     assigns those addresses (review 13: narrowed to veths, a pod on a netkit or macvlan device was
     not held). A pod rule with no route is a pod too while a veth has no route: a route alone can
     go while its pod runs (review 7, F1; review 11, W3), and which rule is that veth's the host
-    does not say, so each such rule's address is held (by :data:`UNROUTED_HOLDER`: a leak if its
-    veth was in fact gone)."""
+    does not say, so each such rule's address is held (by :data:`UNROUTED_HOLDER`; if its veth was
+    in fact gone, its pod's retried DEL names the address in its ``prevResult`` and releases it with
+    its rules: ``CniService._delete``, review 13's U1-leak)."""
     veths = _veths(wiring)
     out = {ip: wiring.routed_via.get(ip, ROUTED_HOLDER) for ip in wiring.routed}
     out.update(wiring.pods)
