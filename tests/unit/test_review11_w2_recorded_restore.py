@@ -114,3 +114,36 @@ def test_an_older_copy_answered_not_current_in_recorded_mode_never_offers_a_runn
 
 def test_an_older_copy_unanswered_in_recorded_mode_never_offers_a_running_pods_address(tmp_path: Path) -> None:
     _check(tmp_path, answer=False)
+
+
+def test_the_grace_counts_from_the_hold_a_restore_not_current_begins(tmp_path: Path) -> None:
+    """The cost the grace states (docs/agent.md): once it has run from the hold, what the hold
+    kept, the running pod's address too, is offered as of unknown origin. From the hold, not from
+    the start: the restore's wait (``RESTORE_WAIT_S``) is not taken off it."""
+    n = Node(tmp_path, adopt_launch_pool=False)
+    n.pods = RecordedPods("eni")  # type: ignore[assignment]
+    backup = tmp_path / "backup"
+    try:
+        x = _pod_after_the_copy(n, backup)
+        n.stop()
+        shutil.rmtree(n.state)
+        shutil.copytree(backup, n.state)
+        agent = n.start(**ENV)
+        started = n.clock.now()
+        offered: set[str] = set()
+        for _ in range(3):  # no answer: the wait ends and the hold begins
+            r = n.step(30)
+            offered |= _offered(r) if r is not None else set()
+        held_at = agent.ds.meta.get(HELD_ALL_META)
+        assert isinstance(held_at, float) and held_at > started + 50, f"setup: the hold began at {held_at}"
+        n.clock.advance(started + float(GRACE) + 5 - n.clock.now())
+        r = n.step(1)  # the grace has run from the start, not from the hold
+        offered |= _offered(r) if r is not None else set()
+        assert x not in offered, f"{x} offered {float(GRACE):g} s after the start, before the grace ran from the hold"
+        n.clock.advance(held_at + float(GRACE) + 5 - n.clock.now())
+        for _ in range(3):
+            r = n.step(30)
+            offered |= _offered(r) if r is not None else set()
+        assert x in offered, f"{x} still held after the grace ran from the hold (WARMPOOL_RECOVERY_GRACE_S says when)"
+    finally:
+        n.stop()
