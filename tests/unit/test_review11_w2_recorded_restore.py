@@ -15,6 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from node_agent.cniserver import RecordedPods
 from node_agent.controller import HELD_ALL_META
 from tests.helpers.agent_world import cni_add, give
@@ -145,5 +147,55 @@ def test_the_grace_counts_from_the_hold_a_restore_not_current_begins(tmp_path: P
             r = n.step(30)
             offered |= _offered(r) if r is not None else set()
         assert x in offered, f"{x} still held after the grace ran from the hold (WARMPOOL_RECOVERY_GRACE_S says when)"
+    finally:
+        n.stop()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (recorded mode only): nothing on the host or in the allocator's ledger shows a pod ADDed "
+    "after the node's last report, so an older copy lacking it is current; docs/safety.md row 12",
+)
+def test_an_older_copy_answered_current_in_recorded_mode_never_gives_a_running_pods_address_again(
+    tmp_path: Path,
+) -> None:
+    """The copy is the state at the node's last report (the allocator saw nothing since, and says
+    "current"); a pod ADDed after it, and then the disk's last writes lost: its address is free in
+    the copy. With the wiring read, ``hold_wired`` holds it; in recorded mode nothing does."""
+    n = Node(tmp_path, adopt_launch_pool=False)
+    n.pods = RecordedPods("eni")  # type: ignore[assignment]
+    backup = tmp_path / "backup"
+    try:
+        agent = n.start(WARMPOOL_POD_NETWORK="recorded")
+        first = n.step()
+        assert first is not None
+        x = "10.0.0.50"
+        n.imds.add(PRIMARY, [x])
+        give(
+            agent,
+            AllocationResult(
+                cluster=first.cluster,
+                node=first.node,
+                instance_id=first.instance_id,
+                in_reply_to=agent.controller.last_seq,
+                actions=[Assigned(eni_id=PRIMARY.eni_id, ips=[x])],
+            ),
+        )
+        for _ in range(3):
+            n.step(30)
+        shutil.copytree(n.state, backup)  # x free in it, as of the last report
+        assert cni_add(agent, "pod1") == x, "setup: the pod got the granted address"
+        n.stop()  # before any later report
+        shutil.rmtree(n.state)
+        shutil.copytree(backup, n.state)
+        agent = n.start(WARMPOOL_POD_NETWORK="recorded")
+        r = n.step()
+        assert r is not None and r.restored_from is not None
+        give(agent, restore_answer(r, r.restored_from, current=True))
+        others = []
+        for k in range(4):
+            n.step(5)
+            others.append(cni_add(agent, f"new{k}"))
+        assert x not in others, f"{x}, held by a running pod, given to another pod after a current older copy"
     finally:
         n.stop()
