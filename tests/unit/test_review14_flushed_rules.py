@@ -24,8 +24,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.helpers.first_start import Node, pod_on_fresh_address
 from tests.helpers.kernel_pods import KernelPods, answered_start, offers_and_adds
 
@@ -47,9 +45,6 @@ def _why(x: str, offered: set[str], host: KernelPods) -> str:
     return f"{x}: pod1 runs (its veth is on the host); it was {went} (namespaces carrying it: {host.holders(x)})"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="review 14, R1: a rebuild holds no address for a veth whose route and rule are gone"
-)
 def test_a_rebuild_holds_the_address_of_a_pod_whose_route_and_rule_went(tmp_path: Path) -> None:
     n, host, x = _flushed(tmp_path)
     try:
@@ -60,9 +55,6 @@ def test_a_rebuild_holds_the_address_of_a_pod_whose_route_and_rule_went(tmp_path
         n.stop()
 
 
-@pytest.mark.xfail(
-    strict=True, reason="review 14, R1: release_unwired looks for a restored pod's veth under the new prefix only"
-)
 def test_a_changed_prefix_does_not_release_a_running_pod_whose_route_and_rule_went(tmp_path: Path) -> None:
     n, host, x = _flushed(tmp_path)
     try:

@@ -34,10 +34,6 @@ from tests.helpers.first_start import Node, add_until, grant
 from tests.helpers.kernel_pods import KernelPods, answered_start, offers_and_adds
 
 X, Y = "10.0.0.50", "10.0.0.51"
-XFAIL = (
-    "review 14, O1: hold_wired and release_unwired trust a restored pod's record"
-    " for an address a different running pod uses"
-)
 
 
 def _gc(agent: Any, valid: list[str]) -> dict[str, Any]:
@@ -66,7 +62,6 @@ def _old_then_run(n: Node, backup: Path | None) -> Any:
     return agent
 
 
-@pytest.mark.xfail(strict=True, reason=XFAIL)
 @pytest.mark.parametrize("current", [True, False], ids=["current", "not-current"])
 def test_gc_of_the_copys_deleted_pod_frees_the_address_a_running_pod_uses(tmp_path: Path, current: bool) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
@@ -107,7 +102,6 @@ def test_on_its_own_checkpoint_the_same_host_keeps_the_address_the_running_pods(
         n.stop()
 
 
-@pytest.mark.xfail(strict=True, reason=XFAIL)
 def test_the_del_of_a_pod_the_copy_names_under_its_old_address_frees_another_pods(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()
