@@ -46,7 +46,7 @@ def w(tmp_path: Path) -> Iterator[World]:
 
 
 def _gc(agent: Any, valid: list[str]) -> dict[str, Any]:
-    conf = {"cniVersion": "1.1.0", "name": "warmpool", "type": "warmpool-cni"}
+    conf: dict[str, Any] = {"cniVersion": "1.1.0", "name": "warmpool", "type": "warmpool-cni"}
     conf["cni.dev/valid-attachments"] = [{"containerID": c, "ifname": "eth0"} for c in valid]
     return agent.cni.handle({"command": "GC", "config": conf})  # type: ignore[no-any-return]
 
