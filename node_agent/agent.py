@@ -34,8 +34,8 @@ from node_agent.checkpoint import CheckpointError, CheckpointWriteError, FileChe
 from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods, PodNetwork, RecordedPods
 from node_agent.config import AgentConfig, ConfigError, load
 from node_agent.controller import HELD_ALL_META, AttachedEni, HostNetwork, PoolController
-from node_agent.datastore import Datastore
-from node_agent.hostnet import HostWiring, host_veth_name
+from node_agent.datastore import HOLD_ON_RELEASE, Datastore
+from node_agent.hostnet import HostWiring, host_veth_name, veth_shaped, veths_of
 from node_agent.identity import CachedIdentity
 from node_agent.imds import Identity, ImdsClient
 from node_agent.records import UNROUTED_HOLDER as UNROUTED_HOLDER  # re-exported: the rebuild names it
@@ -208,8 +208,77 @@ def unwired_pods(ds: Datastore, wiring: HostWiring, veth_prefix: str) -> list[Po
         if p.ip not in wiring.pods
         and p.ip not in wiring.routed
         and p.ip not in wiring.stale
-        and host_veth_name(p.container_id, p.ifname, veth_prefix) not in wiring.links
+        and not veths_of(p.container_id, p.ifname, wiring.links, veth_prefix)
     ]
+
+
+def unrouted_veths(wiring: HostWiring, veth_prefix: str) -> set[str]:
+    """The host's veths that may be a pod's of this agent and have no ``/32`` route: this
+    prefix's links, and veths named as :func:`node_agent.hostnet.host_veth_name` names them under
+    any prefix (:func:`node_agent.hostnet.veth_shaped`). Such a pod's address the host may not show
+    at all: a veth set down loses its routes, and a network manager drops foreign rules (review
+    14, R1)."""
+    maybe = {link for link in wiring.links if link.startswith(veth_prefix)}
+    maybe |= {v for v in wiring.veths if veth_shaped(v)}
+    return maybe - set(wiring.routed_via.values()) - set(wiring.pods.values())
+
+
+def _link_names(wiring: HostWiring) -> set[str]:
+    """Every link name the read shows: its links, and those its routes go through."""
+    return {*wiring.links, *wiring.pods.values(), *wiring.routed_via.values()}
+
+
+def unnamed_unrouted_veths(ds: Datastore, wiring: HostWiring, veth_prefix: str) -> set[str]:
+    """Each :func:`unrouted_veths` veth that neither a restored pod (its veth under any prefix) nor a
+    recovered holder names: a pod the copy lacks, of an address the host does not say."""
+    named = {h.holder for h in ds.recovered_holders()}
+    links = _link_names(wiring)
+    for p in ds.pods():
+        named |= veths_of(p.container_id, p.ifname, links, veth_prefix)
+    return unrouted_veths(wiring, veth_prefix) - named
+
+
+def doubtful_records(ds: Datastore, wiring: HostWiring, veth_prefix: str) -> dict[str, str]:
+    """The restored pods' addresses another running pod may carry -> the holder that keeps each
+    when its record is released (:data:`node_agent.datastore.HOLD_ON_RELEASE`). A record is the
+    address's only possible holder when the host routes the address through the pod's own veth
+    (under any prefix), or routes it through no link and every other veth with no route is a
+    recovered holder's (each carries its own address): every running pod carries the address its
+    veth is routed for or, routeless, an address the host does not say. Else an older copy may
+    name a pod DELeted since whose address a running pod got (its route gone, or through another
+    prefix's veth), and that record's GC or DEL would free it (review 14, O1). Held then by the
+    link the host routes it through, or :data:`UNROUTED_HOLDER`."""
+    others = unrouted_veths(wiring, veth_prefix) - {h.holder for h in ds.recovered_holders()}
+    out: dict[str, str] = {}
+    links = _link_names(wiring)
+    for p in ds.pods():
+        own = veths_of(p.container_id, p.ifname, links, veth_prefix)
+        via = wiring.routed_via.get(p.ip) or wiring.pods.get(p.ip)
+        if via in own:
+            continue
+        if via is not None or others - own:
+            out[p.ip] = via or UNROUTED_HOLDER
+    return out
+
+
+def hold_doubtful(ds: Datastore, wiring: HostWiring, now: float, veth_prefix: str) -> None:
+    """After a restore, what the host cannot rule out another running pod carries stays held
+    (review 14, O1 and R1): each address of :func:`doubtful_records`, when its record is released
+    (:data:`node_agent.datastore.HOLD_ON_RELEASE`); and, while a veth the copy names no pod for
+    has no route (:func:`unnamed_unrouted_veths`: its pod's address may be any), every free
+    address as the rebuild holds them (by ``UNKNOWN_HOLDER``, and what IMDS alone shows later:
+    :data:`HELD_ALL_META`). A write that fails leaves the datastore dirty (the next write)."""
+    holds = doubtful_records(ds, wiring, veth_prefix) or None
+    unnamed = sorted(unnamed_unrouted_veths(ds, wiring, veth_prefix))
+    if holds == ds.meta.get(HOLD_ON_RELEASE) and not unnamed:
+        return
+    free = {a.ip for e in ds.enis() for a in e.addrs.values() if not a.in_use and a.quarantined_at is None}
+    with contextlib.suppress(CheckpointWriteError), ds.batch():
+        ds.set_meta(HOLD_ON_RELEASE, holds)
+        if unnamed:
+            n = ds.hold_unknown(free, now)
+            ds.set_meta(HELD_ALL_META, now)
+            log.warning("restore: %d free addresses held: pod veths with no route the checkpoint lacks: %s", n, unnamed)
 
 
 ROUTED_HOLDER = "routed"
@@ -294,6 +363,7 @@ def restore_checked(
     wrong = wiring_disagreements(ds, wiring, veth_prefix) if wiring is not None else []
     if not wrong:
         if wiring is not None and now is not None:
+            hold_doubtful(ds, wiring, now, veth_prefix)
             release_unwired(ds, wiring, now, veth_prefix)
             for note in hold_wired(ds, wiring, now, veth_prefix):
                 log.warning("restore: %s (the host routes it to a pod the checkpoint does not list)", note)
@@ -485,7 +555,9 @@ class Agent:
         # were held, and such a pod's address was offered as of unknown origin while it ran).
         routed = _routed_pods(wiring, self.cfg.veth_prefix) if wiring is not None else {}
         veths = _veths(wiring) if wiring is not None else set()
-        pods_seen = any(h in veths or h == UNROUTED_HOLDER for h in routed.values())
+        # a pod's veth with no route: its address may be any (its rule gone too: review 14, R1)
+        unknown = sorted(unrouted_veths(wiring, self.cfg.veth_prefix)) if wiring is not None else []
+        pods_seen = bool(unknown) or any(h in veths or h == UNROUTED_HOLDER for h in routed.values())
         if damaged is None and wiring is not None and not pods_seen:
             # A first start, or a lost state directory with no pod wired: either way nothing
             # says what an earlier process offered back (free addresses are held as offered).
@@ -539,11 +611,12 @@ class Agent:
         with self.ds.batch():
             notes = self.ds.recover(routed, now) if wiring is not None else []
             notes += self.controller.start(now, checkpoint_lost=True)
-            if wiring is None:
+            if wiring is None or unknown:
                 n = self.ds.hold_all(now)
                 notes.append(
                     f"{n} addresses held until the runtime's pods are known "
                     f"(grace {self.cfg.recovery_grace_s or 'none'})"
+                    + (f": pod veths with no route, of addresses the host does not show: {unknown}" if unknown else "")
                 )
                 self.ds.set_meta(HELD_ALL_META, now)
         for ip in [ip for ip in wiring.stale if ip not in routed] if wiring is not None else []:

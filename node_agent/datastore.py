@@ -68,6 +68,11 @@ UNKNOWN_ON_RELEASE = "unknown_on_release"
 (``node_agent.controller.UNKNOWN_ON_RELEASE_META``)."""
 RELEASED_UNKNOWN = "released_unknown"
 """Meta key: keys :meth:`Datastore.release` quarantined so, for the controller to mark."""
+HOLD_ON_RELEASE = "hold_on_release"
+"""Meta key: address -> recovered holder. The release of the pod record holding one of these
+addresses hands it to that holder instead of freeing it: a restored pod's record the host does not
+show as that pod's, for an address another running pod may carry
+(``node_agent.agent.doubtful_records``; review 14, O1)."""
 
 
 class Datastore(RecoveredHolders):
@@ -325,6 +330,15 @@ class Datastore(RecoveredHolders):
             eni_id = self._ip_eni[ip]
             a = self._enis[eni_id].addrs[ip]
             a.container_id = a.ifname = a.netns = a.network = ""
+            holds = self.meta.get(HOLD_ON_RELEASE)
+            if isinstance(holds, dict) and holds.get(ip):
+                # another pod may carry it: held by who the host shows, never freed (review 14, O1)
+                a.recovered, a.assigned_at, a.freed_at, a.quarantined_at = str(holds[ip]), now, None, None
+                self._recovered[ip] = (a.recovered, now)
+                self.meta[HOLD_ON_RELEASE] = {k: v for k, v in holds.items() if k != ip} or None
+                self._save()
+                self.changed.set()
+                return Assignment(ip, eni_id)
             a.freed_at = now
             unit = a.prefix or a.ip
             marked = self.meta.get(UNKNOWN_ON_RELEASE)

@@ -121,6 +121,33 @@ def host_veth_name(container_id: str, ifname: str, prefix: str = "eni") -> str:
     return f"{prefix}{digest}"[:15]
 
 
+VETH_DIGEST_MIN = 8
+"""The fewest hex digits a host veth name read under *any* prefix must end with
+(:func:`veths_of`, :func:`veth_shaped`): a prefix of up to 7 characters. Fewer would match
+names by chance (one digit: one name in 16)."""
+_HEX = frozenset("0123456789abcdef")
+
+
+def veth_shaped(name: str) -> bool:
+    """``name`` is as :func:`host_veth_name` makes them under some prefix of up to 7 characters:
+    15 characters, the last :data:`VETH_DIGEST_MIN` hex digits (Docker's ``veth`` + 7 digits,
+    Cilium's ``cilium_host`` are not; another CNI's ``cali``/``lxc`` + digest names are)."""
+    return len(name) == IFNAMSIZ - 1 and set(name[-VETH_DIGEST_MIN:]) <= _HEX
+
+
+def veths_of(container_id: str, ifname: str, names: Collection[str], prefix: str) -> set[str]:
+    """The names among ``names`` that are the attachment's host veth: under ``prefix``, or under
+    any other prefix of up to 7 characters (the setting changed across a restart)."""
+    digest = host_veth_name(container_id, ifname, "")
+    mine = host_veth_name(container_id, ifname, prefix)
+    return {
+        n
+        for n in names
+        if n == mine
+        or (len(n) == IFNAMSIZ - 1 and any(n[k:] == digest[: IFNAMSIZ - 1 - k] for k in range(1, VETH_DIGEST_MIN)))
+    }
+
+
 class EniNetworking:
     """The controller's :class:`~node_agent.controller.HostNetwork` port, over netlink."""
 

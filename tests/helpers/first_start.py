@@ -117,18 +117,16 @@ def ask(w: AllocatorWorld, eni: str, ips: list[str], wait: str = WAIT, **kw: Any
     return w.report("n1", warm_ip=1, release=[offer], extra=extra, **kw)
 
 
-def pod_on_fresh_address(n: Node, **env: str) -> str:
-    """Start ``n``'s agent (with ``env``), grant it one address (10.0.0.50, IMDS listing it) and
-    ADD a pod until it gets one; the pod's address."""
-    from tests.helpers.agent_world import cni_add, give
+def grant(n: Node, agent: Any, ips: list[str]) -> None:
+    """One pass, then ``ips`` granted on the primary ENI in reply to its report (IMDS listing
+    them), then another pass."""
+    from tests.helpers.agent_world import give
     from tests.helpers.controller import PRIMARY
     from warmpool.messages import AllocationResult, Assigned
 
-    agent = n.start(**env)
     first = n.step()
     assert first is not None
-    y = "10.0.0.50"
-    n.imds.add(PRIMARY, [y])
+    n.imds.add(PRIMARY, ips)
     give(
         agent,
         AllocationResult(
@@ -136,16 +134,30 @@ def pod_on_fresh_address(n: Node, **env: str) -> str:
             node=first.node,
             instance_id=first.instance_id,
             in_reply_to=agent.controller.last_seq,
-            actions=[Assigned(eni_id=PRIMARY.eni_id, ips=[y])],
+            actions=[Assigned(eni_id=PRIMARY.eni_id, ips=ips)],
         ),
     )
     n.step()
+
+
+def add_until(n: Node, agent: Any, cid: str) -> str:
+    """ADD ``cid`` until it gets an address (5 s between tries); the address."""
+    from tests.helpers.agent_world import cni_add
+
     for _ in range(40):
-        got = cni_add(agent, "pod1")
+        got = cni_add(agent, cid)
         if got is not None:
             return got
         n.step(5)
-    raise AssertionError("setup: the pod never got an address")
+    raise AssertionError(f"setup: {cid} never got an address")
+
+
+def pod_on_fresh_address(n: Node, **env: str) -> str:
+    """Start ``n``'s agent (with ``env``), grant it one address (10.0.0.50, IMDS listing it) and
+    ADD a pod until it gets one; the pod's address."""
+    agent = n.start(**env)
+    grant(n, agent, ["10.0.0.50"])
+    return add_until(n, agent, "pod1")
 
 
 class PrefixedWiring(WiredPods):

@@ -1,0 +1,118 @@
+"""The host's pod wiring as the kernel keeps it, for the fourteenth review's tests: each pod's veth
+pair (its namespace side carries the pod's address while the pair exists), the ``/32`` routes in
+main and the ``to <ip>`` pod rules (priority 512), each of which can go on its own.
+
+What it models, and where from:
+
+* ``setup`` does what ``node_agent.hostnet.setup_pod`` does: the veth pair (host side
+  ``host_veth_name``), the ``/32`` route via it (``route replace``: one route per address), the pod
+  rule.
+* ``teardown`` does what ``node_agent.hostnet.teardown_pod`` does: the attachment's own veth goes
+  (the kernel removes its peer with it, ``drivers/net/veth.c::veth_dellink``, and every route
+  through it), then, with an address given, every pod rule and every ``/32`` route in main *for
+  that address*, whatever link or pod they belong to.
+* ``flush_routes`` / ``flush_rules``: the routes or the rules go while the veths stay (a veth set
+  down loses its IPv4 routes; systemd-networkd's ``ManageForeignRoutes`` and
+  ``ManageForeignRoutingPolicyRules``, both on by default, drop what it did not configure:
+  aws/amazon-vpc-cni-k8s#1600, awslabs/amazon-eks-ami#1738).
+* ``host_wiring`` reads it as ``node_agent.hostnet.wired_pods`` reads the kernel.
+* ``holders(ip)``: the attachments whose namespace carries ``ip`` (their veth exists), whatever
+  the host routes: two of them is two pods with one address.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from node_agent.hostnet import HostWiring, PodNet, host_veth_name
+from tests.helpers.agent_world import WiredPods, cni_add, give
+from tests.helpers.first_start import Node
+from tests.helpers.restore import restore_answer
+
+
+class KernelPods(WiredPods):
+    """Host wiring that survives agent restarts (the node's kernel). ``wired``: the veth pairs,
+    attachment -> the address its namespace side carries."""
+
+    def __init__(self, made_with: str = "eni") -> None:
+        super().__init__()
+        self.made_with = made_with
+        """The veth prefix the agent that wires the next pods uses."""
+        self.reader = made_with
+        """The veth prefix of the agent that reads the wiring (``wired_pods``' ``veth_prefix``)."""
+        self.veth_of: dict[tuple[str, str], str] = {}
+        self.routes: dict[str, str] = {}
+        """``/32`` routes in main: address -> the link it goes through."""
+        self.rules: set[str] = set()
+        """Addresses with a ``to <ip> lookup main`` rule at priority 512."""
+
+    def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet:
+        veth = host_veth_name(container_id, ifname, self.made_with)
+        self.wired[(container_id, ifname)] = ip
+        self.veth_of[(container_id, ifname)] = veth
+        self.routes[ip] = veth
+        self.rules.add(ip)
+        return PodNet(veth, "02:00:00:00:00:01", "02:00:00:00:00:02", 2)
+
+    def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
+        key = (container_id, ifname)
+        veth = self.veth_of.pop(key, None)
+        self.wired.pop(key, None)
+        if veth is not None:
+            self.routes = {a: link for a, link in self.routes.items() if link != veth}
+        if ip:
+            self.rules.discard(ip)
+            self.routes.pop(ip, None)
+
+    def flush_routes(self) -> None:
+        self.routes.clear()
+
+    def flush_rules(self) -> None:
+        self.rules.clear()
+
+    def holders(self, ip: str) -> list[tuple[str, str]]:
+        return sorted(k for k, a in self.wired.items() if a == ip)
+
+    def host_wiring(self) -> HostWiring:
+        prefix = self.reader
+        veths = set(self.veth_of.values())
+        pods = {ip: link for ip, link in self.routes.items() if link.startswith(prefix)}
+        return HostWiring(
+            pods=pods,
+            stale=sorted(self.rules - set(pods)),
+            routed=frozenset(self.routes),
+            links=frozenset({"ens5", *veths}),
+            routed_via=dict(self.routes),
+            veths=frozenset(veths),
+        )
+
+
+def answered_start(n: Node, current: bool, backup: Path | None = None, **env: str) -> Any:
+    """``n``'s agent started again (on the checkpoint copy ``backup`` when given, else on its own
+    state), its restore check answered ``current`` or not."""
+    n.stop()
+    if backup is not None:
+        shutil.rmtree(n.state)
+        shutil.copytree(backup, n.state)
+    agent = n.start(**env)
+    r = n.step()
+    assert r is not None and r.restored_from is not None, "setup: the restored start asks the allocator"
+    give(agent, restore_answer(r, r.restored_from, current))
+    n.step()
+    assert agent.ds.withheld is False
+    return agent
+
+
+def offers_and_adds(n: Node, agent: Any, passes: int = 6) -> tuple[set[str], list[str | None]]:
+    """``passes`` passes 30 s apart, a new pod ADDed after each: what the reports offered back and
+    what the new pods got."""
+    offered: set[str] = set()
+    others: list[str | None] = []
+    for k in range(passes):
+        r = n.step(30)
+        if r is not None:
+            offered |= {ip for o in r.release for ip in o.ips}
+        others.append(cni_add(agent, f"new{k}"))
+    return offered, others
