@@ -63,3 +63,21 @@ def test_with_its_route_the_del_frees_it(tmp_path: Path) -> None:
         assert x in others  # freed, and used again
     finally:
         n.stop()
+
+
+def test_with_the_runtimes_cached_result_the_del_frees_it_though_its_route_went(tmp_path: Path) -> None:
+    """L1 as libcni runs it: a DEL carries the attachment's cached ADD result (``prevResult``), which
+    names the address; the DEL that finds no record then releases the ``unrouted`` holder and
+    removes the rule (the U1-leak fix, ``CniService._unrouted_of``). Open only for a runtime whose
+    cache is gone (the strict xfail above)."""
+    n, host, x = _recovered(tmp_path)
+    try:
+        host.flush_routes()
+        agent = answered_start(n, True)
+        assert cni(agent, "DEL", "pod1", prev_ip=x)["ok"]
+        still = {h.ip: h.holder for h in agent.ds.recovered_holders()}
+        assert x not in host.rules, "pod1's rule left on the host"
+        _, others = offers_and_adds(n, agent)
+        assert x not in still and x in others, f"{x}: held by {still.get(x)!r}; the new pods got {others}"
+    finally:
+        n.stop()
