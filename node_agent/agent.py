@@ -38,6 +38,7 @@ from node_agent.datastore import Datastore
 from node_agent.hostnet import HostWiring, host_veth_name
 from node_agent.identity import CachedIdentity
 from node_agent.imds import Identity, ImdsClient
+from node_agent.records import UNROUTED_HOLDER as UNROUTED_HOLDER  # re-exported: the rebuild names it
 from node_agent.records import NodeIdentity, PodRecord
 from warmpool.clock import Clock, RealClock, SteadyClock
 from warmpool.limits import InstanceLimits, known, max_pods
@@ -213,8 +214,6 @@ def unwired_pods(ds: Datastore, wiring: HostWiring, veth_prefix: str) -> list[Po
 
 ROUTED_HOLDER = "routed"
 """The holder a rebuild names for an address routed through a link it cannot name."""
-UNROUTED_HOLDER = "unrouted"
-"""The holder a rebuild names for an address with a pod rule and no route (:func:`_routed_pods`)."""
 
 
 def _routed_pods(wiring: HostWiring, veth_prefix: str) -> dict[str, str]:
@@ -226,8 +225,9 @@ def _routed_pods(wiring: HostWiring, veth_prefix: str) -> dict[str, str]:
     assigns those addresses (review 13: narrowed to veths, a pod on a netkit or macvlan device was
     not held). A pod rule with no route is a pod too while a veth has no route: a route alone can
     go while its pod runs (review 7, F1; review 11, W3), and which rule is that veth's the host
-    does not say, so each such rule's address is held (by :data:`UNROUTED_HOLDER`: a leak if its
-    veth was in fact gone)."""
+    does not say, so each such rule's address is held (by :data:`UNROUTED_HOLDER`; if its veth was
+    in fact gone, its pod's retried DEL names the address in its ``prevResult`` and releases it with
+    its rules: ``CniService._delete``, review 13's U1-leak)."""
     veths = _veths(wiring)
     out = {ip: wiring.routed_via.get(ip, ROUTED_HOLDER) for ip in wiring.routed}
     out.update(wiring.pods)
@@ -364,6 +364,9 @@ class Agent:
         self.result_queue_name = ""
         self.aws_clock = AwsClockCheck(clock, monotonic)
         self._grace_from = 0.0
+        self._grace_for: object = None
+        """The ``HELD_ALL_META`` whose grace ``_grace_from`` times: a hold begun later (a restored
+        checkpoint found not current in ``recorded`` mode) starts the grace again."""
 
     # --- start-up ---------------------------------------------------------------------------
 
@@ -415,6 +418,7 @@ class Agent:
             clock_ahead=self.aws_clock.offset,
             monotonic=self._monotonic,
             boot_id=self._boot_id,
+            pods_unseen=cfg.pod_network == "recorded",
         )
         self.result_queue_name = result_queue_name(cfg.result_queue_prefix, ident.instance_id)
         self.result_queue_url = self._find_result_queue()  # before the first report: AWS's clock
@@ -424,6 +428,7 @@ class Agent:
             notes, how = self.controller.start(now, restored=True), "restored"
         else:
             notes, how = self._rebuild(checkpoint, damaged, now)
+        self._grace_for = self.ds.meta.get(HELD_ALL_META)
         log.info(
             "started %s (%s in %s): checkpoint %s; %d reconcile notes",
             ident.instance_id,
@@ -561,9 +566,13 @@ class Agent:
     def _release_unknown_holders(self, now: float) -> None:
         """``WARMPOOL_RECOVERY_GRACE_S`` after a rebuild that held every address, let them go
         (loudly). Measured on the steady clock from this process's start (a restart in the
-        grace starts it again; a wall clock stepped forward never shortens it)."""
+        grace starts it again; a wall clock stepped forward never shortens it), or from when this
+        process began a hold (a restored checkpoint found not current in ``recorded`` mode:
+        ``PoolController._restore_stale``, review 11, W2)."""
         grace = self.cfg.recovery_grace_s
         since = self.ds.meta.get(HELD_ALL_META)
+        if since != self._grace_for:
+            self._grace_for, self._grace_from = since, self._steady()
         if grace <= 0 or not isinstance(since, (int, float)) or self._steady() < self._grace_from + grace:
             return
         try:

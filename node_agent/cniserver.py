@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import ipaddress
 import json
 import logging
 import os
@@ -56,7 +57,7 @@ from node_agent.hostnet import (
     wired_pods,
 )
 from node_agent.netlink import MAIN_TABLE, Netlink, NetlinkFailure
-from node_agent.records import Assignment, PodRecord
+from node_agent.records import UNROUTED_HOLDER, Assignment, PodRecord
 from warmpool.clock import Clock, SteadyClock
 
 log = logging.getLogger("warmpool.agent.cni")
@@ -407,16 +408,31 @@ class CniService:
     def delete(self, req: dict[str, Any]) -> None:
         cid, ifname, _ = self._ids(req)
         with self._serialised(cid, ifname):
-            self._delete(cid, ifname)
+            self._delete(cid, ifname, req.get("config"))
 
-    def _delete(self, cid: str, ifname: str) -> None:
+    def _unrouted_of(self, conf: Any, ifname: str) -> str | None:
+        """The address the runtime's cached result of this attachment's ADD (``prevResult``, which
+        the CNI spec has the runtime pass to DEL when it has one) gives our interface, if a
+        checkpoint rebuild holds it by :data:`UNROUTED_HOLDER`: a pod rule with no route, held
+        because the host could not say whose veth had gone (``node_agent.agent._routed_pods``).
+        This DEL's pod was that rule's: a DEL stopped after the veth went and before the rules
+        did, then a lost checkpoint (review 13, U1-leak: before, the retried DEL found no record,
+        removed no rule, and every later rebuild held the address again)."""
+        ip = _prev_address(conf, ifname)
+        return ip if ip is not None and self.ds.recovered_holder(ip) == UNROUTED_HOLDER else None
+
+    def _delete(self, cid: str, ifname: str, conf: Any = None) -> None:
         held, holder = self._held(cid, ifname)
-        self.pods.teardown(cid, ifname, held.ip if held else None)
+        unrouted = self._unrouted_of(conf, ifname) if held is None else None
+        self.pods.teardown(cid, ifname, held.ip if held else unrouted)
         now = self.clock.now()
         try:
             self.ds.release(cid, ifname, now)  # also forgets a waiting ADD
             for freed in self.ds.release_recovered(holder, now):
                 log.info("DEL %s %s: recovered address %s released", cid[:12], ifname, freed.ip)
+            if unrouted is not None:
+                self.ds.release_recovered(UNROUTED_HOLDER, now, only={unrouted})
+                log.info("DEL %s %s: %s (pod rule, no route; its prevResult) released", cid[:12], ifname, unrouted)
         except CheckpointWriteError as exc:
             # Released in memory, not yet on disk (retried by the agent's loop). Safe to answer
             # DEL: until the write works the disk only says the address is still held, and no
@@ -530,6 +546,33 @@ class CniService:
         if not any(e.ready for e in self.ds.enis()):
             return "no ENI is ready on this node yet"
         return None
+
+
+def _prev_address(conf: Any, ifname: str) -> str | None:
+    """The ``/32`` address a result in ``conf['prevResult']`` gives the sandbox interface
+    ``ifname`` (as :meth:`CniService._result` writes it: an ``ips`` entry whose ``interface``
+    indexes an ``interfaces`` entry of that name with a ``sandbox``); None when there is none, or
+    when the result is malformed (a DEL never fails for it)."""
+    prev = conf.get("prevResult") if isinstance(conf, dict) else None
+    if not isinstance(prev, dict):
+        return None
+    interfaces, ips = prev.get("interfaces"), prev.get("ips")
+    if not isinstance(interfaces, list) or not isinstance(ips, list):
+        return None
+    for entry in ips:
+        at = entry.get("interface") if isinstance(entry, dict) else None
+        address = entry.get("address") if isinstance(entry, dict) else None
+        if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at < len(interfaces):
+            continue
+        iface = interfaces[at]
+        if not isinstance(iface, dict) or iface.get("name") != ifname or not iface.get("sandbox"):
+            continue
+        if isinstance(address, str) and address.endswith("/32"):
+            try:
+                return str(ipaddress.IPv4Address(address.removesuffix("/32")))
+            except ValueError:
+                return None
+    return None
 
 
 def _network_name(conf: Any) -> str:

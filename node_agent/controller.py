@@ -169,8 +169,13 @@ class PoolController:
         clock_ahead: Callable[[], float] | None = None,
         monotonic: Callable[[], float] | None = None,
         boot_id: str | None = None,
+        pods_unseen: bool = False,
     ) -> None:
         self.identity = identity
+        self.pods_unseen = pods_unseen
+        """Nothing on the host says which addresses pods use (``WARMPOOL_POD_NETWORK=recorded``), so
+        no check proved a restored checkpoint lists every running pod: one not known to be current
+        holds every address, as a rebuild in that mode does (:meth:`_restore_stale`; review 11, W2)."""
         self.boot_id = boot_id
         """This boot's id (``/proc/sys/kernel/random/boot_id``; None: unknown): ``CLOCK_MONOTONIC``
         is one clock for every process of a boot, so a window the checkpoint says ends at a
@@ -310,6 +315,11 @@ class PoolController:
             self._forget_offers(now)
         elif restored:
             self._await_restore_check(steady)
+            if self.pods_unseen and self.ds.meta.get(HELD_ALL_META) is None:
+                # Until the allocator's word, the copy may be older than a running pod (review 11,
+                # W2): an address IMDS alone shows may be that pod's, held as after a rebuild in
+                # this mode rather than offered, and the grace counts from this start.
+                self.ds.set_meta(HELD_ALL_META, now)
         if self._rebuilt_at is not None:
             self._window_until = steady + self._window_left(now, steady)
         notes = self.resync(now) if self.metadata is not None else []
@@ -455,11 +465,19 @@ class PoolController:
         """The restored checkpoint is not known to be the node's newest state: it is handled as a
         lost one (:meth:`_forget_offers`): every free address and prefix is offered back as of
         unknown origin (the allocator unassigns what EC2 still shows and grants fresh ones), and
-        addresses learnt later are held as offered. Pods keep what they hold (the wiring check at
-        the start proved each running pod is in it). One write."""
+        addresses learnt later are held as offered. Pods keep what they hold, and a running pod the
+        copy lacks holds its address by the start's :func:`node_agent.agent.hold_wired`; with no
+        wiring to read (:attr:`pods_unseen`) every address is held instead. One write."""
         with self.ds.batch():
             self._end_restore()
             self._forget_offers(now)
+            if self.pods_unseen:
+                # No wiring to read: the copy may be older than a running pod (a backup, a disk
+                # that lost its last writes), whose address is free in it. Held, every one, as
+                # the rebuild in that mode holds them, and the grace counts from now (review 11,
+                # W2: before, offered as of unknown origin once an earlier grace had ended).
+                self.ds.hold_all(now)
+                self.ds.set_meta(HELD_ALL_META, now)
             self._hold_unknown(set(), now)
             # A pod the copy lists may be gone since (the wiring check proves only that every
             # running pod is in it): whatever pods hold goes to the offers as of unknown origin

@@ -21,6 +21,9 @@ MULTI_CARD_TABLE_BASE = 10000
 
 UNKNOWN_HOLDER = "?"
 """Holder of an address that may be in use by a pod nobody can name (rebuild with no host wiring to read)."""
+UNROUTED_HOLDER = "unrouted"
+"""Holder a rebuild names for an address with a pod rule and no route (``node_agent.agent._routed_pods``):
+released by the DEL whose runtime says (its ``prevResult``) the attachment had that address."""
 
 
 @dataclass(frozen=True)

@@ -138,17 +138,38 @@ def make_agent(state: Path, imds: FakeImds, sqs: MemorySqs, clock: VirtualClock,
     return agent
 
 
-def cni(agent: Agent, command: str, cid: str) -> dict[str, Any]:
-    """One CNI request to the agent's service, as the plugin sends it (interface ``eth0``)."""
+def cni(agent: Agent, command: str, cid: str, *, prev_ip: str | None = None) -> dict[str, Any]:
+    """One CNI request to the agent's service, as the plugin sends it (interface ``eth0``).
+    ``prev_ip``: with the runtime's cached result of the attachment's ADD as ``prevResult``
+    (:func:`cached_result`), as libcni passes it to CHECK and DEL."""
+    config: dict[str, Any] = {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool-cni"}
+    if prev_ip is not None:
+        config["prevResult"] = cached_result(cid, prev_ip)
     return agent.cni.handle(
         {
             "command": command,
             "container_id": cid,
             "ifname": "eth0",
             "netns": f"/var/run/netns/{cid}",
-            "config": {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool-cni"},
+            "config": config,
         }
     )
+
+
+def cached_result(cid: str, ip: str, prefix: str = "eni") -> dict[str, Any]:
+    """The result an ADD of ``cid`` (interface ``eth0``) that got ``ip`` answered, as the runtime
+    caches it: the host veth, the pod's interface in its sandbox, the ``/32`` on the latter."""
+    from node_agent.hostnet import host_veth_name
+
+    return {
+        "cniVersion": "1.0.0",
+        "interfaces": [
+            {"name": host_veth_name(cid, "eth0", prefix), "mac": "ee:ee:ee:ee:ee:ee"},
+            {"name": "eth0", "mac": "02:00:00:00:00:01", "sandbox": f"/var/run/netns/{cid}"},
+        ],
+        "ips": [{"address": f"{ip}/32", "interface": 1, "gateway": "169.254.1.1"}],
+        "routes": [{"dst": "0.0.0.0/0", "gw": "169.254.1.1"}],
+    }
 
 
 def cni_add(agent: Agent, cid: str) -> str | None:

@@ -10,53 +10,23 @@ the rebuild, finds no record (``CniService._held``: no pod, no recovered holder 
 tore down with no address (``teardown_pod(..., ip=None)`` removes no rule), and the ``unrouted``
 holder is released by no DEL. The rule stays on the host, so every later rebuild holds the address
 again: lost to the node for good. Before 46c21c9 (only a veth of this agent's prefix counted) the
-address was offered as of unknown origin and replaced."""
+address was offered as of unknown origin and replaced.
+
+Fixed: the runtime passes DEL the cached result of the attachment's ADD (``prevResult``; the CNI
+spec requires it unless the runtime has none), which names the address; a DEL with no record
+whose ``prevResult`` names an address held by ``UNROUTED_HOLDER`` removes its rules and releases
+it (``CniService._unrouted_of``). The DEL here carries it, as libcni sends it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from node_agent.agent import UNROUTED_HOLDER
-from node_agent.hostnet import HostWiring, host_veth_name
-from tests.helpers.agent_world import WiredPods, cni
+from tests.helpers.agent_world import cni
+from tests.helpers.bridge_host import DOCKER_VETH, DockerNode
 from tests.helpers.first_start import Node, pod_on_fresh_address
 
-DOCKER_VETH = "veth3f2a9c1"  # a docker0 bridge port: kind veth, no /32 route (the bridge's subnet route)
 
-
-class DockerNode(WiredPods):
-    """``wired_pods``'s read: this agent's pods (veth, /32 route, pod rule), a Docker container's
-    veth on docker0 (no route), and the pod rules left by pods whose namespace went while the
-    agent was down (``left``). A DEL that knows no address removes no rule (``teardown_pod``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.left: set[str] = set()
-
-    def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
-        super().teardown(container_id, ifname, ip)
-        self.left.discard(ip or "")
-
-    def host_wiring(self) -> HostWiring:
-        veths = {ip: host_veth_name(c, i) for (c, i), ip in self.wired.items()}
-        return HostWiring(
-            pods=veths,
-            stale=sorted(self.left - set(veths)),
-            routed=frozenset(veths),
-            links=frozenset({"ens5", "docker0", DOCKER_VETH, *veths.values()}),
-            routed_via=dict(veths),
-            veths=frozenset({DOCKER_VETH, *veths.values()}),
-        )
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="left (a leak, never a second holder): a pod rule without a route is held while any veth has no "
-    "route (review 12's U1 asks for any prefix), and a DEL that finds no record removes no rule; "
-    "docs/safety.md, the thirteenth review",
-)
 def test_a_pod_whose_del_stopped_half_way_does_not_keep_its_address_held_for_good(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = DockerNode()
@@ -69,7 +39,8 @@ def test_a_pod_whose_del_stopped_half_way_does_not_keep_its_address_held_for_goo
         host.wired.pop(("pod1", "eth0"))
         host.left.add(y)
         agent = n.start()
-        reply = cni(agent, "DEL", "pod1")  # the runtime's retried DEL, answered
+        # the runtime's retried DEL, answered; with the ADD's cached result, as libcni passes it
+        reply = cni(agent, "DEL", "pod1", prev_ip=y)
         assert reply.get("ok"), reply
         for _ in range(5):
             n.step(30)
