@@ -533,11 +533,14 @@ class Warmpool:
         self.w = world
         self.counts: Counter[str] = Counter()
         self.sqs = FastSqs(world.loop.clock)
-        fraction = world.scenario.account.budget_fraction
+        acct = world.scenario.account
+        fraction = acct.budget_fraction
+        told = acct.buckets if acct.quotas_told else {}
 
         def spec_of(action: str) -> BucketSpec:
-            # what warmpool assumes (the default table), whatever the account really has
-            return spec_for(action).scaled(fraction)
+            # what warmpool assumes: the default table whatever the account really has, unless
+            # told the account's quotas (``account.quotas_told``, as the stack's settings would)
+            return told.get(action, spec_for(action)).scaled(fraction)
 
         self.buckets = MemBuckets(spec_of)  # one account: every cluster shares these
         # Agents carry identities signed by this IMDS's test key; the allocators verify them.
