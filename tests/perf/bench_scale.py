@@ -4,6 +4,7 @@ mixed types, two AZs) run for warmpool, wall time and peak RSS per size.
     .venv/bin/python tests/perf/bench_scale.py [--nodes 1000 3000 10000] [--strategy warmpool]
     .venv/bin/python tests/perf/bench_scale.py --nodes 300 --profile out.prof   # cProfile, one size
     .venv/bin/python tests/perf/bench_scale.py --quotas scaled [--nodes ...]    # quotas grown with N
+    .venv/bin/python tests/perf/bench_scale.py --pool launch [--nodes ...]      # nodes boot with their pool
 
 Each size runs in its own process (``warmpool bench`` on a generated file), so
 the peak RSS is that run's alone (``ru_maxrss`` of the child). The scenario:
@@ -17,6 +18,11 @@ retries, heartbeats over a longer burst) grows faster than N. ``--quotas
 scaled``: every bucket's capacity and refill multiplied by ``max(1, N / 300)``
 and warmpool told so (``account.quotas_told``), so the burst lasts about as long
 at every size and the work grows with N: the bench's own cost against the work.
+
+``--pool launch``: prefix mode, and each node boots with two /28s on its
+primary ENI (``launch_pool: {prefixes: 2}``, a launch template's
+``Ipv4PrefixCount``; the agent adopts them, ``WARMPOOL_ADOPT_LAUNCH_POOL``), so
+the 30 pods need no EC2 call at all and no quota sets the pace.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ def scaled_buckets(nodes: int) -> dict[str, dict[str, float]]:
     return {a: {"capacity": b.capacity * f, "refill_per_s": b.refill_per_s * f} for a, b in DEFAULT_SPECS.items()}
 
 
-def scenario(nodes: int, quotas: str = "default") -> dict[str, Any]:
+def scenario(nodes: int, quotas: str = "default", pool: str = "ask") -> dict[str, Any]:
     per = [nodes // len(TYPES) + (1 if i < nodes % len(TYPES) else 0) for i in range(len(TYPES))]
     spread = max(120.0, nodes / 25)
     return {
@@ -61,7 +67,10 @@ def scenario(nodes: int, quotas: str = "default") -> dict[str, Any]:
         "account": {"budget_fraction": 0.8}
         if quotas == "default"
         else {"budget_fraction": 0.8, "buckets": scaled_buckets(nodes), "quotas_told": True},
-        "cluster": {"name": "scale", "env": {"WARM_IP_TARGET": 1}},
+        "cluster": {
+            "name": "scale",
+            "env": {"WARM_IP_TARGET": 1} if pool == "ask" else {"WARM_IP_TARGET": 1, "ENABLE_PREFIX_DELEGATION": True},
+        },
         "subnets": [
             {"id": "subnet-a", "az": "us-east-1a", "cidr": "10.0.0.0/16"},
             {"id": "subnet-b", "az": "us-east-1b", "cidr": "10.1.0.0/16"},
@@ -76,6 +85,7 @@ def scenario(nodes: int, quotas: str = "default") -> dict[str, Any]:
                 "join_at_s": 0,
                 "join_spread_s": spread,
                 "subnet": f"subnet-{'abcd'[i]}",
+                **({} if pool == "ask" else {"launch_pool": {"prefixes": 2}}),
             }
             for i, (t, n) in enumerate(zip(TYPES, per, strict=True))
             if n
@@ -88,10 +98,10 @@ def scenario(nodes: int, quotas: str = "default") -> dict[str, Any]:
     }
 
 
-def run(nodes: int, strategy: str, profile: str | None, quotas: str = "default") -> dict[str, Any]:
+def run(nodes: int, strategy: str, profile: str | None, quotas: str = "default", pool: str = "ask") -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"scale-{nodes}.yaml"
-        path.write_text(yaml.safe_dump(scenario(nodes, quotas), sort_keys=False))
+        path.write_text(yaml.safe_dump(scenario(nodes, quotas, pool), sort_keys=False))
         out = Path(tmp) / "out.json"
         cmd = [sys.executable]
         if profile:
@@ -122,6 +132,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, nargs="+", default=[1000, 3000, 10000])
     ap.add_argument("--strategy", default="warmpool")
     ap.add_argument("--quotas", choices=("default", "scaled"), default="default", help="see the module's text")
+    ap.add_argument("--pool", choices=("ask", "launch"), default="ask", help="see the module's text")
     ap.add_argument("--profile", metavar="OUT.prof", help="cProfile the (single) run into this file")
     a = ap.parse_args()
     if a.profile and len(a.nodes) != 1:
@@ -130,7 +141,7 @@ def main() -> None:
     widths = (6, 7, 7, 8, 8, 12, 11, 9)
     print(" ".join(h.rjust(w) for h, w in zip(head, widths, strict=True)))
     for n in a.nodes:
-        r = run(n, a.strategy, a.profile, a.quotas)
+        r = run(n, a.strategy, a.profile, a.quotas, a.pool)
         print(
             f"{r['nodes']:>6} {r['pods']:>7} {r['ready']:>7} {r['wall_s']:>8} {r['cpu_s']:>8} "
             f"{r['peak_rss_mb']:>12} {r['makespan_s']!s:>11} {r['mutating_vs_bound']!s:>9}",
