@@ -21,8 +21,9 @@ at every size and the work grows with N: the bench's own cost against the work.
 
 ``--pool launch``: prefix mode, and each node boots with two /28s on its
 primary ENI (``launch_pool: {prefixes: 2}``, a launch template's
-``Ipv4PrefixCount``; the agent adopts them, ``WARMPOOL_ADOPT_LAUNCH_POOL``), so
-the 30 pods need no EC2 call at all and no quota sets the pace.
+``Ipv4PrefixCount``; the agent adopts them, ``WARMPOOL_ADOPT_LAUNCH_POOL``;
+``MINIMUM_IP_TARGET=32`` keeps them), so the 30 pods need no mutating EC2 call
+and no quota sets the pace.
 """
 
 from __future__ import annotations
@@ -69,7 +70,11 @@ def scenario(nodes: int, quotas: str = "default", pool: str = "ask") -> dict[str
         else {"budget_fraction": 0.8, "buckets": scaled_buckets(nodes), "quotas_told": True},
         "cluster": {
             "name": "scale",
-            "env": {"WARM_IP_TARGET": 1} if pool == "ask" else {"WARM_IP_TARGET": 1, "ENABLE_PREFIX_DELEGATION": True},
+            # with a launch pool, MINIMUM_IP_TARGET keeps it (WARM_IP_TARGET alone would give one
+            # /28 back before the pods come, and ask for it again when they do)
+            "env": {"WARM_IP_TARGET": 1}
+            if pool == "ask"
+            else {"WARM_IP_TARGET": 1, "MINIMUM_IP_TARGET": 32, "ENABLE_PREFIX_DELEGATION": True},
         },
         "subnets": [
             {"id": "subnet-a", "az": "us-east-1a", "cidr": "10.0.0.0/16"},
