@@ -9,7 +9,8 @@ mixed types, two AZs) run for warmpool, wall time and peak RSS per size.
 Each size runs in its own process (``warmpool bench`` on a generated file), so
 the peak RSS is that run's alone (``ru_maxrss`` of the child). The scenario:
 nodes in four groups (m5.4xlarge, c5.2xlarge, r5.xlarge, m5.2xlarge; 30 pods
-each fit every type), joining over ``max(120, N / 25)`` s, pods over 60 s from
+each fit every type; one more group, types in turn, per 1,500 nodes above 6,000,
+each in its own /16 subnet), joining over ``max(120, N / 25)`` s, pods over 60 s from
 180 s, ``WARM_IP_TARGET=1``.
 
 ``--quotas default``: the account's default EC2 quotas, so the burst lasts
@@ -57,9 +58,16 @@ def scaled_buckets(nodes: int) -> dict[str, dict[str, float]]:
     return {a: {"capacity": b.capacity * f, "refill_per_s": b.refill_per_s * f} for a, b in DEFAULT_SPECS.items()}
 
 
+GROUP_MAX = 1500
+"""Nodes a group (and its subnet) holds at most: AWS subnets are at most /16 (65,531 usable
+addresses), and 1,500 nodes of 30 pods, their pools and their ENIs' primaries fit one."""
+
+
 def scenario(nodes: int, quotas: str = "default", pool: str = "ask") -> dict[str, Any]:
-    per = [nodes // len(TYPES) + (1 if i < nodes % len(TYPES) else 0) for i in range(len(TYPES))]
+    groups = max(len(TYPES), -(-nodes // GROUP_MAX))
+    per = [nodes // groups + (1 if i < nodes % groups else 0) for i in range(groups)]
     spread = max(120.0, nodes / 25)
+    letters = "abcdefghijklmnopqrstuvwxyz"
     return {
         "name": f"scale-{nodes}",
         "seed": 41,
@@ -77,22 +85,20 @@ def scenario(nodes: int, quotas: str = "default", pool: str = "ask") -> dict[str
             else {"WARM_IP_TARGET": 1, "MINIMUM_IP_TARGET": 32, "ENABLE_PREFIX_DELEGATION": True},
         },
         "subnets": [
-            {"id": "subnet-a", "az": "us-east-1a", "cidr": "10.0.0.0/16"},
-            {"id": "subnet-b", "az": "us-east-1b", "cidr": "10.1.0.0/16"},
-            {"id": "subnet-c", "az": "us-east-1c", "cidr": "10.2.0.0/16"},
-            {"id": "subnet-d", "az": "us-east-1d", "cidr": "10.3.0.0/16"},
+            {"id": f"subnet-{letters[i]}", "az": f"us-east-1{'abcd'[i % 4]}", "cidr": f"10.{i}.0.0/16"}
+            for i in range(groups)
         ],
         "node_groups": [
             {
                 "name": f"g{i}",
-                "instance_type": t,
+                "instance_type": TYPES[i % len(TYPES)],
                 "count": n,
                 "join_at_s": 0,
                 "join_spread_s": spread,
-                "subnet": f"subnet-{'abcd'[i]}",
+                "subnet": f"subnet-{letters[i]}",
                 **({} if pool == "ask" else {"launch_pool": {"prefixes": 2}}),
             }
-            for i, (t, n) in enumerate(zip(TYPES, per, strict=True))
+            for i, n in enumerate(per)
             if n
         ],
         "workload": [
