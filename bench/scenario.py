@@ -47,6 +47,10 @@ class Account(_Model):
     """Other callers in the account, calls/s per EC2 action."""
     buckets: dict[str, BucketSpec] = {}
     """Overrides of the default bucket table (``warmpool.buckets.DEFAULT_SPECS``) (an account with other quotas)."""
+    quotas_told: bool = False
+    """warmpool is configured with ``buckets`` (``WARMPOOL_BUCKET_CAPACITY`` and
+    ``WARMPOOL_BUCKET_REFILL``, as an operator whose quotas AWS changed sets them); by default it
+    is not told and paces at the default table. The baselines have no such setting."""
 
     @field_validator("background_load", "buckets")
     @classmethod

@@ -351,6 +351,17 @@ class _Agent:
         self.tick()
 
 
+def _told_quotas(acct: Any) -> dict[str, Any]:
+    """The stack's ``WARMPOOL_BUCKET_CAPACITY`` and ``WARMPOOL_BUCKET_REFILL`` for an account whose
+    scenario says warmpool is told its quotas (``account.quotas_told``)."""
+    if not acct.quotas_told or not acct.buckets:
+        return {}
+    return {
+        "bucket_capacity": {a: b.capacity for a, b in acct.buckets.items()},
+        "bucket_refill": {a: b.refill_per_s for a, b in acct.buckets.items()},
+    }
+
+
 class _Cluster:
     """One cluster's queues, allocator, event-source mapping and reconciler."""
 
@@ -379,7 +390,9 @@ class _Cluster:
             named_placement=spec.named_placement,
             **_scarce_setting(spec.scarce_free),
             custom_network={az: e.model_dump() for az, e in spec.custom_network.items()},
-            # the account's real quotas (``account.buckets``) are not told: warmpool assumes the default
+            # the account's real quotas (``account.buckets``) are told only with ``quotas_told``:
+            # otherwise warmpool assumes the default table
+            **_told_quotas(acct),
         )
         self.reports_url = self.harness.reports_url
         self.settings = self.harness.settings
@@ -520,11 +533,14 @@ class Warmpool:
         self.w = world
         self.counts: Counter[str] = Counter()
         self.sqs = FastSqs(world.loop.clock)
-        fraction = world.scenario.account.budget_fraction
+        acct = world.scenario.account
+        fraction = acct.budget_fraction
+        told = acct.buckets if acct.quotas_told else {}
 
         def spec_of(action: str) -> BucketSpec:
-            # what warmpool assumes (the default table), whatever the account really has
-            return spec_for(action).scaled(fraction)
+            # what warmpool assumes: the default table whatever the account really has, unless
+            # told the account's quotas (``account.quotas_told``, as the stack's settings would)
+            return told.get(action, spec_for(action)).scaled(fraction)
 
         self.buckets = MemBuckets(spec_of)  # one account: every cluster shares these
         # Agents carry identities signed by this IMDS's test key; the allocators verify them.
