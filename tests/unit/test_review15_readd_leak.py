@@ -46,7 +46,7 @@ def test_the_del_of_a_pod_added_again_after_the_copy_releases_the_address_its_ru
         assert agent.ds.recovered_holder(Y) == "unrouted", "setup: the restore holds Y (a rule, no route)"
         assert cni(agent, "DEL", "p", prev_ip=Y)["ok"]  # p ends; libcni passes its cached result
         assert host.holders(Y) == [], "setup: no pod carries Y any more"
-        agent = answered_start(n, True, **ENV)  # a later restart, on the node's own checkpoint
+        agent = answered_start(n, True, None, **ENV)  # a later restart, on the node's own checkpoint
         assert agent.ds.recovered_holder(Y) is None, (
             f"{Y}: p, its only pod, is gone; still held by {agent.ds.recovered_holder(Y)!r}"
             f" (its pod rule on the host: {Y in host.rules})"
