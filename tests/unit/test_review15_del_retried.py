@@ -15,7 +15,11 @@ doubtful; its DEL hands X to ``unrouted`` (``Datastore.release``, ``HOLD_ON_RELE
 means it to. The DEL is sent again: no record, ``prevResult`` names X, X is held by ``unrouted``,
 so ``CniService._delete`` tears down X's rules and releases X: the next pod gets it while ``run``
 carries it. docs/safety.md argues U1-leak's release needs "a second checkpoint loss with its route
-alone flushed"; O1's hold reaches the same state after one older copy."""
+alone flushed"; O1's hold reaches the same state after one older copy.
+
+With ``run``'s pod rule gone too (review 14, R1's flush), ``release_unwired`` makes the hand-off at
+the restore itself (nothing on the host names X), and the runtime's first retry frees X: one lost
+answer, not two (the second test)."""
 
 from __future__ import annotations
 
@@ -57,6 +61,38 @@ def test_the_doubtful_records_del_sent_again_does_not_free_the_running_pods_addr
         offered, others = offers_and_adds(n, agent)
         assert X not in offered and X not in others, (
             f"{X}: 'run' carries it (namespaces: {host.holders(X)}); a DEL of 'old' sent again freed it"
+            f" (new pods: {others})"
+        )
+    finally:
+        n.stop()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review 15, D1: with the running pod's rule gone too, the restore hands X to 'unrouted' "
+    "(release_unwired) and the first retry of the old attachment's DEL frees it",
+)
+def test_with_the_running_pods_rule_gone_too_the_first_retry_does_not_free_its_address(tmp_path: Path) -> None:
+    n = Node(tmp_path, adopt_launch_pool=False)
+    host = n.pods = KernelPods()
+    backup = tmp_path / "backup"
+    try:
+        agent = n.start()
+        grant(n, agent, [X])
+        assert add_until(n, agent, "old") == X
+        n.step(30)
+        shutil.copytree(n.state, backup)
+        assert cni(agent, "DEL", "old", prev_ip=X)["ok"]  # carried out; the runtime never got the answer
+        assert add_until(n, agent, "run") == X
+        n.step(30)
+        host.flush_routes()  # run runs on: its veth pair, X in its namespace; no route, no rule
+        host.flush_rules()
+        agent = answered_start(n, True, backup)
+        assert agent.ds.recovered_holder(X) == "unrouted", "setup: the restore handed X to 'unrouted'"
+        assert cni(agent, "DEL", "old", prev_ip=X)["ok"]  # the runtime's retry
+        offered, others = offers_and_adds(n, agent)
+        assert X not in offered and X not in others, (
+            f"{X}: 'run' carries it (namespaces: {host.holders(X)}); the retried DEL of 'old' freed it"
             f" (new pods: {others})"
         )
     finally:
