@@ -7,7 +7,8 @@ Its ``free`` set is the copy's addresses; one the copy lacks (a copy from before
 in at the start's resync or later, and ``PoolController._hold_unknown`` reads ``HELD_ALL_META``
 only when the resync calls it: ``_holds_learnt`` (a checkpoint lost once in the node's history,
 ``rebuilt_seq``). A confirmed first start clears ``rebuilt_seq`` (``_adopt_first_start``), so on
-such a node the address is added free, and ``current`` gives it to the next pod while the pod
+such a node the address is added free, and ``current`` (the grant replied to the copy's last
+report, and no report followed: what the allocator answers) gives it to the next pod while the pod
 whose route and rule went carries it. The same copy and host on a node that took the lost way at
 its first start pass (``test_review14_o1_variants.py``)."""
 
@@ -48,6 +49,7 @@ def _confirmed_then_granted_after_the_copy(n: Node, backup: Path) -> None:
     for _ in range(3):
         n.step(30)
     shutil.copytree(n.state, backup)  # the copy: X not granted yet
+    sent = len(n.sqs.sent)
     n.imds.add(PRIMARY, [X])
     to = {"cluster": first.cluster, "node": first.node, "instance_id": first.instance_id}
     give(
@@ -59,7 +61,7 @@ def _confirmed_then_granted_after_the_copy(n: Node, backup: Path) -> None:
     n.step()
     assert add_until(n, agent, "early") != X  # the launch pool's free address goes first
     assert add_until(n, agent, "pod1") == X
-    n.step(30)
+    assert len(n.sqs.sent) == sent, "setup: no report after the copy (the allocator says current)"
     assert isinstance(n.pods, KernelPods)
     n.pods.flush_routes()  # pod1 runs on: its veth pair, X in its namespace; no route, no rule
     n.pods.flush_rules()
