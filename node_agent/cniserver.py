@@ -410,20 +410,25 @@ class CniService:
         with self._serialised(cid, ifname):
             self._delete(cid, ifname, req.get("config"))
 
-    def _unrouted_of(self, conf: Any, ifname: str) -> str | None:
+    def _unrouted_of(self, conf: Any, cid: str, ifname: str) -> str | None:
         """The address the runtime's cached result of this attachment's ADD (``prevResult``, which
         the CNI spec has the runtime pass to DEL when it has one) gives our interface, if a
         checkpoint rebuild holds it by :data:`UNROUTED_HOLDER`: a pod rule with no route, held
         because the host could not say whose veth had gone (``node_agent.agent._routed_pods``).
         This DEL's pod was that rule's: a DEL stopped after the veth went and before the rules
         did, then a lost checkpoint (review 13, U1-leak: before, the retried DEL found no record,
-        removed no rule, and every later rebuild held the address again)."""
+        removed no rule, and every later rebuild held the address again). Not when this
+        attachment's own release made that holder (a restored record the host could not show as
+        its pod's, ``node_agent.agent.doubtful_records``): its DEL sent again, with the same cached
+        result, would free what another running pod carries (review 15, D1)."""
         ip = _prev_address(conf, ifname)
-        return ip if ip is not None and self.ds.recovered_holder(ip) == UNROUTED_HOLDER else None
+        if ip is None or self.ds.recovered_holder(ip) != UNROUTED_HOLDER:
+            return None
+        return None if self.ds.handed_off_by(ip) == (cid, ifname) else ip
 
     def _delete(self, cid: str, ifname: str, conf: Any = None) -> None:
         held, holder = self._held(cid, ifname)
-        unrouted = self._unrouted_of(conf, ifname) if held is None else None
+        unrouted = self._unrouted_of(conf, cid, ifname) if held is None else None
         self.pods.teardown(cid, ifname, held.ip if held else unrouted)
         now = self.clock.now()
         try:

@@ -67,11 +67,6 @@ def _confirmed_then_granted_after_the_copy(n: Node, backup: Path) -> None:
     n.pods.flush_rules()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 15, C1: R1's restore hold reads HELD_ALL_META only after a lost checkpoint "
-    "(_holds_learnt); on a node whose first start was confirmed an address the copy lacks is added free",
-)
 def test_on_a_confirmed_node_a_copy_from_before_the_grant_holds_the_address_of_a_pod_whose_route_and_rule_went(
     n: Node, tmp_path: Path
 ) -> None:

@@ -26,8 +26,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pytest
-
 from tests.helpers.agent_world import cni
 from tests.helpers.first_start import Node, add_until, grant
 from tests.helpers.kernel_pods import KernelPods, answered_start, offers_and_adds
@@ -35,11 +33,6 @@ from tests.helpers.kernel_pods import KernelPods, answered_start, offers_and_add
 X = "10.0.0.50"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 15, D1: a DEL sent again with the cached result of a doubtful record's attachment "
-    "frees the 'unrouted' holder O1's hand-off made of an address a running pod carries",
-)
 def test_the_doubtful_records_del_sent_again_does_not_free_the_running_pods_address(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()
@@ -67,11 +60,6 @@ def test_the_doubtful_records_del_sent_again_does_not_free_the_running_pods_addr
         n.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 15, D1: with the running pod's rule gone too, the restore hands X to 'unrouted' "
-    "(release_unwired) and the first retry of the old attachment's DEL frees it",
-)
 def test_with_the_running_pods_rule_gone_too_the_first_retry_does_not_free_its_address(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()

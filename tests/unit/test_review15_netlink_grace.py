@@ -13,19 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.helpers.first_start import Node, pod_on_fresh_address
 from tests.helpers.kernel_pods import KernelPods, offers_and_adds
 
 GRACE = "240"  # the least the agent takes: the release timeout (WARMPOOL_RELEASE_TIMEOUT_S, 240 s)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 15, G1: the recovery grace ends the R1 hold in netlink mode while the routeless "
-    "pod veth it is for is still on the host; its address is offered and unassigned",
-)
 def test_the_recovery_grace_does_not_offer_a_running_pods_address_while_its_veth_has_no_route(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()

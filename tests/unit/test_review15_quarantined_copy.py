@@ -18,8 +18,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pytest
-
 from tests.helpers.agent_world import give
 from tests.helpers.controller import PRIMARY
 from tests.helpers.first_start import IPS, Node, add_until
@@ -60,11 +58,6 @@ def _handed_back_after_the_copy(n: Node, backup: Path) -> None:
     n.pods.flush_rules()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 15, Q1: hold_doubtful's hold of every free address leaves out the copy's quarantined "
-    "ones; a pod the copy lacks that carries one (handed back after the copy) loses it to the offer",
-)
 def test_a_copy_with_the_address_offered_does_not_offer_it_while_a_routeless_pod_carries_it(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     n.pods = KernelPods()

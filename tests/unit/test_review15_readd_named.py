@@ -31,11 +31,6 @@ X, Y = "10.0.0.50", "10.0.0.51"
 ENV = {"IP_COOLDOWN_PERIOD": "30"}  # the agent's default: a freed address waits 30 s
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 15, N1: a routeless veth named by a restored record is trusted to carry that "
-    "record's address; re-ADDed after the copy, it carries another, which nothing holds",
-)
 @pytest.mark.parametrize("current", [True, False], ids=["current", "not-current"])
 def test_a_pod_added_again_after_the_copy_keeps_its_new_address_when_its_route_and_rule_went(
     tmp_path: Path, current: bool
