@@ -426,10 +426,30 @@ class CniService:
             return None
         return None if self.ds.handed_off_by(ip) == (cid, ifname) else ip
 
+    def _readded_of(self, conf: Any, cid: str, ifname: str, held: Assignment) -> str | None:
+        """:meth:`_unrouted_of` for a DEL that finds a record of another address: the pod was DELeted
+        and ADDed again after an older copy was written (the copy names its first address, the
+        runtime's cached result its latest) and its route went. Only while the attachment's veth is
+        on the host: the pod runs, so its cached result is of its latest ADD; a DEL sent again after
+        its veth went may carry a result whose address another pod got since (review 15, L3)."""
+        ip = self._unrouted_of(conf, cid, ifname)
+        if ip is None or ip == held.ip:
+            return None
+        try:
+            wiring = self.pods.host_wiring()
+        except OSError as exc:
+            log.warning(
+                "DEL %s %s: %s named by its prevResult left held: no wiring read (%s)", cid[:12], ifname, ip, exc
+            )
+            return None
+        return ip if wiring is not None and host_veth_name(cid, ifname, self.veth_prefix) in wiring.links else None
+
     def _delete(self, cid: str, ifname: str, conf: Any = None) -> None:
         held, holder = self._held(cid, ifname)
-        unrouted = self._unrouted_of(conf, cid, ifname) if held is None else None
+        unrouted = self._unrouted_of(conf, cid, ifname) if held is None else self._readded_of(conf, cid, ifname, held)
         self.pods.teardown(cid, ifname, held.ip if held else unrouted)
+        if held is not None and unrouted is not None:
+            self.pods.teardown(cid, ifname, unrouted)  # its rule for the address it carried
         now = self.clock.now()
         try:
             self.ds.release(cid, ifname, now)  # also forgets a waiting ADD

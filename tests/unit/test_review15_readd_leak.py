@@ -14,21 +14,14 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pytest
-
 from tests.helpers.agent_world import cni, cni_add
 from tests.helpers.first_start import Node, add_until, grant
-from tests.helpers.kernel_pods import KernelPods, answered_start
+from tests.helpers.kernel_pods import KernelPods, answered_start, offers_and_adds
 
 X, Y = "10.0.0.50", "10.0.0.51"
 ENV = {"IP_COOLDOWN_PERIOD": "30"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 15, L3: a DEL with a record ignores its prevResult; the 'unrouted' holder of the "
-    "address it names (the pod's since it was ADDed again after the copy) is never released",
-)
 def test_the_del_of_a_pod_added_again_after_the_copy_releases_the_address_its_runtime_names(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()
@@ -50,6 +43,40 @@ def test_the_del_of_a_pod_added_again_after_the_copy_releases_the_address_its_ru
         assert agent.ds.recovered_holder(Y) is None, (
             f"{Y}: p, its only pod, is gone; still held by {agent.ds.recovered_holder(Y)!r}"
             f" (its pod rule on the host: {Y in host.rules})"
+        )
+    finally:
+        n.stop()
+
+
+def test_the_del_of_that_pod_sent_again_after_its_veth_went_leaves_the_address_another_pod_got(
+    tmp_path: Path,
+) -> None:
+    """The bound of L3's release: the DEL finds the copy's record and its cached result names an
+    ``unrouted`` address, but the attachment's veth is gone (its DEL was carried out, its answer
+    lost; the runtime sends it again). The address it names went to another pod since, whose route
+    went: the retry must not free it."""
+    n = Node(tmp_path, adopt_launch_pool=False)
+    host = n.pods = KernelPods()
+    backup = tmp_path / "backup"
+    try:
+        agent = n.start(**ENV)
+        grant(n, agent, [X, Y])
+        assert add_until(n, agent, "p") == X
+        n.step(30)
+        shutil.copytree(n.state, backup)  # the older copy: p holds X
+        assert cni(agent, "DEL", "p")["ok"]
+        assert cni_add(agent, "p") == Y, "setup: X cools down, the ADD again gets Y"
+        assert cni(agent, "DEL", "p", prev_ip=Y)["ok"]  # carried out; the runtime never got the answer
+        assert add_until(n, agent, "w") == X
+        assert add_until(n, agent, "z") == Y
+        host.flush_routes()  # w and z run on: their veths and pod rules; no routes
+        agent = answered_start(n, True, backup, **ENV)
+        assert agent.ds.recovered_holder(Y) == "unrouted", "setup: the restore holds Y (a rule, no route)"
+        assert cni(agent, "DEL", "p", prev_ip=Y)["ok"]  # the runtime's retry, its cached result naming Y
+        offered, others = offers_and_adds(n, agent)
+        assert host.holders(Y) == [("z", "eth0")], "setup: z still carries Y"
+        assert Y not in offered and Y not in others, (
+            f"{Y}: z carries it; p's DEL sent again freed it (offered: {Y in offered}, new pods: {others})"
         )
     finally:
         n.stop()
