@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 from tests.helpers.agent_world import cni, cni_add
 from tests.helpers.first_start import Node, add_until, grant
@@ -22,18 +23,24 @@ X, Y = "10.0.0.50", "10.0.0.51"
 ENV = {"IP_COOLDOWN_PERIOD": "30"}
 
 
+def _added_again_after_the_copy(n: Node, backup: Path) -> Any:
+    """p gets X, the copy is written (p holds X), p is DELeted and ADDed again (Y); the agent."""
+    agent = n.start(**ENV)
+    grant(n, agent, [X, Y])
+    assert add_until(n, agent, "p") == X
+    n.step(30)
+    shutil.copytree(n.state, backup)  # the older copy: p holds X
+    assert cni(agent, "DEL", "p")["ok"]
+    assert cni_add(agent, "p") == Y, "setup: X cools down, the ADD again gets Y"
+    return agent
+
+
 def test_the_del_of_a_pod_added_again_after_the_copy_releases_the_address_its_runtime_names(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()
     backup = tmp_path / "backup"
     try:
-        agent = n.start(**ENV)
-        grant(n, agent, [X, Y])
-        assert add_until(n, agent, "p") == X
-        n.step(30)
-        shutil.copytree(n.state, backup)  # the older copy: p holds X
-        assert cni(agent, "DEL", "p")["ok"]
-        assert cni_add(agent, "p") == Y, "setup: X cools down, the ADD again gets Y"
+        agent = _added_again_after_the_copy(n, backup)
         host.flush_routes()  # p's veth and its rule for Y stay
         agent = answered_start(n, True, backup, **ENV)
         assert agent.ds.recovered_holder(Y) == "unrouted", "setup: the restore holds Y (a rule, no route)"
@@ -59,13 +66,7 @@ def test_the_del_of_that_pod_sent_again_after_its_veth_went_leaves_the_address_a
     host = n.pods = KernelPods()
     backup = tmp_path / "backup"
     try:
-        agent = n.start(**ENV)
-        grant(n, agent, [X, Y])
-        assert add_until(n, agent, "p") == X
-        n.step(30)
-        shutil.copytree(n.state, backup)  # the older copy: p holds X
-        assert cni(agent, "DEL", "p")["ok"]
-        assert cni_add(agent, "p") == Y, "setup: X cools down, the ADD again gets Y"
+        agent = _added_again_after_the_copy(n, backup)
         assert cni(agent, "DEL", "p", prev_ip=Y)["ok"]  # carried out; the runtime never got the answer
         assert add_until(n, agent, "w") == X
         assert add_until(n, agent, "z") == Y
