@@ -358,6 +358,21 @@ class Datastore(RecoveredHolders):
             self.changed.set()
             return Assignment(ip, eni_id)
 
+    def held_on_release(self, ip: str) -> bool:
+        """Whether the release of the record holding ``ip`` hands it to a holder (:data:`HOLD_ON_RELEASE`)."""
+        with self._lock:
+            holds = self.meta.get(HOLD_ON_RELEASE)
+            return isinstance(holds, dict) and bool(holds.get(ip))
+
+    def drop_hold_on_release(self, ip: str) -> None:
+        """The running pod that made the record of ``ip`` doubtful has ended: that record's release
+        frees ``ip`` (review 15, L2). May raise CheckpointWriteError (memory keeps the change)."""
+        with self._lock:
+            holds = self.meta.get(HOLD_ON_RELEASE)
+            if isinstance(holds, dict) and ip in holds:
+                self.meta[HOLD_ON_RELEASE] = {k: v for k, v in holds.items() if k != ip} or None
+                self._save()
+
     def handed_off_by(self, ip: str) -> tuple[str, str] | None:
         """The attachment whose release handed ``ip`` to a recovered holder (:data:`HANDED_OFF_BY`)."""
         with self._lock:

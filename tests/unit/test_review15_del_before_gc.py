@@ -20,15 +20,15 @@ Either way X never returns to the pool: held for as long as the checkpoint lasts
 
 from __future__ import annotations
 
-import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.helpers.agent_world import cni
-from tests.helpers.first_start import Node, add_until, grant
-from tests.helpers.kernel_pods import KernelPods, answered_start
+from tests.helpers.first_start import Node, add_until
+from tests.helpers.kernel_pods import KernelPods, answered_start, assert_not_given, copy_then_deleted
 
 X = "10.0.0.50"
 
@@ -49,23 +49,13 @@ def _holder(agent: Any) -> str | None:
     return rec[0] if rec else agent.ds.recovered_holder(X)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 15, L2: a running pod's DEL that comes before the doubtful record's end frees "
-    "nothing; X then stays held by the copy's record or by 'unrouted' for as long as the checkpoint lasts",
-)
 @pytest.mark.parametrize("runtime", ["gc-after-the-del", "no-gc"])
 def test_x_returns_once_both_the_running_pod_and_the_copys_record_are_gone(tmp_path: Path, runtime: str) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()
     backup = tmp_path / "backup"
     try:
-        agent = n.start()
-        grant(n, agent, [X])
-        assert add_until(n, agent, "old") == X
-        n.step(30)
-        shutil.copytree(n.state, backup)  # the older copy: "old" holds X
-        assert cni(agent, "DEL", "old")["ok"]
+        agent = copy_then_deleted(n, backup, X)  # the older copy: "old" holds X
         assert add_until(n, agent, "run") == X
         n.step(30)
         host.flush_routes()  # run's veth and pod rule stay; its /32 route went
@@ -85,3 +75,30 @@ def test_x_returns_once_both_the_running_pod_and_the_copys_record_are_gone(tmp_p
         )
     finally:
         n.stop()
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    n = Node(tmp_path, adopt_launch_pool=False)
+    n.pods = KernelPods()
+    try:
+        yield n
+    finally:
+        n.stop()
+
+
+def test_an_older_attachments_del_sent_again_leaves_the_doubtful_records_hold(node: Node, tmp_path: Path) -> None:
+    """The bound of L2's release: a DEL whose cached result names X, of an attachment whose veth is
+    gone (``q``: its DEL carried out, its answer lost, sent again), is not the running pod; X's
+    doubtful record must still hand X on when the runtime's GC ends it, as ``run`` carries X."""
+    agent = copy_then_deleted(node, tmp_path / "backup", X)  # the older copy: "old" holds X
+    assert add_until(node, agent, "q") == X
+    assert cni(agent, "DEL", "q", prev_ip=X)["ok"]  # carried out; the runtime never got the answer
+    assert add_until(node, agent, "run") == X
+    node.step(30)
+    node.pods.flush_routes()  # type: ignore[attr-defined]  # run's veth and pod rule stay; no route
+    agent = answered_start(node, True, tmp_path / "backup")
+    node.step(61)
+    assert cni(agent, "DEL", "q", prev_ip=X)["ok"]  # the runtime's retry
+    assert _gc(agent, ["run"])["ok"]  # old is no attachment of the runtime's
+    assert_not_given(node, agent, X, "run", "q's DEL sent again let the GC of old free it")
