@@ -230,11 +230,16 @@ def _link_names(wiring: HostWiring) -> set[str]:
 
 def unnamed_unrouted_veths(ds: Datastore, wiring: HostWiring, veth_prefix: str) -> set[str]:
     """Each :func:`unrouted_veths` veth that neither a restored pod (its veth under any prefix) nor a
-    recovered holder names: a pod the copy lacks, of an address the host does not say."""
+    recovered holder names: a pod the copy lacks, of an address the host does not say. A restored
+    pod names its routeless veth only while the host shows its pod rule with no route (a trace of
+    that record's address): with none, the pod may have been DELeted and ADDed again since the
+    copy (the same container and interface, so the same veth name) and carry another address
+    (review 15, N1)."""
     named = {h.holder for h in ds.recovered_holders()}
     links = _link_names(wiring)
     for p in ds.pods():
-        named |= veths_of(p.container_id, p.ifname, links, veth_prefix)
+        if p.ip in wiring.stale:
+            named |= veths_of(p.container_id, p.ifname, links, veth_prefix)
     return unrouted_veths(wiring, veth_prefix) - named
 
 
@@ -266,17 +271,17 @@ def hold_doubtful(ds: Datastore, wiring: HostWiring, now: float, veth_prefix: st
     (review 14, O1 and R1): each address of :func:`doubtful_records`, when its record is released
     (:data:`node_agent.datastore.HOLD_ON_RELEASE`); and, while a veth the copy names no pod for
     has no route (:func:`unnamed_unrouted_veths`: its pod's address may be any), every free
-    address as the rebuild holds them (by ``UNKNOWN_HOLDER``, and what IMDS alone shows later:
+    address, offered ones too, as the rebuild holds them (by ``UNKNOWN_HOLDER``, and what IMDS alone shows later:
     :data:`HELD_ALL_META`). A write that fails leaves the datastore dirty (the next write)."""
     holds = doubtful_records(ds, wiring, veth_prefix) or None
     unnamed = sorted(unnamed_unrouted_veths(ds, wiring, veth_prefix))
     if holds == ds.meta.get(HOLD_ON_RELEASE) and not unnamed:
         return
-    free = {a.ip for e in ds.enis() for a in e.addrs.values() if not a.in_use and a.quarantined_at is None}
     with contextlib.suppress(CheckpointWriteError), ds.batch():
         ds.set_meta(HOLD_ON_RELEASE, holds)
         if unnamed:
-            n = ds.hold_unknown(free, now)
+            # offered ones too: handed back after the copy, a pod the copy lacks may carry one (review 15, Q1)
+            n = ds.hold_all(now)
             ds.set_meta(HELD_ALL_META, now)
             log.warning("restore: %d free addresses held: pod veths with no route the checkpoint lacks: %s", n, unnamed)
 
@@ -638,11 +643,13 @@ class Agent:
 
     def _release_unknown_holders(self, now: float) -> None:
         """``WARMPOOL_RECOVERY_GRACE_S`` after a rebuild that held every address, let them go
-        (loudly). Measured on the steady clock from this process's start (a restart in the
+        (loudly), in ``recorded`` mode only. Measured on the steady clock from this process's start (a restart in the
         grace starts it again; a wall clock stepped forward never shortens it), or from when this
         process began a hold (a restored checkpoint found not current in ``recorded`` mode:
         ``PoolController._restore_stale``, review 11, W2)."""
-        grace = self.cfg.recovery_grace_s
+        # ``recorded`` only (docs/agent.md): in ``netlink`` mode the hold is for a pod veth the
+        # host shows with no route, whose pod may run on past any grace (review 15, G1).
+        grace = self.cfg.recovery_grace_s if self.cfg.pod_network == "recorded" else 0.0
         since = self.ds.meta.get(HELD_ALL_META)
         if since != self._grace_for:
             self._grace_for, self._grace_from = since, self._steady()

@@ -59,9 +59,12 @@ REBUILT_UNTIL_META = "rebuilt_until_mono"
 REBUILT_SEQ_META = "rebuilt_seq"
 """The first seq after that start: every report before it was sent by a process whose offers are forgotten."""
 HELD_ALL_META = "held_all_at"
-"""When a rebuild with no pod wiring to read (``WARMPOOL_POD_NETWORK=recorded``) held every
-address by the unknown holder; None once its grace let them go. Meanwhile an address IMDS alone
-shows later is held so too, not offered (:meth:`PoolController._hold_unknown`)."""
+"""When a start held every address by the unknown holder: a rebuild with no pod wiring to read
+(``WARMPOOL_POD_NETWORK=recorded``), or one that found a pod veth with no route
+(``node_agent.agent.hold_doubtful`` after a restore, review 14, R1); None once its grace let them
+go (``recorded`` mode only). Meanwhile an address IMDS alone shows later is held so too, not
+offered (:meth:`PoolController._hold_unknown`), whatever :meth:`PoolController._holds_learnt`
+says (review 15, C1)."""
 UNKNOWN_META = "offers_unknown"
 """Addresses and prefixes quarantined on IMDS's word alone after a checkpoint loss (no grant the
 agent received names them): offered as of unknown origin (``ReleaseOffer.unknown``), never
@@ -705,7 +708,11 @@ class PoolController:
             for a in usable
         ]
         have = {e.info.eni_id: e.info for e in self.ds.enis()}
-        keys = self._known_keys() | self._granted_keys(now) if self._holds_learnt(now) else None
+        # While every address is held (HELD_ALL_META: a rebuild, or a restore with a pod veth
+        # the copy cannot name), what IMDS shows first is held too, whatever `_holds_learnt`
+        # says: a confirmed first start clears it (review 15, C1).
+        learn = self._holds_learnt(now) or self.ds.meta.get(HELD_ALL_META) is not None
+        keys = self._known_keys() | self._granted_keys(now) if learn else None
         # One lock over both (a batch): a CNI ADD on the server's thread between the reconcile
         # adding an address and ``_hold_unknown`` quarantining it took it (hostile review of
         # step 6, finding 3).

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from node_agent.hostnet import HostWiring, PodNet, host_veth_name
-from tests.helpers.agent_world import WiredPods, cni_add, give
-from tests.helpers.first_start import Node
+from tests.helpers.agent_world import WiredPods, cni, cni_add, give
+from tests.helpers.first_start import Node, add_until, grant
 from tests.helpers.restore import restore_answer
 
 
@@ -116,3 +116,23 @@ def offers_and_adds(n: Node, agent: Any, passes: int = 6) -> tuple[set[str], lis
             offered |= {ip for o in r.release for ip in o.ips}
         others.append(cni_add(agent, f"new{k}"))
     return offered, others
+
+
+def copy_then_deleted(n: Node, backup: Path, ip: str, cid: str = "old", **env: str) -> Any:
+    """``n``'s agent started (with ``env``), granted ``ip``, which pod ``cid`` gets; 30 s on, the
+    node's state copied to ``backup`` (``cid`` holds ``ip`` in it), then ``cid`` DELeted. The agent."""
+    agent = n.start(**env)
+    grant(n, agent, [ip])
+    assert add_until(n, agent, cid) == ip
+    n.step(30)
+    shutil.copytree(n.state, backup)  # the older copy: cid holds ip
+    assert cni(agent, "DEL", cid)["ok"]
+    return agent
+
+
+def assert_not_given(n: Node, agent: Any, ip: str, carrier: str, why: str) -> None:
+    """Six passes with a new pod ADDed after each: ``ip`` (which pod ``carrier`` still carries)
+    neither offered back nor given to a new pod."""
+    offered, others = offers_and_adds(n, agent)
+    assert n.pods.holders(ip) == [(carrier, "eth0")], f"setup: {carrier} still carries {ip}"  # type: ignore[attr-defined]
+    assert ip not in offered and ip not in others, f"{ip}: {carrier} carries it; {why} (new pods: {others})"

@@ -65,12 +65,15 @@ def test_a_checkpoint_write_failure_at_the_grace_end_is_tried_again_not_fatal(tm
     imds.add(PRIMARY, ["10.0.0.11", "10.0.0.12"])
     clock = VirtualClock(1_000_000.0)
     sqs, pods = MemorySqs(VirtualClock(1_000_000.0)), WiredPods()
-    agent = make_agent(tmp_path / "state", imds, sqs, clock, pods, WARMPOOL_RECOVERY_GRACE_S="600")
+    # the grace is read in `recorded` mode only (review 15, G1)
+    env = {"WARMPOOL_RECOVERY_GRACE_S": "600", "WARMPOOL_POD_NETWORK": "recorded"}
+    agent = make_agent(tmp_path / "state", imds, sqs, clock, pods, **env)
     try:
         now = clock.now()
         with agent.ds.batch():  # what Agent._rebuild leaves in recorded mode
             agent.ds.hold_all(now)
             agent.ds.set_meta("held_all_at", now)
+        agent.run_once()  # a hold begun after the start: its grace counts from the pass that sees it
         clock.advance(700)  # past the grace
         store = agent.ds._store
         assert store is not None
