@@ -43,6 +43,7 @@ from warmpool.messages import (
     PoolReport,
     Released,
     RestoreChecked,
+    SeqFloor,
 )
 from warmpool.pool import PoolConfig, PoolDelta, PoolState, compute
 
@@ -1367,8 +1368,8 @@ class PoolController:
                     self.stats.deleted_in_use += 1
                     log.error("EC2 deleted %s while pods hold its addresses (two holders possible)", action.eni_id)
                     notes.append(f"{action.eni_id}: deleted by EC2 while pods hold its addresses")
-            elif isinstance(action, RestoreChecked | Fenced):
-                notes.append(self._restore_checked(action, now, result.in_reply_to))
+            elif isinstance(action, RestoreChecked | Fenced | SeqFloor):
+                notes.append(self._on_report_answer(action, now, result.in_reply_to))
             elif isinstance(action, Deferred):
                 self._not_before = max(self._not_before, self._steady(now) + action.retry_after_s)
                 notes.append(f"deferred {action.retry_after_s:.1f}s: {action.reason}")
@@ -1392,6 +1393,44 @@ class PoolController:
         for n in notes:
             self._event("result", n)
         return notes
+
+    def _on_report_answer(self, action: RestoreChecked | Fenced | SeqFloor, now: float, in_reply_to: int) -> str:
+        """An answer about the report itself rather than addresses: its restore check, its
+        fence, or its seq below the instance's ledger."""
+        if isinstance(action, SeqFloor):
+            return self._take_seq_floor(action.floor, in_reply_to)
+        return self._restore_checked(action, now, in_reply_to)
+
+    def _take_seq_floor(self, floor: int, in_reply_to: int) -> str:
+        """The allocator dropped report ``in_reply_to`` as stale: the instance's ledger holds seq
+        ``floor`` (``SeqFloor``). Above every seq this agent sent, it was sent by another process
+        of the node (one whose wall clock was ahead of this one's, before a checkpoint loss or
+        the copy restored; or the node itself, hostile), and this agent's reports would be stale
+        until its clock passed it (docs/safety.md, L1). So its seqs go on from above ``floor``:
+        ``floor + 1`` is taken as sent and never used (a report of that process at it may still
+        be acted on), and every seq up to it counts as another process's, as those before this
+        start do: a hand-back replying to one is not taken (``_seq_at_start``), a claim replying
+        to one is not EC2's own, nor taken when a report of this agent offered the address
+        (``_offer_floor``, ``_offered_upto`` raised to it: that process's reports may have offered
+        anything), and after a checkpoint loss not a grant since it (``_rebuilt_seq``). Results replying to them
+        are accepted, as the previous process's are after a loss (they may say ``released``).
+        A floor at or below this agent's seq changes nothing (a late or repeated answer, or a
+        report of this agent delivered again behind a newer one). One write."""
+        if floor <= self.last_seq:
+            return f"seq floor {floor} replying to {in_reply_to}: already passed (last {self.last_seq})"
+        above = floor + 1
+        self.last_seq = above
+        self._seq_at_start = max(self._seq_at_start, above)
+        self._offer_floor = max(self._offer_floor, above)
+        self._offered_upto = {k: max(v, above) for k, v in self._offered_upto.items()}
+        with self.ds.batch():
+            self.ds.set_meta(SEQ_META, above)
+            if self._rebuilt_seq >= 0:
+                self._rebuilt_seq = max(self._rebuilt_seq, above)
+                self.ds.set_meta(REBUILT_SEQ_META, self._rebuilt_seq)
+        self._force = True
+        self.stats.seq_floors_taken += 1
+        return f"report {in_reply_to} stale: the instance's ledger is at seq {floor}; reports go on above it"
 
     def _note_scarce(self, scarce: bool, now: float, seq: int) -> None:
         """A result said ``scarce``: lean for the hold, renewed by each such answer. What is then
