@@ -97,3 +97,41 @@ def test_a_hand_back_replying_to_a_seq_below_the_floor_is_not_taken_for_an_addre
     assert mine.seq > offer.seq + 50_001
     ctl.apply_result(result(mine.seq, back), 105.0)
     assert ds.quarantined() == {}
+
+
+def test_after_a_restart_a_hand_back_replying_below_the_floor_is_not_taken_for_an_address_offered_before_it() -> None:
+    """An address the process before this one quarantined (restored from the checkpoint, not yet
+    offered by this process): a hand-back replying to a seq between the checkpoint's and the
+    floor answers a report this agent never sent, which may have offered it (``_seq_at_start``)."""
+    cp = MemoryCheckpoint()
+    imds = FakeImds()
+    imds.add(PRIMARY, ["10.0.0.11", "10.0.0.12"])
+    ds, ctl = _ctl(cp, imds)
+    ctl.start(100.0)
+    ds.add_addresses(PRIMARY.eni_id, ["10.0.0.11", "10.0.0.12"])
+    ds.quarantine(PRIMARY.eni_id, ["10.0.0.12"], [], 100.0)
+    offer = one(ctl.tick(101.0))
+    ds.flush()
+    ds, ctl = _ctl(MemoryCheckpoint(cp.data), imds)  # a restart, the checkpoint kept
+    ctl.start(200.0)
+    assert ctl.last_seq == offer.seq
+    ctl.apply_result(result(offer.seq, _floor(offer.seq + 50_000)), 200.5)
+    back = {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.12"]}
+    ctl.apply_result(result(offer.seq + 40_000, back), 201.0)
+    assert ds.quarantined() == {PRIMARY.eni_id: (["10.0.0.12"], [])}, "taken back on a hand-back of another process"
+
+
+def test_after_a_loss_a_grant_replying_below_the_floor_is_no_grant_since_the_loss() -> None:
+    """A claim replying to the previous process's report may be the hand-back of one of its
+    forgotten offers: once IMDS lists the address it is held as of unknown origin, not added
+    free (``_rebuilt_seq`` raised to the floor)."""
+    imds = FakeImds()
+    ds, ctl = _ctl(MemoryCheckpoint(), imds)
+    ctl.start(100.0, checkpoint_lost=True)
+    report = one(ctl.tick(100.0))
+    ctl.apply_result(result(report.seq, _floor(700_000)), 101.0)
+    claim = {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.13"]}
+    ctl.apply_result(result(650_000, claim), 102.0)  # IMDS does not list it yet: it waits
+    imds.add(PRIMARY, ["10.0.0.13"])
+    ctl.resync(103.0)
+    assert ds.assign("p1", "eth0", "ns", 103.0) is None, "a claim of the previous process counted as a grant"
