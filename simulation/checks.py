@@ -53,7 +53,10 @@ from warmpool import names
 from warmpool.pool import ceiling
 
 SEQ_AHEAD_LIMIT = 2**20
-"""How far ahead of now (ms) the allocator lets a seq be (functions/intake.py)."""
+"""How far ahead of now (ms) a ledger row may be here: no node's clock in the simulation is off
+by more than 300 s (``clock-skew``), and a ``seq-floor`` answer only copies a row's seq, so a row
+past it holds a seq no honest agent sent (the allocator's own bound, ``functions/intake.py``, is
+wider: above any clock a valid report carries, docs/safety.md L1)."""
 DETACHED_BOUND_S = 420.0
 """GC age (120 s) + two reconcile intervals + slack for throttled reconciles."""
 SERVE_BOUND_S = 150.0
