@@ -135,3 +135,23 @@ def test_after_a_loss_a_grant_replying_below_the_floor_is_no_grant_since_the_los
     imds.add(PRIMARY, ["10.0.0.13"])
     ctl.resync(103.0)
     assert ds.assign("p1", "eth0", "ns", 103.0) is None, "a claim of the previous process counted as a grant"
+
+
+def test_a_claim_replying_below_the_floor_is_not_taken_on_ec2s_word_for_an_address_released_before() -> None:
+    """An address released in answer to this agent's report, which a lagging IMDS still lists:
+    a claim naming it again waits for IMDS to be seen without it, or is taken after its wait on
+    EC2's word only if it is EC2's own assignment. One replying to a seq up to the floor answers
+    a report of another process, which may have offered it: not EC2's own (``_offer_floor``)."""
+    imds = FakeImds()
+    imds.add(PRIMARY, ["10.0.0.11"])
+    ds, ctl = _ctl(MemoryCheckpoint(), imds)
+    ctl.start(100.0)
+    mine = one(ctl.tick(101.0))
+    released = {"kind": "released", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.11"]}
+    ctl.apply_result(result(mine.seq, released), 102.0)
+    assert "10.0.0.11" not in {ip for e in ds.enis() for ip in e.ips}
+    ctl.apply_result(result(mine.seq, _floor(700_000)), 103.0)
+    ctl.apply_result(result(650_000, {"kind": "assigned", "eni_id": PRIMARY.eni_id, "ips": ["10.0.0.11"]}), 104.0)
+    for t in range(105, 200, 5):  # IMDS lists it all along (never seen without it): the wait ends
+        ctl.tick(float(t))
+    assert "10.0.0.11" not in {ip for e in ds.enis() for ip in e.ips}, "taken on a claim of another process"
