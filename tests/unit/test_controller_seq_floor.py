@@ -5,7 +5,7 @@ instance's ledger seq, and every seq up to it counts as another process's
 from __future__ import annotations
 
 from node_agent.checkpoint import MemoryCheckpoint
-from node_agent.controller import PoolController
+from node_agent.controller import SEQ_FLOOR_GAP_MS, PoolController
 from node_agent.datastore import Datastore
 from tests.helpers.controller import ID, PRIMARY, TIMING, FakeImds, one, result
 from warmpool.limits import known
@@ -33,11 +33,11 @@ def test_a_seq_floor_above_the_agents_seq_numbers_its_next_reports_above_it_on_d
     assert first.seq == 100_000
     ctl.apply_result(result(first.seq, _floor(700_000)), 100.5)
     assert ctl.stats.seq_floors_taken == 1
-    again = Datastore(cooldown_s=0.0, checkpoint=MemoryCheckpoint(cp.data))
-    again.restore()
-    assert again.meta["last_seq"] == 700_001, "a restart numbers above the floor too"
+    above = 700_000 + SEQ_FLOOR_GAP_MS
     nxt = one(ctl.tick(101.5))  # reported again at once (the next pass after the interval)
-    assert nxt.seq == 700_002
+    assert nxt.seq == above + 1_000, "above the floor's gap, at the clock's pace"
+    _, again = _ctl(MemoryCheckpoint(cp.data))  # a restart numbers above it too, at that pace
+    assert one(again.tick(110.0)).seq == above + 9_500
 
 
 def test_a_seq_floor_the_agent_has_passed_changes_nothing() -> None:
@@ -72,7 +72,7 @@ def test_after_a_loss_a_hand_back_replying_to_the_previous_processs_seq_below_th
     assert not any("never sent" in n for n in notes), notes
     assert ds.assign("p1", "eth0", "ns", 102.0) is None, "the previous process's hand-back freed an address"
     nxt = one(ctl.tick(103.0))
-    assert nxt.seq > 700_001 and nxt.release[0].ips == ["10.0.0.11"], "still offered, by this process"
+    assert nxt.seq > 700_000 + SEQ_FLOOR_GAP_MS and nxt.release[0].ips == ["10.0.0.11"], "still offered, by this one"
 
 
 def test_a_hand_back_replying_to_a_seq_below_the_floor_is_not_taken_for_an_address_this_agent_offered() -> None:
@@ -94,7 +94,7 @@ def test_a_hand_back_replying_to_a_seq_below_the_floor_is_not_taken_for_an_addre
     assert ds.quarantined() == {PRIMARY.eni_id: (["10.0.0.12"], [])}, "taken back on a hand-back of another process"
     # this agent's own next offer, handed back, is taken as before
     mine = one(ctl.tick(104.0))
-    assert mine.seq > offer.seq + 50_001
+    assert mine.seq > offer.seq + 50_000 + SEQ_FLOOR_GAP_MS
     ctl.apply_result(result(mine.seq, back), 105.0)
     assert ds.quarantined() == {}
 
