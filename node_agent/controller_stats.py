@@ -57,6 +57,8 @@ class ControllerStats:
     # the node and the checkpoint
     datastore_repairs: int = 0
     checkpoint_write_errors: int = 0
+    seq_floors_taken: int = 0
+    """``seq-floor`` answers that moved this agent's seq up (``PoolController._take_seq_floor``)."""
     restores_current: int = 0
     """Restored checkpoints the allocator said were the node's newest state."""
     restores_stale: int = 0
