@@ -18,34 +18,9 @@ from __future__ import annotations
 
 import pytest
 
-from node_agent.checkpoint import MemoryCheckpoint
-from node_agent.controller import PoolController
-from node_agent.datastore import Datastore
-from tests.helpers.controller import ID, PRIMARY, TIMING, FakeImds, one, result
-from warmpool.limits import known
-from warmpool.pool import PoolConfig
+from tests.helpers.seq_floor import two_processes
 
 FLOOR = 700_000  # the ledger's seq: a process before them ran its clock ten minutes ahead
-
-
-def _lost(imds: FakeImds, at: float) -> PoolController:
-    ds = Datastore(cooldown_s=0.0, checkpoint=MemoryCheckpoint())
-    ds.restore()
-    ds.add_eni(PRIMARY, 0.0)
-    ctl = PoolController(ID, known("m5.large"), PoolConfig(warm_ip=1), ds, TIMING, metadata=imds)
-    ctl.start(at, checkpoint_lost=True)
-    return ctl
-
-
-def _after_floor(ctl: PoolController, at: float) -> list[int]:
-    stale = one(ctl.tick(at))
-    assert stale.seq < FLOOR
-    ctl.apply_result(result(stale.seq, {"kind": "seq-floor", "floor": FLOOR}), at + 0.5)
-    seqs = []
-    for t in (at + 1.5, at + 3.0, at + 4.5):
-        ctl.retry_soon()
-        seqs.append(one(ctl.tick(t)).seq)
-    return seqs
 
 
 @pytest.mark.xfail(
@@ -54,9 +29,8 @@ def _after_floor(ctl: PoolController, at: float) -> list[int]:
     "floor numbers over (and below) the seqs the earlier one sent",
 )
 def test_a_process_answered_the_floor_its_predecessor_was_numbers_above_every_seq_that_one_sent() -> None:
-    imds = FakeImds()
-    imds.add(PRIMARY, ["10.0.0.11"])
-    p1 = _after_floor(_lost(imds, 100.0), 100.0)  # P1: floor taken, three reports sent, then gone
-    # P1's reports not yet recorded (deferred and re-sent, or queued): the ledger is still FLOOR
-    p2 = _after_floor(_lost(imds, 160.0), 160.0)  # P2, a minute later, its checkpoint lost again
+    # P1: floor taken, three reports sent, then gone; P1's reports not yet recorded (deferred and
+    # re-sent, or queued): the ledger is still FLOOR when P2, a minute later, its checkpoint lost
+    # again, is answered
+    p1, p2 = two_processes(FLOOR, 100.0, 160.0)
     assert min(p2) > max(p1), f"P2 numbers {p2} over P1's queued {p1}: shared seqs {sorted(set(p1) & set(p2))}"
