@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 SEQ_AHEAD_LIMIT = 2**47
 """A report's seq may be at most this far ahead of ``max(last seq seen, now in
 ms)``: above every wall clock a valid report can carry (its ``sent_at`` is at
-most 1e11 s, 1e14 ms; the agent's seq is ``max(last + 1, now in ms)``), so an
+most 1e11 s, 1e14 ms; the agent's seq is ``max(last + 1, now in ms)``, or after a
+``seq-floor`` ``floor + 2^31 + now in ms``, under 2^47 above the floor), so an
 honest node is served whatever its clock says (docs/safety.md, L1). A seq far
 ahead of a node's later ones no longer leaves them stale: they are answered
 ``seq-floor`` and the agent numbers above it (``Allocator._say_floors``). The

@@ -89,7 +89,19 @@ of this agent shares a seq with one of them (its result would be taken as this a
 a message at most 14 days (``CreateQueue``'s ``MessageRetentionPeriod``, at most 1,209,600 s);
 a margin, not a proof: a report the allocator defers is re-sent as a new message, and a clock
 stepped ahead between that process's reports spaces their seqs further. A seq of it above the gap
-is served before this agent's next one, if at all, only to be answered with a higher floor."""
+is served before this agent's next one, if at all, only to be answered with a higher floor.
+
+The gap is added to the wall clock's whole reading, not to the floor alone (review 16): two
+processes answered the same floor (the ledger not moved between: the first one's later reports
+deferred or still queued when it died) number at ``floor + gap + clock``, so the later one numbers
+above every seq the earlier one sent while the node's clock has not gone back between them."""
+SEQ_TOP = 2**62
+"""The highest seq a report may carry (``PoolReport.seq``)."""
+SEQ_TOP_HEADROOM_MS = 2**40
+"""What a ``seq-floor`` must leave below :data:`SEQ_TOP` after the agent's first seq above it
+(34.8 years of ms): a floor closer to the top is refused (the agent stays stale, nothing
+checkpointed), so the clock's pace never takes its seqs past what a report may carry (review 16:
+such a floor, taken and checkpointed, left the agent unable to build a report for good)."""
 EPOCH_META = "epoch"
 """The fence the allocator's last ``restore-checked`` answer gave (``PoolReport.epoch``)."""
 RESTORE_WAIT_S = 60.0
@@ -223,6 +235,8 @@ class PoolController:
         self.last_seq: int = int(datastore.meta.get(SEQ_META, -1))
         offset = datastore.meta.get(SEQ_OFFSET_META)
         self._seq_offset_ms: int = offset if isinstance(offset, int) and not isinstance(offset, bool) else 0
+        if not 0 <= self._seq_offset_ms <= SEQ_TOP - SEQ_TOP_HEADROOM_MS:
+            self._seq_offset_ms = 0  # one no floor this code takes gives (a report could not be built)
         """Added to the wall clock in ms to number reports (:data:`SEQ_OFFSET_META`)."""
         self._offered_upto: dict[str, int] = {}
         """Address or prefix -> the newest report seq that offered it back. A hand-back
@@ -1455,12 +1469,22 @@ class PoolController:
         (``_rebuilt_seq``). Results replying to them are accepted, as the previous process's are
         after a loss (they may say ``released``). A floor at or below this agent's seq changes
         nothing (a late or repeated answer, or a report of this agent delivered again behind a
-        newer one)."""
+        newer one).
+
+        The gap is added to the whole clock reading (``floor + gap + clock``, review 16): another
+        process answered the same floor earlier numbered at its earlier clock, below this one. A
+        floor that would leave less than :data:`SEQ_TOP_HEADROOM_MS` below :data:`SEQ_TOP` is
+        refused: nothing changes, the agent's reports stay stale until the row goes."""
         if floor <= self.last_seq:
             return f"seq floor {floor} replying to {in_reply_to}: already passed (last {self.last_seq})"
-        above = floor + SEQ_FLOOR_GAP_MS
+        offset = floor + SEQ_FLOOR_GAP_MS
+        above = offset + int(now * 1000)
+        if above > SEQ_TOP - SEQ_TOP_HEADROOM_MS:
+            self.stats.seq_floors_refused += 1
+            log.error("seq floor refused: too near the seq top", extra={"floor": floor, "seq": in_reply_to})
+            return f"seq floor {floor} replying to {in_reply_to}: refused, too near the seq top {SEQ_TOP}"
         self.last_seq = above
-        self._seq_offset_ms = max(self._seq_offset_ms, above - int(now * 1000))
+        self._seq_offset_ms = max(self._seq_offset_ms, offset)
         self._seq_at_start = max(self._seq_at_start, above)
         self._offer_floor = max(self._offer_floor, above)
         self._offered_upto = {k: max(v, above) for k, v in self._offered_upto.items()}

@@ -59,6 +59,8 @@ class ControllerStats:
     checkpoint_write_errors: int = 0
     seq_floors_taken: int = 0
     """``seq-floor`` answers that moved this agent's seq up (``PoolController._take_seq_floor``)."""
+    seq_floors_refused: int = 0
+    """``seq-floor`` answers refused: too near the seq schema's top (``SEQ_TOP_HEADROOM_MS``)."""
     restores_current: int = 0
     """Restored checkpoints the allocator said were the node's newest state."""
     restores_stale: int = 0

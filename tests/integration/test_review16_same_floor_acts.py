@@ -12,8 +12,6 @@ numbering above every seq P1 sent, P1's report would be stale (answered the floo
 
 from __future__ import annotations
 
-import pytest
-
 from tests.helpers.allocate_world import AllocatorWorld
 from tests.helpers.seq_floor import two_processes
 from warmpool.messages import Released
@@ -21,11 +19,6 @@ from warmpool.messages import Released
 FLOOR = 700_000
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 16: a later process answered the same floor numbers below the earlier one's "
-    "queued report, which is then served after its own and unassigns a pod's address",
-)
 def test_a_queued_report_of_a_process_answered_the_same_floor_never_unassigns_what_the_next_ones_pods_hold() -> None:
     p1, p2 = two_processes(FLOOR, 100.0, 130.0)
     w = AllocatorWorld()

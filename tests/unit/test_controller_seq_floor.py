@@ -35,9 +35,10 @@ def test_a_seq_floor_above_the_agents_seq_numbers_its_next_reports_above_it_on_d
     assert ctl.stats.seq_floors_taken == 1
     above = 700_000 + SEQ_FLOOR_GAP_MS
     nxt = one(ctl.tick(101.5))  # reported again at once (the next pass after the interval)
-    assert nxt.seq == above + 1_000, "above the floor's gap, at the clock's pace"
+    # the gap added to the clock's whole reading (review 16), so at its pace
+    assert nxt.seq == above + 101_500, "above the floor's gap, at the clock's pace"
     _, again = _ctl(MemoryCheckpoint(cp.data))  # a restart numbers above it too, at that pace
-    assert one(again.tick(110.0)).seq == above + 9_500
+    assert one(again.tick(110.0)).seq == above + 110_000
 
 
 def test_a_seq_floor_the_agent_has_passed_changes_nothing() -> None:

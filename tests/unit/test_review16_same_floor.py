@@ -16,18 +16,11 @@ docstring of ``SEQ_FLOOR_GAP_MS`` says "no report of this agent shares a seq wit
 
 from __future__ import annotations
 
-import pytest
-
 from tests.helpers.seq_floor import two_processes
 
 FLOOR = 700_000  # the ledger's seq: a process before them ran its clock ten minutes ahead
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 16: the gap is counted from the floor, so a later process answered the same "
-    "floor numbers over (and below) the seqs the earlier one sent",
-)
 def test_a_process_answered_the_floor_its_predecessor_was_numbers_above_every_seq_that_one_sent() -> None:
     # P1: floor taken, three reports sent, then gone; P1's reports not yet recorded (deferred and
     # re-sent, or queued): the ledger is still FLOOR when P2, a minute later, its checkpoint lost

@@ -14,8 +14,6 @@ jumped; its reports stayed valid (stale until the row went)."""
 
 from __future__ import annotations
 
-import pytest
-
 from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.controller import PoolController
 from node_agent.datastore import Datastore
@@ -34,11 +32,6 @@ def _ctl(cp: MemoryCheckpoint) -> tuple[Datastore, PoolController]:
     return ds, PoolController(ID, known("m5.large"), PoolConfig(warm_ip=1), ds, TIMING)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 16: a seq-floor near 2^62 pushes the checkpointed seq past the schema's top; "
-    "the agent never builds a valid report again, across restarts",
-)
 def test_a_floor_near_the_seq_top_never_leaves_the_agent_unable_to_report() -> None:
     cp = MemoryCheckpoint()
     ds, ctl = _ctl(cp)
