@@ -5,7 +5,7 @@ instance's ledger seq, and every seq up to it counts as another process's
 from __future__ import annotations
 
 from node_agent.checkpoint import MemoryCheckpoint
-from node_agent.controller import SEQ_FLOOR_GAP_MS, PoolController
+from node_agent.controller import SEQ_FLOOR_GAP_MS, SEQ_OFFSET_META, SEQ_TOP, SEQ_TOP_HEADROOM_MS, PoolController
 from node_agent.datastore import Datastore
 from tests.helpers.controller import ID, PRIMARY, TIMING, FakeImds, one, result
 from warmpool.limits import known
@@ -156,3 +156,26 @@ def test_a_claim_replying_below_the_floor_is_not_taken_on_ec2s_word_for_an_addre
     for t in range(105, 200, 5):  # IMDS lists it all along (never seen without it): the wait ends
         ctl.tick(float(t))
     assert "10.0.0.11" not in {ip for e in ds.enis() for ip in e.ips}, "taken on a claim of another process"
+
+
+def test_a_floor_leaving_too_little_below_the_seq_top_is_refused_and_changes_nothing() -> None:
+    """Review 16: the agent stays stale (its seq, offset and checkpoint as they were)."""
+    cp = MemoryCheckpoint()
+    _, ctl = _ctl(cp)
+    first = one(ctl.tick(100.0))
+    ctl.apply_result(result(first.seq, _floor(SEQ_TOP - SEQ_TOP_HEADROOM_MS - SEQ_FLOOR_GAP_MS)), 100.5)
+    assert ctl.stats.seq_floors_taken == 0 and ctl.stats.seq_floors_refused == 1
+    assert ctl.last_seq == first.seq
+    ctl.retry_soon()
+    assert one(ctl.tick(101.5)).seq == 101_500
+
+
+def test_a_checkpointed_seq_offset_past_what_a_report_may_carry_is_not_used() -> None:
+    """An offset no floor this agent takes gives (written before the refusal above): the restart
+    can still build reports."""
+    cp = MemoryCheckpoint()
+    ds, _ = _ctl(cp)
+    ds.set_meta(SEQ_OFFSET_META, SEQ_TOP)
+    ds.flush()
+    _, again = _ctl(MemoryCheckpoint(cp.data))
+    assert one(again.tick(110.0)).seq == 110_000
