@@ -76,6 +76,7 @@ from warmpool.messages import (
     Mode,
     PoolReport,
     RestoreChecked,
+    SeqFloor,
     parse_report,
 )
 from warmpool.names import (
@@ -87,6 +88,7 @@ from warmpool.names import (
     M_REPORTS_QUIET,
     M_RESTORES_CHECKED,
     M_SCARCE_SAID,
+    M_SEQ_FLOORS_SAID,
     M_SUBNET_FREE,
     M_TOKENS_FORFEITED,
 )
@@ -270,8 +272,8 @@ class Allocator:
 
     def _refuse_far_seqs(self, valid: list[Incoming], b: Batch) -> list[Incoming]:
         """Refuse a seq more than :data:`SEQ_AHEAD_LIMIT` ahead of both the
-        instance's last seq and now (ms): it would make the instance's later
-        reports stale."""
+        instance's last seq and now (ms): beyond any honest node's clock, it would
+        use up the room its later reports number into after a ``seq-floor``."""
         now_ms = int(self.clock.now() * 1000)
         keep: list[Incoming] = []
         for n in valid:
@@ -292,12 +294,40 @@ class Allocator:
         b.out.stale, b.out.superseded = len(co.stale), len(co.superseded)
         self.tally.add(names.M_REPORTS_STALE, b.out.stale)
         self.tally.add(names.M_REPORTS_COALESCED, b.out.superseded)
+        self._say_floors(co.stale, b)
         # coalesce keeps, per instance, the first report with its newest seq.
         first: dict[tuple[str, int], Incoming] = {}
         for n in incoming:
             first.setdefault((n.report.instance_id, n.report.seq), n)
         kept = self._wait_for_unread_rows([first[(r.instance_id, r.seq)] for r in co.keep], b)
         return [replace(n, report=self._drop_old_offers(n.report), sent=n.report) for n in kept]
+
+    def _say_floors(self, stale: Sequence[PoolReport], b: Batch) -> None:
+        """Answer each report below its instance's ledger seq ``seq-floor`` with that seq
+        (docs/design.md, "Seq"): its agent numbers its reports from below the ledger (its wall
+        clock behind the seqs a process before it sent, a checkpoint lost or older) and would
+        be stale until its clock passed them (docs/safety.md, L1). Nothing is acted on: the
+        answer says only the instance's own seq, which no other report can move (rows are keyed
+        by verified instance). A report at the ledger's seq is the served one delivered again:
+        not answered. One answer per instance and batch, to its newest such report."""
+        newest: dict[str, PoolReport] = {}
+        for r in stale:
+            key = self._key(r)
+            if r.seq < b.last_seq(key) and (key not in newest or r.seq > newest[key].seq):
+                newest[key] = r
+        for key, r in newest.items():
+            result = AllocationResult(
+                cluster=self.cluster,
+                node=r.node,
+                instance_id=r.instance_id,
+                in_reply_to=r.seq,
+                actions=[SeqFloor(floor=b.last_seq(key))],
+            )
+            try:
+                if self.queues.push(result):
+                    self.tally.add(M_SEQ_FLOORS_SAID)
+            except AwsError as err:
+                log.error("result push failed", extra={"node": r.node, "seq": r.seq, "error": str(err)})
 
     def _wait_for_unread_rows(self, kept: list[Incoming], b: Batch) -> list[Incoming]:
         """Defer the nodes whose ledger row was not read; the others go on."""

@@ -18,10 +18,17 @@ from warmpool.messages import PoolReport
 
 log = logging.getLogger(__name__)
 
-SEQ_AHEAD_LIMIT = 2**20
+SEQ_AHEAD_LIMIT = 2**47
 """A report's seq may be at most this far ahead of ``max(last seq seen, now in
-ms)`` (the agent's seq is ``max(last + 1, now_ms)``): a node cannot poison
-its own ledger row with a huge seq that makes every later report stale."""
+ms)``: above every wall clock a valid report can carry (its ``sent_at`` is at
+most 1e11 s, 1e14 ms; the agent's seq is ``max(last + 1, now in ms)``, or after a
+``seq-floor`` ``floor + 2^31 + now in ms``, under 2^47 above the floor), so an
+honest node is served whatever its clock says (docs/safety.md, L1). A seq far
+ahead of a node's later ones no longer leaves them stale: they are answered
+``seq-floor`` and the agent numbers above it (``Allocator._say_floors``). The
+bound keeps the room above a row for that: a node reaches the seq schema's top
+(2^62) only by having some 2^15 reports of its own served, each as far ahead as
+it allows (it harms itself only: rows are keyed by verified instance)."""
 SEQ_TOO_FAR = Rejection.SEQ_TOO_FAR
 
 

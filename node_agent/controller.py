@@ -43,6 +43,7 @@ from warmpool.messages import (
     PoolReport,
     Released,
     RestoreChecked,
+    SeqFloor,
 )
 from warmpool.pool import PoolConfig, PoolDelta, PoolState, compute
 
@@ -81,6 +82,29 @@ UNKNOWN_ON_RELEASE_META = UNKNOWN_ON_RELEASE
 """Addresses pods held when a restored checkpoint was found not current: the copy may list a pod
 gone since, whose address was offered and unassigned after the copy. Each goes to the offers, as
 of unknown origin, when its pod lets it go, never to the pool (``Datastore.release``)."""
+SEQ_OFFSET_META = "seq_offset_ms"
+"""What the agent adds to its wall clock in ms to number its reports (0 until a ``seq-floor``
+answer raised it: :meth:`PoolController._take_seq_floor`)."""
+SEQ_FLOOR_GAP_MS = 2**31
+"""How far above a ``seq-floor`` answer's floor the agent's seqs go on (24.8 days of ms): above
+the seqs the other process may still have queued after its last served report, so that no report
+of this agent shares a seq with one of them (its result would be taken as this agent's). SQS keeps
+a message at most 14 days (``CreateQueue``'s ``MessageRetentionPeriod``, at most 1,209,600 s);
+a margin, not a proof: a report the allocator defers is re-sent as a new message, and a clock
+stepped ahead between that process's reports spaces their seqs further. A seq of it above the gap
+is served before this agent's next one, if at all, only to be answered with a higher floor.
+
+The gap is added to the wall clock's whole reading, not to the floor alone (review 16): two
+processes answered the same floor (the ledger not moved between: the first one's later reports
+deferred or still queued when it died) number at ``floor + gap + clock``, so the later one numbers
+above every seq the earlier one sent while the node's clock has not gone back between them."""
+SEQ_TOP = 2**62
+"""The highest seq a report may carry (``PoolReport.seq``)."""
+SEQ_TOP_HEADROOM_MS = 2**40
+"""What a ``seq-floor`` must leave below :data:`SEQ_TOP` after the agent's first seq above it
+(34.8 years of ms): a floor closer to the top is refused (the agent stays stale, nothing
+checkpointed), so the clock's pace never takes its seqs past what a report may carry (review 16:
+such a floor, taken and checkpointed, left the agent unable to build a report for good)."""
 EPOCH_META = "epoch"
 """The fence the allocator's last ``restore-checked`` answer gave (``PoolReport.epoch``)."""
 RESTORE_WAIT_S = 60.0
@@ -212,6 +236,11 @@ class PoolController:
         self._on_event = on_event
         self.stats = ControllerStats()
         self.last_seq: int = int(datastore.meta.get(SEQ_META, -1))
+        offset = datastore.meta.get(SEQ_OFFSET_META)
+        self._seq_offset_ms: int = offset if isinstance(offset, int) and not isinstance(offset, bool) else 0
+        if not 0 <= self._seq_offset_ms <= SEQ_TOP - SEQ_TOP_HEADROOM_MS:
+            self._seq_offset_ms = 0  # one no floor this code takes gives (a report could not be built)
+        """Added to the wall clock in ms to number reports (:data:`SEQ_OFFSET_META`)."""
         self._offered_upto: dict[str, int] = {}
         """Address or prefix -> the newest report seq that offered it back. A hand-back
         (``assigned`` for a quarantined address) replying to an older report is not taken:
@@ -503,7 +532,7 @@ class PoolController:
         timeout finds IMDS still listing it (by then no report of the previous process can
         be acted on: their offers were dated before this start). Results replying to the
         previous process's reports are accepted (they may carry ``released``/``deleted``)."""
-        first = max(self.last_seq, int(now * 1000))
+        first = max(self.last_seq, self._clock_seq(now))
         self.last_seq = self._seq_at_start = self._rebuilt_seq = self._offer_floor = first
         self._rebuilt_at = now
         self._offered_upto.clear()
@@ -1270,7 +1299,7 @@ class PoolController:
         offers: dict[str, tuple[list[str], list[str]]],
         signed: messages.SignedIdentity | None = None,
     ) -> PoolReport:
-        seq = max(self.last_seq + 1, int(now * 1000))
+        seq = max(self.last_seq + 1, self._clock_seq(now))
         self.last_seq = seq
         self.ds.set_meta(SEQ_META, seq)
         shift = self.clock_ahead() if self.clock_ahead is not None else 0.0
@@ -1320,6 +1349,12 @@ class PoolController:
         self._force = False
         self.stats.reports_sent += 1
         return report
+
+    def _clock_seq(self, now: float) -> int:
+        """The seq the wall clock gives: ms since the epoch, moved up by every ``seq-floor``
+        taken (:meth:`_take_seq_floor`), so seqs keep a millisecond's spacing above a floor (the
+        release book's ``GIVEN_TTL_MS`` reads seqs as ms)."""
+        return int(now * 1000) + self._seq_offset_ms
 
     def _skipped(self, eni_id: str, slot: tuple[int, int]) -> None:
         # Newest first within a slot: an older ENI in a slot another has taken is one whose
@@ -1392,8 +1427,8 @@ class PoolController:
                     self.stats.deleted_in_use += 1
                     log.error("EC2 deleted %s while pods hold its addresses (two holders possible)", action.eni_id)
                     notes.append(f"{action.eni_id}: deleted by EC2 while pods hold its addresses")
-            elif isinstance(action, RestoreChecked | Fenced):
-                notes.append(self._restore_checked(action, now, result.in_reply_to))
+            elif isinstance(action, RestoreChecked | Fenced | SeqFloor):
+                notes.append(self._on_report_answer(action, now, result.in_reply_to))
             elif isinstance(action, Deferred):
                 self._not_before = max(self._not_before, self._steady(now) + action.retry_after_s)
                 notes.append(f"deferred {action.retry_after_s:.1f}s: {action.reason}")
@@ -1417,6 +1452,58 @@ class PoolController:
         for n in notes:
             self._event("result", n)
         return notes
+
+    def _on_report_answer(self, action: RestoreChecked | Fenced | SeqFloor, now: float, in_reply_to: int) -> str:
+        """An answer about the report itself rather than addresses: its restore check, its
+        fence, or its seq below the instance's ledger."""
+        if isinstance(action, SeqFloor):
+            return self._take_seq_floor(action.floor, now, in_reply_to)
+        return self._restore_checked(action, now, in_reply_to)
+
+    def _take_seq_floor(self, floor: int, now: float, in_reply_to: int) -> str:
+        """The allocator dropped report ``in_reply_to`` as stale: the instance's ledger holds seq
+        ``floor`` (``SeqFloor``). Above every seq this agent sent, it was sent by another process
+        of the node (one whose wall clock was ahead of this one's, before a checkpoint loss or
+        the copy restored; or the node itself, hostile), and this agent's reports would be stale
+        until its clock passed it (docs/safety.md, L1). So its seqs go on from
+        :data:`SEQ_FLOOR_GAP_MS` above ``floor`` (above what that process may still have
+        queued), at the wall clock's pace (the offset added to it, :meth:`_clock_seq`, one
+        write with ``last_seq``), and every seq up to there counts as another process's, as those
+        before this start do: a hand-back replying to one is not taken (``_seq_at_start``), a
+        claim replying to one is not EC2's own, nor taken when a report of this agent offered
+        the address (``_offer_floor``, ``_offered_upto`` raised to it: that process's reports may
+        have offered anything), and after a checkpoint loss not a grant since it
+        (``_rebuilt_seq``). Results replying to them are accepted, as the previous process's are
+        after a loss (they may say ``released``). A floor at or below this agent's seq changes
+        nothing (a late or repeated answer, or a report of this agent delivered again behind a
+        newer one).
+
+        The gap is added to the whole clock reading (``floor + gap + clock``, review 16): another
+        process answered the same floor earlier numbered at its earlier clock, below this one. A
+        floor that would leave less than :data:`SEQ_TOP_HEADROOM_MS` below :data:`SEQ_TOP` is
+        refused: nothing changes, the agent's reports stay stale until the row goes."""
+        if floor <= self.last_seq:
+            return f"seq floor {floor} replying to {in_reply_to}: already passed (last {self.last_seq})"
+        offset = floor + SEQ_FLOOR_GAP_MS
+        above = offset + int(now * 1000)
+        if above > SEQ_TOP - SEQ_TOP_HEADROOM_MS:
+            self.stats.seq_floors_refused += 1
+            log.error("seq floor refused: too near the seq top", extra={"floor": floor, "seq": in_reply_to})
+            return f"seq floor {floor} replying to {in_reply_to}: refused, too near the seq top {SEQ_TOP}"
+        self.last_seq = above
+        self._seq_offset_ms = max(self._seq_offset_ms, offset)
+        self._seq_at_start = max(self._seq_at_start, above)
+        self._offer_floor = max(self._offer_floor, above)
+        self._offered_upto = {k: max(v, above) for k, v in self._offered_upto.items()}
+        with self.ds.batch():
+            self.ds.set_meta(SEQ_META, above)
+            self.ds.set_meta(SEQ_OFFSET_META, self._seq_offset_ms)
+            if self._rebuilt_seq >= 0:
+                self._rebuilt_seq = max(self._rebuilt_seq, above)
+                self.ds.set_meta(REBUILT_SEQ_META, self._rebuilt_seq)
+        self._force = True
+        self.stats.seq_floors_taken += 1
+        return f"report {in_reply_to} stale: the instance's ledger is at seq {floor}; reports go on above it"
 
     def _note_scarce(self, scarce: bool, now: float, seq: int) -> None:
         """A result said ``scarce``: lean for the hold, renewed by each such answer. What is then

@@ -57,6 +57,10 @@ class ControllerStats:
     # the node and the checkpoint
     datastore_repairs: int = 0
     checkpoint_write_errors: int = 0
+    seq_floors_taken: int = 0
+    """``seq-floor`` answers that moved this agent's seq up (``PoolController._take_seq_floor``)."""
+    seq_floors_refused: int = 0
+    """``seq-floor`` answers refused: too near the seq schema's top (``SEQ_TOP_HEADROOM_MS``)."""
     restores_current: int = 0
     """Restored checkpoints the allocator said were the node's newest state."""
     restores_stale: int = 0

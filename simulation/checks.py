@@ -44,6 +44,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from emulated.memstores import MemLedger
+from functions.intake import SEQ_AHEAD_LIMIT
 from functions.settings import Settings
 from simulation import subnets
 from simulation.base import AGENT_EVERY_S, ANOTHER_TOOL
@@ -52,8 +53,6 @@ from simulation.node import SimAgent
 from warmpool import names
 from warmpool.pool import ceiling
 
-SEQ_AHEAD_LIMIT = 2**20
-"""How far ahead of now (ms) the allocator lets a seq be (functions/intake.py)."""
 DETACHED_BOUND_S = 420.0
 """GC age (120 s) + two reconcile intervals + slack for throttled reconciles."""
 SERVE_BOUND_S = 150.0
@@ -259,8 +258,10 @@ def _books(w: ChecksWorld) -> None:
 
 def _rows(w: ChecksWorld, now: float) -> None:
     """Ledger rows are keyed by instance id: one per instance of the cluster, never one per
-    name a node sends (``ledger-rows``); no row's seq is so far ahead that the instance's later
-    reports would all be stale (``seq-poisoned``)."""
+    name a node sends (``ledger-rows``); no row's seq is further ahead of now than the allocator's
+    bound lets a report be (``seq-poisoned``: it would eat the room the instance's later reports
+    number into after a ``seq-floor``; a row ahead within it is an honest clock ahead, or costs
+    its node one round trip: docs/safety.md, L1)."""
     rows = w.ledger._items
     tag = names.cluster_tag_key("dst")
     for (_, key), row in rows.items():

@@ -52,7 +52,9 @@ from warmpool.limits import known
 from warmpool.messages import MAX_TARGET, EniReport, PoolReport, ReleaseOffer, Targets, parse_report
 
 SEQ_AHEAD_LIMIT = 2**20
-"""The allocator's bound (functions/intake.py); kept here so a mutation test can lift it there."""
+"""Half of it ahead is under the allocator's bound (``functions/intake.py``, 2^47 since L1) and
+past what any honest row here reaches (``simulation.checks``): kept here so a mutation test can
+lift the allocator's refusal without moving the crafted seq."""
 TOP_SEQ = 2**62
 
 

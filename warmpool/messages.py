@@ -397,6 +397,18 @@ class Fenced(_Strict):
     epoch: Annotated[int, Field(ge=1, le=2**62)]
 
 
+class SeqFloor(_Strict):
+    """The answer to a report the allocator dropped as stale because its seq is below the one
+    the instance's ledger row holds (docs/design.md, "Seq"): a process of the node sent higher
+    seqs (its wall clock ahead of this one's, a checkpoint lost or restored from an older copy)
+    or the node itself sent a seq far ahead. ``floor`` is that ledger seq: the agent numbers its
+    reports above it from now on, and takes every seq up to it as sent by another process. It
+    says nothing was done; a late or repeated one only says a floor the agent has passed."""
+
+    kind: Literal["seq-floor"] = "seq-floor"
+    floor: Annotated[int, Field(ge=0, le=2**62)]
+
+
 class Deferred(_Strict):
     kind: Literal["deferred"] = "deferred"
     retry_after_s: Annotated[float, Field(ge=0, le=3600)]
@@ -420,7 +432,7 @@ class Failed(_Strict):
 
 
 Action = Annotated[
-    Assigned | Attached | Released | Deleted | RestoreChecked | Fenced | Deferred | Failed,
+    Assigned | Attached | Released | Deleted | RestoreChecked | Fenced | SeqFloor | Deferred | Failed,
     Field(discriminator="kind"),
 ]
 

@@ -180,6 +180,8 @@ M_TOKENS_FORFEITED = "TokensForfeited"
 """Tokens taken for a node that was then not served (lease lost, deadline, re-read throttled)."""
 M_REPORTS_FENCED = "ReportsFenced"
 """Reports of a process from before the instance's last restore check, dropped (their epoch)."""
+M_SEQ_FLOORS_SAID = "SeqFloorsSaid"
+"""Stale reports below the instance's ledger seq answered ``seq-floor`` (docs/design.md, "Seq")."""
 M_RESTORES_CHECKED = "RestoresChecked"
 """Reports of a restored checkpoint answered whether it is the node's newest state (dimension
 ``current``: ``true``/``false``)."""
