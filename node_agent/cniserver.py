@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import ipaddress
 import json
 import logging
 import os
@@ -57,7 +56,7 @@ from node_agent.hostnet import (
     wired_pods,
 )
 from node_agent.netlink import MAIN_TABLE, Netlink, NetlinkFailure
-from node_agent.records import UNROUTED_HOLDER, Assignment, PodRecord
+from node_agent.records import Assignment, PodRecord
 from warmpool.clock import Clock, SteadyClock
 
 log = logging.getLogger("warmpool.agent.cni")
@@ -410,72 +409,24 @@ class CniService:
         with self._serialised(cid, ifname):
             self._delete(cid, ifname, req.get("config"))
 
-    def _unrouted_of(self, conf: Any, cid: str, ifname: str) -> str | None:
-        """The address the runtime's cached result of this attachment's ADD (``prevResult``, which
-        the CNI spec has the runtime pass to DEL when it has one) gives our interface, if a
-        checkpoint rebuild holds it by :data:`UNROUTED_HOLDER`: a pod rule with no route, held
-        because the host could not say whose veth had gone (``node_agent.agent._routed_pods``).
-        This DEL's pod was that rule's: a DEL stopped after the veth went and before the rules
-        did, then a lost checkpoint (review 13, U1-leak: before, the retried DEL found no record,
-        removed no rule, and every later rebuild held the address again). Not when this
-        attachment's own release made that holder (a restored record the host could not show as
-        its pod's, ``node_agent.agent.doubtful_records``): its DEL sent again, with the same cached
-        result, would free what another running pod carries (review 15, D1)."""
-        ip = _prev_address(conf, ifname)
-        if ip is None or self.ds.recovered_holder(ip) != UNROUTED_HOLDER:
-            return None
-        return None if self.ds.handed_off_by(ip) == (cid, ifname) else ip
-
-    def _readded_of(self, conf: Any, cid: str, ifname: str, held: Assignment) -> str | None:
-        """:meth:`_unrouted_of` for a DEL that finds a record of another address: the pod was DELeted
-        and ADDed again after an older copy was written (the copy names its first address, the
-        runtime's cached result its latest) and its route went. Only while the attachment's veth is
-        on the host: the pod runs, so its cached result is of its latest ADD; a DEL sent again after
-        its veth went may carry a result whose address another pod got since (review 15, L3)."""
-        ip = self._unrouted_of(conf, cid, ifname)
-        return ip if ip is not None and ip != held.ip and self._veth_on_host(cid, ifname, ip) else None
-
-    def _veth_on_host(self, cid: str, ifname: str, ip: str) -> bool:
-        """Whether the attachment's veth (this prefix's) is on the host: its pod runs, so the
-        runtime's cached result is of its latest ADD. A failed read says no (``ip`` stays held)."""
-        try:
-            wiring = self.pods.host_wiring()
-        except OSError as exc:
-            log.warning("DEL %s %s: %s (its prevResult) left held: no wiring read (%s)", cid[:12], ifname, ip, exc)
-            return False
-        return wiring is not None and host_veth_name(cid, ifname, self.veth_prefix) in wiring.links
-
-    def _doubted_of(self, conf: Any, cid: str, ifname: str) -> str | None:
-        """The address this DEL's ``prevResult`` names when a restored record holds it whose release
-        hands it on (:data:`node_agent.datastore.HOLD_ON_RELEASE`: the running pod that carries it
-        made that record doubtful) and this attachment's veth is on the host: it is that running
-        pod, ending first (containerd's order: no GC ends the record). Its rules go and the record's
-        release frees the address (review 15, L2: before, held for as long as the checkpoint)."""
-        ip = _prev_address(conf, ifname)
-        if ip is None or not self.ds.held_on_release(ip):
-            return None
-        return ip if self._veth_on_host(cid, ifname, ip) else None
-
     def _delete(self, cid: str, ifname: str, conf: Any = None) -> None:
+        """Tear down and release what this attachment holds: its record, or the recovered holder
+        named after its veth. A DEL that finds neither releases nothing and removes no rule. The
+        runtime's cached result of the attachment's ADD (``prevResult``) is not trusted to name an
+        address: libcni caches a result only when the whole chain's ADD succeeded and drops it only
+        when its DEL did, so the result a DEL carries may be of an earlier ADD whose address another
+        pod got since (review 17: each way a DEL's ``prevResult`` released or unprotected an address
+        gave it two holders). What that costs is a leak, never a second holder: an ``unrouted``
+        holder (a pod rule with no route, after a lost checkpoint) and a doubtful record's hand-on
+        stay until the checkpoint goes (docs/safety.md, the thirteenth to seventeenth reviews)."""
+        del conf  # not read: see above
         held, holder = self._held(cid, ifname)
-        unrouted = self._unrouted_of(conf, cid, ifname) if held is None else self._readded_of(conf, cid, ifname, held)
-        doubted = self._doubted_of(conf, cid, ifname) if held is None and unrouted is None else None
-        self.pods.teardown(cid, ifname, held.ip if held else unrouted or doubted)
-        if held is not None and unrouted is not None:
-            self.pods.teardown(cid, ifname, unrouted)  # its rule for the address it carried
+        self.pods.teardown(cid, ifname, held.ip if held else None)
         now = self.clock.now()
         try:
             self.ds.release(cid, ifname, now)  # also forgets a waiting ADD
             for freed in self.ds.release_recovered(holder, now):
                 log.info("DEL %s %s: recovered address %s released", cid[:12], ifname, freed.ip)
-            if doubted is not None:
-                self.ds.drop_hold_on_release(doubted)
-                log.info(
-                    "DEL %s %s: %s (its prevResult) freed when its restored record goes", cid[:12], ifname, doubted
-                )
-            if unrouted is not None:
-                self.ds.release_recovered(UNROUTED_HOLDER, now, only={unrouted})
-                log.info("DEL %s %s: %s (pod rule, no route; its prevResult) released", cid[:12], ifname, unrouted)
         except CheckpointWriteError as exc:
             # Released in memory, not yet on disk (retried by the agent's loop). Safe to answer
             # DEL: until the write works the disk only says the address is still held, and no
@@ -589,33 +540,6 @@ class CniService:
         if not any(e.ready for e in self.ds.enis()):
             return "no ENI is ready on this node yet"
         return None
-
-
-def _prev_address(conf: Any, ifname: str) -> str | None:
-    """The ``/32`` address a result in ``conf['prevResult']`` gives the sandbox interface
-    ``ifname`` (as :meth:`CniService._result` writes it: an ``ips`` entry whose ``interface``
-    indexes an ``interfaces`` entry of that name with a ``sandbox``); None when there is none, or
-    when the result is malformed (a DEL never fails for it)."""
-    prev = conf.get("prevResult") if isinstance(conf, dict) else None
-    if not isinstance(prev, dict):
-        return None
-    interfaces, ips = prev.get("interfaces"), prev.get("ips")
-    if not isinstance(interfaces, list) or not isinstance(ips, list):
-        return None
-    for entry in ips:
-        at = entry.get("interface") if isinstance(entry, dict) else None
-        address = entry.get("address") if isinstance(entry, dict) else None
-        if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at < len(interfaces):
-            continue
-        iface = interfaces[at]
-        if not isinstance(iface, dict) or iface.get("name") != ifname or not iface.get("sandbox"):
-            continue
-        if isinstance(address, str) and address.endswith("/32"):
-            try:
-                return str(ipaddress.IPv4Address(address.removesuffix("/32")))
-            except ValueError:
-                return None
-    return None
 
 
 def _network_name(conf: Any) -> str:

@@ -73,11 +73,6 @@ HOLD_ON_RELEASE = "hold_on_release"
 addresses hands it to that holder instead of freeing it: a restored pod's record the host does not
 show as that pod's, for an address another running pod may carry
 (``node_agent.agent.doubtful_records``; review 14, O1)."""
-HANDED_OFF_BY = "handed_off_by"
-"""Meta key: address -> ``[container id, ifname]`` of the attachment whose release handed it to a
-recovered holder (:data:`HOLD_ON_RELEASE`). That attachment's DEL sent again (its cached
-``prevResult`` naming the address) never releases that holder (review 15, D1:
-``node_agent.cniserver.CniService._unrouted_of``)."""
 
 
 class Datastore(RecoveredHolders):
@@ -341,7 +336,6 @@ class Datastore(RecoveredHolders):
                 a.recovered, a.assigned_at, a.freed_at, a.quarantined_at = str(holds[ip]), now, None, None
                 self._recovered[ip] = (a.recovered, now)
                 self.meta[HOLD_ON_RELEASE] = {k: v for k, v in holds.items() if k != ip} or None
-                self.meta[HANDED_OFF_BY] = {**(self.meta.get(HANDED_OFF_BY) or {}), ip: [container_id, ifname]}
                 self._save()
                 self.changed.set()
                 return Assignment(ip, eni_id)
@@ -357,27 +351,6 @@ class Datastore(RecoveredHolders):
             self._save()
             self.changed.set()
             return Assignment(ip, eni_id)
-
-    def held_on_release(self, ip: str) -> bool:
-        """Whether the release of the record holding ``ip`` hands it to a holder (:data:`HOLD_ON_RELEASE`)."""
-        with self._lock:
-            holds = self.meta.get(HOLD_ON_RELEASE)
-            return isinstance(holds, dict) and bool(holds.get(ip))
-
-    def drop_hold_on_release(self, ip: str) -> None:
-        """The running pod that made the record of ``ip`` doubtful has ended: that record's release
-        frees ``ip`` (review 15, L2). May raise CheckpointWriteError (memory keeps the change)."""
-        with self._lock:
-            holds = self.meta.get(HOLD_ON_RELEASE)
-            if isinstance(holds, dict) and ip in holds:
-                self.meta[HOLD_ON_RELEASE] = {k: v for k, v in holds.items() if k != ip} or None
-                self._save()
-
-    def handed_off_by(self, ip: str) -> tuple[str, str] | None:
-        """The attachment whose release handed ``ip`` to a recovered holder (:data:`HANDED_OFF_BY`)."""
-        with self._lock:
-            got = (self.meta.get(HANDED_OFF_BY) or {}).get(ip)
-            return (str(got[0]), str(got[1])) if isinstance(got, list) and len(got) == 2 else None
 
     def _members(self, eni_id: str, key: str) -> list[Addr]:
         eni = self._enis[eni_id]
