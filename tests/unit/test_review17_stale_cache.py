@@ -20,11 +20,9 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.agent_world import cni, give
-from tests.helpers.controller import PRIMARY
-from tests.helpers.first_start import Node, add_until
+from tests.helpers.agent_world import cni
+from tests.helpers.first_start import Node, add_until, grant_more
 from tests.helpers.kernel_pods import KernelPods, answered_start, copy_then_deleted, offers_and_adds
-from warmpool.messages import AllocationResult, Assigned
 
 X = "10.0.0.50"
 Y = "10.0.0.51"
@@ -40,24 +38,6 @@ def _gc(agent: Any, valid: list[str]) -> dict[str, Any]:
     return agent.cni.handle({"command": "GC", "config": conf})  # type: ignore[no-any-return]
 
 
-def _grant(n: Node, agent: Any, ips: list[str]) -> None:
-    """``ips`` granted on the primary ENI in reply to the agent's latest report (IMDS listing them)."""
-    n.step(30)
-    last = n.sqs.reports()[-1]
-    n.imds.add(PRIMARY, ips)
-    give(
-        agent,
-        AllocationResult(
-            cluster=last.cluster,
-            node=last.node,
-            instance_id=last.instance_id,
-            in_reply_to=agent.controller.last_seq,
-            actions=[Assigned(eni_id=PRIMARY.eni_id, ips=ips)],
-        ),
-    )
-    n.step()
-
-
 @pytest.mark.xfail(
     strict=True,
     reason="review 17, L2': a re-ADDed attachment's veth is on the host while its cached result names another pod's X",
@@ -71,7 +51,7 @@ def test_a_readded_attachments_stale_cached_result_does_not_unprotect_the_runnin
         assert add_until(n, agent, "a") == X  # the runtime caches a's result: X
         assert cni(agent, "DEL", "a", prev_ip=X)["ok"]  # carried out; the runtime never got the answer
         assert add_until(n, agent, "run") == X
-        _grant(n, agent, [Y])
+        grant_more(n, agent, [Y])
         assert add_until(n, agent, "a") == Y  # a ADDed again; its answer lost too: the cache names X
         assert host.holders(X) == [("run", "eth0")] and host.holders(Y) == [("a", "eth0")], "setup"
         n.step(30)
