@@ -140,6 +140,29 @@ def grant(n: Node, agent: Any, ips: list[str]) -> None:
     n.step()
 
 
+def grant_more(n: Node, agent: Any, ips: list[str]) -> None:
+    """30 s on, ``ips`` granted on the primary ENI in reply to the agent's latest report (IMDS
+    listing them), then another pass: :func:`grant` when this pass may send no report."""
+    from tests.helpers.agent_world import give
+    from tests.helpers.controller import PRIMARY
+    from warmpool.messages import AllocationResult, Assigned
+
+    n.step(30)
+    last = n.sqs.reports()[-1]
+    n.imds.add(PRIMARY, ips)
+    give(
+        agent,
+        AllocationResult(
+            cluster=last.cluster,
+            node=last.node,
+            instance_id=last.instance_id,
+            in_reply_to=agent.controller.last_seq,
+            actions=[Assigned(eni_id=PRIMARY.eni_id, ips=ips)],
+        ),
+    )
+    n.step()
+
+
 def add_until(n: Node, agent: Any, cid: str) -> str:
     """ADD ``cid`` until it gets an address (5 s between tries); the address."""
     from tests.helpers.agent_world import cni_add
