@@ -238,7 +238,9 @@ def unnamed_unrouted_veths(ds: Datastore, wiring: HostWiring, veth_prefix: str) 
     named = {h.holder for h in ds.recovered_holders()}
     links = _link_names(wiring)
     for p in ds.pods():
-        if p.ip in wiring.stale:
+        # its rule with no /32 route through any link: a rule routed through another prefix's veth
+        # is that pod's, not a trace of this record (review 17, N1')
+        if p.ip in wiring.stale and p.ip not in wiring.routed:
             named |= veths_of(p.container_id, p.ifname, links, veth_prefix)
     return unrouted_veths(wiring, veth_prefix) - named
 

@@ -352,6 +352,12 @@ class Datastore(RecoveredHolders):
             self.changed.set()
             return Assignment(ip, eni_id)
 
+    def held_on_release(self, ip: str) -> bool:
+        """Whether the release of the record holding ``ip`` hands it to a holder (:data:`HOLD_ON_RELEASE`)."""
+        with self._lock:
+            holds = self.meta.get(HOLD_ON_RELEASE)
+            return isinstance(holds, dict) and bool(holds.get(ip))
+
     def _members(self, eni_id: str, key: str) -> list[Addr]:
         eni = self._enis[eni_id]
         return [b for b in eni.addrs.values() if (b.prefix or b.ip) == key]

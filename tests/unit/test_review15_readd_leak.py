@@ -15,6 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.helpers.agent_world import cni, cni_add
 from tests.helpers.first_start import Node, add_until, grant
 from tests.helpers.kernel_pods import KernelPods, answered_start, assert_not_given
@@ -35,6 +37,11 @@ def _added_again_after_the_copy(n: Node, backup: Path) -> Any:
     return agent
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (a leak, never a second holder): a DEL does not trust its prevResult, which may be of an "
+    "earlier ADD whose address another pod got since (review 17); docs/safety.md, the seventeenth review",
+)
 def test_the_del_of_a_pod_added_again_after_the_copy_releases_the_address_its_runtime_names(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()

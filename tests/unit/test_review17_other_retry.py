@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.helpers.agent_world import cni
 from tests.helpers.first_start import Node, add_until
 from tests.helpers.kernel_pods import KernelPods, answered_start, copy_then_deleted, offers_and_adds
@@ -25,10 +23,6 @@ from tests.helpers.kernel_pods import KernelPods, answered_start, copy_then_dele
 X = "10.0.0.50"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 17, D1': another attachment's retried DEL frees the unrouted holder O1's hand-off made",
-)
 def test_another_attachments_retried_del_does_not_free_the_running_pods_address(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()

@@ -18,8 +18,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pytest
-
 from tests.helpers.agent_world import cni
 from tests.helpers.first_start import Node, add_until, grant, grant_more
 from tests.helpers.kernel_pods import KernelPods, answered_start, offers_and_adds
@@ -27,10 +25,6 @@ from tests.helpers.kernel_pods import KernelPods, answered_start, offers_and_add
 H, X, Z = "10.0.0.40", "10.0.0.50", "10.0.0.60"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 17, L3': a DEL whose cached result is of an ADD before the veth's frees another pod's address",
-)
 def test_a_stale_cached_result_with_the_veth_on_the_host_does_not_free_the_running_pods_address(
     tmp_path: Path,
 ) -> None:

@@ -17,8 +17,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pytest
-
 from tests.helpers.agent_world import cni, cni_add
 from tests.helpers.first_start import Node, add_until, grant
 from tests.helpers.kernel_pods import KernelPods, answered_start, offers_and_adds
@@ -27,10 +25,6 @@ X, Y = "10.0.0.50", "10.0.0.51"
 ENV = {"IP_COOLDOWN_PERIOD": "30"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 17, N1': another prefix's routed pod rule is taken for the restored record's trace",
-)
 def test_a_rule_routed_through_another_prefixs_veth_does_not_name_the_records_routeless_veth(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()

@@ -18,8 +18,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.helpers.agent_world import cni
 from tests.helpers.first_start import Node, add_until, grant_more
 from tests.helpers.kernel_pods import KernelPods, answered_start, copy_then_deleted, offers_and_adds
@@ -38,10 +36,6 @@ def _gc(agent: Any, valid: list[str]) -> dict[str, Any]:
     return agent.cni.handle({"command": "GC", "config": conf})  # type: ignore[no-any-return]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 17, L2': a re-ADDed attachment's veth is on the host while its cached result names another pod's X",
-)
 def test_a_readded_attachments_stale_cached_result_does_not_unprotect_the_running_pods_address(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()
