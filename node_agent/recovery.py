@@ -17,7 +17,7 @@ that keeps them (a mixin over the datastore's state, under its lock).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 
 from node_agent.records import UNKNOWN_HOLDER, Addr, Assignment, EniRecord, RecoveredHolder
 
@@ -84,13 +84,12 @@ class RecoveredHolders:
                 self._save()
             return n
 
-    def release_recovered(self, holder: str, now: float, only: Collection[str] | None = None) -> list[Assignment]:
+    def release_recovered(self, holder: str, now: float) -> list[Assignment]:
         """The recovered holder is gone (CNI DEL, or the unknown holders' grace passed):
-        its addresses (those in ``only``, if given) enter cooldown. Idempotent; returns the
-        attached addresses freed."""
+        its addresses enter cooldown. Idempotent; returns the attached addresses freed."""
         with self._lock:
             out: list[Assignment] = []
-            ips = [ip for ip, (h, _) in self._recovered.items() if h == holder and (only is None or ip in only)]
+            ips = [ip for ip, (h, _) in self._recovered.items() if h == holder]
             for ip in sorted(ips):
                 del self._recovered[ip]
                 eni_id = self._ip_eni.get(ip)

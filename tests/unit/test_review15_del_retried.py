@@ -23,12 +23,11 @@ answer, not two (the second test)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from tests.helpers.agent_world import cni
-from tests.helpers.first_start import Node, add_until, grant
-from tests.helpers.kernel_pods import KernelPods, answered_start, offers_and_adds
+from tests.helpers.first_start import Node, add_until
+from tests.helpers.kernel_pods import KernelPods, answered_start, copy_then_deleted, offers_and_adds
 
 X = "10.0.0.50"
 
@@ -38,12 +37,7 @@ def test_the_doubtful_records_del_sent_again_does_not_free_the_running_pods_addr
     host = n.pods = KernelPods()
     backup = tmp_path / "backup"
     try:
-        agent = n.start()
-        grant(n, agent, [X])
-        assert add_until(n, agent, "old") == X
-        n.step(30)
-        shutil.copytree(n.state, backup)  # the older copy: "old" holds X
-        assert cni(agent, "DEL", "old", prev_ip=X)["ok"]  # carried out; the runtime never got the answer
+        agent = copy_then_deleted(n, backup, X)  # the older copy: "old" holds X; old's DEL answer lost
         assert add_until(n, agent, "run") == X
         n.step(30)
         host.flush_routes()  # run's veth and pod rule stay; its /32 route went
@@ -65,12 +59,7 @@ def test_with_the_running_pods_rule_gone_too_the_first_retry_does_not_free_its_a
     host = n.pods = KernelPods()
     backup = tmp_path / "backup"
     try:
-        agent = n.start()
-        grant(n, agent, [X])
-        assert add_until(n, agent, "old") == X
-        n.step(30)
-        shutil.copytree(n.state, backup)
-        assert cni(agent, "DEL", "old", prev_ip=X)["ok"]  # carried out; the runtime never got the answer
+        agent = copy_then_deleted(n, backup, X)  # the older copy: "old" holds X; old's DEL answer lost
         assert add_until(n, agent, "run") == X
         n.step(30)
         host.flush_routes()  # run runs on: its veth pair, X in its namespace; no route, no rule
