@@ -38,8 +38,8 @@ from node_agent.datastore import HOLD_ON_RELEASE, Datastore
 from node_agent.hostnet import HostWiring, host_veth_name, veth_shaped, veths_of
 from node_agent.identity import CachedIdentity
 from node_agent.imds import Identity, ImdsClient
+from node_agent.records import UNKNOWN_HOLDER, NodeIdentity, PodRecord
 from node_agent.records import UNROUTED_HOLDER as UNROUTED_HOLDER  # re-exported: the rebuild names it
-from node_agent.records import NodeIdentity, PodRecord
 from warmpool.clock import Clock, RealClock, SteadyClock
 from warmpool.limits import InstanceLimits, known, max_pods
 from warmpool.messages import MessageError, parse_result
@@ -291,6 +291,89 @@ def hold_doubtful(ds: Datastore, wiring: HostWiring, now: float, veth_prefix: st
 ROUTED_HOLDER = "routed"
 """The holder a rebuild names for an address routed through a link it cannot name."""
 
+HOLD_REASON_META = "hold_reason"
+"""The links a start's holds stand for (``netlink`` mode): the pod veths with no route when the
+hold of every address (:data:`HELD_ALL_META`) or an :data:`UNROUTED_HOLDER` began. Their pods may
+carry any address; once the host shows none of them, no pod can (:func:`lift_unfounded_holds`)."""
+
+
+def routeless_links(wiring: HostWiring, veth_prefix: str) -> set[str]:
+    """This prefix's links and every veth (any prefix, any CNI) with no ``/32`` route through
+    them: what :func:`_routed_pods`' :data:`UNROUTED_HOLDER` and a hold of every address stand
+    for (a pod behind one may carry an address the host does not say)."""
+    links = {link for link in wiring.links if link.startswith(veth_prefix)} | _veths(wiring)
+    return links - set(wiring.routed_via.values()) - set(wiring.pods.values())
+
+
+def note_hold_reason(ds: Datastore, wiring: HostWiring, veth_prefix: str) -> None:
+    """At a start that read the host's wiring, after its holds: while every address is held, or
+    an address is held (or to be held on its record's release) by :data:`UNROUTED_HOLDER`, the
+    routeless links now (with those noted before) are the hold's reason (:data:`HOLD_REASON_META`).
+    A write that fails leaves the datastore dirty (the next write)."""
+    unrouted = any(h.holder == UNROUTED_HOLDER for h in ds.recovered_holders())
+    unrouted |= UNROUTED_HOLDER in (ds.meta.get(HOLD_ON_RELEASE) or {}).values()
+    if ds.meta.get(HELD_ALL_META) is None and not unrouted:
+        return
+    before = ds.meta.get(HOLD_REASON_META)
+    reason = sorted(set(before if isinstance(before, list) else []) | routeless_links(wiring, veth_prefix))
+    if reason != before:
+        with contextlib.suppress(CheckpointWriteError):
+            ds.set_meta(HOLD_REASON_META, reason)
+
+
+_NAMED_NOT_LINKS = frozenset({UNKNOWN_HOLDER, UNROUTED_HOLDER, ROUTED_HOLDER})
+
+
+def holds_to_lift(ds: Datastore) -> bool:
+    """Whether :func:`lift_unfounded_holds` may have anything to do (else the wiring is not read)."""
+    return bool(
+        ds.recovered_holders() or ds.meta.get(HOLD_ON_RELEASE) or isinstance(ds.meta.get(HOLD_REASON_META), list)
+    )
+
+
+def lift_unfounded_holds(ds: Datastore, controller: PoolController, wiring: HostWiring, now: float) -> list[str]:
+    """A hold whose reason the host no longer shows lets go (the leaks the fourteenth to
+    seventeenth reviews left, which the simulation's ``host-wiring`` draws turned into pods
+    waiting for good on a full node): a recovered holder named after a link the host no longer
+    has (its pod's namespace, and the veth pair with it, is gone: ``drivers/net/veth.c::veth_dellink``
+    removes both ends); and, once none of :data:`HOLD_REASON_META`'s links is left, every
+    address held by :data:`UNKNOWN_HOLDER` or :data:`UNROUTED_HOLDER`, and the hold of every
+    address (:data:`HELD_ALL_META`) with them. A pod this process wired has a record of its own
+    address; one wired before the start had, at the start, a route (held by a holder named after
+    its veth) or none (its veth among the reason's links). The addresses let go are offered as of
+    unknown origin (:meth:`PoolController.release_unknown_holders`: the allocator unassigns and
+    replaces them), and so are the holds on release (:data:`HOLD_ON_RELEASE`) that stood for them.
+    Returns the addresses let go. May raise CheckpointWriteError (memory holds the change)."""
+    present = _link_names(wiring) | set(wiring.veths)
+    reason = ds.meta.get(HOLD_REASON_META)
+    reason_gone = isinstance(reason, list) and not set(reason) & present
+    holders = {h.holder for h in ds.recovered_holders() if h.holder not in _NAMED_NOT_LINKS and h.holder not in present}
+    if reason_gone:
+        holders |= {UNKNOWN_HOLDER, UNROUTED_HOLDER}
+    holds = ds.meta.get(HOLD_ON_RELEASE) or {}
+    keep = {
+        ip: h
+        for ip, h in holds.items()
+        if not (h == UNROUTED_HOLDER and reason_gone) and (h in _NAMED_NOT_LINKS or h in present)
+    }
+    if not holders and keep == holds:
+        return []
+    with ds.batch():
+        if keep != holds:
+            ds.set_meta(HOLD_ON_RELEASE, keep or None)
+        if reason_gone:
+            if ds.meta.get(HELD_ALL_META) is not None:
+                ds.set_meta(HELD_ALL_META, None)  # first: the release offers, no longer holds
+            ds.set_meta(HOLD_REASON_META, None)
+        freed = controller.release_unknown_holders(now, sorted(holders)) if holders else []
+    if freed or keep != holds:
+        log.warning(
+            "holds whose pods the host no longer shows let go (%s), offered back as of unknown origin: %s",
+            ", ".join(sorted(holders)) or "holds on release",
+            ", ".join(a.ip for a in freed) or "none held yet",
+        )
+    return [a.ip for a in freed]
+
 
 def _routed_pods(wiring: HostWiring, veth_prefix: str) -> dict[str, str]:
     """Every address with a ``/32`` route through any link -> the holder a start names for it:
@@ -374,6 +457,7 @@ def restore_checked(
             release_unwired(ds, wiring, now, veth_prefix)
             for note in hold_wired(ds, wiring, now, veth_prefix):
                 log.warning("restore: %s (the host routes it to a pod the checkpoint does not list)", note)
+            note_hold_reason(ds, wiring, veth_prefix)
         if ds.restored_unchecksummed:
             log.warning(
                 "checkpoint without a checksum (an older agent's): restored%s; the next write adds one",
@@ -626,6 +710,8 @@ class Agent:
                     + (f": pod veths with no route, of addresses the host does not show: {unknown}" if unknown else "")
                 )
                 self.ds.set_meta(HELD_ALL_META, now)
+            if wiring is not None:
+                note_hold_reason(self.ds, wiring, self.cfg.veth_prefix)
         for ip in [ip for ip in wiring.stale if ip not in routed] if wiring is not None else []:
             notes.append(f"{ip}: pod rule but no route to a pod (its veth is gone): not held")
         held = self.ds.recovered_holders()
@@ -642,6 +728,24 @@ class Agent:
     def _steady(self) -> float:
         mono = self._monotonic
         return mono() if mono is not None else self.clock.now()
+
+    def _lift_holds(self, now: float) -> None:
+        """At each resync, holds whose pods the host no longer shows let go (:func:`lift_unfounded_holds`;
+        ``netlink`` mode: ``recorded`` has no wiring to read)."""
+        if self.pods is None or not holds_to_lift(self.ds):
+            return
+        try:
+            wiring = read_wiring(self.pods)
+        except OSError as exc:
+            log.warning("holds not checked against the host this pass: %s", exc)
+            return
+        if wiring is None:
+            return
+        try:
+            lift_unfounded_holds(self.ds, self.controller, wiring, now)
+        except CheckpointWriteError as exc:
+            self.counters["checkpoint_write_errors"] += 1
+            log.error("holds let go, not yet on disk: %s; written at a later pass", exc)
 
     def _release_unknown_holders(self, now: float) -> None:
         """``WARMPOOL_RECOVERY_GRACE_S`` after a rebuild that held every address, let them go
@@ -705,6 +809,7 @@ class Agent:
         self._release_unknown_holders(now)
         if now - self._last_resync >= self.cfg.resync_s:
             self._last_resync = now
+            self._lift_holds(now)
             try:
                 self.controller.resync(now)
             except Exception as exc:

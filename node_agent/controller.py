@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from typing import NamedTuple, Protocol
 
@@ -686,7 +686,7 @@ class PoolController:
             self.stats.quarantined_after_rebuild += n
             self._event("quarantine", f"{n} addresses held as offered: the checkpoint that knew the offers is lost")
 
-    def release_unknown_holders(self, now: float) -> list[Assignment]:
+    def release_unknown_holders(self, now: float, holders: Iterable[str] = (UNKNOWN_HOLDER,)) -> list[Assignment]:
         """The grace after a rebuild that held every address by :data:`UNKNOWN_HOLDER` has
         passed (``WARMPOOL_RECOVERY_GRACE_S``, ``recorded`` mode): the addresses leave the
         holder, but not for the pool. Their origin is as unknown as at the rebuild (IMDS alone
@@ -695,9 +695,11 @@ class PoolController:
         unassigns it and grants a fresh one, never hands it back (hostile review of the unknown
         offers, R1: before, freed as ordinary, a pod got one EC2 had unassigned). Returns the
         attached addresses released. May raise CheckpointWriteError: the change then stays in
-        memory (offered as unknown, never free) and the datastore's flush writes it later."""
+        memory (offered as unknown, never free) and the datastore's flush writes it later.
+        ``holders``: the recovered holders let go so (also those whose reason the host no longer
+        shows: :func:`node_agent.agent.lift_unfounded_holds`)."""
         with self.ds.batch():
-            freed = self.ds.release_recovered(UNKNOWN_HOLDER, now)
+            freed = [a for holder in holders for a in self.ds.release_recovered(holder, now)]
             if freed:
                 by_eni = {e.info.eni_id: e for e in self.ds.enis()}
                 keys: set[str] = set()

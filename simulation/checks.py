@@ -46,6 +46,7 @@ from typing import Any, Protocol
 from emulated.memstores import MemLedger
 from functions.intake import SEQ_AHEAD_LIMIT
 from functions.settings import Settings
+from node_agent.agent import HOLD_REASON_META
 from simulation import subnets
 from simulation.base import AGENT_EVERY_S, ANOTHER_TOOL
 from simulation.hostile import Churner
@@ -307,6 +308,16 @@ def _churn(w: ChecksWorld) -> None:
             )
 
 
+def held_for_routeless_pods(a: SimAgent) -> bool:
+    """The agent holds addresses for pod veths with no route that the host still shows (the links
+    of ``node_agent.agent.HOLD_REASON_META``): their pods may carry any address."""
+    reason = a.ds.meta.get(HOLD_REASON_META)
+    if not isinstance(reason, list):
+        return False
+    wiring = a.pods.host_wiring()
+    return bool(set(reason) & (set(wiring.links) | set(wiring.veths)))
+
+
 def _dlq(w: ChecksWorld) -> list[dict[str, Any]]:
     """Every message in the DLQ (all pages)."""
     out: list[dict[str, Any]] = []
@@ -383,6 +394,13 @@ def at_end(w: ChecksWorld) -> None:
         free = subnets.room(w, a.name)
         if free is not None and free < len(a.rt.adding) + 2:
             w.fault("subnet-world:settled-unchecked:no-room")
+            continue
+        if held_for_routeless_pods(a):
+            # Pods the host shows with no route run on (a ``host-wiring`` flush broke them): the
+            # agent cannot tell which addresses they carry, so it holds every address while they
+            # run (docs/safety.md, "The host's wiring drawn"); a node at its ENI limit serves no
+            # more pods meanwhile. Safe, not live: counted, not a violation.
+            w.fault("host-wiring:held-for-routeless-pods")
             continue
         if a.rt.adding:
             w.violation("not-settled", f"{a.name}: {len(a.rt.adding)} pods still wait for an address")

@@ -26,7 +26,16 @@ from node_agent import cni as cni_plugin
 from node_agent.cniserver import CniSocketServer
 from simulation import hostile, subnets
 from simulation import kinds as k
-from simulation.base import ANOTHER_TOOL, DESCRIBE_ACTIONS, GC_MIN_AGE_S, HOST_IFNAMES, HOST_NETNS, SUBNET_CIDR, Stop
+from simulation.base import (
+    AGENT_CONFIG,
+    ANOTHER_TOOL,
+    DESCRIBE_ACTIONS,
+    GC_MIN_AGE_S,
+    HOST_IFNAMES,
+    HOST_NETNS,
+    SUBNET_CIDR,
+    Stop,
+)
 from simulation.clients import ReconcilerEc2
 from simulation.hostile import Churner, HostileWorld
 from simulation.kinds import Event
@@ -275,6 +284,37 @@ def _on_cni_readd(w: EventsWorld, ev: k.CniReadd, tries: int = 0) -> None:
 READD_TRIES = 12
 READD_WAIT_S = 20.0
 """``cni-readd`` on a node running no attachment old enough looks again this often, this many times."""
+
+
+PREFIX_CHANGED = "wpod"
+"""The veth prefix ``prefix-changed`` switches a node's agent to (and back: the default, ``eni``)."""
+
+
+def _on_host_wiring(w: EventsWorld, ev: k.HostWiring) -> None:
+    """Issue 21: the host's pod wiring changed under the agent (:meth:`SimPods.disturb`), then the
+    start that reads it (``ev.then``; a changed prefix takes effect at the next start, so one
+    always follows it)."""
+    if (a := _live(w, ev.node)) is None:
+        return
+    done = a.pods.disturb(ev.variant, ev.pick)
+    w.fault(f"{ev.kind}:{done}")
+    then = "restart" if ev.variant == "prefix-changed" and ev.then == "none" else ev.then
+    if then == "none":
+        return
+
+    def restart() -> None:
+        if a.gone or not a.alive:
+            return
+        a.die(f"{ev.kind}:{then}")
+        if ev.variant == "prefix-changed":
+            a.veth_prefix = PREFIX_CHANGED if a.veth_prefix != PREFIX_CHANGED else AGENT_CONFIG.veth_prefix
+        if then == "checkpoint-lost":
+            a.cp.lose()
+        elif then == "old-copy":
+            w.fault(f"{ev.kind}:old-copy:{a.cp.damage_parsing('old-copy', ev.pick)}")
+        w.loop.call_later(ev.down, functools.partial(_restart, w, a))
+
+    w.loop.call_later(ev.delay, restart)
 
 
 def _on_cni_hostile(w: EventsWorld, ev: k.CniHostile) -> None:
@@ -572,6 +612,7 @@ HANDLERS: dict[type[Event], Callable[[EventsWorld, Any], None]] = {
     k.TagLookupFailure: _on_tag_lookup_failure,
     k.ClockSkew: _on_clock_skew,
     k.CniReadd: _on_cni_readd,
+    k.HostWiring: _on_host_wiring,
     k.DescribeStale: _on_describe_stale,
     k.InstanceUnlisted: _on_instance_unlisted,
     k.SlowDetach: _on_slow_ops,

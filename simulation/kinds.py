@@ -293,6 +293,22 @@ class CniReadd(NodeEvent):
     kind: ClassVar[str] = "cni-readd"
 
 
+@dataclass(frozen=True)
+class HostWiring(NodeEvent):
+    """The host's pod wiring changes under the agent (``variant``: :meth:`simulation.node.SimPods.disturb`),
+    then, ``delay`` s later, the agent's process ends (``then``: ``restart``), its checkpoint too
+    (``checkpoint-lost``), or an older copy of it is what the disk holds (``old-copy``), and it
+    starts again ``down`` s after that; ``none``: it runs on. ``pick`` (0-1) chooses the pod or the
+    older copy."""
+
+    kind: ClassVar[str] = "host-wiring"
+    variant: str
+    then: str
+    delay: float
+    down: float
+    pick: float
+
+
 # --- issue 21's harsh world: what AWS does not promise (docs/emulated-ec2.md) ------------
 
 
@@ -573,6 +589,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CustomNetworking,
         AgentBursts,
         LaunchPool,
+        HostWiring,
     )
 }
 """Each kind's name -> its event type."""

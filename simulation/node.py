@@ -33,7 +33,16 @@ from botocore.exceptions import ClientError
 from emulated.ec2.errors import Ec2Error
 from emulated.iam import PolicyPrincipal
 from emulated.imds import Imds
-from node_agent.agent import RESTART_HOLD_S, RESULT_VISIBILITY_S, Agent, AwsClockCheck, Metadata, restore_checked
+from node_agent.agent import (
+    RESTART_HOLD_S,
+    RESULT_VISIBILITY_S,
+    Agent,
+    AwsClockCheck,
+    Metadata,
+    holds_to_lift,
+    lift_unfounded_holds,
+    restore_checked,
+)
 from node_agent.checkpoint import CheckpointError, CheckpointWriteError, FileCheckpoint
 from node_agent.cni import E_IO
 from node_agent.cniserver import CniService
@@ -443,13 +452,28 @@ class SimPods:
       ``cni-host-touched``: the CNI service must have refused it before taking
       an address (NetlinkPods would refuse it again; nothing else would).
 
-    ``fail`` makes the next set-up of a container fail (e.g. the netns vanished)."""
+    ``fail`` makes the next set-up of a container fail (e.g. the netns vanished).
+
+    The host side is kept as the kernel keeps it (``host-wiring``, issue 21): each attachment's
+    veth pair (``veth_of``; its namespace side carries the pod's address while the pair exists:
+    ``wired``), the ``/32`` routes in main (``routes``) and the pod rules at priority 512
+    (``rules``), each of which can go on its own (:meth:`disturb`), and links of another CNI
+    (``foreign``). ``prefix`` is the veth prefix of the agent now running on the node."""
 
     def __init__(self, w: NodeWorld, node: str) -> None:
         self.w, self.node = w, node
         self.wired: dict[tuple[str, str], str] = {}
         self.fail: set[str] = set()
         self._pod_ns: dict[str, tuple[int, int]] = {}
+        self.prefix = AGENT_CONFIG.veth_prefix
+        self.veth_of: dict[tuple[str, str], str] = {}
+        self.routes: dict[str, str] = {}
+        """``/32`` routes in main: address -> the link it goes through (``ip route replace``: one a
+        destination)."""
+        self.rules: set[str] = set()
+        """Addresses with a ``to <ip> lookup main`` rule at priority 512."""
+        self.foreign: set[str] = set()
+        """Veths of another CNI (a Multus ``ptp`` network's host side)."""
 
     # the node's namespaces
     def ns_id(self, netns: str) -> tuple[int, int] | None:
@@ -497,25 +521,77 @@ class SimPods:
         if container_id in self.fail:
             self.fail.discard(container_id)
             raise NetlinkFailure(2, f"netns of {container_id} vanished")
+        # as node_agent/hostnet.py::setup_pod: the veth pair (its host side named after the
+        # attachment under this agent's prefix), the /32 route via it, the pod rule
+        veth = host_veth_name(container_id, ifname, self.prefix)
         self.wired[(container_id, ifname)] = ip
-        return PodNet(
-            host_veth_name(container_id, ifname, AGENT_CONFIG.veth_prefix), "ee:ee:ee:ee:ee:ee", "02:00:00:00:00:01", 0
-        )
+        self.veth_of[(container_id, ifname)] = veth
+        self.routes[ip] = veth
+        self.rules.add(ip)
+        return PodNet(veth, "ee:ee:ee:ee:ee:ee", "02:00:00:00:00:01", 0)
 
     def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
-        self.wired.pop((container_id, ifname), None)
+        """As node_agent/hostnet.py::teardown_pod: the attachment's veth goes (with its peer, and
+        every route through it: ``drivers/net/veth.c::veth_dellink``), then, an address given,
+        every pod rule and ``/32`` route for that address, whatever link or pod they belong to.
+        A veth of another prefix (an earlier process's setting) ``teardown_pod`` does not find;
+        it goes when the runtime deletes the pod's namespace after the DEL, which the model does
+        at once."""
+        key = (container_id, ifname)
+        self.wired.pop(key, None)
+        veth = self.veth_of.pop(key, None)
+        if veth is not None:
+            self.routes = {a: link for a, link in self.routes.items() if link != veth}
+        if ip:
+            self.rules.discard(ip)
+            self.routes.pop(ip, None)
 
     def check(self, netns: str, ifname: str, container_id: str, ip: str, table: int) -> list[str]:
         return [] if self.wired.get((container_id, ifname)) == ip else ["not wired"]
 
+    def disturb(self, variant: str, pick: float) -> str:
+        """The host's pod wiring changed under the agent (``host-wiring``); returns what was done.
+
+        * ``routes-flushed`` / ``rules-flushed`` / ``all-flushed``: every pod's ``/32`` route, or
+          pod rule, or both, gone while the veths stay (systemd-networkd's
+          ``ManageForeignRoutes`` and ``ManageForeignRoutingPolicyRules``, on by default, drop
+          what it did not configure when it starts or reloads);
+        * ``veth-down``: one pod's veth set down, which loses its IPv4 routes (its rule stays);
+        * ``foreign-veth``: another CNI's pod appears (a Multus ``ptp`` network: a veth named
+          ``veth…`` with a ``/32`` route in main to an address of its host-local range);
+        * ``prefix-changed``: nothing on the host; the agent's next start runs with another veth
+          prefix (the DaemonSet's setting changed: :meth:`SimAgent.boot`)."""
+        if variant in ("routes-flushed", "all-flushed"):
+            pod_links = set(self.veth_of.values())
+            self.routes = {a: link for a, link in self.routes.items() if link not in pod_links}
+        if variant in ("rules-flushed", "all-flushed"):
+            self.rules.clear()
+        if variant == "veth-down":
+            wired = sorted(self.veth_of.values())
+            if not wired:
+                return "no-pod"
+            down = wired[int(pick * len(wired))]
+            self.routes = {a: link for a, link in self.routes.items() if link != down}
+        if variant == "foreign-veth":
+            n = len(self.foreign) + 1
+            veth = f"veth{n:04x}{int(pick * 0xFFFF):04x}"  # the ptp plugin's 'veth' + 8 hex digits
+            self.foreign.add(veth)
+            self.routes[f"192.168.50.{n}"] = veth
+        return variant
+
     def host_wiring(self) -> HostWiring:
-        """What :func:`node_agent.hostnet.wired_pods` reads from the kernel: each wired pod's
-        address and host veth (its ``/32`` route); no pod rule outlives its veth here."""
+        """What :func:`node_agent.hostnet.wired_pods` reads from the kernel: each ``/32`` route in
+        main through a link of this agent's prefix is a pod, a pod rule with no such route is
+        stale, and every route, link and veth besides (the host's own interfaces too)."""
+        veths = set(self.veth_of.values()) | self.foreign
+        pods = {ip: link for ip, link in self.routes.items() if link.startswith(self.prefix)}
         return HostWiring(
-            pods={
-                ip: host_veth_name(cid, ifname, AGENT_CONFIG.veth_prefix) for (cid, ifname), ip in self.wired.items()
-            },
-            stale=[],
+            pods=pods,
+            stale=sorted(self.rules - set(pods)),
+            routed=frozenset(self.routes),
+            links=frozenset({*HOST_IFNAMES, *veths}),
+            routed_via=dict(self.routes),
+            veths=frozenset(veths),
         )
 
 
@@ -548,6 +624,9 @@ class SimAgent:
         self.w, self.name, self.iid, self.itype = w, name, iid, itype
         self.cp = SimDisk(w, name)
         self.pods = SimPods(w, name)
+        self.veth_prefix = AGENT_CONFIG.veth_prefix
+        """The veth prefix the agent runs with (``host-wiring``'s ``prefix-changed`` changes it
+        for the next start, as a new DaemonSet setting does)."""
         self.imds = LaggedImds(w, iid)
         self.rt = Runtime()
         self.sqs = w.sqs.client(sender_id=f"AROAEXAMPLE:{iid}")
@@ -594,7 +673,8 @@ class SimAgent:
         ds = Datastore(cooldown_s=timing.cooldown_s, pending_ttl_s=timing.pending_ttl_s, checkpoint=self.cp)
         with self.guard():
             # as node_agent/agent.py reads it: checksum, then the host's pod wiring
-            restored, damaged = restore_checked(ds, self.pods, AGENT_CONFIG.veth_prefix, now=now)
+            self.pods.prefix = self.veth_prefix
+            restored, damaged = restore_checked(ds, self.pods, self.veth_prefix, now=now)
             # custom networking (issue 24): the agents of the world's custom nodes run with
             # AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG (simulation/subnets.py)
             pool = PoolConfig(
@@ -643,7 +723,7 @@ class SimAgent:
                 boot_id=self.iid,
             )
             self.cni = CniService(
-                ds, self.pods, clock=self.clock, gc_min_age_s=GC_MIN_AGE_S, veth_prefix=AGENT_CONFIG.veth_prefix
+                ds, self.pods, clock=self.clock, gc_min_age_s=GC_MIN_AGE_S, veth_prefix=self.veth_prefix
             )
             try:
                 if restored:
@@ -651,7 +731,7 @@ class SimAgent:
                     self.starts.append("restored")
                 else:
                     agent = Agent(
-                        AGENT_CONFIG,
+                        dataclasses.replace(AGENT_CONFIG, veth_prefix=self.veth_prefix),
                         self.sqs,
                         cast(Metadata, self.metadata),
                         pods=self.pods,
@@ -727,6 +807,13 @@ class SimAgent:
                     return
                 if now - self.resynced_at >= RESYNC_S:
                     self.resynced_at = now
+                    if holds_to_lift(self.ds):  # as Agent._lift_holds: the host's wiring read again
+                        try:
+                            freed = lift_unfounded_holds(self.ds, self.ctl, self.pods.host_wiring(), now)
+                            if freed:
+                                w.fault("host-wiring:hold-lifted", len(freed))
+                        except CheckpointWriteError:
+                            w.fault("checkpoint-write-error:lift")
                     try:
                         self.ctl.resync(now)
                     except CheckpointWriteError:  # Agent.run_once logs a failed resync and goes on

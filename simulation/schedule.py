@@ -91,6 +91,8 @@ FAULT_KINDS = (
     "agent-bursts",
     # issue 25: nodes that boot with a launch template's addresses (:func:`_launch_pools`)
     "launch-pool",
+    # issue 21: the host's pod wiring changed under the agent (:func:`_host_wiring`)
+    "host-wiring",
 )
 """Every kind of fault the schedule can hold."""
 EVENT_KINDS = ("pods-add", "pods-del", "churn", *FAULT_KINDS)
@@ -139,6 +141,13 @@ LAUNCH_KINDS = ("launch-pool",)
 """Issue 25's launch pools (:func:`_launch_pools`): drawn from their own generator after every
 other kind and listed last, so leaving them out gives a seed the world it drew before them (nodes
 launched with no secondary address), every other event at its index."""
+HOST_WIRING_VARIANTS = ("routes-flushed", "rules-flushed", "all-flushed", "veth-down", "foreign-veth", "prefix-changed")
+"""How ``host-wiring`` changes the host (:meth:`simulation.node.SimPods.disturb`)."""
+HOST_WIRING_THEN = ("none", "restart", "checkpoint-lost", "old-copy")
+"""What follows a ``host-wiring`` change (:func:`simulation.events._on_host_wiring`)."""
+HOST_KINDS = ("host-wiring",)
+"""Issue 21's host wiring (:func:`_host_wiring`): drawn from its own generator and listed after
+every other event, so leaving it out gives a seed the run it drew before it existed."""
 LATE_KINDS = ("cni-readd",)
 """Kinds added after the shrunk replays the tests and docs name (:func:`_late_kinds`): each from a
 generator of its own, listed after every other event of the schedule."""
@@ -285,6 +294,8 @@ def draw(seed: int) -> SeedPlan:
     # Added after the shrunk replays the tests and docs name: listed last, so each earlier event
     # keeps its ``--keep`` index (a replay keeping none of it runs as before)
     ev += _stale_churn(seed, ev)
+    # Added after that: listed last, for the same reason
+    ev += _host_wiring(seed, names)
     return SeedPlan(seed, nodes, prefix_mode, warm_ip, minimum_ip, quota_fraction, tuple(ev))
 
 
@@ -475,6 +486,32 @@ def _late_kinds(seed: int, names: list[str]) -> list[Event]:
     if r.random() < 0.15:
         ev.append(k.CniReadd(at=round(r.uniform(90, SPAN_S), 1), node=r.choice(names)))
     return ev
+
+
+def _host_wiring(seed: int, names: list[str]) -> list[Event]:
+    """``host-wiring`` (two seeds in five, from its own generator ``dst/<seed>/host-wiring``):
+    one to three times, a node's pod wiring changes under its agent (routes or rules flushed by a
+    network manager, a veth set down, another CNI's pod, the veth prefix changed for the next
+    start), most often followed by a start that reads it: the process restarted on its intact
+    checkpoint, on none, or on an older copy (docs/safety.md, the host-wiring rows; the
+    fourteenth to seventeenth reviews found their defects in these states by hand)."""
+    r = random.Random(f"dst/{seed}/host-wiring")
+    if r.random() >= 0.4:
+        return []
+    ev: list[Event] = []
+    for _ in range(r.randint(1, 3)):
+        ev.append(
+            k.HostWiring(
+                at=round(r.uniform(30, SPAN_S), 1),
+                node=r.choice(names),
+                variant=r.choice(HOST_WIRING_VARIANTS),
+                then=r.choice(HOST_WIRING_THEN[1:]) if r.random() < 0.8 else "none",
+                delay=round(r.uniform(0, 90), 1),
+                down=round(r.uniform(1, 30), 1),
+                pick=round(r.random(), 3),
+            )
+        )
+    return sorted(ev, key=lambda e: (e.at, e.kind))
 
 
 def _stale_churn(seed: int, events: Sequence[Event]) -> list[Event]:
