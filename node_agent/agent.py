@@ -34,7 +34,7 @@ from node_agent.checkpoint import CheckpointError, CheckpointWriteError, FileChe
 from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods, PodNetwork, RecordedPods
 from node_agent.config import AgentConfig, ConfigError, load
 from node_agent.controller import HELD_ALL_META, AttachedEni, HostNetwork, PoolController
-from node_agent.datastore import HOLD_ON_RELEASE, Datastore
+from node_agent.datastore import HOLD_ON_RELEASE, HOLD_REASON, Datastore
 from node_agent.hostnet import HostWiring, host_veth_name, veth_shaped, veths_of
 from node_agent.identity import CachedIdentity
 from node_agent.imds import Identity, ImdsClient
@@ -291,10 +291,8 @@ def hold_doubtful(ds: Datastore, wiring: HostWiring, now: float, veth_prefix: st
 ROUTED_HOLDER = "routed"
 """The holder a rebuild names for an address routed through a link it cannot name."""
 
-HOLD_REASON_META = "hold_reason"
-"""The links a start's holds stand for (``netlink`` mode): the pod veths with no route when the
-hold of every address (:data:`HELD_ALL_META`) or an :data:`UNROUTED_HOLDER` began. Their pods may
-carry any address; once the host shows none of them, no pod can (:func:`lift_unfounded_holds`)."""
+HOLD_REASON_META = HOLD_REASON
+"""The links a start's holds stand for (:data:`node_agent.datastore.HOLD_REASON`)."""
 
 
 def routeless_links(wiring: HostWiring, veth_prefix: str) -> set[str]:
@@ -321,57 +319,38 @@ def note_hold_reason(ds: Datastore, wiring: HostWiring, veth_prefix: str) -> Non
             ds.set_meta(HOLD_REASON_META, reason)
 
 
-_NAMED_NOT_LINKS = frozenset({UNKNOWN_HOLDER, UNROUTED_HOLDER, ROUTED_HOLDER})
-
-
-def holds_to_lift(ds: Datastore) -> bool:
-    """Whether :func:`lift_unfounded_holds` may have anything to do (else the wiring is not read)."""
-    return bool(
-        ds.recovered_holders() or ds.meta.get(HOLD_ON_RELEASE) or isinstance(ds.meta.get(HOLD_REASON_META), list)
-    )
-
-
-def lift_unfounded_holds(ds: Datastore, controller: PoolController, wiring: HostWiring, now: float) -> list[str]:
-    """A hold whose reason the host no longer shows lets go (the leaks the fourteenth to
-    seventeenth reviews left, which the simulation's ``host-wiring`` draws turned into pods
-    waiting for good on a full node): a recovered holder named after a link the host no longer
-    has (its pod's namespace, and the veth pair with it, is gone: ``drivers/net/veth.c::veth_dellink``
-    removes both ends); and, once none of :data:`HOLD_REASON_META`'s links is left, every
-    address held by :data:`UNKNOWN_HOLDER` or :data:`UNROUTED_HOLDER`, and the hold of every
-    address (:data:`HELD_ALL_META`) with them. A pod this process wired has a record of its own
-    address; one wired before the start had, at the start, a route (held by a holder named after
-    its veth) or none (its veth among the reason's links). The addresses let go are offered as of
-    unknown origin (:meth:`PoolController.release_unknown_holders`: the allocator unassigns and
-    replaces them), and so are the holds on release (:data:`HOLD_ON_RELEASE`) that stood for them.
-    Returns the addresses let go. May raise CheckpointWriteError (memory holds the change)."""
-    present = _link_names(wiring) | set(wiring.veths)
+def lift_unfounded_holds(ds: Datastore, controller: PoolController, now: float) -> list[str]:
+    """The hold a start made for pod veths with no route ends once the runtime has DELeted the
+    pod of each (:data:`HOLD_REASON_META` empty: ``CniService._end_holds_of`` takes each DELeted
+    attachment's veth out of it): every address held by :data:`UNKNOWN_HOLDER` or
+    :data:`UNROUTED_HOLDER` is let go, and the hold of every address (:data:`HELD_ALL_META`) and
+    the holds on release (:data:`HOLD_ON_RELEASE`) by ``unrouted`` end with it. A pod wired
+    before the start had, at the start, a route (its holder is named after its veth, which its
+    DEL releases) or none (its veth among the reason's links); a pod this process wired has a
+    record of its own address; so once those pods are DELeted, no pod the runtime runs carries an
+    address the agent does not know. Not when their veths merely go: a pod whose veth went (a
+    failed ADD's teardown of its name, a link deleted by hand) is still the runtime's, its
+    address still its own in Kubernetes (the simulation's seed 732). The addresses let go are
+    offered as of unknown origin (:meth:`PoolController.release_unknown_holders`: the allocator
+    unassigns and replaces them). Returns them. May raise CheckpointWriteError (memory holds the
+    change; the datastore's flush writes it)."""
     reason = ds.meta.get(HOLD_REASON_META)
-    reason_gone = isinstance(reason, list) and not set(reason) & present
-    holders = {h.holder for h in ds.recovered_holders() if h.holder not in _NAMED_NOT_LINKS and h.holder not in present}
-    if reason_gone:
-        holders |= {UNKNOWN_HOLDER, UNROUTED_HOLDER}
-    holds = ds.meta.get(HOLD_ON_RELEASE) or {}
-    keep = {
-        ip: h
-        for ip, h in holds.items()
-        if not (h == UNROUTED_HOLDER and reason_gone) and (h in _NAMED_NOT_LINKS or h in present)
-    }
-    if not holders and keep == holds:
+    if not isinstance(reason, list) or reason:
         return []
     with ds.batch():
+        holds = ds.meta.get(HOLD_ON_RELEASE) or {}
+        keep = {ip: h for ip, h in holds.items() if h != UNROUTED_HOLDER}
         if keep != holds:
             ds.set_meta(HOLD_ON_RELEASE, keep or None)
-        if reason_gone:
-            if ds.meta.get(HELD_ALL_META) is not None:
-                ds.set_meta(HELD_ALL_META, None)  # first: the release offers, no longer holds
-            ds.set_meta(HOLD_REASON_META, None)
-        freed = controller.release_unknown_holders(now, sorted(holders)) if holders else []
-    if freed or keep != holds:
-        log.warning(
-            "holds whose pods the host no longer shows let go (%s), offered back as of unknown origin: %s",
-            ", ".join(sorted(holders)) or "holds on release",
-            ", ".join(a.ip for a in freed) or "none held yet",
-        )
+        if ds.meta.get(HELD_ALL_META) is not None:
+            ds.set_meta(HELD_ALL_META, None)  # first: the release offers, no longer holds
+        ds.set_meta(HOLD_REASON_META, None)
+        freed = controller.release_unknown_holders(now, (UNKNOWN_HOLDER, UNROUTED_HOLDER))
+    log.warning(
+        "the pods a start's hold stood for are all DELeted; held addresses let go, offered back as of "
+        "unknown origin: %s",
+        ", ".join(a.ip for a in freed) or "none",
+    )
     return [a.ip for a in freed]
 
 
@@ -730,22 +709,12 @@ class Agent:
         return mono() if mono is not None else self.clock.now()
 
     def _lift_holds(self, now: float) -> None:
-        """At each resync, holds whose pods the host no longer shows let go (:func:`lift_unfounded_holds`;
-        ``netlink`` mode: ``recorded`` has no wiring to read)."""
-        if self.pods is None or not holds_to_lift(self.ds):
-            return
+        """Each pass: a start's hold whose pods are all DELeted ends (:func:`lift_unfounded_holds`)."""
         try:
-            wiring = read_wiring(self.pods)
-        except OSError as exc:
-            log.warning("holds not checked against the host this pass: %s", exc)
-            return
-        if wiring is None:
-            return
-        try:
-            lift_unfounded_holds(self.ds, self.controller, wiring, now)
+            lift_unfounded_holds(self.ds, self.controller, now)
         except CheckpointWriteError as exc:
             self.counters["checkpoint_write_errors"] += 1
-            log.error("holds let go, not yet on disk: %s; written at a later pass", exc)
+            log.error("a start's hold let go, not yet on disk: %s; written at a later pass", exc)
 
     def _release_unknown_holders(self, now: float) -> None:
         """``WARMPOOL_RECOVERY_GRACE_S`` after a rebuild that held every address, let them go
@@ -807,9 +776,9 @@ class Agent:
             applied = True
         now = self.clock.now()
         self._release_unknown_holders(now)
+        self._lift_holds(now)
         if now - self._last_resync >= self.cfg.resync_s:
             self._last_resync = now
-            self._lift_holds(now)
             try:
                 self.controller.resync(now)
             except Exception as exc:

@@ -41,7 +41,7 @@ from node_agent.cni import (  # the CNI error codes: one list, the plugin's (std
     VALID_ATTACHMENTS,
     version_at_least,
 )
-from node_agent.datastore import Datastore
+from node_agent.datastore import HOLD_ON_RELEASE, HOLD_REASON, Datastore
 from node_agent.hostnet import (
     GATEWAY,
     HostWiring,
@@ -53,6 +53,7 @@ from node_agent.hostnet import (
     netns_problem,
     setup_pod,
     teardown_pod,
+    veths_of,
     wired_pods,
 )
 from node_agent.netlink import MAIN_TABLE, Netlink, NetlinkFailure
@@ -427,11 +428,42 @@ class CniService:
             self.ds.release(cid, ifname, now)  # also forgets a waiting ADD
             for freed in self.ds.release_recovered(holder, now):
                 log.info("DEL %s %s: recovered address %s released", cid[:12], ifname, freed.ip)
+            self._end_holds_of(cid, ifname, holder, now)
         except CheckpointWriteError as exc:
             # Released in memory, not yet on disk (retried by the agent's loop). Safe to answer
             # DEL: until the write works the disk only says the address is still held, and no
             # ADD is answered meanwhile (the next one to take the address must write first).
             log.warning("DEL %s %s: released; the checkpoint write will be retried: %s", cid[:12], ifname, exc)
+
+    def _end_holds_of(self, cid: str, ifname: str, holder: str, now: float) -> None:
+        """What a start held for this attachment under another veth prefix's name, or for its
+        veth with no route, ends with its DEL: the veth names are the attachment's under any
+        prefix of up to 7 characters (:func:`node_agent.hostnet.veths_of`). A recovered holder so
+        named is released as this prefix's is (its route went through that veth: the pod's own
+        address; its rules removed); a hold on release so named ends (the pod it stood for is
+        gone); and the veth leaves the start's hold reason (:data:`HOLD_REASON`: once empty, the
+        agent's loop ends the hold, ``node_agent.agent.lift_unfounded_holds``). Before, a pod of
+        an earlier prefix kept its address held after its DEL for as long as the checkpoint
+        lasted (the simulation's seed 66)."""
+        reason = self.ds.meta.get(HOLD_REASON)
+        holds = self.ds.meta.get(HOLD_ON_RELEASE) or {}
+        named = {h.holder for h in self.ds.recovered_holders()} | set(holds.values())
+        names = named | (set(reason) if isinstance(reason, list) else set())
+        mine = veths_of(cid, ifname, names - {holder}, self.veth_prefix) | ({holder} & names)
+        if not mine:
+            return
+        with self.ds.batch():
+            for name in sorted(mine & named - {holder}):
+                other = self.ds.lookup_recovered(name)
+                if other is not None:
+                    self.pods.teardown(cid, ifname, other.ip)
+                for freed in self.ds.release_recovered(name, now):
+                    log.info("DEL %s %s: recovered address %s (veth %s) released", cid[:12], ifname, freed.ip, name)
+            keep = {ip: h for ip, h in holds.items() if h not in mine}
+            if keep != holds:
+                self.ds.set_meta(HOLD_ON_RELEASE, keep or None)
+            if isinstance(reason, list) and set(reason) & mine:
+                self.ds.set_meta(HOLD_REASON, [link for link in reason if link not in mine])
 
     def check(self, req: dict[str, Any]) -> None:
         cid, ifname, netns = self._ids(req)

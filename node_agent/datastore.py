@@ -73,6 +73,12 @@ HOLD_ON_RELEASE = "hold_on_release"
 addresses hands it to that holder instead of freeing it: a restored pod's record the host does not
 show as that pod's, for an address another running pod may carry
 (``node_agent.agent.doubtful_records``; review 14, O1)."""
+HOLD_REASON = "hold_reason"
+"""Meta key: the links a start's holds stand for (``netlink`` mode): the pod veths with no route
+when the hold of every address or an ``unrouted`` holder began (``node_agent.agent.note_hold_reason``).
+Their pods may carry any address; each DEL takes its attachment's veth out
+(``CniService._end_holds_of``), and once none is left the holds end
+(``node_agent.agent.lift_unfounded_holds``)."""
 
 
 class Datastore(RecoveredHolders):

@@ -39,14 +39,16 @@ from __future__ import annotations
 
 import ipaddress
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
 from emulated.memstores import MemLedger
 from functions.intake import SEQ_AHEAD_LIMIT
 from functions.settings import Settings
-from node_agent.agent import HOLD_REASON_META
+from node_agent.agent import HOLD_REASON_META, ROUTED_HOLDER
+from node_agent.hostnet import veth_shaped, veths_of
+from node_agent.records import UNKNOWN_HOLDER, UNROUTED_HOLDER
 from simulation import subnets
 from simulation.base import AGENT_EVERY_S, ANOTHER_TOOL
 from simulation.hostile import Churner
@@ -308,14 +310,42 @@ def _churn(w: ChecksWorld) -> None:
             )
 
 
-def held_for_routeless_pods(a: SimAgent) -> bool:
-    """The agent holds addresses for pod veths with no route that the host still shows (the links
-    of ``node_agent.agent.HOLD_REASON_META``): their pods may carry any address."""
+def _runs(a: SimAgent) -> Callable[[str], bool]:
+    """Whether a link name is the veth (under any prefix) of an attachment the node's runtime
+    runs, adds or deletes."""
+    rt = a.rt
+    cids = [*rt.up, *rt.adding, *rt.deleting]
+    return lambda name: any(veths_of(cid, "eth0", {name}, a.veth_prefix) for cid in cids)
+
+
+def unfounded_holds(a: SimAgent) -> list[str]:
+    """Addresses the agent still holds, after the quiet period, for pods its runtime no longer
+    runs (a leak: held for as long as the checkpoint lasts): a recovered holder named after the
+    veth (under any prefix) of no attachment the runtime runs, adds or deletes; and ``?`` or
+    ``unrouted`` holders with no such attachment's veth left in their hold's reason
+    (``node_agent.datastore.HOLD_REASON``; each DEL takes its veth out, and the agent's loop then
+    lets them go: ``node_agent.agent.lift_unfounded_holds``)."""
+    running = _runs(a)
     reason = a.ds.meta.get(HOLD_REASON_META)
-    if not isinstance(reason, list):
-        return False
-    wiring = a.pods.host_wiring()
-    return bool(set(reason) & (set(wiring.links) | set(wiring.veths)))
+    reason_runs = isinstance(reason, list) and any(running(link) for link in reason)
+    out = []
+    for h in a.ds.recovered_holders():
+        if not h.eni_id:
+            continue  # an address no ENI of the node has (another CNI's range): nothing held
+        if h.holder in (UNKNOWN_HOLDER, UNROUTED_HOLDER):
+            if not reason_runs:
+                out.append(f"{h.ip} ({h.holder})")
+        elif h.holder != ROUTED_HOLDER and veth_shaped(h.holder) and not running(h.holder):
+            out.append(f"{h.ip} ({h.holder})")
+    return out
+
+
+def held_for_routeless_pods(a: SimAgent) -> bool:
+    """The agent holds every address for pods with no route at its start (links of
+    ``node_agent.datastore.HOLD_REASON``) that its runtime still runs: they may carry any address."""
+    reason = a.ds.meta.get(HOLD_REASON_META)
+    running = _runs(a)
+    return isinstance(reason, list) and any(running(link) for link in reason)
 
 
 def _dlq(w: ChecksWorld) -> list[dict[str, Any]]:
@@ -374,6 +404,10 @@ def at_end(w: ChecksWorld) -> None:
             lost = [x for x in [*e.secondary, *e.prefixes] if x not in known]
             if lost:
                 w.violation("address-leaked", f"{a.name}: EC2 has {lost[:4]} on {e.id}; the agent does not know them")
+        # nothing held for pods the host no longer shows (a leak: held for as long as the checkpoint lasts)
+        unfounded = unfounded_holds(a)
+        if unfounded:
+            w.violation("hold-unfounded", f"{a.name}: {unfounded[:4]} still held; the host shows no pod of theirs")
         # settled to the targets, where capacity and the subnet allow (and EC2 has listed
         # the instance long enough for the allocator to serve it)
         if listed_at > now - SERVE_BOUND_S:
@@ -396,7 +430,7 @@ def at_end(w: ChecksWorld) -> None:
             w.fault("subnet-world:settled-unchecked:no-room")
             continue
         if held_for_routeless_pods(a):
-            # Pods the host shows with no route run on (a ``host-wiring`` flush broke them): the
+            # Pods with no route at the start run on (a ``host-wiring`` flush broke them): the
             # agent cannot tell which addresses they carry, so it holds every address while they
             # run (docs/safety.md, "The host's wiring drawn"); a node at its ENI limit serves no
             # more pods meanwhile. Safe, not live: counted, not a violation.

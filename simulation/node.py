@@ -39,7 +39,6 @@ from node_agent.agent import (
     Agent,
     AwsClockCheck,
     Metadata,
-    holds_to_lift,
     lift_unfounded_holds,
     restore_checked,
 )
@@ -674,7 +673,13 @@ class SimAgent:
         with self.guard():
             # as node_agent/agent.py reads it: checksum, then the host's pod wiring
             self.pods.prefix = self.veth_prefix
-            restored, damaged = restore_checked(ds, self.pods, self.veth_prefix, now=now)
+            try:
+                restored, damaged = restore_checked(ds, self.pods, self.veth_prefix, now=now)
+            except (DiskError, CheckpointWriteError) as exc:
+                # as node_agent/agent.py::_run_agent: a start whose restore cannot write the holds
+                # it found (hold_wired's recover) exits (an OSError), and kubelet restarts it
+                self.crashed(f"start: {exc.strerror if isinstance(exc, DiskError) else 'checkpoint not written'}")
+                return
             # custom networking (issue 24): the agents of the world's custom nodes run with
             # AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG (simulation/subnets.py)
             pool = PoolConfig(
@@ -805,15 +810,14 @@ class SimAgent:
                 self.receive()
                 if not self.alive:
                     return
+                try:  # as Agent._lift_holds, each pass
+                    freed = lift_unfounded_holds(self.ds, self.ctl, now)
+                    if freed:
+                        w.fault("host-wiring:hold-lifted", len(freed))
+                except CheckpointWriteError:
+                    w.fault("checkpoint-write-error:lift")
                 if now - self.resynced_at >= RESYNC_S:
                     self.resynced_at = now
-                    if holds_to_lift(self.ds):  # as Agent._lift_holds: the host's wiring read again
-                        try:
-                            freed = lift_unfounded_holds(self.ds, self.ctl, self.pods.host_wiring(), now)
-                            if freed:
-                                w.fault("host-wiring:hold-lifted", len(freed))
-                        except CheckpointWriteError:
-                            w.fault("checkpoint-write-error:lift")
                     try:
                         self.ctl.resync(now)
                     except CheckpointWriteError:  # Agent.run_once logs a failed resync and goes on

@@ -1,13 +1,13 @@
-"""Holds whose reason the host no longer shows let go (``node_agent.agent.lift_unfounded_holds``).
+"""A start's holds end with the DELs of the pods they stood for (``CniService._end_holds_of``,
+``node_agent.agent.lift_unfounded_holds``).
 
-The simulation's ``host-wiring`` draws (seed 16: routes flushed under running pods, then an older
-copy of the checkpoint refused and rebuilt) found that a start's holds never ended in ``netlink``
-mode: a pod veth with no route made the rebuild hold every address (review 14, R1), and nothing
-let them go once that pod was gone, so on a node at its ENI limit new pods waited for good
-(``not-settled``). The same for a holder named after a veth of another prefix (its DEL names this
-prefix's veth and finds nothing) and the holders of pod rules with no route. Now each resync reads
-the host again: a holder whose link is gone, and the hold of every address once none of the
-routeless veths it stood for is left, let go, offered back as of unknown origin.
+The simulation's ``host-wiring`` draws found that in ``netlink`` mode a start's holds never
+ended: a holder named after a pod's veth of an earlier prefix (its DEL names this prefix's veth
+and finds nothing: seed 66, ``hold-unfounded``), and the hold of every address a pod veth with no
+route makes (review 14, R1), with the holders of pod rules with no route. Now a DEL ends what was
+held for its attachment's veth under any prefix, and once every pod with no route at the start
+is DELeted the hold of every address ends, its addresses offered back as of unknown origin. A
+veth gone is not a pod gone (seed 732): only the DEL counts.
 
 Each test checks the hold first (nothing offered or given while the pod runs), then its end."""
 
@@ -52,7 +52,7 @@ def test_a_rebuild_s_hold_of_every_address_ends_when_the_routeless_pod_is_gone(t
         n.stop()
 
 
-def test_a_holder_named_after_another_prefix_s_veth_ends_when_that_veth_is_gone(tmp_path: Path) -> None:
+def test_a_holder_named_after_another_prefix_s_veth_ends_with_its_pod_s_del(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods(made_with="wp")
     try:
@@ -65,17 +65,16 @@ def test_a_holder_named_after_another_prefix_s_veth_ends_when_that_veth_is_gone(
         holder = agent.ds.recovered_holder(x)
         assert holder is not None and holder.startswith("wp"), f"setup: held by pod1's veth ({holder})"
         assert x not in offered and x not in others, f"{x}: pod1 still carries it"
-        assert cni(agent, "DEL", "pod1")["ok"]  # it names this prefix's veth: finds nothing to free
-        assert agent.ds.recovered_holder(x) == holder, "setup: the DEL does not free another prefix's holder"
-        offered = _offered_within(n, 6)
-        assert x in offered and agent.ds.recovered_holder(x) is None, f"{x}: still held by {holder}, a veth gone"
+        assert cni(agent, "DEL", "pod1")["ok"]  # pod1's DEL: its veth under any prefix
+        assert agent.ds.recovered_holder(x) is None, f"{x}: still held by {holder} after pod1's DEL"
+        assert x not in host.rules, f"{x}: its pod rule left on the host"
     finally:
         n.stop()
 
 
 def test_the_hold_stays_while_a_routeless_veth_is_on_the_host(tmp_path: Path) -> None:
-    """The contrast: another pod ADDed after the rebuild (its own record) going does not end the
-    hold while pod1's routeless veth is there."""
+    """The contrast: other pods ADDed after the rebuild (their own records) going does not end the
+    hold while pod1, with no route, runs."""
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()
     try:
@@ -86,10 +85,34 @@ def test_the_hold_stays_while_a_routeless_veth_is_on_the_host(tmp_path: Path) ->
         n.lose_checkpoint()
         agent = n.start()
         offered, others = offers_and_adds(n, agent, 4)
+        assert x not in others, f"{x}: given to a new pod while pod1 runs"
         for cid in [f"new{k}" for k in range(4)]:
             cni(agent, "DEL", cid)
         offered |= _offered_within(n, 6)
         assert x not in offered, f"{x}: offered while pod1's veth (no route) is on the host"
         assert agent.ds.recovered_holder(x) == "?"
+    finally:
+        n.stop()
+
+
+def test_the_hold_stays_while_the_routeless_pod_runs_though_its_veth_went(tmp_path: Path) -> None:
+    """A veth gone is not a pod gone: the runtime still runs pod1 (its veth deleted by a failed
+    ADD's teardown of its name, or by hand), and Kubernetes still gives pod1 its address. Held
+    until pod1's DEL (the simulation's seed 732: let go when the veth went, the allocator
+    unassigned the address pod1 was still running with)."""
+    n = Node(tmp_path, adopt_launch_pool=False)
+    host = n.pods = KernelPods()
+    try:
+        x = pod_on_fresh_address(n)
+        n.step(30)
+        host.flush_routes()
+        host.flush_rules()
+        n.lose_checkpoint()
+        agent = n.start()
+        host.teardown("pod1", "eth0", None)  # its veth goes; the runtime runs pod1 on
+        offered = _offered_within(n, 6)
+        assert x not in offered and agent.ds.recovered_holder(x) == "?", f"{x}: let go while pod1 runs"
+        assert cni(agent, "DEL", "pod1")["ok"]
+        assert x in _offered_within(n, 6), f"{x}: held after pod1's DEL"
     finally:
         n.stop()

@@ -1,0 +1,62 @@
+"""Issue 21's ``host-wiring`` draws (docs/safety.md, "The host's wiring drawn"): the simulated
+host kept as the kernel keeps it, its pod wiring changed under the agent, then a start that
+reads it.
+
+* Seed 66 (n2's veth prefix changed, its checkpoint lost, then its pods deleted): holders named
+  after the earlier prefix's veths outlived their pods, since each DEL named this prefix's veth.
+  A DEL now ends what was held for its attachment's veth under any prefix
+  (``CniService._end_holds_of``); without that, ``hold-unfounded``.
+* Seed 732 (one pod's route gone, the checkpoint lost; later a failed second ADD of that pod's
+  container tore its veth down, the pod still running): a first version let the hold go when the
+  veth went, and the allocator unassigned the address the pod still ran with
+  (``released-in-use``); only the pod's DEL ends it now.
+* Seed 16 (routes flushed under running pods, an older copy refused and rebuilt): the node holds
+  every address while those pods run on with no route, and at its ENI limit a pod waits. Safe,
+  and by design not live: counted ``host-wiring:held-for-routeless-pods``, every other check kept."""
+
+from __future__ import annotations
+
+import pytest
+
+from node_agent.cniserver import CniService
+from simulation.runner import plan_for, run_seed
+from simulation.schedule import FAULT_KINDS, HOST_KINDS
+
+pytestmark = pytest.mark.sim
+
+
+def test_seed_66_lets_the_holds_of_deleted_pods_go() -> None:
+    r = run_seed(66, None, shrink=False)
+    assert not r.violations, r.violations
+    assert r.faults.get("host-wiring:prefix-changed") == 1
+
+
+def test_without_the_del_s_end_of_holds_seed_66_ends_with_addresses_held_for_pods_long_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(CniService, "_end_holds_of", lambda *a, **k: None)
+    r = run_seed(66, None, shrink=False)
+    assert [v["invariant"] for v in r.violations] == ["hold-unfounded"], r.violations
+    assert "the host shows no pod of theirs" in r.violations[0]["detail"]
+
+
+def test_seed_732_keeps_the_hold_until_the_pod_s_del() -> None:
+    r = run_seed(732, None, shrink=False)
+    assert not r.violations, r.violations
+    assert r.faults.get("host-wiring:veth-down") == 1 and r.faults.get("cni-overlap", 0) >= 1
+
+
+def test_seed_16_holds_for_pods_running_with_no_route_and_keeps_every_other_invariant() -> None:
+    r = run_seed(16, [0, 5, 14, 17, 18, 20, 25], shrink=False)
+    assert not r.violations, r.violations
+    assert r.faults.get("host-wiring:held-for-routeless-pods") == 1
+    assert r.faults.get("host-wiring:routes-flushed") == 1
+
+
+@pytest.mark.parametrize("seed", range(0, 40))
+def test_host_wiring_is_drawn_last_so_every_earlier_event_keeps_its_index(seed: int) -> None:
+    whole = plan_for(seed).events
+    without = plan_for(seed, without=frozenset(HOST_KINDS)).events
+    assert whole[: len(without)] == without
+    assert all(e.kind == "host-wiring" for e in whole[len(without) :])
+    assert "host-wiring" in FAULT_KINDS
