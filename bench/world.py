@@ -26,6 +26,7 @@ from bench.workload import Expanded, WorkloadNode
 from emulated.clock import EventLoop
 from emulated.ec2 import Ec2Config, Ec2Emulator
 from warmpool.buckets import MUTATING_ACTIONS, MUTATING_ENI_ACTIONS
+from warmpool.eni_scope import primary_eni_tag
 from warmpool.limits import PREFIX_SIZE, InstanceLimits, known
 from warmpool.names import cluster_tag_key
 
@@ -384,12 +385,15 @@ class BenchWorld:
             self.loop.call_at(f.end_s, functools.partial(self._fault, f.kind, f.rate, f.subnet, on=False))
 
     def _join(self, spec: WorkloadNode, on_join: Callable[[NodeRt], None]) -> None:
+        tagging = self.scenario.cluster_named(spec.cluster).primary_eni_tagging
         iid = self.emu.run_instance(
             spec.instance_type,
             subnet_id=spec.subnet,
             tags={cluster_tag_key(spec.cluster): "owned", "Name": spec.name},
             secondary_count=spec.launch_addresses,
             prefix_count=spec.launch_prefixes,
+            # the launch template's tag (``cluster.primary_eni_tagging: launch-template``)
+            eni_tags=primary_eni_tag(spec.cluster) if tagging == "launch-template" else None,
         )
         node = NodeRt(spec=spec, instance_id=iid, limits=known(spec.instance_type), joined_at=self.now())
         self.nodes[spec.name] = node
