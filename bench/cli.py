@@ -29,6 +29,9 @@ def bench_main(argv: list[str]) -> int:
     ap.add_argument("--seed", type=int, default=0, help="seed of the drawn scenarios (with --random)")
     ap.add_argument("--jobs", type=int, default=1, help="processes for --random (this machine: 2)")
     ap.add_argument(
+        "--why", action="store_true", help="with --random: where warmpool's mutating calls go, by action and cause"
+    )
+    ap.add_argument(
         "--worst",
         metavar="OUT.yaml",
         type=output_path,
@@ -38,6 +41,8 @@ def bench_main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     if args.random is not None:
         return _random(ap, args)
+    if args.why:
+        ap.error("--why is for --random")
     if args.scenario is None:
         ap.error("give a scenario file, or --random N")
     try:

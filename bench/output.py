@@ -68,6 +68,9 @@ class StrategyResult(_Out):
     """Every request per action, throttled and failed ones included."""
     mutating_calls: int
     """Mutating requests EC2 accepted (throttled ones did nothing and are not counted)."""
+    calls_by_cause: dict[str, int] = {}
+    """Those by ``"<Action>: <cause>"`` (warmpool's, ``bench/call_causes.py``; empty for the
+    baselines): they add up to ``mutating_calls``."""
     throttled_calls: int
     calls_per_ip: float | None
     """All EC2 requests divided by the pods that got an address."""

@@ -36,12 +36,13 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from bench.call_causes import RunCalls, why_table
 from bench.output import BenchResult, StrategyResult
 from bench.scenario import STRATEGIES, Scenario, parse_scenario
 from warmpool.buckets import DEFAULT_SPECS, MUTATING_ACTIONS
@@ -277,6 +278,11 @@ class Outcome:
     duplicates: int
     leaked: int
     wall_s: float
+    nodes: int = 0
+    calls_by_cause: dict[str, int] = field(default_factory=dict)
+    """Warmpool's accepted mutating calls by ``"<Action>: <cause>"`` (``bench/call_causes.py``)."""
+    online_by_action: dict[str, int] = field(default_factory=dict)
+    """The online bound's fewest calls per action."""
 
 
 def run_one(seed: int, index: int, strategies: tuple[str, ...]) -> Outcome:
@@ -311,6 +317,9 @@ def outcome_of(index: int, scenario: Scenario, result: BenchResult) -> Outcome:
         duplicates=sum(r.duplicate_ips for r in result.strategies.values()),
         leaked=sum(r.leaked_enis for r in result.strategies.values() if r.strategy == "warmpool"),
         wall_s=result.wall_s,
+        nodes=sum(g.count for g in scenario.node_groups),
+        calls_by_cause=dict(result.strategies["warmpool"].calls_by_cause) if "warmpool" in result.strategies else {},
+        online_by_action=dict(result.online_lower_bound.calls_by_action) if result.online_lower_bound else {},
     )
 
 
@@ -402,6 +411,22 @@ def report(outcomes: list[Outcome]) -> str:
     return "\n\n".join(parts)
 
 
+def why_report(outcomes: list[Outcome]) -> str:
+    """Where warmpool's mutating calls go, by action and cause, against the online bound's
+    (``--why``; docs/bench.md, "Where the calls go"): secondary-IP, prefix and WARM_ENI runs
+    apart. Only runs where warmpool finished (as the calls ratios)."""
+    parts = []
+    for title, mode in (("secondary-IP modes", "ip"), ("prefix mode", "prefix"), ("WARM_ENI mode", "eni")):
+        runs = [
+            RunCalls(o.nodes, o.calls_by_cause, o.online_by_action)
+            for o in outcomes
+            if o.mode == mode and o.figures.get("warmpool", {}).get("calls_vs_online_bound") is not None
+        ]
+        if runs:
+            parts.append(why_table(runs, f"where warmpool's mutating calls go, {title}"))
+    return "\n\n".join(parts)
+
+
 def to_json(outcomes: list[Outcome], seed: int, worst_file: str | None) -> dict[str, Any]:
     def clean(x: Any) -> Any:
         if isinstance(x, float) and math.isinf(x):
@@ -431,6 +456,9 @@ def to_json(outcomes: list[Outcome], seed: int, worst_file: str | None) -> dict[
                     "duplicates": o.duplicates,
                     "leaked_enis": o.leaked,
                     "wall_s": o.wall_s,
+                    "nodes": o.nodes,
+                    "calls_by_cause": o.calls_by_cause,
+                    "online_by_action": o.online_by_action,
                 }
                 for o in outcomes
             ],
@@ -488,7 +516,7 @@ def _sigterm(_signum: int, _frame: Any) -> None:
 
 
 def random_main(n: int, seed: int, opts: Any, *, strategies: tuple[str, ...]) -> int:
-    """``opts``: the parsed ``--jobs``, ``--json``, ``--worst`` and ``--quiet`` of ``warmpool bench``."""
+    """``opts``: the parsed ``--jobs``, ``--json``, ``--worst``, ``--quiet`` and ``--why`` of ``warmpool bench``."""
     jobs, json_out, worst_out, quiet = opts.jobs, opts.json, opts.worst, opts.quiet
 
     def bar(done: int, total: int, wall: float) -> None:
@@ -514,6 +542,8 @@ def random_main(n: int, seed: int, opts: Any, *, strategies: tuple[str, ...]) ->
     if len(outcomes) < n:
         print(f"interrupted: {len(outcomes)} of {n} scenarios done (indices {_indices(outcomes)})")
     print(report(outcomes))
+    if opts.why and "warmpool" in strategies:
+        print("\n" + why_report(outcomes))
     if worst is not None:
         print(f"\nworst scenario for warmpool: {worst.name} -> {worst_out} (rerun: warmpool bench {worst_out})")
     if json_out:

@@ -163,6 +163,7 @@ def collect(world: BenchWorld, strategy: Strategy, lb: LowerBound) -> StrategyRe
         finished=finished,
         ec2_calls=calls,
         mutating_calls=mutating,
+        calls_by_cause=dict(sorted(world.calls_by_cause.items())),
         throttled_calls=sum(world.ec2.throttled.values()),
         calls_per_ip=_r(total_calls / ready) if ready else None,
         idle_ips_end=idle,

@@ -108,6 +108,12 @@ class ClusterSpec(_Model):
     scarce_free: Annotated[int, Field(ge=0)] | None = None
     """warmpool only: ``WARMPOOL_SCARCE_FREE`` (fair sharing of scarce addresses, docs/allocator.md;
     0: off); None: the allocator's default."""
+    primary_eni_tagging: Literal["allocator", "launch-template"] = "allocator"
+    """Who tags each node's primary ENI ``warmpool.io/primary-eni-of=<cluster>``, as the stack's
+    ``primary_eni_tagging`` (docs/deploy.md): ``allocator`` (warmpool's first-contact
+    ``CreateTags``) or ``launch-template`` (the nodes launch with the tag, from their launch
+    template's ``TagSpecifications`` for ``network-interface``; no ``CreateTags``). Every strategy
+    sees the same tagged ENIs; only warmpool reads the tag."""
     custom_network: dict[str, ZoneNetworkSpec] = {}
     """Custom networking (docs/allocator.md, "Custom networking"): zone → the subnets (and
     security groups) new ENIs use; every node's primary ENI serves no pod. warmpool gets it as

@@ -26,6 +26,7 @@ from bench.workload import Expanded, WorkloadNode
 from emulated.clock import EventLoop
 from emulated.ec2 import Ec2Config, Ec2Emulator
 from warmpool.buckets import MUTATING_ACTIONS, MUTATING_ENI_ACTIONS
+from warmpool.eni_scope import primary_eni_tag
 from warmpool.limits import PREFIX_SIZE, InstanceLimits, known
 from warmpool.names import cluster_tag_key
 
@@ -71,6 +72,9 @@ class Recorder:
         self.per_second: dict[int, list[int]] = {}
         """second -> [calls, throttled, mutating accepted]"""
         self._methods: dict[str, Callable[..., dict[str, Any]]] = {}
+        self.on_mutating: Callable[[str, dict[str, Any], dict[str, Any]], None] | None = None
+        """Told (action, request, response) of each mutating call EC2 accepted (the warmpool
+        strategy's :class:`bench.call_causes.CallCauses`)."""
 
     def __getattr__(self, name: str) -> Callable[..., dict[str, Any]]:
         if name.startswith("_"):
@@ -108,6 +112,8 @@ class Recorder:
                 self.mutating_ok += 1
                 self.last_mutating_at = now
                 sec[2] += 1
+                if self.on_mutating is not None:
+                    self.on_mutating(action, kwargs, out)
             return out
 
         return call
@@ -324,6 +330,9 @@ class BenchWorld:
         self.nodes: dict[str, NodeRt] = {}
         self.by_instance: dict[str, NodeRt] = {}
         self.notes: list[str] = []
+        self.calls_by_cause: dict[str, int] = {}
+        """The strategy's accepted mutating calls by ``"<Action>: <cause>"`` (warmpool's:
+        :mod:`bench.call_causes`; empty for the baselines)."""
         self.done = False
         self.settled_at: float | None = None
         self.active_faults: dict[str, float] = {}  # kind -> rate, while active
@@ -376,17 +385,25 @@ class BenchWorld:
             self.loop.call_at(f.end_s, functools.partial(self._fault, f.kind, f.rate, f.subnet, on=False))
 
     def _join(self, spec: WorkloadNode, on_join: Callable[[NodeRt], None]) -> None:
+        tagging = self.scenario.cluster_named(spec.cluster).primary_eni_tagging
         iid = self.emu.run_instance(
             spec.instance_type,
             subnet_id=spec.subnet,
             tags={cluster_tag_key(spec.cluster): "owned", "Name": spec.name},
             secondary_count=spec.launch_addresses,
             prefix_count=spec.launch_prefixes,
+            # the launch template's tag (``cluster.primary_eni_tagging: launch-template``)
+            eni_tags=primary_eni_tag(spec.cluster) if tagging == "launch-template" else None,
         )
         node = NodeRt(spec=spec, instance_id=iid, limits=known(spec.instance_type), joined_at=self.now())
         self.nodes[spec.name] = node
         self.by_instance[iid] = node
         on_join(node)
+
+    def deleted_before(self, instance_id: str) -> bool:
+        """Whether a pod of the node on ``instance_id`` has been deleted by now."""
+        node = self.by_instance.get(instance_id)
+        return node is not None and any(self.book.node_of[p] == node.spec.name for p in self.book.deleted)
 
     def _add(self, node_name: str, pod: str, on_add: Callable[[NodeRt, str], None]) -> None:
         node = self.nodes[node_name]

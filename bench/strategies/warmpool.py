@@ -56,6 +56,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from bench.call_causes import CallCauses
 from bench.world import BenchWorld, NodeRt
 from emulated import harness
 from emulated.esm import EsmConfig, EventSourceMapping
@@ -462,7 +463,8 @@ class _Cluster:
         ]
         self.s.counts["invocations"] += 1
         try:
-            out = self.allocator.handle_batch(records)
+            with self.s.causes.allocator(event["Records"]):
+                out = self.allocator.handle_batch(records)
             if crash:
                 raise LambdaCrash()
         except LambdaCrash:
@@ -532,6 +534,10 @@ class Warmpool:
     def __init__(self, world: BenchWorld) -> None:
         self.w = world
         self.counts: Counter[str] = Counter()
+        self.causes = CallCauses(world.emu, world.deleted_before)
+        """Where the accepted mutating calls go (``calls_by_cause`` of the bench's JSON)."""
+        world.ec2.on_mutating = self.causes.accepted
+        world.calls_by_cause = self.causes.counts
         self.sqs = FastSqs(world.loop.clock)
         acct = world.scenario.account
         fraction = acct.budget_fraction
@@ -559,7 +565,8 @@ class Warmpool:
 
     def _reconcile(self, c: _Cluster) -> None:
         try:
-            c.reconciler.run()
+            with self.causes.reconciler():
+                c.reconciler.run()
         except Exception as exc:  # a failed run is retried by the next schedule
             self.counts[f"reconcile_error:{type(exc).__name__}"] += 1
 

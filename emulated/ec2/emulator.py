@@ -181,12 +181,14 @@ class Ec2Emulator:
         secondary_count: int = 0,
         prefix_count: int = 0,
         efa_only: Sequence[tuple[int, int]] = (),
+        eni_tags: Mapping[str, str] | None = None,
     ) -> str:
         """Launch one running instance with its primary ENI at device 0 (no throttling), holding
         ``secondary_count`` addresses or ``prefix_count`` /28s from the start (a launch template's
         network interface), and an EFA-only interface (no IP address) at each ``(network card,
         device index)`` of ``efa_only``, as p5, p5en and trn2 instances are launched (one per
-        network card)."""
+        network card); its interfaces tagged ``eni_tags`` (a launch template's ``TagSpecifications``
+        for ``network-interface``)."""
         with self._lock:
             self._settle()
             iid = launch_instance(
@@ -201,6 +203,7 @@ class Ec2Emulator:
                 secondary_count,
                 prefix_count,
                 efa_only,
+                eni_tags,
             )
             self._changed()
             return iid

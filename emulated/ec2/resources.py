@@ -12,7 +12,7 @@ what they do to assignment: :mod:`.cidr`).
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from warmpool.limits import InstanceLimits, known
@@ -70,10 +70,13 @@ def launch_instance(
     secondary_count: int = 0,
     prefix_count: int = 0,
     efa_only: Sequence[tuple[int, int]] = (),
+    eni_tags: Mapping[str, str] | None = None,
 ) -> str:
     """One instance and its primary ENI, which holds ``secondary_count`` secondary addresses and
     ``prefix_count`` /28 prefixes from the start (RunInstances' ``NetworkInterfaces[0]``
-    ``SecondaryPrivateIpAddressCount`` / ``Ipv4PrefixCount``, as a launch template sets them)."""
+    ``SecondaryPrivateIpAddressCount`` / ``Ipv4PrefixCount``, as a launch template sets them) and
+    ``eni_tags`` (RunInstances' or a launch template's ``TagSpecifications`` for
+    ``network-interface``: every interface made at launch gets them)."""
     lim = limits_of(emu, instance_type)
     if secondary_count + prefix_count > lim.ipv4_per_eni - 1:
         raise Ec2Error(
@@ -86,6 +89,7 @@ def launch_instance(
     now = emu.clock.now()
     iid = instance_id or emu._id("i")
     eni = new_eni(emu, subnet, private_ip, secondary_count, [], prefix_count, [], f"Primary network interface of {iid}")
+    eni.tags.update(eni_tags or {})
     inst = Instance(
         iid,
         instance_type,
@@ -110,6 +114,7 @@ def launch_instance(
         if (card, dev) == (0, 0) or not 0 <= card < lim.network_cards or (card, dev) in inst.slots:
             raise Ec2Error("InvalidParameterValue", f"Invalid EFA-only interface slot card {card} device {dev}")
         efa = new_efa_only_eni(emu, subnet, f"EFA-only interface of {iid}")
+        efa.tags.update(eni_tags or {})
         att = Attachment(emu._id("eni-attach"), iid, dev, card, now, now, True, "attached")
         efa.attachment = att
         emu._attachments[att.id] = efa.id
@@ -218,6 +223,7 @@ def run_instances(emu: ResourceState, p: dict[str, Any]) -> dict[str, Any]:
             str(p.get("ImageId") or "ami-00000000000000000"),
             int(nic0.get("SecondaryPrivateIpAddressCount") or 0),
             int(nic0.get("Ipv4PrefixCount") or 0),
+            eni_tags=tags_for(p, "network-interface"),
         )
         for _ in range(k)
     ]
