@@ -337,7 +337,11 @@ def lift_unfounded_holds(ds: Datastore, controller: PoolController, now: float) 
     reason = ds.meta.get(HOLD_REASON_META)
     if not isinstance(reason, list) or reason:
         return []
-    with ds.batch():
+    if controller.holders_on_held_enis((UNKNOWN_HOLDER, UNROUTED_HOLDER)):
+        return []  # wait: on a held ENI the release would skip the quarantine (review 18, H1)
+    with ds.batch():  # every read under the datastore's lock: a DEL or GC may run beside (review 18, R2)
+        if ds.meta.get(HOLD_REASON_META) != []:
+            return []
         holds = ds.meta.get(HOLD_ON_RELEASE) or {}
         keep = {ip: h for ip, h in holds.items() if h != UNROUTED_HOLDER}
         if keep != holds:
@@ -715,6 +719,8 @@ class Agent:
         except CheckpointWriteError as exc:
             self.counters["checkpoint_write_errors"] += 1
             log.error("a start's hold let go, not yet on disk: %s; written at a later pass", exc)
+        except Exception:  # never the loop's end: the hold stays, tried again next pass
+            log.exception("letting a start's hold go failed; tried again next pass")
 
     def _release_unknown_holders(self, now: float) -> None:
         """``WARMPOOL_RECOVERY_GRACE_S`` after a rebuild that held every address, let them go
@@ -730,6 +736,8 @@ class Agent:
             self._grace_for, self._grace_from = since, self._steady()
         if grace <= 0 or not isinstance(since, (int, float)) or self._steady() < self._grace_from + grace:
             return
+        if self.controller.holders_on_held_enis((UNKNOWN_HOLDER,)):
+            return  # wait: on a held ENI the release would skip the quarantine (review 18, H1)
         try:
             with self.ds.batch():
                 self.ds.set_meta(HELD_ALL_META, None)  # first: the release offers, no longer holds

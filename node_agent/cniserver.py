@@ -435,6 +435,14 @@ class CniService:
             # ADD is answered meanwhile (the next one to take the address must write first).
             log.warning("DEL %s %s: released; the checkpoint write will be retried: %s", cid[:12], ifname, exc)
 
+    def _holds_named_for(self, cid: str, ifname: str, holder: str) -> bool:
+        """Whether a start's holds name this attachment's veth (under any prefix)."""
+        reason = self.ds.meta.get(HOLD_REASON)
+        holds = self.ds.meta.get(HOLD_ON_RELEASE) or {}
+        names = {h.holder for h in self.ds.recovered_holders()} | set(holds.values())
+        names |= set(reason) if isinstance(reason, list) else set()
+        return bool(veths_of(cid, ifname, names - {holder}, self.veth_prefix) or holder in names)
+
     def _end_holds_of(self, cid: str, ifname: str, holder: str, now: float) -> None:
         """What a start held for this attachment under another veth prefix's name, or for its
         veth with no route, ends with its DEL: the veth names are the attachment's under any
@@ -445,18 +453,22 @@ class CniService:
         agent's loop ends the hold, ``node_agent.agent.lift_unfounded_holds``). Before, a pod of
         an earlier prefix kept its address held after its DEL for as long as the checkpoint
         lasted (the simulation's seed 66)."""
-        reason = self.ds.meta.get(HOLD_REASON)
-        holds = self.ds.meta.get(HOLD_ON_RELEASE) or {}
-        named = {h.holder for h in self.ds.recovered_holders()} | set(holds.values())
-        names = named | (set(reason) if isinstance(reason, list) else set())
-        mine = veths_of(cid, ifname, names - {holder}, self.veth_prefix) | ({holder} & names)
-        if not mine:
-            return
-        with self.ds.batch():
+        if not self._holds_named_for(cid, ifname, holder):
+            return  # the common case: no write
+        # The rules and routes of an address held under another prefix's name go first, while it is
+        # still held: removed after its release, they could be a new pod's (its ADD rewrites them).
+        others = {h.holder for h in self.ds.recovered_holders() if h.holder != holder}
+        for name in sorted(veths_of(cid, ifname, others, self.veth_prefix)):
+            other = self.ds.lookup_recovered(name)
+            if other is not None:
+                self.pods.teardown(cid, ifname, other.ip)
+        with self.ds.batch():  # read again under the datastore's lock: another DEL or the loop's lift may run beside
+            reason = self.ds.meta.get(HOLD_REASON)
+            holds = self.ds.meta.get(HOLD_ON_RELEASE) or {}
+            named = {h.holder for h in self.ds.recovered_holders()} | set(holds.values())
+            names = named | (set(reason) if isinstance(reason, list) else set())
+            mine = veths_of(cid, ifname, names - {holder}, self.veth_prefix) | ({holder} & names)
             for name in sorted(mine & named - {holder}):
-                other = self.ds.lookup_recovered(name)
-                if other is not None:
-                    self.pods.teardown(cid, ifname, other.ip)
                 for freed in self.ds.release_recovered(name, now):
                     log.info("DEL %s %s: recovered address %s (veth %s) released", cid[:12], ifname, freed.ip, name)
             keep = {ip: h for ip, h in holds.items() if h not in mine}

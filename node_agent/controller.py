@@ -686,6 +686,15 @@ class PoolController:
             self.stats.quarantined_after_rebuild += n
             self._event("quarantine", f"{n} addresses held as offered: the checkpoint that knew the offers is lost")
 
+    def holders_on_held_enis(self, holders: Iterable[str]) -> bool:
+        """Whether any address of these recovered holders is on a held ENI (its tags unknown, or
+        kept for its pods though a read left it out): released now, :meth:`_hold_unknown` would
+        skip it and it would come back free, an offer in flight forgotten (review 18, H1). The
+        release waits until no such ENI is held."""
+        wanted = set(holders)
+        held = {e.info.eni_id for e in self.ds.enis() if e.held}
+        return any(h.holder in wanted and h.eni_id in held for h in self.ds.recovered_holders())
+
     def release_unknown_holders(self, now: float, holders: Iterable[str] = (UNKNOWN_HOLDER,)) -> list[Assignment]:
         """The grace after a rebuild that held every address by :data:`UNKNOWN_HOLDER` has
         passed (``WARMPOOL_RECOVERY_GRACE_S``, ``recorded`` mode): the addresses leave the

@@ -47,6 +47,7 @@ from emulated.memstores import MemLedger
 from functions.intake import SEQ_AHEAD_LIMIT
 from functions.settings import Settings
 from node_agent.agent import HOLD_REASON_META, ROUTED_HOLDER
+from node_agent.controller import HELD_ALL_META
 from node_agent.hostnet import veth_shaped, veths_of
 from node_agent.records import UNKNOWN_HOLDER, UNROUTED_HOLDER
 from simulation import subnets
@@ -343,6 +344,8 @@ def unfounded_holds(a: SimAgent) -> list[str]:
 def held_for_routeless_pods(a: SimAgent) -> bool:
     """The agent holds every address for pods with no route at its start (links of
     ``node_agent.datastore.HOLD_REASON``) that its runtime still runs: they may carry any address."""
+    if a.ds.meta.get(HELD_ALL_META) is None:
+        return False  # an ``unrouted`` holder alone holds one address, not the pool (review 18, E1)
     reason = a.ds.meta.get(HOLD_REASON_META)
     running = _runs(a)
     return isinstance(reason, list) and any(running(link) for link in reason)

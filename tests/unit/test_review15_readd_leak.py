@@ -15,8 +15,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.helpers.agent_world import cni, cni_add
 from tests.helpers.first_start import Node, add_until, grant
 from tests.helpers.kernel_pods import KernelPods, answered_start, assert_not_given
@@ -37,11 +35,8 @@ def _added_again_after_the_copy(n: Node, backup: Path) -> Any:
     return agent
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (a leak, never a second holder): a DEL does not trust its prevResult, which may be of an "
-    "earlier ADD whose address another pod got since (review 17); docs/safety.md, the seventeenth review",
-)
+# Closed since a start's hold ends with the DELs of its pods (docs/safety.md, "The host's wiring
+# drawn"): p's DEL takes p's veth out of the hold's reason, and with none left Y is let go.
 def test_the_del_of_a_pod_added_again_after_the_copy_releases_the_address_its_runtime_names(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()

@@ -1,0 +1,56 @@
+"""Review 18, E1 (the simulation's check, not the agent): ``simulation.checks.held_for_routeless_pods``
+exempts a node from every end-of-run settle check (``not-settled`` for waiting pods, a pool short
+of its targets, idle addresses not offered) as soon as one link named in ``HOLD_REASON_META`` is on
+the host. Its comment says why: "pods the host shows with no route run on ... it holds every address
+while they run". It checks neither half:
+
+* that the link still has no route: the DEL and ADD of one attachment (the simulation's own
+  ``cni-readd``) make a new veth pair of the same name, routed, and the node is exempt for as long
+  as the new pod runs (review 18, N2: the agent's hold does not end either, so the exemption hides
+  that liveness defect instead of reporting it);
+* that every address is held: ``HOLD_REASON_META`` is noted as well for an ``unrouted`` holder or a
+  doubtful record's hand-on alone (``note_hold_reason``), a hold of one or two addresses with the rest
+  of the pool free; a node that does not settle then is a defect the exemption hides.
+
+Neither hides a second holder (those checks run at every step), only liveness defects. Fixed: the
+exemption needs the hold of every address, and a reason veth of a pod the node's runtime still runs
+(not one the host shows: a DEL ends the reason, whatever is made under the name after)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from node_agent.agent import HOLD_REASON_META
+from node_agent.controller import HELD_ALL_META
+from node_agent.hostnet import host_veth_name
+from simulation.checks import held_for_routeless_pods
+
+VETH = host_veth_name("pod1", "eth0")
+
+
+def _agent(meta: dict[str, Any], running: list[str]) -> Any:
+    """A node whose runtime runs ``running`` (container ids, interface ``eth0``)."""
+    return SimpleNamespace(
+        ds=SimpleNamespace(meta=meta),
+        rt=SimpleNamespace(up=dict.fromkeys(running, "10.0.0.9"), adding={}, deleting={}),
+        veth_prefix="eni",
+    )
+
+
+def test_a_reason_veth_whose_pod_runs_under_a_hold_of_every_address_is_exempt() -> None:
+    """The case the exemption is for (passes)."""
+    assert held_for_routeless_pods(_agent({HOLD_REASON_META: [VETH], HELD_ALL_META: 1.0}, ["pod1"]))
+
+
+def test_a_reason_veth_whose_pod_was_deleted_is_not_exempt() -> None:
+    """Since the exemption asks the runtime, not the host: pod1 DELeted (and its attachment maybe
+    made again under the same veth name, E1's first half), the reason no longer stands."""
+    assert not held_for_routeless_pods(_agent({HOLD_REASON_META: [VETH], HELD_ALL_META: 1.0}, ["pod2"]))
+
+
+def test_a_reason_without_the_hold_of_every_address_is_not_exempt() -> None:
+    assert not held_for_routeless_pods(_agent({HOLD_REASON_META: [VETH], HELD_ALL_META: None}, ["pod1"])), (
+        "no hold of every address (an unrouted holder of one address at most): the rest of the pool is free, "
+        "and a node that does not settle is not explained by the routeless pod"
+    )
