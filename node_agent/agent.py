@@ -313,7 +313,12 @@ def note_hold_reason(ds: Datastore, wiring: HostWiring, veth_prefix: str) -> Non
     if ds.meta.get(HELD_ALL_META) is None and not unrouted:
         return
     before = ds.meta.get(HOLD_REASON_META)
-    reason = sorted(set(before if isinstance(before, list) else []) | routeless_links(wiring, veth_prefix))
+    # a link the restored copy noted that the host no longer has: its pod was DELeted since (its
+    # DEL answered by a process whose writes were lost: no runtime sends it again), as
+    # :func:`release_unwired` reads the host for the copy's records
+    links = _link_names(wiring)
+    kept = {link for link in before if link in links} if isinstance(before, list) else set()
+    reason = sorted(kept | routeless_links(wiring, veth_prefix))
     if reason != before:
         with contextlib.suppress(CheckpointWriteError):
             ds.set_meta(HOLD_REASON_META, reason)
@@ -418,6 +423,37 @@ def release_unwired(ds: Datastore, wiring: HostWiring, now: float, veth_prefix: 
     return gone
 
 
+def release_gone_holders(ds: Datastore, wiring: HostWiring, now: float, veth_prefix: str) -> list[str]:
+    """After a restore: a recovered holder named after a pod veth (this prefix's, or shaped as
+    :func:`node_agent.hostnet.host_veth_name` names them under any prefix) of which nothing is
+    left on the host (no such link, no ``/32`` route to its address, no pod rule for it) is
+    released, as :func:`release_unwired` releases such a record: its pod was DELeted after the
+    copy was written, by a process whose writes were lost, and no runtime sends that DEL again
+    (the simulation's seed 2233: held for as long as the checkpoint lasted). Returns the addresses
+    released. A write that fails leaves the datastore dirty (the next write)."""
+    links = _link_names(wiring)
+    gone = sorted(
+        {
+            h.holder
+            for h in ds.recovered_holders()
+            if h.holder not in (UNKNOWN_HOLDER, UNROUTED_HOLDER, ROUTED_HOLDER)
+            and (veth_shaped(h.holder) or h.holder.startswith(veth_prefix))
+            and h.holder not in links
+            and h.ip not in wiring.routed
+            and h.ip not in wiring.pods
+            and h.ip not in wiring.stale
+        }
+    )
+    freed: list[str] = []
+    if not gone:
+        return freed
+    with contextlib.suppress(CheckpointWriteError), ds.batch():
+        for holder in gone:
+            freed += [a.ip for a in ds.release_recovered(holder, now)]
+    log.warning("restore: recovered holders of pods gone from the host released: %s", ", ".join(gone))
+    return freed
+
+
 def restore_checked(
     ds: Datastore, pods: WiringSource | None, veth_prefix: str, *, now: float | None = None
 ) -> tuple[bool, CheckpointError | None]:
@@ -438,6 +474,7 @@ def restore_checked(
         if wiring is not None and now is not None:
             hold_doubtful(ds, wiring, now, veth_prefix)
             release_unwired(ds, wiring, now, veth_prefix)
+            release_gone_holders(ds, wiring, now, veth_prefix)
             for note in hold_wired(ds, wiring, now, veth_prefix):
                 log.warning("restore: %s (the host routes it to a pod the checkpoint does not list)", note)
             note_hold_reason(ds, wiring, veth_prefix)

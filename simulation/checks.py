@@ -319,14 +319,24 @@ def _runs(a: SimAgent) -> Callable[[str], bool]:
     return lambda name: any(veths_of(cid, "eth0", {name}, a.veth_prefix) for cid in cids)
 
 
+def _founded(a: SimAgent) -> Callable[[str], bool]:
+    """Whether a hold named for a link may still stand: its pod is one the runtime runs (its veth
+    gone or not: seed 732), or its veth is on the host (an attachment whose ADD answer the runtime
+    lost, ``cni-interrupted``: no DEL comes, and without a CNI GC its namespace carries the address
+    for good, as its record would hold it)."""
+    running = _runs(a)
+    veths = set(a.pods.veth_of.values())
+    return lambda name: running(name) or name in veths
+
+
 def unfounded_holds(a: SimAgent) -> list[str]:
     """Addresses the agent still holds, after the quiet period, for pods its runtime no longer
-    runs (a leak: held for as long as the checkpoint lasts): a recovered holder named after the
-    veth (under any prefix) of no attachment the runtime runs, adds or deletes; and ``?`` or
-    ``unrouted`` holders with no such attachment's veth left in their hold's reason
+    runs and whose veths are gone (a leak: held for as long as the checkpoint lasts): a recovered
+    holder named after such a veth (under any prefix); and ``?`` or ``unrouted`` holders with no
+    other veth left in their hold's reason
     (``node_agent.datastore.HOLD_REASON``; each DEL takes its veth out, and the agent's loop then
     lets them go: ``node_agent.agent.lift_unfounded_holds``)."""
-    running = _runs(a)
+    running = _founded(a)
     reason = a.ds.meta.get(HOLD_REASON_META)
     reason_runs = isinstance(reason, list) and any(running(link) for link in reason)
     out = []
@@ -410,7 +420,7 @@ def at_end(w: ChecksWorld) -> None:
         # nothing held for pods the host no longer shows (a leak: held for as long as the checkpoint lasts)
         unfounded = unfounded_holds(a)
         if unfounded:
-            w.violation("hold-unfounded", f"{a.name}: {unfounded[:4]} still held; the host shows no pod of theirs")
+            w.violation("hold-unfounded", f"{a.name}: {unfounded[:4]} still held; the runtime runs no pod of theirs")
         # settled to the targets, where capacity and the subnet allow (and EC2 has listed
         # the instance long enough for the allocator to serve it)
         if listed_at > now - SERVE_BOUND_S:

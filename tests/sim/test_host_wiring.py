@@ -37,13 +37,28 @@ def test_without_the_del_s_end_of_holds_seed_66_ends_with_addresses_held_for_pod
     monkeypatch.setattr(CniService, "_end_holds_of", lambda *a, **k: None)
     r = run_seed(66, None, shrink=False)
     assert [v["invariant"] for v in r.violations] == ["hold-unfounded"], r.violations
-    assert "the host shows no pod of theirs" in r.violations[0]["detail"]
+    assert "the runtime runs no pod of theirs" in r.violations[0]["detail"]
 
 
 def test_seed_732_keeps_the_hold_until_the_pod_s_del() -> None:
     r = run_seed(732, None, shrink=False)
     assert not r.violations, r.violations
     assert r.faults.get("host-wiring:veth-down") == 1 and r.faults.get("cni-overlap", 0) >= 1
+
+
+@pytest.mark.parametrize(
+    ("seed", "keep"),
+    [
+        # an older copy restored: its holder of a pod DELeted since (agent.release_gone_holders)
+        (2233, [11, 19, 23, 25]),
+        # an older copy restored: its hold's reason names veths of pods DELeted since (note_hold_reason)
+        (801, [1, 8, 10, 11, 17, 21, 25, 26, 28, 29]),
+    ],
+)
+def test_an_older_copy_s_holds_for_pods_deleted_since_end(seed: int, keep: list[int]) -> None:
+    r = run_seed(seed, keep, shrink=False)
+    assert not r.violations, r.violations
+    assert r.faults.get("host-wiring:old-copy:old-copy", 0) + r.faults.get("checkpoint-damaged-parses:old-copy", 0) >= 1
 
 
 def test_seed_16_holds_for_pods_running_with_no_route_and_keeps_every_other_invariant() -> None:

@@ -13,11 +13,12 @@ Each test checks the hold first (nothing offered or given while the pod runs), t
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from tests.helpers.agent_world import cni
 from tests.helpers.first_start import Node, pod_on_fresh_address
-from tests.helpers.kernel_pods import KernelPods, offers_and_adds
+from tests.helpers.kernel_pods import KernelPods, answered_start, offers_and_adds
 
 
 def _offered_within(n: Node, passes: int) -> set[str]:
@@ -114,5 +115,31 @@ def test_the_hold_stays_while_the_routeless_pod_runs_though_its_veth_went(tmp_pa
         assert x not in offered and agent.ds.recovered_holder(x) == "?", f"{x}: let go while pod1 runs"
         assert cni(agent, "DEL", "pod1")["ok"]
         assert x in _offered_within(n, 6), f"{x}: held after pod1's DEL"
+    finally:
+        n.stop()
+
+
+def test_an_older_copy_s_holder_of_a_pod_deleted_since_is_released_at_its_restore(tmp_path: Path) -> None:
+    """The simulation's seed 2233: the copy names pod1's veth as the holder of x; pod1 was DELeted
+    after it (the holder released by a process whose writes were lost). Restored, nothing of pod1
+    is on the host and no DEL comes again: released, as the copy's records are
+    (``agent.release_gone_holders``)."""
+    n = Node(tmp_path, adopt_launch_pool=False)
+    host = n.pods = KernelPods()
+    backup = tmp_path / "backup"
+    try:
+        x = pod_on_fresh_address(n)
+        n.step(30)
+        n.lose_checkpoint()
+        agent = n.start()  # the rebuild: x held by pod1's veth
+        n.step(30)
+        assert agent.ds.recovered_holder(x) == host.veth_of[("pod1", "eth0")], "setup: held by pod1's veth"
+        shutil.copytree(n.state, backup)
+        assert cni(agent, "DEL", "pod1")["ok"]
+        assert host.holders(x) == [] and x not in host.routes and x not in host.rules
+        agent = answered_start(n, True, backup)
+        assert agent.ds.recovered_holder(x) is None, (
+            f"{x}: still held by {agent.ds.recovered_holder(x)}, pod1 long gone"
+        )
     finally:
         n.stop()
