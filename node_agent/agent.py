@@ -284,7 +284,10 @@ def hold_doubtful(ds: Datastore, wiring: HostWiring, now: float, veth_prefix: st
         if unnamed:
             # offered ones too: handed back after the copy, a pod the copy lacks may carry one (review 15, Q1)
             n = ds.hold_all(now)
+            held_before = ds.meta.get(HELD_ALL_META) is not None
             ds.set_meta(HELD_ALL_META, now)
+            if not held_before:  # its reason in the same write (review 19, U1: a crash between)
+                ds.set_meta(HOLD_REASON_META, sorted(routeless_links(wiring, veth_prefix)))
             log.warning("restore: %d free addresses held: pod veths with no route the checkpoint lacks: %s", n, unnamed)
 
 
@@ -296,14 +299,32 @@ HOLD_REASON_META = HOLD_REASON
 
 
 def routeless_links(wiring: HostWiring, veth_prefix: str) -> set[str]:
-    """This prefix's links and every veth (any prefix, any CNI) with no ``/32`` route through
-    them: what :func:`_routed_pods`' :data:`UNROUTED_HOLDER` and a hold of every address stand
-    for (a pod behind one may carry an address the host does not say)."""
-    links = {link for link in wiring.links if link.startswith(veth_prefix)} | _veths(wiring)
-    return links - set(wiring.routed_via.values()) - set(wiring.pods.values())
+    """The links with no ``/32`` route that may be a pod's of this agent (:func:`unrouted_veths`:
+    this prefix's links, and veths named as ``host_veth_name`` names them under any prefix of up
+    to 7 characters): what a hold of every address and an :data:`UNROUTED_HOLDER` stand for, and
+    what a DEL can name. Not another CNI's or Docker's bridge ports (``veth`` and 7 hex digits):
+    no DEL of ours ever names them, and a hold standing for one would never end (review 19,
+    D1)."""
+    return unrouted_veths(wiring, veth_prefix)
 
 
-def note_hold_reason(ds: Datastore, wiring: HostWiring, veth_prefix: str) -> None:
+UNNOTED = "(unnoted)"
+"""A hold's reason that no DEL takes out: a hold of every address, or an ``unrouted`` holder,
+restored from a checkpoint that noted no reason (an agent before reasons were noted): which pods
+it stood for is not known, so it ends no more than it did then (review 19, U1)."""
+
+
+def unnoted_holds(ds: Datastore) -> bool:
+    """Whether a restored copy holds every address, or holds (or is to hold) an address by
+    :data:`UNROUTED_HOLDER`, without a reason noted: an agent's from before reasons were."""
+    if isinstance(ds.meta.get(HOLD_REASON_META), list):
+        return False
+    unrouted = any(h.holder == UNROUTED_HOLDER for h in ds.recovered_holders())
+    unrouted |= UNROUTED_HOLDER in (ds.meta.get(HOLD_ON_RELEASE) or {}).values()
+    return unrouted or ds.meta.get(HELD_ALL_META) is not None
+
+
+def note_hold_reason(ds: Datastore, wiring: HostWiring, veth_prefix: str, *, unnoted: bool = False) -> None:
     """At a start that read the host's wiring, after its holds: while every address is held, or
     an address is held (or to be held on its record's release) by :data:`UNROUTED_HOLDER`, the
     routeless links now (with those noted before) are the hold's reason (:data:`HOLD_REASON_META`).
@@ -313,11 +334,11 @@ def note_hold_reason(ds: Datastore, wiring: HostWiring, veth_prefix: str) -> Non
     if ds.meta.get(HELD_ALL_META) is None and not unrouted:
         return
     before = ds.meta.get(HOLD_REASON_META)
-    # a link the restored copy noted that the host no longer has: its pod was DELeted since (its
-    # DEL answered by a process whose writes were lost: no runtime sends it again), as
-    # :func:`release_unwired` reads the host for the copy's records
-    links = _link_names(wiring)
-    kept = {link for link in before if link in links} if isinstance(before, list) else set()
+    # What the copy noted stays, whether or not the host still has those links: a link is not its
+    # pod (seed 732: a veth went while its pod ran on), and only the pod's DEL ends its part. A
+    # copy older than some of those DELs (a disk that lost its last writes) keeps the hold for
+    # good, a leak (review 19, C1). A hold the copy noted no reason for stays as it was (UNNOTED).
+    kept = (set(before) if isinstance(before, list) else set()) | ({UNNOTED} if unnoted else set())
     reason = sorted(kept | routeless_links(wiring, veth_prefix))
     if reason != before:
         with contextlib.suppress(CheckpointWriteError):
@@ -472,12 +493,13 @@ def restore_checked(
     wrong = wiring_disagreements(ds, wiring, veth_prefix) if wiring is not None else []
     if not wrong:
         if wiring is not None and now is not None:
+            unnoted = unnoted_holds(ds)  # the copy's own holds, before this start's
             hold_doubtful(ds, wiring, now, veth_prefix)
             release_unwired(ds, wiring, now, veth_prefix)
             release_gone_holders(ds, wiring, now, veth_prefix)
             for note in hold_wired(ds, wiring, now, veth_prefix):
                 log.warning("restore: %s (the host routes it to a pod the checkpoint does not list)", note)
-            note_hold_reason(ds, wiring, veth_prefix)
+            note_hold_reason(ds, wiring, veth_prefix, unnoted=unnoted)
         if ds.restored_unchecksummed:
             log.warning(
                 "checkpoint without a checksum (an older agent's): restored%s; the next write adds one",

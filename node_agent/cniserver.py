@@ -198,6 +198,8 @@ class CniService:
         self.veth_prefix = veth_prefix
         self.pods = pods
         self.mtu = mtu
+        self._holds_unwritten = False
+        """A DEL ended a start's hold in memory and its write failed: the next DEL writes first."""
         self.add_wait_s = add_wait_s
         self.clock = clock
         self.on_unmet = on_unmet
@@ -428,12 +430,27 @@ class CniService:
             self.ds.release(cid, ifname, now)  # also forgets a waiting ADD
             for freed in self.ds.release_recovered(holder, now):
                 log.info("DEL %s %s: recovered address %s released", cid[:12], ifname, freed.ip)
-            self._end_holds_of(cid, ifname, holder, now)
         except CheckpointWriteError as exc:
             # Released in memory, not yet on disk (retried by the agent's loop). Safe to answer
             # DEL: until the write works the disk only says the address is still held, and no
             # ADD is answered meanwhile (the next one to take the address must write first).
             log.warning("DEL %s %s: released; the checkpoint write will be retried: %s", cid[:12], ifname, exc)
+        # Whatever the release's write did (review 19, W1a); answered only once on disk: a crash
+        # before the write would bring the hold back, and no runtime sends an answered DEL again
+        # (W1b). Failed, the runtime's retry writes again (a retried DEL changes nothing more).
+        try:
+            ended = self._end_holds_of(cid, ifname, holder, now)
+            if ended or self._holds_unwritten:
+                self._holds_unwritten = True
+                self.ds.flush()
+                self._holds_unwritten = False
+        except CheckpointWriteError as exc:
+            raise Failure(
+                E_TRY_AGAIN_LATER,
+                f"DEL {cid[:12]} {ifname}: the end of a start's hold is not on disk yet: {exc}",
+                "the runtime retries the DEL",
+                reason="checkpoint-write",
+            ) from exc
 
     def _holds_named_for(self, cid: str, ifname: str, holder: str) -> bool:
         """Whether a start's holds name this attachment's veth (under any prefix)."""
@@ -443,7 +460,7 @@ class CniService:
         names |= set(reason) if isinstance(reason, list) else set()
         return bool(veths_of(cid, ifname, names - {holder}, self.veth_prefix) or holder in names)
 
-    def _end_holds_of(self, cid: str, ifname: str, holder: str, now: float) -> None:
+    def _end_holds_of(self, cid: str, ifname: str, holder: str, now: float) -> bool:
         """What a start held for this attachment under another veth prefix's name, or for its
         veth with no route, ends with its DEL: the veth names are the attachment's under any
         prefix of up to 7 characters (:func:`node_agent.hostnet.veths_of`). A recovered holder so
@@ -454,7 +471,7 @@ class CniService:
         an earlier prefix kept its address held after its DEL for as long as the checkpoint
         lasted (the simulation's seed 66)."""
         if not self._holds_named_for(cid, ifname, holder):
-            return  # the common case: no write
+            return False  # the common case: no write
         # The rules and routes of an address held under another prefix's name go first, while it is
         # still held: removed after its release, they could be a new pod's (its ADD rewrites them).
         others = {h.holder for h in self.ds.recovered_holders() if h.holder != holder}
@@ -476,6 +493,7 @@ class CniService:
                 self.ds.set_meta(HOLD_ON_RELEASE, keep or None)
             if isinstance(reason, list) and set(reason) & mine:
                 self.ds.set_meta(HOLD_REASON, [link for link in reason if link not in mine])
+        return True
 
     def check(self, req: dict[str, Any]) -> None:
         cid, ifname, netns = self._ids(req)

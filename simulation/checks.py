@@ -419,7 +419,11 @@ def at_end(w: ChecksWorld) -> None:
                 w.violation("address-leaked", f"{a.name}: EC2 has {lost[:4]} on {e.id}; the agent does not know them")
         # nothing held for pods the host no longer shows (a leak: held for as long as the checkpoint lasts)
         unfounded = unfounded_holds(a)
-        if unfounded:
+        if unfounded and a.cp.older_copy and all(u.endswith(("(?)", "(unrouted)")) for u in unfounded):
+            # an older copy's hold reason naming pods DELeted since: a leak the agent accepts rather
+            # than take a veth's absence for its pod's end (docs/safety.md, review 19's C1)
+            w.fault("hold-unfounded:older-copy")
+        elif unfounded:
             w.violation("hold-unfounded", f"{a.name}: {unfounded[:4]} still held; the runtime runs no pod of theirs")
         # settled to the targets, where capacity and the subnet allow (and EC2 has listed
         # the instance long enough for the allocator to serve it)

@@ -296,6 +296,9 @@ class SimDisk(FileCheckpoint):
     it last held."""
 
     def __init__(self, w: NodeWorld, node: str) -> None:
+        self.older_copy = False
+        """An older copy of the checkpoint was put back (``old-copy``): a hold's reason it brings
+        back may name pods DELeted since, which no DEL names again (docs/safety.md, review 19's C1)."""
         super().__init__(f"/var/lib/warmpool/{node}/checkpoint.json")
         self.w = w
         self.armed = False
@@ -367,6 +370,7 @@ class SimDisk(FileCheckpoint):
                 return "no-older-save"
             self.data = copy.deepcopy(older[int(pick * len(older))])
             self.w.version += 1
+            self.older_copy = True
             return variant
         data = copy.deepcopy(self.data)
         pods = [(e, a) for e in data["enis"] for a in e["addrs"] if a.get("container_id")]

@@ -46,19 +46,23 @@ def test_seed_732_keeps_the_hold_until_the_pod_s_del() -> None:
     assert r.faults.get("host-wiring:veth-down") == 1 and r.faults.get("cni-overlap", 0) >= 1
 
 
-@pytest.mark.parametrize(
-    ("seed", "keep"),
-    [
-        # an older copy restored: its holder of a pod DELeted since (agent.release_gone_holders)
-        (2233, [11, 19, 23, 25]),
-        # an older copy restored: its hold's reason names veths of pods DELeted since (note_hold_reason)
-        (801, [1, 8, 10, 11, 17, 21, 25, 26, 28, 29]),
-    ],
-)
-def test_an_older_copy_s_holds_for_pods_deleted_since_end(seed: int, keep: list[int]) -> None:
-    r = run_seed(seed, keep, shrink=False)
+def test_an_older_copy_s_holder_of_a_pod_deleted_since_is_released() -> None:
+    """Seed 2233: the copy names a pod's veth as a holder; the pod was DELeted after it. Nothing of it
+    is on the host: released at the restore, as the copy's records are (agent.release_gone_holders)."""
+    r = run_seed(2233, [11, 19, 23, 25], shrink=False)
     assert not r.violations, r.violations
-    assert r.faults.get("host-wiring:old-copy:old-copy", 0) + r.faults.get("checkpoint-damaged-parses:old-copy", 0) >= 1
+    assert r.faults.get("checkpoint-damaged-parses:old-copy") == 1
+    assert "hold-unfounded:older-copy" not in r.faults
+
+
+def test_an_older_copy_s_hold_reason_naming_pods_deleted_since_is_the_accepted_leak() -> None:
+    """Seed 801: the copy's hold of every address names the veths of pods DELeted after it; no DEL
+    names them again, and the agent does not take a veth's absence for its pod's end (seed 732), so
+    the hold stays (review 19's C1: a leak, never a second holder). Counted, not a violation; any
+    other unfounded hold on that node still is."""
+    r = run_seed(801, [1, 8, 10, 11, 17, 21, 25, 26, 28, 29], shrink=False)
+    assert not r.violations, r.violations
+    assert r.faults.get("hold-unfounded:older-copy") == 1
 
 
 def test_seed_16_holds_for_pods_running_with_no_route_and_keeps_every_other_invariant() -> None:
