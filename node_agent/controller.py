@@ -619,26 +619,35 @@ class PoolController:
         }
         return waiting | {k for k, seq in self.ds.recently_granted(now).items() if seq >= floor}
 
-    def _relisted(self, usable: list[AttachedEni], released: dict[str, int], held: set[str]) -> set[str]:
-        """Released keys a read lists that the datastore does not hold (:meth:`resync`). Not on
-        an ENI held for its tags: nothing is offered from one, so they stay out. Nor one a
-        recovered holder names (a pod the host shows holds it, not attached yet): released
-        under a pod, it stays out as before, never the pool's once the pod goes."""
+    def _relisted(
+        self, usable: list[AttachedEni], released: dict[str, int], held: set[str]
+    ) -> tuple[set[str], set[str]]:
+        """Released keys a read lists (:meth:`resync`): those the datastore does not hold, and
+        those a recovered holder names (its address, or a /28 holding it: a pod the host shows
+        carries it). Not on an ENI held for its tags: nothing is offered from one, so they stay
+        out. A recovered holder's address joins its ENI's record, held by it (before, it stayed
+        out: an older copy's filter, the grant that lifted it lost with the later writes, left
+        an address EC2 has on the node unknown to the agent for as long as the checkpoint
+        lasted, the simulation's seed 1780); it is never the pool's once the pod goes
+        (``Datastore._let_go``: offered back as of unknown origin), and a later read keeps it
+        listed (not an address IMDS no longer lists)."""
         mine = {k for e in self.ds.enis() for k in (*e.ips, *e.prefixes)}
-        pods = [ipaddress.ip_address(h.ip) for h in self.ds.recovered_holders()]
-        mine |= {str(ip) for ip in pods}
+        pods = {ipaddress.ip_address(h.ip) for h in self.ds.recovered_holders()}
 
         def under_pod(k: str) -> bool:
-            return "/" in k and any(ip in ipaddress.ip_network(k, strict=False) for ip in pods)
+            if "/" not in k:
+                return ipaddress.ip_address(k) in pods
+            return any(ip in ipaddress.ip_network(k, strict=False) for ip in pods)
 
         awaited = self._awaited_grants()
-        return {
+        listed = {
             k
             for a in usable
             if a.info.eni_id not in held
             for k in (*a.ips, *a.prefixes)
-            if k in released and k not in mine and not under_pod(k) and (a.info.eni_id, k) not in awaited
+            if k in released and (a.info.eni_id, k) not in awaited
         }
+        return {k for k in listed if k not in mine}, {k for k in listed if under_pod(k)}
 
     def _awaited_grants(self) -> set[tuple[str, str]]:
         """(ENI, key) pairs a waiting claim names as EC2's own assignment (:meth:`_granted_by_ec2`,
@@ -738,12 +747,12 @@ class PoolController:
         # (``REGRANT_UNSEEN_LEAK`` in tests/sim/test_undocumented_rows.py). It is held as
         # offered, of unknown origin: the allocator's release book says it ``released`` again,
         # or unassigns it again if EC2 still shows it (docs/allocator.md).
-        relisted = self._relisted(usable, released, kept_held)
+        relisted, under_pods = self._relisted(usable, released, kept_held)
         attached = [
             (
                 a.info,
-                [ip for ip in a.ips if ip not in released or ip in relisted],
-                [p for p in a.prefixes if p not in released or p in relisted],
+                [ip for ip in a.ips if ip not in released or ip in relisted or ip in under_pods],
+                [p for p in a.prefixes if p not in released or p in relisted or p in under_pods],
             )
             for a in usable
         ]

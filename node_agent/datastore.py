@@ -358,6 +358,19 @@ class Datastore(RecoveredHolders):
             self.changed.set()
             return Assignment(ip, eni_id)
 
+    def _let_go(self, a: Addr, now: float) -> None:
+        """A recovered holder's address it no longer holds (:meth:`release_recovered`): into
+        cooldown, as a pod's. Unless the released filter names it (EC2's ``released`` and no
+        grant since: an older copy's filter, the grant that lifted it lost with the later
+        writes, the simulation's seed 1780): resync never takes such an address back free, so
+        it is offered back as of unknown origin (:data:`RELEASED_UNKNOWN`, as :meth:`release`
+        does for :data:`UNKNOWN_ON_RELEASE`), and the allocator's answer decides."""
+        a.freed_at = now
+        unit = a.prefix or a.ip
+        if unit in self._recent.released:
+            a.quarantined_at = now
+            self.meta[RELEASED_UNKNOWN] = sorted({*(self.meta.get(RELEASED_UNKNOWN) or []), unit})
+
     def held_on_release(self, ip: str) -> bool:
         """Whether the release of the record holding ``ip`` hands it to a holder (:data:`HOLD_ON_RELEASE`)."""
         with self._lock:

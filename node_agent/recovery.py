@@ -36,6 +36,11 @@ class RecoveredHolders:
     def _save(self) -> None:
         raise NotImplementedError
 
+    def _let_go(self, a: Addr, now: float) -> None:
+        """The address has left its recovered holder: into cooldown, or offered back as of
+        unknown origin (:meth:`node_agent.datastore.Datastore._let_go`)."""
+        raise NotImplementedError
+
     def recover(self, holders: dict[str, str], now: float) -> list[str]:
         """Mark each ``ip -> holder`` (host veth name) as in use by a recovered holder.
 
@@ -86,7 +91,9 @@ class RecoveredHolders:
 
     def release_recovered(self, holder: str, now: float) -> list[Assignment]:
         """The recovered holder is gone (CNI DEL, or the unknown holders' grace passed):
-        its addresses enter cooldown. Idempotent; returns the attached addresses freed."""
+        its addresses enter cooldown, or, one EC2 was said to have released with no grant
+        since, are offered back as of unknown origin (:meth:`_let_go`). Idempotent; returns
+        the attached addresses let go."""
         with self._lock:
             out: list[Assignment] = []
             ips = [ip for ip, (h, _) in self._recovered.items() if h == holder]
@@ -96,7 +103,8 @@ class RecoveredHolders:
                 if eni_id is not None:
                     a = self._enis[eni_id].addrs[ip]
                     if a.recovered == holder:
-                        a.recovered, a.freed_at = "", now
+                        a.recovered = ""
+                        self._let_go(a, now)
                         out.append(Assignment(ip, eni_id))
             if ips:
                 self._save()

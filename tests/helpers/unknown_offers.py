@@ -20,6 +20,6 @@ def without_unknown_offers(monkeypatch: pytest.MonkeyPatch) -> None:
     lists again left out, every offer handed back as any, every hand-back taken as any."""
     monkeypatch.setattr(PoolController, "_holds_learnt", lambda self, now: self._in_rebuild_window(now))
     monkeypatch.setattr(PoolController, "_granted_keys", lambda self, now: set())
-    monkeypatch.setattr(PoolController, "_relisted", lambda self, usable, released, held: set())
+    monkeypatch.setattr(PoolController, "_relisted", lambda self, usable, released, held: (set(), set()))
     monkeypatch.setattr(PoolController, "_may_reclaim", _reclaim_as_before)
     monkeypatch.setattr(ReleaseOffer, "may_hand_back", property(lambda self: True))
