@@ -283,11 +283,18 @@ def hold_doubtful(ds: Datastore, wiring: HostWiring, now: float, veth_prefix: st
         ds.set_meta(HOLD_ON_RELEASE, holds)
         if unnamed:
             # offered ones too: handed back after the copy, a pod the copy lacks may carry one (review 15, Q1)
+            unnoted = unnoted_holds(ds)  # the copy's own, before this hold
+            before = ds.meta.get(HOLD_REASON_META)
             n = ds.hold_all(now)
-            held_before = ds.meta.get(HELD_ALL_META) is not None
             ds.set_meta(HELD_ALL_META, now)
-            if not held_before:  # its reason in the same write (review 19, U1: a crash between)
-                ds.set_meta(HOLD_REASON_META, sorted(routeless_links(wiring, veth_prefix)))
+            # its reason in the same write (review 19, U1: a crash between), with what the copy
+            # noted, or UNNOTED for a copy's hold that noted none (review 20, U2: overwritten, an
+            # upgrade's unnoted hold ended at this hold's pods' DELs)
+            prior = set(before) if isinstance(before, list) else set()
+            ds.set_meta(
+                HOLD_REASON_META,
+                sorted(prior | ({UNNOTED} if unnoted else set()) | routeless_links(wiring, veth_prefix)),
+            )
             log.warning("restore: %d free addresses held: pod veths with no route the checkpoint lacks: %s", n, unnamed)
 
 

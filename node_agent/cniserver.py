@@ -445,6 +445,9 @@ class CniService:
                 self.ds.flush()
                 self._holds_unwritten = False
         except CheckpointWriteError as exc:
+            # _end_holds_of's own write may be the one that failed: the runtime's retry, finding
+            # nothing left to end in memory, must still write before it is answered (review 20, W1c)
+            self._holds_unwritten = True
             raise Failure(
                 E_TRY_AGAIN_LATER,
                 f"DEL {cid[:12]} {ifname}: the end of a start's hold is not on disk yet: {exc}",

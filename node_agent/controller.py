@@ -304,6 +304,10 @@ class PoolController:
         self._rebuilt_seq: int = int(rebuilt_seq) if isinstance(rebuilt_seq, int) else -1
         unknown = self.ds.meta.get(UNKNOWN_META)
         self._unknown: set[str] = {k for k in unknown if isinstance(k, str)} if isinstance(unknown, list) else set()
+        self._held_for_good: set[str] = set()
+        """The held ENIs the last IMDS read showed not the pool's (``no_manage``, custom networking's
+        primary, a card above 0 without ``WARMPOOL_MULTI_CARD``), not held for tags it could not
+        read: :meth:`holders_on_held_enis` does not wait for them (review 20, H2)."""
         """Quarantined keys of unknown origin (:data:`UNKNOWN_META`), checkpointed."""
         self._restored_from: int | None = None
         """The restored checkpoint's seq the allocator has yet to call current (:meth:`start`)."""
@@ -696,12 +700,16 @@ class PoolController:
             self._event("quarantine", f"{n} addresses held as offered: the checkpoint that knew the offers is lost")
 
     def holders_on_held_enis(self, holders: Iterable[str]) -> bool:
-        """Whether any address of these recovered holders is on a held ENI (its tags unknown, or
-        kept for its pods though a read left it out): released now, :meth:`_hold_unknown` would
-        skip it and it would come back free, an offer in flight forgotten (review 18, H1). The
-        release waits until no such ENI is held."""
+        """Whether any address of these recovered holders is on an ENI held for a while (its tags
+        unknown, or not yet read by this process): released now, :meth:`_hold_unknown` would skip
+        it and it would come back free once the ENI is the pool's again, an offer in flight
+        forgotten (review 18, H1). The release waits until no such ENI is held. Not for an ENI
+        held because it is not the pool's (``no_manage``: held while anything on it is in use, a
+        ``?`` holder too, so waiting for it waited for good: review 20, H2); what is let go there
+        is never handed out (nothing new is from a held ENI), and the ENI leaves the datastore
+        once nothing on it is in use."""
         wanted = set(holders)
-        held = {e.info.eni_id for e in self.ds.enis() if e.held}
+        held = {e.info.eni_id for e in self.ds.enis() if e.held and e.info.eni_id not in self._held_for_good}
         return any(h.holder in wanted and h.eni_id in held for h in self.ds.recovered_holders())
 
     def release_unknown_holders(self, now: float, holders: Iterable[str] = (UNKNOWN_HOLDER,)) -> list[Assignment]:
@@ -874,6 +882,7 @@ class PoolController:
                 continue
             usable.append(a)
             held.add(a.info.eni_id)
+        self._held_for_good = {a.info.eni_id for a in usable if a.info.eni_id in held and a.managed is False}
         return usable, held
 
     # --- the loop ---------------------------------------------------------------------

@@ -25,8 +25,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from node_agent.controller import HELD_ALL_META
 from node_agent.datastore import HOLD_REASON
 from node_agent.hostnet import host_veth_name
@@ -54,11 +52,7 @@ def _writes_fail(agent: Any) -> Iterator[None]:
         store.save = save
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 20, W1c: the DEL's retry, the disk still failing, is answered before the end of the "
-    "hold is on disk (_holds_unwritten is never set when _end_holds_of's own batch write fails)",
-)
+# fixed: a failed write of the end of a hold sets _holds_unwritten, so the retry writes before it is answered
 def test_a_retried_del_is_not_answered_while_the_end_of_the_hold_is_still_not_on_disk(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()

@@ -37,8 +37,9 @@ X, Y = "10.0.0.50", "10.0.0.51"
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review 20, G1: release_gone_holders frees at a restart (current copy) a holder whose pod runs on "
-    "after its veth and rule went (seed 732's rule), which the running agent and the code before bf3b826 kept",
+    reason="open by design, review 20, G1: at a start the host is the evidence (release_unwired reads it so for "
+    "records): release_gone_holders frees a holder whose pod runs on after its veth, route and rule all went "
+    "(seed 732's way), which the running agent keeps; docs/safety.md, 'The host's wiring drawn'",
 )
 def test_a_holder_whose_veth_and_rule_went_while_its_pod_runs_stays_held_across_a_restart(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)

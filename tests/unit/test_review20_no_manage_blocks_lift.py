@@ -24,8 +24,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from node_agent.cniserver import RecordedPods
 from node_agent.controller import HELD_ALL_META, AttachedEni
 from tests.helpers.agent_world import cni
@@ -36,11 +34,7 @@ from tests.helpers.kernel_pods import KernelPods
 X, Y = "10.0.0.50", "10.0.0.51"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 20, H2: an ENI tagged no_manage is kept held while '?' holds its addresses, and the lift waits "
-    "while '?' holds an address on a held ENI: the hold of every address never ends",
-)
+# fixed: the release waits only for ENIs held for unread tags (PoolController._held_for_good)
 def test_the_hold_of_every_address_ends_after_the_routeless_pods_del_though_an_eni_is_tagged_no_manage(
     tmp_path: Path,
 ) -> None:
@@ -72,11 +66,7 @@ def test_the_hold_of_every_address_ends_after_the_routeless_pods_del_though_an_e
         n.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 20, H2 (recorded mode, a regression of eeb7ad3): the grace waits while '?' holds an address on "
-    "an ENI tagged no_manage, which stays held while '?' holds it",
-)
+# fixed: the release waits only for ENIs held for unread tags (PoolController._held_for_good)
 def test_recorded_modes_grace_ends_the_hold_though_an_eni_is_tagged_no_manage(tmp_path: Path) -> None:
     env = {"WARMPOOL_POD_NETWORK": "recorded", "WARMPOOL_RECOVERY_GRACE_S": "300"}
     n = Node(tmp_path, adopt_launch_pool=False)

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from node_agent.agent import UNNOTED
 from node_agent.controller import HELD_ALL_META
 from node_agent.datastore import HOLD_REASON
@@ -46,11 +44,7 @@ def _offered(n: Node, passes: int) -> set[str]:
     return offered
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 20, U2: hold_doubtful overwrites the copy's reason (UNNOTED dropped) when the copy did not "
-    "hold every address; the pre-reason unrouted hold then ends with other pods' DELs",
-)
+# fixed: hold_doubtful keeps the copy's reason, and UNNOTED for a copy's hold that noted none
 def test_an_unnoted_unrouted_hold_is_not_ended_by_a_later_restart_s_hold_of_every_address(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()
