@@ -279,11 +279,11 @@ def hold_doubtful(ds: Datastore, wiring: HostWiring, now: float, veth_prefix: st
     unnamed = sorted(unnamed_unrouted_veths(ds, wiring, veth_prefix))
     if holds == ds.meta.get(HOLD_ON_RELEASE) and not unnamed:
         return
+    unnoted = unnoted_holds(ds)  # the copy's own holds, before this start's
     with contextlib.suppress(CheckpointWriteError), ds.batch():
         ds.set_meta(HOLD_ON_RELEASE, holds)
         if unnamed:
             # offered ones too: handed back after the copy, a pod the copy lacks may carry one (review 15, Q1)
-            unnoted = unnoted_holds(ds)  # the copy's own, before this hold
             before = ds.meta.get(HOLD_REASON_META)
             n = ds.hold_all(now)
             ds.set_meta(HELD_ALL_META, now)
