@@ -1446,7 +1446,12 @@ class PoolController:
             elif isinstance(action, Deleted):
                 info = self.ds.eni(action.eni_id)
                 self.ds.mark_gone(now, now + RECENT_S, result.in_reply_to, deleted=[action.eni_id])
-                if info is not None and self.ds.remove_eni(action.eni_id):
+                # A ``?`` hold (a start's hold of every address) names no pod: it only keeps the
+                # address from being handed out, and nothing of an ENI EC2 deleted ever is (resync
+                # leaves it out however long IMDS lists it). Kept, it would keep the ENI's device
+                # slot from the next ENI there, whose addresses the agent would never learn (the
+                # simulation's seed 2748: a slow detach under a rebuild's hold).
+                if info is not None and self.ds.remove_eni(action.eni_id, unknown_holds=True):
                     self._teardown(info)
                     self.stats.enis_deleted += 1
                     notes.append(f"{action.eni_id}: deleted")

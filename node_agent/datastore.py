@@ -57,6 +57,11 @@ from node_agent.records import (
 from node_agent.recovery import RecoveredHolders
 
 
+def _held_unknown(a: Addr) -> bool:
+    """Held by :data:`UNKNOWN_HOLDER` alone: no pod's record, no holder named after a link."""
+    return a.recovered == UNKNOWN_HOLDER and not a.container_id
+
+
 def _slot(e: EniRecord) -> tuple[int, int]:
     return (e.info.network_card, e.info.device_index)
 
@@ -158,18 +163,23 @@ class Datastore(RecoveredHolders):
                 eni.ready = ready
                 self._save()
 
-    def remove_eni(self, eni_id: str, *, force: bool = False) -> bool:
-        """Forget an ENI; refused (False) while pods hold its addresses unless ``force``."""
+    def remove_eni(self, eni_id: str, *, force: bool = False, unknown_holds: bool = False) -> bool:
+        """Forget an ENI; refused (False) while pods hold its addresses unless ``force``.
+        ``unknown_holds``: holds of :data:`UNKNOWN_HOLDER` (a start's hold of every address, no pod
+        named) do not refuse it, and go with it (EC2 deleted the ENI: ``PoolController.apply_result``)."""
         with self._lock:
             eni = self._enis.get(eni_id)
             if eni is None:
                 return True
-            if not force and any(a.in_use for a in eni.addrs.values()):
+            named = [a for a in eni.addrs.values() if a.in_use and not (unknown_holds and _held_unknown(a))]
+            if not force and named:
                 return False
             for a in eni.addrs.values():
                 self._ip_eni.pop(a.ip, None)
                 if a.in_use:
                     self._owner.pop((a.container_id, a.ifname), None)
+                if unknown_holds and _held_unknown(a):
+                    self._recovered.pop(a.ip, None)  # held for no pod: nothing to find again
             del self._enis[eni_id]
             self._save()
             return True

@@ -17,13 +17,20 @@ reads it.
   three addresses granted again since and carried by running pods): the start held them for the
   pods, not attached yet, and resync left every released key a recovered holder names out of its
   read, so they never joined the ENI's record (``address-leaked``). Now they join it, held, and
-  are offered back as of unknown origin once their holders go (``Datastore._let_go``)."""
+  are offered back as of unknown origin once their holders go (``Datastore._let_go``).
+* Seed 2748 (n1 offered a surplus ENI whole; its detach took minutes, ``slow-detach``; one pod's
+  route went, ``veth-down``, and the checkpoint was lost): the rebuild held every address IMDS
+  listed, the detaching ENI's too, by ``?``, and refused every ``deleted`` for it ("while pods hold
+  its addresses"); once IMDS no longer listed it, it kept its device slot from the ENI the
+  allocator attached there next (``address-leaked``). A ``?`` hold names no pod: the ENI EC2
+  deleted goes with it now (``Datastore.remove_eni``'s ``unknown_holds``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from node_agent.cniserver import CniService
+from node_agent.datastore import Datastore
 from simulation.runner import plan_for, run_seed
 from simulation.schedule import FAULT_KINDS, HOST_KINDS
 
@@ -82,6 +89,26 @@ def test_seed_1780_attaches_the_holders_of_addresses_an_older_copy_says_released
     assert not r.violations, r.violations
     assert r.faults.get("host-wiring:prefix-changed") == 1
     assert r.faults.get("host-wiring:old-copy:old-copy") == 1
+
+
+def test_seed_2748_lets_an_eni_ec2_deleted_go_under_a_start_s_hold_of_every_address() -> None:
+    r = run_seed(2748, [6, 7, 11, 13, 17], shrink=False)
+    assert not r.violations, r.violations
+    assert r.faults.get("slow-detach") == 1 and r.faults.get("host-wiring:veth-down") == 1
+    assert r.faults.get("checkpoint-rebuilt:missing") == 1
+
+
+def test_with_a_deleted_eni_kept_for_its_unknown_holds_seed_2748_leaks_the_next_eni_in_its_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    remove = Datastore.remove_eni
+
+    def before(self: Datastore, eni_id: str, *, force: bool = False, unknown_holds: bool = False) -> bool:
+        return remove(self, eni_id, force=force)
+
+    monkeypatch.setattr(Datastore, "remove_eni", before)
+    r = run_seed(2748, [6, 7, 11, 13, 17], shrink=False)
+    assert [v["invariant"] for v in r.violations] == ["address-leaked"], r.violations
 
 
 @pytest.mark.parametrize("seed", range(0, 40))
