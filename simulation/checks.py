@@ -196,6 +196,28 @@ def after_event(w: ChecksWorld) -> None:
         w.checked = key
         _state(w, live)
     _books(w)
+    withheld_releases(w, live)
+
+
+def withheld_releases(w: ChecksWorld, live: list[SimAgent]) -> None:
+    """An address EC2 took while the node's agent withheld its pool (a restored checkpoint
+    awaiting the allocator's word, ``SimWorld.check_release``) must not be free in it once a
+    running agent no longer withholds: the verdict after such an Unassign is "not current" (its
+    release-book entry answers a report past the copy) and the copy's free addresses are offered
+    as of unknown origin (docs/agent.md, "A restored checkpoint waits for the allocator's word")."""
+    for a in live:
+        if not a.released_withheld or not a.alive or a.ds.withheld:
+            continue
+        taken, a.released_withheld = a.released_withheld, set()
+        for e in a.ds.enis():
+            for ip, addr in e.addrs.items():
+                if ip in taken and not addr.in_use and addr.quarantined_at is None:
+                    w.violation(
+                        "released-not-offered",
+                        f"EC2 took {addr.prefix or ip} from {a.name} while its agent withheld its pool "
+                        "(a restored checkpoint awaiting the allocator's word), and the wait ended "
+                        "with it free (taken back into the pool)",
+                    )
 
 
 def _state(w: ChecksWorld, live: list[SimAgent]) -> None:

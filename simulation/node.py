@@ -655,6 +655,9 @@ class SimAgent:
         self.lean_since = float("-inf")
         """When (world time) a result last made this node's agent lean (``scarce``, not lean before):
         its warm surplus is offered only after the agent's release delay (the ``not-settled`` check)."""
+        self.released_withheld: set[str] = set()
+        """Free addresses EC2 took from the node while its agent withheld its pool, a restored
+        checkpoint awaiting the allocator's word (:meth:`simulation.world.SimWorld.check_release`)."""
         self.ds: Datastore
         self.ctl: PoolController
         self.cni: CniService

@@ -554,7 +554,12 @@ class SimWorld:
 
     def check_release(self, node: str, kw: dict[str, Any]) -> None:
         """EC2 is about to take addresses back from a node: no pod there may hold one, and
-        the (running) agent must still have each one quarantined, i.e. on offer."""
+        the (running) agent must still have each one quarantined, i.e. on offer. Or, while a
+        restored checkpoint awaits the allocator's word (``Datastore.withhold``: no free address
+        goes to a pod), free in it: the copy may be older than the offer (docs/agent.md, "A
+        restored checkpoint waits for the allocator's word"). Such an address is noted
+        (``released_withheld``) and must not be free once the wait ends
+        (:func:`simulation.checks.withheld_releases`)."""
         a = self.agents.get(node)
         if a is None or a.gone:
             return
@@ -568,7 +573,10 @@ class SimWorld:
         for e in a.ds.enis():
             for ip, addr in e.addrs.items():
                 hit = ip in ips or (addr.prefix is not None and addr.prefix in prefixes)
-                if hit and addr.quarantined_at is None:
+                if hit and addr.quarantined_at is None and a.ds.withheld and not addr.in_use:
+                    a.released_withheld.add(ip)
+                    self.fault("released-while-withheld")
+                elif hit and addr.quarantined_at is None:
                     self.violation(
                         "released-not-offered",
                         f"the allocator unassigns {addr.prefix or ip} from "

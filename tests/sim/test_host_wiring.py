@@ -23,13 +23,19 @@ reads it.
   listed, the detaching ENI's too, by ``?``, and refused every ``deleted`` for it ("while pods hold
   its addresses"); once IMDS no longer listed it, it kept its device slot from the ENI the
   allocator attached there next (``address-leaked``). A ``?`` hold names no pod: the ENI EC2
-  deleted goes with it now (``Datastore.remove_eni``'s ``unknown_holds``)."""
+  deleted goes with it now (``Datastore.remove_eni``'s ``unknown_holds``).
+* Seed 3706 (n0 offered an address, a throttle storm held the Unassign, and the agent started again
+  on an older copy from before the offer): EC2 took the address while the start withheld its free
+  pool for the allocator's word, which was "not current" (the address offered as of unknown origin
+  2 s later). The check called it ``released-not-offered`` at the Unassign; a false finding: it now
+  notes such an address (``released-while-withheld``) and asks when the wait ends."""
 
 from __future__ import annotations
 
 import pytest
 
 from node_agent.cniserver import CniService
+from node_agent.controller import PoolController
 from node_agent.datastore import Datastore
 from simulation.runner import plan_for, run_seed
 from simulation.schedule import FAULT_KINDS, HOST_KINDS
@@ -118,3 +124,24 @@ def test_host_wiring_is_drawn_last_so_every_earlier_event_keeps_its_index(seed: 
     assert whole[: len(without)] == without
     assert all(e.kind == "host-wiring" for e in whole[len(without) :])
     assert "host-wiring" in FAULT_KINDS
+
+
+SEED_3706_KEEP = [2, 6, 15, 16, 18, 19, 20, 22, 23, 24, 28]
+
+
+def test_seed_3706_an_unassign_while_an_older_copy_awaits_the_allocator_s_word_is_offered_after() -> None:
+    r = run_seed(3706, SEED_3706_KEEP, shrink=False)
+    assert not r.violations, r.violations
+    assert r.faults.get("host-wiring:old-copy:old-copy") == 1
+    assert r.faults.get("released-while-withheld", 0) >= 1
+
+
+def test_seed_3706_with_the_verdict_ignored_the_address_ec2_took_is_free_when_the_wait_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The check is not loosened: an agent that ends the wait with the copy's pool free (the
+    "not current" path taken out) has 10.0.0.18 free after EC2 took it."""
+    monkeypatch.setattr(PoolController, "_restore_stale", lambda self, now, why: self._end_restore())
+    r = run_seed(3706, SEED_3706_KEEP, shrink=False)
+    assert [v["invariant"] for v in r.violations] == ["released-not-offered"], r.violations
+    assert "EC2 took 10.0.0.18 from n0 while its agent withheld its pool" in r.violations[0]["detail"]
