@@ -1450,7 +1450,9 @@ class PoolController:
                 # address from being handed out, and nothing of an ENI EC2 deleted ever is (resync
                 # leaves it out however long IMDS lists it). Kept, it would keep the ENI's device
                 # slot from the next ENI there, whose addresses the agent would never learn (the
-                # simulation's seed 2748: a slow detach under a rebuild's hold).
+                # simulation's seed 2748: a slow detach under a rebuild's hold). Nor does an
+                # ``unrouted`` hold (seed 4712: an older copy's records of pods DELeted from it, held
+                # for a routeless veth); it stays a recovered holder, not attached (remove_eni).
                 if info is not None and self.ds.remove_eni(action.eni_id, unknown_holds=True):
                     self._teardown(info)
                     self.stats.enis_deleted += 1

@@ -47,6 +47,7 @@ from node_agent.checkpoint import (
 from node_agent.recent_results import RecentResults
 from node_agent.records import (
     UNKNOWN_HOLDER,
+    UNROUTED_HOLDER,
     Addr,
     Assignment,
     Counts,
@@ -60,6 +61,12 @@ from node_agent.recovery import RecoveredHolders
 def _held_unknown(a: Addr) -> bool:
     """Held by :data:`UNKNOWN_HOLDER` alone: no pod's record, no holder named after a link."""
     return a.recovered == UNKNOWN_HOLDER and not a.container_id
+
+
+def _held_for_no_pod(a: Addr) -> bool:
+    """Held by :data:`UNKNOWN_HOLDER` or :data:`UNROUTED_HOLDER` alone: a start's reading that some
+    pod may carry the address, no pod's record, no holder named after a link."""
+    return a.recovered in (UNKNOWN_HOLDER, UNROUTED_HOLDER) and not a.container_id
 
 
 def _slot(e: EniRecord) -> tuple[int, int]:
@@ -165,13 +172,16 @@ class Datastore(RecoveredHolders):
 
     def remove_eni(self, eni_id: str, *, force: bool = False, unknown_holds: bool = False) -> bool:
         """Forget an ENI; refused (False) while pods hold its addresses unless ``force``.
-        ``unknown_holds``: holds of :data:`UNKNOWN_HOLDER` (a start's hold of every address, no pod
-        named) do not refuse it, and go with it (EC2 deleted the ENI: ``PoolController.apply_result``)."""
+        ``unknown_holds`` (EC2 deleted the ENI: ``PoolController.apply_result``): holds of
+        :data:`UNKNOWN_HOLDER` or :data:`UNROUTED_HOLDER` (a start's reading, no pod named) do not
+        refuse it. A ``?`` hold goes with it; an ``unrouted`` one stays a recovered holder not
+        attached (a pod rule, or a routeless veth, may stand for a pod carrying the address): if
+        EC2 grants the address to the node again, it comes in held (:meth:`_new_addr`)."""
         with self._lock:
             eni = self._enis.get(eni_id)
             if eni is None:
                 return True
-            named = [a for a in eni.addrs.values() if a.in_use and not (unknown_holds and _held_unknown(a))]
+            named = [a for a in eni.addrs.values() if a.in_use and not (unknown_holds and _held_for_no_pod(a))]
             if not force and named:
                 return False
             for a in eni.addrs.values():

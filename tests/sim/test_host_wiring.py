@@ -28,12 +28,19 @@ reads it.
   on an older copy from before the offer): EC2 took the address while the start withheld its free
   pool for the allocator's word, which was "not current" (the address offered as of unknown origin
   2 s later). The check called it ``released-not-offered`` at the Unassign; a false finding: it now
-  notes such an address (``released-while-withheld``) and asks when the wait ends."""
+  notes such an address (``released-while-withheld``) and asks when the wait ends.
+* Seed 4712 (n0 DELeted seven pods and offered a surplus ENI whole, which the allocator deleted;
+  then routes flushed under four running pods and a start on an older copy naming two of the
+  DELeted pods on that ENI): their records were released and held by ``unrouted`` (a routeless
+  veth may carry them), which refused every ``deleted`` and kept the ENI's slot from the next
+  ENI (``address-leaked``). An ``unrouted`` hold names no pod either: the ENI goes, the hold
+  stays a recovered holder not attached (``Datastore.remove_eni``'s ``unknown_holds``)."""
 
 from __future__ import annotations
 
 import pytest
 
+from node_agent import datastore
 from node_agent.cniserver import CniService
 from node_agent.controller import PoolController
 from node_agent.datastore import Datastore
@@ -114,6 +121,21 @@ def test_with_a_deleted_eni_kept_for_its_unknown_holds_seed_2748_leaks_the_next_
 
     monkeypatch.setattr(Datastore, "remove_eni", before)
     r = run_seed(2748, [6, 7, 11, 13, 17], shrink=False)
+    assert [v["invariant"] for v in r.violations] == ["address-leaked"], r.violations
+
+
+def test_seed_4712_lets_an_eni_ec2_deleted_go_under_a_start_s_unrouted_holds() -> None:
+    r = run_seed(4712, [0, 4, 5, 8, 14, 16], shrink=False)
+    assert not r.violations, r.violations
+    assert r.faults.get("host-wiring:routes-flushed") == 1
+    assert r.faults.get("host-wiring:old-copy:old-copy") == 1
+
+
+def test_with_a_deleted_eni_kept_for_its_unrouted_holds_seed_4712_leaks_the_next_eni_in_its_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(datastore, "_held_for_no_pod", datastore._held_unknown)
+    r = run_seed(4712, [0, 4, 5, 8, 14, 16], shrink=False)
     assert [v["invariant"] for v in r.violations] == ["address-leaked"], r.violations
 
 

@@ -12,7 +12,8 @@ the agent never learnt (``address-leaked``), for as long as the routeless pod ra
 A ``?`` hold names no pod: it keeps the agent from handing the address out, and the agent never
 hands out an address of an ENI EC2 said it deleted (resync leaves it out however long IMDS lists
 it). So a ``deleted`` now takes the ENI and its ``?`` holds; a pod's record or a holder named
-after a veth or a pod rule still keeps it (``deleted_in_use``)."""
+after a veth still keeps it (``deleted_in_use``). An ``unrouted`` hold no longer does (seed 4712:
+``test_deleted_under_an_unrouted_hold.py``)."""
 
 from __future__ import annotations
 
