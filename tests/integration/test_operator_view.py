@@ -128,6 +128,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 {"action": "CreateTags", "code": "InternalError", "count": 1},  # the first-contact tag
             ],
         )
+        # The other callers drain the bucket (capacity 100 at 50 calls/s against a refill of 5/s:
+        # about 2.2 s) before any agent reports: started at once, an agent's first Assign could
+        # come first and take the whole pool it needs unthrottled, leaving the throttles widget
+        # empty (stop 46: the first report answered 1.3 s after the agents started).
+        time.sleep(5)
         for env_file in sorted(work.glob("i-*.env")):
             stack.agent(env_file)
         yield stack
