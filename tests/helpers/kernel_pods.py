@@ -23,6 +23,8 @@ What it models, and where from:
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +105,32 @@ def answered_start(n: Node, current: bool, backup: Path | None = None, **env: st
     n.step()
     assert agent.ds.withheld is False
     return agent
+
+
+def offered_within(n: Node, passes: int) -> set[str]:
+    """``passes`` passes 30 s apart: what the reports offered back."""
+    offered: set[str] = set()
+    for _ in range(passes):
+        r = n.step(30)
+        if r is not None:
+            offered |= {ip for o in r.release for ip in o.ips}
+    return offered
+
+
+@contextmanager
+def writes_fail(agent: Any) -> Iterator[None]:
+    """Every checkpoint write of ``agent`` fails (ENOSPC) inside the block."""
+    store = agent.ds._store
+    save = store.save
+
+    def enospc(_snapshot: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    store.save = enospc
+    try:
+        yield
+    finally:
+        store.save = save
 
 
 def offers_and_adds(n: Node, agent: Any, passes: int = 6) -> tuple[set[str], list[str | None]]:

@@ -18,17 +18,7 @@ from pathlib import Path
 
 from tests.helpers.agent_world import cni
 from tests.helpers.first_start import Node, pod_on_fresh_address
-from tests.helpers.kernel_pods import KernelPods, answered_start, offers_and_adds
-
-
-def _offered_within(n: Node, passes: int) -> set[str]:
-    """Passes 30 s apart (past two resyncs of 60 s): what the reports offered back."""
-    offered: set[str] = set()
-    for _ in range(passes):
-        r = n.step(30)
-        if r is not None:
-            offered |= {ip for o in r.release for ip in o.ips}
-    return offered
+from tests.helpers.kernel_pods import KernelPods, answered_start, offered_within, offers_and_adds
 
 
 def test_a_rebuild_s_hold_of_every_address_ends_when_the_routeless_pod_is_gone(tmp_path: Path) -> None:
@@ -46,7 +36,7 @@ def test_a_rebuild_s_hold_of_every_address_ends_when_the_routeless_pod_is_gone(t
         assert agent.ds.recovered_holder(x) == "?", "setup: the rebuild holds every address"
         assert cni(agent, "DEL", "pod1")["ok"]  # the runtime deletes pod1: its namespace and veth go
         assert host.holders(x) == []
-        offered = _offered_within(n, 6)
+        offered = offered_within(n, 6)
         assert x in offered, f"{x}: held after the only pod that could carry it went ({agent.ds.recovered_holder(x)})"
         assert agent.ds.recovered_holder(x) is None
     finally:
@@ -89,7 +79,7 @@ def test_the_hold_stays_while_a_routeless_veth_is_on_the_host(tmp_path: Path) ->
         assert x not in others, f"{x}: given to a new pod while pod1 runs"
         for cid in [f"new{k}" for k in range(4)]:
             cni(agent, "DEL", cid)
-        offered |= _offered_within(n, 6)
+        offered |= offered_within(n, 6)
         assert x not in offered, f"{x}: offered while pod1's veth (no route) is on the host"
         assert agent.ds.recovered_holder(x) == "?"
     finally:
@@ -111,10 +101,10 @@ def test_the_hold_stays_while_the_routeless_pod_runs_though_its_veth_went(tmp_pa
         n.lose_checkpoint()
         agent = n.start()
         host.teardown("pod1", "eth0", None)  # its veth goes; the runtime runs pod1 on
-        offered = _offered_within(n, 6)
+        offered = offered_within(n, 6)
         assert x not in offered and agent.ds.recovered_holder(x) == "?", f"{x}: let go while pod1 runs"
         assert cni(agent, "DEL", "pod1")["ok"]
-        assert x in _offered_within(n, 6), f"{x}: held after pod1's DEL"
+        assert x in offered_within(n, 6), f"{x}: held after pod1's DEL"
     finally:
         n.stop()
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from node_agent.hostnet import HostWiring
 from tests.helpers.agent_world import WiredPods
 from tests.helpers.first_start import IPS, Node
+from tests.helpers.kernel_pods import offered_within
 
 POD = IPS[0]  # on the primary ENI, carried by another CNI's pod on its own macvlan device
 SHIM = "mvl-shim0"
@@ -55,27 +56,17 @@ class MacvlanPod(WiredPods):
         )
 
 
-def _offered(n: Node, passes: int) -> set[str]:
-    """Passes 30 s apart (past the 60 s resync): what the reports offered back."""
-    offered: set[str] = set()
-    for _ in range(passes):
-        r = n.step(30)
-        if r is not None:
-            offered |= {ip for o in r.release for ip in o.ips}
-    return offered
-
-
 def test_a_holder_named_after_a_macvlan_shim_is_kept_while_its_pod_runs(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = MacvlanPod()
     try:
         agent = n.start()  # no checkpoint: the rebuild holds POD by the shim's name (review 13, K1)
-        offered = _offered(n, 4)
+        offered = offered_within(n, 4)
         assert agent.ds.recovered_holder(POD) == SHIM, "setup: held by the link its route goes through"
         assert POD not in offered, "setup: held while the shim is there"
         host.shim = False  # the shim deleted (a network manager reconfiguring): the pod runs on
         assert host.carried
-        offered = _offered(n, 6)
+        offered = offered_within(n, 6)
         assert POD not in offered, (
             f"{POD}: offered back as of unknown origin (the allocator unassigns it) while the pod on its "
             f"own macvlan device still carries it; only the host's shim {SHIM} went "

@@ -30,10 +30,8 @@ the runtime's retry (on this process or the next) writes it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -42,26 +40,10 @@ from node_agent.datastore import HOLD_REASON
 from node_agent.hostnet import host_veth_name
 from tests.helpers.agent_world import cni
 from tests.helpers.first_start import Node, add_until, grant
-from tests.helpers.kernel_pods import KernelPods, answered_start
+from tests.helpers.kernel_pods import KernelPods, answered_start, writes_fail
 
 X, Y = "10.0.0.50", "10.0.0.51"
 VETH1 = host_veth_name("pod1", "eth0")
-
-
-@contextmanager
-def _writes_fail(agent: Any) -> Iterator[None]:
-    """Every checkpoint write fails (ENOSPC) inside the block."""
-    store = agent.ds._store
-    save = store.save
-
-    def enospc(_snapshot: Any) -> None:
-        raise OSError(28, "No space left on device")
-
-    store.save = enospc
-    try:
-        yield
-    finally:
-        store.save = save
 
 
 def _passes(n: Node, k: int) -> None:
@@ -91,7 +73,7 @@ def test_a_restored_routeless_pods_del_whose_release_write_fails_still_ends_the_
         agent = answered_start(n, True)  # its own checkpoint, current
         assert agent.ds.meta.get(HELD_ALL_META) is not None, "setup: the restore holds every address"
         assert agent.ds.meta.get(HOLD_REASON) == [VETH1], "setup: pod1's routeless veth is the reason"
-        with _writes_fail(agent) if writes == "fail" else nullcontext():
+        with writes_fail(agent) if writes == "fail" else nullcontext():
             answered = cni(agent, "DEL", "pod1")["ok"]
         # Fixed: a DEL that ended a hold is answered only once that is on disk; refused (code 11),
         # the runtime sends it again, the writes working
@@ -125,7 +107,7 @@ def test_a_rebuilds_routeless_pods_del_answered_before_its_write_still_ends_the_
         agent = n.start()  # the rebuild: every address held, for pod1's routeless veth
         assert agent.ds.recovered_holder(X) == "?", "setup: the rebuild holds every address"
         assert agent.ds.meta.get(HOLD_REASON) == [VETH1]
-        with _writes_fail(agent):
+        with writes_fail(agent):
             assert not cni(agent, "DEL", "pod1")["ok"], "answered before the end of the hold is on disk"
         assert agent.ds.meta.get(HOLD_REASON) == [], "setup: memory holds the DEL's end of the reason"
         assert host.holders(X) == []

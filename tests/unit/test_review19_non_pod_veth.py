@@ -34,7 +34,7 @@ from node_agent.datastore import HOLD_REASON
 from node_agent.hostnet import host_veth_name
 from tests.helpers.agent_world import cni
 from tests.helpers.first_start import Node, add_until, grant
-from tests.helpers.kernel_pods import KernelPods, answered_start
+from tests.helpers.kernel_pods import KernelPods, answered_start, offered_within
 
 X, Y = "10.0.0.50", "10.0.0.51"
 DOCKER = ("docker-c1", "eth0")
@@ -48,15 +48,6 @@ def _docker_container_runs(host: KernelPods) -> None:
 
 def _docker_container_stops(host: KernelPods) -> None:
     host.veth_of.pop(DOCKER)
-
-
-def _offered_within(n: Node, passes: int) -> set[str]:
-    offered: set[str] = set()
-    for _ in range(passes):
-        r = n.step(30)
-        if r is not None:
-            offered |= {ip for o in r.release for ip in o.ips}
-    return offered
 
 
 @pytest.mark.parametrize(
@@ -89,7 +80,7 @@ def test_the_hold_of_every_address_ends_with_the_routeless_pods_del_beside_a_doc
         if docker == "a port":
             _docker_container_stops(host)  # its port goes too
             agent = answered_start(n, True)  # and a restart on the current checkpoint
-        offered = _offered_within(n, 8)
+        offered = offered_within(n, 8)
         assert agent.ds.meta.get(HELD_ALL_META) is None and X in offered, (
             f"every address still held (X by {agent.ds.recovered_holder(X)!r}) for the reason "
             f"{agent.ds.meta.get(HOLD_REASON)}: pod1 was DELeted, and no DEL names a Docker port"
@@ -119,7 +110,7 @@ def test_a_stale_rules_unrouted_hold_beside_a_docker_port_ends(tmp_path: Path) -
         assert cni(agent, "DEL", "pod1")["ok"]  # the runtime's retried DEL
         _docker_container_stops(host)
         agent = answered_start(n, True)
-        offered = _offered_within(n, 8)
+        offered = offered_within(n, 8)
         assert agent.ds.recovered_holder(X) is None and X in offered, (
             f"{X} still held by {agent.ds.recovered_holder(X)!r} for the reason {agent.ds.meta.get(HOLD_REASON)}: "
             f"no pod of this agent can carry it (pod1 was DELeted), and no DEL names {DOCKER_PORT}"

@@ -20,36 +20,17 @@ the checkpoint is written."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from node_agent.controller import HELD_ALL_META
 from node_agent.datastore import HOLD_REASON
 from node_agent.hostnet import host_veth_name
 from tests.helpers.agent_world import cni
 from tests.helpers.first_start import Node, add_until, grant
-from tests.helpers.kernel_pods import KernelPods, answered_start
+from tests.helpers.kernel_pods import KernelPods, answered_start, writes_fail
 
 X, Y = "10.0.0.50", "10.0.0.51"
 VETH1 = host_veth_name("pod1", "eth0")
-
-
-@contextmanager
-def _writes_fail(agent: Any) -> Iterator[None]:
-    """Every checkpoint write fails (ENOSPC) inside the block."""
-    store = agent.ds._store
-    save = store.save
-
-    def enospc(_snapshot: Any) -> None:
-        raise OSError(28, "No space left on device")
-
-    store.save = enospc
-    try:
-        yield
-    finally:
-        store.save = save
 
 
 # fixed: a failed write of the end of a hold sets _holds_unwritten, so the retry writes before it is answered
@@ -67,7 +48,7 @@ def test_a_retried_del_is_not_answered_while_the_end_of_the_hold_is_still_not_on
         agent = n.start()  # the rebuild: every address held, for pod1's routeless veth
         assert agent.ds.recovered_holder(X) == "?", "setup: the rebuild holds every address"
         assert agent.ds.meta.get(HOLD_REASON) == [VETH1]
-        with _writes_fail(agent):
+        with writes_fail(agent):
             assert not cni(agent, "DEL", "pod1")["ok"], "setup: refused while the end of the hold is not on disk"
             retried = cni(agent, "DEL", "pod1")["ok"]  # the runtime's retry, the disk still full
         assert n.meta().get(HOLD_REASON) == [VETH1], "setup: the disk still names pod1's veth"

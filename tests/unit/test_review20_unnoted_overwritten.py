@@ -30,18 +30,9 @@ from node_agent.controller import HELD_ALL_META
 from node_agent.datastore import HOLD_REASON
 from tests.helpers.agent_world import cni
 from tests.helpers.first_start import Node, add_until, grant, grant_more
-from tests.helpers.kernel_pods import KernelPods, answered_start
+from tests.helpers.kernel_pods import KernelPods, answered_start, offered_within
 
 X, Y, Z = "10.0.0.50", "10.0.0.51", "10.0.0.60"
-
-
-def _offered(n: Node, passes: int) -> set[str]:
-    offered: set[str] = set()
-    for _ in range(passes):
-        r = n.step(30)
-        if r is not None:
-            offered |= {ip for o in r.release for ip in o.ips}
-    return offered
 
 
 # fixed: hold_doubtful keeps the copy's reason, and UNNOTED for a copy's hold that noted none
@@ -75,7 +66,7 @@ def test_an_unnoted_unrouted_hold_is_not_ended_by_a_later_restart_s_hold_of_ever
         agent = answered_start(n, True)  # holds every address for pod3's veth
         assert agent.ds.meta.get(HELD_ALL_META) is not None, "setup: every address held for pod3's veth"
         assert cni(agent, "DEL", "pod3")["ok"]  # pod2 still runs
-        offered = _offered(n, 8)
+        offered = offered_within(n, 8)
         assert Y not in offered and agent.ds.recovered_holder(Y) == "unrouted", (
             f"{Y}: let go (held by {agent.ds.recovered_holder(Y)!r}, reason {agent.ds.meta.get(HOLD_REASON)}) "
             f"while pod2 runs: the copy's unnoted hold was to last as before"
