@@ -1,0 +1,89 @@
+"""Review 22, R5 (two holders, new in b7123a0): ``CniService._known_again``'s argument is that "a pod
+carrying one address held for nobody else is that address's only holder". One path the agent
+itself opens breaks it: an ADD whose wiring fails releases the address it took *whatever its
+teardown did* (``CniService._add``: ``try: teardown`` / ``finally: release``). When the teardown
+fails too (a netlink error deleting the veth), the half-made pod interface still carries the
+address the datastore now calls free, and the next pod gets it: two interfaces carry it, one of a
+sandbox whose ADD was never answered (harmless while it stays so: no route leads to it, and its DEL
+deletes its veth). After a restart that holds every address for routeless veths (the routes and
+rules flushed, the checkpoint lost), the runtime's retried ADD of that first attachment reads the
+address on its interface, held by ``?`` ("for nobody else"), and is answered with it while the
+other pod runs with it. Before b7123a0 that retried ADD got nothing (every address held) and the
+address stayed held until both pods' DELs.
+
+Either keep an ADD's address held when its teardown failed (a recovered holder named after the
+attachment's veth: its DEL or retried ADD ends it), or have ``_known_again`` refuse an address that
+another routeless veth's peer also carries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from node_agent.datastore import HOLD_REASON
+from node_agent.hostnet import PodNet, host_veth_name
+from node_agent.netlink import NetlinkFailure
+from node_agent.records import UNKNOWN_HOLDER
+from tests.helpers.agent_world import cni_add
+from tests.helpers.first_start import Node, add_until, grant_more, pod_on_fresh_address
+from tests.helpers.kernel_pods import KernelPods
+
+Y = "10.0.0.51"
+
+
+class FailingPods(KernelPods):
+    """:class:`KernelPods` whose set-up of the attachments in ``half`` stops after the veth pair and
+    the pod's address (its host route fails), and whose teardown of those in ``stuck`` fails before
+    anything is removed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.half: set[str] = set()
+        self.stuck: set[str] = set()
+
+    def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet:
+        if container_id in self.half:
+            self.veth_of[(container_id, ifname)] = host_veth_name(container_id, ifname, self.made_with)
+            self.wired[(container_id, ifname)] = ip
+            raise NetlinkFailure(105, "route add: No buffer space available")
+        return super().setup(netns, ifname, container_id, ip, table, mtu)
+
+    def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
+        if container_id in self.stuck:
+            raise NetlinkFailure(105, "link del: No buffer space available")
+        super().teardown(container_id, ifname, ip)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review 22, R5: an ADD whose wiring and teardown both failed left its address on the half-made pod "
+    "interface and freed it; after a restart holding every address, _known_again gives that address to the "
+    "retried ADD while the pod that got it since runs with it",
+)
+def test_a_retried_add_is_not_given_an_address_another_pod_got_after_a_failed_teardown(tmp_path: Path) -> None:
+    n = Node(tmp_path, adopt_launch_pool=False)
+    host = n.pods = FailingPods()
+    try:
+        pod_on_fresh_address(n)
+        grant_more(n, n.agent, [Y])
+        host.half.add("pod2")
+        host.stuck.add("pod2")
+        assert cni_add(n.agent, "pod2") is None, "setup: pod2's ADD failed (wiring, then teardown)"
+        assert host.holders(Y) == [("pod2", "eth0")], "setup: pod2's half-made interface carries Y"
+        host.half.clear()
+        host.stuck.clear()
+        n.step(31)  # Y's cooldown
+        assert add_until(n, n.agent, "pod3") == Y, "setup: the freed Y went to pod3"
+        n.step(30)
+        host.flush_routes()
+        host.flush_rules()
+        n.lose_checkpoint()
+        agent = n.start()
+        n.step(30)
+        assert host.veth_of[("pod2", "eth0")] in (agent.ds.meta.get(HOLD_REASON) or []), "setup"
+        assert agent.ds.recovered_holder(Y) == UNKNOWN_HOLDER, "setup: Y held for the routeless veths"
+        got = cni_add(agent, "pod2")  # the runtime retries pod2's ADD (no DEL between)
+        assert got != Y, f"pod2's retried ADD was answered {Y}, which pod3 runs with ({host.holders(Y)})"
+    finally:
+        n.stop()
