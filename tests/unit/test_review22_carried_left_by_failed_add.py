@@ -13,19 +13,17 @@ address stayed held until both pods' DELs.
 
 Either keep an ADD's address held when its teardown failed (a recovered holder named after the
 attachment's veth: its DEL or retried ADD ends it), or have ``_known_again`` refuse an address that
-another routeless veth's peer also carries."""
+another routeless veth's peer also carries.
+
+Fixed the first way (``CniService._hold_for_veth``): the tests below failed on b7123a0."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from node_agent.datastore import HOLD_REASON
 from node_agent.hostnet import PodNet, host_veth_name
 from node_agent.netlink import NetlinkFailure
-from node_agent.records import UNKNOWN_HOLDER
-from tests.helpers.agent_world import cni_add
+from tests.helpers.agent_world import cni, cni_add
 from tests.helpers.first_start import Node, add_until, grant_more, pod_on_fresh_address
 from tests.helpers.kernel_pods import KernelPods
 
@@ -55,13 +53,9 @@ class FailingPods(KernelPods):
         super().teardown(container_id, ifname, ip)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 22, R5: an ADD whose wiring and teardown both failed left its address on the half-made pod "
-    "interface and freed it; after a restart holding every address, _known_again gives that address to the "
-    "retried ADD while the pod that got it since runs with it",
-)
-def test_a_retried_add_is_not_given_an_address_another_pod_got_after_a_failed_teardown(tmp_path: Path) -> None:
+def test_an_address_a_failed_teardown_left_on_a_pod_interface_stays_held_until_its_del(tmp_path: Path) -> None:
+    """Fixed: the address stays held for pod2's veth (``CniService._hold_for_veth``), never given to
+    pod3; pod2's retried ADD gets it back, and its DEL releases it."""
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = FailingPods()
     try:
@@ -71,19 +65,33 @@ def test_a_retried_add_is_not_given_an_address_another_pod_got_after_a_failed_te
         host.stuck.add("pod2")
         assert cni_add(n.agent, "pod2") is None, "setup: pod2's ADD failed (wiring, then teardown)"
         assert host.holders(Y) == [("pod2", "eth0")], "setup: pod2's half-made interface carries Y"
+        veth = host_veth_name("pod2", "eth0", "eni")
+        assert n.agent.ds.recovered_holder(Y) == veth, f"{Y} not held for pod2's veth after its teardown failed"
         host.half.clear()
         host.stuck.clear()
-        n.step(31)  # Y's cooldown
-        assert add_until(n, n.agent, "pod3") == Y, "setup: the freed Y went to pod3"
-        n.step(30)
-        host.flush_routes()
-        host.flush_rules()
-        n.lose_checkpoint()
-        agent = n.start()
-        n.step(30)
-        assert host.veth_of[("pod2", "eth0")] in (agent.ds.meta.get(HOLD_REASON) or []), "setup"
-        assert agent.ds.recovered_holder(Y) == UNKNOWN_HOLDER, "setup: Y held for the routeless veths"
-        got = cni_add(agent, "pod2")  # the runtime retries pod2's ADD (no DEL between)
-        assert got != Y, f"pod2's retried ADD was answered {Y}, which pod3 runs with ({host.holders(Y)})"
+        n.step(31)  # past any cooldown
+        assert cni_add(n.agent, "pod3") != Y, f"{Y} given to pod3 while pod2's interface carries it"
+        assert cni_add(n.agent, "pod2") == Y, "pod2's retried ADD: the address its interface carries"
+        assert host.routes.get(Y) == veth
+        assert n.agent.ds.recovered_holder(Y) is None and n.agent.ds.lookup("pod2", "eth0") is not None
+    finally:
+        n.stop()
+
+
+def test_the_del_of_an_add_whose_teardown_failed_releases_its_address(tmp_path: Path) -> None:
+    n = Node(tmp_path, adopt_launch_pool=False)
+    host = n.pods = FailingPods()
+    try:
+        pod_on_fresh_address(n)
+        grant_more(n, n.agent, [Y])
+        host.half.add("pod2")
+        host.stuck.add("pod2")
+        assert cni_add(n.agent, "pod2") is None
+        host.stuck.clear()
+        assert cni(n.agent, "DEL", "pod2")["ok"]
+        assert host.holders(Y) == [], "pod2's DEL left its veth"
+        assert n.agent.ds.recovered_holder(Y) is None, f"{Y} still held after pod2's DEL"
+        n.step(31)
+        assert add_until(n, n.agent, "pod3") == Y, f"{Y} not free for pod3 after pod2's DEL"
     finally:
         n.stop()
