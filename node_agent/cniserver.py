@@ -51,13 +51,14 @@ from node_agent.hostnet import (
     host_veth_name,
     ifname_problem,
     netns_problem,
+    pod_addresses,
     setup_pod,
     teardown_pod,
     veths_of,
     wired_pods,
 )
 from node_agent.netlink import MAIN_TABLE, Netlink, NetlinkFailure
-from node_agent.records import Assignment, PodRecord
+from node_agent.records import UNKNOWN_HOLDER, Assignment, PodRecord
 from warmpool.clock import Clock, SteadyClock
 
 log = logging.getLogger("warmpool.agent.cni")
@@ -72,7 +73,10 @@ class PodNetwork(Protocol):
     """How pods are wired (netlink in production, a recorder in unit tests and the bench).
 
     May also have ``check_netns(netns) -> str | None``: why a pod must not be wired into
-    that namespace (None = fine), asked before an ADD or CHECK takes or reads anything.
+    that namespace (None = fine), asked before an ADD or CHECK takes or reads anything; and
+    ``carried(netns, ifname, container_id) -> list[str] | None``: the IPv4 addresses the pod's
+    ``ifname`` carries when it is the peer of the attachment's host veth (this prefix's name),
+    None when there is no such pair or it cannot tell (without it: cannot tell).
     """
 
     def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet: ...
@@ -111,6 +115,12 @@ class NetlinkPods:
     def host_wiring(self) -> HostWiring:
         with Netlink.open(self.host_netns) as host:
             return wired_pods(host, self.veth_prefix)
+
+    def carried(self, netns: str, ifname: str, container_id: str) -> list[str] | None:
+        if netns_problem(netns, self.host_netns):
+            return None
+        with Netlink.open(self.host_netns) as host:
+            return pod_addresses(host, netns, ifname, container_id, self.veth_prefix)
 
 
 class RecordedPods:
@@ -328,6 +338,8 @@ class CniService:
         earlier, _ = self._held(cid, ifname)  # returned by an earlier ADD (or found by a rebuild)
         started = self.clock.now()
         holder = host_veth_name(cid, ifname, self.veth_prefix)  # a rebuild may have found this pod's address
+        if earlier is None:
+            earlier = self._known_again(cid, ifname, netns, holder, started)
         network = _network_name(conf)
         a = self.ds.assign(cid, ifname, netns, started, holder, network)
         if a is None:
@@ -372,6 +384,7 @@ class CniService:
             finally:
                 self.ds.release(cid, ifname, self.clock.now())
             raise
+        self._rewired(holder)
         # Answered only once the address is on disk (a write that failed earlier, for this
         # ADD or another change, is retried here): CheckpointWriteError fails the ADD, the
         # address stays the pod's in memory, and the runtime's retry or DEL decides.
@@ -454,6 +467,64 @@ class CniService:
                 "the runtime retries the DEL",
                 reason="checkpoint-write",
             ) from exc
+
+    def _carried(self, netns: str, ifname: str, cid: str) -> list[str] | None:
+        """The IPv4 addresses the pod's interface carries when it is the peer of this prefix's veth
+        of the attachment (:meth:`PodNetwork.carried`); None when there is no such pair or the
+        pod network cannot tell (the recorder)."""
+        carried = getattr(self.pods, "carried", None)
+        return carried(netns, ifname, cid) if carried is not None else None
+
+    def _known_again(self, cid: str, ifname: str, netns: str, holder: str, now: float) -> Assignment | None:
+        """An ADD of an attachment with no address here whose veth (this prefix's name) a start's
+        hold of every address stands for (:data:`HOLD_REASON`: a pod veth with no route the
+        checkpoint lacked, its pod's address unknown) reads what the pod's interface, that veth's
+        peer, carries (``drivers/net/veth.c``: the pair lives and dies together):
+
+        * nothing: no address of this node is the pod's; the veth leaves the reason (an ADD cut
+          after the veth pair, before the address: an agent killed in it, its runtime retrying);
+        * one address the start's hold holds (:data:`~node_agent.records.UNKNOWN_HOLDER`): the pod's,
+          held for it by its veth as a rebuild holds a routed pod's (``Datastore.recover``), and
+          this ADD gives it back (the retried ADD of a pod cut after its address, or a second ADD
+          of a running pod: the address Kubernetes gives it stays its own); the veth leaves the
+          reason once this ADD has wired it (:meth:`_rewired`). Returned.
+        * anything else (no such pair, several addresses, one not held so): the hold stays until
+          the pod's DEL, as before.
+
+        Before, the retried ADD of a pod whose first ADD was cut half-way waited for a DEL its
+        runtime never sent, every free address held (``tests/integration/test_agent_crash.py``).
+        The veth is never torn down here: a veth gone is not a pod gone (the simulation's seed
+        732), and the pod may be running."""
+        reason = self.ds.meta.get(HOLD_REASON)
+        if not isinstance(reason, list) or holder not in reason:
+            return None  # the common case: nothing read from the host, nothing written
+        carried = self._carried(netns, ifname, cid)
+        if carried == []:
+            log.warning(
+                "ADD %s %s: its veth %s carries no address; the start's hold for it ends", cid[:12], ifname, holder
+            )
+            self._rewired(holder)
+            return None
+        if carried is None or len(carried) != 1 or self.ds.recovered_holder(carried[0]) != UNKNOWN_HOLDER:
+            return None
+        self.ds.recover({carried[0]: holder}, now)
+        log.warning("ADD %s %s: its veth %s carries %s, held for it", cid[:12], ifname, holder, carried[0])
+        return self.ds.lookup_recovered(holder)
+
+    def _rewired(self, holder: str) -> None:
+        """After this ADD wired its attachment: the pod behind this prefix's veth ``holder`` carries
+        exactly the address the ADD recorded (``setup_pod`` makes the pod interface's addresses
+        exactly it), so a start's hold that stood for that veth (its address unknown) is founded
+        no more and the veth leaves the reason. The retried ADD of a pod whose record the copy
+        had, its veth left with no route (an agent killed between the veth and the route), ended
+        the hold only at the pod's DEL, every free address held meanwhile."""
+        reason = self.ds.meta.get(HOLD_REASON)
+        if not isinstance(reason, list) or holder not in reason:
+            return
+        with contextlib.suppress(CheckpointWriteError), self.ds.batch():  # this ADD's flush writes it
+            reason = self.ds.meta.get(HOLD_REASON)
+            if isinstance(reason, list) and holder in reason:
+                self.ds.set_meta(HOLD_REASON, [link for link in reason if link != holder])
 
     def _holds_named_for(self, cid: str, ifname: str, holder: str) -> bool:
         """Whether a start's holds name this attachment's veth (under any prefix)."""

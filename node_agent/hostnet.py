@@ -315,6 +315,22 @@ def setup_pod(
         return PodNet(host_veth=name, host_mac=hl.mac, pod_mac=pl.mac, pod_ifindex=pl.index)
 
 
+def pod_addresses(
+    host: Netlink, pod_netns: str, ifname: str, container_id: str, veth_prefix: str = "eni"
+) -> list[str] | None:
+    """The IPv4 addresses (without their length) the pod's ``ifname`` carries when it is the peer
+    of the attachment's host veth (``host_veth_name`` under ``veth_prefix``); None when there is
+    no such pair. Reads only."""
+    hl = host.link_by_name(host_veth_name(container_id, ifname, veth_prefix))
+    if hl is None or hl.kind != "veth":
+        return None
+    with Netlink.open(pod_netns) as pod:
+        pl = pod.link_by_name(ifname)
+        if pl is None or not _paired(hl, pl):
+            return None
+        return sorted(cidr.split("/")[0] for cidr in pod.addrs(pl.index))
+
+
 def _paired(hl: Link | None, pl: Link) -> bool:
     """``pl`` (in the pod) is the peer of our host end ``hl``."""
     return hl is not None and hl.kind == "veth" and pl.kind == "veth" and pl.peer == hl.index and hl.peer == pl.index

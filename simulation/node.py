@@ -585,6 +585,14 @@ class SimPods:
     def check(self, netns: str, ifname: str, container_id: str, ip: str, table: int) -> list[str]:
         return [] if self.wired.get((container_id, ifname)) == ip else ["not wired"]
 
+    def carried(self, netns: str, ifname: str, container_id: str) -> list[str] | None:
+        """As :meth:`node_agent.cniserver.NetlinkPods.carried` (``hostnet.pod_addresses``): what the
+        pod's side of this prefix's veth of the attachment carries; None with no such pair."""
+        key = (container_id, ifname)
+        if self.ns_id(netns) is None or self.veth_of.get(key) != host_veth_name(container_id, ifname, self.prefix):
+            return None
+        return [self.wired[key]] if key in self.wired else []
+
     def disturb(self, variant: str, pick: float) -> str:
         """The host's pod wiring changed under the agent (``host-wiring``); returns what was done.
 

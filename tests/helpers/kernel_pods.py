@@ -68,6 +68,14 @@ class KernelPods(WiredPods):
             self.rules.discard(ip)
             self.routes.pop(ip, None)
 
+    def carried(self, netns: str, ifname: str, container_id: str) -> list[str] | None:
+        """As ``node_agent.hostnet.pod_addresses``: what the pod's side of the reading agent's veth
+        of the attachment carries; None with no such pair."""
+        key = (container_id, ifname)
+        if self.veth_of.get(key) != host_veth_name(container_id, ifname, self.reader):
+            return None
+        return [self.wired[key]] if key in self.wired else []
+
     def flush_routes(self) -> None:
         self.routes.clear()
 

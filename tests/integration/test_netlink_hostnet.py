@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from node_agent.hostnet import host_veth_name, setup_eni, setup_pod, teardown_eni, teardown_pod
+from node_agent.hostnet import host_veth_name, pod_addresses, setup_eni, setup_pod, teardown_eni, teardown_pod
 from node_agent.netlink import Exists, Netlink, NetlinkNotFound, Route, Rule
 from node_agent.records import EniInfo
 from tests.helpers.fakenode import add_fake_eni, ip_json, netns, netns_available, sh
@@ -143,6 +143,22 @@ def test_half_made_pod_is_rebuilt(node: str, pod: str) -> None:
         sh("ip", "-n", pod, "link", "del", "eth0")
         setup_pod(nl, pod, "eth0", "abc", "10.0.1.22", 2, 9001)
     assert ip_json(pod, "-4", "addr", "show", "eth0")[0]["addr_info"][0]["local"] == "10.0.1.22"
+
+
+def test_pod_addresses_reads_the_peer_of_the_attachment_s_own_veth(node: str, pod: str) -> None:
+    """What a retried ADD reads (``CniService._known_again``): the pod side of this prefix's veth
+    of the attachment, with its address, with none, and no pair at all."""
+    with Netlink.open(node) as nl:
+        assert pod_addresses(nl, pod, "eth0", "abc") is None  # no veth yet
+        setup_pod(nl, pod, "eth0", "abc", "10.0.1.23", 2, 9001)
+        sh("ip", "-n", node, "route", "flush", "dev", host_veth_name("abc", "eth0"))  # the route gone
+        assert pod_addresses(nl, pod, "eth0", "abc") == ["10.0.1.23"]
+        assert pod_addresses(nl, pod, "eth0", "abc", "wp") is None  # another prefix's name: no such veth
+        assert pod_addresses(nl, pod, "eth0", "other") is None  # another attachment's name
+        sh("ip", "-n", pod, "addr", "flush", "dev", "eth0")  # an ADD cut before the address
+        assert pod_addresses(nl, pod, "eth0", "abc") == []
+        sh("ip", "-n", pod, "link", "del", "eth0")  # the pair goes together
+        assert pod_addresses(nl, pod, "eth0", "abc") is None
 
 
 def test_routes_in_other_tables_are_left_alone(node: str) -> None:
