@@ -361,6 +361,19 @@ def _founded(a: SimAgent) -> Callable[[str], bool]:
     return lambda name: running(name) or name in veths
 
 
+def _reason_founded(a: SimAgent) -> Callable[[str], bool]:
+    """Whether a link of a start's hold reason (``node_agent.datastore.HOLD_REASON``) still stands
+    for a pod with no route: one :func:`_founded` names, which the host routes nothing through
+    (:func:`_routed`), and that is not the veth of an attachment the runtime is only ADDing
+    (``add-cut``: its retried ADD reads what the pod's interface carries and ends the hold's part
+    for it, ``CniService._known_again``; one still waiting at the end never will)."""
+    running = _runs(a, adding=False)
+    routed = _routed(a)
+    veths = set(a.pods.veth_of.values())
+    adding = {v for (cid, _), v in a.pods.veth_of.items() if cid in a.rt.adding and cid not in a.rt.deleting}
+    return lambda name: not routed(name) and (running(name) or (name in veths and name not in adding))
+
+
 def unfounded_holds(a: SimAgent) -> list[str]:
     """Addresses the agent still holds, after the quiet period, for pods its runtime no longer
     runs and whose veths are gone (a leak: held for as long as the checkpoint lasts): a recovered
@@ -370,10 +383,9 @@ def unfounded_holds(a: SimAgent) -> list[str]:
     lets them go: ``node_agent.agent.lift_unfounded_holds``), or whose reason's links the host
     all routes now (:func:`_routed`: set up since, by ADDs of their attachments)."""
     running = _founded(a)
-    routed = _routed(a)
+    stands = _reason_founded(a)
     reason = a.ds.meta.get(HOLD_REASON_META)
-    # a link of the reason stands for a pod with no route: one routed since stands for no unknown address
-    reason_runs = isinstance(reason, list) and any(running(link) and not routed(link) for link in reason)
+    reason_runs = isinstance(reason, list) and any(stands(link) for link in reason)
     out = []
     for h in a.ds.recovered_holders():
         if not h.eni_id:

@@ -326,7 +326,8 @@ runtime's ADDs wait while no address is free); none did: counted ``add-cut:no-se
 def _on_add_cut(w: EventsWorld, ev: k.AddCut) -> None:
     """The agent killed in the middle of an ADD, between the pod's veth pair and its route
     (:meth:`simulation.node.SimPods.setup`), the assignment on disk or not (``ev.written``:
-    :meth:`simulation.node.SimDisk.lose_last_write`); it starts again ``ev.down`` s later. The ADD
+    :meth:`simulation.node.SimDisk.lose_last_write`), the pod's interface with its address or not
+    (``ev.addressed``); it starts again ``ev.down`` s later. The ADD
     fails (its caller sees the socket close): the runtime keeps it and retries it once the agent is
     back (:meth:`simulation.node.SimAgent.runtime_calls`), with no DEL between. A node whose
     runtime makes no ADD gets one pod started (the ADD the runtime is about to make)."""
@@ -340,12 +341,14 @@ def _on_add_cut(w: EventsWorld, ev: k.AddCut) -> None:
 
     def cut(cid: str, ifname: str) -> None:
         w.fault(f"{ev.kind}:{'written' if ev.written else 'unwritten'}")
+        if ev.addressed:
+            w.fault(f"{ev.kind}:addressed")
         if not ev.written:
             w.fault(f"{ev.kind}:unwritten:{a.cp.lose_last_write(cid, ifname)}")
         w.loop.call_later(ev.down, functools.partial(_restart, w, a))
         raise AgentKilled("add-cut: in an ADD, after the pod's veth pair, before its route and rule")
 
-    a.pods.cut = cut
+    a.pods.cut, a.pods.cut_addressed = cut, ev.addressed
 
     def disarm() -> None:
         if a.pods.cut is cut:

@@ -501,9 +501,11 @@ class SimPods:
         self.foreign: set[str] = set()
         """Veths of another CNI (a Multus ``ptp`` network's host side)."""
         self.cut: Callable[[str, str], None] | None = None
-        """Armed (``add-cut``): the next set-up of an attachment with no veth makes its veth pair,
-        then calls this with the attachment (container, interface), which kills the agent
-        (raises :class:`~simulation.base.AgentKilled`): a veth with no route, rule or address."""
+        """Armed (``add-cut``): the next set-up of an attachment with no veth makes its veth pair
+        (its pod side with the address if ``cut_addressed``), then calls this with the attachment
+        (container, interface), which kills the agent (raises :class:`~simulation.base.AgentKilled`):
+        a veth with no route or rule."""
+        self.cut_addressed = False
 
     # the node's namespaces
     def ns_id(self, netns: str) -> tuple[int, int] | None:
@@ -555,10 +557,12 @@ class SimPods:
         # attachment under this agent's prefix), the /32 route via it, the pod rule
         veth = host_veth_name(container_id, ifname, self.prefix)
         if self.cut is not None and (container_id, ifname) not in self.veth_of:
-            # ``add-cut``: the agent killed between the pair's making and the route (the pair
-            # down, no address in the pod's namespace yet, no route, no rule)
+            # ``add-cut``: the agent killed between the pair's making and the host's route (no
+            # route, no rule; the pod's interface with its address if ``cut_addressed``)
             cut, self.cut = self.cut, None
             self.veth_of[(container_id, ifname)] = veth
+            if self.cut_addressed:
+                self.wired[(container_id, ifname)] = ip
             cut(container_id, ifname)
         self.wired[(container_id, ifname)] = ip
         self.veth_of[(container_id, ifname)] = veth

@@ -526,19 +526,25 @@ def _add_cut(seed: int, names: list[str]) -> list[Event]:
     """``add-cut`` (one seed in four, from its own generator ``dst/<seed>/add-cut``): once or twice
     from 30 s on, a node's agent is killed in the middle of an ADD, after the pod's veth pair is made
     and before its ``/32`` route and pod rule, with the assignment on disk (``written``, as the agent
-    orders it) or not (half each); it starts again 0.5-30 s later (as ``agent-kill``'s restarts) and
-    the runtime retries that ADD, the same container, with no DEL between (the integration test
-    ``test_kill_9_mid_add_loses_and_doubles_nothing``'s deadlock: the start holds every free address
-    for the routeless veth, and only the pod's DEL lifts it)."""
+    orders it) or not (half each), the pod's interface with its address or not (``addressed``, half
+    each, from a generator of its own: ``dst/<seed>/add-cut/addressed``); it starts again 0.5-30 s
+    later (as ``agent-kill``'s restarts) and the runtime retries that ADD, the same container, with
+    no DEL between (the integration test ``test_kill_9_mid_add_loses_and_doubles_nothing``'s
+    deadlock: the start held every free address for the routeless veth, and only the pod's DEL
+    lifted it, until the retried ADD read what the pod's interface carries:
+    ``CniService._known_again``)."""
     r = random.Random(f"dst/{seed}/add-cut")
     if r.random() >= 0.25:
         return []
+    # whether the pod's interface has its address yet, from a generator of its own (added later)
+    addr = random.Random(f"dst/{seed}/add-cut/addressed")
     ev: list[Event] = [
         k.AddCut(
             at=round(r.uniform(30, SPAN_S), 1),
             node=r.choice(names),
             written=r.random() < 0.5,
             down=round(r.uniform(0.5, 30), 1),
+            addressed=addr.random() < 0.5,
         )
         for _ in range(r.choice((1, 1, 2)))
     ]

@@ -1,23 +1,32 @@
 """The ``add-cut`` draws: the agent killed in the middle of a CNI ADD, after the pod's veth pair is
 made and before its ``/32`` route and pod rule (``simulation.node.SimPods.setup``), with the
 assignment on disk (``written``: the agent's order, ``Datastore.assign`` writing before
-``setup_pod``) or not (``unwritten``); the agent starts again and the runtime retries the ADD of the
-same container with no DEL between (tests/integration/test_agent_crash.py::
-test_kill_9_mid_add_loses_and_doubles_nothing, which failed about half the time so).
+``setup_pod``) or not (``unwritten``), the pod's interface with its address or not (``addressed``);
+the agent starts again and the runtime retries the ADD of the same container with no DEL between
+(tests/integration/test_agent_crash.py::test_kill_9_mid_add_loses_and_doubles_nothing, which failed
+about half the time so).
 
 The start finds a pod veth with no route that no record names and holds every free address for it
 (``node_agent.agent.hold_doubtful``; the hold's reason, ``HOLD_REASON``, names that veth), which
-only the pod's DEL ends (``CniService._end_holds_of``). The retried ADD gets an address (its own
-record's, or one the allocator grants after: a start's hold does not take grants), its set-up
-routes the veth, and the node holds its free addresses for a pod whose address it knows, until
-that pod's DEL; where no address can come, the node's pods wait (the integration test's
-deadlock, where nothing grants more).
+only the pod's DEL ended (``CniService._end_holds_of``). Now the retried ADD ends the hold's part
+for its veth: once it has wired the pod (``CniService._rewired``: the pod's interface then carries
+the recorded address alone), or before, when the pod's interface carries nothing, or carries one
+address the hold holds, given back to it (``CniService._known_again``).
 
-* Seed 18, only its ``add-cut`` (``--keep 19``: n1, ``written``): n1's first pod's ADD cut, its
-  record on disk; the retried ADD answered with the record's address at once. ``hold-unfounded``
-  at the end: 10.0.0.10 and 10.0.0.11 held by ``?`` for a veth routed since.
-* Seed 32, only its ``add-cut`` (``--keep 16``: n2, ``unwritten``): the retried ADD waits for a
-  grant, then runs; ``hold-unfounded``: four addresses held by ``?``.
+Before that fix (both reverted below), each seed ended ``hold-unfounded``: the node holding free
+addresses by ``?`` for a veth routed since, a pod whose address it knows:
+
+* seed 18, only its ``add-cut`` (``--keep 19``: n1, ``written``, no address yet): the retried ADD
+  answered with the record's address at once; 10.0.0.10 and 10.0.0.11 held;
+* seed 32 (``--keep 16``: n2, ``unwritten``, ``addressed``) and seed 56 (``--keep 15``: n2,
+  ``unwritten``, no address): the retried ADD waited for a grant (a start's hold does not take the
+  allocator's grants), then ran; three addresses held.
+
+Where no grant comes, the retried ADD itself waits for good, every free address held: the
+integration test's deadlock. Seed 1289, ``--keep 9,24`` (n1 cut ``unwritten`` and ``addressed``,
+then EC2's mutating calls losing their answers for 112 s): with ``_known_again`` alone reverted,
+n1's pod still waits at the end (``not-settled`` under it) and ``hold-unfounded`` names the holds
+of a veth whose attachment is only being ADDed (``simulation.checks._reason_founded``).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from node_agent.cniserver import CniService
 from node_agent.hostnet import host_veth_name
 from simulation.base import AgentKilled
 from simulation.kinds import AddCut
@@ -36,16 +46,50 @@ from simulation.schedule import CUT_KINDS, FAULT_KINDS, draw
 pytestmark = pytest.mark.sim
 
 
-def test_seed_18_an_add_cut_after_its_assignment_was_written_holds_nothing_for_good() -> None:
-    r = run_seed(18, [19], shrink=False)
-    assert not r.violations, r.violations
-    assert r.faults.get("add-cut:written") == 1
+CUT_SEEDS = {
+    # seed: (--keep, what its cut drew, as counted)
+    18: ([19], ("add-cut:written",)),
+    32: ([16], ("add-cut:unwritten:lost", "add-cut:addressed")),
+    56: ([15], ("add-cut:unwritten:lost",)),
+}
 
 
-def test_seed_32_an_add_cut_before_its_assignment_reached_the_disk_holds_nothing_for_good() -> None:
-    r = run_seed(32, [16], shrink=False)
+@pytest.mark.parametrize("seed", sorted(CUT_SEEDS))
+def test_an_add_cut_between_the_veth_and_the_route_holds_nothing_for_good(seed: int) -> None:
+    keep, drawn = CUT_SEEDS[seed]
+    r = run_seed(seed, keep, shrink=False)
     assert not r.violations, r.violations
-    assert r.faults.get("add-cut:unwritten:lost") == 1
+    assert all(r.faults.get(name) == 1 for name in drawn), r.faults
+    assert r.faults.get("host-wiring:hold-lifted", 0) >= 1  # the start's hold was made, and ended
+
+
+@pytest.mark.parametrize("seed", sorted(CUT_SEEDS))
+def test_without_the_retried_add_s_end_of_the_hold_the_simulation_finds_it(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(CniService, "_known_again", lambda self, *a: None)
+    monkeypatch.setattr(CniService, "_rewired", lambda self, holder: None)
+    keep, _ = CUT_SEEDS[seed]
+    r = run_seed(seed, keep, shrink=False)
+    assert [v["invariant"] for v in r.violations] == ["hold-unfounded"], r.violations
+    assert "(?)" in r.violations[0]["detail"]
+
+
+def test_seed_1289_the_retried_add_of_a_pod_no_grant_reaches_is_answered() -> None:
+    r = run_seed(1289, [9, 24], shrink=False)
+    assert not r.violations, r.violations
+    assert r.faults.get("add-cut:unwritten:lost") == 1 and r.faults.get("add-cut:addressed") == 1
+
+
+def test_without_reading_the_pod_s_interface_seed_1289_s_retried_add_waits_every_address_held(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The integration test's deadlock: the ADD gets no address (every free one held for its own
+    veth), and only its DEL, which never comes, would end the hold."""
+    monkeypatch.setattr(CniService, "_known_again", lambda self, *a: None)
+    r = run_seed(1289, [9, 24], shrink=False)
+    assert [v["invariant"] for v in r.violations] == ["hold-unfounded"], r.violations
+    assert r.violations[0]["detail"].startswith("t=900.0s: n1: ['10.0.0.17 (?)'")
 
 
 class _World:
