@@ -338,8 +338,11 @@ class CniService:
         earlier, _ = self._held(cid, ifname)  # returned by an earlier ADD (or found by a rebuild)
         started = self.clock.now()
         holder = host_veth_name(cid, ifname, self.veth_prefix)  # a rebuild may have found this pod's address
-        if earlier is None:
-            earlier = self._known_again(cid, ifname, netns, holder, started)
+        reason = self.ds.meta.get(HOLD_REASON)
+        # a start's hold stands for this attachment's veth: what its pod's interface carries
+        carried = self._carried(netns, ifname, cid) if isinstance(reason, list) and holder in reason else None
+        if earlier is None and carried is not None:
+            earlier = self._known_again(cid, ifname, holder, carried, started)
         network = _network_name(conf)
         a = self.ds.assign(cid, ifname, netns, started, holder, network)
         if a is None:
@@ -381,10 +384,19 @@ class CniService:
             # Never leave an address this ADD took recorded for a pod that has no network.
             try:
                 self.pods.teardown(cid, ifname, a.ip)
-            finally:
-                self.ds.release(cid, ifname, self.clock.now())
+            except Exception:
+                # The pod's interface may still carry the address: held for its veth (as a rebuild
+                # holds a routed pod's) until the runtime's DEL tears it down, never free for
+                # another pod meanwhile (review 22, R5: a retried ADD that reads it there must
+                # find it no other pod's).
+                self._hold_for_veth(cid, ifname, a.ip, holder)
+                raise
+            self.ds.release(cid, ifname, self.clock.now())
             raise
-        self._rewired(holder)
+        if carried is not None and carried in ([], [a.ip]):
+            # the pod's interface carried nothing, or the address it now has: no other is its
+            # (review 22, R1: a running pod moved off another address keeps that one held)
+            self._rewired(holder)
         # Answered only once the address is on disk (a write that failed earlier, for this
         # ADD or another change, is retried here): CheckpointWriteError fails the ADD, the
         # address stays the pod's in memory, and the runtime's retry or DEL decides.
@@ -475,7 +487,7 @@ class CniService:
         carried = getattr(self.pods, "carried", None)
         return carried(netns, ifname, cid) if carried is not None else None
 
-    def _known_again(self, cid: str, ifname: str, netns: str, holder: str, now: float) -> Assignment | None:
+    def _known_again(self, cid: str, ifname: str, holder: str, carried: list[str], now: float) -> Assignment | None:
         """An ADD of an attachment with no address here whose veth (this prefix's name) a start's
         hold of every address stands for (:data:`HOLD_REASON`: a pod veth with no route the
         checkpoint lacked, its pod's address unknown) reads what the pod's interface, that veth's
@@ -495,17 +507,13 @@ class CniService:
         runtime never sent, every free address held (``tests/integration/test_agent_crash.py``).
         The veth is never torn down here: a veth gone is not a pod gone (the simulation's seed
         732), and the pod may be running."""
-        reason = self.ds.meta.get(HOLD_REASON)
-        if not isinstance(reason, list) or holder not in reason:
-            return None  # the common case: nothing read from the host, nothing written
-        carried = self._carried(netns, ifname, cid)
         if carried == []:
             log.warning(
                 "ADD %s %s: its veth %s carries no address; the start's hold for it ends", cid[:12], ifname, holder
             )
             self._rewired(holder)
             return None
-        if carried is None or len(carried) != 1 or self.ds.recovered_holder(carried[0]) != UNKNOWN_HOLDER:
+        if len(carried) != 1 or self.ds.recovered_holder(carried[0]) != UNKNOWN_HOLDER:
             return None
         self.ds.recover({carried[0]: holder}, now)
         log.warning("ADD %s %s: its veth %s carries %s, held for it", cid[:12], ifname, holder, carried[0])
@@ -521,10 +529,26 @@ class CniService:
         reason = self.ds.meta.get(HOLD_REASON)
         if not isinstance(reason, list) or holder not in reason:
             return
-        with contextlib.suppress(CheckpointWriteError), self.ds.batch():  # this ADD's flush writes it
-            reason = self.ds.meta.get(HOLD_REASON)
-            if isinstance(reason, list) and holder in reason:
-                self.ds.set_meta(HOLD_REASON, [link for link in reason if link != holder])
+        try:
+            with self.ds.batch():
+                reason = self.ds.meta.get(HOLD_REASON)
+                if isinstance(reason, list) and holder in reason:
+                    self.ds.set_meta(HOLD_REASON, [link for link in reason if link != holder])
+        except CheckpointWriteError:
+            # Memory holds it; written by this ADD's flush or the next write, and until then a DEL
+            # that follows is answered only once it is on disk (review 22, R6: a DEL answered
+            # before, then a crash, brought the hold back for good: no runtime DELs twice).
+            self._holds_unwritten = True
+
+    def _hold_for_veth(self, cid: str, ifname: str, ip: str, holder: str) -> None:
+        """A failed ADD whose teardown failed too: its address leaves the attachment's record and
+        is held by a recovered holder named after the attachment's veth (``Datastore.recover``),
+        which the attachment's DEL (its teardown with that address first) releases."""
+        now = self.clock.now()
+        with contextlib.suppress(CheckpointWriteError), self.ds.batch():  # memory holds it (the next write)
+            self.ds.release(cid, ifname, now)
+            self.ds.recover({ip: holder}, now)
+        log.warning("ADD %s %s: wiring and teardown failed; %s held for %s until its DEL", cid[:12], ifname, ip, holder)
 
     def _holds_named_for(self, cid: str, ifname: str, holder: str) -> bool:
         """Whether a start's holds name this attachment's veth (under any prefix)."""

@@ -55,7 +55,8 @@ from simulation.base import AGENT_EVERY_S, ANOTHER_TOOL
 from simulation.hostile import Churner
 from simulation.node import SimAgent
 from warmpool import names
-from warmpool.pool import ceiling
+from warmpool.limits import InstanceLimits
+from warmpool.pool import PoolConfig, ceiling
 
 DETACHED_BOUND_S = 420.0
 """GC age (120 s) + two reconcile intervals + slack for throttled reconciles."""
@@ -413,6 +414,35 @@ def held_for_routeless_pods(a: SimAgent) -> bool:
     return isinstance(reason, list) and any(running(link) and not routed(link) for link in reason)
 
 
+def no_slot_for_a_28(emu: Any, iid: str, limits: InstanceLimits, pool: PoolConfig) -> bool:
+    """In prefix mode: the node can take no /28 more, however many are whole in its subnets. It has
+    as many ENIs on the default card as it may (``MAX_ENI`` too), none detaching, every slot of
+    every ENI holds a single address or a /28, and at least one holds a single. The allocator
+    plans by used slots (``warmpool.planner``: "instance at its ENI limit") and puts a /28 in no
+    slot a single holds; the agent offers a free single back only as surplus above its targets
+    (``warmpool.pool.compute``'s ``over_singles``), never to make room for a /28. So a node whose
+    slots filled with singles while no /28 was whole keeps them, and a warm target above what they
+    hold cannot be met (seed 7816). Never with ``multi_card`` or custom networking (not judged here:
+    they are left to the check as it was)."""
+    if pool.multi_card or pool.custom_networking:
+        return False
+    mine = [
+        e
+        for e in emu.enis.values()
+        if e.attachment is not None
+        and e.attachment.instance_id == iid
+        and e.attachment.card == 0
+        and e.description != ANOTHER_TOOL
+    ]
+    if any(e.attachment.status == "detaching" for e in mine):
+        return False  # its device slot comes free: a new ENI may take a /28 there
+    if len(mine) < limits.enis(pool.max_eni):
+        return False
+    if any(len(e.secondary) + len(e.prefixes) < limits.slots_per_eni for e in mine):
+        return False
+    return any(e.secondary for e in mine)
+
+
 def _dlq(w: ChecksWorld) -> list[dict[str, Any]]:
     """Every message in the DLQ (all pages)."""
     out: list[dict[str, Any]] = []
@@ -514,7 +544,19 @@ def at_end(w: ChecksWorld) -> None:
         if free is not None and free < w.settings.scarce_free and not a.ctl.lean(now):
             w.fault("subnet-world:settled-unchecked:scarce")
             continue
-        if d.low:
+        if (
+            d.low
+            and w.plan.prefix_mode
+            and not a.ds.quarantined()
+            and no_slot_for_a_28(w.emu, a.iid, a.ctl.limits, a.ctl.pool)
+        ):
+            # Its slots hold single addresses (filled while no /28 was whole) and it is at its ENI
+            # limit: a /28 whole since (another node's given back) has no slot here, and the
+            # allocator answers "instance at its ENI limit" (seed 7816). Pods that wait are still
+            # judged above, and a node withholding a free address (quarantined) is not excused:
+            # this excuses only the warm target above every address the node can hold.
+            w.fault("settled-short:no-slot-for-a-28")
+        elif d.low:
             w.violation("not-settled", f"{a.name}: pool short of its targets after the quiet period ({d})")
         if d.over_units > 0 and not w.plan.prefix_mode and not a.ds.quarantined():
             # A zone at the scarce threshold makes nodes lean at any time, the quiet period too
