@@ -347,8 +347,9 @@ def _routed(a: SimAgent) -> Callable[[str], bool]:
     gets one only from a set-up of its attachment since (an ADD: ``setup_pod`` also makes the
     addresses of the pod's namespace exactly the one it recorded), so its pod carries no address
     the agent does not know any more (``add-cut``: the retried ADD of the attachment whose veth a
-    killed ADD left with no route)."""
-    links = set(a.pods.routes.values())
+    killed ADD left with no route). Not one whose set-up moved the pod's interface off another
+    address (``SimPods.moved``: the running pod had that one; review 22, R1)."""
+    links = set(a.pods.routes.values()) - a.pods.moved
     return lambda name: name in links
 
 

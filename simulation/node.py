@@ -506,6 +506,11 @@ class SimPods:
         (container, interface), which kills the agent (raises :class:`~simulation.base.AgentKilled`):
         a veth with no route or rule."""
         self.cut_addressed = False
+        self.moved: set[str] = set()
+        """Veths whose pod's interface a set-up moved off another address (its pair kept): the
+        running pod had that one (review 22, R1: the agent keeps a start's hold for such a veth).
+        Not a pair a cut ADD left (``half_made``): no pod ran with what it carried."""
+        self.half_made: set[str] = set()
 
     # the node's namespaces
     def ns_id(self, netns: str) -> tuple[int, int] | None:
@@ -561,9 +566,13 @@ class SimPods:
             # route, no rule; the pod's interface with its address if ``cut_addressed``)
             cut, self.cut = self.cut, None
             self.veth_of[(container_id, ifname)] = veth
+            self.half_made.add(veth)
             if self.cut_addressed:
                 self.wired[(container_id, ifname)] = ip
             cut(container_id, ifname)
+        if self.wired.get((container_id, ifname), ip) != ip and veth not in self.half_made:
+            self.moved.add(veth)
+        self.half_made.discard(veth)
         self.wired[(container_id, ifname)] = ip
         self.veth_of[(container_id, ifname)] = veth
         self.routes[ip] = veth
@@ -581,6 +590,8 @@ class SimPods:
         self.wired.pop(key, None)
         veth = self.veth_of.pop(key, None)
         if veth is not None:
+            self.moved.discard(veth)
+            self.half_made.discard(veth)
             self.routes = {a: link for a, link in self.routes.items() if link != veth}
         if ip:
             self.rules.discard(ip)

@@ -153,3 +153,25 @@ def test_add_cut_is_drawn_in_about_one_seed_in_four_with_both_disks() -> None:
     every = [e for c in cuts for e in c]
     assert {e.written for e in every} == {True, False}
     assert all(30 <= e.at < 420 and 0.5 <= e.down <= 30 for e in every)
+
+
+def test_a_set_up_moving_a_running_pod_off_its_address_is_told_from_a_cut_pair_s() -> None:
+    """A second set-up giving a wired pod another address moves a running pod off the one it had
+    (review 22, R1: the agent keeps the start's hold for that veth, and so does the check); a pair a
+    cut ADD left, its interface with the cut ADD's address, ran no pod."""
+    pods = SimPods(_World(), "n0")  # type: ignore[arg-type]
+    pods.setup("/var/run/netns/c1", "eth0", "c1", "10.0.0.5", 2, 9001)
+    pods.setup("/var/run/netns/c1", "eth0", "c1", "10.0.0.6", 2, 9001)
+    assert pods.moved == {host_veth_name("c1", "eth0", pods.prefix)}
+
+    def kill(cid: str, ifname: str) -> Any:
+        raise AgentKilled(cid)
+
+    pods.cut, pods.cut_addressed = kill, True
+    with pytest.raises(AgentKilled):
+        pods.setup("/var/run/netns/c2", "eth0", "c2", "10.0.0.7", 2, 9001)
+    assert pods.wired[("c2", "eth0")] == "10.0.0.7"
+    pods.setup("/var/run/netns/c2", "eth0", "c2", "10.0.0.8", 2, 9001)
+    assert host_veth_name("c2", "eth0", pods.prefix) not in pods.moved
+    pods.teardown("c1", "eth0", "10.0.0.6")
+    assert not pods.moved

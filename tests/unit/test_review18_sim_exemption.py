@@ -37,7 +37,7 @@ def _agent(
     return SimpleNamespace(
         ds=SimpleNamespace(meta=meta),
         rt=SimpleNamespace(up=dict.fromkeys(running, "10.0.0.9"), adding=dict.fromkeys(adding), deleting={}),
-        pods=SimpleNamespace(routes=routes or {}),
+        pods=SimpleNamespace(routes=routes or {}, moved=set()),
         veth_prefix="eni",
     )
 
