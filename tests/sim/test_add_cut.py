@@ -8,10 +8,10 @@ about half the time so).
 
 The start finds a pod veth with no route that no record names and holds every free address for it
 (``node_agent.agent.hold_doubtful``; the hold's reason, ``HOLD_REASON``, names that veth), which
-only the pod's DEL ended (``CniService._end_holds_of``). Now the retried ADD ends the hold's part
-for its veth: once it has wired the pod (``CniService._rewired``: the pod's interface then carries
-the recorded address alone), or before, when the pod's interface carries nothing, or carries one
-address the hold holds, given back to it (``CniService._known_again``).
+only the pod's DEL ended (``CniService._end_holds_of``). Now the retried ADD reads what the pod's
+interface carries: one address the hold holds (``?``) is given back to it
+(``CniService._known_again``), and once the ADD has wired the pod, the veth leaves the reason when
+the interface carried nothing or the address the ADD gave (``CniService._rewired``; review 22, R1).
 
 Before that fix (both reverted below), each seed ended ``hold-unfounded``: the node holding free
 addresses by ``?`` for a veth routed since, a pod whose address it knows:
