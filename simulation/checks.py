@@ -334,12 +334,23 @@ def _churn(w: ChecksWorld) -> None:
             )
 
 
-def _runs(a: SimAgent) -> Callable[[str], bool]:
+def _runs(a: SimAgent, *, adding: bool = True) -> Callable[[str], bool]:
     """Whether a link name is the veth (under any prefix) of an attachment the node's runtime
-    runs, adds or deletes."""
+    runs, adds (unless ``adding`` is false) or deletes."""
     rt = a.rt
-    cids = [*rt.up, *rt.adding, *rt.deleting]
+    cids = [*rt.up, *(rt.adding if adding else ()), *rt.deleting]
     return lambda name: any(veths_of(cid, "eth0", {name}, a.veth_prefix) for cid in cids)
+
+
+def _routed(a: SimAgent) -> Callable[[str], bool]:
+    """Whether the host routes an address through a link now. A link a start found with no route
+    gets one only from a set-up of its attachment since (an ADD: ``setup_pod`` also makes the
+    addresses of the pod's namespace exactly the one it recorded), so its pod carries no address
+    the agent does not know any more (``add-cut``: the retried ADD of the attachment whose veth a
+    killed ADD left with no route). Not one whose set-up moved the pod's interface off another
+    address (``SimPods.moved``: the running pod had that one; review 22, R1)."""
+    links = set(a.pods.routes.values()) - a.pods.moved
+    return lambda name: name in links
 
 
 def _founded(a: SimAgent) -> Callable[[str], bool]:
@@ -352,16 +363,31 @@ def _founded(a: SimAgent) -> Callable[[str], bool]:
     return lambda name: running(name) or name in veths
 
 
+def _reason_founded(a: SimAgent) -> Callable[[str], bool]:
+    """Whether a link of a start's hold reason (``node_agent.datastore.HOLD_REASON``) still stands
+    for a pod with no route: one :func:`_founded` names, which the host routes nothing through
+    (:func:`_routed`), and that is not the veth of an attachment the runtime is only ADDing
+    (``add-cut``: its retried ADD reads what the pod's interface carries and ends the hold's part
+    for it, ``CniService._known_again``; one still waiting at the end never will)."""
+    running = _runs(a, adding=False)
+    routed = _routed(a)
+    veths = set(a.pods.veth_of.values())
+    adding = {v for (cid, _), v in a.pods.veth_of.items() if cid in a.rt.adding and cid not in a.rt.deleting}
+    return lambda name: not routed(name) and (running(name) or (name in veths and name not in adding))
+
+
 def unfounded_holds(a: SimAgent) -> list[str]:
     """Addresses the agent still holds, after the quiet period, for pods its runtime no longer
     runs and whose veths are gone (a leak: held for as long as the checkpoint lasts): a recovered
     holder named after such a veth (under any prefix); and ``?`` or ``unrouted`` holders with no
     other veth left in their hold's reason
     (``node_agent.datastore.HOLD_REASON``; each DEL takes its veth out, and the agent's loop then
-    lets them go: ``node_agent.agent.lift_unfounded_holds``)."""
+    lets them go: ``node_agent.agent.lift_unfounded_holds``), or whose reason's links the host
+    all routes now (:func:`_routed`: set up since, by ADDs of their attachments)."""
     running = _founded(a)
+    stands = _reason_founded(a)
     reason = a.ds.meta.get(HOLD_REASON_META)
-    reason_runs = isinstance(reason, list) and any(running(link) for link in reason)
+    reason_runs = isinstance(reason, list) and any(stands(link) for link in reason)
     out = []
     for h in a.ds.recovered_holders():
         if not h.eni_id:
@@ -376,12 +402,17 @@ def unfounded_holds(a: SimAgent) -> list[str]:
 
 def held_for_routeless_pods(a: SimAgent) -> bool:
     """The agent holds every address for pods with no route at its start (links of
-    ``node_agent.datastore.HOLD_REASON``) that its runtime still runs: they may carry any address."""
+    ``node_agent.datastore.HOLD_REASON``) that its runtime still runs, and that still have no
+    route: they may carry any address. Not a pod whose veth a set-up has routed since
+    (:func:`_routed`), nor one the runtime is still ADDing (``add-cut``: an ADD killed after the
+    pod's veth; no DEL comes while the runtime retries the ADD, and the pod runs only once an ADD
+    is answered, whose set-up gives its namespace its recorded address alone)."""
     if a.ds.meta.get(HELD_ALL_META) is None:
         return False  # an ``unrouted`` holder alone holds one address, not the pool (review 18, E1)
     reason = a.ds.meta.get(HOLD_REASON_META)
-    running = _runs(a)
-    return isinstance(reason, list) and any(running(link) for link in reason)
+    running = _runs(a, adding=False)
+    routed = _routed(a)
+    return isinstance(reason, list) and any(running(link) and not routed(link) for link in reason)
 
 
 def no_slot_for_a_28(emu: Any, iid: str, limits: InstanceLimits, pool: PoolConfig) -> bool:
@@ -476,7 +507,10 @@ def at_end(w: ChecksWorld) -> None:
             # than take a veth's absence for its pod's end (docs/safety.md, review 19's C1)
             w.fault("hold-unfounded:older-copy")
         elif unfounded:
-            w.violation("hold-unfounded", f"{a.name}: {unfounded[:4]} still held; the runtime runs no pod of theirs")
+            w.violation(
+                "hold-unfounded",
+                f"{a.name}: {unfounded[:4]} still held; the runtime runs no pod of theirs (none with no route)",
+            )
         # settled to the targets, where capacity and the subnet allow (and EC2 has listed
         # the instance long enough for the allocator to serve it)
         if listed_at > now - SERVE_BOUND_S:

@@ -34,6 +34,7 @@ from simulation.base import (
     HOST_IFNAMES,
     HOST_NETNS,
     SUBNET_CIDR,
+    AgentKilled,
     Stop,
 )
 from simulation.clients import ReconcilerEc2
@@ -315,6 +316,46 @@ def _on_host_wiring(w: EventsWorld, ev: k.HostWiring) -> None:
         w.loop.call_later(ev.down, functools.partial(_restart, w, a))
 
     w.loop.call_later(ev.delay, restart)
+
+
+ADD_CUT_ARMED_S = 60.0
+"""An ``add-cut`` kills the agent in the first ADD that reaches set-up this long after it (the
+runtime's ADDs wait while no address is free); none did: counted ``add-cut:no-set-up``."""
+
+
+def _on_add_cut(w: EventsWorld, ev: k.AddCut) -> None:
+    """The agent killed in the middle of an ADD, between the pod's veth pair and its route
+    (:meth:`simulation.node.SimPods.setup`), the assignment on disk or not (``ev.written``:
+    :meth:`simulation.node.SimDisk.lose_last_write`), the pod's interface with its address or not
+    (``ev.addressed``); it starts again ``ev.down`` s later. The ADD
+    fails (its caller sees the socket close): the runtime keeps it and retries it once the agent is
+    back (:meth:`simulation.node.SimAgent.runtime_calls`), with no DEL between. A node whose
+    runtime makes no ADD gets one pod started (the ADD the runtime is about to make)."""
+    a = _live(w, ev.node)
+    if a is None or not a.alive:
+        w.fault("add-cut:agent-down")
+        return
+    if not a.rt.adding:
+        _add_pods(w, a, 1, "p")
+        w.fault("add-cut:pod-started")
+
+    def cut(cid: str, ifname: str) -> None:
+        w.fault(f"{ev.kind}:{'written' if ev.written else 'unwritten'}")
+        if ev.addressed:
+            w.fault(f"{ev.kind}:addressed")
+        if not ev.written:
+            w.fault(f"{ev.kind}:unwritten:{a.cp.lose_last_write(cid, ifname)}")
+        w.loop.call_later(ev.down, functools.partial(_restart, w, a))
+        raise AgentKilled("add-cut: in an ADD, after the pod's veth pair, before its route and rule")
+
+    a.pods.cut, a.pods.cut_addressed = cut, ev.addressed
+
+    def disarm() -> None:
+        if a.pods.cut is cut:
+            a.pods.cut = None
+            w.fault(f"{ev.kind}:no-set-up")
+
+    w.loop.call_later(ADD_CUT_ARMED_S, disarm)
 
 
 def _on_cni_hostile(w: EventsWorld, ev: k.CniHostile) -> None:
@@ -613,6 +654,7 @@ HANDLERS: dict[type[Event], Callable[[EventsWorld, Any], None]] = {
     k.ClockSkew: _on_clock_skew,
     k.CniReadd: _on_cni_readd,
     k.HostWiring: _on_host_wiring,
+    k.AddCut: _on_add_cut,
     k.DescribeStale: _on_describe_stale,
     k.InstanceUnlisted: _on_instance_unlisted,
     k.SlowDetach: _on_slow_ops,

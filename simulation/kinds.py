@@ -309,6 +309,24 @@ class HostWiring(NodeEvent):
     pick: float
 
 
+@dataclass(frozen=True)
+class AddCut(NodeEvent):
+    """The node's agent killed in the middle of a CNI ADD (kill -9, an OOM kill): in the pod's
+    set-up, after its veth pair is made and before its ``/32`` route and pod rule
+    (:meth:`simulation.node.SimPods.setup`), the next ADD that reaches set-up within
+    :data:`simulation.events.ADD_CUT_ARMED_S` (one pod started on the node if its runtime makes
+    none). With ``written``, the datastore's assignment is on disk, as the agent orders it
+    (``Datastore.assign`` writes before ``setup_pod``); without, the disk lacks that write (a disk
+    that lost its last write). With ``addressed``, the pod's interface already carries the address
+    (``setup_pod`` sets it before the host's route). The ADD fails; the agent starts again ``down``
+    s later and the runtime retries the ADD of the same container, with no DEL between."""
+
+    kind: ClassVar[str] = "add-cut"
+    written: bool
+    down: float
+    addressed: bool = False
+
+
 # --- issue 21's harsh world: what AWS does not promise (docs/emulated-ec2.md) ------------
 
 
@@ -590,6 +608,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         AgentBursts,
         LaunchPool,
         HostWiring,
+        AddCut,
     )
 }
 """Each kind's name -> its event type."""

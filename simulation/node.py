@@ -24,7 +24,7 @@ import functools
 import ipaddress
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -359,6 +359,27 @@ class SimDisk(FileCheckpoint):
         i = int(len(text) * start)
         self.raw = text[:i] + "\0" * length + text[i + length :]
 
+    def lose_last_write(self, container_id: str, ifname: str) -> str:
+        """The disk lacks its last save, the one that recorded the attachment's assignment
+        (``add-cut`` without ``written``): the file as the save before left it. Returns what was
+        done: ``lost``, or why nothing (no such save last: ``not-last``)."""
+        if self.raw is not None or self.data is None or len(self.history) < 2:
+            return "no-earlier-save"
+
+        def names(data: dict[str, Any]) -> bool:
+            return any(
+                a.get("container_id") == container_id and a.get("ifname", ifname) == ifname
+                for e in data.get("enis", [])
+                for a in e.get("addrs", [])
+            )
+
+        if self.history[-1] is not self.data or not names(self.data) or names(self.history[-2]):
+            return "not-last"
+        self.history.pop()
+        self.data = copy.deepcopy(self.history[-1])
+        self.w.version += 1
+        return "lost"
+
     def damage_parsing(self, variant: str, pick: float) -> str:
         """Damage the file so that it still parses and validates (``variant``, ``pick`` 0-1
         choosing the pod or the save); returns what was done (``variant``, or why nothing)."""
@@ -461,7 +482,9 @@ class SimPods:
     veth pair (``veth_of``; its namespace side carries the pod's address while the pair exists:
     ``wired``), the ``/32`` routes in main (``routes``) and the pod rules at priority 512
     (``rules``), each of which can go on its own (:meth:`disturb`), and links of another CNI
-    (``foreign``). ``prefix`` is the veth prefix of the agent now running on the node."""
+    (``foreign``). ``prefix`` is the veth prefix of the agent now running on the node. An ADD
+    whose agent was killed in its set-up (``cut``, ``add-cut``) leaves a veth with no route and no
+    rule; set-up again, the pair is reused (as ``setup_pod`` reuses a half-made one)."""
 
     def __init__(self, w: NodeWorld, node: str) -> None:
         self.w, self.node = w, node
@@ -477,6 +500,17 @@ class SimPods:
         """Addresses with a ``to <ip> lookup main`` rule at priority 512."""
         self.foreign: set[str] = set()
         """Veths of another CNI (a Multus ``ptp`` network's host side)."""
+        self.cut: Callable[[str, str], None] | None = None
+        """Armed (``add-cut``): the next set-up of an attachment with no veth makes its veth pair
+        (its pod side with the address if ``cut_addressed``), then calls this with the attachment
+        (container, interface), which kills the agent (raises :class:`~simulation.base.AgentKilled`):
+        a veth with no route or rule."""
+        self.cut_addressed = False
+        self.moved: set[str] = set()
+        """Veths whose pod's interface a set-up moved off another address (its pair kept): the
+        running pod had that one (review 22, R1: the agent keeps a start's hold for such a veth).
+        Not a pair a cut ADD left (``half_made``): no pod ran with what it carried."""
+        self.half_made: set[str] = set()
 
     # the node's namespaces
     def ns_id(self, netns: str) -> tuple[int, int] | None:
@@ -527,6 +561,18 @@ class SimPods:
         # as node_agent/hostnet.py::setup_pod: the veth pair (its host side named after the
         # attachment under this agent's prefix), the /32 route via it, the pod rule
         veth = host_veth_name(container_id, ifname, self.prefix)
+        if self.cut is not None and (container_id, ifname) not in self.veth_of:
+            # ``add-cut``: the agent killed between the pair's making and the host's route (no
+            # route, no rule; the pod's interface with its address if ``cut_addressed``)
+            cut, self.cut = self.cut, None
+            self.veth_of[(container_id, ifname)] = veth
+            self.half_made.add(veth)
+            if self.cut_addressed:
+                self.wired[(container_id, ifname)] = ip
+            cut(container_id, ifname)
+        if self.wired.get((container_id, ifname), ip) != ip and veth not in self.half_made:
+            self.moved.add(veth)
+        self.half_made.discard(veth)
         self.wired[(container_id, ifname)] = ip
         self.veth_of[(container_id, ifname)] = veth
         self.routes[ip] = veth
@@ -544,6 +590,8 @@ class SimPods:
         self.wired.pop(key, None)
         veth = self.veth_of.pop(key, None)
         if veth is not None:
+            self.moved.discard(veth)
+            self.half_made.discard(veth)
             self.routes = {a: link for a, link in self.routes.items() if link != veth}
         if ip:
             self.rules.discard(ip)
@@ -787,6 +835,7 @@ class SimAgent:
         self.alive = False
         self.kill_point = None
         self.cp.armed = False
+        self.pods.cut = None
         self.last_crash = why
         self.w.fault("agent-crash:" + why)
         self.w.loop.call_later(RESTART_BACKOFF_S, self.restart)
@@ -800,6 +849,7 @@ class SimAgent:
             return
         self.alive = False
         self.kill_point = None
+        self.pods.cut = None
         self.cp.armed = False
         self.w.fault("agent-kill:" + why)
 

@@ -93,6 +93,8 @@ FAULT_KINDS = (
     "launch-pool",
     # issue 21: the host's pod wiring changed under the agent (:func:`_host_wiring`)
     "host-wiring",
+    # the agent killed in an ADD, between the pod's veth and its route (:func:`_add_cut`)
+    "add-cut",
 )
 """Every kind of fault the schedule can hold."""
 EVENT_KINDS = ("pods-add", "pods-del", "churn", *FAULT_KINDS)
@@ -148,6 +150,10 @@ HOST_WIRING_THEN = ("none", "restart", "checkpoint-lost", "old-copy")
 HOST_KINDS = ("host-wiring",)
 """Issue 21's host wiring (:func:`_host_wiring`): drawn from its own generator and listed after
 every other event, so leaving it out gives a seed the run it drew before it existed."""
+CUT_KINDS = ("add-cut",)
+"""The agent killed in an ADD between the pod's veth and its route (:func:`_add_cut`): drawn from its
+own generator and listed after every other event (host-wiring's too), so leaving it out gives a
+seed the run it drew before it existed."""
 LATE_KINDS = ("cni-readd",)
 """Kinds added after the shrunk replays the tests and docs name (:func:`_late_kinds`): each from a
 generator of its own, listed after every other event of the schedule."""
@@ -296,6 +302,8 @@ def draw(seed: int) -> SeedPlan:
     ev += _stale_churn(seed, ev)
     # Added after that: listed last, for the same reason
     ev += _host_wiring(seed, names)
+    # Added after that: listed last, for the same reason
+    ev += _add_cut(seed, names)
     return SeedPlan(seed, nodes, prefix_mode, warm_ip, minimum_ip, quota_fraction, tuple(ev))
 
 
@@ -511,6 +519,35 @@ def _host_wiring(seed: int, names: list[str]) -> list[Event]:
                 pick=round(r.random(), 3),
             )
         )
+    return sorted(ev, key=lambda e: (e.at, e.kind))
+
+
+def _add_cut(seed: int, names: list[str]) -> list[Event]:
+    """``add-cut`` (one seed in four, from its own generator ``dst/<seed>/add-cut``): once or twice
+    from 30 s on, a node's agent is killed in the middle of an ADD, after the pod's veth pair is made
+    and before its ``/32`` route and pod rule, with the assignment on disk (``written``, as the agent
+    orders it) or not (half each), the pod's interface with its address or not (``addressed``, half
+    each, from a generator of its own: ``dst/<seed>/add-cut/addressed``); it starts again 0.5-30 s
+    later (as ``agent-kill``'s restarts) and the runtime retries that ADD, the same container, with
+    no DEL between (the integration test ``test_kill_9_mid_add_loses_and_doubles_nothing``'s
+    deadlock: the start held every free address for the routeless veth, and only the pod's DEL
+    lifted it, until the retried ADD read what the pod's interface carries:
+    ``CniService._known_again``)."""
+    r = random.Random(f"dst/{seed}/add-cut")
+    if r.random() >= 0.25:
+        return []
+    # whether the pod's interface has its address yet, from a generator of its own (added later)
+    addr = random.Random(f"dst/{seed}/add-cut/addressed")
+    ev: list[Event] = [
+        k.AddCut(
+            at=round(r.uniform(30, SPAN_S), 1),
+            node=r.choice(names),
+            written=r.random() < 0.5,
+            down=round(r.uniform(0.5, 30), 1),
+            addressed=addr.random() < 0.5,
+        )
+        for _ in range(r.choice((1, 1, 2)))
+    ]
     return sorted(ev, key=lambda e: (e.at, e.kind))
 
 

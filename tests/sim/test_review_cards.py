@@ -134,14 +134,19 @@ def test_readd_is_drawn_from_a_generator_of_its_own_and_listed_last() -> None:
     for s in range(60):
         p = draw(s)
         without = plan_for(
-            s, without=frozenset({"cni-readd", "stale-churn", "host-wiring", *BURST_KINDS, *LAUNCH_KINDS}) | ONE_SUBNET
+            s,
+            without=frozenset({"cni-readd", "stale-churn", "host-wiring", "add-cut", *BURST_KINDS, *LAUNCH_KINDS})
+            | ONE_SUBNET,
         )
         n = len(without.events)
         assert list(p.events[:n]) == list(without.events)
         # then the re-ADDs, then issue 24's subnet worlds and issue 25's bursts (listed after them),
         # then issue 25's launch pools, then describe-stale's churn, then issue 21's host wiring
-        # (listed last: simulation.schedule.HOST_KINDS)
+        # (simulation.schedule.HOST_KINDS), then the agent killed mid-ADD (listed last:
+        # simulation.schedule.CUT_KINDS)
         kinds = [e.kind for e in p.events[n:]]
+        while kinds and kinds[-1] == "add-cut":
+            kinds.pop()
         while kinds and kinds[-1] == "host-wiring":
             kinds.pop()
         if kinds and kinds[-1] == "stale-churn":

@@ -29,11 +29,15 @@ from simulation.checks import held_for_routeless_pods
 VETH = host_veth_name("pod1", "eth0")
 
 
-def _agent(meta: dict[str, Any], running: list[str]) -> Any:
-    """A node whose runtime runs ``running`` (container ids, interface ``eth0``)."""
+def _agent(
+    meta: dict[str, Any], running: list[str], *, adding: tuple[str, ...] = (), routes: dict[str, str] | None = None
+) -> Any:
+    """A node whose runtime runs ``running`` and ADDs ``adding`` (container ids, interface ``eth0``),
+    whose host routes ``routes`` (address -> link; none by default)."""
     return SimpleNamespace(
         ds=SimpleNamespace(meta=meta),
-        rt=SimpleNamespace(up=dict.fromkeys(running, "10.0.0.9"), adding={}, deleting={}),
+        rt=SimpleNamespace(up=dict.fromkeys(running, "10.0.0.9"), adding=dict.fromkeys(adding), deleting={}),
+        pods=SimpleNamespace(routes=routes or {}, moved=set()),
         veth_prefix="eni",
     )
 
@@ -54,3 +58,17 @@ def test_a_reason_without_the_hold_of_every_address_is_not_exempt() -> None:
         "no hold of every address (an unrouted holder of one address at most): the rest of the pool is free, "
         "and a node that does not settle is not explained by the routeless pod"
     )
+
+
+def test_a_reason_veth_routed_since_is_not_exempt() -> None:
+    """E1's first half, for a pod that runs on: its veth routed since its start's hold (the ADD the
+    runtime retried after the agent was killed in it, ``add-cut``), its namespace carries the address
+    that ADD recorded alone; the hold stands for no unknown address."""
+    routed = {"10.0.0.9": VETH}
+    assert not held_for_routeless_pods(_agent({HOLD_REASON_META: [VETH], HELD_ALL_META: 1.0}, ["pod1"], routes=routed))
+
+
+def test_a_reason_veth_whose_add_the_runtime_retries_is_not_exempt() -> None:
+    """No pod runs there before an ADD is answered, whose set-up gives it its recorded address alone:
+    the node's other pods waiting meanwhile are not explained by it (``add-cut``)."""
+    assert not held_for_routeless_pods(_agent({HOLD_REASON_META: [VETH], HELD_ALL_META: 1.0}, [], adding=("pod1",)))
