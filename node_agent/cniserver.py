@@ -672,6 +672,13 @@ class CniService:
                     self.ds.release(rec.container_id, rec.ifname, self.clock.now())
                 except CheckpointWriteError:
                     pass  # released in memory, not on disk: the flush below fails the GC
+                # As its DEL would: what a start held for the attachment's veth ends (review 23,
+                # G2: a cut ADD's record GCed, its veth left in the hold's reason for good)
+                holder = host_veth_name(rec.container_id, rec.ifname, self.veth_prefix)
+                try:
+                    self._end_holds_of(rec.container_id, rec.ifname, holder, self.clock.now())
+                except CheckpointWriteError:
+                    self._holds_unwritten = True  # in memory; the flush below fails the GC
                 released += 1
                 log.info("GC: %s %s not listed by the runtime; %s released", rec.container_id[:12], rec.ifname, rec.ip)
         self.stats.gc_released += released

@@ -198,27 +198,6 @@ def after_event(w: ChecksWorld) -> None:
         _state(w, live)
     _books(w)
     withheld_releases(w, live)
-    held_releases(w, live)
-
-
-def held_releases(w: ChecksWorld, live: list[SimAgent]) -> None:
-    """An address EC2 took while a start's hold of every address held it (``?``,
-    ``SimWorld.check_release``) must never be free in the node's agent afterwards: the hold's end
-    offers it as of unknown origin (quarantined), and a read that no longer lists it drops it."""
-    for a in live:
-        if not a.released_held or not a.alive:
-            continue
-        known = {ip: addr for e in a.ds.enis() for ip, addr in e.addrs.items()}
-        for ip in sorted(a.released_held):
-            addr = known.get(ip)
-            if addr is None:
-                a.released_held.discard(ip)  # dropped: nothing left to watch
-            elif not addr.in_use and addr.quarantined_at is None:
-                w.violation(
-                    "released-not-offered",
-                    f"EC2 took {addr.prefix or ip} from {a.name} while a start's hold of every address "
-                    "held it, and the agent has it free now (taken back into the pool)",
-                )
 
 
 def withheld_releases(w: ChecksWorld, live: list[SimAgent]) -> None:

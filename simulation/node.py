@@ -711,10 +711,6 @@ class SimAgent:
         self.lean_since = float("-inf")
         """When (world time) a result last made this node's agent lean (``scarce``, not lean before):
         its warm surplus is offered only after the agent's release delay (the ``not-settled`` check)."""
-        self.released_held: set[str] = set()
-        """Addresses EC2 took from the node while a start's hold of every address held them (by
-        ``?``: never handed out; :meth:`simulation.world.SimWorld.check_release`); none may be free
-        in the agent later (:func:`simulation.checks.held_releases`)."""
         self.released_withheld: set[str] = set()
         """Free addresses EC2 took from the node while its agent withheld its pool, a restored
         checkpoint awaiting the allocator's word (:meth:`simulation.world.SimWorld.check_release`)."""

@@ -50,7 +50,6 @@ from emulated.lambda_runtime import LambdaCrash
 from emulated.memstores import MemFlips
 from emulated.sqs import FastSqs
 from functions.allocator import Record
-from node_agent.records import UNKNOWN_HOLDER
 from simulation import checks, events, hostile, subnets
 from simulation import kinds as k
 from simulation.base import (
@@ -577,12 +576,6 @@ class SimWorld:
                 if hit and addr.quarantined_at is None and a.ds.withheld and not addr.in_use:
                     a.released_withheld.add(ip)
                     self.fault("released-while-withheld")
-                elif hit and addr.quarantined_at is None and addr.recovered == UNKNOWN_HOLDER and not addr.container_id:
-                    # held by a start's hold of every address (offered ones too: review 15, Q1),
-                    # never handed out; its end offers it as of unknown origin, never frees it
-                    # (the simulation's seed 1509: an offer answered after a start that held it)
-                    a.released_held.add(ip)
-                    self.fault("released-while-held-unknown")
                 elif hit and addr.quarantined_at is None:
                     self.violation(
                         "released-not-offered",

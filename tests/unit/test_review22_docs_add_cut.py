@@ -11,8 +11,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
 from simulation import schedule
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,11 +31,6 @@ def _drawn() -> set[str]:
     return names
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 22, R4: docs/safety.md's 'An ADD cut half-way' names a simulation kind `add-cut` the "
-    "simulation does not draw",
-)
 def test_the_simulation_kinds_the_half_way_section_names_exist() -> None:
     section = _section((ROOT / "docs" / "safety.md").read_text(), "**An ADD cut half-way (stop 47).**")
     named = set(re.findall(r"the simulation's `([a-z0-9-]+)` kind", section))

@@ -23,8 +23,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from node_agent.datastore import HOLD_REASON
 from node_agent.hostnet import host_veth_name
 from tests.helpers.agent_world import cni_add
@@ -44,11 +42,6 @@ def _gc(agent: Any, valid: list[str]) -> dict[str, Any]:
     return agent.cni.handle({"command": "GC", "config": conf})  # type: ignore[no-any-return]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 23 G2 (liveness): CNI GC releases a record whose veth stands in a start's hold reason but "
-    "leaves the veth there; the hold of every free address never ends",
-)
 def test_the_gc_of_a_cut_add_s_record_ends_the_hold_made_for_its_veth(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()
