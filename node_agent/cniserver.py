@@ -338,9 +338,8 @@ class CniService:
         earlier, _ = self._held(cid, ifname)  # returned by an earlier ADD (or found by a rebuild)
         started = self.clock.now()
         holder = host_veth_name(cid, ifname, self.veth_prefix)  # a rebuild may have found this pod's address
-        reason = self.ds.meta.get(HOLD_REASON)
         # a start's hold stands for this attachment's veth: what its pod's interface carries
-        carried = self._carried(netns, ifname, cid) if isinstance(reason, list) and holder in reason else None
+        carried = self._carried(netns, ifname, cid) if self._in_reason(holder) else None
         if earlier is None and carried is not None:
             earlier = self._known_again(cid, ifname, holder, carried, started)
         network = _network_name(conf)
@@ -480,6 +479,11 @@ class CniService:
                 reason="checkpoint-write",
             ) from exc
 
+    def _in_reason(self, holder: str) -> bool:
+        """Whether a start's hold reason (:data:`HOLD_REASON`) names the veth ``holder``."""
+        reason = self.ds.meta.get(HOLD_REASON)
+        return isinstance(reason, list) and holder in reason
+
     def _carried(self, netns: str, ifname: str, cid: str) -> list[str] | None:
         """The IPv4 addresses the pod's interface carries when it is the peer of this prefix's veth
         of the attachment (:meth:`PodNetwork.carried`); None when there is no such pair or the
@@ -526,13 +530,12 @@ class CniService:
         no more and the veth leaves the reason. The retried ADD of a pod whose record the copy
         had, its veth left with no route (an agent killed between the veth and the route), ended
         the hold only at the pod's DEL, every free address held meanwhile."""
-        reason = self.ds.meta.get(HOLD_REASON)
-        if not isinstance(reason, list) or holder not in reason:
+        if not self._in_reason(holder):
             return
         try:
-            with self.ds.batch():
-                reason = self.ds.meta.get(HOLD_REASON)
-                if isinstance(reason, list) and holder in reason:
+            with self.ds.batch():  # read again under the datastore's lock
+                if self._in_reason(holder):
+                    reason = self.ds.meta[HOLD_REASON]
                     self.ds.set_meta(HOLD_REASON, [link for link in reason if link != holder])
         except CheckpointWriteError:
             # Memory holds it; written by this ADD's flush or the next write, and until then a DEL

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from node_agent.hostnet import HostWiring, PodNet, host_veth_name
+from node_agent.netlink import NetlinkFailure
 from tests.helpers.agent_world import WiredPods, cni, cni_add, give
 from tests.helpers.first_start import Node, add_until, grant
 from tests.helpers.restore import restore_answer
@@ -172,3 +173,37 @@ def assert_not_given(n: Node, agent: Any, ip: str, carrier: str, why: str) -> No
     offered, others = offers_and_adds(n, agent)
     assert n.pods.holders(ip) == [(carrier, "eth0")], f"setup: {carrier} still carries {ip}"  # type: ignore[attr-defined]
     assert ip not in offered and ip not in others, f"{ip}: {carrier} carries it; {why} (new pods: {others})"
+
+
+class FailingPods(KernelPods):
+    """:class:`KernelPods` whose set-up of the attachments in ``half`` stops after the veth pair and
+    the pod's address (its host route fails), and whose teardown of those in ``stuck`` fails before
+    anything is removed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.half: set[str] = set()
+        self.stuck: set[str] = set()
+
+    def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet:
+        if container_id in self.half:
+            self.veth_of[(container_id, ifname)] = host_veth_name(container_id, ifname, self.made_with)
+            self.wired[(container_id, ifname)] = ip
+            raise NetlinkFailure(105, "route add: No buffer space available")
+        return super().setup(netns, ifname, container_id, ip, table, mtu)
+
+    def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
+        if container_id in self.stuck:
+            raise NetlinkFailure(105, "link del: No buffer space available")
+        super().teardown(container_id, ifname, ip)
+
+
+def runtime_gc(agent: Any, valid: list[str]) -> dict[str, Any]:
+    """A CNI GC of the ``warmpool`` network listing ``valid`` (their ``eth0``) as the runtime's."""
+    conf = {
+        "cniVersion": "1.1.0",
+        "name": "warmpool",
+        "type": "warmpool-cni",
+        "cni.dev/valid-attachments": [{"containerID": c, "ifname": "eth0"} for c in valid],
+    }
+    return agent.cni.handle({"command": "GC", "config": conf})  # type: ignore[no-any-return]

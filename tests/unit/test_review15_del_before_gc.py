@@ -28,19 +28,9 @@ import pytest
 
 from tests.helpers.agent_world import cni
 from tests.helpers.first_start import Node, add_until
-from tests.helpers.kernel_pods import KernelPods, answered_start, assert_not_given, copy_then_deleted
+from tests.helpers.kernel_pods import KernelPods, answered_start, assert_not_given, copy_then_deleted, runtime_gc
 
 X = "10.0.0.50"
-
-
-def _gc(agent: Any, valid: list[str]) -> dict[str, Any]:
-    conf = {
-        "cniVersion": "1.1.0",
-        "name": "warmpool",
-        "type": "warmpool-cni",
-        "cni.dev/valid-attachments": [{"containerID": c, "ifname": "eth0"} for c in valid],
-    }
-    return agent.cni.handle({"command": "GC", "config": conf})  # type: ignore[no-any-return]
 
 
 def _holder(agent: Any) -> str | None:
@@ -81,7 +71,7 @@ def test_x_returns_once_both_the_running_pod_and_the_copys_record_are_gone(tmp_p
         assert cni(agent, "DEL", "run", prev_ip=X)["ok"]  # run ends; libcni passes its cached result
         assert host.holders(X) == [], "setup: no pod carries X any more"
         if runtime == "gc-after-the-del":
-            assert _gc(agent, [])["ok"]  # the runtime lists neither
+            assert runtime_gc(agent, [])["ok"]  # the runtime lists neither
         else:
             agent = answered_start(n, True)  # a later restart, on the node's own checkpoint
         for _ in range(4):
@@ -117,5 +107,5 @@ def test_an_older_attachments_del_sent_again_leaves_the_doubtful_records_hold(no
     agent = answered_start(node, True, tmp_path / "backup")
     node.step(61)
     assert cni(agent, "DEL", "q", prev_ip=X)["ok"]  # the runtime's retry
-    assert _gc(agent, ["run"])["ok"]  # old is no attachment of the runtime's
+    assert runtime_gc(agent, ["run"])["ok"]  # old is no attachment of the runtime's
     assert_not_given(node, agent, X, "run", "q's DEL sent again let the GC of old free it")

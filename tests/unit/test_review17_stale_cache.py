@@ -16,24 +16,13 @@ the hand-on dropped, and ``old``'s GC frees X while ``run`` carries it."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from tests.helpers.agent_world import cni
 from tests.helpers.first_start import Node, add_until, grant_more
-from tests.helpers.kernel_pods import KernelPods, answered_start, copy_then_deleted, offers_and_adds
+from tests.helpers.kernel_pods import KernelPods, answered_start, copy_then_deleted, offers_and_adds, runtime_gc
 
 X = "10.0.0.50"
 Y = "10.0.0.51"
-
-
-def _gc(agent: Any, valid: list[str]) -> dict[str, Any]:
-    conf = {
-        "cniVersion": "1.1.0",
-        "name": "warmpool",
-        "type": "warmpool-cni",
-        "cni.dev/valid-attachments": [{"containerID": c, "ifname": "eth0"} for c in valid],
-    }
-    return agent.cni.handle({"command": "GC", "config": conf})  # type: ignore[no-any-return]
 
 
 def test_a_readded_attachments_stale_cached_result_does_not_unprotect_the_running_pods_address(tmp_path: Path) -> None:
@@ -54,7 +43,7 @@ def test_a_readded_attachments_stale_cached_result_does_not_unprotect_the_runnin
         n.step(61)  # past the GC's minimum age
         assert agent.ds.held_on_release(X), "setup: old's record is doubtful (O1)"
         assert cni(agent, "DEL", "a", prev_ip=X)["ok"]  # the runtime's DEL for a's failed ADD
-        assert _gc(agent, ["run"])["ok"]  # old is no attachment of the runtime's
+        assert runtime_gc(agent, ["run"])["ok"]  # old is no attachment of the runtime's
         offered, others = offers_and_adds(n, agent)
         assert X not in offered and X not in others, (
             f"{X}: 'run' carries it; a's DEL (its veth on the host, its cached result stale) let old's GC free it"

@@ -23,36 +23,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from node_agent.hostnet import PodNet, host_veth_name
-from node_agent.netlink import NetlinkFailure
+from node_agent.hostnet import host_veth_name
 from tests.helpers.agent_world import cni, cni_add
 from tests.helpers.first_start import Node, add_until, grant_more, pod_on_fresh_address
-from tests.helpers.kernel_pods import KernelPods
+from tests.helpers.kernel_pods import FailingPods
 
 Y = "10.0.0.51"
-
-
-class FailingPods(KernelPods):
-    """:class:`KernelPods` whose set-up of the attachments in ``half`` stops after the veth pair and
-    the pod's address (its host route fails), and whose teardown of those in ``stuck`` fails before
-    anything is removed."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.half: set[str] = set()
-        self.stuck: set[str] = set()
-
-    def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet:
-        if container_id in self.half:
-            self.veth_of[(container_id, ifname)] = host_veth_name(container_id, ifname, self.made_with)
-            self.wired[(container_id, ifname)] = ip
-            raise NetlinkFailure(105, "route add: No buffer space available")
-        return super().setup(netns, ifname, container_id, ip, table, mtu)
-
-    def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
-        if container_id in self.stuck:
-            raise NetlinkFailure(105, "link del: No buffer space available")
-        super().teardown(container_id, ifname, ip)
 
 
 @contextmanager

@@ -25,45 +25,12 @@ from typing import Any
 
 import pytest
 
-from node_agent.hostnet import PodNet, host_veth_name
-from node_agent.netlink import NetlinkFailure
+from node_agent.hostnet import host_veth_name
 from tests.helpers.agent_world import cni_add
 from tests.helpers.first_start import Node, grant_more, pod_on_fresh_address
-from tests.helpers.kernel_pods import KernelPods
+from tests.helpers.kernel_pods import FailingPods, runtime_gc
 
 Y = "10.0.0.51"
-
-
-class FailingPods(KernelPods):
-    """:class:`KernelPods` whose set-up of ``half`` stops after the veth pair and the pod's address
-    (its host route fails), and whose teardown of ``stuck`` fails before anything is removed."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.half: set[str] = set()
-        self.stuck: set[str] = set()
-
-    def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet:
-        if container_id in self.half:
-            self.veth_of[(container_id, ifname)] = host_veth_name(container_id, ifname, self.made_with)
-            self.wired[(container_id, ifname)] = ip
-            raise NetlinkFailure(105, "route add: No buffer space available")
-        return super().setup(netns, ifname, container_id, ip, table, mtu)
-
-    def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
-        if container_id in self.stuck:
-            raise NetlinkFailure(105, "link del: No buffer space available")
-        super().teardown(container_id, ifname, ip)
-
-
-def _gc(agent: Any, valid: list[str]) -> dict[str, Any]:
-    conf = {
-        "cniVersion": "1.1.0",
-        "name": "warmpool",
-        "type": "warmpool-cni",
-        "cni.dev/valid-attachments": [{"containerID": c, "ifname": "eth0"} for c in valid],
-    }
-    return agent.cni.handle({"command": "GC", "config": conf})  # type: ignore[no-any-return]
 
 
 def _holder(agent: Any, ip: str) -> str | None:
@@ -96,7 +63,7 @@ def test_the_gc_of_an_attachment_whose_failed_add_left_its_address_held_for_its_
         del host.veth_of[("pod2", "eth0")], host.wired[("pod2", "eth0")]
         assert host.holders(Y) == [], "setup: no interface carries Y"
         n.step(61)
-        assert _gc(n.agent, ["pod1"])["ok"]
+        assert runtime_gc(n.agent, ["pod1"])["ok"]
         for _ in range(3):
             n.step(30)
         assert _holder(n.agent, Y) is None, (

@@ -21,25 +21,14 @@ The GC of a record should end what a start held for its veth (as its DEL does)."
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from node_agent.datastore import HOLD_REASON
 from node_agent.hostnet import host_veth_name
 from tests.helpers.agent_world import cni_add
 from tests.helpers.first_start import Node, grant_more, pod_on_fresh_address
-from tests.helpers.kernel_pods import KernelPods, answered_start, offered_within
+from tests.helpers.kernel_pods import KernelPods, answered_start, offered_within, runtime_gc
 
 Y, Z = "10.0.0.51", "10.0.0.52"
-
-
-def _gc(agent: Any, valid: list[str]) -> dict[str, Any]:
-    conf = {
-        "cniVersion": "1.1.0",
-        "name": "warmpool",
-        "type": "warmpool-cni",
-        "cni.dev/valid-attachments": [{"containerID": c, "ifname": "eth0"} for c in valid],
-    }
-    return agent.cni.handle({"command": "GC", "config": conf})  # type: ignore[no-any-return]
 
 
 def test_the_gc_of_a_cut_add_s_record_ends_the_hold_made_for_its_veth(tmp_path: Path) -> None:
@@ -62,7 +51,7 @@ def test_the_gc_of_a_cut_add_s_record_ends_the_hold_made_for_its_veth(tmp_path: 
         del host.veth_of[("pod2", "eth0")]
         host.wired.pop(("pod2", "eth0"), None)
         n.step(61)
-        assert _gc(agent, ["pod1"])["ok"]
+        assert runtime_gc(agent, ["pod1"])["ok"]
         assert agent.ds.lookup("pod2", "eth0") is None, "setup: the GC released pod2's record"
         offered = offered_within(n, 3)
         assert Z in offered and agent.ds.recovered_holder(Z) is None, (
