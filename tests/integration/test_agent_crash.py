@@ -141,7 +141,8 @@ def test_kill_9_mid_add_loses_and_doubles_nothing(tmp_path: Path, moto_endpoint:
             # unknown) until that attachment's retried ADD reads what its pod's interface carries
             # (CniService._known_again): its address given back, or none; the other held
             # addresses are then offered back as of unknown origin and the allocator replaces
-            # them. Anything else failing an ADD fails the test.
+            # them. ADDs killed before their set-up leave records the restart releases into
+            # cooldown: the retries wait that out. Any other failure of an ADD fails the test.
             final: dict[str, str] = {}
             deadline = time.monotonic() + 120
             while True:
@@ -155,12 +156,13 @@ def test_kill_9_mid_add_loses_and_doubles_nothing(tmp_path: Path, moto_endpoint:
                         assert res.get("code") == 11, (res, log.read_text()[-2000:])
                 if len(final) == PODS:
                     break
-                assert "pod veths with no route the checkpoint lacks" in log.read_text(), (
-                    f"ADDs failed with no start's hold to end: {sorted(set(map(str, range(PODS))) - set(final))}",
-                    log.read_text()[-2000:],
-                )
                 assert time.monotonic() < deadline, ("the pods never all got an address", log.read_text()[-2000:])
-                renew_all(sqs, reports, "demo", metrics, imds, [eni0, eni1], timeout=30)
+                if "pod veths with no route the checkpoint lacks" in log.read_text():
+                    renew_all(sqs, reports, "demo", metrics, imds, [eni0, eni1], timeout=30)
+                else:
+                    # the records of ADDs killed before their set-up were released into cooldown
+                    # (IP_COOLDOWN_PERIOD): free again once it has passed
+                    time.sleep(1)
             for cid, res in first.items():
                 assert final[cid] == res["ips"][0]["address"], "an acknowledged address changed"
             assert len(set(final.values())) == PODS, f"an address was handed out twice: {final}"
