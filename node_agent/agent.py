@@ -34,7 +34,7 @@ from node_agent.checkpoint import CheckpointError, CheckpointWriteError, FileChe
 from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods, PodNetwork, RecordedPods
 from node_agent.config import AgentConfig, ConfigError, load
 from node_agent.controller import HELD_ALL_META, AttachedEni, HostNetwork, PoolController
-from node_agent.datastore import HOLD_ON_RELEASE, HOLD_REASON, Datastore
+from node_agent.datastore import HELD_OFFERS, HOLD_ON_RELEASE, HOLD_REASON, Datastore
 from node_agent.hostnet import HostWiring, host_veth_name, veth_shaped, veths_of
 from node_agent.identity import CachedIdentity
 from node_agent.imds import Identity, ImdsClient
@@ -285,7 +285,7 @@ def hold_doubtful(ds: Datastore, wiring: HostWiring, now: float, veth_prefix: st
         if unnamed:
             # offered ones too: handed back after the copy, a pod the copy lacks may carry one (review 15, Q1)
             before = ds.meta.get(HOLD_REASON_META)
-            n = ds.hold_all(now)
+            n = ds.hold_all(now)  # the offered ones noted: their offer stands (HELD_OFFERS, seed 1509)
             ds.set_meta(HELD_ALL_META, now)
             # its reason in the same write (review 19, U1: a crash between), with what the copy
             # noted, or UNNOTED for a copy's hold that noted none (review 20, U2: overwritten, an
@@ -381,6 +381,8 @@ def lift_unfounded_holds(ds: Datastore, controller: PoolController, now: float) 
             ds.set_meta(HOLD_ON_RELEASE, keep or None)
         if ds.meta.get(HELD_ALL_META) is not None:
             ds.set_meta(HELD_ALL_META, None)  # first: the release offers, no longer holds
+        if ds.meta.get(HELD_OFFERS) is not None:
+            ds.set_meta(HELD_OFFERS, None)  # let go, they are offered again (as of unknown origin)
         ds.set_meta(HOLD_REASON_META, None)
         freed = controller.release_unknown_holders(now, (UNKNOWN_HOLDER, UNROUTED_HOLDER))
     log.warning(
@@ -807,6 +809,7 @@ class Agent:
         try:
             with self.ds.batch():
                 self.ds.set_meta(HELD_ALL_META, None)  # first: the release offers, no longer holds
+                self.ds.set_meta(HELD_OFFERS, None)
                 freed = self.controller.release_unknown_holders(now)
         except CheckpointWriteError as exc:
             # Memory holds the change (offered as unknown, never free), the disk still the `?`

@@ -26,8 +26,8 @@ from node_agent.checkpoint import CheckpointWriteError
 from node_agent.claims import ParkedClaims
 from node_agent.config import Timing
 from node_agent.controller_stats import ControllerStats
-from node_agent.datastore import UNKNOWN_ON_RELEASE, Datastore
-from node_agent.records import UNKNOWN_HOLDER, Assignment, EniInfo, NodeIdentity
+from node_agent.datastore import HELD_OFFERS, UNKNOWN_ON_RELEASE, Datastore
+from node_agent.records import UNKNOWN_HOLDER, Addr, Assignment, EniInfo, NodeIdentity
 from node_agent.report import build_report
 from warmpool import messages
 from warmpool.limits import InstanceLimits, pod_ceiling
@@ -1591,16 +1591,39 @@ class PoolController:
                 action.eni_id,
             )
             notes.append(f"{action.eni_id}: released by EC2 while pods hold {held}")
+        answered = self._held_on(action.eni_id, rel_ips, rel_pfx, offers=True)
+        if answered:
+            self.stats.held_offers_taken += len(answered)
+            log.info(
+                "EC2 unassigned %s from %s: offered before a start held every address, the offer answered",
+                answered,
+                action.eni_id,
+            )
+            notes.append(f"{action.eni_id}: an offer a start held answered: {answered}")
         return notes
 
-    def _held_on(self, eni_id: str, ips: list[str], prefixes: list[str]) -> list[str]:
-        """Which of these addresses and prefixes pods still hold on ``eni_id``."""
+    def _held_on(self, eni_id: str, ips: list[str], prefixes: list[str], *, offers: bool = False) -> list[str]:
+        """Which of these addresses and prefixes pods still hold on ``eni_id``. With ``offers``,
+        which of them a start's hold of every address took while on offer instead
+        (:data:`node_agent.datastore.HELD_OFFERS`: held by ``?`` alone, the offer standing)."""
         eni = next((e for e in self.ds.enis() if e.info.eni_id == eni_id), None)
         if eni is None:
             return []
-        held = [ip for ip in ips if ip in eni.addrs and eni.addrs[ip].in_use]
+        kept = set(self.ds.meta.get(HELD_OFFERS) or ())
+
+        def offer_held(a: Addr) -> bool:
+            return a.recovered == UNKNOWN_HOLDER and not a.container_id and a.ip in kept
+
+        def pods_hold(a: Addr) -> bool:
+            return a.in_use and not offer_held(a)
+
+        hit = offer_held if offers else pods_hold
+        held = [ip for ip in ips if ip in eni.addrs and hit(eni.addrs[ip])]
         members = eni.by_prefix() if prefixes else {}
-        held += [p for p in prefixes if any(a.in_use for a in members.get(p, ()))]
+        if offers:
+            held += [p for p in prefixes if members.get(p) and all(hit(a) for a in members[p])]
+        else:
+            held += [p for p in prefixes if any(hit(a) for a in members.get(p, ()))]
         return held
 
     def _view(self, now: float) -> dict[str, AttachedEni] | None:

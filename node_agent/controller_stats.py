@@ -39,6 +39,9 @@ class ControllerStats:
     addresses_released: int = 0
     addresses_reclaimed: int = 0
     released_in_use: int = 0
+    held_offers_taken: int = 0
+    """Unassigned by EC2 while a start's hold of every address held them, their offer standing
+    (``node_agent.datastore.HELD_OFFERS``): expected, not counted as ``released_in_use``."""
     released_without_result: int = 0
     stale_releases: int = 0
     stale_claims: int = 0

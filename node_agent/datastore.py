@@ -55,6 +55,7 @@ from node_agent.records import (
     EniRecord,
     PodRecord,
 )
+from node_agent.recovery import HELD_OFFERS as HELD_OFFERS
 from node_agent.recovery import RecoveredHolders
 
 

@@ -18,8 +18,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from node_agent.records import UNKNOWN_HOLDER, Addr, Assignment, EniRecord, RecoveredHolder
+
+HELD_OFFERS = "held_offers"
+"""Meta key: the addresses a start's hold of every address (:meth:`RecoveredHolders.hold_all`) took
+while they were on offer: a restored copy's quarantined ones (``node_agent.agent.hold_doubtful``;
+review 15, Q1), or after a rebuild every free one, offered as of unknown origin a moment before
+(``PoolController._forget_offers``). The hold keeps them from pods and from new offers; the offer
+the process before may have made stands, and the allocator may answer it by unassigning them:
+expected, no second holder (``PoolController._apply_release``; the simulation's seed 1509). Cleared
+when the hold ends (``node_agent.agent.lift_unfounded_holds``)."""
 
 
 class RecoveredHolders:
@@ -32,6 +42,7 @@ class RecoveredHolders:
     _recovered: dict[str, tuple[str, float]]
     """Address -> (recovered holder, since); checkpointed, attached or not."""
     changed: threading.Event
+    meta: dict[str, Any]
 
     def _save(self) -> None:
         raise NotImplementedError
@@ -68,9 +79,17 @@ class RecoveredHolders:
     def hold_all(self, now: float) -> int:
         """Every attached address no pod holds becomes held by :data:`UNKNOWN_HOLDER`; returns how many.
 
-        The rebuild's answer when the host cannot say which addresses pods use.
+        The rebuild's answer when the host cannot say which addresses pods use. Those on offer
+        are noted (:data:`HELD_OFFERS`, with any noted before): their offer stands.
         """
-        return self._hold_unknown_where(lambda a: True, now)
+        with self._lock:
+            addrs = [a for e in self._enis.values() for a in e.addrs.values()]
+            offered = {a.ip for a in addrs if not a.in_use and a.quarantined_at is not None}
+            n = self._hold_unknown_where(lambda a: True, now)
+            if offered:
+                self.meta[HELD_OFFERS] = sorted(offered | set(self.meta.get(HELD_OFFERS) or ()))
+                self._save()
+            return n
 
     def hold_unknown(self, keys: set[str], now: float) -> int:
         """:meth:`hold_all` for ``keys`` alone (addresses, or /28s: each member); returns how many."""

@@ -50,6 +50,8 @@ from emulated.lambda_runtime import LambdaCrash
 from emulated.memstores import MemFlips
 from emulated.sqs import FastSqs
 from functions.allocator import Record
+from node_agent.datastore import HELD_OFFERS
+from node_agent.records import UNKNOWN_HOLDER
 from simulation import checks, events, hostile, subnets
 from simulation import kinds as k
 from simulation.base import (
@@ -570,12 +572,18 @@ class SimWorld:
                 self.violation("released-in-use", f"the allocator unassigns {ip} from {node} while pod {cid} holds it")
         if not a.alive:
             return
+        held_offers = set(a.ds.meta.get(HELD_OFFERS) or ())
         for e in a.ds.enis():
             for ip, addr in e.addrs.items():
                 hit = ip in ips or (addr.prefix is not None and addr.prefix in prefixes)
                 if hit and addr.quarantined_at is None and a.ds.withheld and not addr.in_use:
                     a.released_withheld.add(ip)
                     self.fault("released-while-withheld")
+                elif hit and ip in held_offers and addr.recovered == UNKNOWN_HOLDER and not addr.container_id:
+                    # on offer, then held by a start's hold of every address (review 15, Q1): the
+                    # offer stands, and the agent says so (seed 1509); a pod carrying it is
+                    # released-in-use above
+                    self.fault("released-held-offer")
                 elif hit and addr.quarantined_at is None:
                     self.violation(
                         "released-not-offered",

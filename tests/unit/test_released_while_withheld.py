@@ -15,7 +15,6 @@ wait ends: still free then, it is the precursor the check is for."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,25 +22,12 @@ import pytest
 from node_agent.datastore import Datastore
 from node_agent.records import EniInfo
 from simulation.checks import withheld_releases
-from simulation.world import SimWorld
+from tests.helpers.release_check import ENI, Violation, check_world, unassign
 
-ENI = "eni-1"
 IP = "10.0.0.18"
 
 
-class Violation(Exception):
-    pass
-
-
-def _world(ds: Datastore) -> Any:
-    agent = SimpleNamespace(
-        name="n0", gone=False, alive=True, ds=ds, rt=SimpleNamespace(up={}), released_withheld=set()
-    )
-
-    def violation(invariant: str, detail: str) -> None:
-        raise Violation(f"{invariant}: {detail}")
-
-    return SimpleNamespace(agents={"n0": agent}, violation=violation, fault=lambda kind: None)
+_world = check_world
 
 
 def _ds(*, withheld: bool) -> Datastore:
@@ -53,7 +39,7 @@ def _ds(*, withheld: bool) -> Datastore:
 
 
 def _unassign(w: Any) -> None:
-    SimWorld.check_release(w, "n0", {"NetworkInterfaceId": ENI, "PrivateIpAddresses": [IP]})
+    unassign(w, IP)
 
 
 def test_an_address_unassigned_while_a_restore_withholds_the_pool_is_no_finding_yet() -> None:

@@ -1,0 +1,111 @@
+"""Seed 1509's class (``warmpool sim --seed 1509 --keep 0,3,23,25``; also 9608, 9892): an
+address on offer when a start holds every address (a restored copy's quarantined one, review 15,
+Q1; or, after a rebuild, one offered as of unknown origin a moment before) is held by ``?``, and
+the offer the process before made stands: the allocator may still answer it by unassigning the
+address. Before, the agent logged that as "two holders possible" and the simulation's check
+called it ``released-not-offered``. Now the hold notes which addresses it took from the offers
+(``node_agent.recovery.HELD_OFFERS``), the agent counts their Unassign as an answered offer, and
+an Unassign of any other ``?``-held address is still the alarm and the check's finding
+(``tests/unit/test_released_while_withheld.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from node_agent.agent import HOLD_REASON_META, lift_unfounded_holds
+from node_agent.controller import AttachedEni
+from node_agent.datastore import HELD_OFFERS, Datastore
+from node_agent.records import UNKNOWN_HOLDER, EniInfo
+from tests.helpers.controller import PRIMARY, FakeImds, make, one, result
+from tests.helpers.release_check import Violation, check_world, unassign
+from warmpool.pool import PoolConfig
+
+E = PRIMARY.eni_id
+FREE, OFFERED, POD = "10.0.0.11", "10.0.0.12", "10.0.0.13"
+
+
+def test_a_hold_of_every_address_notes_the_offered_ones_only() -> None:
+    ds = Datastore()
+    ds.add_eni(EniInfo("eni-1", 1, "0e:00:00:00:00:01", "10.0.0.10", "subnet-1", "10.0.0.0/24"), 0.0)
+    ds.add_addresses("eni-1", [FREE, OFFERED])
+    ds.quarantine("eni-1", [OFFERED], [], 2.0)
+    pod = ds.assign("pod", "eth0", "ns", 1.0)
+    assert pod is not None and pod.ip == FREE
+    ds.add_addresses("eni-1", [POD])  # free
+    assert ds.hold_all(3.0) == 2  # OFFERED and POD, not the pod's
+    assert ds.meta.get(HELD_OFFERS) == [OFFERED]
+    assert ds.recovered_holder(POD) == UNKNOWN_HOLDER and ds.recovered_holder(OFFERED) == UNKNOWN_HOLDER
+    # a second start's hold keeps what the first noted (its copy no longer shows it on offer)
+    ds.add_addresses("eni-1", ["10.0.0.14"])
+    ds.quarantine("eni-1", ["10.0.0.14"], [], 4.0)
+    ds.hold_all(5.0)
+    assert ds.meta.get(HELD_OFFERS) == [OFFERED, "10.0.0.14"]
+
+
+def test_a_hold_with_nothing_on_offer_notes_nothing() -> None:
+    ds = Datastore()
+    ds.add_eni(EniInfo("eni-1", 1, "0e:00:00:00:00:01", "10.0.0.10", "subnet-1", "10.0.0.0/24"), 0.0)
+    ds.add_addresses("eni-1", [FREE, OFFERED])
+    assert ds.hold_all(3.0) == 2
+    assert ds.meta.get(HELD_OFFERS) is None
+
+
+def _held() -> tuple[Datastore, Any, int]:
+    """.11 and .12 on the primary ENI, WARM_IP_TARGET=1: .12 offered in a report, then a start's
+    hold of every address (as ``hold_doubtful`` makes it) takes both. Returns the report's seq."""
+    imds = FakeImds()
+    imds.enis[E] = AttachedEni(PRIMARY, ["10.0.0.11", "10.0.0.12"], [])
+    ds, ctl = make(PoolConfig(warm_ip=1), ["10.0.0.11", "10.0.0.12"], imds=imds)
+    ctl.start(0.0)
+    ctl.tick(0.0)
+    ctl.tick(1.0)
+    r1 = one(ctl.tick(61.0))
+    assert r1.release[0].ips == ["10.0.0.12"]
+    ds.hold_all(62.0)
+    return ds, ctl, r1.seq
+
+
+def test_ec2_taking_a_held_offer_is_an_answered_offer_not_the_alarm(caplog: pytest.LogCaptureFixture) -> None:
+    _ds, ctl, seq = _held()
+    notes = ctl.apply_result(result(seq, {"kind": "released", "eni_id": E, "ips": ["10.0.0.12"]}), 3.0)
+    assert ctl.stats.released_in_use == 0 and ctl.stats.held_offers_taken == 1
+    assert not any("two holders possible" in r.message for r in caplog.records)
+    assert any("an offer a start held answered" in n for n in notes), notes
+
+
+def test_ec2_taking_a_held_address_never_on_offer_is_still_the_alarm(caplog: pytest.LogCaptureFixture) -> None:
+    _ds, ctl, seq = _held()
+    ctl.apply_result(result(seq, {"kind": "released", "eni_id": E, "ips": ["10.0.0.11"]}), 3.0)
+    assert ctl.stats.released_in_use == 1 and ctl.stats.held_offers_taken == 0
+    assert any("two holders possible" in r.message for r in caplog.records)
+
+
+def test_a_pod_on_a_held_offer_is_still_the_alarm() -> None:
+    """A pod record on the address (the agent's own ADD) is never an answered offer."""
+    ds, ctl, seq = _held()
+    ds.recover({"10.0.0.12": "eniabc"}, 2.5)  # a retried ADD found its pod carrying it
+    ctl.apply_result(result(seq, {"kind": "released", "eni_id": E, "ips": ["10.0.0.12"]}), 3.0)
+    assert ctl.stats.released_in_use == 1 and ctl.stats.held_offers_taken == 0
+
+
+def test_the_hold_s_end_forgets_the_held_offers() -> None:
+    ds, ctl, _seq = _held()
+    ds.set_meta(HOLD_REASON_META, [])  # every pod the hold stood for DELeted
+    assert sorted(lift_unfounded_holds(ds, ctl, 4.0)) == ["10.0.0.11", "10.0.0.12"]
+    assert ds.meta.get(HELD_OFFERS) is None
+
+
+def test_the_check_takes_an_unassign_of_a_held_offer_and_calls_any_other_held_one() -> None:
+    ds = Datastore()
+    ds.add_eni(EniInfo("eni-1", 1, "0e:00:00:00:00:01", "10.0.0.10", "subnet-1", "10.0.0.0/24"), 0.0)
+    ds.add_addresses("eni-1", ["10.0.0.18"])
+    ds.quarantine("eni-1", ["10.0.0.18"], [], 1.0)
+    ds.hold_all(2.0)
+    w = check_world(ds)
+    unassign(w, "10.0.0.18")  # a held offer
+    assert w.faults == ["released-held-offer"]
+    ds.set_meta(HELD_OFFERS, None)  # the same hold, had it not noted the offer
+    with pytest.raises(Violation, match="released-not-offered"):
+        unassign(w, "10.0.0.18")
