@@ -185,6 +185,7 @@ class Datastore(RecoveredHolders):
             named = [a for a in eni.addrs.values() if a.in_use and not (unknown_holds and _held_for_no_pod(a))]
             if not force and named:
                 return False
+            self._unnote_held_offers(eni.addrs)
             for a in eni.addrs.values():
                 self._ip_eni.pop(a.ip, None)
                 if a.in_use:
@@ -282,6 +283,7 @@ class Datastore(RecoveredHolders):
 
     def _drop(self, eni: EniRecord, a: Addr) -> None:
         del eni.addrs[a.ip]
+        self._unnote_held_offers((a.ip,))
         self._ip_eni.pop(a.ip, None)
         if a.in_use:
             self._owner.pop((a.container_id, a.ifname), None)

@@ -17,7 +17,7 @@ that keeps them (a mixin over the datastore's state, under its lock).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from node_agent.records import UNKNOWN_HOLDER, Addr, Assignment, EniRecord, RecoveredHolder
@@ -52,6 +52,18 @@ class RecoveredHolders:
         unknown origin (:meth:`node_agent.datastore.Datastore._let_go`)."""
         raise NotImplementedError
 
+    def _unnote_held_offers(self, ips: Iterable[str]) -> None:
+        """These addresses leave the ``?`` hold (or the node): no longer a held offer
+        (:data:`HELD_OFFERS` names only addresses held so since the hold took them from the
+        offers). The caller saves."""
+        noted = self.meta.get(HELD_OFFERS)
+        if not noted:
+            return
+        gone = set(ips)
+        rest = [ip for ip in noted if ip not in gone]
+        if len(rest) != len(noted):
+            self.meta[HELD_OFFERS] = rest or None
+
     def recover(self, holders: dict[str, str], now: float) -> list[str]:
         """Mark each ``ip -> holder`` (host veth name) as in use by a recovered holder.
 
@@ -66,6 +78,7 @@ class RecoveredHolders:
                 if ip in owned or not holder or holder == UNKNOWN_HOLDER:
                     continue
                 self._recovered[ip] = (holder, now)
+                self._unnote_held_offers((ip,))
                 eni_id = self._ip_eni.get(ip)
                 if eni_id is not None:
                     a = self._enis[eni_id].addrs[ip]
@@ -116,6 +129,7 @@ class RecoveredHolders:
         with self._lock:
             out: list[Assignment] = []
             ips = [ip for ip, (h, _) in self._recovered.items() if h == holder]
+            self._unnote_held_offers(ips)
             for ip in sorted(ips):
                 del self._recovered[ip]
                 eni_id = self._ip_eni.get(ip)
@@ -158,5 +172,6 @@ class RecoveredHolders:
             eni_id = self._ip_eni.get(ip)
             if h == holder and eni_id is not None:
                 del self._recovered[ip]
+                self._unnote_held_offers((ip,))
                 return self._enis[eni_id], self._enis[eni_id].addrs[ip]
         return None

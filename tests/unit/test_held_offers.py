@@ -109,3 +109,30 @@ def test_the_check_takes_an_unassign_of_a_held_offer_and_calls_any_other_held_on
     ds.set_meta(HELD_OFFERS, None)  # the same hold, had it not noted the offer
     with pytest.raises(Violation, match="released-not-offered"):
         unassign(w, "10.0.0.18")
+
+
+def test_an_address_leaving_the_hold_is_no_longer_a_held_offer() -> None:
+    """The note names only addresses held by ``?`` since the hold took them from the offers: one a
+    retried ADD finds its pod carrying (``recover``), one that leaves the node, one whose holder
+    lets it go, or one on an ENI EC2 deleted, never excuses a later Unassign."""
+    ds = Datastore()
+    ds.add_eni(EniInfo("eni-1", 1, "0e:00:00:00:00:01", "10.0.0.10", "subnet-1", "10.0.0.0/24"), 0.0)
+    ds.add_eni(EniInfo("eni-2", 2, "0e:00:00:00:00:02", "10.0.0.40", "subnet-1", "10.0.0.0/24"), 0.0)
+    ips = ["10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14"]
+    ds.add_addresses("eni-1", ips)
+    ds.add_addresses("eni-2", ["10.0.0.41"])
+    ds.quarantine("eni-1", ips, [], 1.0)
+    ds.quarantine("eni-2", ["10.0.0.41"], [], 1.0)
+    ds.hold_all(2.0)
+    assert ds.meta.get(HELD_OFFERS) == [*ips, "10.0.0.41"]
+    ds.recover({"10.0.0.11": "eniabc"}, 3.0)
+    assert "10.0.0.11" not in ds.meta[HELD_OFFERS]
+    ds.release_recovered("eniabc", 4.0)
+    ds.set_meta(HOLD_REASON_META, [])
+    assert ds.remove_addresses("eni-1", ["10.0.0.11"])  # free again, then gone from the node
+    ds.remove_eni("eni-2", unknown_holds=True)
+    assert ds.meta.get(HELD_OFFERS) == ["10.0.0.12", "10.0.0.13", "10.0.0.14"]
+    ds.recover({"10.0.0.12": UNKNOWN_HOLDER}, 5.0)  # an unknown holder names no pod: unchanged
+    assert ds.meta.get(HELD_OFFERS) == ["10.0.0.12", "10.0.0.13", "10.0.0.14"]
+    ds.release_recovered(UNKNOWN_HOLDER, 6.0)
+    assert ds.meta.get(HELD_OFFERS) is None
