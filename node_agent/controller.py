@@ -1482,12 +1482,20 @@ class PoolController:
                 notes.extend(self.resync(now))
             except Exception as exc:  # IMDS down: the periodic resync tries again
                 self._event("imds", f"cannot resync after an empty result: {exc}")
-        self._retries = 0
+        self._answered(result.actions)
         self.ds.flush()
         self.stats.results_applied += 1
         for n in notes:
             self._event("result", n)
         return notes
+
+    def _answered(self, actions: Sequence[Action]) -> None:
+        """An answer resets the report back-off, unless it is failures alone: what cannot be had
+        (``unmet``: a node at its ENI limit, its subnets full) or an error. Reset, such a node
+        reported every retry interval for as long as that lasted (about 450 reports an hour
+        instead of about 60 at the defaults; issue 25, ``tests/perf/report_cadence.py``)."""
+        if not _failed_only(actions):
+            self._retries = 0
 
     def _on_report_answer(self, action: RestoreChecked | Fenced | SeqFloor, now: float, in_reply_to: int) -> str:
         """An answer about the report itself rather than addresses: its restore check, its
@@ -1901,6 +1909,12 @@ class PoolController:
         log.info("%s: %s", kind, message)
         if self._on_event is not None:
             self._on_event(kind, message)
+
+
+def _failed_only(actions: Sequence[Action]) -> bool:
+    """Whether an answer holds nothing but ``failed`` actions: the allocator did nothing for the
+    report (it could not provide what it asked for, or an error stopped it)."""
+    return bool(actions) and all(isinstance(a, Failed) for a in actions)
 
 
 def _gone_later(actions: Sequence[Action]) -> list[tuple[frozenset[str], frozenset[str]]]:
