@@ -41,7 +41,7 @@ from node_agent.cni import (  # the CNI error codes: one list, the plugin's (std
     VALID_ATTACHMENTS,
     version_at_least,
 )
-from node_agent.datastore import HOLD_ON_RELEASE, HOLD_REASON, Datastore
+from node_agent.datastore import FAILED_ADD_HOLDS, HOLD_ON_RELEASE, HOLD_REASON, Datastore
 from node_agent.hostnet import (
     GATEWAY,
     HostWiring,
@@ -388,7 +388,7 @@ class CniService:
                 # holds a routed pod's) until the runtime's DEL tears it down, never free for
                 # another pod meanwhile (review 22, R5: a retried ADD that reads it there must
                 # find it no other pod's).
-                self._hold_for_veth(cid, ifname, a.ip, holder)
+                self._hold_for_veth(cid, ifname, a.ip, holder, network)
                 raise
             self.ds.release(cid, ifname, self.clock.now())
             raise
@@ -454,6 +454,9 @@ class CniService:
             self.ds.release(cid, ifname, now)  # also forgets a waiting ADD
             for freed in self.ds.release_recovered(holder, now):
                 log.info("DEL %s %s: recovered address %s released", cid[:12], ifname, freed.ip)
+            noted = self.ds.meta.get(FAILED_ADD_HOLDS) or {}
+            if holder in noted:
+                self.ds.set_meta(FAILED_ADD_HOLDS, {k: v for k, v in noted.items() if k != holder} or None)
         except CheckpointWriteError as exc:
             # Released in memory, not yet on disk (retried by the agent's loop). Safe to answer
             # DEL: until the write works the disk only says the address is still held, and no
@@ -543,14 +546,21 @@ class CniService:
             # before, then a crash, brought the hold back for good: no runtime DELs twice).
             self._holds_unwritten = True
 
-    def _hold_for_veth(self, cid: str, ifname: str, ip: str, holder: str) -> None:
+    def _hold_for_veth(self, cid: str, ifname: str, ip: str, holder: str, network: str) -> None:
         """A failed ADD whose teardown failed too: its address leaves the attachment's record and
         is held by a recovered holder named after the attachment's veth (``Datastore.recover``),
-        which the attachment's DEL (its teardown with that address first) releases."""
+        which the attachment's DEL (its teardown with that address first) releases, or the
+        runtime's CNI GC once it no longer lists the attachment: the holder is noted with the
+        attachment and its network (:data:`FAILED_ADD_HOLDS`, review 23, G1)."""
         now = self.clock.now()
         with contextlib.suppress(CheckpointWriteError), self.ds.batch():  # memory holds it (the next write)
             self.ds.release(cid, ifname, now)
             self.ds.recover({ip: holder}, now)
+            noted = dict(self.ds.meta.get(FAILED_ADD_HOLDS) or {})
+            noted[holder] = [cid, ifname, network]
+            self.ds.set_meta(FAILED_ADD_HOLDS, noted)
+        with self._made_lock:
+            self._made[(cid, ifname)] = self._steady()  # its GC age: from this ADD
         log.warning("ADD %s %s: wiring and teardown failed; %s held for %s until its DEL", cid[:12], ifname, ip, holder)
 
     def _holds_named_for(self, cid: str, ifname: str, holder: str) -> bool:
@@ -616,8 +626,11 @@ class CniService:
     def _age(self, rec: PodRecord) -> float:
         """How long the attachment is known to have held its address, on the monotonic clock:
         since this process gave it, else (an earlier process did) since this process started."""
+        return self._age_of(rec.container_id, rec.ifname)
+
+    def _age_of(self, cid: str, ifname: str) -> float:
         with self._made_lock:
-            made = self._made.get((rec.container_id, rec.ifname), self._started)
+            made = self._made.get((cid, ifname), self._started)
         return self._steady() - made
 
     def gc(self, req: dict[str, Any]) -> None:
@@ -647,6 +660,7 @@ class CniService:
         records = self.ds.pods()
         with self._made_lock:  # forget attachments released since (by DEL, GC or a failed ADD)
             live = {(r.container_id, r.ifname) for r in records}
+            live |= {(c, i) for c, i, _ in (self.ds.meta.get(FAILED_ADD_HOLDS) or {}).values()}
             # not one an ADD answered on another thread after the snapshot (dated ``since`` or
             # later): pruned, it would date from the process's start and look old to the next GC
             # (review of the one-holder argument, G1)
@@ -684,6 +698,7 @@ class CniService:
                     self._holds_unwritten = True  # in memory; the flush below fails the GC
                 released += 1
                 log.info("GC: %s %s not listed by the runtime; %s released", rec.container_id[:12], rec.ifname, rec.ip)
+        released += self._gc_failed_add_holds(network, valid, errors)
         self.stats.gc_released += released
         torn = len(errors)
         try:
@@ -699,6 +714,40 @@ class CniService:
                 "; ".join(errors)[:2000],
                 reason="gc-teardown",
             )
+
+    def _gc_failed_add_holds(self, network: str, valid: set[tuple[str, str]], errors: list[str]) -> int:
+        """CNI GC of the holders :meth:`_hold_for_veth` made: one whose attachment (of this
+        network, old enough) the runtime no longer lists is torn down with its address and
+        released, as a record is. A note whose holder holds nothing any more (its DEL came, or
+        a retried ADD took the address back into a record) is dropped. Returns how many were
+        released; a teardown that fails is added to ``errors``."""
+        released = 0
+        for holder, (cid, ifname, net) in sorted((self.ds.meta.get(FAILED_ADD_HOLDS) or {}).items()):
+            if net != network or (cid, ifname) in valid:
+                continue
+            with self._attachment(cid, ifname, 0.0) as got:
+                if not got:
+                    continue  # an ADD/DEL/CHECK for it is running: not stale
+                held = self.ds.lookup_recovered(holder)
+                if held is not None and self._age_of(cid, ifname) < self.gc_min_age_s:
+                    continue
+                if held is not None:
+                    try:
+                        self.pods.teardown(cid, ifname, held.ip)
+                    except (NetlinkFailure, PodRefused) as exc:
+                        errors.append(f"{cid[:12]}/{ifname}: {exc}")
+                        continue
+                with contextlib.suppress(CheckpointWriteError), self.ds.batch():  # the flush after fails the GC
+                    if held is not None:
+                        self.ds.release_recovered(holder, self.clock.now())
+                    rest = {k: v for k, v in (self.ds.meta.get(FAILED_ADD_HOLDS) or {}).items() if k != holder}
+                    self.ds.set_meta(FAILED_ADD_HOLDS, rest or None)
+                if held is not None:
+                    released += 1
+                    log.info(
+                        "GC: %s %s not listed by the runtime; %s (its failed ADD's) released", cid[:12], ifname, held.ip
+                    )
+        return released
 
     def check_status(self, req: dict[str, Any]) -> None:
         """CNI STATUS (spec 1.1): ready for ADDs, or code 50 saying why not."""

@@ -86,6 +86,10 @@ HOLD_ON_RELEASE = "hold_on_release"
 addresses hands it to that holder instead of freeing it: a restored pod's record the host does not
 show as that pod's, for an address another running pod may carry
 (``node_agent.agent.doubtful_records``; review 14, O1)."""
+FAILED_ADD_HOLDS = "failed_add_holds"
+"""Meta key: recovered holder -> ``[container id, ifname, network]`` of the ADD whose wiring and
+teardown both failed, its address held for the attachment's veth (``CniService._hold_for_veth``):
+what CNI GC needs to release it once the runtime no longer lists the attachment (review 23, G1)."""
 HOLD_REASON = "hold_reason"
 """Meta key: the links a start's holds stand for (``netlink`` mode): the pod veths with no route
 when the hold of every address or an ``unrouted`` holder began (``node_agent.agent.note_hold_reason``).

@@ -14,23 +14,24 @@ keep it for, but no start need come: until the agent next restarts
 (``node_agent.agent.release_gone_holders``) the node's pool is one address short, and each such
 ADD takes one more.
 
-The GC should treat the holder as the attachment's: tear down (the veth name and the address are
-known) and release, as it does a record (or ``_hold_for_veth`` should keep the record, marked, so
-the GC sees it)."""
+Fixed in stop 48: ``_hold_for_veth`` notes the holder with the attachment and its network
+(``node_agent.datastore.FAILED_ADD_HOLDS``), and CNI GC tears down and releases it once the
+runtime no longer lists the attachment, as it does a record (``CniService._gc_failed_add_holds``:
+the same minimum age, the same network rule); the attachment's DEL drops the note."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from node_agent.datastore import FAILED_ADD_HOLDS
 from node_agent.hostnet import host_veth_name
-from tests.helpers.agent_world import cni_add
+from tests.helpers.agent_world import cni, cni_add
 from tests.helpers.first_start import Node, grant_more, pod_on_fresh_address
 from tests.helpers.kernel_pods import FailingPods, runtime_gc
 
 Y = "10.0.0.51"
+VETH = host_veth_name("pod2", "eth0", "eni")
 
 
 def _holder(agent: Any, ip: str) -> str | None:
@@ -38,26 +39,28 @@ def _holder(agent: Any, ip: str) -> str | None:
     return rec[0] if rec else agent.ds.recovered_holder(ip)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 23 G1 (a leak): the holder _hold_for_veth makes for a failed ADD whose teardown failed is "
-    "invisible to CNI GC; an attachment the runtime forgot without a DEL keeps its address until a restart",
-)
+def _failed_add_of_pod2(n: Node) -> FailingPods:
+    """pod1 on a fresh address; pod2's ADD takes Y and fails, its wiring then its teardown."""
+    host = n.pods = FailingPods()
+    pod_on_fresh_address(n)
+    grant_more(n, n.agent, [Y])
+    host.half.add("pod2")
+    host.stuck.add("pod2")
+    assert cni_add(n.agent, "pod2") is None, "setup: pod2's ADD failed (wiring, then teardown)"
+    assert n.agent.ds.recovered_holder(Y) == VETH, "setup: Y held for pod2's veth (R5's fix)"
+    assert n.agent.ds.meta.get(FAILED_ADD_HOLDS) == {VETH: ["pod2", "eth0", "warmpool"]}
+    host.half.clear()
+    host.stuck.clear()
+    return host
+
+
 def test_the_gc_of_an_attachment_whose_failed_add_left_its_address_held_for_its_veth_releases_it(
     tmp_path: Path,
 ) -> None:
+    """Failed before the fix (a strict xfail of review 23)."""
     n = Node(tmp_path, adopt_launch_pool=False)
-    host = n.pods = FailingPods()
     try:
-        pod_on_fresh_address(n)
-        grant_more(n, n.agent, [Y])
-        host.half.add("pod2")
-        host.stuck.add("pod2")
-        assert cni_add(n.agent, "pod2") is None, "setup: pod2's ADD failed (wiring, then teardown)"
-        veth = host_veth_name("pod2", "eth0", "eni")
-        assert n.agent.ds.recovered_holder(Y) == veth, "setup: Y held for pod2's veth (R5's fix)"
-        host.half.clear()
-        host.stuck.clear()
+        host = _failed_add_of_pod2(n)
         # The runtime removes the sandbox (its namespace, and the veth pair with it); its DEL never
         # reached the agent. Its GC, past the agent's minimum age, lists pod1 alone.
         del host.veth_of[("pod2", "eth0")], host.wired[("pod2", "eth0")]
@@ -69,5 +72,34 @@ def test_the_gc_of_an_attachment_whose_failed_add_left_its_address_held_for_its_
         assert _holder(n.agent, Y) is None, (
             f"{Y}: pod2 is no attachment of the runtime's and nothing carries it; still held by {_holder(n.agent, Y)!r}"
         )
+        assert n.agent.ds.meta.get(FAILED_ADD_HOLDS) is None
+    finally:
+        n.stop()
+
+
+def test_a_gc_that_lists_the_attachment_or_comes_too_soon_or_is_another_network_s_keeps_it(tmp_path: Path) -> None:
+    n = Node(tmp_path, adopt_launch_pool=False)
+    try:
+        _failed_add_of_pod2(n)
+        assert runtime_gc(n.agent, ["pod1"])["ok"]  # younger than the GC's minimum age
+        assert n.agent.ds.recovered_holder(Y) == VETH
+        n.step(61)
+        assert runtime_gc(n.agent, ["pod1", "pod2"])["ok"]  # listed: the runtime's still
+        assert n.agent.ds.recovered_holder(Y) == VETH
+        other = {"cniVersion": "1.1.0", "name": "other", "type": "warmpool-cni", "cni.dev/valid-attachments": []}
+        assert n.agent.cni.handle({"command": "GC", "config": other})["ok"]
+        assert n.agent.ds.recovered_holder(Y) == VETH
+        assert n.agent.ds.meta.get(FAILED_ADD_HOLDS) == {VETH: ["pod2", "eth0", "warmpool"]}
+    finally:
+        n.stop()
+
+
+def test_the_attachment_s_del_releases_it_and_drops_the_note(tmp_path: Path) -> None:
+    n = Node(tmp_path, adopt_launch_pool=False)
+    try:
+        _failed_add_of_pod2(n)
+        assert cni(n.agent, "DEL", "pod2")["ok"]
+        assert _holder(n.agent, Y) is None
+        assert n.agent.ds.meta.get(FAILED_ADD_HOLDS) is None
     finally:
         n.stop()
