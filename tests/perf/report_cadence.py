@@ -9,7 +9,8 @@ answered ``--rtt`` seconds later as the allocator would answer it, for each case
 * ``quiet``: the pool at its target, nothing to ask (heartbeats only);
 * ``unmet``: one address and ``WARM_IP_TARGET=5``, every answer ``failed``/``unmet`` (a node at
   its ENI limit, or its subnets full: nothing the allocator can do);
-* ``failing``: the same node, every answer a transient ``failed`` (``InternalError``).
+* ``failing``: the same node, every answer a transient ``failed`` (``InternalError``: retried
+  at the retry interval, as before).
 
 Prints reports an hour per case (the SQS messages an agent sends; each answer is one more).
 No assertions: a figure, measured side by side in one run; ``tests/unit/test_unmet_backoff.py``

@@ -2,16 +2,17 @@
 (at its ENI limit, its subnets full) is answered ``failed``/``unmet`` every time. Every applied
 answer reset the report back-off, so such a node reported every retry interval (5 s plus the
 round trip) for good: about 450 reports an hour instead of about 60
-(``tests/perf/report_cadence.py``). An answer of failures alone (``unmet``, or an error) now keeps
-the back-off (``PoolController._answered``); any other answer, or a change in what the node
-needs, still resets it."""
+(``tests/perf/report_cadence.py``). An answer of ``unmet`` failures alone, while nothing is on
+offer, now keeps the back-off (``PoolController._answered``); any other answer, one with an offer
+out, or a change in what the node needs, still resets it."""
 
 from __future__ import annotations
 
 import itertools
 from typing import Any
 
-from tests.helpers.controller import PRIMARY, make, result
+from node_agent.controller import AttachedEni
+from tests.helpers.controller import PRIMARY, FakeImds, make, result
 from warmpool.pool import PoolConfig
 
 UNMET = {"kind": "failed", "code": "unmet", "message": "2 units: instance at its ENI limit"}
@@ -39,10 +40,34 @@ def test_unmet_answers_keep_the_back_off_up_to_the_heartbeat() -> None:
     assert len(gaps) + 1 <= 16  # before: about 100 reports in these ten minutes
 
 
-def test_error_answers_keep_the_back_off_too() -> None:
+def test_error_answers_reset_the_back_off_as_before() -> None:
+    """A transient error (``InternalError``) is retried at the retry interval, as before."""
     gaps = _gaps(lambda seq: result(seq, {"kind": "failed", "code": "InternalError", "message": "x"}))
-    assert max(gaps) == 60.0
-    assert len(gaps) + 1 <= 16
+    assert max(gaps) < 10.0
+    assert len(gaps) + 1 >= 60
+
+
+def test_unmet_answers_with_an_offer_out_keep_reporting_at_the_retry_interval() -> None:
+    """The simulation's seed 7816 (``tests/sim/test_seed_7816.py``): n0 at its ENI limit with a pod
+    waiting and three addresses offered as of unknown origin; the allocator acts on an offer only
+    between its release delay (10 s) and 60 s after the offer's quarantine, and reports every
+    60 s, each 0.5 s after a re-dating or 60.5 s after it, never fell in that window: the pod
+    waited for good. With an offer out, the back-off is reset by every answer, as before."""
+    imds = FakeImds()
+    imds.enis[PRIMARY.eni_id] = AttachedEni(PRIMARY, ["10.0.0.11", "10.0.0.12"], [])
+    ds, ctl = make(PoolConfig(warm_ip=5), [], imds=imds)
+    ctl.start(0.0, checkpoint_lost=True)  # what IMDS shows: offered, of unknown origin
+    assert ds.assign("pod", "eth0", "ns", 0.0) is None, "setup: a pod waits"
+    sent: list[float] = []
+    t = 0.0
+    while t < 300.0:
+        for r in ctl.tick(t):
+            sent.append(t)
+            assert r.release, "setup: the offer stays out"
+            ctl.apply_result(result(r.seq, UNMET), t + 0.5)
+        t += 0.5
+    gaps = [b - a for a, b in itertools.pairwise(sent)]
+    assert max(gaps) < 10.0, gaps
 
 
 def test_an_answer_that_did_something_resets_the_back_off() -> None:
