@@ -40,8 +40,9 @@ class ControllerStats:
     addresses_reclaimed: int = 0
     released_in_use: int = 0
     held_offers_taken: int = 0
-    """Unassigned by EC2 while a start's hold of every address held them, their offer standing
-    (``node_agent.datastore.HELD_OFFERS``): expected, not counted as ``released_in_use``."""
+    """Of ``released_in_use``: unassigned by EC2 while a start's hold of every address held them,
+    taken while on offer (``node_agent.datastore.HELD_OFFERS``): most likely the offer answered
+    (review 24, H1: not told apart from a pod the hold stands for carrying one)."""
     released_without_result: int = 0
     stale_releases: int = 0
     stale_claims: int = 0

@@ -849,6 +849,7 @@ class Datastore(RecoveredHolders):
                     a.recovered = ""  # a named pod wins over a recovered holder
                     self._recovered.pop(a.ip, None)
                     self._owner[(a.container_id, a.ifname)] = a.ip
+        self._prune_held_offers()
 
     @staticmethod
     def _keep_offered(eni: EniRecord, gone_ips: list[str], gone_pfx: list[str]) -> tuple[list[str], list[str], int]:

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from node_agent.offers import quarantined
 from node_agent.records import UNKNOWN_HOLDER, Addr, Assignment, EniRecord, RecoveredHolder
 
 HELD_OFFERS = "held_offers"
@@ -96,13 +97,40 @@ class RecoveredHolders:
         are noted (:data:`HELD_OFFERS`, with any noted before): their offer stands.
         """
         with self._lock:
-            addrs = [a for e in self._enis.values() for a in e.addrs.values()]
-            offered = {a.ip for a in addrs if not a.in_use and a.quarantined_at is not None}
+            # what is offered (a /28 only whole: review 24, H2), and what an earlier hold noted
+            # that is still held so (H4: never a note of an address that left the hold)
+            offered: set[str] = set()
+            for eni_id, (ips, pfx) in quarantined(self._enis.values()).items():
+                members = self._enis[eni_id].by_prefix() if pfx else {}
+                offered |= {*ips, *(a.ip for p in pfx for a in members.get(p, ()))}
+            before = self._still_held_offers()
             n = self._hold_unknown_where(lambda a: True, now)
-            if offered:
-                self.meta[HELD_OFFERS] = sorted(offered | set(self.meta.get(HELD_OFFERS) or ()))
+            noted = sorted(offered | before)
+            if noted != (self.meta.get(HELD_OFFERS) or []):
+                self.meta[HELD_OFFERS] = noted or None
                 self._save()
             return n
+
+    def _still_held_offers(self) -> set[str]:
+        """The noted held offers (:data:`HELD_OFFERS`) still attached and held by ``?`` alone."""
+        out: set[str] = set()
+        for ip in self.meta.get(HELD_OFFERS) or ():
+            eni_id = self._ip_eni.get(ip)
+            a = self._enis[eni_id].addrs.get(ip) if eni_id is not None else None
+            if a is not None and a.recovered == UNKNOWN_HOLDER and not a.container_id:
+                out.add(ip)
+        return out
+
+    def _prune_held_offers(self) -> None:
+        """After a restore: the notes of addresses no longer held by ``?`` alone go (a checkpoint
+        an agent from before the notes wrote back, the hold ended and the key kept: review 24,
+        H4). The caller saves."""
+        noted = self.meta.get(HELD_OFFERS)
+        if noted:
+            kept = self._still_held_offers()
+            rest = [ip for ip in noted if ip in kept]
+            if len(rest) != len(noted):
+                self.meta[HELD_OFFERS] = rest or None
 
     def hold_unknown(self, keys: set[str], now: float) -> int:
         """:meth:`hold_all` for ``keys`` alone (addresses, or /28s: each member); returns how many."""

@@ -98,7 +98,6 @@ def test_q1_the_held_offer_is_the_address_a_routeless_pod_carries(tmp_path: Path
         n.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="review 24, H1: an Unassign of a held offer is never the alarm")
 @pytest.mark.parametrize("current", [True, False], ids=["current", "not-current"])
 def test_q1_ec2_taking_the_routeless_pod_s_address_is_the_alarm(
     tmp_path: Path, current: bool, caplog: pytest.LogCaptureFixture
@@ -147,7 +146,6 @@ def test_a_rebuild_notes_the_routeless_pod_s_own_address_as_a_held_offer(tmp_pat
         n.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="review 24, H1: after a rebuild every free address is a held offer")
 def test_a_rebuild_s_hold_still_alarms_when_ec2_takes_the_routeless_pod_s_address(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -34,7 +34,6 @@ def _written_by_an_agent_before_the_change() -> MemoryCheckpoint:
     return store
 
 
-@pytest.mark.xfail(strict=True, reason="review 24, H4: a stale note is neither pruned at load nor by hold_all")
 def test_a_free_address_a_start_holds_is_no_held_offer(caplog: pytest.LogCaptureFixture) -> None:
     store = _written_by_an_agent_before_the_change()
     ds = Datastore(cooldown_s=TIMING.cooldown_s, checkpoint=store)
