@@ -25,6 +25,7 @@ from bench.scenario import Scenario
 from bench.workload import Expanded, WorkloadNode
 from emulated.clock import EventLoop
 from emulated.ec2 import Ec2Config, Ec2Emulator
+from emulated.ec2.errors import Ec2Error
 from warmpool.buckets import MUTATING_ACTIONS, MUTATING_ENI_ACTIONS
 from warmpool.eni_scope import primary_eni_tag
 from warmpool.limits import PREFIX_SIZE, InstanceLimits, known
@@ -292,6 +293,13 @@ class NodePool:
         return sum(1 for a in self.eni_addrs.get(eni_id, []) if a in self.ip_pod or a in self.cooling_set)
 
 
+LAUNCH_RETRY_S = 30.0
+"""How long after a refused launch a node is launched again: EC2 refuses ``RunInstances`` when the
+subnet cannot give the primary interface (and a launch template's addresses or prefixes) what it
+asks, and the node's group launches it again later (a model's choice of interval, not AWS's)."""
+LAUNCH_REFUSALS = ("InsufficientFreeAddressesInSubnet", "InsufficientCidrBlocks")
+
+
 class BenchWorld:
     """See the module docstring."""
 
@@ -336,6 +344,11 @@ class BenchWorld:
         self.done = False
         self.settled_at: float | None = None
         self.active_faults: dict[str, float] = {}  # kind -> rate, while active
+        self.launches_refused = 0
+        """Launches EC2 refused (the node's subnet had no free address): each tried again
+        :data:`LAUNCH_RETRY_S` later."""
+        self._unlaunched: dict[str, list[Callable[[], None]]] = {}
+        """Pod adds and deletes of a node EC2 has not launched yet, done once it has, in order."""
         self._handlers: dict[str, Callable[[NodeRt], None] | Callable[[NodeRt, str], None]] = {}
 
     def now(self) -> float:
@@ -386,19 +399,36 @@ class BenchWorld:
 
     def _join(self, spec: WorkloadNode, on_join: Callable[[NodeRt], None]) -> None:
         tagging = self.scenario.cluster_named(spec.cluster).primary_eni_tagging
-        iid = self.emu.run_instance(
-            spec.instance_type,
-            subnet_id=spec.subnet,
-            tags={cluster_tag_key(spec.cluster): "owned", "Name": spec.name},
-            secondary_count=spec.launch_addresses,
-            prefix_count=spec.launch_prefixes,
-            # the launch template's tag (``cluster.primary_eni_tagging: launch-template``)
-            eni_tags=primary_eni_tag(spec.cluster) if tagging == "launch-template" else None,
-        )
+        try:
+            iid = self.emu.run_instance(
+                spec.instance_type,
+                subnet_id=spec.subnet,
+                tags={cluster_tag_key(spec.cluster): "owned", "Name": spec.name},
+                secondary_count=spec.launch_addresses,
+                prefix_count=spec.launch_prefixes,
+                # the launch template's tag (``cluster.primary_eni_tagging: launch-template``)
+                eni_tags=primary_eni_tag(spec.cluster) if tagging == "launch-template" else None,
+            )
+        except Ec2Error as exc:
+            if exc.code not in LAUNCH_REFUSALS:
+                raise
+            # The subnet has no address for the node's primary interface (or its launch pool):
+            # launched again later, its pods waiting for it (before, the run stopped here: the
+            # random bench's seed 2, scenarios 118 and 196, a join during ``subnet-exhausted``).
+            self.launches_refused += 1
+            if spec.name not in self._unlaunched:
+                self.notes.append(
+                    f"{spec.name}: launch refused ({exc.code}); launched again every {LAUNCH_RETRY_S:g} s"
+                )
+            self._unlaunched.setdefault(spec.name, [])
+            self.loop.call_at(self.now() + LAUNCH_RETRY_S, functools.partial(self._join, spec, on_join))
+            return
         node = NodeRt(spec=spec, instance_id=iid, limits=known(spec.instance_type), joined_at=self.now())
         self.nodes[spec.name] = node
         self.by_instance[iid] = node
         on_join(node)
+        for op in self._unlaunched.pop(spec.name, []):
+            op()
 
     def deleted_before(self, instance_id: str) -> bool:
         """Whether a pod of the node on ``instance_id`` has been deleted by now."""
@@ -406,12 +436,18 @@ class BenchWorld:
         return node is not None and any(self.book.node_of[p] == node.spec.name for p in self.book.deleted)
 
     def _add(self, node_name: str, pod: str, on_add: Callable[[NodeRt, str], None]) -> None:
+        if node_name in self._unlaunched:  # not launched yet: its pod is created once it is
+            self._unlaunched[node_name].append(functools.partial(self._add, node_name, pod, on_add))
+            return
         node = self.nodes[node_name]
         node.pods.add(pod)
         self.book.add(pod, node_name, self.now())
         on_add(node, pod)
 
     def _delete(self, node_name: str, pod: str, on_delete: Callable[[NodeRt, str], None]) -> None:
+        if node_name in self._unlaunched:
+            self._unlaunched[node_name].append(functools.partial(self._delete, node_name, pod, on_delete))
+            return
         node = self.nodes[node_name]
         node.pods.discard(pod)
         self.book.delete(pod)

@@ -57,3 +57,22 @@ def test_a_scale_down_s_detached_enis_are_deleted_before_the_run_ends() -> None:
     o = run_one(1, 16, ("warmpool",))
     assert o.leaked == 0
     assert o.duplicates == 0
+
+
+def test_a_node_whose_launch_ec2_refuses_joins_later_and_its_pods_get_addresses() -> None:
+    """Seed 2's scenario 118 (``warmpool bench --random 200 --seed 2`` stopped there): a node of it
+    joins while ``subnet-exhausted`` holds its subnet, EC2 refuses ``RunInstances``
+    (``InsufficientFreeAddressesInSubnet``) and the run raised. Now the node is launched again
+    every ``LAUNCH_RETRY_S`` (``bench.world.BenchWorld._join``) and its pods are created once it
+    runs: every strategy readies every pod, none twice."""
+    from bench.random_scenarios import draw
+    from bench.runner import run_bench
+    from bench.scenario import parse_scenario
+
+    data = draw(2, 118)
+    assert any(f["kind"] == "subnet-exhausted" for f in data["faults"]), "setup: the fault over a join"
+    result, _ = run_bench(parse_scenario(data, data["name"]))
+    for name, r in result.strategies.items():
+        assert r.pods_ready == r.pods_requested, name
+        assert r.duplicate_ips == 0, name
+        assert any("launch refused (InsufficientFreeAddressesInSubnet)" in n for n in r.notes), (name, r.notes)
