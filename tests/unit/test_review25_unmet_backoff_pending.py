@@ -23,10 +23,16 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.helpers.controller import TIMING, make, result
+from node_agent.controller import AttachedEni
+from tests.helpers.agent_world import cni_add, give
+from tests.helpers.controller import PRIMARY, TIMING, make, result
+from tests.helpers.first_start import Node, grant
+from warmpool.messages import AllocationResult, Assigned, Failed, PoolReport
 from warmpool.pool import PoolConfig
 
 UNMET = {"kind": "failed", "code": "unmet", "message": "1 units: subnets full"}
@@ -68,3 +74,56 @@ def test_evidence_before_the_back_off_reached_the_heartbeat_a_waiting_pod_was_re
 def test_a_waiting_pod_is_reported_again_within_a_few_retry_intervals(heartbeat_s: float) -> None:
     gaps = _gaps_while_a_pod_waits(heartbeat_s)
     assert max(gaps) <= 3 * TIMING.retry_s, f"a pod waits; gaps between reports: {gaps}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review 25, K1 through the agent: a pod whose ADD its runtime retries every 10 s waits up to "
+    "the heartbeat for the report that would fetch the address freed elsewhere",
+)
+def test_through_the_agent_a_pod_waiting_gets_an_address_freed_elsewhere_within_a_few_retries(
+    tmp_path: Path,
+) -> None:
+    """The agent's loop and CNI service: pod1 has the node's one address; pod2's ADD, retried every
+    10 s, finds nothing; each report is answered ``unmet`` (its subnets full) until, just after the
+    first report 240 s on, another node's release frees space: from then
+    on the allocator assigns an address to the next report. How long pod2 then waits for it
+    (before 91bf61e: about 15 s at most, the next retry report plus the ADD's next retry)."""
+    n = Node(tmp_path, adopt_launch_pool=False)
+    try:
+        n.imds.enis[PRIMARY.eni_id] = AttachedEni(PRIMARY, [], [])  # no launch pool: nothing offered
+        agent = n.start()
+        grant(n, agent, ["10.0.0.50"])
+        assert cni_add(agent, "pod1") == "10.0.0.50", "setup: pod1 has the node's one address"
+        sent: list[float] = []
+        freed_at: float | None = None
+        t = 0.0
+        while t < 900.0:
+            if t % 10.0 == 0.0 and cni_add(agent, "pod2") is not None:
+                break
+            seen = len(n.sqs.reports())
+            n.step(1.0)
+            t += 1.0
+            for r in n.sqs.reports()[seen:]:
+                assert r.pending_demand, "setup: pod2 waits"
+                sent.append(t)
+                if freed_at is None:
+                    give(agent, _answer(r, [Failed(code="unmet", message="1 units: subnets full")]))
+                    if t >= 240.0:
+                        freed_at = t  # space freed elsewhere, just after this answer
+                else:
+                    n.imds.add(PRIMARY, ["10.0.0.51"])
+                    give(agent, _answer(r, [Assigned(eni_id=PRIMARY.eni_id, ips=["10.0.0.51"])]))
+        assert freed_at is not None, f"setup: no report after 240 s: {sent}"
+        assert t < 900.0, "pod2 never got an address"
+        assert t - freed_at <= 3 * TIMING.retry_s + 10.0, (
+            f"pod2 got an address {t - freed_at:g} s after the allocator could give one; reports at {sent}"
+        )
+    finally:
+        n.stop()
+
+
+def _answer(r: PoolReport, actions: list[Any]) -> AllocationResult:
+    return AllocationResult(
+        cluster=r.cluster, node=r.node, instance_id=r.instance_id, in_reply_to=r.seq, actions=actions
+    )
