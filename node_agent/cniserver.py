@@ -454,9 +454,11 @@ class CniService:
             self.ds.release(cid, ifname, now)  # also forgets a waiting ADD
             for freed in self.ds.release_recovered(holder, now):
                 log.info("DEL %s %s: recovered address %s released", cid[:12], ifname, freed.ip)
+            # the attachment's note under any veth prefix (one made before a prefix change: review 25, N1)
             noted = self.ds.meta.get(FAILED_ADD_HOLDS) or {}
-            if holder in noted:
-                self.ds.set_meta(FAILED_ADD_HOLDS, {k: v for k, v in noted.items() if k != holder} or None)
+            rest = {k: v for k, v in noted.items() if (v[0], v[1]) != (cid, ifname)}
+            if len(rest) != len(noted):
+                self.ds.set_meta(FAILED_ADD_HOLDS, rest or None)
         except CheckpointWriteError as exc:
             # Released in memory, not yet on disk (retried by the agent's loop). Safe to answer
             # DEL: until the write works the disk only says the address is still held, and no

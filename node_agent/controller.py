@@ -1482,23 +1482,25 @@ class PoolController:
                 notes.extend(self.resync(now))
             except Exception as exc:  # IMDS down: the periodic resync tries again
                 self._event("imds", f"cannot resync after an empty result: {exc}")
-        self._answered(result.actions)
+        self._answered(result.actions, now)
         self.ds.flush()
         self.stats.results_applied += 1
         for n in notes:
             self._event("result", n)
         return notes
 
-    def _answered(self, actions: Sequence[Action]) -> None:
-        """An answer resets the report back-off, unless it only says what cannot be had
-        (``unmet``: a node at its ENI limit, its subnets full) while nothing is on offer. Reset,
-        such a node reported every retry interval for as long as that lasted (about 450 reports
-        an hour instead of about 60 at the defaults; issue 25, ``tests/perf/report_cadence.py``).
-        With an offer out it is reset as before: the allocator acts on an offer only between its
-        release delay and ``OFFER_MAX_AGE_CEILING_S`` after its quarantine, and a back-off grown
-        to the heartbeat can miss that window at every report (the simulation's seed 7816: unknown
-        offers never taken, so the node's one waiting pod never got the slot they held)."""
-        if not (_unmet_only(actions) and not self.ds.quarantined()):
+    def _answered(self, actions: Sequence[Action], now: float) -> None:
+        """An answer resets the report back-off, unless it only says what cannot be had (``unmet``:
+        a node at its ENI limit, its subnets full) while no pod waits and nothing is on offer: a
+        warm target the node does without. Reset, such a node reported every retry interval for
+        as long as that lasted (about 450 reports an hour instead of about 60 at the defaults;
+        issue 25, ``tests/perf/report_cadence.py``). Reset as before while a pod waits: what frees
+        an address happens elsewhere (another node's release, a /28 made whole) and nothing tells
+        the node, so its next report is its only way to learn it; kept, the wait grew to the
+        heartbeat (review 25, K1). And while an offer is out: the allocator acts on an offer only
+        between its release delay and ``OFFER_MAX_AGE_CEILING_S`` after its quarantine, a window
+        a back-off grown to the heartbeat can miss at every report (the simulation's seed 7816)."""
+        if not (_unmet_only(actions) and not self.ds.quarantined() and self.ds.pending(now) == 0):
             self._retries = 0
 
     def _on_report_answer(self, action: RestoreChecked | Fenced | SeqFloor, now: float, in_reply_to: int) -> str:

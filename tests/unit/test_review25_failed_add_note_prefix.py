@@ -13,13 +13,15 @@ outlives what it stood for.
 
 Suggested fix: drop, in ``_end_holds_of`` (which already walks the attachment's holders under
 every prefix), the notes of the holders it releases; or key the note's drop in ``_delete`` on
-``veths_of(cid, ifname, noted, prefix)``."""
+``veths_of(cid, ifname, noted, prefix)``.
+
+Fixed in stop 48: the DEL drops the attachment's note under any prefix (its container id and
+interface); the test was a strict xfail.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import pytest
 
 from node_agent.datastore import FAILED_ADD_HOLDS
 from node_agent.hostnet import host_veth_name
@@ -31,11 +33,6 @@ Y = "10.0.0.51"
 OLD = host_veth_name("pod2", "eth0", "eni")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 25, N1: a DEL under a veth prefix changed since the failed ADD releases the "
-    "address but leaves its FAILED_ADD_HOLDS note (dropped only under the current prefix's name)",
-)
 def test_the_del_after_a_veth_prefix_change_drops_the_failed_add_s_note(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     try:
