@@ -423,9 +423,10 @@ def no_slot_for_a_28(emu: Any, iid: str, limits: InstanceLimits, pool: PoolConfi
     slot a single holds; the agent offers a free single back only as surplus above its targets
     (``warmpool.pool.compute``'s ``over_singles``), never to make room for a /28. So a node whose
     slots filled with singles while no /28 was whole keeps them, and a warm target above what they
-    hold cannot be met (seed 7816). Never with ``multi_card`` or custom networking (not judged here:
-    they are left to the check as it was)."""
-    if pool.multi_card or pool.custom_networking:
+    hold cannot be met (seed 7816). With custom networking the primary ENI holds no pod address
+    and is left out of the slots (seed 4088). Never with ``multi_card`` (not judged here: left to
+    the check as it was)."""
+    if pool.multi_card:
         return False
     mine = [
         e
@@ -439,9 +440,22 @@ def no_slot_for_a_28(emu: Any, iid: str, limits: InstanceLimits, pool: PoolConfi
         return False  # its device slot comes free: a new ENI may take a /28 there
     if len(mine) < limits.enis(pool.max_eni):
         return False
+    if pool.custom_networking:
+        mine = [e for e in mine if e.attachment.device_index != 0]
     if any(len(e.secondary) + len(e.prefixes) < limits.slots_per_eni for e in mine):
         return False
     return any(e.secondary for e in mine)
+
+
+def holds_all_it_can(w: ChecksWorld, a: SimAgent) -> bool:
+    """In prefix mode, a node that can hold no address more (:func:`no_slot_for_a_28`) and whose
+    every address a pod holds: a pod waiting there waits for another's DEL, not for the allocator
+    (seed 4088: custom networking, its two pod ENIs' ten slots filled with singles while no /28
+    was whole in its subnet, ten pods running, eight more started). One free, quarantined or
+    cooling address, or a slot free, and the waiting pods are judged."""
+    if not w.plan.prefix_mode or not no_slot_for_a_28(w.emu, a.iid, a.ctl.limits, a.ctl.pool):
+        return False
+    return all(x.container_id for e in a.ds.enis() for x in e.addrs.values())
 
 
 def _dlq(w: ChecksWorld) -> list[dict[str, Any]]:
@@ -539,7 +553,9 @@ def at_end(w: ChecksWorld) -> None:
             # more pods meanwhile. Safe, not live: counted, not a violation.
             w.fault("host-wiring:held-for-routeless-pods")
             continue
-        if a.rt.adding:
+        if a.rt.adding and holds_all_it_can(w, a):
+            w.fault("settled-short:pods-wait-at-capacity")
+        elif a.rt.adding:
             w.violation("not-settled", f"{a.name}: {len(a.rt.adding)} pods still wait for an address")
         d = a.ctl.delta(now)
         if free is not None and free < w.settings.scarce_free and not a.ctl.lean(now):

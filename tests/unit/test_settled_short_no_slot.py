@@ -10,10 +10,13 @@ emulated EC2's own ENIs: each of its conditions is needed."""
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 from emulated.clock import VirtualClock
 from emulated.ec2 import Ec2Config, Ec2Emulator
-from simulation.checks import no_slot_for_a_28
+from node_agent.datastore import Datastore
+from node_agent.records import EniInfo
+from simulation.checks import holds_all_it_can, no_slot_for_a_28
 from warmpool.limits import KNOWN_TYPES
 from warmpool.pool import PoolConfig
 
@@ -111,10 +114,24 @@ def test_max_eni_sets_the_limit() -> None:
     assert n.full(replace(POOL, max_eni=2))
 
 
-def test_multi_card_and_custom_networking_are_not_judged_here() -> None:
+def test_multi_card_is_not_judged_here() -> None:
     n, _ = seed_7816_n0()
     assert not n.full(replace(POOL, multi_card=True))
-    assert not n.full(replace(POOL, custom_networking=True))
+
+
+def test_with_custom_networking_the_primary_eni_s_slots_count_for_nothing() -> None:
+    """Seed 4088 (stop 48): with custom networking no pod address is on the primary ENI; its empty
+    slots are none a /28 could take (before, the rule left custom networking out altogether)."""
+    custom = replace(POOL, custom_networking=True)
+    n = Node(singles=0)
+    n.add_eni(1, singles=5)
+    n.add_eni(2, singles=5)
+    assert n.full(custom)
+    assert not n.full()  # without custom networking the primary's five slots are free
+    m = Node(singles=0)
+    m.add_eni(1, singles=5)
+    m.add_eni(2, singles=4)
+    assert not m.full(custom)  # a pod ENI's slot free
 
 
 def test_another_instance_s_enis_count_for_nothing() -> None:
@@ -125,3 +142,34 @@ def test_another_instance_s_enis_count_for_nothing() -> None:
     n.ec2.attach_network_interface(NetworkInterfaceId=eni["NetworkInterfaceId"], InstanceId=other, DeviceIndex=1)
     n.clock.advance(5.0)
     assert not n.full()
+
+
+def _checked(n: Node, *, free: bool, prefix_mode: bool = True) -> bool:
+    """:func:`simulation.checks.holds_all_it_can` on ``n`` (custom networking), its datastore
+    holding one address per pod, one of them free when ``free``."""
+    ds = Datastore()
+    ds.add_eni(EniInfo("eni-a", 1, "0e:00:00:00:00:01", "10.0.0.10", "subnet-1", "10.0.0.0/24"), 0.0)
+    ds.add_addresses("eni-a", ["10.0.0.11", "10.0.0.12"])
+    assert ds.assign("p1", "eth0", "ns", 0.0) is not None
+    if not free:
+        assert ds.assign("p2", "eth0", "ns", 0.0) is not None
+    pool = replace(POOL, custom_networking=True)
+    agent = SimpleNamespace(iid=n.iid, ds=ds, ctl=SimpleNamespace(limits=T3_MEDIUM, pool=pool))
+    n.emu.settle()
+    w = SimpleNamespace(plan=SimpleNamespace(prefix_mode=prefix_mode), emu=n.emu)
+    return holds_all_it_can(w, agent)  # type: ignore[arg-type]
+
+
+def test_pods_wait_at_capacity_only_where_no_address_is_free_and_no_slot() -> None:
+    """Seed 4088 (``tests/sim/test_seed_4088.py``): waiting pods are excused only on a node with no
+    slot for anything more whose every address a pod holds."""
+    n = Node(singles=0)
+    n.add_eni(1, singles=5)
+    n.add_eni(2, singles=5)
+    assert _checked(n, free=False)
+    assert not _checked(n, free=True)  # a free address: the waiting pod should have it
+    assert not _checked(n, free=False, prefix_mode=False)  # secondary-IP mode: judged by its ceiling
+    m = Node(singles=0)
+    m.add_eni(1, singles=5)
+    m.add_eni(2, singles=4)
+    assert not _checked(m, free=False)  # a slot free
