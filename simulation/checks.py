@@ -452,10 +452,19 @@ def holds_all_it_can(w: ChecksWorld, a: SimAgent) -> bool:
     every address a pod holds: a pod waiting there waits for another's DEL, not for the allocator
     (seed 4088: custom networking, its two pod ENIs' ten slots filled with singles while no /28
     was whole in its subnet, ten pods running, eight more started). One free, quarantined or
-    cooling address, or a slot free, and the waiting pods are judged."""
+    cooling address, or a slot free, and the waiting pods are judged. So are they (review 26) on a
+    node the allocator gave singles while a /28 was whole in the call's subnet (P1: an allocator
+    that fills slots with singles ends in this very state), where a record names no pod the runtime
+    runs or deletes (P2: the agent's word alone), and where a waiting pod already holds an address
+    (P3: it waits for its own ADD, not for another pod's DEL)."""
     if not w.plan.prefix_mode or not no_slot_for_a_28(w.emu, a.iid, a.ctl.limits, a.ctl.pool):
         return False
-    return all(x.container_id for e in a.ds.enis() for x in e.addrs.values())
+    if a.name in w.nets.singles_beside_28:
+        return False
+    if any(a.ds.lookup(cid, "eth0") is not None for cid in a.rt.adding):
+        return False
+    runs = set(a.rt.up) | set(a.rt.deleting)
+    return all(x.container_id in runs for e in a.ds.enis() for x in e.addrs.values())
 
 
 def _dlq(w: ChecksWorld) -> list[dict[str, Any]]:

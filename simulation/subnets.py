@@ -68,6 +68,11 @@ class PodNets:
     late: str | None = None
     """A subnet tagged ``kubernetes.io/role/cni=1`` only at its event (untagged until then)."""
     named_placement: bool = False
+    singles_beside_28: set[str] = field(default_factory=set)
+    """The nodes the allocator gave single addresses while a /28 was whole in the subnet the call
+    used (:func:`check_call`): in prefix mode such a node may hold singles where a /28 would have
+    gone, and ``simulation.checks.holds_all_it_can`` does not excuse its waiting pods (review 26,
+    P1)."""
 
     def settings(self) -> dict[str, Any]:
         """The allocator's settings the stack variant changes (the rest: the defaults)."""
@@ -234,6 +239,7 @@ def check_call(w: SubnetsWorld, node: str | None, name: str, kw: dict[str, Any])
     here, e.g. a rogue one: an ordinary node): ``eni-subnet`` and ``custom-primary-used``."""
     nets = w.nets
     custom = node is not None and node in nets.custom_nodes
+    _note_singles(w, node, name, kw)
     if name == "create_network_interface":
         sid = str(kw.get("SubnetId", ""))
         if nets.variant is not None:  # how often each subnet is used (the faults' counts)
@@ -261,6 +267,23 @@ def check_call(w: SubnetsWorld, node: str | None, name: str, kw: dict[str, Any])
                 "custom-primary-used",
                 f"the allocator assigns to {e.id if e else '?'}, the primary ENI of {node}, a custom-networking node",
             )
+
+
+def _note_singles(w: SubnetsWorld, node: str | None, name: str, kw: dict[str, Any]) -> None:
+    """A call for single addresses (an Assign, or a Create with them) while a /28 is whole in the
+    subnet it uses: the node is noted (:attr:`PodNets.singles_beside_28`)."""
+    if node is None or not (kw.get("SecondaryPrivateIpAddressCount") or kw.get("PrivateIpAddresses")):
+        return
+    if name == "create_network_interface":
+        sid = str(kw.get("SubnetId", ""))
+    elif name == "assign_private_ip_addresses":
+        e = w.emu.enis.get(str(kw.get("NetworkInterfaceId", "")))
+        sid = e.subnet_id if e is not None else ""
+    else:
+        return
+    subnet = w.emu.subnets.get(sid)
+    if subnet is not None and subnet.pool.free_blocks() > 0:
+        w.nets.singles_beside_28.add(node)
 
 
 def note_outcome(w: SubnetsWorld, name: str, code: str | None, scarce: bool = False) -> None:

@@ -144,19 +144,24 @@ def test_another_instance_s_enis_count_for_nothing() -> None:
     assert not n.full()
 
 
-def _checked(n: Node, *, free: bool, prefix_mode: bool = True) -> bool:
+def _checked(n: Node, *, free: bool, prefix_mode: bool = True, beside: bool = False) -> bool:
     """:func:`simulation.checks.holds_all_it_can` on ``n`` (custom networking), its datastore
-    holding one address per pod, one of them free when ``free``."""
+    holding one address per running pod, one of them free when ``free``, a third pod waiting;
+    ``beside``: the allocator gave the node singles while a /28 was whole (review 26, P1)."""
     ds = Datastore()
     ds.add_eni(EniInfo("eni-a", 1, "0e:00:00:00:00:01", "10.0.0.10", "subnet-1", "10.0.0.0/24"), 0.0)
     ds.add_addresses("eni-a", ["10.0.0.11", "10.0.0.12"])
+    up = {"p1": "10.0.0.11"}
     assert ds.assign("p1", "eth0", "ns", 0.0) is not None
     if not free:
         assert ds.assign("p2", "eth0", "ns", 0.0) is not None
+        up["p2"] = "10.0.0.12"
     pool = replace(POOL, custom_networking=True)
-    agent = SimpleNamespace(iid=n.iid, ds=ds, ctl=SimpleNamespace(limits=T3_MEDIUM, pool=pool))
+    rt = SimpleNamespace(up=up, adding={"p3": None}, deleting={})
+    agent = SimpleNamespace(name="n1", iid=n.iid, ds=ds, rt=rt, ctl=SimpleNamespace(limits=T3_MEDIUM, pool=pool))
     n.emu.settle()
-    w = SimpleNamespace(plan=SimpleNamespace(prefix_mode=prefix_mode), emu=n.emu)
+    nets = SimpleNamespace(singles_beside_28={"n1"} if beside else set())
+    w = SimpleNamespace(plan=SimpleNamespace(prefix_mode=prefix_mode), emu=n.emu, nets=nets)
     return holds_all_it_can(w, agent)  # type: ignore[arg-type]
 
 
@@ -169,6 +174,7 @@ def test_pods_wait_at_capacity_only_where_no_address_is_free_and_no_slot() -> No
     assert _checked(n, free=False)
     assert not _checked(n, free=True)  # a free address: the waiting pod should have it
     assert not _checked(n, free=False, prefix_mode=False)  # secondary-IP mode: judged by its ceiling
+    assert not _checked(n, free=False, beside=True)  # singles placed while a /28 was whole
     m = Node(singles=0)
     m.add_eni(1, singles=5)
     m.add_eni(2, singles=4)
