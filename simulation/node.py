@@ -580,22 +580,35 @@ class SimPods:
         return PodNet(veth, "ee:ee:ee:ee:ee:ee", "02:00:00:00:00:01", 0)
 
     def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
-        """As node_agent/hostnet.py::teardown_pod: the attachment's veth goes (with its peer, and
-        every route through it: ``drivers/net/veth.c::veth_dellink``), then, an address given,
-        every pod rule and ``/32`` route for that address, whatever link or pod they belong to.
-        A veth of another prefix (an earlier process's setting) ``teardown_pod`` does not find;
-        it goes when the runtime deletes the pod's namespace after the DEL, which the model does
-        at once."""
+        """As node_agent/hostnet.py::teardown_pod: the attachment's veth under this agent's prefix
+        goes (with its peer, and every route through it: ``drivers/net/veth.c::veth_dellink``),
+        then, an address given, every pod rule and ``/32`` route for that address, whatever link
+        or pod they belong to. A veth of another prefix (an earlier process's setting)
+        ``teardown_pod`` does not find: it goes when the runtime deletes the pod's namespace
+        after a DEL or for a sandbox it forgot (:meth:`namespace_gone`). Before stop 48 the model
+        removed it here, also for the teardown of a failed second ADD of a running pod, whose
+        namespace stays: the running pod lost its veth and route (seed 6439)."""
         key = (container_id, ifname)
+        veth = self.veth_of.get(key)
+        if veth is not None and veth == host_veth_name(container_id, ifname, self.prefix):
+            self._drop_pair(key)
+        if ip:
+            self.rules.discard(ip)
+            self.routes.pop(ip, None)
+
+    def _drop_pair(self, key: tuple[str, str]) -> None:
         self.wired.pop(key, None)
         veth = self.veth_of.pop(key, None)
         if veth is not None:
             self.moved.discard(veth)
             self.half_made.discard(veth)
             self.routes = {a: link for a, link in self.routes.items() if link != veth}
-        if ip:
-            self.rules.discard(ip)
-            self.routes.pop(ip, None)
+
+    def namespace_gone(self, container_id: str) -> None:
+        """The runtime deleted the sandbox's network namespace (after its DEL, or a sandbox it
+        forgot): every veth pair of the container goes with it, whatever its prefix."""
+        for key in [k for k in self.veth_of if k[0] == container_id]:
+            self._drop_pair(key)
 
     def check(self, netns: str, ifname: str, container_id: str, ip: str, table: int) -> list[str]:
         return [] if self.wired.get((container_id, ifname)) == ip else ["not wired"]
@@ -960,6 +973,7 @@ class SimAgent:
             self.rt.made.setdefault(cid, self.w.now())
         elif out.get("ok") and command == "DEL":
             self.rt.made.pop(cid, None)
+            self.pods.namespace_gone(cid)  # the runtime removes the sandbox after its DEL
         return out
 
     def runtime_calls(self) -> None:
