@@ -28,9 +28,11 @@ HELD_OFFERS = "held_offers"
 while they were on offer: a restored copy's quarantined ones (``node_agent.agent.hold_doubtful``;
 review 15, Q1), or after a rebuild every free one, offered as of unknown origin a moment before
 (``PoolController._forget_offers``). The hold keeps them from pods and from new offers; the offer
-the process before may have made stands, and the allocator may answer it by unassigning them:
-expected, no second holder (``PoolController._apply_release``; the simulation's seed 1509). Cleared
-when the hold ends (``node_agent.agent.lift_unfounded_holds``)."""
+the process before may have made stands, and the allocator may answer it by unassigning them
+(the simulation's seed 1509). The simulation's check takes that as an answered offer; the agent,
+which cannot tell it from an older copy's address handed back since and carried by a pod the hold
+stands for, still raises its alarm and counts it apart (``PoolController._apply_release``, review
+24). Cleared when the hold ends (``node_agent.agent.lift_unfounded_holds``)."""
 
 
 class RecoveredHolders:
