@@ -724,6 +724,11 @@ class SimAgent:
         self.lean_since = float("-inf")
         """When (world time) a result last made this node's agent lean (``scarce``, not lean before):
         its warm surplus is offered only after the agent's release delay (the ``not-settled`` check)."""
+        self.polled_at = float("-inf")
+        """When (world time) this node's agent last asked its result queue for messages."""
+        self.grants_pushed: list[tuple[float, frozenset[str]]] = []
+        """(world time, keys) of every result naming addresses or prefixes EC2 put on the node
+        (``assigned``, ``attached``), as the allocator pushed it (:meth:`grants_unpolled`)."""
         self.released_withheld: set[str] = set()
         """Free addresses EC2 took from the node while its agent withheld its pool, a restored
         checkpoint awaiting the allocator's word (:meth:`simulation.world.SimWorld.check_release`)."""
@@ -916,9 +921,15 @@ class SimAgent:
     def last_seq(self) -> int:
         return self.sent[-1][1] if self.sent else -1
 
+    def grants_unpolled(self) -> set[str]:
+        """Keys of the grants pushed after the agent last asked its result queue for messages:
+        it could not have read them yet (the ``address-leaked`` check at the end; seed 10039)."""
+        return {k for t, keys in self.grants_pushed if t > self.polled_at for k in keys}
+
     def receive(self) -> None:
         w = self.w
         while self.alive:
+            self.polled_at = w.now()
             msgs = self.sqs.receive_message(
                 QueueUrl=self.result_url, MaxNumberOfMessages=10, VisibilityTimeout=RESULT_VISIBILITY_S
             ).get("Messages", [])

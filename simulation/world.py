@@ -86,7 +86,7 @@ from simulation.schedule import QUIET_S, SeedPlan, quiet_from
 from warmpool import names
 from warmpool.buckets import DEFAULT_SPECS, BucketSpec
 from warmpool.limits import KNOWN_TYPES
-from warmpool.messages import MessageError, parse_result
+from warmpool.messages import Assigned, Attached, MessageError, parse_result
 
 
 @functools.cache
@@ -404,6 +404,11 @@ class SimWorld:
                 f"{res.node} ({res.instance_id}): a result in reply to crafted report "
                 f"{res.in_reply_to}: {[a.kind for a in res.actions]}",
             )
+        granted = frozenset(
+            k for act in res.actions if isinstance(act, (Assigned, Attached)) for k in [*act.ips, *act.prefixes]
+        )
+        if granted:
+            agent.grants_pushed.append((self.now(), granted))
         if any(a.kind in ("attached", "assigned", "released", "deleted") for a in res.actions):
             last = self.pushed.get(res.instance_id, -1)
             if res.in_reply_to < last:
