@@ -31,8 +31,10 @@ from typing import Any
 from node_agent.hostnet import HostWiring, PodNet, host_veth_name
 from node_agent.netlink import NetlinkFailure
 from tests.helpers.agent_world import WiredPods, cni, cni_add, give
-from tests.helpers.first_start import Node, add_until, grant
+from tests.helpers.controller import PRIMARY
+from tests.helpers.first_start import IPS, Node, add_until, grant
 from tests.helpers.restore import restore_answer
+from warmpool.messages import AllocationResult, Assigned, Released
 
 
 class KernelPods(WiredPods):
@@ -207,3 +209,37 @@ def runtime_gc(agent: Any, valid: list[str]) -> dict[str, Any]:
         "cni.dev/valid-attachments": [{"containerID": c, "ifname": "eth0"} for c in valid],
     }
     return agent.cni.handle({"command": "GC", "config": conf})  # type: ignore[no-any-return]
+
+
+def handed_back_after_the_copy(n: Node, backup: Path, x: str, y: str) -> None:
+    """Review 15's Q1 set-up on a ``first_start.Node`` with :class:`KernelPods`: ``y`` offered in a
+    report (``backup``: the copy taken then), handed back and given to pod1 (``x`` to p0); then every
+    route and pod rule flushed, the veths left (pod1 carries ``y`` in its namespace)."""
+    agent = n.start()
+    first = n.step()
+    assert first is not None
+    to = {"cluster": first.cluster, "node": first.node, "instance_id": first.instance_id}
+    eni = n.imds.enis[PRIMARY.eni_id]
+    n.imds.enis[PRIMARY.eni_id] = eni._replace(ips=[ip for ip in eni.ips if ip not in IPS])
+    n.imds.add(PRIMARY, [x, y])
+    launch = Released(eni_id=PRIMARY.eni_id, ips=IPS)  # the launch pool, of unknown origin: unassigned
+    give(
+        agent,
+        AllocationResult(**to, in_reply_to=first.seq, actions=[launch, Assigned(eni_id=PRIMARY.eni_id, ips=[x, y])]),
+    )
+    n.step()
+    offer = None
+    for _ in range(8):
+        r = n.step(30)
+        if r is not None and any(y in o.ips and not o.unknown for o in r.release):
+            offer = r
+            break
+    assert offer is not None, "setup: the surplus y is offered"
+    shutil.copytree(n.state, backup)  # the copy: y quarantined, offered in report `offer`
+    give(agent, AllocationResult(**to, in_reply_to=offer.seq, actions=[Assigned(eni_id=PRIMARY.eni_id, ips=[y])]))
+    n.step()  # y handed back
+    assert add_until(n, agent, "p0") == x
+    assert add_until(n, agent, "pod1") == y
+    assert isinstance(n.pods, KernelPods)
+    n.pods.flush_routes()  # pod1 and p0 run on: veths, their addresses in their namespaces
+    n.pods.flush_rules()

@@ -15,54 +15,19 @@ it (``_hold_unknown`` takes quarantined addresses too): that case passes."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-from tests.helpers.agent_world import give
-from tests.helpers.controller import PRIMARY
-from tests.helpers.first_start import IPS, Node, add_until
-from tests.helpers.kernel_pods import KernelPods, answered_start, offers_and_adds
-from warmpool.messages import AllocationResult, Assigned, Released
+from tests.helpers.first_start import Node
+from tests.helpers.kernel_pods import KernelPods, answered_start, handed_back_after_the_copy, offers_and_adds
 
 X, Y = "10.0.0.50", "10.0.0.51"
-
-
-def _handed_back_after_the_copy(n: Node, backup: Path) -> None:
-    agent = n.start()
-    first = n.step()
-    assert first is not None
-    to = {"cluster": first.cluster, "node": first.node, "instance_id": first.instance_id}
-    eni = n.imds.enis[PRIMARY.eni_id]
-    n.imds.enis[PRIMARY.eni_id] = eni._replace(ips=[ip for ip in eni.ips if ip not in IPS])
-    n.imds.add(PRIMARY, [X, Y])
-    launch = Released(eni_id=PRIMARY.eni_id, ips=IPS)  # the launch pool, of unknown origin: unassigned
-    give(
-        agent,
-        AllocationResult(**to, in_reply_to=first.seq, actions=[launch, Assigned(eni_id=PRIMARY.eni_id, ips=[X, Y])]),
-    )
-    n.step()
-    offer = None
-    for _ in range(8):
-        r = n.step(30)
-        if r is not None and any(Y in o.ips and not o.unknown for o in r.release):
-            offer = r
-            break
-    assert offer is not None, "setup: the surplus Y is offered"
-    shutil.copytree(n.state, backup)  # the copy: Y quarantined, offered in report `offer`
-    give(agent, AllocationResult(**to, in_reply_to=offer.seq, actions=[Assigned(eni_id=PRIMARY.eni_id, ips=[Y])]))
-    n.step()  # Y handed back
-    assert add_until(n, agent, "p0") == X
-    assert add_until(n, agent, "pod1") == Y
-    assert isinstance(n.pods, KernelPods)
-    n.pods.flush_routes()  # pod1 and p0 run on: veths, their addresses in their namespaces
-    n.pods.flush_rules()
 
 
 def test_a_copy_with_the_address_offered_does_not_offer_it_while_a_routeless_pod_carries_it(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     n.pods = KernelPods()
     try:
-        _handed_back_after_the_copy(n, tmp_path / "backup")
+        handed_back_after_the_copy(n, tmp_path / "backup", X, Y)
         agent = answered_start(n, True, tmp_path / "backup")
         offered, others = offers_and_adds(n, agent, 14)  # 420 s: past the release timeout
         assert n.pods.holders(Y) == [("pod1", "eth0")], "setup: pod1 still carries Y"

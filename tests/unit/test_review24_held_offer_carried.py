@@ -17,7 +17,6 @@ agent on a real node does not."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,48 +26,14 @@ from node_agent.datastore import HELD_OFFERS
 from simulation.world import SimWorld
 from tests.helpers.agent_world import give
 from tests.helpers.controller import PRIMARY
-from tests.helpers.first_start import IPS, Node, add_until, grant
-from tests.helpers.kernel_pods import KernelPods, answered_start
+from tests.helpers.first_start import Node, add_until, grant
+from tests.helpers.kernel_pods import KernelPods, answered_start, handed_back_after_the_copy
 from tests.helpers.release_check import Violation, check_world, unassign
-from warmpool.messages import AllocationResult, Assigned, Released
+from warmpool.messages import AllocationResult, Released
 
 X, Y = "10.0.0.50", "10.0.0.51"
 
 TWO_HOLDERS = "an Unassign of an address a running pod carries is the agent's 'two holders possible' alarm"
-
-
-def _handed_back_after_the_copy(n: Node, backup: Path) -> None:
-    """Review 15's Q1 set-up (tests/unit/test_review15_quarantined_copy.py): Y offered in a report
-    (the copy taken then), handed back, given to pod1; then every route and pod rule flushed, the
-    veths left (pod1 carries Y in its namespace)."""
-    agent = n.start()
-    first = n.step()
-    assert first is not None
-    to = {"cluster": first.cluster, "node": first.node, "instance_id": first.instance_id}
-    eni = n.imds.enis[PRIMARY.eni_id]
-    n.imds.enis[PRIMARY.eni_id] = eni._replace(ips=[ip for ip in eni.ips if ip not in IPS])
-    n.imds.add(PRIMARY, [X, Y])
-    launch = Released(eni_id=PRIMARY.eni_id, ips=IPS)
-    give(
-        agent,
-        AllocationResult(**to, in_reply_to=first.seq, actions=[launch, Assigned(eni_id=PRIMARY.eni_id, ips=[X, Y])]),
-    )
-    n.step()
-    offer = None
-    for _ in range(8):
-        r = n.step(30)
-        if r is not None and any(Y in o.ips and not o.unknown for o in r.release):
-            offer = r
-            break
-    assert offer is not None, "setup: the surplus Y is offered"
-    shutil.copytree(n.state, backup)  # the copy: Y quarantined, offered in report `offer`
-    give(agent, AllocationResult(**to, in_reply_to=offer.seq, actions=[Assigned(eni_id=PRIMARY.eni_id, ips=[Y])]))
-    n.step()  # Y handed back
-    assert add_until(n, agent, "p0") == X
-    assert add_until(n, agent, "pod1") == Y
-    assert isinstance(n.pods, KernelPods)
-    n.pods.flush_routes()
-    n.pods.flush_rules()
 
 
 def _unassigned(n: Node, agent: Any, ip: str) -> None:
@@ -90,7 +55,7 @@ def test_q1_the_held_offer_is_the_address_a_routeless_pod_carries(tmp_path: Path
     n = Node(tmp_path, adopt_launch_pool=False)
     n.pods = KernelPods()
     try:
-        _handed_back_after_the_copy(n, tmp_path / "backup")
+        handed_back_after_the_copy(n, tmp_path / "backup", X, Y)
         agent = answered_start(n, current, tmp_path / "backup")
         assert n.pods.holders(Y) == [("pod1", "eth0")]
         assert Y in (agent.ds.meta.get(HELD_OFFERS) or ()), agent.ds.meta.get(HELD_OFFERS)
@@ -105,7 +70,7 @@ def test_q1_ec2_taking_the_routeless_pod_s_address_is_the_alarm(
     n = Node(tmp_path, adopt_launch_pool=False)
     n.pods = KernelPods()
     try:
-        _handed_back_after_the_copy(n, tmp_path / "backup")
+        handed_back_after_the_copy(n, tmp_path / "backup", X, Y)
         agent = answered_start(n, current, tmp_path / "backup")
         _unassigned(n, agent, Y)
         assert n.pods.holders(Y) == [("pod1", "eth0")], "setup: pod1 still carries Y"
