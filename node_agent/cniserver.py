@@ -51,7 +51,9 @@ from node_agent.hostnet import (
     host_veth_name,
     ifname_problem,
     netns_problem,
+    note_setup_left,
     pod_addresses,
+    setup_left,
     setup_pod,
     teardown_pod,
     veths_of,
@@ -77,6 +79,10 @@ class PodNetwork(Protocol):
     ``carried(netns, ifname, container_id) -> list[str] | None``: the IPv4 addresses the pod's
     ``ifname`` carries when it is the peer of the attachment's host veth (this prefix's name),
     None when there is no such pair or it cannot tell (without it: cannot tell).
+
+    An exception ``setup`` raises may say what the set-up left
+    (:func:`node_agent.hostnet.setup_left`): a failed ADD tears down only a veth pair its set-up
+    made. Without it, the teardown removes the attachment's veth, as before.
     """
 
     def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet: ...
@@ -98,11 +104,15 @@ class NetlinkPods:
         return netns_problem(netns, self.host_netns)
 
     def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet:
-        problem = netns_problem(netns, self.host_netns)  # again here: set-up must never touch the host's
-        if problem:
-            raise PodRefused(problem)
-        with Netlink.open(self.host_netns) as host:
-            return setup_pod(host, netns, ifname, container_id, ip, table, mtu, self.veth_prefix)
+        try:
+            problem = netns_problem(netns, self.host_netns)  # again here: set-up must never touch the host's
+            if problem:
+                raise PodRefused(problem)
+            with Netlink.open(self.host_netns) as host:
+                return setup_pod(host, netns, ifname, container_id, ip, table, mtu, self.veth_prefix)
+        except BaseException as exc:
+            note_setup_left(exc, made_pair=False, addressed=False)  # unless setup_pod said what it left
+            raise
 
     def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
         with Netlink.open(self.host_netns) as host:
@@ -374,11 +384,25 @@ class CniService:
         table = eni.route_table if eni is not None else MAIN_TABLE
         try:
             net = self.pods.setup(netns, ifname, cid, a.ip, table, self.mtu)
-        except Exception:
+        except Exception as exc:
             if earlier is not None:
                 # An earlier ADD returned this address (and wired it): it stays, wiring and all;
                 # the runtime's DEL for this failed ADD (or GC) gives it back.
                 log.warning("ADD %s %s failed again; %s kept for the earlier ADD", cid[:12], ifname, a.ip)
+                raise
+            left = setup_left(exc)
+            if left is not None and not left.made_pair:
+                # The attachment's veth pair was there before this ADD (or the set-up failed before
+                # it looked): not this ADD's to remove. A running pod's, when the agent lost its
+                # record and the runtime ADDs it again with no DEL between (the CNI spec forbids
+                # it): removed, the pod ran on with no veth, and a start after a lost checkpoint
+                # found no trace of its address but a rule and let it go (the simulation's seed
+                # 14955). Its pod's interface may carry the new address once the set-up reached
+                # it: held for its veth until the attachment's DEL (or GC); else it is free.
+                if left.addressed:
+                    self._hold_for_veth(cid, ifname, a.ip, holder, network, "its veth pair was there before")
+                else:
+                    self.ds.release(cid, ifname, self.clock.now())
                 raise
             # Never leave an address this ADD took recorded for a pod that has no network.
             try:
@@ -388,7 +412,7 @@ class CniService:
                 # holds a routed pod's) until the runtime's DEL tears it down, never free for
                 # another pod meanwhile (review 22, R5: a retried ADD that reads it there must
                 # find it no other pod's).
-                self._hold_for_veth(cid, ifname, a.ip, holder, network)
+                self._hold_for_veth(cid, ifname, a.ip, holder, network, "wiring and teardown failed")
                 raise
             self.ds.release(cid, ifname, self.clock.now())
             raise
@@ -548,8 +572,9 @@ class CniService:
             # before, then a crash, brought the hold back for good: no runtime DELs twice).
             self._holds_unwritten = True
 
-    def _hold_for_veth(self, cid: str, ifname: str, ip: str, holder: str, network: str) -> None:
-        """A failed ADD whose teardown failed too: its address leaves the attachment's record and
+    def _hold_for_veth(self, cid: str, ifname: str, ip: str, holder: str, network: str, why: str) -> None:
+        """A failed ADD whose teardown failed too, or whose set-up reached the interface of a veth
+        pair it did not make (``why``): its address leaves the attachment's record and
         is held by a recovered holder named after the attachment's veth (``Datastore.recover``),
         which the attachment's DEL (its teardown with that address first) releases, or the
         runtime's CNI GC once it no longer lists the attachment: the holder is noted with the
@@ -563,7 +588,7 @@ class CniService:
             self.ds.set_meta(FAILED_ADD_HOLDS, noted)
         with self._made_lock:
             self._made[(cid, ifname)] = self._steady()  # its GC age: from this ADD
-        log.warning("ADD %s %s: wiring and teardown failed; %s held for %s until its DEL", cid[:12], ifname, ip, holder)
+        log.warning("ADD %s %s failed (%s); %s held for %s until its DEL", cid[:12], ifname, why, ip, holder)
 
     def _holds_named_for(self, cid: str, ifname: str, holder: str) -> bool:
         """Whether a start's holds name this attachment's veth (under any prefix)."""

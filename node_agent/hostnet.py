@@ -255,6 +255,36 @@ def pod_rules(ip: str, table: int) -> list[Rule]:
     return rules
 
 
+@dataclass(frozen=True)
+class SetupLeft:
+    """What a pod set-up that raised leaves of its attachment, set on the exception it raised
+    (:func:`setup_left`), so that the failed ADD undoes only what it made."""
+
+    made_pair: bool
+    """This set-up made the attachment's veth pair (none was there, or only a host end with no
+    peer in the pod). False: the pair was there before (an earlier ADD's, whose pod may run on it)
+    or the set-up failed before it looked."""
+    addressed: bool
+    """The set-up reached the pod's interface's addresses: it may carry the new address (and
+    no longer the one it had), and the host may route the new address to it."""
+
+
+SETUP_LEFT = "warmpool_setup_left"
+"""The attribute of an exception raised by a pod set-up that says what it left (:class:`SetupLeft`)."""
+
+
+def setup_left(exc: BaseException) -> SetupLeft | None:
+    """What the pod set-up that raised ``exc`` left; None when it does not say."""
+    left = getattr(exc, SETUP_LEFT, None)
+    return left if isinstance(left, SetupLeft) else None
+
+
+def note_setup_left(exc: BaseException, made_pair: bool, addressed: bool) -> None:
+    """Say on ``exc`` what the set-up that raised it left (kept when a deeper set-up said it)."""
+    if setup_left(exc) is None:
+        setattr(exc, SETUP_LEFT, SetupLeft(made_pair, addressed))
+
+
 def setup_pod(
     host: Netlink,
     pod_netns: str,
@@ -265,7 +295,27 @@ def setup_pod(
     mtu: int,
     veth_prefix: str = "eni",
 ) -> PodNet:
-    """Wire a pod to the host (see the module docstring). Safe to repeat."""
+    """Wire a pod to the host (see the module docstring). Safe to repeat. An exception it
+    raises says what it left (:func:`setup_left`)."""
+    reached: list[str] = []
+    try:
+        return _setup_pod(host, pod_netns, ifname, container_id, ip, table, mtu, veth_prefix, reached)
+    except BaseException as exc:
+        note_setup_left(exc, made_pair="made" in reached, addressed="addressed" in reached)
+        raise
+
+
+def _setup_pod(
+    host: Netlink,
+    pod_netns: str,
+    ifname: str,
+    container_id: str,
+    ip: str,
+    table: int,
+    mtu: int,
+    veth_prefix: str,
+    reached: list[str],
+) -> PodNet:
     name = host_veth_name(container_id, ifname, veth_prefix)
     with Netlink.open(pod_netns) as pod:
         hl = host.link_by_name(name)
@@ -282,6 +332,7 @@ def setup_pod(
             # Half-made (or not made): our host end (if any) goes, then both are made again.
             if hl is not None:
                 host.link_absent(name)
+            reached.append("made")  # before the call: one that fails half-way may have made it
             host.veth_add(name, ifname, pod_netns, mtu)
             hl = host.link_by_name(name)
             pl = pod.link_by_name(ifname)
@@ -294,6 +345,7 @@ def setup_pod(
             pod.link_set(lo.index, up=True)
         if pl.mtu != mtu or not pl.up:
             pod.link_set(pl.index, mtu=mtu, up=True)
+        reached.append("addressed")
         pod.ensure_addrs(pl.index, [f"{ip}/32"])
         pod.ensure_routes(
             MAIN_TABLE,

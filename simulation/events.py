@@ -778,16 +778,25 @@ def _fragment(w: EventsWorld, n: int) -> None:
         w.fault("fragmentation")
 
 
+def overlap_stage(w: EventsWorld, a: SimAgent) -> str:
+    """Where a ``cni-overlap`` ADD's set-up fails (``SimPods.fail``), drawn apart from the plan:
+    the plans, and so every seed's events, stay as they were before the stage was drawn."""
+    return w.rng(f"overlap-{a.name}").choice(("early", "addressed"))
+
+
 def _overlap(w: EventsWorld, a: SimAgent | None) -> None:
-    """A second ADD for a container whose first ADD already returned; its wiring fails."""
+    """A second ADD for a container whose first ADD already returned (the CNI spec forbids it
+    without a DEL between), whose set-up fails: before it looks at anything, or once the pod's
+    interface has the new address (``SimPods.fail``)."""
     if a is None or not a.alive or a.gone or not a.rt.up:
         return
     cid = sorted(a.rt.up)[-1]
-    a.pods.fail.add(cid)
-    w.fault("cni-overlap")
+    stage = overlap_stage(w, a)
+    a.pods.fail[cid] = stage
+    w.fault(f"cni-overlap:{stage}")
     with a.guard():
         a.cni_call("ADD", cid)
-    a.pods.fail.discard(cid)
+    a.pods.fail.pop(cid, None)
 
 
 def _plugin(w: EventsWorld, a: SimAgent, environ: dict[str, str], stdin: str) -> tuple[int, str]:

@@ -56,6 +56,7 @@ from node_agent.hostnet import (
     host_veth_name,
     ifname_problem,
     netns_refusal,
+    note_setup_left,
 )
 from node_agent.imds import Identity, ImdsError, parse_interfaces
 from node_agent.netlink import NetlinkFailure, netns_path
@@ -476,7 +477,9 @@ class SimPods:
       ``cni-host-touched``: the CNI service must have refused it before taking
       an address (NetlinkPods would refuse it again; nothing else would).
 
-    ``fail`` makes the next set-up of a container fail (e.g. the netns vanished).
+    ``fail`` makes the next set-up of a container fail, early or once the pod's interface has its
+    address; the exception says what the set-up left, as ``setup_pod``'s does
+    (:func:`node_agent.hostnet.setup_left`).
 
     The host side is kept as the kernel keeps it (``host-wiring``, issue 21): each attachment's
     veth pair (``veth_of``; its namespace side carries the pod's address while the pair exists:
@@ -489,7 +492,9 @@ class SimPods:
     def __init__(self, w: NodeWorld, node: str) -> None:
         self.w, self.node = w, node
         self.wired: dict[tuple[str, str], str] = {}
-        self.fail: set[str] = set()
+        self.fail: dict[str, str] = {}
+        """Container -> where its next set-up fails: ``early`` (before it looks at anything: the
+        namespace vanished) or ``addressed`` (once the pod's interface has the address)."""
         self._pod_ns: dict[str, tuple[int, int]] = {}
         self.prefix = AGENT_CONFIG.veth_prefix
         self.veth_of: dict[tuple[str, str], str] = {}
@@ -539,6 +544,13 @@ class SimPods:
         return netns_refusal(netns, CLONE_NEWNET, target, AGENT_CONFIG.host_netns, self.ns_id)
 
     def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet:
+        try:
+            return self._setup(netns, ifname, container_id, ip, table, mtu)
+        except Exception as exc:
+            note_setup_left(exc, made_pair=False, addressed=False)  # as NetlinkPods.setup: unless said
+            raise
+
+    def _setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet:
         ns = self.ns_id(netns)
         if ns is None:
             raise NetlinkFailure(2, f"network namespace {netns}: No such file or directory")
@@ -555,9 +567,12 @@ class SimPods:
             raise PodRefused(
                 f"interface {ifname} already exists in {netns} and is not this pod's veth ({kind}): left alone"
             )
-        if container_id in self.fail:
-            self.fail.discard(container_id)
-            raise NetlinkFailure(2, f"netns of {container_id} vanished")
+        stage = self.fail.pop(container_id, None)
+        if stage == "early":
+            # as setup_pod's Netlink.open of the pod's namespace failing: nothing looked at or made
+            exc = NetlinkFailure(2, f"netns of {container_id} vanished")
+            note_setup_left(exc, made_pair=False, addressed=False)
+            raise exc
         # as node_agent/hostnet.py::setup_pod: the veth pair (its host side named after the
         # attachment under this agent's prefix), the /32 route via it, the pod rule
         veth = host_veth_name(container_id, ifname, self.prefix)
@@ -570,11 +585,19 @@ class SimPods:
             if self.cut_addressed:
                 self.wired[(container_id, ifname)] = ip
             cut(container_id, ifname)
+        made = self.veth_of.get((container_id, ifname)) != veth
         if self.wired.get((container_id, ifname), ip) != ip and veth not in self.half_made:
             self.moved.add(veth)
         self.half_made.discard(veth)
         self.wired[(container_id, ifname)] = ip
         self.veth_of[(container_id, ifname)] = veth
+        if stage == "addressed":
+            # as setup_pod failing after the pod's interface took the address (``ensure_addrs``)
+            # and before the host's route (an ``ip route replace`` refused: ENOBUFS): the pair
+            # (reused or made) carries the new address, the host has no route or rule for it
+            exc = NetlinkFailure(105, f"route to {ip} via {veth}: No buffer space available")
+            note_setup_left(exc, made_pair=made, addressed=True)
+            raise exc
         self.routes[ip] = veth
         self.rules.add(ip)
         return PodNet(veth, "ee:ee:ee:ee:ee:ee", "02:00:00:00:00:01", 0)

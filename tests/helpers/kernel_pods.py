@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from node_agent.hostnet import HostWiring, PodNet, host_veth_name
+from node_agent.hostnet import HostWiring, PodNet, host_veth_name, note_setup_left
 from node_agent.netlink import NetlinkFailure
 from tests.helpers.agent_world import WiredPods, cni, cni_add, give
 from tests.helpers.controller import PRIMARY
@@ -178,20 +178,31 @@ def assert_not_given(n: Node, agent: Any, ip: str, carrier: str, why: str) -> No
 
 
 class FailingPods(KernelPods):
-    """:class:`KernelPods` whose set-up of the attachments in ``half`` stops after the veth pair and
-    the pod's address (its host route fails), and whose teardown of those in ``stuck`` fails before
-    anything is removed."""
+    """:class:`KernelPods` whose set-up of the attachments in ``half`` stops after the veth pair
+    (made, or the one there before) and the pod's address (its host route fails), of those in
+    ``early`` fails before it looks at anything (the pod's namespace cannot be opened), and whose
+    teardown of those in ``stuck`` fails before anything is removed. Each failed set-up says what it
+    left, as ``node_agent.hostnet.setup_pod`` does."""
 
     def __init__(self) -> None:
         super().__init__()
         self.half: set[str] = set()
+        self.early: set[str] = set()
         self.stuck: set[str] = set()
 
     def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet:
+        if container_id in self.early:
+            exc = NetlinkFailure(2, f"{netns}: No such file or directory")
+            note_setup_left(exc, made_pair=False, addressed=False)
+            raise exc
         if container_id in self.half:
-            self.veth_of[(container_id, ifname)] = host_veth_name(container_id, ifname, self.made_with)
+            veth = host_veth_name(container_id, ifname, self.made_with)
+            made = self.veth_of.get((container_id, ifname)) != veth
+            self.veth_of[(container_id, ifname)] = veth
             self.wired[(container_id, ifname)] = ip
-            raise NetlinkFailure(105, "route add: No buffer space available")
+            exc = NetlinkFailure(105, "route add: No buffer space available")
+            note_setup_left(exc, made_pair=made, addressed=True)
+            raise exc
         return super().setup(netns, ifname, container_id, ip, table, mtu)
 
     def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:

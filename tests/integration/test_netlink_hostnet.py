@@ -8,7 +8,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from node_agent.hostnet import host_veth_name, pod_addresses, setup_eni, setup_pod, teardown_eni, teardown_pod
+from node_agent.hostnet import (
+    SetupLeft,
+    host_veth_name,
+    pod_addresses,
+    setup_eni,
+    setup_left,
+    setup_pod,
+    teardown_eni,
+    teardown_pod,
+)
 from node_agent.netlink import Exists, Netlink, NetlinkNotFound, Route, Rule
 from node_agent.records import EniInfo
 from tests.helpers.fakenode import add_fake_eni, ip_json, netns, netns_available, sh
@@ -169,3 +178,42 @@ def test_routes_in_other_tables_are_left_alone(node: str) -> None:
         nl.route_replace(keep)
         setup_eni(nl, ENI1, 9001)
         assert keep in nl.routes(100)
+
+
+class _RouteFails:
+    """The node's netlink handle whose ``ensure_routes`` fails (the kernel refusing the pod's
+    ``/32`` route: ENOBUFS), after the pod's interface took its address."""
+
+    def __init__(self, nl: Netlink) -> None:
+        self._nl = nl
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._nl, name)
+
+    def ensure_routes(self, *a: object, **k: object) -> int:
+        raise OSError(105, "No buffer space available")
+
+
+def test_a_failed_pod_setup_says_what_it_left(node: str, pod: str) -> None:
+    """``setup_left``: whether the set-up made the attachment's veth pair (a failed ADD tears down
+    only such a pair, the simulation's seed 14955) and whether the pod's interface may carry the
+    new address."""
+    with Netlink.open(node) as nl:
+        with pytest.raises(OSError) as got:
+            setup_pod(_RouteFails(nl), pod, "eth0", "abc", "10.0.1.24", 2, 9001)  # type: ignore[arg-type]
+        assert setup_left(got.value) == SetupLeft(made_pair=True, addressed=True)
+        teardown_pod(nl, "abc", "eth0", "10.0.1.24")
+        setup_pod(nl, pod, "eth0", "abc", "10.0.1.24", 2, 9001)  # the running pod's pair
+        with pytest.raises(OSError) as got:  # its second ADD, with another address
+            setup_pod(_RouteFails(nl), pod, "eth0", "abc", "10.0.1.25", 2, 9001)  # type: ignore[arg-type]
+        assert setup_left(got.value) == SetupLeft(made_pair=False, addressed=True)
+        assert pod_addresses(nl, pod, "eth0", "abc") == ["10.0.1.25"], "the pair kept, carrying the new address"
+        with pytest.raises(NetlinkNotFound) as gone:  # the pod's namespace cannot be opened
+            setup_pod(nl, "/run/netns/does-not-exist-wp", "eth0", "abc", "10.0.1.26", 2, 9001)
+        assert setup_left(gone.value) == SetupLeft(made_pair=False, addressed=False)
+    host_end = host_veth_name("half", "eth0")
+    sh("ip", "-n", node, "link", "add", host_end, "type", "veth", "peer", "name", "halfpeer")  # a host end only
+    with Netlink.open(node) as nl:
+        with pytest.raises(OSError) as got:
+            setup_pod(_RouteFails(nl), pod, "eth1", "half", "10.0.1.27", 2, 9001)  # type: ignore[arg-type]
+        assert setup_left(got.value) == SetupLeft(made_pair=True, addressed=True), "a half-made pair is made again"
