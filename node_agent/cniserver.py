@@ -473,6 +473,14 @@ class CniService:
         del conf  # not read: see above
         held, holder = self._held(cid, ifname)
         self.pods.teardown(cid, ifname, held.ip if held else None)
+        if self.ds.lookup(cid, ifname) is None:
+            # The recovered holder's addresses on an ENI IMDS does not show yet (a rebuild during
+            # an IMDS lag) have rules too: removed with the pod, or a copy restored later finds
+            # the rule, takes it for the pod's, and its holder stays for good (seed 14483).
+            for ip in sorted(
+                {h.ip for h in self.ds.recovered_holders() if h.holder == holder} - {getattr(held, "ip", None)}
+            ):
+                self.pods.teardown(cid, ifname, ip)
         now = self.clock.now()
         try:
             self.ds.release(cid, ifname, now)  # also forgets a waiting ADD
