@@ -747,7 +747,9 @@ def _delete(w: EventsWorld, a: SimAgent, n: int, *, oldest: bool = True) -> None
     for cid in list(rt.adding)[: max(0, n - len(rt.up))]:
         del rt.adding[cid]
         rt.asked.pop(cid, None)
-        rt.deleting[cid] = None
+        rt.failing.pop(cid, None)
+        if rt.not_before.pop(cid, None) is None:  # a sandbox kubelet has not made yet has no DEL
+            rt.deleting[cid] = None
 
 
 def _die_late(a: SimAgent) -> None:

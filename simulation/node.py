@@ -43,7 +43,7 @@ from node_agent.agent import (
     restore_checked,
 )
 from node_agent.checkpoint import CheckpointError, CheckpointWriteError, FileCheckpoint
-from node_agent.cni import E_IO
+from node_agent.cni import E_IO, E_TRY_AGAIN_LATER
 from node_agent.cniserver import CniService
 from node_agent.config import Timing
 from node_agent.controller import AttachedEni, IncompleteRead, PoolController
@@ -708,9 +708,28 @@ class Runtime:
     """When each pod waiting for an address was started."""
     waits: list[float] = field(default_factory=list)
     """Each pod's wait for an address, from its start to its ADD answered (the fairness figure)."""
+    containerd: bool = False
+    """A failed ADD is handled as containerd and kubelet handle it (:meth:`SimAgent.runtime_calls`):
+    DELeted at once, the pod's next sandbox (a new container id) ADDed after kubelet's back-off.
+    Else the runtime retries the ADD of the same container with no DEL between (the CNI spec
+    forbids it; the hostile variant, as before stop 49)."""
+    failing: dict[str, float] = field(default_factory=dict)
+    """containerd: each sandbox whose ADD waits for an address -> when its ADD was made (the
+    agent's ADD waits ``ADD_WAIT_S`` for one: its retries here stand for that wait)."""
+    not_before: dict[str, float] = field(default_factory=dict)
+    """containerd: a pod's next sandbox -> when kubelet's back-off lets it be ADDed."""
+    sandboxes: int = 0
 
 
 RESTART_BACKOFF_S = 10.0
+
+ADD_WAIT_S = 10.0
+"""How long the agent's ADD waits for a free address before it fails (``node_agent.config``'s
+``add_wait_s`` default): in containerd mode the runtime's ADD of a sandbox is in flight this long."""
+SANDBOX_BACKOFF_S = 10.0
+"""kubelet's back-off before a pod's next sandbox after a failed one: ``pkg/kubelet/pod_workers.go``
+``completeWork`` requeues a pod whose sync failed after ``wait.Jitter(backOffPeriod, 0.5)``
+(``backOffPeriod`` 10 s in ``pkg/kubelet/kubelet.go``): 10 to 15 s."""
 """kubelet's first crash-loop back-off: an agent whose process ended is started again this much later."""
 
 
@@ -724,6 +743,10 @@ class SimAgent:
         for the next start, as a new DaemonSet setting does)."""
         self.imds = LaggedImds(w, iid)
         self.rt = Runtime()
+        # drawn apart from the plan (its events stay as they were): half the nodes' runtimes handle
+        # a failed ADD as containerd does, the others retry it with no DEL (the hostile variant)
+        self.rt.containerd = w.rng("runtime").random() < 0.5
+        w.fault(f"runtime:{'containerd' if self.rt.containerd else 'same-sandbox-retry'}")
         self.sqs = w.sqs.client(sender_id=f"AROAEXAMPLE:{iid}")
         self.result_url = self.sqs.create_queue(
             QueueName=names.result_queue(CLUSTER, iid), Attributes={"VisibilityTimeout": str(RESULT_VISIBILITY_S)}
@@ -1010,14 +1033,49 @@ class SimAgent:
             self.pods.namespace_gone(cid)  # the runtime removes the sandbox after its DEL
         return out
 
+    def _add_failed(self, cid: str, got: dict[str, Any], now: float) -> None:
+        """containerd: an ADD that found no address waits (the agent's ``add_wait_s``: retried here
+        while it lasts, as the agent's own loop takes an address freed meanwhile); failed, or failed
+        otherwise, ``RunPodSandbox`` tears the sandbox's network down at once (a CNI DEL: its
+        deferred ``teardownPodNetwork``, ``internal/cri/server/sandbox_run.go``) and removes its
+        namespace; a DEL not answered ok is retried (kubelet's ``StopPodSandbox`` of the failed
+        sandbox). kubelet makes the pod's next sandbox, a new container id, after its back-off
+        (:data:`SANDBOX_BACKOFF_S`)."""
+        rt = self.rt
+        since = rt.failing.setdefault(cid, now)
+        if got.get("code") == E_TRY_AGAIN_LATER and now - since < ADD_WAIT_S:
+            return  # the ADD still waits for an address
+        rt.failing.pop(cid, None)
+        rt.not_before.pop(cid, None)
+        del rt.adding[cid]
+        self.w.version += 1
+        if not self.cni_call("DEL", cid).get("ok"):
+            rt.deleting[cid] = None
+        rt.sandboxes += 1
+        nxt = f"{cid.split('~')[0]}~{rt.sandboxes}"
+        rt.adding[nxt] = None
+        rt.not_before[nxt] = now + SANDBOX_BACKOFF_S * (1 + 0.5 * self.w.rng(f"kubelet-{self.name}").random())
+        asked = rt.asked.pop(cid, None)
+        if asked is not None:
+            rt.asked[nxt] = asked
+        self.w.fault("containerd:sandbox-again")
+
     def runtime_calls(self) -> None:
         rt = self.rt
         for cid in list(rt.deleting):
             if self.cni_call("DEL", cid).get("ok"):
                 del rt.deleting[cid]
+        now = self.w.now()
         for cid in list(rt.adding):
+            if now < rt.not_before.get(cid, now):
+                continue  # kubelet's back-off: this sandbox is not made yet
             got = self.cni_call("ADD", cid)
+            if not got.get("ok") and rt.containerd:
+                self._add_failed(cid, got, now)
+                break
             if got.get("ok"):
+                rt.failing.pop(cid, None)
+                rt.not_before.pop(cid, None)
                 ip = got["result"]["ips"][0]["address"].split("/")[0]
                 del rt.adding[cid]
                 rt.up[cid] = ip
