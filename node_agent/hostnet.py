@@ -269,7 +269,7 @@ class SetupLeft:
     no longer the one it had), and the host may route the new address to it."""
 
 
-SETUP_LEFT = "warmpool_setup_left"
+SETUP_LEFT = "pod_setup_left"
 """The attribute of an exception raised by a pod set-up that says what it left (:class:`SetupLeft`)."""
 
 
