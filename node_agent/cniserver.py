@@ -104,15 +104,20 @@ class NetlinkPods:
         return netns_problem(netns, self.host_netns)
 
     def setup(self, netns: str, ifname: str, container_id: str, ip: str, table: int, mtu: int) -> PodNet:
+        # What fails before setup_pod starts made and addressed nothing; what it raises says what it
+        # left; anything raised after it (closing the handle) says nothing, and the failed ADD tears
+        # the attachment down as before (review 27, W1: said to have made nothing, the pair stayed
+        # wired with the address another pod then got).
         try:
             problem = netns_problem(netns, self.host_netns)  # again here: set-up must never touch the host's
             if problem:
                 raise PodRefused(problem)
-            with Netlink.open(self.host_netns) as host:
-                return setup_pod(host, netns, ifname, container_id, ip, table, mtu, self.veth_prefix)
+            host = Netlink.open(self.host_netns)
         except BaseException as exc:
-            note_setup_left(exc, made_pair=False, addressed=False)  # unless setup_pod said what it left
+            note_setup_left(exc, made_pair=False, addressed=False)
             raise
+        with host:
+            return setup_pod(host, netns, ifname, container_id, ip, table, mtu, self.veth_prefix)
 
     def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
         with Netlink.open(self.host_netns) as host:
@@ -777,6 +782,12 @@ class CniService:
                         self.ds.release_recovered(holder, self.clock.now())
                     rest = {k: v for k, v in (self.ds.meta.get(FAILED_ADD_HOLDS) or {}).items() if k != holder}
                     self.ds.set_meta(FAILED_ADD_HOLDS, rest or None)
+                # As its DEL would: what a start held for the attachment's veth ends (review 27, G1:
+                # a failed second ADD's hold GCed, its veth left in the hold's reason for good)
+                try:
+                    self._end_holds_of(cid, ifname, holder, self.clock.now())
+                except CheckpointWriteError:
+                    self._holds_unwritten = True  # in memory; the GC's flush fails the GC
                 if held is not None:
                     released += 1
                     log.info(

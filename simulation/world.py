@@ -575,6 +575,14 @@ class SimWorld:
         for cid, ip in a.rt.up.items():
             if ip in ips or (prefixes and checks._in_prefix(ip, prefixes)):
                 self.violation("released-in-use", f"the allocator unassigns {ip} from {node} while pod {cid} holds it")
+        for (cid, ifname), ip in sorted(a.pods.wired.items()):
+            # what a namespace carries, whatever the runtime believes (review 27, H1: a failed
+            # set-up's interface, a pod the runtime forgot): EC2 would give it to another pod
+            if a.rt.up.get(cid) != ip and (ip in ips or (prefixes and checks._in_prefix(ip, prefixes))):
+                self.violation(
+                    "released-in-use",
+                    f"the allocator unassigns {ip} from {node} while the namespace of {cid} ({ifname}) carries it",
+                )
         if not a.alive:
             return
         held_offers = set(a.ds.meta.get(HELD_OFFERS) or ())
@@ -620,6 +628,17 @@ class SimWorld:
             self._saturated_since = None
 
     # --- pods and the runtime
+    def note_carried(self, node: str, key: tuple[str, str], ip: str) -> None:
+        for other in self.agents.values():
+            if other.gone:
+                continue
+            for att, carried in other.pods.wired.items():
+                if carried == ip and (other.name, att) != (node, key):
+                    self.violation(
+                        "two-holders",
+                        f"{ip}: the namespace of {key[0]} on {node} and of {att[0]} on {other.name} both carry it",
+                    )
+
     def pod_up(self, agent: SimAgent, cid: str, ip: str) -> None:
         self.version += 1
         checks.pod_up(self, agent, cid, ip)

@@ -98,6 +98,9 @@ class _World:
     def violation(self, invariant: str, detail: str) -> None:
         raise AssertionError(f"{invariant}: {detail}")
 
+    def note_carried(self, node: str, key: tuple[str, str], ip: str) -> None:
+        pass
+
 
 def test_a_cut_set_up_leaves_the_veth_with_no_route_rule_or_address_and_the_retry_reuses_it() -> None:
     pods = SimPods(_World(), "n0")  # type: ignore[arg-type]

@@ -40,6 +40,9 @@ def test_a_failed_second_add_s_teardown_leaves_another_prefix_s_veth_of_the_runn
         def now(self) -> float:
             return 0.0
 
+        def note_carried(self, node: str, key: tuple[str, str], ip: str) -> None:
+            pass
+
     pods = SimPods(W(), "n1")  # type: ignore[arg-type]
     pods.setup("/var/run/netns/p9", "eth0", "p9", "10.0.0.10", 254, 9001)
     old = pods.veth_of[("p9", "eth0")]

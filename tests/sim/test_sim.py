@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import simulation.node
 from emulated.clock import VirtualClock
 from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.cniserver import CniService
@@ -745,6 +746,7 @@ def test_the_checks_wait_a_quiet_period_after_a_damping_that_ended_just_before_t
     too; the checks are unchanged, and find the surplus released.
     The node flips through re-plans that release, as the allocator's did when the seed was found
     (``_releasing_replans``)."""
+    monkeypatch.setattr(simulation.node, "FORCE_CONTAINERD", False)  # drawn before stop 49: same-sandbox retries
     from simulation.schedule import QUIET_S
 
     _releasing_replans(monkeypatch)

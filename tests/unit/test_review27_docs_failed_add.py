@@ -8,13 +8,13 @@ address it took or holding it for the attachment's veth; none of the docs says s
 * docs/safety.md, the safety argument, says of a failed ADD only that an address whose teardown
   failed is held for the veth (review 22, R5). The new rule (a pair the ADD did not make is left;
   what its set-up reached decides between a release and a hold) is a new way an address leaves a
-  record with a pod's interface possibly carrying it, and the argument does not name it."""
+  record with a pod's interface possibly carrying it, and the argument does not name it.
+
+Fixed so in stop 49 (the strict xfails removed)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +23,6 @@ def _paragraphs_naming(text: str, word: str) -> list[str]:
     return [p for p in text.split("\n\n") if word in p]
 
 
-@pytest.mark.xfail(strict=True, reason="review 27, D1: README and docs/reliability.md still call seed 14955 open")
 def test_the_docs_that_name_seed_14955_say_where_it_is_fixed() -> None:
     for doc in ("README.md", "docs/reliability.md"):
         named = _paragraphs_naming((ROOT / doc).read_text(), "14955")
@@ -33,7 +32,6 @@ def test_the_docs_that_name_seed_14955_say_where_it_is_fixed() -> None:
         )
 
 
-@pytest.mark.xfail(strict=True, reason="review 27, D1: docs/safety.md does not state the failed ADD's new rule")
 def test_the_safety_argument_states_what_a_failed_add_leaves() -> None:
     safety = (ROOT / "docs" / "safety.md").read_text()
     assert "setup_left" in safety or "SetupLeft" in safety, (

@@ -15,13 +15,13 @@ and the ``unrouted`` holder never end (``lift_unfounded_holds`` waits for an emp
 restart keeps what the copy noted).
 
 The fix to weigh: ``_gc_failed_add_holds`` calls ``_end_holds_of`` for the attachment it released,
-as ``gc`` does for a record."""
+as ``gc`` does for a record.
+
+Fixed so in stop 49 (the strict xfail removed)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import pytest
 
 from node_agent.datastore import FAILED_ADD_HOLDS, HOLD_REASON
 from node_agent.records import UNROUTED_HOLDER
@@ -32,7 +32,6 @@ from tests.helpers.kernel_pods import FailingPods, offered_within, runtime_gc
 Z = "10.0.0.60"
 
 
-@pytest.mark.xfail(strict=True, reason="review 27, G1: a failed ADD hold's GC leaves its veth in the hold reason")
 def test_the_gc_of_a_failed_second_add_s_hold_ends_the_start_s_hold_for_its_veth(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = FailingPods()

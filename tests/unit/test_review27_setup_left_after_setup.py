@@ -15,7 +15,9 @@ Before 9dbe1f6 the failed ADD's teardown removed the attachment's pair whatever 
 
 The fix to weigh: mark only the exceptions raised before ``setup_pod`` starts (or treat an
 unmarked one raised once it started as unknown: ``setup_left`` None, so the teardown runs as
-before)."""
+before).
+
+Fixed so in stop 49 (the strict xfail removed)."""
 
 from __future__ import annotations
 
@@ -63,9 +65,6 @@ class _Handle:
             raise OSError(9, "Bad file descriptor")
 
 
-@pytest.mark.xfail(
-    strict=True, reason="review 27, W1: an exception after setup_pod ran is said to have made and addressed nothing"
-)
 def test_a_failure_closing_the_node_handle_after_a_whole_set_up_never_frees_the_wired_address(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
