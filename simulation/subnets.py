@@ -357,8 +357,12 @@ def _note_singles(w: SubnetsWorld, node: str | None, name: str, kw: dict[str, An
         sid = e.subnet_id if e is not None else ""
     else:
         return
-    if sid in w.emu.subnets and _nameable_blocks(w, sid, w.now() if at is None else at) > 0:
+    if sid not in w.emu.subnets or w.emu.subnets[sid].pool.free_blocks() <= 0:
+        return
+    if _nameable_blocks(w, sid, w.now() if at is None else at) > 0:
         w.nets.singles_beside_28.add(node)
+    else:
+        w.fault("subnet-world:singles-beside-held-28")  # whole in EC2, held from naming
 
 
 def note_outcome(w: SubnetsWorld, name: str, code: str | None, scarce: bool = False) -> None:
