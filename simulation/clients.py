@@ -148,7 +148,7 @@ class AllocEc2:
             if iid is not None and inv is not None:
                 w.check_lease(inv, node or iid, name, iid)
             if mutating:
-                subnets.check_call(w, node, name, kw)
+                subnets.check_call(w, node, name, kw, w.clock_inv.true_now())
             if node is not None:
                 w.maybe_terminate_now(node)
                 if name == "unassign_private_ip_addresses":

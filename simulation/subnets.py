@@ -72,7 +72,16 @@ class PodNets:
     """The nodes the allocator gave single addresses while a /28 was whole in the subnet the call
     used (:func:`check_call`): in prefix mode such a node may hold singles where a /28 would have
     gone, and ``simulation.checks.holds_all_it_can`` does not excuse its waiting pods (review 26,
-    P1)."""
+    P1). With named placement a /28 whole only because the allocator released part of it within
+    the hold (:attr:`released`) is not counted: no container may name it yet."""
+    hold_s: float = 0.0
+    """Named placement's release hold (the allocator's ``placement_release_hold_s``) less the
+    widest gap between two allocator containers' clocks the plan draws (``lambda-clock-skew``),
+    so that a block counted held is one no container may name; 0: nothing is counted held."""
+    released: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per subnet, each address and /28 the allocator released (an Unassign, or the Detach of its
+    ENI: what docs/allocator.md, "Prefix placement that does not fragment", step 5, holds) and the
+    world's time of the call."""
 
     def settings(self) -> dict[str, Any]:
         """The allocator's settings the stack variant changes (the rest: the defaults)."""
@@ -142,6 +151,17 @@ def build(emu: Ec2Emulator, vpc: str, main: str, seed: int, events: Sequence[Eve
         nets.custom_nodes = frozenset(cn.nodes.split(","))
         nets.variant = "discover-custom"
     return nets
+
+
+def hold_for_check(hold_s: float, events: Sequence[Event]) -> float:
+    """:attr:`PodNets.hold_s`: the allocator's hold less the widest gap between two of its
+    containers' clocks the plan draws (a container behind the one that wrote a release reads it
+    held for that much less)."""
+    offsets = [0.0]
+    for e in events:
+        if isinstance(e, k.LambdaClockSkew):
+            offsets += e.offsets()
+    return max(0.0, hold_s - (max(offsets) - min(offsets)))
 
 
 def _sizes(text: str) -> list[int]:
@@ -234,12 +254,14 @@ def on_custom_networking(w: SubnetsWorld, ev: k.CustomNetworking) -> None:
 # --- the checks -----------------------------------------------------------------------------
 
 
-def check_call(w: SubnetsWorld, node: str | None, name: str, kw: dict[str, Any]) -> None:
+def check_call(w: SubnetsWorld, node: str | None, name: str, kw: dict[str, Any], at: float | None = None) -> None:
     """Before one of the allocator's EC2 calls for ``node`` (None: an instance without an agent
-    here, e.g. a rogue one: an ordinary node): ``eni-subnet`` and ``custom-primary-used``."""
+    here, e.g. a rogue one: an ordinary node): ``eni-subnet`` and ``custom-primary-used``.
+    ``at``: the world's time at the call (the running invocation's point; None: ``w.now()``)."""
     nets = w.nets
     custom = node is not None and node in nets.custom_nodes
-    _note_singles(w, node, name, kw)
+    _note_released(w, name, kw, at)
+    _note_singles(w, node, name, kw, at)
     if name == "create_network_interface":
         sid = str(kw.get("SubnetId", ""))
         if nets.variant is not None:  # how often each subnet is used (the faults' counts)
@@ -269,10 +291,64 @@ def check_call(w: SubnetsWorld, node: str | None, name: str, kw: dict[str, Any])
             )
 
 
-def _note_singles(w: SubnetsWorld, node: str | None, name: str, kw: dict[str, Any]) -> None:
-    """A call for single addresses (an Assign, or a Create with them) while a /28 is whole in the
-    subnet it uses: the node is noted (:attr:`PodNets.singles_beside_28`)."""
-    if node is None or not (kw.get("SecondaryPrivateIpAddressCount") or kw.get("PrivateIpAddresses")):
+def _asks_singles(name: str, kw: dict[str, Any]) -> bool:
+    """Whether the call asks single secondary addresses: a count, or named ones. A Create's
+    primary address (named, ``Primary``, under named placement) is no single: every ENI has one,
+    whatever the mode (seed 183: a Create of a /28 naming its primary was read as singles)."""
+    if kw.get("SecondaryPrivateIpAddressCount"):
+        return True
+    named = kw.get("PrivateIpAddresses") or []
+    if name == "create_network_interface":
+        return any(isinstance(x, dict) and not x.get("Primary") for x in named)
+    return bool(named)
+
+
+def _note_released(w: SubnetsWorld, name: str, kw: dict[str, Any], at: float | None) -> None:
+    """What the allocator releases (an Unassign, or a Detach of its ENI), by subnet and time."""
+    nets = w.nets
+    if not nets.named_placement:
+        return
+    if name == "unassign_private_ip_addresses":
+        e = w.emu.enis.get(str(kw.get("NetworkInterfaceId", "")))
+        keys = [*(kw.get("PrivateIpAddresses") or []), *(kw.get("Ipv4Prefixes") or [])]
+    elif name == "detach_network_interface":
+        att = str(kw.get("AttachmentId", ""))
+        e = next((x for x in w.emu.enis.values() if x.attachment is not None and x.attachment.id == att), None)
+        keys = [e.primary_ip, *e.secondary, *e.prefixes] if e is not None else []
+    else:
+        return
+    if e is None:
+        return
+    when = w.now() if at is None else at
+    mine = nets.released.setdefault(e.subnet_id, {})
+    for key in keys:
+        mine[str(key)] = when
+
+
+def _nameable_blocks(w: SubnetsWorld, subnet_id: str, at: float) -> int:
+    """Wholly free /28s of the subnet that named placement may name at ``at``: none of whose
+    addresses the allocator released within the hold (:attr:`PodNets.hold_s`)."""
+    subnet = w.emu.subnets[subnet_id]
+    whole = subnet.pool.free_blocks()
+    nets = w.nets
+    if whole <= 0 or not nets.named_placement or nets.hold_s <= 0:
+        return whole
+    held: set[ipaddress.IPv4Network] = set()
+    for key, when in nets.released.get(subnet_id, {}).items():
+        if at - when >= nets.hold_s:
+            continue
+        net = ipaddress.IPv4Network(key if "/" in key else f"{key}/32")
+        held.add(net if net.prefixlen <= 28 else net.supernet(new_prefix=28))
+    pool = subnet.pool
+    blocked = sum(1 for b in held if all(pool.is_free(str(h)) for h in b))
+    return max(0, whole - blocked)
+
+
+def _note_singles(w: SubnetsWorld, node: str | None, name: str, kw: dict[str, Any], at: float | None = None) -> None:
+    """A call for single addresses (an Assign, or a Create with secondaries) while a /28 is
+    whole in the subnet it uses, and (named placement) may be named: the node is noted
+    (:attr:`PodNets.singles_beside_28`)."""
+    if node is None or not _asks_singles(name, kw):
         return
     if name == "create_network_interface":
         sid = str(kw.get("SubnetId", ""))
@@ -281,9 +357,12 @@ def _note_singles(w: SubnetsWorld, node: str | None, name: str, kw: dict[str, An
         sid = e.subnet_id if e is not None else ""
     else:
         return
-    subnet = w.emu.subnets.get(sid)
-    if subnet is not None and subnet.pool.free_blocks() > 0:
+    if sid not in w.emu.subnets or w.emu.subnets[sid].pool.free_blocks() <= 0:
+        return
+    if _nameable_blocks(w, sid, w.now() if at is None else at) > 0:
         w.nets.singles_beside_28.add(node)
+    else:
+        w.fault("subnet-world:singles-beside-held-28")  # whole in EC2, held from naming
 
 
 def note_outcome(w: SubnetsWorld, name: str, code: str | None, scarce: bool = False) -> None:

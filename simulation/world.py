@@ -213,6 +213,7 @@ class SimWorld:
         )
         # lease TTL and deadline margin derived from the function timeout, as in the stack
         self.settings = self.harness.settings
+        self.nets.hold_s = subnets.hold_for_check(self.settings.placement_release_hold_s, plan.events)
         self.reports_url = self.harness.reports_url
         self.dlq_url = self.harness.dlq_url
         self.buckets = self.harness.ports.buckets
