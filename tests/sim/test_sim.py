@@ -456,12 +456,19 @@ def test_the_sim_pods_refuse_host_namespaces_as_the_agent_does() -> None:
         raise AssertionError("a pod's lo was taken for its interface")
 
 
+class _Carried:
+    """Just the world a pod set-up reaches: what a namespace now carries (checked elsewhere)."""
+
+    def note_carried(self, node: str, key: tuple[str, str], ip: str) -> None:
+        pass
+
+
 def test_the_agent_refuses_a_host_namespace_before_taking_an_address() -> None:
     ds = Datastore(cooldown_s=30, pending_ttl_s=120, checkpoint=MemoryCheckpoint())
     ds.reconcile(
         [(EniInfo("eni-1", 0, "02:00:00:00:00:01", "10.0.0.4", "subnet-1", "10.0.0.0/23"), ["10.0.0.5"], [])], 0.0
     )
-    svc = CniService(ds, SimPods(Any, "n0"), clock=VirtualClock(0.0))  # type: ignore[arg-type]
+    svc = CniService(ds, SimPods(_Carried(), "n0"), clock=VirtualClock(0.0))  # type: ignore[arg-type]
     conf = {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool"}
     for netns, ifname in (("/proc/1/ns/net", "eth0"), ("/proc/self/ns/net", "ens5")):
         out = svc.handle({"command": "ADD", "container_id": "h", "ifname": ifname, "netns": netns, "config": conf})
