@@ -5,7 +5,10 @@ teardown (a CNI DEL) before its ADD; when that DEL fails too, ``cleanupErr`` is 
 while the sandbox has no CNI result (``sandbox.CNIResult == nil``: the ADD failed), so the network
 namespace is removed anyway, the sandbox is not kept in the store, and kubelet, whose
 ``RunPodSandbox`` call failed with no sandbox id, has nothing to ``StopPodSandbox``: the DEL is never
-sent again. The model retries it until it works, and keeps the namespace meanwhile."""
+sent again. The model retries it until it works, and keeps the namespace meanwhile (M1). And
+containerd sends no CNI GC (docs/safety.md, "containerd's order, no CNI GC"), while the model's
+``cni-gc`` events reach its containerd nodes too (M2): both clear what, with containerd, nothing
+clears (``tests/unit/test_review28_containerd_lost_del.py``)."""
 
 from __future__ import annotations
 
@@ -56,3 +59,17 @@ def test_a_failed_add_whose_del_fails_is_never_deleted_again(monkeypatch: pytest
     run_plan(plan_for(4, None))
     assert kept or dropped, "setup: no sandbox given up"
     assert not kept, f"{len(kept)} failed sandboxes DELeted again by the model (containerd never does): {kept[:3]}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review 28, M2: a node whose runtime is modelled as containerd still gets CNI GC calls "
+    "(cni-gc, cni-readd's GC), which docs/safety.md says containerd does not send",
+)
+def test_a_runtime_modelled_as_containerd_sends_no_cni_gc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(simulation.node, "FORCE_CONTAINERD", True)
+    violations, (_, w) = run_plan(plan_for(4, None))
+    assert not violations, violations
+    assert w.faults.get("runtime:containerd"), "setup: the nodes' runtimes are containerd"
+    gcs = {f: c for f, c in w.faults.items() if f.startswith("cni-gc")}
+    assert not gcs, f"CNI GC sent to nodes whose runtime is containerd: {gcs}"
