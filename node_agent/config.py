@@ -297,7 +297,7 @@ def load(env: Mapping[str, str]) -> AgentConfig:
         add_wait_s=_float(env, ENV_ADD_WAIT_S, 10.0, hi=600.0),
         manage_host_network=_bool(env, ENV_MANAGE_HOST, default=True),
         host_netns=env.get(ENV_HOST_NETNS, "").strip(),
-        veth_prefix=env.get(ENV_VETH_PREFIX, "").strip() or env.get(ENV_CNI_VETH_PREFIX, "").strip() or "eni",
+        veth_prefix=_veth_prefix(env),
         pod_network=_choice(env, ENV_POD_NETWORK, ("netlink", "recorded"), "netlink"),
         recovery_grace_s=_recovery_grace(env, timing.release_timeout_s),
         adopt_launch_pool=_bool(env, ENV_ADOPT_LAUNCH_POOL, default=False),
@@ -307,6 +307,23 @@ def load(env: Mapping[str, str]) -> AgentConfig:
         kubelet_config=_paths(env, ENV_KUBELET_CONFIG, DEFAULT_CONFIG_FILES),
         kubelet_flags=_paths(env, ENV_KUBELET_FLAGS, DEFAULT_FLAG_FILES),
     )
+
+
+VETH_PREFIX_MAX = 7
+"""The longest veth prefix: a pod's host veth is the prefix and the attachment's digest cut at 15
+characters, and the agent tells one attachment's veth from another's by at least 8 hex digits
+(``node_agent.hostnet.VETH_DIGEST_MIN``). A longer prefix leaves fewer, and attachments share a
+veth name and a recovered holder (review 28, V1: at 15 characters every one of them)."""
+
+
+def _veth_prefix(env: Mapping[str, str]) -> str:
+    name = ENV_VETH_PREFIX if env.get(ENV_VETH_PREFIX, "").strip() else ENV_CNI_VETH_PREFIX
+    prefix = env.get(name, "").strip() or "eni"
+    if len(prefix) > VETH_PREFIX_MAX or any(c in "/:\x00" or c.isspace() or not c.isascii() for c in prefix):
+        raise ConfigError(
+            f"{name}={prefix!r}: a veth prefix is 1 to {VETH_PREFIX_MAX} characters valid in an interface name"
+        )
+    return prefix
 
 
 # --- node-level host networking (the VPC CNI's host settings) --------------------------------

@@ -19,11 +19,6 @@ from node_agent.config import ConfigError, load
 from node_agent.hostnet import host_veth_name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 28, V1: a veth prefix that leaves no digest is accepted; every attachment's veth "
-    "and recovered holder then have one name",
-)
 @pytest.mark.parametrize("prefix", ["warmpoolpodveth1", "warmpoolpodve"])
 def test_a_veth_prefix_that_leaves_attachments_one_name_is_refused(prefix: str) -> None:
     env = {"CLUSTER_NAME": "c", "MY_NODE_NAME": "n", "WARMPOOL_VETH_PREFIX": prefix}
@@ -33,3 +28,12 @@ def test_a_veth_prefix_that_leaves_attachments_one_name_is_refused(prefix: str) 
         return
     names = {host_veth_name(f"{k:064x}", "eth0", cfg.veth_prefix) for k in range(300)}
     assert len(names) == 300, f"{prefix!r} accepted: 300 attachments have {len(names)} veth names"
+
+
+@pytest.mark.parametrize("prefix", ["eni", "wpod", "azv", "warmpod"])
+def test_a_veth_prefix_of_up_to_seven_characters_is_taken(prefix: str) -> None:
+    """The fix (stop 49): up to 7 characters (``node_agent.config.VETH_PREFIX_MAX``); 8 is refused."""
+    cfg = load({"CLUSTER_NAME": "c", "MY_NODE_NAME": "n", "AWS_VPC_K8S_CNI_VETHPREFIX": prefix})
+    assert cfg.veth_prefix == prefix
+    with pytest.raises(ConfigError, match="AWS_VPC_K8S_CNI_VETHPREFIX"):
+        load({"CLUSTER_NAME": "c", "MY_NODE_NAME": "n", "AWS_VPC_K8S_CNI_VETHPREFIX": prefix + "x" * (8 - len(prefix))})
