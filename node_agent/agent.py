@@ -854,6 +854,10 @@ class Agent:
         now = self.clock.now()
         self._release_unknown_holders(now)
         self._lift_holds(now)
+        try:
+            self.cni.reap_gone_failed_holds()
+        except Exception:  # never the loop's end: tried again next pass
+            log.exception("letting go of failed ADDs' holds whose veth is gone failed; tried again next pass")
         if now - self._last_resync >= self.cfg.resync_s:
             self._last_resync = now
             try:

@@ -233,6 +233,8 @@ class CniService:
         self.busy_wait_s = busy_wait_s
         """How long an operation waits for another one on the same attachment (then: try again)."""
         self.gc_min_age_s = gc_min_age_s
+        self._absent: dict[str, float] = {}
+        """Failed-ADD holders whose veth the host did not show -> since when (steady clock)."""
         """GC leaves alone attachments younger than this: the runtime may not list an ADD it has
         not seen answered yet. Timed on the monotonic clock (a wall clock stepped back made every
         recent attachment look younger than this for as long as the step, and GC left stale ones
@@ -478,14 +480,12 @@ class CniService:
         del conf  # not read: see above
         held, holder = self._held(cid, ifname)
         self.pods.teardown(cid, ifname, held.ip if held else None)
-        if self.ds.lookup(cid, ifname) is None:
-            # The recovered holder's addresses on an ENI IMDS does not show yet (a rebuild during
-            # an IMDS lag) have rules too: removed with the pod, or a copy restored later finds
-            # the rule, takes it for the pod's, and its holder stays for good (seed 14483).
-            for ip in sorted(
-                {h.ip for h in self.ds.recovered_holders() if h.holder == holder} - {getattr(held, "ip", None)}
-            ):
-                self.pods.teardown(cid, ifname, ip)
+        # The recovered holder's other addresses (one on an ENI IMDS does not show yet: a rebuild
+        # during an IMDS lag) have rules too: removed with the pod, or a copy restored later finds
+        # the rule, takes it for the pod's, and its holder stays for good (seed 14483); with a
+        # record too (its ADD retried after the rebuild took another address: review 28, P2).
+        for ip in self._holder_ips(holder) - {held.ip if held else None}:
+            self.pods.teardown(cid, ifname, ip)
         now = self.clock.now()
         try:
             self.ds.release(cid, ifname, now)  # also forgets a waiting ADD
@@ -520,6 +520,10 @@ class CniService:
                 "the runtime retries the DEL",
                 reason="checkpoint-write",
             ) from exc
+
+    def _holder_ips(self, holder: str) -> set[str]:
+        """Every address a recovered holder holds, on an ENI IMDS shows or not yet."""
+        return {h.ip for h in self.ds.recovered_holders() if h.holder == holder}
 
     def _in_reason(self, holder: str) -> bool:
         """Whether a start's hold reason (:data:`HOLD_REASON`) names the veth ``holder``."""
@@ -627,9 +631,8 @@ class CniService:
         # still held: removed after its release, they could be a new pod's (its ADD rewrites them).
         others = {h.holder for h in self.ds.recovered_holders() if h.holder != holder}
         for name in sorted(veths_of(cid, ifname, others, self.veth_prefix)):
-            other = self.ds.lookup_recovered(name)
-            if other is not None:
-                self.pods.teardown(cid, ifname, other.ip)
+            for ip in sorted(self._holder_ips(name)):  # attached or not (review 28, P1)
+                self.pods.teardown(cid, ifname, ip)
         with self.ds.batch():  # read again under the datastore's lock: another DEL or the loop's lift may run beside
             reason = self.ds.meta.get(HOLD_REASON)
             holds = self.ds.meta.get(HOLD_ON_RELEASE) or {}
@@ -794,6 +797,56 @@ class CniService:
                         "GC: %s %s not listed by the runtime; %s (its failed ADD's) released", cid[:12], ifname, held.ip
                     )
         return released
+
+    def reap_gone_failed_holds(self) -> list[str]:
+        """A failed ADD's hold (:meth:`_hold_for_veth`, noted in :data:`FAILED_ADD_HOLDS`) whose
+        veth the host has not shown for ``gc_min_age_s`` is let go: the pair lives and dies
+        together (``drivers/net/veth.c``), so with its host side gone no pod interface carries the
+        address. containerd DELs a failed ADD once and, when that DEL fails too, removes the
+        sandbox's namespace and never sends it again (its ``RunPodSandbox`` resets the cleanup
+        error of a sandbox with no CNI result), and sends no CNI GC: held so, the address waited
+        for the agent's next start (review 28, C1). A start's hold for the veth stays: a veth gone
+        is not a pod gone (the simulation's seed 732). Called by the agent's loop; reads the host
+        only while such a hold exists. Returns the addresses let go."""
+        noted = dict(self.ds.meta.get(FAILED_ADD_HOLDS) or {})
+        if not noted:
+            self._absent.clear()
+            return []
+        host_wiring = getattr(self.pods, "host_wiring", None)
+        wiring = host_wiring() if host_wiring is not None else None
+        if wiring is None:
+            return []  # cannot tell: kept
+        links = {*wiring.links, *wiring.pods.values(), *wiring.routed_via.values()}
+        now = self._steady()
+        freed: list[str] = []
+        for holder, (cid, ifname, _net) in sorted(noted.items()):
+            if holder in links:
+                self._absent.pop(holder, None)
+                continue
+            since = self._absent.setdefault(holder, now)
+            if now - since < self.gc_min_age_s:
+                continue
+            with self._attachment(cid, ifname, 0.0) as got:
+                if not got:
+                    continue  # an ADD/DEL for it is running: next pass
+                ips = sorted(self._holder_ips(holder))
+                for ip in ips:
+                    self.pods.teardown(cid, ifname, ip)  # its rules and routes
+                with contextlib.suppress(CheckpointWriteError), self.ds.batch():  # the loop's flush writes it
+                    self.ds.release_recovered(holder, self.clock.now())
+                    rest = {k: v for k, v in (self.ds.meta.get(FAILED_ADD_HOLDS) or {}).items() if k != holder}
+                    self.ds.set_meta(FAILED_ADD_HOLDS, rest or None)
+                self._absent.pop(holder, None)
+                freed += ips
+                log.warning(
+                    "ADD %s %s failed and its veth %s has been gone %.0f s (no DEL or GC came): %s released",
+                    cid[:12],
+                    ifname,
+                    holder,
+                    now - since,
+                    ", ".join(ips) or "nothing",
+                )
+        return freed
 
     def check_status(self, req: dict[str, Any]) -> None:
         """CNI STATUS (spec 1.1): ready for ADDs, or code 50 saying why not."""

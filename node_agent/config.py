@@ -317,8 +317,9 @@ veth name and a recovered holder (review 28, V1: at 15 characters every one of t
 
 
 def _veth_prefix(env: Mapping[str, str]) -> str:
-    name = ENV_VETH_PREFIX if env.get(ENV_VETH_PREFIX, "").strip() else ENV_CNI_VETH_PREFIX
-    prefix = env.get(name, "").strip() or "eni"
+    ours, vpc_cni = env.get(ENV_VETH_PREFIX, "").strip(), env.get(ENV_CNI_VETH_PREFIX, "").strip()
+    name = ENV_VETH_PREFIX if ours else ENV_CNI_VETH_PREFIX
+    prefix = ours or vpc_cni or "eni"
     if len(prefix) > VETH_PREFIX_MAX or any(c in "/:\x00" or c.isspace() or not c.isascii() for c in prefix):
         raise ConfigError(
             f"{name}={prefix!r}: a veth prefix is 1 to {VETH_PREFIX_MAX} characters valid in an interface name"

@@ -856,6 +856,11 @@ def _gc(
     (``cni-gc-freed-running``)."""
     if a is None or a.gone:
         return
+    if a.rt.containerd:
+        # containerd sends no CNI GC (docs/safety.md: "containerd's order, no CNI GC"; review 28,
+        # M2): what a GC would clear stays for the agent's own reaping
+        w.fault("containerd:no-gc")
+        return
     if not a.alive:
         if again or tries:
             w.loop.call_later(10.0, lambda: _gc(w, a, again=again, tries=tries))

@@ -965,6 +965,9 @@ class SimAgent:
                         w.fault("host-wiring:hold-lifted", len(freed))
                 except CheckpointWriteError:
                     w.fault("checkpoint-write-error:lift")
+                reaped = self.cni.reap_gone_failed_holds()  # as Agent.run_once, each pass
+                if reaped:
+                    w.fault("failed-add-hold:veth-gone", len(reaped))
                 if now - self.resynced_at >= RESYNC_S:
                     self.resynced_at = now
                     try:
@@ -1070,7 +1073,11 @@ class SimAgent:
         del rt.adding[cid]
         self.w.version += 1
         if not self.cni_call("DEL", cid).get("ok"):
-            rt.deleting[cid] = None
+            # containerd ignores a failed teardown of a sandbox whose ADD gave no result
+            # (``sandbox.CNIResult == nil``: ``cleanupErr`` reset), removes its namespace anyway and
+            # never sends that DEL again (kubelet has no sandbox id to stop; review 28, M1)
+            self.pods.namespace_gone(cid)
+            self.w.fault("containerd:del-dropped")
         rt.sandboxes += 1
         nxt = f"{cid.split('~')[0]}~{rt.sandboxes}"
         rt.adding[nxt] = None

@@ -19,7 +19,13 @@ class Violation(Exception):
 
 def check_world(ds: Datastore) -> Any:
     agent = SimpleNamespace(
-        name="n0", gone=False, alive=True, ds=ds, rt=SimpleNamespace(up={}), released_withheld=set()
+        name="n0",
+        gone=False,
+        alive=True,
+        ds=ds,
+        rt=SimpleNamespace(up={}),
+        pods=SimpleNamespace(wired={}),
+        released_withheld=set(),
     )
     faults: list[str] = []
 

@@ -8,7 +8,9 @@ namespace is removed anyway, the sandbox is not kept in the store, and kubelet, 
 sent again. The model retries it until it works, and keeps the namespace meanwhile (M1). And
 containerd sends no CNI GC (docs/safety.md, "containerd's order, no CNI GC"), while the model's
 ``cni-gc`` events reach its containerd nodes too (M2): both clear what, with containerd, nothing
-clears (``tests/unit/test_review28_containerd_lost_del.py``)."""
+clears (``tests/unit/test_review28_containerd_lost_del.py``).
+
+M1 and M2 fixed so in stop 49 (the strict xfails removed)."""
 
 from __future__ import annotations
 
@@ -22,11 +24,6 @@ from simulation.runner import plan_for, run_plan
 pytestmark = pytest.mark.sim
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 28, M1: the containerd model retries a failed ADD's failed DEL (and keeps its "
-    "namespace); containerd drops it (CNIResult nil: cleanupErr reset) and removes the namespace",
-)
 def test_a_failed_add_whose_del_fails_is_never_deleted_again(monkeypatch: pytest.MonkeyPatch) -> None:
     init = simulation.node.SimAgent.__init__
     add_failed = simulation.node.SimAgent._add_failed
@@ -61,11 +58,6 @@ def test_a_failed_add_whose_del_fails_is_never_deleted_again(monkeypatch: pytest
     assert not kept, f"{len(kept)} failed sandboxes DELeted again by the model (containerd never does): {kept[:3]}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 28, M2: a node whose runtime is modelled as containerd still gets CNI GC calls "
-    "(cni-gc, cni-readd's GC), which docs/safety.md says containerd does not send",
-)
 def test_a_runtime_modelled_as_containerd_sends_no_cni_gc(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(simulation.node, "FORCE_CONTAINERD", True)
     violations, (_, w) = run_plan(plan_for(4, None))

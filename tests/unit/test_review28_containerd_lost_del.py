@@ -6,13 +6,13 @@ reset to nil), the namespace removed (its veth pair with it) and the sandbox for
 no sandbox id, makes the pod's next sandbox (a new container id) and never DELs the old one.
 containerd sends no CNI GC (docs/safety.md, "containerd's order, no CNI GC"). A failed ADD whose
 teardown failed is held for its veth until its DEL or GC (``CniService._hold_for_veth``); the DEL
-that comes at once meets the same netlink trouble (``ENOBUFS``), and none comes again."""
+that comes at once meets the same netlink trouble (``ENOBUFS``), and none comes again.
+
+Fixed so in stop 49 (``CniService.reap_gone_failed_holds``; the strict xfail removed)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import pytest
 
 from tests.helpers.agent_world import cni
 from tests.helpers.first_start import Node, add_until, grant_more, pod_on_fresh_address
@@ -21,11 +21,6 @@ from tests.helpers.kernel_pods import FailingPods, offers_and_adds
 Y, Z = "10.0.0.51", "10.0.0.52"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 28, C1: a failed ADD's hold for its veth, whose DEL containerd sent once (failed) "
-    "and dropped, is held until the agent's next start: no DEL again, no GC, the veth gone",
-)
 def test_the_hold_of_a_failed_add_containerd_forgot_ends_without_a_restart(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = FailingPods()

@@ -1,13 +1,13 @@
 """Review 28 of 273023c (a DEL removes the rules of every address its recovered holder holds,
 attached or not: seed 14483). The fix reads only this prefix's holder and only when the attachment
-has no record; the same leak stays where it does not look."""
+has no record; the same leak stays where it does not look.
+
+P1 and P2 fixed so in stop 49 (``CniService._holder_ips``; the strict xfails removed)."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
-
-import pytest
 
 from tests.helpers.agent_world import cni
 from tests.helpers.controller import PRIMARY
@@ -17,11 +17,6 @@ from tests.helpers.kernel_pods import KernelPods, answered_start
 X = "10.0.0.50"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 28, P1: _end_holds_of tears down only the attached address of a holder named "
-    "after another prefix's veth; one not attached yet keeps its pod rule (seed 14483's leak)",
-)
 def test_a_del_under_a_new_prefix_removes_the_rules_of_its_old_veths_unattached_address(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()
@@ -49,11 +44,6 @@ def test_a_del_under_a_new_prefix_removes_the_rules_of_its_old_veths_unattached_
         n.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 28, P2: the DEL tears down its recovered holder's other addresses only when the "
-    "attachment has no record; with a record (the ADD retried after the rebuild) X keeps its pod rule",
-)
 def test_a_del_with_a_record_removes_the_rules_of_its_holders_unattached_address(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()
