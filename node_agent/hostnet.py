@@ -401,11 +401,17 @@ def _ensure_pod_rules(host: Netlink, ip: str, table: int) -> None:
 
 def teardown_pod(host: Netlink, container_id: str, ifname: str, ip: str | None, veth_prefix: str = "eni") -> None:
     """Remove the host side of a pod (the veth goes with its peer). Safe to repeat.
-    A host interface of that name that is not a veth is not ours and is left alone."""
+    A host interface of that name that is not a veth is not ours and is left alone. The
+    attachment's veth under another prefix (of up to 7 characters: the setting changed across a
+    restart, :func:`veths_of`) goes too: left, a sandbox its runtime forgot kept a namespace that
+    carried the address the agent released (the simulation's seed 6659)."""
     name = host_veth_name(container_id, ifname, veth_prefix)
     hl = host.link_by_name(name)
     if hl is not None and hl.kind == "veth":
         host.link_absent(name)
+    others = veths_of(container_id, ifname, {link.name for link in host.links() if link.kind == "veth"}, veth_prefix)
+    for other in sorted(others - {name}):
+        host.link_absent(other)
     if ip:
         cidr = f"{ip}/32"
         for have in host.rules():

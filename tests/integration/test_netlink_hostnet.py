@@ -217,3 +217,16 @@ def test_a_failed_pod_setup_says_what_it_left(node: str, pod: str) -> None:
         with pytest.raises(OSError) as got:
             setup_pod(_RouteFails(nl), pod, "eth1", "half", "10.0.1.27", 2, 9001)  # type: ignore[arg-type]
         assert setup_left(got.value) == SetupLeft(made_pair=True, addressed=True), "a half-made pair is made again"
+
+
+def test_teardown_removes_the_attachment_s_veth_under_another_prefix_too(node: str, pod: str) -> None:
+    """The veth prefix changed across a restart: a DEL or GC under the new prefix still removes the
+    attachment's veth of the old one (the simulation's seed 6659), and no other attachment's."""
+    with Netlink.open(node) as nl:
+        setup_pod(nl, pod, "eth0", "abc", "10.0.1.28", 2, 9001)
+        setup_pod(nl, pod, "eth1", "other", "10.0.1.29", 2, 9001)
+        teardown_pod(nl, "abc", "eth0", "10.0.1.28", "wpod")
+        names = {link.name for link in nl.links()}
+    assert host_veth_name("abc", "eth0") not in names, "the old prefix's veth of the attachment stays"
+    assert host_veth_name("other", "eth1") in names, "another attachment's veth went"
+    assert ip_json(pod, "link", "show", "eth0") == []

@@ -32,8 +32,14 @@ def test_seed_6439_keeps_every_invariant(keep: list[int] | None) -> None:
     assert sum(n for k, n in r.faults.items() if k.startswith("cni-overlap")) >= 1
 
 
-def test_a_failed_second_add_s_teardown_leaves_another_prefix_s_veth_of_the_running_pod() -> None:
-    """The model as ``hostnet.teardown_pod``: the teardown names the agent's prefix only."""
+def test_a_failed_second_add_after_a_prefix_change_leaves_the_running_pod_s_veth() -> None:
+    """The running pod keeps its ``eni…`` pair through a second ADD under ``wpod``: the set-up
+    refuses another prefix's pair before it changes anything, as ``hostnet.setup_pod`` does (review
+    27, M1), and says it made nothing, so the failed ADD tears nothing down (seed 14955's rule). A
+    teardown itself (a DEL's, a GC's) now removes the attachment's veth under any prefix, as
+    ``hostnet.teardown_pod`` does since stop 49 (seed 6659); before, this test held the model to a
+    teardown that left another prefix's veth, the protection 6439 had then."""
+    from node_agent.hostnet import PodRefused, SetupLeft, setup_left
     from simulation.node import SimPods
 
     class W:
@@ -47,7 +53,9 @@ def test_a_failed_second_add_s_teardown_leaves_another_prefix_s_veth_of_the_runn
     pods.setup("/var/run/netns/p9", "eth0", "p9", "10.0.0.10", 254, 9001)
     old = pods.veth_of[("p9", "eth0")]
     pods.prefix = "wpod"
-    pods.teardown("p9", "eth0", "10.0.0.32")
+    with pytest.raises(PodRefused) as got:
+        pods.setup("/var/run/netns/p9", "eth0", "p9", "10.0.0.32", 254, 9001)
+    assert setup_left(got.value) == SetupLeft(made_pair=False, addressed=False)
     assert pods.veth_of[("p9", "eth0")] == old and pods.routes["10.0.0.10"] == old
-    pods.namespace_gone("p9")
+    pods.teardown("p9", "eth0", "10.0.0.10")  # the pod's DEL, under the new prefix
     assert ("p9", "eth0") not in pods.veth_of and "10.0.0.10" not in pods.routes
