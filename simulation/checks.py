@@ -4,11 +4,12 @@ of the loop (:func:`after_event`) and once the schedule has gone quiet
 violation):
 
 * ``two-holders`` — an address held by two pods, on one node or across nodes
-  (what the container runtime believes each running pod holds), or by a pod and
-  another tool (an address of another tool's ENI, :data:`simulation.base.ANOTHER_TOOL`);
+  (what the container runtime believes each running pod holds, and since stop 49 what each pod
+  namespace carries: ``SimWorld.note_carried``), or by a pod and another tool (an address of
+  another tool's ENI, :data:`simulation.base.ANOTHER_TOOL`);
 * ``ec2-double`` — an address or /28 prefix on two ENIs, or an address inside
   another ENI's prefix (:func:`ec2_problems`);
-* ``pod-address-not-on-node`` — a running pod's address not assigned by EC2
+* ``pod-address-not-on-node`` — a running pod's address, or one a pod namespace carries, not assigned by EC2
   to an ENI attached to the pod's own instance (addresses reach the agent
   only from EC2, through IMDS, so the bound on the lag is zero: an address is
   on the node before any pod can get it);
@@ -221,6 +222,12 @@ def withheld_releases(w: ChecksWorld, live: list[SimAgent]) -> None:
                     )
 
 
+def _carried_only(a: SimAgent) -> list[tuple[str, str]]:
+    """(container, address) each pod namespace of the node carries that the runtime does not
+    count as that pod's (a failed ADD's interface, a sandbox the runtime forgot)."""
+    return [(cid, ip) for (cid, _), ip in sorted(a.pods.wired.items()) if a.rt.up.get(cid) != ip]
+
+
 def _state(w: ChecksWorld, live: list[SimAgent]) -> None:
     # another tool's ENIs hold their addresses for that tool (instance-type's ``foreign``)
     foreign = {e.id: e for e in w.emu.enis.values() if e.description == ANOTHER_TOOL}
@@ -230,12 +237,16 @@ def _state(w: ChecksWorld, live: list[SimAgent]) -> None:
             if ip in holder:
                 w.violation("two-holders", f"{ip} held by {holder[ip]} and {a.name}/{cid}")
             holder[ip] = f"{a.name}/{cid}"
+    for a in live:  # what namespaces carry beside (review 28, H2): two namespaces are note_carried's
+        for cid, ip in _carried_only(a):
+            if ip in holder and holder[ip].startswith("another tool"):
+                w.violation("two-holders", f"{ip} held by {holder[ip]} and carried by the namespace of {a.name}/{cid}")
     probs = ec2_problems(w.emu)
     if probs:
         w.violation("ec2-double", "; ".join(probs[:3]))
     ips, pfx = _owners(w)
     for a in live:
-        for cid, ip in a.rt.up.items():
+        for cid, ip in [*a.rt.up.items(), *_carried_only(a)]:
             owner = ips.get(ip)
             if owner is None:
                 owner = next((i for p, i in pfx if _in_prefix(ip, [p])), None)

@@ -6,7 +6,9 @@ and an Unassign (``SimWorld.check_release``). The periodic state check (``simula
 runtime believes is up (``Runtime.up``): an address a namespace carries that leaves the node
 another way (its ENI detached or deleted by the allocator, a ``released`` taken from under a
 failed ADD's interface, EC2 giving it to another tool) is seen only if a pod of a live node is set
-up on it before the run ends."""
+up on it before the run ends.
+
+Fixed so in stop 49 (``simulation.checks._carried_only`` in ``_state``; the strict xfail removed)."""
 
 from __future__ import annotations
 
@@ -22,11 +24,6 @@ pytestmark = pytest.mark.sim
 GHOST = "10.0.250.250"  # an address of no ENI: unassigned in EC2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 28, H2: the periodic checks read Runtime.up only: an address a namespace carries "
-    "that is on no ENI of its node is never flagged (pod-address-not-on-node)",
-)
 def test_a_namespace_carrying_an_address_not_on_its_node_is_a_violation(monkeypatch: pytest.MonkeyPatch) -> None:
     pod_up = simulation.world.SimWorld.pod_up
     injected: list[str] = []
