@@ -731,7 +731,8 @@ class Runtime:
     """containerd: each sandbox whose ADD waits for an address -> when its ADD was made (the
     agent's ADD waits ``ADD_WAIT_S`` for one: its retries here stand for that wait)."""
     not_before: dict[str, float] = field(default_factory=dict)
-    """containerd: a pod's next sandbox -> when kubelet's back-off lets it be ADDed."""
+    """containerd: a pod's next sandbox -> when kubelet's back-off lets it be ADDed; dropped once its
+    first ADD is sent (the sandbox is made: deleted, it gets a DEL)."""
     sandboxes: int = 0
 
 
@@ -1095,6 +1096,10 @@ class SimAgent:
         for cid in list(rt.adding):
             if now < rt.not_before.get(cid, now):
                 continue  # kubelet's back-off: this sandbox is not made yet
+            # made now: its ADD is sent, so a pod deleted from here on gets the sandbox's DEL
+            # (``events._delete``), whatever this ADD's fate (an ``add-cut`` kills the agent in
+            # it: the veth pair is made, and only that DEL takes it away)
+            rt.not_before.pop(cid, None)
             got = self.cni_call("ADD", cid)
             if not got.get("ok") and rt.containerd:
                 self._add_failed(cid, got, now)
