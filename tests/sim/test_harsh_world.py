@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import simulation.node
 from functions import allocator, reconciler
 from functions.execute import EXECUTORS, PlanExecutor
 from simulation import runner
@@ -198,6 +199,7 @@ def test_the_simulation_finds_the_unbooked_unassign_with_the_fix_reverted(monkey
     Step 6 as it was too (a listed address taken back at the release timeout): since the offer
     is renewed there instead, this seed's pod no longer gets the address even with the fix
     reverted, so the fix is shown in the world it was found in (``take_back_as_before``)."""
+    monkeypatch.setattr(simulation.node, "FORCE_CONTAINERD", False)  # drawn before stop 49: GC-sending runtimes
     from functions import errors
     from node_agent.controller import PoolController
     from tests.helpers.reverts import take_back_as_before

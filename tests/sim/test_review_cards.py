@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import simulation.node
 from node_agent.imds import ImdsError, parse_interfaces
 from simulation import node, runner
 from simulation.kinds import InstanceType
@@ -121,6 +122,7 @@ def test_an_attachment_added_again_between_two_gcs_keeps_its_address() -> None:
 def test_the_simulation_finds_the_gc_of_a_readded_attachment_with_the_fix_reverted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(simulation.node, "FORCE_CONTAINERD", False)  # drawn before stop 49: GC-sending runtimes
     _add_dated_from_the_first(monkeypatch)
     r = run_seed(35, keep=[3, 21], shrink=False, without=ONE_SUBNET)
     assert [v["invariant"] for v in r.violations] == ["cni-gc-freed-running"]

@@ -396,16 +396,19 @@ def test_a_gc_that_keeps_unlisted_attachments_is_caught() -> None:
     assert "cni-gc-leak" in hits, hits
 
 
-def test_a_young_unlisted_attachment_is_left_alone_and_collected_by_a_later_gc() -> None:
+def test_a_young_unlisted_attachment_is_left_alone_and_collected_by_a_later_gc(monkeypatch: pytest.MonkeyPatch) -> None:
     """Seed 210: the GC runs ~9 s after an ADD whose answer the runtime lost: the agent keeps
     it (younger than gc_min_age_s); the runtime's next GC, once it is old enough, frees it."""
+    monkeypatch.setattr(simulation.node, "FORCE_CONTAINERD", False)  # drawn before stop 49: GC-sending runtimes
     r = run_seed(210, shrink=False)
     assert not r.violations, r.violations
     assert r.faults.get("cni-gc") and r.faults.get("cni-gc:again")
 
 
 @pytest.mark.parametrize(("seed", "keep"), [(885, [8, 9, 12]), (500161, [9, 10, 11])])
-def test_an_unwritten_adds_attachment_is_no_gc_leak(seed: int, keep: list[int]) -> None:
+def test_an_unwritten_adds_attachment_is_no_gc_leak(
+    seed: int, keep: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Checkpoint writes fail (EIO, ENOSPC), an ADD whose answer the runtime then loses fails
     with code 5 (its address held in memory, not on disk), and a GC 16 s (25 s) later keeps
     the attachment: younger than gc_min_age_s, as the agent must. The harness dated
@@ -413,6 +416,7 @@ def test_an_unwritten_adds_attachment_is_no_gc_leak(seed: int, keep: list[int]) 
     GC's answer was called a leak (`cni-gc-leak`, the harness's own: the test below). The
     runtime's later GCs come (once the young one is old enough, and again while one fails
     with code 5) and the one that succeeds is checked."""
+    monkeypatch.setattr(simulation.node, "FORCE_CONTAINERD", False)  # drawn before stop 49: GC-sending runtimes
     r = run_seed(seed, keep=keep, shrink=False)
     assert not r.violations, r.violations
     assert r.faults.get("cni-gc:again", 0) + r.faults.get("cni-gc:retried", 0) >= 1, r.faults
