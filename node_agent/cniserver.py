@@ -813,9 +813,11 @@ class CniService:
             self._absent.clear()
             return []
         host_wiring = getattr(self.pods, "host_wiring", None)
-        wiring = host_wiring() if host_wiring is not None else None
-        if wiring is None:
+        if host_wiring is None:
             return []  # cannot tell: kept
+        wiring = host_wiring()
+        if wiring is None:
+            return []
         links = {*wiring.links, *wiring.pods.values(), *wiring.routed_via.values()}
         now = self._steady()
         freed: list[str] = []
@@ -829,6 +831,10 @@ class CniService:
             with self._attachment(cid, ifname, 0.0) as got:
                 if not got:
                     continue  # an ADD/DEL for it is running: next pass
+                again = host_wiring()  # under the attachment's lock: an ADD since may have made the pair
+                if again is None or holder in {*again.links, *again.pods.values(), *again.routed_via.values()}:
+                    self._absent.pop(holder, None)
+                    continue
                 ips = sorted(self._holder_ips(holder))
                 for ip in ips:
                     self.pods.teardown(cid, ifname, ip)  # its rules and routes
