@@ -211,6 +211,11 @@ def _on_cni_overlap(w: EventsWorld, ev: k.CniOverlap) -> None:
 
 
 def _on_cni_interrupted(w: EventsWorld, ev: k.CniInterrupted) -> None:
+    """An ADD the agent answered whose answer the runtime lost. The same-sandbox runtime forgets
+    the sandbox (no DEL: only a CNI GC clears it). containerd takes the lost answer for a failed
+    ADD: ``RunPodSandbox`` DELs it at once and removes its namespace, even if that DEL fails
+    (``sandbox_run.go``: a sandbox with no CNI result is not kept; seed 6341: without it the model
+    kept a namespace containerd would have removed, with no GC to clear it)."""
     a = _live(w, ev.node)
     if a is not None and a.alive:
         a.rt.started += 1
@@ -218,6 +223,11 @@ def _on_cni_interrupted(w: EventsWorld, ev: k.CniInterrupted) -> None:
         with a.guard():
             if a.cni_call("ADD", cid).get("ok"):
                 w.fault("cni-interrupted")
+                if a.rt.containerd:
+                    if not a.cni_call("DEL", cid).get("ok"):
+                        a.pods.namespace_gone(cid)
+                        w.fault("containerd:del-dropped")
+                    w.fault("cni-interrupted:containerd-del")
 
 
 def _on_cni_gc(w: EventsWorld, ev: k.CniGc) -> None:
