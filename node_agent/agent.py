@@ -224,8 +224,8 @@ def unrouted_veths(wiring: HostWiring, veth_prefix: str) -> set[str]:
 
 
 def _link_names(wiring: HostWiring) -> set[str]:
-    """Every link name the read shows: its links, and those its routes go through."""
-    return {*wiring.links, *wiring.pods.values(), *wiring.routed_via.values()}
+    """Every link name the read shows (:meth:`HostWiring.link_names`)."""
+    return wiring.link_names()
 
 
 def unnamed_unrouted_veths(ds: Datastore, wiring: HostWiring, veth_prefix: str) -> set[str]:

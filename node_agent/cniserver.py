@@ -818,7 +818,7 @@ class CniService:
         wiring = host_wiring()
         if wiring is None:
             return []
-        links = {*wiring.links, *wiring.pods.values(), *wiring.routed_via.values()}
+        links = wiring.link_names()
         now = self._steady()
         freed: list[str] = []
         for holder, (cid, ifname, _net) in sorted(noted.items()):
@@ -832,7 +832,7 @@ class CniService:
                 if not got:
                     continue  # an ADD/DEL for it is running: next pass
                 again = host_wiring()  # under the attachment's lock: an ADD since may have made the pair
-                if again is None or holder in {*again.links, *again.pods.values(), *again.routed_via.values()}:
+                if again is None or holder in again.link_names():
                     self._absent.pop(holder, None)
                     continue
                 ips = sorted(self._holder_ips(holder))

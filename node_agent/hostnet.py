@@ -442,6 +442,10 @@ class HostWiring:
     """The names of the links of kind ``veth`` (a pod's host side, whatever its prefix or CNI;
     not the ENIs' devices, through which the OS routes its gateway's and resolver's ``/32``)."""
 
+    def link_names(self) -> set[str]:
+        """Every link name the read shows: its links, and those its routes go through."""
+        return {*self.links, *self.pods.values(), *self.routed_via.values()}
+
 
 def wired_pods(host: Netlink, veth_prefix: str = "eni") -> HostWiring:
     """Read the pods' host wiring: ``ip -4 route show table main`` joined with ``ip link`` by

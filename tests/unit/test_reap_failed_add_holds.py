@@ -6,6 +6,7 @@ namespace removed: containerd's failed sandbox) nothing can."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from node_agent.datastore import FAILED_ADD_HOLDS
 from tests.helpers.agent_world import cni
@@ -13,16 +14,22 @@ from tests.helpers.first_start import Node, grant_more, pod_on_fresh_address
 from tests.helpers.kernel_pods import FailingPods
 
 
-def test_a_failed_add_s_hold_stays_while_its_veth_is_there_and_ends_a_while_after_it_goes(tmp_path: Path) -> None:
+def _failed_add_held(tmp_path: Path) -> tuple[Node, FailingPods, Any]:
+    """pod1 on a fresh address; pod2's ADD failed after its address, and its teardown too: the
+    address held for pod2's veth. The node, its host and its agent."""
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = FailingPods()
+    pod_on_fresh_address(n)
+    grant_more(n, n.agent, ["10.0.0.51"])
+    host.half.add("pod2")
+    host.stuck.add("pod2")
+    assert not cni(n.agent, "ADD", "pod2")["ok"]
+    return n, host, n.agent
+
+
+def test_a_failed_add_s_hold_stays_while_its_veth_is_there_and_ends_a_while_after_it_goes(tmp_path: Path) -> None:
+    n, host, agent = _failed_add_held(tmp_path)
     try:
-        pod_on_fresh_address(n)
-        agent = n.agent
-        grant_more(n, agent, ["10.0.0.51"])
-        host.half.add("pod2")
-        host.stuck.add("pod2")
-        assert not cni(agent, "ADD", "pod2")["ok"]
         host.half.clear()
         host.stuck.clear()
         (y,) = {h.ip for h in agent.ds.recovered_holders()}
@@ -44,15 +51,8 @@ def test_a_failed_add_s_hold_stays_while_its_veth_is_there_and_ends_a_while_afte
 
 
 def test_a_pod_network_that_cannot_tell_keeps_the_hold(tmp_path: Path) -> None:
-    n = Node(tmp_path, adopt_launch_pool=False)
-    host = n.pods = FailingPods()
+    n, host, agent = _failed_add_held(tmp_path)
     try:
-        pod_on_fresh_address(n)
-        agent = n.agent
-        grant_more(n, agent, ["10.0.0.51"])
-        host.half.add("pod2")
-        host.stuck.add("pod2")
-        assert not cni(agent, "ADD", "pod2")["ok"]
         host.veth_of.pop(("pod2", "eth0"))
         host.host_wiring = lambda: None  # type: ignore[assignment,method-assign,return-value]
         for _ in range(10):
