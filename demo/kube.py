@@ -1001,6 +1001,7 @@ def kube_cluster(
     """Build (or take from the cache) everything, start the cluster, tear it all down after.
     ``lock``: take the one-demo-at-a-time lock (``warmpool demo`` holds it already);
     ``progress``: told of each long step as it starts."""
+    from demo import netns as nx
     from demo.host import single_run_lock
 
     say = progress or (lambda _text: None)
@@ -1016,6 +1017,11 @@ def kube_cluster(
     t_image = time.monotonic() - t1
     say(f"the local stack, the control plane and {nodes} kubelet(s)")
     with single_run_lock(wait_s=600) if lock else contextlib.nullcontext():
+        # Under the one-demo lock no other run owns a ``wp-demo-*`` namespace: any there is
+        # what a killed run left (its clean-up never ran), and would stop this one's set-up.
+        left = nx.cleanup()
+        if left:
+            say(f"removed namespaces an earlier run left: {', '.join(left)}")
         c = KubeCluster(base, bin_dir, archive, node_count=nodes, cluster_dns=cluster_dns)
         c.timings.update({"binaries_s": t_bins, "agent_image_s": t_image})
         try:

@@ -32,6 +32,9 @@ def _processes(name: str) -> list[str]:
 
 def test_make_demo_on_the_kubelets_serves_every_pod_once_and_leaves_nothing(tmp_path: Path) -> None:
     out = tmp_path / "demo.json"
+    # What a killed run leaves (CI's stop-49 run: a demo SIGKILLed by a test's timeout): the
+    # next demo must remove it under the one-demo lock, not fail on `ip netns add`.
+    subprocess.run(["ip", "netns", "add", "wp-demo-vpc"], check=False, capture_output=True)
     nodes, per_node, keep = 2, 10, 2  # 10 a node: more than an m5.large primary ENI holds (9)
     cmd = [sys.executable, "-m", "warmpool_cli.main", "demo", "--no-live", "--runtime", "kubelet"]
     cmd += ["--nodes", str(nodes), "--pods-per-node", str(per_node), "--keep-per-node", str(keep), "--json", str(out)]
@@ -39,6 +42,7 @@ def test_make_demo_on_the_kubelets_serves_every_pod_once_and_leaves_nothing(tmp_
     print("demo on the kubelets, stderr tail:\n" + p.stderr[-2500:])
     print(p.stdout)
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr[-4000:]}"
+    assert "removed namespaces an earlier run left: wp-demo-vpc" in p.stderr
     r = json.loads(out.read_text())
     print("demo on the kubelets:", json.dumps({k: r[k] for k in ("time_to_ip_s", "scale_out_s", "wall_s")}))
     want = nodes * per_node
