@@ -349,9 +349,9 @@ class CniService:
         _check_config(conf)  # before anything is acted on: a bad config must not leave a pod half-made
         self._check_target(ifname, netns)
         with self._serialised(cid, ifname):
-            return self._add(cid, ifname, netns, conf)
+            return self._add(cid, ifname, netns, conf, pod_of(req.get("args")))
 
-    def _add(self, cid: str, ifname: str, netns: str, conf: dict[str, Any]) -> dict[str, Any]:
+    def _add(self, cid: str, ifname: str, netns: str, conf: dict[str, Any], pod: str = "") -> dict[str, Any]:
         earlier, _ = self._held(cid, ifname)  # returned by an earlier ADD (or found by a rebuild)
         started = self.clock.now()
         holder = host_veth_name(cid, ifname, self.veth_prefix)  # a rebuild may have found this pod's address
@@ -360,7 +360,7 @@ class CniService:
         if earlier is None and carried is not None:
             earlier = self._known_again(cid, ifname, holder, carried, started)
         network = _network_name(conf)
-        a = self.ds.assign(cid, ifname, netns, started, holder, network)
+        a = self.ds.assign(cid, ifname, netns, started, holder, network, pod)
         if a is None:
             if self.on_unmet is not None:
                 self.on_unmet()
@@ -368,7 +368,7 @@ class CniService:
             while a is None and time.monotonic() < deadline:
                 with self._cond:
                     self._cond.wait(timeout=min(0.5, max(0.0, deadline - time.monotonic())))
-                a = self.ds.assign(cid, ifname, netns, self.clock.now(), holder, network)
+                a = self.ds.assign(cid, ifname, netns, self.clock.now(), holder, network, pod)
         waited = self.clock.now() - started
         if a is not None:
             # Dated from this ADD, whatever an earlier ADD of the same attachment was given: the
@@ -864,6 +864,24 @@ class CniService:
         if not any(e.ready for e in self.ds.enis()):
             return "no ENI is ready on this node yet"
         return None
+
+
+POD_KEY_MAX = 317
+"""The longest pod key :func:`pod_of` keeps: a namespace (63) and a pod name (253), a slash."""
+
+
+def pod_of(args: Any) -> str:
+    """``namespace/name`` of the pod an ADD is for, from the runtime's ``CNI_ARGS``
+    (``K8S_POD_NAMESPACE=...;K8S_POD_NAME=...``, as kubelet's runtimes pass them); '' when it
+    does not say, or says something no pod is called."""
+    if not isinstance(args, str) or len(args) > 4096:
+        return ""
+    pairs = dict(part.split("=", 1) for part in args.split(";") if "=" in part)
+    ns, name = pairs.get("K8S_POD_NAMESPACE", ""), pairs.get("K8S_POD_NAME", "")
+    key = f"{ns}/{name}"
+    if not ns or not name or "/" in ns or "/" in name or len(key) > POD_KEY_MAX or not key.isprintable():
+        return ""
+    return key
 
 
 def _network_name(conf: Any) -> str:

@@ -76,6 +76,12 @@ def _slot(e: EniRecord) -> tuple[int, int]:
 
 ARRIVALS_KEPT = 1024
 """The most recent ADDs :meth:`Datastore.arrivals` remembers (more than any node's pods)."""
+PENDING_LINGER_S = 30.0
+"""How long a pod whose waiting ADD's sandbox was DELeted still counts as waiting. containerd
+DELs a sandbox whose ADD failed at once (``RunPodSandbox`` in ``internal/cri/server/sandbox_run.go``
+defers the network's teardown) and kubelet makes the pod's next sandbox after
+``wait.Jitter(10 s, 0.5)``, 10 to 15 s (``completeWork`` in ``pkg/kubelet/pod_workers.go``); 30 s
+covers that and the next sandbox's creation. A pod deleted meanwhile is over-counted this long."""
 UNKNOWN_ON_RELEASE = "unknown_on_release"
 """Meta key: addresses (or /28 prefixes) whose release quarantines them as of unknown origin
 (``node_agent.controller.UNKNOWN_ON_RELEASE_META``)."""
@@ -116,6 +122,11 @@ class Datastore(RecoveredHolders):
         self._owner: dict[tuple[str, str], str] = {}  # (container, ifname) -> ip
         self._ip_eni: dict[str, str] = {}
         self._pending: dict[tuple[str, str], float] = {}
+        self._pending_pod: dict[tuple[str, str], str] = {}
+        """The pod a waiting ADD is for (``namespace/name`` from its ``CNI_ARGS``), when it said."""
+        self._lingering: dict[str, float] = {}
+        """Pods whose waiting ADD's sandbox was DELeted (when): counted as waiting for
+        :data:`PENDING_LINGER_S`, through the runtime's back-off to the pod's next sandbox."""
         self._arrivals: deque[float] = deque(maxlen=ARRIVALS_KEPT)
         """When this process gave a pod a free address (:meth:`arrivals`), newest last."""
         self._recovered: dict[str, tuple[str, float]] = {}  # ip -> (holder, since)
@@ -295,7 +306,14 @@ class Datastore(RecoveredHolders):
     # --- pods ------------------------------------------------------------------
 
     def assign(
-        self, container_id: str, ifname: str, netns: str, now: float, holder: str = "", network: str = ""
+        self,
+        container_id: str,
+        ifname: str,
+        netns: str,
+        now: float,
+        holder: str = "",
+        network: str = "",
+        pod: str = "",
     ) -> Assignment | None:
         """Give the pod an address, or return the one it already holds (ADD is retried).
 
@@ -303,7 +321,9 @@ class Datastore(RecoveredHolders):
         address a rebuild found wired to it is the pod's own, given back to it.
         ``network`` is the CNI network name the ADD named (CNI GC is per network).
         None when nothing is free now; the ADD is then counted as waiting demand
-        (:meth:`pending`) until it succeeds, is deleted or goes stale.
+        (:meth:`pending`) until it succeeds, is deleted or goes stale. ``pod`` (the
+        ``namespace/name`` the runtime's ``CNI_ARGS`` named, or empty) counts the pod once
+        across its sandboxes: its demand outlives a DEL of this one for :data:`PENDING_LINGER_S`.
         :class:`CheckpointWriteError` when the assignment (new, or an earlier one
         never written) cannot be checkpointed: the ADD must fail.
         """
@@ -321,6 +341,8 @@ class Datastore(RecoveredHolders):
                     self._arrivals.append(now)
             if chosen is None:
                 self._pending[key] = now
+                if pod:
+                    self._pending_pod[key] = pod
                 self.changed.set()
                 return None
             eni, a = chosen
@@ -328,6 +350,9 @@ class Datastore(RecoveredHolders):
             a.assigned_at, a.freed_at, a.recovered = now, None, ""
             self._owner[key] = a.ip
             self._pending.pop(key, None)
+            self._pending_pod.pop(key, None)
+            if pod:
+                self._lingering.pop(pod, None)  # its new sandbox got one: it waits no more
             self._save()
             self.changed.set()
             return Assignment(a.ip, eni.info.eni_id)
@@ -356,7 +381,12 @@ class Datastore(RecoveredHolders):
         """The pod is gone: its address enters cooldown. Idempotent (None if it held nothing)."""
         key = (container_id, ifname)
         with self._lock:
-            self._pending.pop(key, None)
+            if self._pending.pop(key, None) is not None:
+                pod = self._pending_pod.pop(key, "")
+                if pod:
+                    # A failed sandbox's DEL (containerd DELs it at once; kubelet makes the pod's
+                    # next one 10-15 s later): the pod still waits through the back-off.
+                    self._lingering[pod] = now
             ip = self._owner.pop(key, None)
             if ip is None:
                 return None
@@ -426,18 +456,27 @@ class Datastore(RecoveredHolders):
             return Assignment(ip, self._ip_eni[ip]) if ip else None
 
     def pending(self, now: float) -> int:
-        """CNI ADDs that found no address and have not gone stale."""
+        """Pods waiting for an address: CNI ADDs that found none and have not gone stale, one per
+        pod the runtime named (two sandboxes of one pod count once), and pods whose waiting ADD's
+        sandbox was DELeted less than :data:`PENDING_LINGER_S` ago (they wait for their next)."""
         with self._lock:
             stale = [k for k, t in self._pending.items() if now - t >= self.pending_ttl_s]
             for k in stale:
                 del self._pending[k]
-            return len(self._pending)
+                self._pending_pod.pop(k, None)
+            for pod in [p for p, t in self._lingering.items() if now - t >= PENDING_LINGER_S]:
+                del self._lingering[pod]
+            waiting = {self._pending_pod.get(k) or k for k in self._pending}
+            waiting.update(self._lingering)
+            return len(waiting)
 
     def pending_expires_at(self) -> float | None:
-        """When the oldest waiting ADD goes stale (:meth:`pending` stops counting it), given no
-        retry; None when no ADD waits."""
+        """When :meth:`pending` next falls with no other change: the oldest waiting ADD going
+        stale, or a DELeted sandbox's pod no longer counted; None when nothing waits."""
         with self._lock:
-            return min(self._pending.values()) + self.pending_ttl_s if self._pending else None
+            ends = [t + self.pending_ttl_s for t in self._pending.values()]
+            ends += [t + PENDING_LINGER_S for t in self._lingering.values()]
+            return min(ends) if ends else None
 
     def next_assignable(self, now: float) -> float | None:
         """The earliest time from ``now`` at which :meth:`assign` could hand out an address,
@@ -803,6 +842,8 @@ class Datastore(RecoveredHolders):
         with self._lock:
             self._clear()
             self._pending.clear()
+            self._pending_pod.clear()
+            self._lingering.clear()
             self._dirty = False
 
     def _clear(self) -> None:

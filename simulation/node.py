@@ -1044,6 +1044,9 @@ class SimAgent:
             "ifname": ifname,
             "netns": netns if netns is not None else f"/var/run/netns/{cid}",
             "config": {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool"},
+            # as kubelet's runtimes name the pod (containerd: ``internal/cri/server/sandbox_run.go``
+            # ``cniNamespaceOpts``); a pod's sandboxes here are ``<pod>~N``
+            "args": f"K8S_POD_NAMESPACE=default;K8S_POD_NAME={cid.split('~')[0]};K8S_POD_INFRA_CONTAINER_ID={cid}",
         }
         try:
             out: dict[str, Any] = self.cni.handle(req)

@@ -138,10 +138,11 @@ def make_agent(state: Path, imds: FakeImds, sqs: MemorySqs, clock: VirtualClock,
     return agent
 
 
-def cni(agent: Agent, command: str, cid: str, *, prev_ip: str | None = None) -> dict[str, Any]:
+def cni(agent: Agent, command: str, cid: str, *, prev_ip: str | None = None, pod: str = "") -> dict[str, Any]:
     """One CNI request to the agent's service, as the plugin sends it (interface ``eth0``).
     ``prev_ip``: with the runtime's cached result of the attachment's ADD as ``prevResult``
-    (:func:`cached_result`), as libcni passes it to CHECK and DEL."""
+    (:func:`cached_result`), as libcni passes it to CHECK and DEL. ``pod``: the pod's
+    ``namespace/name`` in ``CNI_ARGS``, as kubelet's runtimes pass it (none when empty)."""
     config: dict[str, Any] = {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool-cni"}
     if prev_ip is not None:
         config["prevResult"] = cached_result(cid, prev_ip)
@@ -152,8 +153,16 @@ def cni(agent: Agent, command: str, cid: str, *, prev_ip: str | None = None) -> 
             "ifname": "eth0",
             "netns": f"/var/run/netns/{cid}",
             "config": config,
+            "args": _pod_args(pod),
         }
     )
+
+
+def _pod_args(pod: str) -> str:
+    if not pod:
+        return ""
+    ns, name = pod.split("/", 1)
+    return f"IgnoreUnknown=1;K8S_POD_NAMESPACE={ns};K8S_POD_NAME={name}"
 
 
 def cached_result(cid: str, ip: str, prefix: str = "eni") -> dict[str, Any]:
@@ -172,9 +181,9 @@ def cached_result(cid: str, ip: str, prefix: str = "eni") -> dict[str, Any]:
     }
 
 
-def cni_add(agent: Agent, cid: str) -> str | None:
+def cni_add(agent: Agent, cid: str, pod: str = "") -> str | None:
     """The address an ADD of ``cid`` got, or None when it failed (nothing free for it)."""
-    reply = cni(agent, "ADD", cid)
+    reply = cni(agent, "ADD", cid, pod=pod)
     if not reply.get("ok"):
         return None
     return str(reply["result"]["ips"][0]["address"]).removesuffix("/32")

@@ -32,6 +32,8 @@ NAMED_NOT_READ = {
     "AWS_ACCESS_KEY_ID": "the AWS CLI's and boto3's (any non-empty value against the local stack)",
     "AWS_SECRET_ACCESS_KEY": "the AWS CLI's and boto3's (any non-empty value against the local stack)",
     "CNI_PATH": "the CNI spec's: runtimes set it; the plugin calls no other plugin",
+    "K8S_POD_NAMESPACE": "a key in CNI_ARGS as kubelet's runtimes pass it (node_agent.cniserver.pod_of reads it)",
+    "K8S_POD_NAME": "a key in CNI_ARGS as kubelet's runtimes pass it (node_agent.cniserver.pod_of reads it)",
     "CPU_COUNT": "a variable of amazon-eks-ami's max-pods-calculator.sh, quoted",
     "WARMPOOL_DEMO_RUN": "the demo's mark in each agent's environment (demo/host.py RUN_MARK), found through /proc",
     # The VPC CNI's variables warmpool deliberately does not honour (docs/agent.md, "Not honoured").

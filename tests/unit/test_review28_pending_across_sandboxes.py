@@ -9,13 +9,15 @@ pod still waits: the report sent when the count falls (its signature changes) sa
 The allocator ranks starved nodes first by that figure (``warmpool.scheduling.priority_key``:
 ``pending_demand > 0``), and the report back-off is reset on an ``unmet`` answer only while it is
 above 0 (``PoolController._answered``, review 25 K1). The traced seed 183 showed the count
-alternating 1/0 while pods waited."""
+alternating 1/0 while pods waited.
+
+Fixed: the runtime names the pod in ``CNI_ARGS`` (``K8S_POD_NAMESPACE``, ``K8S_POD_NAME``); a waiting
+ADD counts its pod once, and a DEL of its sandbox leaves the pod counted for
+``datastore.PENDING_LINGER_S`` (``Datastore.pending``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import pytest
 
 from node_agent.controller import AttachedEni
 from tests.helpers.agent_world import cni, cni_add, give
@@ -25,6 +27,7 @@ from warmpool.messages import AllocationResult, Failed, PoolReport
 
 ADD_WAIT_S = 10.0  # the agent's add_wait_s default: the failed ADD is in flight this long
 BACKOFF_S = 12.0  # kubelet's back-off, within its 10-15 s
+POD = "default/pod2"
 
 
 def _answer(r: PoolReport) -> AllocationResult:
@@ -37,11 +40,6 @@ def _answer(r: PoolReport) -> AllocationResult:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 28, P3: a pod waiting through containerd's sandbox retries is reported as no "
-    "pending demand for each kubelet back-off (its failed sandbox's DEL forgets the waiting ADD)",
-)
 def test_every_report_while_a_pod_waits_through_its_sandboxes_says_it_waits(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     try:
@@ -54,9 +52,9 @@ def test_every_report_while_a_pod_waits_through_its_sandboxes_says_it_waits(tmp_
         while t < 300.0:
             cid = f"pod2~{sandbox}"
             if started <= t < started + ADD_WAIT_S and (t - started) % 5.0 == 0.0:
-                assert cni_add(agent, cid) is None, "setup: pod2 still waits"
+                assert cni_add(agent, cid, POD) is None, "setup: pod2 still waits"
             elif t == started + ADD_WAIT_S:  # the ADD failed: containerd's DEL at once
-                assert cni(agent, "DEL", cid)["ok"]
+                assert cni(agent, "DEL", cid, pod=POD)["ok"]
                 sandbox, started = sandbox + 1, t + BACKOFF_S
             seen = len(n.sqs.reports())
             n.step(1.0)
