@@ -742,6 +742,11 @@ FORCE_CONTAINERD: bool | None = None
 """Every node's runtime one way (a pinned test whose scenario was drawn before stop 49 sets False:
 the runtime retried the same sandbox then); None: drawn per node."""
 
+NAMES_PODS = True
+"""The runtime names each ADD's and DEL's pod in ``CNI_ARGS`` (``K8S_POD_NAMESPACE``,
+``K8S_POD_NAME``), as kubelet's runtimes do; False: no ``CNI_ARGS`` (the CNI spec makes it
+optional; a pinned test whose scenario was drawn before stop 50, when the model sent none)."""
+
 ADD_WAIT_S = 10.0
 """How long the agent's ADD waits for a free address before it fails (``node_agent.config``'s
 ``add_wait_s`` default): in containerd mode the runtime's ADD of a sandbox is in flight this long."""
@@ -1046,7 +1051,9 @@ class SimAgent:
             "config": {"cniVersion": "1.0.0", "name": "warmpool", "type": "warmpool"},
             # as kubelet's runtimes name the pod (containerd: ``internal/cri/server/sandbox_run.go``
             # ``cniNamespaceOpts``); a pod's sandboxes here are ``<pod>~N``
-            "args": f"K8S_POD_NAMESPACE=default;K8S_POD_NAME={cid.split('~')[0]};K8S_POD_INFRA_CONTAINER_ID={cid}",
+            "args": f"K8S_POD_NAMESPACE=default;K8S_POD_NAME={cid.split('~')[0]};K8S_POD_INFRA_CONTAINER_ID={cid}"
+            if NAMES_PODS
+            else "",
         }
         try:
             out: dict[str, Any] = self.cni.handle(req)

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
+import simulation.node
 from node_agent.controller import PoolController
 from simulation import kinds, runner
 from simulation.schedule import SeedPlan
@@ -114,6 +115,7 @@ def test_the_simulation_finds_the_retry_answered_first_with_the_fix_reverted(mon
         event(self, kind, message)
 
     monkeypatch.setattr(PoolController, "_event", counting)
+    monkeypatch.setattr(simulation.node, "NAMES_PODS", False)  # drawn before stop 50: no CNI_ARGS
     assert runner.run_seed(RETRY_JUDGED_STALE, shrink=False).violations == []
     assert stale == []
     monkeypatch.setattr(ReleaseBook, "verdict_for", lambda self, report, now: None)

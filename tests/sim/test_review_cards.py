@@ -99,11 +99,13 @@ def _add_dated_from_the_first(monkeypatch: pytest.MonkeyPatch) -> None:
 
     real = CniService._add
 
-    def before(self: CniService, cid: str, ifname: str, netns: str, conf: dict[str, Any]) -> dict[str, Any]:
+    def before(
+        self: CniService, cid: str, ifname: str, netns: str, conf: dict[str, Any], pod: str = ""
+    ) -> dict[str, Any]:
         with self._made_lock:
             first = self._made.get((cid, ifname))
         try:
-            return real(self, cid, ifname, netns, conf)
+            return real(self, cid, ifname, netns, conf, pod)
         finally:
             if first is not None:
                 with self._made_lock:

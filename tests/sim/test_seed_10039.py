@@ -36,12 +36,14 @@ SWEEP = [1, 5, 6, 7, 11, 12, 13, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26,
 @pytest.mark.parametrize("keep", [SHRUNK, SWEEP, None], ids=["shrunk", "sweep", "whole"])
 def test_seed_10039_keeps_every_invariant(keep: list[int] | None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(simulation.node, "FORCE_CONTAINERD", False)  # drawn before stop 49: same-sandbox retries
+    monkeypatch.setattr(simulation.node, "NAMES_PODS", False)  # and before stop 50: no CNI_ARGS
     r = run_seed(10039, keep, shrink=False)
     assert not r.violations, r.violations
     assert r.faults.get("address-leaked:grant-unpolled") == 1
 
 
-def test_the_sweeps_replay_counts_the_pool_short_by_the_unread_grant() -> None:
+def test_the_sweeps_replay_counts_the_pool_short_by_the_unread_grant(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(simulation.node, "NAMES_PODS", False)  # drawn before stop 50: no CNI_ARGS
     r = run_seed(10039, SWEEP, shrink=False)
     assert not r.violations, r.violations
     assert r.faults.get("settled-short:grant-unpolled") == 1

@@ -25,7 +25,10 @@ pytestmark = pytest.mark.sim
 
 @pytest.fixture
 def _n0_containerd(monkeypatch: pytest.MonkeyPatch) -> None:
-    """n0's runtime follows containerd (as drawn now), whatever the draw becomes."""
+    """n0's runtime follows containerd (as drawn now), whatever the draw becomes; naming no pod in
+    ``CNI_ARGS``, as the model did when the seed was found (stop 49: with the pods named, n0's
+    waiting pods count through kubelet's back-off, and the allocator serves them otherwise)."""
+    monkeypatch.setattr(node, "NAMES_PODS", False)
     real = node.SimAgent.__init__
 
     def init(self: Any, *args: Any, **kw: Any) -> None:
