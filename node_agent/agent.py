@@ -1048,7 +1048,7 @@ class Agent:
             ("warmpool_addresses_available", "Addresses not held by pods", c.available),
             ("warmpool_addresses_cooldown", "Freed addresses waiting IP_COOLDOWN_PERIOD", c.cooldown),
             ("warmpool_addresses_quarantined", "Surplus addresses offered back", c.quarantined),
-            ("warmpool_pending_demand", "CNI ADDs waiting for an address", c.pending),
+            ("warmpool_pending_demand", "addresses waiting CNI ADDs want (one per pod and interface named)", c.pending),
             ("warmpool_enis", "ENIs attached", c.enis),
             ("warmpool_addresses_recovered", "Addresses held by recovered holders (checkpoint rebuild)", c.recovered),
             ("warmpool_clock_ahead_seconds", "How far this node's clock may be ahead of AWS's", self.aws_clock.ahead()),

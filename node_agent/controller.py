@@ -958,7 +958,8 @@ class PoolController:
         same state), so a caller may skip ticks up to it (the bench does,
         ``bench/strategies/warmpool.py``); the production agent does not (it wakes at least
         every second). What it counts: a checkpoint to write again, claims waiting for IMDS
-        and ENIs not set up (a tick retries them: due at once), a waiting ADD going stale,
+        and ENIs not set up (a tick retries them: due at once), a waiting ADD going stale or a
+        DELeted sandbox's pod no longer counted (``Datastore.pending_expires_at``),
         the end of the window after a checkpoint loss, quarantined
         addresses to stamp or whose release timeout ends, the surplus's release delay, and
         the report's own clocks (the first report, a forced one, the heartbeat, the retry

@@ -122,10 +122,11 @@ class Datastore(RecoveredHolders):
         self._owner: dict[tuple[str, str], str] = {}  # (container, ifname) -> ip
         self._ip_eni: dict[str, str] = {}
         self._pending: dict[tuple[str, str], float] = {}
-        self._pending_pod: dict[tuple[str, str], str] = {}
-        """The pod a waiting ADD is for (``namespace/name`` from its ``CNI_ARGS``), when it said."""
-        self._lingering: dict[str, float] = {}
-        """Pods whose waiting ADD's sandbox was DELeted (when): counted as waiting for
+        self._pending_pod: dict[tuple[str, str], tuple[str, str]] = {}
+        """The pod and interface a waiting ADD is for (``namespace/name`` from its ``CNI_ARGS``,
+        ``CNI_IFNAME``), when it named the pod: one address each, whatever the sandbox."""
+        self._lingering: dict[tuple[str, str], float] = {}
+        """Pods' interfaces whose waiting ADD's sandbox was DELeted (when): counted as waiting for
         :data:`PENDING_LINGER_S`, through the runtime's back-off to the pod's next sandbox."""
         self._arrivals: deque[float] = deque(maxlen=ARRIVALS_KEPT)
         """When this process gave a pod a free address (:meth:`arrivals`), newest last."""
@@ -323,7 +324,8 @@ class Datastore(RecoveredHolders):
         None when nothing is free now; the ADD is then counted as waiting demand
         (:meth:`pending`) until it succeeds, is deleted or goes stale. ``pod`` (the
         ``namespace/name`` the runtime's ``CNI_ARGS`` named, or empty) counts the pod once
-        across its sandboxes: its demand outlives a DEL of this one for :data:`PENDING_LINGER_S`.
+        and interface across its sandboxes: its demand outlives a DEL of this one for
+        :data:`PENDING_LINGER_S`, and ends once any sandbox of the pod gets that interface's address.
         :class:`CheckpointWriteError` when the assignment (new, or an earlier one
         never written) cannot be checkpointed: the ADD must fail.
         """
@@ -342,7 +344,7 @@ class Datastore(RecoveredHolders):
             if chosen is None:
                 self._pending[key] = now
                 if pod:
-                    self._pending_pod[key] = pod
+                    self._pending_pod[key] = (pod, ifname)
                 self.changed.set()
                 return None
             eni, a = chosen
@@ -352,7 +354,13 @@ class Datastore(RecoveredHolders):
             self._pending.pop(key, None)
             self._pending_pod.pop(key, None)
             if pod:
-                self._lingering.pop(pod, None)  # its new sandbox got one: it waits no more
+                # The pod's interface has its address: it waits no more, whatever an earlier
+                # sandbox's ADD still says (that sandbox's DEL, however late, then starts no linger).
+                served = (pod, ifname)
+                self._lingering.pop(served, None)
+                for k in [k for k, v in self._pending_pod.items() if v == served]:
+                    del self._pending_pod[k]
+                    self._pending.pop(k, None)
             self._save()
             self.changed.set()
             return Assignment(a.ip, eni.info.eni_id)
@@ -382,11 +390,11 @@ class Datastore(RecoveredHolders):
         key = (container_id, ifname)
         with self._lock:
             if self._pending.pop(key, None) is not None:
-                pod = self._pending_pod.pop(key, "")
-                if pod:
+                wanted = self._pending_pod.pop(key, None)
+                if wanted is not None:
                     # A failed sandbox's DEL (containerd DELs it at once; kubelet makes the pod's
                     # next one 10-15 s later): the pod still waits through the back-off.
-                    self._lingering[pod] = now
+                    self._lingering[wanted] = now
             ip = self._owner.pop(key, None)
             if ip is None:
                 return None
@@ -456,19 +464,19 @@ class Datastore(RecoveredHolders):
             return Assignment(ip, self._ip_eni[ip]) if ip else None
 
     def pending(self, now: float) -> int:
-        """Pods waiting for an address: CNI ADDs that found none and have not gone stale, one per
-        pod the runtime named (two sandboxes of one pod count once), and pods whose waiting ADD's
-        sandbox was DELeted less than :data:`PENDING_LINGER_S` ago (they wait for their next)."""
+        """Addresses pods wait for: CNI ADDs that found none and have not gone stale, one per pod
+        and interface the runtime named (two sandboxes of one pod count once; two interfaces of
+        one sandbox, each an address, twice), and pods' interfaces whose waiting ADD's sandbox was
+        DELeted less than :data:`PENDING_LINGER_S` ago (they wait for the pod's next sandbox)."""
         with self._lock:
             stale = [k for k, t in self._pending.items() if now - t >= self.pending_ttl_s]
             for k in stale:
                 del self._pending[k]
                 self._pending_pod.pop(k, None)
-            for pod in [p for p, t in self._lingering.items() if now - t >= PENDING_LINGER_S]:
-                del self._lingering[pod]
-            waiting = {self._pending_pod.get(k) or k for k in self._pending}
-            waiting.update(self._lingering)
-            return len(waiting)
+            for wanted in [w for w, t in self._lingering.items() if now - t >= PENDING_LINGER_S]:
+                del self._lingering[wanted]
+            named = {self._pending_pod[k] for k in self._pending if k in self._pending_pod} | set(self._lingering)
+            return len(named) + sum(1 for k in self._pending if k not in self._pending_pod)
 
     def pending_expires_at(self) -> float | None:
         """When :meth:`pending` next falls with no other change: the oldest waiting ADD going

@@ -13,14 +13,16 @@ ADD of an earlier sandbox of the pod still counts the pod (until that sandbox's 
 ``pending_ttl_s``), and that sandbox's DEL, if it comes after, counts the pod for
 ``PENDING_LINGER_S`` more. kubelet stops a pod's old sandboxes before it makes the next one, so it
 needs a DEL that did not reach the agent in time (or a runtime that DELs a failed sandbox late);
-the second half is new in 46e1919 (before, the DEL ended the count)."""
+the second half is new in 46e1919 (before, the DEL ended the count).
+
+Both fixed: a waiting ADD counts its pod and interface (``Datastore._pending_pod``), and an
+address given to a pod's interface ends every waiting ADD of that pod's interface, so a later
+DEL of an earlier sandbox starts no linger."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from node_agent.controller import AttachedEni
 from node_agent.datastore import PENDING_LINGER_S, Datastore
@@ -40,11 +42,6 @@ def full() -> Datastore:
     return ds
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 29, R1: two attachments of one sandbox waiting at once (go-cni attaches a pod's "
-    "networks in parallel) count as one pod, though each waits for an address",
-)
 def test_two_attachments_of_one_sandbox_waiting_at_once_count_two_addresses() -> None:
     ds = full()
     assert ds.assign("s1", "eth0", "ns", 1.0, pod=POD) is None
@@ -66,11 +63,6 @@ def _add(agent: Any, cid: str, ifname: str) -> dict[str, Any]:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 29, R1: the agent's report says one address wanted for a pod whose two "
-    "warmpool attachments both wait",
-)
 def test_the_report_counts_each_waiting_attachment_of_a_multi_network_pod(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     try:
@@ -89,11 +81,6 @@ def test_the_report_counts_each_waiting_attachment_of_a_multi_network_pod(tmp_pa
         n.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 29, R2: a pod whose new sandbox got its address is still counted by the waiting "
-    "ADD of its earlier sandbox (pre-existing as a count of ADDs; now it is the served pod itself)",
-)
 def test_a_served_pod_is_not_counted_by_an_earlier_sandboxs_waiting_add() -> None:
     ds = full()
     assert ds.assign("p~0", "eth0", "ns", 1.0, pod=POD) is None  # its DEL has not reached the agent
@@ -102,11 +89,6 @@ def test_a_served_pod_is_not_counted_by_an_earlier_sandboxs_waiting_add() -> Non
     assert ds.pending(40.0) == 0, "p holds an address: no pod waits"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 29, R2: a DEL of a served pod's earlier waiting sandbox makes it count as waiting "
-    "for PENDING_LINGER_S (new in 46e1919: before, the DEL ended the count)",
-)
 def test_a_late_delete_of_a_served_pods_earlier_sandbox_adds_no_linger() -> None:
     ds = full()
     assert ds.assign("p~0", "eth0", "ns", 1.0, pod=POD) is None
