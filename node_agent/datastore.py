@@ -82,6 +82,9 @@ DELs a sandbox whose ADD failed at once (``RunPodSandbox`` in ``internal/cri/ser
 defers the network's teardown) and kubelet makes the pod's next sandbox after
 ``wait.Jitter(10 s, 0.5)``, 10 to 15 s (``completeWork`` in ``pkg/kubelet/pod_workers.go``); 30 s
 covers that and the next sandbox's creation. A pod deleted meanwhile is over-counted this long."""
+SUPERSEDED_KEEP_S = 900.0
+"""How long a given-up sandbox's ADD is remembered as superseded when no DEL comes: longer than
+the longest ADD the agent runs (``WARMPOOL_ADD_WAIT_S`` is at most 600 s)."""
 UNKNOWN_ON_RELEASE = "unknown_on_release"
 """Meta key: addresses (or /28 prefixes) whose release quarantines them as of unknown origin
 (``node_agent.controller.UNKNOWN_ON_RELEASE_META``)."""
@@ -125,6 +128,11 @@ class Datastore(RecoveredHolders):
         self._pending_pod: dict[tuple[str, str], tuple[str, str]] = {}
         """The pod and interface a waiting ADD is for (``namespace/name`` from its ``CNI_ARGS``,
         ``CNI_IFNAME``), when it named the pod: one address each, whatever the sandbox."""
+        self._superseded: dict[tuple[str, str], float] = {}
+        """Attachments (container, ifname) whose waiting ADD a later sandbox of the same pod's
+        interface was served over (when): that sandbox is given up (kubelet makes a pod's
+        sandboxes one after another), so its ADD, still looping, neither counts nor takes an
+        address (review 30, F1). Kept until its DEL, or :data:`SUPERSEDED_KEEP_S`."""
         self._lingering: dict[tuple[str, str], float] = {}
         """Pods' interfaces whose waiting ADD's sandbox was DELeted (when): counted as waiting for
         :data:`PENDING_LINGER_S`, through the runtime's back-off to the pod's next sandbox."""
@@ -336,6 +344,8 @@ class Datastore(RecoveredHolders):
                 if self._dirty:  # a retried ADD whose first try could not be written: not yet
                     self._save()
                 return Assignment(held, self._ip_eni[held])
+            if key in self._superseded:
+                return None  # a given-up sandbox of a pod whose interface a later one has
             chosen = self._take_recovered(holder) if holder and holder != UNKNOWN_HOLDER else None
             if chosen is None:
                 chosen = self._pick(now)
@@ -361,6 +371,7 @@ class Datastore(RecoveredHolders):
                 for k in [k for k, v in self._pending_pod.items() if v == served]:
                     del self._pending_pod[k]
                     self._pending.pop(k, None)
+                    self._superseded[k] = now
             self._save()
             self.changed.set()
             return Assignment(a.ip, eni.info.eni_id)
@@ -389,6 +400,7 @@ class Datastore(RecoveredHolders):
         """The pod is gone: its address enters cooldown. Idempotent (None if it held nothing)."""
         key = (container_id, ifname)
         with self._lock:
+            self._superseded.pop(key, None)
             if self._pending.pop(key, None) is not None:
                 wanted = self._pending_pod.pop(key, None)
                 if wanted is not None:
@@ -475,6 +487,8 @@ class Datastore(RecoveredHolders):
                 self._pending_pod.pop(k, None)
             for wanted in [w for w, t in self._lingering.items() if now - t >= PENDING_LINGER_S]:
                 del self._lingering[wanted]
+            for k in [k for k, t in self._superseded.items() if now - t >= SUPERSEDED_KEEP_S]:
+                del self._superseded[k]
             named = {self._pending_pod[k] for k in self._pending if k in self._pending_pod} | set(self._lingering)
             return len(named) + sum(1 for k in self._pending if k not in self._pending_pod)
 
@@ -852,6 +866,7 @@ class Datastore(RecoveredHolders):
             self._pending.clear()
             self._pending_pod.clear()
             self._lingering.clear()
+            self._superseded.clear()
             self._dirty = False
 
     def _clear(self) -> None:

@@ -22,15 +22,16 @@ The simulation never runs the loop (its agents' ``add_wait_s`` is 0, docs/reliab
 
 kubelet makes a pod's sandboxes one after another, so of two sandboxes of one pod the one whose
 ADD came later is the current one: an ADD of a sandbox older than the one served does not want an
-address for the pod."""
+address for the pod.
+
+Fixed: the served pod's interface marks the earlier sandboxes' waiting ADDs superseded
+(``Datastore._superseded``): a superseded ADD neither counts nor takes an address, until its DEL."""
 
 from __future__ import annotations
 
 import threading
 import time
 from typing import Any
-
-import pytest
 
 from emulated.clock import VirtualClock
 from node_agent.cniserver import CniService
@@ -63,7 +64,6 @@ def _served_while_earlier_add_loops(ds: Datastore) -> float:
     return served
 
 
-@pytest.mark.xfail(strict=True, reason="F1 open: a dropped ADD still looping in CniService._add re-adds itself")
 def test_a_served_pods_earlier_sandbox_add_still_looping_does_not_count_it_again() -> None:
     ds = full()
     served = _served_while_earlier_add_loops(ds)
@@ -72,7 +72,6 @@ def test_a_served_pods_earlier_sandbox_add_still_looping_does_not_count_it_again
     assert ds.pending(served + 0.5) == 0, "web-0 holds its eth0 address: no address is wanted"
 
 
-@pytest.mark.xfail(strict=True, reason="F1 open: the re-added ADD's late DEL lingers for a served pod")
 def test_a_served_pods_earlier_sandbox_late_delete_after_its_loop_starts_no_linger() -> None:
     ds = full()
     served = _served_while_earlier_add_loops(ds)
@@ -81,7 +80,6 @@ def test_a_served_pods_earlier_sandbox_late_delete_after_its_loop_starts_no_ling
     assert ds.pending(served + 5.0 + PENDING_LINGER_S / 2) == 0, "web-0 holds its eth0 address"
 
 
-@pytest.mark.xfail(strict=True, reason="F1 open: the phantom demand draws a second address to the given-up sandbox")
 def test_a_served_pods_interface_draws_no_second_address() -> None:
     ds = full()
     served = _served_while_earlier_add_loops(ds)
@@ -94,7 +92,6 @@ def test_a_served_pods_interface_draws_no_second_address() -> None:
     assert len(held) == 1, f"web-0's eth0 holds {len(held)} addresses: {held}"
 
 
-@pytest.mark.xfail(strict=True, reason="F1 open: CniService._add's loop re-adds the dropped ADD")
 def test_the_cni_services_own_loop_recounts_a_served_pod() -> None:
     """The same through ``CniService``: the earlier sandbox's ADD loops in a thread; holding the
     service's condition keeps it from its next ``assign`` while the next sandbox's ADD is served,
