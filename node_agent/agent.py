@@ -165,6 +165,34 @@ def wiring_disagreements(ds: Datastore, wiring: HostWiring, veth_prefix: str) ->
     return out
 
 
+def carried_disagreements(ds: Datastore, pods: object) -> list[str]:
+    """The restored records whose pod's interface carries other addresses than the record's: a
+    record says pod P holds X, and P's interface (the peer of the attachment's veth:
+    ``PodNetwork.carried``) carries addresses, none of them X. An older copy restored after the
+    pod was ADDed again with another address (a DEL and an ADD of the same attachment since the
+    copy, its routes and rules flushed, so the host's routes cannot tell): X went back to the
+    pool then and may be another node's now, and the record would give X to P's next ADD and keep
+    it in a second datastore (the simulation's seed 1001262). A pod network that cannot tell
+    (no ``carried``, no such pair, a namespace gone, an interface with no IPv4 address) says
+    nothing here."""
+    carried = getattr(pods, "carried", None)
+    if carried is None:
+        return []
+    out = []
+    for p in ds.pods():
+        if not p.netns:
+            continue
+        try:
+            has = carried(p.netns, p.ifname, p.container_id)
+        except OSError:
+            continue  # an unreadable namespace tells nothing (a pod gone meanwhile)
+        if has and p.ip not in has:
+            out.append(
+                f"{p.container_id[:12]}/{p.ifname} carries {', '.join(has)} but the checkpoint has it holding {p.ip}"
+            )
+    return out
+
+
 def _veths(wiring: HostWiring) -> set[str]:
     """The host's veths: the links of that kind, and the agent's own (``pods``) whatever the
     reader said of their kind."""
@@ -489,8 +517,9 @@ def restore_checked(
 ) -> tuple[bool, CheckpointError | None]:
     """The start's read of the checkpoint: ``(restored, damaged)``. Damaged when it cannot be
     read, its checksum does not match (:func:`node_agent.checkpoint.check_checksum`), or it
-    disagrees with the host's pod wiring (:func:`wiring_disagreements`; read when the pod
-    network can tell); then nothing of it is kept and the start rebuilds (:meth:`Agent._rebuild`).
+    disagrees with the host's pod wiring (:func:`wiring_disagreements`) or with what a listed
+    pod's interface carries (:func:`carried_disagreements`; read when the pod network can
+    tell); then nothing of it is kept and the start rebuilds (:meth:`Agent._rebuild`).
     Restored, with ``now`` given and the host's wiring read, the pods it lists that the host
     no longer wires are released (:func:`release_unwired`)."""
     try:
@@ -500,6 +529,8 @@ def restore_checked(
         return False, exc
     wiring = read_wiring(pods) if pods is not None else None
     wrong = wiring_disagreements(ds, wiring, veth_prefix) if wiring is not None else []
+    if wiring is not None:
+        wrong += carried_disagreements(ds, pods)
     if not wrong:
         if wiring is not None and now is not None:
             unnoted = unnoted_holds(ds)  # the copy's own holds, before this start's

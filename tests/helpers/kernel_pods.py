@@ -118,6 +118,20 @@ def answered_start(n: Node, current: bool, backup: Path | None = None, **env: st
     return agent
 
 
+def contradicted_start(n: Node, backup: Path, **env: str) -> Any:
+    """``n``'s agent started again on the checkpoint copy ``backup``, which lists a pod with an
+    address its interface no longer carries (the pod ADDed again since): the start must not take
+    it (``node_agent.agent.carried_disagreements``) and rebuilds, asking the allocator nothing."""
+    n.stop()
+    shutil.rmtree(n.state)
+    shutil.copytree(backup, n.state)
+    agent = n.start(**env)
+    r = n.step()
+    assert r is None or r.restored_from is None, "a copy the pods' interfaces contradict was taken"
+    n.step()
+    return agent
+
+
 def offered_within(n: Node, passes: int) -> set[str]:
     """``passes`` passes 30 s apart: what the reports offered back."""
     offered: set[str] = set()

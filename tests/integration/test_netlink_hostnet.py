@@ -230,3 +230,28 @@ def test_teardown_removes_the_attachment_s_veth_under_another_prefix_too(node: s
     assert host_veth_name("abc", "eth0") not in names, "the old prefix's veth of the attachment stays"
     assert host_veth_name("other", "eth1") in names, "another attachment's veth went"
     assert ip_json(pod, "link", "show", "eth0") == []
+
+
+def test_the_start_reads_what_a_listed_pod_s_interface_carries(node: str, pod: str) -> None:
+    """A checkpoint copy listing pod abc with an address its interface no longer carries (the
+    attachment ADDed again since with another one, the host's routes flushed: the simulation's
+    seed 1001262) disagrees with the host, read through the kernel; a pod carrying the listed
+    address, or one whose namespace is gone, does not."""
+    from node_agent.agent import carried_disagreements
+    from node_agent.cniserver import NetlinkPods
+    from node_agent.datastore import Datastore
+
+    ds = Datastore()
+    ds.add_eni(ENI1, 0.0)
+    ds.add_addresses(ENI1.eni_id, ["10.0.1.30", "10.0.1.31"])
+    path = f"/run/netns/{pod}"
+    assert ds.assign("abc", "eth0", path, 1.0) is not None  # the copy: abc holds 10.0.1.30
+    pods = NetlinkPods(host_netns=f"/run/netns/{node}")
+    with Netlink.open(node) as nl:
+        setup_pod(nl, pod, "eth0", "abc", "10.0.1.30", 2, 9001)
+        assert carried_disagreements(ds, pods) == []
+        setup_pod(nl, pod, "eth0", "abc", "10.0.1.31", 2, 9001)  # the attachment ADDed again
+        sh("ip", "-n", node, "route", "flush", "dev", host_veth_name("abc", "eth0"))
+    assert carried_disagreements(ds, pods) == ["abc/eth0 carries 10.0.1.31 but the checkpoint has it holding 10.0.1.30"]
+    sh("ip", "-n", pod, "link", "del", "eth0")  # the pod gone: no word
+    assert carried_disagreements(ds, pods) == []

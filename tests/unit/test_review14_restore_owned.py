@@ -31,7 +31,7 @@ import pytest
 
 from tests.helpers.agent_world import cni
 from tests.helpers.first_start import Node, add_until, grant
-from tests.helpers.kernel_pods import KernelPods, answered_start, offers_and_adds
+from tests.helpers.kernel_pods import KernelPods, answered_start, contradicted_start, offers_and_adds
 
 X, Y = "10.0.0.50", "10.0.0.51"
 
@@ -116,7 +116,7 @@ def test_the_del_of_a_pod_the_copy_names_under_its_old_address_frees_another_pod
         assert add_until(n, agent, "q") == X  # q's ADD came between the two
         assert add_until(n, agent, "p") == Y
         host.flush_routes()  # both veths and pod rules stay; the /32 routes went
-        agent = answered_start(n, True, backup)
+        agent = contradicted_start(n, backup)
         assert cni(agent, "DEL", "p")["ok"]  # p ends, one day
         offered, others = offers_and_adds(n, agent)
         assert X not in others and X not in offered, (

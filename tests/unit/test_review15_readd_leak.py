@@ -17,7 +17,7 @@ from typing import Any
 
 from tests.helpers.agent_world import cni, cni_add
 from tests.helpers.first_start import Node, add_until, grant
-from tests.helpers.kernel_pods import KernelPods, answered_start, assert_not_given
+from tests.helpers.kernel_pods import KernelPods, answered_start, assert_not_given, contradicted_start
 
 X, Y = "10.0.0.50", "10.0.0.51"
 ENV = {"IP_COOLDOWN_PERIOD": "30"}
@@ -44,7 +44,7 @@ def test_the_del_of_a_pod_added_again_after_the_copy_releases_the_address_its_ru
     try:
         agent = _added_again_after_the_copy(n, backup)
         host.flush_routes()  # p's veth and its rule for Y stay
-        agent = answered_start(n, True, backup, **ENV)
+        agent = contradicted_start(n, backup, **ENV)
         assert agent.ds.recovered_holder(Y) == "unrouted", "setup: the restore holds Y (a rule, no route)"
         assert cni(agent, "DEL", "p", prev_ip=Y)["ok"]  # p ends; libcni passes its cached result
         assert host.holders(Y) == [], "setup: no pod carries Y any more"

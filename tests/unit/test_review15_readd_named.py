@@ -25,7 +25,7 @@ import pytest
 
 from tests.helpers.agent_world import cni, cni_add
 from tests.helpers.first_start import Node, add_until, grant
-from tests.helpers.kernel_pods import KernelPods, answered_start, offers_and_adds
+from tests.helpers.kernel_pods import KernelPods, contradicted_start, offers_and_adds
 
 X, Y = "10.0.0.50", "10.0.0.51"
 ENV = {"IP_COOLDOWN_PERIOD": "30"}  # the agent's default: a freed address waits 30 s
@@ -50,7 +50,7 @@ def test_a_pod_added_again_after_the_copy_keeps_its_new_address_when_its_route_a
         assert len(n.sqs.sent) == sent, "setup: no report after the copy (the allocator saw nothing since)"
         host.flush_routes()  # p runs on: its veth pair, Y in its namespace
         host.flush_rules()
-        agent = answered_start(n, current, backup, **ENV)
+        agent = contradicted_start(n, backup, **ENV)
         offered, others = offers_and_adds(n, agent, 10)
         assert ("p", "eth0") in host.holders(Y), "setup: p still carries Y"
         assert Y not in offered and Y not in others, (

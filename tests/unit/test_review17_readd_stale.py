@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tests.helpers.agent_world import cni
 from tests.helpers.first_start import Node, add_until, grant, grant_more
-from tests.helpers.kernel_pods import KernelPods, answered_start, offers_and_adds
+from tests.helpers.kernel_pods import KernelPods, contradicted_start, offers_and_adds
 
 H, X, Z = "10.0.0.40", "10.0.0.50", "10.0.0.60"
 
@@ -47,7 +47,7 @@ def test_a_stale_cached_result_with_the_veth_on_the_host_does_not_free_the_runni
         assert add_until(n, agent, "a") == Z  # a ADDed a third time; its answer lost: the cache names X
         n.step(30)
         host.flush_routes()  # veths and pod rules stay; the /32 routes went
-        agent = answered_start(n, True, backup)
+        agent = contradicted_start(n, backup)
         n.step(61)
         assert agent.ds.recovered_holder(X) == "unrouted", "setup: run's rule, no route, the copy lacks X"
         assert cni(agent, "DEL", "a", prev_ip=X)["ok"]  # the runtime's DEL for a's failed ADD

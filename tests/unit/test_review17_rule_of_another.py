@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tests.helpers.agent_world import cni, cni_add
 from tests.helpers.first_start import Node, add_until, grant
-from tests.helpers.kernel_pods import KernelPods, answered_start, offers_and_adds
+from tests.helpers.kernel_pods import KernelPods, contradicted_start, offers_and_adds
 
 X, Y = "10.0.0.50", "10.0.0.51"
 ENV = {"IP_COOLDOWN_PERIOD": "30"}
@@ -42,7 +42,7 @@ def test_a_rule_routed_through_another_prefixs_veth_does_not_name_the_records_ro
         host.made_with = "eni"
         host.routes.pop(Y)  # p runs on: its veth pair, Y in its namespace; its route and rule went
         host.rules.discard(Y)
-        agent = answered_start(n, True, backup, **ENV)
+        agent = contradicted_start(n, backup, **ENV)
         assert host.holders(Y) == [("p", "eth0")] and host.holders(X) == [("b", "eth0")], "setup"
         offered, others = offers_and_adds(n, agent, 10)
         assert Y not in offered and Y not in others, (
