@@ -26,7 +26,7 @@ import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from botocore.exceptions import ClientError
 
@@ -112,6 +112,15 @@ class NodeWorld(SubnetsWorld, Protocol):
     def roles(self) -> dict[str, PolicyPrincipal]:
         """The stack's roles as emulated EC2's principals (the agents': ``agent``)."""
         ...
+
+
+_T = TypeVar("_T")
+
+
+def picked(items: Sequence[_T], pick: float) -> _T:
+    """The item of ``items`` (not empty) that ``pick`` chooses: the schedule draws it
+    ``round(random(), 3)``, 0 to 1 both included, so 1.0 chooses the last, as 0.999 does."""
+    return items[min(int(pick * len(items)), len(items) - 1)]
 
 
 def result_problems(actions: Sequence[Any]) -> list[str]:
@@ -395,7 +404,7 @@ class SimDisk(FileCheckpoint):
             older = list(self.history)[:-1]
             if not older:
                 return "no-older-save"
-            self.data = copy.deepcopy(older[int(pick * len(older))])
+            self.data = copy.deepcopy(picked(older, pick))
             self.w.version += 1
             self.older_copy = True
             return variant
@@ -403,7 +412,7 @@ class SimDisk(FileCheckpoint):
         pods = [(e, a) for e in data["enis"] for a in e["addrs"] if a.get("container_id")]
         if not pods:
             return "no-pod"
-        eni, entry = pods[int(pick * len(pods))]
+        eni, entry = picked(pods, pick)
         done = "drop-pod"
         if variant == "move-pod":
             taken = {a["ip"] for a in eni["addrs"]}
@@ -411,7 +420,7 @@ class SimDisk(FileCheckpoint):
             for p in eni["prefixes"]:
                 free += [str(h) for h in ipaddress.IPv4Network(p) if str(h) not in taken]
             if free:
-                entry["ip"] = free[int(pick * len(free))]
+                entry["ip"] = picked(free, pick)
                 done = variant
         if done == "drop-pod":
             eni["addrs"].remove(entry)
@@ -679,7 +688,7 @@ class SimPods:
             wired = sorted(self.veth_of.values())
             if not wired:
                 return "no-pod"
-            down = wired[int(pick * len(wired))]
+            down = picked(wired, pick)
             self.routes = {a: link for a, link in self.routes.items() if link != down}
         if variant == "foreign-veth":
             n = len(self.foreign) + 1
