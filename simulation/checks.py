@@ -467,7 +467,15 @@ def holds_all_it_can(w: ChecksWorld, a: SimAgent) -> bool:
     node the allocator gave singles while a /28 was whole in the call's subnet (P1: an allocator
     that fills slots with singles ends in this very state), where a record names no pod the runtime
     runs or deletes (P2: the agent's word alone), and where a waiting pod already holds an address
-    (P3: it waits for its own ADD, not for another pod's DEL)."""
+    (P3: it waits for its own ADD, not for another pod's DEL).
+
+    An address a rebuilt checkpoint holds for a recovered holder (``container_id`` empty, the
+    holder the pod's host veth, read from the host's wiring after the checkpoint was lost) is a
+    pod's when the runtime says so: that veth is the veth of a pod it runs with that very address
+    (``rt.up``), or of one it deletes (seed 1007923: sixteen pods ran on n0's /28 so held, every
+    other address a pod's single). Never a veth of a pod only being ADDed (P3), one no pod of the
+    runtime has or whose pod runs with another address (a leak: P2), nor a ``?``, ``unrouted``
+    or ``routed`` holder (no pod named)."""
     if not w.plan.prefix_mode or not no_slot_for_a_28(w.emu, a.iid, a.ctl.limits, a.ctl.pool):
         return False
     if a.name in w.nets.singles_beside_28:
@@ -475,7 +483,22 @@ def holds_all_it_can(w: ChecksWorld, a: SimAgent) -> bool:
     if any(a.ds.lookup(cid, "eth0") is not None for cid in a.rt.adding):
         return False
     runs = set(a.rt.up) | set(a.rt.deleting)
-    return all(x.container_id in runs for e in a.ds.enis() for x in e.addrs.values())
+    held = [(ip, x.container_id) for e in a.ds.enis() for ip, x in e.addrs.items()]
+    recovered = _pods_recovered(a) if any(not cid for _, cid in held) else set()
+    return all(cid in runs or (not cid and ip in recovered) for ip, cid in held)
+
+
+def _pods_recovered(a: SimAgent) -> set[str]:
+    """The addresses recovered holders hold for pods the runtime runs with them, or deletes
+    (:func:`holds_all_it_can`)."""
+    out: set[str] = set()
+    for h in a.ds.recovered_holders():
+        if h.holder in (UNKNOWN_HOLDER, UNROUTED_HOLDER, ROUTED_HOLDER) or not veth_shaped(h.holder):
+            continue
+        pods = [cid for cid, ip in a.rt.up.items() if ip == h.ip] + list(a.rt.deleting)
+        if any(veths_of(cid, "eth0", {h.holder}, a.veth_prefix) for cid in pods):
+            out.add(h.ip)
+    return out
 
 
 def _dlq(w: ChecksWorld) -> list[dict[str, Any]]:
