@@ -747,7 +747,7 @@ class Datastore(RecoveredHolders):
 
     def counts(self, now: float) -> Counts:
         with self._lock:
-            return Counts.of(self._enis.values(), now, self.cooldown_s, self.pending(now))
+            return Counts.of(self._enis.values(), now, self.cooldown_s, self.pending(now), self._unlisted)
 
     def arrivals(self, now: float, window_s: float) -> int:
         """Pods this process gave a free address (not a recovered one) within the last

@@ -140,7 +140,8 @@ class EniRecord:
 class Counts:
     total: int
     """Addresses pods can use (quarantined ones excluded: they are on their way out; so are
-    the free addresses of a held ENI)."""
+    the free addresses of a held ENI, and every address IMDS no longer lists: EC2 may have
+    taken it, and the allocator counts the node's pool from EC2's)."""
     assigned: int
     available: int
     """total − assigned (cooldown counts as available, as in the VPC CNI)."""
@@ -155,13 +156,30 @@ class Counts:
     """Free single addresses (not in a prefix; prefix mode's fallback), cooldown included."""
 
     @classmethod
-    def of(cls, enis: Collection[EniRecord], now: float, cooldown_s: float, pending: int) -> Counts:
+    def of(
+        cls,
+        enis: Collection[EniRecord],
+        now: float,
+        cooldown_s: float,
+        pending: int,
+        unlisted: Collection[str] = frozenset(),
+    ) -> Counts:
+        """``unlisted``: addresses IMDS no longer lists (:meth:`Datastore.unlisted`), kept for
+        their holders and never handed out. Counted neither in ``total`` nor in ``assigned``,
+        as the report counts them (``node_agent.report.build_report``): the allocator counts
+        the pool from EC2 and its use from the report, so a held address EC2 took, counted here,
+        was a surplus of the agent's the allocator did not see, and every offer of it was taken
+        back (the simulation's seeds 1000042 and 1007089)."""
         total = assigned = cooldown = quarantined = free_prefixes = recovered = free_singles = 0
         for eni in enis:
             busy: dict[str, bool] = {p: False for p in eni.prefixes}
             for a in eni.addrs.values():
                 if a.quarantined_at is not None:
                     quarantined += 1
+                    if a.prefix is not None:
+                        busy[a.prefix] = True
+                    continue
+                if a.ip in unlisted:
                     if a.prefix is not None:
                         busy[a.prefix] = True
                     continue

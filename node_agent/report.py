@@ -46,6 +46,9 @@ def build_report(
     was missed) is left out, and so is its offer (taken out of ``offers``);
     ``skipped(eni_id, slot)`` is told.
     Quarantined addresses and prefixes are reported only as offers, never as the pool's.
+    An address IMDS no longer lists (held for its holder, never handed out) is not reported,
+    neither as the pool's nor in use: EC2 may have taken it, and the allocator counts the pool
+    from EC2's (``Counts.of`` leaves it out alike).
     Each offer is dated ``offer_shift`` seconds before its quarantine time (how far this
     node's clock may be ahead of the allocator's: never an offer younger than it is). A
     negative shift (the clock at least that far behind) dates offers and the report that
@@ -62,6 +65,7 @@ def build_report(
     ``lean``: fair sharing (``PoolReport.lean``; None: off on this node, the field left out).
     """
     c = ds.counts(now)
+    unlisted = set(ds.unlisted())  # not counted in use: not in the pool EC2 shows (``Counts.of``)
     since = ds.quarantined_since()
     enis = []
     slots: set[tuple[int, int]] = set()
@@ -73,6 +77,7 @@ def build_report(
             continue
         slots.add(slot)
         offered = set(offers.get(e.info.eni_id, ((), ()))[1])
+        gone_prefixes = {a.prefix for a in e.addrs.values() if a.prefix is not None and a.ip in unlisted}
         enis.append(
             EniReport(
                 eni_id=e.info.eni_id,
@@ -80,9 +85,9 @@ def build_report(
                 network_card=e.info.network_card,
                 subnet_id=e.info.subnet_id,
                 primary_ip=e.info.primary_ip,
-                ips=[ip for ip in e.ips if e.addrs[ip].quarantined_at is None],
-                prefixes=[p for p in e.prefixes if p not in offered],
-                assigned=sum(1 for a in e.addrs.values() if a.in_use),
+                ips=[ip for ip in e.ips if e.addrs[ip].quarantined_at is None and ip not in unlisted],
+                prefixes=[p for p in e.prefixes if p not in offered and p not in gone_prefixes],
+                assigned=sum(1 for a in e.addrs.values() if a.in_use and a.ip not in unlisted),
             )
         )
     return PoolReport(
