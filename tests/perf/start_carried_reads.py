@@ -1,0 +1,62 @@
+"""What the start's read of each listed pod's interface costs (``node_agent.agent.carried_disagreements``
+through ``NetlinkPods.carried``, review 31): N pods, each a veth pair whose host side is named as the
+agent names it and whose pod side (``eth0`` in the pod's namespace) carries the pod's address, and a
+datastore listing the N pods. Prints the time of one ``carried_disagreements`` over them, and of one
+host link dump (``Netlink.link_by_name``, which each pod's read makes once: N dumps of N links).
+
+Run in namespaces of its own (no root needed, nothing on the host touched)::
+
+    unshare -rnm sh -c 'mount -t tmpfs none /run && PYTHONPATH=. python tests/perf/start_carried_reads.py 50 110 250'
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from node_agent.agent import carried_disagreements
+from node_agent.cniserver import NetlinkPods
+from node_agent.datastore import Datastore
+from node_agent.hostnet import host_veth_name
+from node_agent.netlink import Netlink
+from node_agent.records import EniInfo
+
+PRIMARY = EniInfo("eni-00000000", 0, "0a:00:00:00:00:00", "10.0.0.4", "subnet-a", "10.0.0.0/16")
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True)
+
+
+def main(counts: list[int]) -> None:
+    os.makedirs("/run/netns", exist_ok=True)
+    made = 0
+    for n in counts:
+        while made < n:
+            cid = f"{made:064x}"
+            ns = f"p{made}"
+            _ip("netns", "add", ns)
+            _ip("link", "add", host_veth_name(cid, "eth0", "eni"), "type", "veth", "peer", "name", "eth0", "netns", ns)
+            _ip("-n", ns, "addr", "add", f"10.0.{made // 200}.{made % 200 + 20}/32", "dev", "eth0")
+            made += 1
+        ds = Datastore()
+        ds.add_eni(PRIMARY, 0.0)
+        ips = [f"10.0.{i // 200}.{i % 200 + 20}" for i in range(n)]
+        ds.add_addresses(PRIMARY.eni_id, ips)
+        for i in range(n):
+            assert ds.assign(f"{i:064x}", "eth0", f"/run/netns/p{i}", 1.0) is not None
+        t = time.perf_counter()
+        wrong = carried_disagreements(ds, NetlinkPods("", "eni"))
+        whole = time.perf_counter() - t
+        assert wrong == [], wrong
+        with Netlink.open() as nl:
+            t = time.perf_counter()
+            nl.link_by_name("absent")
+            dump = time.perf_counter() - t
+        print(f"pods={n}: carried_disagreements {whole:.2f} s; one host link dump {dump * 1000:.1f} ms")
+
+
+if __name__ == "__main__":
+    main([int(a) for a in sys.argv[1:]] or [50, 110, 250])

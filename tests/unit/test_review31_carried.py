@@ -1,0 +1,188 @@
+"""Review 31: the start's read of what each listed pod's interface carries
+(``node_agent.agent.carried_disagreements``, stop 50, seed 1001262), where it says nothing.
+
+The shape of seed 1001262 throughout: pod1 held X in an older copy of the checkpoint; its
+attachment was DELed and ADDed again since and got Y; X went back to the pool and EC2 gave it to
+another node (IMDS no longer lists it); the host's pod routes and rules were flushed; the agent
+restarts on the older copy. The check reads the pod's side of the attachment's veth and rebuilds
+when it carries other addresses than the record's. It does not read:
+
+* the veth of the attachment under the prefix it was made with, once ``WARMPOOL_VETH_PREFIX``
+  changed across the restart (``PodNetwork.carried`` looks only under the current prefix, while
+  ``teardown_pod`` and the rebuild both know a veth of another prefix is the attachment's);
+* a recovered holder named after the attachment's veth (``ds.pods()`` lists named records only),
+  which the attachment's next ADD takes (``CniService._held``/``ds.assign(..., holder)``);
+* anything, when the read fails with an ``OSError`` that is not the namespace gone (an
+  interrupted dump, ``EINTR``; ``ENOBUFS``): the copy is taken on the spot, where
+  ``read_wiring`` reads again and a start never goes on without its read (hostile review of the
+  checkpoint checks, C2);
+* a pod whose interface carries the record's address beside another (a pod that set its old
+  address again on its own interface: ``p.ip in has``).
+
+Either way the copy is taken, X is kept for pod1 (or its veth) in this node's datastore while
+EC2 gave it to another node, and pod1's next ADD is given X: two holders."""
+
+from __future__ import annotations
+
+import errno
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.agent_world import cni, cni_add
+from tests.helpers.controller import PRIMARY
+from tests.helpers.first_start import Node, grant_more, pod_on_fresh_address
+from tests.helpers.kernel_pods import KernelPods
+
+X, Y = "10.0.0.50", "10.0.0.51"
+
+
+def _readded_since_the_copy(n: Node, host: KernelPods, tmp_path: Path) -> Path:
+    """pod1 on X in the copy; since: DELed, ADDed again on Y, X taken by EC2, routes and rules
+    flushed. The copy's place."""
+    agent = n.agent
+    n.step(30)
+    backup = tmp_path / "copy"
+    shutil.copytree(n.state, backup)  # pod1 (or its veth's holder) holds X in this copy
+    grant_more(n, agent, [Y])
+    assert cni(agent, "DEL", "pod1")["ok"]
+    assert cni_add(agent, "pod2") == X, "setup: another pod takes X meanwhile"
+    assert cni_add(agent, "pod1") == Y, "setup: pod1's attachment ADDed again gets Y"
+    assert cni(agent, "DEL", "pod2")["ok"]
+    eni = n.imds.enis[PRIMARY.eni_id]
+    n.imds.enis[PRIMARY.eni_id] = eni._replace(ips=[ip for ip in eni.ips if ip != X])  # EC2 took X
+    host.flush_routes()
+    host.flush_rules()
+    return backup
+
+
+def _restart_on(n: Node, backup: Path, **env: str) -> Any:
+    n.stop()
+    shutil.rmtree(n.state)
+    shutil.copytree(backup, n.state)
+    agent = n.start(**env)
+    n.step()
+    return agent
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review 31 A1: carried_disagreements reads the attachment's veth under the current prefix only;"
+    " after a WARMPOOL_VETH_PREFIX change the copy saying pod1 holds X is taken (seed 1001262's two holders)",
+)
+def test_a_prefix_change_hides_what_the_readded_pod_carries(tmp_path: Path) -> None:
+    n = Node(tmp_path, adopt_launch_pool=False)
+    host = n.pods = KernelPods()
+    try:
+        assert pod_on_fresh_address(n) == X
+        backup = _readded_since_the_copy(n, host, tmp_path)
+        assert host.carried("ns", "eth0", "pod1") == [Y]
+        host.reader = "wp"  # the agent comes back under another veth prefix
+        agent = _restart_on(n, backup, WARMPOOL_VETH_PREFIX="wp")
+        held = {p.ip: p.container_id for p in agent.ds.pods()}
+        again = cni_add(agent, "pod1")
+        assert X not in held and again != X, (
+            f"the copy's record of pod1 holding {X} was taken ({held}), pod1's next ADD got {again}: its"
+            f" interface carries {Y} (its veth {host.veth_of[('pod1', 'eth0')]}), and EC2 gave {X} to another node"
+        )
+    finally:
+        n.stop()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review 31 A2: carried_disagreements checks named records only; a copy's recovered holder named"
+    " after pod1's veth keeps X, and pod1's next ADD takes it (seed 1001262's two holders)",
+)
+def test_a_recovered_holder_of_the_readded_pods_veth_is_not_read(tmp_path: Path) -> None:
+    n = Node(tmp_path, adopt_launch_pool=False)
+    host = n.pods = KernelPods()
+    try:
+        assert pod_on_fresh_address(n) == X
+        # the checkpoint lost once: the rebuild holds X for pod1's veth (its route), by name
+        n.lose_checkpoint()
+        agent = n.start()
+        n.step()
+        assert {h.ip: h.holder for h in agent.ds.recovered_holders()}.get(X) == host.veth_of[("pod1", "eth0")], (
+            "setup: the rebuild holds X for pod1's veth"
+        )
+        backup = _readded_since_the_copy(n, host, tmp_path)
+        agent = _restart_on(n, backup)
+        kept = {h.ip: h.holder for h in agent.ds.recovered_holders()}
+        again = cni_add(agent, "pod1")
+        assert X not in kept and again != X, (
+            f"the copy's holder of {X} for pod1's veth was taken ({kept}); pod1's next ADD got {again}"
+            f" while its interface carries {Y} and EC2 gave {X} to another node"
+        )
+    finally:
+        n.stop()
+
+
+class _Interrupted(KernelPods):
+    """The kernel's wiring, whose pod-side read of pod1 fails once, as an address dump the kernel
+    interrupted (``NLM_F_DUMP_INTR`` on each of ``Netlink``'s tries: ``NetlinkFailure(EINTR)``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = 0
+
+    def carried(self, netns: str, ifname: str, container_id: str) -> list[str] | None:
+        if self.fail and container_id == "pod1":
+            self.fail -= 1
+            raise OSError(errno.EINTR, "addr dump interrupted (NLM_F_DUMP_INTR) 3 times running")
+        return super().carried(netns, ifname, container_id)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review 31 A3: carried_disagreements takes any OSError as 'says nothing'; one interrupted read"
+    " lets the copy saying pod1 holds X through (seed 1001262's two holders), where read_wiring reads again",
+)
+def test_one_interrupted_read_of_the_pod_lets_the_copy_through(tmp_path: Path) -> None:
+    n = Node(tmp_path, adopt_launch_pool=False)
+    host = n.pods = _Interrupted()
+    try:
+        assert pod_on_fresh_address(n) == X
+        backup = _readded_since_the_copy(n, host, tmp_path)
+        host.fail = 1  # the namespace is there, pod1's interface carries Y: one read fails
+        agent = _restart_on(n, backup)
+        held = {p.ip: p.container_id for p in agent.ds.pods()}
+        assert host.fail == 0, "setup: the start read pod1's interface"
+        again = cni_add(agent, "pod1")
+        assert X not in held and again != X, (
+            f"one failed read of pod1's interface and the copy was taken ({held}); pod1's next ADD got {again}"
+        )
+    finally:
+        n.stop()
+
+
+class _AlsoOld(KernelPods):
+    """pod1's interface carries its old address beside the one it was given (the pod set it)."""
+
+    def carried(self, netns: str, ifname: str, container_id: str) -> list[str] | None:
+        has = super().carried(netns, ifname, container_id)
+        return sorted({*has, X}) if has and container_id == "pod1" else has
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review 31 A4: a pod carrying the record's address beside the one it was given passes the check"
+    " (p.ip in has): the copy is taken and its next ADD is given X, which EC2 gave to another node",
+)
+def test_a_pod_carrying_its_old_address_too_passes_the_check(tmp_path: Path) -> None:
+    n = Node(tmp_path, adopt_launch_pool=False)
+    host = n.pods = _AlsoOld()
+    try:
+        assert pod_on_fresh_address(n) == X
+        backup = _readded_since_the_copy(n, host, tmp_path)
+        assert host.carried("ns", "eth0", "pod1") == [X, Y]
+        agent = _restart_on(n, backup)
+        held = {p.ip: p.container_id for p in agent.ds.pods()}
+        again = cni_add(agent, "pod1")
+        assert X not in held and again != X, (
+            f"pod1 carries {Y} (its own) and {X} (set by itself); the copy was taken ({held}), its next ADD got {again}"
+        )
+    finally:
+        n.stop()
