@@ -174,7 +174,9 @@ def carried_disagreements(ds: Datastore, pods: object) -> list[str]:
     pool then and may be another node's now, and the record would give X to P's next ADD and keep
     it in a second datastore (the simulation's seed 1001262). A pod network that cannot tell
     (no ``carried``, no such pair, a namespace gone, an interface with no IPv4 address) says
-    nothing here."""
+    nothing here. A read that fails (an interrupted dump, ``ENOBUFS``: netlink(7)) is read
+    again, as :func:`read_wiring` reads; still failing, it is a disagreement (the start
+    rebuilds rather than take a copy it could not check: review 31, A3)."""
     carried = getattr(pods, "carried", None)
     if carried is None:
         return []
@@ -182,11 +184,16 @@ def carried_disagreements(ds: Datastore, pods: object) -> list[str]:
     for p in ds.pods():
         if not p.netns:
             continue
-        try:
-            has = carried(p.netns, p.ifname, p.container_id)
-        except OSError:
-            continue  # an unreadable namespace tells nothing (a pod gone meanwhile)
-        if has and p.ip not in has:
+        has, failed = None, None
+        for _ in range(WIRING_READ_TRIES):
+            try:
+                has, failed = carried(p.netns, p.ifname, p.container_id), None
+                break
+            except OSError as exc:  # a namespace gone is None, not an error (PodNetwork.carried)
+                failed = exc
+        if failed is not None:
+            out.append(f"{p.container_id[:12]}/{p.ifname}: its interface could not be read ({failed})")
+        elif has and p.ip not in has:
             out.append(
                 f"{p.container_id[:12]}/{p.ifname} carries {', '.join(has)} but the checkpoint has it holding {p.ip}"
             )

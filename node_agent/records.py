@@ -141,7 +141,9 @@ class Counts:
     total: int
     """Addresses pods can use (quarantined ones excluded: they are on their way out; so are
     the free addresses of a held ENI, and every address IMDS no longer lists: EC2 may have
-    taken it, and the allocator counts the node's pool from EC2's)."""
+    taken it, and the allocator counts the node's pool from EC2's). An address IMDS no longer
+    lists that a holder keeps still counts in ``assigned``, as the report counts it: so
+    ``assigned`` may exceed ``total``."""
     assigned: int
     available: int
     """total − assigned (cooldown counts as available, as in the VPC CNI)."""
@@ -165,11 +167,16 @@ class Counts:
         unlisted: Collection[str] = frozenset(),
     ) -> Counts:
         """``unlisted``: addresses IMDS no longer lists (:meth:`Datastore.unlisted`), kept for
-        their holders and never handed out. Counted neither in ``total`` nor in ``assigned``,
-        as the report counts them (``node_agent.report.build_report``): the allocator counts
-        the pool from EC2 and its use from the report, so a held address EC2 took, counted here,
-        was a surplus of the agent's the allocator did not see, and every offer of it was taken
-        back (the simulation's seeds 1000042 and 1007089)."""
+        their holders and never handed out. Counted in ``assigned`` (the report counts them in
+        use: a pod may carry one) but not in ``total``, as the allocator counts the pool from
+        EC2's addresses and its use from the report. Counted in both, a held address EC2 took
+        was a surplus the allocator did not see, and every offer of it was taken back (the
+        simulation's seeds 1000042 and 1007089); counted in neither (and left out of the report),
+        an address EC2 still has while IMDS lags was one the allocator took for free, and a
+        waiting pod was not served until IMDS caught up (review 31, B1). Counted so, the agent
+        and the allocator agree when EC2 took it; while IMDS only lags, the agent counts one
+        address fewer than EC2 has and asks for it, which the allocator does not grant: a
+        report more, no pod kept waiting."""
         total = assigned = cooldown = quarantined = free_prefixes = recovered = free_singles = 0
         for eni in enis:
             busy: dict[str, bool] = {p: False for p in eni.prefixes}
@@ -180,6 +187,9 @@ class Counts:
                         busy[a.prefix] = True
                     continue
                 if a.ip in unlisted:
+                    if a.in_use:
+                        assigned += 1
+                        recovered += bool(a.recovered)
                     if a.prefix is not None:
                         busy[a.prefix] = True
                     continue

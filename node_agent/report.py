@@ -46,9 +46,9 @@ def build_report(
     was missed) is left out, and so is its offer (taken out of ``offers``);
     ``skipped(eni_id, slot)`` is told.
     Quarantined addresses and prefixes are reported only as offers, never as the pool's.
-    An address IMDS no longer lists (held for its holder, never handed out) is not reported,
-    neither as the pool's nor in use: EC2 may have taken it, and the allocator counts the pool
-    from EC2's (``Counts.of`` leaves it out alike).
+    An address IMDS no longer lists (held for its holder, never handed out) is not reported as
+    the pool's (EC2 may have taken it; the allocator counts the pool from EC2's) but counts in
+    ``assigned`` when held (a pod may carry it), as ``Counts.of`` counts it.
     Each offer is dated ``offer_shift`` seconds before its quarantine time (how far this
     node's clock may be ahead of the allocator's: never an offer younger than it is). A
     negative shift (the clock at least that far behind) dates offers and the report that
@@ -65,7 +65,7 @@ def build_report(
     ``lean``: fair sharing (``PoolReport.lean``; None: off on this node, the field left out).
     """
     c = ds.counts(now)
-    unlisted = set(ds.unlisted())  # not counted in use: not in the pool EC2 shows (``Counts.of``)
+    unlisted = set(ds.unlisted())  # not the pool's (EC2 may have taken it), still in use (``Counts.of``)
     since = ds.quarantined_since()
     enis = []
     slots: set[tuple[int, int]] = set()
@@ -87,7 +87,7 @@ def build_report(
                 primary_ip=e.info.primary_ip,
                 ips=[ip for ip in e.ips if e.addrs[ip].quarantined_at is None and ip not in unlisted],
                 prefixes=[p for p in e.prefixes if p not in offered and p not in gone_prefixes],
-                assigned=sum(1 for a in e.addrs.values() if a.in_use and a.ip not in unlisted),
+                assigned=sum(1 for a in e.addrs.values() if a.in_use),
             )
         )
     return PoolReport(

@@ -15,7 +15,8 @@ when it carries other addresses than the record's. It does not read:
 * anything, when the read fails with an ``OSError`` that is not the namespace gone (an
   interrupted dump, ``EINTR``; ``ENOBUFS``): the copy is taken on the spot, where
   ``read_wiring`` reads again and a start never goes on without its read (hostile review of the
-  checkpoint checks, C2);
+  checkpoint checks, C2) -- fixed in stop 50: read again, and a read that keeps failing is a
+  disagreement (the start rebuilds);
 * a pod whose interface carries the record's address beside another (a pod that set its old
   address again on its own interface: ``p.ip in has``).
 
@@ -135,11 +136,6 @@ class _Interrupted(KernelPods):
         return super().carried(netns, ifname, container_id)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 31 A3: carried_disagreements takes any OSError as 'says nothing'; one interrupted read"
-    " lets the copy saying pod1 holds X through (seed 1001262's two holders), where read_wiring reads again",
-)
 def test_one_interrupted_read_of_the_pod_lets_the_copy_through(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = _Interrupted()

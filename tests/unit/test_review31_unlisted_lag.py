@@ -9,8 +9,6 @@ sides counted them in use and the allocator granted at once."""
 
 from __future__ import annotations
 
-import pytest
-
 from node_agent.datastore import Datastore
 from node_agent.records import EniInfo, NodeIdentity
 from node_agent.report import build_report
@@ -24,11 +22,6 @@ POOL = PoolConfig(warm_ip=1)
 ON_ENI = ("10.0.0.8", "10.0.0.9", "10.0.0.10")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 31 B1: addresses pods use that IMDS lags on count free for the allocator (EC2's pool,"
-    " the report's use): a waiting pod is not served while IMDS lags",
-)
 def test_a_waiting_pod_is_served_while_imds_lags_on_addresses_pods_use() -> None:
     ds = Datastore(cooldown_s=30.0, pending_ttl_s=60.0)
     ds.add_eni(PRIMARY, 0.0)
