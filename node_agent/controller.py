@@ -530,12 +530,12 @@ class PoolController:
         sent (still queued, being planned, or re-sent by the allocator) whose offer is young
         enough to be acted on. The rule (docs/agent.md, "Checkpoint lost or damaged"): every
         address that becomes known within ``release_timeout_s`` of this start, from IMDS or
-        from a result replying to a report sent before it, is quarantined as offered at this
-        start, so no pod gets it until the allocator's answer to a report of *this* process
-        hands it back, a ``released`` result takes it, or the take-back after the release
-        timeout finds IMDS still listing it (by then no report of the previous process can
-        be acted on: their offers were dated before this start). Results replying to the
-        previous process's reports are accepted (they may carry ``released``/``deleted``)."""
+        from a result replying to a report sent before it, is quarantined as offered, of
+        unknown origin, dated when it is learnt (:meth:`_hold_unknown`), so no pod gets it until
+        a ``released`` result takes it (the allocator unassigns such an offer, never hands it
+        back) or, at the release timeout, IMDS no longer lists it (one it still lists is offered
+        again). Results replying to the previous process's reports are accepted (they may carry
+        ``released``/``deleted``)."""
         first = max(self.last_seq, self._clock_seq(now))
         self.last_seq = self._seq_at_start = self._rebuilt_seq = self._offer_floor = first
         self._rebuilt_at = now
@@ -670,9 +670,16 @@ class PoolController:
 
     def _hold_unknown(self, before: set[str], now: float) -> None:
         """After a checkpoint loss: quarantine every free address or prefix not in ``before``,
-        as of unknown origin (:data:`UNKNOWN_META`), dated at the start inside the window
-        (:meth:`_forget_offers`), at ``now`` after it (:meth:`_holds_learnt`)."""
-        at = self._rebuilt_at if self._rebuilt_at is not None and self._in_rebuild_window(now) else now
+        as of unknown origin (:data:`UNKNOWN_META`), dated ``now``, when it is learnt, inside
+        the window (:meth:`_forget_offers`) as after it (:meth:`_holds_learnt`). Dated at the
+        start, one IMDS showed later than the allocator's offer age (60 s) after it was too old
+        to act on when first offered: the allocator dropped the offer and counted what EC2 shows
+        of it as the node's free pool, so its waiting pods got nothing until the offer was
+        renewed at the release timeout (the simulation's seeds 1008551 and 183). No rule needs
+        the earlier date: an offer of unknown origin is never handed back (the allocator
+        unassigns it), and the release timeout that renews it runs on the steady clock from when
+        this process saw it quarantined (:meth:`_due`), whatever its date."""
+        at = now
         n = 0
         marked: set[str] = set()
         hold_all = self.ds.meta.get(HELD_ALL_META) is not None
