@@ -177,9 +177,15 @@ def carried_disagreements(ds: Datastore, pods: object) -> list[str]:
     nothing here. A read that fails (an interrupted dump, ``ENOBUFS``: netlink(7)) is read
     again, as :func:`read_wiring` reads; still failing, it is a disagreement (the start
     rebuilds rather than take a copy it could not check: review 31, A3)."""
+    reader = getattr(pods, "carried_reader", None)
+    if reader is not None:
+        with reader() as carried:
+            return _carried_disagreements(ds, carried)
     carried = getattr(pods, "carried", None)
-    if carried is None:
-        return []
+    return _carried_disagreements(ds, carried) if carried is not None else []
+
+
+def _carried_disagreements(ds: Datastore, carried: Callable[[str, str, str], list[str] | None]) -> list[str]:
     out = []
     for p in ds.pods():
         if not p.netns:

@@ -22,7 +22,7 @@ import fcntl
 import hashlib
 import ipaddress
 import os
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from node_agent.netlink import (
@@ -368,12 +368,19 @@ def _setup_pod(
 
 
 def pod_addresses(
-    host: Netlink, pod_netns: str, ifname: str, container_id: str, veth_prefix: str = "eni"
+    host: Netlink,
+    pod_netns: str,
+    ifname: str,
+    container_id: str,
+    veth_prefix: str = "eni",
+    host_links: Mapping[str, Link] | None = None,
 ) -> list[str] | None:
     """The IPv4 addresses (without their length) the pod's ``ifname`` carries when it is the peer
     of the attachment's host veth (``host_veth_name`` under ``veth_prefix``); None when there is
-    no such pair. Reads only."""
-    hl = host.link_by_name(host_veth_name(container_id, ifname, veth_prefix))
+    no such pair. Reads only. ``host_links``: the host's links by name, dumped once by a caller
+    reading many pods (else each call dumps them)."""
+    name = host_veth_name(container_id, ifname, veth_prefix)
+    hl = host_links.get(name) if host_links is not None else host.link_by_name(name)
     if hl is None or hl.kind != "veth":
         return None
     with Netlink.open(pod_netns) as pod:

@@ -2,7 +2,10 @@
 through ``NetlinkPods.carried``, review 31): N pods, each a veth pair whose host side is named as the
 agent names it and whose pod side (``eth0`` in the pod's namespace) carries the pod's address, and a
 datastore listing the N pods. Prints the time of one ``carried_disagreements`` over them, and of one
-host link dump (``Netlink.link_by_name``, which each pod's read makes once: N dumps of N links).
+host link dump (``Netlink.link_by_name``). Each pod's read made one such dump (N dumps of N links)
+until ``NetlinkPods.carried_reader`` dumped them once for all (review 31, A5): measured on this
+2-core machine beside a simulation sweep, 50/110/250/500 pods took 0.88/4.7/23.6/95 s before and
+0.08/0.48/1.18/5.0 s after.
 
 Run in namespaces of its own (no root needed, nothing on the host touched)::
 
