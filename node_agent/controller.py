@@ -1342,7 +1342,16 @@ class PoolController:
         shift = self.clock_ahead() if self.clock_ahead is not None else 0.0
         steady = self._steady(now)
         steady_since: dict[str, float] = {}
-        for (eni_id, _ip), seen in self._quarantined_seen.items():
+        # Only what the offers hold caps their date: a member of a /28 in no offer (after a loss,
+        # the free members of a /28 a pod holds one of) dated a /28 learnt later on the ENI from
+        # the start, too old for the allocator to act on (review 32, D2; seed 1008551's stall).
+        offered = {
+            e: set(ips) | {str(h) for p in prefixes for h in ipaddress.IPv4Network(p)}
+            for e, (ips, prefixes) in offers.items()
+        }
+        for (eni_id, ip), seen in self._quarantined_seen.items():
+            if ip not in offered.get(eni_id, ()):
+                continue
             steady_since[eni_id] = min(steady_since.get(eni_id, now), now - max(0.0, steady - seen))
         report = build_report(
             self.identity,

@@ -8,13 +8,13 @@ ENI where a pod runs on another /28 is offered dated at the start, however late 
 case of seed 1008551 (a /28 shown late by a lagging IMDS), which f80086d's dating when learnt does
 not reach. Too old for the allocator to act on, the offer is dropped at intake, and the /28 EC2
 shows counted as the node's free pool while the node's pods wait, until the loose members' take-back
-(the release timeout after the start, longer while IMDS seems to lag: ``_imds_lagging``)."""
+(the release timeout after the start, longer while IMDS seems to lag: ``_imds_lagging``).
+
+Fixed: only the addresses the offers hold cap their date (``PoolController._report``)."""
 
 from __future__ import annotations
 
 import ipaddress
-
-import pytest
 
 from emulated.clock import VirtualClock
 from functions.releases import fresh_offers
@@ -36,11 +36,6 @@ LEARNT = T0 + 90.0
 """Inside the window, later than the offers' max age after the start."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 32, D2: the report's steady cap counts quarantined members of a /28 in no offer, "
-    "so a /28 learnt late is offered dated at the start, too old to act on",
-)
 def test_a_28_learnt_late_beside_a_pods_28_is_offered_dated_when_learnt() -> None:
     imds = FakeImds()
     imds.enis[E] = AttachedEni(PRIMARY, [], [P1])
