@@ -668,6 +668,11 @@ class PoolController:
                     out.add((action.eni_id, k))
         return out
 
+    def _unknown_dated(self, now: float) -> float:
+        """The date an address of unknown origin learnt ``now`` is offered with: ``now`` (until
+        stop 50, the start's inside the rebuild window: :meth:`_hold_unknown`)."""
+        return now
+
     def _hold_unknown(self, before: set[str], now: float) -> None:
         """After a checkpoint loss: quarantine every free address or prefix not in ``before``,
         as of unknown origin (:data:`UNKNOWN_META`), dated ``now``, when it is learnt, inside
@@ -679,7 +684,7 @@ class PoolController:
         the earlier date: an offer of unknown origin is never handed back (the allocator
         unassigns it), and the release timeout that renews it runs on the steady clock from when
         this process saw it quarantined (:meth:`_due`), whatever its date."""
-        at = now
+        at = self._unknown_dated(now)
         n = 0
         marked: set[str] = set()
         hold_all = self.ds.meta.get(HELD_ALL_META) is not None

@@ -4,6 +4,7 @@ feed it (tests/unit/test_agent_*.py)."""
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
 from node_agent.config import Timing
 from node_agent.controller import AttachedEni, PoolController
@@ -103,3 +104,15 @@ def never_free(ds: Datastore, ctl: PoolController, ip: str) -> bool:
         if a is not None:
             return a.quarantined_at is not None and not a.in_use and ip in ctl._unknown
     return True
+
+
+def unknown_dated_at_the_start(monkeypatch: Any) -> None:
+    """The agent before stop 50 (f80086d): an address of unknown origin learnt inside the rebuild
+    window offered dated at the start, for pinned simulation tests whose scenario was drawn then
+    (the later date moves their timing: grants, releases, lean holds)."""
+
+    def at_start(self: PoolController, now: float) -> float:
+        rebuilt = self._rebuilt_at
+        return rebuilt if rebuilt is not None and self._in_rebuild_window(now) else now
+
+    monkeypatch.setattr(PoolController, "_unknown_dated", at_start)

@@ -15,8 +15,17 @@ import pytest
 
 from simulation import checks
 from simulation.runner import run_seed
+from tests.helpers.controller import unknown_dated_at_the_start
 
 pytestmark = pytest.mark.sim
+
+
+@pytest.fixture(autouse=True)
+def _drawn_before_stop_50(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drawn before stop 50's offer dating (an address of unknown origin learnt in the rebuild
+    window now dated when learnt): its timing moved the states these tests pin."""
+    unknown_dated_at_the_start(monkeypatch)
+
 
 SHRUNK = [17, 18, 22, 27]
 
