@@ -491,12 +491,15 @@ def holds_all_it_can(w: ChecksWorld, a: SimAgent) -> bool:
 def _pods_recovered(a: SimAgent) -> set[str]:
     """The addresses recovered holders hold for pods the runtime runs with them, or deletes
     (:func:`holds_all_it_can`)."""
+    running: dict[str, list[str]] = {}
+    for cid, ip in a.rt.up.items():
+        running.setdefault(ip, []).append(cid)
+    deleting = list(a.rt.deleting)
     out: set[str] = set()
     for h in a.ds.recovered_holders():
         if h.holder in (UNKNOWN_HOLDER, UNROUTED_HOLDER, ROUTED_HOLDER) or not veth_shaped(h.holder):
             continue
-        pods = [cid for cid, ip in a.rt.up.items() if ip == h.ip] + list(a.rt.deleting)
-        if any(veths_of(cid, "eth0", {h.holder}, a.veth_prefix) for cid in pods):
+        if any(veths_of(cid, "eth0", {h.holder}, a.veth_prefix) for cid in running.get(h.ip, []) + deleting):
             out.add(h.ip)
     return out
 
