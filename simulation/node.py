@@ -743,6 +743,10 @@ class Runtime:
     """containerd: a pod's next sandbox -> when kubelet's back-off lets it be ADDed; dropped once its
     first ADD is sent (the sandbox is made: deleted, it gets a DEL)."""
     sandboxes: int = 0
+    names_pods: bool = True
+    """The runtime names each call's pod in ``CNI_ARGS`` (``K8S_POD_NAMESPACE``, ``K8S_POD_NAME``), as
+    containerd and CRI-O do; False: it sends no ``CNI_ARGS`` (the CNI spec makes them optional), and
+    the agent counts a waiting ADD per attachment (:data:`NAMES_PODS`)."""
 
 
 RESTART_BACKOFF_S = 10.0
@@ -751,10 +755,17 @@ FORCE_CONTAINERD: bool | None = None
 """Every node's runtime one way (a pinned test whose scenario was drawn before stop 49 sets False:
 the runtime retried the same sandbox then); None: drawn per node."""
 
-NAMES_PODS = True
-"""The runtime names each ADD's and DEL's pod in ``CNI_ARGS`` (``K8S_POD_NAMESPACE``,
-``K8S_POD_NAME``), as kubelet's runtimes do; False: no ``CNI_ARGS`` (the CNI spec makes it
-optional; a pinned test whose scenario was drawn before stop 50, when the model sent none)."""
+NAMES_PODS: bool | None = None
+"""Every node's runtime one way: True names each ADD's and DEL's pod in ``CNI_ARGS``
+(``K8S_POD_NAMESPACE``, ``K8S_POD_NAME``), as kubelet's runtimes do; False sends no ``CNI_ARGS``
+(the CNI spec makes them optional; a pinned test whose scenario was drawn before stop 50, when the
+model sent none); None (the sweeps): drawn per node, :data:`UNNAMED_SHARE` of the runtimes sending
+none (a pinned test drawn in stop 50, when every runtime named its pods, sets True)."""
+
+UNNAMED_SHARE = 0.25
+"""The share of nodes whose runtime names no pod when :data:`NAMES_PODS` is None: nothing AWS or
+Kubernetes documents makes a CNI runtime send ``CNI_ARGS``, so the agent's counting without them
+(per attachment) is drawn too."""
 
 ADD_WAIT_S = 10.0
 """How long the agent's ADD waits for a free address before it fails (``node_agent.config``'s
@@ -781,6 +792,11 @@ class SimAgent:
         drawn = w.rng("runtime").random() < 0.5
         self.rt.containerd = drawn if FORCE_CONTAINERD is None else FORCE_CONTAINERD
         w.fault(f"runtime:{'containerd' if self.rt.containerd else 'same-sandbox-retry'}")
+        # its own stream, so the draws above and the plan's events stay as they were
+        unnamed = w.rng("runtime-names").random() < UNNAMED_SHARE
+        self.rt.names_pods = (not unnamed) if NAMES_PODS is None else NAMES_PODS
+        if not self.rt.names_pods:
+            w.fault("runtime:no-cni-args")
         self.sqs = w.sqs.client(sender_id=f"AROAEXAMPLE:{iid}")
         self.result_url = self.sqs.create_queue(
             QueueName=names.result_queue(CLUSTER, iid), Attributes={"VisibilityTimeout": str(RESULT_VISIBILITY_S)}
@@ -1061,7 +1077,7 @@ class SimAgent:
             # as kubelet's runtimes name the pod (containerd: ``internal/cri/server/sandbox_run.go``
             # ``cniNamespaceOpts``); a pod's sandboxes here are ``<pod>~N``
             "args": f"K8S_POD_NAMESPACE=default;K8S_POD_NAME={cid.split('~')[0]};K8S_POD_INFRA_CONTAINER_ID={cid}"
-            if NAMES_PODS
+            if self.rt.names_pods
             else "",
         }
         try:

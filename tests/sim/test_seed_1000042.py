@@ -17,7 +17,7 @@ import pytest
 
 from simulation.runner import plan_for, run_plan
 
-pytestmark = pytest.mark.sim
+pytestmark = [pytest.mark.sim, pytest.mark.usefixtures("pods_named")]  # drawn in stop 50: every runtime named its pods
 
 
 @pytest.mark.parametrize("keep", [[2, 12, 13, 24], None])

@@ -16,7 +16,7 @@ import pytest
 import node_agent.agent
 from simulation.runner import run_seed
 
-pytestmark = pytest.mark.sim
+pytestmark = [pytest.mark.sim, pytest.mark.usefixtures("pods_named")]  # drawn in stop 50: every runtime named its pods
 
 SHRUNK = [2, 14, 20, 21, 22, 23, 24, 25]
 

@@ -16,7 +16,7 @@ import pytest
 
 from simulation.runner import plan_for, run_plan
 
-pytestmark = pytest.mark.sim
+pytestmark = [pytest.mark.sim, pytest.mark.usefixtures("pods_named")]  # drawn in stop 50: every runtime named its pods
 
 
 @pytest.mark.parametrize("keep", [[0, 1, 3, 7, 27, 29], None])

@@ -20,7 +20,7 @@ from simulation import kinds as k
 from simulation import node
 from simulation.runner import plan_for, run_plan, run_seed
 
-pytestmark = pytest.mark.sim
+pytestmark = [pytest.mark.sim, pytest.mark.usefixtures("pods_named")]  # drawn in stop 50: every runtime named its pods
 
 SHRUNK = [6, 7]
 """n1's 11 pods, then its checkpoint damaged (``drop-pod``, ``pick`` 1.0)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulation import checks, node
+from simulation import checks
 from simulation.runner import plan_for, run_plan
 
 pytestmark = pytest.mark.sim
@@ -25,13 +25,7 @@ pytestmark = pytest.mark.sim
 SHRUNK = [3, 4, 6, 10, 12, 13, 15, 16, 18, 19, 20]
 
 
-@pytest.fixture
-def _pods_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runtime names the pod of each CNI call, as the model did when the seed was found."""
-    monkeypatch.setattr(node, "NAMES_PODS", True)
-
-
-@pytest.mark.usefixtures("_pods_named")
+@pytest.mark.usefixtures("pods_named")
 @pytest.mark.parametrize("keep", [SHRUNK, None])
 def test_seed_1007923_pods_waiting_beside_rebuilt_holds_of_running_pods_are_excused(keep: list[int] | None) -> None:
     violations, (out, w) = run_plan(plan_for(1007923, keep))

@@ -21,7 +21,7 @@ import pytest
 from simulation.base import T0
 from simulation.runner import plan_for, run_plan
 
-pytestmark = pytest.mark.sim
+pytestmark = [pytest.mark.sim, pytest.mark.usefixtures("pods_named")]  # drawn in stop 50: every runtime named its pods
 
 SHRUNK = [0, 1, 3, 4, 6, 9, 12, 14, 17]
 
