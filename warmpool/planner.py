@@ -178,6 +178,18 @@ def inventory_state(report: PoolReport, inventory: Inventory) -> PoolState:
     )
 
 
+@dataclass(frozen=True)
+class SurgeHint:
+    """How many pods a node is expected to reach, for sizing a surge (pods waiting, or a burst):
+    its new ENIs, and with ``fills`` the fill of an ENI a top-up touches, are sized to that many
+    pods plus ``WARM_IP_TARGET`` beyond its pool, not filled to their slots. The allocator gives
+    none (it cannot know a node's peak); ``tests/perf/surge_sizing.py`` measures what a hint
+    would win, from an oracle (the clairvoyant bound's peak) or from settled peers."""
+
+    pods: int
+    fills: bool = True
+
+
 def plan_node(
     report: PoolReport,
     inventory: Inventory,
@@ -192,6 +204,7 @@ def plan_node(
     custom: CustomNetwork = NO_CUSTOM_NETWORK,
     multi_card: bool = False,
     lean: bool = False,
+    surge_hint: SurgeHint | None = None,
 ) -> Plan:
     """Plan one node. ``subnets`` are those warmpool may use (any AZ); the node's
     candidates among them are chosen here by ``subnet_rule``
@@ -208,7 +221,8 @@ def plan_node(
     ``lean``: the allocator says ``scarce`` to this report (:func:`warmpool.scarcity.scarce`) and
     the agent understands it (``report.lean`` is not None): planned lean now, as the agent will
     be once it has the answer, so no warm address is granted only to be offered back. The
-    report's own ``lean`` plans it lean regardless.
+    report's own ``lean`` plans it lean regardless. ``surge_hint``: how many pods the node is
+    expected to reach (:class:`SurgeHint`); None, as the allocator plans: a surge fills.
     """
     multi_card = wires_cards(report, multi_card)
     if lean and report.lean is False:
@@ -229,6 +243,7 @@ def plan_node(
             max_pods=max_pods,
             subnet_rule=subnet_rule,
             multi_card=multi_card,
+            surge_hint=surge_hint,
         ),
         inventory,
     )
@@ -314,6 +329,7 @@ def _plan_node(
     max_pods: int = 0,
     subnet_rule: SubnetRule = SubnetRule.LISTED,
     multi_card: bool = False,
+    surge_hint: SurgeHint | None = None,
 ) -> Plan:
     _, unknown = _split_unknown(report, inventory)
     plan = _plan_known(
@@ -327,6 +343,7 @@ def _plan_node(
         max_pods=max_pods,
         subnet_rule=subnet_rule,
         multi_card=multi_card,
+        surge_hint=surge_hint,
     )
     if not unknown:
         return plan
@@ -347,6 +364,7 @@ def _plan_known(
     max_pods: int = 0,
     subnet_rule: SubnetRule = SubnetRule.LISTED,
     multi_card: bool = False,
+    surge_hint: SurgeHint | None = None,
 ) -> Plan:
     cfg = replace(PoolConfig.from_report(report), multi_card=multi_card)
     if cfg.prefix_mode and not limits.prefix_capable:
@@ -383,7 +401,18 @@ def _plan_known(
             )
         alloc_mode: Mode = force_mode or mode
         plan = _plan_allocation(
-            report, inventory, limits, subnets, cfg, state, delta, cluster, exclude_subnets, alloc_mode, subnet_rule
+            report,
+            inventory,
+            limits,
+            subnets,
+            cfg,
+            state,
+            delta,
+            cluster,
+            exclude_subnets,
+            alloc_mode,
+            subnet_rule,
+            surge_hint,
         )
         if (
             alloc_mode == "prefix"
@@ -407,6 +436,7 @@ def _plan_known(
                 exclude_subnets,
                 "secondary-ip",
                 subnet_rule,
+                surge_hint,
             )
             if singles.calls:
                 plan = singles
@@ -551,6 +581,7 @@ def _plan_allocation(
     exclude_subnets: frozenset[str],
     alloc_mode: Mode,
     subnet_rule: SubnetRule,
+    surge_hint: SurgeHint | None = None,
 ) -> Plan:
     prefix = alloc_mode == "prefix"
     unit = PREFIX_SIZE if prefix else 1
@@ -581,6 +612,8 @@ def _plan_allocation(
     # already sixteen pods' worth, and a burst's extra /28 measured (bench --random) saved no
     # call where it was not released again by one more.
     surge = (report.pending_demand > 0 or report.burst is not None) and not prefix and not cfg.lean
+    # What a hint says the node still needs beyond its pool (None: no hint, a surge fills).
+    hinted = None if surge_hint is None or not surge else max(0, surge_hint.pods + cfg.warm_ip - state.total)
     # Free addresses of every subnet read, candidate for new ENIs or not: an ENI's own subnet
     # (the node's, say, once tagged subnets take the new ENIs) bounds what an Assign on it can
     # get. EC2 refuses one that asks for more than the subnet has
@@ -596,7 +629,8 @@ def _plan_allocation(
         n = min(free if delta.whole_enis else min(free, need), room)
         if surge and not delta.whole_enis:
             spare = candidates.get(eni.subnet_id, 0)  # never fill into a tight subnet
-            n = max(n, min(free, room, spare // 2))
+            fill = free if hinted is None or not surge_hint or not surge_hint.fills else min(free, hinted)
+            n = max(n, min(fill, room, spare // 2))
         left = candidates.get(eni.subnet_id, known.get(eni.subnet_id))
         if left is not None:
             n = min(n, left // unit)
@@ -619,6 +653,12 @@ def _plan_allocation(
     slot = new_eni_slot(used, limits, multi_card=cfg.multi_card, max_eni=cfg.max_eni)
     while need > 0 and room > 0 and slot is not None:
         n = min(slots if delta.whole_enis else min(slots, need), room)
+        if hinted is not None and not delta.whole_enis:
+            # a hint sizes the new ENI for the pods still expected (what the calls before it
+            # have not already asked for), never into a tight subnet
+            asked = sum(c.ips for c in calls if isinstance(c, AssignAddresses | CreateEni))
+            spare_new = max(candidates.values(), default=0)
+            n = max(n, min(slots, room, hinted - asked, spare_new // 2))
         # Most free addresses first; ties by id so plans are deterministic.
         fitting = [(free, sid) for sid, free in candidates.items() if free >= n * unit + 1]
         if not fitting:
