@@ -1474,7 +1474,9 @@ class PoolController:
                 # slot from the next ENI there, whose addresses the agent would never learn (the
                 # simulation's seed 2748: a slow detach under a rebuild's hold). Nor does an
                 # ``unrouted`` hold (seed 4712: an older copy's records of pods DELeted from it, held
-                # for a routeless veth); it stays a recovered holder, not attached (remove_eni).
+                # for a routeless veth). Both stay recovered holders, not attached (remove_eni): a
+                # pod on the address (an allocator at fault) keeps it when EC2 grants it again
+                # (review 21, D1: before, the ``?`` hold went with the ENI).
                 if info is not None and self.ds.remove_eni(action.eni_id, unknown_holds=True):
                     self._teardown(info)
                     self.stats.enis_deleted += 1

@@ -199,9 +199,11 @@ class Datastore(RecoveredHolders):
         """Forget an ENI; refused (False) while pods hold its addresses unless ``force``.
         ``unknown_holds`` (EC2 deleted the ENI: ``PoolController.apply_result``): holds of
         :data:`UNKNOWN_HOLDER` or :data:`UNROUTED_HOLDER` (a start's reading, no pod named) do not
-        refuse it. A ``?`` hold goes with it; an ``unrouted`` one stays a recovered holder not
-        attached (a pod rule, or a routeless veth, may stand for a pod carrying the address): if
-        EC2 grants the address to the node again, it comes in held (:meth:`_new_addr`)."""
+        refuse it, and stay recovered holders not attached (a routeless veth, or a pod rule, may
+        stand for a pod carrying the address): if EC2 grants the address to the node again, it
+        comes in held (:meth:`_new_addr`). Before review 21's D1 a ``?`` hold went with the ENI,
+        and a pod on an address of an ENI said deleted (an allocator at fault), its record turned
+        into a ``?`` hold by a checkpoint loss, shared the address EC2 granted the node again."""
         with self._lock:
             eni = self._enis.get(eni_id)
             if eni is None:
@@ -214,8 +216,6 @@ class Datastore(RecoveredHolders):
                 self._ip_eni.pop(a.ip, None)
                 if a.in_use:
                     self._owner.pop((a.container_id, a.ifname), None)
-                if unknown_holds and _held_unknown(a):
-                    self._recovered.pop(a.ip, None)  # held for no pod: nothing to find again
             del self._enis[eni_id]
             self._save()
             return True
