@@ -31,7 +31,7 @@ import ipaddress
 import json
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 from node_agent import offers
@@ -582,11 +582,12 @@ class Datastore(RecoveredHolders):
                 self.changed.set()
             return n
 
-    def requarantine(self, eni_id: str, now: float) -> int:
-        """Every quarantined address of the ENI offered again, dated ``now``; returns how many."""
+    def requarantine(self, eni_id: str, now: float, only: Collection[str] | None = None) -> int:
+        """Every quarantined address of the ENI (of ``only``, if given) offered again, dated
+        ``now``; returns how many."""
         with self._lock:
             eni = self._enis.get(eni_id)
-            n = 0 if eni is None else offers.requarantine(eni, now)
+            n = 0 if eni is None else offers.requarantine(eni, now, only)
             if n:
                 self._save()
             return n
