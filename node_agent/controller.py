@@ -1164,9 +1164,37 @@ class PoolController:
         seen = self._quarantined_seen
         for k in [k for k in seen if k not in current]:
             del seen[k]
-        for k, since in current.items():
-            if k not in seen:
-                seen[k] = steady if from_now else steady - max(0.0, now - since)
+        new = {k for k in current if k not in seen}
+        for k in new:
+            seen[k] = steady if from_now else steady - max(0.0, now - current[k])
+        if new and len(new) < len(current):
+            self._date_joined_offers(new, now)
+
+    def _date_joined_offers(self, new: set[tuple[str, str]], now: float) -> None:
+        """Addresses ``new`` (stamped just now by :meth:`_note_quarantined`) joined an ENI's offer
+        that already held older ones: the whole offer is dated ``now``, its addresses' release
+        timeout starting again. A report carries one date per ENI's offer, its oldest
+        (``node_agent.offers.quarantined_since``): an address learnt late after a checkpoint loss
+        beside an older offer on its ENI was offered too old for the allocator to act on, what EC2
+        shows of it counted as the node's free pool while the node's pods waited, until the offer
+        was renewed at the older address's release timeout (review 32, D1; seed 1008551's stall).
+        Dated later, the offer looks younger to the allocator, and the agent holds each of its
+        addresses a full release timeout from that date (the steady stamps start again), as at a
+        renewal (:meth:`_listed_at_timeout`): never one the allocator may still act on is taken
+        back earlier. Addresses in no offer (members of a /28 not wholly quarantined) keep
+        theirs."""
+        offers = self.ds.quarantined()
+        steady = self._steady(now)
+        for eni_id in sorted({e for e, _ in new}):
+            ips, prefixes = offers.get(eni_id, ([], []))
+            offered = set(ips) | {str(h) for p in prefixes for h in ipaddress.IPv4Network(p)}
+            keys = [(e, ip) for e, ip in self._quarantined_seen if e == eni_id and ip in offered]
+            if not any(k in new for k in keys) or all(k in new for k in keys):
+                continue
+            for k in keys:  # first: a failed checkpoint write leaves the dates changed in memory
+                self._quarantined_seen[k] = steady
+            n = self.ds.requarantine(eni_id, now, offered)
+            self._event("quarantine", f"{eni_id}: {n} offered addresses dated anew: an address joined the offer")
 
     def _due(self, now: float) -> dict[str, list[tuple[str, str | None]]]:
         """Quarantined addresses whose release timeout has passed on the steady clock, counted
@@ -1474,7 +1502,9 @@ class PoolController:
                 # slot from the next ENI there, whose addresses the agent would never learn (the
                 # simulation's seed 2748: a slow detach under a rebuild's hold). Nor does an
                 # ``unrouted`` hold (seed 4712: an older copy's records of pods DELeted from it, held
-                # for a routeless veth); it stays a recovered holder, not attached (remove_eni).
+                # for a routeless veth). Both stay recovered holders, not attached (remove_eni): a
+                # pod on the address (an allocator at fault) keeps it when EC2 grants it again
+                # (review 21, D1: before, the ``?`` hold went with the ENI).
                 if info is not None and self.ds.remove_eni(action.eni_id, unknown_holds=True):
                     self._teardown(info)
                     self.stats.enis_deleted += 1

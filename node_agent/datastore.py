@@ -31,7 +31,7 @@ import ipaddress
 import json
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 from node_agent import offers
@@ -199,9 +199,11 @@ class Datastore(RecoveredHolders):
         """Forget an ENI; refused (False) while pods hold its addresses unless ``force``.
         ``unknown_holds`` (EC2 deleted the ENI: ``PoolController.apply_result``): holds of
         :data:`UNKNOWN_HOLDER` or :data:`UNROUTED_HOLDER` (a start's reading, no pod named) do not
-        refuse it. A ``?`` hold goes with it; an ``unrouted`` one stays a recovered holder not
-        attached (a pod rule, or a routeless veth, may stand for a pod carrying the address): if
-        EC2 grants the address to the node again, it comes in held (:meth:`_new_addr`)."""
+        refuse it, and stay recovered holders not attached (a routeless veth, or a pod rule, may
+        stand for a pod carrying the address): if EC2 grants the address to the node again, it
+        comes in held (:meth:`_new_addr`). Before review 21's D1 a ``?`` hold went with the ENI,
+        and a pod on an address of an ENI said deleted (an allocator at fault), its record turned
+        into a ``?`` hold by a checkpoint loss, shared the address EC2 granted the node again."""
         with self._lock:
             eni = self._enis.get(eni_id)
             if eni is None:
@@ -214,8 +216,6 @@ class Datastore(RecoveredHolders):
                 self._ip_eni.pop(a.ip, None)
                 if a.in_use:
                     self._owner.pop((a.container_id, a.ifname), None)
-                if unknown_holds and _held_unknown(a):
-                    self._recovered.pop(a.ip, None)  # held for no pod: nothing to find again
             del self._enis[eni_id]
             self._save()
             return True
@@ -582,11 +582,12 @@ class Datastore(RecoveredHolders):
                 self.changed.set()
             return n
 
-    def requarantine(self, eni_id: str, now: float) -> int:
-        """Every quarantined address of the ENI offered again, dated ``now``; returns how many."""
+    def requarantine(self, eni_id: str, now: float, only: Collection[str] | None = None) -> int:
+        """Every quarantined address of the ENI (of ``only``, if given) offered again, dated
+        ``now``; returns how many."""
         with self._lock:
             eni = self._enis.get(eni_id)
-            n = 0 if eni is None else offers.requarantine(eni, now)
+            n = 0 if eni is None else offers.requarantine(eni, now, only)
             if n:
                 self._save()
             return n

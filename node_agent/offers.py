@@ -10,7 +10,7 @@ back now (free, not quarantined, past its cooldown, still listed by IMDS).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from node_agent.records import Addr, EniRecord
 
@@ -90,11 +90,12 @@ def unquarantine(enis: Iterable[EniRecord], before: float) -> int:
     return n
 
 
-def requarantine(eni: EniRecord, now: float) -> int:
-    """Every quarantined address of the ENI dated ``now`` (offered again); returns how many."""
+def requarantine(eni: EniRecord, now: float, only: Collection[str] | None = None) -> int:
+    """Every quarantined address of the ENI (of ``only``, if given) dated ``now`` (offered
+    again); returns how many."""
     n = 0
     for a in eni.addrs.values():
-        if a.quarantined_at is not None:
+        if a.quarantined_at is not None and (only is None or a.ip in only):
             a.quarantined_at = now
             n += 1
     return n
@@ -154,7 +155,9 @@ def quarantined_since(enis: Iterable[EniRecord]) -> dict[str, float]:
 
     An offer's age is measured from it (the allocator must not act on an offer
     the agent is about to take back), so one ENI's offer mixing addresses
-    quarantined at different times is dated by the oldest."""
+    quarantined at different times is dated by the oldest. The controller keeps
+    a running agent's offers from mixing them: an address joining an ENI's offer
+    dates the whole offer anew (``PoolController._date_joined_offers``)."""
     by_id = {eni.info.eni_id: eni for eni in enis}
     out: dict[str, float] = {}
     for eni_id, (ips, prefixes) in quarantined(by_id.values()).items():

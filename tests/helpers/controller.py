@@ -116,3 +116,14 @@ def unknown_dated_at_the_start(monkeypatch: Any) -> None:
         return rebuilt if rebuilt is not None and self._in_rebuild_window(now) else now
 
     monkeypatch.setattr(PoolController, "_unknown_dated", at_start)
+
+
+def offers_dated_by_their_oldest(monkeypatch: Any) -> None:
+    """The agent before review 32's D1 fix: an address joining an ENI's offer left the offer dated
+    by its oldest address (``PoolController._date_joined_offers`` did nothing), for pinned simulation
+    tests whose scenario was drawn then (the later date moves their timing)."""
+
+    def unchanged(self: PoolController, new: set[tuple[str, str]], now: float) -> None:
+        return None
+
+    monkeypatch.setattr(PoolController, "_date_joined_offers", unchanged)

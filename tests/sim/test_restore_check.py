@@ -87,7 +87,7 @@ def test_a_retry_of_the_wait_answered_before_the_first_answer_keeps_a_current_co
     assert not runner.run_seed(seed, keep=keep, shrink=False).violations
 
 
-RETRY_JUDGED_STALE = 504
+RETRY_JUDGED_STALE = 1488
 """A seed whose agents restart on current checkpoints and retry their wait: with R5's fix reverted
 (each retry judged with the ledger at its own report) one of those copies is answered not current
 and another, after it, gets no answer in time, both taken the lost way; with it, none. Seed 64 was
@@ -97,7 +97,9 @@ the wait), and seeds 0-719 were searched again: of those clean with the fix, the
 once each but for 684 (54, 82, 99, 143, 153, ... once). Seed 684 was it until an address learnt in
 the window after a checkpoint loss was offered dated when learnt (seed 1008551, 2026-12-07): its
 reverted run then said it once; seeds 0-1888 searched again, clean with the fix and
-saying it at least twice reverted: 504, 1488, 1569, 1888."""
+saying it at least twice reverted: 504, 1488, 1569, 1888. Seed 504 was it until an address joining
+an ENI's offer dated the offer anew (review 32, D1): its reverted run then said it once; 1488, 1569
+and 1888 still say it two, two and three times, clean with the fix."""
 
 
 def test_the_simulation_finds_the_retry_answered_first_with_the_fix_reverted(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,7 +23,7 @@ from node_agent.controller import PoolController
 from simulation.base import T0
 from simulation.runner import plan_for, run_plan, run_seed
 from simulation.schedule import QUIET_S
-from tests.helpers.controller import unknown_dated_at_the_start
+from tests.helpers.controller import offers_dated_by_their_oldest, unknown_dated_at_the_start
 from warmpool.messages import AllocationResult, Assigned
 
 pytestmark = pytest.mark.sim
@@ -32,8 +32,10 @@ pytestmark = pytest.mark.sim
 @pytest.fixture(autouse=True)
 def _drawn_before_stop_50(monkeypatch: pytest.MonkeyPatch) -> None:
     """Drawn before stop 50's offer dating (an address of unknown origin learnt in the rebuild
-    window now dated when learnt): its timing moved the states these tests pin."""
+    window now dated when learnt) and review 32's D1 fix (an address joining an ENI's offer dates
+    it anew): their timing moved the states these tests pin."""
     unknown_dated_at_the_start(monkeypatch)
+    offers_dated_by_their_oldest(monkeypatch)
 
 
 SHRUNK = [5, 6, 7, 11, 13, 17, 19, 22, 23, 25, 27]

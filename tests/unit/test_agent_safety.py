@@ -268,8 +268,13 @@ def test_after_a_rebuild_addresses_imds_shows_late_are_held_too_and_the_take_bac
     imds.add(PRIMARY, ["10.0.0.12"])  # IMDS lagged at the start
     ctl.resync(150.0)
     assert ds.assign("p1", "eth0", "ns", 150.0) is None
-    assert ds.quarantined_since() == {PRIMARY.eni_id: 100.0}
-    t = 100.0 + TIMING.release_timeout_s + 1
+    # 10.0.0.12 joined the ENI's offer: the whole offer is dated when it did, and its release
+    # timeout starts again (review 32, D1: dated at 100, the offer was too old to act on)
+    assert ds.quarantined_since() == {PRIMARY.eni_id: 150.0}
+    ctl.tick(100.0 + TIMING.release_timeout_s + 1)
+    assert ctl.stats.offers_renewed == 0 and ds.quarantined_since() == {PRIMARY.eni_id: 150.0}
+    assert ds.assign("p1", "eth0", "ns", 100.0 + TIMING.release_timeout_s + 1) is None
+    t = 150.0 + TIMING.release_timeout_s + 1
     report = one(ctl.tick(t))  # no answer came: IMDS still lists both; offered again, dated now
     assert ctl.stats.offers_renewed == 2 and ds.quarantined_since() == {PRIMARY.eni_id: t}
     assert ds.assign("p1", "eth0", "ns", t) is None, "taken back on IMDS's word (docs/safety.md, step 6)"

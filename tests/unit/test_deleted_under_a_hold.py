@@ -11,9 +11,10 @@ the agent never learnt (``address-leaked``), for as long as the routeless pod ra
 
 A ``?`` hold names no pod: it keeps the agent from handing the address out, and the agent never
 hands out an address of an ENI EC2 said it deleted (resync leaves it out however long IMDS lists
-it). So a ``deleted`` now takes the ENI and its ``?`` holds; a pod's record or a holder named
-after a veth still keeps it (``deleted_in_use``). An ``unrouted`` hold no longer does (seed 4712:
-``test_deleted_under_an_unrouted_hold.py``)."""
+it). So a ``deleted`` now takes the ENI; a pod's record or a holder named after a veth still keeps
+it (``deleted_in_use``). An ``unrouted`` hold no longer does (seed 4712:
+``test_deleted_under_an_unrouted_hold.py``). The ``?`` hold itself stays, not attached, as an
+``unrouted`` one does (review 21, D1): an address EC2 grants the node again comes in held."""
 
 from __future__ import annotations
 
@@ -75,7 +76,9 @@ def test_a_deleted_eni_held_only_by_a_start_s_hold_goes_and_its_slot_is_taken_ag
         assert ds.recovered_holder(GONE) == "?", "setup: the rebuild holds every address, the detaching ENI's too"
         _deleted(n, agent, SECOND.eni_id)
         assert ds.eni(SECOND.eni_id) is None, "EC2 deleted it and no pod is named on it: still kept"
-        assert ds.recovered_holder(GONE) is None
+        # the hold stays, not attached: a pod on GONE (an allocator at fault) keeps it across a
+        # checkpoint loss only so (review 21, D1: test_review21_deleted_under_a_hold.py)
+        assert ds.recovered_holder(GONE) == "?", "the hold went with the ENI"
         # the detach completes; the allocator attaches another ENI in the slot
         del n.imds.enis[SECOND.eni_id]
         n.imds.add(NEXT, NEW)

@@ -11,7 +11,11 @@ route or rule, the record is a start's ``?`` hold: with the ENI still listed (de
 commit lets the next ``deleted`` take ENI and hold, silently, and the address EC2 grants the node
 again goes to a second pod on the node (D1, caused by the commit). With the detach done before the
 loss, the rebuild never sees the ENI and the same happens before the commit too (D2): the alarm's
-keeping never outlived a checkpoint loss, so D1 narrows to the detaching window."""
+keeping never outlived a checkpoint loss, so D1 narrows to the detaching window.
+
+D1 fixed: a ``deleted`` takes the ENI but no longer its ``?`` holds, which stay recovered holders
+not attached (``Datastore.remove_eni``), as ``unrouted`` ones do since seed 4712, so Q granted
+again comes in held. D2 stays open (docs/safety.md, the twenty-first review)."""
 
 from __future__ import annotations
 
@@ -69,12 +73,6 @@ def _pod_on_second(n: Node) -> Any:
     return agent
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 21, D1 (9946d2a): pod1's record on an ENI said deleted keeps ENI and address (deleted_in_use); "
-    "a checkpoint loss while IMDS still lists the ENI (detaching) turns the record into a ? hold, the book's "
-    "next `deleted` takes ENI and hold silently, and Q granted to the node again goes to a second pod",
-)
 def test_a_pod_on_an_eni_said_deleted_keeps_its_address_across_a_rebuild(tmp_path: Path) -> None:
     _rebuild_then_regrant(tmp_path, detached_before_loss=False)
 

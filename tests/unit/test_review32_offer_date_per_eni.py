@@ -14,13 +14,14 @@ is lost (or late); 90 s into the window a lagging IMDS shows Y on the same ENI (
 Y is dated when learnt, but the ENI's offer {X, Y} is dated at the start. At the production
 floor of the release timeout (210 s) X is dropped at its timeout (IMDS no longer lists it) and
 the offer {Y} is then 120 s old: the allocator acts on Y only after Y's own renewal, 300 s after
-the start, the whole release timeout after Y was learnt, as before the fix."""
+the start, the whole release timeout after Y was learnt, as before the fix.
+
+Fixed: an address joining an ENI's offer dates the whole offer anew, its addresses' release timeout
+starting again (``PoolController._date_joined_offers``)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-
-import pytest
 
 from emulated.clock import VirtualClock
 from functions.releases import fresh_offers
@@ -85,11 +86,6 @@ def _y_learnt_late(imds: FakeImds, ds: Datastore, ctl: PoolController) -> PoolRe
     return one(ctl.tick(LEARNT + 1))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 32, D1: an ENI's offer is dated by its oldest address, so Y learnt late is offered "
-    "with X's start date, too old to act on, and Y is counted as the node's free pool",
-)
 def test_an_address_learnt_late_beside_an_older_offer_is_offered_young_enough_to_be_acted_on() -> None:
     imds, ds, ctl = _lost(TIMING.release_timeout_s)
     r = _y_learnt_late(imds, ds, ctl)
@@ -105,11 +101,6 @@ def test_an_address_learnt_late_beside_an_older_offer_is_offered_young_enough_to
     assert any(isinstance(c, AssignAddresses) for c in plan.calls), plan
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 32, D1: at the production release-timeout floor, Y learnt late beside an older "
-    "offer is too old to act on from when it is learnt until its own renewal",
-)
 def test_at_the_release_timeout_floor_y_is_actionable_within_the_offer_age_of_being_learnt() -> None:
     imds, ds, ctl = _lost(MIN_RELEASE_TIMEOUT_S)
     r = _y_learnt_late(imds, ds, ctl)
