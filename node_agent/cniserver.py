@@ -60,7 +60,7 @@ from node_agent.hostnet import (
     wired_pods,
 )
 from node_agent.netlink import MAIN_TABLE, Link, Netlink, NetlinkFailure
-from node_agent.records import UNKNOWN_HOLDER, Assignment, PodRecord
+from node_agent.records import UNKNOWN_HOLDER, UNROUTED_HOLDER, Assignment, PodRecord
 from warmpool.clock import Clock, SteadyClock
 
 log = logging.getLogger("warmpool.agent.cni")
@@ -485,13 +485,14 @@ class CniService:
         return (held or self.ds.lookup_recovered(holder)), holder
 
     def delete(self, req: dict[str, Any]) -> None:
-        cid, ifname, _ = self._ids(req)
+        cid, ifname, netns = self._ids(req)
         with self._serialised(cid, ifname):
-            self._delete(cid, ifname, req.get("config"))
+            self._delete(cid, ifname, req.get("config"), netns)
 
-    def _delete(self, cid: str, ifname: str, conf: Any = None) -> None:
+    def _delete(self, cid: str, ifname: str, conf: Any = None, netns: str = "") -> None:
         """Tear down and release what this attachment holds: its record, or the recovered holder
-        named after its veth. A DEL that finds neither releases nothing and removes no rule. The
+        named after its veth. A DEL that finds neither releases nothing and removes no rule but those
+        of an ``unrouted`` address its pod's interface carries (:meth:`_unrouted_carried`). The
         runtime's cached result of the attachment's ADD (``prevResult``) is not trusted to name an
         address: libcni caches a result only when the whole chain's ADD succeeded and drops it only
         when its DEL did, so the result a DEL carries may be of an earlier ADD whose address another
@@ -501,12 +502,13 @@ class CniService:
         stay until the checkpoint goes (docs/safety.md, the thirteenth to seventeenth reviews)."""
         del conf  # not read: see above
         held, holder = self._held(cid, ifname)
+        carried = self._unrouted_carried(cid, ifname, netns, holder) if held is None else set()
         self.pods.teardown(cid, ifname, held.ip if held else None)
         # The recovered holder's other addresses (one on an ENI IMDS does not show yet: a rebuild
         # during an IMDS lag) have rules too: removed with the pod, or a copy restored later finds
         # the rule, takes it for the pod's, and its holder stays for good (seed 14483); with a
         # record too (its ADD retried after the rebuild took another address: review 28, P2).
-        for ip in self._holder_ips(holder) - {held.ip if held else None}:
+        for ip in (self._holder_ips(holder) | carried) - {held.ip if held else None}:
             self.pods.teardown(cid, ifname, ip)
         now = self.clock.now()
         try:
@@ -542,6 +544,33 @@ class CniService:
                 "the runtime retries the DEL",
                 reason="checkpoint-write",
             ) from exc
+
+    def _unrouted_carried(self, cid: str, ifname: str, netns: str, holder: str) -> set[str]:
+        """The address of a DEL that finds no record and no holder of its veth's name, read from the
+        pod's interface (the peer of this prefix's veth of the attachment: ``PodNetwork.carried``)
+        before the teardown takes the pair away: the one address it carries, when a start held that
+        address by :data:`~node_agent.records.UNROUTED_HOLDER` (its pod rule with no route) and that
+        start's hold reason names this veth (it had no route then). Its pod rules are then removed
+        with the pod; the hold stays until the reason's pods are all DELeted
+        (``agent.lift_unfounded_holds``). Before, the DEL knew no address, the rule stayed, and a
+        copy of the checkpoint from before the start, restored later, kept the record of this pod
+        by that rule (``agent.unwired_pods``) for an address given to another node since (the
+        simulation's seed 1016434, ``agent-double``). Nothing is released here, and only a rule of
+        the address the pod itself carries goes (the pod's interface is the only place its address
+        can be, as an ADD reads it: :meth:`_known_again`). A read that fails, several addresses or
+        none, or no such pair (another prefix's veth, the namespace gone) leaves the rule, as
+        before (a leak, never a second holder)."""
+        if not netns or not self._in_reason(holder):
+            return set()
+        try:
+            carried = self._carried(netns, ifname, cid)
+        except OSError as exc:
+            log.warning("DEL %s %s: its interface could not be read (%s): any pod rule left", cid[:12], ifname, exc)
+            return set()
+        if carried is None or len(carried) != 1 or self.ds.recovered_holder(carried[0]) != UNROUTED_HOLDER:
+            return set()
+        log.info("DEL %s %s: its interface carries %s, held unrouted: its rules removed", cid[:12], ifname, carried[0])
+        return {carried[0]}
 
     def _holder_ips(self, holder: str) -> set[str]:
         """Every address a recovered holder holds, on an ENI IMDS shows or not yet."""
