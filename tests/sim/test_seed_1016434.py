@@ -23,7 +23,7 @@ import pytest
 from node_agent.cniserver import CniService
 from simulation.runner import run_seed
 
-pytestmark = pytest.mark.sim
+pytestmark = [pytest.mark.sim, pytest.mark.usefixtures("pods_named")]  # drawn in stop 50: every runtime named its pods
 
 SHRUNK = [0, 1, 3, 24, 28, 29]
 
