@@ -4,18 +4,18 @@ across the restart (the simulation's seed 1014045: ``add-cut`` unwritten, then `
 
 The start finds the pod's veth (the earlier prefix's name) with no route and holds every free
 address for it (its pod's address unknown). The runtime retries the ADD of that attachment. The
-retried ADD reads what the pod's interface carries only as the peer of *this* prefix's veth
-(``CniService._add``: ``_in_reason(holder)`` with ``holder`` this prefix's name;
-``PodNetwork.carried``), so it never learns that the pod's interface, the peer of the earlier
-prefix's veth, carries nothing; and its set-up is refused (the pod's ``eth0`` is another prefix's
-veth's peer, review 27 M1), so the pod never runs and no DEL comes: every free address stays held
-for good, a leak. With this prefix's name the same ADD ends the hold at once
-(``tests/unit/test_half_made_add.py``).
+retried ADD read what the pod's interface carries only as the peer of *this* prefix's veth
+(``CniService._add``: ``_in_reason(holder)`` with ``holder`` this prefix's name), so it never
+learnt that the pod's interface, the peer of the earlier prefix's veth, carries nothing; and its
+set-up is refused (the pod's ``eth0`` is another prefix's veth's peer, review 27 M1), so no DEL
+came: every free address stayed held for good, a leak (``hold-unfounded``).
 
-The hold is a hold (no second holder), so this is a leak and not a safety fault; the reading that
-would end it is the one ``_known_again`` makes for this prefix's veth: the attachment's veth under
-another prefix (``hostnet.veths_of``, as the DEL finds it) in the reason, its peer carrying no
-address, means no address of this node is the pod's."""
+Fixed: the ADD reads that veth's peer too (``CniService._known_empty_elsewhere``,
+``hostnet.veth_prefix_of``); carrying nothing, no address of this node is the pod's, and that
+veth leaves the reason, as ``_known_again`` does for this prefix's veth. An address there leaves
+the hold to the DEL, as before (the contrast below; ``tests/unit/test_half_made_add.py``'s
+``test_a_half_made_veth_of_another_prefix_is_left_to_the_del``). The first test fails without the
+fix."""
 
 from __future__ import annotations
 
@@ -24,10 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from node_agent.datastore import HOLD_REASON
-from node_agent.hostnet import host_veth_name
+from node_agent.hostnet import host_veth_name, veth_prefix_of
 from tests.helpers.agent_world import cni_add
 from tests.helpers.first_start import Node, grant_more, pod_on_fresh_address
 from tests.helpers.kernel_pods import KernelPods, answered_start, offered_within
@@ -57,11 +55,6 @@ def restarted_with_another_prefix(tmp_path: Path, carried: str | None) -> Iterat
         n.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (seed 1014045): a retried ADD reads the pod's interface only as the peer of this prefix's veth;"
-    " a cut ADD's veth of an earlier prefix, its pod carrying nothing, keeps every free address held for good",
-)
 def test_the_retried_add_of_a_pod_cut_before_its_address_under_another_prefix_ends_the_hold(tmp_path: Path) -> None:
     with restarted_with_another_prefix(tmp_path, None) as (n, _host, agent, _veth):
         assert Y not in offered_within(n, 2), "setup: held while pod2's address is unknown"
@@ -80,3 +73,11 @@ def test_the_retried_add_of_a_pod_carrying_an_address_under_another_prefix_keeps
         assert host.holders(Y) == [("pod2", "eth0")]
         assert veth in (agent.ds.meta.get(HOLD_REASON) or [])
         assert Y not in offered_within(n, 3), "Y let go while pod2's namespace carries it"
+
+
+def test_veth_prefix_of_names_the_prefix_a_veth_was_made_with() -> None:
+    for prefix in ("eni", "wp", "w", "wpod123"):
+        assert veth_prefix_of(host_veth_name("pod2", "eth0", prefix), "pod2", "eth0") == prefix
+    assert veth_prefix_of(host_veth_name("pod3", "eth0", "wp"), "pod2", "eth0") is None, "another attachment's"
+    assert veth_prefix_of(host_veth_name("pod2", "net1", "wp"), "pod2", "eth0") is None, "another interface's"
+    assert veth_prefix_of("wp" + "0" * 13, "pod2", "eth0") is None
