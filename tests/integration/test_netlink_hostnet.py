@@ -255,3 +255,41 @@ def test_the_start_reads_what_a_listed_pod_s_interface_carries(node: str, pod: s
     assert carried_disagreements(ds, pods) == ["abc/eth0 carries 10.0.1.31 but the checkpoint has it holding 10.0.1.30"]
     sh("ip", "-n", pod, "link", "del", "eth0")  # the pod gone: no word
     assert carried_disagreements(ds, pods) == []
+
+
+def test_carried_under_reads_the_peer_of_the_attachment_s_veth_of_an_earlier_prefix(node: str, pod: str) -> None:
+    """What a retried ADD reads after ``WARMPOOL_VETH_PREFIX`` changed across a restart
+    (``NetlinkPods.carried_under``, ``CniService._known_empty_elsewhere``: the simulation's seed
+    1014045): the agent now names veths ``wp…``, the attachments were made under ``old``. A running
+    pod's interface gives its address; a cut ADD's (the pair made, the agent killed before the
+    address) gives none; a veth of that name whose peer is not the pod's interface, or no veth of
+    that prefix, gives no word. The node's own ``eth0`` (10.0.0.10) and the host ends carry
+    nothing of the pods', so a read of the wrong side or the wrong link shows."""
+    from node_agent.cniserver import NetlinkPods
+
+    pods = NetlinkPods(host_netns=f"/run/netns/{node}", veth_prefix="wp")
+    running = f"/run/netns/{pod}"
+    with netns("wpcut") as cut_ns, netns("wptrap") as trap_ns:
+        cut, trap = f"/run/netns/{cut_ns}", f"/run/netns/{trap_ns}"
+        with Netlink.open(node) as nl:
+            setup_pod(nl, running, "eth0", "abc", "10.0.1.40", 2, 9001, "old")  # a running pod
+            nl.veth_add(host_veth_name("cut", "eth0", "old"), "eth0", cut, 9001)  # a cut ADD's pair, nothing more
+            # pod trap's eth0 is the peer of another attachment's veth, carrying an address, while
+            # a veth named as trap's under "old" is paired with a link in the node's namespace
+            setup_pod(nl, trap, "eth0", "other", "10.0.1.41", 2, 9001, "old")
+        trap_veth = host_veth_name("trap", "eth0", "old")
+        sh("ip", "-n", node, "link", "add", trap_veth, "type", "veth", "peer", "name", "eth0t")
+        assert pods.carried_under(running, "eth0", "abc", "old") == ["10.0.1.40"]
+        assert pods.carried(running, "eth0", "abc") is None, "this prefix's veth of abc is not there"
+        assert pods.carried_under(running, "eth0", "abc", "wp") is None
+        assert pods.carried_under(running, "eth0", "abc", "eni") is None, "the default prefix's: no such veth"
+        assert pods.carried_under(running, "eth0", "other", "old") is None, "another attachment's veth"
+        assert pods.carried_under(cut, "eth0", "cut", "old") == [], "a cut ADD's pod carries nothing"
+        assert pods.carried_under(cut, "eth0", "cut", "wp") is None
+        assert pods.carried_under(trap, "eth0", "trap", "old") is None, "the pod's eth0 is not that veth's peer"
+        assert pods.carried_under(trap, "eth0", "other", "old") == ["10.0.1.41"]
+        sh("ip", "-n", pod, "addr", "flush", "dev", "eth0")
+        assert pods.carried_under(running, "eth0", "abc", "old") == []
+        sh("ip", "-n", pod, "link", "del", "eth0")  # the pair goes together
+        assert pods.carried_under(running, "eth0", "abc", "old") is None
+        assert pods.carried_under(f"/run/netns/{node}", "eth0", "abc", "old") is None, "the node's namespace: no word"
