@@ -501,7 +501,10 @@ class SimPods:
     (``rules``), each of which can go on its own (:meth:`disturb`), and links of another CNI
     (``foreign``). ``prefix`` is the veth prefix of the agent now running on the node. An ADD
     whose agent was killed in its set-up (``cut``, ``add-cut``) leaves a veth with no route and no
-    rule; set-up again, the pair is reused (as ``setup_pod`` reuses a half-made one)."""
+    rule; set-up again, the pair is reused (as ``setup_pod`` reuses a half-made one), or, made under
+    another prefix (the prefix changed across the restart), removed and made again under this one
+    while its pod's side carries no address and its host side no route (as ``setup_pod`` does:
+    ``hostnet.cut_pair_of_another_prefix``); a pair of another prefix with either is refused."""
 
     def __init__(self, w: NodeWorld, node: str) -> None:
         self.w, self.node = w, node
@@ -594,10 +597,16 @@ class SimPods:
         if have is not None and have != veth:
             # as setup_pod: the pod's ``ifname`` is the peer of another prefix's veth (an agent
             # before the prefix changed), not of this prefix's name: refused before anything
-            # (review 27, M1: the model re-made the pair under this prefix)
-            raise PodRefused(
-                f"interface {ifname} already exists in {netns} and is not this pod's veth (veth of {have}): left alone"
-            )
+            # (review 27, M1: the model re-made the pair under this prefix), unless that pair is
+            # as an ADD cut before the pod's address left it (``hostnet.cut_pair_of_another_prefix``:
+            # its pod's side carrying no address, no route through its host side; the model keeps
+            # no pod-side route or neighbour, which follow the address): removed and made again
+            if (container_id, ifname) in self.wired or have in self.routes.values():
+                raise PodRefused(
+                    f"interface {ifname} already exists in {netns} and is not this pod's veth "
+                    f"(veth of {have}): left alone"
+                )
+            self._drop_pair((container_id, ifname))
         if self.cut is not None and (container_id, ifname) not in self.veth_of:
             # ``add-cut``: the agent killed between the pair's making and the host's route (no
             # route, no rule; the pod's interface with its address if ``cut_addressed``)

@@ -9,9 +9,12 @@ learning that it carried nothing, it left the hold standing, and its set-up was 
 too (``CniService._known_empty_elsewhere``): nothing there, the veth leaves the hold's reason and
 the hold ends (``tests/unit/test_half_made_other_prefix.py``).
 
-Still open, pinned below: the shrunk plan's n1-p1 waits for good, its set-up refused at every
-retry (``hostnet.setup_pod`` makes no second pair beside another prefix's: review 27, M1), on a
-runtime that never DELs it (``not-settled``, hidden before behind ``hold-unfounded``)."""
+Then, in the shrunk plan, n1-p1 waited for good, its set-up refused at every retry
+(``hostnet.setup_pod`` made no second pair beside another prefix's: review 27, M1), on a runtime that
+never DELs it (``not-settled``, hidden before behind ``hold-unfounded``). Fixed with seed 1018783's
+cause: the set-up replaces a pair of another prefix that is as a cut ADD leaves it
+(``hostnet.cut_pair_of_another_prefix``; ``tests/unit/test_cut_pair_other_prefix.py``), and the
+pod starts."""
 
 from __future__ import annotations
 
@@ -33,11 +36,8 @@ def test_seed_1014045_a_cut_add_under_an_earlier_prefix_ends_the_start_s_hold(ke
         assert not violations, violations
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a pod whose ADD was cut under an earlier veth prefix is refused at every retried ADD"
-    " (its eth0 another prefix's veth's peer) on a runtime that never DELs it: it waits for good",
-)
 def test_seed_1014045_shrunk_the_pod_cut_under_an_earlier_prefix_starts() -> None:
-    violations, _ = run_plan(plan_for(1014045, SHRUNK))
+    violations, (_out, w) = run_plan(plan_for(1014045, SHRUNK))
     assert not violations, violations
+    a = w.agents["n1"]
+    assert "n1-p1" in a.rt.up and not a.rt.adding
