@@ -387,7 +387,7 @@ class CniService:
         carried = self._carried(netns, ifname, cid) if self._in_reason(holder) else None
         if earlier is None and carried is not None:
             earlier = self._known_again(cid, ifname, holder, carried, started)
-        elif earlier is None and carried is None:
+        elif carried is None:  # a record or not: its address, if any, is held by it
             self._known_empty_elsewhere(cid, ifname, netns, holder)
         network = _network_name(conf)
         a = self.ds.assign(cid, ifname, netns, started, holder, network, pod)
@@ -600,15 +600,18 @@ class CniService:
         return self.ds.lookup_recovered(holder)
 
     def _known_empty_elsewhere(self, cid: str, ifname: str, netns: str, holder: str) -> None:
-        """An ADD of an attachment with no address here whose veth under an earlier prefix
+        """An ADD of an attachment (with a record here or none) whose veth under an earlier prefix
         (``WARMPOOL_VETH_PREFIX`` changed across a restart: :func:`~node_agent.hostnet.veths_of`,
         as its DEL finds it) a start's hold stands for, its pod's interface (that veth's peer)
-        carrying no address: no address of this node is the pod's, and that veth leaves the
-        reason, as :meth:`_known_again` does for this prefix's veth. Any other reading (no such
-        pair, an address) leaves the hold to the pod's DEL (the ADD's set-up is refused: the pod's
-        interface is another prefix's veth's peer). Before, the retried ADD of a pod cut after its
-        veth pair under the earlier prefix never read it, no DEL came, and every free address stayed
-        held for good (the simulation's seed 1014045)."""
+        carrying no address: no address of this node is the pod's (but its record's, held by the
+        record), and that veth leaves the reason, as :meth:`_known_again` does for this prefix's
+        veth; the ADD's set-up then makes that pair again under this prefix when it is as a cut ADD
+        leaves it (:func:`~node_agent.hostnet.cut_pair_of_another_prefix`). Any other reading (no
+        such pair, an address) leaves the hold to the pod's DEL (the ADD's set-up is refused: the
+        pod's interface is another prefix's veth's peer). Before, the retried ADD of a pod cut after
+        its veth pair under the earlier prefix never read it, no DEL came, and every free address
+        stayed held for good (the simulation's seed 1014045); with a record, the same until the
+        pod's DEL, once its set-up replaced the pair."""
         reason = self.ds.meta.get(HOLD_REASON)
         if not isinstance(reason, list):
             return

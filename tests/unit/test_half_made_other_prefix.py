@@ -15,7 +15,10 @@ Fixed: the ADD reads that veth's peer too (``CniService._known_empty_elsewhere``
 veth leaves the reason, as ``_known_again`` does for this prefix's veth. An address there leaves
 the hold to the DEL, as before (the contrast below; ``tests/unit/test_half_made_add.py``'s
 ``test_a_half_made_veth_of_another_prefix_is_left_to_the_del``). The first test fails without the
-fix."""
+fix. The last, an ADD cut after its record was written, failed until the ADD read that veth's peer
+with a record too (before, only with none): its set-up now makes the pair again under this prefix
+(``hostnet.cut_pair_of_another_prefix``), and the earlier prefix's veth stayed in the reason until
+the pod's DEL."""
 
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from typing import Any
 from node_agent.datastore import HOLD_REASON
 from node_agent.hostnet import host_veth_name, veth_prefix_of
 from tests.helpers.agent_world import cni_add
-from tests.helpers.first_start import Node, grant_more, pod_on_fresh_address
+from tests.helpers.first_start import Node, add_until, grant_more, pod_on_fresh_address
 from tests.helpers.kernel_pods import KernelPods, answered_start, offered_within
 
 Y, Z = "10.0.0.51", "10.0.0.52"
@@ -81,3 +84,38 @@ def test_veth_prefix_of_names_the_prefix_a_veth_was_made_with() -> None:
     assert veth_prefix_of(host_veth_name("pod3", "eth0", "wp"), "pod2", "eth0") is None, "another attachment's"
     assert veth_prefix_of(host_veth_name("pod2", "net1", "wp"), "pod2", "eth0") is None, "another interface's"
     assert veth_prefix_of("wp" + "0" * 13, "pod2", "eth0") is None
+
+
+def test_the_retried_add_of_a_recorded_pod_cut_before_its_address_under_another_prefix_ends_the_hold(
+    tmp_path: Path,
+) -> None:
+    """The ADD cut after its record was written (``add-cut`` written), after the veth pair under
+    ``eni`` and before the pod's address; the agent started again under ``wp``. The copy has pod2's
+    record (y), the host its ``eni…`` veth alone, its peer carrying nothing: every free address
+    held for that veth. The retried ADD gets y (its record) and its set-up makes the pair again
+    under ``wp`` (``hostnet.cut_pair_of_another_prefix``; :class:`KernelPods` makes it so); the
+    ``eni…`` veth, carrying nothing, must leave the reason too, or the hold of every free address
+    stands until pod2's DEL."""
+    n = Node(tmp_path, adopt_launch_pool=False)
+    host = n.pods = KernelPods()
+    try:
+        pod_on_fresh_address(n)
+        grant_more(n, n.agent, [Y, Z])
+        y = add_until(n, n.agent, "pod2")
+        z = ({Y, Z} - {y}).pop()
+        n.step(30)
+        host.routes.pop(y)
+        host.rules.discard(y)
+        host.wired.pop(("pod2", "eth0"))  # cut after the record and the pair, before the address
+        veth = host.veth_of[("pod2", "eth0")]
+        host.reader = host.made_with = "wp"
+        agent = answered_start(n, True, WARMPOOL_VETH_PREFIX="wp")
+        assert agent.ds.meta.get(HOLD_REASON) == [veth], "setup: the start holds for pod2's eni… veth"
+        assert z not in offered_within(n, 2) and cni_add(agent, "other") is None, "setup: z held"
+        assert cni_add(agent, "pod2") == y, "pod2's retried ADD: its recorded address"
+        assert host.holders(y) == [("pod2", "eth0")]
+        assert host.veth_of[("pod2", "eth0")] == host_veth_name("pod2", "eth0", "wp")
+        assert agent.ds.meta.get(HOLD_REASON) in (None, []), "pod2's eni… veth still in the hold's reason"
+        assert z in offered_within(n, 3), f"{z}: still held after pod2 was wired again"
+    finally:
+        n.stop()
