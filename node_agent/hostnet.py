@@ -21,6 +21,7 @@ import errno
 import fcntl
 import hashlib
 import ipaddress
+import logging
 import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -30,12 +31,15 @@ from node_agent.netlink import (
     RT_SCOPE_LINK,
     Link,
     Netlink,
+    NetlinkFailure,
     NetlinkNotFound,
     Route,
     Rule,
     netns_path,
 )
 from node_agent.records import EniInfo
+
+log = logging.getLogger("warmpool.agent.hostnet")
 
 GATEWAY = "169.254.1.1"
 TO_POD_PRIORITY = 512
@@ -146,6 +150,19 @@ def veths_of(container_id: str, ifname: str, names: Collection[str], prefix: str
         if n == mine
         or (len(n) == IFNAMSIZ - 1 and any(n[k:] == digest[: IFNAMSIZ - 1 - k] for k in range(1, VETH_DIGEST_MIN)))
     }
+
+
+def veth_prefix_of(name: str, container_id: str, ifname: str) -> str | None:
+    """The prefix (up to 7 characters) under which ``name`` is the attachment's host veth
+    (``host_veth_name(container_id, ifname, prefix) == name``); None when it is not the
+    attachment's under any such prefix (:func:`veths_of`)."""
+    digest = host_veth_name(container_id, ifname, "")
+    if len(name) != IFNAMSIZ - 1:
+        return None
+    for k in range(1, VETH_DIGEST_MIN):
+        if name[k:] == digest[: IFNAMSIZ - 1 - k]:
+            return name[:k]
+    return None
 
 
 class EniNetworking:
@@ -296,7 +313,11 @@ def setup_pod(
     veth_prefix: str = "eni",
 ) -> PodNet:
     """Wire a pod to the host (see the module docstring). Safe to repeat. An exception it
-    raises says what it left (:func:`setup_left`)."""
+    raises says what it left (:func:`setup_left`). An interface ``ifname`` in the pod that is not
+    the peer of this prefix's veth of the attachment is refused, untouched (a running pod's, after
+    the veth prefix changed: review 27, M1), unless it is the peer of the attachment's veth under
+    another prefix as an ADD cut before the pod's address left it
+    (:func:`cut_pair_of_another_prefix`): that pair is removed and made again under this prefix."""
     reached: list[str] = []
     try:
         return _setup_pod(host, pod_netns, ifname, container_id, ip, table, mtu, veth_prefix, reached)
@@ -320,14 +341,33 @@ def _setup_pod(
     with Netlink.open(pod_netns) as pod:
         hl = host.link_by_name(name)
         pl = pod.link_by_name(ifname)
-        # Only this pod's own veth may ever be deleted: anything else of that name is refused, untouched.
+        # Only this attachment's own veth may ever be deleted: anything else of that name is refused,
+        # untouched, and a pair of another prefix only as a cut ADD left it (cut_pair_of_another_prefix).
         if hl is not None and hl.kind != "veth":
             raise PodRefused(f"host interface {name} exists and is not a veth: not this pod's, left alone")
         if pl is not None and not _paired(hl, pl):
-            raise PodRefused(
-                f"interface {ifname} already exists in {pod_netns} and is not this pod's veth "
-                f"({pl.kind or 'no kind'}): left alone"
+            cut = cut_pair_of_another_prefix(host, pod, pl, container_id, ifname)
+            if cut is None:
+                raise PodRefused(
+                    f"interface {ifname} already exists in {pod_netns} and is not this pod's veth "
+                    f"({pl.kind or 'no kind'}): left alone"
+                )
+            # The pair an ADD of this attachment cut before the pod's address left under an earlier
+            # prefix (no pod ever ran on it): removed, its peer with it, and made again below.
+            log.warning(
+                "pod %s %s: veth %s (another prefix's) carries nothing of a wired pod: removed, made again as %s",
+                container_id[:12],
+                ifname,
+                cut.name,
+                name,
             )
+            try:
+                host.link_del(cut.index)
+            except NetlinkNotFound:
+                pass
+            pl = pod.link_by_name(ifname)
+            if pl is not None:
+                raise NetlinkFailure(errno.EEXIST, f"{ifname} in {pod_netns}: there again once {cut.name} went")
         if hl is None or pl is None:
             # Half-made (or not made): our host end (if any) goes, then both are made again.
             if hl is not None:
@@ -388,6 +428,34 @@ def pod_addresses(
         if pl is None or not _paired(hl, pl):
             return None
         return sorted(cidr.split("/")[0] for cidr in pod.addrs(pl.index))
+
+
+def cut_pair_of_another_prefix(host: Netlink, pod: Netlink, pl: Link, container_id: str, ifname: str) -> Link | None:
+    """The host end of the veth pair whose peer is the pod's interface ``pl`` (``ifname`` in the
+    pod's namespace) when that pair is as an ADD of this attachment cut before the pod's address
+    left it under any veth prefix (the agent killed in the set-up; ``WARMPOOL_VETH_PREFIX``
+    changed across the restart); None otherwise. Reads only.
+
+    All of it must hold: the host end is named after this attachment (:func:`veth_prefix_of`) and
+    is ``pl``'s peer and ``pl`` its (:func:`_paired`), neither enslaved to another device; ``pl``
+    carries no IPv4 address, has no IPv4 neighbour entry and no route in the pod's main table; the
+    host has no route in main through the host end. A set-up that got past the pair's making puts,
+    in this order, the address, the pod's routes and gateway neighbour, the host's ``/32`` route
+    (:func:`setup_pod`); an ADD answered did all of them, and a pod runs only on an answered ADD.
+    What it assumes: nothing but the agent removes them all from a running pod's pair (docs/safety.md,
+    "A cut ADD's pair of an earlier prefix")."""
+    if pl.kind != "veth" or pl.peer is None or pl.master is not None:
+        return None
+    hl = next((link for link in host.links() if link.index == pl.peer), None)
+    if hl is None or hl.master is not None or not _paired(hl, pl):
+        return None
+    if veth_prefix_of(hl.name, container_id, ifname) is None:
+        return None
+    if pod.addrs(pl.index) or pod.neighbours(pl.index) or any(r.oif == pl.index for r in pod.routes(MAIN_TABLE)):
+        return None
+    if any(r.oif == hl.index for r in host.routes(MAIN_TABLE)):
+        return None
+    return hl
 
 
 def _paired(hl: Link | None, pl: Link) -> bool:

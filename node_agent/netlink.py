@@ -187,6 +187,8 @@ class Link:
     kind: str = ""
     peer: int | None = None
     """``IFLA_LINK``: for a veth, its peer's index (in the peer's namespace)."""
+    master: int | None = None
+    """``IFLA_MASTER``: the index of the device it is enslaved to (a bridge, a bond), if any."""
 
 
 def _split(cidr: str) -> tuple[str, int]:
@@ -255,6 +257,7 @@ class Netlink:
                     up=bool(m["flags"] & 1),
                     kind=(info.get("IFLA_INFO_KIND") if info else "") or "",
                     peer=m.get("IFLA_LINK"),
+                    master=m.get("IFLA_MASTER") or None,
                 )
             )
         return out

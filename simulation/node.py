@@ -501,7 +501,10 @@ class SimPods:
     (``rules``), each of which can go on its own (:meth:`disturb`), and links of another CNI
     (``foreign``). ``prefix`` is the veth prefix of the agent now running on the node. An ADD
     whose agent was killed in its set-up (``cut``, ``add-cut``) leaves a veth with no route and no
-    rule; set-up again, the pair is reused (as ``setup_pod`` reuses a half-made one)."""
+    rule; set-up again, the pair is reused (as ``setup_pod`` reuses a half-made one), or, made under
+    another prefix (the prefix changed across the restart), removed and made again under this one
+    while its pod's side carries no address and its host side no route (as ``setup_pod`` does:
+    ``hostnet.cut_pair_of_another_prefix``); a pair of another prefix with either is refused."""
 
     def __init__(self, w: NodeWorld, node: str) -> None:
         self.w, self.node = w, node
@@ -594,10 +597,16 @@ class SimPods:
         if have is not None and have != veth:
             # as setup_pod: the pod's ``ifname`` is the peer of another prefix's veth (an agent
             # before the prefix changed), not of this prefix's name: refused before anything
-            # (review 27, M1: the model re-made the pair under this prefix)
-            raise PodRefused(
-                f"interface {ifname} already exists in {netns} and is not this pod's veth (veth of {have}): left alone"
-            )
+            # (review 27, M1: the model re-made the pair under this prefix), unless that pair is
+            # as an ADD cut before the pod's address left it (``hostnet.cut_pair_of_another_prefix``:
+            # its pod's side carrying no address, no route through its host side; the model keeps
+            # no pod-side route or neighbour, which follow the address): removed and made again
+            if (container_id, ifname) in self.wired or have in self.routes.values():
+                raise PodRefused(
+                    f"interface {ifname} already exists in {netns} and is not this pod's veth "
+                    f"(veth of {have}): left alone"
+                )
+            self._drop_pair((container_id, ifname))
         if self.cut is not None and (container_id, ifname) not in self.veth_of:
             # ``add-cut``: the agent killed between the pair's making and the host's route (no
             # route, no rule; the pod's interface with its address if ``cut_addressed``)
@@ -662,8 +671,12 @@ class SimPods:
     def carried(self, netns: str, ifname: str, container_id: str) -> list[str] | None:
         """As :meth:`node_agent.cniserver.NetlinkPods.carried` (``hostnet.pod_addresses``): what the
         pod's side of this prefix's veth of the attachment carries; None with no such pair."""
+        return self.carried_under(netns, ifname, container_id, self.prefix)
+
+    def carried_under(self, netns: str, ifname: str, container_id: str, veth_prefix: str) -> list[str] | None:
+        """:meth:`carried` for the attachment's veth under ``veth_prefix`` (an earlier prefix's)."""
         key = (container_id, ifname)
-        if self.ns_id(netns) is None or self.veth_of.get(key) != host_veth_name(container_id, ifname, self.prefix):
+        if self.ns_id(netns) is None or self.veth_of.get(key) != host_veth_name(container_id, ifname, veth_prefix):
             return None
         return [self.wired[key]] if key in self.wired else []
 

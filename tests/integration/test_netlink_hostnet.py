@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from node_agent.hostnet import (
+    PodRefused,
     SetupLeft,
     host_veth_name,
     pod_addresses,
@@ -255,3 +256,116 @@ def test_the_start_reads_what_a_listed_pod_s_interface_carries(node: str, pod: s
     assert carried_disagreements(ds, pods) == ["abc/eth0 carries 10.0.1.31 but the checkpoint has it holding 10.0.1.30"]
     sh("ip", "-n", pod, "link", "del", "eth0")  # the pod gone: no word
     assert carried_disagreements(ds, pods) == []
+
+
+def test_carried_under_reads_the_peer_of_the_attachment_s_veth_of_an_earlier_prefix(node: str, pod: str) -> None:
+    """What a retried ADD reads after ``WARMPOOL_VETH_PREFIX`` changed across a restart
+    (``NetlinkPods.carried_under``, ``CniService._known_empty_elsewhere``: the simulation's seed
+    1014045): the agent now names veths ``wp…``, the attachments were made under ``old``. A running
+    pod's interface gives its address; a cut ADD's (the pair made, the agent killed before the
+    address) gives none; a veth of that name whose peer is not the pod's interface, or no veth of
+    that prefix, gives no word. The node's own ``eth0`` (10.0.0.10) and the host ends carry
+    nothing of the pods', so a read of the wrong side or the wrong link shows."""
+    from node_agent.cniserver import NetlinkPods
+
+    pods = NetlinkPods(host_netns=f"/run/netns/{node}", veth_prefix="wp")
+    running = f"/run/netns/{pod}"
+    with netns("wpcut") as cut_ns, netns("wptrap") as trap_ns:
+        cut, trap = f"/run/netns/{cut_ns}", f"/run/netns/{trap_ns}"
+        with Netlink.open(node) as nl:
+            setup_pod(nl, running, "eth0", "abc", "10.0.1.40", 2, 9001, "old")  # a running pod
+            nl.veth_add(host_veth_name("cut", "eth0", "old"), "eth0", cut, 9001)  # a cut ADD's pair, nothing more
+            # pod trap's eth0 is the peer of another attachment's veth, carrying an address, while
+            # a veth named as trap's under "old" is paired with a link in the node's namespace
+            setup_pod(nl, trap, "eth0", "other", "10.0.1.41", 2, 9001, "old")
+        trap_veth = host_veth_name("trap", "eth0", "old")
+        sh("ip", "-n", node, "link", "add", trap_veth, "type", "veth", "peer", "name", "eth0t")
+        assert pods.carried_under(running, "eth0", "abc", "old") == ["10.0.1.40"]
+        assert pods.carried(running, "eth0", "abc") is None, "this prefix's veth of abc is not there"
+        assert pods.carried_under(running, "eth0", "abc", "wp") is None
+        assert pods.carried_under(running, "eth0", "abc", "eni") is None, "the default prefix's: no such veth"
+        assert pods.carried_under(running, "eth0", "other", "old") is None, "another attachment's veth"
+        assert pods.carried_under(cut, "eth0", "cut", "old") == [], "a cut ADD's pod carries nothing"
+        assert pods.carried_under(cut, "eth0", "cut", "wp") is None
+        assert pods.carried_under(trap, "eth0", "trap", "old") is None, "the pod's eth0 is not that veth's peer"
+        assert pods.carried_under(trap, "eth0", "other", "old") == ["10.0.1.41"]
+        sh("ip", "-n", pod, "addr", "flush", "dev", "eth0")
+        assert pods.carried_under(running, "eth0", "abc", "old") == []
+        sh("ip", "-n", pod, "link", "del", "eth0")  # the pair goes together
+        assert pods.carried_under(running, "eth0", "abc", "old") is None
+        assert pods.carried_under(f"/run/netns/{node}", "eth0", "abc", "old") is None, "the node's namespace: no word"
+
+
+def _cut_under(node: str, pod: str, cid: str, prefix: str) -> str:
+    """What an ADD of ``cid`` cut after its veth pair (made under ``prefix``, both ends up) and
+    before the pod's address leaves on the host: the pair alone. The host end's name."""
+    old = host_veth_name(cid, "eth0", prefix)
+    with Netlink.open(node) as nl:
+        nl.veth_add(old, "eth0", pod, 9001)
+    sh("ip", "-n", node, "link", "set", old, "up")
+    sh("ip", "-n", pod, "link", "set", "eth0", "up")
+    return old
+
+
+def test_a_cut_add_s_pair_of_an_earlier_prefix_is_made_again_under_this_one(node: str, pod: str) -> None:
+    """The simulation's seeds 1018783 and 1014045: an ADD cut after its pair under ``old``, the
+    agent restarted with ``wp``, the runtime retrying the ADD with no DEL. The retried ADD's set-up
+    replaces that pair (before: refused at every retry, the pod's ``eth0`` another veth's peer)."""
+    old = _cut_under(node, pod, "abc", "old")
+    with Netlink.open(node) as nl:
+        net = setup_pod(nl, pod, "eth0", "abc", "10.0.1.42", 2, 9001, "wp")
+        assert pod_addresses(nl, pod, "eth0", "abc", "wp") == ["10.0.1.42"]
+        names = {link.name for link in nl.links()}
+    assert net.host_veth == host_veth_name("abc", "eth0", "wp") in names and old not in names
+    routes = {(r["dst"], r.get("gateway")) for r in ip_json(pod, "-4", "route", "show")}
+    assert routes == {("default", "169.254.1.1"), ("169.254.1.1", None)}
+    assert [(r["dst"], r["dev"]) for r in ip_json(node, "-4", "route", "show") if r["dst"] == "10.0.1.42"] == [
+        ("10.0.1.42", net.host_veth)
+    ]
+
+
+def _refused_untouched(node: str, pod: str, old: str) -> None:
+    with Netlink.open(node) as nl:
+        with pytest.raises(PodRefused) as got:
+            setup_pod(nl, pod, "eth0", "abc", "10.0.1.43", 2, 9001, "wp")
+        assert setup_left(got.value) == SetupLeft(made_pair=False, addressed=False)
+        names = {link.name for link in nl.links()}
+    assert old in names and host_veth_name("abc", "eth0", "wp") not in names, "the pair was touched"
+    carried = [a["local"] for i in ip_json(pod, "-4", "addr", "show", "eth0") for a in i["addr_info"]]
+    assert "10.0.1.43" not in carried, "the refused set-up addressed the pod"
+
+
+@pytest.mark.parametrize("trace", ["address", "pod-route", "neighbour", "host-route", "enslaved"])
+def test_a_pair_of_an_earlier_prefix_with_a_trace_of_a_wired_pod_is_refused_untouched(
+    node: str, pod: str, trace: str
+) -> None:
+    """Anything of a wired pod on the pair (a running pod's, review 27 M1; seeds 6439, 14955):
+    refused before anything changes, whichever one trace is left."""
+    old = _cut_under(node, pod, "abc", "old")
+    if trace == "address":  # the host's route flushed, the pod running on
+        sh("ip", "-n", pod, "addr", "add", "10.0.1.44/32", "dev", "eth0")
+    if trace == "pod-route":
+        sh("ip", "-n", pod, "route", "add", "169.254.1.1", "dev", "eth0", "scope", "link")
+    if trace == "neighbour":
+        sh("ip", "-n", pod, "neigh", "replace", "169.254.1.1", "lladdr", "02:00:00:00:00:01", "dev", "eth0")
+    if trace == "host-route":
+        sh("ip", "-n", node, "route", "add", "10.0.1.44/32", "dev", old, "scope", "link")
+    if trace == "enslaved":  # the pod's interface a port of a bridge (a VM's binding)
+        sh("ip", "-n", pod, "link", "add", "br0", "type", "bridge")
+        sh("ip", "-n", pod, "link", "set", "eth0", "master", "br0")
+    _refused_untouched(node, pod, old)
+
+
+def test_a_bare_pair_of_another_attachment_or_a_running_pod_of_an_earlier_prefix_is_refused(
+    node: str, pod: str
+) -> None:
+    """The pod's ``eth0`` the peer of a bare veth named after another attachment, or of a running
+    pod's pair of an earlier prefix: not this attachment's cut pair, refused untouched."""
+    other = _cut_under(node, pod, "other", "old")
+    _refused_untouched(node, pod, other)
+    sh("ip", "-n", node, "link", "del", other)
+    with Netlink.open(node) as nl:
+        setup_pod(nl, pod, "eth0", "abc", "10.0.1.45", 2, 9001, "old")  # running under the earlier prefix
+    _refused_untouched(node, pod, host_veth_name("abc", "eth0", "old"))
+    with Netlink.open(node) as nl:
+        assert pod_addresses(nl, pod, "eth0", "abc", "old") == ["10.0.1.45"], "the running pod's address"

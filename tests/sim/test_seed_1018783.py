@@ -22,27 +22,26 @@ no DEL between (``Runtime.containerd`` False: the hostile variant the CNI spec f
   prefix) would clear it, and this runtime never sends one. A refused ADD is no pending demand, and
   the node holds a free /28: no capacity, scarcity or allocator cause.
 
-Open (strict xfail): telling a cut ADD's half-made pair of another prefix (no address, no route)
-from a running pod's is a change to ``setup_pod``'s refusal rule, not made here; a runtime that
-DELs a failed ADD (containerd's way) serves the pod, pinned below."""
+Fixed: the retried ADD's set-up removes a pair of the attachment under another prefix when it is
+as a cut ADD leaves it (the pod's side carrying no address, no neighbour entry, no route; no host
+route through the host end: ``hostnet.cut_pair_of_another_prefix``) and makes it again under the
+agent's prefix; a pair with any trace of a wired pod is still refused, untouched
+(``tests/unit/test_cut_pair_other_prefix.py``). Both runs failed before; a runtime that DELs a
+failed ADD (containerd's way) served the pod before too, pinned below."""
 
 from __future__ import annotations
 
 import pytest
 
 import simulation.node
+from node_agent.hostnet import host_veth_name
 from simulation.runner import plan_for, run_plan
 
-pytestmark = pytest.mark.sim
+pytestmark = [pytest.mark.sim, pytest.mark.usefixtures("pods_named")]  # drawn in stop 50: every runtime named its pods
 
 SHRUNK = [6, 9, 21, 22]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="seed 1018783: after a cut ADD and a veth prefix change, a runtime that retries the ADD with "
-    "no DEL is refused forever by the old prefix's half-made pair (docs/reliability.md)",
-)
 @pytest.mark.parametrize("keep", [SHRUNK, None], ids=["shrunk", "whole"])
 def test_seed_1018783_a_cut_add_retried_after_a_prefix_change_is_served(keep: list[int] | None) -> None:
     violations, (_out, w) = run_plan(plan_for(1018783, keep))
@@ -50,18 +49,20 @@ def test_seed_1018783_a_cut_add_retried_after_a_prefix_change_is_served(keep: li
     assert not w.agents["n2"].rt.adding
 
 
-def test_seed_1018783_the_waiting_pod_is_refused_by_the_old_prefix_s_half_made_pair() -> None:
-    """What the xfail above stands on: at the end n2's runtime still ADDs n2-p2, whose only veth is
-    the half-made pair the cut ADD left under the old prefix, and the agent runs with another."""
+def test_seed_1018783_the_pod_runs_on_a_pair_of_the_agent_s_prefix_the_cut_one_gone() -> None:
+    """What the fix does in the shrunk plan: on the same-sandbox-retry runtime, n2-p2 (its ADD cut
+    under ``eni``, the agent now ``wpod``) runs on a pair of the agent's prefix carrying the address
+    the runtime believes it holds, routed to it; the cut ``eni…`` pair is gone."""
     violations, (_out, w) = run_plan(plan_for(1018783, SHRUNK))
+    assert not violations, violations
+    assert w.faults.get("host-wiring:prefix-changed") and w.faults.get("add-cut:pod-started")
     a = w.agents["n2"]
-    assert [k for k, _ in violations] == ["not-settled"], violations
-    assert not a.rt.containerd and list(a.rt.adding) == ["n2-p2"]
-    old = a.pods.veth_of[("n2-p2", "eth0")]
-    assert old in a.pods.half_made and not old.startswith(a.pods.prefix)
-    assert old not in a.pods.routes.values() and ("n2-p2", "eth0") not in a.pods.wired
-    got = a.cni_call("ADD", "n2-p2")
-    assert not got["ok"] and "is not this pod's veth" in got.get("details", "") + got.get("msg", ""), got
+    assert not a.rt.containerd and "n2-p2" in a.rt.up
+    veth = a.pods.veth_of[("n2-p2", "eth0")]
+    assert veth == host_veth_name("n2-p2", "eth0", a.pods.prefix) != host_veth_name("n2-p2", "eth0", "eni")
+    ip = a.rt.up["n2-p2"]
+    assert a.pods.wired[("n2-p2", "eth0")] == ip and a.pods.routes[ip] == veth
+    assert not a.pods.half_made
 
 
 def test_seed_1018783_a_runtime_that_dels_a_failed_add_serves_the_pod(monkeypatch: pytest.MonkeyPatch) -> None:
