@@ -56,6 +56,7 @@ from node_agent.hostnet import (
     setup_left,
     setup_pod,
     teardown_pod,
+    veth_prefix_of,
     veths_of,
     wired_pods,
 )
@@ -78,7 +79,9 @@ class PodNetwork(Protocol):
     that namespace (None = fine), asked before an ADD or CHECK takes or reads anything; and
     ``carried(netns, ifname, container_id) -> list[str] | None``: the IPv4 addresses the pod's
     ``ifname`` carries when it is the peer of the attachment's host veth (this prefix's name),
-    None when there is no such pair or it cannot tell (without it: cannot tell).
+    None when there is no such pair or it cannot tell (without it: cannot tell); and
+    ``carried_under(netns, ifname, container_id, veth_prefix)``: the same for the attachment's
+    veth under ``veth_prefix`` (an earlier prefix's; without it: cannot tell).
 
     An exception ``setup`` raises may say what the set-up left
     (:func:`node_agent.hostnet.setup_left`): a failed ADD tears down only a veth pair its set-up
@@ -132,10 +135,13 @@ class NetlinkPods:
             return wired_pods(host, self.veth_prefix)
 
     def carried(self, netns: str, ifname: str, container_id: str) -> list[str] | None:
+        return self.carried_under(netns, ifname, container_id, self.veth_prefix)
+
+    def carried_under(self, netns: str, ifname: str, container_id: str, veth_prefix: str) -> list[str] | None:
         if netns_problem(netns, self.host_netns):
             return None
         with Netlink.open(self.host_netns) as host:
-            return pod_addresses(host, netns, ifname, container_id, self.veth_prefix)
+            return pod_addresses(host, netns, ifname, container_id, veth_prefix)
 
     @contextlib.contextmanager
     def carried_reader(self) -> Iterator[Callable[[str, str, str], list[str] | None]]:
@@ -381,6 +387,8 @@ class CniService:
         carried = self._carried(netns, ifname, cid) if self._in_reason(holder) else None
         if earlier is None and carried is not None:
             earlier = self._known_again(cid, ifname, holder, carried, started)
+        elif earlier is None and carried is None:
+            self._known_empty_elsewhere(cid, ifname, netns, holder)
         network = _network_name(conf)
         a = self.ds.assign(cid, ifname, netns, started, holder, network, pod)
         if a is None:
@@ -590,6 +598,32 @@ class CniService:
         self.ds.recover({carried[0]: holder}, now)
         log.warning("ADD %s %s: its veth %s carries %s, held for it", cid[:12], ifname, holder, carried[0])
         return self.ds.lookup_recovered(holder)
+
+    def _known_empty_elsewhere(self, cid: str, ifname: str, netns: str, holder: str) -> None:
+        """An ADD of an attachment with no address here whose veth under an earlier prefix
+        (``WARMPOOL_VETH_PREFIX`` changed across a restart: :func:`~node_agent.hostnet.veths_of`,
+        as its DEL finds it) a start's hold stands for, its pod's interface (that veth's peer)
+        carrying no address: no address of this node is the pod's, and that veth leaves the
+        reason, as :meth:`_known_again` does for this prefix's veth. Any other reading (no such
+        pair, an address) leaves the hold to the pod's DEL (the ADD's set-up is refused: the pod's
+        interface is another prefix's veth's peer). Before, the retried ADD of a pod cut after its
+        veth pair under the earlier prefix never read it, no DEL came, and every free address stayed
+        held for good (the simulation's seed 1014045)."""
+        reason = self.ds.meta.get(HOLD_REASON)
+        if not isinstance(reason, list):
+            return
+        for veth in sorted(veths_of(cid, ifname, reason, self.veth_prefix) - {holder}):
+            prefix = veth_prefix_of(veth, cid, ifname)
+            carried = getattr(self.pods, "carried_under", None)
+            if prefix is None or carried is None or carried(netns, ifname, cid, prefix) != []:
+                continue
+            log.warning(
+                "ADD %s %s: its veth %s (an earlier prefix's) carries no address; the start's hold for it ends",
+                cid[:12],
+                ifname,
+                veth,
+            )
+            self._rewired(veth)
 
     def _rewired(self, holder: str) -> None:
         """After this ADD wired its attachment: the pod behind this prefix's veth ``holder`` carries

@@ -148,6 +148,19 @@ def veths_of(container_id: str, ifname: str, names: Collection[str], prefix: str
     }
 
 
+def veth_prefix_of(name: str, container_id: str, ifname: str) -> str | None:
+    """The prefix (up to 7 characters) under which ``name`` is the attachment's host veth
+    (``host_veth_name(container_id, ifname, prefix) == name``); None when it is not the
+    attachment's under any such prefix (:func:`veths_of`)."""
+    digest = host_veth_name(container_id, ifname, "")
+    if len(name) != IFNAMSIZ - 1:
+        return None
+    for k in range(1, VETH_DIGEST_MIN):
+        if name[k:] == digest[: IFNAMSIZ - 1 - k]:
+            return name[:k]
+    return None
+
+
 class EniNetworking:
     """The controller's :class:`~node_agent.controller.HostNetwork` port, over netlink."""
 

@@ -662,8 +662,12 @@ class SimPods:
     def carried(self, netns: str, ifname: str, container_id: str) -> list[str] | None:
         """As :meth:`node_agent.cniserver.NetlinkPods.carried` (``hostnet.pod_addresses``): what the
         pod's side of this prefix's veth of the attachment carries; None with no such pair."""
+        return self.carried_under(netns, ifname, container_id, self.prefix)
+
+    def carried_under(self, netns: str, ifname: str, container_id: str, veth_prefix: str) -> list[str] | None:
+        """:meth:`carried` for the attachment's veth under ``veth_prefix`` (an earlier prefix's)."""
         key = (container_id, ifname)
-        if self.ns_id(netns) is None or self.veth_of.get(key) != host_veth_name(container_id, ifname, self.prefix):
+        if self.ns_id(netns) is None or self.veth_of.get(key) != host_veth_name(container_id, ifname, veth_prefix):
             return None
         return [self.wired[key]] if key in self.wired else []
 

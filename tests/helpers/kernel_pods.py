@@ -74,8 +74,12 @@ class KernelPods(WiredPods):
     def carried(self, netns: str, ifname: str, container_id: str) -> list[str] | None:
         """As ``node_agent.hostnet.pod_addresses``: what the pod's side of the reading agent's veth
         of the attachment carries; None with no such pair."""
+        return self.carried_under(netns, ifname, container_id, self.reader)
+
+    def carried_under(self, netns: str, ifname: str, container_id: str, veth_prefix: str) -> list[str] | None:
+        """:meth:`carried` for the attachment's veth under ``veth_prefix`` (an earlier prefix's)."""
         key = (container_id, ifname)
-        if self.veth_of.get(key) != host_veth_name(container_id, ifname, self.reader):
+        if self.veth_of.get(key) != host_veth_name(container_id, ifname, veth_prefix):
             return None
         return [self.wired[key]] if key in self.wired else []
 
