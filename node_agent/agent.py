@@ -35,7 +35,15 @@ from node_agent.cniserver import CniService, CniSocketServer, NetlinkPods, PodNe
 from node_agent.config import AgentConfig, ConfigError, load
 from node_agent.controller import HELD_ALL_META, AttachedEni, HostNetwork, PoolController
 from node_agent.datastore import HELD_OFFERS, HOLD_ON_RELEASE, HOLD_REASON, Datastore
-from node_agent.hostnet import HostWiring, host_veth_name, veth_shaped, veths_of
+from node_agent.hostnet import (
+    IFNAMSIZ,
+    VETH_DIGEST_MIN,
+    HostWiring,
+    host_veth_name,
+    veth_prefix_of,
+    veth_shaped,
+    veths_of,
+)
 from node_agent.identity import CachedIdentity
 from node_agent.imds import Identity, ImdsClient
 from node_agent.records import UNKNOWN_HOLDER, NodeIdentity, PodRecord
@@ -165,10 +173,12 @@ def wiring_disagreements(ds: Datastore, wiring: HostWiring, veth_prefix: str) ->
     return out
 
 
-def carried_disagreements(ds: Datastore, pods: object) -> list[str]:
+def carried_disagreements(
+    ds: Datastore, pods: object, wiring: HostWiring | None = None, veth_prefix: str | None = None
+) -> list[str]:
     """The restored records whose pod's interface carries other addresses than the record's: a
     record says pod P holds X, and P's interface (the peer of the attachment's veth:
-    ``PodNetwork.carried``) carries addresses, none of them X. An older copy restored after the
+    ``PodNetwork.carried``) carries addresses other than X alone. An older copy restored after the
     pod was ADDed again with another address (a DEL and an ADD of the same attachment since the
     copy, its routes and rules flushed, so the host's routes cannot tell): X went back to the
     pool then and may be another node's now, and the record would give X to P's next ADD and keep
@@ -176,33 +186,95 @@ def carried_disagreements(ds: Datastore, pods: object) -> list[str]:
     (no ``carried``, no such pair, a namespace gone, an interface with no IPv4 address) says
     nothing here. A read that fails (an interrupted dump, ``ENOBUFS``: netlink(7)) is read
     again, as :func:`read_wiring` reads; still failing, it is a disagreement (the start
-    rebuilds rather than take a copy it could not check: review 31, A3)."""
+    rebuilds rather than take a copy it could not check: review 31, A3).
+
+    With the host's ``wiring`` and this agent's ``veth_prefix`` given, the attachment's veth of
+    an earlier prefix among the host's veths (``WARMPOOL_VETH_PREFIX`` changed across the restart:
+    :func:`node_agent.hostnet.veths_of`, as its DEL finds it) is read too, through
+    ``PodNetwork.carried_under`` (review 31, A1: before, only this prefix's name was read). The
+    record's address beside others is a disagreement too (review 31, A4: before, ``X in has``
+    passed a pod carrying X and the address its re-ADD gave it)."""
+    earlier = _earlier_veths(wiring, veth_prefix)
     reader = getattr(pods, "carried_reader", None)
     if reader is not None:
         with reader() as carried:
-            return _carried_disagreements(ds, carried)
+            return _carried_disagreements(ds, carried, earlier)
     carried = getattr(pods, "carried", None)
-    return _carried_disagreements(ds, carried) if carried is not None else []
+    if carried is None:
+        return []
+    under = getattr(pods, "carried_under", None)
+
+    def read(netns: str, ifname: str, container_id: str, prefix: str | None = None) -> list[str] | None:
+        if prefix is None:
+            return carried(netns, ifname, container_id)  # type: ignore[no-any-return]
+        return under(netns, ifname, container_id, prefix) if under is not None else None
+
+    return _carried_disagreements(ds, read, earlier)
 
 
-def _carried_disagreements(ds: Datastore, carried: Callable[[str, str, str], list[str] | None]) -> list[str]:
+CarriedRead = Callable[..., "list[str] | None"]
+"""``read(netns, ifname, container_id[, veth_prefix])``: what the pod's ``ifname`` carries as the
+peer of the attachment's veth under ``veth_prefix`` (the agent's own when not given)."""
+
+
+def _earlier_veths(wiring: HostWiring | None, veth_prefix: str | None) -> Callable[[str, str], list[tuple[str, str]]]:
+    """``(container_id, ifname) -> [(veth, prefix)]``: the attachment's veths among the host's of
+    a prefix other than ``veth_prefix`` (:func:`node_agent.hostnet.veths_of`), looked up in an
+    index of the host's veth names made once (a scan of every name per record would make the
+    start's check quadratic in the pods again: review 31, A5)."""
+    if wiring is None or veth_prefix is None:
+        return lambda _cid, _ifname: []
+    index: dict[str, list[str]] = {}
+    for name in sorted(_veths(wiring)):
+        if len(name) == IFNAMSIZ - 1:
+            for k in range(1, VETH_DIGEST_MIN):
+                index.setdefault(name[k:], []).append(name)
+
+    def of(container_id: str, ifname: str) -> list[tuple[str, str]]:
+        digest = host_veth_name(container_id, ifname, "")
+        mine = host_veth_name(container_id, ifname, veth_prefix)
+        out = []
+        for k in range(1, VETH_DIGEST_MIN):
+            for name in index.get(digest[: IFNAMSIZ - 1 - k], []):
+                prefix = veth_prefix_of(name, container_id, ifname)
+                if name != mine and prefix is not None and (name, prefix) not in out:
+                    out.append((name, prefix))
+        return out
+
+    return of
+
+
+def _carried_disagreements(
+    ds: Datastore, carried: CarriedRead, earlier: Callable[[str, str], list[tuple[str, str]]]
+) -> list[str]:
     out = []
     for p in ds.pods():
         if not p.netns:
             continue
-        has, failed = None, None
-        for _ in range(WIRING_READ_TRIES):
-            try:
-                has, failed = carried(p.netns, p.ifname, p.container_id), None
+        veths: list[tuple[str, str | None]] = [("", None), *earlier(p.container_id, p.ifname)]
+        for veth, prefix in veths:
+            has, failed = None, None
+            for _ in range(WIRING_READ_TRIES):
+                try:
+                    has = (
+                        carried(p.netns, p.ifname, p.container_id)
+                        if prefix is None
+                        else carried(p.netns, p.ifname, p.container_id, prefix)
+                    )
+                    failed = None
+                    break
+                except OSError as exc:  # a namespace gone is None, not an error (PodNetwork.carried)
+                    failed = exc
+            via = f" (its veth {veth})" if veth else ""
+            if failed is not None:
+                out.append(f"{p.container_id[:12]}/{p.ifname}: its interface could not be read{via} ({failed})")
                 break
-            except OSError as exc:  # a namespace gone is None, not an error (PodNetwork.carried)
-                failed = exc
-        if failed is not None:
-            out.append(f"{p.container_id[:12]}/{p.ifname}: its interface could not be read ({failed})")
-        elif has and p.ip not in has:
-            out.append(
-                f"{p.container_id[:12]}/{p.ifname} carries {', '.join(has)} but the checkpoint has it holding {p.ip}"
-            )
+            if has and has != [p.ip]:
+                out.append(
+                    f"{p.container_id[:12]}/{p.ifname} carries {', '.join(has)}{via}"
+                    f" but the checkpoint has it holding {p.ip}"
+                )
+                break
     return out
 
 
@@ -543,7 +615,7 @@ def restore_checked(
     wiring = read_wiring(pods) if pods is not None else None
     wrong = wiring_disagreements(ds, wiring, veth_prefix) if wiring is not None else []
     if wiring is not None:
-        wrong += carried_disagreements(ds, pods)
+        wrong += carried_disagreements(ds, pods, wiring, veth_prefix)
     if not wrong:
         if wiring is not None and now is not None:
             unnoted = unnoted_holds(ds)  # the copy's own holds, before this start's

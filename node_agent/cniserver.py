@@ -144,21 +144,23 @@ class NetlinkPods:
             return pod_addresses(host, netns, ifname, container_id, veth_prefix)
 
     @contextlib.contextmanager
-    def carried_reader(self) -> Iterator[Callable[[str, str, str], list[str] | None]]:
+    def carried_reader(self) -> Iterator[Callable[..., list[str] | None]]:
         """:meth:`carried` for many pods at once (the start's check of a restored copy): the
         node's netlink opened once and its links dumped once, again after a read that failed;
-        one dump a pod made the start's check quadratic in the pods (review 31, A5)."""
+        one dump a pod made the start's check quadratic in the pods (review 31, A5). Its reads
+        take an optional ``veth_prefix``: :meth:`carried_under` (review 31, A1)."""
         with Netlink.open(self.host_netns) as host:
             links: dict[str, Link] | None = None
 
-            def read(netns: str, ifname: str, container_id: str) -> list[str] | None:
+            def read(netns: str, ifname: str, container_id: str, veth_prefix: str | None = None) -> list[str] | None:
                 nonlocal links
                 if netns_problem(netns, self.host_netns):
                     return None
                 if links is None:
                     links = {link.name: link for link in host.links()}
+                prefix = self.veth_prefix if veth_prefix is None else veth_prefix
                 try:
-                    return pod_addresses(host, netns, ifname, container_id, self.veth_prefix, links)
+                    return pod_addresses(host, netns, ifname, container_id, prefix, links)
                 except OSError:
                     links = None  # read again: the host may have changed meanwhile
                     raise

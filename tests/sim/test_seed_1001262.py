@@ -30,6 +30,6 @@ def test_seed_1001262_keeps_one_holder_per_address(keep: list[int] | None) -> No
 
 
 def test_without_the_carried_check_the_old_copy_gives_two_holders(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(node_agent.agent, "carried_disagreements", lambda ds, pods: [])
+    monkeypatch.setattr(node_agent.agent, "carried_disagreements", lambda ds, pods, *_wiring: [])
     r = run_seed(1001262, SHRUNK, shrink=False)
     assert [v["invariant"] for v in r.violations] == ["agent-double"], r.violations

@@ -81,7 +81,10 @@ def test_only_an_interface_carrying_other_addresses_disagrees() -> None:
     assert carried_disagreements(ds, _Carrying({"p": [Y]})) == [
         f"p/eth0 carries {Y} but the checkpoint has it holding {X}"
     ]
-    assert carried_disagreements(ds, _Carrying({"p": [Y, X]})) == []  # it carries the record's too
+    assert carried_disagreements(ds, _Carrying({"p": [Y, X]})) == [  # the record's beside another (review 31, A4)
+        f"p/eth0 carries {Y}, {X} but the checkpoint has it holding {X}"
+    ]
+    assert carried_disagreements(ds, _Carrying({"p": [X]})) == []  # the record's alone
     assert carried_disagreements(ds, _Carrying({"p": []})) == []  # nothing on it: no word
     assert carried_disagreements(ds, _Carrying({"p": None})) == []  # no such pair: no word
     # a read that keeps failing (not a namespace gone: that is None) is no check: the start rebuilds

@@ -5,23 +5,29 @@ The shape of seed 1001262 throughout: pod1 held X in an older copy of the checkp
 attachment was DELed and ADDed again since and got Y; X went back to the pool and EC2 gave it to
 another node (IMDS no longer lists it); the host's pod routes and rules were flushed; the agent
 restarts on the older copy. The check reads the pod's side of the attachment's veth and rebuilds
-when it carries other addresses than the record's. It does not read:
+when it carries other addresses than the record's. Review 31 found where it said nothing (A1,
+A3 and A4 fixed in ``node_agent.agent.carried_disagreements``; A2 open, its test a strict xfail):
 
-* the veth of the attachment under the prefix it was made with, once ``WARMPOOL_VETH_PREFIX``
+* A1: the veth of the attachment under the prefix it was made with, once ``WARMPOOL_VETH_PREFIX``
   changed across the restart (``PodNetwork.carried`` looks only under the current prefix, while
-  ``teardown_pod`` and the rebuild both know a veth of another prefix is the attachment's);
-* a recovered holder named after the attachment's veth (``ds.pods()`` lists named records only),
-  which the attachment's next ADD takes (``CniService._held``/``ds.assign(..., holder)``);
-* anything, when the read fails with an ``OSError`` that is not the namespace gone (an
+  ``teardown_pod`` and the rebuild both know a veth of another prefix is the attachment's): now
+  the attachment's veths of other prefixes among the host's are read too (``carried_under``);
+* A2: a recovered holder named after the attachment's veth (``ds.pods()`` lists named records
+  only), which the attachment's next ADD takes (``CniService._held``/``ds.assign(..., holder)``):
+  open, the pod's interface is read through the pod's namespace, which a holder does not name
+  (docs/safety.md: why refusing every copy with such a holder whose veth lost its route was not
+  taken, and why the pod rule is no proof);
+* A3: anything, when the read fails with an ``OSError`` that is not the namespace gone (an
   interrupted dump, ``EINTR``; ``ENOBUFS``): the copy is taken on the spot, where
   ``read_wiring`` reads again and a start never goes on without its read (hostile review of the
   checkpoint checks, C2) -- fixed in stop 50: read again, and a read that keeps failing is a
   disagreement (the start rebuilds);
-* a pod whose interface carries the record's address beside another (a pod that set its old
-  address again on its own interface: ``p.ip in has``).
+* A4: a pod whose interface carries the record's address beside another (a pod that set its old
+  address again on its own interface: ``p.ip in has``): now anything but the record's address
+  alone disagrees.
 
-Either way the copy is taken, X is kept for pod1 (or its veth) in this node's datastore while
-EC2 gave it to another node, and pod1's next ADD is given X: two holders."""
+Unfixed, the copy is taken, X is kept for pod1 (or its veth) in this node's datastore while EC2
+gave it to another node, and pod1's next ADD is given X: two holders."""
 
 from __future__ import annotations
 
@@ -32,6 +38,9 @@ from typing import Any
 
 import pytest
 
+from node_agent.agent import carried_disagreements
+from node_agent.datastore import Datastore
+from node_agent.hostnet import HostWiring, host_veth_name
 from tests.helpers.agent_world import cni, cni_add
 from tests.helpers.controller import PRIMARY
 from tests.helpers.first_start import Node, grant_more, pod_on_fresh_address
@@ -68,11 +77,6 @@ def _restart_on(n: Node, backup: Path, **env: str) -> Any:
     return agent
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 31 A1: carried_disagreements reads the attachment's veth under the current prefix only;"
-    " after a WARMPOOL_VETH_PREFIX change the copy saying pod1 holds X is taken (seed 1001262's two holders)",
-)
 def test_a_prefix_change_hides_what_the_readded_pod_carries(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()
@@ -162,11 +166,6 @@ class _AlsoOld(KernelPods):
         return sorted({*has, X}) if has and container_id == "pod1" else has
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 31 A4: a pod carrying the record's address beside the one it was given passes the check"
-    " (p.ip in has): the copy is taken and its next ADD is given X, which EC2 gave to another node",
-)
 def test_a_pod_carrying_its_old_address_too_passes_the_check(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = _AlsoOld()
@@ -182,3 +181,42 @@ def test_a_pod_carrying_its_old_address_too_passes_the_check(tmp_path: Path) -> 
         )
     finally:
         n.stop()
+
+
+class _Reads:
+    """A pod network whose reads are counted: ``carried`` (this prefix) and ``carried_under``."""
+
+    def __init__(self, under: dict[str, list[str]]) -> None:
+        self.under = under
+        self.reads: list[tuple[str, str | None]] = []
+
+    def carried(self, netns: str, ifname: str, container_id: str) -> list[str] | None:
+        self.reads.append((container_id, None))
+        return None
+
+    def carried_under(self, netns: str, ifname: str, container_id: str, veth_prefix: str) -> list[str] | None:
+        self.reads.append((container_id, veth_prefix))
+        return self.under.get(container_id)
+
+
+def test_an_earlier_prefix_s_veth_is_read_only_for_its_own_attachment() -> None:
+    """A1: each record is read under this prefix, and under another only when the host has the
+    attachment's veth of that prefix (a veth of another pod, or of another CNI, is not read)."""
+    ds = Datastore()
+    ds.add_eni(PRIMARY, 0.0)
+    ds.add_addresses(PRIMARY.eni_id, [X, Y, "10.0.0.52"])
+    for cid in ("p", "q", "r"):
+        assert ds.assign(cid, "eth0", f"/var/run/netns/{cid}", 1.0) is not None
+    held = {p.container_id: p.ip for p in ds.pods()}
+    veths = {host_veth_name("p", "eth0", "eni"), host_veth_name("q", "eth0", "eni"), "cali0123456789a"}
+    wiring = HostWiring(pods={}, stale=[], links=frozenset(veths), veths=frozenset(veths))
+    pods = _Reads({"p": [held["p"]], "q": ["10.0.0.99"]})
+    wrong = carried_disagreements(ds, pods, wiring, "wp")
+    assert wrong == [
+        f"q/eth0 carries 10.0.0.99 (its veth {host_veth_name('q', 'eth0', 'eni')})"
+        f" but the checkpoint has it holding {held['q']}"
+    ]
+    assert sorted(pods.reads, key=str) == sorted(
+        [("p", None), ("p", "eni"), ("q", None), ("q", "eni"), ("r", None)], key=str
+    )
+    assert carried_disagreements(ds, pods, None, "wp") == []  # no host wiring read: this prefix only
