@@ -513,13 +513,16 @@ class CniService:
         del conf  # not read: see above
         held, holder = self._held(cid, ifname)
         carried = self._unrouted_carried(cid, ifname, netns, holder) if held is None else set()
-        self.pods.teardown(cid, ifname, held.ip if held else None)
         # The recovered holder's other addresses (one on an ENI IMDS does not show yet: a rebuild
         # during an IMDS lag) have rules too: removed with the pod, or a copy restored later finds
         # the rule, takes it for the pod's, and its holder stays for good (seed 14483); with a
         # record too (its ADD retried after the rebuild took another address: review 28, P2).
-        for ip in (self._holder_ips(holder) | carried) - {held.ip if held else None}:
+        # Before the pair goes (``teardown_pod`` removes an address's rules before the veth): a
+        # failure here leaves the pair, so the runtime's retried DEL reads the carried address
+        # again (review 34, N1: the pair gone first, the retry read nothing and the rule stayed).
+        for ip in sorted((self._holder_ips(holder) | carried) - {held.ip if held else None}):
             self.pods.teardown(cid, ifname, ip)
+        self.pods.teardown(cid, ifname, held.ip if held else None)
         now = self.clock.now()
         try:
             self.ds.release(cid, ifname, now)  # also forgets a waiting ADD
@@ -570,17 +573,38 @@ class CniService:
         can be, as an ADD reads it: :meth:`_known_again`). A read that fails, several addresses or
         none, or no such pair (another prefix's veth, the namespace gone) leaves the rule, as
         before (a leak, never a second holder)."""
-        if not netns or not self._in_reason(holder):
+        reason = self.ds.meta.get(HOLD_REASON)
+        if not netns or not isinstance(reason, list):
             return set()
-        try:
-            carried = self._carried(netns, ifname, cid)
-        except OSError as exc:
-            log.warning("DEL %s %s: its interface could not be read (%s): any pod rule left", cid[:12], ifname, exc)
-            return set()
-        if carried is None or len(carried) != 1 or self.ds.recovered_holder(carried[0]) != UNROUTED_HOLDER:
-            return set()
-        log.info("DEL %s %s: its interface carries %s, held unrouted: its rules removed", cid[:12], ifname, carried[0])
-        return {carried[0]}
+        # this prefix's veth, or one of the attachment's under an earlier prefix (the setting
+        # changed across the restart: review 34, N2), that the start's hold reason names
+        named = [v for v in sorted(veths_of(cid, ifname, set(reason), self.veth_prefix) | {holder}) if v in reason]
+        under = getattr(self.pods, "carried_under", None)
+        for veth in named:
+            prefix = self.veth_prefix if veth == holder else veth_prefix_of(veth, cid, ifname)
+            try:
+                if veth == holder:
+                    carried = self._carried(netns, ifname, cid)
+                elif prefix is not None and under is not None:
+                    carried = under(netns, ifname, cid, prefix)
+                else:
+                    continue
+            except OSError as exc:
+                log.warning("DEL %s %s: its interface could not be read (%s): any pod rule left", cid[:12], ifname, exc)
+                return set()
+            if carried is None:
+                continue  # not that veth's peer: another of the attachment's names may be
+            if len(carried) != 1 or self.ds.recovered_holder(carried[0]) != UNROUTED_HOLDER:
+                return set()
+            log.info(
+                "DEL %s %s: its interface (peer of %s) carries %s, held unrouted: its rules removed",
+                cid[:12],
+                ifname,
+                veth,
+                carried[0],
+            )
+            return {carried[0]}
+        return set()
 
     def _holder_ips(self, holder: str) -> set[str]:
         """Every address a recovered holder holds, on an ENI IMDS shows or not yet."""

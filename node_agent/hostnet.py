@@ -480,13 +480,9 @@ def teardown_pod(host: Netlink, container_id: str, ifname: str, ip: str | None, 
     attachment's veth under another prefix (of up to 7 characters: the setting changed across a
     restart, :func:`veths_of`) goes too: left, a sandbox its runtime forgot kept a namespace that
     carried the address the agent released (the simulation's seed 6659)."""
-    name = host_veth_name(container_id, ifname, veth_prefix)
-    hl = host.link_by_name(name)
-    if hl is not None and hl.kind == "veth":
-        host.link_absent(name)
-    others = veths_of(container_id, ifname, {link.name for link in host.links() if link.kind == "veth"}, veth_prefix)
-    for other in sorted(others - {name}):
-        host.link_absent(other)
+    # The address's rules and route first, the pair last: a failure (or the agent killed) between
+    # them leaves the pair, which the runtime's retried DEL reads again to name the address (review
+    # 34, N1); the other way, a rule outlived its pair, a trace of a pod gone.
     if ip:
         cidr = f"{ip}/32"
         for have in host.rules():
@@ -495,6 +491,13 @@ def teardown_pod(host: Netlink, container_id: str, ifname: str, ip: str | None, 
         for r in host.routes(MAIN_TABLE):
             if r.dst == cidr:
                 host.route_absent(r)
+    name = host_veth_name(container_id, ifname, veth_prefix)
+    hl = host.link_by_name(name)
+    if hl is not None and hl.kind == "veth":
+        host.link_absent(name)
+    others = veths_of(container_id, ifname, {link.name for link in host.links() if link.kind == "veth"}, veth_prefix)
+    for other in sorted(others - {name}):
+        host.link_absent(other)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,10 @@
 interface and removes the rules of the one ``unrouted`` address it carries,
 ``CniService._unrouted_carried``).
 
-Findings (strict xfails, each asserting what should hold):
+Findings (each asserting what should hold; N1 and N2 fixed after the review: ``teardown_pod``
+removes an address's rules before the pair, ``_delete`` the carried address's before the pod's,
+and ``_unrouted_carried`` reads the attachment's veths of earlier prefixes the hold reason names;
+N3 open, a strict xfail):
 
 * **N1** (the seed's double again, by a DEL that failed half-way): the DEL tears the veth down
   *before* it removes the address's rules; a rule removal that fails (a netlink error, or the
@@ -83,11 +86,6 @@ def _unrouted_after_an_older_copy(
     return n, host, after
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 34, N1 (open): the DEL removes the pair before the rules; a failed rule removal's retried DEL "
-    "reads nothing, the rule stays, and an older copy restored later keeps the DELeted pod's record (seed 1016434)",
-)
 def test_n1_a_del_retried_after_its_rule_removal_failed_still_removes_the_rule(tmp_path: Path) -> None:
     host = RuleRemovalFails()
     n, _, after = _unrouted_after_an_older_copy(tmp_path, ["pod1"], host)
@@ -95,7 +93,8 @@ def test_n1_a_del_retried_after_its_rule_removal_failed_still_removes_the_rule(t
         host.fail = 1
         first = cni(n.agent, "DEL", "pod1")
         assert not first["ok"], "setup: the first DEL's rule removal failed"
-        assert host.holders(X) == [], "setup: the pair went with the first try"
+        # fixed: the rules go before the pair, so the failed first try leaves the pair to be read again
+        assert host.holders(X) == [("pod1", "eth0")], "the pair went with the failed first try"
         assert cni(n.agent, "DEL", "pod1")["ok"], "setup: the runtime's retried DEL"
         assert X in offered_within(n, 6), "setup: the hold ends with pod1's DEL"
         agent = answered_start(n, current=False, backup=after)  # a copy listing pod1 holding X
@@ -106,11 +105,6 @@ def test_n1_a_del_retried_after_its_rule_removal_failed_still_removes_the_rule(t
         n.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 34, N2 (open): the DEL reads only this prefix's pair; a pod wired under the prefix before the "
-    "restart leaves its rule, and an older copy restored later keeps the DELeted pod's record (seed 1016434)",
-)
 def test_n2_the_del_of_a_pod_of_the_prefix_before_the_restart_removes_its_rule(tmp_path: Path) -> None:
     n, host, after = _unrouted_after_an_older_copy(tmp_path, ["pod1"], KernelPods(), WARMPOOL_VETH_PREFIX="wp")
     try:
