@@ -144,6 +144,9 @@ class Datastore(RecoveredHolders):
         self._unlisted: set[str] = set()
         """Addresses a pod holds that IMDS stopped listing (the last resync): kept for the pod,
         never handed out again, dropped by the first resync after the pod is gone."""
+        self._listed_elsewhere: set[str] = set()
+        """Of :attr:`_unlisted`: those the last resync's IMDS read lists on another of the node's
+        ENIs (EC2 moved the address; the record names the ENI it had): on the node still."""
         self._unseen: set[str] = set()
         """ENIs the last resync's IMDS read did not list, kept (held) for the pods on them."""
         self._parked: list[dict[str, Any]] = []
@@ -748,7 +751,9 @@ class Datastore(RecoveredHolders):
 
     def counts(self, now: float) -> Counts:
         with self._lock:
-            return Counts.of(self._enis.values(), now, self.cooldown_s, self.pending(now), self._unlisted)
+            return Counts.of(
+                self._enis.values(), now, self.cooldown_s, self.pending(now), self._unlisted, self._listed_elsewhere
+            )
 
     def arrivals(self, now: float, window_s: float) -> int:
         """Pods this process gave a free address (not a recovered one) within the last
@@ -877,6 +882,7 @@ class Datastore(RecoveredHolders):
         self._recovered.clear()
         self._recent.clear()
         self._unlisted.clear()
+        self._listed_elsewhere.clear()
         self._unseen.clear()
         self._parked = []
         self.meta = {}
@@ -1035,6 +1041,12 @@ class Datastore(RecoveredHolders):
                 self.remove_eni(eni_id, force=True)
                 notes.append(f"ENI {eni_id} removed: not attached")
             self._unlisted = unlisted
+            # An address IMDS lists on another ENI of this read is on the node still (EC2 moved it
+            # while the record kept its first ENI: an older copy restored, the simulation's seed
+            # 1023538): counted in the pool too (``Counts.of``), still never handed out or offered.
+            listed = {ip for _, ips, _ in attached for ip in ips}
+            listed |= {str(h) for _, _, pfx in attached for p in pfx for h in ipaddress.IPv4Network(p)}
+            self._listed_elsewhere = unlisted & listed
             self._unseen = unseen_held
             keep = set(held) | unseen_held
             for eni in self._enis.values():

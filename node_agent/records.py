@@ -143,7 +143,8 @@ class Counts:
     the free addresses of a held ENI, and every address IMDS no longer lists: EC2 may have
     taken it, and the allocator counts the node's pool from EC2's). An address IMDS no longer
     lists that a holder keeps still counts in ``assigned``, as the report counts it: so
-    ``assigned`` may exceed ``total``."""
+    ``assigned`` may exceed ``total``. One IMDS lists on another of the node's ENIs than its
+    record's counts in both (``Counts.of``'s ``listed_elsewhere``)."""
     assigned: int
     available: int
     """total − assigned (cooldown counts as available, as in the VPC CNI)."""
@@ -165,6 +166,7 @@ class Counts:
         cooldown_s: float,
         pending: int,
         unlisted: Collection[str] = frozenset(),
+        listed_elsewhere: Collection[str] = frozenset(),
     ) -> Counts:
         """``unlisted``: addresses IMDS no longer lists (:meth:`Datastore.unlisted`), kept for
         their holders and never handed out. Counted in ``assigned`` (the report counts them in
@@ -176,7 +178,13 @@ class Counts:
         waiting pod was not served until IMDS caught up (review 31, B1). Counted so, the agent
         and the allocator agree when EC2 took it; while IMDS only lags, the agent counts one
         address fewer than EC2 has and asks for it, which the allocator does not grant: a
-        report more, no pod kept waiting."""
+        report more, no pod kept waiting.
+
+        ``listed_elsewhere``: those of ``unlisted`` IMDS lists on another of the node's ENIs (EC2
+        moved the address; the record names the ENI it had). EC2 has it on the node, and the
+        allocator counts it in the pool: held, it counts in ``total`` too, as a listed held address
+        does (counted in use alone, the agent was short by one for good and the allocator rightly
+        granted nothing: the simulation's seed 1023538). Still never handed out or offered."""
         total = assigned = cooldown = quarantined = free_prefixes = recovered = free_singles = 0
         for eni in enis:
             busy: dict[str, bool] = {p: False for p in eni.prefixes}
@@ -189,6 +197,7 @@ class Counts:
                 if a.ip in unlisted:
                     if a.in_use:
                         assigned += 1
+                        total += a.ip in listed_elsewhere
                         recovered += bool(a.recovered)
                     if a.prefix is not None:
                         busy[a.prefix] = True
