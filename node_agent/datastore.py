@@ -1044,11 +1044,16 @@ class Datastore(RecoveredHolders):
             # An address IMDS lists on another ENI of this read is on the node still (EC2 moved it
             # while the record kept its first ENI: an older copy restored, the simulation's seed
             # 1023538): counted in the pool too (``Counts.of``), still never handed out or offered.
-            listed = {ip for _, ips, _ in attached for ip in ips}
-            listed |= {str(h) for _, _, pfx in attached for p in pfx for h in ipaddress.IPv4Network(p)}
+            # Only on an ENI the pool counts (not one kept held for its pods: ``no_manage``, a card
+            # the agent does not wire, custom networking's primary), as the allocator counts the
+            # pool (review 35, L1: counted here, not there, the two disagreed for good).
+            held = set(held)
+            pooled = [(info, ips, pfx) for info, ips, pfx in attached if info.eni_id not in held]
+            listed = {ip for _, ips, _ in pooled for ip in ips}
+            listed |= {str(h) for _, _, pfx in pooled for p in pfx for h in ipaddress.IPv4Network(p)}
             self._listed_elsewhere = unlisted & listed
             self._unseen = unseen_held
-            keep = set(held) | unseen_held
+            keep = held | unseen_held
             for eni in self._enis.values():
                 eni.held = eni.info.eni_id in keep
             self._save()
