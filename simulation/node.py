@@ -636,20 +636,21 @@ class SimPods:
         return PodNet(veth, "ee:ee:ee:ee:ee:ee", "02:00:00:00:00:01", 0)
 
     def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
-        """As node_agent/hostnet.py::teardown_pod: the attachment's veth under this agent's prefix
-        goes (with its peer, and every route through it: ``drivers/net/veth.c::veth_dellink``),
-        then, an address given, every pod rule and ``/32`` route for that address, whatever link
-        or pod they belong to. The attachment's veth of another prefix (an earlier process's
+        """As node_agent/hostnet.py::teardown_pod: an address given, every pod rule and ``/32``
+        route for that address first, whatever link or pod they belong to (review 34, N1: a failure
+        between the two then leaves the pair for the retried DEL to read; none is drawn here), then
+        the attachment's veth under this agent's prefix (with its peer, and every route through it:
+        ``drivers/net/veth.c::veth_dellink``). The attachment's veth of another prefix (an earlier process's
         setting) goes too, as ``teardown_pod`` removes it since stop 49 (seed 6659: a GC after a
         prefix change left a forgotten sandbox's namespace carrying the address it released).
         A failed second ADD of a running pod no longer tears anything down (its set-up refuses
         another prefix's pair, and made nothing: seeds 6439 and 14955)."""
         key = (container_id, ifname)
-        if self.veth_of.get(key) is not None:
-            self._drop_pair(key)
         if ip:
             self.rules.discard(ip)
             self.routes.pop(ip, None)
+        if self.veth_of.get(key) is not None:
+            self._drop_pair(key)
 
     def _drop_pair(self, key: tuple[str, str]) -> None:
         self.wired.pop(key, None)

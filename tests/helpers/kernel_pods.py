@@ -63,13 +63,13 @@ class KernelPods(WiredPods):
 
     def teardown(self, container_id: str, ifname: str, ip: str | None) -> None:
         key = (container_id, ifname)
+        if ip:  # the address's rules and route first, the pair last, as ``teardown_pod``
+            self.rules.discard(ip)
+            self.routes.pop(ip, None)
         veth = self.veth_of.pop(key, None)
         self.wired.pop(key, None)
         if veth is not None:
             self.routes = {a: link for a, link in self.routes.items() if link != veth}
-        if ip:
-            self.rules.discard(ip)
-            self.routes.pop(ip, None)
 
     def carried(self, netns: str, ifname: str, container_id: str) -> list[str] | None:
         """As ``node_agent.hostnet.pod_addresses``: what the pod's side of the reading agent's veth
