@@ -26,7 +26,8 @@ violation):
   (``released``, or ``deleted`` of its ENI): the agent's ADDs run between a result's actions
   (:func:`simulation.node.result_problems`);
 * ``stale-report-served``, ``lease``, ``allocator-raised`` (see
-  :mod:`simulation.world`), ``cni-*`` (CNI edge cases: :mod:`simulation.node`, :mod:`simulation.events`);
+  :mod:`simulation.world`), ``agent-raised`` and ``report-invalid`` (:mod:`simulation.node`),
+  ``cni-*`` (CNI edge cases: :mod:`simulation.node`, :mod:`simulation.events`);
 * at the end: ``report-unserved`` (each live node's reports served, once its instance
   has been in DescribeInstances for the same bound),
   ``report-dead-lettered`` (a valid report in the DLQ without injected

@@ -1021,7 +1021,13 @@ class SimAgent:
                     except (ImdsError, IncompleteRead) as exc:  # so it does for a failed IMDS read
                         w.fault(f"imds-read-failed:{type(exc).__name__}")
                 self.runtime_calls()
-                for report in self.ctl.tick(now):
+                invalid = self.ctl.stats.reports_invalid
+                reports = self.ctl.tick(now)
+                if self.ctl.stats.reports_invalid > invalid:
+                    # a report the agent could not build from its own datastore: none is sent, and
+                    # an answer it waits for only comes to a report (seed 1041591: 410 s of none)
+                    w.violation("report-invalid", f"{self.name}: a report the datastore could not make valid")
+                for report in reports:
                     self.sent.append((w.now(), report.seq))  # the world's time: the check measures real waits
                     body = report.to_json()
                     w.last_report[self.iid] = body
