@@ -133,7 +133,7 @@ NEXT_DUE_MARGIN_S = 1e-6
 OFFER_DATE_KEPT_S = OFFER_MAX_AGE_CEILING_S
 """How long an ENI's offer keeps its date while addresses join it: those quarantined on the ENI
 meanwhile are left out of its offer, and join it, the whole offer dated anew, once its date is
-this old or nothing older is left on offer (:meth:`PoolController._date_joined_offers`). The
+this old, nothing older is left on offer, or pods wait (:meth:`PoolController._date_joined_offers`). The
 offer's whole window with the allocator (it acts between its release delay and this age):
 re-dated at every join, addresses joining less than the release delay apart kept it too young
 to act on for as long as they came (review 33, Y1)."""
@@ -1200,8 +1200,10 @@ class PoolController:
         until it is that old or nothing older is left on offer, and then join it, the whole offer
         dated anew (:meth:`_offer_joined`). Dated anew at every join, addresses joining less than
         the allocator's release delay apart kept the whole offer too young to act on for as long
-        as they came (review 33, Y1). An older offer (one the allocator can no longer act on) is
-        dated anew at once with them: dated by its oldest address, an address learnt late after a
+        as they came (review 33, Y1). While pods wait, the offer is dated anew at once with them,
+        as is an older offer (one the allocator can no longer act on): what EC2 shows of an
+        address in no offer the allocator counts as the node's free pool, and dated by its oldest
+        address, an address learnt late after a
         checkpoint loss beside an older offer on its ENI was offered too old to act on, what EC2
         shows of it counted as the node's free pool while the node's pods waited, until the offer
         was renewed at the older address's release timeout (review 32, D1; seed 1008551's stall).
@@ -1220,7 +1222,7 @@ class PoolController:
             standing = self._dated(eni_id, [k for k in (*ips, *prefixes) if k not in joined | waiting], now)
             if standing is None and not waiting:
                 continue  # a new offer, all of it quarantined just now
-            if standing is None or steady - standing >= OFFER_DATE_KEPT_S:
+            if standing is None or steady - standing >= OFFER_DATE_KEPT_S or self.ds.pending(now) > 0:
                 self._date_anew(eni_id, now, "an address joined the offer")
             else:
                 self._joining[eni_id] = waiting | joined
@@ -1228,8 +1230,8 @@ class PoolController:
 
     def _offer_joined(self, now: float) -> None:
         """The addresses left out of an ENI's offer (:meth:`_date_joined_offers`) join it, the
-        whole offer dated anew, once its date is :data:`OFFER_DATE_KEPT_S` old or nothing older
-        is left on offer (released, handed back). Forgets those no longer quarantined."""
+        whole offer dated anew, once its date is :data:`OFFER_DATE_KEPT_S` old, nothing older is
+        left on offer (released, handed back), or pods wait. Forgets those no longer quarantined."""
         if not self._joining:
             return
         offers = self.ds.quarantined()
@@ -1242,7 +1244,7 @@ class PoolController:
                 continue
             self._joining[eni_id] = waiting
             standing = self._dated(eni_id, [k for k in (*ips, *prefixes) if k not in waiting], now)
-            if standing is None or steady - standing >= OFFER_DATE_KEPT_S:
+            if standing is None or steady - standing >= OFFER_DATE_KEPT_S or self.ds.pending(now) > 0:
                 self._date_anew(eni_id, now, "addresses left out joined the offer")
 
     def _joining_ends(self, now: float, steady: float) -> float | None:
@@ -1250,6 +1252,8 @@ class PoolController:
         (``steady`` itself if it would now); None if nothing waits to join an offer."""
         if not self._joining:
             return None
+        if self.ds.pending(now) > 0:
+            return steady
         offers = self.ds.quarantined()
         ends: list[float] = []
         for eni_id, keys in self._joining.items():

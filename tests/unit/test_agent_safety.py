@@ -25,7 +25,7 @@ from emulated.clock import VirtualClock
 from node_agent.agent import Agent, AwsClockCheck
 from node_agent.checkpoint import CheckpointWriteError, FileCheckpoint, MemoryCheckpoint
 from node_agent.cniserver import CniService
-from node_agent.controller import OFFER_DATE_KEPT_S, PoolController
+from node_agent.controller import PoolController
 from node_agent.datastore import Datastore
 from node_agent.hostnet import host_veth_name
 from node_agent.records import Assignment
@@ -268,21 +268,13 @@ def test_after_a_rebuild_addresses_imds_shows_late_are_held_too_and_the_take_bac
     imds.add(PRIMARY, ["10.0.0.12"])  # IMDS lagged at the start
     ctl.resync(150.0)
     assert ds.assign("p1", "eth0", "ns", 150.0) is None
-    # 10.0.0.12 joined the ENI's offer, dated 100 and 50 s old: the offer keeps its date and
-    # 10.0.0.12 waits out of it (review 33, Y1: dated anew at every join, an offer joined again
-    # and again was never old enough to act on) ...
-    assert ds.quarantined_since() == {PRIMARY.eni_id: 100.0}
-    assert [(o.ips, o.quarantined_at) for o in one(ctl.tick(151.0)).release] == [(["10.0.0.11"], 100.0)]
-    assert ds.assign("p1", "eth0", "ns", 151.0) is None
-    # ... until the offer is 60 s old: then the whole offer is dated anew, and its release timeout
-    # starts again (review 32, D1: left dated 100, it was too old to act on)
-    joined = 100.0 + OFFER_DATE_KEPT_S
-    ctl.tick(joined)
-    assert ds.quarantined_since() == {PRIMARY.eni_id: joined}
+    # 10.0.0.12 joined the ENI's offer: the whole offer is dated when it did, and its release
+    # timeout starts again (review 32, D1: dated at 100, the offer was too old to act on)
+    assert ds.quarantined_since() == {PRIMARY.eni_id: 150.0}
     ctl.tick(100.0 + TIMING.release_timeout_s + 1)
-    assert ctl.stats.offers_renewed == 0 and ds.quarantined_since() == {PRIMARY.eni_id: joined}
+    assert ctl.stats.offers_renewed == 0 and ds.quarantined_since() == {PRIMARY.eni_id: 150.0}
     assert ds.assign("p1", "eth0", "ns", 100.0 + TIMING.release_timeout_s + 1) is None
-    t = joined + TIMING.release_timeout_s + 1
+    t = 150.0 + TIMING.release_timeout_s + 1
     report = one(ctl.tick(t))  # no answer came: IMDS still lists both; offered again, dated now
     assert ctl.stats.offers_renewed == 2 and ds.quarantined_since() == {PRIMARY.eni_id: t}
     assert ds.assign("p1", "eth0", "ns", t) is None, "taken back on IMDS's word (docs/safety.md, step 6)"

@@ -1,7 +1,9 @@
 """Addresses joining an ENI's offer (review 33, Y1): left out of it while its date stands
 (``PoolController._date_joined_offers``), offered with the whole offer dated anew once it is
 ``OFFER_DATE_KEPT_S`` old or nothing older is left on offer (``_offer_joined``), and never
-offered dated before they were quarantined, across a restart too (``_date_mixed_offers``)."""
+offered dated before they were quarantined, across a restart too (``_date_mixed_offers``). While
+pods wait the offer is dated anew at once (as review 32's D1 fix did:
+``tests/unit/test_agent_safety.py::test_after_a_rebuild_addresses_imds_shows_late_are_held_too_and_the_take_back_applies``)."""
 
 from __future__ import annotations
 

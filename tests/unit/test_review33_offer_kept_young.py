@@ -20,8 +20,8 @@ kept from the subnet and from the node's ceiling meanwhile), not a stuck pod: on
 the offer ages into the window and is acted on (pinned below, with the agent as found).
 
 Fixed: an address joining an offer younger than the offer age (``OFFER_DATE_KEPT_S``, 60 s) waits
-out of it, still quarantined, until the offer is that old or nothing older is left on offer, and
-then joins it dated anew (``PoolController._date_joined_offers``, ``_offer_joined``): X's date
+out of it, still quarantined, until the offer is that old, nothing older is left on offer, or a pod
+waits, and then joins it dated anew (``PoolController._date_joined_offers``, ``_offer_joined``): X's date
 stands, and the report 16 s after it (the back-off's) is read inside the allocator's window."""
 
 from __future__ import annotations
