@@ -32,6 +32,7 @@ from node_agent.report import build_report
 from warmpool import messages
 from warmpool.limits import InstanceLimits, pod_ceiling
 from warmpool.messages import (
+    OFFER_MAX_AGE_CEILING_S,
     Action,
     AllocationResult,
     Assigned,
@@ -129,6 +130,13 @@ reads (this one never expires any of them by time: ``node_agent/recent_results.p
 
 NEXT_DUE_MARGIN_S = 1e-6
 """How much earlier than its exact deadline :meth:`PoolController.next_due` answers."""
+OFFER_DATE_KEPT_S = OFFER_MAX_AGE_CEILING_S
+"""How long an ENI's offer keeps its date while addresses join it: those quarantined on the ENI
+meanwhile are left out of its offer, and join it, the whole offer dated anew, once its date is
+this old, nothing older is left on offer, or pods wait (:meth:`PoolController._date_joined_offers`). The
+offer's whole window with the allocator (it acts between its release delay and this age):
+re-dated at every join, addresses joining less than the release delay apart kept it too young
+to act on for as long as they came (review 33, Y1)."""
 
 
 class AttachedEni(NamedTuple):
@@ -290,6 +298,10 @@ class PoolController:
         the boot that took it: :meth:`_window_left`)."""
         self._window_until: float | None = None
         """Monotonic end of the window after a checkpoint loss (:meth:`_forget_offers`)."""
+        self._joining: dict[str, set[str]] = {}
+        """ENI -> addresses and /28s quarantined since its offer was dated, left out of it until
+        it is dated anew (:meth:`_date_joined_offers`, :meth:`_offer_joined`). In memory only: a
+        start dates anew every offer whose addresses' dates differ (:meth:`_date_mixed_offers`)."""
         self._force = False
         self.clock_ahead = clock_ahead
         """An upper bound of how far this node's clock is ahead of AWS's (seconds; negative: at
@@ -368,6 +380,7 @@ class PoolController:
             # numbering) is moved to this ENI's (review of the multi-card change, F3).
             self._setup(eni.info, pods=[a.ip for a in eni.addrs.values() if a.in_use])
         self._note_quarantined(now)  # restored offers: their timeout starts again now
+        self._date_mixed_offers(now)
         self._force = True
         return notes
 
@@ -973,7 +986,8 @@ class PoolController:
         and ENIs not set up (a tick retries them: due at once), a waiting ADD going stale or a
         DELeted sandbox's pod no longer counted (``Datastore.pending_expires_at``),
         the end of the window after a checkpoint loss, quarantined
-        addresses to stamp or whose release timeout ends, the surplus's release delay, and
+        addresses to stamp or whose release timeout ends, addresses left out of an offer
+        that join it (:meth:`_offer_joined`), the surplus's release delay, and
         the report's own clocks (the first report, a forced one, the heartbeat, the retry
         backoff, a changed signature, a ``deferred``). Times on the steady clock are
         converted as it stands now to ``now`` (a wall clock stepped later is an event).
@@ -1004,6 +1018,11 @@ class PoolController:
         if current:
             first = min(self._quarantined_seen[k] for k in current) + self.timing.release_timeout_s
             at.append(wall(max(first, self._hold_until)))
+        joined = self._joining_ends(now, steady)
+        if joined is not None:
+            if joined <= steady:
+                return now
+            at.append(wall(joined))
         delta = self.delta(now)
         release = self._release_due(now, delta)
         if release is None:
@@ -1040,8 +1059,7 @@ class PoolController:
             return gate
         at = [last + self.timing.heartbeat_s]
         gate = max(gate, self._not_before)
-        offers = self.ds.quarantined()
-        signature = (delta.short_units, delta.whole_enis, pending > 0, tuple(sorted(offers)))
+        signature = self._signature(delta, pending, self._offers())
         if signature != self._last_signature:
             at.append(gate)
         if delta.low or pending > 0 or signature[3] or self._restored_from is not None:
@@ -1056,6 +1074,7 @@ class PoolController:
         self._adopt_released_unknown()
         self._forget_known()
         self._note_quarantined(now, from_now=False)
+        self._offer_joined(now)
         back = self._take_back(now) if self._steady(now) >= self._hold_until else 0
         if back:
             self.stats.unquarantined += back
@@ -1081,8 +1100,8 @@ class PoolController:
             self._surplus_since = None
 
         pending = self.ds.pending(now)
-        offers = self.ds.quarantined()
-        signature = (delta.short_units, delta.whole_enis, pending > 0, tuple(sorted(offers)))
+        offers = self._offers()
+        signature = self._signature(delta, pending, offers)
         due = self._report_due(now, delta, pending, signature)
         self._last_pending = pending
         if not due:
@@ -1172,29 +1191,154 @@ class PoolController:
 
     def _date_joined_offers(self, new: set[tuple[str, str]], now: float) -> None:
         """Addresses ``new`` (stamped just now by :meth:`_note_quarantined`) joined an ENI's offer
-        that already held older ones: the whole offer is dated ``now``, its addresses' release
-        timeout starting again. A report carries one date per ENI's offer, its oldest
-        (``node_agent.offers.quarantined_since``): an address learnt late after a checkpoint loss
-        beside an older offer on its ENI was offered too old for the allocator to act on, what EC2
+        that already held older ones. A report carries one date per ENI's offer, which must be
+        neither before any of its addresses was quarantined (the allocator's release delay counts
+        from it) nor later than the agent's stamps allow (the release timeout counts from them).
+
+        An offer dated less than :data:`OFFER_DATE_KEPT_S` ago keeps its date: the addresses that
+        joined are left out of it (:attr:`_joining`; quarantined, neither offered nor the pool's)
+        until it is that old or nothing older is left on offer, and then join it, the whole offer
+        dated anew (:meth:`_offer_joined`). Dated anew at every join, addresses joining less than
+        the allocator's release delay apart kept the whole offer too young to act on for as long
+        as they came (review 33, Y1). While pods wait, the offer is dated anew at once with them,
+        as is an older offer (one the allocator can no longer act on): what EC2 shows of an
+        address in no offer the allocator counts as the node's free pool, and dated by its oldest
+        address, an address learnt late after a
+        checkpoint loss beside an older offer on its ENI was offered too old to act on, what EC2
         shows of it counted as the node's free pool while the node's pods waited, until the offer
         was renewed at the older address's release timeout (review 32, D1; seed 1008551's stall).
-        Dated later, the offer looks younger to the allocator, and the agent holds each of its
+        Dated anew, the offer looks younger to the allocator, and the agent holds each of its
         addresses a full release timeout from that date (the steady stamps start again), as at a
-        renewal (:meth:`_listed_at_timeout`): never one the allocator may still act on is taken
-        back earlier. Addresses in no offer (members of a /28 not wholly quarantined) keep
-        theirs."""
+        renewal (:meth:`_listed_at_timeout`). Addresses in no offer (members of a /28 not wholly
+        quarantined) keep theirs."""
         offers = self.ds.quarantined()
         steady = self._steady(now)
         for eni_id in sorted({e for e, _ in new}):
             ips, prefixes = offers.get(eni_id, ([], []))
-            offered = set(ips) | {str(h) for p in prefixes for h in ipaddress.IPv4Network(p)}
-            keys = [(e, ip) for e, ip in self._quarantined_seen if e == eni_id and ip in offered]
-            if not any(k in new for k in keys) or all(k in new for k in keys):
+            joined = {k for k in (*ips, *prefixes) if any((eni_id, a) in new for a in _members(k))}
+            if not joined:
                 continue
-            for k in keys:  # first: a failed checkpoint write leaves the dates changed in memory
-                self._quarantined_seen[k] = steady
-            n = self.ds.requarantine(eni_id, now, offered)
-            self._event("quarantine", f"{eni_id}: {n} offered addresses dated anew: an address joined the offer")
+            waiting = self._joining.get(eni_id, set())
+            standing = self._dated(eni_id, [k for k in (*ips, *prefixes) if k not in joined | waiting], now)
+            if standing is None and not waiting:
+                continue  # a new offer, all of it quarantined just now
+            if standing is None or steady - standing >= OFFER_DATE_KEPT_S or self.ds.pending(now) > 0:
+                self._date_anew(eni_id, now, "an address joined the offer")
+            else:
+                self._joining[eni_id] = waiting | joined
+                self._event("quarantine", f"{eni_id}: {len(joined)} quarantined, offered once the offer is dated anew")
+
+    def _offer_joined(self, now: float) -> None:
+        """The addresses left out of an ENI's offer (:meth:`_date_joined_offers`) join it, the
+        whole offer dated anew, once its date is :data:`OFFER_DATE_KEPT_S` old, nothing older is
+        left on offer (released, handed back), or pods wait. Forgets those no longer quarantined."""
+        if not self._joining:
+            return
+        offers = self.ds.quarantined()
+        steady = self._steady(now)
+        for eni_id in sorted(self._joining):
+            ips, prefixes = offers.get(eni_id, ([], []))
+            waiting = self._joining[eni_id] & {*ips, *prefixes}
+            if not waiting:
+                del self._joining[eni_id]
+                continue
+            self._joining[eni_id] = waiting
+            standing = self._dated(eni_id, [k for k in (*ips, *prefixes) if k not in waiting], now)
+            if standing is None or steady - standing >= OFFER_DATE_KEPT_S or self.ds.pending(now) > 0:
+                self._date_anew(eni_id, now, "addresses left out joined the offer")
+
+    def _joining_ends(self, now: float, steady: float) -> float | None:
+        """For :meth:`next_due`: the earliest steady time :meth:`_offer_joined` changes anything
+        (``steady`` itself if it would now); None if nothing waits to join an offer."""
+        if not self._joining:
+            return None
+        if self.ds.pending(now) > 0:
+            return steady
+        offers = self.ds.quarantined()
+        ends: list[float] = []
+        for eni_id, keys in self._joining.items():
+            ips, prefixes = offers.get(eni_id, ([], []))
+            waiting = keys & {*ips, *prefixes}
+            standing = self._dated(eni_id, [k for k in (*ips, *prefixes) if k not in waiting], now)
+            if waiting != keys or standing is None:
+                return steady
+            ends.append(standing + OFFER_DATE_KEPT_S)
+        return min(ends)
+
+    def _date_anew(self, eni_id: str, now: float, why: str) -> None:
+        """Every address of the ENI's offer, those left out of it included, dated ``now``: the
+        stamps first (a failed checkpoint write leaves the dates changed in memory), then the
+        datastore's dates (its checkpoint)."""
+        ips, prefixes = self.ds.quarantined().get(eni_id, ([], []))
+        offered = {a for k in (*ips, *prefixes) for a in _members(k)}
+        steady = self._steady(now)
+        for k in [k for k in self._quarantined_seen if k[0] == eni_id and k[1] in offered]:
+            self._quarantined_seen[k] = steady
+        self._joining.pop(eni_id, None)
+        n = self.ds.requarantine(eni_id, now, offered)
+        self._event("quarantine", f"{eni_id}: {n} offered addresses dated anew: {why}")
+
+    def _date_mixed_offers(self, now: float) -> None:
+        """At a start: an offer whose addresses' checkpointed dates differ (some were left out
+        of it, :attr:`_joining`, which no checkpoint keeps) is dated anew, so no address goes out
+        dated before it was quarantined."""
+        at = self.ds.quarantined_at()
+        for eni_id, (ips, prefixes) in sorted(self.ds.quarantined().items()):
+            dates = {at.get(eni_id, {}).get(a) for k in (*ips, *prefixes) for a in _members(k)}
+            if len(dates - {None}) > 1:
+                self._date_anew(eni_id, now, "their dates differed at the start")
+
+    def _dated(self, eni_id: str, keys: Collection[str], now: float) -> float | None:
+        """When, on the steady clock, the offer of these addresses and /28s of the ENI counts as
+        dated: its oldest stamp, or earlier if its datastore date (what a report says after a
+        restart) is older."""
+        stamp = self._oldest_stamp(eni_id, keys)
+        if stamp is None:
+            return None
+        at = self.ds.quarantined_at().get(eni_id, {})
+        dates = [at[a] for k in keys for a in _members(k) if a in at]
+        return min(stamp, self._steady(now) - max(0.0, now - min(dates, default=now)))
+
+    def _oldest_stamp(self, eni_id: str, keys: Iterable[str]) -> float | None:
+        """The oldest steady stamp among these offered addresses and /28s of the ENI."""
+        seen = self._quarantined_seen
+        stamps = [seen[(eni_id, a)] for k in keys for a in _members(k) if (eni_id, a) in seen]
+        return min(stamps, default=None)
+
+    def _offers(self) -> dict[str, tuple[list[str], list[str]]]:
+        """The offers a report makes now: each ENI's quarantined addresses and whole /28s
+        (``Datastore.quarantined``) but those left out until the offer is dated anew
+        (:attr:`_joining`)."""
+        offers = self.ds.quarantined()
+        for eni_id, keys in self._joining.items():
+            if eni_id in offers:
+                ips, prefixes = offers[eni_id]
+                ips, prefixes = [k for k in ips if k not in keys], [k for k in prefixes if k not in keys]
+                if ips or prefixes:
+                    offers[eni_id] = (ips, prefixes)
+                else:
+                    del offers[eni_id]
+        return offers
+
+    def _offer_stamps(self, offers: dict[str, tuple[list[str], list[str]]]) -> dict[str, float]:
+        """Per ENI offered: the oldest steady stamp of its offer's addresses."""
+        out: dict[str, float] = {}
+        for eni_id, (ips, prefixes) in offers.items():
+            t = self._oldest_stamp(eni_id, (*ips, *prefixes))
+            if t is not None:
+                out[eni_id] = t
+        return out
+
+    def _signature(
+        self, delta: PoolDelta, pending: int, offers: dict[str, tuple[list[str], list[str]]]
+    ) -> tuple[object, ...]:
+        """What a report says that, changed, is reported at once and resets the back-off: the
+        need, whether pods wait, and the offers' ENIs with their dates. With the ENIs alone, a
+        renewal (or an offer dated anew) kept a back-off grown to the heartbeat, and a quiet
+        node reported the offer 1 s and 61 s old, renewal after renewal, never inside the
+        allocator's window between its release delay and the offer age (review 33, R1)."""
+        dated = self._offer_stamps(offers)
+        return (delta.short_units, delta.whole_enis, pending > 0, tuple((e, dated.get(e)) for e in sorted(offers)))
 
     def _due(self, now: float) -> dict[str, list[tuple[str, str | None]]]:
         """Quarantined addresses whose release timeout has passed on the steady clock, counted
@@ -1315,6 +1459,7 @@ class PoolController:
         for e, ip in list(self._quarantined_seen):
             if e == eni_id:
                 self._quarantined_seen[(e, ip)] = steady
+        self._joining.pop(eni_id, None)  # one date for all of them: one offer
         if whole:
             self.stats.whole_eni_offers_renewed += n
         else:
@@ -1374,18 +1519,11 @@ class PoolController:
         self.ds.set_meta(SEQ_META, seq)
         shift = self.clock_ahead() if self.clock_ahead is not None else 0.0
         steady = self._steady(now)
-        steady_since: dict[str, float] = {}
         # Only what the offers hold caps their date: a member of a /28 in no offer (after a loss,
         # the free members of a /28 a pod holds one of) dated a /28 learnt later on the ENI from
         # the start, too old for the allocator to act on (review 32, D2; seed 1008551's stall).
-        offered = {
-            e: set(ips) | {str(h) for p in prefixes for h in ipaddress.IPv4Network(p)}
-            for e, (ips, prefixes) in offers.items()
-        }
-        for (eni_id, ip), seen in self._quarantined_seen.items():
-            if ip not in offered.get(eni_id, ()):
-                continue
-            steady_since[eni_id] = min(steady_since.get(eni_id, now), now - max(0.0, steady - seen))
+        # Nor do addresses left out of the offer (``_joining``).
+        steady_since = {e: min(now, now - max(0.0, steady - t)) for e, t in self._offer_stamps(offers).items()}
         report = build_report(
             self.identity,
             self.pool,
@@ -1967,6 +2105,11 @@ class PoolController:
         log.info("%s: %s", kind, message)
         if self._on_event is not None:
             self._on_event(kind, message)
+
+
+def _members(key: str) -> list[str]:
+    """The addresses an offer's key stands for: itself, or every address of a /28."""
+    return [str(h) for h in ipaddress.IPv4Network(key)] if "/" in key else [key]
 
 
 def _unmet_only(actions: Sequence[Action]) -> bool:

@@ -621,10 +621,10 @@ class Datastore(RecoveredHolders):
         with self._lock:
             return offers.quarantined(self._enis.values())
 
-    def quarantined_since(self) -> dict[str, float]:
+    def quarantined_since(self, offered: dict[str, tuple[list[str], list[str]]] | None = None) -> dict[str, float]:
         """See :func:`node_agent.offers.quarantined_since`."""
         with self._lock:
-            return offers.quarantined_since(self._enis.values())
+            return offers.quarantined_since(self._enis.values(), offered)
 
     # --- what EC2 said and IMDS does not show yet ---------------------------------
 

@@ -169,20 +169,29 @@ def _first(eni: EniRecord, ips: list[str], cap: int) -> list[str]:
     return [ip for ip in ips if ip in kept]
 
 
-def quarantined_since(enis: Iterable[EniRecord]) -> dict[str, float]:
-    """Per ENI with an offer: the oldest quarantine time among the offered addresses.
+def quarantined_since(
+    enis: Iterable[EniRecord], offers: dict[str, tuple[list[str], list[str]]] | None = None
+) -> dict[str, float]:
+    """Per ENI with an offer: the oldest quarantine time among the offered addresses
+    (``offers``: the offers as reported, if not every quarantined address and whole /28).
 
     An offer's age is measured from it (the allocator must not act on an offer
     the agent is about to take back), so one ENI's offer mixing addresses
     quarantined at different times is dated by the oldest. The controller keeps
     a running agent's offers from mixing them: an address joining an ENI's offer
-    dates the whole offer anew (``PoolController._date_joined_offers``)."""
+    is left out of it until the whole offer is dated anew
+    (``PoolController._date_joined_offers``)."""
     by_id = {eni.info.eni_id: eni for eni in enis}
     out: dict[str, float] = {}
-    for eni_id, (ips, prefixes) in quarantined(by_id.values()).items():
+    standing = quarantined(by_id.values()) if offers is None else offers
+    for eni_id, (ips, prefixes) in standing.items():
+        if eni_id not in by_id:
+            continue
         addrs = by_id[eni_id].addrs
         offered = set(prefixes)
-        times = [addrs[ip].quarantined_at for ip in ips]
+        times = [addrs[ip].quarantined_at for ip in ips if ip in addrs]
         times += [a.quarantined_at for a in addrs.values() if a.prefix is not None and a.prefix in offered]
-        out[eni_id] = min(t for t in times if t is not None)
+        dated = [t for t in times if t is not None]
+        if dated:
+            out[eni_id] = min(dated)
     return out

@@ -66,7 +66,7 @@ def build_report(
     """
     c = ds.counts(now)
     unlisted = set(ds.unlisted())  # not the pool's (EC2 may have taken it), still in use (``Counts.of``)
-    since = ds.quarantined_since()
+    since = ds.quarantined_since(offers)
     enis = []
     slots: set[tuple[int, int]] = set()
     for e in sorted(ds.enis(), key=lambda e: (e.info.network_card, e.info.device_index, -e.added_at)):

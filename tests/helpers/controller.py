@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from node_agent import controller
 from node_agent.config import Timing
 from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
@@ -127,3 +128,21 @@ def offers_dated_by_their_oldest(monkeypatch: Any) -> None:
         return None
 
     monkeypatch.setattr(PoolController, "_date_joined_offers", unchanged)
+
+
+def offers_dated_anew_at_every_join(monkeypatch: Any) -> None:
+    """The agent between review 32's D1 fix and review 33's Y1 fix: an address joining an ENI's
+    offer dated the whole offer anew at once, however young the offer (no address was left out of
+    it: ``OFFER_DATE_KEPT_S`` 0)."""
+    monkeypatch.setattr(controller, "OFFER_DATE_KEPT_S", 0.0)
+
+
+def offers_signed_by_their_enis(monkeypatch: Any) -> None:
+    """The agent before review 33's R1 fix: what a report says that, changed, resets the back-off
+    named the offers' ENIs and not their dates (``PoolController._signature``), so a renewal kept
+    a back-off grown to the heartbeat."""
+
+    def by_enis(self: PoolController, delta: Any, pending: int, offers: dict[str, Any]) -> tuple[object, ...]:
+        return (delta.short_units, delta.whole_enis, pending > 0, tuple(sorted(offers)))
+
+    monkeypatch.setattr(PoolController, "_signature", by_enis)

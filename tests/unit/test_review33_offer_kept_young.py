@@ -17,7 +17,12 @@ about 90 s; as long as the ENI has addresses to show, or the node pods to drain)
 
 Bounded by the stream (an ENI's addresses, a node's pods), so a cost (addresses of unknown origin
 kept from the subnet and from the node's ceiling meanwhile), not a stuck pod: once the joins stop,
-the offer ages into the window and is acted on (pinned below)."""
+the offer ages into the window and is acted on (pinned below, with the agent as found).
+
+Fixed: an address joining an offer younger than the offer age (``OFFER_DATE_KEPT_S``, 60 s) waits
+out of it, still quarantined, until the offer is that old, nothing older is left on offer, or a pod
+waits, and then joins it dated anew (``PoolController._date_joined_offers``, ``_offer_joined``): X's date
+stands, and the report 16 s after it (the back-off's) is read inside the allocator's window."""
 
 from __future__ import annotations
 
@@ -31,7 +36,15 @@ from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
 from tests.helpers.agent_findings import POOL
-from tests.helpers.controller import ID, SECOND, TIMING, FakeImds, offers_dated_by_their_oldest
+from tests.helpers.controller import (
+    ID,
+    SECOND,
+    TIMING,
+    FakeImds,
+    offers_dated_anew_at_every_join,
+    offers_dated_by_their_oldest,
+    offers_signed_by_their_enis,
+)
 from warmpool.limits import known
 from warmpool.messages import OFFER_MAX_AGE_CEILING_S, PoolReport
 
@@ -80,15 +93,12 @@ def _first_actionable() -> tuple[float | None, float]:
     return None, last_join
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 33, Y1: joins less than the allocator's release delay apart keep the re-dated offer "
-    "too young to act on for as long as they go on",
-)
 def test_an_offered_address_is_actionable_within_the_offer_age_while_others_join_its_offer() -> None:
     at, last_join = _first_actionable()
     assert at is not None
-    # Now: X is first actionable only after the last join (T0 + 96 s), ~10 s later.
+    # Before the fix: X was first actionable only after the last join (T0 + 96 s), ~10 s later.
+    # Fixed: the joining addresses are left out of X's offer until it is 60 s old
+    # (``PoolController._date_joined_offers``), so its date stands.
     assert at <= T0 + OFFER_MAX_AGE_CEILING_S, (at - T0, last_join - T0)
 
 
@@ -98,9 +108,14 @@ def test_before_the_fix_the_offer_dated_by_x_was_actionable_early(monkeypatch: p
     assert at is not None and at <= T0 + OFFER_MAX_AGE_CEILING_S, at
 
 
-def test_once_the_joins_stop_the_offer_is_actionable_within_the_release_delay_and_a_backoff() -> None:
-    """Why Y1 is a cost and not a stuck offer: the stream ends, and the offer then ages into the
-    allocator's window (the report backoff caps at the heartbeat)."""
+def test_once_the_joins_stop_the_offer_is_actionable_within_the_release_delay_and_a_backoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Why Y1 was a cost and not a stuck offer (the agent as review 33 found it): the stream ends,
+    and the offer then ages into the allocator's window (the report backoff caps at the
+    heartbeat)."""
+    offers_dated_anew_at_every_join(monkeypatch)
+    offers_signed_by_their_enis(monkeypatch)
     at, last_join = _first_actionable()
     assert at is not None
     assert last_join == T0 + EVERY * len(LATE), last_join

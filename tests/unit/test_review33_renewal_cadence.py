@@ -11,7 +11,12 @@ as long as the node stays quiet (no pod stuck: a node short of addresses gets it
 Y2 (the change): before it, a surplus address joining such an offer between 10 s and 60 s after its
 renewal went out in a forced report dated by the renewal (19 s old here): the allocator could act
 on the whole offer. ``PoolController._date_joined_offers`` dates it anew, so that report says 1 s
-and the offer falls into R1's cadence: never actionable again."""
+and the offer falls into R1's cadence: never actionable again.
+
+Fixed: what a report says that, changed, resets the back-off names the offers' dates too
+(``PoolController._signature``): after a renewal or an offer dated anew the reports go 1, 6, 16
+and 36 s after it, two of them inside the window. The joining address of Y2 waits out of the
+renewed offer (review 33, Y1's fix), which keeps its date."""
 
 from __future__ import annotations
 
@@ -25,7 +30,14 @@ from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.controller import PoolController
 from node_agent.datastore import Datastore
 from tests.helpers.agent_findings import POOL
-from tests.helpers.controller import ID, PRIMARY, TIMING, FakeImds, offers_dated_by_their_oldest
+from tests.helpers.controller import (
+    ID,
+    PRIMARY,
+    TIMING,
+    FakeImds,
+    offers_dated_by_their_oldest,
+    offers_signed_by_their_enis,
+)
 from warmpool.limits import known
 from warmpool.messages import OFFER_MAX_AGE_CEILING_S, PoolReport
 
@@ -72,25 +84,17 @@ def _actionable_after(pod_deleted_at: float | None) -> list[tuple[float, list[fl
     return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 33, R1 (older than the change): a renewed offer in a quiet node is reported 1 s and "
-    "61 s old, renewal after renewal, never in the allocator's 10-60 s window",
-)
 def test_a_renewed_offer_is_actionable_in_some_report_of_a_quiet_node() -> None:
     assert _actionable_after(None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 33, Y2: a surplus address joining a renewed offer dates it anew: the forced report "
-    "says 1 s instead of 19 s, and the offer falls into R1's cadence, never actionable",
-)
 def test_an_address_joining_a_renewed_offer_leaves_it_actionable() -> None:
     assert _actionable_after(RENEWED - 41.0)  # joins at 229 s, the renewal 19 s old
 
 
 def test_before_the_change_the_join_went_out_dated_by_the_renewal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before review 32's D1 change, with the report cadence then (R1 not fixed)."""
     offers_dated_by_their_oldest(monkeypatch)
+    offers_signed_by_their_enis(monkeypatch)
     got = _actionable_after(RENEWED - 41.0)
     assert got and got[0][0] == RENEWED + 19.0, got
