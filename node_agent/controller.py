@@ -1221,7 +1221,12 @@ class PoolController:
             waiting = self._joining.get(eni_id, set())
             standing = self._dated(eni_id, [k for k in (*ips, *prefixes) if k not in joined | waiting], now)
             if standing is None and not waiting:
-                continue  # a new offer, all of it quarantined just now
+                if all((eni_id, a) in new for k in joined for a in _members(k)):
+                    continue  # a new offer, all of it quarantined just now
+                # a /28 completed by its last member, its others quarantined before: dated by its
+                # oldest, the offer looked older than that member (review 36, C1)
+                self._date_anew(eni_id, now, "a /28 completed by its last member")
+                continue
             if standing is None or steady - standing >= OFFER_DATE_KEPT_S or self.ds.pending(now) > 0:
                 self._date_anew(eni_id, now, "an address joined the offer")
             else:
@@ -1379,7 +1384,9 @@ class PoolController:
             return 0
         view = {a.info.eni_id: a for a in interfaces}
         whole = self._whole_eni_offers()
-        offerable = self.ds.quarantined()
+        # every whole quarantined /28, offered now or past the cap of what one offer may name: one
+        # an earlier report offered, left out by the cap, is no loose member's (review 36, D1)
+        offerable = self.ds.quarantined(capped=False)
         back = 0
         for eni_id, addrs in due.items():
             seen = view.get(eni_id)

@@ -616,10 +616,10 @@ class Datastore(RecoveredHolders):
         with self._lock:
             return offers.quarantined_at(self._enis.values())
 
-    def quarantined(self) -> dict[str, tuple[list[str], list[str]]]:
+    def quarantined(self, capped: bool = True) -> dict[str, tuple[list[str], list[str]]]:
         """See :func:`node_agent.offers.quarantined`."""
         with self._lock:
-            return offers.quarantined(self._enis.values())
+            return offers.quarantined(self._enis.values(), capped=capped)
 
     def quarantined_since(self, offered: dict[str, tuple[list[str], list[str]]] | None = None) -> dict[str, float]:
         """See :func:`node_agent.offers.quarantined_since`."""

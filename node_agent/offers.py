@@ -135,24 +135,26 @@ def quarantined_at(enis: Iterable[EniRecord]) -> dict[str, dict[str, float]]:
     return out
 
 
-def quarantined(enis: Iterable[EniRecord]) -> dict[str, tuple[list[str], list[str]]]:
+def quarantined(enis: Iterable[EniRecord], *, capped: bool = True) -> dict[str, tuple[list[str], list[str]]]:
     """Per ENI: quarantined single addresses and whole quarantined prefixes (the offers), at most
     what a report's offer may name (``MAX_IPS_PER_ENI`` addresses, ``MAX_PREFIXES_PER_ENI``
     prefixes), the longest quarantined first: an ENI whose addresses EC2 replaced while the old
     ones stay quarantined for their offer's answer may hold more than it can have at once, and one
     offer too long made every report invalid (no report for minutes: the simulation's seed
     1041591, 98 addresses). The rest wait, quarantined, for the next offer; an address in no
-    offer is never acted on by the allocator, and its date does not date the offer."""
+    offer is never acted on by the allocator, and its date does not date the offer. ``capped``
+    False: every one (what the take-back must treat as offered: review 36, D1)."""
     out: dict[str, tuple[list[str], list[str]]] = {}
     for eni in enis:
-        ips = _first(eni, [ip for ip in eni.ips if eni.addrs[ip].quarantined_at is not None], MAX_IPS_PER_ENI)
+        cap_ips = MAX_IPS_PER_ENI if capped else len(eni.ips)
+        ips = _first(eni, [ip for ip in eni.ips if eni.addrs[ip].quarantined_at is not None], cap_ips)
         pfx: list[str] = []
         if eni.prefixes:
             members = eni.by_prefix()
             # A /28 with no address held under it stands for nothing set aside (seed 6069: its
             # addresses held as singles for pods): offered only when it has addresses, all quarantined.
             pfx = [p for p in eni.prefixes if members.get(p) and all(a.quarantined_at is not None for a in members[p])]
-            if len(pfx) > MAX_PREFIXES_PER_ENI:
+            if capped and len(pfx) > MAX_PREFIXES_PER_ENI:
                 since = {p: min(a.quarantined_at or 0.0 for a in members[p]) for p in pfx}
                 kept = set(sorted(pfx, key=lambda p: (since[p], p))[:MAX_PREFIXES_PER_ENI])
                 pfx = [p for p in pfx if p in kept]

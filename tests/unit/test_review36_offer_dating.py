@@ -3,7 +3,8 @@
 (``node_agent.offers.quarantined``). What docs/safety.md (hand-over step 1) promises: an offer
 is never dated before any address in it was quarantined.
 
-C1 (cost, the stall of review 32's D1): a /28 whose last member is quarantined while the /28 is
+C1 (cost, the stall of review 32's D1; fixed after the review: such an offer is dated anew): a /28
+whose last member is quarantined while the /28 is
 the only thing its ENI offers is offered dated by its oldest member. ``_date_joined_offers``
 dates an offer anew only when something else stands on offer (``standing is None and not
 waiting``: "a new offer, all of it quarantined just now"), but a /28 completed by its last member
@@ -15,12 +16,13 @@ go (``UNKNOWN_ON_RELEASE``): released more than 60 s into the window, the /28 go
 the allocator to act on (``fresh_offers`` drops it) and what EC2 shows of it counts as the node's
 free pool until the oldest members' renewal at the release timeout.
 
-C2 (cost): an address beyond the cap (quarantined later than the 64 offered) enters the offer
+C2 (cost; open, a strict xfail): an address beyond the cap (quarantined later than the 64 offered) enters the offer
 when an older one leaves it, and the offer keeps the older addresses' date: dated before the
 address was quarantined (the cap's docstring: "its date does not date the offer" holds only
 while it stays out).
 
-D1 (double, on the IMDS lag docs/safety.md rows 4 and 6 allow): ``PoolController._take_back``
+D1 (double, on the IMDS lag docs/safety.md rows 4 and 6 allow; fixed after the review: the take-back treats
+every whole quarantined /28 as offered, the cap's too): ``PoolController._take_back``
 takes the members of a /28 in no offer back into the pool on IMDS's listing ("loose": meant for
 a /28 not wholly quarantined, which no allocator was offered), and a whole quarantined /28 the cap
 leaves out counts as in no offer. A renewal dates every quarantined address of the ENI alike, and
@@ -54,7 +56,6 @@ MEMBERS = [str(h) for h in ipaddress.IPv4Network(P1)]
 T0 = 1000.0
 
 
-@pytest.mark.xfail(strict=True, reason="review 36 C1: a /28 completed alone on its ENI keeps its oldest member's date")
 def test_a_28_completed_by_its_last_member_is_offered_dated_no_earlier_than_that_member() -> None:
     imds = FakeImds()
     imds.enis[E] = AttachedEni(PRIMARY, [], [P1])
@@ -128,7 +129,6 @@ def _prefixes(n: int) -> list[str]:
     return [f"10.1.{j // 16}.{(j % 16) * 16}/28" for j in range(n)]
 
 
-@pytest.mark.xfail(strict=True, reason="review 36 D1: a /28 once offered, cut by the cap, goes back on IMDS's listing")
 def test_a_28_once_offered_is_never_taken_back_on_imds_listing_after_the_cap_leaves_it_out() -> None:
     pfx = _prefixes(MAX_PREFIXES_PER_ENI + 1)
     imds = FakeImds()
