@@ -666,42 +666,6 @@ class PoolController:
         }
         return {k for k in listed if k not in mine}, {k for k in listed if under_pod(k)}
 
-    def _moved_offers(self, usable: list[AttachedEni], held: set[str]) -> set[str]:
-        """Single addresses the datastore holds quarantined and unused on an ENI this read shows
-        without them, that the read lists on another ENI of the node the pool counts: EC2 has
-        them there now (an address is on one interface at a time, docs/safety.md row 1). Taken
-        off the first ENI's record here, and held on the other as offered, of unknown origin
-        (returned, they join :meth:`_relisted`'s keys). Before, held on the first until its
-        offer's release timeout, they stayed unknown on the ENI EC2 has them on, an address the
-        node could not use, for as long as re-dated offers kept that timeout away (the
-        simulation's seed 1060384: EC2 gave them to the other ENI in an answer the agent never
-        got). Never one a pod holds, nor a /28's member; a read that lists the address on
-        neither ENI, or whose first ENI is missing, changes nothing."""
-        seen = {a.info.eni_id: set(a.ips) for a in usable}
-        listed_on = {ip: a.info.eni_id for a in usable if a.info.eni_id not in held for ip in a.ips}
-        moved: set[str] = set()
-        for eni in self.ds.enis():
-            here = seen.get(eni.info.eni_id)
-            if here is None:
-                continue
-            gone = [
-                ip
-                for ip, a in eni.addrs.items()
-                if a.prefix is None
-                and a.quarantined_at is not None
-                and not a.in_use
-                and ip not in here
-                and listed_on.get(ip, eni.info.eni_id) != eni.info.eni_id
-            ]
-            if gone:
-                removed = self.ds.remove_addresses(eni.info.eni_id, gone)
-                moved.update(removed)
-                self._event(
-                    "quarantine",
-                    f"{eni.info.eni_id}: {len(removed)} quarantined addresses IMDS lists on another ENI: held there",
-                )
-        return moved
-
     def _awaited_grants(self) -> set[tuple[str, str]]:
         """(ENI, key) pairs a waiting claim names as EC2's own assignment (:meth:`_granted_by_ec2`,
         or found so when it came): its wait ends by taking the key on EC2's word if IMDS lists it
@@ -816,9 +780,7 @@ class PoolController:
         # (``REGRANT_UNSEEN_LEAK`` in tests/sim/test_undocumented_rows.py). It is held as
         # offered, of unknown origin: the allocator's release book says it ``released`` again,
         # or unassigns it again if EC2 still shows it (docs/allocator.md).
-        moved = self._moved_offers(usable, kept_held)
         relisted, under_pods = self._relisted(usable, released, kept_held)
-        relisted |= moved
         attached = [
             (
                 a.info,

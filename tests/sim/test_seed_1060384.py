@@ -1,5 +1,5 @@
 """Seed 1060384 (stop 51's sweep of seeds 1060000-1061999 on 6845bb5; passing before 8f79c32):
-``address-leaked`` at the end; fixed (``PoolController._moved_offers``). Shrunk: ``warmpool sim --seed 1060384 --keep
+``address-leaked`` at the end, open. Shrunk: ``warmpool sim --seed 1060384 --keep
 0,1,3,12,13,14,15,16,17,18,19,22,23,26,27,30,31,32``. After a lost checkpoint n0's agent held its
 free addresses as offered (of unknown origin); EC2 unassigned 10.0.0.23 and 10.0.0.24 from
 ``eni-bc9f…`` (the result came at 301.3 s) while IMDS still listed them there, so the next read
@@ -11,10 +11,16 @@ answer for (``ec2-ambiguous``); IMDS listed them there from then on. The agent n
 where IMDS no longer listed them, until that offer's release timeout dropped them (893.3 s). Since
 review 32's D1 (8f79c32) an address joining that offer dates it anew and its timeout starts again,
 so the two stayed unknown on the ENI EC2 has them on to the end of the run (a leak: never handed
-out, never a second holder). Now an address the datastore holds quarantined, unused, on an ENI
-IMDS no longer lists it on, that the same read lists on another ENI of the node the pool counts,
-moves to that ENI, still held as offered, of unknown origin (tests/unit/test_offer_moved_eni.py;
-docs/reliability.md, "Stop 51")."""
+out, never a second holder).
+
+A fix was made and taken out in stop 51 (3bbc668, reverted): moving such an address to the ENI IMDS
+lists it on, held as offered, removed it from the first ENI's record and recorded it on the second
+in two steps; review 37 showed three ways the second step does not happen (a checkpoint write that
+fails between them, a restart between them, one regressed read whose second ENI the reconcile
+refuses) and the address then came back free while its offer could still be answered: a pod could
+get an address EC2 was about to unassign. The move must be one datastore operation, inside the
+reconcile's batch, onto an ENI the reconcile records. Pinned as a strict xfail; docs/reliability.md,
+"Stop 51"."""
 
 from __future__ import annotations
 
@@ -27,6 +33,11 @@ pytestmark = pytest.mark.sim
 SHRUNK = [0, 1, 3, 12, 13, 14, 15, 16, 17, 18, 19, 22, 23, 26, 27, 30, 31, 32]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an address EC2 moved to another ENI of the node, held quarantined on the first, is unknown "
+    "on the second until the first's offer times out (re-dated at every join since review 32's D1)",
+)
 def test_seed_1060384_every_address_ec2_has_on_the_node_is_known() -> None:
     violations, (out, _w) = run_plan(plan_for(1060384, SHRUNK))
     assert out.faults.get("ec2-ambiguous:sdk-retry") == 1, "setup"
