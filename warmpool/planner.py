@@ -400,20 +400,24 @@ def _plan_known(
                 mode,
             )
         alloc_mode: Mode = force_mode or mode
-        plan = _plan_allocation(
-            report,
-            inventory,
-            limits,
-            subnets,
-            cfg,
-            state,
-            delta,
-            cluster,
-            exclude_subnets,
-            alloc_mode,
-            subnet_rule,
-            surge_hint,
-        )
+
+        def allocation(in_mode: Mode) -> Plan:
+            return _plan_allocation(
+                report,
+                inventory,
+                limits,
+                subnets,
+                cfg,
+                state,
+                delta,
+                cluster,
+                exclude_subnets,
+                in_mode,
+                subnet_rule,
+                surge_hint,
+            )
+
+        plan = allocation(alloc_mode)
         if (
             alloc_mode == "prefix"
             and plan.unmet
@@ -424,20 +428,7 @@ def _plan_known(
             # none fails with InsufficientCidrBlocks and the executor's fallback never comes.
             # Single addresses now, as that fallback would give (docs/allocator.md, step 7;
             # issue 24's subnet worlds in the simulation, seeds 178 and 207).
-            singles = _plan_allocation(
-                report,
-                inventory,
-                limits,
-                subnets,
-                cfg,
-                state,
-                delta,
-                cluster,
-                exclude_subnets,
-                "secondary-ip",
-                subnet_rule,
-                surge_hint,
-            )
+            singles = allocation("secondary-ip")
             if singles.calls:
                 plan = singles
         if reclaim:
