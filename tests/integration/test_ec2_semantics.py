@@ -403,7 +403,11 @@ def test_assign_specific_addresses_answers_only_those(request: pytest.FixtureReq
     moto_lacks(request, any_backend, "AssignedPrivateIpAddresses lists every address on the ENI")
     ec2 = any_backend.ec2
     w = world(ec2)
-    eid = _new_eni(ec2, w.subnet)
+    # The primary is named so it can never be one of the two assigned (moto draws it at random:
+    # a primary of 10.0.0.200 made moto's answer right by chance, about one run in 250).
+    eid = ec2.create_network_interface(SubnetId=w.subnet, PrivateIpAddress="10.0.0.150")["NetworkInterface"][
+        "NetworkInterfaceId"
+    ]
     r = ec2.assign_private_ip_addresses(NetworkInterfaceId=eid, PrivateIpAddresses=["10.0.0.200", "10.0.0.201"])
     assert [a["PrivateIpAddress"] for a in r["AssignedPrivateIpAddresses"]] == ["10.0.0.200", "10.0.0.201"]
 
