@@ -298,6 +298,13 @@ class PoolController:
         the boot that took it: :meth:`_window_left`)."""
         self._window_until: float | None = None
         """Monotonic end of the window after a checkpoint loss (:meth:`_forget_offers`)."""
+        self._unlisted_since: dict[tuple[str, str], float] = {}
+        """(ENI, address) offered, a single address, that IMDS no longer lists on that ENI ->
+        the monotonic reading of the first resync that found it so (every resync since has, too;
+        :meth:`_note_unlisted`). Its release timeout counts from here as well as from its stamp,
+        whichever is earlier (:meth:`_due`): an offer dated anew at every join restarts the
+        stamps, and such an address, gone from the ENI, stayed held there for as long as joins
+        came (the simulation's seed 1060384). In memory only: a start counts again."""
         self._joining: dict[str, set[str]] = {}
         """ENI -> addresses and /28s quarantined since its offer was dated, left out of it until
         it is dated anew (:meth:`_date_joined_offers`, :meth:`_offer_joined`). In memory only: a
@@ -807,6 +814,7 @@ class PoolController:
             )
             if keys is not None or relisted:
                 self._hold_unknown((self._known_keys() if keys is None else keys) - relisted, now)
+        self._note_unlisted(now, {a.info.eni_id for a in usable})
         kept = {a.info.eni_id for a in usable}
         for a in interfaces:  # tagged no_manage after we took it, and no pod is left on it: let go
             if a.managed is False and a.info.eni_id in have and a.info.eni_id not in kept:
@@ -1018,6 +1026,9 @@ class PoolController:
         if current:
             first = min(self._quarantined_seen[k] for k in current) + self.timing.release_timeout_s
             at.append(wall(max(first, self._hold_until)))
+        if self._unlisted_since and self.metadata is not None:
+            first = min(self._unlisted_since.values()) + self.timing.release_timeout_s
+            at.append(wall(max(first, self._hold_until)))
         joined = self._joining_ends(now, steady)
         if joined is not None:
             if joined <= steady:
@@ -1183,6 +1194,8 @@ class PoolController:
         seen = self._quarantined_seen
         for k in [k for k in seen if k not in current]:
             del seen[k]
+        for k in [k for k in self._unlisted_since if k not in current]:
+            del self._unlisted_since[k]
         new = {k for k in current if k not in seen}
         for k in new:
             seen[k] = steady if from_now else steady - max(0.0, now - current[k])
@@ -1358,6 +1371,36 @@ class PoolController:
                 due[eni_id] = ok
         return due
 
+    def _due_unlisted(self, now: float) -> dict[str, list[str]]:
+        """Offered single addresses IMDS has not listed on their ENI, resync after resync, for a
+        whole release timeout (:attr:`_unlisted_since`), whatever their offer's date: dropped by
+        :meth:`_take_back` if its own read does not list them either, as if their ``released``
+        had come. Never taken back (a read that lists one again leaves it offered)."""
+        steady, timeout = self._steady(now), self.timing.release_timeout_s
+        due: dict[str, list[str]] = {}
+        for (eni_id, ip), since in sorted(self._unlisted_since.items()):
+            if steady - since >= timeout:
+                due.setdefault(eni_id, []).append(ip)
+        return due
+
+    def _note_unlisted(self, now: float, read: set[str]) -> None:
+        """After a resync's reconcile of the ENIs ``read``: start the clock of each offered single
+        address the read did not list on its ENI (one it lists, one no longer offered, or one
+        on an ENI the read lacks, is forgotten)."""
+        steady = self._steady(now)
+        unlisted = set(self.ds.unlisted())
+        now_unlisted = {
+            (eni.info.eni_id, a.ip)
+            for eni in self.ds.enis()
+            if eni.info.eni_id in read
+            for a in eni.addrs.values()
+            if a.prefix is None and a.quarantined_at is not None and not a.in_use and a.ip in unlisted
+        }
+        for k in [k for k in self._unlisted_since if k not in now_unlisted]:
+            del self._unlisted_since[k]
+        for k in now_unlisted:
+            self._unlisted_since.setdefault(k, steady)
+
     def _take_back(self, now: float) -> int:
         """Quarantined addresses with no answer within the release timeout (measured on the
         steady clock, :meth:`_due`). One IMDS no longer lists was released and its result is
@@ -1373,7 +1416,8 @@ class PoolController:
         stays quarantined: when pods need addresses, the answer to the node's report (a
         deficit) hands it back. Returns how many came back (only without IMDS: tests)."""
         due = self._due(now)
-        if not due:
+        due_unlisted = self._due_unlisted(now) if self.metadata is not None else {}
+        if not due and not due_unlisted:
             return 0
         if self.metadata is None:
             return sum(self.ds.reclaim(eni_id, [ip for ip, _ in addrs]) for eni_id, addrs in due.items())
@@ -1414,31 +1458,58 @@ class PoolController:
                 self.stats.take_back_postponed += 1
                 gone_ips, gone_pfx = [], []
             if gone_ips or gone_pfx:
-                # EC2 took them (the ``released`` result is late or lost): gone, as if it had
-                # come. Its in_reply_to is unknown, so it is taken as the newest report sent:
-                # every claim replying to a report up to now is stale for them (a hand-back of
-                # an older offer arriving late; before, -1 and a restart, which forgets
-                # ``_offered_upto``, let one in on a read from before the unassign, row 6).
-                # Only a grant replying to a later report takes them again. An offer of unknown
-                # origin is never handed back (docs/allocator.md), so for one a claim replying to
-                # the newest report itself is stale too (hostile review of the unknown offers,
-                # R3: dated last_seq, such a hand-back met a regressed read and came back free).
-                gone = [*gone_ips, *gone_pfx]
-                unknown = [k for k in gone if k in self._unknown]
-                with self.ds.batch():
-                    if unknown:
-                        self.ds.mark_gone(now, now + RECENT_S, self.last_seq + 1, released=unknown)
-                    ordinary = [k for k in gone if k not in self._unknown]
-                    if ordinary:
-                        self.ds.mark_gone(now, now + RECENT_S, self.last_seq, released=ordinary)
-                self._note_absent_from_read()
-                removed = self.ds.remove_addresses(eni_id, gone_ips, gone_pfx)
-                self.stats.released_without_result += len(removed)
-                self._event(
-                    "quarantine",
-                    f"{eni_id}: {len(removed)} quarantined addresses no longer in IMDS: released (result late or lost)",
-                )
+                self._drop_gone(eni_id, gone_ips, gone_pfx, now)
+        quarantined = self.ds.quarantined_at()
+        for eni_id, ips in due_unlisted.items():
+            for ip in ips:  # dropped, or its clock starts again at the next resync that lacks it
+                self._unlisted_since.pop((eni_id, ip), None)
+            seen = view.get(eni_id)
+            if seen is None:
+                continue  # a read without the ENI: the stamp's timeout decides, as before
+            done = {ip for ip, _ in due.get(eni_id, [])}
+            nets = [ipaddress.ip_network(p, strict=False) for p in seen.prefixes]
+            gone_ips = [
+                ip
+                for ip in ips
+                if ip not in done
+                and ip in quarantined.get(eni_id, {})
+                and ip not in seen.ips
+                and not any(ipaddress.ip_address(ip) in n for n in nets)
+            ]
+            if gone_ips and self._read_predates_pods(eni_id, {*seen.ips, *seen.prefixes}, in_read=True):
+                self.stats.take_back_postponed += 1
+                continue
+            if gone_ips:
+                self._drop_gone(eni_id, gone_ips, [], now)
         return back
+
+    def _drop_gone(self, eni_id: str, gone_ips: list[str], gone_pfx: list[str], now: float) -> None:
+        """Offered addresses and /28s of ``eni_id`` IMDS no longer lists, past their release
+        timeout (:meth:`_take_back`)."""
+        # EC2 took them (the ``released`` result is late or lost): gone, as if it had
+        # come. Its in_reply_to is unknown, so it is taken as the newest report sent:
+        # every claim replying to a report up to now is stale for them (a hand-back of
+        # an older offer arriving late; before, -1 and a restart, which forgets
+        # ``_offered_upto``, let one in on a read from before the unassign, row 6).
+        # Only a grant replying to a later report takes them again. An offer of unknown
+        # origin is never handed back (docs/allocator.md), so for one a claim replying to
+        # the newest report itself is stale too (hostile review of the unknown offers,
+        # R3: dated last_seq, such a hand-back met a regressed read and came back free).
+        gone = [*gone_ips, *gone_pfx]
+        unknown = [k for k in gone if k in self._unknown]
+        with self.ds.batch():
+            if unknown:
+                self.ds.mark_gone(now, now + RECENT_S, self.last_seq + 1, released=unknown)
+            ordinary = [k for k in gone if k not in self._unknown]
+            if ordinary:
+                self.ds.mark_gone(now, now + RECENT_S, self.last_seq, released=ordinary)
+        self._note_absent_from_read()
+        removed = self.ds.remove_addresses(eni_id, gone_ips, gone_pfx)
+        self.stats.released_without_result += len(removed)
+        self._event(
+            "quarantine",
+            f"{eni_id}: {len(removed)} quarantined addresses no longer in IMDS: released (result late or lost)",
+        )
 
     def _read_predates_pods(self, eni_id: str, listed: set[str], *, in_read: bool) -> bool:
         """Whether a read listing ``listed`` for ``eni_id`` lacks an address a pod holds on it,

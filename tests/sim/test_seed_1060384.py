@@ -13,14 +13,13 @@ review 32's D1 (8f79c32) an address joining that offer dates it anew and its tim
 so the two stayed unknown on the ENI EC2 has them on to the end of the run (a leak: never handed
 out, never a second holder).
 
-A fix was made and taken out in stop 51 (3bbc668, reverted): moving such an address to the ENI IMDS
-lists it on, held as offered, removed it from the first ENI's record and recorded it on the second
-in two steps; review 37 showed three ways the second step does not happen (a checkpoint write that
-fails between them, a restart between them, one regressed read whose second ENI the reconcile
-refuses) and the address then came back free while its offer could still be answered: a pod could
-get an address EC2 was about to unassign. The move must be one datastore operation, inside the
-reconcile's batch, onto an ENI the reconcile records. Pinned as a strict xfail; docs/reliability.md,
-"Stop 51"."""
+A first fix (3bbc668, moving such an address to the ENI IMDS lists it on) was taken out after
+review 37 (its two steps could be split by a failed write, a restart or a regressed read, and the
+address came back free). Fixed without a move: an offered single address IMDS has not listed on its
+ENI, resync after resync, is dropped a release timeout after the first such read, whatever its
+offer's date (``PoolController._unlisted_since``), and marked released, so the read that lists it on
+the other ENI holds it there as offered, of unknown origin. tests/unit/test_offer_unlisted_timeout.py
+pins the rule and review 37's cases; docs/reliability.md, "Stop 52"."""
 
 from __future__ import annotations
 
@@ -33,11 +32,6 @@ pytestmark = pytest.mark.sim
 SHRUNK = [0, 1, 3, 12, 13, 14, 15, 16, 17, 18, 19, 22, 23, 26, 27, 30, 31, 32]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an address EC2 moved to another ENI of the node, held quarantined on the first, is unknown "
-    "on the second until the first's offer times out (re-dated at every join since review 32's D1)",
-)
 def test_seed_1060384_every_address_ec2_has_on_the_node_is_known() -> None:
     violations, (out, _w) = run_plan(plan_for(1060384, SHRUNK))
     assert out.faults.get("ec2-ambiguous:sdk-retry") == 1, "setup"
