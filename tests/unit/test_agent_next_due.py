@@ -2,7 +2,8 @@
 
 Two controllers, each with its own datastore, see the same drawn events (pods
 added, retried and deleted, results — assigned, attached, released, deferred,
-failed, empty —, resyncs, a report that could not be sent) at the same times, over an IMDS whose view changes between
+failed, empty —, resyncs, a report that could not be sent, an offered address EC2
+unassigned with its result lost) at the same times, over an IMDS whose view changes between
 events (a claim shows up there only some seconds after its result, a release
 leaves it at once). One is ticked every second and after most events; the
 other after the same events and otherwise only at the first whole second at or
@@ -50,7 +51,7 @@ class Side:
 
 
 def _events(rng: random.Random) -> list[tuple[float, str]]:
-    kinds = ["add"] * 6 + ["del"] * 4 + ["result"] * 5 + ["resync", "imds", "retry_soon", "retry_soon"]
+    kinds = ["add"] * 6 + ["del"] * 4 + ["result"] * 5 + ["resync", "imds", "unassigned", "retry_soon", "retry_soon"]
     t, out = 0.0, list[tuple[float, str]]()
     while True:
         t += rng.expovariate(1 / rng.choice([3.0, 15.0, 60.0]))
@@ -140,6 +141,15 @@ class Run:
         elif kind == "retry_soon":  # the last report could not be sent
             every.ctl.retry_soon()
             skip.ctl.retry_soon()
+        elif kind == "unassigned":  # EC2 unassigned an offered address; its result is lost
+            offered = every.ds.quarantined()
+            if offered:
+                eni_id = rng.choice(sorted(offered))
+                cur = self.imds.enis.get(eni_id)
+                if cur is not None and offered[eni_id][0]:
+                    gone = rng.choice(offered[eni_id][0])
+                    self.imds.enis[eni_id] = cur._replace(ips=[ip for ip in cur.ips if ip != gone])
+            return False
         elif kind == "imds":
             extra = f"10.0.0.{rng.randint(30, 39)}"  # EC2 assigned it, no result came
             if extra not in self.imds.enis[PRIMARY.eni_id].ips:
