@@ -383,12 +383,15 @@ class Datastore(RecoveredHolders):
         if self._withheld:
             return None
         fallback: tuple[EniRecord, Addr] | None = None
+        # Never another ENI's primary address, whatever an earlier read recorded (docs/safety.md
+        # row 1: EC2 made it that ENI's; the next resync drops it here: seed 1100805's shape).
+        primaries = {e.info.primary_ip for e in self._enis.values()}
         for eni in sorted(self._enis.values(), key=_slot):
             if not eni.ready or eni.held:
                 continue
             used_prefixes = {a.prefix for a in eni.addrs.values() if a.in_use and a.prefix}
             for a in eni.addrs.values():
-                if a.in_use or a.quarantined_at is not None or a.ip in self._unlisted:
+                if a.in_use or a.quarantined_at is not None or a.ip in self._unlisted or a.ip in primaries:
                     continue
                 if a.freed_at is not None and now < a.freed_at + self.cooldown_s:
                     continue

@@ -46,9 +46,10 @@ def build_report(
     was missed) is left out, and so is its offer (taken out of ``offers``);
     ``skipped(eni_id, slot)`` is told.
     Quarantined addresses and prefixes are reported only as offers, never as the pool's.
-    An address IMDS no longer lists (held for its holder, never handed out) is not reported as
-    the pool's (EC2 may have taken it; the allocator counts the pool from EC2's) but counts in
-    ``assigned`` when held (a pod may carry it), as ``Counts.of`` counts it.
+    An address IMDS no longer lists (held for its holder, never handed out), or that is another
+    ENI's primary address, is not reported as the pool's (EC2 may have taken it; the allocator
+    counts the pool from EC2's) but counts in ``assigned`` when held (a pod may carry it), as
+    ``Counts.of`` counts it.
     Each offer is dated ``offer_shift`` seconds before its quarantine time (how far this
     node's clock may be ahead of the allocator's: never an offer younger than it is). A
     negative shift (the clock at least that far behind) dates offers and the report that
@@ -66,6 +67,11 @@ def build_report(
     """
     c = ds.counts(now)
     unlisted = set(ds.unlisted())  # not the pool's (EC2 may have taken it), still in use (``Counts.of``)
+    # Another ENI's primary address is that ENI's (an address is on one interface at a time,
+    # docs/safety.md row 1), whatever an earlier read recorded: a result's new ENI whose primary
+    # EC2 drew from an address the rebuild had held on the first ENI from a stale read, before
+    # the next resync found it gone there (seed 1100805: the report listed it twice, invalid).
+    primaries = {e.info.primary_ip for e in ds.enis()}
     since = ds.quarantined_since(offers)
     enis = []
     slots: set[tuple[int, int]] = set()
@@ -85,7 +91,11 @@ def build_report(
                 network_card=e.info.network_card,
                 subnet_id=e.info.subnet_id,
                 primary_ip=e.info.primary_ip,
-                ips=[ip for ip in e.ips if e.addrs[ip].quarantined_at is None and ip not in unlisted],
+                ips=[
+                    ip
+                    for ip in e.ips
+                    if e.addrs[ip].quarantined_at is None and ip not in unlisted and ip not in primaries
+                ],
                 prefixes=[p for p in e.prefixes if p not in offered and p not in gone_prefixes],
                 assigned=sum(1 for a in e.addrs.values() if a.in_use),
             )
