@@ -296,3 +296,29 @@ def test_a_read_of_the_holders_peers_that_keeps_failing_makes_the_start_rebuild(
     always = _Peers({veth: [X]}, fail=3)
     wrong = carried_disagreements(ds, always, wiring, "eni")
     assert len(wrong) == 1 and "could not be read" in wrong[0], wrong
+
+
+def test_a_copy_whose_holder_s_peer_carries_its_address_is_taken(tmp_path: Path) -> None:
+    """The guard beside A2's fix (passes before it too): a copy written after a rebuild, restored
+    while pod1 still carries the address its veth's holder holds (routes and rules flushed, so the
+    host's routes cannot tell), is taken, not rebuilt; pod1's next ADD gets its own address."""
+    n = Node(tmp_path, adopt_launch_pool=False)
+    host = n.pods = KernelPods()
+    try:
+        assert pod_on_fresh_address(n) == X
+        n.lose_checkpoint()
+        agent = n.start()
+        n.step()
+        veth = host.veth_of[("pod1", "eth0")]
+        assert {h.ip: h.holder for h in agent.ds.recovered_holders()}.get(X) == veth, "setup: held by veth"
+        n.step(30)
+        backup = tmp_path / "copy"
+        shutil.copytree(n.state, backup)
+        host.flush_routes()
+        host.flush_rules()
+        agent = _restart_on(n, backup)
+        assert agent.counters["checkpoint_rebuilds_damaged"] == 0, "a copy its pods agree with was refused"
+        assert {h.ip: h.holder for h in agent.ds.recovered_holders()}.get(X) == veth
+        assert cni_add(agent, "pod1") == X
+    finally:
+        n.stop()
