@@ -193,7 +193,69 @@ def carried_disagreements(
     :func:`node_agent.hostnet.veths_of`, as its DEL finds it) is read too, through
     ``PodNetwork.carried_under`` (review 31, A1: before, only this prefix's name was read). The
     record's address beside others is a disagreement too (review 31, A4: before, ``X in has``
-    passed a pod carrying X and the address its re-ADD gave it)."""
+    passed a pod carrying X and the address its re-ADD gave it).
+
+    With the host's ``wiring`` given, the restored *recovered holders* are read too
+    (:func:`holder_disagreements`: review 31, A2)."""
+    return _named_disagreements(ds, pods, wiring, veth_prefix) + holder_disagreements(ds, pods, wiring, veth_prefix)
+
+
+def holder_disagreements(ds: Datastore, pods: object, wiring: HostWiring | None, veth_prefix: str | None) -> list[str]:
+    """The restored recovered holders named after one of the agent's pod veths (this prefix's, or
+    shaped as :func:`node_agent.hostnet.host_veth_name` names them under any prefix) that the
+    host has, whose pod-side peer carries anything but one of the addresses the copy gives that
+    veth alone: the holder's, or the record's of the attachment the veth is named after. A rebuild
+    (or a failed ADD) holds a pod's address by its veth's name, and the attachment's next ADD takes
+    it (``CniService._held``); a copy written then and restored after the attachment was DELed and
+    ADDed again with another address (its routes and rules flushed since, so the host's routes
+    cannot tell) would give the attachment's next ADD the old address, which went back to the pool
+    and may be another node's (seed 1001262's shape, with a holder in place of the record: review
+    31, A2). A holder names no namespace, so the peer is found from the host's side
+    (``PodNetwork.peers_carried``: the namespaces the runtimes pin, each link there paired with the
+    host veth). A peer carrying no IPv4 address, one found in no namespace the agent can read, or a
+    pod network that cannot tell says nothing, as for a record; a read that keeps failing is a
+    disagreement (A3's rule). What it costs: a start that rebuilds when a pod gave itself another
+    address (row 32: more held, never less)."""
+    read = getattr(pods, "peers_carried", None)
+    if wiring is None or veth_prefix is None or read is None:
+        return []
+    veths = _veths(wiring)
+    holds: dict[str, set[str]] = {}
+    for h in ds.recovered_holders():
+        if h.holder in (UNKNOWN_HOLDER, UNROUTED_HOLDER, ROUTED_HOLDER) or h.holder not in veths:
+            continue
+        if veth_shaped(h.holder) or h.holder.startswith(veth_prefix):
+            holds.setdefault(h.holder, set()).add(h.ip)
+    if not holds:
+        return []
+    for p in ds.pods():  # the attachment's own record agrees too (a record and a holder of its veth)
+        for name in veths_of(p.container_id, p.ifname, holds, veth_prefix):
+            holds[name].add(p.ip)
+    got: dict[str, list[str]] | None = None
+    failed: OSError | None = None
+    for _ in range(WIRING_READ_TRIES):
+        try:
+            got = read(sorted(holds))
+            failed = None
+            break
+        except OSError as exc:
+            failed = exc
+    if failed is not None:
+        return [f"the peers of the recovered holders' veths could not be read ({failed})"]
+    out = []
+    for name, ips in sorted(holds.items()):
+        has = (got or {}).get(name)
+        if has and not (len(has) == 1 and has[0] in ips):
+            out.append(
+                f"the peer of veth {name} carries {', '.join(has)} but the checkpoint has it holding"
+                f" {', '.join(sorted(ips))}"
+            )
+    return out
+
+
+def _named_disagreements(
+    ds: Datastore, pods: object, wiring: HostWiring | None = None, veth_prefix: str | None = None
+) -> list[str]:
     earlier = _earlier_veths(wiring, veth_prefix)
     reader = getattr(pods, "carried_reader", None)
     if reader is not None:

@@ -22,7 +22,7 @@ import socketserver
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -56,11 +56,12 @@ from node_agent.hostnet import (
     setup_left,
     setup_pod,
     teardown_pod,
+    veth_peers_carried,
     veth_prefix_of,
     veths_of,
     wired_pods,
 )
-from node_agent.netlink import MAIN_TABLE, Link, Netlink, NetlinkFailure
+from node_agent.netlink import MAIN_TABLE, NETNS_DIR, Link, Netlink, NetlinkFailure
 from node_agent.records import UNKNOWN_HOLDER, UNROUTED_HOLDER, Assignment, PodRecord
 from warmpool.clock import Clock, SteadyClock
 
@@ -81,7 +82,10 @@ class PodNetwork(Protocol):
     ``ifname`` carries when it is the peer of the attachment's host veth (this prefix's name),
     None when there is no such pair or it cannot tell (without it: cannot tell); and
     ``carried_under(netns, ifname, container_id, veth_prefix)``: the same for the attachment's
-    veth under ``veth_prefix`` (an earlier prefix's; without it: cannot tell).
+    veth under ``veth_prefix`` (an earlier prefix's; without it: cannot tell); and
+    ``peers_carried(veths) -> {veth: [address]}``: what the pod-side peer of each of those host
+    veths carries, found without the pod's namespace being named (a recovered holder names only
+    its veth), a veth left out when it cannot tell (without it: cannot tell of any).
 
     An exception ``setup`` raises may say what the set-up left
     (:func:`node_agent.hostnet.setup_left`): a failed ADD tears down only a veth pair its set-up
@@ -143,6 +147,15 @@ class NetlinkPods:
         with Netlink.open(self.host_netns) as host:
             return pod_addresses(host, netns, ifname, container_id, veth_prefix)
 
+    def peers_carried(self, veths: Collection[str]) -> dict[str, list[str]]:
+        """What the pod-side peer of each host veth in ``veths`` carries, looked for in the
+        network namespaces pinned under :data:`PINNED_NETNS_DIRS` (where the runtimes pin pod
+        namespaces: ``ip netns``, containerd's and CRI-O's ``cni-…``); a veth whose peer is in
+        none of them is left out (cannot tell). The start's check of a restored copy's recovered
+        holders (``node_agent.agent.carried_disagreements``; review 31, A2)."""
+        with Netlink.open(self.host_netns) as host:
+            return veth_peers_carried(host, veths, pinned_namespaces(self.host_netns))
+
     @contextlib.contextmanager
     def carried_reader(self) -> Iterator[Callable[..., list[str] | None]]:
         """:meth:`carried` for many pods at once (the start's check of a restored copy): the
@@ -166,6 +179,36 @@ class NetlinkPods:
                     raise
 
             yield read
+
+
+PINNED_NETNS_DIRS = (NETNS_DIR, "/var/run/netns")
+"""Where pod network namespaces are pinned (bind-mounted): ``ip netns``'s directory, which
+containerd and CRI-O use for pods' (``cni-<uuid>``); the DaemonSet mounts the host's
+``/run/netns`` at ``/var/run/netns``, the same directory when ``/var/run`` links to ``/run``."""
+
+
+def pinned_namespaces(node_netns: str = "", dirs: Collection[str] = PINNED_NETNS_DIRS) -> list[str]:
+    """The pod network namespaces pinned in ``dirs``: each entry that is a network namespace and
+    not the agent's, the host's or the node's (:func:`~node_agent.hostnet.netns_problem`), once
+    each (by device and inode). A directory that cannot be listed gives none."""
+    out: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    for d in dirs:
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(d, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in seen or netns_problem(path, node_netns):
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            out.append(path)
+    return out
 
 
 class RecordedPods:

@@ -430,6 +430,32 @@ def pod_addresses(
         return sorted(cidr.split("/")[0] for cidr in pod.addrs(pl.index))
 
 
+def veth_peers_carried(host: Netlink, veths: Collection[str], namespaces: Collection[str]) -> dict[str, list[str]]:
+    """What the peer of each host veth named in ``veths`` carries (its IPv4 addresses, without
+    their length), the peer looked for in each namespace of ``namespaces`` (paths): a link there
+    that is a veth paired with the host veth (:func:`_paired`, the indices both ways, as
+    :func:`pod_addresses` knows a pod's pair). A veth whose peer none of them holds is left out
+    (cannot tell); a namespace gone before it is opened is skipped. Every pairing found is read
+    (more readings, never one in place of another). Reads only: one link dump of the host, one
+    link dump of each namespace, one address dump of each peer found (review 31, A2: a recovered
+    holder names a veth, not its pod's namespace)."""
+    wanted = {link.index: link for link in host.links() if link.name in veths and link.kind == "veth"}
+    found: dict[str, set[str]] = {}
+    if not wanted:
+        return {}
+    for path in namespaces:
+        try:
+            pod = Netlink.open(path)
+        except NetlinkNotFound:
+            continue  # gone meanwhile
+        with pod:
+            for pl in pod.links():
+                hl = wanted.get(pl.peer) if pl.peer is not None else None
+                if hl is not None and _paired(hl, pl):
+                    found.setdefault(hl.name, set()).update(cidr.split("/")[0] for cidr in pod.addrs(pl.index))
+    return {name: sorted(ips) for name, ips in found.items()}
+
+
 def cut_pair_of_another_prefix(host: Netlink, pod: Netlink, pl: Link, container_id: str, ifname: str) -> Link | None:
     """The host end of the veth pair whose peer is the pod's interface ``pl`` (``ifname`` in the
     pod's namespace) when that pair is as an ADD of this attachment cut before the pod's address

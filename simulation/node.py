@@ -24,7 +24,7 @@ import functools
 import ipaddress
 import json
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
 
@@ -680,6 +680,13 @@ class SimPods:
         if self.ns_id(netns) is None or self.veth_of.get(key) != host_veth_name(container_id, ifname, veth_prefix):
             return None
         return [self.wired[key]] if key in self.wired else []
+
+    def peers_carried(self, veths: Collection[str]) -> dict[str, list[str]]:
+        """As :meth:`node_agent.cniserver.NetlinkPods.peers_carried`: what the pod-side peer of each
+        of ``veths`` carries (the model pins every pod's namespace where the agent looks)."""
+        return {
+            veth: [self.wired[key]] if key in self.wired else [] for key, veth in self.veth_of.items() if veth in veths
+        }
 
     def disturb(self, variant: str, pick: float) -> str:
         """The host's pod wiring changed under the agent (``host-wiring``); returns what was done.

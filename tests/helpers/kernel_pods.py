@@ -23,7 +23,7 @@ What it models, and where from:
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -82,6 +82,13 @@ class KernelPods(WiredPods):
         if self.veth_of.get(key) != host_veth_name(container_id, ifname, veth_prefix):
             return None
         return [self.wired[key]] if key in self.wired else []
+
+    def peers_carried(self, veths: Collection[str]) -> dict[str, list[str]]:
+        """As ``NetlinkPods.peers_carried``: what the pod-side peer of each of ``veths`` carries
+        (every pod's namespace pinned where the agent looks)."""
+        return {
+            veth: [self.wired[key]] if key in self.wired else [] for key, veth in self.veth_of.items() if veth in veths
+        }
 
     def flush_routes(self) -> None:
         self.routes.clear()

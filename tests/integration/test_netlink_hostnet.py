@@ -258,6 +258,39 @@ def test_the_start_reads_what_a_listed_pod_s_interface_carries(node: str, pod: s
     assert carried_disagreements(ds, pods) == []
 
 
+def test_the_start_reads_what_a_recovered_holder_s_veth_s_peer_carries(node: str, pod: str) -> None:
+    """Review 31, A2, read through the kernel: a copy's recovered holder of 10.0.1.30 named after
+    pod abc's veth (no namespace named) is read by the veth's peer, found among the namespaces
+    pinned in /run/netns (``NetlinkPods.peers_carried``); agreeing, then carrying another address
+    once the attachment was ADDed again (its route flushed), then gone. A veth of the attachment's
+    name whose peer is in the node's own namespace is found nowhere (no word)."""
+    from node_agent.agent import carried_disagreements
+    from node_agent.cniserver import NetlinkPods
+    from node_agent.datastore import Datastore
+
+    ds = Datastore()
+    ds.add_eni(ENI1, 0.0)
+    ds.add_addresses(ENI1.eni_id, ["10.0.1.30", "10.0.1.31", "10.0.1.32"])
+    veth, trap = host_veth_name("abc", "eth0"), host_veth_name("trap", "eth0")
+    ds.recover({"10.0.1.30": veth, "10.0.1.32": trap}, 1.0)  # the copy: held by veth name
+    pods = NetlinkPods(host_netns=f"/run/netns/{node}")
+    with Netlink.open(node) as nl:
+        setup_pod(nl, pod, "eth0", "abc", "10.0.1.30", 2, 9001)
+    sh("ip", "-n", node, "link", "add", trap, "type", "veth", "peer", "name", "eth0t")
+    sh("ip", "-n", node, "addr", "add", "10.0.1.33/32", "dev", "eth0t")
+    assert pods.peers_carried([veth, trap]) == {veth: ["10.0.1.30"]}
+    assert carried_disagreements(ds, pods, pods.host_wiring(), "eni") == []
+    with Netlink.open(node) as nl:
+        setup_pod(nl, pod, "eth0", "abc", "10.0.1.31", 2, 9001)  # the attachment ADDed again
+    sh("ip", "-n", node, "route", "flush", "dev", veth)
+    assert carried_disagreements(ds, pods, pods.host_wiring(), "eni") == [
+        f"the peer of veth {veth} carries 10.0.1.31 but the checkpoint has it holding 10.0.1.30"
+    ]
+    sh("ip", "-n", pod, "link", "del", "eth0")  # the pod's pair gone: no word
+    assert pods.peers_carried([veth, trap]) == {}
+    assert carried_disagreements(ds, pods, pods.host_wiring(), "eni") == []
+
+
 def test_carried_under_reads_the_peer_of_the_attachment_s_veth_of_an_earlier_prefix(node: str, pod: str) -> None:
     """What a retried ADD reads after ``WARMPOOL_VETH_PREFIX`` changed across a restart
     (``NetlinkPods.carried_under``, ``CniService._known_empty_elsewhere``: the simulation's seed

@@ -6,7 +6,8 @@ attachment was DELed and ADDed again since and got Y; X went back to the pool an
 another node (IMDS no longer lists it); the host's pod routes and rules were flushed; the agent
 restarts on the older copy. The check reads the pod's side of the attachment's veth and rebuilds
 when it carries other addresses than the record's. Review 31 found where it said nothing (A1,
-A3 and A4 fixed in ``node_agent.agent.carried_disagreements``; A2 open, its test a strict xfail):
+A3 and A4 fixed in ``node_agent.agent.carried_disagreements``, A2 in
+``node_agent.agent.holder_disagreements``; each test a strict xfail before its fix):
 
 * A1: the veth of the attachment under the prefix it was made with, once ``WARMPOOL_VETH_PREFIX``
   changed across the restart (``PodNetwork.carried`` looks only under the current prefix, while
@@ -14,9 +15,13 @@ A3 and A4 fixed in ``node_agent.agent.carried_disagreements``; A2 open, its test
   the attachment's veths of other prefixes among the host's are read too (``carried_under``);
 * A2: a recovered holder named after the attachment's veth (``ds.pods()`` lists named records
   only), which the attachment's next ADD takes (``CniService._held``/``ds.assign(..., holder)``):
-  open, the pod's interface is read through the pod's namespace, which a holder does not name
-  (docs/safety.md: why refusing every copy with such a holder whose veth lost its route was not
-  taken, and why the pod rule is no proof);
+  the pod's interface was read through the pod's namespace, which a holder does not name. Now the
+  peer of each holder's veth (one of the agent's the host has) is found among the namespaces the
+  runtimes pin (``PodNetwork.peers_carried``: the link there paired with the veth) and read; one
+  carrying anything but one of the addresses the copy gives the veth alone is a disagreement (the
+  start rebuilds). Not taken (docs/safety.md): refusing every copy with such a holder whose veth
+  lost its route (refuses copies the product makes), the pod rule as proof (it outlives its
+  address's release);
 * A3: anything, when the read fails with an ``OSError`` that is not the namespace gone (an
   interrupted dump, ``EINTR``; ``ENOBUFS``): the copy is taken on the spot, where
   ``read_wiring`` reads again and a start never goes on without its read (hostile review of the
@@ -35,8 +40,6 @@ import errno
 import shutil
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from node_agent.agent import carried_disagreements
 from node_agent.datastore import Datastore
@@ -96,11 +99,6 @@ def test_a_prefix_change_hides_what_the_readded_pod_carries(tmp_path: Path) -> N
         n.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 31 A2: carried_disagreements checks named records only; a copy's recovered holder named"
-    " after pod1's veth keeps X, and pod1's next ADD takes it (seed 1001262's two holders)",
-)
 def test_a_recovered_holder_of_the_readded_pods_veth_is_not_read(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()
@@ -220,3 +218,107 @@ def test_an_earlier_prefix_s_veth_is_read_only_for_its_own_attachment() -> None:
         [("p", None), ("p", "eni"), ("q", None), ("q", "eni"), ("r", None)], key=str
     )
     assert carried_disagreements(ds, pods, None, "wp") == []  # no host wiring read: this prefix only
+
+
+class _Peers:
+    """A pod network whose peer reads answer from ``peers`` (veth -> what its peer carries; a veth
+    not there: its peer was found in no namespace) and fail ``fail`` times first."""
+
+    def __init__(self, peers: dict[str, list[str]], fail: int = 0) -> None:
+        self.peers = peers
+        self.fail = fail
+        self.asked: list[list[str]] = []
+
+    def peers_carried(self, veths: Any) -> dict[str, list[str]]:
+        self.asked.append(sorted(veths))
+        if self.fail:
+            self.fail -= 1
+            raise OSError(errno.EINTR, "link dump interrupted (NLM_F_DUMP_INTR) 10 times running")
+        return {v: has for v, has in self.peers.items() if v in veths}
+
+
+def test_each_recovered_holder_of_an_agent_veth_is_read_by_its_peer() -> None:
+    """A2's readings: a holder of this prefix's veth, or of an earlier prefix's, whose peer carries
+    another address, or its own beside another, disagrees; its own address alone, the address of
+    the attachment's own record, nothing, or a peer found nowhere says nothing; a veth the host
+    lacks, another CNI's veth, and the rebuild's ``unknown``/``unrouted`` holders are not read."""
+    ds = Datastore()
+    ds.add_eni(PRIMARY, 0.0)
+    ips = [f"10.0.0.{k}" for k in range(60, 72)]
+    ds.add_addresses(PRIMARY.eni_id, ips)
+    a = ds.assign("rec", "eth0", "/var/run/netns/rec", 1.0)
+    assert a is not None
+    v = {c: host_veth_name(c, "eth0", "eni") for c in ("moved", "both", "own", "empty", "nowhere", "rec", "gone")}
+    earlier = host_veth_name("old", "eth0", "wp")  # an earlier prefix's veth (the agent reads as "eni")
+    foreign = "cali0123456789a"  # another CNI's: not of the agent's shape, read never
+    free = [ip for ip in ips if ip != a.ip]
+    held = dict(zip([*v.values(), earlier, foreign], free, strict=False))
+    held.pop(v["rec"])
+    ds.recover({ip: holder for holder, ip in held.items()}, 2.0)
+    ds.recover({free[9]: "unrouted", free[10]: "unknown"}, 2.0)
+    ds.recover({free[8]: v["rec"]}, 2.0)  # the record's attachment's veth holds another address too
+    veths = (set(v.values()) - {v["gone"]}) | {earlier, foreign}
+    wiring = HostWiring(pods={}, stale=[], links=frozenset(veths), veths=frozenset(veths))
+    pods = _Peers(
+        {
+            v["moved"]: ["10.0.0.99"],
+            v["both"]: sorted([held[v["both"]], "10.0.0.99"]),
+            v["own"]: [held[v["own"]]],
+            v["empty"]: [],
+            v["rec"]: [a.ip],
+            earlier: ["10.0.0.98"],
+            foreign: ["10.0.0.97"],
+        }
+    )
+    wrong = carried_disagreements(ds, pods, wiring, "eni")
+    assert sorted(wrong) == sorted(
+        [
+            f"the peer of veth {v['moved']} carries 10.0.0.99 but the checkpoint has it holding {held[v['moved']]}",
+            f"the peer of veth {v['both']} carries {', '.join(sorted([held[v['both']], '10.0.0.99']))}"
+            f" but the checkpoint has it holding {held[v['both']]}",
+            f"the peer of veth {earlier} carries 10.0.0.98 but the checkpoint has it holding {held[earlier]}",
+        ]
+    )
+    assert pods.asked == [sorted(veths - {foreign})], "the agent's veths the host has, read once"
+    assert carried_disagreements(ds, pods, None, "eni") == [], "no host wiring read: no holder read"
+
+
+def test_a_read_of_the_holders_peers_that_keeps_failing_makes_the_start_rebuild() -> None:
+    """A3's rule for A2's read: failed, read again; failing every time, a disagreement."""
+    ds = Datastore()
+    ds.add_eni(PRIMARY, 0.0)
+    ds.add_addresses(PRIMARY.eni_id, [X])
+    veth = host_veth_name("pod1", "eth0", "eni")
+    ds.recover({X: veth}, 1.0)
+    wiring = HostWiring(pods={}, stale=[], links=frozenset({veth}), veths=frozenset({veth}))
+    once = _Peers({veth: [X]}, fail=2)
+    assert carried_disagreements(ds, once, wiring, "eni") == [], "read again, it answers"
+    always = _Peers({veth: [X]}, fail=3)
+    wrong = carried_disagreements(ds, always, wiring, "eni")
+    assert len(wrong) == 1 and "could not be read" in wrong[0], wrong
+
+
+def test_a_copy_whose_holder_s_peer_carries_its_address_is_taken(tmp_path: Path) -> None:
+    """The guard beside A2's fix (passes before it too): a copy written after a rebuild, restored
+    while pod1 still carries the address its veth's holder holds (routes and rules flushed, so the
+    host's routes cannot tell), is taken, not rebuilt; pod1's next ADD gets its own address."""
+    n = Node(tmp_path, adopt_launch_pool=False)
+    host = n.pods = KernelPods()
+    try:
+        assert pod_on_fresh_address(n) == X
+        n.lose_checkpoint()
+        agent = n.start()
+        n.step()
+        veth = host.veth_of[("pod1", "eth0")]
+        assert {h.ip: h.holder for h in agent.ds.recovered_holders()}.get(X) == veth, "setup: held by veth"
+        n.step(30)
+        backup = tmp_path / "copy"
+        shutil.copytree(n.state, backup)
+        host.flush_routes()
+        host.flush_rules()
+        agent = _restart_on(n, backup)
+        assert agent.counters["checkpoint_rebuilds_damaged"] == 0, "a copy its pods agree with was refused"
+        assert {h.ip: h.holder for h in agent.ds.recovered_holders()}.get(X) == veth
+        assert cni_add(agent, "pod1") == X
+    finally:
+        n.stop()
