@@ -4,7 +4,8 @@ first such read, whatever its offer's date.
 
 Findings (strict xfails): the rule leaves out every address a /28 stands for, so the seed's leak
 class (an offer dated anew at every join, its release timeout never reached) stays open where EC2
-has given the address back inside a /28, or moved an offered /28. Pinned as sound: the drop's seq
+has given the address back inside a /28 (F1), or moved an offered /28 (F2); and any read listing the
+address on its ENI again, or lacking that ENI, restarts the clock (F3). Pinned as sound: the drop's seq
 keeps a late hand-back or a re-said claim of the dropped address from freeing it, a read listing it
 again holds it as offered of unknown origin, and ``next_due`` is never later than the drop."""
 
