@@ -299,12 +299,16 @@ class PoolController:
         self._window_until: float | None = None
         """Monotonic end of the window after a checkpoint loss (:meth:`_forget_offers`)."""
         self._unlisted_since: dict[tuple[str, str], float] = {}
-        """(ENI, address) offered, a single address, that IMDS no longer lists on that ENI ->
-        the monotonic reading of the first resync that found it so (every resync since has, too;
-        :meth:`_note_unlisted`). Its release timeout counts from here as well as from its stamp,
-        whichever is earlier (:meth:`_due`): an offer dated anew at every join restarts the
-        stamps, and such an address, gone from the ENI, stayed held there for as long as joins
-        came (the simulation's seed 1060384). In memory only: a start counts again."""
+        """(ENI, address) offered, a single address or a member of a /28, that a resync read
+        without it on that ENI -> the monotonic reading of the first such resync
+        (:meth:`_note_unlisted`; forgotten once it is no longer offered, or when the take-back
+        looks at it). The take-back drops it a release timeout later if its own read lacks it
+        too, whatever the offer's date (:meth:`_due_unlisted`): an offer dated anew at every
+        join restarts the stamps, and an address gone from the ENI stayed held there for as long
+        as joins came (the simulation's seed 1060384). A read listing it again in between, or
+        lacking the ENI, does not restart the count (review 38, F3: one such read a release
+        timeout kept it for good); the take-back's own read decides. In memory only: a start
+        counts again."""
         self._joining: dict[str, set[str]] = {}
         """ENI -> addresses and /28s quarantined since its offer was dated, left out of it until
         it is dated anew (:meth:`_date_joined_offers`, :meth:`_offer_joined`). In memory only: a
@@ -1372,10 +1376,11 @@ class PoolController:
         return due
 
     def _due_unlisted(self, now: float) -> dict[str, list[str]]:
-        """Offered single addresses IMDS has not listed on their ENI, resync after resync, for a
-        whole release timeout (:attr:`_unlisted_since`), whatever their offer's date: dropped by
-        :meth:`_take_back` if its own read does not list them either, as if their ``released``
-        had come. Never taken back (a read that lists one again leaves it offered)."""
+        """Offered addresses a resync read without them on their ENI a whole release timeout ago
+        (:attr:`_unlisted_since`), whatever their offer's date: dropped by :meth:`_take_back` if
+        its own read lacks them too (a single address not listed as such; a wholly offered /28
+        not listed), as if their ``released`` had come. Never taken back (a read that lists one
+        leaves it offered)."""
         steady, timeout = self._steady(now), self.timing.release_timeout_s
         due: dict[str, list[str]] = {}
         for (eni_id, ip), since in sorted(self._unlisted_since.items()):
@@ -1384,22 +1389,16 @@ class PoolController:
         return due
 
     def _note_unlisted(self, now: float, read: set[str]) -> None:
-        """After a resync's reconcile of the ENIs ``read``: start the clock of each offered single
-        address the read did not list on its ENI (one it lists, one no longer offered, or one
-        on an ENI the read lacks, is forgotten)."""
+        """After a resync's reconcile of the ENIs ``read``: start the clock of each offered
+        address (a single one, or a /28's member) the read did not list on its ENI."""
         steady = self._steady(now)
         unlisted = set(self.ds.unlisted())
-        now_unlisted = {
-            (eni.info.eni_id, a.ip)
-            for eni in self.ds.enis()
-            if eni.info.eni_id in read
-            for a in eni.addrs.values()
-            if a.prefix is None and a.quarantined_at is not None and not a.in_use and a.ip in unlisted
-        }
-        for k in [k for k in self._unlisted_since if k not in now_unlisted]:
-            del self._unlisted_since[k]
-        for k in now_unlisted:
-            self._unlisted_since.setdefault(k, steady)
+        for eni in self.ds.enis():
+            if eni.info.eni_id not in read:
+                continue
+            for a in eni.addrs.values():
+                if a.quarantined_at is not None and not a.in_use and a.ip in unlisted:
+                    self._unlisted_since.setdefault((eni.info.eni_id, a.ip), steady)
 
     def _take_back(self, now: float) -> int:
         """Quarantined addresses with no answer within the release timeout (measured on the
@@ -1459,28 +1458,27 @@ class PoolController:
                 gone_ips, gone_pfx = [], []
             if gone_ips or gone_pfx:
                 self._drop_gone(eni_id, gone_ips, gone_pfx, now)
-        quarantined = self.ds.quarantined_at()
+        left = self.ds.quarantined_before(float("inf"))  # after the drops above
         for eni_id, ips in due_unlisted.items():
             for ip in ips:  # dropped, or its clock starts again at the next resync that lacks it
                 self._unlisted_since.pop((eni_id, ip), None)
             seen = view.get(eni_id)
             if seen is None:
                 continue  # a read without the ENI: the stamp's timeout decides, as before
-            done = {ip for ip, _ in due.get(eni_id, [])}
-            nets = [ipaddress.ip_network(p, strict=False) for p in seen.prefixes]
-            gone_ips = [
-                ip
-                for ip in ips
-                if ip not in done
-                and ip in quarantined.get(eni_id, {})
-                and ip not in seen.ips
-                and not any(ipaddress.ip_address(ip) in n for n in nets)
-            ]
-            if gone_ips and self._read_predates_pods(eni_id, {*seen.ips, *seen.prefixes}, in_read=True):
+            prefix_of = dict(left.get(eni_id, []))
+            whole = set(offerable.get(eni_id, ((), ()))[1])
+            # As the stamp's timeout reads them: a single address not listed as such (EC2 may
+            # have given it back inside a /28, review 38, F1: the /28 is then learnt free, EC2's
+            # own), a wholly offered /28 not listed (F2); never a loose member (above).
+            gone_ips = [ip for ip in ips if ip in prefix_of and prefix_of[ip] is None and ip not in seen.ips]
+            gone_pfx = sorted(
+                {p for ip in ips if (p := prefix_of.get(ip)) is not None and p in whole and p not in seen.prefixes}
+            )
+            if (gone_ips or gone_pfx) and self._read_predates_pods(eni_id, {*seen.ips, *seen.prefixes}, in_read=True):
                 self.stats.take_back_postponed += 1
                 continue
-            if gone_ips:
-                self._drop_gone(eni_id, gone_ips, [], now)
+            if gone_ips or gone_pfx:
+                self._drop_gone(eni_id, gone_ips, gone_pfx, now)
         return back
 
     def _drop_gone(self, eni_id: str, gone_ips: list[str], gone_pfx: list[str], now: float) -> None:

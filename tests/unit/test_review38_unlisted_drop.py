@@ -2,10 +2,14 @@
 has not listed on its ENI, resync after resync, is dropped as released a release timeout after the
 first such read, whatever its offer's date.
 
-Findings (strict xfails): the rule leaves out every address a /28 stands for, so the seed's leak
-class (an offer dated anew at every join, its release timeout never reached) stays open where EC2
-has given the address back inside a /28 (F1), or moved an offered /28 (F2); and any read listing the
-address on its ENI again, or lacking that ENI, restarts the clock (F3). Pinned as sound: the drop's seq
+Findings (strict xfails until fixed after the review, passing since): the rule left out every
+address a /28 stands for, so the seed's leak class (an offer dated anew at every join, its release
+timeout never reached) stayed open where EC2 had given the address back inside a /28 (F1), or moved
+an offered /28 (F2); and any read listing the address on its ENI again, or lacking that ENI,
+restarted the clock (F3). Fixed: a single address is dropped when the take-back's read does not list
+it as such (as the stamp's timeout reads it), a wholly offered /28 when that read does not list it,
+and only the take-back's read decides (the review's pin of the first reading, a single address
+listed inside a /28 never dropped by the clock, went with F1's fix). Pinned as sound: the drop's seq
 keeps a late hand-back or a re-said claim of the dropped address from freeing it, a read listing it
 again holds it as offered of unknown origin, and ``next_due`` is never later than the drop."""
 
@@ -77,13 +81,6 @@ def _x_given_back_inside_a_28(joins: bool) -> Datastore:
     return ds
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 38 F1 (leak): a single offered address IMDS lists on its ENI only inside a /28 "
-    "is not 'unlisted' for the new rule (its nets check), so with joins dating the offer anew its "
-    "stamp's timeout never comes: the address stays held alone and the /28 EC2 gave is never "
-    "recorded (its member is on a record), sixteen addresses unknown for as long as joins come",
-)
 def test_an_offered_address_ec2_gave_back_inside_a_28_never_keeps_the_28_unknown() -> None:
     quiet = _x_given_back_inside_a_28(joins=False)
     assert _prefixes(quiet, SECOND.eni_id) == [P], "setup: without joins the stamp's timeout frees the /28's way"
@@ -103,12 +100,6 @@ def _offered_28_moved(joins: bool) -> tuple[Datastore, PoolController]:
     return ds, ctl
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 38 F2 (leak): members of a /28 are left out of _unlisted_since, so an offered /28 "
-    "EC2 moved to the node's other ENI stays held on the first for as long as joins date its offer "
-    "anew, and the other ENI's /28 stays unknown: seed 1060384's class, for a /28",
-)
 def test_an_offered_28_ec2_moved_to_the_other_eni_is_known_there_within_ten_minutes() -> None:
     quiet, _ = _offered_28_moved(joins=False)
     assert _where(quiet, X) == [PRIMARY.eni_id], "setup: without joins the stamp's timeout lets it go"
@@ -226,21 +217,6 @@ def test_next_due_is_never_later_than_the_drop_and_a_tick_before_it_drops_nothin
     assert _where(ds, X) == []
 
 
-def test_a_28_member_listed_on_its_eni_is_never_dropped_by_the_new_rule() -> None:
-    """The nets check, pinned: a single offered address IMDS lists there only inside a /28 is
-    not dropped by the unlisted clock (its stamp's timeout still decides, as before)."""
-    imds, ds, ctl = _node([X, Y])
-    assert ds.quarantine(SECOND.eni_id, [X], [], T0 + 1) == 1
-    ctl.tick(T0 + 2)
-    imds.enis[SECOND.eni_id] = AttachedEni(SECOND, [Y], [P])
-    for t in (T0 + 10, T0 + 40, T0 + 70, T0 + 100, T0 + 130, T0 + 160, T0 + 190):
-        ctl._date_anew(SECOND.eni_id, t, "an address joined the offer")
-        ctl.resync(t)
-        ctl.tick(t + 1)
-        assert _where(ds, X) == [SECOND.eni_id]
-        _no_pod_gets(ds, X, t + 2)
-
-
 def _moved_with_odd_reads(odd: str) -> Datastore:
     """X offered on the second ENI and moved by EC2 to the primary, joins dating the offer anew;
     every fourth read is odd for ten minutes: ``listed`` (a regressed read from before the move,
@@ -268,13 +244,6 @@ def _moved_with_odd_reads(odd: str) -> Datastore:
     return ds
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 38 F3 (leak, low: needs odd reads at least once a release timeout): a read "
-    "listing X on its first ENI again, or lacking that ENI, restarts the unlisted clock, so with "
-    "joins dating the offer anew X EC2 moved stays held there and unknown on the other ENI; the "
-    "stamp rule never needed such a restart (dropped, X is marked released, a read listing it holds it)",
-)
 @pytest.mark.parametrize("odd", ["listed", "eni-missing"])
 def test_an_odd_read_now_and_then_never_keeps_a_moved_address_unknown(odd: str) -> None:
     assert _where(_moved_with_odd_reads("none"), X) == [PRIMARY.eni_id], "setup"
