@@ -17,10 +17,18 @@ Findings (strict xfails):
   wholly offered (the ``deleted`` result lost) is kept for its offer until the take-back drops it, and
   EC2 may give its primary address to the node's next ENI (a subnet with few free addresses), in
   another device slot when Describe still showed the old one attached. 569137c left it out of the
-  single addresses, not out of the primaries: no report at all goes out for a release timeout
-  (longer while a rebuild's holders keep the old ENI), pending pods waiting with it.
+  single addresses, not out of the primaries: no report at all goes out for a release timeout,
+  pending pods waiting with it; and for as long as they last when a rebuild's holds (seed
+  1100805's shape, a stale read showing the deleted ENI) keep the old ENI.
 
-Attacks that failed (passing pins) follow the findings."""
+Attacks that failed (passing pins, after the findings): one holder per veth reads as before;
+recorded mode and a copy without an agent veth's holder never read the peers (no refusal, no
+loop); a primary recorded inside another ENI's /28 is never a pod's and leaves the report valid;
+the unlisted clock's new drops: the single dropped while a /28 holding it is listed keeps a pod that
+got it from the learnt /28 when ``released`` is said again for the single, a wholly offered /28
+re-granted while IMDS lags is never free before IMDS lists it (then held as offered), a failed
+write of ``mark_gone`` leaves the address offered (a later take-back drops it), and loose members
+of a /28 a pod holds are never dropped by the clock."""
 
 from __future__ import annotations
 
@@ -170,6 +178,26 @@ def test_a_deleted_enis_primary_on_the_next_eni_never_stops_the_reports() -> Non
     assert sent, f"no report for 90 s: {ctl.stats.reports_invalid} invalid ({SECOND.primary_ip} listed twice)"
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="P1 (stall, unbounded): an ENI kept for a rebuild's holds after EC2 deleted it and the node's "
+    "next ENI with its primary address: no report for as long as the holds last",
+)
+def test_a_deleted_enis_primary_on_the_next_eni_with_the_old_one_held_never_stops_the_reports() -> None:
+    """Seed 1100805's rebuild (every address a stale read showed held, ``?``), here on an ENI EC2
+    had deleted: kept for the holds, every report is invalid once the next ENI has its primary."""
+    imds, ds, ctl = _node()
+    ds.hold_unknown({"10.0.0.40", "10.0.0.41"}, T0 + 1)
+    assert ctl.tick(T0 + 2), "setup: reported"
+    del imds.enis[SECOND.eni_id]
+    imds.add(THIRD, ["10.0.0.70", "10.0.0.71"])
+    sent = []
+    for i in range(1, 21):
+        ctl.resync(T0 + 30 * i)
+        sent += ctl.tick(T0 + 30 * i + 1)
+    assert sent, f"no report for ten minutes: {ctl.stats.reports_invalid} invalid ({SECOND.primary_ip} listed twice)"
+
+
 def test_a_primary_recorded_inside_another_enis_28_is_never_a_pods_and_the_report_is_valid() -> None:
     """569137c with a /28: the new ENI's primary recorded as a member of a /28 on the first ENI (a
     stale read) is never handed to a pod, and the report (which checks primaries and singles, not
@@ -307,3 +335,32 @@ def test_a_failed_write_between_the_drops_two_writes_leaves_the_address_offered_
         ctl.resync(t)
         ctl.tick(t + 1)
     assert _where(ds, M) == [], "never dropped after the failed write"
+
+
+def test_loose_members_of_a_28_a_pod_holds_are_never_dropped_by_the_clock() -> None:
+    """A /28 on SECOND, a pod on one member, the others quarantined loose (in no offer: no allocator
+    can have unassigned the /28 under a pod); ten minutes of reads without the /28 (a lag) drop none
+    of them and give none to a pod."""
+    imds = FakeImds()
+    imds.add(SECOND, [], [P28])
+    ds = Datastore(cooldown_s=0.0, pending_ttl_s=TIMING.pending_ttl_s, checkpoint=MemoryCheckpoint())
+    ctl = PoolController(ID, known("m5.large"), POOL, ds, TIMING, metadata=imds)
+    ctl.start(T0)
+    ds.set_ready(SECOND.eni_id, ready=True)
+    pod = ds.assign("pod0", "eth0", "/var/run/netns/pod0", T0 + 1)
+    assert pod is not None and pod.ip != M
+    others = [f"10.0.0.{k}" for k in range(32, 48) if f"10.0.0.{k}" != pod.ip]
+    assert ds.quarantine(SECOND.eni_id, others, [], T0 + 2) == 15
+    assert ds.quarantined() == {}, "setup: loose, in no offer"
+    ctl.tick(T0 + 3)
+    imds.enis[SECOND.eni_id] = AttachedEni(SECOND, [], [])
+
+    def none_to_a_pod(now: float) -> None:
+        got = ds.assign("pod1", "eth0", "/var/run/netns/pod1", now)
+        assert got is None, f"{got} went to a pod"
+        ds.release("pod1", "eth0", now)
+
+    _ten_minutes(imds, ctl, ds, T0, none_to_a_pod)
+    e = next(e for e in ds.enis() if e.info.eni_id == SECOND.eni_id)
+    assert sorted(e.addrs) == sorted([pod.ip, *others]) and e.prefixes == [P28]
+    assert ctl.stats.released_without_result == 0
