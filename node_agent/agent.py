@@ -203,8 +203,9 @@ def carried_disagreements(
 def holder_disagreements(ds: Datastore, pods: object, wiring: HostWiring | None, veth_prefix: str | None) -> list[str]:
     """The restored recovered holders named after one of the agent's pod veths (this prefix's, or
     shaped as :func:`node_agent.hostnet.host_veth_name` names them under any prefix) that the
-    host has, whose pod-side peer carries anything but one of the addresses the copy gives that
-    veth alone: the holder's, or the record's of the attachment the veth is named after. A rebuild
+    host has, whose pod-side peer carries anything but the address the attachment's next ADD
+    takes, alone: the record's of the attachment the veth is named after, or else the holder's
+    only address (a veth held for several, with no record, disagrees: review 39, H1). A rebuild
     (or a failed ADD) holds a pod's address by its veth's name, and the attachment's next ADD takes
     it (``CniService._held``); a copy written then and restored after the attachment was DELed and
     ADDed again with another address (its routes and rules flushed since, so the host's routes
@@ -228,9 +229,10 @@ def holder_disagreements(ds: Datastore, pods: object, wiring: HostWiring | None,
             holds.setdefault(h.holder, set()).add(h.ip)
     if not holds:
         return []
-    for p in ds.pods():  # the attachment's own record agrees too (a record and a holder of its veth)
+    recorded: dict[str, str] = {}  # the attachment's own record: its next ADD takes that address
+    for p in ds.pods():
         for name in veths_of(p.container_id, p.ifname, holds, veth_prefix):
-            holds[name].add(p.ip)
+            recorded[name] = p.ip
     got: dict[str, list[str]] | None = None
     failed: OSError | None = None
     for _ in range(WIRING_READ_TRIES):
@@ -245,10 +247,21 @@ def holder_disagreements(ds: Datastore, pods: object, wiring: HostWiring | None,
     out = []
     for name, ips in sorted(holds.items()):
         has = (got or {}).get(name)
-        if has and not (len(has) == 1 and has[0] in ips):
+        if not has:
+            continue
+        # What the attachment's next ADD takes must be what the peer carries alone: the record's
+        # address, or the holder's only one. A veth held for several addresses with no record
+        # disagrees whatever its peer carries: the ADD takes the lowest one attached then
+        # (``Datastore.lookup_recovered``), which may not be the one the peer carries (review 39,
+        # H1: the peer carried Z, the ADD took X, another node's).
+        take = recorded.get(name)
+        if take is None and len(ips) == 1:
+            take = next(iter(ips))
+        if has != [take]:
             out.append(
                 f"the peer of veth {name} carries {', '.join(has)} but the checkpoint has it holding"
-                f" {', '.join(sorted(ips))}"
+                f" {', '.join(sorted(ips | ({take} if take else set())))}"
+                + ("" if take else " (several: its next ADD's is not known)")
             )
     return out
 

@@ -1653,7 +1653,9 @@ class PoolController:
         # Newest first within a slot: an older ENI in a slot another has taken is one whose
         # removal was missed (what :meth:`_repair` could not fix stays out of the report).
         self.stats.report_enis_skipped += 1
-        log.warning("%s left out of the report: device slot %s taken by another ENI", eni_id, slot)
+        log.warning(
+            "%s left out of the report: device slot %s or its primary address taken by another ENI", eni_id, slot
+        )
 
     def _quarantine(self, delta: PoolDelta, now: float) -> int:
         n = 0

@@ -41,8 +41,8 @@ def build_report(
 ) -> PoolReport:
     """The report (``ValidationError`` if the datastore cannot make a valid one).
 
-    Two ENIs in one (network card, device index) slot make a report invalid (EC2
-    never has that): the newest in a slot is reported, an older one (whose removal
+    Two ENIs in one (network card, device index) slot, or with one primary address, make a
+    report invalid (EC2 never has that): the newest is reported, an older one (whose removal
     was missed) is left out, and so is its offer (taken out of ``offers``);
     ``skipped(eni_id, slot)`` is told.
     Quarantined addresses and prefixes are reported only as offers, never as the pool's.
@@ -75,9 +75,14 @@ def build_report(
     since = ds.quarantined_since(offers)
     enis = []
     slots: set[tuple[int, int]] = set()
+    # Of two ENIs with one primary address (one deleted and kept for its offer or holds, the next
+    # given its address in another slot: review 39, P1), the newer is reported, as in a slot.
+    newest: dict[str, str] = {}
+    for e in sorted(ds.enis(), key=lambda e: -e.added_at):
+        newest.setdefault(e.info.primary_ip, e.info.eni_id)
     for e in sorted(ds.enis(), key=lambda e: (e.info.network_card, e.info.device_index, -e.added_at)):
         slot = (e.info.network_card, e.info.device_index)
-        if slot in slots:
+        if slot in slots or newest[e.info.primary_ip] != e.info.eni_id:
             skipped(e.info.eni_id, slot)
             offers.pop(e.info.eni_id, None)
             continue

@@ -3,7 +3,9 @@ recovered holder's veth carries: ``node_agent.agent.holder_disagreements``), 569
 primary address is never reported as the pool's nor handed to a pod) and 109dc98 + 7841536 (the
 unlisted clock: ``PoolController._unlisted_since``, the second loop of ``_take_back``).
 
-Findings (strict xfails):
+Findings (strict xfails until fixed after the review, passing since: H1 by the start refusing a
+veth held for several addresses with no record, P1 by the report leaving out the older of two ENIs
+with one primary address, as of two in one slot):
 
 * H1 (two holders): a restored copy giving one veth two recovered holders, X and Z, is taken when
   the veth's peer carries Z, "one of the addresses the copy gives that veth"; but the attachment's
@@ -34,8 +36,6 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-
-import pytest
 
 from node_agent.agent import carried_disagreements, holder_disagreements
 from node_agent.checkpoint import MemoryCheckpoint
@@ -70,11 +70,6 @@ class _Peers:
 # --- H1: two holders for one veth ----------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="H1 (two holders): a copy giving one veth two holders passes when its peer carries either, "
-    "and the attachment's next ADD takes the lowest one, whatever the peer carries",
-)
 def test_a_veth_with_two_holders_whose_peer_carries_the_one_its_add_does_not_take_is_refused(tmp_path: Path) -> None:
     n = Node(tmp_path, adopt_launch_pool=False)
     host = n.pods = KernelPods()
@@ -158,11 +153,6 @@ def _node(pool: PoolConfig = POOL) -> tuple[FakeImds, Datastore, PoolController]
     return imds, ds, ctl
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="P1 (stall): an ENI kept for its offer after EC2 deleted it and the node's next ENI with its "
-    "primary address make every report invalid until the take-back drops the offer",
-)
 def test_a_deleted_enis_primary_on_the_next_eni_never_stops_the_reports() -> None:
     imds, ds, ctl = _node()
     assert ds.quarantine(SECOND.eni_id, ["10.0.0.40", "10.0.0.41"], [], T0 + 1) == 2
@@ -178,11 +168,6 @@ def test_a_deleted_enis_primary_on_the_next_eni_never_stops_the_reports() -> Non
     assert sent, f"no report for 90 s: {ctl.stats.reports_invalid} invalid ({SECOND.primary_ip} listed twice)"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="P1 (stall, unbounded): an ENI kept for a rebuild's holds after EC2 deleted it and the node's "
-    "next ENI with its primary address: no report for as long as the holds last",
-)
 def test_a_deleted_enis_primary_on_the_next_eni_with_the_old_one_held_never_stops_the_reports() -> None:
     """Seed 1100805's rebuild (every address a stale read showed held, ``?``), here on an ENI EC2
     had deleted: kept for the holds, every report is invalid once the next ENI has its primary."""
