@@ -205,7 +205,8 @@ def holder_disagreements(ds: Datastore, pods: object, wiring: HostWiring | None,
     shaped as :func:`node_agent.hostnet.host_veth_name` names them under any prefix) that the
     host has, whose pod-side peer carries anything but the address the attachment's next ADD
     takes, alone: the record's of the attachment the veth is named after, or else the holder's
-    only address (a veth held for several, with no record, disagrees: review 39, H1). A rebuild
+    only address, or the first of several if it is attached (the ADD takes the first attached:
+    review 39, H1; review 40, C1). A rebuild
     (or a failed ADD) holds a pod's address by its veth's name, and the attachment's next ADD takes
     it (``CniService._held``); a copy written then and restored after the attachment was DELed and
     ADDed again with another address (its routes and rules flushed since, so the host's routes
@@ -254,9 +255,7 @@ def holder_disagreements(ds: Datastore, pods: object, wiring: HostWiring | None,
         # disagrees whatever its peer carries: the ADD takes the lowest one attached then
         # (``Datastore.lookup_recovered``), which may not be the one the peer carries (review 39,
         # H1: the peer carried Z, the ADD took X, another node's).
-        take = recorded.get(name)
-        if take is None and len(ips) == 1:
-            take = next(iter(ips))
+        take = _next_add_takes(ds, name, ips, recorded.get(name))
         if has != [take]:
             out.append(
                 f"the peer of veth {name} carries {', '.join(has)} but the checkpoint has it holding"
@@ -264,6 +263,20 @@ def holder_disagreements(ds: Datastore, pods: object, wiring: HostWiring | None,
                 + ("" if take else " (several: its next ADD's is not known)")
             )
     return out
+
+
+def _next_add_takes(ds: Datastore, veth: str, held: set[str], record: str | None) -> str | None:
+    """The address the next ADD of the attachment ``veth`` is named after takes, as far as the
+    start can tell: its record's, else its holder's only one; of several, the ADD takes the first
+    attached in the holders' order (``Datastore.lookup_recovered``), and one that is the first of
+    them all, attached now, stays the ADD's (review 40, C1: refusing every such holder rebuilt at
+    every start, the rebuild writing the same holder again from the routes). None: not known."""
+    if record is not None:
+        return record
+    if len(held) == 1:
+        return next(iter(held))
+    first = ds.lookup_recovered(veth)
+    return first.ip if first is not None and first.ip == min(held) else None
 
 
 def _named_disagreements(

@@ -76,9 +76,12 @@ def build_report(
     enis = []
     slots: set[tuple[int, int]] = set()
     # Of two ENIs with one primary address (one deleted and kept for its offer or holds, the next
-    # given its address in another slot: review 39, P1), the newer is reported, as in a slot.
+    # given its address in another slot: review 39, P1), the one the last IMDS read listed is
+    # reported, the newer if both or neither (review 40, P2 and P3: by ``added_at`` alone, a wall
+    # clock stepped back, or one read listing both, left out the one IMDS lists).
+    unseen = set(ds.unseen())
     newest: dict[str, str] = {}
-    for e in sorted(ds.enis(), key=lambda e: -e.added_at):
+    for e in sorted(ds.enis(), key=lambda e: (e.info.eni_id in unseen, -e.added_at)):
         newest.setdefault(e.info.primary_ip, e.info.eni_id)
     for e in sorted(ds.enis(), key=lambda e: (e.info.network_card, e.info.device_index, -e.added_at)):
         slot = (e.info.network_card, e.info.device_index)

@@ -4,7 +4,9 @@ alone, makes the start rebuild; a veth held for several addresses with no record
 and P1 fix (``node_agent.report.build_report``: of two ENIs with one primary address, the newer by
 ``added_at`` is reported, the older left out with its offer).
 
-Findings (strict xfails until fixed):
+Findings (strict xfails until fixed after the review, passing since: C1 by taking the first of
+several holder addresses when it is attached, P2 and P3 by preferring the ENI the last IMDS read
+listed):
 
 * C1 (cost): a veth held for several addresses with no record now always disagrees, even when its
   peer carries the lowest of them, the one ``lookup_recovered`` / ``_take_recovered`` take (sorted,
@@ -38,8 +40,6 @@ from __future__ import annotations
 import functools
 import random
 from pathlib import Path
-
-import pytest
 
 from node_agent.agent import holder_disagreements
 from node_agent.checkpoint import MemoryCheckpoint
@@ -79,11 +79,6 @@ def _one_veth() -> tuple[Datastore, str, HostWiring]:
 # --- C1: a rebuild's holder with an address IMDS does not show yet --------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 40, C1 (cost): a holder of an attached X (the peer's) and an unattached Z, no record,"
-    " is refused though the next ADD takes X; every start rebuilds while the pod lives",
-)
 def test_a_holder_of_the_peers_address_and_one_not_attached_yet_is_not_refused() -> None:
     ds, veth, wiring = _one_veth()
     ds.recover({X: veth, Z: veth}, 1.0)  # Z: on an ENI IMDS does not show yet (seed 14483's shape)
@@ -93,11 +88,6 @@ def test_a_holder_of_the_peers_address_and_one_not_attached_yet_is_not_refused()
     assert holder_disagreements(ds, _Peers({veth: [X]}), wiring, "eni") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 40, C1 (cost): a rebuild's holder of the pod's X and another address through its veth"
-    " (the peer carries X, the lowest: the ADD takes it) is refused at every later start, which rebuilds",
-)
 def test_a_rebuilds_two_address_holder_is_not_refused_at_every_later_start(tmp_path: Path) -> None:
     """End to end (review 39's harness): the rebuild holds X (the pod's) and Z (a second /32 route
     through its veth) for pod1's veth; three ordinary restarts on that checkpoint follow."""
@@ -145,11 +135,6 @@ def test_a_record_decides_however_many_holders_the_veth_has() -> None:
 THIRD = EniInfo("eni-00000002", 2, "0a:00:00:00:00:02", SECOND.primary_ip, "subnet-a", "10.0.0.0/24")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 40, P2 (cost): with the wall clock stepped back, the ENI IMDS lists (THIRD) is the"
-    " older by added_at and is left out of every report; the deleted SECOND is reported instead",
-)
 def test_a_clock_stepped_back_never_leaves_out_the_eni_imds_lists() -> None:
     imds = FakeImds()
     imds.add(PRIMARY, ["10.0.0.11"])
@@ -176,12 +161,6 @@ def test_a_clock_stepped_back_never_leaves_out_the_eni_imds_lists() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 40, P3 (cost): a start's IMDS read lagging a detach lists the deleted SECOND and THIRD"
-    " (one primary) at once: one added_at, the tie goes to SECOND (first listed); THIRD, with pods, is left"
-    " out for as long as the rebuild's holds keep SECOND",
-)
 def test_a_lagging_read_at_the_start_listing_both_never_leaves_out_the_one_imds_keeps() -> None:
     """No clock step: a start (a rebuild) whose one read lists the deleted SECOND beside THIRD, which
     EC2 gave SECOND's primary; both are added at one time, so ``added_at`` cannot tell which is newer.
