@@ -30,10 +30,17 @@ Attacks that failed (passing pins):
   timeouts here, reports going out meanwhile with the waiting pod);
 * rule 3 against the ADD: the "first" of several held addresses is the same under string order for
   the check (``min``) and the ADD (``lookup_recovered``), so ``10.0.0.100`` before ``10.0.0.99`` is
-  judged as the ADD takes it.
+  judged as the ADD takes it;
+* rule 3 with rule 1 and the rebuild: a copy the holder check refuses while an offered address is
+  mid-drop (unassigned by EC2, the ``released`` lost, its unlisted clock running) is rebuilt, which
+  forgets the offer, its clock and the released filter; a read from before the unassign listing the
+  address again, inside the rebuild's window and ten minutes after, never frees it (row 6's rule for
+  a loss holds it as offered, of unknown origin), while fresh grants reach the waiting pods.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -44,7 +51,10 @@ from node_agent.datastore import Datastore
 from node_agent.hostnet import HostWiring, host_veth_name
 from node_agent.records import EniInfo
 from tests.helpers.agent_findings import POOL
+from tests.helpers.agent_world import cni_add
 from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds
+from tests.helpers.first_start import IPS, Node, grant_more, pod_on_fresh_address
+from tests.helpers.kernel_pods import KernelPods
 from warmpool.calls import Reclaim, UnassignAddresses
 from warmpool.limits import known
 from warmpool.messages import PoolReport, ReleaseOffer
@@ -239,3 +249,53 @@ def test_the_check_and_the_add_agree_on_the_first_of_several_in_string_order() -
     assert len(holder_disagreements(ds, Peers(other), wiring, "eni")) == 1
     took = ds.assign("pod1", "eth0", "/var/run/netns/pod1", 2.0, holder=veth)
     assert took is not None and took.ip == first.ip
+
+
+def test_a_copy_the_holder_check_refuses_mid_drop_never_frees_the_unassigned_offer(tmp_path: Path) -> None:
+    """Rule 3 with rule 1 and the rebuild: the copy holds pod1's address for its veth (a rebuild's
+    holder) and has Q offered, unassigned by EC2 since (the ``released`` lost, Q's unlisted clock
+    running). pod1 gives itself another address: the next start refuses the copy and rebuilds,
+    forgetting the copy's offer and its clock. A read answering from before the unassign then lists
+    Q again, inside the window and long after it: never free (docs/safety.md row 6: after a loss an
+    address IMDS alone shows is held as offered, of unknown origin, at any time)."""
+    n = Node(tmp_path, adopt_launch_pool=False)
+    host = n.pods = KernelPods()
+    q = IPS[0]
+    try:
+        mine = pod_on_fresh_address(n)
+        n.lose_checkpoint()
+        agent = n.start()
+        n.step()
+        veth = host.veth_of[("pod1", "eth0")]
+        assert (mine, veth) in {(h.ip, h.holder) for h in agent.ds.recovered_holders()}, "setup: a holder"
+        offered = {ip for ips, _ in agent.ds.quarantined(capped=False).values() for ip in ips}
+        assert q in offered, f"setup: {q} offered ({offered})"
+        n.imds.enis[PRIMARY.eni_id] = n.imds.enis[PRIMARY.eni_id].__class__(
+            PRIMARY, [ip for ip in n.imds.enis[PRIMARY.eni_id].ips if ip != q], []
+        )
+        for _ in range(4):
+            n.step(30)
+        host.wired[("pod1", "eth0")] = "10.0.0.77"  # the pod gave itself another address
+        n.stop()
+        agent = n.start()
+        n.step()
+        assert agent.counters["checkpoint_rebuilds_damaged"] == 1, "setup: the holder check refused the copy"
+        n.imds.add(PRIMARY, [q])  # a read from before the unassign
+        got: list[str] = []
+        for k in range(40):
+            n.step(30)
+            if k in (2, 20):  # the allocator grants the node fresh addresses (its pods wait)
+                grant_more(n, agent, [f"10.0.0.{60 + k}"])
+            ip = cni_add(agent, f"new{k}")
+            if ip is not None:
+                got.append(ip)
+        assert got, "setup: pods get addresses"
+        assert agent.ds.eni_of(q) is not None, "setup: the regressed read's Q is known to the agent"
+        assert q not in got, f"a pod got {q}, which EC2 unassigned: {got}"
+        assert (
+            agent.ds.eni_of(q) is None
+            or agent.ds.recovered_holder(q) is not None
+            or q in {ip for ips, _ in agent.ds.quarantined(capped=False).values() for ip in ips}
+        )
+    finally:
+        n.stop()
