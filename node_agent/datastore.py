@@ -383,15 +383,13 @@ class Datastore(RecoveredHolders):
         if self._withheld:
             return None
         fallback: tuple[EniRecord, Addr] | None = None
-        # Never another ENI's primary address, whatever an earlier read recorded (docs/safety.md
-        # row 1: EC2 made it that ENI's; the next resync drops it here: seed 1100805's shape).
-        primaries = {e.info.primary_ip for e in self._enis.values()}
+        unusable = self._unusable()
         for eni in sorted(self._enis.values(), key=_slot):
             if not eni.ready or eni.held:
                 continue
             used_prefixes = {a.prefix for a in eni.addrs.values() if a.in_use and a.prefix}
             for a in eni.addrs.values():
-                if a.in_use or a.quarantined_at is not None or a.ip in self._unlisted or a.ip in primaries:
+                if a.in_use or a.quarantined_at is not None or a.ip in unusable:
                     continue
                 if a.freed_at is not None and now < a.freed_at + self.cooldown_s:
                     continue
@@ -514,11 +512,12 @@ class Datastore(RecoveredHolders):
             if self._withheld:
                 return None
             best: float | None = None
+            unusable = self._unusable()
             for eni in self._enis.values():
                 if not eni.ready or eni.held:
                     continue
                 for a in eni.addrs.values():
-                    if a.in_use or a.quarantined_at is not None or a.ip in self._unlisted:
+                    if a.in_use or a.quarantined_at is not None or a.ip in unusable:
                         continue
                     if a.freed_at is None or now >= a.freed_at + self.cooldown_s:
                         return now
@@ -543,13 +542,23 @@ class Datastore(RecoveredHolders):
     # --- release and quarantine (node_agent/offers.py) ------------------------------
 
     def _free(self, now: float) -> offers.Free:
-        """May the address be given back now: free, not quarantined, past cooldown, still in IMDS."""
+        """May the address be given back now: free, not quarantined, past cooldown, still in IMDS,
+        not another ENI's primary address."""
+        unusable = self._unusable()
         return lambda a: (
             not a.in_use
             and a.quarantined_at is None
-            and a.ip not in self._unlisted
+            and a.ip not in unusable
             and (a.freed_at is None or now >= a.freed_at + self.cooldown_s)
         )
+
+    def _unusable(self) -> set[str]:
+        """Addresses never handed out, offered, nor counted as the pool's, held or not: those IMDS
+        no longer lists (:attr:`_unlisted`), and another ENI's primary address, whatever an earlier
+        read recorded (docs/safety.md row 1: EC2 made it that ENI's; the next resync drops it here:
+        seed 1100805's shape). Counted, offered or handed out alike (review 41, Q1: counted free
+        but never handed out, it made the last usable address a surplus to offer)."""
+        return self._unlisted | {e.info.primary_ip for e in self._enis.values()}
 
     def _offerable(self) -> list[EniRecord]:
         """ENIs whose free addresses may be offered back (a held ENI's are not the agent's to give)."""
@@ -755,7 +764,7 @@ class Datastore(RecoveredHolders):
     def counts(self, now: float) -> Counts:
         with self._lock:
             return Counts.of(
-                self._enis.values(), now, self.cooldown_s, self.pending(now), self._unlisted, self._listed_elsewhere
+                self._enis.values(), now, self.cooldown_s, self.pending(now), self._unusable(), self._listed_elsewhere
             )
 
     def arrivals(self, now: float, window_s: float) -> int:

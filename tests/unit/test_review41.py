@@ -5,7 +5,8 @@ and of two ENIs with one primary the one the last read listed), and the start's 
 holders' veth peers (rule 3: ``agent.holder_disagreements``, ``_next_add_takes``), against each other
 and the older machinery.
 
-Finding (strict xfail):
+Finding (a strict xfail until fixed after the review, passing since: `Datastore._unusable` keeps
+another ENI's primary out of the counts and the offers as out of `_pick`):
 
 * Q1 (cost, low): rule 2 stops at ``_pick`` and the report. ``Counts.of`` (the agent's own sizing,
   ``PoolController.delta``) and the surplus choice (``offers.releasable_ips``) still count another
@@ -86,11 +87,6 @@ def _assignable(ds: Datastore, now: float) -> list[str]:
 # --- Q1: another ENI's primary counted free ------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 41 Q1 (cost): Counts.of and releasable_ips count another ENI's primary address as"
-    " a free one of the pool; the agent offers the only address a pod can get as surplus",
-)
 def test_another_enis_primary_recorded_free_never_makes_the_last_usable_address_surplus() -> None:
     # A read that still lists X on the primary ENI (it lags there) beside SECOND, whose primary X
     # is now: seed 1100805's shape, with X free rather than held. Listed after Y: the newest.
