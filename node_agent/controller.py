@@ -1033,11 +1033,11 @@ class PoolController:
         if self._unlisted_since and self.metadata is not None:
             first = min(self._unlisted_since.values()) + self.timing.release_timeout_s
             at.append(wall(max(first, self._hold_until)))
-        joined = self._joining_ends(now, steady)
-        if joined is not None:
-            if joined <= steady:
+        ends = [t for t in (self._offers_apart_at(now), self._joining_ends(now, steady)) if t is not None]
+        if ends:
+            if min(ends) <= steady:
                 return now
-            at.append(wall(joined))
+            at.append(wall(min(ends)))
         delta = self.delta(now)
         release = self._release_due(now, delta)
         if release is None:
@@ -1113,6 +1113,7 @@ class PoolController:
                 self._surplus_since = None
         else:
             self._surplus_since = None
+        self._date_for_waiting_pods(now)
 
         pending = self.ds.pending(now)
         offers = self._offers()
@@ -1269,6 +1270,43 @@ class PoolController:
             if standing is None or steady - standing >= OFFER_DATE_KEPT_S or self.ds.pending(now) > 0:
                 self._date_anew(eni_id, now, "addresses left out joined the offer")
 
+    def _offers_apart_at(self, now: float) -> float | None:
+        """While pods wait, the steady time from which of the report's offers one is
+        :data:`OFFER_DATE_KEPT_S` old (the allocator's offer age: it no longer acts on it) while
+        another is younger, if no event comes first (:meth:`_date_for_waiting_pods`): at or
+        before the steady clock now if they are apart now; None if they never will be so (no
+        pod waits, fewer than two offers, or all of them that old)."""
+        if self.ds.pending(now) <= 0:
+            return None
+        dated = [
+            d
+            for eni_id, (ips, prefixes) in self._offers().items()
+            if (d := self._dated(eni_id, [*ips, *prefixes], now)) is not None
+        ]
+        if len(dated) < 2 or self._steady(now) - max(dated) >= OFFER_DATE_KEPT_S:
+            return None
+        return min(dated) + OFFER_DATE_KEPT_S
+
+    def _offers_apart(self, now: float) -> bool:
+        at = self._offers_apart_at(now)
+        return at is not None and at <= self._steady(now)
+
+    def _date_for_waiting_pods(self, now: float) -> None:
+        """While pods wait, offers of one report that the allocator would take apart (one too old
+        to act on, another young) are dated anew, together. The allocator counts what EC2 shows
+        of an offer too old to act on as the node's free pool: two ENIs' offers renewed at their
+        own release timeouts were never young together, the allocator always saw free addresses
+        and handed nothing back, and a full node's pod waited for good (the simulation's seed
+        1121572). Dated anew together, they age together and are renewed together (each
+        address's release timeout starts again from now, as at a renewal: the safe direction);
+        a lone offer, or offers all young or all old, are left as they are."""
+        if not self._offers_apart(now):
+            return
+        for eni_id in sorted({*self._offers(), *self._joining}):
+            n = self._date_anew(eni_id, now, "pods wait and the offers were apart: one too old to act on")
+            self.stats.offers_dated_for_waiting_pods += n
+        self._force = True
+
     def _joining_ends(self, now: float, steady: float) -> float | None:
         """For :meth:`next_due`: the earliest steady time :meth:`_offer_joined` changes anything
         (``steady`` itself if it would now); None if nothing waits to join an offer."""
@@ -1287,7 +1325,7 @@ class PoolController:
             ends.append(standing + OFFER_DATE_KEPT_S)
         return min(ends)
 
-    def _date_anew(self, eni_id: str, now: float, why: str) -> None:
+    def _date_anew(self, eni_id: str, now: float, why: str) -> int:
         """Every address of the ENI's offer, those left out of it included, dated ``now``: the
         stamps first (a failed checkpoint write leaves the dates changed in memory), then the
         datastore's dates (its checkpoint)."""
@@ -1299,6 +1337,7 @@ class PoolController:
         self._joining.pop(eni_id, None)
         n = self.ds.requarantine(eni_id, now, offered)
         self._event("quarantine", f"{eni_id}: {n} offered addresses dated anew: {why}")
+        return n
 
     def _date_mixed_offers(self, now: float) -> None:
         """At a start: an offer whose addresses' checkpointed dates differ (some were left out

@@ -54,6 +54,7 @@ class ControllerStats:
     take_back_postponed: int = 0
     whole_eni_offers_renewed: int = 0
     offers_renewed: int = 0
+    offers_dated_for_waiting_pods: int = 0
     verify_dropped: int = 0
     imds_incomplete: int = 0
     """IMDS reads not used: they showed an interface the agent knows has IPv4 addresses
