@@ -1283,9 +1283,12 @@ class PoolController:
             for eni_id, (ips, prefixes) in self._offers().items()
             if (d := self._dated(eni_id, [*ips, *prefixes], now)) is not None
         ]
-        if len(dated) < 2 or self._steady(now) - max(dated) >= OFFER_DATE_KEPT_S:
+        # aged as the allocator sees them: dated earlier by how far this clock may be ahead
+        # (the report's shift; review 42, L1: ignored, split reports went out for that long)
+        shift = self.clock_ahead() if self.clock_ahead is not None else 0.0
+        if len(dated) < 2 or self._steady(now) - max(dated) + shift >= OFFER_DATE_KEPT_S:
             return None
-        return min(dated) + OFFER_DATE_KEPT_S
+        return min(dated) + OFFER_DATE_KEPT_S - shift
 
     def _offers_apart(self, now: float) -> bool:
         at = self._offers_apart_at(now)
