@@ -5,10 +5,14 @@ code, too): ``released-not-offered`` at 392.5 s, a safety invariant: the allocat
 of its checkpoint (``host-wiring:old-copy``) with the host's pod routes and rules flushed, beside a
 report flood that saturates the allocator's intake: at 377.9 s the start found the copy's pod
 n0-p2 holding 10.0.0.8 with no wiring on the host and released its record; 15 s later the allocator
-unassigned the address, from an offer the copy predates. Whether the restore check's gate (no free
-address of a restored copy goes to a pod before the allocator calls the copy current,
-docs/safety.md row 12) keeps it from every pod, or a pod can get it (two holders), is not known
-yet. Pinned as a strict xfail; docs/reliability.md, "Stop 52"."""
+unassigned the address, from an offer the copy predates. At that moment (read in the datastore
+at the violation) the address is not free: the start's ``unrouted`` hold has it (a pod rule with
+no route on the host), the datastore is withheld (the restore wait), and no pod's namespace
+carries it (``released-in-use`` does not fire). So likely the check's gap rather than two holders:
+it exempts an offered address a start's ``?`` hold took (review 15, Q1; seed 1509) but not one an
+``unrouted`` hold took. Not settled: whether the pod behind that rule can be running (then two
+holders) is what the next stop must answer before changing the check. Pinned as a strict xfail;
+docs/reliability.md, "Stop 52"."""
 
 from __future__ import annotations
 
