@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import email.utils
+import functools
 import logging
 import os
 import queue
@@ -26,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from node_agent import http as web
 from node_agent import kubelet_config
@@ -54,6 +55,7 @@ from warmpool.messages import MessageError, parse_result
 from warmpool.names import result_queue_name
 from warmpool.ports import SqsApi
 
+T = TypeVar("T")
 log = logging.getLogger("warmpool.agent")
 
 POLL_WAIT_S = 20
@@ -234,15 +236,7 @@ def holder_disagreements(ds: Datastore, pods: object, wiring: HostWiring | None,
     for p in ds.pods():
         for name in veths_of(p.container_id, p.ifname, holds, veth_prefix):
             recorded[name] = p.ip
-    got: dict[str, list[str]] | None = None
-    failed: OSError | None = None
-    for _ in range(WIRING_READ_TRIES):
-        try:
-            got = read(sorted(holds))
-            failed = None
-            break
-        except OSError as exc:
-            failed = exc
+    got, failed = _read_tries(functools.partial(read, sorted(holds)))
     if failed is not None:
         return [f"the peers of the recovered holders' veths could not be read ({failed})"]
     out = []
@@ -341,18 +335,9 @@ def _carried_disagreements(
             continue
         veths: list[tuple[str, str | None]] = [("", None), *earlier(p.container_id, p.ifname)]
         for veth, prefix in veths:
-            has, failed = None, None
-            for _ in range(WIRING_READ_TRIES):
-                try:
-                    has = (
-                        carried(p.netns, p.ifname, p.container_id)
-                        if prefix is None
-                        else carried(p.netns, p.ifname, p.container_id, prefix)
-                    )
-                    failed = None
-                    break
-                except OSError as exc:  # a namespace gone is None, not an error (PodNetwork.carried)
-                    failed = exc
+            # a namespace gone is None, not an error (PodNetwork.carried)
+            args = (p.netns, p.ifname, p.container_id) + (() if prefix is None else (prefix,))
+            has, failed = _read_tries(functools.partial(carried, *args))
             via = f" (its veth {veth})" if veth else ""
             if failed is not None:
                 out.append(f"{p.container_id[:12]}/{p.ifname}: its interface could not be read{via} ({failed})")
@@ -376,6 +361,18 @@ WIRING_READ_TRIES = 3
 """How often the start reads the host's pod wiring before it gives up: a netlink dump can fail
 for a moment (ENOBUFS when the socket's buffer overflows, EINTR, a dump interrupted by a change:
 netlink(7)), and read again it answers."""
+
+
+def _read_tries(read: Callable[[], T]) -> tuple[T | None, OSError | None]:
+    """``read()``, tried up to :data:`WIRING_READ_TRIES` times while it raises ``OSError``: its
+    answer, or None and the last error (the start's checks of a restored copy)."""
+    failed: OSError | None = None
+    for _ in range(WIRING_READ_TRIES):
+        try:
+            return read(), None
+        except OSError as exc:
+            failed = exc
+    return None, failed
 
 
 def read_wiring(pods: WiringSource, tries: int = WIRING_READ_TRIES) -> HostWiring | None:

@@ -818,8 +818,8 @@ class PoolController:
             )
             if keys is not None or relisted:
                 self._hold_unknown((self._known_keys() if keys is None else keys) - relisted, now)
-        self._note_unlisted(now, {a.info.eni_id for a in usable})
         kept = {a.info.eni_id for a in usable}
+        self._note_unlisted(now, kept)
         for a in interfaces:  # tagged no_manage after we took it, and no pod is left on it: let go
             if a.managed is False and a.info.eni_id in have and a.info.eni_id not in kept:
                 self._teardown(have[a.info.eni_id])

@@ -48,6 +48,7 @@ from tests.helpers.agent_world import cni, cni_add
 from tests.helpers.controller import PRIMARY
 from tests.helpers.first_start import Node, grant_more, pod_on_fresh_address
 from tests.helpers.kernel_pods import KernelPods
+from tests.helpers.peers import FixedPeers, one_veth
 
 X, Y = "10.0.0.50", "10.0.0.51"
 
@@ -220,23 +221,6 @@ def test_an_earlier_prefix_s_veth_is_read_only_for_its_own_attachment() -> None:
     assert carried_disagreements(ds, pods, None, "wp") == []  # no host wiring read: this prefix only
 
 
-class _Peers:
-    """A pod network whose peer reads answer from ``peers`` (veth -> what its peer carries; a veth
-    not there: its peer was found in no namespace) and fail ``fail`` times first."""
-
-    def __init__(self, peers: dict[str, list[str]], fail: int = 0) -> None:
-        self.peers = peers
-        self.fail = fail
-        self.asked: list[list[str]] = []
-
-    def peers_carried(self, veths: Any) -> dict[str, list[str]]:
-        self.asked.append(sorted(veths))
-        if self.fail:
-            self.fail -= 1
-            raise OSError(errno.EINTR, "link dump interrupted (NLM_F_DUMP_INTR) 10 times running")
-        return {v: has for v, has in self.peers.items() if v in veths}
-
-
 def test_each_recovered_holder_of_an_agent_veth_is_read_by_its_peer() -> None:
     """A2's readings: a holder of this prefix's veth, or of an earlier prefix's, whose peer carries
     another address, or its own beside another, disagrees; its own address alone, the address of
@@ -259,7 +243,7 @@ def test_each_recovered_holder_of_an_agent_veth_is_read_by_its_peer() -> None:
     ds.recover({free[8]: v["rec"]}, 2.0)  # the record's attachment's veth holds another address too
     veths = (set(v.values()) - {v["gone"]}) | {earlier, foreign}
     wiring = HostWiring(pods={}, stale=[], links=frozenset(veths), veths=frozenset(veths))
-    pods = _Peers(
+    pods = FixedPeers(
         {
             v["moved"]: ["10.0.0.99"],
             v["both"]: sorted([held[v["both"]], "10.0.0.99"]),
@@ -285,15 +269,11 @@ def test_each_recovered_holder_of_an_agent_veth_is_read_by_its_peer() -> None:
 
 def test_a_read_of_the_holders_peers_that_keeps_failing_makes_the_start_rebuild() -> None:
     """A3's rule for A2's read: failed, read again; failing every time, a disagreement."""
-    ds = Datastore()
-    ds.add_eni(PRIMARY, 0.0)
-    ds.add_addresses(PRIMARY.eni_id, [X])
-    veth = host_veth_name("pod1", "eth0", "eni")
+    ds, veth, wiring = one_veth([X])
     ds.recover({X: veth}, 1.0)
-    wiring = HostWiring(pods={}, stale=[], links=frozenset({veth}), veths=frozenset({veth}))
-    once = _Peers({veth: [X]}, fail=2)
+    once = FixedPeers({veth: [X]}, fail=2)
     assert carried_disagreements(ds, once, wiring, "eni") == [], "read again, it answers"
-    always = _Peers({veth: [X]}, fail=3)
+    always = FixedPeers({veth: [X]}, fail=3)
     wrong = carried_disagreements(ds, always, wiring, "eni")
     assert len(wrong) == 1 and "could not be read" in wrong[0], wrong
 

@@ -42,7 +42,6 @@ from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.cniserver import RecordedPods
 from node_agent.controller import AttachedEni, PoolController
 from node_agent.datastore import Datastore
-from node_agent.hostnet import HostWiring, host_veth_name
 from node_agent.records import EniInfo
 from node_agent.report import build_report
 from tests.helpers.agent_findings import POOL
@@ -50,21 +49,12 @@ from tests.helpers.agent_world import cni_add
 from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds, result
 from tests.helpers.first_start import Node, grant_more, pod_on_fresh_address
 from tests.helpers.kernel_pods import KernelPods
+from tests.helpers.peers import FixedPeers, one_veth
 from warmpool.limits import known
 from warmpool.pool import PoolConfig
 
 X, Z = "10.0.0.50", "10.0.0.51"
 T0 = 1000.0
-
-
-class _Peers:
-    """A pod network whose peers' reads answer from ``peers`` (veth -> what its peer carries)."""
-
-    def __init__(self, peers: dict[str, list[str]]) -> None:
-        self.peers = peers
-
-    def peers_carried(self, veths: object) -> dict[str, list[str]]:
-        return {v: has for v, has in self.peers.items() if v in veths}  # type: ignore[operator]
 
 
 # --- H1: two holders for one veth ----------------------------------------------------------------
@@ -109,24 +99,16 @@ def test_a_veth_with_two_holders_whose_peer_carries_the_one_its_add_does_not_tak
 
 def test_one_holder_per_veth_still_reads_as_before() -> None:
     """The guard beside H1: one holder whose peer carries it passes, another address disagrees."""
-    ds = Datastore()
-    ds.add_eni(PRIMARY, 0.0)
-    ds.add_addresses(PRIMARY.eni_id, [X, Z])
-    veth = host_veth_name("pod1", "eth0", "eni")
+    ds, veth, wiring = one_veth([X, Z])
     ds.recover({X: veth}, 1.0)
-    wiring = HostWiring(pods={}, stale=[], links=frozenset({veth}), veths=frozenset({veth}))
-    assert carried_disagreements(ds, _Peers({veth: [X]}), wiring, "eni") == []
-    assert len(carried_disagreements(ds, _Peers({veth: [Z]}), wiring, "eni")) == 1
+    assert carried_disagreements(ds, FixedPeers({veth: [X]}), wiring, "eni") == []
+    assert len(carried_disagreements(ds, FixedPeers({veth: [Z]}), wiring, "eni")) == 1
 
 
 def test_recorded_mode_and_a_copy_without_holders_never_read_the_peers() -> None:
     """``WARMPOOL_POD_NETWORK=recorded`` (no ``peers_carried``) and a copy with no holder of an
     agent veth never refuse (no start loop, no rebuild from the new check)."""
-    ds = Datastore()
-    ds.add_eni(PRIMARY, 0.0)
-    ds.add_addresses(PRIMARY.eni_id, [X, Z])
-    veth = host_veth_name("pod1", "eth0", "eni")
-    wiring = HostWiring(pods={}, stale=[], links=frozenset({veth}), veths=frozenset({veth}))
+    ds, veth, wiring = one_veth([X, Z])
 
     class Refuses:
         def peers_carried(self, veths: object) -> dict[str, list[str]]:

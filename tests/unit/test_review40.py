@@ -45,13 +45,13 @@ from node_agent.agent import holder_disagreements
 from node_agent.checkpoint import MemoryCheckpoint
 from node_agent.controller import PoolController
 from node_agent.datastore import Datastore
-from node_agent.hostnet import HostWiring, host_veth_name
 from node_agent.records import EniInfo
 from node_agent.report import build_report
 from tests.helpers.agent_findings import POOL
 from tests.helpers.controller import ID, PRIMARY, SECOND, TIMING, FakeImds
 from tests.helpers.first_start import Node, grant_more, pod_on_fresh_address
 from tests.helpers.kernel_pods import KernelPods
+from tests.helpers.peers import FixedPeers, one_veth
 from warmpool.limits import known
 from warmpool.pool import PoolConfig
 
@@ -59,33 +59,16 @@ X, Z, R = "10.0.0.50", "10.0.0.51", "10.0.0.52"
 T0 = 1000.0
 
 
-class _Peers:
-    def __init__(self, peers: dict[str, list[str]]) -> None:
-        self.peers = peers
-
-    def peers_carried(self, veths: object) -> dict[str, list[str]]:
-        return {v: has for v, has in self.peers.items() if v in veths}  # type: ignore[operator]
-
-
-def _one_veth() -> tuple[Datastore, str, HostWiring]:
-    ds = Datastore()
-    ds.add_eni(PRIMARY, 0.0)
-    ds.add_addresses(PRIMARY.eni_id, [X, R])
-    veth = host_veth_name("pod1", "eth0", "eni")
-    wiring = HostWiring(pods={}, stale=[], links=frozenset({veth}), veths=frozenset({veth}))
-    return ds, veth, wiring
-
-
 # --- C1: a rebuild's holder with an address IMDS does not show yet --------------------------------
 
 
 def test_a_holder_of_the_peers_address_and_one_not_attached_yet_is_not_refused() -> None:
-    ds, veth, wiring = _one_veth()
+    ds, veth, wiring = one_veth([X, R])
     ds.recover({X: veth, Z: veth}, 1.0)  # Z: on an ENI IMDS does not show yet (seed 14483's shape)
     assert sorted(h.ip for h in ds.recovered_holders() if h.holder == veth) == [X, Z], "setup"
     got = ds.lookup_recovered(veth)
     assert got is not None and got.ip == X, "setup: the next ADD takes X, which the peer carries"
-    assert holder_disagreements(ds, _Peers({veth: [X]}), wiring, "eni") == []
+    assert holder_disagreements(ds, FixedPeers({veth: [X]}), wiring, "eni") == []
 
 
 def test_a_rebuilds_two_address_holder_is_not_refused_at_every_later_start(tmp_path: Path) -> None:
@@ -120,14 +103,14 @@ def test_a_rebuilds_two_address_holder_is_not_refused_at_every_later_start(tmp_p
 
 
 def test_a_record_decides_however_many_holders_the_veth_has() -> None:
-    ds, veth, wiring = _one_veth()
+    ds, veth, wiring = one_veth([X, R])
     assert ds.assign("pod1", "eth0", "/var/run/netns/pod1", 1.0) is not None
     rec = ds.lookup("pod1", "eth0")
     assert rec is not None
     others = [ip for ip in (X, R) if ip != rec.ip]
     ds.recover({others[0]: veth, Z: veth}, 2.0)
-    assert holder_disagreements(ds, _Peers({veth: [rec.ip]}), wiring, "eni") == []
-    assert len(holder_disagreements(ds, _Peers({veth: [others[0]]}), wiring, "eni")) == 1
+    assert holder_disagreements(ds, FixedPeers({veth: [rec.ip]}), wiring, "eni") == []
+    assert len(holder_disagreements(ds, FixedPeers({veth: [others[0]]}), wiring, "eni")) == 1
 
 
 # --- P2: added_at from a stepped clock -------------------------------------------------------------
